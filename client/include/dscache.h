@@ -1,0 +1,258 @@
+/* dscache.h: the one public header of libdscache, the dscache client library.
+ * A loader streams fixed-shape training batches from dscached servers (or shard files),
+ * prefetched into pinned memory and, with CUDA, onto the GPU ahead of need. */
+#ifndef DSCACHE_H
+#define DSCACHE_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(DSC_SHARED) && defined(DSC_BUILDING)
+#define DSC_EXTERN __attribute__((visibility("default")))
+#else
+#define DSC_EXTERN
+#endif
+
+#define DSC_VERSION_MAJOR 0
+#define DSC_VERSION_MINOR 1
+#define DSC_VERSION_PATCH 0
+#define DSC_VERSION_STRING "0.1.0"
+
+/* ---- Errors ------------------------------------------------------------------------------
+ * Every int-returning call returns >= 0 on success (or a count) and a negative DSC_E* code on
+ * failure. Codes that POSIX has are -errno; the project's own codes are below -4000. */
+#define DSC_ERRNO_MAP(XX)                                                                          \
+    XX(ENOMEM, -ENOMEM, "out of memory")                                                           \
+    XX(EINVAL, -EINVAL, "invalid argument")                                                        \
+    XX(EIO, -EIO, "i/o error")                                                                     \
+    XX(ENOENT, -ENOENT, "no such file or directory")                                               \
+    XX(EACCES, -EACCES, "permission denied")                                                       \
+    XX(EAGAIN, -EAGAIN, "resource temporarily unavailable")                                        \
+    XX(ENOSPC, -ENOSPC, "no space left (buffer or capacity too small)")                            \
+    XX(ETIMEDOUT, -ETIMEDOUT, "timed out")                                                         \
+    XX(ECONNREFUSED, -ECONNREFUSED, "connection refused")                                          \
+    XX(ECONNRESET, -ECONNRESET, "connection reset by peer")                                        \
+    XX(EPIPE, -EPIPE, "broken pipe")                                                               \
+    XX(ENOTSUP, -ENOTSUP, "operation not supported")                                               \
+    XX(ECANCELED, -ECANCELED, "operation canceled")                                                \
+    XX(EBUSY, -EBUSY, "resource busy")                                                             \
+    XX(ERANGE, -ERANGE, "value out of range")                                                      \
+    XX(EADDRINUSE, -EADDRINUSE, "address already in use")                                          \
+    XX(EOF, -4001, "end of epoch")                                                                 \
+    XX(EBADMAGIC, -4002, "bad magic number")                                                       \
+    XX(EVERSION, -4003, "unsupported format or protocol version")                                  \
+    XX(ETRUNCATED, -4004, "truncated input")                                                       \
+    XX(EBADHEADER, -4005, "corrupt or invalid shard header")                                       \
+    XX(EBADSCHEMA, -4006, "invalid schema")                                                        \
+    XX(EBADINDEX, -4007, "corrupt or invalid chunk index")                                         \
+    XX(EBADFOOTER, -4008, "corrupt or invalid shard footer")                                       \
+    XX(ECHUNKSUM, -4009, "chunk checksum mismatch (stored bytes)")                                 \
+    XX(EDECOMPRESS, -4010, "chunk decompression failed")                                           \
+    XX(EDATASUM, -4011, "chunk checksum mismatch (decoded bytes)")                                 \
+    XX(EOVERFLOW, -4012, "size or offset overflow")                                                \
+    XX(EBADFRAME, -4013, "malformed protocol frame")                                               \
+    XX(ETOOLARGE, -4014, "frame or request too large")                                             \
+    XX(EPROTO, -4015, "protocol violation")                                                        \
+    XX(ENOTFOUND, -4016, "dataset or shard not found")                                             \
+    XX(EUNAVAIL, -4017, "server unavailable")                                                      \
+    XX(EUNAUTH, -4018, "unauthorised")                                                             \
+    XX(EBADMANIFEST, -4019, "corrupt or invalid manifest")                                         \
+    XX(ECORRUPT, -4020, "data corrupt on the server")                                              \
+    XX(ENODEVICE, -4021, "no CUDA device available")                                               \
+    XX(ECUDA, -4022, "CUDA error")                                                                 \
+    XX(ESERVER, -4023, "server internal error")                                                    \
+    XX(EBADSTATE, -4024, "invalid saved loader state")                                             \
+    XX(EALLDOWN, -4025, "every replica of a shard failed")                                         \
+    XX(ECLOSED, -4026, "connection closed")                                                        \
+    XX(EBADREQ, -4027, "bad request (rejected by the server)")                                     \
+    XX(EFILESUM, -4028, "shard file checksum mismatch")
+
+typedef enum {
+#define DSC_ERR_ENUM_(name, value, msg) DSC_##name = (value),
+    DSC_ERRNO_MAP(DSC_ERR_ENUM_)
+#undef DSC_ERR_ENUM_
+} dsc_errno_t;
+
+/* A static message for an error code ("unknown error" for codes not in the list). */
+DSC_EXTERN const char *dsc_strerror(int err);
+/* The code's name, e.g. "DSC_ECHUNKSUM" ("DSC_UNKNOWN" for codes not in the list). */
+DSC_EXTERN const char *dsc_err_name(int err);
+/* "0.1.0" */
+DSC_EXTERN const char *dsc_version(void);
+
+/* ---- Data types --------------------------------------------------------------------------- */
+typedef enum {
+    DSC_DTYPE_U8 = 1,
+    DSC_DTYPE_I8 = 2,
+    DSC_DTYPE_U16 = 3,
+    DSC_DTYPE_I16 = 4,
+    DSC_DTYPE_U32 = 5,
+    DSC_DTYPE_I32 = 6,
+    DSC_DTYPE_I64 = 7,
+    DSC_DTYPE_F16 = 8,
+    DSC_DTYPE_BF16 = 9,
+    DSC_DTYPE_F32 = 10,
+    DSC_DTYPE_F64 = 11,
+} dsc_dtype_t;
+
+/* Bytes per element (1..8), or 0 for an unknown dtype. */
+DSC_EXTERN int dsc_dtype_size(int dtype);
+/* "u8", "f32", ... or NULL for an unknown dtype. */
+DSC_EXTERN const char *dsc_dtype_name(int dtype);
+/* Parses "u8".."f64" (also numpy spellings "uint8", "float32", "bfloat16"): the dtype, or
+ * DSC_EINVAL. */
+DSC_EXTERN int dsc_dtype_parse(const char *name);
+
+#define DSC_MAX_FIELDS 16
+#define DSC_MAX_DIMS 8
+#define DSC_MAX_NAME 64 /* including the terminating NUL */
+
+/* ---- Logging ------------------------------------------------------------------------------
+ * The library never writes to stderr by itself: it calls the log callback. Without one it is
+ * quiet, unless DSCACHE_LOG=error|warn|info|debug is set, then it logs to stderr. */
+enum { DSC_LOG_ERROR = 0, DSC_LOG_WARN = 1, DSC_LOG_INFO = 2, DSC_LOG_DEBUG = 3 };
+typedef void (*dsc_log_fn)(void *ctx, int level, const char *message);
+
+/* ---- Loader -------------------------------------------------------------------------------- */
+typedef struct dsc_loader dsc_loader_t;
+typedef struct dsc_batch dsc_batch_t;
+
+typedef struct dsc_loader_options {
+    size_t struct_size;       /* sizeof(dsc_loader_options_t): lets the struct grow */
+    const char *servers;      /* "HOST:PORT,HOST:PORT", "dns:NAME:PORT" or "file:PATH" */
+    const char *dataset;      /* dataset name as served */
+    uint32_t batch_size;      /* samples per batch per rank (default 32) */
+    uint64_t seed;            /* shuffle seed (default 0) */
+    uint32_t rank;            /* this trainer's rank (default 0) */
+    uint32_t world_size;      /* number of ranks (default 1) */
+    int shuffle;              /* 0: dataset order; 1: shuffled (default 1) */
+    uint32_t shuffle_window;  /* samples shuffled together after chunk shuffle (default 8192) */
+    int drop_last;            /* 1: drop the last partial batch and the tail (default 0) */
+    uint32_t prefetch_batches;/* batch slots prepared ahead (default 4) */
+    uint64_t inflight_bytes;  /* bound on bytes requested but not yet decoded (default 64 MiB) */
+    uint32_t decode_threads;  /* checksum + lz4 workers (default 2) */
+    uint32_t connections;     /* connections per server (default 2) */
+    int device;               /* -1: host batches (default); >= 0: CUDA device index */
+    uint32_t timeout_ms;      /* per-request time-out before fail-over (default 5000) */
+    uint32_t replicas;        /* replication factor used for placement (default 2) */
+    const char *fallback_path;/* dataset directory readable by the trainer, or NULL */
+    dsc_log_fn log_fn;        /* NULL: quiet (or DSCACHE_LOG) */
+    void *log_ctx;
+    int log_level;            /* messages above this level are not formatted (default WARN) */
+    double stats_log_seconds; /* > 0: an INFO log line with rates and stall % this often */
+} dsc_loader_options_t;
+
+/* Fills *options with the defaults above (servers and dataset NULL). */
+DSC_EXTERN void dsc_loader_options_init(dsc_loader_options_t *options);
+
+/* Connects, fetches the manifest, plans epoch 0 and starts prefetching. Blocks until the
+ * manifest is known (bounded by timeout_ms per server). Returns 0 and *out, or DSC_EINVAL (bad
+ * options, named in the log), DSC_ENOTFOUND (unknown dataset), DSC_EUNAVAIL (no server
+ * answered), DSC_ENODEVICE (device >= 0 and no such CUDA device), DSC_ENOMEM. The loader owns
+ * every buffer it hands out. */
+DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader_t **out);
+/* Stops the threads and frees everything, including batches not released. NULL is a no-op. */
+DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader);
+
+/* Returns the next batch of the epoch in *out, waiting while it is being prefetched (that wait
+ * is counted as stall). Returns 0, DSC_EOF at the end of the epoch, or a DSC_E* code (then
+ * *out is untouched and the loader is failed: later calls return the same code). The batch
+ * stays valid until the next call or dsc_batch_release(). Not thread-safe per loader. */
+DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out);
+/* Gives a batch's slot back to the prefetcher early. NULL is a no-op. */
+DSC_EXTERN void dsc_batch_release(dsc_batch_t *batch);
+
+/* Starts epoch `epoch` from its first batch (drops what was prefetched). Returns 0 or DSC_E*. */
+DSC_EXTERN int dsc_loader_set_epoch(dsc_loader_t *loader, uint64_t epoch);
+/* Batches this rank gets per epoch. */
+DSC_EXTERN uint64_t dsc_loader_len(const dsc_loader_t *loader);
+/* Samples in the dataset. */
+DSC_EXTERN uint64_t dsc_loader_dataset_samples(const dsc_loader_t *loader);
+
+/* Loader state for resume: (epoch, global position) in a small versioned byte string that does
+ * not depend on the world size. save returns the bytes written, or the bytes needed when cap
+ * is too small (then nothing is written) ; load returns 0, DSC_EBADSTATE or DSC_EINVAL and
+ * restarts prefetching from that point. */
+#define DSC_STATE_MAX_BYTES 64
+DSC_EXTERN int dsc_loader_state_save(const dsc_loader_t *loader, void *buf, size_t cap);
+DSC_EXTERN int dsc_loader_state_load(dsc_loader_t *loader, const void *buf, size_t len);
+
+/* Schema of the loader's dataset. */
+typedef struct dsc_field_info {
+    char name[DSC_MAX_NAME];
+    int dtype;
+    uint32_t ndim;
+    int64_t shape[DSC_MAX_DIMS]; /* per-sample shape */
+    uint64_t sample_bytes;
+} dsc_field_info_t;
+DSC_EXTERN uint32_t dsc_loader_field_count(const dsc_loader_t *loader);
+/* Returns 0, or DSC_ERANGE for a field index out of range. */
+DSC_EXTERN int dsc_loader_field(const dsc_loader_t *loader, uint32_t field, dsc_field_info_t *out);
+
+/* With CUDA: batches handed out are ordered before work the consumer then queues on `stream`
+ * (a cudaStream_t; NULL = legacy default stream), with cudaStreamWaitEvent, never a device-wide
+ * sync. Returns 0, or DSC_ENOTSUP on a host loader. */
+DSC_EXTERN int dsc_loader_set_stream(dsc_loader_t *loader, void *cuda_stream);
+
+/* ---- Batches ------------------------------------------------------------------------------- */
+typedef struct dsc_tensor_view {
+    const char *name;    /* field name, owned by the loader */
+    void *data;          /* host or device pointer (see device) */
+    int dtype;           /* DSC_DTYPE_* */
+    uint32_t ndim;       /* 1 + the field's ndim */
+    int64_t shape[DSC_MAX_DIMS + 1]; /* [samples_in_batch, ...field shape] */
+    uint64_t bytes;
+    int device;          /* -1 host memory, >= 0 CUDA device index */
+} dsc_tensor_view_t;
+
+/* Samples in this batch (== batch_size except possibly the last batch of an epoch). */
+DSC_EXTERN uint32_t dsc_batch_samples(const dsc_batch_t *batch);
+/* 0-based batch number in the epoch for this rank. */
+DSC_EXTERN uint64_t dsc_batch_step(const dsc_batch_t *batch);
+/* The dataset-wide sample indices of this batch, in batch order (owned by the batch). */
+DSC_EXTERN const uint64_t *dsc_batch_indices(const dsc_batch_t *batch);
+/* Returns 0 with a view of one field, or DSC_ERANGE. Valid as long as the batch. */
+DSC_EXTERN int dsc_batch_field(const dsc_batch_t *batch, uint32_t field, dsc_tensor_view_t *out);
+/* A DLPack tensor over the same memory (kDLCPU or kDLCUDA). The caller owns the returned
+ * DLManagedTensor and calls its deleter; the *data* stays valid only as long as the batch
+ * (until the next dsc_loader_next or dsc_batch_release). Returns 0, DSC_ERANGE or DSC_ENOMEM. */
+struct DLManagedTensor;
+DSC_EXTERN int dsc_batch_dlpack(dsc_batch_t *batch, uint32_t field, struct DLManagedTensor **out);
+
+/* ---- Statistics ---------------------------------------------------------------------------- */
+typedef struct dsc_stats {
+    size_t struct_size;        /* set by the caller to sizeof(dsc_stats_t) */
+    uint64_t epoch;
+    uint64_t batches;          /* handed out by next() since creation */
+    uint64_t samples;
+    uint64_t bytes;            /* decoded batch bytes handed out */
+    uint64_t wire_bytes;       /* bytes received from servers (or read from fallback files) */
+    uint64_t requests;         /* GET requests sent */
+    uint64_t retries;          /* requests re-sent after a failure */
+    uint64_t failovers;        /* requests moved to another replica */
+    uint64_t checksum_failures;
+    double wall_seconds;       /* since creation */
+    double stall_seconds;      /* consumer time blocked inside next() */
+    double compute_seconds;    /* consumer time between next() calls */
+    double stall_fraction;     /* stall / (stall + compute) */
+    double network_seconds;    /* summed time waiting on responses */
+    double decode_seconds;     /* summed checksum + decompression time */
+    double collate_seconds;    /* summed time copying samples into batch slots */
+    double h2d_seconds;        /* summed host-to-device copy time (CUDA) */
+} dsc_stats_t;
+
+/* Fills *out (out->struct_size must be set). Returns 0 or DSC_EINVAL. Thread-safe. */
+DSC_EXTERN int dsc_loader_stats(const dsc_loader_t *loader, dsc_stats_t *out);
+/* The same figures in Prometheus text exposition format (names dscache_loader_*). Returns the
+ * length written (without NUL), or the length needed when cap is too small. Thread-safe. */
+DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DSCACHE_H */

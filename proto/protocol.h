@@ -1,0 +1,164 @@
+/* Wire protocol (proto/PROTOCOL.md): frame header, opcodes, status codes, request and response
+ * bodies. Pure encode/decode over memory: no I/O, no allocation, safe on hostile input.
+ * Decoders of variable data return pointers into the caller's buffer. */
+#ifndef DSC_PROTOCOL_H
+#define DSC_PROTOCOL_H
+
+#include "dscache.h"
+#include "shard.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DSC_FRAME_MAGIC 0x50435344u /* "DSCP" as little-endian bytes */
+#define DSC_PROTO_VERSION 1
+#define DSC_PROTO_MIN_VERSION 1
+#define DSC_FRAME_HEADER_SIZE 24
+#define DSC_FRAME_MAX_BODY (64u << 20) /* default and absolute bound on body_len */
+#define DSC_GET_MAX_CHUNKS 4096
+#define DSC_ERROR_MAX_MESSAGE 1024
+#define DSC_SHARD_ALL 0xFFFFFFFFu /* WARM/EVICT: every shard of the dataset */
+
+/* Frame flags. */
+#define DSC_FLAG_RESPONSE 0x0001u
+
+typedef enum {
+    DSC_OP_HELLO = 1,
+    DSC_OP_PING = 2,
+    DSC_OP_LIST = 3,
+    DSC_OP_MANIFEST = 4,
+    DSC_OP_GET = 5,
+    DSC_OP_STAT = 6,
+    DSC_OP_MEMBERS = 7,     /* cluster membership (JSON), see PROTOCOL.md */
+    DSC_OP_WARM = 16,       /* admin */
+    DSC_OP_EVICT = 17,      /* admin */
+    DSC_OP_RDMA_CONNECT = 32, /* reserved: queue-pair exchange */
+    DSC_OP_RDMA_GET = 33,     /* reserved: (address, rkey, length) descriptors */
+} dsc_opcode_t;
+
+typedef enum {
+    DSC_STATUS_OK = 0,
+    DSC_STATUS_NOT_FOUND = 1,
+    DSC_STATUS_BAD_REQUEST = 2,
+    DSC_STATUS_TOO_LARGE = 3,
+    DSC_STATUS_UNAVAILABLE = 4,
+    DSC_STATUS_CORRUPT = 5,
+    DSC_STATUS_VERSION_MISMATCH = 6,
+    DSC_STATUS_UNAUTHORIZED = 7,
+    DSC_STATUS_BUSY = 8,
+    DSC_STATUS_INTERNAL = 9,
+    DSC_STATUS_UNSUPPORTED = 10,
+} dsc_status_t;
+
+/* "OK", "NOT_FOUND", ... or "UNKNOWN". */
+const char *dsc_status_name(uint32_t status);
+/* Status -> client error code (OK -> 0, NOT_FOUND -> DSC_ENOTFOUND, BAD_REQUEST ->
+ * DSC_EBADREQ, TOO_LARGE -> DSC_ETOOLARGE, UNAVAILABLE/BUSY -> DSC_EUNAVAIL, CORRUPT ->
+ * DSC_ECORRUPT, VERSION_MISMATCH -> DSC_EVERSION, UNAUTHORIZED -> DSC_EUNAUTH, others ->
+ * DSC_ESERVER). */
+int dsc_status_to_err(uint32_t status);
+/* Error code -> the status a server answers with. */
+uint32_t dsc_err_to_status(int err);
+/* 1 when the opcode is one this version defines (reserved ones included), else 0. */
+int dsc_opcode_known(uint32_t opcode);
+const char *dsc_opcode_name(uint32_t opcode);
+
+typedef struct dsc_frame_header {
+    uint8_t version;
+    uint8_t opcode;
+    uint16_t flags;
+    uint32_t status;     /* 0 in requests */
+    uint64_t request_id; /* echoed in the response */
+    uint32_t body_len;
+} dsc_frame_header_t;
+
+void dsc_frame_header_encode(const dsc_frame_header_t *header, uint8_t out[DSC_FRAME_HEADER_SIZE]);
+/* Decodes a header from the first len bytes of a stream. One of three outcomes: returns
+ * DSC_FRAME_HEADER_SIZE (consumed), 0 (partial: fewer than 24 bytes yet), or an error:
+ * DSC_EBADMAGIC, DSC_EVERSION (version 0 or above DSC_PROTO_VERSION), DSC_ETOOLARGE
+ * (body_len > max_body), DSC_EBADFRAME (unknown flags). */
+int dsc_frame_header_decode(const uint8_t *buf, size_t len, uint32_t max_body,
+                            dsc_frame_header_t *out);
+
+/* Strings in bodies are u16 length + bytes (no NUL). */
+typedef struct dsc_str {
+    const char *ptr;
+    uint16_t len;
+} dsc_str_t;
+
+/* HELLO */
+typedef struct dsc_hello_req {
+    uint16_t min_version, max_version;
+    uint32_t features;
+    uint64_t members_hash; /* 0: client has no view */
+    dsc_str_t auth;        /* opaque token, empty when unused */
+    dsc_str_t client_name;
+} dsc_hello_req_t;
+typedef struct dsc_hello_resp {
+    uint16_t version; /* chosen version */
+    uint32_t features;
+    uint64_t members_hash;
+    uint32_t max_body;
+    dsc_str_t server_name;
+} dsc_hello_resp_t;
+
+/* Encoders return bytes written or DSC_ENOSPC; decoders return 0 or DSC_EBADFRAME (any
+ * truncation, trailing bytes or out-of-range value). */
+int dsc_hello_req_encode(const dsc_hello_req_t *req, uint8_t *out, size_t cap);
+int dsc_hello_req_decode(const uint8_t *body, size_t len, dsc_hello_req_t *out);
+int dsc_hello_resp_encode(const dsc_hello_resp_t *resp, uint8_t *out, size_t cap);
+int dsc_hello_resp_decode(const uint8_t *body, size_t len, dsc_hello_resp_t *out);
+/* Picks the highest version in both ranges: the version, or DSC_EVERSION. */
+int dsc_hello_negotiate(uint16_t client_min, uint16_t client_max);
+
+/* MANIFEST, STAT (empty name = all datasets): body is just a name. */
+int dsc_name_req_encode(const char *name, uint8_t *out, size_t cap);
+int dsc_name_req_decode(const uint8_t *body, size_t len, dsc_str_t *name);
+
+/* WARM, EVICT: name + shard id (DSC_SHARD_ALL). Response: u32 shards affected. */
+typedef struct dsc_shard_req {
+    dsc_str_t dataset;
+    uint32_t shard_id;
+} dsc_shard_req_t;
+int dsc_shard_req_encode(const dsc_shard_req_t *req, uint8_t *out, size_t cap);
+int dsc_shard_req_decode(const uint8_t *body, size_t len, dsc_shard_req_t *out);
+
+/* GET: chunks [first_chunk, first_chunk + chunk_count) of one shard. */
+typedef struct dsc_get_req {
+    dsc_str_t dataset;
+    uint32_t shard_id;
+    uint32_t first_chunk;
+    uint32_t chunk_count; /* 1..DSC_GET_MAX_CHUNKS */
+    uint32_t flags;       /* 0 */
+} dsc_get_req_t;
+int dsc_get_req_encode(const dsc_get_req_t *req, uint8_t *out, size_t cap);
+int dsc_get_req_decode(const uint8_t *body, size_t len, dsc_get_req_t *out);
+
+/* GET response body: u32 chunk_count, u32 reserved, chunk_count chunk entries (the shard
+ * index encoding, DSC_CHUNK_ENTRY_SIZE bytes each), then the stored bytes of each chunk in the
+ * same order. The prefix is built by the server; the data goes out of its store unchanged. */
+#define DSC_GET_RESP_PREFIX(n) (8u + (uint32_t)(n) * DSC_CHUNK_ENTRY_SIZE)
+/* Writes the prefix for `count` entries; returns bytes written or DSC_ENOSPC. */
+int dsc_get_resp_prefix_encode(const dsc_chunk_entry_t *entries, uint32_t count, uint8_t *out,
+                               size_t cap);
+typedef struct dsc_get_resp {
+    uint32_t chunk_count;
+    const uint8_t *entries; /* chunk_count encoded entries */
+    const uint8_t *data;    /* concatenated stored bytes */
+    uint64_t data_len;
+} dsc_get_resp_t;
+/* Validates a whole GET response body: counts, every stored_len summing exactly to the data
+ * length, raw_len <= DSC_CHUNK_MAX_RAW, known codec. Returns 0 or DSC_EBADFRAME. */
+int dsc_get_resp_decode(const uint8_t *body, size_t len, dsc_get_resp_t *out);
+/* Entry i and a pointer to its stored bytes. Returns 0 or DSC_ERANGE. */
+int dsc_get_resp_chunk(const dsc_get_resp_t *resp, uint32_t i, dsc_chunk_entry_t *entry,
+                       const uint8_t **data);
+
+/* Error responses (status != OK) carry a UTF-8 message of at most DSC_ERROR_MAX_MESSAGE bytes
+ * as their whole body. */
+
+/* Writes a complete frame (header + body) into out. Returns the bytes written or DSC_ENOSPC. */
+int dsc_frame_encode(const dsc_frame_header_t *header, const void *body, size_t body_len,
+                     uint8_t *out, size_t cap);
+
+#endif

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The whole test suite: installs missing packages, builds (gcc, -Werror), runs every test, then
+# builds again with clang + AddressSanitizer + UndefinedBehaviorSanitizer + libFuzzer and runs
+# the tests and the bounded fuzz runs there.
+#   DSC_FUZZ_SECONDS=N   seconds per fuzz target (default 30)
+#   DSC_SKIP_ASAN=1      only the first build (quick local runs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash deploy/local/setup.sh
+jobs=$(nproc)
+fuzz_s=${DSC_FUZZ_SECONDS:-30}
+
+echo "== build (release) =="
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j "$jobs"
+echo "== tests (release) =="
+(cd build && ctest --output-on-failure -j "$jobs")
+
+if [ "${DSC_SKIP_ASAN:-0}" != 1 ]; then
+    echo "== build (clang, ASan+UBSan, libFuzzer) =="
+    CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDSC_SANITIZE=ON -DDSC_FUZZ=ON \
+        -DDSC_FUZZ_SECONDS="$fuzz_s" >/dev/null
+    cmake --build build-asan -j "$jobs"
+    echo "== tests (ASan+UBSan) and fuzzing (${fuzz_s}s per target) =="
+    # Python loads libdscache into an uninstrumented interpreter: those tests run in the
+    # release build only.
+    (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -LE python)
+fi
+echo "== all tests passed =="
