@@ -1,0 +1,55 @@
+/* A blocking TCP connection to one dscached server: connect + HELLO, send request frames,
+ * receive response frames (pipelined: many sends may precede the receives). Used by the
+ * loader's I/O threads and by the dscache CLI. One thread at a time per connection. */
+#ifndef DSC_CONN_H
+#define DSC_CONN_H
+
+#include "protocol.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dsc_conn dsc_conn_t;
+
+typedef struct dsc_conn_info {
+    uint16_t version;      /* negotiated protocol version */
+    uint32_t max_body;     /* server's frame body limit */
+    uint64_t members_hash; /* server's view of the cluster (0: none) */
+    char server_name[64];
+} dsc_conn_info_t;
+
+/* Connects to host:port (numeric or name), sets TCP_NODELAY and time-outs of timeout_ms for
+ * every later send/recv (0 = none), and runs HELLO (members_hash sent as the client's view).
+ * Returns 0 and *out, or DSC_ECONNREFUSED, DSC_ETIMEDOUT, DSC_EVERSION, DSC_EUNAVAIL (name did
+ * not resolve), DSC_EPROTO (bad HELLO answer), DSC_ENOMEM. */
+int dsc_conn_open(const char *host, uint16_t port, uint32_t timeout_ms, uint64_t members_hash,
+                  dsc_conn_t **out);
+/* As dsc_conn_open with "HOST:PORT". */
+int dsc_conn_open_addr(const char *hostport, uint32_t timeout_ms, uint64_t members_hash,
+                       dsc_conn_t **out);
+/* What HELLO returned. */
+const dsc_conn_info_t *dsc_conn_info(const dsc_conn_t *conn);
+
+/* Sends one request frame (header + body). Returns 0 or DSC_ETIMEDOUT, DSC_EPIPE,
+ * DSC_ECONNRESET, DSC_ECLOSED. After an error the connection is unusable: close it. */
+int dsc_conn_send(dsc_conn_t *conn, uint8_t opcode, uint64_t request_id, const void *body,
+                  size_t body_len);
+/* Receives the next frame header (whichever request it answers). Returns 0, or DSC_ECLOSED (peer
+ * closed), DSC_ETIMEDOUT, DSC_ECONNRESET, or a header decode error (DSC_EBADMAGIC ...). */
+int dsc_conn_recv_header(dsc_conn_t *conn, dsc_frame_header_t *header);
+/* Reads exactly len body bytes into dst (the caller's buffer: pinned memory, a slot, ...).
+ * Returns 0 or an error as above. */
+int dsc_conn_recv_body(dsc_conn_t *conn, void *dst, size_t len);
+/* Synchronous call: sends a request with a fresh id, waits for its response, and returns the
+ * response body in *body (malloc'd, NUL-terminated for convenience, caller frees) and its length.
+ * A non-OK status becomes its error code (dsc_status_to_err) and the server's message is kept
+ * in dsc_conn_last_error(). Must not be mixed with outstanding pipelined requests. */
+int dsc_conn_call(dsc_conn_t *conn, uint8_t opcode, const void *body, size_t body_len,
+                  uint8_t **resp_body, size_t *resp_len);
+/* The message of the last error response ("" if none). Owned by the connection. */
+const char *dsc_conn_last_error(const dsc_conn_t *conn);
+int dsc_conn_fd(const dsc_conn_t *conn);
+/* Closes and frees. NULL is a no-op. */
+void dsc_conn_close(dsc_conn_t *conn);
+
+#endif
