@@ -15,6 +15,7 @@
 #define DSC_PROTO_MIN_VERSION 1
 #define DSC_FRAME_HEADER_SIZE 24
 #define DSC_FRAME_MAX_BODY (64u << 20) /* default and absolute bound on body_len */
+#define DSC_FRAME_MIN_MAX_BODY 4096u   /* smallest max_body a server may announce in HELLO */
 #define DSC_GET_MAX_CHUNKS 4096
 #define DSC_ERROR_MAX_MESSAGE 1024
 #define DSC_SHARD_ALL 0xFFFFFFFFu /* WARM/EVICT: every shard of the dataset */
@@ -54,10 +55,11 @@ typedef enum {
 const char *dsc_status_name(uint32_t status);
 /* Status -> client error code (OK -> 0, NOT_FOUND -> DSC_ENOTFOUND, BAD_REQUEST ->
  * DSC_EBADREQ, TOO_LARGE -> DSC_ETOOLARGE, UNAVAILABLE/BUSY -> DSC_EUNAVAIL, CORRUPT ->
- * DSC_ECORRUPT, VERSION_MISMATCH -> DSC_EVERSION, UNAUTHORIZED -> DSC_EUNAUTH, others ->
- * DSC_ESERVER). */
+ * DSC_ECORRUPT, VERSION_MISMATCH -> DSC_EVERSION, UNAUTHORIZED -> DSC_EUNAUTH, UNSUPPORTED ->
+ * DSC_ENOTSUP, INTERNAL and unknown statuses -> DSC_ESERVER). */
 int dsc_status_to_err(uint32_t status);
-/* Error code -> the status a server answers with. */
+/* Error code -> the status a server answers with (>= 0 -> OK; the table is in PROTOCOL.md;
+ * codes without a better match -> INTERNAL). */
 uint32_t dsc_err_to_status(int err);
 /* 1 when the opcode is one this version defines (reserved ones included), else 0. */
 int dsc_opcode_known(uint32_t opcode);
@@ -76,7 +78,9 @@ void dsc_frame_header_encode(const dsc_frame_header_t *header, uint8_t out[DSC_F
 /* Decodes a header from the first len bytes of a stream. One of three outcomes: returns
  * DSC_FRAME_HEADER_SIZE (consumed), 0 (partial: fewer than 24 bytes yet), or an error:
  * DSC_EBADMAGIC, DSC_EVERSION (version 0 or above DSC_PROTO_VERSION), DSC_ETOOLARGE
- * (body_len > max_body), DSC_EBADFRAME (unknown flags). */
+ * (body_len > max_body), DSC_EBADFRAME (unknown flags). max_body 0 or above DSC_FRAME_MAX_BODY
+ * means DSC_FRAME_MAX_BODY. Opcode and status are not checked here (unknown opcodes get an
+ * UNSUPPORTED answer, unknown statuses map to DSC_ESERVER). */
 int dsc_frame_header_decode(const uint8_t *buf, size_t len, uint32_t max_body,
                             dsc_frame_header_t *out);
 
@@ -102,8 +106,13 @@ typedef struct dsc_hello_resp {
     dsc_str_t server_name;
 } dsc_hello_resp_t;
 
-/* Encoders return bytes written or DSC_ENOSPC; decoders return 0 or DSC_EBADFRAME (any
- * truncation, trailing bytes or out-of-range value). */
+/* Encoders return bytes written, DSC_ENOSPC (cap too small), or DSC_EINVAL (a value the decoder
+ * would reject: a string with len > 0 and ptr NULL, a dataset name empty or over
+ * DSC_MAX_NAME-1 bytes, a chunk range out of bounds, non-zero GET flags). Decoders return 0 or
+ * DSC_EBADFRAME (any truncation, trailing bytes or out-of-range value: HELLO min_version 0 or
+ * above max_version, a response version 0 or max_body outside [DSC_FRAME_MIN_MAX_BODY,
+ * DSC_FRAME_MAX_BODY], a NUL byte inside a name; the auth token is opaque bytes). On error *out
+ * is untouched. */
 int dsc_hello_req_encode(const dsc_hello_req_t *req, uint8_t *out, size_t cap);
 int dsc_hello_req_decode(const uint8_t *body, size_t len, dsc_hello_req_t *out);
 int dsc_hello_resp_encode(const dsc_hello_resp_t *resp, uint8_t *out, size_t cap);
@@ -111,7 +120,8 @@ int dsc_hello_resp_decode(const uint8_t *body, size_t len, dsc_hello_resp_t *out
 /* Picks the highest version in both ranges: the version, or DSC_EVERSION. */
 int dsc_hello_negotiate(uint16_t client_min, uint16_t client_max);
 
-/* MANIFEST, STAT (empty name = all datasets): body is just a name. */
+/* MANIFEST, STAT (empty name = all datasets): body is just a name (0..DSC_MAX_NAME-1 bytes;
+ * name NULL encodes as empty). */
 int dsc_name_req_encode(const char *name, uint8_t *out, size_t cap);
 int dsc_name_req_decode(const uint8_t *body, size_t len, dsc_str_t *name);
 
@@ -148,17 +158,50 @@ typedef struct dsc_get_resp {
     uint64_t data_len;
 } dsc_get_resp_t;
 /* Validates a whole GET response body: counts, every stored_len summing exactly to the data
- * length, raw_len <= DSC_CHUNK_MAX_RAW, known codec. Returns 0 or DSC_EBADFRAME. */
+ * length, raw_len <= DSC_CHUNK_MAX_RAW, known codec, stored_len == raw_len for raw chunks.
+ * Returns 0 or DSC_EBADFRAME. */
 int dsc_get_resp_decode(const uint8_t *body, size_t len, dsc_get_resp_t *out);
-/* Entry i and a pointer to its stored bytes. Returns 0 or DSC_ERANGE. */
+/* Entry i and a pointer to its stored bytes (NULL after dsc_get_resp_prefix_decode). Linear in
+ * i. Returns 0 or DSC_ERANGE. */
 int dsc_get_resp_chunk(const dsc_get_resp_t *resp, uint32_t i, dsc_chunk_entry_t *entry,
                        const uint8_t **data);
+
+/* Streaming receive of a GET response, for a client that reads the data straight into its own
+ * buffers: read the first 8 body bytes, ask dsc_get_resp_prefix_size how long the prefix is
+ * (DSC_EBADFRAME for a count of 0 or above DSC_GET_MAX_CHUNKS, non-zero reserved, or len < 8),
+ * read the rest of the prefix, then dsc_get_resp_prefix_decode validates it against the frame's
+ * body_len exactly as dsc_get_resp_decode does (len must equal the prefix size) and fills *out
+ * with data = NULL and data_len = body_len - prefix. Returns the size / 0, or DSC_EBADFRAME. */
+int dsc_get_resp_prefix_size(const uint8_t *head, size_t len);
+int dsc_get_resp_prefix_decode(const uint8_t *prefix, size_t len, uint64_t body_len,
+                               dsc_get_resp_t *out);
+
+/* Walks the chunks of a decoded response in order, in O(1) per chunk. */
+typedef struct dsc_get_resp_iter {
+    const dsc_get_resp_t *resp;
+    uint32_t index;  /* next entry */
+    uint64_t offset; /* its stored bytes' offset inside data */
+} dsc_get_resp_iter_t;
+void dsc_get_resp_iter_init(dsc_get_resp_iter_t *it, const dsc_get_resp_t *resp);
+/* Next entry and its stored bytes (*data NULL when resp->data is; data may be NULL). Returns 1,
+ * 0 after the last chunk, or DSC_ERANGE (a resp not produced by the decoders above). */
+int dsc_get_resp_iter_next(dsc_get_resp_iter_t *it, dsc_chunk_entry_t *entry,
+                           const uint8_t **data);
 
 /* Error responses (status != OK) carry a UTF-8 message of at most DSC_ERROR_MAX_MESSAGE bytes
  * as their whole body. */
 
-/* Writes a complete frame (header + body) into out. Returns the bytes written or DSC_ENOSPC. */
+/* Writes a complete frame (header + body) into out; header->body_len is ignored and set from
+ * body_len. body may overlap out + DSC_FRAME_HEADER_SIZE (the body can be built in place).
+ * Returns the bytes written, DSC_ENOSPC, DSC_ETOOLARGE (body_len > DSC_FRAME_MAX_BODY) or
+ * DSC_EINVAL (body NULL with body_len > 0). */
 int dsc_frame_encode(const dsc_frame_header_t *header, const void *body, size_t body_len,
                      uint8_t *out, size_t cap);
+/* Writes a complete error response: flags RESPONSE, the given status (not OK), and message
+ * (NULL: empty) cut to DSC_ERROR_MAX_MESSAGE bytes as the body. At most
+ * DSC_FRAME_HEADER_SIZE + DSC_ERROR_MAX_MESSAGE bytes. Returns the bytes written, DSC_ENOSPC,
+ * or DSC_EINVAL (status OK). */
+int dsc_error_frame_encode(uint8_t opcode, uint64_t request_id, uint32_t status,
+                           const char *message, uint8_t *out, size_t cap);
 
 #endif
