@@ -252,8 +252,9 @@ static void test_hello(void) {
 
 static void test_names(void) {
     uint8_t buf[256];
-    const char *names[] = {"", "imagenet-224", "a", "x123456789012345678901234567890123456789"
-                                                    "01234567890123456789012"};
+    /* The last one is 63 bytes, the longest name. */
+    const char *names[] = {"", "imagenet-224", "a",
+                           "x12345678901234567890123456789012345678901234567890123456789012"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         size_t len = strlen(names[i]);
         int n = dsc_name_req_encode(names[i], buf, sizeof buf);
