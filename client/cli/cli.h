@@ -1,0 +1,50 @@
+/* The dscache command-line tool: one dsc_cmd_<name> per command (each in cmd_<name>.c, listed
+ * in the table of main.c) and the small helpers they share. */
+#ifndef DSC_CLI_H
+#define DSC_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* Exit codes of every command. */
+enum { DSC_CLI_OK = 0, DSC_CLI_FAIL = 1, DSC_CLI_USAGE = 2 };
+
+/* A command: argv[0] is the command's name, argv[1..] its arguments. Returns an exit code.
+ * "--help" anywhere prints the command's usage to stdout and returns DSC_CLI_OK. */
+typedef int (*dsc_cmd_fn)(int argc, char **argv);
+
+/* ---- Commands (add one line here and one line in main.c's table) ---------------------- */
+int dsc_cmd_ingest(int argc, char **argv);
+int dsc_cmd_inspect(int argc, char **argv);
+
+/* ---- Helpers (main.c) ------------------------------------------------------------------- */
+
+/* Prints "dscache CMD: <message>" and a hint to run "dscache CMD --help" to stderr; returns
+ * DSC_CLI_USAGE so a command can `return dsc_cli_usage(...)`. */
+int dsc_cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints "dscache CMD: <message>" to stderr; returns DSC_CLI_FAIL. */
+int dsc_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Option values: 0 and *out, or DSC_EINVAL after printing a usage message naming the option
+ * (the caller then returns DSC_CLI_USAGE). Sizes accept "4096", "64K", "512M", "4G". */
+int dsc_cli_parse_size(const char *cmd, const char *option, const char *text, uint64_t *out);
+/* Decimal integer in [min, max]. */
+int dsc_cli_parse_u64(const char *cmd, const char *option, const char *text, uint64_t min,
+                      uint64_t max, uint64_t *out);
+
+/* A progress bar on stderr, drawn only when stderr is a terminal, at most 10 times a second.
+ * Units are bytes. */
+typedef struct dsc_cli_progress {
+    int enabled;
+    const char *label;
+    uint64_t total;
+    double start;
+    double last_draw;
+} dsc_cli_progress_t;
+
+void dsc_cli_progress_init(dsc_cli_progress_t *progress, const char *label, uint64_t total);
+void dsc_cli_progress_update(dsc_cli_progress_t *progress, uint64_t done);
+/* Erases the bar (when drawn); returns the seconds since init. */
+double dsc_cli_progress_done(dsc_cli_progress_t *progress);
+
+#endif

@@ -1,0 +1,804 @@
+/* dscache ingest: turns a token file, .npy arrays or a synthetic generator into a dataset
+ * directory (shard files + manifest.json), reading its input in bounded pieces. */
+#include "cli.h"
+#include "npy.h"
+#include "util.h"
+#include "writer.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CMD "ingest"
+#define MAX_INPUTS DSC_MAX_FIELDS
+
+static void print_help(void) {
+    printf(
+        "usage: dscache ingest tokens    -o OUT_DIR --dtype u16|u32 --seq-len N [OPTIONS] FILE\n"
+        "       dscache ingest npy       -o OUT_DIR [OPTIONS] NAME=FILE.npy [NAME=FILE.npy ...]\n"
+        "       dscache ingest synthetic -o OUT_DIR --samples N --field NAME:DTYPE[:DIMxDIM...]\n"
+        "                                [--field ...] [--seed S] [OPTIONS]\n"
+        "\n"
+        "Writes a dataset directory: shard-00000.dsc, shard-00001.dsc, ... and manifest.json.\n"
+        "\n"
+        "Forms:\n"
+        "  tokens     a flat file of token ids (nanoGPT's train.bin). Samples are disjoint\n"
+        "             windows of seq_len+1 consecutive tokens (input and shifted target), with\n"
+        "             stride seq_len+1: sample i holds tokens [i*(N+1), (i+1)*(N+1)). One field\n"
+        "             \"tokens\" of shape [N+1]. The tail shorter than a window is dropped and\n"
+        "             reported.\n"
+        "  npy        one field per .npy file; the first axis is the sample axis and every file\n"
+        "             must have the same length. C order, little-endian u1 i1 u2 i2 u4 i4 i8 f2\n"
+        "             f4 f8; Fortran order, big-endian, object and structured arrays are refused.\n"
+        "  synthetic  deterministic data: sample i of field F is a pure function of (seed, F, i)\n"
+        "             (a splitmix64 stream; small values in runs, so it compresses).\n"
+        "\n"
+        "Options:\n"
+        "  -o, --output DIR       output directory (created when missing; a directory that holds\n"
+        "                         a dataset is replaced, any other non-empty one needs --force)\n"
+        "      --name NAME        dataset name (default: OUT_DIR's base name); [A-Za-z0-9_.-]\n"
+        "      --compress C       none, lz4 or lz4hc (default lz4); a chunk that does not shrink\n"
+        "                         is stored raw\n"
+        "      --level N          lz4hc level 1..12 (default 9; only with --compress lz4hc)\n"
+        "      --shard-size BYTES raw sample bytes per shard file (default 64M)\n"
+        "      --chunk-size BYTES raw sample bytes per chunk, the unit of transfer (default 1M);\n"
+        "                         a chunk holds max(1, BYTES / sample_bytes) samples\n"
+        "      --force            write into a non-empty directory that holds no dataset\n"
+        "  tokens:\n"
+        "      --dtype u16|u32    token id type of FILE (little-endian)\n"
+        "      --seq-len N        tokens per training sequence (a sample holds N+1)\n"
+        "  synthetic:\n"
+        "      --samples N        number of samples\n"
+        "      --field SPEC       NAME:DTYPE[:DIMxDIM...], e.g. image:u8:3x32x32 or label:i64\n"
+        "                         (no dims: a scalar); repeat for more fields\n"
+        "      --seed S           generator seed (default 0)\n"
+        "  -h, --help             this text\n"
+        "\n"
+        "Prints a progress bar when stderr is a terminal and a one-line summary at the end.\n"
+        "Exit codes: 0 done, 1 failed (input or I/O error), 2 bad arguments.\n");
+}
+
+/* ---- Sources: fill `count` samples starting at `first` into per-field buffers ------------- */
+
+typedef struct source source_t;
+struct source {
+    dsc_schema_t schema;
+    uint64_t samples;
+    int (*fill)(source_t *src, uint64_t first, uint64_t count, uint8_t **bufs);
+    /* tokens and npy: one file per field */
+    int fds[MAX_INPUTS];
+    const char *paths[MAX_INPUTS];
+    uint64_t data_offset[MAX_INPUTS];
+    /* synthetic */
+    uint64_t seed;
+    uint64_t field_key[MAX_INPUTS];
+    uint8_t value_bytes[MAX_INPUTS][16][8]; /* encoded values 0..15 per field dtype */
+};
+
+static int read_exact_at(int fd, void *buf, size_t len, uint64_t offset) {
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = pread(fd, p, len, (off_t)offset);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            return DSC_ETRUNCATED;
+        p += n;
+        len -= (size_t)n;
+        offset += (uint64_t)n;
+    }
+    return 0;
+}
+
+static int fill_files(source_t *src, uint64_t first, uint64_t count, uint8_t **bufs) {
+    for (uint32_t f = 0; f < src->schema.field_count; f++) {
+        uint64_t fb = src->schema.fields[f].sample_bytes;
+        int rc = read_exact_at(src->fds[f], bufs[f], (size_t)(count * fb),
+                               src->data_offset[f] + first * fb);
+        if (rc < 0) {
+            fprintf(stderr, "dscache ingest: %s: read failed: %s\n", src->paths[f],
+                    rc == DSC_ETRUNCATED ? "file shrank while reading" : dsc_strerror(rc));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t fnv1a64(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* The little-endian bytes of the small integer v (0..15) in dtype. */
+static void encode_small(int dtype, unsigned v, uint8_t out[8]) {
+    uint64_t bits = v;
+    memset(out, 0, 8);
+    switch (dtype) {
+    case DSC_DTYPE_F16:
+        if (v != 0) {
+            unsigned e = 0;
+            while ((v >> (e + 1)) != 0)
+                e++;
+            bits = (uint64_t)((e + 15) << 10 | ((v - (1u << e)) << (10 - e)));
+        }
+        break;
+    case DSC_DTYPE_BF16:
+    case DSC_DTYPE_F32: {
+        float x = (float)v;
+        uint32_t u;
+        memcpy(&u, &x, 4);
+        bits = dtype == DSC_DTYPE_BF16 ? u >> 16 : u;
+        break;
+    }
+    case DSC_DTYPE_F64: {
+        double x = (double)v;
+        memcpy(&bits, &x, 8);
+        break;
+    }
+    default:
+        break;
+    }
+    for (int i = 0; i < 8; i++)
+        out[i] = (uint8_t)(bits >> (8 * i));
+}
+
+/* Sample `index` of field f: element values in 0..15; each element repeats the previous one
+ * with probability 7/8 (runs make lz4 useful). State per sample, so any sample can be
+ * recomputed alone: state = seed ^ fnv1a64(name) ^ index * 0xD1B54A32D192ED03, then 7 bits per
+ * element from successive splitmix64 outputs (9 elements per output, low bits first): the low 4
+ * bits are a new value, used when the high 3 bits are 0 or for the first element. */
+static void synth_sample(const source_t *src, uint32_t f, uint64_t index, uint8_t *out) {
+    const dsc_field_t *field = &src->schema.fields[f];
+    int esize = dsc_dtype_size(field->dtype);
+    uint64_t elements = field->sample_bytes / (uint64_t)esize;
+    const uint8_t(*table)[8] = src->value_bytes[f];
+    uint64_t state = src->seed ^ src->field_key[f] ^ (index * 0xD1B54A32D192ED03ull);
+    uint64_t r = 0;
+    int left = 0;
+    unsigned value = 0;
+    for (uint64_t e = 0; e < elements; e++) {
+        if (left == 0) {
+            r = splitmix64(&state);
+            left = 9;
+        }
+        unsigned x = (unsigned)(r & 0x7F);
+        r >>= 7;
+        left--;
+        if (e == 0 || (x >> 4) == 0)
+            value = x & 15;
+        memcpy(out + e * (uint64_t)esize, table[value], (size_t)esize);
+    }
+}
+
+static int fill_synthetic(source_t *src, uint64_t first, uint64_t count, uint8_t **bufs) {
+    for (uint32_t f = 0; f < src->schema.field_count; f++) {
+        uint64_t fb = src->schema.fields[f].sample_bytes;
+        for (uint64_t i = 0; i < count; i++)
+            synth_sample(src, f, first + i, bufs[f] + i * fb);
+    }
+    return 0;
+}
+
+/* ---- Output directory --------------------------------------------------------------------- */
+
+static int is_shard_file(const char *name) {
+    size_t n = strlen(name);
+    return strncmp(name, "shard-", 6) == 0 &&
+           ((n > 10 && strcmp(name + n - 4, ".dsc") == 0) ||
+            (n > 14 && strcmp(name + n - 8, ".dsc.tmp") == 0));
+}
+
+/* Creates dir (and its parents) or checks it may be written: empty, holding a dataset (whose
+ * manifest and shard files are removed first), or --force. Returns an exit code. */
+static int prepare_dir(const char *dir, int force) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return dsc_cli_fail(CMD, "%s: path too long", dir);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return dsc_cli_fail(CMD, "cannot create %s: %s", path, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return dsc_cli_fail(CMD, "cannot create %s: %s", path, strerror(errno));
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return dsc_cli_fail(CMD, "cannot open output directory %s: %s", dir, strerror(errno));
+    int entries = 0, has_manifest = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
+            continue;
+        entries++;
+        if (strcmp(ent->d_name, DSC_MANIFEST_FILE) == 0)
+            has_manifest = 1;
+    }
+    if (entries > 0 && !has_manifest && !force) {
+        closedir(d);
+        return dsc_cli_fail(CMD,
+                            "%s is not empty and holds no dataset (no %s); refusing to write "
+                            "into it (use --force)",
+                            dir, DSC_MANIFEST_FILE);
+    }
+    /* Remove the old manifest first, so an interrupted ingest never leaves a manifest that
+     * names a mix of old and new shards. */
+    rewinddir(d);
+    snprintf(path, sizeof path, "%s/%s", dir, DSC_MANIFEST_FILE);
+    if (has_manifest && unlink(path) != 0) {
+        int err = errno;
+        closedir(d);
+        return dsc_cli_fail(CMD, "cannot remove %s: %s", path, strerror(err));
+    }
+    while ((ent = readdir(d)) != NULL) {
+        if (!is_shard_file(ent->d_name))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        if (unlink(path) != 0 && errno != ENOENT) {
+            int err = errno;
+            closedir(d);
+            return dsc_cli_fail(CMD, "cannot remove %s: %s", path, strerror(err));
+        }
+    }
+    closedir(d);
+    return DSC_CLI_OK;
+}
+
+/* ---- The common driver -------------------------------------------------------------------- */
+
+typedef struct ingest_options {
+    const char *out_dir;
+    const char *name;
+    int codec;
+    int level;
+    uint64_t shard_bytes;
+    uint64_t chunk_bytes;
+    int force;
+} ingest_options_t;
+
+static int run_ingest(const ingest_options_t *opt, source_t *src) {
+    int rc, exit_code = DSC_CLI_FAIL;
+    dsc_dataset_writer_t *writer = NULL;
+    uint8_t *bufs[MAX_INPUTS] = {0};
+    char name_buf[DSC_MAX_NAME];
+    const char *name = opt->name;
+    if (name == NULL) {
+        char dir_copy[4096];
+        snprintf(dir_copy, sizeof dir_copy, "%s", opt->out_dir);
+        size_t n = strlen(dir_copy);
+        while (n > 1 && dir_copy[n - 1] == '/')
+            dir_copy[--n] = '\0';
+        snprintf(name_buf, sizeof name_buf, "%s", basename(dir_copy));
+        name = name_buf;
+        if (!dsc_name_valid(name))
+            return dsc_cli_usage(CMD,
+                                 "the output directory's name '%s' is not a valid dataset name "
+                                 "(1-63 of A-Z a-z 0-9 _ . -): pass --name",
+                                 basename(dir_copy));
+    }
+    dsc_dataset_writer_options_t wopt;
+    memset(&wopt, 0, sizeof wopt);
+    wopt.dir = opt->out_dir;
+    wopt.name = name;
+    wopt.schema = src->schema;
+    wopt.total_samples = src->samples;
+    wopt.shard_bytes = opt->shard_bytes;
+    wopt.chunk_bytes = opt->chunk_bytes;
+    wopt.codec = opt->codec;
+    wopt.level = opt->level;
+
+    rc = prepare_dir(opt->out_dir, opt->force);
+    if (rc != DSC_CLI_OK)
+        return rc;
+    rc = dsc_dataset_writer_create(&wopt, &writer);
+    if (rc < 0) {
+        if (rc == DSC_ETOOLARGE)
+            return dsc_cli_fail(CMD, "a sample is too large or there would be too many shards "
+                                     "(raise --shard-size)");
+        return dsc_cli_fail(CMD, "cannot plan the dataset: %s", dsc_strerror(rc));
+    }
+    const dsc_schema_t *schema = dsc_dataset_writer_schema(writer);
+    uint64_t batch = dsc_dataset_writer_chunk_samples(writer);
+    for (uint32_t f = 0; f < schema->field_count; f++) {
+        bufs[f] = malloc((size_t)(batch * schema->fields[f].sample_bytes));
+        if (bufs[f] == NULL) {
+            dsc_cli_fail(CMD, "%s", dsc_strerror(DSC_ENOMEM));
+            goto cleanup;
+        }
+    }
+    dsc_cli_progress_t progress;
+    dsc_cli_progress_init(&progress, "ingest", src->samples * schema->sample_bytes);
+    for (uint64_t first = 0; first < src->samples; first += batch) {
+        uint64_t count = src->samples - first < batch ? src->samples - first : batch;
+        if (src->fill(src, first, count, bufs) < 0)
+            goto cleanup;
+        rc = dsc_dataset_writer_add(writer, (const void *const *)bufs, count);
+        if (rc < 0) {
+            dsc_cli_fail(CMD, "writing shards in %s: %s", opt->out_dir, dsc_strerror(rc));
+            goto cleanup;
+        }
+        uint64_t raw_done, stored_done;
+        dsc_dataset_writer_progress(writer, &raw_done, &stored_done);
+        dsc_cli_progress_update(&progress, raw_done);
+    }
+    dsc_dataset_stats_t stats;
+    rc = dsc_dataset_writer_finish(writer, &stats);
+    writer = NULL;
+    double seconds = dsc_cli_progress_done(&progress);
+    if (rc < 0) {
+        dsc_cli_fail(CMD, "finishing %s: %s", opt->out_dir, dsc_strerror(rc));
+        goto cleanup;
+    }
+    char raw_text[32], stored_text[32];
+    printf("ingested %llu samples into %u shards (%llu chunks) in %s: raw %s, stored %s, "
+           "ratio %.2f, %.2f s, %.1f MB/s\n",
+           (unsigned long long)stats.samples, stats.shards, (unsigned long long)stats.chunks,
+           opt->out_dir, dsc_format_size(stats.raw_bytes, raw_text, sizeof raw_text),
+           dsc_format_size(stats.stored_bytes, stored_text, sizeof stored_text),
+           stats.stored_bytes ? (double)stats.raw_bytes / (double)stats.stored_bytes : 0.0,
+           seconds, seconds > 0 ? (double)stats.raw_bytes / seconds / 1e6 : 0.0);
+    exit_code = DSC_CLI_OK;
+
+cleanup:
+    if (writer != NULL) {
+        dsc_cli_progress_done(&progress);
+        dsc_dataset_writer_abort(writer);
+    }
+    for (uint32_t f = 0; f < MAX_INPUTS; f++)
+        free(bufs[f]);
+    return exit_code;
+}
+
+/* ---- Forms -------------------------------------------------------------------------------- */
+
+static int open_input(const char *path, uint64_t *size) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        dsc_cli_fail(CMD, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        dsc_cli_fail(CMD, "%s: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    *size = (uint64_t)st.st_size;
+    return fd;
+}
+
+static int setup_tokens(source_t *src, const char *path, int dtype, uint64_t seq_len) {
+    uint64_t size;
+    int fd = open_input(path, &size);
+    if (fd < 0)
+        return DSC_CLI_FAIL;
+    src->fds[0] = fd;
+    src->paths[0] = path;
+    uint64_t esize = (uint64_t)dsc_dtype_size(dtype);
+    if (size % esize != 0)
+        return dsc_cli_fail(CMD, "%s: size %llu is not a multiple of %llu bytes: wrong --dtype?",
+                            path, (unsigned long long)size, (unsigned long long)esize);
+    uint64_t tokens = size / esize;
+    uint64_t window = seq_len + 1;
+    src->samples = tokens / window;
+    if (src->samples == 0)
+        return dsc_cli_fail(CMD, "%s: %llu tokens, fewer than one window of %llu", path,
+                            (unsigned long long)tokens, (unsigned long long)window);
+    uint64_t dropped = tokens - src->samples * window;
+    if (dropped > 0)
+        fprintf(stderr,
+                "dscache ingest: %s: dropped the last %llu tokens (shorter than a window of "
+                "%llu)\n",
+                path, (unsigned long long)dropped, (unsigned long long)window);
+    src->schema.field_count = 1;
+    snprintf(src->schema.fields[0].name, DSC_MAX_NAME, "tokens");
+    src->schema.fields[0].dtype = (uint8_t)dtype;
+    src->schema.fields[0].ndim = 1;
+    src->schema.fields[0].shape[0] = (uint32_t)window;
+    src->data_offset[0] = 0;
+    src->fill = fill_files;
+    return DSC_CLI_OK;
+}
+
+static int setup_npy_input(source_t *src, uint32_t f, const char *arg) {
+    const char *eq = strchr(arg, '=');
+    if (eq == NULL || eq == arg)
+        return dsc_cli_usage(CMD, "'%s': expected NAME=FILE.npy", arg);
+    size_t name_len = (size_t)(eq - arg);
+    dsc_field_t *field = &src->schema.fields[f];
+    if (name_len >= DSC_MAX_NAME)
+        return dsc_cli_usage(CMD, "'%s': field name longer than %d characters", arg,
+                             DSC_MAX_NAME - 1);
+    memcpy(field->name, arg, name_len);
+    field->name[name_len] = '\0';
+    if (!dsc_name_valid(field->name))
+        return dsc_cli_usage(CMD, "'%s': field name must be 1-63 of A-Z a-z 0-9 _ . -", arg);
+    for (uint32_t g = 0; g < f; g++)
+        if (strcmp(src->schema.fields[g].name, field->name) == 0)
+            return dsc_cli_usage(CMD, "field '%s' given twice", field->name);
+    const char *path = eq + 1;
+    src->paths[f] = path;
+    uint64_t size;
+    int fd = open_input(path, &size);
+    if (fd < 0)
+        return DSC_CLI_FAIL;
+    src->fds[f] = fd;
+
+    uint8_t preamble[DSC_NPY_PREAMBLE];
+    size_t got = size < sizeof preamble ? (size_t)size : sizeof preamble;
+    dsc_npy_header_t npy;
+    int rc = read_exact_at(fd, preamble, got, 0);
+    if (rc < 0)
+        return dsc_cli_fail(CMD, "%s: %s", path, dsc_strerror(rc));
+    int64_t header_size = dsc_npy_header_size(preamble, got);
+    if (header_size < 0) {
+        dsc_npy_parse(preamble, got, &npy);
+        return dsc_cli_fail(CMD, "%s: %s", path, npy.problem);
+    }
+    if ((uint64_t)header_size > size)
+        return dsc_cli_fail(CMD, "%s: file shorter than its .npy header", path);
+    uint8_t *header = malloc((size_t)header_size);
+    if (header == NULL)
+        return dsc_cli_fail(CMD, "%s", dsc_strerror(DSC_ENOMEM));
+    rc = read_exact_at(fd, header, (size_t)header_size, 0);
+    int64_t parsed = rc < 0 ? rc : dsc_npy_parse(header, (size_t)header_size, &npy);
+    free(header);
+    if (rc < 0)
+        return dsc_cli_fail(CMD, "%s: %s", path, dsc_strerror(rc));
+    if (parsed < 0) {
+        if (npy.descr[0] != '\0' && parsed == DSC_ENOTSUP && npy.dtype == 0)
+            return dsc_cli_fail(CMD, "%s: dtype '%s': %s", path, npy.descr, npy.problem);
+        return dsc_cli_fail(CMD, "%s: %s", path, npy.problem ? npy.problem : "invalid header");
+    }
+    if (npy.ndim == 0)
+        return dsc_cli_fail(CMD, "%s: a 0-d array has no sample axis (need shape (N, ...))",
+                            path);
+    if (npy.ndim - 1 > DSC_MAX_DIMS)
+        return dsc_cli_fail(CMD, "%s: %u dimensions per sample, at most %d", path,
+                            npy.ndim - 1, DSC_MAX_DIMS);
+    if (npy.shape[0] == 0)
+        return dsc_cli_fail(CMD, "%s: the array holds no samples (shape[0] == 0)", path);
+    field->dtype = (uint8_t)npy.dtype;
+    field->ndim = (uint8_t)(npy.ndim - 1);
+    for (uint32_t d = 1; d < npy.ndim; d++) {
+        if (npy.shape[d] == 0 || npy.shape[d] > UINT32_MAX)
+            return dsc_cli_fail(CMD, "%s: axis %u has length %llu (must be 1..2^32-1)", path, d,
+                                (unsigned long long)npy.shape[d]);
+        field->shape[d - 1] = (uint32_t)npy.shape[d];
+    }
+    uint64_t end = npy.data_offset + npy.data_bytes;
+    if (size < end)
+        return dsc_cli_fail(CMD, "%s: truncated: the header promises %llu data bytes, the file "
+                                 "holds %llu",
+                            path, (unsigned long long)npy.data_bytes,
+                            (unsigned long long)(size - npy.data_offset));
+    if (size > end)
+        return dsc_cli_fail(CMD, "%s: %llu unexpected bytes after the array data", path,
+                            (unsigned long long)(size - end));
+    if (f == 0) {
+        src->samples = npy.shape[0];
+    } else if (npy.shape[0] != src->samples) {
+        return dsc_cli_fail(CMD, "%s: %llu samples, but %s has %llu: every file needs the same "
+                                 "first axis",
+                            path, (unsigned long long)npy.shape[0], src->paths[0],
+                            (unsigned long long)src->samples);
+    }
+    src->data_offset[f] = npy.data_offset;
+    return DSC_CLI_OK;
+}
+
+static int parse_field_spec(source_t *src, const char *spec) {
+    uint32_t f = src->schema.field_count;
+    if (f >= DSC_MAX_FIELDS)
+        return dsc_cli_usage(CMD, "at most %d fields", DSC_MAX_FIELDS);
+    dsc_field_t *field = &src->schema.fields[f];
+    char copy[256];
+    if (snprintf(copy, sizeof copy, "%s", spec) >= (int)sizeof copy)
+        return dsc_cli_usage(CMD, "--field '%s': too long", spec);
+    char *dtype_text = strchr(copy, ':');
+    if (dtype_text == NULL)
+        return dsc_cli_usage(CMD, "--field '%s': expected NAME:DTYPE[:DIMxDIM...]", spec);
+    *dtype_text++ = '\0';
+    char *dims = strchr(dtype_text, ':');
+    if (dims != NULL)
+        *dims++ = '\0';
+    if (!dsc_name_valid(copy))
+        return dsc_cli_usage(CMD, "--field '%s': name must be 1-63 of A-Z a-z 0-9 _ . -", spec);
+    for (uint32_t g = 0; g < f; g++)
+        if (strcmp(src->schema.fields[g].name, copy) == 0)
+            return dsc_cli_usage(CMD, "--field '%s': field '%s' given twice", spec, copy);
+    int dtype = dsc_dtype_parse(dtype_text);
+    if (dtype < 0)
+        return dsc_cli_usage(CMD,
+                             "--field '%s': unknown dtype '%s' (u8 i8 u16 i16 u32 i32 i64 f16 "
+                             "bf16 f32 f64)",
+                             spec, dtype_text);
+    memcpy(field->name, copy, strlen(copy) + 1); /* dsc_name_valid bounds it */
+    field->dtype = (uint8_t)dtype;
+    field->ndim = 0;
+    if (dims != NULL && *dims != '\0') {
+        char *p = dims;
+        for (;;) {
+            if (field->ndim >= DSC_MAX_DIMS)
+                return dsc_cli_usage(CMD, "--field '%s': at most %d dimensions", spec,
+                                     DSC_MAX_DIMS);
+            char *end;
+            errno = 0;
+            unsigned long long d = (*p >= '0' && *p <= '9') ? strtoull(p, &end, 10) : 0;
+            if (d == 0 || d > UINT32_MAX || errno != 0)
+                return dsc_cli_usage(CMD, "--field '%s': bad dimension list '%s' (e.g. 3x32x32)",
+                                     spec, dims);
+            field->shape[field->ndim++] = (uint32_t)d;
+            if (*end == '\0')
+                break;
+            if (*end != 'x')
+                return dsc_cli_usage(CMD, "--field '%s': bad dimension list '%s' (e.g. 3x32x32)",
+                                     spec, dims);
+            p = end + 1;
+        }
+    }
+    src->field_key[f] = fnv1a64(field->name);
+    src->schema.field_count = f + 1;
+    return DSC_CLI_OK;
+}
+
+/* ---- Entry point -------------------------------------------------------------------------- */
+
+enum {
+    OPT_NAME = 256,
+    OPT_COMPRESS,
+    OPT_LEVEL,
+    OPT_SHARD_SIZE,
+    OPT_CHUNK_SIZE,
+    OPT_FORCE,
+    OPT_DTYPE,
+    OPT_SEQ_LEN,
+    OPT_SAMPLES,
+    OPT_FIELD,
+    OPT_SEED,
+};
+
+static const struct option long_options[] = {
+    {"output", required_argument, NULL, 'o'},
+    {"name", required_argument, NULL, OPT_NAME},
+    {"compress", required_argument, NULL, OPT_COMPRESS},
+    {"level", required_argument, NULL, OPT_LEVEL},
+    {"shard-size", required_argument, NULL, OPT_SHARD_SIZE},
+    {"chunk-size", required_argument, NULL, OPT_CHUNK_SIZE},
+    {"force", no_argument, NULL, OPT_FORCE},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"seq-len", required_argument, NULL, OPT_SEQ_LEN},
+    {"samples", required_argument, NULL, OPT_SAMPLES},
+    {"field", required_argument, NULL, OPT_FIELD},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+int dsc_cmd_ingest(int argc, char **argv) {
+    enum { FORM_TOKENS, FORM_NPY, FORM_SYNTHETIC } form;
+    ingest_options_t opt = {NULL, NULL, DSC_CODEC_LZ4, 0, 64ull << 20, 1ull << 20, 0};
+    source_t *src = NULL;
+    int exit_code = DSC_CLI_USAGE;
+    const char *compress = "lz4";
+    int level_given = 0, token_dtype = 0;
+    uint64_t level = 9, seq_len = 0, samples = 0, seed = 0;
+    int have_seq_len = 0, have_samples = 0, have_seed = 0;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            print_help();
+            return DSC_CLI_OK;
+        }
+    }
+    if (argc < 2)
+        return dsc_cli_usage(CMD, "missing the input form: tokens, npy or synthetic");
+    if (strcmp(argv[1], "tokens") == 0)
+        form = FORM_TOKENS;
+    else if (strcmp(argv[1], "npy") == 0)
+        form = FORM_NPY;
+    else if (strcmp(argv[1], "synthetic") == 0)
+        form = FORM_SYNTHETIC;
+    else
+        return dsc_cli_usage(CMD, "unknown input form '%s' (tokens, npy or synthetic)", argv[1]);
+
+    src = calloc(1, sizeof *src);
+    if (src == NULL)
+        return dsc_cli_fail(CMD, "%s", dsc_strerror(DSC_ENOMEM));
+    for (int f = 0; f < MAX_INPUTS; f++)
+        src->fds[f] = -1;
+
+    int sub_argc = argc - 1;
+    char **sub_argv = argv + 1;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(sub_argc, sub_argv, ":o:h", long_options, NULL)) != -1) {
+        const char *optname = sub_argv[optind - 1];
+        switch (c) {
+        case 'o':
+            opt.out_dir = optarg;
+            break;
+        case OPT_NAME:
+            opt.name = optarg;
+            if (!dsc_name_valid(optarg)) {
+                dsc_cli_usage(CMD, "--name '%s': use 1-63 of A-Z a-z 0-9 _ . -", optarg);
+                goto cleanup;
+            }
+            break;
+        case OPT_COMPRESS:
+            compress = optarg;
+            if (strcmp(optarg, "none") != 0 && strcmp(optarg, "lz4") != 0 &&
+                strcmp(optarg, "lz4hc") != 0) {
+                dsc_cli_usage(CMD, "--compress '%s': expected none, lz4 or lz4hc", optarg);
+                goto cleanup;
+            }
+            break;
+        case OPT_LEVEL:
+            if (dsc_cli_parse_u64(CMD, "--level", optarg, 1, 12, &level) < 0)
+                goto cleanup;
+            level_given = 1;
+            break;
+        case OPT_SHARD_SIZE:
+            if (dsc_cli_parse_size(CMD, "--shard-size", optarg, &opt.shard_bytes) < 0)
+                goto cleanup;
+            if (opt.shard_bytes == 0) {
+                dsc_cli_usage(CMD, "--shard-size must be > 0");
+                goto cleanup;
+            }
+            break;
+        case OPT_CHUNK_SIZE:
+            if (dsc_cli_parse_size(CMD, "--chunk-size", optarg, &opt.chunk_bytes) < 0)
+                goto cleanup;
+            if (opt.chunk_bytes == 0 || opt.chunk_bytes > DSC_CHUNK_MAX_RAW) {
+                dsc_cli_usage(CMD, "--chunk-size must be in [1, %u]", DSC_CHUNK_MAX_RAW);
+                goto cleanup;
+            }
+            break;
+        case OPT_FORCE:
+            opt.force = 1;
+            break;
+        case OPT_DTYPE:
+            token_dtype = dsc_dtype_parse(optarg);
+            if (token_dtype != DSC_DTYPE_U16 && token_dtype != DSC_DTYPE_U32) {
+                dsc_cli_usage(CMD, "--dtype '%s': token ids are u16 or u32", optarg);
+                goto cleanup;
+            }
+            break;
+        case OPT_SEQ_LEN:
+            if (dsc_cli_parse_u64(CMD, "--seq-len", optarg, 1, (1u << 26), &seq_len) < 0)
+                goto cleanup;
+            have_seq_len = 1;
+            break;
+        case OPT_SAMPLES:
+            if (dsc_cli_parse_u64(CMD, "--samples", optarg, 1, UINT64_MAX / 2, &samples) < 0)
+                goto cleanup;
+            have_samples = 1;
+            break;
+        case OPT_FIELD:
+            if (form != FORM_SYNTHETIC) {
+                dsc_cli_usage(CMD, "--field applies to 'ingest synthetic' only");
+                goto cleanup;
+            }
+            if (parse_field_spec(src, optarg) != DSC_CLI_OK)
+                goto cleanup;
+            break;
+        case OPT_SEED:
+            if (dsc_cli_parse_u64(CMD, "--seed", optarg, 0, UINT64_MAX, &seed) < 0)
+                goto cleanup;
+            have_seed = 1;
+            break;
+        case ':':
+            dsc_cli_usage(CMD, "option %s needs a value", optname);
+            goto cleanup;
+        default:
+            dsc_cli_usage(CMD, "unknown option '%s'", optname);
+            goto cleanup;
+        }
+    }
+    int positional = sub_argc - optind;
+    char **args = sub_argv + optind;
+
+    if (opt.out_dir == NULL) {
+        dsc_cli_usage(CMD, "missing -o OUT_DIR");
+        goto cleanup;
+    }
+    if (strcmp(compress, "none") == 0)
+        opt.codec = DSC_CODEC_RAW;
+    if (level_given && strcmp(compress, "lz4hc") != 0) {
+        dsc_cli_usage(CMD, "--level applies to --compress lz4hc only");
+        goto cleanup;
+    }
+    opt.level = strcmp(compress, "lz4hc") == 0 ? (int)level : 0;
+    if (form != FORM_TOKENS && (token_dtype != 0 || have_seq_len)) {
+        dsc_cli_usage(CMD, "--dtype and --seq-len apply to 'ingest tokens' only");
+        goto cleanup;
+    }
+    if (form != FORM_SYNTHETIC && (have_samples || have_seed)) {
+        dsc_cli_usage(CMD, "--samples and --seed apply to 'ingest synthetic' only");
+        goto cleanup;
+    }
+
+    switch (form) {
+    case FORM_TOKENS:
+        if (token_dtype == 0 || !have_seq_len) {
+            dsc_cli_usage(CMD, "tokens: --dtype u16|u32 and --seq-len N are required");
+            goto cleanup;
+        }
+        if (positional != 1) {
+            dsc_cli_usage(CMD, "tokens: expected exactly one FILE, got %d", positional);
+            goto cleanup;
+        }
+        exit_code = setup_tokens(src, args[0], token_dtype, seq_len);
+        break;
+    case FORM_NPY:
+        if (positional < 1) {
+            dsc_cli_usage(CMD, "npy: expected NAME=FILE.npy arguments");
+            goto cleanup;
+        }
+        if (positional > MAX_INPUTS) {
+            dsc_cli_usage(CMD, "npy: at most %d fields", MAX_INPUTS);
+            goto cleanup;
+        }
+        for (int i = 0; i < positional; i++) {
+            src->schema.field_count = (uint32_t)i + 1;
+            exit_code = setup_npy_input(src, (uint32_t)i, args[i]);
+            if (exit_code != DSC_CLI_OK)
+                goto cleanup;
+        }
+        src->fill = fill_files;
+        break;
+    case FORM_SYNTHETIC:
+        if (!have_samples || src->schema.field_count == 0) {
+            dsc_cli_usage(CMD, "synthetic: --samples N and at least one --field are required");
+            goto cleanup;
+        }
+        if (positional != 0) {
+            dsc_cli_usage(CMD, "synthetic: unexpected argument '%s'", args[0]);
+            goto cleanup;
+        }
+        src->samples = samples;
+        src->seed = seed;
+        for (uint32_t f = 0; f < src->schema.field_count; f++)
+            for (unsigned v = 0; v < 16; v++)
+                encode_small(src->schema.fields[f].dtype, v, src->value_bytes[f][v]);
+        src->fill = fill_synthetic;
+        exit_code = DSC_CLI_OK;
+        break;
+    }
+    if (exit_code != DSC_CLI_OK)
+        goto cleanup;
+    int rc = dsc_schema_finish(&src->schema);
+    if (rc < 0) {
+        exit_code = dsc_cli_fail(CMD, "invalid schema: %s", dsc_strerror(rc));
+        goto cleanup;
+    }
+    exit_code = run_ingest(&opt, src);
+
+cleanup:
+    for (int f = 0; f < MAX_INPUTS; f++)
+        if (src->fds[f] >= 0)
+            close(src->fds[f]);
+    free(src);
+    return exit_code;
+}

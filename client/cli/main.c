@@ -1,0 +1,152 @@
+/* dscache: command dispatch (a table of dsc_cmd_* functions) and the helpers commands share. */
+#include "cli.h"
+
+#include "dscache.h"
+#include "util.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const struct {
+    const char *name;
+    dsc_cmd_fn run;
+    const char *summary;
+} commands[] = {
+    {"ingest", dsc_cmd_ingest, "convert token files, .npy arrays or synthetic data into a dataset"},
+    {"inspect", dsc_cmd_inspect, "verify a dataset directory and print its summary"},
+};
+#define COMMAND_COUNT (sizeof commands / sizeof commands[0])
+
+static void print_usage(FILE *out) {
+    fprintf(out, "usage: dscache COMMAND [OPTIONS] [ARGS]\n"
+                 "       dscache COMMAND --help   (the options of one command)\n"
+                 "       dscache --version\n\n"
+                 "commands:\n");
+    for (size_t i = 0; i < COMMAND_COUNT; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        print_usage(stderr);
+        return DSC_CLI_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+        print_usage(stdout);
+        return DSC_CLI_OK;
+    }
+    if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
+        printf("dscache %s\n", dsc_version());
+        return DSC_CLI_OK;
+    }
+    if (strcmp(name, "help") == 0) {
+        if (argc < 3) {
+            print_usage(stdout);
+            return DSC_CLI_OK;
+        }
+        for (size_t i = 0; i < COMMAND_COUNT; i++) {
+            if (strcmp(argv[2], commands[i].name) == 0) {
+                char *help_argv[] = {argv[2], "--help", NULL};
+                return commands[i].run(2, help_argv);
+            }
+        }
+        fprintf(stderr, "dscache: unknown command '%s' (see dscache --help)\n", argv[2]);
+        return DSC_CLI_USAGE;
+    }
+    for (size_t i = 0; i < COMMAND_COUNT; i++)
+        if (strcmp(name, commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "dscache: unknown command '%s' (see dscache --help)\n", name);
+    return DSC_CLI_USAGE;
+}
+
+/* ---- Helpers ---------------------------------------------------------------------------- */
+
+int dsc_cli_usage(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "dscache %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry 'dscache %s --help'.\n", cmd);
+    return DSC_CLI_USAGE;
+}
+
+int dsc_cli_fail(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "dscache %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return DSC_CLI_FAIL;
+}
+
+int dsc_cli_parse_size(const char *cmd, const char *option, const char *text, uint64_t *out) {
+    if (dsc_parse_size(text, out) != 0) {
+        dsc_cli_usage(cmd, "%s: '%s' is not a size (e.g. 4096, 64K, 512M, 4G)", option, text);
+        return DSC_EINVAL;
+    }
+    return 0;
+}
+
+int dsc_cli_parse_u64(const char *cmd, const char *option, const char *text, uint64_t min,
+                      uint64_t max, uint64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = 0;
+    if (text != NULL && text[0] >= '0' && text[0] <= '9')
+        v = strtoull(text, &end, 10);
+    if (text == NULL || end == NULL || *end != '\0' || errno != 0 || v < min || v > max) {
+        dsc_cli_usage(cmd, "%s: '%s' is not an integer in [%llu, %llu]", option,
+                      text ? text : "", (unsigned long long)min, (unsigned long long)max);
+        return DSC_EINVAL;
+    }
+    *out = v;
+    return 0;
+}
+
+void dsc_cli_progress_init(dsc_cli_progress_t *p, const char *label, uint64_t total) {
+    p->enabled = isatty(STDERR_FILENO);
+    p->label = label;
+    p->total = total;
+    p->start = dsc_now_s();
+    p->last_draw = 0;
+}
+
+void dsc_cli_progress_update(dsc_cli_progress_t *p, uint64_t done) {
+    if (!p->enabled)
+        return;
+    double now = dsc_now_s();
+    if (now - p->last_draw < 0.1 && done < p->total)
+        return;
+    p->last_draw = now;
+    double fraction = p->total ? (double)done / (double)p->total : 1.0;
+    if (fraction > 1.0)
+        fraction = 1.0;
+    enum { WIDTH = 30 };
+    char bar[WIDTH + 1];
+    int filled = (int)(fraction * WIDTH);
+    for (int i = 0; i < WIDTH; i++)
+        bar[i] = i < filled ? '#' : '.';
+    bar[WIDTH] = '\0';
+    double elapsed = now - p->start;
+    double rate = elapsed > 0 ? (double)done / elapsed / 1e6 : 0.0;
+    char done_text[32], total_text[32];
+    fprintf(stderr, "\r%s [%s] %5.1f%%  %s / %s  %.0f MB/s ", p->label, bar, fraction * 100.0,
+            dsc_format_size(done, done_text, sizeof done_text),
+            dsc_format_size(p->total, total_text, sizeof total_text), rate);
+    fflush(stderr);
+}
+
+double dsc_cli_progress_done(dsc_cli_progress_t *p) {
+    if (p->enabled && p->last_draw > 0) {
+        fprintf(stderr, "\r%*s\r", 100, "");
+        fflush(stderr);
+    }
+    return dsc_now_s() - p->start;
+}
