@@ -4,6 +4,7 @@
 #include "testlib.h"
 #include "wire.h"
 
+#include <dirent.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -738,6 +739,108 @@ static void test_mapping(void) {
     CHECK(strcmp(dsc_opcode_name(DSC_OP_MEMBERS), "MEMBERS") == 0);
 }
 
+/* ---- Seed corpus: written from PROTOCOL.md by gen_seeds.py, decoded here ----------------- */
+
+static int seed_body_ok(const dsc_frame_header_t *h, const uint8_t *body, size_t len) {
+    int response = (h->flags & DSC_FLAG_RESPONSE) != 0;
+    if (response && h->status != DSC_STATUS_OK)
+        return len <= DSC_ERROR_MAX_MESSAGE;
+    switch (h->opcode) {
+    case DSC_OP_HELLO: {
+        dsc_hello_req_t req;
+        dsc_hello_resp_t resp;
+        return response ? dsc_hello_resp_decode(body, len, &resp) == 0
+                        : dsc_hello_req_decode(body, len, &req) == 0;
+    }
+    case DSC_OP_GET:
+    case DSC_OP_RDMA_GET: {
+        dsc_get_req_t req;
+        dsc_get_resp_t resp;
+        if (h->opcode == DSC_OP_RDMA_GET && response)
+            return 0; /* reserved: no successful answer is defined yet */
+        return response ? dsc_get_resp_decode(body, len, &resp) == 0
+                        : dsc_get_req_decode(body, len, &req) == 0;
+    }
+    case DSC_OP_MANIFEST:
+    case DSC_OP_STAT: {
+        dsc_str_t name;
+        return response ? len > 0 && body[0] == '{' : dsc_name_req_decode(body, len, &name) == 0;
+    }
+    case DSC_OP_WARM:
+    case DSC_OP_EVICT: {
+        dsc_shard_req_t req;
+        return response ? len == 4 : dsc_shard_req_decode(body, len, &req) == 0;
+    }
+    case DSC_OP_LIST:
+    case DSC_OP_MEMBERS:
+        return response ? len > 0 && body[0] == '{' : len == 0;
+    case DSC_OP_PING:
+    case DSC_OP_RDMA_CONNECT:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void test_seed_corpus(void) {
+    char dir[4096];
+    const char *src = getenv("DSC_SRC");
+    if (src != NULL) {
+        snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus/fuzz_frame", src);
+    } else {
+        /* Run by hand: find the tree from this file's path. */
+        const char *tail = strstr(__FILE__, "tests/unit/test_protocol.c");
+        REQUIRE(tail != NULL);
+        snprintf(dir, sizeof dir, "%.*stests/fuzz/corpus/fuzz_frame", (int)(tail - __FILE__),
+                 __FILE__);
+    }
+    DIR *d = opendir(dir);
+    REQUIRE(d != NULL);
+    int seeds = 0, opcodes_seen[256] = {0};
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        size_t name_len = strlen(ent->d_name);
+        if (name_len < 5 || strcmp(ent->d_name + name_len - 4, ".bin") != 0)
+            continue;
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        static uint8_t data[1 << 16];
+        FILE *f = fopen(path, "rb");
+        REQUIRE(f != NULL);
+        size_t len = fread(data, 1, sizeof data, f);
+        fclose(f);
+        size_t pos = 0;
+        int frames = 0;
+        while (pos < len) {
+            dsc_frame_header_t h;
+            int rc = dsc_frame_header_decode(data + pos, len - pos, 0, &h);
+            if (rc != DSC_FRAME_HEADER_SIZE || h.body_len > len - pos - DSC_FRAME_HEADER_SIZE) {
+                fprintf(stderr, "seed %s: bad frame at %zu (%d)\n", ent->d_name, pos, rc);
+                CHECK(0);
+                break;
+            }
+            pos += DSC_FRAME_HEADER_SIZE;
+            if (!seed_body_ok(&h, data + pos, h.body_len)) {
+                fprintf(stderr, "seed %s: %s body rejected\n", ent->d_name,
+                        dsc_opcode_name(h.opcode));
+                CHECK(0);
+            }
+            opcodes_seen[h.opcode] = 1;
+            pos += h.body_len;
+            frames++;
+        }
+        CHECK(frames >= 1);
+        seeds++;
+    }
+    closedir(d);
+    CHECK(seeds >= 11);
+    for (uint32_t op = 0; op < 256; op++)
+        if (dsc_opcode_known(op) && !opcodes_seen[op]) {
+            fprintf(stderr, "no seed for opcode %s\n", dsc_opcode_name(op));
+            CHECK(0);
+        }
+}
+
 int main(void) {
     test_header();
     test_hello();
@@ -747,5 +850,6 @@ int main(void) {
     test_frames();
     test_pipeline();
     test_mapping();
+    test_seed_corpus();
     return TEST_DONE();
 }
