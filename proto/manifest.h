@@ -34,13 +34,15 @@ typedef struct dsc_manifest {
 
 /* Parses a manifest from JSON text (need not be NUL-terminated). Returns 0 and *out (free with
  * dsc_manifest_free), DSC_EBADMANIFEST (syntax, a missing or wrong-typed field, ids out of
- * order, chunk counts inconsistent with samples), DSC_EBADSCHEMA, DSC_ETOOLARGE, DSC_ENOMEM. */
+ * order, chunk counts inconsistent with samples), DSC_EVERSION (a manifest version other than
+ * 1), DSC_EBADSCHEMA, DSC_ETOOLARGE, DSC_ENOMEM. */
 int dsc_manifest_parse(const char *json, size_t len, dsc_manifest_t **out);
 /* Serializes to JSON (malloc'd, NUL-terminated; caller frees) or NULL on ENOMEM. */
 char *dsc_manifest_to_json(const dsc_manifest_t *manifest);
 /* Reads and parses DIR/manifest.json: as dsc_manifest_parse, plus DSC_ENOENT / DSC_EIO. */
 int dsc_manifest_load(const char *dir, dsc_manifest_t **out);
-/* Writes DIR/manifest.json atomically (temp file + rename). Returns 0 or -errno. */
+/* Writes DIR/manifest.json atomically (temp file + rename). Returns 0 or -errno; DSC_EINVAL
+ * (nothing written) for a manifest that dsc_manifest_parse would reject. */
 int dsc_manifest_save(const char *dir, const dsc_manifest_t *manifest);
 /* Allocates an empty manifest with room for shard_count shards (zeroed). NULL on ENOMEM. */
 dsc_manifest_t *dsc_manifest_alloc(uint32_t shard_count);

@@ -1,0 +1,516 @@
+/* Dataset manifest (proto/FORMAT.md): JSON codec with cJSON, whole-manifest validation, atomic
+ * save and load of DIR/manifest.json, sample-to-shard lookup. */
+#include "manifest.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#define MANIFEST_FORMAT "dscache-manifest"
+#define MANIFEST_VERSION 1
+#define EXACT_DOUBLE_MAX (1ull << 53) /* larger integers are written as "0x..." strings */
+/* Smallest possible shard file: the smallest header (51 bytes) and the footer. */
+#define SHARD_MIN_BYTES (51 + DSC_SHARD_FOOTER_SIZE)
+
+dsc_manifest_t *dsc_manifest_alloc(uint32_t shard_count) {
+    dsc_manifest_t *manifest = calloc(1, sizeof *manifest);
+    if (manifest == NULL)
+        return NULL;
+    manifest->shards = calloc(shard_count ? shard_count : 1, sizeof *manifest->shards);
+    if (manifest->shards == NULL) {
+        free(manifest);
+        return NULL;
+    }
+    manifest->shard_count = shard_count;
+    return manifest;
+}
+
+void dsc_manifest_free(dsc_manifest_t *manifest) {
+    if (manifest == NULL)
+        return;
+    free(manifest->shards);
+    free(manifest);
+}
+
+void dsc_manifest_finish(dsc_manifest_t *manifest) {
+    (void)dsc_schema_finish(&manifest->schema); /* validity is judged by parse and save */
+    uint64_t samples = 0, bytes = 0;
+    for (uint32_t i = 0; i < manifest->shard_count; i++) {
+        manifest->shards[i].first_sample = samples;
+        samples += manifest->shards[i].samples;
+        bytes += manifest->shards[i].bytes;
+    }
+    manifest->samples = samples;
+    manifest->bytes = bytes;
+}
+
+int64_t dsc_manifest_find_sample(const dsc_manifest_t *manifest, uint64_t sample) {
+    if (manifest == NULL || manifest->shard_count == 0 || sample >= manifest->samples)
+        return -1;
+    /* The last shard whose first_sample <= sample holds it: an empty shard shares its
+     * first_sample with the next one, so it is never the last such shard. O(log n). */
+    uint32_t lo = 0, hi = manifest->shard_count; /* answer in [lo, hi) */
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (manifest->shards[mid].first_sample <= sample)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* ---- Parsing ------------------------------------------------------------------------------ */
+
+static int name_ok(const char *name, size_t max_len) {
+    size_t len = strlen(name);
+    if (len == 0 || len > max_len)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* A file name inside the dataset directory: a plain name, no '/', not "." or "..". */
+static int file_ok(const char *name) {
+    return name_ok(name, sizeof(((dsc_manifest_shard_t *)0)->file) - 1) && strcmp(name, ".") != 0 &&
+           strcmp(name, "..") != 0;
+}
+
+/* An unsigned integer: a JSON number that is an exact integer in [0, 2^53], or a string
+ * "0x" + 1..16 hex digits. Returns 0 when it is one and <= max. */
+static int get_u64(const cJSON *object, const char *key, uint64_t max, uint64_t *out) {
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(object, key);
+    uint64_t value = 0;
+    if (cJSON_IsNumber(item)) {
+        double d = item->valuedouble;
+        if (!(d >= 0.0 && d <= (double)EXACT_DOUBLE_MAX))
+            return -1;
+        value = (uint64_t)d;
+        if ((double)value != d)
+            return -1; /* not an integer */
+    } else if (cJSON_IsString(item)) {
+        const char *s = item->valuestring;
+        if (s[0] != '0' || s[1] != 'x')
+            return -1;
+        size_t len = strlen(s + 2);
+        if (len < 1 || len > 16)
+            return -1;
+        for (const char *p = s + 2; *p; p++) {
+            int digit;
+            if (*p >= '0' && *p <= '9')
+                digit = *p - '0';
+            else if (*p >= 'a' && *p <= 'f')
+                digit = *p - 'a' + 10;
+            else if (*p >= 'A' && *p <= 'F')
+                digit = *p - 'A' + 10;
+            else
+                return -1;
+            value = value << 4 | (uint64_t)digit;
+        }
+    } else {
+        return -1;
+    }
+    if (value > max)
+        return -1;
+    *out = value;
+    return 0;
+}
+
+static int get_u32(const cJSON *object, const char *key, uint32_t *out) {
+    uint64_t value;
+    if (get_u64(object, key, UINT32_MAX, &value) < 0)
+        return -1;
+    *out = (uint32_t)value;
+    return 0;
+}
+
+/* Exactly 16 hex digits (lower or upper case). */
+static int get_checksum(const cJSON *object, const char *key, uint64_t *out) {
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(object, key);
+    if (!cJSON_IsString(item) || strlen(item->valuestring) != 16)
+        return -1;
+    uint64_t value = 0;
+    for (const char *p = item->valuestring; *p; p++) {
+        int digit;
+        if (*p >= '0' && *p <= '9')
+            digit = *p - '0';
+        else if (*p >= 'a' && *p <= 'f')
+            digit = *p - 'a' + 10;
+        else if (*p >= 'A' && *p <= 'F')
+            digit = *p - 'A' + 10;
+        else
+            return -1;
+        value = value << 4 | (uint64_t)digit;
+    }
+    *out = value;
+    return 0;
+}
+
+static const char *get_string(const cJSON *object, const char *key) {
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(object, key);
+    return cJSON_IsString(item) ? item->valuestring : NULL;
+}
+
+static int parse_schema(const cJSON *array, dsc_schema_t *schema) {
+    if (!cJSON_IsArray(array))
+        return DSC_EBADMANIFEST;
+    int count = cJSON_GetArraySize(array);
+    if (count < 1 || count > DSC_MAX_FIELDS)
+        return DSC_EBADSCHEMA;
+    memset(schema, 0, sizeof *schema);
+    schema->field_count = (uint32_t)count;
+    uint32_t i = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, array) {
+        dsc_field_t *field = &schema->fields[i++];
+        if (!cJSON_IsObject(item))
+            return DSC_EBADMANIFEST;
+        const char *name = get_string(item, "name");
+        const char *dtype = get_string(item, "dtype");
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
+        if (name == NULL || dtype == NULL || !cJSON_IsArray(shape))
+            return DSC_EBADMANIFEST;
+        if (!name_ok(name, DSC_MAX_NAME - 1))
+            return DSC_EBADSCHEMA;
+        memcpy(field->name, name, strlen(name) + 1);
+        int dt = dsc_dtype_parse(dtype);
+        if (dt < 0)
+            return DSC_EBADSCHEMA;
+        field->dtype = (uint8_t)dt;
+        int ndim = cJSON_GetArraySize(shape);
+        if (ndim > DSC_MAX_DIMS)
+            return DSC_EBADSCHEMA;
+        field->ndim = (uint8_t)ndim;
+        uint32_t d = 0;
+        const cJSON *dim;
+        cJSON_ArrayForEach(dim, shape) {
+            double v = cJSON_IsNumber(dim) ? dim->valuedouble : -1.0;
+            if (!(v >= 1.0 && v <= (double)UINT32_MAX) || (double)(uint32_t)v != v)
+                return DSC_EBADSCHEMA;
+            field->shape[d++] = (uint32_t)v;
+        }
+    }
+    int rc = dsc_schema_finish(schema);
+    return rc < 0 ? DSC_EBADSCHEMA : 0;
+}
+
+static int parse_shard(const cJSON *item, uint32_t position, const dsc_schema_t *schema,
+                       dsc_manifest_shard_t *shard) {
+    if (!cJSON_IsObject(item))
+        return DSC_EBADMANIFEST;
+    uint32_t id;
+    if (get_u32(item, "id", &id) < 0 || id != position)
+        return DSC_EBADMANIFEST;
+    shard->id = id;
+    const char *file = get_string(item, "file");
+    if (file == NULL || !file_ok(file))
+        return DSC_EBADMANIFEST;
+    memcpy(shard->file, file, strlen(file) + 1);
+    if (get_u64(item, "samples", UINT64_MAX, &shard->samples) < 0 ||
+        get_u64(item, "bytes", UINT64_MAX, &shard->bytes) < 0 ||
+        get_u32(item, "chunks", &shard->chunks) < 0 ||
+        get_u32(item, "chunk_samples", &shard->chunk_samples) < 0 ||
+        get_checksum(item, "checksum", &shard->checksum) < 0)
+        return DSC_EBADMANIFEST;
+    /* The same rules a shard header obeys (proto/FORMAT.md). */
+    if (shard->chunk_samples == 0 ||
+        (uint64_t)shard->chunk_samples * schema->sample_bytes > DSC_CHUNK_MAX_RAW)
+        return DSC_EBADMANIFEST;
+    uint64_t chunks = shard->samples / shard->chunk_samples +
+                      (shard->samples % shard->chunk_samples != 0);
+    if (chunks != shard->chunks)
+        return DSC_EBADMANIFEST;
+    if (shard->bytes < SHARD_MIN_BYTES + (uint64_t)shard->chunks * DSC_CHUNK_ENTRY_SIZE)
+        return DSC_EBADMANIFEST;
+    return 0;
+}
+
+/* Parses a NUL-terminated document into a fresh manifest. */
+static int parse_document(const char *text, size_t len, dsc_manifest_t **out) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 0);
+    dsc_manifest_t *manifest = NULL;
+    int rc = DSC_EBADMANIFEST;
+    if (root == NULL) {
+        /* cJSON reports ENOMEM and syntax alike; a syntax error is by far the likelier. */
+        goto cleanup;
+    }
+    /* Only whitespace may follow the document (this also rejects embedded NULs). */
+    for (const char *p = end; p < text + len; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r')
+            goto cleanup;
+    if (!cJSON_IsObject(root))
+        goto cleanup;
+    const char *format = get_string(root, "format");
+    if (format == NULL || strcmp(format, MANIFEST_FORMAT) != 0)
+        goto cleanup;
+    uint64_t version;
+    if (get_u64(root, "version", UINT32_MAX, &version) < 0)
+        goto cleanup;
+    if (version != MANIFEST_VERSION) {
+        rc = DSC_EVERSION;
+        goto cleanup;
+    }
+    const cJSON *shards = cJSON_GetObjectItemCaseSensitive(root, "shards");
+    if (!cJSON_IsArray(shards))
+        goto cleanup;
+    int count = cJSON_GetArraySize(shards);
+    if (count < 1)
+        goto cleanup;
+    if ((uint32_t)count > DSC_MAX_SHARDS) {
+        rc = DSC_ETOOLARGE;
+        goto cleanup;
+    }
+    manifest = dsc_manifest_alloc((uint32_t)count);
+    if (manifest == NULL) {
+        rc = DSC_ENOMEM;
+        goto cleanup;
+    }
+    const char *name = get_string(root, "name");
+    if (name == NULL || !name_ok(name, DSC_MAX_NAME - 1))
+        goto cleanup;
+    memcpy(manifest->name, name, strlen(name) + 1);
+    rc = parse_schema(cJSON_GetObjectItemCaseSensitive(root, "schema"), &manifest->schema);
+    if (rc < 0)
+        goto cleanup;
+    rc = DSC_EBADMANIFEST;
+    uint32_t position = 0;
+    uint64_t samples = 0, bytes = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, shards) {
+        dsc_manifest_shard_t *shard = &manifest->shards[position];
+        rc = parse_shard(item, position, &manifest->schema, shard);
+        if (rc < 0)
+            goto cleanup;
+        rc = DSC_EBADMANIFEST;
+        if (__builtin_add_overflow(samples, shard->samples, &samples) ||
+            __builtin_add_overflow(bytes, shard->bytes, &bytes))
+            goto cleanup;
+        position++;
+    }
+    dsc_manifest_finish(manifest);
+    /* The derived totals are written for readers; they must agree. */
+    uint64_t total, sample_bytes;
+    if (get_u64(root, "samples", UINT64_MAX, &total) < 0 || total != manifest->samples)
+        goto cleanup;
+    if (get_u64(root, "sample_bytes", UINT64_MAX, &sample_bytes) < 0 ||
+        sample_bytes != manifest->schema.sample_bytes)
+        goto cleanup;
+    *out = manifest;
+    manifest = NULL;
+    rc = 0;
+cleanup:
+    dsc_manifest_free(manifest);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int dsc_manifest_parse(const char *json, size_t len, dsc_manifest_t **out) {
+    if (json == NULL || out == NULL)
+        return DSC_EINVAL;
+    if (len > DSC_MANIFEST_MAX_BYTES)
+        return DSC_ETOOLARGE;
+    /* cJSON decodes \u0000 into a NUL inside a string, which would silently cut a name
+     * short: such documents are refused whole (no valid manifest needs one). */
+    for (size_t i = 0; i + 6 <= len; i++)
+        if (json[i] == '\\' && json[i + 1] == 'u' && memcmp(json + i + 2, "0000", 4) == 0)
+            return DSC_EBADMANIFEST;
+    /* The input need not be NUL-terminated: parse a terminated copy. */
+    char *text = malloc(len + 1);
+    if (text == NULL)
+        return DSC_ENOMEM;
+    memcpy(text, json, len);
+    text[len] = '\0';
+    int rc = parse_document(text, len, out);
+    free(text);
+    return rc;
+}
+
+/* ---- Serializing -------------------------------------------------------------------------- */
+
+/* Adds an unsigned integer: a number when a double holds it exactly, else a "0x..." string. */
+static int add_u64(cJSON *object, const char *key, uint64_t value) {
+    if (value <= EXACT_DOUBLE_MAX)
+        return cJSON_AddNumberToObject(object, key, (double)value) != NULL;
+    char hex[24];
+    snprintf(hex, sizeof hex, "0x%llx", (unsigned long long)value);
+    return cJSON_AddStringToObject(object, key, hex) != NULL;
+}
+
+char *dsc_manifest_to_json(const dsc_manifest_t *manifest) {
+    char *text = NULL;
+    cJSON *root = cJSON_CreateObject();
+    if (root == NULL)
+        return NULL;
+    int ok = cJSON_AddStringToObject(root, "format", MANIFEST_FORMAT) != NULL &&
+             cJSON_AddNumberToObject(root, "version", MANIFEST_VERSION) != NULL &&
+             cJSON_AddStringToObject(root, "name", manifest->name) != NULL &&
+             add_u64(root, "sample_bytes", manifest->schema.sample_bytes) &&
+             add_u64(root, "samples", manifest->samples);
+    cJSON *schema = ok ? cJSON_AddArrayToObject(root, "schema") : NULL;
+    ok = schema != NULL;
+    uint32_t fields = manifest->schema.field_count;
+    for (uint32_t i = 0; ok && i < fields && i < DSC_MAX_FIELDS; i++) {
+        const dsc_field_t *field = &manifest->schema.fields[i];
+        const char *dtype = dsc_dtype_name(field->dtype);
+        cJSON *object = cJSON_CreateObject();
+        ok = object != NULL && cJSON_AddItemToArray(schema, object);
+        if (!ok) {
+            cJSON_Delete(object);
+            break;
+        }
+        ok = cJSON_AddStringToObject(object, "name", field->name) != NULL &&
+             cJSON_AddStringToObject(object, "dtype", dtype ? dtype : "invalid") != NULL;
+        cJSON *shape = ok ? cJSON_AddArrayToObject(object, "shape") : NULL;
+        ok = shape != NULL;
+        for (uint32_t d = 0; ok && d < field->ndim && d < DSC_MAX_DIMS; d++) {
+            cJSON *dim = cJSON_CreateNumber((double)field->shape[d]);
+            ok = dim != NULL && cJSON_AddItemToArray(shape, dim);
+            if (!ok)
+                cJSON_Delete(dim);
+        }
+    }
+    cJSON *shards = ok ? cJSON_AddArrayToObject(root, "shards") : NULL;
+    ok = ok && shards != NULL;
+    for (uint32_t i = 0; ok && i < manifest->shard_count; i++) {
+        const dsc_manifest_shard_t *shard = &manifest->shards[i];
+        cJSON *object = cJSON_CreateObject();
+        ok = object != NULL && cJSON_AddItemToArray(shards, object);
+        if (!ok) {
+            cJSON_Delete(object);
+            break;
+        }
+        char checksum[17];
+        snprintf(checksum, sizeof checksum, "%016llx", (unsigned long long)shard->checksum);
+        char file[sizeof shard->file];
+        snprintf(file, sizeof file, "%.*s", (int)sizeof file - 1, shard->file);
+        ok = add_u64(object, "id", shard->id) &&
+             cJSON_AddStringToObject(object, "file", file) != NULL &&
+             add_u64(object, "samples", shard->samples) && add_u64(object, "bytes", shard->bytes) &&
+             add_u64(object, "chunks", shard->chunks) &&
+             add_u64(object, "chunk_samples", shard->chunk_samples) &&
+             cJSON_AddStringToObject(object, "checksum", checksum) != NULL;
+    }
+    if (ok)
+        text = cJSON_Print(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+/* ---- Files -------------------------------------------------------------------------------- */
+
+int dsc_manifest_load(const char *dir, dsc_manifest_t **out) {
+    char path[4096];
+    if (dir == NULL || out == NULL ||
+        snprintf(path, sizeof path, "%s/%s", dir, DSC_MANIFEST_FILE) >= (int)sizeof path)
+        return DSC_EINVAL;
+    char *text = NULL;
+    int rc;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        rc = DSC_EIO;
+        goto cleanup;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = DSC_EIO;
+        goto cleanup;
+    }
+    if ((uint64_t)st.st_size > DSC_MANIFEST_MAX_BYTES) {
+        rc = DSC_ETOOLARGE;
+        goto cleanup;
+    }
+    size_t size = (size_t)st.st_size;
+    text = malloc(size + 1);
+    if (text == NULL) {
+        rc = DSC_ENOMEM;
+        goto cleanup;
+    }
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = read(fd, text + got, size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            rc = DSC_EIO; /* an error, or the file shrank under us */
+            goto cleanup;
+        }
+        got += (size_t)n;
+    }
+    rc = dsc_manifest_parse(text, size, out);
+cleanup:
+    free(text);
+    close(fd);
+    return rc;
+}
+
+static int write_all(int fd, const char *data, size_t len) {
+    while (len > 0) {
+        ssize_t n = write(fd, data, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        data += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int dsc_manifest_save(const char *dir, const dsc_manifest_t *manifest) {
+    if (dir == NULL || manifest == NULL)
+        return DSC_EINVAL;
+    char path[4096], tmp[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, DSC_MANIFEST_FILE) >= (int)sizeof path ||
+        snprintf(tmp, sizeof tmp, "%s/.%s.%ld.tmp", dir, DSC_MANIFEST_FILE, (long)getpid()) >=
+            (int)sizeof tmp)
+        return DSC_EINVAL;
+    int fd = -1, rc;
+    dsc_manifest_t *check = NULL;
+    char *text = dsc_manifest_to_json(manifest);
+    if (text == NULL)
+        return DSC_ENOMEM;
+    size_t len = strlen(text);
+    /* Never write a manifest that the readers would reject. */
+    rc = dsc_manifest_parse(text, len, &check);
+    if (rc < 0) {
+        rc = rc == DSC_ENOMEM ? DSC_ENOMEM : DSC_EINVAL;
+        goto cleanup;
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = -errno;
+        goto cleanup;
+    }
+    rc = write_all(fd, text, len);
+    if (rc == 0)
+        rc = write_all(fd, "\n", 1);
+    if (rc == 0 && fsync(fd) < 0)
+        rc = -errno;
+    if (close(fd) < 0 && rc == 0)
+        rc = -errno;
+    fd = -1;
+    if (rc == 0 && rename(tmp, path) < 0)
+        rc = -errno;
+    if (rc < 0)
+        unlink(tmp);
+cleanup:
+    if (fd >= 0)
+        close(fd);
+    dsc_manifest_free(check);
+    free(text);
+    return rc;
+}
