@@ -772,6 +772,7 @@ static int seed_body_ok(const dsc_frame_header_t *h, const uint8_t *body, size_t
         return response ? len == 4 : dsc_shard_req_decode(body, len, &req) == 0;
     }
     case DSC_OP_LIST:
+        return response ? len > 0 && body[0] == '[' : len == 0;
     case DSC_OP_MEMBERS:
         return response ? len > 0 && body[0] == '{' : len == 0;
     case DSC_OP_PING:

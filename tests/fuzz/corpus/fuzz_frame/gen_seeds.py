@@ -58,7 +58,8 @@ def seeds():
     yield "ping_req", frame(OP["PING"], request_id=2)
     yield "ping_resp", frame(OP["PING"], request_id=2, flags=RESPONSE)
     yield "list_req", frame(OP["LIST"], request_id=3)
-    yield "list_resp", frame(OP["LIST"], js({"datasets": ["imagenet", "tokens"]}), 3, RESPONSE)
+    yield "list_resp", frame(OP["LIST"], js([{"name": "imagenet", "shards": 2, "samples": 8,
+                                               "bytes": 4096}]), 3, RESPONSE)
     yield "manifest_req", frame(OP["MANIFEST"], s("imagenet"), 4)
     yield "manifest_resp", frame(OP["MANIFEST"], js({"name": "imagenet", "shards": []}), 4,
                                  RESPONSE)
@@ -66,7 +67,7 @@ def seeds():
     yield "get_resp", frame(OP["GET"], resp, 5, RESPONSE)
     yield "get_not_found", frame(OP["GET"], b"no shard 3 in imagenet", 6, RESPONSE, status=1)
     yield "stat_req", frame(OP["STAT"], s(""), 7)
-    yield "stat_resp", frame(OP["STAT"], js({"datasets": {}}), 7, RESPONSE)
+    yield "stat_resp", frame(OP["STAT"], js({"store": {"bytes": 0}, "datasets": []}), 7, RESPONSE)
     yield "members_req", frame(OP["MEMBERS"], request_id=8)
     yield "members_resp", frame(OP["MEMBERS"], js({"members": ["127.0.0.1:7070", "127.0.0.1:7071"],
                                                    "replicas": 2, "hash": "00ff00ff00ff00ff"}), 8,
