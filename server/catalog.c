@@ -1,0 +1,935 @@
+/* Catalog: datasets, shard slots, loading, eviction, statistics.
+ *
+ * Read path (any event loop): the dataset table is an atomic pointer to an immutable array; a
+ * slot's `refs` is >= 0 exactly while its bytes are resident and may be taken, so a hit is one
+ * compare-and-swap. Everything else (starting loads, finishing them, evicting, rescans) happens
+ * under one bookkeeping mutex, never held during I/O. Slot states:
+ *   ABSENT --miss/warm--> LOADING --ok--> RESIDENT --evict (refs 0 -> -1)--> ABSENT
+ *                                 --invalid--> BAD (never served again; a rescan may replace it)
+ *                                 --read-through or I/O error--> ABSENT
+ */
+#include "catalog.h"
+#include "log.h"
+#include "protocol.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { SLOT_ABSENT = 0, SLOT_LOADING, SLOT_RESIDENT, SLOT_BAD };
+
+struct dsc_tempbuf {
+    atomic_int refs;
+    uint64_t size;
+    uint8_t *data;
+    const uint8_t *index;
+    uint32_t chunk_count;
+};
+
+struct dsc_slot {
+    atomic_int refs;          /* >= 0: resident and takeable; -1: not */
+    atomic_uint_fast64_t last_use; /* ns, for LRU */
+    dsc_dataset_t *ds;
+    const dsc_manifest_shard_t *meta;
+    /* Under cat->lock: */
+    uint8_t state;
+    uint8_t logged; /* a load failure was logged once */
+    uint8_t *data;  /* arena extent while RESIDENT (or the load's target while LOADING) */
+    const uint8_t *index;
+    uint32_t chunk_count;
+    dsc_tempbuf_t *load_temp; /* LOADING into a read-through buffer */
+    dsc_waiter_t *waiters;
+    dsc_slot_t *queue_next;
+};
+
+struct dsc_dataset {
+    char name[DSC_MAX_NAME];
+    char *dir;
+    dsc_manifest_t *manifest;
+    char *json;
+    size_t json_len;
+    dsc_slot_t *slots;
+    atomic_int retired;
+    atomic_uint_fast64_t hits, misses, bytes_served;
+    /* Under cat->lock: */
+    uint64_t cached_shards, cached_bytes, bad_shards;
+    dsc_dataset_t *all_next; /* every dataset ever created, freed at destroy */
+};
+
+typedef struct table {
+    uint32_t count;
+    struct table *retired_next;
+    dsc_dataset_t *items[];
+} table_t;
+
+struct dsc_catalog {
+    dsc_store_t *store;
+    dsc_catalog_options_t opt;
+    _Atomic(table_t *) table;
+    table_t *retired_tables;
+    dsc_dataset_t *all;
+    char **dirs;
+    uint32_t dir_count;
+    pthread_mutex_t rescan_lock; /* serialises add_dir/rescan (file I/O outside cat->lock) */
+
+    pthread_mutex_t lock; /* bookkeeping: loads, evictions, queue */
+    pthread_cond_t work_cond, idle_cond;
+    dsc_slot_t *queue_head, *queue_tail;
+    uint32_t loads_in_flight;
+    int stopping;
+    pthread_t *threads;
+    uint32_t thread_count;
+    uint64_t temp_bytes;
+
+    atomic_uint_fast64_t evictions, loads, load_failures, read_through, bytes_loaded;
+    /* Load histogram, under lock. */
+    uint64_t hist[DSC_LOAD_BUCKETS];
+    uint64_t hist_count;
+    double hist_sum;
+};
+
+const double dsc_load_bucket_bounds[DSC_LOAD_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                         0.05,  0.1,    0.25,  1.0,  5.0};
+
+static void *io_thread(void *arg);
+
+int dsc_catalog_create(dsc_store_t *store, const dsc_catalog_options_t *options,
+                       dsc_catalog_t **out) {
+    if (store == NULL || out == NULL)
+        return DSC_EINVAL;
+    *out = NULL;
+    dsc_catalog_t *cat = calloc(1, sizeof *cat);
+    table_t *empty = calloc(1, sizeof *empty);
+    if (cat == NULL || empty == NULL) {
+        free(cat);
+        free(empty);
+        return DSC_ENOMEM;
+    }
+    cat->store = store;
+    if (options)
+        cat->opt = *options;
+    if (cat->opt.io_threads == 0)
+        cat->opt.io_threads = 4;
+    if (cat->opt.temp_limit == 0)
+        cat->opt.temp_limit = UINT64_C(1) << 30;
+    atomic_init(&cat->table, empty);
+    pthread_mutex_init(&cat->lock, NULL);
+    pthread_mutex_init(&cat->rescan_lock, NULL);
+    pthread_cond_init(&cat->work_cond, NULL);
+    pthread_cond_init(&cat->idle_cond, NULL);
+    cat->threads = calloc(cat->opt.io_threads, sizeof *cat->threads);
+    if (cat->threads == NULL)
+        goto fail;
+    for (uint32_t i = 0; i < cat->opt.io_threads; i++) {
+        if (pthread_create(&cat->threads[i], NULL, io_thread, cat) != 0)
+            goto fail;
+        cat->thread_count++;
+    }
+    *out = cat;
+    return 0;
+fail:
+    dsc_catalog_destroy(cat);
+    return DSC_ENOMEM;
+}
+
+static void dataset_free(dsc_dataset_t *ds) {
+    if (ds == NULL)
+        return;
+    free(ds->dir);
+    free(ds->json);
+    free(ds->slots);
+    dsc_manifest_free(ds->manifest);
+    free(ds);
+}
+
+void dsc_catalog_destroy(dsc_catalog_t *cat) {
+    if (cat == NULL)
+        return;
+    pthread_mutex_lock(&cat->lock);
+    cat->stopping = 1;
+    pthread_cond_broadcast(&cat->work_cond);
+    pthread_mutex_unlock(&cat->lock);
+    for (uint32_t i = 0; i < cat->thread_count; i++)
+        pthread_join(cat->threads[i], NULL);
+    free(cat->threads);
+    /* Arena bytes go with the store; read-through buffers still queued are freed here. */
+    for (dsc_slot_t *s = cat->queue_head; s != NULL; s = s->queue_next)
+        if (s->load_temp) {
+            free(s->load_temp->data);
+            free(s->load_temp);
+        }
+    while (cat->all) {
+        dsc_dataset_t *next = cat->all->all_next;
+        dataset_free(cat->all);
+        cat->all = next;
+    }
+    free(atomic_load(&cat->table));
+    while (cat->retired_tables) {
+        table_t *next = cat->retired_tables->retired_next;
+        free(cat->retired_tables);
+        cat->retired_tables = next;
+    }
+    for (uint32_t i = 0; i < cat->dir_count; i++)
+        free(cat->dirs[i]);
+    free(cat->dirs);
+    pthread_mutex_destroy(&cat->lock);
+    pthread_mutex_destroy(&cat->rescan_lock);
+    pthread_cond_destroy(&cat->work_cond);
+    pthread_cond_destroy(&cat->idle_cond);
+    free(cat);
+}
+
+/* ---- datasets ---------------------------------------------------------------------------- */
+
+static int dataset_create(const char *dir, dsc_dataset_t **out) {
+    dsc_manifest_t *m = NULL;
+    int rc = dsc_manifest_load(dir, &m);
+    if (rc < 0)
+        return rc;
+    dsc_dataset_t *ds = calloc(1, sizeof *ds);
+    if (ds == NULL) {
+        dsc_manifest_free(m);
+        return DSC_ENOMEM;
+    }
+    ds->manifest = m;
+    snprintf(ds->name, sizeof ds->name, "%s", m->name);
+    ds->dir = strdup(dir);
+    ds->json = dsc_manifest_to_json(m);
+    ds->slots = calloc(m->shard_count ? m->shard_count : 1, sizeof *ds->slots);
+    if (ds->dir == NULL || ds->json == NULL || ds->slots == NULL) {
+        dataset_free(ds);
+        return DSC_ENOMEM;
+    }
+    ds->json_len = strlen(ds->json);
+    for (uint32_t i = 0; i < m->shard_count; i++) {
+        dsc_slot_t *s = &ds->slots[i];
+        atomic_init(&s->refs, -1);
+        atomic_init(&s->last_use, 0);
+        s->ds = ds;
+        s->meta = &m->shards[i];
+        s->state = SLOT_ABSENT;
+    }
+    *out = ds;
+    return 0;
+}
+
+dsc_dataset_t *dsc_catalog_find(dsc_catalog_t *cat, const char *name, size_t len) {
+    table_t *t = atomic_load_explicit(&cat->table, memory_order_acquire);
+    for (uint32_t i = 0; i < t->count; i++) {
+        dsc_dataset_t *ds = t->items[i];
+        if (strlen(ds->name) == len && memcmp(ds->name, name, len) == 0)
+            return ds;
+    }
+    return NULL;
+}
+
+const dsc_manifest_t *dsc_dataset_manifest(const dsc_dataset_t *ds) {
+    return ds->manifest;
+}
+
+const char *dsc_dataset_manifest_json(const dsc_dataset_t *ds, size_t *len) {
+    *len = ds->json_len;
+    return ds->json;
+}
+
+dsc_slot_t *dsc_dataset_slot(dsc_dataset_t *ds, uint32_t id) {
+    return id < ds->manifest->shard_count ? &ds->slots[id] : NULL;
+}
+
+void dsc_dataset_count_served(dsc_dataset_t *ds, uint64_t bytes) {
+    atomic_fetch_add_explicit(&ds->bytes_served, bytes, memory_order_relaxed);
+}
+
+/* ---- eviction (cat->lock held) ----------------------------------------------------------- */
+
+/* Frees a resident slot's bytes if nobody holds them. Returns 1 when evicted. */
+static int evict_slot_locked(dsc_catalog_t *cat, dsc_slot_t *s) {
+    if (s->state != SLOT_RESIDENT)
+        return 0;
+    int zero = 0;
+    if (!atomic_compare_exchange_strong(&s->refs, &zero, -1))
+        return 0;
+    dsc_store_free(cat->store, s->data, s->meta->bytes);
+    s->data = NULL;
+    s->index = NULL;
+    s->state = SLOT_ABSENT;
+    s->ds->cached_shards--;
+    s->ds->cached_bytes -= s->meta->bytes;
+    atomic_fetch_add_explicit(&cat->evictions, 1, memory_order_relaxed);
+    return 1;
+}
+
+/* Evicts the least recently used unreferenced resident shard of any dataset served. O(shards);
+ * evictions are rare next to hits. Returns 1 when one was evicted. */
+static int evict_lru_locked(dsc_catalog_t *cat) {
+    table_t *t = atomic_load(&cat->table);
+    dsc_slot_t *victim = NULL;
+    uint64_t oldest = UINT64_MAX;
+    for (uint32_t d = 0; d < t->count; d++) {
+        dsc_dataset_t *ds = t->items[d];
+        for (uint32_t i = 0; i < ds->manifest->shard_count; i++) {
+            dsc_slot_t *s = &ds->slots[i];
+            if (s->state != SLOT_RESIDENT || atomic_load(&s->refs) != 0)
+                continue;
+            uint64_t used = atomic_load_explicit(&s->last_use, memory_order_relaxed);
+            if (used < oldest) {
+                oldest = used;
+                victim = s;
+            }
+        }
+    }
+    return victim ? evict_slot_locked(cat, victim) : 0;
+}
+
+/* ---- loading ----------------------------------------------------------------------------- */
+
+/* Chooses where a load goes and queues it. allow_temp: read through when the store is full
+ * (a request waits); otherwise (warm) give up. Returns 1 queued, 0 not (no room), or <0. */
+static int start_load_locked(dsc_catalog_t *cat, dsc_slot_t *s, int allow_temp) {
+    uint64_t size = s->meta->bytes;
+    uint8_t *dst = NULL;
+    int rc = dsc_store_alloc(cat->store, size, &dst);
+    while (rc == DSC_ENOSPC && cat->opt.policy == DSC_POLICY_LRU && evict_lru_locked(cat))
+        rc = dsc_store_alloc(cat->store, size, &dst);
+    if (rc == DSC_ENOSPC) {
+        if (!allow_temp)
+            return 0;
+        if (cat->temp_bytes + size > cat->opt.temp_limit)
+            return DSC_EUNAVAIL;
+        dsc_tempbuf_t *tb = calloc(1, sizeof *tb);
+        uint8_t *data = malloc(size ? size : 1);
+        if (tb == NULL || data == NULL) {
+            free(tb);
+            free(data);
+            return DSC_ENOMEM;
+        }
+        tb->data = data;
+        tb->size = size;
+        s->load_temp = tb;
+        cat->temp_bytes += size;
+        atomic_fetch_add_explicit(&cat->read_through, 1, memory_order_relaxed);
+    } else if (rc < 0) {
+        return rc == DSC_EINVAL ? DSC_ECORRUPT : rc; /* size 0: the manifest cannot be right */
+    } else {
+        s->data = dst;
+    }
+    s->state = SLOT_LOADING;
+    s->queue_next = NULL;
+    if (cat->queue_tail)
+        cat->queue_tail->queue_next = s;
+    else
+        cat->queue_head = s;
+    cat->queue_tail = s;
+    cat->loads_in_flight++;
+    pthread_cond_signal(&cat->work_cond);
+    return 1;
+}
+
+/* Reads and validates one shard file into dst. Returns 0, DSC_ECORRUPT (validation; *why says
+ * what) or an I/O error (-errno). */
+static int read_shard(const dsc_slot_t *s, uint8_t *dst, dsc_shard_view_t *view,
+                      const char **why) {
+    const dsc_manifest_shard_t *meta = s->meta;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", s->ds->dir, meta->file);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        *why = "cannot open";
+        return -errno;
+    }
+    int rc = 0;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        rc = -errno;
+        *why = "cannot stat";
+        goto done;
+    }
+    if ((uint64_t)st.st_size != meta->bytes) {
+        rc = DSC_ECORRUPT;
+        *why = "file size differs from the manifest";
+        goto done;
+    }
+    uint64_t got = 0;
+    while (got < meta->bytes) {
+        size_t want = meta->bytes - got > (1u << 30) ? (1u << 30) : (size_t)(meta->bytes - got);
+        ssize_t n = pread(fd, dst + got, want, (off_t)got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            rc = n < 0 ? -errno : DSC_ECORRUPT;
+            *why = n < 0 ? "read failed" : "file shrank while reading";
+            goto done;
+        }
+        got += (uint64_t)n;
+    }
+    if (dsc_checksum(dst, meta->bytes) != meta->checksum) {
+        rc = DSC_ECORRUPT;
+        *why = "whole-file checksum differs from the manifest";
+        goto done;
+    }
+    int prc = dsc_shard_parse(dst, meta->bytes, view);
+    if (prc < 0) {
+        rc = DSC_ECORRUPT;
+        *why = dsc_strerror(prc);
+        goto done;
+    }
+    if (view->header.shard_id != meta->id || view->footer.chunk_count != meta->chunks ||
+        view->header.sample_count != meta->samples ||
+        strcmp(view->header.dataset, s->ds->name) != 0 ||
+        !dsc_schema_equal(&view->header.schema, &s->ds->manifest->schema)) {
+        rc = DSC_ECORRUPT;
+        *why = "shard header does not match the manifest";
+        goto done;
+    }
+done:
+    close(fd);
+    return rc;
+}
+
+static void observe_load_locked(dsc_catalog_t *cat, double seconds) {
+    for (int i = 0; i < DSC_LOAD_BUCKETS; i++)
+        if (seconds <= dsc_load_bucket_bounds[i])
+            cat->hist[i]++;
+    cat->hist_count++;
+    cat->hist_sum += seconds;
+}
+
+static void deliver(dsc_waiter_t *list) {
+    while (list) {
+        dsc_waiter_t *w = list;
+        list = w->next;
+        w->next = NULL;
+        if (w->mailbox)
+            w->mailbox->push(w->mailbox, w);
+        else
+            w->fn(w);
+    }
+}
+
+static void finish_load(dsc_catalog_t *cat, dsc_slot_t *s, int rc, const char *why,
+                        const dsc_shard_view_t *view, double seconds) {
+    pthread_mutex_lock(&cat->lock);
+    dsc_tempbuf_t *tb = s->load_temp;
+    s->load_temp = NULL;
+    dsc_waiter_t *waiters = s->waiters;
+    s->waiters = NULL;
+    int nwait = 0;
+    for (dsc_waiter_t *w = waiters; w; w = w->next)
+        nwait++;
+    if (rc == 0) {
+        atomic_fetch_add_explicit(&cat->loads, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&cat->bytes_loaded, s->meta->bytes, memory_order_relaxed);
+        observe_load_locked(cat, seconds);
+        const uint8_t *base = tb ? tb->data : s->data;
+        dsc_hold_t hold = {.data = base,
+                           .size = s->meta->bytes,
+                           .index = base + (view->index - view->base),
+                           .chunk_count = view->footer.chunk_count};
+        if (tb) {
+            tb->index = hold.index;
+            tb->chunk_count = hold.chunk_count;
+            atomic_store(&tb->refs, nwait);
+            hold.temp = tb;
+            s->state = SLOT_ABSENT;
+        } else {
+            s->index = hold.index;
+            s->chunk_count = hold.chunk_count;
+            s->state = SLOT_RESIDENT;
+            s->ds->cached_shards++;
+            s->ds->cached_bytes += s->meta->bytes;
+            atomic_store(&s->last_use, dsc_now_ns());
+            hold.slot = s;
+            atomic_store_explicit(&s->refs, nwait, memory_order_release);
+        }
+        for (dsc_waiter_t *w = waiters; w; w = w->next) {
+            w->status = 0;
+            w->hold = hold;
+        }
+        if (tb && nwait == 0) {
+            cat->temp_bytes -= tb->size;
+            free(tb->data);
+            free(tb);
+        }
+    } else {
+        atomic_fetch_add_explicit(&cat->load_failures, 1, memory_order_relaxed);
+        if (tb) {
+            cat->temp_bytes -= tb->size;
+            free(tb->data);
+            free(tb);
+        } else {
+            dsc_store_free(cat->store, s->data, s->meta->bytes);
+            s->data = NULL;
+        }
+        if (rc == DSC_ECORRUPT) {
+            s->state = SLOT_BAD;
+            s->ds->bad_shards++;
+            LOG_ERROR("dataset %s shard %u (%s/%s): %s: marked bad, answered CORRUPT",
+                      s->ds->name, s->meta->id, s->ds->dir, s->meta->file, why);
+        } else {
+            s->state = SLOT_ABSENT;
+            if (!s->logged)
+                LOG_WARN("dataset %s shard %u (%s/%s): %s: %s", s->ds->name, s->meta->id,
+                         s->ds->dir, s->meta->file, why, strerror(-rc));
+            s->logged = 1;
+            rc = DSC_EUNAVAIL;
+        }
+        for (dsc_waiter_t *w = waiters; w; w = w->next)
+            w->status = rc;
+    }
+    /* A dataset retired while its shard loaded: nothing will ask for it again. */
+    if (rc == 0 && !tb && nwait == 0 && atomic_load(&s->ds->retired))
+        evict_slot_locked(cat, s);
+    cat->loads_in_flight--;
+    if (cat->loads_in_flight == 0)
+        pthread_cond_broadcast(&cat->idle_cond);
+    pthread_mutex_unlock(&cat->lock);
+    deliver(waiters);
+}
+
+static void *io_thread(void *arg) {
+    dsc_catalog_t *cat = arg;
+    pthread_mutex_lock(&cat->lock);
+    for (;;) {
+        while (!cat->stopping && cat->queue_head == NULL)
+            pthread_cond_wait(&cat->work_cond, &cat->lock);
+        if (cat->stopping)
+            break;
+        dsc_slot_t *s = cat->queue_head;
+        cat->queue_head = s->queue_next;
+        if (cat->queue_head == NULL)
+            cat->queue_tail = NULL;
+        uint8_t *dst = s->load_temp ? s->load_temp->data : s->data;
+        pthread_mutex_unlock(&cat->lock);
+
+        double t0 = dsc_now_s();
+        dsc_shard_view_t view;
+        const char *why = "";
+        int rc = read_shard(s, dst, &view, &why);
+        finish_load(cat, s, rc, why, &view, dsc_now_s() - t0);
+        pthread_mutex_lock(&cat->lock);
+    }
+    pthread_mutex_unlock(&cat->lock);
+    return NULL;
+}
+
+int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_slot_t *s, dsc_waiter_t *waiter,
+                        dsc_hold_t *hold) {
+    int r = atomic_load_explicit(&s->refs, memory_order_acquire);
+    while (r >= 0) {
+        if (atomic_compare_exchange_weak_explicit(&s->refs, &r, r + 1, memory_order_acquire,
+                                                  memory_order_acquire)) {
+            *hold = (dsc_hold_t){.slot = s,
+                                 .data = s->data,
+                                 .size = s->meta->bytes,
+                                 .index = s->index,
+                                 .chunk_count = s->chunk_count};
+            atomic_store_explicit(&s->last_use, dsc_now_ns(), memory_order_relaxed);
+            atomic_fetch_add_explicit(&s->ds->hits, 1, memory_order_relaxed);
+            return 1;
+        }
+    }
+    pthread_mutex_lock(&cat->lock);
+    int rc;
+    switch (s->state) {
+    case SLOT_RESIDENT: /* evicted and reloaded between our load and the lock, or refs moved */
+        pthread_mutex_unlock(&cat->lock);
+        return dsc_catalog_acquire(cat, s, waiter, hold);
+    case SLOT_BAD:
+        rc = DSC_ECORRUPT;
+        break;
+    case SLOT_LOADING:
+        waiter->next = s->waiters;
+        s->waiters = waiter;
+        atomic_fetch_add_explicit(&s->ds->misses, 1, memory_order_relaxed);
+        rc = 0;
+        break;
+    default:
+        rc = start_load_locked(cat, s, 1);
+        if (rc == 1) {
+            waiter->next = NULL;
+            s->waiters = waiter;
+            atomic_fetch_add_explicit(&s->ds->misses, 1, memory_order_relaxed);
+            rc = 0;
+        }
+        break;
+    }
+    pthread_mutex_unlock(&cat->lock);
+    return rc;
+}
+
+void dsc_hold_release(dsc_catalog_t *cat, dsc_hold_t *hold) {
+    if (hold == NULL)
+        return;
+    if (hold->slot) {
+        dsc_slot_t *s = hold->slot;
+        int prev = atomic_fetch_sub_explicit(&s->refs, 1, memory_order_release);
+        if (prev == 1 && atomic_load(&s->ds->retired)) {
+            pthread_mutex_lock(&cat->lock);
+            evict_slot_locked(cat, s);
+            pthread_mutex_unlock(&cat->lock);
+        }
+    }
+    if (hold->temp) {
+        dsc_tempbuf_t *tb = hold->temp;
+        if (atomic_fetch_sub(&tb->refs, 1) == 1) {
+            pthread_mutex_lock(&cat->lock);
+            cat->temp_bytes -= tb->size;
+            pthread_mutex_unlock(&cat->lock);
+            free(tb->data);
+            free(tb);
+        }
+    }
+    memset(hold, 0, sizeof *hold);
+}
+
+int dsc_catalog_warm(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id) {
+    uint32_t first = shard_id == DSC_SHARD_ALL ? 0 : shard_id;
+    uint32_t end = shard_id == DSC_SHARD_ALL ? ds->manifest->shard_count : shard_id + 1;
+    if (end > ds->manifest->shard_count)
+        return 0;
+    int started = 0;
+    pthread_mutex_lock(&cat->lock);
+    for (uint32_t i = first; i < end; i++) {
+        dsc_slot_t *s = &ds->slots[i];
+        if (s->state != SLOT_ABSENT)
+            continue;
+        int rc = start_load_locked(cat, s, 0);
+        if (rc <= 0)
+            break; /* store full (minio) or an error: the rest would not fit either */
+        started++;
+    }
+    pthread_mutex_unlock(&cat->lock);
+    return started;
+}
+
+int dsc_catalog_warm_all(dsc_catalog_t *cat) {
+    table_t *t = atomic_load(&cat->table);
+    uint64_t total = 0;
+    for (uint32_t d = 0; d < t->count; d++)
+        total += t->items[d]->manifest->shard_count;
+    uint64_t loads0 = atomic_load(&cat->loads) + atomic_load(&cat->load_failures);
+    uint64_t bytes0 = atomic_load(&cat->bytes_loaded);
+    double t0 = dsc_now_s();
+    uint64_t started = 0;
+    for (uint32_t d = 0; d < t->count; d++)
+        started += (uint64_t)dsc_catalog_warm(cat, t->items[d], DSC_SHARD_ALL);
+    LOG_INFO("warm-up: loading %llu of %llu shards", (unsigned long long)started,
+             (unsigned long long)total);
+    pthread_mutex_lock(&cat->lock);
+    while (cat->loads_in_flight > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&cat->idle_cond, &cat->lock, &ts);
+        if (cat->loads_in_flight > 0) {
+            uint64_t done = atomic_load(&cat->loads) + atomic_load(&cat->load_failures) - loads0;
+            double mb = (double)(atomic_load(&cat->bytes_loaded) - bytes0) / 1e6;
+            LOG_INFO("warm-up: %llu/%llu shards, %.1f MB/s", (unsigned long long)done,
+                     (unsigned long long)started, mb / (dsc_now_s() - t0));
+        }
+    }
+    pthread_mutex_unlock(&cat->lock);
+    double secs = dsc_now_s() - t0;
+    double mb = (double)(atomic_load(&cat->bytes_loaded) - bytes0) / 1e6;
+    LOG_INFO("warm-up done: %llu/%llu shards in %.2f s, %.1f MB at %.1f MB/s",
+             (unsigned long long)started, (unsigned long long)total, secs, mb,
+             secs > 0 ? mb / secs : 0.0);
+    return (int)started;
+}
+
+int dsc_catalog_evict(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id) {
+    uint32_t first = shard_id == DSC_SHARD_ALL ? 0 : shard_id;
+    uint32_t end = shard_id == DSC_SHARD_ALL ? ds->manifest->shard_count : shard_id + 1;
+    if (end > ds->manifest->shard_count)
+        return 0;
+    int evicted = 0;
+    pthread_mutex_lock(&cat->lock);
+    for (uint32_t i = first; i < end; i++)
+        evicted += evict_slot_locked(cat, &ds->slots[i]);
+    pthread_mutex_unlock(&cat->lock);
+    return evicted;
+}
+
+/* ---- directories and rescans ------------------------------------------------------------- */
+
+static int publish(dsc_catalog_t *cat, table_t *next) {
+    table_t *prev = atomic_exchange_explicit(&cat->table, next, memory_order_acq_rel);
+    /* Loops may still be walking prev: keep it until destroy (rescans are rare). */
+    prev->retired_next = cat->retired_tables;
+    cat->retired_tables = prev;
+    return 0;
+}
+
+int dsc_catalog_add_dir(dsc_catalog_t *cat, const char *dir) {
+    pthread_mutex_lock(&cat->rescan_lock);
+    dsc_dataset_t *ds = NULL;
+    table_t *t = NULL;
+    char *dir_copy = NULL;
+    char **dirs = NULL;
+    int rc = dataset_create(dir, &ds);
+    if (rc < 0)
+        goto done;
+    if (dsc_catalog_find(cat, ds->name, strlen(ds->name)) != NULL) {
+        LOG_ERROR("%s: dataset %s is already served from another directory", dir, ds->name);
+        rc = DSC_EINVAL;
+        goto done;
+    }
+    table_t *cur = atomic_load(&cat->table);
+    t = malloc(sizeof *t + (cur->count + 1) * sizeof(dsc_dataset_t *));
+    dir_copy = strdup(dir);
+    dirs = realloc(cat->dirs, (cat->dir_count + 1) * sizeof *dirs);
+    if (dirs)
+        cat->dirs = dirs;
+    if (t == NULL || dir_copy == NULL || dirs == NULL) {
+        rc = DSC_ENOMEM;
+        goto done;
+    }
+    cat->dirs[cat->dir_count++] = dir_copy;
+    dir_copy = NULL;
+    t->count = cur->count + 1;
+    memcpy(t->items, cur->items, cur->count * sizeof(dsc_dataset_t *));
+    t->items[cur->count] = ds;
+    ds->all_next = cat->all;
+    cat->all = ds;
+    LOG_INFO("dataset %s: %u shards, %llu samples, %llu bytes (%s)", ds->name,
+             ds->manifest->shard_count, (unsigned long long)ds->manifest->samples,
+             (unsigned long long)ds->manifest->bytes, dir);
+    ds = NULL;
+    publish(cat, t);
+    t = NULL;
+done:
+    free(t);
+    free(dir_copy);
+    dataset_free(ds);
+    pthread_mutex_unlock(&cat->rescan_lock);
+    return rc;
+}
+
+static int same_shard(const dsc_manifest_shard_t *a, const dsc_manifest_shard_t *b) {
+    return a->bytes == b->bytes && a->checksum == b->checksum && a->chunks == b->chunks &&
+           strcmp(a->file, b->file) == 0;
+}
+
+/* Moves resident, unreferenced shards that did not change from old to ds. */
+static void adopt_locked(dsc_dataset_t *old, dsc_dataset_t *ds) {
+    for (uint32_t i = 0; i < ds->manifest->shard_count && i < old->manifest->shard_count; i++) {
+        dsc_slot_t *o = &old->slots[i], *n = &ds->slots[i];
+        if (o->state != SLOT_RESIDENT || !same_shard(o->meta, n->meta))
+            continue;
+        int zero = 0;
+        if (!atomic_compare_exchange_strong(&o->refs, &zero, -1))
+            continue;
+        n->data = o->data;
+        n->index = o->index;
+        n->chunk_count = o->chunk_count;
+        n->state = SLOT_RESIDENT;
+        atomic_store(&n->last_use, atomic_load(&o->last_use));
+        o->data = NULL;
+        o->state = SLOT_ABSENT;
+        old->cached_shards--;
+        old->cached_bytes -= o->meta->bytes;
+        ds->cached_shards++;
+        ds->cached_bytes += n->meta->bytes;
+        atomic_store_explicit(&n->refs, 0, memory_order_release);
+    }
+}
+
+int dsc_catalog_rescan(dsc_catalog_t *cat) {
+    pthread_mutex_lock(&cat->rescan_lock);
+    table_t *cur = atomic_load(&cat->table);
+    table_t *next = calloc(1, sizeof *next + cat->dir_count * sizeof(dsc_dataset_t *));
+    if (next == NULL) {
+        pthread_mutex_unlock(&cat->rescan_lock);
+        LOG_ERROR("rescan: out of memory");
+        return DSC_ENOMEM;
+    }
+    dsc_dataset_t *fresh = NULL; /* created by this rescan, linked through all_next */
+    for (uint32_t d = 0; d < cat->dir_count; d++) {
+        const char *dir = cat->dirs[d];
+        dsc_dataset_t *old = NULL;
+        for (uint32_t i = 0; i < cur->count; i++)
+            if (strcmp(cur->items[i]->dir, dir) == 0)
+                old = cur->items[i];
+        dsc_dataset_t *ds = NULL;
+        int rc = dataset_create(dir, &ds);
+        if (rc < 0) {
+            LOG_WARN("rescan: %s: %s: dataset %s", dir, dsc_strerror(rc),
+                     old ? "dropped" : "not served");
+            continue;
+        }
+        if (old && strcmp(old->json, ds->json) == 0) {
+            dataset_free(ds);
+            ds = old;
+        }
+        int dup = 0;
+        for (uint32_t i = 0; i < next->count; i++)
+            dup |= strcmp(next->items[i]->name, ds->name) == 0;
+        if (dup) {
+            LOG_ERROR("rescan: %s: dataset %s is already served from another directory", dir,
+                      ds->name);
+            if (ds != old)
+                dataset_free(ds);
+            continue;
+        }
+        if (ds != old) {
+            LOG_INFO("rescan: dataset %s %s: %u shards (%s)", ds->name, old ? "changed" : "added",
+                     ds->manifest->shard_count, dir);
+            if (old) {
+                atomic_store(&ds->hits, atomic_load(&old->hits));
+                atomic_store(&ds->misses, atomic_load(&old->misses));
+                atomic_store(&ds->bytes_served, atomic_load(&old->bytes_served));
+                pthread_mutex_lock(&cat->lock);
+                adopt_locked(old, ds);
+                pthread_mutex_unlock(&cat->lock);
+            }
+            ds->all_next = fresh;
+            fresh = ds;
+        }
+        next->items[next->count++] = ds;
+    }
+    /* Link the new datasets into the list freed at destroy. */
+    while (fresh) {
+        dsc_dataset_t *n = fresh->all_next;
+        fresh->all_next = cat->all;
+        cat->all = fresh;
+        fresh = n;
+    }
+    publish(cat, next);
+    /* Datasets no longer in the table are retired: free what nobody holds now, the rest when
+     * its last reference goes. */
+    pthread_mutex_lock(&cat->lock);
+    for (uint32_t i = 0; i < cur->count; i++) {
+        dsc_dataset_t *old = cur->items[i];
+        int kept = 0;
+        for (uint32_t j = 0; j < next->count; j++)
+            kept |= next->items[j] == old;
+        if (kept)
+            continue;
+        atomic_store(&old->retired, 1);
+        for (uint32_t k = 0; k < old->manifest->shard_count; k++)
+            evict_slot_locked(cat, &old->slots[k]);
+    }
+    pthread_mutex_unlock(&cat->lock);
+    int count = (int)next->count;
+    pthread_mutex_unlock(&cat->rescan_lock);
+    LOG_INFO("rescan: %d datasets served", count);
+    return count;
+}
+
+/* ---- statistics -------------------------------------------------------------------------- */
+
+static cJSON *dataset_json_locked(dsc_dataset_t *ds) {
+    cJSON *o = cJSON_CreateObject();
+    if (o == NULL)
+        return NULL;
+    cJSON_AddStringToObject(o, "name", ds->name);
+    cJSON_AddNumberToObject(o, "shards", ds->manifest->shard_count);
+    cJSON_AddNumberToObject(o, "samples", (double)ds->manifest->samples);
+    cJSON_AddNumberToObject(o, "bytes", (double)ds->manifest->bytes);
+    cJSON_AddNumberToObject(o, "cached_shards", (double)ds->cached_shards);
+    cJSON_AddNumberToObject(o, "cached_bytes", (double)ds->cached_bytes);
+    cJSON_AddNumberToObject(o, "hits", (double)atomic_load(&ds->hits));
+    cJSON_AddNumberToObject(o, "misses", (double)atomic_load(&ds->misses));
+    cJSON_AddNumberToObject(o, "bytes_served", (double)atomic_load(&ds->bytes_served));
+    cJSON_AddNumberToObject(o, "bad_shards", (double)ds->bad_shards);
+    return o;
+}
+
+char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_len,
+                            int *not_found) {
+    *not_found = 0;
+    dsc_dataset_t *only = NULL;
+    if (name_len > 0) {
+        only = dsc_catalog_find(cat, name, name_len);
+        if (only == NULL) {
+            *not_found = 1;
+            return NULL;
+        }
+    }
+    dsc_store_info_t si;
+    dsc_store_info(cat->store, &si);
+    cJSON *root = cJSON_CreateObject();
+    cJSON *store = cJSON_AddObjectToObject(root, "store");
+    cJSON *list = cJSON_AddArrayToObject(root, "datasets");
+    if (root == NULL || store == NULL || list == NULL) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    cJSON_AddNumberToObject(store, "capacity", (double)si.capacity);
+    cJSON_AddNumberToObject(store, "used", (double)si.used);
+    cJSON_AddNumberToObject(store, "largest_free", (double)si.largest_free);
+    cJSON_AddStringToObject(store, "policy",
+                            cat->opt.policy == DSC_POLICY_LRU ? "lru" : "minio");
+    cJSON_AddNumberToObject(store, "evictions", (double)atomic_load(&cat->evictions));
+    cJSON_AddNumberToObject(store, "read_through", (double)atomic_load(&cat->read_through));
+    table_t *t = atomic_load(&cat->table);
+    pthread_mutex_lock(&cat->lock);
+    for (uint32_t i = 0; i < t->count; i++)
+        if (only == NULL || t->items[i] == only)
+            cJSON_AddItemToArray(list, dataset_json_locked(t->items[i]));
+    pthread_mutex_unlock(&cat->lock);
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+char *dsc_catalog_list_json(dsc_catalog_t *cat) {
+    cJSON *list = cJSON_CreateArray();
+    if (list == NULL)
+        return NULL;
+    table_t *t = atomic_load(&cat->table);
+    for (uint32_t i = 0; i < t->count; i++) {
+        dsc_dataset_t *ds = t->items[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", ds->name);
+        cJSON_AddNumberToObject(o, "shards", ds->manifest->shard_count);
+        cJSON_AddNumberToObject(o, "samples", (double)ds->manifest->samples);
+        cJSON_AddNumberToObject(o, "bytes", (double)ds->manifest->bytes);
+        cJSON_AddItemToArray(list, o);
+    }
+    char *text = cJSON_PrintUnformatted(list);
+    cJSON_Delete(list);
+    return text;
+}
+
+void dsc_catalog_totals(dsc_catalog_t *cat, dsc_catalog_totals_t *out) {
+    memset(out, 0, sizeof *out);
+    table_t *t = atomic_load(&cat->table);
+    pthread_mutex_lock(&cat->lock);
+    for (uint32_t i = 0; i < t->count; i++) {
+        dsc_dataset_t *ds = t->items[i];
+        out->datasets++;
+        out->shards += ds->manifest->shard_count;
+        out->cached_shards += ds->cached_shards;
+        out->cached_bytes += ds->cached_bytes;
+        out->bad_shards += ds->bad_shards;
+        out->hits += atomic_load(&ds->hits);
+        out->misses += atomic_load(&ds->misses);
+        out->bytes_served += atomic_load(&ds->bytes_served);
+    }
+    pthread_mutex_unlock(&cat->lock);
+    out->evictions = atomic_load(&cat->evictions);
+    out->loads = atomic_load(&cat->loads);
+    out->load_failures = atomic_load(&cat->load_failures);
+    out->read_through = atomic_load(&cat->read_through);
+}
+
+dsc_store_t *dsc_catalog_store(dsc_catalog_t *cat) {
+    return cat->store;
+}
+
+void dsc_catalog_load_histogram(dsc_catalog_t *cat, dsc_load_histogram_t *out) {
+    pthread_mutex_lock(&cat->lock);
+    memcpy(out->buckets, cat->hist, sizeof out->buckets);
+    out->count = cat->hist_count;
+    out->sum_seconds = cat->hist_sum;
+    pthread_mutex_unlock(&cat->lock);
+}

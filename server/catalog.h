@@ -1,0 +1,122 @@
+/* Datasets served by this process and their shards in the RAM store: lookup without locks on
+ * the read path (per-shard atomic reference counts, a table swapped on rescan), loads on a pool
+ * of I/O threads (one load per shard however many requests wait), eviction, statistics. */
+#ifndef DSC_SERVER_CATALOG_H
+#define DSC_SERVER_CATALOG_H
+
+#include "manifest.h"
+#include "store.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dsc_catalog dsc_catalog_t;
+typedef struct dsc_dataset dsc_dataset_t;
+typedef struct dsc_slot dsc_slot_t;
+typedef struct dsc_tempbuf dsc_tempbuf_t;
+
+typedef enum { DSC_POLICY_MINIO = 0, DSC_POLICY_LRU = 1 } dsc_policy_t;
+
+/* Bytes of one shard held for as long as a response needs them (until uv_write's callback). */
+typedef struct dsc_hold {
+    dsc_slot_t *slot;     /* a reference on a resident shard, or NULL */
+    dsc_tempbuf_t *temp;  /* a reference on a read-through buffer, or NULL */
+    const uint8_t *data;  /* the whole shard file */
+    uint64_t size;
+    const uint8_t *index; /* chunk_count encoded entries inside data */
+    uint32_t chunk_count;
+} dsc_hold_t;
+
+/* Where a finished load is delivered: a mailbox drained by one event loop. push() is called from
+ * loader threads; it must queue the waiter and wake the loop. */
+typedef struct dsc_waiter dsc_waiter_t;
+typedef struct dsc_mailbox {
+    void (*push)(struct dsc_mailbox *box, dsc_waiter_t *waiter);
+} dsc_mailbox_t;
+
+/* A request waiting for a shard load. On completion status is 0 and hold holds a reference (the
+ * waiter's owner releases it), or status is DSC_ECORRUPT (shard failed validation), DSC_EUNAVAIL
+ * (file unreadable, or read-through memory exhausted) or DSC_ENOMEM. */
+struct dsc_waiter {
+    dsc_waiter_t *next;
+    dsc_mailbox_t *mailbox; /* NULL: fn runs on the loader thread */
+    void (*fn)(dsc_waiter_t *waiter);
+    int status;
+    dsc_hold_t hold;
+};
+
+typedef struct dsc_catalog_options {
+    dsc_policy_t policy;
+    uint32_t io_threads;     /* loader threads (0: 4) */
+    uint64_t temp_limit;     /* bound on read-through bytes in flight (0: 1 GiB) */
+} dsc_catalog_options_t;
+
+/* Creates an empty catalog over a store (not owned). Returns 0 and *out, or DSC_ENOMEM. */
+int dsc_catalog_create(dsc_store_t *store, const dsc_catalog_options_t *options,
+                       dsc_catalog_t **out);
+/* Stops the loader threads and frees every dataset. Loads still queued are dropped: call it once
+ * nothing waits any more. NULL is a no-op. */
+void dsc_catalog_destroy(dsc_catalog_t *cat);
+
+/* Adds a dataset directory (manifest.json + shards) at start-up. Returns 0, a manifest error
+ * (DSC_ENOENT, DSC_EBADMANIFEST, ...), or DSC_EINVAL (its dataset name is already served). */
+int dsc_catalog_add_dir(dsc_catalog_t *cat, const char *dir);
+/* Rereads every directory's manifest: new datasets and shards appear, removed ones go (their
+ * memory is freed once no response holds it), a dataset whose manifest did not change keeps its
+ * cached shards. Returns the number of datasets served afterwards. Not on an event loop. */
+int dsc_catalog_rescan(dsc_catalog_t *cat);
+
+/* Looks a dataset up by name (not NUL-terminated). The pointer stays valid until destroy (a
+ * dataset dropped by a rescan is only retired). Lock-free. NULL when not served. */
+dsc_dataset_t *dsc_catalog_find(dsc_catalog_t *cat, const char *name, size_t len);
+const dsc_manifest_t *dsc_dataset_manifest(const dsc_dataset_t *ds);
+/* The manifest as JSON (owned by the dataset) and its length. */
+const char *dsc_dataset_manifest_json(const dsc_dataset_t *ds, size_t *len);
+/* Shard `id`, or NULL. */
+dsc_slot_t *dsc_dataset_slot(dsc_dataset_t *ds, uint32_t id);
+/* Counts bytes sent for this dataset (STAT, metrics). */
+void dsc_dataset_count_served(dsc_dataset_t *ds, uint64_t bytes);
+
+/* Takes a reference on a shard's bytes. Returns 1 with *hold filled (a hit: lock-free), 0 when
+ * the shard is being loaded and `waiter` will be delivered exactly once (a miss), or
+ * DSC_ECORRUPT (marked bad), DSC_EUNAVAIL (read-through memory exhausted), DSC_ENOMEM. */
+int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_slot_t *slot, dsc_waiter_t *waiter,
+                        dsc_hold_t *hold);
+/* Drops the reference of a hold (any thread). A zeroed hold is a no-op. */
+void dsc_hold_release(dsc_catalog_t *cat, dsc_hold_t *hold);
+
+/* Starts loading shard `shard_id` (DSC_SHARD_ALL: every shard) of ds into the store, without
+ * evicting under the minio policy. Returns the number of loads started. */
+int dsc_catalog_warm(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id);
+/* Warms every dataset and blocks until the loads are done, logging progress (n/N shards, MB/s).
+ * Returns the number of shards loaded. */
+int dsc_catalog_warm_all(dsc_catalog_t *cat);
+/* Drops resident shards that no response holds. Returns the number evicted. */
+int dsc_catalog_evict(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id);
+
+/* STAT body: JSON {"store":{...},"datasets":[{...}]} for one dataset (name_len > 0) or all.
+ * Returns a malloc'd NUL-terminated string, or NULL (out of memory, *not_found set when the
+ * named dataset is not served). */
+char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_len,
+                            int *not_found);
+/* LIST body: JSON [{"name":..,"shards":..,"samples":..,"bytes":..}, ...]. malloc'd or NULL. */
+char *dsc_catalog_list_json(dsc_catalog_t *cat);
+
+typedef struct dsc_catalog_totals {
+    uint64_t datasets, shards, cached_shards, cached_bytes, bad_shards;
+    uint64_t hits, misses, bytes_served, evictions, loads, load_failures, read_through;
+} dsc_catalog_totals_t;
+void dsc_catalog_totals(dsc_catalog_t *cat, dsc_catalog_totals_t *out);
+dsc_store_t *dsc_catalog_store(dsc_catalog_t *cat);
+
+/* Load time histogram (seconds), for /metrics. */
+#define DSC_LOAD_BUCKETS 10
+extern const double dsc_load_bucket_bounds[DSC_LOAD_BUCKETS];
+typedef struct dsc_load_histogram {
+    uint64_t buckets[DSC_LOAD_BUCKETS]; /* cumulative counts: <= bound */
+    uint64_t count;
+    double sum_seconds;
+} dsc_load_histogram_t;
+void dsc_catalog_load_histogram(dsc_catalog_t *cat, dsc_load_histogram_t *out);
+
+#endif

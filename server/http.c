@@ -1,0 +1,220 @@
+/* /metrics, /healthz, /readyz over libmicrohttpd. */
+#include "http.h"
+#include "log.h"
+#include "protocol.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+struct dsc_http {
+    struct MHD_Daemon *daemon;
+    dsc_http_source_t source;
+    uint16_t port;
+};
+
+typedef struct text {
+    char *p;
+    size_t len, cap;
+    int failed;
+} text_t;
+
+static void add(text_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add(text_t *t, const char *fmt, ...) {
+    if (t->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = 1;
+            return;
+        }
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = (t->cap + (size_t)n + 1) * 2;
+        char *p = realloc(t->p, cap);
+        if (p == NULL) {
+            t->failed = 1;
+            return;
+        }
+        t->p = p;
+        t->cap = cap;
+    }
+}
+
+static void counter(text_t *t, const char *name, const char *help, uint64_t v) {
+    add(t, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
+        (unsigned long long)v);
+}
+
+static void gauge(text_t *t, const char *name, const char *help, uint64_t v) {
+    add(t, "# HELP %s %s\n# TYPE %s gauge\n%s %llu\n", name, help, name, name,
+        (unsigned long long)v);
+}
+
+char *dsc_http_metrics_text(const dsc_http_source_t *src) {
+    text_t t = {.cap = 8192};
+    t.p = malloc(t.cap);
+    if (t.p == NULL)
+        return NULL;
+    t.p[0] = '\0';
+    dsc_catalog_totals_t tot;
+    dsc_catalog_totals(src->cat, &tot);
+    dsc_store_info_t si;
+    dsc_store_info(dsc_catalog_store(src->cat), &si);
+    dsc_server_counters_t *sc = calloc(1, sizeof *sc);
+    if (sc == NULL) {
+        free(t.p);
+        return NULL;
+    }
+    dsc_server_counters(src->server, sc);
+
+    counter(&t, "dscache_bytes_served_total", "Shard bytes sent in GET answers.",
+            tot.bytes_served);
+    counter(&t, "dscache_bytes_out_total", "Frame bytes written, every operation.",
+            sc->bytes_out);
+    add(&t, "# HELP dscache_requests_total Requests answered, by operation and status.\n"
+            "# TYPE dscache_requests_total counter\n");
+    for (int op = 0; op < DSC_SERVER_OPS; op++)
+        for (int st = 0; st < DSC_SERVER_STATUSES; st++)
+            if (sc->requests[op][st])
+                add(&t, "dscache_requests_total{op=\"%s\",status=\"%s\"} %llu\n",
+                    op == 0 ? "UNKNOWN" : dsc_opcode_name((uint32_t)op),
+                    dsc_status_name((uint32_t)st), (unsigned long long)sc->requests[op][st]);
+    counter(&t, "dscache_hits_total", "GETs answered from the store.", tot.hits);
+    counter(&t, "dscache_misses_total", "GETs that waited for a load.", tot.misses);
+    counter(&t, "dscache_evictions_total", "Shards evicted from the store.", tot.evictions);
+    counter(&t, "dscache_loads_total", "Shard loads that succeeded.", tot.loads);
+    counter(&t, "dscache_load_failures_total", "Shard loads that failed.", tot.load_failures);
+    counter(&t, "dscache_read_through_total", "Loads into a temporary buffer (store full).",
+            tot.read_through);
+    counter(&t, "dscache_connections_total", "Connections accepted.", sc->connections_total);
+    counter(&t, "dscache_protocol_errors_total", "Connections closed for a bad frame.",
+            sc->protocol_errors);
+    counter(&t, "dscache_backpressure_pauses_total",
+            "Times a connection stopped being read because its answers queued up.",
+            sc->paused_reads);
+    gauge(&t, "dscache_connections", "Open client connections.", sc->connections);
+    gauge(&t, "dscache_store_bytes", "Bytes allocated in the store.", si.used);
+    gauge(&t, "dscache_store_capacity_bytes", "Store capacity.", si.capacity);
+    gauge(&t, "dscache_cached_shards", "Shards resident in the store.", tot.cached_shards);
+    gauge(&t, "dscache_bad_shards", "Shards that failed validation.", tot.bad_shards);
+    gauge(&t, "dscache_datasets", "Datasets served.", tot.datasets);
+    gauge(&t, "dscache_shards", "Shards of the datasets served.", tot.shards);
+    gauge(&t, "dscache_ready", "1 once warm-up is done.",
+          src->ready && atomic_load(src->ready) ? 1 : 0);
+
+    dsc_load_histogram_t h;
+    dsc_catalog_load_histogram(src->cat, &h);
+    add(&t, "# HELP dscache_load_seconds Time to read and validate one shard.\n"
+            "# TYPE dscache_load_seconds histogram\n");
+    for (int i = 0; i < DSC_LOAD_BUCKETS; i++)
+        add(&t, "dscache_load_seconds_bucket{le=\"%g\"} %llu\n", dsc_load_bucket_bounds[i],
+            (unsigned long long)h.buckets[i]);
+    add(&t, "dscache_load_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)h.count);
+    add(&t, "dscache_load_seconds_sum %.9f\n", h.sum_seconds);
+    add(&t, "dscache_load_seconds_count %llu\n", (unsigned long long)h.count);
+    free(sc);
+    if (t.failed) {
+        free(t.p);
+        return NULL;
+    }
+    return t.p;
+}
+
+static enum MHD_Result reply(struct MHD_Connection *connection, unsigned code, char *body,
+                             int owned, const char *type) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        strlen(body), body, owned ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (r == NULL) {
+        if (owned)
+            free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", type);
+    enum MHD_Result ret = MHD_queue_response(connection, code, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls) {
+    (void)version;
+    (void)upload_data;
+    (void)upload_data_size;
+    (void)con_cls;
+    dsc_http_t *http = cls;
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return reply(connection, 405, "method not allowed\n", 0, "text/plain");
+    if (strcmp(url, "/metrics") == 0) {
+        char *text = dsc_http_metrics_text(&http->source);
+        if (text == NULL)
+            return reply(connection, 500, "out of memory\n", 0, "text/plain");
+        return reply(connection, 200, text, 1, "text/plain; version=0.0.4");
+    }
+    if (strcmp(url, "/healthz") == 0)
+        return reply(connection, 200, "ok\n", 0, "text/plain");
+    if (strcmp(url, "/readyz") == 0) {
+        int ready = http->source.ready && atomic_load(http->source.ready);
+        return reply(connection, ready ? 200 : 503, ready ? "ready\n" : "warming up\n", 0,
+                     "text/plain");
+    }
+    return reply(connection, 404, "not found\n", 0, "text/plain");
+}
+
+int dsc_http_start(const char *host, uint16_t port, const dsc_http_source_t *source,
+                   dsc_http_t **out) {
+    *out = NULL;
+    char port_text[8];
+    snprintf(port_text, sizeof port_text, "%u", (unsigned)port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE};
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(host, port_text, &hints, &res) != 0 || res == NULL)
+        return DSC_EINVAL;
+    dsc_http_t *http = calloc(1, sizeof *http);
+    if (http == NULL) {
+        freeaddrinfo(res);
+        return DSC_ENOMEM;
+    }
+    http->source = *source;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    if (res->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    http->daemon = MHD_start_daemon(flags, port, NULL, NULL, on_request, http,
+                                    MHD_OPTION_SOCK_ADDR, res->ai_addr,
+                                    MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+                                    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+    freeaddrinfo(res);
+    if (http->daemon == NULL) {
+        free(http);
+        return DSC_EADDRINUSE;
+    }
+    const union MHD_DaemonInfo *info =
+        MHD_get_daemon_info(http->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    http->port = info ? info->port : port;
+    *out = http;
+    return 0;
+}
+
+uint16_t dsc_http_port(const dsc_http_t *http) {
+    return http ? http->port : 0;
+}
+
+void dsc_http_stop(dsc_http_t *http) {
+    if (http == NULL)
+        return;
+    MHD_stop_daemon(http->daemon);
+    free(http);
+}

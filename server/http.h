@@ -1,0 +1,31 @@
+/* HTTP endpoints of dscached on their own port (libmicrohttpd, its own thread): /metrics in the
+ * Prometheus text exposition format, /healthz (alive), /readyz (warm-up done). */
+#ifndef DSC_SERVER_HTTP_H
+#define DSC_SERVER_HTTP_H
+
+#include "catalog.h"
+#include "server.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+typedef struct dsc_http dsc_http_t;
+
+typedef struct dsc_http_source {
+    dsc_catalog_t *cat;
+    dsc_server_t *server; /* may be NULL */
+    atomic_int *ready;    /* /readyz answers 200 once *ready != 0 */
+} dsc_http_source_t;
+
+/* Starts serving on host:port (0: a free port). Returns 0 and *out, DSC_EINVAL (host does not
+ * resolve), or DSC_EADDRINUSE (cannot bind). */
+int dsc_http_start(const char *host, uint16_t port, const dsc_http_source_t *source,
+                   dsc_http_t **out);
+uint16_t dsc_http_port(const dsc_http_t *http);
+/* Stops the thread and frees. NULL is a no-op. */
+void dsc_http_stop(dsc_http_t *http);
+
+/* Renders the metrics text (malloc'd, NUL-terminated) or NULL. Exposed for tests. */
+char *dsc_http_metrics_text(const dsc_http_source_t *source);
+
+#endif

@@ -1,0 +1,433 @@
+/* dscached: the cache server. Options (command line over an optional JSON config file), start-up
+ * (store, datasets, listeners, HTTP, warm-up), signals (SIGTERM/SIGINT drain and exit 0, SIGHUP
+ * rescans the dataset directories). */
+#include "catalog.h"
+#include "http.h"
+#include "log.h"
+#include "server.h"
+#include "store.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#define MAX_DIRS 256
+
+typedef struct options {
+    const char *dirs[MAX_DIRS];
+    int dir_count;
+    char listen[256];
+    char http[256];
+    uint64_t memory;
+    uint32_t threads;
+    uint32_t io_threads;
+    int warm;
+    const char *port_file;
+    const char *http_port_file;
+    dsc_policy_t policy;
+    int log_level;
+    uint64_t max_out;
+    uint32_t drain_seconds;
+} options_t;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dscached --data DIR [--data DIR ...] [options]\n"
+            "\n"
+            "Serves datasets (each DIR holds manifest.json and its shard files; the dataset name\n"
+            "comes from the manifest) from RAM over TCP.\n"
+            "\n"
+            "  --data DIR            a dataset directory (repeat for several datasets)\n"
+            "  --listen HOST:PORT    data port (default 127.0.0.1:7070; port 0 picks a free one)\n"
+            "  --http HOST:PORT      /metrics, /healthz, /readyz (default 127.0.0.1:7071;\n"
+            "                        port 0 picks a free one; \"off\" or \"0\" disables HTTP)\n"
+            "  --memory BYTES        store capacity, suffixes K M G T (default 1G)\n"
+            "  --threads N           event loops, each with its own SO_REUSEPORT socket\n"
+            "                        (default: the number of cores)\n"
+            "  --io-threads N        threads reading shard files (default 4)\n"
+            "  --warm                load every shard at start-up; /readyz answers 200 after\n"
+            "  --policy minio|lru    when the store is full: minio (default) keeps the resident\n"
+            "                        set and reads other shards through a temporary buffer;\n"
+            "                        lru evicts the least recently used unreferenced shards\n"
+            "  --max-out BYTES       queued response bytes per connection before its requests\n"
+            "                        stop being read (default 64M)\n"
+            "  --drain-seconds N     on SIGTERM, longest wait for in-flight answers (default 30)\n"
+            "  --port-file FILE      write the bound data port to FILE (temp file + rename)\n"
+            "  --http-port-file FILE write the bound HTTP port to FILE\n"
+            "  --log-level LEVEL     error, warn, info (default) or debug\n"
+            "  --config FILE         JSON object with the same keys (\"data\": [..], \"listen\",\n"
+            "                        \"http\", \"memory\", \"threads\", \"io_threads\", \"warm\",\n"
+            "                        \"policy\", \"max_out\", \"log_level\", \"drain_seconds\");\n"
+            "                        command-line options override it\n"
+            "  --help                this text\n"
+            "\n"
+            "Signals: SIGTERM/SIGINT stop accepting, finish in-flight answers and exit 0;\n"
+            "SIGHUP rereads every dataset directory's manifest.\n");
+}
+
+static int bad(const char *what, const char *value) {
+    fprintf(stderr, "dscached: invalid %s: %s (see --help)\n", what, value ? value : "(none)");
+    return DSC_EINVAL;
+}
+
+static int parse_u32(const char *text, uint32_t min, uint32_t max, uint32_t *out) {
+    if (text == NULL || *text < '0' || *text > '9')
+        return DSC_EINVAL;
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(text, &end, 10);
+    if (*end != '\0' || errno != 0 || v < min || v > max)
+        return DSC_EINVAL;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* Applies one option (from the command line or the config file). */
+static int apply(options_t *o, const char *key, const char *value) {
+    if (strcmp(key, "data") == 0) {
+        if (o->dir_count == MAX_DIRS)
+            return bad("--data (too many directories)", value);
+        o->dirs[o->dir_count++] = value;
+    } else if (strcmp(key, "listen") == 0) {
+        snprintf(o->listen, sizeof o->listen, "%s", value);
+    } else if (strcmp(key, "http") == 0) {
+        snprintf(o->http, sizeof o->http, "%s", value);
+    } else if (strcmp(key, "memory") == 0) {
+        if (dsc_parse_size(value, &o->memory) < 0 || o->memory == 0)
+            return bad("--memory", value);
+    } else if (strcmp(key, "max_out") == 0) {
+        if (dsc_parse_size(value, &o->max_out) < 0 || o->max_out == 0)
+            return bad("--max-out", value);
+    } else if (strcmp(key, "threads") == 0) {
+        if (parse_u32(value, 1, 1024, &o->threads) < 0)
+            return bad("--threads", value);
+    } else if (strcmp(key, "io_threads") == 0) {
+        if (parse_u32(value, 1, 256, &o->io_threads) < 0)
+            return bad("--io-threads", value);
+    } else if (strcmp(key, "drain_seconds") == 0) {
+        if (parse_u32(value, 1, 86400, &o->drain_seconds) < 0)
+            return bad("--drain-seconds", value);
+    } else if (strcmp(key, "policy") == 0) {
+        if (strcmp(value, "minio") == 0)
+            o->policy = DSC_POLICY_MINIO;
+        else if (strcmp(value, "lru") == 0)
+            o->policy = DSC_POLICY_LRU;
+        else
+            return bad("--policy", value);
+    } else if (strcmp(key, "log_level") == 0) {
+        int level = dsc__log_parse_level(value);
+        if (level < 0)
+            return bad("--log-level", value);
+        o->log_level = level;
+    } else if (strcmp(key, "port_file") == 0) {
+        o->port_file = value;
+    } else if (strcmp(key, "http_port_file") == 0) {
+        o->http_port_file = value;
+    } else if (strcmp(key, "warm") == 0) {
+        o->warm = strcmp(value, "1") == 0 || strcmp(value, "true") == 0;
+    } else {
+        fprintf(stderr, "dscached: unknown option: %s (see --help)\n", key);
+        return DSC_EINVAL;
+    }
+    return 0;
+}
+
+/* Config strings must outlive options_t: the parsed JSON is kept until exit. */
+static cJSON *config_json;
+
+static int load_config(options_t *o, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        fprintf(stderr, "dscached: --config %s: %s\n", path, strerror(errno));
+        return DSC_EINVAL;
+    }
+    char *text = malloc(1 << 20);
+    size_t len = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    if (text == NULL)
+        return DSC_ENOMEM;
+    text[len] = '\0';
+    config_json = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(config_json)) {
+        fprintf(stderr, "dscached: --config %s: not a JSON object\n", path);
+        return DSC_EINVAL;
+    }
+    static char numbers[64][32];
+    int used = 0;
+    cJSON *item;
+    cJSON_ArrayForEach(item, config_json) {
+        const char *key = item->string;
+        if (cJSON_IsArray(item)) {
+            cJSON *v;
+            cJSON_ArrayForEach(v, item) {
+                if (!cJSON_IsString(v) || apply(o, key, v->valuestring) < 0)
+                    return bad("config entry", key);
+            }
+        } else if (cJSON_IsString(item)) {
+            if (apply(o, key, item->valuestring) < 0)
+                return DSC_EINVAL;
+        } else if (cJSON_IsNumber(item) || cJSON_IsBool(item)) {
+            if (used == 64)
+                return bad("config (too many entries)", key);
+            char *buf = numbers[used++];
+            if (cJSON_IsBool(item))
+                snprintf(buf, 32, "%s", cJSON_IsTrue(item) ? "true" : "false");
+            else
+                snprintf(buf, 32, "%.0f", item->valuedouble);
+            if (apply(o, key, buf) < 0)
+                return DSC_EINVAL;
+        } else {
+            return bad("config entry", key);
+        }
+    }
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, options_t *o) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            exit(0);
+        }
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--config") == 0) {
+            if (i + 1 >= argc)
+                return bad("--config", NULL);
+            int rc = load_config(o, argv[i + 1]);
+            if (rc < 0)
+                return rc;
+        }
+    /* Directories given on the command line replace those of the config file. */
+    int cli_dirs = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strncmp(arg, "--", 2) != 0)
+            return bad("argument", arg);
+        if (strcmp(arg, "--warm") == 0) {
+            o->warm = 1;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return bad(arg, NULL);
+        const char *value = argv[++i];
+        if (strcmp(arg, "--config") == 0)
+            continue;
+        char key[64];
+        snprintf(key, sizeof key, "%s", arg + 2);
+        for (char *p = key; *p; p++)
+            if (*p == '-')
+                *p = '_';
+        if (strcmp(key, "data") == 0 && cli_dirs++ == 0)
+            o->dir_count = 0;
+        int rc = apply(o, key, value);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int write_port_file(const char *path, uint16_t port) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL)
+        return -errno;
+    fprintf(f, "%u\n", (unsigned)port);
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        int err = -errno;
+        unlink(tmp);
+        return err;
+    }
+    return 0;
+}
+
+/* ---- control loop: signals and warm-up ------------------------------------------------- */
+
+typedef struct control {
+    uv_loop_t loop;
+    uv_signal_t sigterm, sigint, sighup;
+    uv_work_t warm_work;
+    dsc_catalog_t *cat;
+    dsc_server_t *server;
+    atomic_int ready;
+    int stopping;
+} control_t;
+
+static void on_stop_signal(uv_signal_t *handle, int signum) {
+    control_t *ctl = handle->data;
+    if (ctl->stopping)
+        return;
+    ctl->stopping = 1;
+    LOG_INFO("signal %d: stopping: no new connections, finishing in-flight answers", signum);
+    dsc_server_stop(ctl->server);
+    uv_close((uv_handle_t *)&ctl->sigterm, NULL);
+    uv_close((uv_handle_t *)&ctl->sigint, NULL);
+    uv_close((uv_handle_t *)&ctl->sighup, NULL);
+}
+
+static void on_hup(uv_signal_t *handle, int signum) {
+    (void)signum;
+    control_t *ctl = handle->data;
+    LOG_INFO("SIGHUP: rescanning the dataset directories");
+    dsc_catalog_rescan(ctl->cat);
+}
+
+static void warm_work(uv_work_t *req) {
+    control_t *ctl = req->data;
+    dsc_catalog_warm_all(ctl->cat);
+}
+
+static void warm_done(uv_work_t *req, int status) {
+    control_t *ctl = req->data;
+    (void)status;
+    atomic_store(&ctl->ready, 1);
+    LOG_INFO("ready");
+}
+
+static int listen_addr(const char *text, char *host, size_t cap, uint16_t *port, int *off) {
+    *off = 0;
+    if (strcmp(text, "off") == 0 || strcmp(text, "0") == 0) {
+        *off = 1;
+        return 0;
+    }
+    return dsc_split_hostport(text, host, cap, port);
+}
+
+int main(int argc, char **argv) {
+    options_t o;
+    memset(&o, 0, sizeof o);
+    snprintf(o.listen, sizeof o.listen, "127.0.0.1:7070");
+    snprintf(o.http, sizeof o.http, "127.0.0.1:7071");
+    o.memory = UINT64_C(1) << 30;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    o.threads = cores > 0 ? (uint32_t)cores : 1;
+    o.io_threads = 4;
+    o.max_out = UINT64_C(64) << 20;
+    o.drain_seconds = 30;
+    o.log_level = DSC_LOG_INFO;
+    o.policy = DSC_POLICY_MINIO;
+
+    int exit_code = 1;
+    dsc_store_t *store = NULL;
+    dsc_catalog_t *cat = NULL;
+    dsc_server_t *server = NULL;
+    dsc_http_t *http = NULL;
+    control_t ctl;
+    memset(&ctl, 0, sizeof ctl);
+    int loop_ready = 0;
+
+    signal(SIGPIPE, SIG_IGN); /* a peer gone mid-write is an error return, not a signal */
+    if (parse_args(argc, argv, &o) < 0)
+        goto done;
+    dsc__log_level = o.log_level;
+    if (o.dir_count == 0) {
+        fprintf(stderr, "dscached: no --data directory given (see --help)\n");
+        goto done;
+    }
+    char listen_host[256], http_host[256];
+    uint16_t listen_port = 0, http_port = 0;
+    int listen_off, http_off;
+    if (listen_addr(o.listen, listen_host, sizeof listen_host, &listen_port, &listen_off) < 0 ||
+        listen_off) {
+        bad("--listen", o.listen);
+        goto done;
+    }
+    if (listen_addr(o.http, http_host, sizeof http_host, &http_port, &http_off) < 0) {
+        bad("--http", o.http);
+        goto done;
+    }
+
+    int rc = dsc_store_create(o.memory, &store);
+    if (rc < 0) {
+        LOG_ERROR("cannot reserve a store of %llu bytes: %s", (unsigned long long)o.memory,
+                  dsc_strerror(rc));
+        goto done;
+    }
+    dsc_catalog_options_t copt = {.policy = o.policy, .io_threads = o.io_threads};
+    if ((rc = dsc_catalog_create(store, &copt, &cat)) < 0) {
+        LOG_ERROR("cannot create the catalog: %s", dsc_strerror(rc));
+        goto done;
+    }
+    for (int i = 0; i < o.dir_count; i++) {
+        rc = dsc_catalog_add_dir(cat, o.dirs[i]);
+        if (rc < 0) {
+            LOG_ERROR("--data %s: %s", o.dirs[i], dsc_strerror(rc));
+            goto done;
+        }
+    }
+    dsc_server_options_t sopt = {.host = listen_host,
+                                 .port = listen_port,
+                                 .threads = o.threads,
+                                 .max_out = o.max_out,
+                                 .drain_seconds = o.drain_seconds,
+                                 .name = "dscached"};
+    if ((rc = dsc_server_start(cat, &sopt, &server)) < 0) {
+        LOG_ERROR("cannot listen on %s: %s", o.listen, dsc_strerror(rc));
+        goto done;
+    }
+    ctl.cat = cat;
+    ctl.server = server;
+    atomic_init(&ctl.ready, 0);
+    if (!http_off) {
+        dsc_http_source_t src = {.cat = cat, .server = server, .ready = &ctl.ready};
+        if ((rc = dsc_http_start(http_host, http_port, &src, &http)) < 0) {
+            LOG_ERROR("cannot serve HTTP on %s: %s", o.http, dsc_strerror(rc));
+            dsc_server_stop(server);
+            goto done;
+        }
+    }
+    LOG_INFO("dscached %s: listening on %s port %u (%u loops), HTTP %s port %u, store %llu "
+             "bytes, policy %s",
+             DSC_VERSION_STRING, listen_host, (unsigned)dsc_server_port(server), o.threads,
+             http_off ? "off" : http_host, (unsigned)dsc_http_port(http),
+             (unsigned long long)o.memory, o.policy == DSC_POLICY_LRU ? "lru" : "minio");
+
+    if (o.port_file && (rc = write_port_file(o.port_file, dsc_server_port(server))) < 0) {
+        LOG_ERROR("--port-file %s: %s", o.port_file, strerror(-rc));
+        dsc_server_stop(server);
+        goto done;
+    }
+    if (o.http_port_file && http &&
+        (rc = write_port_file(o.http_port_file, dsc_http_port(http))) < 0) {
+        LOG_ERROR("--http-port-file %s: %s", o.http_port_file, strerror(-rc));
+        dsc_server_stop(server);
+        goto done;
+    }
+    uv_loop_init(&ctl.loop);
+    loop_ready = 1;
+    uv_signal_init(&ctl.loop, &ctl.sigterm);
+    uv_signal_init(&ctl.loop, &ctl.sigint);
+    uv_signal_init(&ctl.loop, &ctl.sighup);
+    ctl.sigterm.data = ctl.sigint.data = ctl.sighup.data = &ctl;
+    uv_signal_start(&ctl.sigterm, on_stop_signal, SIGTERM);
+    uv_signal_start(&ctl.sigint, on_stop_signal, SIGINT);
+    uv_signal_start(&ctl.sighup, on_hup, SIGHUP);
+
+    if (o.warm) {
+        ctl.warm_work.data = &ctl;
+        uv_queue_work(&ctl.loop, &ctl.warm_work, warm_work, warm_done);
+    } else {
+        atomic_store(&ctl.ready, 1);
+    }
+    uv_run(&ctl.loop, UV_RUN_DEFAULT);
+    exit_code = 0;
+done:
+    dsc_server_destroy(server); /* joins the loops once they have drained */
+    dsc_http_stop(http);
+    if (loop_ready)
+        uv_loop_close(&ctl.loop);
+    dsc_catalog_destroy(cat);
+    dsc_store_destroy(store);
+    cJSON_Delete(config_json);
+    if (exit_code == 0)
+        LOG_INFO("stopped");
+    return exit_code;
+}

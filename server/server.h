@@ -1,0 +1,48 @@
+/* TCP front end of dscached: one libuv event loop per thread, each with its own SO_REUSEPORT
+ * listening socket, frame parsing, request dispatch, zero-copy GET answers out of the store,
+ * per-connection back-pressure, graceful drain. */
+#ifndef DSC_SERVER_SERVER_H
+#define DSC_SERVER_SERVER_H
+
+#include "catalog.h"
+
+#include <stdint.h>
+
+typedef struct dsc_server dsc_server_t;
+
+typedef struct dsc_server_options {
+    const char *host;       /* listen address (numeric or name) */
+    uint16_t port;          /* 0: pick a free port */
+    uint32_t threads;       /* event loops (>= 1) */
+    uint64_t max_out;       /* per-connection queued response bytes before reads pause */
+    uint32_t drain_seconds; /* stop: longest wait for in-flight responses (0: 30) */
+    const char *name;       /* server name sent in HELLO */
+} dsc_server_options_t;
+
+/* Binds the sockets and starts the loop threads. Returns 0 and *out, DSC_EADDRINUSE,
+ * DSC_EINVAL (address does not resolve), DSC_ENOMEM, or -errno from socket calls. */
+int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options,
+                     dsc_server_t **out);
+/* The bound data port. */
+uint16_t dsc_server_port(const dsc_server_t *srv);
+/* Asks every loop to stop accepting and to close each connection once its in-flight responses
+ * are sent (bounded by drain_seconds). Async-signal-unsafe, any thread, idempotent. */
+void dsc_server_stop(dsc_server_t *srv);
+/* Waits for the loop threads to end (after dsc_server_stop), then frees. NULL is a no-op. */
+void dsc_server_destroy(dsc_server_t *srv);
+
+/* Counters for /metrics. requests[op][status]: op is the opcode (unknown ones counted at 0),
+ * status a dsc_status_t. */
+#define DSC_SERVER_OPS 34
+#define DSC_SERVER_STATUSES 11
+typedef struct dsc_server_counters {
+    uint64_t connections;       /* open now */
+    uint64_t connections_total; /* accepted since start */
+    uint64_t requests[DSC_SERVER_OPS][DSC_SERVER_STATUSES];
+    uint64_t bytes_out;         /* frame bytes written, all opcodes */
+    uint64_t protocol_errors;   /* connections closed for a bad frame */
+    uint64_t paused_reads;      /* times a connection was paused by back-pressure */
+} dsc_server_counters_t;
+void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out);
+
+#endif
