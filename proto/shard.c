@@ -213,8 +213,8 @@ int dsc_shard_header_decode(const uint8_t *buf, size_t len, dsc_shard_header_t *
     h.chunk_samples = dsc_rd_u32(&r);
     uint8_t n = dsc_rd_u8(&r);
     const uint8_t *name = dsc_rd_bytes(&r, n);
-    if (name == NULL || n == 0 || n >= DSC_MAX_NAME)
-        return DSC_EBADHEADER;
+    if (name == NULL || !name_valid((const char *)name, n))
+        return DSC_EBADHEADER; /* checked on the stored bytes: a NUL inside must not cut it */
     memcpy(h.dataset, name, n);
     uint8_t field_count = dsc_rd_u8(&r);
     if (r.bad)
@@ -228,7 +228,7 @@ int dsc_shard_header_decode(const uint8_t *buf, size_t len, dsc_shard_header_t *
         name = dsc_rd_bytes(&r, n);
         if (name == NULL)
             return DSC_EBADHEADER;
-        if (n == 0 || n >= DSC_MAX_NAME)
+        if (!name_valid((const char *)name, n))
             return DSC_EBADSCHEMA;
         memcpy(field->name, name, n);
         field->dtype = dsc_rd_u8(&r);

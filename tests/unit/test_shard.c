@@ -346,6 +346,8 @@ static void test_specific_damage(void) {
     DAMAGE((d[10] = 1, reseal_header(d)), DSC_EBADHEADER);         /* unknown flag */
     DAMAGE((dsc_store_u32(d + 32, 0), reseal_header(d)), DSC_EBADHEADER); /* chunk_samples 0 */
     DAMAGE((d[37] = '/', reseal_header(d)), DSC_EBADHEADER);       /* dataset name char */
+    DAMAGE((d[40] = 0, reseal_header(d)), DSC_EBADHEADER);         /* NUL inside the name */
+    DAMAGE((d[52] = 0, reseal_header(d)), DSC_EBADSCHEMA);         /* NUL in a field name */
     /* Field 0 begins after the dataset name: 36 + 1 + 12 = 49 is field_count. */
     DAMAGE((d[49] = 0, reseal_header(d)), DSC_EBADSCHEMA);         /* no fields */
     DAMAGE((d[49] = 17, reseal_header(d)), DSC_EBADSCHEMA);        /* too many fields */
