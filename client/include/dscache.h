@@ -145,6 +145,9 @@ typedef struct dsc_loader_options {
     void *log_ctx;
     int log_level;            /* messages above this level are not formatted (default WARN) */
     double stats_log_seconds; /* > 0: an INFO log line with rates and stall % this often */
+    uint64_t cache_bytes;     /* bound on decoded chunk bytes kept for the batches ahead: a
+                                 shuffle window's chunks are fetched once while they fit
+                                 (default 256 MiB; 0 = default) */
 } dsc_loader_options_t;
 
 /* Fills *options with the defaults above (servers and dataset NULL). */

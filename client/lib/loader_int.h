@@ -1,0 +1,217 @@
+/* Loader internals shared by loader.c (API, scheduler, consumer), fetch.c (I/O threads),
+ * decode.c (checksum + lz4 + collate workers) and stats.c. One mutex guards the shared state;
+ * bulk work (network I/O, decoding, copying) runs outside it.
+ *
+ * Pipeline, per step of this rank (a batch, or an end-of-epoch marker), in stream order (seq):
+ *   scheduler: plan the step (sample ids -> chunk entries, new chunks queued for fetch) while
+ *              the decoded-chunk budget allows; give it slot seq % slot_count once free
+ *   I/O:       pop queued chunks (merging consecutive ones of a shard into one GET), send
+ *              within the in-flight budget, receive each chunk into a pooled buffer
+ *   workers:   verify + decompress received chunks; collate a slotted step once all its
+ *              chunks are decoded (then H2D with CUDA); drop chunks no planned step needs
+ *   consumer:  next() waits for step cons_seq to be READY (stall), hands it out, releases
+ *              the previous one. */
+#ifndef DSC_LOADER_INT_H
+#define DSC_LOADER_INT_H
+
+#include "conn.h"
+#include "cuda.h"
+#include "dscache.h"
+#include "log.h"
+#include "manifest.h"
+#include "placement.h"
+#include "plan.h"
+#include "slots.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+/* Chunk entry states. */
+enum { CH_QUEUED, CH_INFLIGHT, CH_RECEIVED, CH_DECODING, CH_READY };
+
+typedef struct dsc_chunk_ent {
+    uint64_t gid; /* global chunk id (dsc_sample_loc_t.chunk) */
+    uint32_t shard, shard_chunk, samples;
+    uint64_t raw_len;
+    int state;
+    int cancelled;  /* dropped by a restart while a thread held it: that thread frees it */
+    uint64_t refs;  /* sample needs of planned steps not yet collated */
+    uint32_t server;/* where it is queued or in flight (server_count = the fallback files) */
+    uint32_t tried; /* bit i: server i failed for it */
+    dsc_chunk_entry_t entry; /* as received */
+    uint8_t *stored;
+    size_t stored_cap;
+    uint8_t *raw;     /* decoded bytes (== stored for raw chunks) */
+    size_t raw_cap;   /* 0 when raw aliases stored */
+    struct dsc_chunk_ent *hnext; /* hash chain */
+    struct dsc_chunk_ent *qnext; /* fetch or decode queue */
+} dsc_chunk_ent_t;
+
+typedef struct dsc_chunk_queue {
+    dsc_chunk_ent_t *head, *tail;
+    uint64_t count;
+} dsc_chunk_queue_t;
+
+/* Step states. */
+enum { ST_PLANNED, ST_COLLATING, ST_READY, ST_HANDED };
+
+typedef struct dsc_step {
+    uint64_t seq;
+    uint64_t epoch;
+    uint64_t step;      /* batch number in the epoch */
+    uint64_t pos_after; /* global position once this step is consumed */
+    int eof;            /* end-of-epoch marker */
+    int state;
+    uint32_t count;
+    uint32_t scan;      /* samples before this index are known decoded */
+    uint64_t *ids;
+    dsc_chunk_ent_t **src;
+    uint32_t *in_chunk;
+} dsc_step_t;
+
+struct dsc_batch {
+    dsc_loader_t *loader;
+    uint32_t slot;
+    uint32_t samples;
+    uint64_t step;
+    uint64_t seq;
+    uint64_t *indices;
+    int handed; /* between next() and its release */
+};
+
+typedef struct dsc_slot {
+    uint8_t *host;
+    size_t host_bytes;
+    int host_cuda; /* host came from cudaHostAlloc */
+    int locked;
+    uint8_t *dev;
+    dsc_cuda_slot_t ev;
+    uint64_t owner; /* seq using it, or SLOT_FREE */
+    dsc_batch_t batch;
+} dsc_slot_t;
+#define SLOT_FREE UINT64_MAX
+
+typedef struct dsc_server {
+    char addr[DSC_MEMBER_MAX];
+    int alive;
+    double retry_at;  /* monotonic seconds: reconnect not before */
+    dsc_chunk_queue_t queue;
+} dsc_server_t;
+
+/* One outstanding GET on a connection. */
+#define IO_MAX_MERGE 16
+typedef struct dsc_io_req {
+    uint64_t id;
+    uint32_t count;
+    dsc_chunk_ent_t *chunks[IO_MAX_MERGE];
+} dsc_io_req_t;
+
+#define IO_MAX_OUTSTANDING 64
+typedef struct dsc_io {
+    dsc_loader_t *loader;
+    uint32_t server; /* server index, or server_count for the fallback files */
+    pthread_t thread;
+    int started;
+    dsc_conn_t *conn;
+    uint64_t next_id;
+    dsc_io_req_t out[IO_MAX_OUTSTANDING]; /* outstanding requests, unordered */
+    uint32_t out_count;
+} dsc_io_t;
+
+/* Shard files for the fallback path: opened on first use. */
+typedef struct dsc_file_shard {
+    int fd; /* -1 until opened */
+    int failed;
+    uint64_t chunk_count;
+    uint8_t *index; /* chunk_count entries */
+} dsc_file_shard_t;
+
+struct dsc_loader {
+    /* Configuration (immutable after create). */
+    dsc_loader_options_t opt;
+    char *dataset;
+    char *fallback;
+    dsc_logger_t log;
+    dsc_manifest_t *manifest;
+    uint64_t samples;
+    uint64_t sample_bytes;
+    uint32_t field_count;
+    uint64_t field_off[DSC_MAX_FIELDS]; /* offset of field f's array inside a slot */
+    uint64_t cache_bytes;
+    uint32_t step_cap;
+    dsc_members_t members;
+    uint32_t server_count;
+    dsc_server_t *servers; /* server_count + 1 (the last: fallback files) */
+    dsc_file_shard_t *files;
+    pthread_mutex_t files_lock;
+    dsc_bufpool_t pool;
+    dsc_cuda_t *cuda;
+    void *user_stream;
+
+    /* Threads. */
+    uint32_t io_count;
+    dsc_io_t *io;
+    uint32_t worker_count;
+    pthread_t *workers;
+    uint32_t workers_started;
+    pthread_t sched;
+    int sched_started;
+
+    /* Shared state, under lock. */
+    pthread_mutex_t lock;
+    pthread_cond_t sched_cv, io_cv, work_cv, cons_cv;
+    int stop;
+    int error;
+    dsc_chunk_ent_t **buckets;
+    uint64_t bucket_mask;
+    uint64_t held_bytes;     /* raw bytes of chunk entries in the table */
+    uint64_t inflight_used;  /* raw bytes sent for but not yet decoded */
+    dsc_chunk_queue_t decode_queue;
+    dsc_step_t *steps;       /* ring of step_cap */
+    uint64_t plan_seq;       /* next seq to plan */
+    uint64_t slot_seq;       /* next seq to get a slot */
+    uint64_t cons_seq;       /* next seq to hand out */
+    uint64_t retired_seq;    /* steps below were released */
+    uint32_t collating;
+    dsc_order_t *order;
+    uint64_t plan_epoch;
+    dsc_split_t plan_split;
+    uint64_t plan_step;
+    uint64_t plan_step_base;
+    uint32_t slot_count;
+    dsc_slot_t *slots;
+    size_t slot_bytes;
+    dsc_batch_t *current;    /* handed out, not yet released */
+    uint64_t cons_epoch, cons_pos;
+
+    /* Statistics (under lock). */
+    dsc_stats_t st;
+    double created_at;
+    double last_return; /* when next() last returned (compute time starts) */
+    double last_log;
+    uint64_t last_log_samples;
+    double last_log_stall, last_log_compute;
+};
+
+/* loader.c */
+void dsc__loader_fail(dsc_loader_t *loader, int err); /* under lock: first error wins */
+void dsc__chunk_free(dsc_loader_t *loader, dsc_chunk_ent_t *ent); /* buffers + struct */
+void dsc__chunk_unlink(dsc_loader_t *loader, dsc_chunk_ent_t *ent); /* from the table */
+/* Picks the server for a chunk (first alive owner not yet tried; fallback files; or -1). */
+int dsc__route_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent);
+void dsc__queue_push(dsc_chunk_queue_t *q, dsc_chunk_ent_t *ent);
+dsc_chunk_ent_t *dsc__queue_pop(dsc_chunk_queue_t *q);
+
+/* fetch.c */
+void *dsc__io_main(void *arg);
+/* Fetches and parses the manifest: from the first server that answers, else the fallback
+ * directory. Returns 0 or DSC_E*. */
+int dsc__fetch_manifest(dsc_loader_t *loader);
+
+/* decode.c */
+void *dsc__worker_main(void *arg);
+
+/* stats.c */
+void dsc__stats_maybe_log(dsc_loader_t *loader, double now); /* under lock */
+
+#endif

@@ -1,0 +1,52 @@
+/* Client library logging (see log.h). */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static int env_level(void) {
+    const char *v = getenv("DSCACHE_LOG");
+    if (v == NULL || *v == '\0')
+        return -1;
+    if (strcasecmp(v, "error") == 0)
+        return DSC_LOG_ERROR;
+    if (strcasecmp(v, "warn") == 0 || strcasecmp(v, "warning") == 0)
+        return DSC_LOG_WARN;
+    if (strcasecmp(v, "info") == 0)
+        return DSC_LOG_INFO;
+    if (strcasecmp(v, "debug") == 0)
+        return DSC_LOG_DEBUG;
+    return DSC_LOG_WARN;
+}
+
+void dsc__logger_init(dsc_logger_t *logger, dsc_log_fn fn, void *ctx, int level) {
+    logger->fn = fn;
+    logger->ctx = ctx;
+    if (fn != NULL) {
+        logger->level = level;
+        int env = env_level(); /* the variable can raise the level of a callback too */
+        if (env > logger->level)
+            logger->level = env;
+    } else {
+        logger->level = env_level();
+    }
+}
+
+void dsc__log(const dsc_logger_t *logger, int level, const char *fmt, ...) {
+    if (level > logger->level)
+        return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (logger->fn != NULL) {
+        logger->fn(logger->ctx, level, line);
+        return;
+    }
+    static const char *names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
+    fprintf(stderr, "dscache %s: %s\n", names[level < 0 ? 0 : level > 3 ? 3 : level], line);
+}

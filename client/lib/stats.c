@@ -1,0 +1,115 @@
+/* Loader statistics: the stats struct, Prometheus text, and the periodic INFO line. */
+#include "loader_int.h"
+#include "util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Copies the counters and fills the derived fields. Under lock. */
+static void snapshot(const dsc_loader_t *loader, dsc_stats_t *s) {
+    *s = loader->st;
+    s->struct_size = sizeof *s;
+    double now = dsc_now_s();
+    s->wall_seconds = now - loader->created_at;
+    double busy = s->stall_seconds + s->compute_seconds;
+    s->stall_fraction = busy > 0 ? s->stall_seconds / busy : 0;
+}
+
+DSC_EXTERN int dsc_loader_stats(const dsc_loader_t *loader, dsc_stats_t *out) {
+    if (loader == NULL || out == NULL || out->struct_size < offsetof(dsc_stats_t, h2d_seconds) +
+                                                                sizeof(double))
+        return DSC_EINVAL;
+    dsc_loader_t *l = (dsc_loader_t *)loader;
+    dsc_stats_t s;
+    pthread_mutex_lock(&l->lock);
+    snapshot(l, &s);
+    pthread_mutex_unlock(&l->lock);
+    size_t n = out->struct_size < sizeof s ? out->struct_size : sizeof s;
+    size_t caller = out->struct_size;
+    memcpy(out, &s, n);
+    out->struct_size = caller;
+    return 0;
+}
+
+typedef struct text_buf {
+    char *buf;
+    size_t cap;
+    size_t len; /* needed so far (may exceed cap) */
+} text_buf_t;
+
+__attribute__((format(printf, 2, 3))) static void put(text_buf_t *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *dst = t->len < t->cap ? t->buf + t->len : NULL;
+    int n = vsnprintf(dst, dst ? t->cap - t->len : 0, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        t->len += (size_t)n;
+}
+
+static void metric(text_buf_t *t, const char *name, const char *type, const char *help,
+                   const char *dataset, double value) {
+    put(t, "# HELP dscache_loader_%s %s\n# TYPE dscache_loader_%s %s\n", name, help, name, type);
+    put(t, "dscache_loader_%s{dataset=\"%s\"} %.17g\n", name, dataset, value);
+}
+
+DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, size_t cap) {
+    if (loader == NULL || (buf == NULL && cap > 0))
+        return DSC_EINVAL;
+    dsc_stats_t s;
+    dsc_loader_t *l = (dsc_loader_t *)loader;
+    pthread_mutex_lock(&l->lock);
+    snapshot(l, &s);
+    pthread_mutex_unlock(&l->lock);
+    text_buf_t t = {buf, cap, 0};
+    const char *ds = loader->dataset;
+    metric(&t, "epoch", "gauge", "Current epoch.", ds, (double)s.epoch);
+    metric(&t, "batches_total", "counter", "Batches handed out.", ds, (double)s.batches);
+    metric(&t, "samples_total", "counter", "Samples handed out.", ds, (double)s.samples);
+    metric(&t, "bytes_total", "counter", "Decoded batch bytes handed out.", ds, (double)s.bytes);
+    metric(&t, "wire_bytes_total", "counter", "Bytes received from servers or files.", ds,
+           (double)s.wire_bytes);
+    metric(&t, "requests_total", "counter", "GET requests sent.", ds, (double)s.requests);
+    metric(&t, "retries_total", "counter", "Requests re-sent after a failure.", ds,
+           (double)s.retries);
+    metric(&t, "failovers_total", "counter", "Requests moved to another replica.", ds,
+           (double)s.failovers);
+    metric(&t, "checksum_failures_total", "counter", "Chunks failing verification.", ds,
+           (double)s.checksum_failures);
+    metric(&t, "stall_seconds_total", "counter", "Time the trainer waited inside next().", ds,
+           s.stall_seconds);
+    metric(&t, "compute_seconds_total", "counter", "Time the trainer spent between next() calls.",
+           ds, s.compute_seconds);
+    metric(&t, "stall_fraction", "gauge", "stall / (stall + compute).", ds, s.stall_fraction);
+    metric(&t, "network_seconds_total", "counter", "Summed time waiting on responses.", ds,
+           s.network_seconds);
+    metric(&t, "decode_seconds_total", "counter", "Summed checksum + decompression time.", ds,
+           s.decode_seconds);
+    metric(&t, "collate_seconds_total", "counter", "Summed time copying into batch slots.", ds,
+           s.collate_seconds);
+    metric(&t, "h2d_seconds_total", "counter", "Summed host-to-device copy time.", ds,
+           s.h2d_seconds);
+    if (t.len > (size_t)INT32_MAX)
+        return DSC_EOVERFLOW;
+    return (int)t.len;
+}
+
+void dsc__stats_maybe_log(dsc_loader_t *loader, double now) {
+    double period = loader->opt.stats_log_seconds;
+    if (period <= 0 || now - loader->last_log < period || DSC_LOG_INFO > loader->log.level)
+        return;
+    double dt = now - loader->last_log;
+    uint64_t samples = loader->st.samples - loader->last_log_samples;
+    double stall = loader->st.stall_seconds - loader->last_log_stall;
+    double compute = loader->st.compute_seconds - loader->last_log_compute;
+    double busy = stall + compute;
+    DSC_LOG(&loader->log, DSC_LOG_INFO,
+            "loader %s: epoch %llu, %.0f samples/s, %.1f MB/s, stall %.1f%%", loader->dataset,
+            (unsigned long long)loader->st.epoch, samples / dt,
+            samples * (double)loader->sample_bytes / dt / 1e6, busy > 0 ? 100 * stall / busy : 0);
+    loader->last_log = now;
+    loader->last_log_samples = loader->st.samples;
+    loader->last_log_stall = loader->st.stall_seconds;
+    loader->last_log_compute = loader->st.compute_seconds;
+}

@@ -1,0 +1,441 @@
+/* Loader checks against a real server (driven by tests/integration/test_loader_*.sh): every
+ * batch's bytes equal the dataset's shard files; exactly-once per epoch across ranks; same seed
+ * same order; resume and elastic resume; a clear error when the server dies; bounded memory.
+ * usage: loader_check MODE --servers S --dataset NAME --dir DATASET_DIR [options]
+ *   modes: once | order | resume | elastic | kill | rss */
+#include "dscache.h"
+#include "manifest.h"
+#include "shard.h"
+#include "testlib.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *servers, *dataset, *dir;
+static uint32_t batch = 16, prefetch = 4, threads = 2, window = 0, conns = 2;
+static uint64_t seed = 1, inflight = 0, cache = 0;
+static int shuffle = 1;
+static double slow_ms = 0;
+static uint64_t rss_bound_mb = 0;
+
+/* The whole dataset decoded from its shard files, sample-major. */
+static uint8_t *source;
+static uint64_t source_samples, sample_bytes;
+static dsc_schema_t schema;
+static uint64_t field_in_sample[DSC_MAX_FIELDS];
+
+static void load_source(void) {
+    dsc_manifest_t *m = NULL;
+    REQUIRE(dsc_manifest_load(dir, &m) == 0);
+    schema = m->schema;
+    sample_bytes = m->schema.sample_bytes;
+    source_samples = m->samples;
+    uint64_t off = 0;
+    for (uint32_t f = 0; f < schema.field_count; f++) {
+        field_in_sample[f] = off;
+        off += schema.fields[f].sample_bytes;
+    }
+    source = malloc(source_samples * sample_bytes);
+    REQUIRE(source != NULL);
+    uint64_t first = 0;
+    for (uint32_t s = 0; s < m->shard_count; s++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, m->shards[s].file);
+        FILE *fp = fopen(path, "rb");
+        REQUIRE(fp != NULL);
+        fseek(fp, 0, SEEK_END);
+        long size = ftell(fp);
+        fseek(fp, 0, SEEK_SET);
+        uint8_t *buf = malloc((size_t)size);
+        REQUIRE(buf && fread(buf, 1, (size_t)size, fp) == (size_t)size);
+        fclose(fp);
+        dsc_shard_view_t view;
+        REQUIRE(dsc_shard_parse(buf, (uint64_t)size, &view) == 0);
+        for (uint32_t c = 0; c < view.footer.chunk_count; c++) {
+            dsc_chunk_entry_t e;
+            REQUIRE(dsc_shard_chunk(&view, c, &e) == 0);
+            uint8_t *raw = malloc(e.raw_len);
+            REQUIRE(dsc_chunk_decode(&e, dsc_shard_chunk_data(&view, &e), raw, e.raw_len) ==
+                    (int)e.raw_len);
+            for (uint32_t k = 0; k < e.sample_count; k++)
+                for (uint32_t f = 0; f < schema.field_count; f++) {
+                    uint64_t fsb = schema.fields[f].sample_bytes;
+                    memcpy(source + (first + e.first_sample + k) * sample_bytes +
+                               field_in_sample[f],
+                           raw + dsc_schema_field_offset(&schema, f, e.sample_count) + k * fsb,
+                           fsb);
+                }
+            free(raw);
+        }
+        first += m->shards[s].samples;
+        free(buf);
+    }
+    REQUIRE(first == source_samples);
+    dsc_manifest_free(m);
+}
+
+static dsc_loader_t *open_loader(uint32_t rank, uint32_t world, int drop_last) {
+    dsc_loader_options_t o;
+    dsc_loader_options_init(&o);
+    o.servers = servers;
+    o.dataset = dataset;
+    o.batch_size = batch;
+    o.seed = seed;
+    o.rank = rank;
+    o.world_size = world;
+    o.shuffle = shuffle;
+    o.shuffle_window = window;
+    o.drop_last = drop_last;
+    o.prefetch_batches = prefetch;
+    o.decode_threads = threads;
+    o.connections = conns;
+    o.timeout_ms = 3000;
+    if (inflight)
+        o.inflight_bytes = inflight;
+    if (cache)
+        o.cache_bytes = cache;
+    dsc_loader_t *l = NULL;
+    int rc = dsc_loader_create(&o, &l);
+    if (rc < 0) {
+        fprintf(stderr, "dsc_loader_create: %s (%s)\n", dsc_strerror(rc), dsc_err_name(rc));
+        exit(1);
+    }
+    return l;
+}
+
+/* Checks one batch's bytes against the source. */
+static int verify_batch(dsc_loader_t *l, dsc_batch_t *b) {
+    uint32_t n = dsc_batch_samples(b);
+    const uint64_t *idx = dsc_batch_indices(b);
+    int bad = 0;
+    for (uint32_t f = 0; f < dsc_loader_field_count(l); f++) {
+        dsc_tensor_view_t v;
+        REQUIRE(dsc_batch_field(b, f, &v) == 0);
+        uint64_t fsb = schema.fields[f].sample_bytes;
+        CHECK(v.shape[0] == n && v.bytes == fsb * n && v.device == -1);
+        CHECK(v.ndim == 1u + schema.fields[f].ndim && v.dtype == schema.fields[f].dtype);
+        for (uint32_t k = 0; k < n; k++) {
+            if (idx[k] >= source_samples ||
+                memcmp((uint8_t *)v.data + k * fsb,
+                       source + idx[k] * sample_bytes + field_in_sample[f], fsb) != 0)
+                bad++;
+        }
+    }
+    if (bad)
+        fprintf(stderr, "batch %llu: %d sample field(s) differ from the source\n",
+                (unsigned long long)dsc_batch_step(b), bad);
+    CHECK(bad == 0);
+    return bad;
+}
+
+/* Runs up to max_steps batches (UINT64_MAX: to the end of the epoch), appending the indices
+ * to seq (if not NULL) and counting them in count (if not NULL). Returns batches, or a negative
+ * error from next(). */
+static int64_t run(dsc_loader_t *l, uint64_t max_steps, uint64_t *seq, uint64_t *seq_len,
+                   uint32_t *count) {
+    int64_t steps = 0;
+    while ((uint64_t)steps < max_steps) {
+        dsc_batch_t *b;
+        int rc = dsc_loader_next(l, &b);
+        if (rc == DSC_EOF)
+            break;
+        if (rc < 0)
+            return rc;
+        verify_batch(l, b);
+        uint32_t n = dsc_batch_samples(b);
+        const uint64_t *idx = dsc_batch_indices(b);
+        for (uint32_t k = 0; k < n; k++) {
+            if (seq)
+                seq[(*seq_len)++] = idx[k];
+            if (count && idx[k] < source_samples)
+                count[idx[k]]++;
+        }
+        if (slow_ms > 0)
+            usleep((useconds_t)(slow_ms * 1000));
+        steps++;
+    }
+    return steps;
+}
+
+static int mode_once(void) {
+    static const uint32_t worlds[] = {1, 3, 8};
+    uint32_t *count = calloc(source_samples, sizeof(uint32_t));
+    for (size_t wi = 0; wi < 3; wi++)
+        for (int drop = 0; drop <= 1; drop++) {
+            uint32_t w = worlds[wi];
+            memset(count, 0, source_samples * sizeof(uint32_t));
+            uint64_t seen = 0, expect_len = 0;
+            for (uint32_t r = 0; r < w; r++) {
+                dsc_loader_t *l = open_loader(r, w, drop);
+                expect_len = dsc_loader_len(l);
+                int64_t steps = run(l, UINT64_MAX, NULL, NULL, count);
+                CHECK(steps >= 0);
+                CHECK_EQ_INT(steps, expect_len);
+                dsc_loader_destroy(l);
+            }
+            uint64_t once = 0, twice = 0, more = 0;
+            for (uint64_t i = 0; i < source_samples; i++) {
+                seen += count[i];
+                once += count[i] == 1;
+                twice += count[i] == 2;
+                more += count[i] > 2;
+            }
+            uint64_t n = source_samples;
+            CHECK(more == 0);
+            if (drop) {
+                CHECK(twice == 0);
+                CHECK(n - once < (uint64_t)batch * w);
+            } else {
+                uint64_t pad = (w - n % w) % w;
+                CHECK_EQ_INT(once + twice, n);
+                CHECK_EQ_INT(twice, pad);
+            }
+            printf("world %u drop_last %d: %llu samples seen, %llu once, %llu twice\n", w, drop,
+                   (unsigned long long)seen, (unsigned long long)once,
+                   (unsigned long long)twice);
+        }
+    free(count);
+    return TEST_DONE();
+}
+
+static int mode_order(void) {
+    uint64_t n = source_samples + batch;
+    uint64_t *a = malloc(n * 8), *b = malloc(n * 8), la = 0, lb = 0;
+    dsc_loader_t *l = open_loader(0, 1, 0);
+    CHECK(run(l, UINT64_MAX, a, &la, NULL) >= 0);
+    CHECK_EQ_INT(la, source_samples);
+    /* After DSC_EOF the stream continues with the next epoch: another order. */
+    CHECK(run(l, UINT64_MAX, b, &lb, NULL) >= 0);
+    CHECK_EQ_INT(lb, source_samples);
+    CHECK(memcmp(a, b, la * 8) != 0);
+    /* set_epoch(0) goes back to the first order. */
+    REQUIRE(dsc_loader_set_epoch(l, 0) == 0);
+    lb = 0;
+    CHECK(run(l, UINT64_MAX, b, &lb, NULL) >= 0);
+    CHECK(la == lb && memcmp(a, b, la * 8) == 0);
+    dsc_stats_t st = {.struct_size = sizeof st};
+    REQUIRE(dsc_loader_stats(l, &st) == 0);
+    CHECK(st.batches > 0 && st.samples == 3 * source_samples && st.wire_bytes > 0);
+    char text[8192];
+    int tl = dsc_loader_metrics_text(l, text, sizeof text);
+    CHECK(tl > 0 && tl < (int)sizeof text && strstr(text, "dscache_loader_batches_total") != NULL);
+    dsc_loader_destroy(l);
+    /* Same seed: same order in another loader; other seed: another order. */
+    l = open_loader(0, 1, 0);
+    lb = 0;
+    CHECK(run(l, UINT64_MAX, b, &lb, NULL) >= 0);
+    CHECK(la == lb && memcmp(a, b, la * 8) == 0);
+    dsc_loader_destroy(l);
+    seed++;
+    l = open_loader(0, 1, 0);
+    lb = 0;
+    CHECK(run(l, UINT64_MAX, b, &lb, NULL) >= 0);
+    CHECK(la == lb && memcmp(a, b, la * 8) != 0);
+    dsc_loader_destroy(l);
+    seed--;
+    free(a);
+    free(b);
+    return TEST_DONE();
+}
+
+static int mode_resume(void) {
+    uint64_t n = source_samples + batch;
+    uint64_t *a = malloc(n * 8), *b = malloc(n * 8);
+    dsc_loader_t *l = open_loader(0, 1, 0);
+    uint64_t la = 0;
+    CHECK(run(l, UINT64_MAX, a, &la, NULL) >= 0);
+    dsc_loader_destroy(l);
+    uint64_t steps = (la + batch - 1) / batch;
+    uint64_t points[] = {1, steps / 3, steps - 1, steps};
+    for (int i = 0; i < 4; i++) {
+        uint64_t k = points[i];
+        l = open_loader(0, 1, 0);
+        uint64_t lb = 0;
+        CHECK(run(l, k, b, &lb, NULL) == (int64_t)k);
+        uint8_t state[DSC_STATE_MAX_BYTES];
+        int len = dsc_loader_state_save(l, state, sizeof state);
+        REQUIRE(len > 0 && len <= DSC_STATE_MAX_BYTES);
+        dsc_loader_destroy(l);
+        l = open_loader(0, 1, 0);
+        REQUIRE(dsc_loader_state_load(l, state, (size_t)len) == 0);
+        CHECK(run(l, UINT64_MAX, b, &lb, NULL) >= 0);
+        CHECK(la == lb && memcmp(a, b, la * 8) == 0);
+        /* Bad states are refused. */
+        state[10] ^= 1;
+        CHECK(dsc_loader_state_load(l, state, (size_t)len) == DSC_EBADSTATE);
+        CHECK(dsc_loader_state_load(l, state, 3) == DSC_EBADSTATE);
+        dsc_loader_destroy(l);
+    }
+    free(a);
+    free(b);
+    return TEST_DONE();
+}
+
+static int mode_elastic(void) {
+    static const uint32_t targets[] = {4, 16};
+    uint32_t *count = calloc(source_samples, sizeof(uint32_t));
+    for (size_t t = 0; t < 2; t++) {
+        memset(count, 0, source_samples * sizeof(uint32_t));
+        const uint64_t k = 3;
+        uint8_t state[DSC_STATE_MAX_BYTES], first_state[DSC_STATE_MAX_BYTES];
+        int len = 0;
+        for (uint32_t r = 0; r < 8; r++) {
+            dsc_loader_t *l = open_loader(r, 8, 0);
+            CHECK(run(l, k, NULL, NULL, count) == (int64_t)k);
+            len = dsc_loader_state_save(l, state, sizeof state);
+            if (r == 0)
+                memcpy(first_state, state, sizeof state);
+            else
+                CHECK(memcmp(first_state, state, (size_t)len) == 0); /* same on every rank */
+            dsc_loader_destroy(l);
+        }
+        uint32_t w = targets[t];
+        for (uint32_t r = 0; r < w; r++) {
+            dsc_loader_t *l = open_loader(r, w, 0);
+            REQUIRE(dsc_loader_state_load(l, state, (size_t)len) == 0);
+            CHECK(run(l, UINT64_MAX, NULL, NULL, count) >= 0);
+            dsc_loader_destroy(l);
+        }
+        uint64_t missing = 0, dup = 0;
+        uint64_t rest = source_samples - k * batch * 8;
+        for (uint64_t i = 0; i < source_samples; i++) {
+            missing += count[i] == 0;
+            dup += count[i] > 1 ? count[i] - 1 : 0;
+        }
+        CHECK(missing == 0);
+        CHECK_EQ_INT(dup, (w - rest % w) % w);
+        printf("elastic 8 -> %u: missing %llu, duplicated %llu (padding)\n", w,
+               (unsigned long long)missing, (unsigned long long)dup);
+    }
+    free(count);
+    return TEST_DONE();
+}
+
+/* The script kills the server while this runs slowly: every batch before the error is
+ * correct, the error is a clear code, and it stays. */
+static int mode_kill(void) {
+    dsc_loader_t *l = open_loader(0, 1, 0);
+    int64_t good = 0;
+    int rc = 0;
+    for (int epoch = 0; epoch < 1000 && rc == 0; epoch++) {
+        int64_t r = run(l, UINT64_MAX, NULL, NULL, NULL);
+        if (r < 0)
+            rc = (int)r;
+        else
+            good += r;
+    }
+    printf("batches before the error: %lld, error %s (%s)\n", (long long)good, dsc_err_name(rc),
+           dsc_strerror(rc));
+    CHECK(rc < 0 && rc != DSC_EOF);
+    CHECK(rc == DSC_EUNAVAIL || rc == DSC_ECONNRESET || rc == DSC_ECLOSED || rc == DSC_EPIPE ||
+          rc == DSC_ECONNREFUSED || rc == DSC_EALLDOWN || rc == DSC_ETIMEDOUT);
+    dsc_batch_t *b;
+    CHECK(dsc_loader_next(l, &b) == rc); /* the loader stays failed */
+    dsc_loader_destroy(l);
+    return TEST_DONE();
+}
+
+static uint64_t rss_kb(void) {
+    FILE *fp = fopen("/proc/self/status", "r");
+    char line[256];
+    uint64_t kb = 0;
+    while (fp && fgets(line, sizeof line, fp))
+        if (strncmp(line, "VmRSS:", 6) == 0)
+            kb = strtoull(line + 6, NULL, 10);
+    if (fp)
+        fclose(fp);
+    return kb;
+}
+
+/* Memory stays within the configured bound however big the dataset: the source is not
+ * loaded here (bytes are checked by the other modes). */
+static int mode_rss(void) {
+    dsc_loader_t *l = open_loader(0, 1, 0);
+    dsc_batch_t *b;
+    REQUIRE(dsc_loader_next(l, &b) == 0);
+    uint64_t before = rss_kb();
+    uint64_t batches = 0, bytes = 0;
+    int rc;
+    while ((rc = dsc_loader_next(l, &b)) == 0) {
+        batches++;
+        bytes += dsc_batch_samples(b) * sample_bytes;
+    }
+    uint64_t after = rss_kb();
+    dsc_stats_t st = {.struct_size = sizeof st};
+    dsc_loader_stats(l, &st);
+    printf("rss: %llu KiB after the first batch, %llu KiB after %llu batches (%.1f MiB of "
+           "batches, %.1f MiB received); bound %llu MiB\n",
+           (unsigned long long)before, (unsigned long long)after, (unsigned long long)batches,
+           bytes / 1048576.0, st.wire_bytes / 1048576.0, (unsigned long long)rss_bound_mb);
+    CHECK(rc == DSC_EOF);
+    CHECK(after <= rss_bound_mb * 1024);
+    CHECK(after < before + rss_bound_mb * 1024);
+    dsc_loader_destroy(l);
+    return TEST_DONE();
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: loader_check MODE --servers S --dataset N --dir D [...]\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    for (int i = 2; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        if (!strcmp(k, "--servers"))
+            servers = v;
+        else if (!strcmp(k, "--dataset"))
+            dataset = v;
+        else if (!strcmp(k, "--dir"))
+            dir = v;
+        else if (!strcmp(k, "--batch"))
+            batch = (uint32_t)atoi(v);
+        else if (!strcmp(k, "--seed"))
+            seed = strtoull(v, NULL, 10);
+        else if (!strcmp(k, "--window"))
+            window = (uint32_t)atoi(v);
+        else if (!strcmp(k, "--shuffle"))
+            shuffle = atoi(v);
+        else if (!strcmp(k, "--prefetch"))
+            prefetch = (uint32_t)atoi(v);
+        else if (!strcmp(k, "--threads"))
+            threads = (uint32_t)atoi(v);
+        else if (!strcmp(k, "--connections"))
+            conns = (uint32_t)atoi(v);
+        else if (!strcmp(k, "--inflight"))
+            inflight = strtoull(v, NULL, 10);
+        else if (!strcmp(k, "--cache"))
+            cache = strtoull(v, NULL, 10);
+        else if (!strcmp(k, "--slow-ms"))
+            slow_ms = atof(v);
+        else if (!strcmp(k, "--rss-mb"))
+            rss_bound_mb = strtoull(v, NULL, 10);
+        else {
+            fprintf(stderr, "loader_check: unknown option %s\n", k);
+            return 2;
+        }
+    }
+    REQUIRE(servers && dataset && dir);
+    if (strcmp(mode, "rss") == 0) {
+        dsc_manifest_t *m = NULL;
+        REQUIRE(dsc_manifest_load(dir, &m) == 0);
+        sample_bytes = m->schema.sample_bytes;
+        dsc_manifest_free(m);
+        return mode_rss();
+    }
+    load_source();
+    if (!strcmp(mode, "once"))
+        return mode_once();
+    if (!strcmp(mode, "order"))
+        return mode_order();
+    if (!strcmp(mode, "resume"))
+        return mode_resume();
+    if (!strcmp(mode, "elastic"))
+        return mode_elastic();
+    if (!strcmp(mode, "kill"))
+        return mode_kill();
+    fprintf(stderr, "loader_check: unknown mode %s\n", mode);
+    return 2;
+}
