@@ -601,10 +601,8 @@ int dsc_catalog_warm(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id) {
         dsc_slot_t *s = &ds->slots[i];
         if (s->state != SLOT_ABSENT)
             continue;
-        int rc = start_load_locked(cat, s, 0);
-        if (rc <= 0)
-            break; /* store full (minio) or an error: the rest would not fit either */
-        started++;
+        if (start_load_locked(cat, s, 0) == 1) /* else: no room (minio), a smaller one may fit */
+            started++;
     }
     pthread_mutex_unlock(&cat->lock);
     return started;
