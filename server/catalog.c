@@ -673,6 +673,23 @@ int dsc_catalog_add_dir(dsc_catalog_t *cat, const char *dir) {
     char *dir_copy = NULL;
     char **dirs = NULL;
     int rc = dataset_create(dir, &ds);
+    if (rc == DSC_ENOENT) {
+        /* No manifest yet: remember the directory, a rescan (SIGHUP) picks it up. */
+        dirs = realloc(cat->dirs, (cat->dir_count + 1) * sizeof *dirs);
+        dir_copy = strdup(dir);
+        if (dirs)
+            cat->dirs = dirs;
+        if (dirs == NULL || dir_copy == NULL) {
+            rc = DSC_ENOMEM;
+            goto done;
+        }
+        cat->dirs[cat->dir_count++] = dir_copy;
+        dir_copy = NULL;
+        LOG_WARN("%s: no %s yet: served after a rescan (SIGHUP) finds one", dir,
+                 DSC_MANIFEST_FILE);
+        rc = 0;
+        goto done;
+    }
     if (rc < 0)
         goto done;
     if (dsc_catalog_find(cat, ds->name, strlen(ds->name)) != NULL) {
