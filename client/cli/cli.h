@@ -16,6 +16,8 @@ typedef int (*dsc_cmd_fn)(int argc, char **argv);
 /* ---- Commands (add one line here and one line in main.c's table) ---------------------- */
 int dsc_cmd_ingest(int argc, char **argv);
 int dsc_cmd_inspect(int argc, char **argv);
+int dsc_cmd_get(int argc, char **argv);
+int dsc_cmd_stat(int argc, char **argv);
 
 /* ---- Helpers (main.c) ------------------------------------------------------------------- */
 

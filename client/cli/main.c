@@ -17,6 +17,8 @@ static const struct {
 } commands[] = {
     {"ingest", dsc_cmd_ingest, "convert token files, .npy arrays or synthetic data into a dataset"},
     {"inspect", dsc_cmd_inspect, "verify a dataset directory and print its summary"},
+    {"get", dsc_cmd_get, "fetch a shard from a server, verify and decode it into a file"},
+    {"stat", dsc_cmd_stat, "show a server's store and per-dataset statistics"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 

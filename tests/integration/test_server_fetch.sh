@@ -45,10 +45,13 @@ if "$CLI" get --help >/dev/null 2>&1; then
         && cmp -s "$work/s1.bin" "$work/r1.bin" \
         && pass "dscache get: lz4 and raw shard 1 decode to the same samples" \
         || fail "dscache get: decoded shards differ"
+    chunk_raw=$(python3 -c 'import json; m=json.load(open("'"$work"'/lz4/manifest.json")); print(m["shards"][1]["chunk_samples"] * (256 * 4 + 8))')
     "$CLI" get --server "$ADDR_a" --dataset lz4ds --shard 1 --chunks 1:2 -o "$work/s1c.bin" \
-        && [ "$(stat -c %s "$work/s1c.bin")" -gt 0 ] \
-        && cmp -s "$work/s1c.bin" <(tail -c +$((32 * 1024 / (256 * 4 + 8) * (256 * 4 + 8) + 1)) "$work/s1.bin" | head -c "$(stat -c %s "$work/s1c.bin")") \
+        && [ "$(stat -c %s "$work/s1c.bin")" = $((2 * chunk_raw)) ] \
+        && cmp -s "$work/s1c.bin" <(tail -c +$((chunk_raw + 1)) "$work/s1.bin" | head -c $((2 * chunk_raw))) \
         && pass "dscache get --chunks 1:2" || fail "dscache get --chunks"
+    [ "$(stat -c %s "$work/s1.bin")" = "$(python3 -c 'import json; m=json.load(open("'"$work"'/lz4/manifest.json")); print(m["shards"][1]["samples"] * (256 * 4 + 8))')" ] \
+        && pass "dscache get: whole shard size = samples x sample bytes" || fail "get size"
     out=$("$CLI" get --server "$ADDR_a" --dataset nosuch --shard 0 -o "$work/x.bin" 2>&1) \
         && fail "get of an unknown dataset succeeded" || pass "dscache get unknown dataset: $out"
     out=$("$CLI" stat --server "$ADDR_a") && grep -q lz4ds <<<"$out" && pass "dscache stat" \

@@ -1,0 +1,113 @@
+/* dscache stat: a server's statistics (STAT) as a table, or the raw JSON with --json. */
+#include "cli.h"
+
+#include "conn.h"
+#include "protocol.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CMD "stat"
+
+static void print_help(void) {
+    printf("usage: dscache stat --server HOST:PORT [--dataset NAME] [--json]\n"
+           "\n"
+           "Prints the server's store use and, per dataset, shards, cached shards and bytes,\n"
+           "hits, misses, bytes served and bad shards.\n"
+           "\n"
+           "  --server HOST:PORT   the dscached data port\n"
+           "  --dataset NAME       one dataset only (default: all)\n"
+           "  --json               the server's JSON answer as it is\n"
+           "  -h, --help           this text\n");
+}
+
+static const struct option long_options[] = {
+    {"server", required_argument, NULL, 's'}, {"dataset", required_argument, NULL, 'd'},
+    {"json", no_argument, NULL, 'j'},         {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static double num(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+}
+
+static int print_table(const char *json, size_t len) {
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    const cJSON *store = cJSON_GetObjectItemCaseSensitive(root, "store");
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "datasets");
+    if (!cJSON_IsObject(store) || !cJSON_IsArray(list)) {
+        cJSON_Delete(root);
+        return dsc_cli_fail(CMD, "malformed STAT answer");
+    }
+    char a[32], b[32], c[32];
+    const cJSON *policy = cJSON_GetObjectItemCaseSensitive(store, "policy");
+    printf("store: %s used of %s, policy %s, %.0f evictions, %.0f read-through loads\n\n",
+           dsc_format_size((uint64_t)num(store, "used"), a, sizeof a),
+           dsc_format_size((uint64_t)num(store, "capacity"), b, sizeof b),
+           cJSON_IsString(policy) ? policy->valuestring : "?", num(store, "evictions"),
+           num(store, "read_through"));
+    printf("%-24s %8s %8s %12s %12s %10s %10s %6s %12s %5s\n", "DATASET", "SHARDS", "CACHED",
+           "CACHED_BYTES", "SIZE", "HITS", "MISSES", "HIT%", "SERVED", "BAD");
+    const cJSON *d;
+    cJSON_ArrayForEach(d, list) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(d, "name");
+        double hits = num(d, "hits"), misses = num(d, "misses");
+        printf("%-24s %8.0f %8.0f %12s %12s %10.0f %10.0f %5.1f%% %12s %5.0f\n",
+               cJSON_IsString(name) ? name->valuestring : "?", num(d, "shards"),
+               num(d, "cached_shards"),
+               dsc_format_size((uint64_t)num(d, "cached_bytes"), a, sizeof a),
+               dsc_format_size((uint64_t)num(d, "bytes"), b, sizeof b), hits, misses,
+               hits + misses > 0 ? 100.0 * hits / (hits + misses) : 0.0,
+               dsc_format_size((uint64_t)num(d, "bytes_served"), c, sizeof c),
+               num(d, "bad_shards"));
+    }
+    cJSON_Delete(root);
+    return DSC_CLI_OK;
+}
+
+int dsc_cmd_stat(int argc, char **argv) {
+    const char *server = NULL, *dataset = "";
+    int json = 0;
+    optind = 1;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {
+        switch (opt) {
+        case 's': server = optarg; break;
+        case 'd': dataset = optarg; break;
+        case 'j': json = 1; break;
+        case 'h': print_help(); return DSC_CLI_OK;
+        default: return dsc_cli_usage(CMD, "unknown option");
+        }
+    }
+    if (optind < argc)
+        return dsc_cli_usage(CMD, "unexpected argument '%s'", argv[optind]);
+    if (server == NULL)
+        return dsc_cli_usage(CMD, "--server is required");
+    uint8_t body[DSC_MAX_NAME + 8];
+    int n = dsc_name_req_encode(dataset, body, sizeof body);
+    if (n < 0)
+        return dsc_cli_usage(CMD, "--dataset '%s': not a valid name", dataset);
+    dsc_conn_t *conn = NULL;
+    int rc = dsc_conn_open_addr(server, 10000, 0, &conn);
+    if (rc < 0)
+        return dsc_cli_fail(CMD, "%s: %s", server, dsc_strerror(rc));
+    uint8_t *resp = NULL;
+    size_t len = 0;
+    rc = dsc_conn_call(conn, DSC_OP_STAT, body, (size_t)n, &resp, &len);
+    int exit_code;
+    if (rc < 0)
+        exit_code = dsc_cli_fail(CMD, "%s: %s%s%s", server, dsc_strerror(rc),
+                                 *dsc_conn_last_error(conn) ? ": " : "", dsc_conn_last_error(conn));
+    else if (json)
+        exit_code = printf("%s\n", (const char *)resp) < 0 ? DSC_CLI_FAIL : DSC_CLI_OK;
+    else
+        exit_code = print_table((const char *)resp, len);
+    free(resp);
+    dsc_conn_close(conn);
+    return exit_code;
+}
