@@ -227,8 +227,8 @@ static int parse_shard(const cJSON *item, uint32_t position, const dsc_schema_t 
     if (shard->chunk_samples == 0 ||
         (uint64_t)shard->chunk_samples * schema->sample_bytes > DSC_CHUNK_MAX_RAW)
         return DSC_EBADMANIFEST;
-    uint64_t chunks = shard->samples / shard->chunk_samples +
-                      (shard->samples % shard->chunk_samples != 0);
+    uint64_t chunks =
+        shard->samples / shard->chunk_samples + (shard->samples % shard->chunk_samples != 0);
     if (chunks != shard->chunks)
         return DSC_EBADMANIFEST;
     if (shard->bytes < SHARD_MIN_BYTES + (uint64_t)shard->chunks * DSC_CHUNK_ENTRY_SIZE)

@@ -464,11 +464,11 @@ int dsc_chunk_encode(int codec, int level, const void *raw, size_t raw_len, void
         int cap = (int)(raw_len - 1);
         if (cap > 0) {
             if (level == 0)
-                stored_len = LZ4_compress_default((const char *)raw, (char *)dst, (int)raw_len,
-                                                  cap);
+                stored_len =
+                    LZ4_compress_default((const char *)raw, (char *)dst, (int)raw_len, cap);
             else
-                stored_len = LZ4_compress_HC((const char *)raw, (char *)dst, (int)raw_len, cap,
-                                             level);
+                stored_len =
+                    LZ4_compress_HC((const char *)raw, (char *)dst, (int)raw_len, cap, level);
         }
     }
     entry->raw_len = (uint32_t)raw_len;

@@ -30,8 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_ASSERT(first->schema.sample_bytes == second->schema.sample_bytes);
     FUZZ_ASSERT(first->samples == second->samples && first->bytes == second->bytes);
     FUZZ_ASSERT(first->shard_count == second->shard_count);
-    FUZZ_ASSERT(memcmp(first->shards, second->shards,
-                       first->shard_count * sizeof *first->shards) == 0);
+    FUZZ_ASSERT(memcmp(first->shards, second->shards, first->shard_count * sizeof *first->shards) ==
+                0);
     /* Every sample maps to the shard that holds it. */
     if (first->samples > 0) {
         int64_t last = dsc_manifest_find_sample(first, first->samples - 1);

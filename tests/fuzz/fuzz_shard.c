@@ -40,7 +40,8 @@ static void check_shard(const uint8_t *data, size_t size) {
         FUZZ_ASSERT(stored != NULL && stored >= data + view.header.header_len);
         FUZZ_ASSERT(stored + entry.stored_len <= data + view.footer.index_offset);
         FUZZ_ASSERT(entry.first_sample == samples);
-        FUZZ_ASSERT((uint64_t)entry.raw_len == entry.sample_count * view.header.schema.sample_bytes);
+        FUZZ_ASSERT((uint64_t)entry.raw_len ==
+                    entry.sample_count * view.header.schema.sample_bytes);
         samples += entry.sample_count;
         int got = dsc_chunk_decode(&entry, stored, decoded, sizeof decoded);
         if (entry.raw_len > sizeof decoded)

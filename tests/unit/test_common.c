@@ -48,10 +48,10 @@ static void test_dtypes(void) {
         const char *name, *numpy;
         int size;
     } table[] = {
-        {DSC_DTYPE_U8, "u8", "uint8", 1},       {DSC_DTYPE_I8, "i8", "int8", 1},
-        {DSC_DTYPE_U16, "u16", "uint16", 2},    {DSC_DTYPE_I16, "i16", "int16", 2},
-        {DSC_DTYPE_U32, "u32", "uint32", 4},    {DSC_DTYPE_I32, "i32", "int32", 4},
-        {DSC_DTYPE_I64, "i64", "int64", 8},     {DSC_DTYPE_F16, "f16", "float16", 2},
+        {DSC_DTYPE_U8, "u8", "uint8", 1},        {DSC_DTYPE_I8, "i8", "int8", 1},
+        {DSC_DTYPE_U16, "u16", "uint16", 2},     {DSC_DTYPE_I16, "i16", "int16", 2},
+        {DSC_DTYPE_U32, "u32", "uint32", 4},     {DSC_DTYPE_I32, "i32", "int32", 4},
+        {DSC_DTYPE_I64, "i64", "int64", 8},      {DSC_DTYPE_F16, "f16", "float16", 2},
         {DSC_DTYPE_BF16, "bf16", "bfloat16", 2}, {DSC_DTYPE_F32, "f32", "float32", 4},
         {DSC_DTYPE_F64, "f64", "float64", 8},
     };
@@ -96,9 +96,22 @@ static void test_parse_size(void) {
         CHECK(v == good[i].value);
     }
     static const char *bad[] = {
-        "",     "1.5G", "12Q",  "G",    "-1",    " 4G",  "4G ",  "4 G", "4GG", "4Gx",
-        "4BB",  "0x10", "+4",   "4GiBB", "18446744073709551616", /* 2^64 */
-        "16777216T",                                            /* 2^64 bytes */
+        "",
+        "1.5G",
+        "12Q",
+        "G",
+        "-1",
+        " 4G",
+        "4G ",
+        "4 G",
+        "4GG",
+        "4Gx",
+        "4BB",
+        "0x10",
+        "+4",
+        "4GiBB",
+        "18446744073709551616", /* 2^64 */
+        "16777216T",            /* 2^64 bytes */
         "99999999999999999999999K",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -143,8 +156,17 @@ static void test_hostport(void) {
     CHECK_EQ_INT(dsc_split_hostport("[::1]:65535", host, sizeof host, &port), 0);
     CHECK(strcmp(host, "::1") == 0 && port == 65535);
     static const char *bad[] = {
-        "host",       "host:",     ":80",    "host:65536", "host:80x",    "host:-1",
-        "[::1]9000",  "[::1",      "[]:80",  "",           "host:99999999999999999999",
+        "host",
+        "host:",
+        ":80",
+        "host:65536",
+        "host:80x",
+        "host:-1",
+        "[::1]9000",
+        "[::1",
+        "[]:80",
+        "",
+        "host:99999999999999999999",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = dsc_split_hostport(bad[i], host, sizeof host, &port);

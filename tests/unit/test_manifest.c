@@ -143,7 +143,8 @@ static void test_invalid(void) {
     CASE("\"schema\":[", "\"schema\":{\"a\":[", DSC_EBADMANIFEST);
     char schema17[2048] = "\"schema\":[";
     for (int i = 0; i < 17; i++)
-        sprintf(schema17 + strlen(schema17), "{\"name\":\"f%d\",\"dtype\":\"u8\",\"shape\":[]},", i);
+        sprintf(schema17 + strlen(schema17), "{\"name\":\"f%d\",\"dtype\":\"u8\",\"shape\":[]},",
+                i);
     CASE("\"schema\":[", schema17, DSC_EBADSCHEMA);
     CASE("\"schema\":[{\"name\":\"x\",\"dtype\":\"f32\",\"shape\":[4,4]},"
          "{\"name\":\"y\",\"dtype\":\"i64\",\"shape\":[]}]",
@@ -262,7 +263,7 @@ static void test_build_and_big_values(void) {
 
     char *json = dsc_manifest_to_json(m);
     REQUIRE(json != NULL);
-    CHECK(strstr(json, "\"0x40000000000000\"") != NULL);  /* 2^54 samples */
+    CHECK(strstr(json, "\"0x40000000000000\"") != NULL);   /* 2^54 samples */
     CHECK(strstr(json, "\"0x1000000000000003\"") != NULL); /* 2^60 + 3 bytes */
     CHECK(strstr(json, "\"ffffffffffffffff\"") != NULL);
     dsc_manifest_t *back = NULL;

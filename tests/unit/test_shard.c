@@ -68,7 +68,8 @@ static void build(const dsc_schema_t *schema_in, uint64_t samples, uint32_t chun
     size_t pos = (size_t)hl;
     for (uint32_t c = 0; c < chunks; c++) {
         uint64_t first = (uint64_t)c * chunk_samples;
-        uint32_t count = (uint32_t)(samples - first < chunk_samples ? samples - first : chunk_samples);
+        uint32_t count =
+            (uint32_t)(samples - first < chunk_samples ? samples - first : chunk_samples);
         size_t raw_len = (size_t)count * sb;
         fill_chunk(&h->schema, mixed ? (int)(c % 2) : 0, first, count, raw);
         dsc_chunk_entry_t e;
@@ -100,7 +101,8 @@ static void build(const dsc_schema_t *schema_in, uint64_t samples, uint32_t chun
     free(dst);
 }
 
-static void add_field(dsc_schema_t *s, const char *name, int dtype, int ndim, const uint32_t *dims) {
+static void add_field(dsc_schema_t *s, const char *name, int dtype, int ndim,
+                      const uint32_t *dims) {
     dsc_field_t *f = &s->fields[s->field_count++];
     memset(f, 0, sizeof *f);
     snprintf(f->name, sizeof f->name, "%s", name);
@@ -339,24 +341,24 @@ static void test_specific_damage(void) {
     /* Header. */
     DAMAGE(d[0] ^= 1, DSC_EBADMAGIC);
     DAMAGE(d[8] ^= 2, DSC_EVERSION);
-    DAMAGE(d[20] ^= 4, DSC_EBADHEADER);                            /* shard_id */
-    DAMAGE(d[b.header.header_len - 1] ^= 0x80, DSC_EBADHEADER);    /* checksum */
-    DAMAGE(dsc_store_u32(d + 12, 0xFFFFFFFFu), DSC_EBADHEADER);    /* header_len huge */
-    DAMAGE(dsc_store_u32(d + 12, 8), DSC_EBADHEADER);              /* header_len tiny */
-    DAMAGE((d[10] = 1, reseal_header(d)), DSC_EBADHEADER);         /* unknown flag */
+    DAMAGE(d[20] ^= 4, DSC_EBADHEADER);                                   /* shard_id */
+    DAMAGE(d[b.header.header_len - 1] ^= 0x80, DSC_EBADHEADER);           /* checksum */
+    DAMAGE(dsc_store_u32(d + 12, 0xFFFFFFFFu), DSC_EBADHEADER);           /* header_len huge */
+    DAMAGE(dsc_store_u32(d + 12, 8), DSC_EBADHEADER);                     /* header_len tiny */
+    DAMAGE((d[10] = 1, reseal_header(d)), DSC_EBADHEADER);                /* unknown flag */
     DAMAGE((dsc_store_u32(d + 32, 0), reseal_header(d)), DSC_EBADHEADER); /* chunk_samples 0 */
-    DAMAGE((d[37] = '/', reseal_header(d)), DSC_EBADHEADER);       /* dataset name char */
-    DAMAGE((d[40] = 0, reseal_header(d)), DSC_EBADHEADER);         /* NUL inside the name */
-    DAMAGE((d[52] = 0, reseal_header(d)), DSC_EBADSCHEMA);         /* NUL in a field name */
+    DAMAGE((d[37] = '/', reseal_header(d)), DSC_EBADHEADER);              /* dataset name char */
+    DAMAGE((d[40] = 0, reseal_header(d)), DSC_EBADHEADER);                /* NUL inside the name */
+    DAMAGE((d[52] = 0, reseal_header(d)), DSC_EBADSCHEMA);                /* NUL in a field name */
     /* Field 0 begins after the dataset name: 36 + 1 + 12 = 49 is field_count. */
-    DAMAGE((d[49] = 0, reseal_header(d)), DSC_EBADSCHEMA);         /* no fields */
-    DAMAGE((d[49] = 17, reseal_header(d)), DSC_EBADSCHEMA);        /* too many fields */
-    DAMAGE((d[51] = ' ', reseal_header(d)), DSC_EBADSCHEMA);       /* field name char */
-    DAMAGE((d[50 + 1 + 5] = 99, reseal_header(d)), DSC_EBADSCHEMA);/* dtype */
-    DAMAGE((d[50 + 1 + 5 + 1] = 9, reseal_header(d)), DSC_EBADSCHEMA); /* ndim */
+    DAMAGE((d[49] = 0, reseal_header(d)), DSC_EBADSCHEMA);                /* no fields */
+    DAMAGE((d[49] = 17, reseal_header(d)), DSC_EBADSCHEMA);               /* too many fields */
+    DAMAGE((d[51] = ' ', reseal_header(d)), DSC_EBADSCHEMA);              /* field name char */
+    DAMAGE((d[50 + 1 + 5] = 99, reseal_header(d)), DSC_EBADSCHEMA);       /* dtype */
+    DAMAGE((d[50 + 1 + 5 + 1] = 9, reseal_header(d)), DSC_EBADSCHEMA);    /* ndim */
     DAMAGE((dsc_store_u32(d + 58, 0), reseal_header(d)), DSC_EBADSCHEMA); /* dim 0 */
-    DAMAGE((dsc_store_u32(d + 58, 0x10000), dsc_store_u32(d + 62, 0x10000),
-            reseal_header(d)), DSC_EOVERFLOW); /* 2^34 bytes a sample */
+    DAMAGE((dsc_store_u32(d + 58, 0x10000), dsc_store_u32(d + 62, 0x10000), reseal_header(d)),
+           DSC_EOVERFLOW); /* 2^34 bytes a sample */
     /* The last field (emb, ndim byte at 83) declares fewer or more dims than the bytes hold. */
     DAMAGE((d[83] = 0, reseal_header(d)), DSC_EBADHEADER);
     DAMAGE((d[83] = 2, reseal_header(d)), DSC_EBADHEADER);
@@ -368,15 +370,15 @@ static void test_specific_damage(void) {
     DAMAGE((dsc_store_u32(d + 32, 0x7FFFFFFF), reseal_header(d)), DSC_EBADHEADER);
 
     /* Footer. */
-    DAMAGE(d[b.len - 1] ^= 1, DSC_EBADFOOTER);                      /* end magic */
-    DAMAGE(d[foot] ^= 1, DSC_EBADFOOTER);                           /* index_offset */
-    DAMAGE(dsc_store_u64(d + foot, 1ull << 63), DSC_EBADFOOTER);    /* beyond the file */
+    DAMAGE(d[b.len - 1] ^= 1, DSC_EBADFOOTER);                   /* end magic */
+    DAMAGE(d[foot] ^= 1, DSC_EBADFOOTER);                        /* index_offset */
+    DAMAGE(dsc_store_u64(d + foot, 1ull << 63), DSC_EBADFOOTER); /* beyond the file */
     DAMAGE(dsc_store_u64(d + foot, b.len), DSC_EBADFOOTER);
-    DAMAGE(dsc_store_u64(d + foot, 0), DSC_EBADFOOTER);             /* inside the header */
-    DAMAGE(d[foot + 8] ^= 1, DSC_EBADFOOTER);                       /* chunk_count */
+    DAMAGE(dsc_store_u64(d + foot, 0), DSC_EBADFOOTER); /* inside the header */
+    DAMAGE(d[foot + 8] ^= 1, DSC_EBADFOOTER);           /* chunk_count */
     DAMAGE(dsc_store_u32(d + foot + 8, 0xFFFFFFFFu), DSC_EBADFOOTER);
-    DAMAGE(d[foot + 12] ^= 1, DSC_EBADFOOTER);                      /* flags */
-    DAMAGE(d[foot + 16] ^= 1, DSC_EBADINDEX);                       /* index checksum */
+    DAMAGE(d[foot + 12] ^= 1, DSC_EBADFOOTER); /* flags */
+    DAMAGE(d[foot + 16] ^= 1, DSC_EBADINDEX);  /* index checksum */
 
     /* Index: plain flips, then lies with a recomputed index checksum. */
     DAMAGE(d[index_off + 3] ^= 1, DSC_EBADINDEX);
@@ -398,7 +400,8 @@ static void test_specific_damage(void) {
     DAMAGE((d[e1 + 40] ^= 1, reseal_index(d, b.len)), DSC_EBADINDEX);
     /* Chunk 0 is lz4: stored_len must be below raw_len. */
     DAMAGE((dsc_store_u32(d + index_off + 16, dsc_load_u32(d + index_off + 20)),
-            reseal_index(d, b.len)), DSC_EBADINDEX);
+            reseal_index(d, b.len)),
+           DSC_EBADINDEX);
 #undef DAMAGE
 
     /* A chunk flip parses, and decoding that chunk fails the stored checksum. */
@@ -512,8 +515,9 @@ static void test_chunk_encode(void) {
     CHECK_EQ_INT(dsc_chunk_encode(2, 0, raw, N, dst, N, &e, &stored), DSC_EINVAL);
     CHECK_EQ_INT(dsc_chunk_encode(DSC_CODEC_RAW, 0, raw, 0, dst, N, &e, &stored), DSC_EINVAL);
     CHECK_EQ_INT(dsc_chunk_encode(DSC_CODEC_RAW, 0, NULL, N, dst, N, &e, &stored), DSC_EINVAL);
-    CHECK_EQ_INT(dsc_chunk_encode(DSC_CODEC_RAW, 0, raw, (size_t)DSC_CHUNK_MAX_RAW + 1, dst, N,
-                                  &e, &stored), DSC_EINVAL);
+    CHECK_EQ_INT(
+        dsc_chunk_encode(DSC_CODEC_RAW, 0, raw, (size_t)DSC_CHUNK_MAX_RAW + 1, dst, N, &e, &stored),
+        DSC_EINVAL);
     CHECK_EQ_INT(dsc_chunk_encode(DSC_CODEC_LZ4, 0, raw, N, dst, N - 1, &e, &stored), DSC_ENOSPC);
     CHECK_EQ_INT(dsc_chunk_encode(DSC_CODEC_LZ4, 0, raw, N, NULL, N, &e, &stored), DSC_ENOSPC);
     free(raw);
@@ -559,7 +563,7 @@ static void test_schema(void) {
     BAD(t.fields[1].name[0] = '\0', DSC_EBADSCHEMA);
     BAD(snprintf(t.fields[1].name, DSC_MAX_NAME, "a b"), DSC_EBADSCHEMA);
     BAD(snprintf(t.fields[1].name, DSC_MAX_NAME, "a/b"), DSC_EBADSCHEMA);
-    BAD(memset(t.fields[1].name, 'a', DSC_MAX_NAME), DSC_EBADSCHEMA); /* no NUL */
+    BAD(memset(t.fields[1].name, 'a', DSC_MAX_NAME), DSC_EBADSCHEMA);       /* no NUL */
     BAD(snprintf(t.fields[1].name, DSC_MAX_NAME, "image"), DSC_EBADSCHEMA); /* duplicate */
     BAD(t.fields[0].dtype = 0, DSC_EBADSCHEMA);
     BAD(t.fields[0].dtype = 12, DSC_EBADSCHEMA);
