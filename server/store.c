@@ -12,6 +12,25 @@
 #include <string.h>
 #include <sys/mman.h>
 
+/* Freed extents are poisoned for AddressSanitizer: a response that outlived its reference
+ * would be reported at once. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DSC_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define DSC_ASAN 1
+#endif
+#ifdef DSC_ASAN
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 #ifndef MLOCK_ONFAULT
 #define MLOCK_ONFAULT 0x01
 #endif
@@ -164,6 +183,7 @@ int dsc_store_alloc(dsc_store_t *store, uint64_t size, uint8_t **ptr) {
     store->used += len;
     store->allocations++;
     pthread_mutex_unlock(&store->lock);
+    UNPOISON(*ptr, len);
     return 0;
 }
 
@@ -178,6 +198,7 @@ void dsc_store_free(dsc_store_t *store, uint8_t *ptr, uint64_t size) {
     madvise(ptr, len, MADV_DONTNEED);
     if (store->locked)
         mlock2(ptr, len, MLOCK_ONFAULT);
+    POISON(ptr, len);
 
     pthread_mutex_lock(&store->lock);
     /* First free extent after off. */
