@@ -297,6 +297,7 @@ static int run_ingest(const ingest_options_t *opt, source_t *src) {
     int rc, exit_code = DSC_CLI_FAIL;
     dsc_dataset_writer_t *writer = NULL;
     uint8_t *bufs[MAX_INPUTS] = {0};
+    dsc_cli_progress_t progress = {0};
     char name_buf[DSC_MAX_NAME];
     const char *name = opt->name;
     if (name == NULL) {
@@ -324,15 +325,19 @@ static int run_ingest(const ingest_options_t *opt, source_t *src) {
     wopt.codec = opt->codec;
     wopt.level = opt->level;
 
-    rc = prepare_dir(opt->out_dir, opt->force);
-    if (rc != DSC_CLI_OK)
-        return rc;
+    /* plan first (writes nothing), so a dataset that cannot be written leaves no trace */
     rc = dsc_dataset_writer_create(&wopt, &writer);
     if (rc < 0) {
         if (rc == DSC_ETOOLARGE)
-            return dsc_cli_fail(CMD, "a sample is too large or there would be too many shards "
-                                     "(raise --shard-size)");
+            return dsc_cli_fail(CMD, "a sample is over %u bytes or there would be more than %u "
+                                     "shards (raise --shard-size)",
+                                DSC_CHUNK_MAX_RAW, DSC_MAX_SHARDS);
         return dsc_cli_fail(CMD, "cannot plan the dataset: %s", dsc_strerror(rc));
+    }
+    rc = prepare_dir(opt->out_dir, opt->force);
+    if (rc != DSC_CLI_OK) {
+        dsc_dataset_writer_abort(writer);
+        return rc;
     }
     const dsc_schema_t *schema = dsc_dataset_writer_schema(writer);
     uint64_t batch = dsc_dataset_writer_chunk_samples(writer);
@@ -343,7 +348,6 @@ static int run_ingest(const ingest_options_t *opt, source_t *src) {
             goto cleanup;
         }
     }
-    dsc_cli_progress_t progress;
     dsc_cli_progress_init(&progress, "ingest", src->samples * schema->sample_bytes);
     for (uint64_t first = 0; first < src->samples; first += batch) {
         uint64_t count = src->samples - first < batch ? src->samples - first : batch;
