@@ -129,8 +129,8 @@ int main(void) {
         "{'descr': '<f4, 'fortran_order': False, 'shape': (2,), }",
         "{descr: '<f4', 'fortran_order': False, 'shape': (2,), }",
         "{'descr': [('a', '<i4'), 'fortran_order': False, 'shape': (2,), }",
-        "{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,"
-        "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1), }",
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,"
+         "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1), }"),
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int64_t rc = parse_dict(1, bad[i], &h);
