@@ -218,9 +218,8 @@ static int fill_synthetic(source_t *src, uint64_t first, uint64_t count, uint8_t
 
 static int is_shard_file(const char *name) {
     size_t n = strlen(name);
-    return strncmp(name, "shard-", 6) == 0 &&
-           ((n > 10 && strcmp(name + n - 4, ".dsc") == 0) ||
-            (n > 14 && strcmp(name + n - 8, ".dsc.tmp") == 0));
+    return strncmp(name, "shard-", 6) == 0 && ((n > 10 && strcmp(name + n - 4, ".dsc") == 0) ||
+                                               (n > 14 && strcmp(name + n - 8, ".dsc.tmp") == 0));
 }
 
 /* Creates dir (and its parents) or checks it may be written: empty, holding a dataset (whose
@@ -329,8 +328,9 @@ static int run_ingest(const ingest_options_t *opt, source_t *src) {
     rc = dsc_dataset_writer_create(&wopt, &writer);
     if (rc < 0) {
         if (rc == DSC_ETOOLARGE)
-            return dsc_cli_fail(CMD, "a sample is over %u bytes or there would be more than %u "
-                                     "shards (raise --shard-size)",
+            return dsc_cli_fail(CMD,
+                                "a sample is over %u bytes or there would be more than %u "
+                                "shards (raise --shard-size)",
                                 DSC_CHUNK_MAX_RAW, DSC_MAX_SHARDS);
         return dsc_cli_fail(CMD, "cannot plan the dataset: %s", dsc_strerror(rc));
     }
@@ -376,8 +376,8 @@ static int run_ingest(const ingest_options_t *opt, source_t *src) {
            (unsigned long long)stats.samples, stats.shards, (unsigned long long)stats.chunks,
            opt->out_dir, dsc_format_size(stats.raw_bytes, raw_text, sizeof raw_text),
            dsc_format_size(stats.stored_bytes, stored_text, sizeof stored_text),
-           stats.stored_bytes ? (double)stats.raw_bytes / (double)stats.stored_bytes : 0.0,
-           seconds, seconds > 0 ? (double)stats.raw_bytes / seconds / 1e6 : 0.0);
+           stats.stored_bytes ? (double)stats.raw_bytes / (double)stats.stored_bytes : 0.0, seconds,
+           seconds > 0 ? (double)stats.raw_bytes / seconds / 1e6 : 0.0);
     exit_code = DSC_CLI_OK;
 
 cleanup:
@@ -492,11 +492,10 @@ static int setup_npy_input(source_t *src, uint32_t f, const char *arg) {
         return dsc_cli_fail(CMD, "%s: %s", path, npy.problem ? npy.problem : "invalid header");
     }
     if (npy.ndim == 0)
-        return dsc_cli_fail(CMD, "%s: a 0-d array has no sample axis (need shape (N, ...))",
-                            path);
+        return dsc_cli_fail(CMD, "%s: a 0-d array has no sample axis (need shape (N, ...))", path);
     if (npy.ndim - 1 > DSC_MAX_DIMS)
-        return dsc_cli_fail(CMD, "%s: %u dimensions per sample, at most %d", path,
-                            npy.ndim - 1, DSC_MAX_DIMS);
+        return dsc_cli_fail(CMD, "%s: %u dimensions per sample, at most %d", path, npy.ndim - 1,
+                            DSC_MAX_DIMS);
     if (npy.shape[0] == 0)
         return dsc_cli_fail(CMD, "%s: the array holds no samples (shape[0] == 0)", path);
     field->dtype = (uint8_t)npy.dtype;
@@ -509,8 +508,9 @@ static int setup_npy_input(source_t *src, uint32_t f, const char *arg) {
     }
     uint64_t end = npy.data_offset + npy.data_bytes;
     if (size < end)
-        return dsc_cli_fail(CMD, "%s: truncated: the header promises %llu data bytes, the file "
-                                 "holds %llu",
+        return dsc_cli_fail(CMD,
+                            "%s: truncated: the header promises %llu data bytes, the file "
+                            "holds %llu",
                             path, (unsigned long long)npy.data_bytes,
                             (unsigned long long)(size - npy.data_offset));
     if (size > end)
@@ -519,8 +519,9 @@ static int setup_npy_input(source_t *src, uint32_t f, const char *arg) {
     if (f == 0) {
         src->samples = npy.shape[0];
     } else if (npy.shape[0] != src->samples) {
-        return dsc_cli_fail(CMD, "%s: %llu samples, but %s has %llu: every file needs the same "
-                                 "first axis",
+        return dsc_cli_fail(CMD,
+                            "%s: %llu samples, but %s has %llu: every file needs the same "
+                            "first axis",
                             path, (unsigned long long)npy.shape[0], src->paths[0],
                             (unsigned long long)src->samples);
     }

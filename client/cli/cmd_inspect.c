@@ -19,21 +19,22 @@
 #define CMD "inspect"
 
 static void print_help(void) {
-    printf("usage: dscache inspect DIR [--quiet] [--json]\n"
-           "\n"
-           "Loads DIR/manifest.json and checks every shard file it lists: file size and whole-file\n"
-           "checksum against the manifest, header, index and footer, that the header's dataset,\n"
-           "schema, shard id and sample counts agree with the manifest, and every chunk (stored\n"
-           "checksum, decompression, decoded checksum). Prints the dataset's summary, or one line\n"
-           "per problem naming the shard file, the chunk and the kind of damage.\n"
-           "\n"
-           "Options:\n"
-           "  -q, --quiet   print problems only (nothing when the dataset is sound)\n"
-           "      --json    print one JSON document (summary, shards, problems) on stdout\n"
-           "  -h, --help    this text\n"
-           "\n"
-           "Exit codes: 0 every check holds, 1 a problem was found (or the manifest cannot be\n"
-           "read), 2 bad arguments.\n");
+    printf(
+        "usage: dscache inspect DIR [--quiet] [--json]\n"
+        "\n"
+        "Loads DIR/manifest.json and checks every shard file it lists: file size and whole-file\n"
+        "checksum against the manifest, header, index and footer, that the header's dataset,\n"
+        "schema, shard id and sample counts agree with the manifest, and every chunk (stored\n"
+        "checksum, decompression, decoded checksum). Prints the dataset's summary, or one line\n"
+        "per problem naming the shard file, the chunk and the kind of damage.\n"
+        "\n"
+        "Options:\n"
+        "  -q, --quiet   print problems only (nothing when the dataset is sound)\n"
+        "      --json    print one JSON document (summary, shards, problems) on stdout\n"
+        "  -h, --help    this text\n"
+        "\n"
+        "Exit codes: 0 every check holds, 1 a problem was found (or the manifest cannot be\n"
+        "read), 2 bad arguments.\n");
 }
 
 typedef struct inspect_state {
@@ -50,11 +51,11 @@ typedef struct inspect_state {
 /* One problem: a line on stdout (or stderr with --json: stdout stays one JSON document) and,
  * with --json, an entry. chunk < 0: the problem is not about one chunk. err: a DSC_E* code or
  * 0 when the message says it all. */
-static void report(inspect_state_t *st, const char *file, int64_t chunk, int err,
-                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void report(inspect_state_t *st, const char *file, int64_t chunk, int err, const char *fmt,
+                   ...) __attribute__((format(printf, 5, 6)));
 
-static void report(inspect_state_t *st, const char *file, int64_t chunk, int err,
-                   const char *fmt, ...) {
+static void report(inspect_state_t *st, const char *file, int64_t chunk, int err, const char *fmt,
+                   ...) {
     char detail[512];
     va_list ap;
     va_start(ap, fmt);
@@ -332,9 +333,8 @@ int dsc_cmd_inspect(int argc, char **argv) {
         cJSON_AddNumberToObject(doc, "raw_bytes", (double)st.raw_bytes);
         cJSON_AddNumberToObject(doc, "stored_bytes", (double)st.stored_bytes);
         cJSON_AddNumberToObject(doc, "file_bytes", (double)manifest->bytes);
-        cJSON_AddNumberToObject(doc, "ratio", st.stored_bytes ? (double)st.raw_bytes /
-                                                                    (double)st.stored_bytes
-                                                              : 0.0);
+        cJSON_AddNumberToObject(
+            doc, "ratio", st.stored_bytes ? (double)st.raw_bytes / (double)st.stored_bytes : 0.0);
         cJSON_AddBoolToObject(doc, "ok", st.problems == 0);
         cJSON_AddItemToObject(doc, "shards", shard_list);
         cJSON_AddItemToObject(doc, "problems", st.problem_list);

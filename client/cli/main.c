@@ -104,8 +104,8 @@ int dsc_cli_parse_u64(const char *cmd, const char *option, const char *text, uin
     if (text != NULL && text[0] >= '0' && text[0] <= '9')
         v = strtoull(text, &end, 10);
     if (text == NULL || end == NULL || *end != '\0' || errno != 0 || v < min || v > max) {
-        dsc_cli_usage(cmd, "%s: '%s' is not an integer in [%llu, %llu]", option,
-                      text ? text : "", (unsigned long long)min, (unsigned long long)max);
+        dsc_cli_usage(cmd, "%s: '%s' is not an integer in [%llu, %llu]", option, text ? text : "",
+                      (unsigned long long)min, (unsigned long long)max);
         return DSC_EINVAL;
     }
     *out = v;

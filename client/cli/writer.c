@@ -260,12 +260,12 @@ struct dsc_dataset_writer {
     uint32_t shard_count;
     int codec;
     int level;
-    uint8_t *chunk;        /* one full chunk, field-major */
-    uint32_t chunk_fill;   /* samples in chunk */
+    uint8_t *chunk;      /* one full chunk, field-major */
+    uint32_t chunk_fill; /* samples in chunk */
     dsc_shard_writer_t *shard;
-    uint32_t shard_index;  /* shard being written */
-    uint64_t shard_size;   /* its sample_count */
-    uint64_t shard_done;   /* its samples already handed to the shard writer */
+    uint32_t shard_index; /* shard being written */
+    uint64_t shard_size;  /* its sample_count */
+    uint64_t shard_done;  /* its samples already handed to the shard writer */
     uint64_t added;
     dsc_manifest_t *manifest;
     dsc_dataset_stats_t stats;

@@ -131,10 +131,9 @@ typedef struct {
 } descr_map_t;
 
 static const descr_map_t descr_table[] = {
-    {"u1", DSC_DTYPE_U8},  {"i1", DSC_DTYPE_I8},  {"u2", DSC_DTYPE_U16},
-    {"i2", DSC_DTYPE_I16}, {"u4", DSC_DTYPE_U32}, {"i4", DSC_DTYPE_I32},
-    {"i8", DSC_DTYPE_I64}, {"f2", DSC_DTYPE_F16}, {"f4", DSC_DTYPE_F32},
-    {"f8", DSC_DTYPE_F64},
+    {"u1", DSC_DTYPE_U8},  {"i1", DSC_DTYPE_I8},  {"u2", DSC_DTYPE_U16}, {"i2", DSC_DTYPE_I16},
+    {"u4", DSC_DTYPE_U32}, {"i4", DSC_DTYPE_I32}, {"i8", DSC_DTYPE_I64}, {"f2", DSC_DTYPE_F16},
+    {"f4", DSC_DTYPE_F32}, {"f8", DSC_DTYPE_F64},
 };
 
 /* Maps a descr such as "<f4" or "|u1" to a dtype: returns it, or 0 with out->problem set. */

@@ -8,20 +8,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DSC_NPY_MAX_DIMS 32                /* numpy's own limit */
-#define DSC_NPY_PREAMBLE 12                /* enough bytes to know the full header length */
-#define DSC_NPY_MAX_HEADER (1u << 20)      /* bound on the header dictionary we accept */
+#define DSC_NPY_MAX_DIMS 32           /* numpy's own limit */
+#define DSC_NPY_PREAMBLE 12           /* enough bytes to know the full header length */
+#define DSC_NPY_MAX_HEADER (1u << 20) /* bound on the header dictionary we accept */
 
 typedef struct dsc_npy_header {
-    int major, minor;          /* format version */
-    int dtype;                 /* DSC_DTYPE_*, or 0 when the descr is not one we support */
-    char descr[32];            /* the 'descr' text as written (truncated), for messages */
-    int fortran_order;         /* 1 when the file says 'fortran_order': True */
-    uint32_t ndim;             /* 0 (a scalar) .. DSC_NPY_MAX_DIMS */
+    int major, minor;  /* format version */
+    int dtype;         /* DSC_DTYPE_*, or 0 when the descr is not one we support */
+    char descr[32];    /* the 'descr' text as written (truncated), for messages */
+    int fortran_order; /* 1 when the file says 'fortran_order': True */
+    uint32_t ndim;     /* 0 (a scalar) .. DSC_NPY_MAX_DIMS */
     uint64_t shape[DSC_NPY_MAX_DIMS];
-    uint64_t data_offset;      /* file offset of the first data byte == total header size */
-    uint64_t data_bytes;       /* itemsize * prod(shape) (0 when dtype is 0) */
-    const char *problem;       /* static text saying why a header was rejected, else NULL */
+    uint64_t data_offset; /* file offset of the first data byte == total header size */
+    uint64_t data_bytes;  /* itemsize * prod(shape) (0 when dtype is 0) */
+    const char *problem;  /* static text saying why a header was rejected, else NULL */
 } dsc_npy_header_t;
 
 /* Bytes of the whole header (preamble + dictionary) from the first DSC_NPY_PREAMBLE bytes of a

@@ -37,7 +37,8 @@ int main(void) {
     uint8_t buf[4096];
 
     /* a typical header, and every prefix of it */
-    size_t n = make(buf, sizeof buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (10, 3, 4), }");
+    size_t n =
+        make(buf, sizeof buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (10, 3, 4), }");
     CHECK_EQ_INT(dsc_npy_parse(buf, n, &h), (int64_t)n);
     CHECK_EQ_INT(h.dtype, DSC_DTYPE_F32);
     CHECK_EQ_INT(h.ndim, 3);
@@ -62,7 +63,7 @@ int main(void) {
     static const struct {
         const char *descr;
         int dtype;
-    } ok[] = {{"|u1", DSC_DTYPE_U8}, {"|i1", DSC_DTYPE_I8},   {"<u2", DSC_DTYPE_U16},
+    } ok[] = {{"|u1", DSC_DTYPE_U8},  {"|i1", DSC_DTYPE_I8},  {"<u2", DSC_DTYPE_U16},
               {"<i2", DSC_DTYPE_I16}, {"<u4", DSC_DTYPE_U32}, {"<i4", DSC_DTYPE_I32},
               {"<i8", DSC_DTYPE_I64}, {"<f2", DSC_DTYPE_F16}, {"<f4", DSC_DTYPE_F32},
               {"<f8", DSC_DTYPE_F64}, {"=f4", DSC_DTYPE_F32}, {">u1", DSC_DTYPE_U8}};
@@ -100,13 +101,15 @@ int main(void) {
     CHECK(strcmp(h.descr, "<u8") == 0);
     CHECK_EQ_INT(parse_dict(1, "{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", &h),
                  DSC_ENOTSUP);
-    CHECK_EQ_INT(parse_dict(1, "{'descr': [('a', '<i4'), ('b', [('c', '<f4')])], "
-                               "'fortran_order': False, 'shape': (2,), }",
+    CHECK_EQ_INT(parse_dict(1,
+                            "{'descr': [('a', '<i4'), ('b', [('c', '<f4')])], "
+                            "'fortran_order': False, 'shape': (2,), }",
                             &h),
                  DSC_ENOTSUP);
     CHECK(strstr(h.problem, "structured") != NULL);
-    CHECK_EQ_INT(parse_dict(1, "{'descr': '<f8', 'fortran_order': False, "
-                               "'shape': (4294967296, 4294967296), }",
+    CHECK_EQ_INT(parse_dict(1,
+                            "{'descr': '<f8', 'fortran_order': False, "
+                            "'shape': (4294967296, 4294967296), }",
                             &h),
                  DSC_EOVERFLOW);
 
