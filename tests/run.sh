@@ -10,11 +10,19 @@ bash deploy/local/setup.sh
 jobs=$(nproc)
 fuzz_s=${DSC_FUZZ_SECONDS:-30}
 
+# ctest hides a skipped test's output: print every skip with its reason.
+print_skips() {
+    local log=$1/Testing/Temporary/LastTest.log
+    [ -f "$log" ] || return 0
+    awk '/^[0-9]+\/[0-9]+ Testing: /{name=$3} /^SKIP:/{print "  skipped " name ": " substr($0, 7)}' "$log"
+}
+
 echo "== build (release) =="
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$jobs"
 echo "== tests (release) =="
 (cd build && ctest --output-on-failure -j "$jobs")
+print_skips build
 
 if [ "${DSC_SKIP_ASAN:-0}" != 1 ]; then
     echo "== build (clang, ASan+UBSan, libFuzzer) =="
@@ -25,5 +33,6 @@ if [ "${DSC_SKIP_ASAN:-0}" != 1 ]; then
     # Python loads libdscache into an uninstrumented interpreter: those tests run in the
     # release build only.
     (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -LE python)
+    print_skips build-asan
 fi
 echo "== all tests passed =="
