@@ -1,0 +1,139 @@
+"""dscache.Loader through a real dscached: numpy batches equal the source arrays, torch output,
+state_dict resume, a tiny torch model trained on loader batches, errors become exceptions."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dsc_testenv as te  # noqa: E402
+
+te.require_tools()
+import numpy as np  # noqa: E402
+import dscache  # noqa: E402
+
+env = te.Env()
+t = te.Checks()
+rng = np.random.default_rng(5)
+N = 1237
+emb = rng.standard_normal((N, 5)).astype(np.float32)
+w_true = np.array([0.5, -1.0, 2.0, 0.25, 1.5], dtype=np.float32)
+arrays = {
+    "image": rng.integers(0, 256, (N, 3, 8, 8), dtype=np.uint8),
+    "label": rng.integers(-2**40, 2**40, (N,), dtype=np.int64),
+    "emb": emb,
+    "target": (emb @ w_true).astype(np.float32)[:, None],
+    "half": rng.standard_normal((N, 2, 3)).astype(np.float16),
+}
+ds = env.ingest_npy("pyds", arrays)
+_, addr = env.start_server(ds)
+
+# ---- numpy: every batch equals the source rows it names; one epoch covers each once ----------
+t.check(dscache.__version__ == "0.1.0", "version")
+loader = dscache.Loader(servers=[addr], dataset="pyds", batch_size=32, seed=3, indices=True)
+t.check(len(loader) == (N + 31) // 32, "len")
+t.check(loader.dataset_samples == N, "dataset_samples")
+seen = []
+for batch in loader:
+    idx = batch["__index__"]
+    seen.extend(idx.tolist())
+    for name, src in arrays.items():
+        a = batch[name]
+        t.check(a.dtype == src.dtype and a.shape == (len(idx),) + src.shape[1:],
+                "%s dtype/shape %s %s" % (name, a.dtype, a.shape))
+        t.check(np.array_equal(a, src[idx]), "%s bytes equal the source" % name)
+t.check(sorted(seen) == list(range(N)), "one epoch covers every sample once")
+first_epoch = seen
+# The next iteration is the next epoch, in another order.
+second = [i for b in loader for i in b["__index__"].tolist()]
+t.check(sorted(second) == list(range(N)) and second != first_epoch, "next epoch reshuffled")
+loader.set_epoch(0)
+again = [i for b in loader for i in b["__index__"].tolist()]
+t.check(again == first_epoch, "set_epoch(0) repeats epoch 0")
+st = loader.stats()
+for key in ("batches", "bytes", "stall_seconds", "stall_fraction", "wire_bytes"):
+    t.check(key in st, "stats has " + key)
+t.check(st["batches"] == 3 * len(loader), "stats batches %d" % st["batches"])
+t.check(0.0 <= st["stall_fraction"] <= 1.0, "stall_fraction in [0, 1]")
+t.check("dscache_loader_batches_total" in loader.metrics_text(), "metrics text")
+loader.close()
+
+# ---- state_dict resume ------------------------------------------------------------------------
+a = dscache.Loader(servers=addr, dataset="pyds", batch_size=16, seed=9, indices=True)
+full = [b["__index__"].tolist() for b in a]
+a.set_epoch(0)
+it = iter(a)
+for _ in range(7):
+    next(it)
+state = a.state_dict()
+a.close()
+b = dscache.Loader(servers=addr, dataset="pyds", batch_size=16, seed=9, indices=True)
+b.load_state_dict(state)
+rest = [x["__index__"].tolist() for x in b]
+t.check(rest == full[7:], "resume from state_dict continues where it stopped")
+try:
+    b.load_state_dict({"dscache_state": b"garbage"})
+    t.check(False, "bad state accepted")
+except dscache.Error as e:
+    t.check(e.name == "DSC_EBADSTATE", "bad state -> DSC_EBADSTATE, got %s" % e.name)
+b.close()
+
+# ---- errors become exceptions ---------------------------------------------------------------
+try:
+    dscache.Loader(servers=addr, dataset="no-such-dataset")
+    t.check(False, "unknown dataset accepted")
+except dscache.Error as e:
+    t.check(e.code == -4016 and e.name == "DSC_ENOTFOUND", "unknown dataset -> ENOTFOUND")
+    t.check("no-such-dataset" in str(e), "message names the dataset: %s" % e)
+try:
+    dscache.Loader(servers=addr, dataset="pyds", batch_size=0)
+    t.check(False, "batch_size 0 accepted")
+except dscache.Error as e:
+    t.check(e.name == "DSC_EINVAL" and "batch_size" in str(e), "batch_size 0 -> EINVAL: %s" % e)
+try:
+    dscache.Loader(servers="127.0.0.1:1", dataset="pyds", timeout_ms=500)
+    t.check(False, "dead server accepted")
+except dscache.Error as e:
+    t.check(e.name == "DSC_EUNAVAIL", "no server -> EUNAVAIL, got %s" % e.name)
+closed = dscache.Loader(servers=addr, dataset="pyds")
+closed.close()
+try:
+    next(iter(closed))
+    t.check(False, "closed loader iterated")
+except ValueError:
+    pass
+
+# ---- torch: tensors via DLPack, and a tiny model that learns ---------------------------------
+try:
+    import torch
+except ImportError:
+    torch = None
+if torch is not None:
+    torch.manual_seed(0)
+    loader = dscache.Loader(servers=addr, dataset="pyds", batch_size=64, seed=1,
+                            output="torch", indices=True)
+    batch = next(iter(loader))
+    idx = batch["__index__"]
+    t.check(isinstance(batch["emb"], torch.Tensor) and batch["emb"].dtype == torch.float32,
+            "torch tensor")
+    t.check(batch["image"].dtype == torch.uint8 and tuple(batch["image"].shape) == (64, 3, 8, 8),
+            "torch uint8 image")
+    t.check(torch.equal(batch["label"], torch.from_numpy(arrays["label"][idx])), "torch bytes")
+    t.check(batch["half"].dtype == torch.float16, "torch float16")
+    del batch
+    model = torch.nn.Linear(5, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            loss = torch.nn.functional.mse_loss(model(batch["emb"]), batch["target"])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    print("loss: first %.4f, last %.4f over %d steps" % (losses[0], losses[-1], len(losses)))
+    t.check(len(losses) == 3 * len(loader), "steps")
+    t.check(losses[-1] < 0.1 * losses[0], "loss decreases")
+    loader.close()
+else:
+    print("torch not installed: torch checks skipped")
+sys.exit(t.done())
