@@ -19,6 +19,7 @@ static const struct {
     {"inspect", dsc_cmd_inspect, "verify a dataset directory and print its summary"},
     {"get", dsc_cmd_get, "fetch a shard from a server, verify and decode it into a file"},
     {"stat", dsc_cmd_stat, "show a server's store and per-dataset statistics"},
+    {"bench", dsc_cmd_bench, "measure loader throughput and data stall against a server"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 

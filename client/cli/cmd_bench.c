@@ -1,0 +1,170 @@
+/* dscache bench: loader throughput (samples/s, GB/s) and data stall against a running server,
+ * optionally with a simulated training step of a given duration between batches. */
+#include "cli.h"
+
+#include "dscache.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *usage_text =
+    "usage: dscache bench --server HOST:PORT[,HOST:PORT...] --dataset NAME --batch-size B\n"
+    "                     [--seconds S] [--decode-threads N] [--compute-ms MS] [OPTIONS]\n\n"
+    "Streams batches through libdscache for S seconds (epoch after epoch) and reports the\n"
+    "loader's throughput and the data stall: the share of time spent waiting in next().\n"
+    "With --compute-ms, each batch is followed by that much simulated training time (a sleep,\n"
+    "as a GPU step leaves the CPU free).\n\n"
+    "Options:\n"
+    "  --server, --servers LIST  servers (HOST:PORT,..., dns:NAME:PORT or file:PATH)\n"
+    "  --dataset NAME            dataset name as served\n"
+    "  --batch-size B            samples per batch (default 32)\n"
+    "  --seconds S               run time (default 10)\n"
+    "  --decode-threads N        checksum + lz4 workers (default 2)\n"
+    "  --compute-ms MS           simulated step time per batch (default 0)\n"
+    "  --prefetch N              batch slots prepared ahead (default 4)\n"
+    "  --connections N           connections per server (default 2)\n"
+    "  --inflight BYTES          in-flight budget (default 64M)\n"
+    "  --cache BYTES             decoded-chunk budget (default 256M)\n"
+    "  --shuffle-window N        samples shuffled together (default 8192)\n"
+    "  --no-shuffle              dataset order\n"
+    "  --seed S                  shuffle seed (default 0)\n"
+    "  --rank R --world-size W   this rank of W (default 0 of 1)\n"
+    "  -h, --help                this text\n";
+
+static void sleep_seconds(double s) {
+    if (s <= 0)
+        return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+int dsc_cmd_bench(int argc, char **argv) {
+    const char *cmd = "bench";
+    dsc_loader_options_t o;
+    dsc_loader_options_init(&o);
+    double seconds = 10, compute_ms = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(usage_text, stdout);
+            return DSC_CLI_OK;
+        }
+        if (strcmp(a, "--no-shuffle") == 0) {
+            o.shuffle = 0;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return dsc_cli_usage(cmd, "option %s needs a value", a);
+        const char *v = argv[++i];
+        uint64_t n = 0;
+        if (strcmp(a, "--server") == 0 || strcmp(a, "--servers") == 0) {
+            o.servers = v;
+        } else if (strcmp(a, "--dataset") == 0) {
+            o.dataset = v;
+        } else if (strcmp(a, "--seconds") == 0 || strcmp(a, "--compute-ms") == 0) {
+            char *end;
+            double d = strtod(v, &end);
+            if (*v == '\0' || *end != '\0' || !(d >= 0) || d > 1e6)
+                return dsc_cli_usage(cmd, "%s wants a number of %s, not '%s'", a,
+                                     a[2] == 's' ? "seconds" : "milliseconds", v);
+            if (a[2] == 's')
+                seconds = d;
+            else
+                compute_ms = d;
+        } else if (strcmp(a, "--inflight") == 0 || strcmp(a, "--cache") == 0) {
+            if (dsc_cli_parse_size(cmd, a, v, &n) < 0)
+                return DSC_CLI_USAGE;
+            if (a[2] == 'i')
+                o.inflight_bytes = n;
+            else
+                o.cache_bytes = n;
+        } else if (strcmp(a, "--seed") == 0) {
+            if (dsc_cli_parse_u64(cmd, a, v, 0, UINT64_MAX, &n) < 0)
+                return DSC_CLI_USAGE;
+            o.seed = n;
+        } else {
+            static const struct {
+                const char *name;
+                uint64_t min, max;
+            } ints[] = {{"--batch-size", 1, 1u << 20},  {"--decode-threads", 1, 256},
+                        {"--prefetch", 1, 1024},        {"--connections", 1, 64},
+                        {"--shuffle-window", 1, 1u << 30}, {"--rank", 0, 1u << 20},
+                        {"--world-size", 1, 1u << 20}};
+            size_t k = 0;
+            while (k < sizeof ints / sizeof ints[0] && strcmp(a, ints[k].name) != 0)
+                k++;
+            if (k == sizeof ints / sizeof ints[0])
+                return dsc_cli_usage(cmd, "unknown option %s", a);
+            if (dsc_cli_parse_u64(cmd, a, v, ints[k].min, ints[k].max, &n) < 0)
+                return DSC_CLI_USAGE;
+            uint32_t *dst[] = {&o.batch_size, &o.decode_threads, &o.prefetch_batches,
+                               &o.connections, &o.shuffle_window, &o.rank, &o.world_size};
+            *dst[k] = (uint32_t)n;
+        }
+    }
+    if (o.servers == NULL)
+        return dsc_cli_usage(cmd, "--server is required");
+    if (o.dataset == NULL)
+        return dsc_cli_usage(cmd, "--dataset is required");
+    if (o.rank >= o.world_size)
+        return dsc_cli_usage(cmd, "--rank must be below --world-size");
+    if (getenv("DSCACHE_LOG") == NULL)
+        o.log_level = DSC_LOG_ERROR;
+
+    dsc_loader_t *loader = NULL;
+    int rc = dsc_loader_create(&o, &loader);
+    if (rc < 0)
+        return dsc_cli_fail(cmd, "cannot open %s on %s: %s (%s)", o.dataset, o.servers,
+                            dsc_strerror(rc), dsc_err_name(rc));
+    uint64_t sample_bytes = 0;
+    for (uint32_t f = 0; f < dsc_loader_field_count(loader); f++) {
+        dsc_field_info_t fi;
+        if (dsc_loader_field(loader, f, &fi) == 0)
+            sample_bytes += fi.sample_bytes;
+    }
+    /* The first batch (connection set-up, first fetches) is not part of the measurement. */
+    dsc_batch_t *batch = NULL;
+    rc = dsc_loader_next(loader, &batch);
+    dsc_stats_t s0 = {.struct_size = sizeof s0};
+    dsc_loader_stats(loader, &s0);
+    double t0 = dsc_now_s();
+    uint64_t epochs = 0;
+    while ((rc == 0 || rc == DSC_EOF) && dsc_now_s() - t0 < seconds) {
+        if (rc == 0)
+            sleep_seconds(compute_ms / 1000.0);
+        else
+            epochs++;
+        rc = dsc_loader_next(loader, &batch);
+    }
+    double wall = dsc_now_s() - t0;
+    dsc_stats_t s1 = {.struct_size = sizeof s1};
+    dsc_loader_stats(loader, &s1);
+    dsc_loader_destroy(loader);
+    if (rc < 0 && rc != DSC_EOF)
+        return dsc_cli_fail(cmd, "loader failed: %s (%s)", dsc_strerror(rc), dsc_err_name(rc));
+    uint64_t samples = s1.samples - s0.samples;
+    double bytes = (double)(s1.bytes - s0.bytes);
+    double stall = s1.stall_seconds - s0.stall_seconds;
+    double compute = s1.compute_seconds - s0.compute_seconds;
+    printf("dataset %s: %llu-byte samples, batch %u, %u decode thread(s), %u connection(s), "
+           "compute %.1f ms/batch\n",
+           o.dataset, (unsigned long long)sample_bytes, o.batch_size, o.decode_threads,
+           o.connections, compute_ms);
+    printf("%.1f s: %llu batches, %llu samples, %llu epoch boundaries\n", wall,
+           (unsigned long long)(s1.batches - s0.batches), (unsigned long long)samples,
+           (unsigned long long)epochs);
+    printf("throughput: %.0f samples/s, %.3f GB/s decoded, %.3f GB/s received\n",
+           samples / wall, bytes / wall / 1e9, (double)(s1.wire_bytes - s0.wire_bytes) / wall / 1e9);
+    printf("stall: %.1f%% (%.2f s waiting in next(), %.2f s computing)\n",
+           stall + compute > 0 ? 100 * stall / (stall + compute) : 0.0, stall, compute);
+    printf("busy: network %.2f s, decode %.2f s, collate %.2f s; requests %llu, failovers %llu\n",
+           s1.network_seconds - s0.network_seconds, s1.decode_seconds - s0.decode_seconds,
+           s1.collate_seconds - s0.collate_seconds,
+           (unsigned long long)(s1.requests - s0.requests),
+           (unsigned long long)(s1.failovers - s0.failovers));
+    return DSC_CLI_OK;
+}
