@@ -291,16 +291,24 @@ static int evict_lru_locked(dsc_catalog_t *cat) {
 
 /* ---- loading ----------------------------------------------------------------------------- */
 
-/* Chooses where a load goes and queues it. allow_temp: read through when the store is full
- * (a request waits); otherwise (warm) give up. Returns 1 queued, 0 not (no room), or <0. */
-static int start_load_locked(dsc_catalog_t *cat, dsc_slot_t *s, int allow_temp) {
+/* How start_load_locked makes room when the store is full. */
+enum {
+    LOAD_WARM = 0,      /* lru: evict; otherwise give up */
+    LOAD_REQUEST = 1,   /* lru: evict; otherwise read through a temporary buffer */
+    LOAD_WARM_KEEP = 2, /* give up: never evict for it (cluster warm-ups) */
+};
+
+/* Chooses where a load goes and queues it (how: LOAD_*). Returns 1 queued, 0 not (no room), or
+ * <0. */
+static int start_load_locked(dsc_catalog_t *cat, dsc_slot_t *s, int how) {
     uint64_t size = s->meta->bytes;
     uint8_t *dst = NULL;
     int rc = dsc_store_alloc(cat->store, size, &dst);
-    while (rc == DSC_ENOSPC && cat->opt.policy == DSC_POLICY_LRU && evict_lru_locked(cat))
+    while (rc == DSC_ENOSPC && cat->opt.policy == DSC_POLICY_LRU && how != LOAD_WARM_KEEP &&
+           evict_lru_locked(cat))
         rc = dsc_store_alloc(cat->store, size, &dst);
     if (rc == DSC_ENOSPC) {
-        if (!allow_temp)
+        if (how != LOAD_REQUEST)
             return 0;
         if (cat->temp_bytes + size > cat->opt.temp_limit)
             return DSC_EUNAVAIL;
@@ -552,7 +560,7 @@ int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_slot_t *s, dsc_waiter_t *waiter,
         rc = 0;
         break;
     default:
-        rc = start_load_locked(cat, s, 1);
+        rc = start_load_locked(cat, s, LOAD_REQUEST);
         if (rc == 1) {
             waiter->next = NULL;
             s->waiters = waiter;
@@ -590,39 +598,73 @@ void dsc_hold_release(dsc_catalog_t *cat, dsc_hold_t *hold) {
     memset(hold, 0, sizeof *hold);
 }
 
+/* Starts loads of the shards in [first, end) of ds that keep() selects (NULL: all); counts the
+ * selected ones in *selected. Returns the number of loads started. */
+static int warm_range(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t first, uint32_t end,
+                      int how, dsc_shard_filter_fn keep, void *arg, uint64_t *selected) {
+    /* The filter runs before the lock: placement costs O(members) per shard, and misses on the
+     * event loops must not wait behind it. */
+    uint8_t *chosen = NULL;
+    if (keep && end > first) {
+        chosen = malloc(end - first);
+        if (chosen == NULL)
+            return DSC_ENOMEM;
+        for (uint32_t i = first; i < end; i++)
+            chosen[i - first] = (uint8_t)(keep(arg, ds, i) != 0);
+    }
+    int started = 0;
+    pthread_mutex_lock(&cat->lock);
+    for (uint32_t i = first; i < end; i++) {
+        if (chosen && !chosen[i - first])
+            continue;
+        if (selected)
+            (*selected)++;
+        dsc_slot_t *s = &ds->slots[i];
+        if (s->state != SLOT_ABSENT)
+            continue;
+        if (start_load_locked(cat, s, how) == 1) /* else: no room (minio), a smaller one may fit */
+            started++;
+    }
+    pthread_mutex_unlock(&cat->lock);
+    free(chosen);
+    return started;
+}
+
 int dsc_catalog_warm(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id) {
     uint32_t first = shard_id == DSC_SHARD_ALL ? 0 : shard_id;
     uint32_t end = shard_id == DSC_SHARD_ALL ? ds->manifest->shard_count : shard_id + 1;
     if (end > ds->manifest->shard_count)
         return 0;
-    int started = 0;
-    pthread_mutex_lock(&cat->lock);
-    for (uint32_t i = first; i < end; i++) {
-        dsc_slot_t *s = &ds->slots[i];
-        if (s->state != SLOT_ABSENT)
-            continue;
-        if (start_load_locked(cat, s, 0) == 1) /* else: no room (minio), a smaller one may fit */
-            started++;
-    }
-    pthread_mutex_unlock(&cat->lock);
-    return started;
+    return warm_range(cat, ds, first, end, LOAD_WARM, NULL, NULL, NULL);
 }
 
-int dsc_catalog_warm_all(dsc_catalog_t *cat) {
+int dsc_catalog_warm_some(dsc_catalog_t *cat, dsc_shard_filter_fn keep, void *arg, int no_evict,
+                          const char *what, const atomic_int *cancel) {
     table_t *t = atomic_load(&cat->table);
-    uint64_t total = 0;
+    uint64_t total = 0, selected = 0;
     for (uint32_t d = 0; d < t->count; d++)
         total += t->items[d]->manifest->shard_count;
     uint64_t loads0 = atomic_load(&cat->loads) + atomic_load(&cat->load_failures);
     uint64_t bytes0 = atomic_load(&cat->bytes_loaded);
     double t0 = dsc_now_s();
     uint64_t started = 0;
-    for (uint32_t d = 0; d < t->count; d++)
-        started += (uint64_t)dsc_catalog_warm(cat, t->items[d], DSC_SHARD_ALL);
-    LOG_INFO("warm-up: loading %llu of %llu shards", (unsigned long long)started,
-             (unsigned long long)total);
+    for (uint32_t d = 0; d < t->count; d++) {
+        int n = warm_range(cat, t->items[d], 0, t->items[d]->manifest->shard_count,
+                           no_evict ? LOAD_WARM_KEEP : LOAD_WARM, keep, arg, &selected);
+        if (n < 0)
+            LOG_ERROR("warm-up: dataset %s: %s", t->items[d]->name, dsc_strerror(n));
+        else
+            started += (uint64_t)n;
+    }
+    if (what)
+        LOG_INFO("warming %llu of %llu shards (%s): loading %llu not resident yet",
+                 (unsigned long long)selected, (unsigned long long)total, what,
+                 (unsigned long long)started);
+    else
+        LOG_INFO("warm-up: loading %llu of %llu shards", (unsigned long long)started,
+                 (unsigned long long)total);
     pthread_mutex_lock(&cat->lock);
-    while (cat->loads_in_flight > 0) {
+    while (cat->loads_in_flight > 0 && !(cancel && atomic_load(cancel))) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 1;
@@ -641,6 +683,20 @@ int dsc_catalog_warm_all(dsc_catalog_t *cat) {
              (unsigned long long)started, (unsigned long long)total, secs, mb,
              secs > 0 ? mb / secs : 0.0);
     return (int)started;
+}
+
+int dsc_catalog_warm_all(dsc_catalog_t *cat) {
+    return dsc_catalog_warm_some(cat, NULL, NULL, 0, NULL, NULL);
+}
+
+uint32_t dsc_catalog_resident_map(dsc_catalog_t *cat, dsc_dataset_t *ds, uint8_t *map,
+                                  uint32_t count) {
+    uint32_t n = count < ds->manifest->shard_count ? count : ds->manifest->shard_count;
+    pthread_mutex_lock(&cat->lock);
+    for (uint32_t i = 0; i < n; i++)
+        map[i] = ds->slots[i].state == SLOT_RESIDENT;
+    pthread_mutex_unlock(&cat->lock);
+    return n;
 }
 
 int dsc_catalog_evict(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id) {

@@ -7,6 +7,7 @@
 #include "manifest.h"
 #include "store.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -93,6 +94,20 @@ int dsc_catalog_warm(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id);
 /* Warms every dataset and blocks until the loads are done, logging progress (n/N shards, MB/s).
  * Returns the number of shards loaded. */
 int dsc_catalog_warm_all(dsc_catalog_t *cat);
+/* Selects shards for dsc_catalog_warm_some: 1 to load shard_id of ds, 0 to skip. Called
+ * without catalog locks, on the calling thread. */
+typedef int (*dsc_shard_filter_fn)(void *arg, const dsc_dataset_t *ds, uint32_t shard_id);
+/* dsc_catalog_warm_all restricted to the shards keep() selects (NULL: every shard). no_evict:
+ * never evict to make room, whatever the policy. what: names the selection in the log line
+ * "warming N of M shards (what)" (NULL: the warm-up wording). Blocks until the loads are done
+ * or *cancel (NULL: never) becomes non-zero (checked every second). Returns the number of loads
+ * started. Not on an event loop. */
+int dsc_catalog_warm_some(dsc_catalog_t *cat, dsc_shard_filter_fn keep, void *arg, int no_evict,
+                          const char *what, const atomic_int *cancel);
+/* Writes map[i] = 1 when shard i of ds is resident in the store, else 0, for i < min(count,
+ * shards of ds). Returns the number of entries written. Takes the bookkeeping lock once. */
+uint32_t dsc_catalog_resident_map(dsc_catalog_t *cat, dsc_dataset_t *ds, uint8_t *map,
+                                  uint32_t count);
 /* Drops resident shards that no response holds. Returns the number evicted. */
 int dsc_catalog_evict(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id);
 

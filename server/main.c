@@ -1,7 +1,8 @@
 /* dscached: the cache server. Options (command line over an optional JSON config file), start-up
- * (store, datasets, listeners, HTTP, warm-up), signals (SIGTERM/SIGINT drain and exit 0, SIGHUP
- * rescans the dataset directories). */
+ * (store, datasets, listeners, HTTP, cluster membership, warm-up), signals (SIGTERM/SIGINT drain
+ * and exit 0, SIGHUP rescans the dataset directories and re-reads the member list). */
 #include "catalog.h"
+#include "cluster.h"
 #include "http.h"
 #include "log.h"
 #include "server.h"
@@ -35,6 +36,11 @@ typedef struct options {
     int log_level;
     uint64_t max_out;
     uint32_t drain_seconds;
+    const char *members;      /* member spec: "h:p,...", "file:PATH", "dns:NAME:PORT" */
+    const char *members_file; /* --members-file PATH */
+    const char *advertise;
+    uint32_t replicas;
+    uint32_t members_refresh;
 } options_t;
 
 static void usage(FILE *f) {
@@ -62,14 +68,28 @@ static void usage(FILE *f) {
             "  --port-file FILE      write the bound data port to FILE (temp file + rename)\n"
             "  --http-port-file FILE write the bound HTTP port to FILE\n"
             "  --log-level LEVEL     error, warn, info (default) or debug\n"
+            "\n"
+            "Cluster (without --members: a single node that owns every shard):\n"
+            "  --members LIST        the cluster's servers: HOST:PORT,HOST:PORT,... or\n"
+            "                        file:PATH or dns:NAME:PORT (every address NAME resolves to)\n"
+            "  --members-file FILE   same as --members file:FILE; re-read when it changes\n"
+            "  --members-refresh N   seconds between DNS re-resolutions (default 10)\n"
+            "  --replicas R          servers holding each shard, 1..8 (default 2)\n"
+            "  --advertise HOST:PORT this server's address as it appears in the member list\n"
+            "                        (default: the --listen host with the bound port)\n"
+            "                        --warm then loads only the shards this server owns\n"
+            "                        (primary or replica); other shards are still served\n"
+            "\n"
             "  --config FILE         JSON object with the same keys (\"data\": [..], \"listen\",\n"
             "                        \"http\", \"memory\", \"threads\", \"io_threads\", \"warm\",\n"
-            "                        \"policy\", \"max_out\", \"log_level\", \"drain_seconds\");\n"
-            "                        command-line options override it\n"
+            "                        \"policy\", \"max_out\", \"log_level\", \"drain_seconds\",\n"
+            "                        \"members\", \"members_file\", \"members_refresh\",\n"
+            "                        \"replicas\", \"advertise\"); command-line options override it\n"
             "  --help                this text\n"
             "\n"
+            "Options take their value as the next argument or after '=' (--replicas=3).\n"
             "Signals: SIGTERM/SIGINT stop accepting, finish in-flight answers and exit 0;\n"
-            "SIGHUP rereads every dataset directory's manifest.\n");
+            "SIGHUP rereads every dataset directory's manifest and the member list.\n");
 }
 
 static int bad(const char *what, const char *value) {
@@ -130,6 +150,22 @@ static int apply(options_t *o, const char *key, const char *value) {
         o->port_file = value;
     } else if (strcmp(key, "http_port_file") == 0) {
         o->http_port_file = value;
+    } else if (strcmp(key, "members") == 0) {
+        if (value[0] == '\0')
+            return bad("--members", value);
+        o->members = value;
+    } else if (strcmp(key, "members_file") == 0) {
+        if (value[0] == '\0')
+            return bad("--members-file", value);
+        o->members_file = value;
+    } else if (strcmp(key, "advertise") == 0) {
+        o->advertise = value;
+    } else if (strcmp(key, "replicas") == 0) {
+        if (parse_u32(value, 1, DSC_MAX_REPLICAS, &o->replicas) < 0)
+            return bad("--replicas (1..8)", value);
+    } else if (strcmp(key, "members_refresh") == 0) {
+        if (parse_u32(value, 1, 86400, &o->members_refresh) < 0)
+            return bad("--members-refresh", value);
     } else if (strcmp(key, "warm") == 0) {
         o->warm = strcmp(value, "1") == 0 || strcmp(value, "true") == 0;
     } else {
@@ -197,14 +233,21 @@ static int parse_args(int argc, char **argv, options_t *o) {
             usage(stdout);
             exit(0);
         }
-    for (int i = 1; i < argc; i++)
+    for (int i = 1; i < argc; i++) {
+        const char *path = NULL;
         if (strcmp(argv[i], "--config") == 0) {
             if (i + 1 >= argc)
                 return bad("--config", NULL);
-            int rc = load_config(o, argv[i + 1]);
+            path = argv[i + 1];
+        } else if (strncmp(argv[i], "--config=", 9) == 0) {
+            path = argv[i] + 9;
+        }
+        if (path) {
+            int rc = load_config(o, path);
             if (rc < 0)
                 return rc;
         }
+    }
     /* Directories given on the command line replace those of the config file. */
     int cli_dirs = 0;
     for (int i = 1; i < argc; i++) {
@@ -215,13 +258,24 @@ static int parse_args(int argc, char **argv, options_t *o) {
             o->warm = 1;
             continue;
         }
-        if (i + 1 >= argc)
-            return bad(arg, NULL);
-        const char *value = argv[++i];
-        if (strcmp(arg, "--config") == 0)
-            continue;
+        /* --key=value (the form Kubernetes manifests use) or --key value. */
+        const char *eq = strchr(arg, '=');
+        const char *value;
         char key[64];
-        snprintf(key, sizeof key, "%s", arg + 2);
+        size_t key_len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+        if (key_len == 0 || key_len >= sizeof key)
+            return bad("option", arg);
+        if (eq) {
+            value = eq + 1;
+        } else {
+            if (i + 1 >= argc)
+                return bad(arg, NULL);
+            value = argv[++i];
+        }
+        memcpy(key, arg + 2, key_len);
+        key[key_len] = '\0';
+        if (strcmp(key, "config") == 0)
+            continue;
         for (char *p = key; *p; p++)
             if (*p == '-')
                 *p = '_';
@@ -257,6 +311,7 @@ typedef struct control {
     uv_work_t warm_work;
     dsc_catalog_t *cat;
     dsc_server_t *server;
+    dsc_cluster_t *cluster;
     atomic_int ready;
     int stopping;
 } control_t;
@@ -268,6 +323,7 @@ static void on_stop_signal(uv_signal_t *handle, int signum) {
     ctl->stopping = 1;
     LOG_INFO("signal %d: stopping: no new connections, finishing in-flight answers", signum);
     dsc_server_stop(ctl->server);
+    dsc_cluster_stop(ctl->cluster);
     uv_close((uv_handle_t *)&ctl->sigterm, NULL);
     uv_close((uv_handle_t *)&ctl->sigint, NULL);
     uv_close((uv_handle_t *)&ctl->sighup, NULL);
@@ -278,11 +334,12 @@ static void on_hup(uv_signal_t *handle, int signum) {
     control_t *ctl = handle->data;
     LOG_INFO("SIGHUP: rescanning the dataset directories");
     dsc_catalog_rescan(ctl->cat);
+    dsc_cluster_reload(ctl->cluster);
 }
 
 static void warm_work(uv_work_t *req) {
     control_t *ctl = req->data;
-    dsc_catalog_warm_all(ctl->cat);
+    dsc_cluster_warm(ctl->cluster, ctl->cat);
 }
 
 static void warm_done(uv_work_t *req, int status) {
@@ -290,6 +347,41 @@ static void warm_done(uv_work_t *req, int status) {
     (void)status;
     atomic_store(&ctl->ready, 1);
     LOG_INFO("ready");
+}
+
+/* The membership: --members / --members-file, this server's address (--advertise, else the
+ * listen host with the bound port). Returns 0 and *out, or DSC_EINVAL / DSC_ENOMEM (logged). */
+static int make_cluster(const options_t *o, const char *listen_host, uint16_t port,
+                        dsc_cluster_t **out) {
+    char spec[4096], self[DSC_MEMBER_MAX];
+    const char *members = o->members;
+    if (o->members && o->members_file) {
+        LOG_ERROR("--members and --members-file are exclusive: give one");
+        return DSC_EINVAL;
+    }
+    if (o->members_file) {
+        if (snprintf(spec, sizeof spec, "file:%s", o->members_file) >= (int)sizeof spec) {
+            LOG_ERROR("--members-file: path too long");
+            return DSC_EINVAL;
+        }
+        members = spec;
+    }
+    const char *advertise = o->advertise;
+    if (advertise == NULL) {
+        int v6 = strchr(listen_host, ':') != NULL;
+        snprintf(self, sizeof self, v6 ? "[%s]:%u" : "%s:%u", listen_host, (unsigned)port);
+        advertise = self;
+        int wildcard = strcmp(listen_host, "0.0.0.0") == 0 || strcmp(listen_host, "::") == 0;
+        if (members && wildcard)
+            LOG_WARN("cluster: --listen %s is a wildcard address: give --advertise HOST:PORT "
+                     "as this server appears in the member list",
+                     listen_host);
+    }
+    dsc_cluster_options_t copt = {.members = members,
+                                  .advertise = advertise,
+                                  .replicas = o->replicas,
+                                  .refresh_seconds = o->members_refresh};
+    return dsc_cluster_create(&copt, out);
 }
 
 static int listen_addr(const char *text, char *host, size_t cap, uint16_t *port, int *off) {
@@ -320,6 +412,7 @@ int main(int argc, char **argv) {
     dsc_catalog_t *cat = NULL;
     dsc_server_t *server = NULL;
     dsc_http_t *http = NULL;
+    dsc_cluster_t *cluster = NULL;
     control_t ctl;
     memset(&ctl, 0, sizeof ctl);
     int loop_ready = 0;
@@ -373,8 +466,14 @@ int main(int argc, char **argv) {
         LOG_ERROR("cannot listen on %s: %s", o.listen, dsc_strerror(rc));
         goto done;
     }
+    if ((rc = make_cluster(&o, listen_host, dsc_server_port(server), &cluster)) < 0) {
+        dsc_server_stop(server);
+        goto done;
+    }
+    dsc_server_set_cluster(server, cluster);
     ctl.cat = cat;
     ctl.server = server;
+    ctl.cluster = cluster;
     atomic_init(&ctl.ready, 0);
     if (!http_off) {
         dsc_http_source_t src = {.cat = cat, .server = server, .ready = &ctl.ready};
@@ -410,6 +509,9 @@ int main(int argc, char **argv) {
     uv_signal_start(&ctl.sigterm, on_stop_signal, SIGTERM);
     uv_signal_start(&ctl.sigint, on_stop_signal, SIGINT);
     uv_signal_start(&ctl.sighup, on_hup, SIGHUP);
+    if ((rc = dsc_cluster_start(cluster, &ctl.loop, cat)) < 0)
+        LOG_ERROR("cluster: cannot start the membership refresh: %s (the list stays as read)",
+                  dsc_strerror(rc));
 
     if (o.warm) {
         ctl.warm_work.data = &ctl;
@@ -422,6 +524,7 @@ int main(int argc, char **argv) {
 done:
     dsc_server_destroy(server); /* joins the loops once they have drained */
     dsc_http_stop(http);
+    dsc_cluster_destroy(cluster); /* after the loops: they read it */
     if (loop_ready)
         uv_loop_close(&ctl.loop);
     dsc_catalog_destroy(cat);

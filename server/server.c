@@ -9,6 +9,7 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -42,6 +43,7 @@ typedef struct conn {
     uint32_t pending_loads; /* GETs waiting for a load */
     int refs;               /* 1 for the open handle + writes + pending loads */
     unsigned hello : 1, closing : 1, reading : 1, close_when_idle : 1, paused : 1;
+    unsigned view_logged : 1; /* a HELLO with a different members_hash was logged */
 } conn_t;
 
 struct loop_ctx {
@@ -55,6 +57,9 @@ struct loop_ctx {
     dsc_mailbox_t mailbox; /* finished loads for this loop's connections */
     pthread_mutex_t mb_lock;
     dsc_waiter_t *mb_head, *mb_tail;
+    int *handoff; /* accepted sockets handed to this loop by another one (under mb_lock) */
+    uint32_t handoff_len, handoff_cap;
+    int handoff_closed; /* the loop is finishing: sockets handed now are closed at once */
     conn_t *conns;
     uint32_t conn_count;
     int stopping;
@@ -68,9 +73,15 @@ struct dsc_server {
     uint32_t loop_count;
     loop_ctx_t *loops;
     atomic_int stop_requested;
+    atomic_uint next_loop; /* round-robin target of the next accepted connection */
     atomic_uint_fast64_t connections, connections_total, bytes_out, protocol_errors, paused_reads;
     atomic_uint_fast64_t requests[DSC_SERVER_OPS][DSC_SERVER_STATUSES];
+    _Atomic(dsc_cluster_t *) cluster;
 };
+
+static dsc_cluster_t *cluster_of(dsc_server_t *srv) {
+    return atomic_load_explicit(&srv->cluster, memory_order_acquire);
+}
 
 /* A response on its way: the uv_write request, what it holds, and its buffers. */
 typedef struct out_msg {
@@ -159,6 +170,14 @@ static void on_close(uv_handle_t *handle) {
 
 static void loop_maybe_finish(loop_ctx_t *lc) {
     if (lc->stopping && lc->conn_count == 0 && !uv_is_closing((uv_handle_t *)&lc->wake)) {
+        pthread_mutex_lock(&lc->mb_lock);
+        lc->handoff_closed = 1;
+        for (uint32_t i = 0; i < lc->handoff_len; i++)
+            close(lc->handoff[i]);
+        free(lc->handoff);
+        lc->handoff = NULL;
+        lc->handoff_len = lc->handoff_cap = 0;
+        pthread_mutex_unlock(&lc->mb_lock);
         uv_close((uv_handle_t *)&lc->wake, NULL);
         uv_close((uv_handle_t *)&lc->drain_timer, NULL);
     }
@@ -470,8 +489,16 @@ static void handle_hello(conn_t *c, uint64_t id, const uint8_t *body, size_t len
     }
     dsc_server_t *srv = c->lc->srv;
     dsc_hello_resp_t resp = {.version = (uint16_t)version,
+                             .members_hash = dsc_cluster_hello_hash(cluster_of(srv)),
                              .max_body = DSC_FRAME_MAX_BODY,
                              .server_name = {srv->name, (uint16_t)strlen(srv->name)}};
+    if (req.members_hash != 0 && req.members_hash != resp.members_hash && !c->view_logged) {
+        c->view_logged = 1;
+        LOG_INFO("client %.*s has member view %016llx, this server %016llx: it should ask "
+                 "MEMBERS",
+                 (int)req.client_name.len, req.client_name.ptr,
+                 (unsigned long long)req.members_hash, (unsigned long long)resp.members_hash);
+    }
     uint8_t out[256];
     int n = dsc_hello_resp_encode(&resp, out, sizeof out);
     if (n < 0) {
@@ -569,6 +596,12 @@ static void handle_frame(conn_t *c, const dsc_frame_header_t *h, const uint8_t *
         }
         int not_found = 0;
         char *json = dsc_catalog_stat_json(srv->cat, name.ptr, name.len, &not_found);
+        dsc_cluster_t *cluster = cluster_of(srv);
+        if (json && cluster) {
+            char *full = dsc_cluster_stat_json(cluster, srv->cat, json);
+            free(json);
+            json = full;
+        }
         if (not_found)
             send_error(c, DSC_OP_STAT, h->request_id, DSC_STATUS_NOT_FOUND, "no such dataset");
         else
@@ -579,6 +612,15 @@ static void handle_frame(conn_t *c, const dsc_frame_header_t *h, const uint8_t *
     case DSC_OP_EVICT:
         handle_admin(c, h->opcode, h->request_id, body, h->body_len);
         break;
+    case DSC_OP_MEMBERS: {
+        dsc_cluster_t *cluster = cluster_of(srv);
+        if (cluster == NULL)
+            send_error(c, DSC_OP_MEMBERS, h->request_id, DSC_STATUS_UNSUPPORTED,
+                       "this server has no membership");
+        else
+            send_json(c, DSC_OP_MEMBERS, h->request_id, dsc_cluster_members_json(cluster));
+        break;
+    }
     default:
         send_error(c, h->opcode, h->request_id, DSC_STATUS_UNSUPPORTED,
                    dsc_opcode_known(h->opcode) ? "operation not supported by this server"
@@ -642,33 +684,9 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     conn_unref(c);
 }
 
-static void on_connection(uv_stream_t *listener, int status) {
-    loop_ctx_t *lc = listener->data;
-    if (status < 0 || lc->stopping)
-        return;
-    conn_t *c = calloc(1, sizeof *c);
-    uint8_t *in = malloc(IN_BUF_SIZE);
-    if (c == NULL || in == NULL) {
-        free(c);
-        free(in);
-        LOG_ERROR("out of memory accepting a connection: dropping it");
-        uv_os_fd_t lfd;
-        if (uv_fileno((uv_handle_t *)listener, &lfd) == 0) {
-            int fd = accept(lfd, NULL, NULL); /* so that the listener does not spin */
-            if (fd >= 0)
-                close(fd);
-        }
-        return;
-    }
-    c->lc = lc;
-    c->in = in;
-    c->refs = 1;
-    uv_tcp_init(&lc->loop, &c->tcp);
-    c->tcp.data = c;
-    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
-        uv_close((uv_handle_t *)&c->tcp, on_close);
-        return;
-    }
+/* Links a connection whose handle is open into its loop and starts reading. */
+static void conn_start(conn_t *c) {
+    loop_ctx_t *lc = c->lc;
     uv_tcp_nodelay(&c->tcp, 1);
     c->next = lc->conns;
     if (lc->conns)
@@ -678,6 +696,101 @@ static void on_connection(uv_stream_t *listener, int status) {
     atomic_fetch_add_explicit(&lc->srv->connections, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&lc->srv->connections_total, 1, memory_order_relaxed);
     conn_update_reading(c);
+}
+
+static conn_t *conn_new(loop_ctx_t *lc) {
+    conn_t *c = calloc(1, sizeof *c);
+    uint8_t *in = malloc(IN_BUF_SIZE);
+    if (c == NULL || in == NULL) {
+        free(c);
+        free(in);
+        LOG_ERROR("out of memory accepting a connection: dropping it");
+        return NULL;
+    }
+    c->lc = lc;
+    c->in = in;
+    c->refs = 1;
+    uv_tcp_init(&lc->loop, &c->tcp);
+    c->tcp.data = c;
+    return c;
+}
+
+/* Runs on lc's loop: serves a socket that another loop accepted. Takes the fd. */
+static void conn_adopt(loop_ctx_t *lc, int fd) {
+    conn_t *c = lc->stopping ? NULL : conn_new(lc);
+    if (c == NULL) {
+        close(fd);
+        return;
+    }
+    if (uv_tcp_open(&c->tcp, fd) != 0) {
+        close(fd);
+        uv_close((uv_handle_t *)&c->tcp, on_close);
+        return;
+    }
+    conn_start(c);
+}
+
+/* Any thread: queues an accepted socket for loop `to`. Takes the fd (closed when the loop is
+ * finishing or memory is short). */
+static void handoff_push(loop_ctx_t *to, int fd) {
+    pthread_mutex_lock(&to->mb_lock);
+    if (!to->handoff_closed && to->handoff_len == to->handoff_cap) {
+        uint32_t cap = to->handoff_cap ? to->handoff_cap * 2 : 16;
+        int *grown = realloc(to->handoff, cap * sizeof *grown);
+        if (grown) {
+            to->handoff = grown;
+            to->handoff_cap = cap;
+        }
+    }
+    int queued = !to->handoff_closed && to->handoff_len < to->handoff_cap;
+    if (queued)
+        to->handoff[to->handoff_len++] = fd;
+    pthread_mutex_unlock(&to->mb_lock);
+    if (queued)
+        uv_async_send(&to->wake);
+    else
+        close(fd);
+}
+
+/* SO_REUSEPORT spreads connections by a hash of their addresses, which with a few connections
+ * often puts two busy ones on one loop while another idles. Whichever listener accepts, the
+ * connection goes to the loops in turn. */
+static void on_connection(uv_stream_t *listener, int status) {
+    loop_ctx_t *lc = listener->data;
+    dsc_server_t *srv = lc->srv;
+    if (status < 0 || lc->stopping)
+        return;
+    conn_t *c = conn_new(lc);
+    if (c == NULL) {
+        uv_os_fd_t lfd;
+        if (uv_fileno((uv_handle_t *)listener, &lfd) == 0) {
+            int fd = accept(lfd, NULL, NULL); /* so that the listener does not spin */
+            if (fd >= 0)
+                close(fd);
+        }
+        return;
+    }
+    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
+        uv_close((uv_handle_t *)&c->tcp, on_close);
+        return;
+    }
+    uint32_t target = srv->loop_count > 1
+                          ? atomic_fetch_add_explicit(&srv->next_loop, 1, memory_order_relaxed) %
+                                srv->loop_count
+                          : 0;
+    loop_ctx_t *to = &srv->loops[target];
+    uv_os_fd_t fd;
+    if (to != lc && uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0) {
+        /* The handle belongs to this loop: give the other loop its own descriptor. */
+        int moved = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (moved >= 0) {
+            uv_close((uv_handle_t *)&c->tcp, on_close);
+            handoff_push(to, moved);
+            return;
+        }
+        /* No descriptor to spare: serve it here. */
+    }
+    conn_start(c);
 }
 
 /* ---- loops, mailbox, stop -------------------------------------------------------------- */
@@ -706,6 +819,17 @@ static void on_drain_timeout(uv_timer_t *timer) {
 
 static void on_wake(uv_async_t *async) {
     loop_ctx_t *lc = async->data;
+    int fds[64];
+    uint32_t nfds;
+    do {
+        pthread_mutex_lock(&lc->mb_lock);
+        nfds = lc->handoff_len < 64 ? lc->handoff_len : 64;
+        lc->handoff_len -= nfds;
+        memcpy(fds, lc->handoff + lc->handoff_len, nfds * sizeof *fds);
+        pthread_mutex_unlock(&lc->mb_lock);
+        for (uint32_t i = 0; i < nfds; i++)
+            conn_adopt(lc, fds[i]);
+    } while (nfds == 64);
     pthread_mutex_lock(&lc->mb_lock);
     dsc_waiter_t *list = lc->mb_head;
     lc->mb_head = lc->mb_tail = NULL;
@@ -851,6 +975,10 @@ void dsc_server_stop(dsc_server_t *srv) {
     atomic_store(&srv->stop_requested, 1);
     for (uint32_t i = 0; i < srv->loop_count; i++)
         uv_async_send(&srv->loops[i].wake);
+}
+
+void dsc_server_set_cluster(dsc_server_t *srv, dsc_cluster_t *cluster) {
+    atomic_store_explicit(&srv->cluster, cluster, memory_order_release);
 }
 
 void dsc_server_destroy(dsc_server_t *srv) {

@@ -5,6 +5,7 @@
 #define DSC_SERVER_SERVER_H
 
 #include "catalog.h"
+#include "cluster.h"
 
 #include <stdint.h>
 
@@ -28,6 +29,11 @@ uint16_t dsc_server_port(const dsc_server_t *srv);
 /* Asks every loop to stop accepting and to close each connection once its in-flight responses
  * are sent (bounded by drain_seconds). Async-signal-unsafe, any thread, idempotent. */
 void dsc_server_stop(dsc_server_t *srv);
+/* Gives the server its membership (not owned: it must outlive the server) for the HELLO
+ * members_hash, MEMBERS answers and the ownership fields of STAT. Until then (or with NULL)
+ * HELLO carries 0, MEMBERS is answered UNSUPPORTED and STAT has no cluster fields. Any thread;
+ * set it before announcing the port. */
+void dsc_server_set_cluster(dsc_server_t *srv, dsc_cluster_t *cluster);
 /* Waits for the loop threads to end (after dsc_server_stop), then frees. NULL is a no-op. */
 void dsc_server_destroy(dsc_server_t *srv);
 
