@@ -394,9 +394,10 @@ static void free_slots(dsc_loader_t *loader) {
 static int alloc_steps(dsc_loader_t *loader) {
     uint64_t per_step = (uint64_t)loader->opt.batch_size * loader->opt.world_size;
     uint64_t window = loader->opt.shuffle ? loader->opt.shuffle_window : 1;
-    /* Enough look-ahead to keep a whole shuffle window's chunks decoded (each fetched once),
-     * bounded to about a million sample records. */
-    uint64_t cap = (window + per_step - 1) / per_step + 2ull * loader->slot_count + 1;
+    /* Look-ahead of three shuffle windows: the current window's chunks stay decoded (each is
+     * fetched once) while the next window's are fetched; bounded to about a million sample
+     * records (and by cache_bytes at run time). */
+    uint64_t cap = 3 * ((window + per_step - 1) / per_step) + 2ull * loader->slot_count + 1;
     uint64_t limit = (1ull << 20) / loader->opt.batch_size;
     if (cap > limit)
         cap = limit;
@@ -492,7 +493,9 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     }
     snprintf(loader->servers[loader->server_count].addr, DSC_MEMBER_MAX, "fallback files");
     loader->servers[loader->server_count].alive = loader->fallback != NULL;
-    dsc__bufpool_init(&loader->pool, (size_t)loader->opt.inflight_bytes / 2 + (8u << 20));
+    /* Freed chunk buffers are kept for reuse up to the memory the budgets allow anyway: no
+     * page faults and munmaps on the hot path. */
+    dsc__bufpool_init(&loader->pool, (size_t)(loader->opt.inflight_bytes + loader->opt.cache_bytes));
 
     rc = dsc__fetch_manifest(loader);
     if (rc < 0)

@@ -26,7 +26,7 @@ typedef struct dsc_bufpool {
     struct {
         void *ptr;
         size_t cap;
-    } free_list[64];
+    } free_list[512];
 } dsc_bufpool_t;
 
 void dsc__bufpool_init(dsc_bufpool_t *pool, size_t max_cached);
