@@ -162,6 +162,7 @@ st=$(stat_of "$ADDR_d")
 grep -q "127.0.0.1:3, see --advertise) is not in the member list" "$work/server-d.log" \
     && pass "advertise outside the list: warning" || fail "no warning for d"
 stop_server d
+[ "$STOP_RC" = 0 ] || fail "server d exit $STOP_RC"
 
 # dns:NAME:PORT (what the Kubernetes manifests give): localhost resolves to this advertise.
 if getent hosts localhost >/dev/null; then
@@ -171,6 +172,7 @@ if getent hosts localhost >/dev/null; then
     [ "$(json_get "$m_e" '"127.0.0.1:7070" in j["members"] and j["self"] == "127.0.0.1:7070"')" = True ] \
         && pass "dns:localhost:7070 -> $(json_get "$m_e" 'j["members"]')" || fail "dns: $m_e"
     stop_server e
+    [ "$STOP_RC" = 0 ] || fail "server e exit $STOP_RC"
 else
     echo "note: localhost does not resolve here: dns: form not checked"
 fi
@@ -181,5 +183,7 @@ for args in "--replicas 0" "--replicas 9" "--members garbage" "--members-file x 
     # shellcheck disable=SC2086
     out=$("$SERVER" --data "$work/ds" --listen 127.0.0.1:0 --http off $args 2>&1) \
         && fail "dscached $args started" || pass "dscached $args: $(tail -1 <<<"$out" | cut -c1-90)"
+    grep -q "Sanitizer\|runtime error" <<<"$out" && fail "sanitizer report for $args: $out"
 done
+grep -l "Sanitizer\|runtime error" "$work"/server-*.log && fail "sanitizer reports in the logs above"
 finish

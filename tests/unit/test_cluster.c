@@ -7,10 +7,14 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <unistd.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 extern int dsc__log_level; /* server/log.h (a client header of the same name comes first) */
 
 #define SHARDS 3000u
+#define REF_MEMBERS_HASH UINT64_C(0xad2e7338c0eb9d39)
+#define REF_IMAGENET_1_PRIMARY "10.0.0.2:7070"
 
 static dsc_cluster_t *make(const char *members, const char *self, uint32_t replicas) {
     dsc_cluster_options_t o = {.members = members, .advertise = self, .replicas = replicas};
@@ -321,6 +325,64 @@ static void test_stat_json(void) {
     dsc_cluster_destroy(cl);
 }
 
+/* The placement as proto/PROTOCOL.md (Placement) specifies it, computed here from XXH3 directly,
+ * gives the same owners and hash as proto/placement.c; prints the reference values the document
+ * quotes. */
+static void test_documented_formula(void) {
+    const char *text = "10.0.0.3:7070,10.0.0.1:7070,10.0.0.2:7070,10.0.0.4:7070";
+    dsc_members_t m;
+    REQUIRE(dsc_members_parse(text, &m) == 0);
+    char joined[256] = "";
+    for (uint32_t i = 0; i < m.count; i++) {
+        strcat(joined, m.addrs[i]);
+        strcat(joined, ",");
+    }
+    CHECK(strcmp(joined, "10.0.0.1:7070,10.0.0.2:7070,10.0.0.3:7070,10.0.0.4:7070,") == 0);
+    uint64_t hash = XXH3_64bits(joined, strlen(joined));
+    CHECK(dsc_members_hash(&m) == hash);
+    int wrong = 0;
+    for (uint32_t shard = 0; shard < 2000; shard++) {
+        const char *ds = shard % 2 ? "imagenet" : "c4-en";
+        uint8_t key_bytes[64];
+        size_t len = strlen(ds);
+        memcpy(key_bytes, ds, len);
+        for (int b = 0; b < 4; b++)
+            key_bytes[len + (size_t)b] = (uint8_t)(shard >> (8 * b));
+        uint64_t key = XXH3_64bits(key_bytes, len + 4);
+        uint64_t w[4];
+        for (uint32_t i = 0; i < m.count; i++)
+            w[i] = XXH3_64bits_withSeed(m.addrs[i], strlen(m.addrs[i]), key);
+        uint32_t expect[4] = {0, 1, 2, 3}; /* members by decreasing weight */
+        for (int i = 0; i < 4; i++)
+            for (int j = i + 1; j < 4; j++)
+                if (w[expect[j]] > w[expect[i]]) {
+                    uint32_t t = expect[i];
+                    expect[i] = expect[j];
+                    expect[j] = t;
+                }
+        uint32_t got[3];
+        REQUIRE(dsc_placement_owners(&m, ds, shard, 3, got) == 3);
+        wrong += got[0] != expect[0] || got[1] != expect[1] || got[2] != expect[2];
+        if (shard < 4 && getenv("DSC_PRINT_REFERENCE"))
+            printf("%s shard %u: key %016llx owners %s, %s, %s\n", ds, shard,
+                   (unsigned long long)key, m.addrs[got[0]], m.addrs[got[1]], m.addrs[got[2]]);
+    }
+    CHECK_EQ_INT(wrong, 0);
+    if (getenv("DSC_PRINT_REFERENCE"))
+        printf("members_hash %016llx\n", (unsigned long long)hash);
+    /* Reference values quoted in proto/PROTOCOL.md. */
+    CHECK(hash == REF_MEMBERS_HASH);
+    uint32_t owners[3];
+    REQUIRE(dsc_placement_owners(&m, "imagenet", 1, 3, owners) == 3);
+    CHECK(strcmp(m.addrs[owners[0]], REF_IMAGENET_1_PRIMARY) == 0);
+    CHECK(strcmp(m.addrs[owners[1]], "10.0.0.3:7070") == 0);
+    CHECK(strcmp(m.addrs[owners[2]], "10.0.0.4:7070") == 0);
+    REQUIRE(dsc_placement_owners(&m, "c4-en", 2, 2, owners) == 2);
+    CHECK(strcmp(m.addrs[owners[0]], "10.0.0.3:7070") == 0);
+    CHECK(strcmp(m.addrs[owners[1]], "10.0.0.1:7070") == 0);
+    dsc_members_free(&m);
+}
+
 int main(void) {
     dsc__log_level = DSC_LOG_ERROR; /* the expected warnings would only be noise here */
     test_options();
@@ -330,5 +392,6 @@ int main(void) {
     test_concurrent_swaps();
     test_members_file();
     test_stat_json();
+    test_documented_formula();
     return TEST_DONE();
 }
