@@ -492,7 +492,9 @@ static void handle_hello(conn_t *c, uint64_t id, const uint8_t *body, size_t len
                              .members_hash = dsc_cluster_hello_hash(cluster_of(srv)),
                              .max_body = DSC_FRAME_MAX_BODY,
                              .server_name = {srv->name, (uint16_t)strlen(srv->name)}};
-    if (req.members_hash != 0 && req.members_hash != resp.members_hash && !c->view_logged) {
+    /* Only a clustered server (hash != 0) has a view a client should follow. */
+    if (req.members_hash != 0 && resp.members_hash != 0 && req.members_hash != resp.members_hash &&
+        !c->view_logged) {
         c->view_logged = 1;
         LOG_INFO("client %.*s has member view %016llx, this server %016llx: it should ask "
                  "MEMBERS",
