@@ -177,6 +177,14 @@ else
     echo "note: localhost does not resolve here: dns: form not checked"
 fi
 
+# Single node: HELLO carries 0 (not clustered) and a client's view is not worth a log line.
+start_server f --data "$work/ds"
+[ "$(hello "$ADDR_f" 00000000deadbeef viewer)" = 0000000000000000 ] \
+    && pass "single node: HELLO members_hash 0" || fail "single node HELLO hash"
+grep -q "client viewer" "$work/server-f.log" && fail "single node logged a client view" \
+    || pass "single node: client views not logged"
+stop_server f
+
 # Option errors: clear message, non-zero exit.
 for args in "--replicas 0" "--replicas 9" "--members garbage" "--members-file x --members a:1" \
     "--advertise nope --members a:1"; do
