@@ -52,8 +52,8 @@ struct dsc_cluster {
 /* ---- views ------------------------------------------------------------------------------ */
 
 /* A new view taking the entries of *members (left empty). NULL when out of memory. */
-static dsc_cluster_view_t *view_new(const dsc_cluster_t *cl, dsc_members_t *members,
-                                    int clustered, uint64_t generation) {
+static dsc_cluster_view_t *view_new(const dsc_cluster_t *cl, dsc_members_t *members, int clustered,
+                                    uint64_t generation) {
     dsc_cluster_view_t *v = calloc(1, sizeof *v);
     if (v == NULL)
         return NULL;
@@ -173,9 +173,9 @@ static void take_stamp(const char *path, file_stamp_t *out) {
 static int same_stamp(const file_stamp_t *a, const file_stamp_t *b) {
     if (a->exists != b->exists)
         return 0;
-    return !a->exists || (a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-                          a->mtime.tv_sec == b->mtime.tv_sec &&
-                          a->mtime.tv_nsec == b->mtime.tv_nsec);
+    return !a->exists ||
+           (a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+            a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec);
 }
 
 static const char *kind_name(int kind) {
@@ -299,8 +299,8 @@ int dsc_cluster_warm(dsc_cluster_t *cl, dsc_catalog_t *cat) {
     if (cl->kind == SPEC_SINGLE)
         return dsc_catalog_warm_all(cat); /* today's warm-up, policy as configured */
     dsc_cluster_view_t *v = dsc_cluster_acquire(cl);
-    int n = dsc_catalog_warm_some(cat, owned_filter, v, 1, "owned: primary or replica",
-                                  &cl->cancel);
+    int n =
+        dsc_catalog_warm_some(cat, owned_filter, v, 1, "owned: primary or replica", &cl->cancel);
     dsc_cluster_view_release(v);
     return n;
 }

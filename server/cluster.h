@@ -24,8 +24,8 @@ typedef struct dsc_cluster_view {
     uint64_t hash;         /* dsc_members_hash(members); 0 for an empty list */
     int self_index;        /* index of the advertise address in members, or -1 */
     uint32_t replicas;
-    int clustered;         /* 0: single-node mode, owns every shard */
-    uint64_t generation;   /* 1 for the first view, +1 per change */
+    int clustered;       /* 0: single-node mode, owns every shard */
+    uint64_t generation; /* 1 for the first view, +1 per change */
 } dsc_cluster_view_t;
 
 typedef struct dsc_cluster_options {
@@ -34,8 +34,8 @@ typedef struct dsc_cluster_options {
     /* This server's own "HOST:PORT" in the member list (required; an IPv6 host without brackets
      * is bracketed: "fd00::1:7070" -> "[fd00::1]:7070"). */
     const char *advertise;
-    uint32_t replicas;         /* 1..DSC_MAX_REPLICAS (0: DSC_CLUSTER_DEFAULT_REPLICAS) */
-    uint32_t refresh_seconds;  /* DNS re-resolution period (0: DSC_CLUSTER_DEFAULT_REFRESH) */
+    uint32_t replicas;        /* 1..DSC_MAX_REPLICAS (0: DSC_CLUSTER_DEFAULT_REPLICAS) */
+    uint32_t refresh_seconds; /* DNS re-resolution period (0: DSC_CLUSTER_DEFAULT_REFRESH) */
 } dsc_cluster_options_t;
 
 /* Creates the cluster state and resolves the member list once (blocking: file read or
