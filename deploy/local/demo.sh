@@ -1,14 +1,31 @@
 #!/usr/bin/env bash
-# Local demo: installs what is missing, builds dscache, ingests a synthetic image dataset
-# (about 60 MB: 20000 samples of image u8 3x32x32 + label i64) and verifies it with inspect.
-# Usage: deploy/local/demo.sh            (DEMO_DIR=... to place the data, default .demo/)
-#        DEMO_SAMPLES=N deploy/local/demo.sh
+# The main job, on one machine: installs what is missing, builds dscache, makes the default
+# dataset if it is missing (a synthetic image set: 20000 samples of image u8 3x32x32 + label
+# i64, about 60 MB, lz4) and verifies it, starts a local dscached (port 0, --port-file), and
+# trains a small torch model through dscache.Loader, each step also spending --compute-ms of
+# simulated accelerator time; then the same loop fed by a plain file-reading baseline (a torch
+# Dataset reading + decoding each sample from the shard files, page cache dropped when
+# permitted). Prints throughput and data stall side by side; stops the server it started.
+# Usage: deploy/local/demo.sh [--compute-ms MS] [--steps N] [--batch-size B]
+#        DEMO_DIR=... (data, default .demo/), DEMO_SAMPLES=N, DEMO_BUILD_DIR=...
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 demo_dir=${DEMO_DIR:-$root/.demo}
 samples=${DEMO_SAMPLES:-20000}
 build=${DEMO_BUILD_DIR:-$root/build}
+compute_ms=5
+steps=300
+batch=256
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --compute-ms) compute_ms=${2:?--compute-ms needs a value}; shift 2 ;;
+    --steps) steps=${2:?--steps needs a value}; shift 2 ;;
+    --batch-size) batch=${2:?--batch-size needs a value}; shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "demo: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
 step() { printf '\n== %s ==\n' "$*"; }
 die() { echo "demo: $*" >&2; exit 1; }
 
@@ -22,14 +39,68 @@ cli=$build/bin/dscache
 [ -x "$cli" ] || die "$cli was not built"
 echo "built $cli ($("$cli" --version))"
 
-step "ingest: $samples synthetic samples (image u8 3x32x32, label i64) -> $demo_dir/cifar-synth"
-mkdir -p "$demo_dir"
-"$cli" ingest synthetic -o "$demo_dir/cifar-synth" --name cifar-synth --samples "$samples" \
-    --field image:u8:3x32x32 --field label:i64 --seed 1 --compress lz4 \
-    --shard-size 16M --chunk-size 1M
+if [ -f "$demo_dir/cifar-synth/manifest.json" ]; then
+    step "dataset: $demo_dir/cifar-synth exists (remove it to make it again)"
+else
+    step "ingest: $samples synthetic samples (image u8 3x32x32, label i64) -> $demo_dir/cifar-synth"
+    mkdir -p "$demo_dir"
+    "$cli" ingest synthetic -o "$demo_dir/cifar-synth" --name cifar-synth --samples "$samples" \
+        --field image:u8:3x32x32 --field label:i64 --seed 1 --compress lz4 \
+        --shard-size 16M --chunk-size 1M
+fi
 
 step "inspect: every shard and chunk"
 "$cli" inspect "$demo_dir/cifar-synth"
 
-step "done"
-echo "dataset ready in $demo_dir/cifar-synth"
+step "serve: dscached on 127.0.0.1 (port 0)"
+server_pid=""
+cleanup() {
+    if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+        kill "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+        echo "demo: stopped dscached (pid $server_pid)"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+port_file="$demo_dir/dscached.port"
+rm -f "$port_file"
+"$build/bin/dscached" --data "$demo_dir/cifar-synth" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
+    --port-file "$port_file" --memory 512M --warm --log-level warn &
+server_pid=$!
+for _ in $(seq 100); do
+    [ -s "$port_file" ] && break
+    kill -0 "$server_pid" 2>/dev/null || die "dscached exited at start-up"
+    sleep 0.1
+done
+[ -s "$port_file" ] || die "dscached wrote no port file"
+addr="127.0.0.1:$(cat "$port_file")"
+echo "dscached pid $server_pid serving cifar-synth on $addr"
+
+py=/usr/bin/python3
+"$py" -c 'import numpy, torch' 2>/dev/null || die "$py lacks numpy or torch (deploy/local/setup.sh installs them)"
+export DSCACHE_LIB="$build/lib/libdscache.so"
+train=(deploy/local/train_demo.py --dataset cifar-synth --dir "$demo_dir/cifar-synth"
+       --batch-size "$batch" --compute-ms "$compute_ms")
+
+step "train: $steps steps of batch $batch, ${compute_ms} ms simulated compute per step"
+dsc_json=$("$py" "${train[@]}" --mode dscache --servers "$addr" --steps "$steps" --json) ||
+    die "training through dscache failed"
+file_steps=$(( steps / 4 > 10 ? steps / 4 : 10 ))
+file_json=$("$py" "${train[@]}" --mode files --steps "$file_steps" --json) ||
+    die "training from files failed"
+
+step "result"
+"$py" - "$dsc_json" "$file_json" <<'PYEOF'
+import json, sys
+rows = [json.loads(a) for a in sys.argv[1:]]
+print("%-22s %8s %12s %8s %10s  %s" % ("feed", "steps", "samples/s", "stall", "step ms", "loss"))
+names = {"dscache": "dscache.Loader", "files": "files (per-sample read)"}
+for r in rows:
+    print("%-22s %8d %12.0f %7.1f%% %10.2f  %.3f -> %.3f %s" % (
+        names[r["mode"]], r["steps"], r["samples_per_s"], r["stall_pct"], r["step_ms"],
+        r["loss_first"], r["loss_last"], ("(" + r["note"] + ")") if r["note"] else ""))
+d, f = rows
+print("dscache: %.1fx the baseline's throughput, data stall %.1f%% vs %.1f%%" % (
+    d["samples_per_s"] / f["samples_per_s"], d["stall_pct"], f["stall_pct"]))
+PYEOF

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""The demo trainer: a small torch model trained for a number of steps, each step also spending
+--compute-ms of simulated accelerator time, fed either by dscache.Loader (--mode dscache) or by
+a plain file-reading baseline (--mode files): a torch Dataset whose __getitem__ reads one
+sample's chunk from the shard files on disk and decodes it, through torch's DataLoader.
+Prints one summary line per run: throughput, data stall and loss.
+
+usage: train_demo.py --mode dscache|files --dataset NAME --dir DATASET_DIR
+                     [--servers HOST:PORT] [--batch-size B] [--steps N] [--compute-ms MS]
+                     [--workers W] [--seed S]
+"""
+import argparse
+import bisect
+import ctypes
+import ctypes.util
+import json
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
+
+_NP = {"u8": np.uint8, "i8": np.int8, "u16": np.uint16, "i16": np.int16, "u32": np.uint32,
+       "i32": np.int32, "i64": np.int64, "f16": np.float16, "bf16": np.uint16,
+       "f32": np.float32, "f64": np.float64}
+
+
+class ShardFileDataset(torch.utils.data.Dataset):
+    """The naive baseline: every __getitem__ opens the sample's shard file, reads the stored
+    bytes of the chunk holding it, decompresses them (lz4) and slices the sample out: what a
+    per-sample file format costs a trainer reading from disk or a network file system."""
+
+    def __init__(self, directory):
+        with open(os.path.join(directory, "manifest.json")) as f:
+            self.manifest = json.load(f)
+        self.dir = directory
+        self.fields = []
+        for fld in self.manifest["schema"]:
+            dtype = np.dtype(_NP[fld["dtype"]])
+            shape = tuple(fld.get("shape", []))
+            self.fields.append((fld["name"], dtype, shape,
+                                int(dtype.itemsize * int(np.prod(shape, dtype=np.int64)))))
+        self.shards = self.manifest["shards"]
+        self.first = []
+        total = 0
+        for s in self.shards:
+            self.first.append(total)
+            total += int(s["samples"])
+        self.samples = total
+        self.index = {}  # shard -> list of index entries, read once (from the footer)
+        lib = ctypes.util.find_library("lz4") or "liblz4.so.1"
+        self.lz4 = ctypes.CDLL(lib)
+        self.lz4.LZ4_decompress_safe.restype = ctypes.c_int
+        self.lz4.LZ4_decompress_safe.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int,
+                                                 ctypes.c_int]
+
+    def __len__(self):
+        return self.samples
+
+    def _entries(self, shard, fd):
+        if shard not in self.index:
+            size = os.fstat(fd).st_size
+            footer = os.pread(fd, 32, size - 32)
+            index_offset, count = struct.unpack_from("<QI", footer)
+            raw = os.pread(fd, 48 * count, index_offset)
+            self.index[shard] = [struct.unpack_from("<QQIIIB", raw, 48 * i) for i in range(count)]
+        return self.index[shard]
+
+    def __getitem__(self, i):
+        shard = bisect.bisect_right(self.first, i) - 1
+        k = i - self.first[shard]
+        chunk = k // int(self.shards[shard]["chunk_samples"])
+        fd = os.open(os.path.join(self.dir, self.shards[shard]["file"]), os.O_RDONLY)
+        try:
+            offset, first, stored_len, raw_len, count, codec = self._entries(shard, fd)[chunk]
+            stored = os.pread(fd, stored_len, offset)
+        finally:
+            os.close(fd)
+        if codec == 1:
+            out = ctypes.create_string_buffer(raw_len)
+            n = self.lz4.LZ4_decompress_safe(stored, out, stored_len, raw_len)
+            if n != raw_len:
+                raise IOError("lz4 decode failed in shard %d chunk %d" % (shard, chunk))
+            raw = out.raw
+        else:
+            raw = stored
+        j = k - first
+        sample, off = {}, 0
+        for name, dtype, shape, nbytes in self.fields:  # chunks are field-major
+            a = np.frombuffer(raw, dtype=dtype, count=nbytes // dtype.itemsize,
+                              offset=off + j * nbytes)
+            sample[name] = torch.from_numpy(a.reshape(shape).copy())
+            off += count * nbytes
+        return sample
+
+
+def drop_page_cache():
+    """Drops the OS page cache when permitted (root, writable /proc/sys/vm): returns whether."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--mode", choices=["dscache", "files"], required=True)
+    p.add_argument("--servers", default=None)
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--dir", required=True)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--compute-ms", type=float, default=5.0)
+    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    args = p.parse_args()
+
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    note = ""
+    if args.mode == "dscache":
+        import dscache
+        if not args.servers:
+            p.error("--mode dscache needs --servers")
+        loader = dscache.Loader(servers=args.servers, dataset=args.dataset,
+                                batch_size=args.batch_size, seed=args.seed, output="torch",
+                                drop_last=True)
+
+        def batches():
+            epoch = 0
+            while True:
+                loader.set_epoch(epoch)
+                for b in loader:
+                    yield b
+                epoch += 1
+    else:
+        note = "page cache dropped" if drop_page_cache() else "page cache warm (drop not permitted)"
+        ds = ShardFileDataset(args.dir)
+        dl = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True,
+                                         num_workers=args.workers, drop_last=True)
+
+        def batches():
+            while True:
+                for b in dl:
+                    yield b
+
+    image_key, label_key = "image", "label"
+    model = None
+    opt = None
+    losses = []
+    it = batches()
+    stall = compute = 0.0
+    samples = 0
+    # Step 0 (start-up, first fetches) is not measured.
+    for step in range(args.steps + 1):
+        t0 = time.perf_counter()
+        batch = next(it)
+        t1 = time.perf_counter()
+        x = batch[image_key].reshape(batch[image_key].shape[0], -1).float() / 255.0
+        y = batch[label_key].long() % 10
+        if model is None:
+            # Small on purpose: the accelerator's work is the --compute-ms sleep, so the
+            # host's share of a step stays close to what a GPU trainer leaves it.
+            model = torch.nn.Linear(x.shape[1], 10)
+            opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        del batch, x, y
+        if args.compute_ms > 0:
+            time.sleep(args.compute_ms / 1000.0)  # the accelerator's share of the step
+        t2 = time.perf_counter()
+        if step > 0:
+            stall += t1 - t0
+            compute += t2 - t1
+            samples += args.batch_size
+    wall = stall + compute
+    result = {
+        "mode": args.mode,
+        "steps": args.steps,
+        "samples_per_s": samples / wall,
+        "stall_pct": 100.0 * stall / wall,
+        "step_ms": 1000.0 * wall / args.steps,
+        "loss_first": losses[0],
+        "loss_last": sum(losses[-10:]) / len(losses[-10:]),
+        "note": note,
+    }
+    if args.mode == "dscache":
+        st = loader.stats()
+        result["loader_stall_pct"] = 100.0 * st["stall_fraction"]
+        loader.close()
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print("%-8s %6d steps  %9.0f samples/s  stall %5.1f%%  step %6.2f ms  loss %.3f -> %.3f %s"
+              % (args.mode, args.steps, result["samples_per_s"], result["stall_pct"],
+                 result["step_ms"], result["loss_first"], result["loss_last"],
+                 ("(" + note + ")") if note else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
