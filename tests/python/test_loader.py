@@ -101,6 +101,30 @@ try:
 except ValueError:
     pass
 
+# ---- fallback files: no server at all, and a server that dies mid-epoch ----------------------
+def check_batch(batch):
+    idx = batch["__index__"]
+    for name, src in arrays.items():
+        t.check(np.array_equal(batch[name], src[idx]), "fallback: %s equals the source" % name)
+    return idx.tolist()
+
+
+fb = dscache.Loader(dataset="pyds", fallback_path=ds, batch_size=50, seed=2, indices=True)
+got = [i for b in fb for i in check_batch(b)]
+t.check(sorted(got) == list(range(N)), "fallback-only epoch covers every sample once")
+fb.close()
+proc2, addr2 = env.start_server(ds)
+lf = dscache.Loader(servers=addr2, dataset="pyds", fallback_path=ds, batch_size=20, seed=4,
+                    indices=True, cache_bytes=1, prefetch=1, timeout_ms=1000)
+it = iter(lf)
+got = [i for _ in range(5) for i in check_batch(next(it))]
+proc2.kill()
+proc2.wait()
+got += [i for b in it for i in check_batch(b)]
+t.check(sorted(got) == list(range(N)), "epoch completes from the files after the server died")
+t.check(lf.stats()["failovers"] > 0, "failovers counted")
+lf.close()
+
 # ---- torch: tensors via DLPack, and a tiny model that learns ---------------------------------
 try:
     import torch
