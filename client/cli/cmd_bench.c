@@ -90,8 +90,8 @@ int dsc_cmd_bench(int argc, char **argv) {
             static const struct {
                 const char *name;
                 uint64_t min, max;
-            } ints[] = {{"--batch-size", 1, 1u << 20},  {"--decode-threads", 1, 256},
-                        {"--prefetch", 1, 1024},        {"--connections", 1, 64},
+            } ints[] = {{"--batch-size", 1, 1u << 20},     {"--decode-threads", 1, 256},
+                        {"--prefetch", 1, 1024},           {"--connections", 1, 64},
                         {"--shuffle-window", 1, 1u << 30}, {"--rank", 0, 1u << 20},
                         {"--world-size", 1, 1u << 20}};
             size_t k = 0;
@@ -101,8 +101,9 @@ int dsc_cmd_bench(int argc, char **argv) {
                 return dsc_cli_usage(cmd, "unknown option %s", a);
             if (dsc_cli_parse_u64(cmd, a, v, ints[k].min, ints[k].max, &n) < 0)
                 return DSC_CLI_USAGE;
-            uint32_t *dst[] = {&o.batch_size, &o.decode_threads, &o.prefetch_batches,
-                               &o.connections, &o.shuffle_window, &o.rank, &o.world_size};
+            uint32_t *dst[] = {&o.batch_size,  &o.decode_threads, &o.prefetch_batches,
+                               &o.connections, &o.shuffle_window, &o.rank,
+                               &o.world_size};
             *dst[k] = (uint32_t)n;
         }
     }
@@ -157,14 +158,13 @@ int dsc_cmd_bench(int argc, char **argv) {
     printf("%.1f s: %llu batches, %llu samples, %llu epoch boundaries\n", wall,
            (unsigned long long)(s1.batches - s0.batches), (unsigned long long)samples,
            (unsigned long long)epochs);
-    printf("throughput: %.0f samples/s, %.3f GB/s decoded, %.3f GB/s received\n",
-           samples / wall, bytes / wall / 1e9, (double)(s1.wire_bytes - s0.wire_bytes) / wall / 1e9);
+    printf("throughput: %.0f samples/s, %.3f GB/s decoded, %.3f GB/s received\n", samples / wall,
+           bytes / wall / 1e9, (double)(s1.wire_bytes - s0.wire_bytes) / wall / 1e9);
     printf("stall: %.1f%% (%.2f s waiting in next(), %.2f s computing)\n",
            stall + compute > 0 ? 100 * stall / (stall + compute) : 0.0, stall, compute);
     printf("busy: network %.2f s, decode %.2f s, collate %.2f s; requests %llu, failovers %llu\n",
            s1.network_seconds - s0.network_seconds, s1.decode_seconds - s0.decode_seconds,
-           s1.collate_seconds - s0.collate_seconds,
-           (unsigned long long)(s1.requests - s0.requests),
+           s1.collate_seconds - s0.collate_seconds, (unsigned long long)(s1.requests - s0.requests),
            (unsigned long long)(s1.failovers - s0.failovers));
     return DSC_CLI_OK;
 }

@@ -70,8 +70,10 @@ int dsc__cuda_open(int device, const dsc_logger_t *log, dsc_cuda_t **out) {
     for (size_t i = 0; i < sizeof libs / sizeof libs[0] && cuda->lib == NULL; i++)
         cuda->lib = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
     if (cuda->lib == NULL) {
-        DSC_LOG(log, DSC_LOG_ERROR, "device %d requested but no CUDA runtime (libcudart.so.13/.12) "
-                "could be loaded", device);
+        DSC_LOG(log, DSC_LOG_ERROR,
+                "device %d requested but no CUDA runtime (libcudart.so.13/.12) "
+                "could be loaded",
+                device);
         goto fail_nodev;
     }
     LOAD(error_string, "cudaGetErrorString");
@@ -163,8 +165,8 @@ int dsc__cuda_slot_init(dsc_cuda_t *cuda, dsc_cuda_slot_t *slot) {
     if (rc == 0)
         rc = check(cuda, cuda->event_create(&slot->started, CUDA_EVENT_DEFAULT), "cudaEventCreate");
     if (rc == 0)
-        rc = check(cuda, cuda->event_create(&slot->released, CUDA_EVENT_DEFAULT),
-                   "cudaEventCreate");
+        rc =
+            check(cuda, cuda->event_create(&slot->released, CUDA_EVENT_DEFAULT), "cudaEventCreate");
     slot->released_recorded = 0;
     slot->copy_pending = 0;
     return rc;

@@ -53,8 +53,7 @@ int dsc__fetch_manifest(dsc_loader_t *loader) {
         /* A definite answer (unknown dataset, corrupt manifest) is not retried elsewhere. */
         if (r == DSC_ENOTFOUND || r == DSC_EBADMANIFEST || r == DSC_EBADSCHEMA)
             return r;
-        rc = r == DSC_ECONNREFUSED || r == DSC_ETIMEDOUT || r == DSC_ECLOSED ||
-                     r == DSC_ECONNRESET
+        rc = r == DSC_ECONNREFUSED || r == DSC_ETIMEDOUT || r == DSC_ECLOSED || r == DSC_ECONNRESET
                  ? DSC_EUNAVAIL
                  : r;
     }
@@ -71,8 +70,7 @@ int dsc__fetch_manifest(dsc_loader_t *loader) {
         return rc;
     }
     if (rc == DSC_EUNAVAIL)
-        DSC_LOG(&loader->log, DSC_LOG_ERROR, "no server answered for dataset %s",
-                loader->dataset);
+        DSC_LOG(&loader->log, DSC_LOG_ERROR, "no server answered for dataset %s", loader->dataset);
     return rc;
 }
 
@@ -230,9 +228,10 @@ static int recv_response(dsc_io_t *io, dsc_io_req_t **req_out, int *conn_bad, ui
         if (io->out[i].id == h.request_id)
             req = &io->out[i];
     if (req == NULL || h.opcode != DSC_OP_GET || !(h.flags & DSC_FLAG_RESPONSE)) {
-        DSC_LOG(&loader->log, DSC_LOG_ERROR, "server %s: response to no outstanding request "
-                "(id %llu, opcode %u)", loader->servers[io->server].addr,
-                (unsigned long long)h.request_id, h.opcode);
+        DSC_LOG(&loader->log, DSC_LOG_ERROR,
+                "server %s: response to no outstanding request "
+                "(id %llu, opcode %u)",
+                loader->servers[io->server].addr, (unsigned long long)h.request_id, h.opcode);
         return DSC_EPROTO;
     }
     *req_out = req;
@@ -275,9 +274,11 @@ static int recv_response(dsc_io_t *io, dsc_io_req_t **req_out, int *conn_bad, ui
         if (dsc_get_resp_iter_next(&it, &e, &unused) != 1)
             return DSC_EPROTO;
         if (e.sample_count != ent->samples || e.raw_len != ent->raw_len) {
-            DSC_LOG(&loader->log, DSC_LOG_ERROR, "server %s: shard %u chunk %u holds %u samples "
-                    "(%u bytes), the manifest says %u", loader->servers[io->server].addr,
-                    ent->shard, ent->shard_chunk + i, e.sample_count, e.raw_len, ent->samples);
+            DSC_LOG(&loader->log, DSC_LOG_ERROR,
+                    "server %s: shard %u chunk %u holds %u samples "
+                    "(%u bytes), the manifest says %u",
+                    loader->servers[io->server].addr, ent->shard, ent->shard_chunk + i,
+                    e.sample_count, e.raw_len, ent->samples);
             return DSC_EPROTO;
         }
         ent->stored = dsc__bufpool_get(&loader->pool, e.stored_len, &ent->stored_cap);
@@ -390,8 +391,9 @@ static int take_request(dsc_io_t *io, dsc_io_req_t *req) {
         bytes += ent->raw_len;
         req->chunks[req->count++] = ent;
         dsc_chunk_ent_t *next = q->head;
-        if (next == NULL || next->shard != ent->shard || next->shard_chunk != ent->shard_chunk + 1 ||
-            req->count == IO_MAX_MERGE || bytes + next->raw_len > MERGE_MAX_BYTES ||
+        if (next == NULL || next->shard != ent->shard ||
+            next->shard_chunk != ent->shard_chunk + 1 || req->count == IO_MAX_MERGE ||
+            bytes + next->raw_len > MERGE_MAX_BYTES ||
             loader->inflight_used + next->raw_len > budget)
             break;
     } while (1);

@@ -4,9 +4,9 @@
 #include "util.h"
 
 #include <dlpack/dlpack.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdio.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -111,8 +111,8 @@ int dsc__route_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
             replicas = 1;
         if (replicas > DSC_MAX_REPLICAS)
             replicas = DSC_MAX_REPLICAS;
-        int n = dsc_placement_owners(&loader->members, loader->dataset, ent->shard, replicas,
-                                     owners);
+        int n =
+            dsc_placement_owners(&loader->members, loader->dataset, ent->shard, replicas, owners);
         /* Owners first, then any other server (all of them can read through). */
         for (int pass = 0; pass < 2; pass++)
             for (uint32_t i = 0; i < (pass == 0 ? (uint32_t)(n > 0 ? n : 0) : loader->server_count);
@@ -154,8 +154,8 @@ static int plan_one(dsc_loader_t *loader) {
     }
     uint64_t first;
     uint32_t count;
-    int rc = dsc__split_step(&loader->plan_split, loader->plan_step, loader->opt.rank, &first,
-                             &count);
+    int rc =
+        dsc__split_step(&loader->plan_split, loader->plan_step, loader->opt.rank, &first, &count);
     if (rc < 0)
         return rc;
     st->eof = 0;
@@ -181,8 +181,7 @@ static int plan_one(dsc_loader_t *loader) {
             int server = dsc__route_chunk(loader, ent);
             if (server < 0) {
                 free(ent);
-                DSC_LOG(&loader->log, DSC_LOG_ERROR, "no server available for shard %u",
-                        loc.shard);
+                DSC_LOG(&loader->log, DSC_LOG_ERROR, "no server available for shard %u", loc.shard);
                 return loader->server_count > 1 ? DSC_EALLDOWN : DSC_EUNAVAIL;
             }
             ent->server = (uint32_t)server;
@@ -436,16 +435,16 @@ static int start_threads(dsc_loader_t *loader) {
 }
 
 DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader_t **out) {
-    if (options == NULL || out == NULL || options->struct_size < offsetof(dsc_loader_options_t,
-                                                                          cache_bytes))
+    if (options == NULL || out == NULL ||
+        options->struct_size < offsetof(dsc_loader_options_t, cache_bytes))
         return DSC_EINVAL;
     dsc_loader_t *loader = calloc(1, sizeof *loader);
     if (loader == NULL)
         return DSC_ENOMEM;
     /* Copy what the caller's struct holds; newer fields keep their defaults. */
     dsc_loader_options_init(&loader->opt);
-    size_t n = options->struct_size < sizeof loader->opt ? options->struct_size
-                                                         : sizeof loader->opt;
+    size_t n =
+        options->struct_size < sizeof loader->opt ? options->struct_size : sizeof loader->opt;
     memcpy(&loader->opt, options, n);
     loader->opt.struct_size = sizeof loader->opt;
     if (loader->opt.cache_bytes == 0)
@@ -495,7 +494,8 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     loader->servers[loader->server_count].alive = loader->fallback != NULL;
     /* Freed chunk buffers are kept for reuse up to the memory the budgets allow anyway: no
      * page faults and munmaps on the hot path. */
-    dsc__bufpool_init(&loader->pool, (size_t)(loader->opt.inflight_bytes + loader->opt.cache_bytes));
+    dsc__bufpool_init(&loader->pool,
+                      (size_t)(loader->opt.inflight_bytes + loader->opt.cache_bytes));
 
     rc = dsc__fetch_manifest(loader);
     if (rc < 0)
@@ -565,9 +565,8 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
             "loader: dataset %s (%llu samples, %u shards), %u server(s), batch %u, rank %u/%u, "
             "%u slots of %zu bytes%s",
             loader->dataset, (unsigned long long)loader->samples, m->shard_count,
-            loader->server_count, loader->opt.batch_size, loader->opt.rank,
-            loader->opt.world_size, loader->slot_count, loader->slot_bytes,
-            loader->cuda ? " (pinned, CUDA)" : "");
+            loader->server_count, loader->opt.batch_size, loader->opt.rank, loader->opt.world_size,
+            loader->slot_count, loader->slot_bytes, loader->cuda ? " (pinned, CUDA)" : "");
     *out = loader;
     return 0;
 fail:
@@ -656,8 +655,8 @@ static void release_current(dsc_loader_t *loader) {
         return;
     dsc_slot_t *slot = &loader->slots[b->slot];
     if (loader->cuda != NULL)
-        loader->st.h2d_seconds += dsc__cuda_slot_release(loader->cuda, &slot->ev,
-                                                         loader->user_stream);
+        loader->st.h2d_seconds +=
+            dsc__cuda_slot_release(loader->cuda, &slot->ev, loader->user_stream);
     b->handed = 0;
     slot->owner = SLOT_FREE;
     loader->retired_seq = b->seq + 1;
@@ -747,8 +746,8 @@ DSC_EXTERN int dsc_loader_set_epoch(dsc_loader_t *loader, uint64_t epoch) {
     int rc = loader->error;
     /* Already at the start of that epoch (e.g. just after its predecessor's DSC_EOF): keep what
      * was prefetched. */
-    if (rc == 0 && !(loader->cons_epoch == epoch && loader->cons_pos == 0 &&
-                     loader->current == NULL))
+    if (rc == 0 &&
+        !(loader->cons_epoch == epoch && loader->cons_pos == 0 && loader->current == NULL))
         rc = restart(loader, epoch, 0);
     pthread_mutex_unlock(&loader->lock);
     return rc;
@@ -912,10 +911,15 @@ static int dlpack_dtype(int dtype, DLDataType *out) {
     out->bits = (uint8_t)(size * 8);
     out->lanes = 1;
     switch (dtype) {
-    case DSC_DTYPE_U8: case DSC_DTYPE_U16: case DSC_DTYPE_U32:
+    case DSC_DTYPE_U8:
+    case DSC_DTYPE_U16:
+    case DSC_DTYPE_U32:
         out->code = kDLUInt;
         break;
-    case DSC_DTYPE_I8: case DSC_DTYPE_I16: case DSC_DTYPE_I32: case DSC_DTYPE_I64:
+    case DSC_DTYPE_I8:
+    case DSC_DTYPE_I16:
+    case DSC_DTYPE_I32:
+    case DSC_DTYPE_I64:
         out->code = kDLInt;
         break;
     case DSC_DTYPE_BF16:

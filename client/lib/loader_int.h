@@ -34,15 +34,15 @@ typedef struct dsc_chunk_ent {
     uint32_t shard, shard_chunk, samples;
     uint64_t raw_len;
     int state;
-    int cancelled;  /* dropped by a restart while a thread held it: that thread frees it */
-    uint64_t refs;  /* sample needs of planned steps not yet collated */
-    uint32_t server;/* where it is queued or in flight (server_count = the fallback files) */
-    uint32_t tried; /* bit i: server i failed for it */
+    int cancelled;   /* dropped by a restart while a thread held it: that thread frees it */
+    uint64_t refs;   /* sample needs of planned steps not yet collated */
+    uint32_t server; /* where it is queued or in flight (server_count = the fallback files) */
+    uint32_t tried;  /* bit i: server i failed for it */
     dsc_chunk_entry_t entry; /* as received */
     uint8_t *stored;
     size_t stored_cap;
-    uint8_t *raw;     /* decoded bytes (== stored for raw chunks) */
-    size_t raw_cap;   /* 0 when raw aliases stored */
+    uint8_t *raw;                /* decoded bytes (== stored for raw chunks) */
+    size_t raw_cap;              /* 0 when raw aliases stored */
     struct dsc_chunk_ent *hnext; /* hash chain */
     struct dsc_chunk_ent *qnext; /* fetch or decode queue */
 } dsc_chunk_ent_t;
@@ -63,7 +63,7 @@ typedef struct dsc_step {
     int eof;            /* end-of-epoch marker */
     int state;
     uint32_t count;
-    uint32_t scan;      /* samples before this index are known decoded */
+    uint32_t scan; /* samples before this index are known decoded */
     uint64_t *ids;
     dsc_chunk_ent_t **src;
     uint32_t *in_chunk;
@@ -94,7 +94,7 @@ typedef struct dsc_slot {
 typedef struct dsc_server {
     char addr[DSC_MEMBER_MAX];
     int alive;
-    double retry_at;  /* monotonic seconds: reconnect not before */
+    double retry_at; /* monotonic seconds: reconnect not before */
     dsc_chunk_queue_t queue;
 } dsc_server_t;
 
@@ -164,14 +164,14 @@ struct dsc_loader {
     int error;
     dsc_chunk_ent_t **buckets;
     uint64_t bucket_mask;
-    uint64_t held_bytes;     /* raw bytes of chunk entries in the table */
-    uint64_t inflight_used;  /* raw bytes sent for but not yet decoded */
+    uint64_t held_bytes;    /* raw bytes of chunk entries in the table */
+    uint64_t inflight_used; /* raw bytes sent for but not yet decoded */
     dsc_chunk_queue_t decode_queue;
-    dsc_step_t *steps;       /* ring of step_cap */
-    uint64_t plan_seq;       /* next seq to plan */
-    uint64_t slot_seq;       /* next seq to get a slot */
-    uint64_t cons_seq;       /* next seq to hand out */
-    uint64_t retired_seq;    /* steps below were released */
+    dsc_step_t *steps;    /* ring of step_cap */
+    uint64_t plan_seq;    /* next seq to plan */
+    uint64_t slot_seq;    /* next seq to get a slot */
+    uint64_t cons_seq;    /* next seq to hand out */
+    uint64_t retired_seq; /* steps below were released */
     uint32_t collating;
     dsc_order_t *order;
     uint64_t plan_epoch;
@@ -181,7 +181,7 @@ struct dsc_loader {
     uint32_t slot_count;
     dsc_slot_t *slots;
     size_t slot_bytes;
-    dsc_batch_t *current;    /* handed out, not yet released */
+    dsc_batch_t *current; /* handed out, not yet released */
     uint64_t cons_epoch, cons_pos;
 
     /* Statistics (under lock). */
@@ -194,7 +194,7 @@ struct dsc_loader {
 };
 
 /* loader.c */
-void dsc__loader_fail(dsc_loader_t *loader, int err); /* under lock: first error wins */
+void dsc__loader_fail(dsc_loader_t *loader, int err);             /* under lock: first error wins */
 void dsc__chunk_free(dsc_loader_t *loader, dsc_chunk_ent_t *ent); /* buffers + struct */
 void dsc__chunk_unlink(dsc_loader_t *loader, dsc_chunk_ent_t *ent); /* from the table */
 /* Picks the server for a chunk (first alive owner not yet tried; fallback files; or -1). */

@@ -8,7 +8,7 @@
 typedef struct dsc_logger {
     dsc_log_fn fn; /* NULL: stderr when DSCACHE_LOG is set, else quiet */
     void *ctx;
-    int level;     /* messages with a level above this are dropped unformatted; -1 = none */
+    int level; /* messages with a level above this are dropped unformatted; -1 = none */
 } dsc_logger_t;
 
 /* Fills *logger from the options' callback and level, or DSCACHE_LOG=error|warn|info|debug. */

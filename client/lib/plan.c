@@ -12,7 +12,7 @@ struct dsc_order {
     uint64_t epoch;
     int shuffle;
     uint32_t window;
-    uint64_t samples;     /* N */
+    uint64_t samples; /* N */
     uint32_t shard_count;
     uint64_t chunk_count;
     /* Per shard: first sample, first global chunk, samples, chunk_samples. */
@@ -20,8 +20,8 @@ struct dsc_order {
     uint64_t *shard_first_chunk;  /* shard_count + 1 entries */
     uint32_t *shard_chunk_samples;
     /* Epoch state: permuted chunk list and the S-position where each permuted chunk starts. */
-    uint64_t *perm_chunk;  /* chunk_count */
-    uint64_t *perm_start;  /* chunk_count + 1 */
+    uint64_t *perm_chunk; /* chunk_count */
+    uint64_t *perm_start; /* chunk_count + 1 */
     /* Cached window: G values for positions [win_index * window, + win_len). */
     uint64_t *win_values;
     uint64_t win_index;
@@ -266,7 +266,8 @@ int dsc__order_locate(const dsc_order_t *order, uint64_t sample, dsc_sample_loc_
     uint64_t in_shard = sample - order->shard_first_sample[shard];
     uint64_t cs = order->shard_chunk_samples[shard];
     uint64_t k = in_shard / cs;
-    uint64_t shard_samples = order->shard_first_sample[shard + 1] - order->shard_first_sample[shard];
+    uint64_t shard_samples =
+        order->shard_first_sample[shard + 1] - order->shard_first_sample[shard];
     uint64_t left = shard_samples - k * cs;
     out->shard = shard;
     out->shard_chunk = (uint32_t)k;
@@ -289,8 +290,8 @@ int dsc__split_init(dsc_split_t *split, uint64_t samples, uint64_t start, uint32
     split->drop_last = drop_last ? 1 : 0;
     split->per_rank = drop_last ? rest / world_size : (rest + world_size - 1) / world_size;
     split->total = split->per_rank * world_size;
-    split->steps = drop_last ? split->per_rank / batch_size
-                             : (split->per_rank + batch_size - 1) / batch_size;
+    split->steps =
+        drop_last ? split->per_rank / batch_size : (split->per_rank + batch_size - 1) / batch_size;
     return 0;
 }
 

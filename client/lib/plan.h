@@ -21,10 +21,10 @@ typedef struct dsc_order dsc_order_t;
 
 /* Where a dataset-wide sample lives. */
 typedef struct dsc_sample_loc {
-    uint64_t chunk;       /* global chunk id: chunks numbered across shards in manifest order */
-    uint32_t shard;       /* shard id (position in the manifest) */
-    uint32_t shard_chunk; /* chunk index inside the shard */
-    uint32_t in_chunk;    /* sample index inside the chunk */
+    uint64_t chunk;         /* global chunk id: chunks numbered across shards in manifest order */
+    uint32_t shard;         /* shard id (position in the manifest) */
+    uint32_t shard_chunk;   /* chunk index inside the shard */
+    uint32_t in_chunk;      /* sample index inside the chunk */
     uint32_t chunk_samples; /* samples held by that chunk */
 } dsc_sample_loc_t;
 

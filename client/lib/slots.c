@@ -24,7 +24,8 @@ void *dsc__host_alloc(size_t bytes, const dsc_logger_t *log, int *locked) {
         int err = errno;
         if (atomic_exchange(&logged, 1) == 0)
             DSC_LOG(log, DSC_LOG_INFO,
-                    "mlock of batch slots not permitted (%s): using pageable memory", strerror(err));
+                    "mlock of batch slots not permitted (%s): using pageable memory",
+                    strerror(err));
         /* Touch the pages now so that the first batches do not pay the faults. */
         memset(p, 0, len);
     }

@@ -17,8 +17,8 @@ static void snapshot(const dsc_loader_t *loader, dsc_stats_t *s) {
 }
 
 DSC_EXTERN int dsc_loader_stats(const dsc_loader_t *loader, dsc_stats_t *out) {
-    if (loader == NULL || out == NULL || out->struct_size < offsetof(dsc_stats_t, h2d_seconds) +
-                                                                sizeof(double))
+    if (loader == NULL || out == NULL ||
+        out->struct_size < offsetof(dsc_stats_t, h2d_seconds) + sizeof(double))
         return DSC_EINVAL;
     dsc_loader_t *l = (dsc_loader_t *)loader;
     dsc_stats_t s;

@@ -50,11 +50,13 @@ static void *get_thread(void *arg) {
                 shard = (shard + 1) % job->m->shard_count;
             }
             dsc_get_req_t req = {.dataset = {job->dataset, (uint16_t)strlen(job->dataset)},
-                                 .shard_id = shard, .first_chunk = chunk, .chunk_count = 1};
+                                 .shard_id = shard,
+                                 .first_chunk = chunk,
+                                 .chunk_count = 1};
             uint8_t body[128];
             int len = dsc_get_req_encode(&req, body, sizeof body);
-            if (len < 0 || (job->rc = dsc_conn_send(conn, DSC_OP_GET, next_id++, body,
-                                                    (size_t)len)) < 0)
+            if (len < 0 ||
+                (job->rc = dsc_conn_send(conn, DSC_OP_GET, next_id++, body, (size_t)len)) < 0)
                 goto out;
             outstanding++;
             chunk += job->threads;

@@ -63,10 +63,9 @@ static void load_source(void) {
             for (uint32_t k = 0; k < e.sample_count; k++)
                 for (uint32_t f = 0; f < schema.field_count; f++) {
                     uint64_t fsb = schema.fields[f].sample_bytes;
-                    memcpy(source + (first + e.first_sample + k) * sample_bytes +
-                               field_in_sample[f],
-                           raw + dsc_schema_field_offset(&schema, f, e.sample_count) + k * fsb,
-                           fsb);
+                    memcpy(
+                        source + (first + e.first_sample + k) * sample_bytes + field_in_sample[f],
+                        raw + dsc_schema_field_offset(&schema, f, e.sample_count) + k * fsb, fsb);
                 }
             free(raw);
         }
@@ -195,8 +194,7 @@ static int mode_once(void) {
                 CHECK_EQ_INT(twice, pad);
             }
             printf("world %u drop_last %d: %llu samples seen, %llu once, %llu twice\n", w, drop,
-                   (unsigned long long)seen, (unsigned long long)once,
-                   (unsigned long long)twice);
+                   (unsigned long long)seen, (unsigned long long)once, (unsigned long long)twice);
         }
     free(count);
     return TEST_DONE();
