@@ -87,6 +87,26 @@ static int file_ok(const char *name) {
            strcmp(name, "..") != 0;
 }
 
+/* Hex digits (either case) of a NUL-terminated string, at most 16 of them (callers check the
+ * length). Returns 0 and *out, or -1 on a non-hex character. */
+static int parse_hex(const char *s, uint64_t *out) {
+    uint64_t value = 0;
+    for (const char *p = s; *p; p++) {
+        int digit;
+        if (*p >= '0' && *p <= '9')
+            digit = *p - '0';
+        else if (*p >= 'a' && *p <= 'f')
+            digit = *p - 'a' + 10;
+        else if (*p >= 'A' && *p <= 'F')
+            digit = *p - 'A' + 10;
+        else
+            return -1;
+        value = value << 4 | (uint64_t)digit;
+    }
+    *out = value;
+    return 0;
+}
+
 /* An unsigned integer: a JSON number that is an exact integer in [0, 2^53], or a string
  * "0x" + 1..16 hex digits. Returns 0 when it is one and <= max. */
 static int get_u64(const cJSON *object, const char *key, uint64_t max, uint64_t *out) {
@@ -104,20 +124,8 @@ static int get_u64(const cJSON *object, const char *key, uint64_t max, uint64_t 
         if (s[0] != '0' || s[1] != 'x')
             return -1;
         size_t len = strlen(s + 2);
-        if (len < 1 || len > 16)
+        if (len < 1 || len > 16 || parse_hex(s + 2, &value) < 0)
             return -1;
-        for (const char *p = s + 2; *p; p++) {
-            int digit;
-            if (*p >= '0' && *p <= '9')
-                digit = *p - '0';
-            else if (*p >= 'a' && *p <= 'f')
-                digit = *p - 'a' + 10;
-            else if (*p >= 'A' && *p <= 'F')
-                digit = *p - 'A' + 10;
-            else
-                return -1;
-            value = value << 4 | (uint64_t)digit;
-        }
     } else {
         return -1;
     }
@@ -140,19 +148,9 @@ static int get_checksum(const cJSON *object, const char *key, uint64_t *out) {
     const cJSON *item = cJSON_GetObjectItemCaseSensitive(object, key);
     if (!cJSON_IsString(item) || strlen(item->valuestring) != 16)
         return -1;
-    uint64_t value = 0;
-    for (const char *p = item->valuestring; *p; p++) {
-        int digit;
-        if (*p >= '0' && *p <= '9')
-            digit = *p - '0';
-        else if (*p >= 'a' && *p <= 'f')
-            digit = *p - 'a' + 10;
-        else if (*p >= 'A' && *p <= 'F')
-            digit = *p - 'A' + 10;
-        else
-            return -1;
-        value = value << 4 | (uint64_t)digit;
-    }
+    uint64_t value;
+    if (parse_hex(item->valuestring, &value) < 0)
+        return -1;
     *out = value;
     return 0;
 }
