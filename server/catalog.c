@@ -6,7 +6,13 @@
  * under one bookkeeping mutex, never held during I/O. Slot states:
  *   ABSENT --miss/warm--> LOADING --ok--> RESIDENT --evict (refs 0 -> -1)--> ABSENT
  *                                 --invalid--> BAD (never served again; a rescan may replace it)
- *                                 --read-through or I/O error--> ABSENT
+ *                                 --I/O error--> ABSENT
+ * A miss that finds no room in the store (minio with a full store, a shard larger than the
+ * store) leaves the slot ABSENT and queues a read-through of the requested chunks: the shard's
+ * header, footer and index are read and validated once and kept in a bounded LRU index cache
+ * (an invalid one marks the slot BAD), then the chunks' contiguous byte range is read into a
+ * mapping as large as the file (only the touched pages cost memory, and data + entry.offset
+ * stays valid for the sender) and every chunk's stored checksum is verified.
  */
 #include "catalog.h"
 #include "log.h"
@@ -21,18 +27,39 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 enum { SLOT_ABSENT = 0, SLOT_LOADING, SLOT_RESIDENT, SLOT_BAD };
 
+/* A read-through answer: a private anonymous mapping of the file's size. */
 struct dsc_tempbuf {
     atomic_int refs;
-    uint64_t size;
-    uint8_t *data;
-    const uint8_t *index;
-    uint32_t chunk_count;
+    uint64_t size;  /* bytes counted against temp_limit */
+    uint8_t *data;  /* mapping base */
+    size_t map_len;
 };
+
+/* A shard's validated header fields and index, cached for read-throughs. Under cat->lock. */
+typedef struct shard_index {
+    int refs;           /* 1 for the cache (while slot is set) + 1 per read-through using it */
+    dsc_slot_t *slot;   /* the slot caching it, NULL once dropped */
+    struct shard_index *lru_prev, *lru_next;
+    uint32_t header_len;
+    uint32_t chunk_count;
+    uint64_t index_offset;
+    uint64_t bytes;     /* counted in the metadata figure */
+    uint8_t entries[];  /* chunk_count encoded entries, validated */
+} shard_index_t;
+
+/* A queued read-through of chunks [first, first + count) of a shard for one waiter. */
+typedef struct range_load {
+    dsc_slot_t *slot;
+    dsc_waiter_t *waiter;
+    uint32_t first, count;
+    struct range_load *next;
+} range_load_t;
 
 struct dsc_slot {
     atomic_int refs;          /* >= 0: resident and takeable; -1: not */
@@ -42,10 +69,11 @@ struct dsc_slot {
     /* Under cat->lock: */
     uint8_t state;
     uint8_t logged; /* a load failure was logged once */
+    uint8_t chunk_logged; /* a read-through chunk failure was logged once */
     uint8_t *data;  /* arena extent while RESIDENT (or the load's target while LOADING) */
     const uint8_t *index;
     uint32_t chunk_count;
-    dsc_tempbuf_t *load_temp; /* LOADING into a read-through buffer */
+    shard_index_t *sindex; /* cached header + index for read-throughs, or NULL */
     dsc_waiter_t *waiters;
     dsc_slot_t *queue_next;
 };
@@ -88,8 +116,12 @@ struct dsc_catalog {
     pthread_t *threads;
     uint32_t thread_count;
     uint64_t temp_bytes;
+    range_load_t *range_head, *range_tail; /* queued read-throughs, served before whole loads */
+    shard_index_t *index_head, *index_tail; /* index cache, most recently used first */
+    uint64_t index_bytes, index_count;
 
     atomic_uint_fast64_t evictions, loads, load_failures, read_through, bytes_loaded;
+    atomic_uint_fast64_t read_through_bytes;
     /* Load histogram, under lock. */
     uint64_t hist[DSC_LOAD_BUCKETS];
     uint64_t hist_count;
@@ -120,6 +152,8 @@ int dsc_catalog_create(dsc_store_t *store, const dsc_catalog_options_t *options,
         cat->opt.io_threads = 4;
     if (cat->opt.temp_limit == 0)
         cat->opt.temp_limit = UINT64_C(1) << 30;
+    if (cat->opt.index_cache_limit == 0)
+        cat->opt.index_cache_limit = UINT64_C(64) << 20;
     atomic_init(&cat->table, empty);
     pthread_mutex_init(&cat->lock, NULL);
     pthread_mutex_init(&cat->rescan_lock, NULL);
@@ -160,12 +194,17 @@ void dsc_catalog_destroy(dsc_catalog_t *cat) {
     for (uint32_t i = 0; i < cat->thread_count; i++)
         pthread_join(cat->threads[i], NULL);
     free(cat->threads);
-    /* Arena bytes go with the store; read-through buffers still queued are freed here. */
-    for (dsc_slot_t *s = cat->queue_head; s != NULL; s = s->queue_next)
-        if (s->load_temp) {
-            free(s->load_temp->data);
-            free(s->load_temp);
-        }
+    /* Arena bytes go with the store; queued read-throughs are dropped (nothing waits now). */
+    while (cat->range_head) {
+        range_load_t *next = cat->range_head->next;
+        free(cat->range_head);
+        cat->range_head = next;
+    }
+    while (cat->index_head) {
+        shard_index_t *next = cat->index_head->lru_next;
+        free(cat->index_head);
+        cat->index_head = next;
+    }
     while (cat->all) {
         dsc_dataset_t *next = cat->all->all_next;
         dataset_free(cat->all);
@@ -294,12 +333,12 @@ static int evict_lru_locked(dsc_catalog_t *cat) {
 /* How start_load_locked makes room when the store is full. */
 enum {
     LOAD_WARM = 0,      /* lru: evict; otherwise give up */
-    LOAD_REQUEST = 1,   /* lru: evict; otherwise read through a temporary buffer */
+    LOAD_REQUEST = 1,   /* lru: evict; otherwise give up (the caller reads through) */
     LOAD_WARM_KEEP = 2, /* give up: never evict for it (cluster warm-ups) */
 };
 
-/* Chooses where a load goes and queues it (how: LOAD_*). Returns 1 queued, 0 not (no room), or
- * <0. */
+/* Allocates the shard's extent in the store and queues a whole-shard load (how: LOAD_*).
+ * Returns 1 queued, 0 not (no room), or <0. */
 static int start_load_locked(dsc_catalog_t *cat, dsc_slot_t *s, int how) {
     uint64_t size = s->meta->bytes;
     uint8_t *dst = NULL;
@@ -307,28 +346,11 @@ static int start_load_locked(dsc_catalog_t *cat, dsc_slot_t *s, int how) {
     while (rc == DSC_ENOSPC && cat->opt.policy == DSC_POLICY_LRU && how != LOAD_WARM_KEEP &&
            evict_lru_locked(cat))
         rc = dsc_store_alloc(cat->store, size, &dst);
-    if (rc == DSC_ENOSPC) {
-        if (how != LOAD_REQUEST)
-            return 0;
-        if (cat->temp_bytes + size > cat->opt.temp_limit)
-            return DSC_EUNAVAIL;
-        dsc_tempbuf_t *tb = calloc(1, sizeof *tb);
-        uint8_t *data = malloc(size ? size : 1);
-        if (tb == NULL || data == NULL) {
-            free(tb);
-            free(data);
-            return DSC_ENOMEM;
-        }
-        tb->data = data;
-        tb->size = size;
-        s->load_temp = tb;
-        cat->temp_bytes += size;
-        atomic_fetch_add_explicit(&cat->read_through, 1, memory_order_relaxed);
-    } else if (rc < 0) {
+    if (rc == DSC_ENOSPC)
+        return 0;
+    if (rc < 0)
         return rc == DSC_EINVAL ? DSC_ECORRUPT : rc; /* size 0: the manifest cannot be right */
-    } else {
-        s->data = dst;
-    }
+    s->data = dst;
     s->state = SLOT_LOADING;
     s->queue_next = NULL;
     if (cat->queue_tail)
@@ -425,8 +447,6 @@ static void deliver(dsc_waiter_t *list) {
 static void finish_load(dsc_catalog_t *cat, dsc_slot_t *s, int rc, const char *why,
                         const dsc_shard_view_t *view, double seconds) {
     pthread_mutex_lock(&cat->lock);
-    dsc_tempbuf_t *tb = s->load_temp;
-    s->load_temp = NULL;
     dsc_waiter_t *waiters = s->waiters;
     s->waiters = NULL;
     int nwait = 0;
@@ -436,46 +456,27 @@ static void finish_load(dsc_catalog_t *cat, dsc_slot_t *s, int rc, const char *w
         atomic_fetch_add_explicit(&cat->loads, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&cat->bytes_loaded, s->meta->bytes, memory_order_relaxed);
         observe_load_locked(cat, seconds);
-        const uint8_t *base = tb ? tb->data : s->data;
+        const uint8_t *base = s->data;
         dsc_hold_t hold = {.data = base,
                            .size = s->meta->bytes,
                            .index = base + (view->index - view->base),
                            .chunk_count = view->footer.chunk_count};
-        if (tb) {
-            tb->index = hold.index;
-            tb->chunk_count = hold.chunk_count;
-            atomic_store(&tb->refs, nwait);
-            hold.temp = tb;
-            s->state = SLOT_ABSENT;
-        } else {
-            s->index = hold.index;
-            s->chunk_count = hold.chunk_count;
-            s->state = SLOT_RESIDENT;
-            s->ds->cached_shards++;
-            s->ds->cached_bytes += s->meta->bytes;
-            atomic_store(&s->last_use, dsc_now_ns());
-            hold.slot = s;
-            atomic_store_explicit(&s->refs, nwait, memory_order_release);
-        }
+        s->index = hold.index;
+        s->chunk_count = hold.chunk_count;
+        s->state = SLOT_RESIDENT;
+        s->ds->cached_shards++;
+        s->ds->cached_bytes += s->meta->bytes;
+        atomic_store(&s->last_use, dsc_now_ns());
+        hold.slot = s;
+        atomic_store_explicit(&s->refs, nwait, memory_order_release);
         for (dsc_waiter_t *w = waiters; w; w = w->next) {
             w->status = 0;
             w->hold = hold;
         }
-        if (tb && nwait == 0) {
-            cat->temp_bytes -= tb->size;
-            free(tb->data);
-            free(tb);
-        }
     } else {
         atomic_fetch_add_explicit(&cat->load_failures, 1, memory_order_relaxed);
-        if (tb) {
-            cat->temp_bytes -= tb->size;
-            free(tb->data);
-            free(tb);
-        } else {
-            dsc_store_free(cat->store, s->data, s->meta->bytes);
-            s->data = NULL;
-        }
+        dsc_store_free(cat->store, s->data, s->meta->bytes);
+        s->data = NULL;
         if (rc == DSC_ECORRUPT) {
             s->state = SLOT_BAD;
             s->ds->bad_shards++;
@@ -493,7 +494,7 @@ static void finish_load(dsc_catalog_t *cat, dsc_slot_t *s, int rc, const char *w
             w->status = rc;
     }
     /* A dataset retired while its shard loaded: nothing will ask for it again. */
-    if (rc == 0 && !tb && nwait == 0 && atomic_load(&s->ds->retired))
+    if (rc == 0 && nwait == 0 && atomic_load(&s->ds->retired))
         evict_slot_locked(cat, s);
     cat->loads_in_flight--;
     if (cat->loads_in_flight == 0)
@@ -502,19 +503,377 @@ static void finish_load(dsc_catalog_t *cat, dsc_slot_t *s, int rc, const char *w
     deliver(waiters);
 }
 
+/* ---- read-through of chunk ranges -------------------------------------------------------- */
+
+/* Unlinks an index from the cache and drops the cache's reference (cat->lock held). */
+static void index_drop_locked(dsc_catalog_t *cat, shard_index_t *si) {
+    if (si->slot == NULL)
+        return;
+    if (si->lru_prev)
+        si->lru_prev->lru_next = si->lru_next;
+    else
+        cat->index_head = si->lru_next;
+    if (si->lru_next)
+        si->lru_next->lru_prev = si->lru_prev;
+    else
+        cat->index_tail = si->lru_prev;
+    si->lru_prev = si->lru_next = NULL;
+    si->slot->sindex = NULL;
+    si->slot = NULL;
+    cat->index_bytes -= si->bytes;
+    cat->index_count--;
+    if (--si->refs == 0)
+        free(si);
+}
+
+static void index_release(dsc_catalog_t *cat, shard_index_t *si) {
+    if (si == NULL)
+        return;
+    pthread_mutex_lock(&cat->lock);
+    if (--si->refs == 0)
+        free(si);
+    pthread_mutex_unlock(&cat->lock);
+}
+
+static void index_push_front_locked(dsc_catalog_t *cat, shard_index_t *si) {
+    si->lru_prev = NULL;
+    si->lru_next = cat->index_head;
+    if (cat->index_head)
+        cat->index_head->lru_prev = si;
+    else
+        cat->index_tail = si;
+    cat->index_head = si;
+}
+
+/* Takes a reference on the slot's cached index (moving it to the front), or NULL. */
+static shard_index_t *index_get(dsc_catalog_t *cat, dsc_slot_t *s) {
+    pthread_mutex_lock(&cat->lock);
+    shard_index_t *si = s->sindex;
+    if (si) {
+        si->refs++;
+        if (si != cat->index_head) {
+            si->lru_prev->lru_next = si->lru_next;
+            if (si->lru_next)
+                si->lru_next->lru_prev = si->lru_prev;
+            else
+                cat->index_tail = si->lru_prev;
+            index_push_front_locked(cat, si);
+        }
+    }
+    pthread_mutex_unlock(&cat->lock);
+    return si;
+}
+
+/* Caches a freshly read index for s (the caller keeps its own reference) and trims the cache to
+ * its limit, least recently used first. Returns the index to use: si, or one another thread
+ * cached meanwhile (then si is freed). */
+static shard_index_t *index_install(dsc_catalog_t *cat, dsc_slot_t *s, shard_index_t *si) {
+    pthread_mutex_lock(&cat->lock);
+    if (s->sindex) {
+        free(si);
+        si = s->sindex;
+        si->refs++;
+        pthread_mutex_unlock(&cat->lock);
+        return si;
+    }
+    si->refs = 2;
+    si->slot = s;
+    s->sindex = si;
+    index_push_front_locked(cat, si);
+    cat->index_bytes += si->bytes;
+    cat->index_count++;
+    while (cat->index_bytes > cat->opt.index_cache_limit && cat->index_tail)
+        index_drop_locked(cat, cat->index_tail);
+    pthread_mutex_unlock(&cat->lock);
+    return si;
+}
+
+/* Reads exactly len bytes at offset. Returns 0, DSC_ECORRUPT (end of file first) or -errno. */
+static int pread_full(int fd, uint8_t *dst, uint64_t len, uint64_t offset) {
+    uint64_t got = 0;
+    while (got < len) {
+        size_t want = len - got > (1u << 30) ? (1u << 30) : (size_t)(len - got);
+        ssize_t n = pread(fd, dst + got, want, (off_t)(offset + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            return DSC_ECORRUPT;
+        got += (uint64_t)n;
+    }
+    return 0;
+}
+
+/* Reads and validates a shard's header, footer and index from fd against the manifest. Returns
+ * 0 and *out (refs 0, not cached), DSC_ECORRUPT (*why says what: the shard is bad), -errno or
+ * DSC_ENOMEM. Counts the bytes read. */
+static int index_read(dsc_catalog_t *cat, const dsc_slot_t *s, int fd, shard_index_t **out,
+                      const char **why) {
+    const dsc_manifest_shard_t *meta = s->meta;
+    uint64_t size = meta->bytes;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        *why = "cannot stat";
+        return -errno;
+    }
+    if ((uint64_t)st.st_size != size) {
+        *why = "file size differs from the manifest";
+        return DSC_ECORRUPT;
+    }
+    if (size < DSC_SHARD_FOOTER_SIZE) {
+        *why = "shorter than a footer";
+        return DSC_ECORRUPT;
+    }
+    size_t head_len = size > DSC_SHARD_MAX_HEADER ? DSC_SHARD_MAX_HEADER : (size_t)size;
+    uint8_t head[DSC_SHARD_MAX_HEADER];
+    uint8_t foot[DSC_SHARD_FOOTER_SIZE];
+    int rc = pread_full(fd, head, head_len, 0);
+    if (rc == 0)
+        rc = pread_full(fd, foot, DSC_SHARD_FOOTER_SIZE, size - DSC_SHARD_FOOTER_SIZE);
+    if (rc < 0) {
+        *why = rc == DSC_ECORRUPT ? "file shrank while reading" : "read failed";
+        return rc;
+    }
+    atomic_fetch_add_explicit(&cat->read_through_bytes, head_len + DSC_SHARD_FOOTER_SIZE,
+                              memory_order_relaxed);
+    dsc_shard_header_t header;
+    dsc_shard_footer_t footer;
+    if ((rc = dsc_shard_header_decode(head, head_len, &header)) < 0 ||
+        (rc = dsc_shard_footer_decode(foot, &footer)) < 0) {
+        *why = dsc_strerror(rc);
+        return DSC_ECORRUPT;
+    }
+    if (header.shard_id != meta->id || footer.chunk_count != meta->chunks ||
+        header.sample_count != meta->samples || strcmp(header.dataset, s->ds->name) != 0 ||
+        !dsc_schema_equal(&header.schema, &s->ds->manifest->schema)) {
+        *why = "shard header does not match the manifest";
+        return DSC_ECORRUPT;
+    }
+    /* The index must lie between the header and the footer before a byte of it is read;
+     * dsc_shard_check_index then checks its contents (checksum, entries inside the file). */
+    uint64_t index_len = (uint64_t)footer.chunk_count * DSC_CHUNK_ENTRY_SIZE;
+    uint64_t body_end = size - DSC_SHARD_FOOTER_SIZE;
+    if (footer.index_offset < header.header_len || footer.index_offset > body_end ||
+        index_len > body_end - footer.index_offset || footer.chunk_count == 0) {
+        *why = "index outside the file";
+        return DSC_ECORRUPT;
+    }
+    shard_index_t *si = calloc(1, sizeof *si + index_len);
+    if (si == NULL)
+        return DSC_ENOMEM;
+    rc = pread_full(fd, si->entries, index_len, footer.index_offset);
+    if (rc < 0) {
+        free(si);
+        *why = rc == DSC_ECORRUPT ? "file shrank while reading" : "read failed";
+        return rc;
+    }
+    atomic_fetch_add_explicit(&cat->read_through_bytes, index_len, memory_order_relaxed);
+    if ((rc = dsc_shard_check_index(&header, &footer, si->entries, size)) < 0) {
+        free(si);
+        *why = dsc_strerror(rc);
+        return DSC_ECORRUPT;
+    }
+    si->header_len = header.header_len;
+    si->chunk_count = footer.chunk_count;
+    si->index_offset = footer.index_offset;
+    si->bytes = sizeof *si + index_len;
+    *out = si;
+    return 0;
+}
+
+static void tempbuf_free(dsc_tempbuf_t *tb) {
+    if (tb == NULL)
+        return;
+    if (tb->data)
+        munmap(tb->data, tb->map_len);
+    free(tb);
+}
+
+/* Runs one queued read-through on a loader thread and delivers its waiter. */
+static void run_range(dsc_catalog_t *cat, range_load_t *job) {
+    dsc_slot_t *s = job->slot;
+    dsc_waiter_t *w = job->waiter;
+    const dsc_manifest_shard_t *meta = s->meta;
+    shard_index_t *si = NULL;
+    dsc_tempbuf_t *tb = NULL;
+    uint64_t reserved = 0;
+    const char *why = "";
+    int bad_shard = 0, bad_chunk = -1, delivered = 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", s->ds->dir, meta->file);
+    int rc = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+        why = "cannot open";
+        goto done;
+    }
+    si = index_get(cat, s);
+    if (si == NULL) {
+        rc = index_read(cat, s, fd, &si, &why);
+        if (rc < 0) {
+            bad_shard = rc == DSC_ECORRUPT;
+            goto done;
+        }
+        si = index_install(cat, s, si);
+    }
+    /* The manifest's chunk count was checked against the footer when the index was read. */
+    if ((uint64_t)job->first + job->count > si->chunk_count) {
+        rc = DSC_EINVAL;
+        why = "chunk range beyond the shard";
+        goto done;
+    }
+    dsc_chunk_entry_t first, last;
+    dsc_chunk_entry_decode(si->entries + (size_t)job->first * DSC_CHUNK_ENTRY_SIZE, &first);
+    dsc_chunk_entry_decode(si->entries + (size_t)(job->first + job->count - 1) *
+                                             DSC_CHUNK_ENTRY_SIZE,
+                           &last);
+    /* Validated entries lie in file order inside [header_len, index_offset). */
+    uint64_t start = first.offset, end = last.offset + last.stored_len;
+    uint64_t index_len = (uint64_t)si->chunk_count * DSC_CHUNK_ENTRY_SIZE;
+    reserved = end - start + index_len;
+    pthread_mutex_lock(&cat->lock);
+    if (cat->temp_bytes + reserved > cat->opt.temp_limit) {
+        pthread_mutex_unlock(&cat->lock);
+        reserved = 0;
+        rc = DSC_EUNAVAIL; /* a miss under load, not a fault: not logged */
+        goto done;
+    }
+    cat->temp_bytes += reserved;
+    pthread_mutex_unlock(&cat->lock);
+    tb = calloc(1, sizeof *tb);
+    if (tb == NULL) {
+        rc = DSC_ENOMEM;
+        goto done;
+    }
+    tb->map_len = (size_t)((meta->bytes + DSC_STORE_PAGE - 1) & ~(uint64_t)(DSC_STORE_PAGE - 1));
+    void *map = mmap(NULL, tb->map_len, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED) {
+        rc = DSC_ENOMEM;
+        goto done;
+    }
+    tb->data = map;
+    tb->size = reserved;
+    rc = pread_full(fd, tb->data + start, end - start, start);
+    if (rc < 0) {
+        /* A file that shrank under a cached index: drop the index, the next miss revalidates. */
+        why = rc == DSC_ECORRUPT ? "file shrank while reading" : "read failed";
+        pthread_mutex_lock(&cat->lock);
+        if (s->sindex == si)
+            index_drop_locked(cat, si);
+        pthread_mutex_unlock(&cat->lock);
+        goto done;
+    }
+    atomic_fetch_add_explicit(&cat->read_through_bytes, end - start, memory_order_relaxed);
+    for (uint32_t i = job->first; i < job->first + job->count; i++) {
+        dsc_chunk_entry_t e;
+        dsc_chunk_entry_decode(si->entries + (size_t)i * DSC_CHUNK_ENTRY_SIZE, &e);
+        if (dsc_chunk_verify(&e, tb->data + e.offset) < 0) {
+            rc = DSC_ECORRUPT;
+            bad_chunk = (int)i;
+            why = "stored checksum differs";
+            goto done;
+        }
+    }
+    memcpy(tb->data + si->index_offset, si->entries, index_len);
+    atomic_init(&tb->refs, 1);
+    w->hold = (dsc_hold_t){.temp = tb,
+                           .data = tb->data,
+                           .size = meta->bytes,
+                           .index = tb->data + si->index_offset,
+                           .chunk_count = si->chunk_count};
+    tb = NULL;
+    delivered = 1;
+done:
+    if (fd >= 0)
+        close(fd);
+    index_release(cat, si);
+    tempbuf_free(tb);
+    pthread_mutex_lock(&cat->lock);
+    if (!delivered)
+        cat->temp_bytes -= reserved;
+    if (rc < 0) {
+        if (rc == DSC_ECORRUPT && bad_shard && s->state == SLOT_ABSENT) {
+            s->state = SLOT_BAD;
+            s->ds->bad_shards++;
+            LOG_ERROR("dataset %s shard %u (%s/%s): %s: marked bad, answered CORRUPT",
+                      s->ds->name, meta->id, s->ds->dir, meta->file, why);
+        } else if (rc == DSC_ECORRUPT) {
+            if (!s->chunk_logged)
+                LOG_WARN("dataset %s shard %u (%s/%s) chunk %u of %u..%u: %s: answered CORRUPT "
+                         "(logged once per shard)",
+                         s->ds->name, meta->id, s->ds->dir, meta->file,
+                         bad_chunk >= 0 ? (unsigned)bad_chunk : job->first, job->first,
+                         job->first + job->count - 1, why);
+            s->chunk_logged = 1;
+        } else if (rc != DSC_ECORRUPT && rc != DSC_EINVAL && rc != DSC_EUNAVAIL &&
+                   rc != DSC_ENOMEM) {
+            if (!s->logged)
+                LOG_WARN("dataset %s shard %u (%s/%s): read-through: %s: %s", s->ds->name,
+                         meta->id, s->ds->dir, meta->file, why, dsc_strerror(rc));
+            s->logged = 1;
+            rc = DSC_EUNAVAIL;
+        }
+        atomic_fetch_add_explicit(&cat->load_failures, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&cat->lock);
+    w->status = rc < 0 ? rc : 0;
+    w->next = NULL;
+    free(job);
+    deliver(w);
+}
+
+/* Queues a read-through of the waiter's chunks (cat->lock held). Returns 0 or <0. */
+static int start_range_locked(dsc_catalog_t *cat, dsc_slot_t *s, dsc_waiter_t *w) {
+    uint32_t first = w->first_chunk, count = w->chunk_count;
+    if (count == 0) {
+        first = 0;
+        count = s->meta->chunks;
+    }
+    if (count == 0 || (uint64_t)first + count > s->meta->chunks)
+        return DSC_EINVAL;
+    if (cat->temp_bytes >= cat->opt.temp_limit)
+        return DSC_EUNAVAIL;
+    range_load_t *job = malloc(sizeof *job);
+    if (job == NULL)
+        return DSC_ENOMEM;
+    *job = (range_load_t){.slot = s, .waiter = w, .first = first, .count = count};
+    if (cat->range_tail)
+        cat->range_tail->next = job;
+    else
+        cat->range_head = job;
+    cat->range_tail = job;
+    atomic_fetch_add_explicit(&cat->read_through, 1, memory_order_relaxed);
+    pthread_cond_signal(&cat->work_cond);
+    return 0;
+}
+
 static void *io_thread(void *arg) {
     dsc_catalog_t *cat = arg;
     pthread_mutex_lock(&cat->lock);
     for (;;) {
-        while (!cat->stopping && cat->queue_head == NULL)
+        while (!cat->stopping && cat->queue_head == NULL && cat->range_head == NULL)
             pthread_cond_wait(&cat->work_cond, &cat->lock);
         if (cat->stopping)
             break;
+        /* Read-throughs first: a request waits on each, and each is short (a few chunks). */
+        if (cat->range_head) {
+            range_load_t *job = cat->range_head;
+            cat->range_head = job->next;
+            if (cat->range_head == NULL)
+                cat->range_tail = NULL;
+            pthread_mutex_unlock(&cat->lock);
+            run_range(cat, job);
+            pthread_mutex_lock(&cat->lock);
+            continue;
+        }
         dsc_slot_t *s = cat->queue_head;
         cat->queue_head = s->queue_next;
         if (cat->queue_head == NULL)
             cat->queue_tail = NULL;
-        uint8_t *dst = s->load_temp ? s->load_temp->data : s->data;
+        uint8_t *dst = s->data;
         pthread_mutex_unlock(&cat->lock);
 
         double t0 = dsc_now_s();
@@ -564,9 +923,12 @@ int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_slot_t *s, dsc_waiter_t *waiter,
         if (rc == 1) {
             waiter->next = NULL;
             s->waiters = waiter;
-            atomic_fetch_add_explicit(&s->ds->misses, 1, memory_order_relaxed);
             rc = 0;
+        } else if (rc == 0) {
+            rc = start_range_locked(cat, s, waiter); /* no room: read the chunks through */
         }
+        if (rc == 0)
+            atomic_fetch_add_explicit(&s->ds->misses, 1, memory_order_relaxed);
         break;
     }
     pthread_mutex_unlock(&cat->lock);
@@ -591,8 +953,7 @@ void dsc_hold_release(dsc_catalog_t *cat, dsc_hold_t *hold) {
             pthread_mutex_lock(&cat->lock);
             cat->temp_bytes -= tb->size;
             pthread_mutex_unlock(&cat->lock);
-            free(tb->data);
-            free(tb);
+            tempbuf_free(tb);
         }
     }
     memset(hold, 0, sizeof *hold);
@@ -875,8 +1236,10 @@ int dsc_catalog_rescan(dsc_catalog_t *cat) {
     }
     publish(cat, next);
     /* Datasets no longer in the table are retired: free what nobody holds now, the rest when
-     * its last reference goes. */
+     * its last reference goes. Cached indexes go too: a file may have been rewritten. */
     pthread_mutex_lock(&cat->lock);
+    while (cat->index_head)
+        index_drop_locked(cat, cat->index_head);
     for (uint32_t i = 0; i < cur->count; i++) {
         dsc_dataset_t *old = cur->items[i];
         int kept = 0;
@@ -896,6 +1259,27 @@ int dsc_catalog_rescan(dsc_catalog_t *cat) {
 }
 
 /* ---- statistics -------------------------------------------------------------------------- */
+
+/* Bookkeeping bytes (cat->lock held): the catalog, its tables, every dataset created (manifest,
+ * its JSON, one slot per shard) and the index cache. Per shard that is a slot, a manifest
+ * entry, its JSON and, while read through, its cached index (48 bytes per chunk). */
+static uint64_t metadata_bytes_locked(dsc_catalog_t *cat) {
+    uint64_t total = sizeof *cat + cat->thread_count * sizeof(pthread_t) +
+                     cat->dir_count * sizeof(char *);
+    for (uint32_t i = 0; i < cat->dir_count; i++)
+        total += strlen(cat->dirs[i]) + 1;
+    table_t *t = atomic_load(&cat->table);
+    total += sizeof *t + t->count * sizeof(dsc_dataset_t *);
+    for (table_t *r = cat->retired_tables; r; r = r->retired_next)
+        total += sizeof *r + r->count * sizeof(dsc_dataset_t *);
+    for (dsc_dataset_t *ds = cat->all; ds; ds = ds->all_next) {
+        uint64_t shards = ds->manifest->shard_count;
+        total += sizeof *ds + strlen(ds->dir) + 1 + ds->json_len + 1;
+        total += sizeof *ds->manifest + shards * sizeof(dsc_manifest_shard_t);
+        total += (shards ? shards : 1) * sizeof(dsc_slot_t);
+    }
+    return total + cat->index_bytes;
+}
 
 static cJSON *dataset_json_locked(dsc_dataset_t *ds) {
     cJSON *o = cJSON_CreateObject();
@@ -941,8 +1325,14 @@ char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_le
                             cat->opt.policy == DSC_POLICY_LRU ? "lru" : "minio");
     cJSON_AddNumberToObject(store, "evictions", (double)atomic_load(&cat->evictions));
     cJSON_AddNumberToObject(store, "read_through", (double)atomic_load(&cat->read_through));
+    cJSON_AddNumberToObject(store, "read_through_bytes",
+                            (double)atomic_load(&cat->read_through_bytes));
+    cJSON_AddNumberToObject(store, "bytes_loaded", (double)atomic_load(&cat->bytes_loaded));
     table_t *t = atomic_load(&cat->table);
     pthread_mutex_lock(&cat->lock);
+    cJSON_AddNumberToObject(store, "index_cache_bytes", (double)cat->index_bytes);
+    cJSON_AddNumberToObject(store, "index_cache_entries", (double)cat->index_count);
+    cJSON_AddNumberToObject(store, "metadata_bytes", (double)metadata_bytes_locked(cat));
     for (uint32_t i = 0; i < t->count; i++)
         if (only == NULL || t->items[i] == only)
             cJSON_AddItemToArray(list, dataset_json_locked(t->items[i]));
@@ -986,11 +1376,16 @@ void dsc_catalog_totals(dsc_catalog_t *cat, dsc_catalog_totals_t *out) {
         out->misses += atomic_load(&ds->misses);
         out->bytes_served += atomic_load(&ds->bytes_served);
     }
+    out->index_cache_bytes = cat->index_bytes;
+    out->index_cache_entries = cat->index_count;
+    out->metadata_bytes = metadata_bytes_locked(cat);
     pthread_mutex_unlock(&cat->lock);
     out->evictions = atomic_load(&cat->evictions);
     out->loads = atomic_load(&cat->loads);
     out->load_failures = atomic_load(&cat->load_failures);
     out->read_through = atomic_load(&cat->read_through);
+    out->bytes_loaded = atomic_load(&cat->bytes_loaded);
+    out->read_through_bytes = atomic_load(&cat->read_through_bytes);
 }
 
 dsc_store_t *dsc_catalog_store(dsc_catalog_t *cat) {

@@ -18,11 +18,14 @@ typedef struct dsc_tempbuf dsc_tempbuf_t;
 
 typedef enum { DSC_POLICY_MINIO = 0, DSC_POLICY_LRU = 1 } dsc_policy_t;
 
-/* Bytes of one shard held for as long as a response needs them (until uv_write's callback). */
+/* Bytes of one shard held for as long as a response needs them (until uv_write's callback).
+ * data + entry.offset is a chunk's stored bytes for every entry of index. A resident shard holds
+ * the whole file; a read-through buffer is a mapping as large as the file in which only the
+ * chunks the request asked for, and the index, were read (the rest reads as zeros). */
 typedef struct dsc_hold {
     dsc_slot_t *slot;     /* a reference on a resident shard, or NULL */
     dsc_tempbuf_t *temp;  /* a reference on a read-through buffer, or NULL */
-    const uint8_t *data;  /* the whole shard file */
+    const uint8_t *data;  /* the shard file (see above) */
     uint64_t size;
     const uint8_t *index; /* chunk_count encoded entries inside data */
     uint32_t chunk_count;
@@ -36,20 +39,25 @@ typedef struct dsc_mailbox {
 } dsc_mailbox_t;
 
 /* A request waiting for a shard load. On completion status is 0 and hold holds a reference (the
- * waiter's owner releases it), or status is DSC_ECORRUPT (shard failed validation), DSC_EUNAVAIL
- * (file unreadable, or read-through memory exhausted) or DSC_ENOMEM. */
+ * waiter's owner releases it), or status is DSC_ECORRUPT (shard failed validation, or one of
+ * the requested chunks did on a read-through), DSC_EUNAVAIL (file unreadable, or read-through
+ * memory exhausted) or DSC_ENOMEM. first_chunk/chunk_count name the chunks the request needs:
+ * a shard that will not be made resident is read through for those chunks only (chunk_count 0:
+ * every chunk). */
 struct dsc_waiter {
     dsc_waiter_t *next;
     dsc_mailbox_t *mailbox; /* NULL: fn runs on the loader thread */
     void (*fn)(dsc_waiter_t *waiter);
     int status;
     dsc_hold_t hold;
+    uint32_t first_chunk, chunk_count;
 };
 
 typedef struct dsc_catalog_options {
     dsc_policy_t policy;
     uint32_t io_threads;     /* loader threads (0: 4) */
     uint64_t temp_limit;     /* bound on read-through bytes in flight (0: 1 GiB) */
+    uint64_t index_cache_limit; /* bound on cached shard indexes for read-through (0: 64 MiB) */
 } dsc_catalog_options_t;
 
 /* Creates an empty catalog over a store (not owned). Returns 0 and *out, or DSC_ENOMEM. */
@@ -66,7 +74,7 @@ void dsc_catalog_destroy(dsc_catalog_t *cat);
 int dsc_catalog_add_dir(dsc_catalog_t *cat, const char *dir);
 /* Rereads every directory's manifest: new datasets and shards appear, removed ones go (their
  * memory is freed once no response holds it), a dataset whose manifest did not change keeps its
- * cached shards. Returns the number of datasets served afterwards. Not on an event loop. */
+ * cached shards. The read-through index cache is emptied (files may have been rewritten). Returns the number of datasets served afterwards. Not on an event loop. */
 int dsc_catalog_rescan(dsc_catalog_t *cat);
 
 /* Looks a dataset up by name (not NUL-terminated). The pointer stays valid until destroy (a
@@ -82,7 +90,12 @@ void dsc_dataset_count_served(dsc_dataset_t *ds, uint64_t bytes);
 
 /* Takes a reference on a shard's bytes. Returns 1 with *hold filled (a hit: lock-free), 0 when
  * the shard is being loaded and `waiter` will be delivered exactly once (a miss), or
- * DSC_ECORRUPT (marked bad), DSC_EUNAVAIL (read-through memory exhausted), DSC_ENOMEM. */
+ * DSC_ECORRUPT (marked bad), DSC_EUNAVAIL (read-through memory exhausted), DSC_EINVAL (the
+ * waiter's chunk range is beyond the shard), DSC_ENOMEM. A miss on a shard that gets room in
+ * the store loads the whole shard (later GETs hit); one that does not (minio with a full store,
+ * or a shard larger than the store) reads the waiter's chunks through: the shard's header and
+ * index once (kept in a bounded index cache), then the chunks' byte range, each chunk's stored
+ * checksum verified before delivery. */
 int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_slot_t *slot, dsc_waiter_t *waiter,
                         dsc_hold_t *hold);
 /* Drops the reference of a hold (any thread). A zeroed hold is a no-op. */
@@ -122,6 +135,11 @@ char *dsc_catalog_list_json(dsc_catalog_t *cat);
 typedef struct dsc_catalog_totals {
     uint64_t datasets, shards, cached_shards, cached_bytes, bad_shards;
     uint64_t hits, misses, bytes_served, evictions, loads, load_failures, read_through;
+    uint64_t bytes_loaded;       /* disk bytes read by whole-shard loads */
+    uint64_t read_through_bytes; /* disk bytes read by read-throughs (chunks, headers, indexes) */
+    uint64_t index_cache_bytes, index_cache_entries; /* the read-through index cache now */
+    uint64_t metadata_bytes; /* bookkeeping memory: catalog, tables, datasets (manifest, JSON,
+                                slots), index cache; not the shard bytes themselves */
 } dsc_catalog_totals_t;
 void dsc_catalog_totals(dsc_catalog_t *cat, dsc_catalog_totals_t *out);
 dsc_store_t *dsc_catalog_store(dsc_catalog_t *cat);

@@ -95,8 +95,19 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     counter(&t, "dscache_evictions_total", "Shards evicted from the store.", tot.evictions);
     counter(&t, "dscache_loads_total", "Shard loads that succeeded.", tot.loads);
     counter(&t, "dscache_load_failures_total", "Shard loads that failed.", tot.load_failures);
-    counter(&t, "dscache_read_through_total", "Loads into a temporary buffer (store full).",
+    counter(&t, "dscache_read_through_total",
+            "GETs answered by reading their chunks through a temporary buffer (store full).",
             tot.read_through);
+    counter(&t, "dscache_read_through_bytes_total",
+            "Disk bytes read by read-throughs (chunk ranges, shard headers and indexes).",
+            tot.read_through_bytes);
+    counter(&t, "dscache_loaded_bytes_total", "Disk bytes read by whole-shard loads.",
+            tot.bytes_loaded);
+    gauge(&t, "dscache_metadata_bytes",
+          "Bookkeeping memory: tables, manifests, slots, the read-through index cache.",
+          tot.metadata_bytes);
+    gauge(&t, "dscache_index_cache_bytes", "Shard indexes cached for read-throughs.",
+          tot.index_cache_bytes);
     counter(&t, "dscache_connections_total", "Connections accepted.", sc->connections_total);
     counter(&t, "dscache_protocol_errors_total", "Connections closed for a bad frame.",
             sc->protocol_errors);
