@@ -29,8 +29,14 @@
 /* Misses a connection may have waiting on loads before its reads pause. */
 #define MAX_PENDING_LOADS 1024
 #define INLINE_BUFS 4
+/* Responses built from one read are written with one writev of at most this many buffers (or
+ * BATCH_MAX_BYTES): fewer syscalls, and full TCP segments instead of a short one at the end of
+ * every response. */
+#define BATCH_MAX_BUFS 256
+#define BATCH_MAX_BYTES (16u << 20)
 
 typedef struct loop_ctx loop_ctx_t;
+typedef struct out_msg out_msg_t;
 
 typedef struct conn {
     uv_tcp_t tcp;
@@ -41,8 +47,12 @@ typedef struct conn {
     uint64_t out_bytes;     /* response bytes queued in uv_write and not yet completed */
     uint32_t writes;        /* uv_write requests in flight */
     uint32_t pending_loads; /* GETs waiting for a load */
+    out_msg_t *batch_head, *batch_tail; /* responses not yet handed to uv_write */
+    uint64_t batch_bytes;
+    unsigned batch_bufs;
     int refs;               /* 1 for the open handle + writes + pending loads */
     unsigned hello : 1, closing : 1, reading : 1, close_when_idle : 1, paused : 1;
+    unsigned batching : 1; /* inside conn_process: submit() collects instead of writing */
     unsigned view_logged : 1; /* a HELLO with a different members_hash was logged */
 } conn_t;
 
@@ -83,17 +93,19 @@ static dsc_cluster_t *cluster_of(dsc_server_t *srv) {
     return atomic_load_explicit(&srv->cluster, memory_order_acquire);
 }
 
-/* A response on its way: the uv_write request, what it holds, and its buffers. */
-typedef struct out_msg {
+/* A response on its way: the uv_write request, what it holds, and its buffers. Responses written
+ * together form a list: the first one's req carries the write, each keeps its own hold. */
+struct out_msg {
     uv_write_t req;
     conn_t *c;
+    out_msg_t *next;
     dsc_hold_t hold;
     size_t bytes;
     uv_buf_t *bufs;
     unsigned nbufs;
     uv_buf_t inline_bufs[INLINE_BUFS];
     uint8_t head[]; /* frame header + small body or GET prefix */
-} out_msg_t;
+};
 
 typedef struct pending_get {
     dsc_waiter_t waiter; /* first */
@@ -202,24 +214,69 @@ static void conn_close(conn_t *c) {
 
 /* ---- writing responses ----------------------------------------------------------------- */
 
+/* Releases a list of responses (written or not) and their share of out_bytes. */
+static void msgs_release(conn_t *c, out_msg_t *m) {
+    while (m) {
+        out_msg_t *next = m->next;
+        dsc_hold_release(c->lc->srv->cat, &m->hold);
+        c->out_bytes -= m->bytes;
+        free(m);
+        m = next;
+    }
+}
+
 static void on_write(uv_write_t *req, int status) {
     out_msg_t *m = req->data;
     conn_t *c = m->c;
-    dsc_hold_release(c->lc->srv->cat, &m->hold);
-    c->out_bytes -= m->bytes;
+    msgs_release(c, m);
     c->writes--;
-    free(m);
     if (status < 0)
-        conn_close(c); /* peer gone mid-response: the hold is released, nothing else to do */
+        conn_close(c); /* peer gone mid-response: the holds are released, nothing else to do */
     else
         conn_resume(c);
     conn_unref(c);
 }
 
-/* Queues m (bufs filled, hold set). On failure releases everything and closes. */
+/* Writes the collected responses with one uv_write (which tries writev at once). */
+static void conn_flush(conn_t *c) {
+    out_msg_t *first = c->batch_head;
+    if (first == NULL)
+        return;
+    unsigned nbufs = c->batch_bufs;
+    c->batch_head = c->batch_tail = NULL;
+    c->batch_bytes = 0;
+    c->batch_bufs = 0;
+    if (c->closing) {
+        msgs_release(c, first);
+        return;
+    }
+    uv_buf_t many[BATCH_MAX_BUFS];
+    uv_buf_t *bufs = first->bufs;
+    if (first->next) {
+        /* submit() keeps a list within BATCH_MAX_BUFS; uv_write copies the array. */
+        unsigned n = 0;
+        for (out_msg_t *m = first; m; m = m->next) {
+            memcpy(many + n, m->bufs, m->nbufs * sizeof *bufs);
+            n += m->nbufs;
+        }
+        bufs = many;
+    }
+    first->req.data = first;
+    int rc = uv_write(&first->req, (uv_stream_t *)&c->tcp, bufs, nbufs, on_write);
+    if (rc < 0) {
+        msgs_release(c, first);
+        conn_close(c);
+        return;
+    }
+    c->writes++;
+    c->refs++;
+}
+
+/* Queues m (bufs filled, hold set): collected while conn_process runs, else written at once.
+ * On failure releases everything and closes. */
 static void submit(conn_t *c, out_msg_t *m) {
     m->c = c;
-    m->req.data = m;
+    m->next = NULL;
     m->bytes = 0;
     for (unsigned i = 0; i < m->nbufs; i++)
         m->bytes += m->bufs[i].len;
@@ -228,17 +285,25 @@ static void submit(conn_t *c, out_msg_t *m) {
         free(m);
         return;
     }
-    int rc = uv_write(&m->req, (uv_stream_t *)&c->tcp, m->bufs, m->nbufs, on_write);
-    if (rc < 0) {
+    if (c->batch_head &&
+        (c->batch_bufs + m->nbufs > BATCH_MAX_BUFS || c->batch_bytes >= BATCH_MAX_BYTES))
+        conn_flush(c);
+    if (c->closing) {
         dsc_hold_release(c->lc->srv->cat, &m->hold);
         free(m);
-        conn_close(c);
         return;
     }
-    c->writes++;
-    c->refs++;
+    if (c->batch_tail)
+        c->batch_tail->next = m;
+    else
+        c->batch_head = m;
+    c->batch_tail = m;
+    c->batch_bufs += m->nbufs;
+    c->batch_bytes += m->bytes;
     c->out_bytes += m->bytes;
     atomic_fetch_add_explicit(&c->lc->srv->bytes_out, m->bytes, memory_order_relaxed);
+    if (!c->batching)
+        conn_flush(c);
 }
 
 static out_msg_t *msg_alloc(size_t head_len, unsigned nbufs) {
@@ -292,6 +357,7 @@ static void send_fatal(conn_t *c, uint8_t opcode, uint64_t id, uint32_t status,
     atomic_fetch_add_explicit(&c->lc->srv->protocol_errors, 1, memory_order_relaxed);
     LOG_DEBUG("closing a connection: %s", message);
     send_error(c, opcode, id, status, message);
+    conn_flush(c);
     c->close_when_idle = 1;
     if (c->reading) {
         uv_read_stop((uv_stream_t *)&c->tcp);
@@ -459,6 +525,8 @@ static void handle_get(conn_t *c, uint64_t id, const uint8_t *body, size_t len) 
     pg->request_id = id;
     pg->first_chunk = req.first_chunk;
     pg->chunk_count = req.chunk_count;
+    pg->waiter.first_chunk = req.first_chunk; /* a read-through reads only these chunks */
+    pg->waiter.chunk_count = req.chunk_count;
     dsc_hold_t hold;
     int rc = dsc_catalog_acquire(srv->cat, slot, &pg->waiter, &hold);
     if (rc == 1) {
@@ -634,6 +702,7 @@ static void handle_frame(conn_t *c, const dsc_frame_header_t *h, const uint8_t *
 /* Handles every complete frame in the input buffer, stopping while back-pressure applies. */
 static void conn_process(conn_t *c) {
     size_t pos = 0;
+    c->batching = 1;
     while (!c->closing && !c->close_when_idle && !conn_over_limit(c)) {
         dsc_frame_header_t h;
         int rc = dsc_frame_header_decode(c->in + pos, c->in_len - pos, MAX_REQUEST_BODY, &h);
@@ -646,6 +715,7 @@ static void conn_process(conn_t *c) {
             /* The header may be garbage: answer with what can be read of it. */
             uint64_t id = c->in_len - pos >= 20 ? dsc_load_u64(c->in + pos + 12) : 0;
             uint8_t opcode = c->in_len - pos >= 6 ? c->in[pos + 5] : 0;
+            c->batching = 0;
             send_fatal(c, opcode, id, status, dsc_strerror(rc));
             return;
         }
@@ -654,6 +724,8 @@ static void conn_process(conn_t *c) {
         handle_frame(c, &h, c->in + pos + DSC_FRAME_HEADER_SIZE);
         pos += DSC_FRAME_HEADER_SIZE + h.body_len;
     }
+    c->batching = 0;
+    conn_flush(c);
     if (c->closing || c->close_when_idle)
         return;
     if (pos > 0) {
@@ -827,7 +899,8 @@ static void on_wake(uv_async_t *async) {
         pthread_mutex_lock(&lc->mb_lock);
         nfds = lc->handoff_len < 64 ? lc->handoff_len : 64;
         lc->handoff_len -= nfds;
-        memcpy(fds, lc->handoff + lc->handoff_len, nfds * sizeof *fds);
+        if (nfds)
+            memcpy(fds, lc->handoff + lc->handoff_len, nfds * sizeof *fds);
         pthread_mutex_unlock(&lc->mb_lock);
         for (uint32_t i = 0; i < nfds; i++)
             conn_adopt(lc, fds[i]);
