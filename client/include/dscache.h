@@ -148,6 +148,9 @@ typedef struct dsc_loader_options {
     uint64_t cache_bytes;     /* bound on decoded chunk bytes kept for the batches ahead: a
                                  shuffle window's chunks are fetched once while they fit
                                  (default 256 MiB; 0 = default) */
+    uint64_t server_inflight_bytes; /* bound on bytes in flight to any one server, so that a slow
+                                       or stalled server cannot hold the whole inflight_bytes
+                                       budget (default 0: 2 * inflight_bytes / servers) */
 } dsc_loader_options_t;
 
 /* Fills *options with the defaults above (servers and dataset NULL). */

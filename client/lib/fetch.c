@@ -22,7 +22,7 @@ int dsc__fetch_manifest(dsc_loader_t *loader) {
     int req_len = dsc_name_req_encode(loader->dataset, req, sizeof req);
     if (req_len < 0)
         return req_len;
-    uint64_t members_hash = dsc_members_hash(&loader->members);
+    uint64_t members_hash = loader->view_hash;
     for (uint32_t i = 0; i < loader->server_count; i++) {
         dsc_conn_t *conn = NULL;
         int r = dsc_conn_open_addr(loader->servers[i].addr, loader->opt.timeout_ms, members_hash,
@@ -32,6 +32,9 @@ int dsc__fetch_manifest(dsc_loader_t *loader) {
                     dsc_strerror(r));
             continue;
         }
+        pthread_mutex_lock(&loader->lock);
+        dsc__view_hello(loader, i, dsc_conn_info(conn)->members_hash);
+        pthread_mutex_unlock(&loader->lock);
         uint8_t *body = NULL;
         size_t len = 0;
         r = dsc_conn_call(conn, DSC_OP_MANIFEST, req, (size_t)req_len, &body, &len);
@@ -294,10 +297,14 @@ static int recv_response(dsc_io_t *io, dsc_io_req_t **req_out, int *conn_bad, ui
     return 0;
 }
 
-/* Frees a cancelled entry or puts a live one back in a server's queue (after a failure on
- * server `failed`). Under lock. Returns 0 or the error that ends the loader. */
-static int requeue(dsc_loader_t *loader, dsc_chunk_ent_t *ent, uint32_t failed, int err) {
-    loader->inflight_used -= ent->raw_len;
+/* Frees a cancelled entry or puts a live one back in a server's queue after a failure on slot
+ * `failed` (sent: it was in flight there, not just queued). Under lock. Returns 0 or the error
+ * that ends the loader. */
+static int requeue(dsc_loader_t *loader, dsc_chunk_ent_t *ent, uint32_t failed, int err, int sent) {
+    if (sent) {
+        loader->inflight_used -= ent->raw_len;
+        loader->servers[failed].inflight_bytes -= ent->raw_len;
+    }
     dsc__bufpool_put(&loader->pool, ent->stored, ent->stored_cap);
     ent->stored = NULL;
     ent->stored_cap = 0;
@@ -305,16 +312,15 @@ static int requeue(dsc_loader_t *loader, dsc_chunk_ent_t *ent, uint32_t failed, 
         dsc__chunk_free(loader, ent);
         return 0;
     }
-    if (failed < 32)
-        ent->tried |= 1u << failed;
+    if (failed < DSC_LOADER_MAX_SERVERS)
+        ent->tried[failed / 64] |= 1ull << (failed % 64);
     int s = dsc__route_chunk(loader, ent);
     if (s < 0 || (uint32_t)s == failed)
-        return loader->server_count > 1 ? DSC_EALLDOWN : err;
-    ent->state = CH_QUEUED;
-    ent->server = (uint32_t)s;
-    dsc__queue_push(&loader->servers[s].queue, ent);
+        return loader->members.count > 1 ? DSC_EALLDOWN : err;
+    dsc__server_push(loader, (uint32_t)s, ent);
+    if (sent)
+        loader->st.retries++;
     loader->st.failovers++;
-    loader->st.retries++;
     return 0;
 }
 
@@ -323,30 +329,31 @@ static int requeue(dsc_loader_t *loader, dsc_chunk_ent_t *ent, uint32_t failed, 
 static void conn_failed(dsc_io_t *io, int err) {
     dsc_loader_t *loader = io->loader;
     dsc_server_t *srv = &loader->servers[io->server];
+    /* Logged once when the server goes down, not on every failed probe. */
     if (!loader->stop)
-        DSC_LOG(&loader->log, DSC_LOG_WARN, "server %s failed: %s (%s)", srv->addr,
-                dsc_strerror(err), dsc_err_name(err));
+        DSC_LOG(&loader->log, srv->alive ? DSC_LOG_WARN : DSC_LOG_DEBUG,
+                "server %s failed: %s (%s)", srv->addr, dsc_strerror(err), dsc_err_name(err));
     dsc_conn_close(io->conn);
     io->conn = NULL;
-    if (io->server < loader->server_count) {
+    if (io->server != DSC__FALLBACK) {
+        if (srv->alive)
+            srv->retry_at = dsc_now_s() + srv->backoff;
         srv->alive = 0;
-        srv->retry_at = dsc_now_s() + 1.0;
     }
     int rc = 0;
     for (uint32_t k = 0; k < io->out_count; k++) {
         dsc_io_req_t *req = &io->out[k];
         for (uint32_t i = 0; i < req->count; i++) {
-            int r = requeue(loader, req->chunks[i], io->server, err);
+            int r = requeue(loader, req->chunks[i], io->server, err, 1);
             if (r < 0 && rc == 0)
                 rc = r;
         }
     }
     io->out_count = 0;
-    if (io->server < loader->server_count) {
+    if (io->server != DSC__FALLBACK) {
         dsc_chunk_ent_t *ent;
         while ((ent = dsc__queue_pop(&srv->queue)) != NULL) {
-            loader->inflight_used += ent->raw_len; /* requeue subtracts it */
-            int r = requeue(loader, ent, io->server, err);
+            int r = requeue(loader, ent, io->server, err, 0);
             if (r < 0 && rc == 0)
                 rc = r;
         }
@@ -361,6 +368,7 @@ static void deliver(dsc_io_t *io, dsc_io_req_t *req) {
     dsc_loader_t *loader = io->loader;
     for (uint32_t i = 0; i < req->count; i++) {
         dsc_chunk_ent_t *ent = req->chunks[i];
+        loader->servers[io->server].inflight_bytes -= ent->raw_len;
         if (ent->cancelled) {
             loader->inflight_used -= ent->raw_len;
             dsc__chunk_free(loader, ent);
@@ -370,17 +378,24 @@ static void deliver(dsc_io_t *io, dsc_io_req_t *req) {
         dsc__queue_push(&loader->decode_queue, ent);
     }
     pthread_cond_broadcast(&loader->work_cv);
+    pthread_cond_broadcast(&loader->io_cv); /* the per-server budget has room again */
 }
 
 /* Takes the next request off the server's queue: one chunk, plus the following queued chunks
  * of the same shard when they are consecutive. Under lock. Returns 0 when nothing may be sent. */
 static int take_request(dsc_io_t *io, dsc_io_req_t *req) {
     dsc_loader_t *loader = io->loader;
-    dsc_chunk_queue_t *q = &loader->servers[io->server].queue;
+    dsc_server_t *srv = &loader->servers[io->server];
+    dsc_chunk_queue_t *q = &srv->queue;
     uint64_t budget = loader->opt.inflight_bytes;
+    /* The files are read one request at a time per thread: no per-server bound there. */
+    uint64_t server_budget =
+        io->server == DSC__FALLBACK ? UINT64_MAX : dsc__server_inflight_limit(loader);
     if (q->head == NULL)
         return 0;
     if (loader->inflight_used > 0 && loader->inflight_used + q->head->raw_len > budget)
+        return 0;
+    if (srv->inflight_bytes > 0 && srv->inflight_bytes + q->head->raw_len > server_budget)
         return 0;
     req->count = 0;
     uint64_t bytes = 0;
@@ -388,13 +403,15 @@ static int take_request(dsc_io_t *io, dsc_io_req_t *req) {
         dsc_chunk_ent_t *ent = dsc__queue_pop(q);
         ent->state = CH_INFLIGHT;
         loader->inflight_used += ent->raw_len;
+        srv->inflight_bytes += ent->raw_len;
         bytes += ent->raw_len;
         req->chunks[req->count++] = ent;
         dsc_chunk_ent_t *next = q->head;
         if (next == NULL || next->shard != ent->shard ||
             next->shard_chunk != ent->shard_chunk + 1 || req->count == IO_MAX_MERGE ||
             bytes + next->raw_len > MERGE_MAX_BYTES ||
-            loader->inflight_used + next->raw_len > budget)
+            loader->inflight_used + next->raw_len > budget ||
+            srv->inflight_bytes + next->raw_len > server_budget)
             break;
     } while (1);
     req->id = io->next_id++;
@@ -429,7 +446,7 @@ static void io_loop_files(dsc_io_t *io) {
         loader->st.wire_bytes += wire;
         if (rc < 0) {
             for (uint32_t i = 0; i < req.count; i++)
-                requeue(loader, req.chunks[i], io->server, rc); /* fallback is the last resort */
+                requeue(loader, req.chunks[i], io->server, rc, 1); /* the last resort */
             if (!loader->stop)
                 dsc__loader_fail(loader, rc);
             continue;
@@ -438,35 +455,50 @@ static void io_loop_files(dsc_io_t *io) {
     }
 }
 
+/* Back-off between probes of a failed server: 1 s, doubling up to this. */
+#define BACKOFF_MAX_S 10.0
+
 static void io_loop_server(dsc_io_t *io) {
     dsc_loader_t *loader = io->loader;
     dsc_server_t *srv = &loader->servers[io->server];
-    uint64_t members_hash = dsc_members_hash(&loader->members);
-    double backoff = 1.0;
     while (!loader->stop) {
         if (loader->error) {
             pthread_cond_wait(&loader->io_cv, &loader->lock);
             continue;
         }
+        if (io->conn != NULL && !srv->member && io->out_count == 0 && srv->queue.head == NULL) {
+            /* Left the view: nothing is routed here any more. */
+            dsc_conn_close(io->conn);
+            io->conn = NULL;
+        }
         if (io->conn == NULL) {
+            /* Connect lazily when work is queued; a failed member is probed, by one thread at a
+             * time, once its back-off has passed (its queue is empty: work went elsewhere). */
             double now = dsc_now_s();
-            if (srv->alive ? srv->queue.head == NULL : now < srv->retry_at) {
-                /* Connect lazily, and retry a failed server with back-off. */
-                if (srv->alive)
-                    pthread_cond_wait(&loader->io_cv, &loader->lock);
-                else
+            int connect_now = srv->alive ? srv->queue.head != NULL
+                                         : srv->member && !srv->probing && now >= srv->retry_at;
+            if (!connect_now) {
+                if (!srv->alive && srv->member && !srv->probing)
                     timed_wait(loader, srv->retry_at - now);
+                else
+                    pthread_cond_wait(&loader->io_cv, &loader->lock);
                 continue;
             }
+            int probe = !srv->alive;
+            if (probe)
+                srv->probing = 1;
+            uint64_t members_hash = loader->view_hash;
             pthread_mutex_unlock(&loader->lock);
             dsc_conn_t *conn = NULL;
             int rc = dsc_conn_open_addr(srv->addr, loader->opt.timeout_ms, members_hash, &conn);
             pthread_mutex_lock(&loader->lock);
+            if (probe)
+                srv->probing = 0;
             if (rc < 0) {
                 io->conn = NULL;
                 conn_failed(io, rc);
-                srv->retry_at = dsc_now_s() + backoff;
-                backoff = backoff < 8 ? backoff * 2 : 10;
+                srv->retry_at = dsc_now_s() + srv->backoff;
+                srv->backoff = srv->backoff * 2 < BACKOFF_MAX_S ? srv->backoff * 2 : BACKOFF_MAX_S;
                 continue;
             }
             if (loader->stop) {
@@ -474,10 +506,14 @@ static void io_loop_server(dsc_io_t *io) {
                 break;
             }
             io->conn = conn;
-            if (!srv->alive)
+            if (!srv->alive) {
                 DSC_LOG(&loader->log, DSC_LOG_INFO, "server %s is back", srv->addr);
+                pthread_cond_broadcast(&loader->io_cv);
+            }
             srv->alive = 1;
-            backoff = 1.0;
+            srv->backoff = 1.0;
+            dsc__view_hello(loader, io->server, dsc_conn_info(conn)->members_hash);
+            continue; /* re-check the queue: the hello may have taken a while */
         }
         /* Send what the budget allows. */
         int rc = 0;
@@ -527,7 +563,7 @@ static void io_loop_server(dsc_io_t *io) {
         if (rc == DSC_EUNAVAIL) {
             /* Busy or not loaded there: try another replica. */
             for (uint32_t i = 0; i < req->count; i++) {
-                int r = requeue(loader, req->chunks[i], io->server, rc);
+                int r = requeue(loader, req->chunks[i], io->server, rc, 1);
                 if (r < 0)
                     dsc__loader_fail(loader, r);
             }
@@ -536,6 +572,7 @@ static void io_loop_server(dsc_io_t *io) {
             for (uint32_t i = 0; i < req->count; i++) {
                 dsc_chunk_ent_t *ent = req->chunks[i];
                 loader->inflight_used -= ent->raw_len;
+                srv->inflight_bytes -= ent->raw_len;
                 dsc__bufpool_put(&loader->pool, ent->stored, ent->stored_cap);
                 ent->stored = NULL;
                 ent->stored_cap = 0;
@@ -560,7 +597,7 @@ void *dsc__io_main(void *arg) {
     dsc_io_t *io = arg;
     dsc_loader_t *loader = io->loader;
     pthread_mutex_lock(&loader->lock);
-    if (io->server == loader->server_count)
+    if (io->server == DSC__FALLBACK)
         io_loop_files(io);
     else
         io_loop_server(io);

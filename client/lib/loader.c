@@ -43,6 +43,7 @@ void dsc__queue_push(dsc_chunk_queue_t *q, dsc_chunk_ent_t *ent) {
         q->head = ent;
     q->tail = ent;
     q->count++;
+    q->bytes += ent->raw_len;
 }
 
 dsc_chunk_ent_t *dsc__queue_pop(dsc_chunk_queue_t *q) {
@@ -54,6 +55,7 @@ dsc_chunk_ent_t *dsc__queue_pop(dsc_chunk_queue_t *q) {
         q->tail = NULL;
     ent->qnext = NULL;
     q->count--;
+    q->bytes -= ent->raw_len;
     return ent;
 }
 
@@ -103,9 +105,26 @@ void dsc__loader_fail(dsc_loader_t *loader, int err) {
     pthread_cond_broadcast(&loader->work_cv);
 }
 
+/* Consecutive chunks of a shard hash alike in groups of this many, so that they tend to go to
+ * one server and merge into one GET. */
+#define ROUTE_GROUP_CHUNKS 8
+/* A hashed choice is kept unless it has this many more chunks' bytes of work than the least
+ * loaded owner: enough to keep runs of a shard together, small enough to keep servers even. */
+#define ROUTE_SLACK_CHUNKS 4
+
+static int routable(const dsc_loader_t *loader, uint32_t s, const dsc_chunk_ent_t *ent) {
+    const dsc_server_t *srv = &loader->servers[s];
+    return srv->member && srv->alive && srv->io_count > 0 &&
+           !(ent->tried[s / 64] & (1ull << (s % 64)));
+}
+
+static uint64_t server_load(const dsc_loader_t *loader, uint32_t s) {
+    return loader->servers[s].queue.bytes + loader->servers[s].inflight_bytes;
+}
+
 int dsc__route_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
-    if (loader->server_count > 0) {
-        uint32_t owners[DSC_MAX_REPLICAS];
+    if (loader->members.count > 0) {
+        uint32_t owners[DSC_MAX_REPLICAS], live[DSC_MAX_REPLICAS];
         uint32_t replicas = loader->opt.replicas;
         if (replicas == 0)
             replicas = 1;
@@ -113,20 +132,53 @@ int dsc__route_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
             replicas = DSC_MAX_REPLICAS;
         int n =
             dsc_placement_owners(&loader->members, loader->dataset, ent->shard, replicas, owners);
-        /* Owners first, then any other server (all of them can read through). */
-        for (int pass = 0; pass < 2; pass++)
-            for (uint32_t i = 0; i < (pass == 0 ? (uint32_t)(n > 0 ? n : 0) : loader->server_count);
-                 i++) {
-                uint32_t s = pass == 0 ? owners[i] : i;
-                if (s < 32 && (ent->tried & (1u << s)))
-                    continue;
-                if (loader->servers[s].alive)
-                    return (int)s;
-            }
+        uint32_t live_count = 0;
+        for (int i = 0; i < n; i++) {
+            uint32_t s = loader->member_slot[owners[i]];
+            if (routable(loader, s, ent))
+                live[live_count++] = s;
+        }
+        if (live_count > 0) {
+            /* Spread a shard's reads over its live owners: by chunk group, unless that owner
+             * already has much more work than the least loaded one. */
+            uint64_t group = ((uint64_t)ent->shard << 32) | (ent->shard_chunk / ROUTE_GROUP_CHUNKS);
+            uint32_t pick = live[hash_gid(group ^ 0x9E3779B97F4A7C15ULL) % live_count];
+            uint32_t least = pick;
+            for (uint32_t i = 0; i < live_count; i++)
+                if (server_load(loader, live[i]) < server_load(loader, least))
+                    least = live[i];
+            if (server_load(loader, pick) >
+                server_load(loader, least) + ROUTE_SLACK_CHUNKS * ent->raw_len)
+                pick = least;
+            return (int)pick;
+        }
+        /* Every owner is down or failed for this chunk: any other member can read through. */
+        int best = -1;
+        for (uint32_t m = 0; m < loader->members.count; m++) {
+            uint32_t s = loader->member_slot[m];
+            if (routable(loader, s, ent) &&
+                (best < 0 || server_load(loader, s) < server_load(loader, (uint32_t)best)))
+                best = (int)s;
+        }
+        if (best >= 0)
+            return best;
     }
     if (loader->fallback != NULL)
-        return (int)loader->server_count;
+        return DSC__FALLBACK;
     return -1;
+}
+
+void dsc__server_push(dsc_loader_t *loader, uint32_t s, dsc_chunk_ent_t *ent) {
+    ent->server = s;
+    ent->state = CH_QUEUED;
+    dsc__queue_push(&loader->servers[s].queue, ent);
+}
+
+uint64_t dsc__server_inflight_limit(const dsc_loader_t *loader) {
+    if (loader->opt.server_inflight_bytes > 0)
+        return loader->opt.server_inflight_bytes;
+    uint32_t n = loader->members.count > 0 ? loader->members.count : 1;
+    return loader->opt.inflight_bytes * 2 / n;
 }
 
 /* ---- Scheduler ---------------------------------------------------------------------------- */
@@ -178,18 +230,18 @@ static int plan_one(dsc_loader_t *loader) {
             ent->samples = loc.chunk_samples;
             ent->raw_len = (uint64_t)loc.chunk_samples * loader->sample_bytes;
             ent->state = CH_QUEUED;
+            ent->order = loader->order_next++;
             int server = dsc__route_chunk(loader, ent);
             if (server < 0) {
                 free(ent);
                 DSC_LOG(&loader->log, DSC_LOG_ERROR, "no server available for shard %u", loc.shard);
-                return loader->server_count > 1 ? DSC_EALLDOWN : DSC_EUNAVAIL;
+                return loader->members.count > 1 ? DSC_EALLDOWN : DSC_EUNAVAIL;
             }
-            ent->server = (uint32_t)server;
             uint64_t b = hash_gid(ent->gid) & loader->bucket_mask;
             ent->hnext = loader->buckets[b];
             loader->buckets[b] = ent;
             loader->held_bytes += ent->raw_len;
-            dsc__queue_push(&loader->servers[server].queue, ent);
+            dsc__server_push(loader, (uint32_t)server, ent);
             pthread_cond_broadcast(&loader->io_cv);
         }
         ent->refs++;
@@ -271,8 +323,9 @@ static int restart(dsc_loader_t *loader, uint64_t epoch, uint64_t pos) {
         loader->buckets[b] = NULL;
     }
     loader->held_bytes = 0;
-    for (uint32_t s = 0; s <= loader->server_count; s++)
-        memset(&loader->servers[s].queue, 0, sizeof(dsc_chunk_queue_t));
+    for (uint32_t s = 0; s <= DSC__FALLBACK; s++)
+        if (s < loader->server_count || s == DSC__FALLBACK)
+            memset(&loader->servers[s].queue, 0, sizeof(dsc_chunk_queue_t));
     memset(&loader->decode_queue, 0, sizeof loader->decode_queue);
     for (uint32_t i = 0; i < loader->slot_count; i++)
         loader->slots[i].owner = SLOT_FREE;
@@ -417,12 +470,35 @@ static int alloc_steps(dsc_loader_t *loader) {
     return 0;
 }
 
-static int start_threads(dsc_loader_t *loader) {
-    for (uint32_t i = 0; i < loader->io_count; i++) {
-        if (pthread_create(&loader->io[i].thread, NULL, dsc__io_main, &loader->io[i]) != 0)
+/* Starts the I/O threads of slot s that are not running yet. Returns 0 or DSC_ENOMEM. */
+int dsc__server_start(dsc_loader_t *loader, uint32_t s) {
+    dsc_server_t *srv = &loader->servers[s];
+    for (uint32_t i = 0; i < loader->opt.connections; i++) {
+        dsc_io_t *io = &srv->io[i];
+        if (io->started)
+            continue;
+        io->loader = loader;
+        io->server = s;
+        io->next_id = 1;
+        if (pthread_create(&io->thread, NULL, dsc__io_main, io) != 0)
             return DSC_ENOMEM;
-        loader->io[i].started = 1;
+        io->started = 1;
+        srv->io_count++;
     }
+    return 0;
+}
+
+static int start_threads(dsc_loader_t *loader) {
+    pthread_mutex_lock(&loader->lock);
+    int rc = 0;
+    for (uint32_t s = 0; s < loader->server_count && rc == 0; s++)
+        rc = dsc__server_start(loader, s);
+    if (rc == 0 && loader->fallback != NULL)
+        rc = dsc__server_start(loader, DSC__FALLBACK);
+    loader->threads_running = 1;
+    pthread_mutex_unlock(&loader->lock);
+    if (rc < 0)
+        return rc;
     for (uint32_t i = 0; i < loader->worker_count; i++) {
         if (pthread_create(&loader->workers[i], NULL, dsc__worker_main, loader) != 0)
             return DSC_ENOMEM;
@@ -431,6 +507,11 @@ static int start_threads(dsc_loader_t *loader) {
     if (pthread_create(&loader->sched, NULL, sched_main, loader) != 0)
         return DSC_ENOMEM;
     loader->sched_started = 1;
+    if (loader->server_count > 0) {
+        if (pthread_create(&loader->view_thread, NULL, dsc__view_main, loader) != 0)
+            return DSC_ENOMEM;
+        loader->view_started = 1;
+    }
     return 0;
 }
 
@@ -460,6 +541,7 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     pthread_cond_init(&loader->io_cv, NULL);
     pthread_cond_init(&loader->work_cv, NULL);
     pthread_cond_init(&loader->cons_cv, NULL);
+    pthread_cond_init(&loader->view_cv, NULL);
     loader->created_at = loader->last_log = dsc_now_s();
     loader->st.struct_size = sizeof loader->st;
     int rc = check_options(&loader->opt, &loader->log);
@@ -473,25 +555,35 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     loader->opt.servers = NULL; /* the caller's string is not kept */
     if (loader->dataset == NULL || (options->fallback_path && loader->fallback == NULL))
         goto fail;
+    loader->servers = calloc(DSC_LOADER_MAX_SERVERS + 1, sizeof(dsc_server_t));
+    if (loader->servers == NULL)
+        goto fail;
+    dsc_server_t *files = &loader->servers[DSC__FALLBACK];
+    snprintf(files->addr, DSC_MEMBER_MAX, "fallback files");
+    files->used = 1;
+    files->alive = loader->fallback != NULL;
+    files->io = calloc(loader->opt.connections, sizeof(dsc_io_t));
+    if (files->io == NULL)
+        goto fail;
     if (options->servers != NULL && options->servers[0] != '\0') {
-        rc = dsc_members_resolve(options->servers, &loader->members);
+        loader->servers_spec = dup_str(options->servers);
+        if (loader->servers_spec == NULL)
+            goto fail;
+        dsc_members_t members = {0};
+        rc = dsc_members_resolve(options->servers, &members);
+        if (rc == 0) {
+            pthread_mutex_lock(&loader->lock);
+            rc = dsc__view_adopt(loader, &members);
+            pthread_mutex_unlock(&loader->lock);
+        }
+        dsc_members_free(&members);
         if (rc < 0) {
             DSC_LOG(&loader->log, DSC_LOG_ERROR, "servers \"%s\": %s", options->servers,
                     dsc_strerror(rc));
             goto fail;
         }
-        loader->server_count = loader->members.count;
+        loader->view_changes = 0; /* the first view is not a change */
     }
-    rc = DSC_ENOMEM;
-    loader->servers = calloc(loader->server_count + 1, sizeof(dsc_server_t));
-    if (loader->servers == NULL)
-        goto fail;
-    for (uint32_t i = 0; i < loader->server_count; i++) {
-        memcpy(loader->servers[i].addr, loader->members.addrs[i], DSC_MEMBER_MAX);
-        loader->servers[i].alive = 1;
-    }
-    snprintf(loader->servers[loader->server_count].addr, DSC_MEMBER_MAX, "fallback files");
-    loader->servers[loader->server_count].alive = loader->fallback != NULL;
     /* Freed chunk buffers are kept for reuse up to the memory the budgets allow anyway: no
      * page faults and munmaps on the hot path. */
     dsc__bufpool_init(&loader->pool,
@@ -546,18 +638,10 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     if (rc < 0)
         goto fail;
     rc = DSC_ENOMEM;
-    uint32_t per_server = loader->opt.connections;
-    loader->io_count = loader->server_count * per_server + (loader->fallback ? per_server : 0);
-    loader->io = calloc(loader->io_count ? loader->io_count : 1, sizeof(dsc_io_t));
     loader->worker_count = loader->opt.decode_threads;
     loader->workers = calloc(loader->worker_count, sizeof(pthread_t));
-    if (loader->io == NULL || loader->workers == NULL)
+    if (loader->workers == NULL)
         goto fail;
-    for (uint32_t i = 0; i < loader->io_count; i++) {
-        loader->io[i].loader = loader;
-        loader->io[i].server = i / per_server;
-        loader->io[i].next_id = 1;
-    }
     rc = start_threads(loader);
     if (rc < 0)
         goto fail;
@@ -583,18 +667,27 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
     pthread_cond_broadcast(&loader->io_cv);
     pthread_cond_broadcast(&loader->work_cv);
     pthread_cond_broadcast(&loader->cons_cv);
-    /* Wake I/O threads blocked in recv. */
-    for (uint32_t i = 0; i < loader->io_count; i++)
-        if (loader->io[i].conn != NULL)
-            shutdown(dsc_conn_fd(loader->io[i].conn), SHUT_RDWR);
+    pthread_cond_broadcast(&loader->view_cv);
+    /* Wake threads blocked in recv. */
+    if (loader->servers != NULL)
+        for (uint32_t s = 0; s <= DSC__FALLBACK; s++)
+            for (uint32_t i = 0; loader->servers[s].io != NULL && i < loader->opt.connections; i++)
+                if (loader->servers[s].io[i].conn != NULL)
+                    shutdown(dsc_conn_fd(loader->servers[s].io[i].conn), SHUT_RDWR);
+    if (loader->view_conn != NULL)
+        shutdown(dsc_conn_fd(loader->view_conn), SHUT_RDWR);
     pthread_mutex_unlock(&loader->lock);
+    if (loader->view_started)
+        pthread_join(loader->view_thread, NULL);
     if (loader->sched_started)
         pthread_join(loader->sched, NULL);
     for (uint32_t i = 0; i < loader->workers_started; i++)
         pthread_join(loader->workers[i], NULL);
-    for (uint32_t i = 0; i < loader->io_count; i++)
-        if (loader->io[i].started)
-            pthread_join(loader->io[i].thread, NULL);
+    if (loader->servers != NULL)
+        for (uint32_t s = 0; s <= DSC__FALLBACK; s++)
+            for (uint32_t i = 0; loader->servers[s].io != NULL && i < loader->opt.connections; i++)
+                if (loader->servers[s].io[i].started)
+                    pthread_join(loader->servers[s].io[i].thread, NULL);
     /* Threads are gone: free what is left (I/O threads freed the cancelled entries they held). */
     if (loader->buckets != NULL) {
         for (uint64_t b = 0; b <= loader->bucket_mask; b++) {
@@ -607,9 +700,12 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
         }
         free(loader->buckets);
     }
-    for (uint32_t i = 0; i < loader->io_count; i++)
-        dsc_conn_close(loader->io[i].conn);
-    free(loader->io);
+    if (loader->servers != NULL)
+        for (uint32_t s = 0; s <= DSC__FALLBACK; s++) {
+            for (uint32_t i = 0; loader->servers[s].io != NULL && i < loader->opt.connections; i++)
+                dsc_conn_close(loader->servers[s].io[i].conn);
+            free(loader->servers[s].io);
+        }
     free(loader->workers);
     if (loader->steps != NULL) {
         for (uint32_t i = 0; i < loader->step_cap; i++) {
@@ -632,6 +728,8 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
     dsc__order_destroy(loader->order);
     dsc_manifest_free(loader->manifest);
     dsc_members_free(&loader->members);
+    free(loader->member_slot);
+    free(loader->servers_spec);
     free(loader->servers);
     if (loader->pool.max_cached)
         dsc__bufpool_close(&loader->pool);
@@ -643,6 +741,7 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
     pthread_cond_destroy(&loader->io_cv);
     pthread_cond_destroy(&loader->work_cv);
     pthread_cond_destroy(&loader->cons_cv);
+    pthread_cond_destroy(&loader->view_cv);
     free(loader);
 }
 

@@ -10,7 +10,10 @@
  *   workers:   verify + decompress received chunks; collate a slotted step once all its
  *              chunks are decoded (then H2D with CUDA); drop chunks no planned step needs
  *   consumer:  next() waits for step cons_seq to be READY (stall), hands it out, releases
- *              the previous one. */
+ *              the previous one.
+ *   view:      (view.c) keeps the member list current: re-reads a file: spec when it changes,
+ *              re-resolves a dns: spec, and adopts the view the servers agree on when a HELLO
+ *              shows a different one; only routing changes, never the plan. */
 #ifndef DSC_LOADER_INT_H
 #define DSC_LOADER_INT_H
 
@@ -26,6 +29,11 @@
 #include <pthread.h>
 #include <stdint.h>
 
+/* Server slots the loader can address (members of every view it has held; slots are never
+ * reused for another address). The fallback files use slot DSC__FALLBACK. */
+#define DSC_LOADER_MAX_SERVERS 256
+#define DSC__FALLBACK DSC_LOADER_MAX_SERVERS
+
 /* Chunk entry states. */
 enum { CH_QUEUED, CH_INFLIGHT, CH_RECEIVED, CH_DECODING, CH_READY };
 
@@ -36,9 +44,10 @@ typedef struct dsc_chunk_ent {
     int state;
     int cancelled;   /* dropped by a restart while a thread held it: that thread frees it */
     uint64_t refs;   /* sample needs of planned steps not yet collated */
-    uint32_t server; /* where it is queued or in flight (server_count = the fallback files) */
-    uint32_t tried;  /* bit i: server i failed for it */
-    dsc_chunk_entry_t entry; /* as received */
+    uint32_t server; /* slot where it is queued or in flight (DSC__FALLBACK: the files) */
+    uint64_t tried[DSC_LOADER_MAX_SERVERS / 64]; /* bit i: server slot i failed for it */
+    uint64_t order;                              /* creation order (re-routing keeps it) */
+    dsc_chunk_entry_t entry;                     /* as received */
     uint8_t *stored;
     size_t stored_cap;
     uint8_t *raw;                /* decoded bytes (== stored for raw chunks) */
@@ -50,6 +59,7 @@ typedef struct dsc_chunk_ent {
 typedef struct dsc_chunk_queue {
     dsc_chunk_ent_t *head, *tail;
     uint64_t count;
+    uint64_t bytes; /* raw bytes of the queued entries */
 } dsc_chunk_queue_t;
 
 /* Step states. */
@@ -91,11 +101,22 @@ typedef struct dsc_slot {
 } dsc_slot_t;
 #define SLOT_FREE UINT64_MAX
 
+struct dsc_io;
+
+/* One server slot: its address, health, queue and connections (I/O threads). */
 typedef struct dsc_server {
     char addr[DSC_MEMBER_MAX];
-    int alive;
-    double retry_at; /* monotonic seconds: reconnect not before */
+    int used;                /* the slot holds a server (or the fallback files) */
+    int member;              /* in the current view: chunks are routed here */
+    int alive;               /* 0 after a failure, until a probe connects again */
+    int probing;             /* one I/O thread is trying to connect after a failure */
+    double retry_at;         /* monotonic seconds: reconnect not before */
+    double backoff;          /* seconds until the next probe after a failed one (1 .. 10) */
+    uint64_t inflight_bytes; /* raw bytes requested here, not yet received */
+    uint64_t hello_hash;     /* members_hash of the last HELLO answer (0: none or single node) */
     dsc_chunk_queue_t queue;
+    struct dsc_io *io; /* opt.connections of them */
+    uint32_t io_count; /* I/O threads started: no chunk is routed to a slot without them */
 } dsc_server_t;
 
 /* One outstanding GET on a connection. */
@@ -109,7 +130,7 @@ typedef struct dsc_io_req {
 #define IO_MAX_OUTSTANDING 64
 typedef struct dsc_io {
     dsc_loader_t *loader;
-    uint32_t server; /* server index, or server_count for the fallback files */
+    uint32_t server; /* server slot, or DSC__FALLBACK for the fallback files */
     pthread_t thread;
     int started;
     dsc_conn_t *conn;
@@ -139,18 +160,31 @@ struct dsc_loader {
     uint64_t field_off[DSC_MAX_FIELDS]; /* offset of field f's array inside a slot */
     uint64_t cache_bytes;
     uint32_t step_cap;
-    dsc_members_t members;
-    uint32_t server_count;
-    dsc_server_t *servers; /* server_count + 1 (the last: fallback files) */
+    char *servers_spec; /* the options' servers string, re-resolved by the view thread */
+
+    /* Cluster view (under lock; replaced by dsc__view_adopt). */
+    dsc_members_t members; /* the current view: placement is computed over it */
+    uint32_t *member_slot; /* members.count entries: member index -> server slot */
+    uint64_t view_hash;    /* dsc_members_hash(&members) */
+    uint32_t server_count; /* server slots in use (0 .. DSC_LOADER_MAX_SERVERS) */
+    dsc_server_t *servers; /* DSC_LOADER_MAX_SERVERS + 1 slots; the last: fallback files */
+    int threads_running;   /* slots added from now on start their I/O threads at once */
+    uint64_t order_next;   /* next dsc_chunk_ent_t.order */
+    /* View thread (view.c). */
+    pthread_t view_thread;
+    int view_started;
+    pthread_cond_t view_cv;
+    int view_pending;           /* a server answered HELLO with another view: converge */
+    double view_source_changed; /* when the file / DNS answer last changed the view */
+    uint64_t view_changes;      /* views adopted since creation */
+    dsc_conn_t *view_conn;      /* the view thread's connection, shut down by destroy */
     dsc_file_shard_t *files;
     pthread_mutex_t files_lock;
     dsc_bufpool_t pool;
     dsc_cuda_t *cuda;
     void *user_stream;
 
-    /* Threads. */
-    uint32_t io_count;
-    dsc_io_t *io;
+    /* Threads (the I/O threads live in their server slots). */
     uint32_t worker_count;
     pthread_t *workers;
     uint32_t workers_started;
@@ -197,8 +231,24 @@ struct dsc_loader {
 void dsc__loader_fail(dsc_loader_t *loader, int err);             /* under lock: first error wins */
 void dsc__chunk_free(dsc_loader_t *loader, dsc_chunk_ent_t *ent); /* buffers + struct */
 void dsc__chunk_unlink(dsc_loader_t *loader, dsc_chunk_ent_t *ent); /* from the table */
-/* Picks the server for a chunk (first alive owner not yet tried; fallback files; or -1). */
+/* Picks the server slot for a chunk: among its live owners not yet tried, the one its chunk
+ * group (8 consecutive chunks of a shard) hashes to, unless it has more work (queued + in
+ * flight bytes) than the least loaded owner by over four chunks; else the least loaded live
+ * member; else the fallback files (DSC__FALLBACK); else -1. Under lock. */
 int dsc__route_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent);
+/* Starts slot s's I/O threads that are not running yet. Under lock. Returns 0 or DSC_ENOMEM. */
+int dsc__server_start(dsc_loader_t *loader, uint32_t s);
+/* Queues ent on server slot s (sets ent->server). Under lock. */
+void dsc__server_push(dsc_loader_t *loader, uint32_t s, dsc_chunk_ent_t *ent);
+/* Per-server bound on bytes in flight: opt.server_inflight_bytes, or 2 * inflight_bytes / the
+ * number of members. Under lock. */
+uint64_t dsc__server_inflight_limit(const dsc_loader_t *loader);
+/* Installs `members` (taken over; *members is left empty) as the current view: slots for new
+ * addresses (their I/O threads started when the loader runs), removed ones stop getting work,
+ * queued chunks are re-routed in their planned order. Under lock. Returns 0, or DSC_ERANGE
+ * (more than DSC_LOADER_MAX_SERVERS addresses over the loader's life; the view is kept) or
+ * DSC_ENOMEM. */
+int dsc__view_adopt(dsc_loader_t *loader, dsc_members_t *members);
 void dsc__queue_push(dsc_chunk_queue_t *q, dsc_chunk_ent_t *ent);
 dsc_chunk_ent_t *dsc__queue_pop(dsc_chunk_queue_t *q);
 
@@ -207,6 +257,17 @@ void *dsc__io_main(void *arg);
 /* Fetches and parses the manifest: from the first server that answers, else the fallback
  * directory. Returns 0 or DSC_E*. */
 int dsc__fetch_manifest(dsc_loader_t *loader);
+
+/* view.c */
+void *dsc__view_main(void *arg);
+/* An I/O thread connected to slot s and HELLO said `hash`: note a different view. Under lock. */
+void dsc__view_hello(dsc_loader_t *loader, uint32_t s, uint64_t hash);
+/* Parses a MEMBERS answer (proto/PROTOCOL.md) into *out (canonical list, free with
+ * dsc_members_free) and *hash; *clustered from the answer, *self_member = the answering server's
+ * "self" is in the list. Never reads past len. Returns 0, or DSC_EPROTO (not the documented
+ * JSON, a bad member, or a hash that does not match the list), DSC_ENOMEM. */
+int dsc__members_json_parse(const char *text, size_t len, dsc_members_t *out, uint64_t *hash,
+                            int *clustered, int *self_member);
 
 /* decode.c */
 void *dsc__worker_main(void *arg);

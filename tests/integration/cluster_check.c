@@ -1,0 +1,279 @@
+/* Cluster checks for tests/integration/test_cluster_*.sh and tests/netns/test_cluster_netns.sh:
+ * one trainer rank reads epochs through the loader from several dscached, checks every batch's
+ * bytes against the shard files, writes the sample ids it got, and prints its failover counts.
+ * usage: cluster_check epoch --servers SPEC --dataset NAME --dir DATASET_DIR [options]
+ *          --rank R --world W --epochs E --ids FILE --mark-at N --mark FILE --slow-ms MS
+ *          --timeout-ms MS --batch B --fallback DIR --seed S --cache BYTES --inflight BYTES
+ *          --window SAMPLES
+ *        cluster_check owners --servers SPEC --dataset NAME --shards N [--replicas R]
+ *          prints "shard I: OWNER OWNER" computed the way the loader routes (placement.h) */
+#include "dscache.h"
+#include "manifest.h"
+#include "placement.h"
+#include "shard.h"
+#include "testlib.h"
+#include "util.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *servers, *dataset, *dir, *ids_path, *mark_path, *fallback;
+static uint32_t batch = 32, rank_id = 0, world = 1, epochs = 1, replicas = 2, shards = 0;
+static uint32_t timeout_ms = 0;
+static uint64_t mark_at = 0, seed = 7, cache = 0, inflight = 0;
+static uint32_t window = 0;
+static double slow_ms = 0;
+
+static uint8_t *source;
+static uint64_t source_samples, sample_bytes;
+static dsc_schema_t schema;
+static uint64_t field_in_sample[DSC_MAX_FIELDS];
+
+/* The whole dataset decoded from its shard files, sample-major. */
+static void load_source(void) {
+    dsc_manifest_t *m = NULL;
+    REQUIRE(dsc_manifest_load(dir, &m) == 0);
+    schema = m->schema;
+    sample_bytes = m->schema.sample_bytes;
+    source_samples = m->samples;
+    uint64_t off = 0;
+    for (uint32_t f = 0; f < schema.field_count; f++) {
+        field_in_sample[f] = off;
+        off += schema.fields[f].sample_bytes;
+    }
+    source = malloc(source_samples * sample_bytes);
+    REQUIRE(source != NULL);
+    uint64_t first = 0;
+    for (uint32_t s = 0; s < m->shard_count; s++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, m->shards[s].file);
+        FILE *fp = fopen(path, "rb");
+        REQUIRE(fp != NULL);
+        fseek(fp, 0, SEEK_END);
+        long size = ftell(fp);
+        fseek(fp, 0, SEEK_SET);
+        uint8_t *buf = malloc((size_t)size);
+        REQUIRE(buf && fread(buf, 1, (size_t)size, fp) == (size_t)size);
+        fclose(fp);
+        dsc_shard_view_t view;
+        REQUIRE(dsc_shard_parse(buf, (uint64_t)size, &view) == 0);
+        for (uint32_t c = 0; c < view.footer.chunk_count; c++) {
+            dsc_chunk_entry_t e;
+            REQUIRE(dsc_shard_chunk(&view, c, &e) == 0);
+            uint8_t *raw = malloc(e.raw_len);
+            REQUIRE(dsc_chunk_decode(&e, dsc_shard_chunk_data(&view, &e), raw, e.raw_len) ==
+                    (int)e.raw_len);
+            for (uint32_t k = 0; k < e.sample_count; k++)
+                for (uint32_t f = 0; f < schema.field_count; f++) {
+                    uint64_t fsb = schema.fields[f].sample_bytes;
+                    memcpy(
+                        source + (first + e.first_sample + k) * sample_bytes + field_in_sample[f],
+                        raw + dsc_schema_field_offset(&schema, f, e.sample_count) + k * fsb, fsb);
+                }
+            free(raw);
+        }
+        first += m->shards[s].samples;
+        free(buf);
+    }
+    REQUIRE(first == source_samples);
+    dsc_manifest_free(m);
+}
+
+/* Loader log lines go to stderr with the rank, so the scripts can look for them. */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static void on_log(void *ctx, int level, const char *message) {
+    (void)ctx;
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    pthread_mutex_lock(&log_lock);
+    fprintf(stderr, "rank %u %s: %s\n", rank_id, names[level & 3], message);
+    pthread_mutex_unlock(&log_lock);
+}
+
+static int verify_batch(dsc_loader_t *l, dsc_batch_t *b) {
+    uint32_t n = dsc_batch_samples(b);
+    const uint64_t *idx = dsc_batch_indices(b);
+    int bad = 0;
+    for (uint32_t f = 0; f < dsc_loader_field_count(l); f++) {
+        dsc_tensor_view_t v;
+        REQUIRE(dsc_batch_field(b, f, &v) == 0);
+        uint64_t fsb = schema.fields[f].sample_bytes;
+        for (uint32_t k = 0; k < n; k++)
+            if (idx[k] >= source_samples ||
+                memcmp((uint8_t *)v.data + k * fsb,
+                       source + idx[k] * sample_bytes + field_in_sample[f], fsb) != 0)
+                bad++;
+    }
+    if (bad)
+        fprintf(stderr, "rank %u batch %llu: %d sample field(s) differ from the shard files\n",
+                rank_id, (unsigned long long)dsc_batch_step(b), bad);
+    return bad;
+}
+
+static int mode_epoch(void) {
+    load_source();
+    dsc_loader_options_t o;
+    dsc_loader_options_init(&o);
+    o.servers = servers;
+    o.dataset = dataset;
+    o.batch_size = batch;
+    o.seed = seed;
+    o.rank = rank_id;
+    o.world_size = world;
+    o.replicas = replicas;
+    o.fallback_path = fallback;
+    o.log_fn = on_log;
+    o.log_level = DSC_LOG_INFO;
+    if (timeout_ms)
+        o.timeout_ms = timeout_ms;
+    if (cache)
+        o.cache_bytes = cache;
+    if (inflight)
+        o.inflight_bytes = inflight;
+    if (window)
+        o.shuffle_window = window;
+    dsc_loader_t *l = NULL;
+    int rc = dsc_loader_create(&o, &l);
+    if (rc < 0) {
+        fprintf(stderr, "rank %u: dsc_loader_create: %s (%s)\n", rank_id, dsc_strerror(rc),
+                dsc_err_name(rc));
+        return 1;
+    }
+    FILE *ids = ids_path ? fopen(ids_path, "w") : NULL;
+    REQUIRE(ids_path == NULL || ids != NULL);
+    uint64_t batches = 0, samples = 0, bad = 0;
+    double t0 = dsc_now_s();
+    for (uint32_t e = 0; e < epochs; e++) {
+        uint64_t expect = dsc_loader_len(l), got = 0;
+        for (;;) {
+            dsc_batch_t *b;
+            rc = dsc_loader_next(l, &b);
+            if (rc == DSC_EOF)
+                break;
+            if (rc < 0) {
+                fprintf(stderr, "rank %u: next after %llu batches: %s (%s)\n", rank_id,
+                        (unsigned long long)batches, dsc_strerror(rc), dsc_err_name(rc));
+                break;
+            }
+            bad += (uint64_t)verify_batch(l, b);
+            const uint64_t *idx = dsc_batch_indices(b);
+            for (uint32_t k = 0; k < dsc_batch_samples(b); k++)
+                if (ids)
+                    fprintf(ids, "%u %llu\n", e, (unsigned long long)idx[k]);
+            samples += dsc_batch_samples(b);
+            batches++;
+            got++;
+            if (mark_path && batches == mark_at) {
+                int fd = open(mark_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+                if (fd >= 0)
+                    close(fd);
+            }
+            if (slow_ms > 0)
+                usleep((useconds_t)(slow_ms * 1000));
+        }
+        if (rc < 0 && rc != DSC_EOF)
+            break;
+        CHECK_EQ_INT(got, expect);
+    }
+    double secs = dsc_now_s() - t0;
+    if (ids)
+        fclose(ids);
+    dsc_stats_t st = {.struct_size = sizeof st};
+    REQUIRE(dsc_loader_stats(l, &st) == 0);
+    printf("rank %u: %llu batches, %llu samples in %.2f s, %llu bad; requests %llu retries %llu "
+           "failovers %llu checksum_failures %llu wire_mib %.1f stall %.1f%%\n",
+           rank_id, (unsigned long long)batches, (unsigned long long)samples, secs,
+           (unsigned long long)bad, (unsigned long long)st.requests, (unsigned long long)st.retries,
+           (unsigned long long)st.failovers, (unsigned long long)st.checksum_failures,
+           st.wire_bytes / 1048576.0, 100.0 * st.stall_fraction);
+    CHECK(rc == DSC_EOF);
+    CHECK(bad == 0);
+    CHECK(st.checksum_failures == 0);
+    dsc_loader_destroy(l);
+    free(source);
+    return TEST_DONE();
+}
+
+static int mode_owners(void) {
+    dsc_members_t members = {0};
+    int rc = dsc_members_resolve(servers, &members);
+    if (rc < 0) {
+        fprintf(stderr, "cluster_check: servers %s: %s\n", servers, dsc_strerror(rc));
+        return 1;
+    }
+    for (uint32_t s = 0; s < shards; s++) {
+        uint32_t owners[DSC_MAX_REPLICAS];
+        int n = dsc_placement_owners(&members, dataset, s, replicas, owners);
+        REQUIRE(n > 0);
+        printf("shard %u:", s);
+        for (int i = 0; i < n; i++)
+            printf(" %s", members.addrs[owners[i]]);
+        printf("\n");
+    }
+    dsc_members_free(&members);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: cluster_check epoch|owners --servers S --dataset N [...]\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    for (int i = 2; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        if (!strcmp(k, "--servers"))
+            servers = v;
+        else if (!strcmp(k, "--dataset"))
+            dataset = v;
+        else if (!strcmp(k, "--dir"))
+            dir = v;
+        else if (!strcmp(k, "--ids"))
+            ids_path = v;
+        else if (!strcmp(k, "--mark"))
+            mark_path = v;
+        else if (!strcmp(k, "--mark-at"))
+            mark_at = strtoull(v, NULL, 10);
+        else if (!strcmp(k, "--fallback"))
+            fallback = v;
+        else if (!strcmp(k, "--batch"))
+            batch = (uint32_t)atoi(v);
+        else if (!strcmp(k, "--rank"))
+            rank_id = (uint32_t)atoi(v);
+        else if (!strcmp(k, "--world"))
+            world = (uint32_t)atoi(v);
+        else if (!strcmp(k, "--epochs"))
+            epochs = (uint32_t)atoi(v);
+        else if (!strcmp(k, "--replicas"))
+            replicas = (uint32_t)atoi(v);
+        else if (!strcmp(k, "--shards"))
+            shards = (uint32_t)atoi(v);
+        else if (!strcmp(k, "--timeout-ms"))
+            timeout_ms = (uint32_t)atoi(v);
+        else if (!strcmp(k, "--cache"))
+            cache = strtoull(v, NULL, 10);
+        else if (!strcmp(k, "--inflight"))
+            inflight = strtoull(v, NULL, 10);
+        else if (!strcmp(k, "--window"))
+            window = (uint32_t)atoi(v);
+        else if (!strcmp(k, "--seed"))
+            seed = strtoull(v, NULL, 10);
+        else if (!strcmp(k, "--slow-ms"))
+            slow_ms = atof(v);
+        else {
+            fprintf(stderr, "cluster_check: unknown option %s\n", k);
+            return 2;
+        }
+    }
+    REQUIRE(servers && dataset);
+    if (!strcmp(mode, "owners"))
+        return mode_owners();
+    REQUIRE(dir != NULL);
+    if (!strcmp(mode, "epoch"))
+        return mode_epoch();
+    fprintf(stderr, "cluster_check: unknown mode %s\n", mode);
+    return 2;
+}
