@@ -1,6 +1,7 @@
 # Shared by the cluster tests (sourced): dscached members started by PID with a members file,
 # cluster_check trainer ranks, and the exactly-once check over the sample ids they wrote.
-# The caller sets $work, the arrays pids=() and the functions run in its EXIT trap.
+# The caller sets $work, the arrays pids=() and the functions run in its EXIT trap; $DSC_RUN, when
+# set (e.g. "netns_exec 5"), prefixes the srv_client calls, to run them from another host.
 DSC_BIN=${DSC_BIN:?DSC_BIN must point at the build bin directory}
 PY=${DSC_PYTHON:-/usr/bin/python3}
 for exe in dscache dscached cluster_check srv_client; do
@@ -21,10 +22,11 @@ json_get() {
     "$PY" -c 'import json,sys; j=json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$1" "$2"
 }
 
-members_count() { json_get "$("$DSC_BIN/srv_client" call "$1" MEMBERS)" 'len(j["members"])'; }
+DSC_RUN=${DSC_RUN:-}
+members_count() { json_get "$($DSC_RUN "$DSC_BIN/srv_client" call "$1" MEMBERS)" 'len(j["members"])'; }
 # warmed ADDR DATASET: the server holds every shard it owns.
 warmed() {
-    [ "$(json_get "$("$DSC_BIN/srv_client" call "$1" STAT "$2")" \
+    [ "$(json_get "$($DSC_RUN "$DSC_BIN/srv_client" call "$1" STAT "$2")" \
         'j["datasets"][0]["owned_cached_shards"] == j["datasets"][0]["owned_shards"] > 0')" = True ]
 }
 has_members() { [ "$(members_count "$1")" = "$2" ]; }

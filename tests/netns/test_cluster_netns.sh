@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Six hosts in network namespaces on one bridge: dscached on h1..h4 (each on its own address,
+# one members file, --replicas 2, --warm), trainer ranks 0 and 1 on h5 and h6. Mid-epoch the
+# server on h1 is SIGKILLed and h2's link is cut: both ranks still get every sample exactly once
+# per epoch with the bytes of the shard files, within a time bound, and count failovers.
+set -euo pipefail
+here=$(dirname "$0")
+source "$here/lib.sh"
+netns_check
+source "$here/../integration/cluster_lib.sh"
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    netns_cleanup
+    rm -rf "$work"
+}
+trap cleanup EXIT
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+pass() { echo "ok: $*"; }
+
+netns_setup 6
+ds=cn
+samples=16384
+"$DSC_BIN/dscache" ingest synthetic -o "$work/$ds" --name "$ds" --samples "$samples" \
+    --field x:f32:64 --field y:i64 --compress lz4 --chunk-size 16K --shard-size 128K >/dev/null
+members=$work/members
+for i in 1 2 3 4; do echo "$(netns_ip "$i"):7070"; done >"$members"
+
+declare -A PID
+for i in 1 2 3 4; do
+    netns_exec "$i" "$DSC_BIN/dscached" --listen "$(netns_ip "$i"):7070" --http off --threads 1 \
+        --io-threads 2 --memory 64M --log-level warn --data "$work/$ds" --warm --replicas 2 \
+        --members-file "$members" >"$work/server-$i.log" 2>&1 &
+    PID[$i]=$!
+    pids+=("$!")
+done
+# Checked from a trainer host: the servers are reachable across the bridge.
+DSC_RUN="netns_exec 5"
+for i in 1 2 3 4; do
+    addr=$(netns_ip "$i"):7070
+    until_ok 20 has_members "$addr" 4 \
+        || { cat "$work/server-$i.log"; echo "FAIL: server on h$i not reachable"; exit 1; }
+    until_ok 20 warmed "$addr" "$ds" || { echo "FAIL: server on h$i did not warm"; exit 1; }
+done
+pass "4 servers on h1..h4 ($(netns_ip 1) .. $(netns_ip 4)), replicas 2, warmed"
+
+start=$SECONDS
+rank_pids=()
+for r in 0 1; do
+    netns_exec $((5 + r)) "$DSC_BIN/cluster_check" epoch --servers "file:$members" \
+        --dataset "$ds" --dir "$work/$ds" --rank "$r" --world 2 --epochs 2 --timeout-ms 1000 \
+        --slow-ms 6 --mark-at 30 --mark "$work/mark.$r" --window 512 --cache 262144 \
+        --inflight 131072 --ids "$work/ids.$r" >"$work/rank$r.out" 2>"$work/rank$r.err" &
+    rank_pids+=("$!")
+    pids+=("$!")
+done
+until_ok 20 test -e "$work/mark.0" -a -e "$work/mark.1" || fail "ranks made no progress"
+kill -KILL "${PID[1]}"
+netns_link_down 2
+echo "killed the server on h1, cut h2's link after $((SECONDS - start)) s"
+for i in 0 1; do
+    rc=0
+    wait "${rank_pids[$i]}" || rc=$?
+    cat "$work/rank$i.out"
+    [ "$rc" = 0 ] || { tail -20 "$work/rank$i.err"; fail "rank $i exited $rc"; }
+done
+took=$((SECONDS - start))
+check_exactly_once "$samples" 2 "$work/ids.0" "$work/ids.1" \
+    && pass "2 ranks x 2 epochs across hosts, one server killed, one cut off: exactly once" \
+    || fail "not exactly once"
+failovers=$(sum_stat failovers "$work/rank0.out" "$work/rank1.out")
+[ "$failovers" -gt 0 ] && pass "failovers $failovers, retries $(sum_stat retries "$work"/rank?.out)" \
+    || fail "no failover counted"
+[ "$took" -le 45 ] && pass "run took $took s (bound 45 s)" || fail "run took $took s"
+grep -q "server $(netns_ip 2):7070 failed: timed out" "$work/rank0.err" "$work/rank1.err" \
+    && pass "the cut-off server was given up on by the time-out" \
+    || fail "no time-out seen for the cut-off server"
+
+if [ "$fails" -ne 0 ]; then
+    echo "$fails failure(s)" >&2
+    exit 1
+fi
+echo "all passed"
