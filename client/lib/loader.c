@@ -378,6 +378,8 @@ static int check_options(const dsc_loader_options_t *o, const dsc_logger_t *log)
         bad = "connections must be in 1..64";
     else if (o->replicas > DSC_MAX_REPLICAS)
         bad = "replicas must be <= 8";
+    else if (o->timeout_ms > 3600u * 1000u)
+        bad = "timeout_ms must be at most an hour (0: the default, 5000)";
     else if (o->device < -1)
         bad = "device must be -1 (host) or a CUDA device index";
     if (bad != NULL) {

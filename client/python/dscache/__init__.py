@@ -69,6 +69,7 @@ class _Options(ctypes.Structure):
         ("log_level", ctypes.c_int),
         ("stats_log_seconds", ctypes.c_double),
         ("cache_bytes", ctypes.c_uint64),
+        ("server_inflight_bytes", ctypes.c_uint64),
     ]
 
 
@@ -273,7 +274,10 @@ class Loader:
     device: "cpu" (host batches) or "cuda" / "cuda:N" (batches already on that GPU; needs
     output="torch"). output: "numpy" (dict of numpy arrays; bf16 as raw uint16 bits) or
     "torch" (dict of torch tensors through DLPack). fallback_path: a dataset directory readable
-    here, used when no server answers. Iterating yields the rest of the current epoch; the next
+    here, used when no server answers. timeout_ms: how long a request may wait on a server
+    before it is moved to another replica (and the server probed with back-off). replicas: the
+    servers' --replicas. server_inflight_bytes: bound on bytes in flight to one server (default
+    2 * inflight_bytes / servers). Iterating yields the rest of the current epoch; the next
     iteration continues with the following epoch (or call set_epoch first).
     """
 
@@ -281,7 +285,8 @@ class Loader:
                  shuffle=True, shuffle_window=8192, drop_last=False, prefetch=4,
                  decode_threads=2, connections=2, device="cpu", output="numpy",
                  fallback_path=None, inflight_bytes=None, cache_bytes=None, timeout_ms=5000,
-                 replicas=2, copy=False, indices=False, stats_log_seconds=0.0):
+                 replicas=2, copy=False, indices=False, stats_log_seconds=0.0,
+                 server_inflight_bytes=None):
         lib = _load()
         self._lib = lib
         self._handle = None
@@ -343,6 +348,8 @@ class Loader:
             opts.inflight_bytes = inflight_bytes
         if cache_bytes:
             opts.cache_bytes = cache_bytes
+        if server_inflight_bytes:
+            opts.server_inflight_bytes = server_inflight_bytes
         handle = ctypes.c_void_p()
         _check(lib.dsc_loader_create(ctypes.byref(opts), ctypes.byref(handle)), self._messages)
         self._handle = handle
