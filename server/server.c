@@ -817,12 +817,13 @@ static void handoff_push(loop_ctx_t *to, int fd) {
         }
     }
     int queued = !to->handoff_closed && to->handoff_len < to->handoff_cap;
-    if (queued)
+    if (queued) {
         to->handoff[to->handoff_len++] = fd;
-    pthread_mutex_unlock(&to->mb_lock);
-    if (queued)
+        /* Under the lock: the loop closes its wake handle only after setting handoff_closed. */
         uv_async_send(&to->wake);
-    else
+    }
+    pthread_mutex_unlock(&to->mb_lock);
+    if (!queued)
         close(fd);
 }
 

@@ -566,7 +566,7 @@ static double raw_limit(int pairs) {
         p[i].fds[0] = tcp_connect(ntohs(a.sin_port));
         p[i].fds[1] = accept(lfd, NULL, NULL);
     }
-    double t0 = dsc_now_s();
+    double t0 = dsc_now_s(), cpu0 = self_cpu_seconds();
     for (int i = 0; i < pairs; i++) {
         pthread_create(&p[i].tx, NULL, raw_tx, &p[i]);
         pthread_create(&p[i].rx, NULL, raw_rx, &p[i]);
@@ -582,6 +582,9 @@ static double raw_limit(int pairs) {
         close(p[i].fds[1]);
     }
     close(lfd);
+    if (verbose && bytes)
+        fprintf(stderr, "  raw %d pair(s): %.3f CPU s/GB (sender and receiver)\n", pairs,
+                (self_cpu_seconds() - cpu0) / ((double)bytes / 1e9));
     return (double)bytes / (dsc_now_s() - t0) / 1e6;
 }
 
@@ -793,13 +796,15 @@ int main(int argc, char **argv) {
         return 1;
     int rc = 1;
     pid_t dpid = -1, mpid = -1;
+    char log[200];
+    snprintf(log, sizeof log, "%s/dscached.log", work);
     if (make_datasets() < 0)
         goto done;
     int sthreads = server_threads ? server_threads : ncores();
     char threads_text[16];
     snprintf(threads_text, sizeof threads_text, "%d", sthreads);
 
-    char dscached[4200], d1[200], d2[200], pfile[200], log[200];
+    char dscached[4200], d1[200], d2[200], pfile[200];
     if (dscached_path)
         snprintf(dscached, sizeof dscached, "%s", dscached_path);
     else
@@ -807,7 +812,6 @@ int main(int argc, char **argv) {
     snprintf(d1, sizeof d1, "%s/%s", work, cases[0].dataset);
     snprintf(d2, sizeof d2, "%s/%s", work, cases[1].dataset);
     snprintf(pfile, sizeof pfile, "%s/port", work);
-    snprintf(log, sizeof log, "%s/dscached.log", work);
     char *dargs[] = {dscached, "--data", d1, "--data", d2, "--listen", "127.0.0.1:0", "--http",
                      "off", "--warm", "--memory", "512M", "--port-file", pfile, "--threads",
                      threads_text, "--log-level", "warn", NULL};
@@ -957,8 +961,17 @@ int main(int argc, char **argv) {
     rc = failed ? 1 : 0;
 done:
     if (dpid > 0) {
+        int status = 0;
         kill(dpid, SIGTERM);
-        waitpid(dpid, NULL, 0);
+        if (waitpid(dpid, &status, 0) == dpid && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+            /* A sanitizer report or a crash: show the server's log before it is removed. */
+            fprintf(stderr, "bench_server: dscached ended with status 0x%x; its log:\n", status);
+            char cat[300];
+            snprintf(cat, sizeof cat, "tail -n 40 '%s' >&2", log);
+            if (system(cat) != 0)
+                fprintf(stderr, "bench_server: cannot show %s\n", log);
+            rc = 1;
+        }
     }
     if (mpid > 0) {
         kill(mpid, SIGTERM);
