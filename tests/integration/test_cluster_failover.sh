@@ -14,6 +14,7 @@ source "$(dirname "$0")/cluster_lib.sh"
 work=$(mktemp -d)
 pids=()
 cleanup() {
+    set +e # every step runs, whatever failed before
     for pid in "${pids[@]}"; do
         kill -CONT "$pid" 2>/dev/null || true
         kill -KILL "$pid" 2>/dev/null || true

@@ -12,6 +12,7 @@ source "$here/../integration/cluster_lib.sh"
 work=$(mktemp -d)
 pids=()
 cleanup() {
+    set +e # every step runs, whatever failed before
     for pid in "${pids[@]}"; do
         kill -KILL "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
