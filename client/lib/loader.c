@@ -277,7 +277,7 @@ static void *sched_main(void *arg) {
             }
             loader->slot_seq++;
             progress = 1;
-            pthread_cond_broadcast(&loader->work_cv);
+            pthread_cond_signal(&loader->work_cv); /* one step: one worker collates it */
         }
         /* Plan ahead while the ring has room and the decoded-chunk budget allows (always at
          * least one step beyond what the consumer holds, so the pipeline never stalls). */
