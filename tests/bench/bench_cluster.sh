@@ -69,7 +69,7 @@ wait_warm() {
         if netns_exec 5 "$DSC_BIN/srv_client" call "$addr" STAT "$ds" 2>/dev/null | "$PY" -c '
 import json, sys
 d = json.load(sys.stdin)["datasets"][0]
-sys.exit(0 if d["owned_shards"] > 0 and d["owned_cached_shards"] == d["owned_shards"] else 1)'
+sys.exit(0 if d["owned_shards"] > 0 and d["owned_cached_shards"] == d["owned_shards"] else 1)' 2>/dev/null
         then return 0; fi
         sleep 0.2
     done
