@@ -138,7 +138,8 @@ typedef struct dsc_loader_options {
     uint32_t decode_threads;  /* checksum + lz4 workers (default 2) */
     uint32_t connections;     /* connections per server (default 2) */
     int device;               /* -1: host batches (default); >= 0: CUDA device index */
-    uint32_t timeout_ms;      /* per-request time-out before fail-over (default 5000) */
+    uint32_t timeout_ms;      /* per-request time-out before fail-over (default 5000; at most
+                                 3600000; 0 = default) */
     uint32_t replicas;        /* replication factor used for placement (default 2) */
     const char *fallback_path;/* dataset directory readable by the trainer, or NULL */
     dsc_log_fn log_fn;        /* NULL: quiet (or DSCACHE_LOG) */
@@ -250,6 +251,7 @@ typedef struct dsc_stats {
     double decode_seconds;     /* summed checksum + decompression time */
     double collate_seconds;    /* summed time copying samples into batch slots */
     double h2d_seconds;        /* summed host-to-device copy time (CUDA) */
+    uint64_t placed_chunks;    /* chunks verified + decoded straight into a batch slot */
 } dsc_stats_t;
 
 /* Fills *out (out->struct_size must be set). Returns 0 or DSC_EINVAL. Thread-safe. */
