@@ -34,7 +34,7 @@
 static double seconds = 2.0;
 static int reps = 3;
 static int depth_override = 0;            /* requests in flight per connection; 0: by size */
-static uint64_t inflight_bytes = 4u << 20; /* per connection when depth_override is 0 */
+static uint64_t inflight_bytes = 16u << 20; /* per connection when depth_override is 0 */
 static int client_threads = 0;            /* 0: the number of cores */
 static int server_threads = 0;            /* dscached --threads and memcached -t; 0: cores */
 static const char *only_size = NULL;
@@ -168,6 +168,13 @@ typedef struct bconn {
     uint64_t bytes;
     int failed, want_out;
 } bconn_t;
+
+/* Whether the connection should send more requests now: in batches of a quarter of the depth,
+ * so that the server never runs dry while a batch is on its way. */
+static int wants_requests(const bconn_t *c) {
+    uint32_t batch = c->depth / 4 ? c->depth / 4 : 1;
+    return c->inflight + batch <= c->depth;
+}
 
 /* Appends requests until `depth` are in flight. Returns 0 or -1 (encoding error). */
 static int fill_requests(bconn_t *c) {
@@ -362,7 +369,7 @@ static void run_single(worker_t *w) {
         setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0)
         goto fail;
     for (;;) {
-        if (!atomic_load_explicit(w->stop, memory_order_relaxed) && c->inflight <= c->depth / 2) {
+        if (!atomic_load_explicit(w->stop, memory_order_relaxed) && wants_requests(c)) {
             if (fill_requests(c) < 0 || flush_requests(c) < 0)
                 goto fail;
         }
@@ -394,11 +401,11 @@ static void run_multi(worker_t *w) {
     int busy = w->nconns;
     struct epoll_event evs[64];
     while (busy > 0) {
-        int n = epoll_wait(ep, evs, 64, 1000);
+        int n = epoll_wait(ep, evs, 64, 10000);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            goto fail; /* a second without any answer: the server is stuck */
+            goto fail; /* ten seconds without any answer: the server is stuck */
         int stopping = atomic_load_explicit(w->stop, memory_order_relaxed);
         for (int i = 0; i < n; i++) {
             bconn_t *c = evs[i].data.ptr;
@@ -409,7 +416,7 @@ static void run_multi(worker_t *w) {
                 if (r <= 0 || conn_feed(c, w->buf, (size_t)r) < 0)
                     goto fail;
             }
-            if (!stopping && c->inflight <= c->depth / 2 && fill_requests(c) < 0)
+            if (!stopping && wants_requests(c) && fill_requests(c) < 0)
                 goto fail;
             if (flush_requests(c) < 0)
                 goto fail;
@@ -735,7 +742,7 @@ static void usage(void) {
             "usage: bench_server [options]\n"
             "  --seconds S          length of each run (default 2)\n"
             "  --reps N             runs per figure, median reported (default 3, max %d)\n"
-            "  --depth D            requests in flight per connection (default: 4 MiB worth)\n"
+            "  --depth D            requests in flight per connection (default: 16 MiB worth)\n"
             "  --inflight BYTES     bytes in flight per connection when --depth is not given\n"
             "  --client-threads N   client threads (default: cores)\n"
             "  --server-threads N   dscached --threads and memcached -t (default: cores)\n"
