@@ -162,9 +162,11 @@ int dsc_cmd_bench(int argc, char **argv) {
            bytes / wall / 1e9, (double)(s1.wire_bytes - s0.wire_bytes) / wall / 1e9);
     printf("stall: %.1f%% (%.2f s waiting in next(), %.2f s computing)\n",
            stall + compute > 0 ? 100 * stall / (stall + compute) : 0.0, stall, compute);
-    printf("busy: network %.2f s, decode %.2f s, collate %.2f s; requests %llu, failovers %llu\n",
+    printf("busy: network %.2f s, decode %.2f s, collate %.2f s; requests %llu, failovers %llu, "
+           "chunks placed straight into slots %llu\n",
            s1.network_seconds - s0.network_seconds, s1.decode_seconds - s0.decode_seconds,
            s1.collate_seconds - s0.collate_seconds, (unsigned long long)(s1.requests - s0.requests),
-           (unsigned long long)(s1.failovers - s0.failovers));
+           (unsigned long long)(s1.failovers - s0.failovers),
+           (unsigned long long)(s1.placed_chunks - s0.placed_chunks));
     return DSC_CLI_OK;
 }

@@ -3,11 +3,15 @@
 #include "loader_int.h"
 #include "util.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Verifies and decodes one chunk. Raw chunks are used where they were received. Unlocked. */
 static int decode_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
     if (ent->entry.codec == DSC_CODEC_RAW) {
+        /* Defensive: the protocol and index decoders refuse such entries already. */
+        if (ent->entry.stored_len != ent->entry.raw_len)
+            return DSC_EBADINDEX;
         int rc = dsc_chunk_verify(&ent->entry, ent->stored);
         if (rc == 0 && ent->entry.raw_checksum != ent->entry.stored_checksum)
             rc = DSC_EDATASUM;
@@ -28,6 +32,77 @@ static int decode_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
     if (rc >= 0 && (uint64_t)rc != ent->raw_len)
         rc = DSC_EDECOMPRESS;
     return rc < 0 ? rc : 0;
+}
+
+/* The slot a received chunk can go straight into, or NULL: every planned need of the chunk is
+ * one in-order run of all its samples inside one step, and that step holds its slot and waits
+ * for chunks. With shuffle=0 and batches larger than chunks (token streams, large batches) that
+ * is most chunks; with shuffled data it never holds, and collate() copies per sample. Under
+ * lock. */
+static dsc_slot_t *direct_slot(dsc_loader_t *loader, const dsc_chunk_ent_t *ent) {
+    if (!ent->run_ok || ent->refs != ent->samples)
+        return NULL;
+    if (ent->run_seq < loader->cons_seq || ent->run_seq >= loader->slot_seq)
+        return NULL;
+    const dsc_step_t *st = &loader->steps[ent->run_seq % loader->step_cap];
+    if (st->seq != ent->run_seq || st->eof || st->state != ST_PLANNED ||
+        ent->run_k + (uint64_t)ent->samples > st->count)
+        return NULL;
+    return &loader->slots[ent->run_seq % loader->slot_count];
+}
+
+/* Verifies the chunk and puts its samples straight into `slot` at batch position run_k: raw
+ * chunks are copied field by field right after the checksum pass (the bytes are still in this
+ * core's cache); lz4 chunks of a one-field dataset decompress into the slot itself, others into
+ * this worker's scratch buffer (reused, so it stays cached) and are copied from there. Frees the
+ * stored bytes. Unlocked: the entry is placed (no other step can need it) and the slot belongs to
+ * its step. Returns 0 or DSC_E*. */
+static int place_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent, dsc_slot_t *slot,
+                       uint8_t **scratch, size_t *scratch_cap) {
+    const dsc_schema_t *schema = &loader->manifest->schema;
+    const dsc_chunk_entry_t *e = &ent->entry;
+    int rc = 0;
+    const uint8_t *raw = NULL;
+    if (e->raw_len != ent->raw_len || e->sample_count != ent->samples)
+        return DSC_EPROTO;
+    if (e->codec == DSC_CODEC_RAW) {
+        rc = e->stored_len != e->raw_len ? DSC_EBADINDEX : dsc_chunk_verify(e, ent->stored);
+        if (rc == 0 && e->raw_checksum != e->stored_checksum)
+            rc = DSC_EDATASUM;
+        raw = ent->stored;
+    } else if (loader->field_count == 1) {
+        uint8_t *dst = slot->host + loader->field_off[0] +
+                       (uint64_t)ent->run_k * schema->fields[0].sample_bytes;
+        rc = dsc_chunk_decode(e, ent->stored, dst, ent->raw_len);
+        rc = rc < 0 ? rc : (uint64_t)rc == ent->raw_len ? 0 : DSC_EDECOMPRESS;
+        raw = NULL; /* already in place */
+    } else {
+        if (*scratch_cap < ent->raw_len) {
+            free(*scratch);
+            *scratch_cap = 0;
+            *scratch = malloc(ent->raw_len);
+            if (*scratch == NULL)
+                return DSC_ENOMEM;
+            *scratch_cap = ent->raw_len;
+        }
+        rc = dsc_chunk_decode(e, ent->stored, *scratch, *scratch_cap);
+        rc = rc < 0 ? rc : (uint64_t)rc == ent->raw_len ? 0 : DSC_EDECOMPRESS;
+        raw = *scratch;
+    }
+    if (rc == 0 && raw != NULL) {
+        for (uint32_t f = 0; f < loader->field_count; f++) {
+            uint64_t fsb = schema->fields[f].sample_bytes;
+            memcpy(slot->host + loader->field_off[f] + (uint64_t)ent->run_k * fsb,
+                   raw + dsc_schema_field_offset(schema, f, ent->samples),
+                   (uint64_t)ent->samples * fsb);
+        }
+    }
+    dsc__bufpool_put(&loader->pool, ent->stored, ent->stored_cap);
+    ent->stored = NULL;
+    ent->stored_cap = 0;
+    ent->raw = NULL;
+    ent->raw_cap = 0;
+    return rc;
 }
 
 /* Source address of sample k of the step, field f. */
@@ -65,6 +140,8 @@ static void collate(dsc_loader_t *loader, const dsc_step_t *st, dsc_slot_t *slot
         if (fsb == 8 || fsb == 4) {
             /* Labels and the like: inline loads and stores, no call per sample. */
             for (uint32_t k = 0; k < st->count; k++) {
+                if (st->src[k]->placed)
+                    continue;
                 const uint8_t *src = sample_src(schema, st, f, fsb, k);
                 if (fsb == 8)
                     memcpy(dst + (uint64_t)k * 8, src, 8);
@@ -74,7 +151,8 @@ static void collate(dsc_loader_t *loader, const dsc_step_t *st, dsc_slot_t *slot
             continue;
         }
         for (uint32_t k = 0; k < st->count && k < PREFETCH_SAMPLES; k++)
-            prefetch_bytes(sample_src(schema, st, f, fsb, k), fsb);
+            if (!st->src[k]->placed)
+                prefetch_bytes(sample_src(schema, st, f, fsb, k), fsb);
         uint32_t k = 0;
         while (k < st->count) {
             const dsc_chunk_ent_t *ent = st->src[k];
@@ -82,9 +160,11 @@ static void collate(dsc_loader_t *loader, const dsc_step_t *st, dsc_slot_t *slot
             while (k + run < st->count && st->src[k + run] == ent &&
                    st->in_chunk[k + run] == st->in_chunk[k] + run)
                 run++;
-            if (k + run + PREFETCH_SAMPLES - 1 < st->count)
-                prefetch_bytes(sample_src(schema, st, f, fsb, k + run + PREFETCH_SAMPLES - 1), fsb);
-            memcpy(dst + (uint64_t)k * fsb, sample_src(schema, st, f, fsb, k), run * fsb);
+            uint32_t ahead = k + run + PREFETCH_SAMPLES - 1;
+            if (ahead < st->count && !st->src[ahead]->placed)
+                prefetch_bytes(sample_src(schema, st, f, fsb, ahead), fsb);
+            if (!ent->placed) /* else already in the slot */
+                memcpy(dst + (uint64_t)k * fsb, sample_src(schema, st, f, fsb, k), run * fsb);
             k += run;
         }
     }
@@ -123,20 +203,52 @@ static uint32_t unref_step(dsc_loader_t *loader, dsc_step_t *st) {
 void *dsc__worker_main(void *arg) {
     dsc_loader_t *loader = arg;
     int cuda_bound = 0;
+    uint8_t *scratch = NULL; /* decoded multi-field chunks on their way into a slot */
+    size_t scratch_cap = 0;
     pthread_mutex_lock(&loader->lock);
     while (!loader->stop) {
         if (loader->error) {
             pthread_cond_wait(&loader->work_cv, &loader->lock);
             continue;
         }
-        dsc_chunk_ent_t *ent = dsc__queue_pop(&loader->decode_queue);
+        /* A step that can be collated goes first: the chunk just decoded (often the last one
+         * such a step waited for) is still in this core's cache, so its samples are copied out
+         * of L2 instead of memory; and a finished batch is worth more to the trainer than one
+         * more decoded chunk. */
+        dsc_step_t *st = find_collatable(loader);
+        dsc_chunk_ent_t *ent = st == NULL ? dsc__queue_pop(&loader->decode_queue) : NULL;
         if (ent != NULL) {
             ent->state = CH_DECODING;
+            dsc_slot_t *direct = direct_slot(loader, ent);
+            if (direct != NULL) {
+                /* Counted as a collation: restart() waits for it before reusing the slots. */
+                ent->placed = 1;
+                loader->collating++;
+            }
             pthread_mutex_unlock(&loader->lock);
             double t0 = dsc_now_s();
-            int rc = decode_chunk(loader, ent);
+            int rc = 0;
+            if (direct != NULL) {
+                if (loader->cuda != NULL) {
+                    /* The slot's previous batch may still be on its way to the device. */
+                    if (!cuda_bound)
+                        rc = dsc__cuda_bind_thread(loader->cuda);
+                    cuda_bound = rc == 0;
+                    if (rc == 0)
+                        rc = dsc__cuda_slot_wait_copy(loader->cuda, &direct->ev);
+                }
+                if (rc == 0)
+                    rc = place_chunk(loader, ent, direct, &scratch, &scratch_cap);
+            } else {
+                rc = decode_chunk(loader, ent);
+            }
             double t1 = dsc_now_s();
             pthread_mutex_lock(&loader->lock);
+            if (direct != NULL) {
+                loader->st.placed_chunks++;
+                if (--loader->collating == 0)
+                    pthread_cond_broadcast(&loader->cons_cv);
+            }
             loader->st.decode_seconds += t1 - t0;
             loader->inflight_used -= ent->raw_len;
             pthread_cond_broadcast(&loader->io_cv);
@@ -157,7 +269,6 @@ void *dsc__worker_main(void *arg) {
             ent->state = CH_READY;
             continue; /* collation is checked on the next pass */
         }
-        dsc_step_t *st = find_collatable(loader);
         if (st == NULL) {
             pthread_cond_wait(&loader->work_cv, &loader->lock);
             continue;
@@ -197,5 +308,6 @@ void *dsc__worker_main(void *arg) {
             pthread_cond_broadcast(&loader->sched_cv);
     }
     pthread_mutex_unlock(&loader->lock);
+    free(scratch);
     return NULL;
 }

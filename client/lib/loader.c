@@ -66,9 +66,10 @@ static uint64_t hash_gid(uint64_t gid) {
     return gid;
 }
 
+/* Placed entries (decoded straight into a slot) hold no bytes for another step: skipped. */
 static dsc_chunk_ent_t *chunk_find(dsc_loader_t *loader, uint64_t gid) {
     dsc_chunk_ent_t *e = loader->buckets[hash_gid(gid) & loader->bucket_mask];
-    while (e != NULL && e->gid != gid)
+    while (e != NULL && (e->gid != gid || e->placed))
         e = e->hnext;
     return e;
 }
@@ -243,6 +244,16 @@ static int plan_one(dsc_loader_t *loader) {
             loader->held_bytes += ent->raw_len;
             dsc__server_push(loader, (uint32_t)server, ent);
             pthread_cond_broadcast(&loader->io_cv);
+        }
+        /* Direct placement stays possible while all of the chunk's needs form one run, in
+         * chunk order from its first sample, inside this step. */
+        if (ent->refs == 0) {
+            ent->run_ok = loc.in_chunk == 0;
+            ent->run_seq = seq;
+            ent->run_k = k;
+        } else if (ent->run_ok) {
+            ent->run_ok =
+                ent->run_seq == seq && k == ent->run_k + ent->refs && loc.in_chunk == ent->refs;
         }
         ent->refs++;
         st->ids[k] = id;

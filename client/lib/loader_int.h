@@ -52,6 +52,14 @@ typedef struct dsc_chunk_ent {
     size_t stored_cap;
     uint8_t *raw;                /* decoded bytes (== stored for raw chunks) */
     size_t raw_cap;              /* 0 when raw aliases stored */
+    /* Direct placement (decode.c): run_ok while every planned need of this chunk is one
+     * in-order run of its samples in step run_seq from batch position run_k; placed once its
+     * samples went straight into that step's slot (raw is then NULL, and the planner no longer
+     * finds the entry: a later need fetches the chunk again). */
+    int run_ok;
+    int placed;
+    uint64_t run_seq;
+    uint32_t run_k;
     struct dsc_chunk_ent *hnext; /* hash chain */
     struct dsc_chunk_ent *qnext; /* fetch or decode queue */
 } dsc_chunk_ent_t;

@@ -90,6 +90,8 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
            s.collate_seconds);
     metric(&t, "h2d_seconds_total", "counter", "Summed host-to-device copy time.", ds,
            s.h2d_seconds);
+    metric(&t, "placed_chunks_total", "counter", "Chunks decoded straight into a batch slot.", ds,
+           (double)s.placed_chunks);
     if (t.len > (size_t)INT32_MAX)
         return DSC_EOVERFLOW;
     return (int)t.len;
