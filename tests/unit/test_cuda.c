@@ -22,10 +22,12 @@ int main(void) {
     if (rc == DSC_ENODEVICE) {
         CHECK(cuda == NULL);
         CHECK(last_line[0] != '\0'); /* the reason was logged */
+        char reason[sizeof last_line];
+        snprintf(reason, sizeof reason, "%s", last_line);
         CHECK(dsc__cuda_open(-5, &log, &cuda) == DSC_ENODEVICE || cuda != NULL);
         if (dsc_test_failures)
             return TEST_DONE();
-        SKIP("no CUDA device here (%s)", last_line);
+        SKIP("no CUDA device here (%s)", reason);
     }
     REQUIRE(rc == 0 && cuda != NULL);
     CHECK(dsc__cuda_open(4096, &log, &(dsc_cuda_t *){NULL}) == DSC_ENODEVICE);
