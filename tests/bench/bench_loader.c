@@ -1,27 +1,175 @@
-/* Loader benchmark against a running dscached: loader throughput vs plain pipelined GETs of the
- * same chunks (same run, same connections), raw and lz4 datasets, 1 and 2 decode threads; lz4
- * decoding per loader thread vs LZ4_decompress_safe in-process on the same chunks; data stall of
- * a simulated trainer consuming a given GB/s.
- * usage: bench_loader --server HOST:PORT --raw NAME --lz4 NAME --lz4-dir DIR [--seconds S]
- *                     [--batch B] [--connections N] */
+/* Loader benchmark: libdscache against plain pipelined GETs of the same chunks from the same
+ * dscached (its raw GET throughput), raw and lz4 datasets, 1 and 2 decode threads; lz4 decoding
+ * per loader thread against in-process LZ4; the data stall of a simulated trainer that needs a
+ * given GB/s. Makes its own datasets and server; every figure is the median of interleaved runs.
+ * usage: bench_loader --help   (dscached and dscache are found beside it) */
 #include "conn.h"
 #include "dscache.h"
 #include "manifest.h"
 #include "shard.h"
 #include "util.h"
 
+#include <libgen.h>
 #include <lz4.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
-static const char *server;
-static double seconds = 5;
+#define MAX_REPS 9
+#define GET_DEPTH 16
+
+static double seconds = 2;
+static int reps = 3;
 static uint32_t batch = 256, connections = 2;
+static uint64_t samples = 80000;
+static uint64_t cache_bytes = 128ull << 20;
+static int server_threads = 0;
+static char bindir[4096];
+static char work[64];
+static char addr[64];
+static pid_t server_pid = -1;
 
-/* ---- Raw GET throughput: every chunk of the dataset, round robin, pipelined ----------------- */
+/* ---- process and machine helpers ------------------------------------------------------- */
+
+static int ncores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static double proc_cpu_seconds(pid_t pid) {
+    char path[64], buf[2048];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (p == NULL)
+        return 0;
+    unsigned long long utime = 0, stime = 0;
+    /* Fields after ')': state(3) ... utime(14) stime(15). */
+    int field = 2;
+    char *save = NULL;
+    for (char *tok = strtok_r(p + 1, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        field++;
+        if (field == 14)
+            utime = strtoull(tok, NULL, 10);
+        if (field == 15) {
+            stime = strtoull(tok, NULL, 10);
+            break;
+        }
+    }
+    return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* CPU seconds of this process, all threads (the GET threads or the loader's threads). */
+static double self_cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec * 1e-6;
+}
+
+static double load_average(void) {
+    double l = 0;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1)
+            l = 0;
+        fclose(f);
+    }
+    return l;
+}
+
+static void describe_machine(char *out, size_t cap) {
+    char model[256] = "unknown CPU", line[512];
+    unsigned long long mem_kb = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && colon) {
+            snprintf(model, sizeof model, "%s", colon + 2);
+            model[strcspn(model, "\n")] = '\0';
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+    f = fopen("/proc/meminfo", "r");
+    if (f) {
+        if (fscanf(f, "MemTotal: %llu kB", &mem_kb) != 1)
+            mem_kb = 0;
+        fclose(f);
+    }
+    struct utsname u;
+    if (uname(&u) != 0)
+        snprintf(u.release, sizeof u.release, "?");
+    snprintf(out, cap, "%s, %d cores (nproc), %.1f GiB RAM, Linux %s", model, ncores(),
+             (double)mem_kb / (1024.0 * 1024.0), u.release);
+}
+
+static pid_t spawn(char *const argv[], const char *log) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *f = freopen(log, "w", stderr);
+        f = freopen(log, "a", stdout);
+        (void)f;
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int run_wait(char *const argv[], const char *log) {
+    pid_t pid = spawn(argv, log);
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid)
+        return -1;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n) {
+    double s[MAX_REPS];
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+/* (max - min) / median, in percent. */
+static double spread(const double *v, int n) {
+    double lo = v[0], hi = v[0];
+    for (int i = 1; i < n; i++) {
+        lo = v[i] < lo ? v[i] : lo;
+        hi = v[i] > hi ? v[i] : hi;
+    }
+    double m = median(v, n);
+    return m > 0 ? 100 * (hi - lo) / m : 0;
+}
+
+static void sleep_seconds(double s) {
+    if (s <= 0)
+        return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* ---- plain pipelined GETs: every chunk of the dataset, round robin ------------------------ */
 
 typedef struct get_job {
     const char *dataset;
@@ -32,19 +180,20 @@ typedef struct get_job {
     int rc;
 } get_job_t;
 
+/* GET_DEPTH one-chunk requests in flight on one connection; each answer lands in one reused
+ * buffer: the server's delivery rate with the least client work there is. */
 static void *get_thread(void *arg) {
     get_job_t *job = arg;
     dsc_conn_t *conn = NULL;
-    job->rc = dsc_conn_open_addr(server, 5000, 0, &conn);
+    job->rc = dsc_conn_open_addr(addr, 5000, 0, &conn);
     if (job->rc < 0)
         return NULL;
-    enum { DEPTH = 16 };
     uint8_t *buf = malloc(DSC_FRAME_MAX_BODY);
     uint64_t next_id = 1, outstanding = 0;
     uint32_t shard = 0, chunk = job->thread;
     while (buf != NULL) {
         int done = dsc_now_s() >= job->deadline;
-        while (!done && outstanding < DEPTH) {
+        while (!done && outstanding < GET_DEPTH) {
             while (chunk >= job->m->shards[shard].chunks) {
                 chunk -= job->m->shards[shard].chunks;
                 shard = (shard + 1) % job->m->shard_count;
@@ -80,66 +229,92 @@ out:
     return NULL;
 }
 
-static double raw_get_gbps(const char *dataset) {
+typedef struct result {
+    double gbps;      /* GET: bytes received; loader: decoded batch bytes handed out */
+    double wire_gbps; /* loader: bytes received */
+    double samples_s;
+    double stall;           /* loader: stall / (stall + compute) */
+    double decode_s;        /* loader: summed decode seconds */
+    double wire_bytes;      /* loader */
+    double client_cpu_gb;   /* CPU seconds of this process per GB handed out (GET: received) */
+    double server_cpu_gb;   /* CPU seconds of dscached per GB it sent */
+    double placed_s;        /* loader: chunks placed straight into slots, per second */
+    int failed;
+} result_t;
+
+static dsc_manifest_t *fetch_manifest(const char *dataset) {
     dsc_conn_t *conn = NULL;
     uint8_t req[128];
     int len = dsc_name_req_encode(dataset, req, sizeof req);
     uint8_t *body = NULL;
     size_t body_len = 0;
     dsc_manifest_t *m = NULL;
-    if (len < 0 || dsc_conn_open_addr(server, 5000, 0, &conn) < 0 ||
+    if (len < 0 || dsc_conn_open_addr(addr, 5000, 0, &conn) < 0 ||
         dsc_conn_call(conn, DSC_OP_MANIFEST, req, (size_t)len, &body, &body_len) < 0 ||
         dsc_manifest_parse((const char *)body, body_len, &m) < 0) {
-        fprintf(stderr, "bench: cannot read the manifest of %s from %s\n", dataset, server);
-        exit(1);
+        fprintf(stderr, "bench_loader: cannot read the manifest of %s from %s\n", dataset, addr);
+        m = NULL;
     }
     free(body);
     dsc_conn_close(conn);
+    return m;
+}
+
+static result_t run_get(const char *dataset, double secs) {
+    result_t r = {0};
+    dsc_manifest_t *m = fetch_manifest(dataset);
+    if (m == NULL) {
+        r.failed = 1;
+        return r;
+    }
     get_job_t jobs[64];
     pthread_t th[64];
-    double t0 = dsc_now_s();
+    double c0 = self_cpu_seconds(), s0 = proc_cpu_seconds(server_pid), t0 = dsc_now_s();
     for (uint32_t i = 0; i < connections; i++) {
-        jobs[i] = (get_job_t){dataset, m, i, connections, t0 + seconds, 0, 0};
+        jobs[i] = (get_job_t){dataset, m, i, connections, t0 + secs, 0, 0};
         pthread_create(&th[i], NULL, get_thread, &jobs[i]);
     }
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < connections; i++) {
         pthread_join(th[i], NULL);
         bytes += jobs[i].bytes;
-        if (jobs[i].rc < 0)
-            fprintf(stderr, "bench: GET: %s\n", dsc_strerror(jobs[i].rc));
+        if (jobs[i].rc < 0) {
+            fprintf(stderr, "bench_loader: GET %s: %s\n", dataset, dsc_strerror(jobs[i].rc));
+            r.failed = 1;
+        }
     }
     double wall = dsc_now_s() - t0;
+    double gb = bytes / 1e9;
+    r.gbps = gb / wall;
+    r.wire_gbps = r.gbps;
+    r.client_cpu_gb = gb > 0 ? (self_cpu_seconds() - c0) / gb : 0;
+    r.server_cpu_gb = gb > 0 ? (proc_cpu_seconds(server_pid) - s0) / gb : 0;
     dsc_manifest_free(m);
-    return bytes / wall / 1e9;
+    return r;
 }
 
-/* ---- Loader ---------------------------------------------------------------------------------- */
+/* ---- the loader ---------------------------------------------------------------------------- */
 
-typedef struct loader_result {
-    double decoded_gbps, wire_gbps, stall, decode_gbps_per_thread;
-} loader_result_t;
-
-static void sleep_seconds(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    if (s > 0)
-        while (nanosleep(&ts, &ts) != 0)
-            ;
-}
-
-static loader_result_t run_loader(const char *dataset, uint32_t threads, double need_gbps) {
+/* Streams batches for `secs` seconds (epoch after epoch), timed from the first batch; with
+ * need_gbps > 0 each batch is followed by batch bytes / need_gbps of sleep (a GPU step). */
+static result_t run_loader(const char *dataset, uint32_t threads, int shuffle, uint32_t bsize,
+                           double need_gbps, double secs) {
+    result_t r = {0};
     dsc_loader_options_t o;
     dsc_loader_options_init(&o);
-    o.servers = server;
+    o.servers = addr;
     o.dataset = dataset;
-    o.batch_size = batch;
+    o.batch_size = bsize;
     o.decode_threads = threads;
     o.connections = connections;
+    o.shuffle = shuffle;
+    o.cache_bytes = cache_bytes;
     dsc_loader_t *l = NULL;
     int rc = dsc_loader_create(&o, &l);
     if (rc < 0) {
-        fprintf(stderr, "bench: loader on %s: %s\n", dataset, dsc_strerror(rc));
-        exit(1);
+        fprintf(stderr, "bench_loader: loader on %s: %s\n", dataset, dsc_strerror(rc));
+        r.failed = 1;
+        return r;
     }
     dsc_batch_t *b;
     rc = dsc_loader_next(l, &b);
@@ -149,45 +324,68 @@ static loader_result_t run_loader(const char *dataset, uint32_t threads, double 
         dsc_loader_field(l, f, &fi);
         sample_bytes += fi.sample_bytes;
     }
-    double compute = need_gbps > 0 ? (double)batch * sample_bytes / (need_gbps * 1e9) : 0;
-    dsc_stats_t s0 = {.struct_size = sizeof s0}, s1 = {.struct_size = sizeof s1};
-    dsc_loader_stats(l, &s0);
-    double t0 = dsc_now_s();
-    while ((rc == 0 || rc == DSC_EOF) && dsc_now_s() - t0 < seconds) {
+    double compute = need_gbps > 0 ? (double)bsize * sample_bytes / (need_gbps * 1e9) : 0;
+    dsc_stats_t a = {.struct_size = sizeof a}, z = {.struct_size = sizeof z};
+    dsc_loader_stats(l, &a);
+    double c0 = self_cpu_seconds(), s0 = proc_cpu_seconds(server_pid), t0 = dsc_now_s();
+    while ((rc == 0 || rc == DSC_EOF) && dsc_now_s() - t0 < secs) {
         if (rc == 0)
             sleep_seconds(compute);
         rc = dsc_loader_next(l, &b);
     }
     double wall = dsc_now_s() - t0;
-    dsc_loader_stats(l, &s1);
+    dsc_loader_stats(l, &z);
+    double client_cpu = self_cpu_seconds() - c0, server_cpu = proc_cpu_seconds(server_pid) - s0;
     dsc_loader_destroy(l);
     if (rc < 0 && rc != DSC_EOF) {
-        fprintf(stderr, "bench: loader failed: %s\n", dsc_strerror(rc));
-        exit(1);
+        fprintf(stderr, "bench_loader: loader on %s failed: %s\n", dataset, dsc_strerror(rc));
+        r.failed = 1;
     }
-    loader_result_t r;
-    r.decoded_gbps = (double)(s1.bytes - s0.bytes) / wall / 1e9;
-    r.wire_gbps = (double)(s1.wire_bytes - s0.wire_bytes) / wall / 1e9;
-    double st = s1.stall_seconds - s0.stall_seconds, co = s1.compute_seconds - s0.compute_seconds;
+    double gb = (double)(z.bytes - a.bytes) / 1e9;
+    r.gbps = gb / wall;
+    r.samples_s = (double)(z.samples - a.samples) / wall;
+    r.wire_bytes = (double)(z.wire_bytes - a.wire_bytes);
+    r.wire_gbps = r.wire_bytes / 1e9 / wall;
+    double st = z.stall_seconds - a.stall_seconds, co = z.compute_seconds - a.compute_seconds;
     r.stall = st + co > 0 ? st / (st + co) : 0;
-    double dec = s1.decode_seconds - s0.decode_seconds;
-    /* Decoded bytes per second of decode-thread time (bytes handed out ~ bytes decoded). */
-    r.decode_gbps_per_thread = dec > 0 ? (double)(s1.bytes - s0.bytes) / dec / 1e9 : 0;
+    r.decode_s = z.decode_seconds - a.decode_seconds;
+    r.placed_s = (double)(z.placed_chunks - a.placed_chunks) / wall;
+    r.client_cpu_gb = gb > 0 ? client_cpu / gb : 0;
+    r.server_cpu_gb = r.wire_bytes > 0 ? server_cpu / (r.wire_bytes / 1e9) : 0;
     return r;
 }
 
-/* ---- In-process LZ4 on the same chunks --------------------------------------------------- */
+/* Median over the rounds of one double field of a row's results. */
+static double med_field(const result_t *v, size_t off) {
+    double x[MAX_REPS];
+    for (int r = 0; r < reps; r++)
+        memcpy(&x[r], (const char *)&v[r] + off, sizeof x[r]);
+    return median(x, reps);
+}
+#define MEDF(row, field) med_field(row, offsetof(result_t, field))
 
-static double lz4_inprocess_gbps(const char *dir) {
+/* ---- in-process LZ4 on the same chunks ------------------------------------------------------ */
+
+typedef struct lz4_result {
+    double lz4_gbps;    /* LZ4_decompress_safe alone, decoded bytes per second */
+    double decode_gbps; /* dsc_chunk_decode: stored checksum + LZ4 + decoded checksum */
+    double raw_per_stored;
+} lz4_result_t;
+
+/* One thread decodes every lz4 chunk of the dataset's files (read into memory first) into one
+ * reused buffer. */
+static lz4_result_t lz4_inprocess(const char *dir) {
+    lz4_result_t r = {0};
     dsc_manifest_t *m = NULL;
     if (dsc_manifest_load(dir, &m) < 0) {
-        fprintf(stderr, "bench: cannot load %s/manifest.json\n", dir);
-        exit(1);
+        fprintf(stderr, "bench_loader: cannot load %s/manifest.json\n", dir);
+        return r;
     }
-    uint64_t out_bytes = 0;
-    double busy = 0;
-    for (uint32_t s = 0; s < m->shard_count && s < 4; s++) {
-        char path[4096];
+    uint64_t out_bytes = 0, raw_total = 0, stored_total = 0;
+    double busy_lz4 = 0, busy_decode = 0;
+    char *dst = malloc(DSC_CHUNK_MAX_RAW);
+    for (uint32_t s = 0; dst != NULL && s < m->shard_count; s++) {
+        char path[4200];
         snprintf(path, sizeof path, "%s/%s", dir, m->shards[s].file);
         FILE *fp = fopen(path, "rb");
         if (!fp)
@@ -195,88 +393,282 @@ static double lz4_inprocess_gbps(const char *dir) {
         fseek(fp, 0, SEEK_END);
         long size = ftell(fp);
         fseek(fp, 0, SEEK_SET);
-        uint8_t *buf = malloc((size_t)size);
-        if (fread(buf, 1, (size_t)size, fp) != (size_t)size)
+        uint8_t *buf = size > 0 ? malloc((size_t)size) : NULL;
+        if (buf == NULL || fread(buf, 1, (size_t)size, fp) != (size_t)size)
             size = 0;
         fclose(fp);
         dsc_shard_view_t v;
         if (size > 0 && dsc_shard_parse(buf, (uint64_t)size, &v) == 0) {
             for (uint32_t c = 0; c < v.footer.chunk_count; c++) {
                 dsc_chunk_entry_t e;
-                dsc_shard_chunk(&v, c, &e);
+                if (dsc_shard_chunk(&v, c, &e) < 0)
+                    continue;
+                raw_total += e.raw_len;
+                stored_total += e.stored_len;
                 if (e.codec != DSC_CODEC_LZ4)
                     continue;
-                char *dst = malloc(e.raw_len);
                 const char *src = (const char *)dsc_shard_chunk_data(&v, &e);
-                for (int rep = 0; rep < 5; rep++) {
-                    double t0 = dsc_now_s();
-                    int n = LZ4_decompress_safe(src, dst, (int)e.stored_len, (int)e.raw_len);
-                    busy += dsc_now_s() - t0;
-                    if (n > 0)
-                        out_bytes += (uint64_t)n;
+                double t0 = dsc_now_s();
+                int n = LZ4_decompress_safe(src, dst, (int)e.stored_len, (int)e.raw_len);
+                double t1 = dsc_now_s();
+                int k = dsc_chunk_decode(&e, src, dst, DSC_CHUNK_MAX_RAW);
+                double t2 = dsc_now_s();
+                if (n == (int)e.raw_len && k == (int)e.raw_len) {
+                    busy_lz4 += t1 - t0;
+                    busy_decode += t2 - t1;
+                    out_bytes += e.raw_len;
                 }
-                free(dst);
             }
         }
         free(buf);
     }
+    free(dst);
     dsc_manifest_free(m);
-    return busy > 0 ? out_bytes / busy / 1e9 : 0;
+    r.lz4_gbps = busy_lz4 > 0 ? out_bytes / busy_lz4 / 1e9 : 0;
+    r.decode_gbps = busy_decode > 0 ? out_bytes / busy_decode / 1e9 : 0;
+    r.raw_per_stored = stored_total > 0 ? (double)raw_total / (double)stored_total : 1;
+    return r;
+}
+
+/* ---- set-up ---------------------------------------------------------------------------------- */
+
+static int make_dataset(const char *name, const char *codec) {
+    char cli[4200], out[200], n[32], log[200];
+    snprintf(cli, sizeof cli, "%s/dscache", bindir);
+    snprintf(out, sizeof out, "%s/%s", work, name);
+    snprintf(n, sizeof n, "%llu", (unsigned long long)samples);
+    snprintf(log, sizeof log, "%s/ingest-%s.log", work, name);
+    char *args[] = {cli,      "ingest",  "synthetic", "-o",         out,
+                    "--name", (char *)name, "--samples", n,         "--field",
+                    "image:u8:3x32x32", "--field", "label:i64", "--seed", "1",
+                    "--compress", (char *)codec, "--shard-size", "16M", "--chunk-size",
+                    "1M",     NULL};
+    if (run_wait(args, log) < 0) {
+        fprintf(stderr, "bench_loader: ingest of %s failed (see %s)\n", name, log);
+        return -1;
+    }
+    return 0;
+}
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: bench_loader [options]\n"
+            "  --seconds S          length of each run (default 2)\n"
+            "  --reps N             interleaved runs per figure, median reported (default 3, "
+            "max %d)\n"
+            "  --samples N          samples per dataset (default 80000: 246 MB raw)\n"
+            "  --batch B            batch size (default 256)\n"
+            "  --connections N      loader connections and GET threads (default 2)\n"
+            "  --cache BYTES        the loader's decoded-chunk budget (default 128M, under the\n"
+            "                       dataset size, so that an epoch is fetched, not re-served)\n"
+            "  --server-threads N   dscached --threads (default: cores)\n",
+            MAX_REPS);
 }
 
 int main(int argc, char **argv) {
-    const char *raw = NULL, *lz4 = NULL, *lz4_dir = NULL;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--server"))
-            server = argv[i + 1];
-        else if (!strcmp(argv[i], "--raw"))
-            raw = argv[i + 1];
-        else if (!strcmp(argv[i], "--lz4"))
-            lz4 = argv[i + 1];
-        else if (!strcmp(argv[i], "--lz4-dir"))
-            lz4_dir = argv[i + 1];
-        else if (!strcmp(argv[i], "--seconds"))
-            seconds = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--batch"))
-            batch = (uint32_t)atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--connections"))
-            connections = (uint32_t)atoi(argv[i + 1]);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--seconds") == 0 && v && (seconds = atof(v)) > 0)
+            i++;
+        else if (strcmp(a, "--reps") == 0 && v && (reps = atoi(v)) >= 1 && reps <= MAX_REPS)
+            i++;
+        else if (strcmp(a, "--samples") == 0 && v && (samples = strtoull(v, NULL, 10)) >= 1000)
+            i++;
+        else if (strcmp(a, "--batch") == 0 && v && (batch = (uint32_t)atoi(v)) >= 1)
+            i++;
+        else if (strcmp(a, "--connections") == 0 && v && (connections = (uint32_t)atoi(v)) >= 1 &&
+                 connections <= 64)
+            i++;
+        else if (strcmp(a, "--cache") == 0 && v && dsc_parse_size(v, &cache_bytes) == 0 &&
+                 cache_bytes > 0)
+            i++;
+        else if (strcmp(a, "--server-threads") == 0 && v && (server_threads = atoi(v)) >= 1)
+            i++;
+        else {
+            usage();
+            return 2;
+        }
     }
-    if (!server || !raw || !lz4 || !lz4_dir || connections == 0 || connections > 64) {
-        fprintf(stderr, "usage: bench_loader --server HOST:PORT --raw NAME --lz4 NAME "
-                        "--lz4-dir DIR [--seconds S] [--batch B] [--connections N]\n");
-        return 2;
+    signal(SIGPIPE, SIG_IGN);
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return 1;
+    self[n] = '\0';
+    snprintf(bindir, sizeof bindir, "%s", dirname(self));
+    snprintf(work, sizeof work, "/tmp/bench_loader.XXXXXX");
+    if (mkdtemp(work) == NULL)
+        return 1;
+    int rc = 1;
+    char log[200];
+    snprintf(log, sizeof log, "%s/dscached.log", work);
+    double load_start = load_average();
+    if (make_dataset("lraw", "none") < 0 || make_dataset("llz4", "lz4") < 0)
+        goto done;
+    int sthreads = server_threads ? server_threads : ncores();
+    char threads_text[16], dscached[4200], d1[200], d2[200], pfile[200];
+    snprintf(threads_text, sizeof threads_text, "%d", sthreads);
+    snprintf(dscached, sizeof dscached, "%s/dscached", bindir);
+    snprintf(d1, sizeof d1, "%s/lraw", work);
+    snprintf(d2, sizeof d2, "%s/llz4", work);
+    snprintf(pfile, sizeof pfile, "%s/port", work);
+    char *dargs[] = {dscached, "--data", d1, "--data", d2, "--listen", "127.0.0.1:0", "--http",
+                     "off", "--warm", "--memory", "1G", "--port-file", pfile, "--threads",
+                     threads_text, "--log-level", "warn", NULL};
+    server_pid = spawn(dargs, log);
+    for (int i = 0; i < 250 && !addr[0]; i++) {
+        FILE *f = fopen(pfile, "r");
+        unsigned port;
+        if (f && fscanf(f, "%u", &port) == 1)
+            snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+        if (f)
+            fclose(f);
+        usleep(20000);
     }
-    printf("%-34s %12s %12s %8s\n", "measurement", "GB/s", "vs baseline", "stall");
-    double get_raw = raw_get_gbps(raw);
-    printf("%-34s %12.3f %12s %8s\n", "raw GET (plain pipelined), raw ds", get_raw, "1.00x", "-");
-    for (uint32_t t = 1; t <= 2; t++) {
-        loader_result_t r = run_loader(raw, t, 0);
-        char label[64];
-        snprintf(label, sizeof label, "loader raw, %u decode thread(s)", t);
-        printf("%-34s %12.3f %11.2fx %7.1f%%\n", label, r.decoded_gbps, r.decoded_gbps / get_raw,
-               100 * r.stall);
+    if (!addr[0]) {
+        fprintf(stderr, "bench_loader: dscached did not start (see %s)\n", log);
+        goto done;
     }
-    double get_lz4 = raw_get_gbps(lz4);
-    printf("%-34s %12.3f %12s %8s\n", "raw GET (plain pipelined), lz4 ds", get_lz4, "1.00x", "-");
-    double inproc = lz4_inprocess_gbps(lz4_dir);
-    for (uint32_t t = 1; t <= 2; t++) {
-        loader_result_t r = run_loader(lz4, t, 0);
-        char label[64];
-        snprintf(label, sizeof label, "loader lz4, %u decode thread(s)", t);
-        printf("%-34s %12.3f %11.2fx %7.1f%%  (wire %.3f GB/s vs GET %.3f)\n", label,
-               r.decoded_gbps, r.wire_gbps / get_lz4, 100 * r.stall, r.wire_gbps, get_lz4);
-        snprintf(label, sizeof label, "  lz4 decode per thread (%u thr)", t);
-        printf("%-34s %12.3f %11.2fx %8s  (vs LZ4_decompress_safe in-process %.3f)\n", label,
-               r.decode_gbps_per_thread, r.decode_gbps_per_thread / inproc, "-", inproc);
+    /* Untimed passes: the server has every shard in RAM, both sides touched their memory. */
+    int failed = run_get("lraw", 1.0).failed | run_get("llz4", 1.0).failed;
+    failed |= run_loader("llz4", 2, 1, batch, 0, 0.5).failed;
+
+    enum { GET_RAW, L_RAW1, L_RAW2, L_RAW_SEQ, GET_LZ4, L_LZ41, L_LZ42, L_LZ4_SEQ, ROWS };
+    static const double needs[] = {0.25, 0.5, 1.0, 2.0};
+    enum { NEEDS = sizeof needs / sizeof needs[0] };
+    result_t res[ROWS][MAX_REPS], stall_res[NEEDS][MAX_REPS];
+    lz4_result_t inproc[MAX_REPS];
+    double ratio[ROWS][MAX_REPS], wire_ratio[ROWS][MAX_REPS];
+    uint32_t seq_batch = 4 * batch; /* several chunks per batch: the direct placement path */
+    for (int r = 0; r < reps; r++) {
+        res[GET_RAW][r] = run_get("lraw", seconds);
+        res[L_RAW1][r] = run_loader("lraw", 1, 1, batch, 0, seconds);
+        res[L_RAW2][r] = run_loader("lraw", 2, 1, batch, 0, seconds);
+        res[L_RAW_SEQ][r] = run_loader("lraw", 2, 0, seq_batch, 0, seconds);
+        res[GET_LZ4][r] = run_get("llz4", seconds);
+        res[L_LZ41][r] = run_loader("llz4", 1, 1, batch, 0, seconds);
+        res[L_LZ42][r] = run_loader("llz4", 2, 1, batch, 0, seconds);
+        res[L_LZ4_SEQ][r] = run_loader("llz4", 2, 0, seq_batch, 0, seconds);
+        inproc[r] = lz4_inprocess(d2);
+        for (int k = 0; k < NEEDS; k++)
+            stall_res[k][r] = run_loader("llz4", 2, 1, batch, needs[k], seconds);
+        for (int row = 0; row < ROWS; row++) {
+            failed |= res[row][r].failed;
+            /* Paired with the GET run of the same dataset in the same round. */
+            double get = row < GET_LZ4 ? res[GET_RAW][r].gbps : res[GET_LZ4][r].gbps;
+            ratio[row][r] = get > 0 ? res[row][r].gbps / get : 0;
+            wire_ratio[row][r] = get > 0 ? res[row][r].wire_gbps / get : 0;
+        }
+        for (int k = 0; k < NEEDS; k++)
+            failed |= stall_res[k][r].failed;
     }
-    /* A trainer that needs a given rate: stall should stay near 0 while below capacity. */
-    double rates[] = {0.1, 0.3, 0.6};
-    for (int i = 0; i < 3; i++) {
-        loader_result_t r = run_loader(lz4, 2, rates[i]);
-        char label[64];
-        snprintf(label, sizeof label, "trainer needing %.1f GB/s (lz4)", rates[i]);
-        printf("%-34s %12.3f %12s %7.1f%%\n", label, r.decoded_gbps, "-", 100 * r.stall);
+
+    char machine[512];
+    describe_machine(machine, sizeof machine);
+    printf("#### Loader throughput against plain GETs (loopback TCP)\n\n");
+    printf("- machine: %s; load average %.2f at the start, %.2f at the end (other work shares "
+           "these cores)\n",
+           machine, load_start, load_average());
+    printf("- dscached with %d event loops on the same machine, every shard in RAM; datasets: "
+           "%llu samples of image u8 3x32x32 + label i64 (3080 bytes), 1 MiB chunks, 16 MiB "
+           "shards, raw and lz4 (%.2fx)\n",
+           sthreads, (unsigned long long)samples, inproc[0].raw_per_stored);
+    printf("- plain GET: %u connections, %d one-chunk GETs in flight on each, every answer "
+           "received into one reused buffer; loader: %u connections, batch %u, shuffle window "
+           "8192, cache_bytes %llu MiB, default in-flight budget; shuffle=0 rows use batch %u "
+           "(several chunks per batch: chunks go straight into the slot)\n",
+           connections, GET_DEPTH, connections, batch, (unsigned long long)(cache_bytes >> 20),
+           seq_batch);
+    printf("- each figure: median of %d interleaved rounds of %.1f s runs; \"vs GET\" columns "
+           "are medians of per-round ratios against the GET run of the same dataset in the same "
+           "round, by the batch bytes handed out (decoded; a chunk still held from the previous "
+           "epoch's look-ahead is not fetched again) and by the bytes received; spread = (max - "
+           "min) / median of GB/s; CPU = user + system seconds per GB handed out (client: this "
+           "process, all its threads; server: dscached per GB it sent)\n\n",
+           reps, seconds);
+    printf("| run | samples/s | GB/s handed out | GB/s received | vs GET, handed out | vs GET, "
+           "received | spread | client CPU s/GB | server CPU s/GB | chunks into slots/s |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    static const char *labels[ROWS] = {
+        "plain GET, raw dataset",          "loader raw, 1 decode thread",
+        "loader raw, 2 decode threads",    "loader raw, shuffle=0, 2 threads",
+        "plain GET, lz4 dataset",          "loader lz4, 1 decode thread",
+        "loader lz4, 2 decode threads",    "loader lz4, shuffle=0, 2 threads",
+    };
+    for (int row = 0; row < ROWS; row++) {
+        int get = row == GET_RAW || row == GET_LZ4;
+        double g[MAX_REPS];
+        for (int r = 0; r < reps; r++)
+            g[r] = res[row][r].gbps;
+        if (get)
+            printf("| %s | - | - | %.3f | - | 1.00x | %.0f%% | %.3f | %.3f | - |\n", labels[row],
+                   median(g, reps), spread(g, reps), MEDF(res[row], client_cpu_gb),
+                   MEDF(res[row], server_cpu_gb));
+        else
+            printf("| %s | %.0f | %.3f | %.3f | %.2fx | %.2fx | %.0f%% | %.3f | %.3f | %.0f |\n",
+                   labels[row], MEDF(res[row], samples_s), median(g, reps),
+                   MEDF(res[row], wire_gbps), median(ratio[row], reps),
+                   median(wire_ratio[row], reps), spread(g, reps),
+                   MEDF(res[row], client_cpu_gb), MEDF(res[row], server_cpu_gb),
+                   MEDF(res[row], placed_s));
     }
-    return 0;
+    printf("\n| lz4 decoding, per thread | GB/s decoded | vs LZ4_decompress_safe | vs "
+           "dsc_chunk_decode |\n|---|---:|---:|---:|\n");
+    double alone[MAX_REPS], full[MAX_REPS];
+    for (int r = 0; r < reps; r++) {
+        alone[r] = inproc[r].lz4_gbps;
+        full[r] = inproc[r].decode_gbps;
+    }
+    double lz4_alone = median(alone, reps), lz4_full = median(full, reps);
+    printf("| in-process LZ4_decompress_safe alone, one thread | %.3f | 1.00x | - |\n", lz4_alone);
+    printf("| in-process dsc_chunk_decode (XXH3 of stored + LZ4 + XXH3 of decoded) | %.3f | "
+           "%.2fx | 1.00x |\n",
+           lz4_full, lz4_alone > 0 ? lz4_full / lz4_alone : 0);
+    for (int t = 1; t <= 2; t++) {
+        int row = t == 1 ? L_LZ41 : L_LZ42;
+        /* Decoded bytes per second of decode-thread time: bytes received x the dataset's
+         * raw/stored ratio, over the summed decode time of the workers. */
+        double pv[MAX_REPS];
+        for (int r = 0; r < reps; r++)
+            pv[r] = res[row][r].decode_s > 0 ? res[row][r].wire_bytes * inproc[r].raw_per_stored /
+                                                   res[row][r].decode_s / 1e9
+                                             : 0;
+        double per = median(pv, reps);
+        printf("| loader worker, %d decode thread%s (wall time per chunk, preemption included) "
+               "| %.3f | %.2fx | %.2fx |\n",
+               t, t == 1 ? "" : "s", per, lz4_alone > 0 ? per / lz4_alone : 0,
+               lz4_full > 0 ? per / lz4_full : 0);
+    }
+    printf("\n| simulated trainer (lz4, 2 decode threads) needs | GB/s handed out | data stall "
+           "|\n|---|---:|---:|\n");
+    for (int k = 0; k < NEEDS; k++)
+        printf("| %.2f GB/s (%.2f ms of compute per batch) | %.3f | %.1f%% |\n", needs[k],
+               (double)batch * 3080 / (needs[k] * 1e9) * 1e3, MEDF(stall_res[k], gbps),
+               100 * MEDF(stall_res[k], stall));
+    printf("\ntarget: loader raw >= 0.90x plain GET with %u connections (handed out / "
+           "received): 1 thread %.2fx / %.2fx, 2 threads %.2fx / %.2fx\n",
+           connections, median(ratio[L_RAW1], reps), median(wire_ratio[L_RAW1], reps),
+           median(ratio[L_RAW2], reps), median(wire_ratio[L_RAW2], reps));
+    if (failed)
+        fprintf(stderr, "bench_loader: some runs had errors (see above)\n");
+    rc = failed ? 1 : 0;
+done:
+    if (server_pid > 0) {
+        int status = 0;
+        kill(server_pid, SIGTERM);
+        if (waitpid(server_pid, &status, 0) == server_pid &&
+            !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+            fprintf(stderr, "bench_loader: dscached ended with status 0x%x; its log:\n", status);
+            char cat[300];
+            snprintf(cat, sizeof cat, "tail -n 40 '%s' >&2", log);
+            if (system(cat) != 0)
+                fprintf(stderr, "bench_loader: cannot show %s\n", log);
+            rc = 1;
+        }
+    }
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench_loader: could not remove %s\n", work);
+    return rc;
 }
