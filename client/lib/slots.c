@@ -38,6 +38,18 @@ void dsc__host_free(void *ptr, size_t bytes) {
     munmap(ptr, round_pages(bytes ? bytes : 1));
 }
 
+/* Buffers of at least this many bytes are mapped with MAP_POPULATE: the kernel fills in all
+ * pages in one call, where a malloc'd buffer would take a page fault per 4 KiB inside the first
+ * recv into it (the profile showed those faults at several % of the loader's CPU). */
+#define POOL_MAP_MIN (256u << 10)
+
+static void pool_release(void *ptr, size_t cap) {
+    if (cap >= POOL_MAP_MIN)
+        munmap(ptr, cap);
+    else
+        free(ptr);
+}
+
 void dsc__bufpool_init(dsc_bufpool_t *pool, size_t max_cached) {
     memset(pool, 0, sizeof *pool);
     pthread_mutex_init(&pool->lock, NULL);
@@ -46,7 +58,7 @@ void dsc__bufpool_init(dsc_bufpool_t *pool, size_t max_cached) {
 
 void dsc__bufpool_close(dsc_bufpool_t *pool) {
     for (uint32_t i = 0; i < pool->count; i++)
-        free(pool->free_list[i].ptr);
+        pool_release(pool->free_list[i].ptr, pool->free_list[i].cap);
     pool->count = 0;
     pool->cached_bytes = 0;
     pthread_mutex_destroy(&pool->lock);
@@ -56,24 +68,43 @@ void *dsc__bufpool_get(dsc_bufpool_t *pool, size_t bytes, size_t *cap) {
     if (bytes == 0)
         bytes = 1;
     pthread_mutex_lock(&pool->lock);
-    /* Best fit among buffers no more than twice as large. */
-    int best = -1;
-    for (uint32_t i = 0; i < pool->count; i++) {
+    /* The most recently returned buffer that fits closely (within 1/8): its lines are the
+     * likeliest to be still cached, so the receive into it writes to cache, not to memory.
+     * Else the best fit among buffers no more than twice as large. */
+    int pick = -1;
+    for (int i = (int)pool->count - 1; i >= 0; i--) {
         size_t c = pool->free_list[i].cap;
-        if (c >= bytes && c / 2 <= bytes && (best < 0 || c < pool->free_list[best].cap))
-            best = (int)i;
+        if (c < bytes || c / 2 > bytes)
+            continue;
+        if (c - bytes <= bytes / 8) {
+            pick = i;
+            break;
+        }
+        if (pick < 0 || c < pool->free_list[pick].cap)
+            pick = i;
     }
-    if (best >= 0) {
-        void *p = pool->free_list[best].ptr;
-        *cap = pool->free_list[best].cap;
+    if (pick >= 0) {
+        void *p = pool->free_list[pick].ptr;
+        *cap = pool->free_list[pick].cap;
         pool->cached_bytes -= *cap;
-        pool->free_list[best] = pool->free_list[--pool->count];
+        pool->count--;
+        memmove(&pool->free_list[pick], &pool->free_list[pick + 1],
+                (pool->count - (uint32_t)pick) * sizeof pool->free_list[0]);
         pthread_mutex_unlock(&pool->lock);
         return p;
     }
     pthread_mutex_unlock(&pool->lock);
     /* 64-byte alignment keeps the decoders' and memcpy's wide loads aligned. */
     size_t rounded = (bytes + 63) & ~(size_t)63;
+    if (rounded >= POOL_MAP_MIN) {
+        size_t len = round_pages(rounded);
+        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                       -1, 0);
+        if (p == MAP_FAILED)
+            return NULL;
+        *cap = len;
+        return p;
+    }
     void *p = NULL;
     if (posix_memalign(&p, 64, rounded) != 0)
         return NULL;
@@ -94,5 +125,6 @@ void dsc__bufpool_put(dsc_bufpool_t *pool, void *ptr, size_t cap) {
         ptr = NULL;
     }
     pthread_mutex_unlock(&pool->lock);
-    free(ptr);
+    if (ptr != NULL)
+        pool_release(ptr, cap);
 }

@@ -17,7 +17,9 @@ void *dsc__host_alloc(size_t bytes, const dsc_logger_t *log, int *locked);
 void dsc__host_free(void *ptr, size_t bytes);
 
 /* Chunk buffers: get() returns a buffer of at least `bytes` (reusing a free one of similar
- * size), put() gives it back; at most max_cached bytes stay cached. Thread-safe. */
+ * size, the most recently returned first), put() gives it back; at most max_cached bytes stay
+ * cached. Large buffers are mapped with their pages already populated; a buffer goes back only
+ * through put() with the capacity get() gave (never free()). Thread-safe. */
 typedef struct dsc_bufpool {
     pthread_mutex_t lock;
     size_t max_cached;
