@@ -116,15 +116,17 @@ static inline const uint8_t *sample_src(const dsc_schema_t *schema, const dsc_st
 /* Samples ahead whose first bytes are prefetched, and how many bytes of each: with shuffled data
  * every sample is a random read of a chunk that left the caches long ago (the look-ahead holds a
  * few shuffle windows, more than the L3), and a plain copy would wait for each miss in turn; past
- * the first lines of a sample the hardware prefetcher follows the stream. */
-#define PREFETCH_SAMPLES 3
-#define PREFETCH_BYTES 2048u
+ * the first lines of a sample the hardware prefetcher follows the stream. Measured on a random
+ * gather of 3 KiB samples out of 100 MiB: 4 ahead x 4 lines copies 7.4-8.1 -> 9.2-10.3 GB/s;
+ * prefetching whole samples (32 lines) filled the miss buffers and stalled on the prefetches. */
+#define PREFETCH_SAMPLES 4
+#define PREFETCH_BYTES 256u
 
 static inline void prefetch_bytes(const uint8_t *p, uint64_t len) {
     if (len > PREFETCH_BYTES)
         len = PREFETCH_BYTES;
     for (uint64_t off = 0; off < len; off += 64)
-        __builtin_prefetch(p + off, 0, 0);
+        __builtin_prefetch(p + off, 0, 3);
 }
 
 /* Copies a step's samples into its slot: for each field, sample k of the batch comes from
