@@ -1,13 +1,22 @@
 #!/usr/bin/env python3
 """The demo trainer: a small torch model trained for a number of steps, each step also spending
---compute-ms of simulated accelerator time, fed either by dscache.Loader (--mode dscache) or by
-a plain file-reading baseline (--mode files): a torch Dataset whose __getitem__ reads one
-sample's chunk from the shard files on disk and decodes it, through torch's DataLoader.
+--compute-ms of simulated accelerator time, fed by one of:
+  --mode dscache  dscache.Loader from a running dscached;
+  --mode files    the naive baseline: a torch Dataset whose __getitem__ reads the stored bytes of
+                  the (lz4) chunk holding the sample from the shard files and decodes the whole
+                  chunk to take one sample out (chunks are the unit of compression);
+  --mode pread    the stronger baseline: a torch Dataset reading only the sample's own bytes
+                  (one preadv per field into the output array, files kept open) from an
+                  uncompressed copy of the dataset (--dir names that copy).
+Both file baselines go through torch's DataLoader (--workers processes, shuffle=True), and
+start with the dataset's files evicted from the page cache: fsync + posix_fadvise(DONTNEED) on
+each file, which touches only these files (pages the kernel cannot drop stay cached; after the
+first touch a chunk is served from the page cache, as on a local disk).
 Prints one summary line per run: throughput, data stall and loss.
 
-usage: train_demo.py --mode dscache|files --dataset NAME --dir DATASET_DIR
+usage: train_demo.py --mode dscache|files|pread --dataset NAME --dir DATASET_DIR
                      [--servers HOST:PORT] [--batch-size B] [--steps N] [--compute-ms MS]
-                     [--workers W] [--seed S]
+                     [--workers W] [--seed S] [--json]
 """
 import argparse
 import bisect
@@ -99,20 +108,69 @@ class ShardFileDataset(torch.utils.data.Dataset):
         return sample
 
 
-def drop_page_cache():
-    """Drops the OS page cache when permitted (root, writable /proc/sys/vm): returns whether."""
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
+class SamplePreadDataset(ShardFileDataset):
+    """The stronger baseline, on an uncompressed copy: every __getitem__ reads exactly the
+    sample's bytes, one os.preadv per field straight into the output array (chunks are
+    field-major, so a sample's fields lie apart), from shard files opened once per process."""
+
+    def __init__(self, directory):
+        super().__init__(directory)
+        self.fds = {}
+        self.pid = os.getpid()
+
+    def _fd(self, shard):
+        if self.pid != os.getpid():  # a DataLoader worker: its own descriptors
+            self.fds, self.pid = {}, os.getpid()
+        fd = self.fds.get(shard)
+        if fd is None:
+            fd = os.open(os.path.join(self.dir, self.shards[shard]["file"]), os.O_RDONLY)
+            self.fds[shard] = fd
+        return fd
+
+    def __getitem__(self, i):
+        shard = bisect.bisect_right(self.first, i) - 1
+        k = i - self.first[shard]
+        chunk = k // int(self.shards[shard]["chunk_samples"])
+        fd = self._fd(shard)
+        offset, first, stored_len, raw_len, count, codec = self._entries(shard, fd)[chunk]
+        if codec != 0:
+            raise IOError("--mode pread needs an uncompressed dataset (shard %d chunk %d is "
+                          "compressed)" % (shard, chunk))
+        j = k - first
+        sample, off = {}, 0
+        for name, dtype, shape, nbytes in self.fields:
+            a = np.empty(shape, dtype=dtype)
+            if os.preadv(fd, [memoryview(a).cast("B")], offset + off + j * nbytes) != nbytes:
+                raise IOError("short read in shard %d chunk %d" % (shard, chunk))
+            sample[name] = torch.from_numpy(a)
+            off += count * nbytes
+        return sample
+
+
+def evict_page_cache(directory):
+    """Asks the kernel to drop this dataset's files (and only them) from the page cache: fsync,
+    then posix_fadvise(POSIX_FADV_DONTNEED) on each. Returns a note for the summary."""
+    names = sorted(os.listdir(directory))
+    done = 0
+    for name in names:
+        try:
+            fd = os.open(os.path.join(directory, name), os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            done += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return "%d files evicted from the page cache (fadvise DONTNEED)" % done
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--mode", choices=["dscache", "files"], required=True)
+    p.add_argument("--mode", choices=["dscache", "files", "pread"], required=True)
     p.add_argument("--servers", default=None)
     p.add_argument("--dataset", required=True)
     p.add_argument("--dir", required=True)
@@ -143,10 +201,11 @@ def main():
                     yield b
                 epoch += 1
     else:
-        note = "page cache dropped" if drop_page_cache() else "page cache warm (drop not permitted)"
-        ds = ShardFileDataset(args.dir)
+        ds = ShardFileDataset(args.dir) if args.mode == "files" else SamplePreadDataset(args.dir)
+        note = evict_page_cache(args.dir)
         dl = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True,
-                                         num_workers=args.workers, drop_last=True)
+                                         num_workers=args.workers, drop_last=True,
+                                         persistent_workers=args.workers > 0)
 
         def batches():
             while True:
@@ -186,8 +245,17 @@ def main():
             compute += t2 - t1
             samples += args.batch_size
     wall = stall + compute
+    labels = {
+        "dscache": "dscache.Loader (dscached over TCP, lz4 chunks)",
+        "files": "files, naive: per sample, read + lz4-decode its whole chunk "
+                 "(DataLoader, %d workers)" % args.workers,
+        "pread": "files, per-sample pread of the sample's bytes from an uncompressed copy "
+                 "(DataLoader, %d workers)" % args.workers,
+    }
     result = {
         "mode": args.mode,
+        "label": labels[args.mode],
+        "workers": args.workers,
         "steps": args.steps,
         "samples_per_s": samples / wall,
         "stall_pct": 100.0 * stall / wall,
