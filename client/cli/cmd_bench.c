@@ -34,11 +34,19 @@ static const char *usage_text =
     "  --rank R --world-size W   this rank of W (default 0 of 1)\n"
     "  -h, --help                this text\n";
 
+/* The simulated step: sleeps until 100 us before its end (the CPU stays free, as with a GPU
+ * step), then spins, so that a late wake-up on a busy machine does not stretch the step. */
 static void sleep_seconds(double s) {
     if (s <= 0)
         return;
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0)
+    double end = dsc_now_s() + s;
+    double nap = s - 100e-6;
+    if (nap > 0) {
+        struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0)
+            ;
+    }
+    while (dsc_now_s() < end)
         ;
 }
 
