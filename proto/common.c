@@ -43,10 +43,10 @@ static const struct {
     const char *numpy;
     int size;
 } dtype_table[] = {
-    [DSC_DTYPE_U8] = {"u8", "uint8", 1},     [DSC_DTYPE_I8] = {"i8", "int8", 1},
-    [DSC_DTYPE_U16] = {"u16", "uint16", 2},  [DSC_DTYPE_I16] = {"i16", "int16", 2},
-    [DSC_DTYPE_U32] = {"u32", "uint32", 4},  [DSC_DTYPE_I32] = {"i32", "int32", 4},
-    [DSC_DTYPE_I64] = {"i64", "int64", 8},   [DSC_DTYPE_F16] = {"f16", "float16", 2},
+    [DSC_DTYPE_U8] = {"u8", "uint8", 1},        [DSC_DTYPE_I8] = {"i8", "int8", 1},
+    [DSC_DTYPE_U16] = {"u16", "uint16", 2},     [DSC_DTYPE_I16] = {"i16", "int16", 2},
+    [DSC_DTYPE_U32] = {"u32", "uint32", 4},     [DSC_DTYPE_I32] = {"i32", "int32", 4},
+    [DSC_DTYPE_I64] = {"i64", "int64", 8},      [DSC_DTYPE_F16] = {"f16", "float16", 2},
     [DSC_DTYPE_BF16] = {"bf16", "bfloat16", 2}, [DSC_DTYPE_F32] = {"f32", "float32", 4},
     [DSC_DTYPE_F64] = {"f64", "float64", 8},
 };
@@ -80,12 +80,29 @@ int dsc_parse_size(const char *text, uint64_t *out) {
     uint64_t mult = 1;
     if (*end != '\0') {
         switch (*end) {
-        case 'k': case 'K': mult = 1ULL << 10; break;
-        case 'm': case 'M': mult = 1ULL << 20; break;
-        case 'g': case 'G': mult = 1ULL << 30; break;
-        case 't': case 'T': mult = 1ULL << 40; break;
-        case 'b': case 'B': mult = 1; end--; break;
-        default: return DSC_EINVAL;
+        case 'k':
+        case 'K':
+            mult = 1ULL << 10;
+            break;
+        case 'm':
+        case 'M':
+            mult = 1ULL << 20;
+            break;
+        case 'g':
+        case 'G':
+            mult = 1ULL << 30;
+            break;
+        case 't':
+        case 'T':
+            mult = 1ULL << 40;
+            break;
+        case 'b':
+        case 'B':
+            mult = 1;
+            end--;
+            break;
+        default:
+            return DSC_EINVAL;
         }
         end++;
         if (strcasecmp(end, "") != 0 && strcasecmp(end, "b") != 0 && strcasecmp(end, "ib") != 0)

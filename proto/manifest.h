@@ -13,10 +13,10 @@
 #define DSC_MAX_SHARDS (1u << 20)
 
 typedef struct dsc_manifest_shard {
-    uint32_t id;            /* == its position in the list */
-    char file[128];         /* file name inside the dataset directory (no '/') */
+    uint32_t id;    /* == its position in the list */
+    char file[128]; /* file name inside the dataset directory (no '/') */
     uint64_t samples;
-    uint64_t bytes;         /* file size */
+    uint64_t bytes; /* file size */
     uint32_t chunks;
     uint32_t chunk_samples; /* samples per chunk, the last chunk may hold fewer */
     uint64_t checksum;      /* XXH3-64 of the whole file */
@@ -26,8 +26,8 @@ typedef struct dsc_manifest_shard {
 typedef struct dsc_manifest {
     char name[DSC_MAX_NAME];
     dsc_schema_t schema;
-    uint64_t samples;       /* derived: sum of the shards' samples */
-    uint64_t bytes;         /* derived: sum of the shards' file sizes */
+    uint64_t samples; /* derived: sum of the shards' samples */
+    uint64_t bytes;   /* derived: sum of the shards' file sizes */
     uint32_t shard_count;
     dsc_manifest_shard_t *shards; /* shard_count entries, owned by the manifest */
 } dsc_manifest_t;

@@ -69,8 +69,7 @@ int dsc_members_parse(const char *text, dsc_members_t *out) {
             continue;
         }
         const char *start = p;
-        while (*p && *p != ',' && *p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' &&
-               *p != '#')
+        while (*p && *p != ',' && *p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' && *p != '#')
             p++;
         size_t len = (size_t)(p - start);
         char entry[DSC_MEMBER_MAX];

@@ -1,5 +1,6 @@
 /* Wire protocol codecs (proto/PROTOCOL.md): frame header, status/error mapping, body encoders
- * and decoders. No I/O, no allocation; every decoder is bounds-checked and safe on hostile input. */
+ * and decoders. No I/O, no allocation; every decoder is bounds-checked and safe on hostile input.
+ */
 #include "protocol.h"
 #include "wire.h"
 
@@ -9,34 +10,57 @@
 
 const char *dsc_status_name(uint32_t status) {
     switch (status) {
-    case DSC_STATUS_OK: return "OK";
-    case DSC_STATUS_NOT_FOUND: return "NOT_FOUND";
-    case DSC_STATUS_BAD_REQUEST: return "BAD_REQUEST";
-    case DSC_STATUS_TOO_LARGE: return "TOO_LARGE";
-    case DSC_STATUS_UNAVAILABLE: return "UNAVAILABLE";
-    case DSC_STATUS_CORRUPT: return "CORRUPT";
-    case DSC_STATUS_VERSION_MISMATCH: return "VERSION_MISMATCH";
-    case DSC_STATUS_UNAUTHORIZED: return "UNAUTHORIZED";
-    case DSC_STATUS_BUSY: return "BUSY";
-    case DSC_STATUS_INTERNAL: return "INTERNAL";
-    case DSC_STATUS_UNSUPPORTED: return "UNSUPPORTED";
-    default: return "UNKNOWN";
+    case DSC_STATUS_OK:
+        return "OK";
+    case DSC_STATUS_NOT_FOUND:
+        return "NOT_FOUND";
+    case DSC_STATUS_BAD_REQUEST:
+        return "BAD_REQUEST";
+    case DSC_STATUS_TOO_LARGE:
+        return "TOO_LARGE";
+    case DSC_STATUS_UNAVAILABLE:
+        return "UNAVAILABLE";
+    case DSC_STATUS_CORRUPT:
+        return "CORRUPT";
+    case DSC_STATUS_VERSION_MISMATCH:
+        return "VERSION_MISMATCH";
+    case DSC_STATUS_UNAUTHORIZED:
+        return "UNAUTHORIZED";
+    case DSC_STATUS_BUSY:
+        return "BUSY";
+    case DSC_STATUS_INTERNAL:
+        return "INTERNAL";
+    case DSC_STATUS_UNSUPPORTED:
+        return "UNSUPPORTED";
+    default:
+        return "UNKNOWN";
     }
 }
 
 int dsc_status_to_err(uint32_t status) {
     switch (status) {
-    case DSC_STATUS_OK: return 0;
-    case DSC_STATUS_NOT_FOUND: return DSC_ENOTFOUND;
-    case DSC_STATUS_BAD_REQUEST: return DSC_EBADREQ;
-    case DSC_STATUS_TOO_LARGE: return DSC_ETOOLARGE;
-    case DSC_STATUS_UNAVAILABLE: return DSC_EUNAVAIL;
-    case DSC_STATUS_BUSY: return DSC_EUNAVAIL;
-    case DSC_STATUS_CORRUPT: return DSC_ECORRUPT;
-    case DSC_STATUS_VERSION_MISMATCH: return DSC_EVERSION;
-    case DSC_STATUS_UNAUTHORIZED: return DSC_EUNAUTH;
-    case DSC_STATUS_UNSUPPORTED: return DSC_ENOTSUP;
-    default: return DSC_ESERVER; /* INTERNAL and statuses from a newer peer */
+    case DSC_STATUS_OK:
+        return 0;
+    case DSC_STATUS_NOT_FOUND:
+        return DSC_ENOTFOUND;
+    case DSC_STATUS_BAD_REQUEST:
+        return DSC_EBADREQ;
+    case DSC_STATUS_TOO_LARGE:
+        return DSC_ETOOLARGE;
+    case DSC_STATUS_UNAVAILABLE:
+        return DSC_EUNAVAIL;
+    case DSC_STATUS_BUSY:
+        return DSC_EUNAVAIL;
+    case DSC_STATUS_CORRUPT:
+        return DSC_ECORRUPT;
+    case DSC_STATUS_VERSION_MISMATCH:
+        return DSC_EVERSION;
+    case DSC_STATUS_UNAUTHORIZED:
+        return DSC_EUNAUTH;
+    case DSC_STATUS_UNSUPPORTED:
+        return DSC_ENOTSUP;
+    default:
+        return DSC_ESERVER; /* INTERNAL and statuses from a newer peer */
     }
 }
 
@@ -113,18 +137,30 @@ int dsc_opcode_known(uint32_t opcode) {
 
 const char *dsc_opcode_name(uint32_t opcode) {
     switch (opcode) {
-    case DSC_OP_HELLO: return "HELLO";
-    case DSC_OP_PING: return "PING";
-    case DSC_OP_LIST: return "LIST";
-    case DSC_OP_MANIFEST: return "MANIFEST";
-    case DSC_OP_GET: return "GET";
-    case DSC_OP_STAT: return "STAT";
-    case DSC_OP_MEMBERS: return "MEMBERS";
-    case DSC_OP_WARM: return "WARM";
-    case DSC_OP_EVICT: return "EVICT";
-    case DSC_OP_RDMA_CONNECT: return "RDMA_CONNECT";
-    case DSC_OP_RDMA_GET: return "RDMA_GET";
-    default: return "UNKNOWN";
+    case DSC_OP_HELLO:
+        return "HELLO";
+    case DSC_OP_PING:
+        return "PING";
+    case DSC_OP_LIST:
+        return "LIST";
+    case DSC_OP_MANIFEST:
+        return "MANIFEST";
+    case DSC_OP_GET:
+        return "GET";
+    case DSC_OP_STAT:
+        return "STAT";
+    case DSC_OP_MEMBERS:
+        return "MEMBERS";
+    case DSC_OP_WARM:
+        return "WARM";
+    case DSC_OP_EVICT:
+        return "EVICT";
+    case DSC_OP_RDMA_CONNECT:
+        return "RDMA_CONNECT";
+    case DSC_OP_RDMA_GET:
+        return "RDMA_GET";
+    default:
+        return "UNKNOWN";
     }
 }
 

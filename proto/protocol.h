@@ -30,9 +30,9 @@ typedef enum {
     DSC_OP_MANIFEST = 4,
     DSC_OP_GET = 5,
     DSC_OP_STAT = 6,
-    DSC_OP_MEMBERS = 7,     /* cluster membership (JSON), see PROTOCOL.md */
-    DSC_OP_WARM = 16,       /* admin */
-    DSC_OP_EVICT = 17,      /* admin */
+    DSC_OP_MEMBERS = 7,       /* cluster membership (JSON), see PROTOCOL.md */
+    DSC_OP_WARM = 16,         /* admin */
+    DSC_OP_EVICT = 17,        /* admin */
     DSC_OP_RDMA_CONNECT = 32, /* reserved: queue-pair exchange */
     DSC_OP_RDMA_GET = 33,     /* reserved: (address, rkey, length) descriptors */
 } dsc_opcode_t;
@@ -147,7 +147,7 @@ int dsc_get_req_decode(const uint8_t *body, size_t len, dsc_get_req_t *out);
 /* GET response body: u32 chunk_count, u32 reserved, chunk_count chunk entries (the shard
  * index encoding, DSC_CHUNK_ENTRY_SIZE bytes each), then the stored bytes of each chunk in the
  * same order. The prefix is built by the server; the data goes out of its store unchanged. */
-#define DSC_GET_RESP_PREFIX(n) (8u + (uint32_t)(n) * DSC_CHUNK_ENTRY_SIZE)
+#define DSC_GET_RESP_PREFIX(n) (8u + (uint32_t)(n)*DSC_CHUNK_ENTRY_SIZE)
 /* Writes the prefix for `count` entries; returns bytes written or DSC_ENOSPC. */
 int dsc_get_resp_prefix_encode(const dsc_chunk_entry_t *entries, uint32_t count, uint8_t *out,
                                size_t cap);
@@ -185,8 +185,7 @@ typedef struct dsc_get_resp_iter {
 void dsc_get_resp_iter_init(dsc_get_resp_iter_t *it, const dsc_get_resp_t *resp);
 /* Next entry and its stored bytes (*data NULL when resp->data is; data may be NULL). Returns 1,
  * 0 after the last chunk, or DSC_ERANGE (a resp not produced by the decoders above). */
-int dsc_get_resp_iter_next(dsc_get_resp_iter_t *it, dsc_chunk_entry_t *entry,
-                           const uint8_t **data);
+int dsc_get_resp_iter_next(dsc_get_resp_iter_t *it, dsc_chunk_entry_t *entry, const uint8_t **data);
 
 /* Error responses (status != OK) carry a UTF-8 message of at most DSC_ERROR_MAX_MESSAGE bytes
  * as their whole body. */

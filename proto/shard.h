@@ -13,7 +13,7 @@
 #define DSC_SHARD_VERSION 1
 #define DSC_SHARD_FOOTER_SIZE 32
 #define DSC_CHUNK_ENTRY_SIZE 48
-#define DSC_SHARD_MAX_HEADER 8192 /* bound on header_len */
+#define DSC_SHARD_MAX_HEADER 8192      /* bound on header_len */
 #define DSC_CHUNK_MAX_RAW (256u << 20) /* bound on one chunk's decoded size */
 
 enum { DSC_CODEC_RAW = 0, DSC_CODEC_LZ4 = 1 };
@@ -45,19 +45,19 @@ uint64_t dsc_schema_field_offset(const dsc_schema_t *schema, uint32_t field, uin
 typedef struct dsc_shard_header {
     uint16_t version;
     uint16_t flags;
-    uint32_t header_len;   /* encoded size, checksum included */
+    uint32_t header_len; /* encoded size, checksum included */
     uint64_t shard_id;
-    uint64_t sample_count; /* samples in this shard */
-    uint32_t chunk_samples;/* samples per chunk (the last chunk may hold fewer) */
+    uint64_t sample_count;  /* samples in this shard */
+    uint32_t chunk_samples; /* samples per chunk (the last chunk may hold fewer) */
     char dataset[DSC_MAX_NAME];
     dsc_schema_t schema;
 } dsc_shard_header_t;
 
 typedef struct dsc_chunk_entry {
-    uint64_t offset;          /* file offset of the stored bytes */
-    uint64_t first_sample;    /* index of its first sample within the shard */
-    uint32_t stored_len;      /* bytes in the file */
-    uint32_t raw_len;         /* decoded bytes == sample_count * schema.sample_bytes */
+    uint64_t offset;       /* file offset of the stored bytes */
+    uint64_t first_sample; /* index of its first sample within the shard */
+    uint32_t stored_len;   /* bytes in the file */
+    uint32_t raw_len;      /* decoded bytes == sample_count * schema.sample_bytes */
     uint32_t sample_count;
     uint8_t codec;            /* DSC_CODEC_* */
     uint64_t stored_checksum; /* XXH3-64 of the stored bytes */

@@ -2,8 +2,8 @@
 #ifndef DSC_UTIL_H
 #define DSC_UTIL_H
 
-#include <stdint.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Parses "4096", "64K", "512M", "4G", "1T" (powers of 1024; "KiB"/"MB" spellings accepted).
  * Returns 0 and *out, or DSC_EINVAL for anything else (empty, junk, overflow). */

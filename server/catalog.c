@@ -36,21 +36,21 @@ enum { SLOT_ABSENT = 0, SLOT_LOADING, SLOT_RESIDENT, SLOT_BAD };
 /* A read-through answer: a private anonymous mapping of the file's size. */
 struct dsc_tempbuf {
     atomic_int refs;
-    uint64_t size;  /* bytes counted against temp_limit */
-    uint8_t *data;  /* mapping base */
+    uint64_t size; /* bytes counted against temp_limit */
+    uint8_t *data; /* mapping base */
     size_t map_len;
 };
 
 /* A shard's validated header fields and index, cached for read-throughs. Under cat->lock. */
 typedef struct shard_index {
-    int refs;           /* 1 for the cache (while slot is set) + 1 per read-through using it */
-    dsc_slot_t *slot;   /* the slot caching it, NULL once dropped */
+    int refs;         /* 1 for the cache (while slot is set) + 1 per read-through using it */
+    dsc_slot_t *slot; /* the slot caching it, NULL once dropped */
     struct shard_index *lru_prev, *lru_next;
     uint32_t header_len;
     uint32_t chunk_count;
     uint64_t index_offset;
-    uint64_t bytes;     /* counted in the metadata figure */
-    uint8_t entries[];  /* chunk_count encoded entries, validated */
+    uint64_t bytes;    /* counted in the metadata figure */
+    uint8_t entries[]; /* chunk_count encoded entries, validated */
 } shard_index_t;
 
 /* A queued read-through of chunks [first, first + count) of a shard for one waiter. */
@@ -62,15 +62,15 @@ typedef struct range_load {
 } range_load_t;
 
 struct dsc_slot {
-    atomic_int refs;          /* >= 0: resident and takeable; -1: not */
+    atomic_int refs;               /* >= 0: resident and takeable; -1: not */
     atomic_uint_fast64_t last_use; /* ns, for LRU */
     dsc_dataset_t *ds;
     const dsc_manifest_shard_t *meta;
     /* Under cat->lock: */
     uint8_t state;
-    uint8_t logged; /* a load failure was logged once */
+    uint8_t logged;       /* a load failure was logged once */
     uint8_t chunk_logged; /* a read-through chunk failure was logged once */
-    uint8_t *data;  /* arena extent while RESIDENT (or the load's target while LOADING) */
+    uint8_t *data;        /* arena extent while RESIDENT (or the load's target while LOADING) */
     const uint8_t *index;
     uint32_t chunk_count;
     shard_index_t *sindex; /* cached header + index for read-throughs, or NULL */
@@ -116,7 +116,7 @@ struct dsc_catalog {
     pthread_t *threads;
     uint32_t thread_count;
     uint64_t temp_bytes;
-    range_load_t *range_head, *range_tail; /* queued read-throughs, served before whole loads */
+    range_load_t *range_head, *range_tail;  /* queued read-throughs, served before whole loads */
     shard_index_t *index_head, *index_tail; /* index cache, most recently used first */
     uint64_t index_bytes, index_count;
 
@@ -365,8 +365,7 @@ static int start_load_locked(dsc_catalog_t *cat, dsc_slot_t *s, int how) {
 
 /* Reads and validates one shard file into dst. Returns 0, DSC_ECORRUPT (validation; *why says
  * what) or an I/O error (-errno). */
-static int read_shard(const dsc_slot_t *s, uint8_t *dst, dsc_shard_view_t *view,
-                      const char **why) {
+static int read_shard(const dsc_slot_t *s, uint8_t *dst, dsc_shard_view_t *view, const char **why) {
     const dsc_manifest_shard_t *meta = s->meta;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", s->ds->dir, meta->file);
@@ -480,8 +479,8 @@ static void finish_load(dsc_catalog_t *cat, dsc_slot_t *s, int rc, const char *w
         if (rc == DSC_ECORRUPT) {
             s->state = SLOT_BAD;
             s->ds->bad_shards++;
-            LOG_ERROR("dataset %s shard %u (%s/%s): %s: marked bad, answered CORRUPT",
-                      s->ds->name, s->meta->id, s->ds->dir, s->meta->file, why);
+            LOG_ERROR("dataset %s shard %u (%s/%s): %s: marked bad, answered CORRUPT", s->ds->name,
+                      s->meta->id, s->ds->dir, s->meta->file, why);
         } else {
             s->state = SLOT_ABSENT;
             if (!s->logged)
@@ -726,9 +725,8 @@ static void run_range(dsc_catalog_t *cat, range_load_t *job) {
     }
     dsc_chunk_entry_t first, last;
     dsc_chunk_entry_decode(si->entries + (size_t)job->first * DSC_CHUNK_ENTRY_SIZE, &first);
-    dsc_chunk_entry_decode(si->entries + (size_t)(job->first + job->count - 1) *
-                                             DSC_CHUNK_ENTRY_SIZE,
-                           &last);
+    dsc_chunk_entry_decode(
+        si->entries + (size_t)(job->first + job->count - 1) * DSC_CHUNK_ENTRY_SIZE, &last);
     /* Validated entries lie in file order inside [header_len, index_offset). */
     uint64_t start = first.offset, end = last.offset + last.stored_len;
     uint64_t index_len = (uint64_t)si->chunk_count * DSC_CHUNK_ENTRY_SIZE;
@@ -798,8 +796,8 @@ done:
         if (rc == DSC_ECORRUPT && bad_shard && s->state == SLOT_ABSENT) {
             s->state = SLOT_BAD;
             s->ds->bad_shards++;
-            LOG_ERROR("dataset %s shard %u (%s/%s): %s: marked bad, answered CORRUPT",
-                      s->ds->name, meta->id, s->ds->dir, meta->file, why);
+            LOG_ERROR("dataset %s shard %u (%s/%s): %s: marked bad, answered CORRUPT", s->ds->name,
+                      meta->id, s->ds->dir, meta->file, why);
         } else if (rc == DSC_ECORRUPT) {
             if (!s->chunk_logged)
                 LOG_WARN("dataset %s shard %u (%s/%s) chunk %u of %u..%u: %s: answered CORRUPT "
@@ -811,8 +809,8 @@ done:
         } else if (rc != DSC_ECORRUPT && rc != DSC_EINVAL && rc != DSC_EUNAVAIL &&
                    rc != DSC_ENOMEM) {
             if (!s->logged)
-                LOG_WARN("dataset %s shard %u (%s/%s): read-through: %s: %s", s->ds->name,
-                         meta->id, s->ds->dir, meta->file, why, dsc_strerror(rc));
+                LOG_WARN("dataset %s shard %u (%s/%s): read-through: %s: %s", s->ds->name, meta->id,
+                         s->ds->dir, meta->file, why, dsc_strerror(rc));
             s->logged = 1;
             rc = DSC_EUNAVAIL;
         }
@@ -887,8 +885,7 @@ static void *io_thread(void *arg) {
     return NULL;
 }
 
-int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_slot_t *s, dsc_waiter_t *waiter,
-                        dsc_hold_t *hold) {
+int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_slot_t *s, dsc_waiter_t *waiter, dsc_hold_t *hold) {
     int r = atomic_load_explicit(&s->refs, memory_order_acquire);
     while (r >= 0) {
         if (atomic_compare_exchange_weak_explicit(&s->refs, &r, r + 1, memory_order_acquire,
@@ -961,8 +958,8 @@ void dsc_hold_release(dsc_catalog_t *cat, dsc_hold_t *hold) {
 
 /* Starts loads of the shards in [first, end) of ds that keep() selects (NULL: all); counts the
  * selected ones in *selected. Returns the number of loads started. */
-static int warm_range(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t first, uint32_t end,
-                      int how, dsc_shard_filter_fn keep, void *arg, uint64_t *selected) {
+static int warm_range(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t first, uint32_t end, int how,
+                      dsc_shard_filter_fn keep, void *arg, uint64_t *selected) {
     /* The filter runs before the lock: placement costs O(members) per shard, and misses on the
      * event loops must not wait behind it. */
     uint8_t *chosen = NULL;
@@ -1102,8 +1099,7 @@ int dsc_catalog_add_dir(dsc_catalog_t *cat, const char *dir) {
         }
         cat->dirs[cat->dir_count++] = dir_copy;
         dir_copy = NULL;
-        LOG_WARN("%s: no %s yet: served after a rescan (SIGHUP) finds one", dir,
-                 DSC_MANIFEST_FILE);
+        LOG_WARN("%s: no %s yet: served after a rescan (SIGHUP) finds one", dir, DSC_MANIFEST_FILE);
         rc = 0;
         goto done;
     }
@@ -1264,8 +1260,8 @@ int dsc_catalog_rescan(dsc_catalog_t *cat) {
  * its JSON, one slot per shard) and the index cache. Per shard that is a slot, a manifest
  * entry, its JSON and, while read through, its cached index (48 bytes per chunk). */
 static uint64_t metadata_bytes_locked(dsc_catalog_t *cat) {
-    uint64_t total = sizeof *cat + cat->thread_count * sizeof(pthread_t) +
-                     cat->dir_count * sizeof(char *);
+    uint64_t total =
+        sizeof *cat + cat->thread_count * sizeof(pthread_t) + cat->dir_count * sizeof(char *);
     for (uint32_t i = 0; i < cat->dir_count; i++)
         total += strlen(cat->dirs[i]) + 1;
     table_t *t = atomic_load(&cat->table);
@@ -1298,8 +1294,7 @@ static cJSON *dataset_json_locked(dsc_dataset_t *ds) {
     return o;
 }
 
-char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_len,
-                            int *not_found) {
+char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_len, int *not_found) {
     *not_found = 0;
     dsc_dataset_t *only = NULL;
     if (name_len > 0) {
@@ -1321,8 +1316,7 @@ char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_le
     cJSON_AddNumberToObject(store, "capacity", (double)si.capacity);
     cJSON_AddNumberToObject(store, "used", (double)si.used);
     cJSON_AddNumberToObject(store, "largest_free", (double)si.largest_free);
-    cJSON_AddStringToObject(store, "policy",
-                            cat->opt.policy == DSC_POLICY_LRU ? "lru" : "minio");
+    cJSON_AddStringToObject(store, "policy", cat->opt.policy == DSC_POLICY_LRU ? "lru" : "minio");
     cJSON_AddNumberToObject(store, "evictions", (double)atomic_load(&cat->evictions));
     cJSON_AddNumberToObject(store, "read_through", (double)atomic_load(&cat->read_through));
     cJSON_AddNumberToObject(store, "read_through_bytes",

@@ -23,9 +23,9 @@ typedef enum { DSC_POLICY_MINIO = 0, DSC_POLICY_LRU = 1 } dsc_policy_t;
  * the whole file; a read-through buffer is a mapping as large as the file in which only the
  * chunks the request asked for, and the index, were read (the rest reads as zeros). */
 typedef struct dsc_hold {
-    dsc_slot_t *slot;     /* a reference on a resident shard, or NULL */
-    dsc_tempbuf_t *temp;  /* a reference on a read-through buffer, or NULL */
-    const uint8_t *data;  /* the shard file (see above) */
+    dsc_slot_t *slot;    /* a reference on a resident shard, or NULL */
+    dsc_tempbuf_t *temp; /* a reference on a read-through buffer, or NULL */
+    const uint8_t *data; /* the shard file (see above) */
     uint64_t size;
     const uint8_t *index; /* chunk_count encoded entries inside data */
     uint32_t chunk_count;
@@ -55,8 +55,8 @@ struct dsc_waiter {
 
 typedef struct dsc_catalog_options {
     dsc_policy_t policy;
-    uint32_t io_threads;     /* loader threads (0: 4) */
-    uint64_t temp_limit;     /* bound on read-through bytes in flight (0: 1 GiB) */
+    uint32_t io_threads;        /* loader threads (0: 4) */
+    uint64_t temp_limit;        /* bound on read-through bytes in flight (0: 1 GiB) */
     uint64_t index_cache_limit; /* bound on cached shard indexes for read-through (0: 64 MiB) */
 } dsc_catalog_options_t;
 
@@ -74,7 +74,8 @@ void dsc_catalog_destroy(dsc_catalog_t *cat);
 int dsc_catalog_add_dir(dsc_catalog_t *cat, const char *dir);
 /* Rereads every directory's manifest: new datasets and shards appear, removed ones go (their
  * memory is freed once no response holds it), a dataset whose manifest did not change keeps its
- * cached shards. The read-through index cache is emptied (files may have been rewritten). Returns the number of datasets served afterwards. Not on an event loop. */
+ * cached shards. The read-through index cache is emptied (files may have been rewritten). Returns
+ * the number of datasets served afterwards. Not on an event loop. */
 int dsc_catalog_rescan(dsc_catalog_t *cat);
 
 /* Looks a dataset up by name (not NUL-terminated). The pointer stays valid until destroy (a
@@ -127,8 +128,7 @@ int dsc_catalog_evict(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id);
 /* STAT body: JSON {"store":{...},"datasets":[{...}]} for one dataset (name_len > 0) or all.
  * Returns a malloc'd NUL-terminated string, or NULL (out of memory, *not_found set when the
  * named dataset is not served). */
-char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_len,
-                            int *not_found);
+char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_len, int *not_found);
 /* LIST body: JSON [{"name":..,"shards":..,"samples":..,"bytes":..}, ...]. malloc'd or NULL. */
 char *dsc_catalog_list_json(dsc_catalog_t *cat);
 

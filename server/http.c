@@ -78,10 +78,8 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     }
     dsc_server_counters(src->server, sc);
 
-    counter(&t, "dscache_bytes_served_total", "Shard bytes sent in GET answers.",
-            tot.bytes_served);
-    counter(&t, "dscache_bytes_out_total", "Frame bytes written, every operation.",
-            sc->bytes_out);
+    counter(&t, "dscache_bytes_served_total", "Shard bytes sent in GET answers.", tot.bytes_served);
+    counter(&t, "dscache_bytes_out_total", "Frame bytes written, every operation.", sc->bytes_out);
     add(&t, "# HELP dscache_requests_total Requests answered, by operation and status.\n"
             "# TYPE dscache_requests_total counter\n");
     for (int op = 0; op < DSC_SERVER_OPS; op++)
@@ -158,9 +156,8 @@ static enum MHD_Result reply(struct MHD_Connection *connection, unsigned code, c
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls) {
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls) {
     (void)version;
     (void)upload_data;
     (void)upload_data_size;
@@ -189,8 +186,8 @@ int dsc_http_start(const char *host, uint16_t port, const dsc_http_source_t *sou
     *out = NULL;
     char port_text[8];
     snprintf(port_text, sizeof port_text, "%u", (unsigned)port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     struct addrinfo *res = NULL;
     if (getaddrinfo(host, port_text, &hints, &res) != 0 || res == NULL)
         return DSC_EINVAL;
@@ -203,17 +200,15 @@ int dsc_http_start(const char *host, uint16_t port, const dsc_http_source_t *sou
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
     if (res->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    http->daemon = MHD_start_daemon(flags, port, NULL, NULL, on_request, http,
-                                    MHD_OPTION_SOCK_ADDR, res->ai_addr,
-                                    MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+    http->daemon = MHD_start_daemon(flags, port, NULL, NULL, on_request, http, MHD_OPTION_SOCK_ADDR,
+                                    res->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
                                     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
     freeaddrinfo(res);
     if (http->daemon == NULL) {
         free(http);
         return DSC_EADDRINUSE;
     }
-    const union MHD_DaemonInfo *info =
-        MHD_get_daemon_info(http->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(http->daemon, MHD_DAEMON_INFO_BIND_PORT);
     http->port = info ? info->port : port;
     *out = http;
     return 0;

@@ -38,9 +38,12 @@ static void print_help(void) {
 }
 
 static const struct option long_options[] = {
-    {"server", required_argument, NULL, 's'},  {"dataset", required_argument, NULL, 'd'},
-    {"shard", required_argument, NULL, 'i'},   {"chunks", required_argument, NULL, 'c'},
-    {"output", required_argument, NULL, 'o'},  {"help", no_argument, NULL, 'h'},
+    {"server", required_argument, NULL, 's'},
+    {"dataset", required_argument, NULL, 'd'},
+    {"shard", required_argument, NULL, 'i'},
+    {"chunks", required_argument, NULL, 'c'},
+    {"output", required_argument, NULL, 'o'},
+    {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
 
@@ -60,8 +63,8 @@ static int fetch_manifest(dsc_conn_t *conn, const char *dataset, dsc_manifest_t 
 
 /* Receives one GET answer for chunk (first + request_id), verifies, decodes and writes it at its
  * place in fd. */
-static int receive_one(const char *server, dsc_conn_t *conn, int fd, uint32_t first,
-                       uint32_t count, uint64_t chunk_raw, uint8_t *raw, size_t raw_cap) {
+static int receive_one(const char *server, dsc_conn_t *conn, int fd, uint32_t first, uint32_t count,
+                       uint64_t chunk_raw, uint8_t *raw, size_t raw_cap) {
     dsc_frame_header_t h;
     int rc = dsc_conn_recv_header(conn, &h);
     if (rc < 0)
@@ -112,16 +115,27 @@ int dsc_cmd_get(int argc, char **argv) {
     int opt;
     while ((opt = getopt_long(argc, argv, "o:h", long_options, NULL)) != -1) {
         switch (opt) {
-        case 's': server = optarg; break;
-        case 'd': dataset = optarg; break;
-        case 'c': chunks = optarg; break;
-        case 'o': output = optarg; break;
+        case 's':
+            server = optarg;
+            break;
+        case 'd':
+            dataset = optarg;
+            break;
+        case 'c':
+            chunks = optarg;
+            break;
+        case 'o':
+            output = optarg;
+            break;
         case 'i':
             if (dsc_cli_parse_u64(CMD, "--shard", optarg, 0, UINT32_MAX - 1, &shard) < 0)
                 return DSC_CLI_USAGE;
             break;
-        case 'h': print_help(); return DSC_CLI_OK;
-        default: return dsc_cli_usage(CMD, "unknown option");
+        case 'h':
+            print_help();
+            return DSC_CLI_OK;
+        default:
+            return dsc_cli_usage(CMD, "unknown option");
         }
     }
     if (optind < argc)
@@ -150,8 +164,7 @@ int dsc_cmd_get(int argc, char **argv) {
     }
     if ((rc = fetch_manifest(conn, dataset, &m)) < 0) {
         exit_code = dsc_cli_fail(CMD, "dataset %s: %s%s%s", dataset, dsc_strerror(rc),
-                                 *dsc_conn_last_error(conn) ? ": " : "",
-                                 dsc_conn_last_error(conn));
+                                 *dsc_conn_last_error(conn) ? ": " : "", dsc_conn_last_error(conn));
         goto done;
     }
     if (shard >= m->shard_count) {
@@ -178,7 +191,8 @@ int dsc_cmd_get(int argc, char **argv) {
     raw = malloc(chunk_raw);
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (raw == NULL || fd < 0) {
-        exit_code = dsc_cli_fail(CMD, "%s: %s", raw ? tmp : "buffer", strerror(raw ? errno : ENOMEM));
+        exit_code =
+            dsc_cli_fail(CMD, "%s: %s", raw ? tmp : "buffer", strerror(raw ? errno : ENOMEM));
         goto done;
     }
     uint32_t sent = 0, got = 0, count = (uint32_t)ccount;

@@ -26,8 +26,10 @@ static void print_help(void) {
 }
 
 static const struct option long_options[] = {
-    {"server", required_argument, NULL, 's'}, {"dataset", required_argument, NULL, 'd'},
-    {"json", no_argument, NULL, 'j'},         {"help", no_argument, NULL, 'h'},
+    {"server", required_argument, NULL, 's'},
+    {"dataset", required_argument, NULL, 'd'},
+    {"json", no_argument, NULL, 'j'},
+    {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
 
@@ -57,14 +59,13 @@ static int print_table(const char *json, size_t len) {
     cJSON_ArrayForEach(d, list) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(d, "name");
         double hits = num(d, "hits"), misses = num(d, "misses");
-        printf("%-24s %8.0f %8.0f %12s %12s %10.0f %10.0f %5.1f%% %12s %5.0f\n",
-               cJSON_IsString(name) ? name->valuestring : "?", num(d, "shards"),
-               num(d, "cached_shards"),
-               dsc_format_size((uint64_t)num(d, "cached_bytes"), a, sizeof a),
-               dsc_format_size((uint64_t)num(d, "bytes"), b, sizeof b), hits, misses,
-               hits + misses > 0 ? 100.0 * hits / (hits + misses) : 0.0,
-               dsc_format_size((uint64_t)num(d, "bytes_served"), c, sizeof c),
-               num(d, "bad_shards"));
+        printf(
+            "%-24s %8.0f %8.0f %12s %12s %10.0f %10.0f %5.1f%% %12s %5.0f\n",
+            cJSON_IsString(name) ? name->valuestring : "?", num(d, "shards"),
+            num(d, "cached_shards"), dsc_format_size((uint64_t)num(d, "cached_bytes"), a, sizeof a),
+            dsc_format_size((uint64_t)num(d, "bytes"), b, sizeof b), hits, misses,
+            hits + misses > 0 ? 100.0 * hits / (hits + misses) : 0.0,
+            dsc_format_size((uint64_t)num(d, "bytes_served"), c, sizeof c), num(d, "bad_shards"));
     }
     cJSON_Delete(root);
     return DSC_CLI_OK;
@@ -77,11 +78,20 @@ int dsc_cmd_stat(int argc, char **argv) {
     int opt;
     while ((opt = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {
         switch (opt) {
-        case 's': server = optarg; break;
-        case 'd': dataset = optarg; break;
-        case 'j': json = 1; break;
-        case 'h': print_help(); return DSC_CLI_OK;
-        default: return dsc_cli_usage(CMD, "unknown option");
+        case 's':
+            server = optarg;
+            break;
+        case 'd':
+            dataset = optarg;
+            break;
+        case 'j':
+            json = 1;
+            break;
+        case 'h':
+            print_help();
+            return DSC_CLI_OK;
+        default:
+            return dsc_cli_usage(CMD, "unknown option");
         }
     }
     if (optind < argc)

@@ -186,8 +186,8 @@ static int cmd_call(int argc, char **argv) {
     } else {
         opcode = strcmp(op, "WARM") == 0 ? DSC_OP_WARM : DSC_OP_EVICT;
         dsc_shard_req_t req = {.dataset = {name, (uint16_t)strlen(name)},
-                               .shard_id = argc > 5 ? (uint32_t)strtoul(argv[5], NULL, 10)
-                                                    : DSC_SHARD_ALL};
+                               .shard_id =
+                                   argc > 5 ? (uint32_t)strtoul(argv[5], NULL, 10) : DSC_SHARD_ALL};
         n = dsc_shard_req_encode(&req, body, sizeof body);
     }
     if (n < 0)
@@ -265,8 +265,8 @@ static int raw_expect(int fd, int *closed) {
 
 static size_t frame(uint8_t *out, uint8_t opcode, uint16_t flags, uint64_t id, const void *body,
                     uint32_t len, uint32_t claimed_len) {
-    dsc_frame_header_t h = {.version = 1, .opcode = opcode, .flags = flags, .request_id = id,
-                            .body_len = claimed_len};
+    dsc_frame_header_t h = {
+        .version = 1, .opcode = opcode, .flags = flags, .request_id = id, .body_len = claimed_len};
     dsc_frame_header_encode(&h, out);
     if (len)
         memcpy(out + DSC_FRAME_HEADER_SIZE, body, len);
@@ -293,7 +293,7 @@ static int cmd_hostile(int argc, char **argv) {
 #define EXPECT(name, cond)                                                                         \
     do {                                                                                           \
         int ok_ = (cond);                                                                          \
-        printf("%-40s %s (status %d, closed %d)\n", name, ok_ ? "ok" : "UNEXPECTED", st, closed); \
+        printf("%-40s %s (status %d, closed %d)\n", name, ok_ ? "ok" : "UNEXPECTED", st, closed);  \
         fails += !ok_;                                                                             \
     } while (0)
 
@@ -343,7 +343,8 @@ static int cmd_hostile(int argc, char **argv) {
         ssize_t got = 0, total = 0;
         struct pollfd p = {fd, POLLIN, 0};
         closed = 0;
-        while (poll(&p, 1, 5000) > 0 && (got = recv(fd, r + total, sizeof r - (size_t)total, 0)) > 0)
+        while (poll(&p, 1, 5000) > 0 &&
+               (got = recv(fd, r + total, sizeof r - (size_t)total, 0)) > 0)
             total += got;
         closed = got == 0;
         dsc_frame_header_t h1, h2;
@@ -397,8 +398,10 @@ static int cmd_hostile(int argc, char **argv) {
     for (int round = 0; round < 5; round++) {
         fd = raw_connect(addr);
         n = hello_frame(buf);
-        dsc_get_req_t req = {.dataset = {ds, (uint16_t)strlen(ds)}, .shard_id = 0,
-                             .first_chunk = 0, .chunk_count = 1};
+        dsc_get_req_t req = {.dataset = {ds, (uint16_t)strlen(ds)},
+                             .shard_id = 0,
+                             .first_chunk = 0,
+                             .chunk_count = 1};
         uint8_t body[128];
         int bl = dsc_get_req_encode(&req, body, sizeof body);
         for (int k = 0; k < 50; k++)

@@ -13,7 +13,7 @@
 
 #define SHARDS 4
 #define SAMPLE_BYTES 4096u
-#define CHUNK_SAMPLES 16u /* 64 KiB chunks */
+#define CHUNK_SAMPLES 16u  /* 64 KiB chunks */
 #define SHARD_SAMPLES 768u /* 3 MiB of samples: larger than the 2 MiB store */
 
 static char dir[256];

@@ -116,8 +116,8 @@ static void test_header(void) {
     }
 
     /* Exact layout: "DSCP", version, opcode, flags, status, request id, body_len. */
-    dsc_frame_header_t h = {1, DSC_OP_GET, DSC_FLAG_RESPONSE, 0x11223344u, 0x8877665544332211ull,
-                            0x00B0C0D0u};
+    dsc_frame_header_t h = {
+        1, DSC_OP_GET, DSC_FLAG_RESPONSE, 0x11223344u, 0x8877665544332211ull, 0x00B0C0D0u};
     dsc_frame_header_encode(&h, buf);
     static const uint8_t want[DSC_FRAME_HEADER_SIZE] = {
         'D',  'S',  'C',  'P',  1,    DSC_OP_GET, 1,    0,    0x44, 0x33, 0x22, 0x11,
@@ -171,8 +171,8 @@ static void test_header(void) {
 
 static void test_hello(void) {
     uint8_t buf[512];
-    dsc_hello_req_t req = {1, 7, 0xDEADBEEFu, 0xFFFFFFFFFFFFFFFFull, str("tok\0en"),
-                           str("trainer-0")};
+    dsc_hello_req_t req = {
+        1, 7, 0xDEADBEEFu, 0xFFFFFFFFFFFFFFFFull, str("tok\0en"), str("trainer-0")};
     req.auth.len = 6; /* the auth token is opaque: a NUL inside is fine */
     int n = dsc_hello_req_encode(&req, buf, sizeof buf);
     CHECK_EQ_INT(n, 2 + 2 + 4 + 8 + 2 + 6 + 2 + 9);
@@ -279,7 +279,10 @@ static void test_names(void) {
     buf[1] = 0;
     memset(buf + 2, 'x', DSC_MAX_NAME);
     CHECK_EQ_INT(dsc_name_req_decode(buf, 2 + DSC_MAX_NAME, &got), DSC_EBADFRAME);
-    memcpy(buf, "\x03\x00" "a\0b", 5);
+    memcpy(buf,
+           "\x03\x00"
+           "a\0b",
+           5);
     CHECK_EQ_INT(dsc_name_req_decode(buf, 5, &got), DSC_EBADFRAME);
 
     dsc_shard_req_t req = {str("tokens-2k"), DSC_SHARD_ALL};
@@ -388,12 +391,10 @@ static void test_get_resp(void) {
         dsc_chunk_entry_t e;
         const uint8_t *data = NULL;
         REQUIRE(dsc_get_resp_chunk(&resp, i, &e, &data) == 0);
-        CHECK(memcmp(&e, &entries[i], sizeof e) == 0 || (e.offset == entries[i].offset &&
-                                                         e.stored_len == entries[i].stored_len &&
-                                                         e.raw_len == entries[i].raw_len &&
-                                                         e.codec == entries[i].codec &&
-                                                         e.raw_checksum ==
-                                                             entries[i].raw_checksum));
+        CHECK(memcmp(&e, &entries[i], sizeof e) == 0 ||
+              (e.offset == entries[i].offset && e.stored_len == entries[i].stored_len &&
+               e.raw_len == entries[i].raw_len && e.codec == entries[i].codec &&
+               e.raw_checksum == entries[i].raw_checksum));
         CHECK(data == resp.data + offset);
         if (sizes[i])
             CHECK_EQ_INT(data[0], (uint8_t)(i * 31));
@@ -534,8 +535,9 @@ static void test_frames(void) {
     CHECK(memcmp(ebuf + DSC_FRAME_HEADER_SIZE, "no shard 3", 10) == 0);
     CHECK_EQ_INT(dsc_error_frame_encode(DSC_OP_GET, 7, DSC_STATUS_OK, "x", ebuf, sizeof ebuf),
                  DSC_EINVAL);
-    CHECK_EQ_INT(dsc_error_frame_encode(DSC_OP_GET, 7, DSC_STATUS_INTERNAL, NULL, ebuf, sizeof ebuf),
-                 DSC_FRAME_HEADER_SIZE);
+    CHECK_EQ_INT(
+        dsc_error_frame_encode(DSC_OP_GET, 7, DSC_STATUS_INTERNAL, NULL, ebuf, sizeof ebuf),
+        DSC_FRAME_HEADER_SIZE);
     char longmsg[DSC_ERROR_MAX_MESSAGE + 8];
     memset(longmsg, 'a', sizeof longmsg);
     longmsg[sizeof longmsg - 1] = '\0';
@@ -556,8 +558,8 @@ typedef struct frame_rec {
 
 /* Feeds a stream one byte at a time into a small receive buffer and extracts whole frames as
  * soon as they are complete, as a connection's read loop does. Returns frames found. */
-static int reassemble(const uint8_t *stream, size_t len, frame_rec_t *got, int max,
-                      uint8_t *bodies, size_t bodies_cap) {
+static int reassemble(const uint8_t *stream, size_t len, frame_rec_t *got, int max, uint8_t *bodies,
+                      size_t bodies_cap) {
     static uint8_t rx[4096];
     size_t have = 0, body_pos = 0;
     int frames = 0;
@@ -722,10 +724,9 @@ static void test_mapping(void) {
     CHECK_EQ_INT(dsc_err_to_status(DSC_EIO), DSC_STATUS_INTERNAL);
 
     /* Opcodes. */
-    static const uint32_t ops[] = {DSC_OP_HELLO,   DSC_OP_PING,  DSC_OP_LIST,
-                                   DSC_OP_MANIFEST, DSC_OP_GET,  DSC_OP_STAT,
-                                   DSC_OP_MEMBERS, DSC_OP_WARM,  DSC_OP_EVICT,
-                                   DSC_OP_RDMA_CONNECT, DSC_OP_RDMA_GET};
+    static const uint32_t ops[] = {
+        DSC_OP_HELLO,   DSC_OP_PING, DSC_OP_LIST,  DSC_OP_MANIFEST,     DSC_OP_GET,     DSC_OP_STAT,
+        DSC_OP_MEMBERS, DSC_OP_WARM, DSC_OP_EVICT, DSC_OP_RDMA_CONNECT, DSC_OP_RDMA_GET};
     int known = 0;
     for (uint32_t op = 0; op < 300; op++) {
         int k = dsc_opcode_known(op);

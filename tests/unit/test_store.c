@@ -51,7 +51,7 @@ static void write_shard(const char *dir, const char *name, uint32_t id, uint32_t
     uint8_t *index = malloc((size_t)chunks * DSC_CHUNK_ENTRY_SIZE);
     for (uint32_t c = 0; c < chunks; c++) {
         uint32_t n = samples - c * CHUNK_SAMPLES < CHUNK_SAMPLES ? samples - c * CHUNK_SAMPLES
-                                                                : CHUNK_SAMPLES;
+                                                                 : CHUNK_SAMPLES;
         for (size_t i = 0; i < (size_t)n * SAMPLE_BYTES; i++)
             raw[i] = (uint8_t)(id * 31 + c * 7 + i);
         dsc_chunk_entry_t e;

@@ -46,7 +46,7 @@ static int dsc_test_failures;
 
 /* Ends a test main(): prints a summary and returns the exit code. */
 #define TEST_DONE()                                                                                \
-    (dsc_test_failures ? (fprintf(stderr, "FAILED: %d check(s)\n", dsc_test_failures), 1)         \
+    (dsc_test_failures ? (fprintf(stderr, "FAILED: %d check(s)\n", dsc_test_failures), 1)          \
                        : (printf("ok\n"), 0))
 
 #endif
