@@ -34,6 +34,11 @@
  * every response. */
 #define BATCH_MAX_BUFS 256
 #define BATCH_MAX_BYTES (16u << 20)
+/* Unsent bytes a socket may hold (TCP_NOTSENT_LOWAT). The rest of a response waits in the store,
+ * not copied into the kernel: the bytes a socket copies are sent while still in cache, less
+ * kernel memory is tied up per connection, and fewer queued segments go out from the peer's
+ * ACK processing (on loopback that is the client's CPU). Data in flight is not limited. */
+#define NOTSENT_LOWAT (256u << 10)
 
 typedef struct loop_ctx loop_ctx_t;
 typedef struct out_msg out_msg_t;
@@ -762,6 +767,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
 static void conn_start(conn_t *c) {
     loop_ctx_t *lc = c->lc;
     uv_tcp_nodelay(&c->tcp, 1);
+    uv_os_fd_t fd;
+    int lowat = NOTSENT_LOWAT;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+        setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat); /* best effort */
     c->next = lc->conns;
     if (lc->conns)
         lc->conns->prev = c;

@@ -25,9 +25,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Each client thread receives into one buffer this large, parses the frames in place and drops
- * the bytes: the same receive loop for dscached and memcached, and as cheap as the raw pairs. */
-#define RECV_BUF (4u << 20)
 #define MAX_DEPTH 1024
 #define MAX_REPS 15
 
@@ -40,6 +37,10 @@ static int server_threads = 0;            /* dscached --threads and memcached -t
 static const char *only_size = NULL;
 static int only_conns = 0;
 static int skip_mc = 0;
+/* Each client thread receives into one buffer this large, parses the frames in place and drops
+ * the bytes: the same receive loop for dscached and memcached, and as cheap as the raw pairs. */
+static size_t recv_buf = 4u << 20;
+static int rcvbuf = 0; /* SO_RCVBUF of every receiving socket; 0: the kernel's autotuning */
 static int verbose = 0;
 static const char *dscached_path = NULL; /* default: beside this program */
 static char bindir[4096];
@@ -140,6 +141,11 @@ static int send_all(int fd, const void *p, size_t n) {
     return 0;
 }
 
+static void set_rcvbuf(int fd) {
+    if (rcvbuf > 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+}
+
 static int set_blocking(int fd, int blocking) {
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0)
@@ -165,7 +171,7 @@ typedef struct bconn {
     int in_body, have_value;
     uint8_t out[64u << 10]; /* requests not yet sent */
     size_t out_pos, out_len;
-    uint64_t bytes;
+    uint64_t bytes, recvs; /* answer bytes completed; recv calls that returned data */
     int failed, want_out;
 } bconn_t;
 
@@ -316,6 +322,7 @@ static int parse_memcached(bconn_t *c, const uint8_t *p, size_t len) {
 }
 
 static int conn_feed(bconn_t *c, const uint8_t *p, size_t len) {
+    c->recvs++;
     return c->kind == KIND_DSCACHE ? parse_dscache(c, p, len) : parse_memcached(c, p, len);
 }
 
@@ -338,7 +345,10 @@ static int conn_open(bconn_t *c, kind_t kind, const size_case_t *sc, int index, 
     } else {
         c->fd = tcp_connect(port);
     }
-    return c->fd < 0 ? -1 : 0;
+    if (c->fd < 0)
+        return -1;
+    set_rcvbuf(c->fd);
+    return 0;
 }
 
 static void conn_close(bconn_t *c) {
@@ -375,7 +385,7 @@ static void run_single(worker_t *w) {
         }
         if (c->inflight == 0)
             return;
-        ssize_t n = recv(c->fd, w->buf, RECV_BUF, 0);
+        ssize_t n = recv(c->fd, w->buf, recv_buf, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0 || conn_feed(c, w->buf, (size_t)n) < 0)
@@ -410,7 +420,7 @@ static void run_multi(worker_t *w) {
         for (int i = 0; i < n; i++) {
             bconn_t *c = evs[i].data.ptr;
             if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
-                ssize_t r = recv(c->fd, w->buf, RECV_BUF, 0);
+                ssize_t r = recv(c->fd, w->buf, recv_buf, 0);
                 if (r < 0 && (errno == EAGAIN || errno == EINTR))
                     continue;
                 if (r <= 0 || conn_feed(c, w->buf, (size_t)r) < 0)
@@ -443,7 +453,7 @@ fail:
 
 static void *client_thread(void *arg) {
     worker_t *w = arg;
-    w->buf = malloc(RECV_BUF);
+    w->buf = malloc(recv_buf);
     if (w->buf == NULL)
         w->failed = 1;
     else if (w->nconns == 1)
@@ -458,6 +468,7 @@ typedef struct result {
     double mbps;
     double cpu_per_gb;
     double client_cpu_per_gb; /* this process: the client threads */
+    double bytes_per_recv;
     int failed;
 } result_t;
 
@@ -509,8 +520,12 @@ static result_t run(kind_t kind, const size_case_t *sc, int conns, const char *a
         pthread_join(w[t].thread, NULL);
         res.failed |= w[t].failed;
     }
-    for (int i = 0; i < conns; i++)
+    uint64_t recvs = 0;
+    for (int i = 0; i < conns; i++) {
         bytes += c[i].bytes;
+        recvs += c[i].recvs;
+    }
+    res.bytes_per_recv = recvs ? (double)bytes / (double)recvs : 0;
     res.failed |= started < threads;
     double elapsed = dsc_now_s() - t0, cpu = proc_cpu_seconds(server) - cpu0;
     res.mbps = (double)bytes / elapsed / 1e6;
@@ -546,9 +561,9 @@ static void *raw_tx(void *arg) {
 
 static void *raw_rx(void *arg) {
     pair_t *p = arg;
-    uint8_t *buf = malloc(RECV_BUF);
+    uint8_t *buf = malloc(recv_buf);
     ssize_t n;
-    while (buf && (n = recv(p->fds[1], buf, RECV_BUF, 0)) > 0)
+    while (buf && (n = recv(p->fds[1], buf, recv_buf, 0)) > 0)
         p->bytes += (uint64_t)n;
     free(buf);
     return NULL;
@@ -572,6 +587,7 @@ static double raw_limit(int pairs) {
         p[i] = (pair_t){.stop = &stop};
         p[i].fds[0] = tcp_connect(ntohs(a.sin_port));
         p[i].fds[1] = accept(lfd, NULL, NULL);
+        set_rcvbuf(p[i].fds[1]);
     }
     double t0 = dsc_now_s(), cpu0 = self_cpu_seconds();
     for (int i = 0; i < pairs; i++) {
@@ -745,6 +761,9 @@ static void usage(void) {
             "  --depth D            requests in flight per connection (default: 16 MiB worth)\n"
             "  --inflight BYTES     bytes in flight per connection when --depth is not given\n"
             "  --client-threads N   client threads (default: cores)\n"
+            "  --recv-buf BYTES     receive buffer of each client thread (default 4M)\n"
+            "  --rcvbuf BYTES       SO_RCVBUF of the client and raw receiving sockets (default:\n"
+            "                       the kernel's autotuning)\n"
             "  --server-threads N   dscached --threads and memcached -t (default: cores)\n"
             "  --size 64k|1m        only this object size\n"
             "  --conns N            only this connection count\n"
@@ -775,6 +794,14 @@ int main(int argc, char **argv) {
             i++;
         else if (strcmp(a, "--size") == 0 && v && (strcmp(v, "64k") == 0 || strcmp(v, "1m") == 0)) {
             only_size = v;
+            i++;
+        } else if (strcmp(a, "--recv-buf") == 0 && v && dsc_parse_size(v, &bytes) == 0 &&
+                   bytes >= 4096 && bytes <= (256u << 20)) {
+            recv_buf = (size_t)bytes;
+            i++;
+        } else if (strcmp(a, "--rcvbuf") == 0 && v && dsc_parse_size(v, &bytes) == 0 &&
+                   bytes <= (64u << 20)) {
+            rcvbuf = (int)bytes;
             i++;
         } else if (strcmp(a, "--conns") == 0 && v && (only_conns = atoi(v)) >= 1)
             i++;
@@ -879,9 +906,9 @@ int main(int argc, char **argv) {
     else
         printf("- client: up to %d threads, %.0f MiB of requests in flight per connection",
                cthreads, (double)inflight_bytes / (1 << 20));
-    printf(", every answer received into one reusable %u MiB buffer and parsed in place; "
-           "the same loop for both servers\n",
-           RECV_BUF >> 20);
+    printf(", every answer received into one reusable %zu KiB buffer per thread and parsed in "
+           "place; the same loop for both servers and the raw receivers\n",
+           recv_buf >> 10);
     printf("- raw loopback limit (blocking 1 MiB send/recv thread pairs) at the start: 1 pair "
            "%.0f MB/s (spread %.0f%%), 2 pairs %.0f MB/s (spread %.0f%%); the 2-pair run is "
            "repeated beside every row\n",
@@ -902,7 +929,7 @@ int main(int argc, char **argv) {
             if (only_conns && conns != only_conns)
                 continue;
             double dm[MAX_REPS], dc[MAX_REPS], mm[MAX_REPS], mc[MAX_REPS], ratio[MAX_REPS];
-            double raw_ratio[MAX_REPS], dcl[MAX_REPS], mcl[MAX_REPS];
+            double raw_ratio[MAX_REPS], dcl[MAX_REPS], mcl[MAX_REPS], dpr[MAX_REPS], mpr[MAX_REPS];
             /* A short untimed run first, so that neither server pays for first touches. */
             result_t d = run(KIND_DSCACHE, &cases[i], conns, addr, 0, dpid, 0.3), m = {0};
             failed |= d.failed;
@@ -929,6 +956,8 @@ int main(int argc, char **argv) {
                 dc[r] = d.cpu_per_gb;
                 dcl[r] = d.client_cpu_per_gb;
                 mcl[r] = m.client_cpu_per_gb;
+                dpr[r] = d.bytes_per_recv;
+                mpr[r] = m.bytes_per_recv;
                 mm[r] = m.mbps;
                 mc[r] = m.cpu_per_gb;
                 ratio[r] = m.mbps > 0 ? d.mbps / m.mbps : 0;
@@ -952,8 +981,11 @@ int main(int argc, char **argv) {
                        cases[i].label, conns, d_mbps, spread(dm, reps), median(dc, reps),
                        median(raw2v, reps), vs_raw);
             if (verbose)
-                fprintf(stderr, "  client CPU s/GB: dscache %.3f, memcached %.3f\n",
-                        median(dcl, reps), median(mcl, reps));
+                fprintf(stderr,
+                        "  client CPU s/GB: dscache %.3f, memcached %.3f; KiB per recv: "
+                        "dscache %.0f, memcached %.0f\n",
+                        median(dcl, reps), median(mcl, reps), median(dpr, reps) / 1024,
+                        median(mpr, reps) / 1024);
             fflush(stdout);
         }
     }
