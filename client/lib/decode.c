@@ -247,7 +247,8 @@ void *dsc__worker_main(void *arg) {
             double t1 = dsc_now_s();
             pthread_mutex_lock(&loader->lock);
             if (direct != NULL) {
-                loader->st.placed_chunks++;
+                if (rc == 0)
+                    loader->st.placed_chunks++;
                 if (--loader->collating == 0)
                     pthread_cond_broadcast(&loader->cons_cv);
             }
@@ -258,9 +259,31 @@ void *dsc__worker_main(void *arg) {
                 dsc__chunk_free(loader, ent);
                 continue;
             }
+            if (rc < 0 && dsc__is_corruption(rc)) {
+                /* Damaged at its source: nothing of it was handed out (a slot it was placed into
+                 * is rewritten before its step is ready); fetch it again from another replica,
+                 * else the fallback files. */
+                uint32_t from = ent->server;
+                dsc__bufpool_put(&loader->pool, ent->stored, ent->stored_cap);
+                if (ent->raw_cap)
+                    dsc__bufpool_put(&loader->pool, ent->raw, ent->raw_cap);
+                ent->stored = ent->raw = NULL;
+                ent->stored_cap = ent->raw_cap = 0;
+                ent->placed = 0; /* collate copies it unless it is placed again */
+                int s = dsc__chunk_refetch(loader, ent, rc);
+                if (s >= 0) {
+                    DSC_LOG(&loader->log, DSC_LOG_WARN,
+                            "%s shard %u chunk %u from %s: %s (%s); reading it from %s",
+                            loader->dataset, ent->shard, ent->shard_chunk,
+                            loader->servers[from].addr, dsc_strerror(rc), dsc_err_name(rc),
+                            loader->servers[s].addr);
+                    continue;
+                }
+                ent->state = CH_READY; /* owned by the table; never collated: loader failed */
+                dsc__loader_fail(loader, rc);
+                continue;
+            }
             if (rc < 0) {
-                if (rc == DSC_ECHUNKSUM || rc == DSC_EDATASUM)
-                    loader->st.checksum_failures++;
                 DSC_LOG(&loader->log, DSC_LOG_ERROR, "%s shard %u chunk %u from %s: %s",
                         loader->dataset, ent->shard, ent->shard_chunk,
                         loader->servers[ent->server].addr, dsc_strerror(rc));

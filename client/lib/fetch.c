@@ -245,10 +245,12 @@ static int recv_response(dsc_io_t *io, dsc_io_req_t **req_out, int *conn_bad, ui
             return rc;
         *conn_bad = 0;
         rc = dsc_status_to_err(h.status);
-        DSC_LOG(&loader->log, rc == DSC_EUNAVAIL ? DSC_LOG_WARN : DSC_LOG_ERROR,
-                "server %s: GET %s shard %u chunk %u: %s: %s", loader->servers[io->server].addr,
-                loader->dataset, req->chunks[0]->shard, req->chunks[0]->shard_chunk,
-                dsc_status_name(h.status), msg);
+        /* Unavailable or corrupt there: the chunks fail over (an error if nothing is left). */
+        DSC_LOG(&loader->log,
+                rc == DSC_EUNAVAIL || rc == DSC_ECORRUPT ? DSC_LOG_WARN : DSC_LOG_ERROR,
+                "server %s: GET %s shard %u chunk %u (of %u): %s: %s",
+                loader->servers[io->server].addr, loader->dataset, req->chunks[0]->shard,
+                req->chunks[0]->shard_chunk, req->count, dsc_status_name(h.status), msg);
         return rc;
     }
     uint8_t prefix[DSC_GET_RESP_PREFIX(IO_MAX_MERGE)];
@@ -297,9 +299,41 @@ static int recv_response(dsc_io_t *io, dsc_io_req_t **req_out, int *conn_bad, ui
     return 0;
 }
 
+/* Marks slot `failed` tried for the chunk and queues it where dsc__route_chunk says. Under lock.
+ * Returns the slot, or -1 when no source is left. */
+static int reroute(dsc_loader_t *loader, dsc_chunk_ent_t *ent, uint32_t failed) {
+    if (failed <= DSC__FALLBACK)
+        ent->tried[failed / 64] |= 1ull << (failed % 64);
+    int s = dsc__route_chunk(loader, ent);
+    if (s < 0 || (uint32_t)s == failed)
+        return -1;
+    dsc__server_push(loader, (uint32_t)s, ent);
+    return s;
+}
+
+int dsc__chunk_refetch(dsc_loader_t *loader, dsc_chunk_ent_t *ent, int err) {
+    uint32_t failed = ent->server;
+    loader->st.checksum_failures++;
+    int s = reroute(loader, ent, failed);
+    if (s < 0) {
+        if (loader->error == 0)
+            DSC_LOG(&loader->log, DSC_LOG_ERROR,
+                    "%s shard %u chunk %u: %s from %s, and no other replica%s is left to read "
+                    "it from",
+                    loader->dataset, ent->shard, ent->shard_chunk, dsc_strerror(err),
+                    loader->servers[failed].addr,
+                    loader->fallback != NULL ? " or fallback file" : " (no fallback_path)");
+        return err;
+    }
+    loader->st.failovers++;
+    pthread_cond_broadcast(&loader->io_cv);
+    return s;
+}
+
 /* Frees a cancelled entry or puts a live one back in a server's queue after a failure on slot
- * `failed` (sent: it was in flight there, not just queued). Under lock. Returns 0 or the error
- * that ends the loader. */
+ * `failed` (sent: it was in flight there, not just queued). A corrupt answer (err
+ * DSC_ECORRUPT) goes through dsc__chunk_refetch. Under lock. Returns 0 or the error that ends
+ * the loader. */
 static int requeue(dsc_loader_t *loader, dsc_chunk_ent_t *ent, uint32_t failed, int err, int sent) {
     if (sent) {
         loader->inflight_used -= ent->raw_len;
@@ -312,12 +346,15 @@ static int requeue(dsc_loader_t *loader, dsc_chunk_ent_t *ent, uint32_t failed, 
         dsc__chunk_free(loader, ent);
         return 0;
     }
-    if (failed < DSC_LOADER_MAX_SERVERS)
-        ent->tried[failed / 64] |= 1ull << (failed % 64);
-    int s = dsc__route_chunk(loader, ent);
-    if (s < 0 || (uint32_t)s == failed)
+    if (dsc__is_corruption(err)) {
+        ent->server = failed;
+        int s = dsc__chunk_refetch(loader, ent, err);
+        if (s >= 0 && sent)
+            loader->st.retries++;
+        return s < 0 ? s : 0;
+    }
+    if (reroute(loader, ent, failed) < 0)
         return loader->members.count > 1 ? DSC_EALLDOWN : err;
-    dsc__server_push(loader, (uint32_t)s, ent);
     if (sent)
         loader->st.retries++;
     loader->st.failovers++;
@@ -560,8 +597,9 @@ static void io_loop_server(dsc_io_t *io) {
         dsc_io_req_t done = *req; /* swap-remove: the array is unordered */
         *req = io->out[--io->out_count];
         req = &done;
-        if (rc == DSC_EUNAVAIL) {
-            /* Busy or not loaded there: try another replica. */
+        if (rc == DSC_EUNAVAIL || rc == DSC_ECORRUPT) {
+            /* Busy or not loaded there, or its copy is damaged: try another replica (a corrupt
+             * chunk then the fallback files), never the same server again for these chunks. */
             for (uint32_t i = 0; i < req->count; i++) {
                 int r = requeue(loader, req->chunks[i], io->server, rc, 1);
                 if (r < 0)

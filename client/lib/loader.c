@@ -164,7 +164,8 @@ int dsc__route_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
         if (best >= 0)
             return best;
     }
-    if (loader->fallback != NULL)
+    if (loader->fallback != NULL &&
+        !(ent->tried[DSC__FALLBACK / 64] & (1ull << (DSC__FALLBACK % 64))))
         return DSC__FALLBACK;
     return -1;
 }

@@ -45,9 +45,10 @@ typedef struct dsc_chunk_ent {
     int cancelled;   /* dropped by a restart while a thread held it: that thread frees it */
     uint64_t refs;   /* sample needs of planned steps not yet collated */
     uint32_t server; /* slot where it is queued or in flight (DSC__FALLBACK: the files) */
-    uint64_t tried[DSC_LOADER_MAX_SERVERS / 64]; /* bit i: server slot i failed for it */
-    uint64_t order;                              /* creation order (re-routing keeps it) */
-    dsc_chunk_entry_t entry;                     /* as received */
+    /* bit i: server slot i failed for it or sent it corrupt (bit DSC__FALLBACK: the files) */
+    uint64_t tried[DSC_LOADER_MAX_SERVERS / 64 + 1];
+    uint64_t order;          /* creation order (re-routing keeps it) */
+    dsc_chunk_entry_t entry; /* as received */
     uint8_t *stored;
     size_t stored_cap;
     uint8_t *raw;                /* decoded bytes (== stored for raw chunks) */
@@ -242,7 +243,8 @@ void dsc__chunk_unlink(dsc_loader_t *loader, dsc_chunk_ent_t *ent); /* from the 
 /* Picks the server slot for a chunk: among its live owners not yet tried, the one its chunk
  * group (8 consecutive chunks of a shard) hashes to, unless it has more work (queued + in
  * flight bytes) than the least loaded owner by over four chunks; else the least loaded live
- * member; else the fallback files (DSC__FALLBACK); else -1. Under lock. */
+ * member; else the fallback files (DSC__FALLBACK) unless they were tried for it; else -1.
+ * Under lock. */
 int dsc__route_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent);
 /* Starts slot s's I/O threads that are not running yet. Under lock. Returns 0 or DSC_ENOMEM. */
 int dsc__server_start(dsc_loader_t *loader, uint32_t s);
@@ -260,8 +262,23 @@ int dsc__view_adopt(dsc_loader_t *loader, dsc_members_t *members);
 void dsc__queue_push(dsc_chunk_queue_t *q, dsc_chunk_ent_t *ent);
 dsc_chunk_ent_t *dsc__queue_pop(dsc_chunk_queue_t *q);
 
+/* Errors that say the bytes of a chunk are damaged at their source (a server answered CORRUPT,
+ * or the checksum or the lz4 block failed here): another replica or the fallback files may hold
+ * an intact copy. */
+static inline int dsc__is_corruption(int err) {
+    return err == DSC_ECORRUPT || err == DSC_ECHUNKSUM || err == DSC_EDATASUM ||
+           err == DSC_EDECOMPRESS;
+}
+
 /* fetch.c */
 void *dsc__io_main(void *arg);
+/* The chunk's bytes from slot ent->server were corrupt (err, see dsc__is_corruption) and were
+ * never handed out: marks that source tried for the chunk, counts a checksum failure and a
+ * fail-over, and queues the chunk on another replica, else on the fallback files. ent holds no
+ * buffers, is in no queue and is not in flight (its budgets were given back). Under lock.
+ * Returns the slot it was queued on, or err when no source is left (the error is logged once;
+ * the caller fails the loader with it). */
+int dsc__chunk_refetch(dsc_loader_t *loader, dsc_chunk_ent_t *ent, int err);
 /* Fetches and parses the manifest: from the first server that answers, else the fallback
  * directory. Returns 0 or DSC_E*. */
 int dsc__fetch_manifest(dsc_loader_t *loader);

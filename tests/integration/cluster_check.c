@@ -5,6 +5,9 @@
  *          --rank R --world W --epochs E --ids FILE --mark-at N --mark FILE --slow-ms MS
  *          --timeout-ms MS --batch B --fallback DIR --seed S --cache BYTES --inflight BYTES
  *          --window SAMPLES --no-verify 1 (bytes not checked: the shard files are not read)
+ *          --corrupt 1 (damaged copies are served: checksum failures and fail-overs expected)
+ *          --expect-error NAME (the epoch must end with this error, e.g. DSC_ECORRUPT, after
+ *          correct batches only)
  *        cluster_check owners --servers SPEC --dataset NAME --shards N [--replicas R]
  *          prints "shard I: OWNER OWNER" computed the way the loader routes (placement.h) */
 #include "dscache.h"
@@ -26,7 +29,8 @@ static uint32_t batch = 32, rank_id = 0, world = 1, epochs = 1, replicas = 2, sh
 static uint32_t timeout_ms = 0;
 static uint64_t mark_at = 0, seed = 7, cache = 0, inflight = 0;
 static uint32_t window = 0;
-static int no_verify = 0;
+static int no_verify = 0, corrupt = 0;
+static const char *expect_error;
 static double slow_ms = 0;
 
 static uint8_t *source;
@@ -203,9 +207,20 @@ static int mode_epoch(void) {
            (unsigned long long)bad, (unsigned long long)st.requests, (unsigned long long)st.retries,
            (unsigned long long)st.failovers, (unsigned long long)st.checksum_failures,
            st.wire_bytes / 1048576.0, 100.0 * st.stall_fraction);
-    CHECK(rc == DSC_EOF);
+    if (expect_error != NULL) {
+        CHECK(rc < 0 && rc != DSC_EOF && strcmp(dsc_err_name(rc), expect_error) == 0);
+        dsc_batch_t *b;
+        CHECK(dsc_loader_next(l, &b) == rc); /* the loader stays failed */
+    } else {
+        CHECK(rc == DSC_EOF);
+    }
     CHECK(bad == 0);
-    CHECK(st.checksum_failures == 0);
+    if (corrupt)
+        CHECK(st.checksum_failures > 0);
+    else
+        CHECK(st.checksum_failures == 0);
+    if (corrupt && expect_error == NULL)
+        CHECK(st.failovers > 0);
     dsc_loader_destroy(l);
     free(source);
     return TEST_DONE();
@@ -273,6 +288,10 @@ int main(int argc, char **argv) {
             inflight = strtoull(v, NULL, 10);
         else if (!strcmp(k, "--window"))
             window = (uint32_t)atoi(v);
+        else if (!strcmp(k, "--corrupt"))
+            corrupt = atoi(v);
+        else if (!strcmp(k, "--expect-error"))
+            expect_error = v;
         else if (!strcmp(k, "--no-verify"))
             no_verify = atoi(v);
         else if (!strcmp(k, "--seed"))

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Damaged copies fail over, and fail the loader only when nothing intact is left. Two dscached
+# with --replicas 2 (members file: each holds a full copy), one of them serving a copy whose
+# shard 1 is damaged in every chunk:
+#   server path:  a flipped byte: that server answers CORRUPT, the loader reads the chunks from
+#                 the other replica;
+#   client path:  a silently damaged copy (the lz4 blocks decode to wrong bytes under correct
+#                 stored checksums: the server validates and serves it): the decoded-bytes check
+#                 fails in the loader, which reads the chunks from the other replica;
+# each run: every sample exactly once with the bytes of the intact files (cluster_check),
+# checksum_failures and failovers > 0, a WARN naming server, shard and chunk. With a single
+# damaged server: the fallback files serve the chunks; without fallback_path the loader fails
+# with DSC_ECORRUPT / DSC_EDATASUM and a clear message; damaged fallback files alone give
+# DSC_ECHUNKSUM.
+set -euo pipefail
+source "$(dirname "$0")/cluster_lib.sh"
+[ -x "$DSC_BIN/shard_damage" ] || { echo "SKIP: $DSC_BIN/shard_damage not built"; exit 77; }
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    set +e
+    for pid in "${pids[@]}"; do
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+pass() { echo "ok: $*"; }
+
+ds=cr
+samples=8192
+# 3 shards; shard 1 has 128 chunks (16 routing groups of 8), so both replicas get some of it.
+"$DSC_BIN/dscache" ingest synthetic -o "$work/good" --name "$ds" --samples "$samples" \
+    --field x:f32:32 --field y:i64 --compress lz4 --chunk-size 4K --shard-size 512K >/dev/null
+cp -r "$work/good" "$work/flip"
+cp -r "$work/good" "$work/silent"
+n=$("$DSC_BIN/shard_damage" flip "$work/flip" 1)
+m=$("$DSC_BIN/shard_damage" silent "$work/silent" 1)
+pass "shard 1 damaged: $n chunks with a flipped byte, $m silently (valid stored checksums)"
+
+declare -A ADDR
+# start_member NAME DIR [MEMBERS_FILE]: dscached on port 0 serving DIR (clustered when a members
+# file is given).
+start_member() {
+    local name=$1 dir=$2 pf=$work/$1.port
+    local cluster=()
+    [ $# -ge 3 ] && cluster=(--replicas 2 --members-file "$3")
+    "$DSC_BIN/dscached" --listen 127.0.0.1:0 --http off --port-file "$pf" --threads 1 \
+        --io-threads 1 --memory 32M --log-level warn --data "$dir" "${cluster[@]}" \
+        >"$work/server-$name.log" 2>&1 &
+    pids+=("$!")
+    for _ in $(seq 100); do
+        [ -s "$pf" ] && break
+        sleep 0.05
+    done
+    [ -s "$pf" ] || { cat "$work/server-$name.log"; echo "FAIL: $name wrote no port"; exit 1; }
+    ADDR[$name]=127.0.0.1:$(cat "$pf")
+}
+# pair NAME_A DIR_A NAME_B DIR_B MEMBERS: two clustered servers sharing a members file.
+pair() {
+    start_member "$1" "$2" "$5"
+    start_member "$3" "$4" "$5"
+    printf '%s\n' "${ADDR[$1]}" "${ADDR[$3]}" >"$5.tmp"
+    mv "$5.tmp" "$5"
+    for n in "$1" "$3"; do
+        until_ok 15 has_members "${ADDR[$n]}" 2 || { echo "FAIL: $n did not read the members"; exit 1; }
+    done
+}
+epoch() { # epoch NAME ARGS...: one epoch checked against the intact files
+    local name=$1; shift
+    "$DSC_BIN/cluster_check" epoch --dataset "$ds" --dir "$work/good" --ids "$work/ids.$name" \
+        --window 1024 "$@" >"$work/$name.out" 2>"$work/$name.err"
+}
+
+# Server path: b answers CORRUPT for shard 1.
+pair a "$work/good" b "$work/flip" "$work/members1"
+if epoch corrupt --servers "file:$work/members1" --corrupt 1; then
+    cat "$work/corrupt.out"
+    check_exactly_once "$samples" 1 "$work/ids.corrupt" \
+        && pass "CORRUPT answers: exactly once, bytes of the intact files" \
+        || fail "CORRUPT answers: not exactly once"
+    grep -q "warn: server ${ADDR[b]}: GET $ds shard 1 chunk [0-9]* (of [0-9]*): CORRUPT" \
+        "$work/corrupt.err" && pass "WARN names server, shard and chunk" \
+        || { cat "$work/corrupt.err"; fail "no WARN line for the CORRUPT answer"; }
+    ! grep -q "error:" "$work/corrupt.err" || { cat "$work/corrupt.err"; fail "ERROR logged"; }
+else
+    cat "$work/corrupt.out" "$work/corrupt.err"
+    fail "epoch with a CORRUPT replica"
+fi
+
+# Client path: d serves silently damaged chunks; the loader's decoded-bytes check catches them.
+pair c "$work/good" d "$work/silent" "$work/members2"
+if epoch silent --servers "file:$work/members2" --corrupt 1; then
+    cat "$work/silent.out"
+    check_exactly_once "$samples" 1 "$work/ids.silent" \
+        && pass "chunks failing the checksum here: exactly once, bytes of the intact files" \
+        || fail "checksum failures: not exactly once"
+    grep -q "warn: $ds shard 1 chunk [0-9]* from ${ADDR[d]}: .*(DSC_EDATASUM); reading it from ${ADDR[c]}" \
+        "$work/silent.err" && pass "WARN names server, shard and chunk, and the new source" \
+        || { cat "$work/silent.err"; fail "no WARN line for the checksum failure"; }
+else
+    cat "$work/silent.out" "$work/silent.err"
+    fail "epoch with a silently damaged replica"
+fi
+
+# One damaged server: the fallback files serve what it cannot; without them, a clear error.
+start_member e "$work/flip"
+start_member f "$work/silent"
+for srv in e f; do
+    if epoch fb$srv --servers "${ADDR[$srv]}" --fallback "$work/good" --corrupt 1; then
+        check_exactly_once "$samples" 1 "$work/ids.fb$srv" \
+            && pass "server $srv damaged, fallback files intact: exactly once" \
+            || fail "fallback after $srv: not exactly once"
+    else
+        cat "$work/fb$srv.out" "$work/fb$srv.err"
+        fail "fallback after damaged server $srv"
+    fi
+done
+expect_fail() { # expect_fail NAME ERROR ARGS...
+    local name=$1 err=$2; shift 2
+    if epoch "$name" --corrupt 1 --expect-error "$err" "$@"; then
+        grep "error: $ds shard 1 chunk .* no other replica" "$work/$name.err" | head -1
+        grep -q "error: $ds shard 1 chunk [0-9]*: .* and no other replica.* is left" \
+            "$work/$name.err" && grep -q "loader failed: .*($err)" "$work/$name.err" \
+            && pass "$name: fails with $err and says why" \
+            || { cat "$work/$name.err"; fail "$name: no clear message"; }
+    else
+        cat "$work/$name.out" "$work/$name.err"
+        fail "$name: expected $err after correct batches only"
+    fi
+}
+expect_fail nofb-e DSC_ECORRUPT --servers "${ADDR[e]}"
+expect_fail nofb-f DSC_EDATASUM --servers "${ADDR[f]}"
+expect_fail files DSC_ECHUNKSUM --servers "" --fallback "$work/flip"
+
+if [ "$fails" -ne 0 ]; then
+    echo "$fails failure(s)" >&2
+    exit 1
+fi
+echo "all passed"
