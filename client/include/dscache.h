@@ -182,9 +182,11 @@ DSC_EXTERN uint64_t dsc_loader_len(const dsc_loader_t *loader);
 DSC_EXTERN uint64_t dsc_loader_dataset_samples(const dsc_loader_t *loader);
 
 /* Loader state for resume: (epoch, global position) in a small versioned byte string that does
- * not depend on the world size. save returns the bytes written, or the bytes needed when cap
- * is too small (then nothing is written) ; load returns 0, DSC_EBADSTATE or DSC_EINVAL and
- * restarts prefetching from that point. */
+ * not depend on the world size, with what the order depends on (seed, dataset size, shuffle,
+ * shuffle_window). save returns the bytes written, or the bytes needed when cap is too small
+ * (then nothing is written) ; load returns 0, DSC_EINVAL, or DSC_EBADSTATE (damaged, another
+ * version, or saved with other order settings: the log names the field) and restarts
+ * prefetching from that point. */
 #define DSC_STATE_MAX_BYTES 64
 DSC_EXTERN int dsc_loader_state_save(const dsc_loader_t *loader, void *buf, size_t cap);
 DSC_EXTERN int dsc_loader_state_load(dsc_loader_t *loader, const void *buf, size_t len);

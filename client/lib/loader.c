@@ -880,9 +880,13 @@ DSC_EXTERN uint64_t dsc_loader_dataset_samples(const dsc_loader_t *loader) {
     return loader ? loader->samples : 0;
 }
 
-/* State encoding: "DSCS" magic, u32 version 1, u64 epoch, u64 position, u64 seed, u64 samples,
- * u64 checksum of the preceding 40 bytes: 48 bytes, little-endian. */
-#define STATE_BYTES 48
+/* State encoding, little-endian, 56 bytes: "DSCS" magic, u32 version 2, u64 epoch, u64 position,
+ * u64 seed, u64 samples, u32 shuffle window (0 with shuffle off), u8 shuffle (0 or 1), 3 zero
+ * bytes, u64 checksum of the preceding 48 bytes. Everything the order depends on besides the
+ * dataset layout is in it, so a state never resumes into another order. Version 1 (48 bytes,
+ * without the shuffle settings) is refused. */
+#define STATE_VERSION 2
+#define STATE_BYTES 56
 
 static void put_u64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++)
@@ -896,6 +900,15 @@ static uint64_t get_u64(const uint8_t *p) {
     return v;
 }
 
+static uint32_t get_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The window the order uses: 0 when unshuffled (the window then plays no part). */
+static uint32_t order_window(const dsc_loader_t *loader) {
+    return loader->opt.shuffle ? loader->opt.shuffle_window : 0;
+}
+
 DSC_EXTERN int dsc_loader_state_save(const dsc_loader_t *loader, void *buf, size_t cap) {
     if (loader == NULL || (buf == NULL && cap > 0))
         return DSC_EINVAL;
@@ -907,12 +920,17 @@ DSC_EXTERN int dsc_loader_state_save(const dsc_loader_t *loader, void *buf, size
     pthread_mutex_unlock(&l->lock);
     uint8_t *p = buf;
     memcpy(p, "DSCS", 4);
-    p[4] = 1, p[5] = p[6] = p[7] = 0;
+    p[4] = STATE_VERSION, p[5] = p[6] = p[7] = 0;
     put_u64(p + 8, epoch);
     put_u64(p + 16, pos);
     put_u64(p + 24, loader->opt.seed);
     put_u64(p + 32, loader->samples);
-    put_u64(p + 40, dsc_checksum(p, 40));
+    uint32_t window = order_window(loader);
+    for (int i = 0; i < 4; i++)
+        p[40 + i] = (uint8_t)(window >> (8 * i));
+    p[44] = loader->opt.shuffle ? 1 : 0;
+    p[45] = p[46] = p[47] = 0;
+    put_u64(p + 48, dsc_checksum(p, 48));
     return STATE_BYTES;
 }
 
@@ -920,17 +938,41 @@ DSC_EXTERN int dsc_loader_state_load(dsc_loader_t *loader, const void *buf, size
     if (loader == NULL || buf == NULL)
         return DSC_EINVAL;
     const uint8_t *p = buf;
-    if (len != STATE_BYTES || memcmp(p, "DSCS", 4) != 0 || p[4] != 1 ||
-        get_u64(p + 40) != dsc_checksum(p, 40)) {
-        DSC_LOG(&loader->log, DSC_LOG_ERROR, "loader state: not a valid saved state");
+    if (len >= 8 && memcmp(p, "DSCS", 4) == 0 && get_u32(p + 4) != STATE_VERSION) {
+        DSC_LOG(&loader->log, DSC_LOG_ERROR,
+                "loader state: version %u, this library reads version %u (older states do not "
+                "record the shuffle settings: restart the epoch with set_epoch)",
+                get_u32(p + 4), STATE_VERSION);
+        return DSC_EBADSTATE;
+    }
+    if (len != STATE_BYTES || memcmp(p, "DSCS", 4) != 0 ||
+        get_u64(p + 48) != dsc_checksum(p, 48) || p[44] > 1 || p[45] || p[46] || p[47]) {
+        DSC_LOG(&loader->log, DSC_LOG_ERROR,
+                "loader state: not a valid saved state (%zu bytes; %u expected, checksummed)", len,
+                STATE_BYTES);
         return DSC_EBADSTATE;
     }
     uint64_t epoch = get_u64(p + 8), pos = get_u64(p + 16);
-    if (get_u64(p + 24) != loader->opt.seed || get_u64(p + 32) != loader->samples ||
-        pos > loader->samples) {
+    uint64_t seed = get_u64(p + 24), samples = get_u64(p + 32);
+    uint32_t window = get_u32(p + 40);
+    int shuffle = p[44];
+    const char *field = NULL;
+    uint64_t saved = 0, here = 0;
+    if (seed != loader->opt.seed)
+        field = "seed", saved = seed, here = loader->opt.seed;
+    else if (samples != loader->samples)
+        field = "dataset samples", saved = samples, here = loader->samples;
+    else if (shuffle != (loader->opt.shuffle ? 1 : 0))
+        field = "shuffle", saved = (uint64_t)shuffle, here = loader->opt.shuffle ? 1 : 0;
+    else if (window != order_window(loader))
+        field = "shuffle_window", saved = window, here = order_window(loader);
+    else if (pos > loader->samples)
+        field = "position (beyond the dataset)", saved = pos, here = loader->samples;
+    if (field != NULL) {
         DSC_LOG(&loader->log, DSC_LOG_ERROR,
-                "loader state: saved for another seed or dataset size (seed %llu, %llu samples)",
-                (unsigned long long)get_u64(p + 24), (unsigned long long)get_u64(p + 32));
+                "loader state: saved with %s %llu, this loader has %llu (the sample order would "
+                "differ)",
+                field, (unsigned long long)saved, (unsigned long long)here);
         return DSC_EBADSTATE;
     }
     pthread_mutex_lock(&loader->lock);

@@ -8,6 +8,7 @@
 #include "shard.h"
 #include "testlib.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,18 @@ static int shuffle = 1;
 static double slow_ms = 0;
 static uint64_t rss_bound_mb = 0;
 static uint64_t batches_ok; /* batches checked so far */
+
+/* The loader's last ERROR line, for checks on what it says. */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char last_error[512];
+static void on_log(void *ctx, int level, const char *message) {
+    (void)ctx;
+    if (level != DSC_LOG_ERROR)
+        return;
+    pthread_mutex_lock(&log_lock);
+    snprintf(last_error, sizeof last_error, "%s", message);
+    pthread_mutex_unlock(&log_lock);
+}
 
 /* The whole dataset decoded from its shard files, sample-major. */
 static uint8_t *source;
@@ -92,6 +105,8 @@ static dsc_loader_t *open_loader(uint32_t rank, uint32_t world, int drop_last) {
     o.decode_threads = threads;
     o.connections = conns;
     o.timeout_ms = 3000;
+    o.log_fn = on_log;
+    o.log_level = DSC_LOG_ERROR;
     if (inflight)
         o.inflight_bytes = inflight;
     if (cache)
@@ -271,6 +286,54 @@ static int mode_resume(void) {
         CHECK(dsc_loader_state_load(l, state, 3) == DSC_EBADSTATE);
         dsc_loader_destroy(l);
     }
+    /* The state pins the order: loading it where the shuffle settings differ is refused, and
+     * the log names the field (with shuffle off the window plays no part and is accepted). */
+    uint8_t state[DSC_STATE_MAX_BYTES];
+    l = open_loader(0, 1, 0);
+    uint64_t lb = 0;
+    CHECK(run(l, 2, b, &lb, NULL) == 2);
+    int len = dsc_loader_state_save(l, state, sizeof state);
+    REQUIRE(len > 0 && len <= DSC_STATE_MAX_BYTES);
+    dsc_loader_destroy(l);
+    uint32_t saved_window = window;
+    window = (window ? window : 8192) + 7;
+    l = open_loader(0, 1, 0);
+    last_error[0] = '\0';
+    int rc = dsc_loader_state_load(l, state, (size_t)len);
+    if (shuffle) {
+        CHECK_EQ_INT(rc, DSC_EBADSTATE);
+        CHECK(strstr(last_error, "shuffle_window") != NULL);
+        printf("other window refused: %s\n", last_error);
+    } else {
+        CHECK_EQ_INT(rc, 0);
+        CHECK(run(l, UINT64_MAX, b, &lb, NULL) >= 0);
+        CHECK(la == lb && memcmp(a, b, la * 8) == 0);
+    }
+    dsc_loader_destroy(l);
+    window = saved_window;
+    shuffle = !shuffle;
+    l = open_loader(0, 1, 0);
+    last_error[0] = '\0';
+    CHECK_EQ_INT(dsc_loader_state_load(l, state, (size_t)len), DSC_EBADSTATE);
+    CHECK(strstr(last_error, "saved with shuffle ") != NULL);
+    printf("other shuffle setting refused: %s\n", last_error);
+    dsc_loader_destroy(l);
+    shuffle = !shuffle;
+    /* Same settings: resumes exactly (also after a refused load). */
+    l = open_loader(0, 1, 0);
+    state[47] ^= 1;
+    CHECK_EQ_INT(dsc_loader_state_load(l, state, (size_t)len), DSC_EBADSTATE);
+    state[47] ^= 1;
+    lb = 2 * batch < la ? 2 * batch : la;
+    REQUIRE(dsc_loader_state_load(l, state, (size_t)len) == 0);
+    CHECK(run(l, UINT64_MAX, b, &lb, NULL) >= 0);
+    CHECK(la == lb && memcmp(a, b, la * 8) == 0);
+    /* A version-1 state (48 bytes, no shuffle settings) is refused by its version. */
+    uint8_t old_state[48] = {'D', 'S', 'C', 'S', 1};
+    last_error[0] = '\0';
+    CHECK_EQ_INT(dsc_loader_state_load(l, old_state, sizeof old_state), DSC_EBADSTATE);
+    CHECK(strstr(last_error, "version 1") != NULL);
+    dsc_loader_destroy(l);
     free(a);
     free(b);
     return TEST_DONE();

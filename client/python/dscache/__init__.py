@@ -431,7 +431,9 @@ class Loader:
         _check(self._lib.dsc_loader_set_epoch(self._h(), epoch), self._messages)
 
     def state_dict(self):
-        """{"dscache_state": bytes}: (epoch, global position), independent of the world size."""
+        """{"dscache_state": bytes}: (epoch, global position), independent of the world size;
+        loading it into a loader with another seed, shuffle or shuffle_window raises Error
+        (DSC_EBADSTATE) instead of resuming into another order."""
         buf = ctypes.create_string_buffer(64)
         n = _check(self._lib.dsc_loader_state_save(self._h(), buf, 64))
         return {"dscache_state": buf.raw[:n]}
