@@ -254,6 +254,8 @@ typedef struct dsc_stats {
     double collate_seconds;    /* summed time copying samples into batch slots */
     double h2d_seconds;        /* summed host-to-device copy time (CUDA) */
     uint64_t placed_chunks;    /* chunks verified + decoded straight into a batch slot */
+    uint64_t refetches;        /* chunks fetched again within one epoch: their shuffle window's
+                                  chunks did not fit in cache_bytes (see the WARN at create) */
 } dsc_stats_t;
 
 /* Fills *out (out->struct_size must be set). Returns 0 or DSC_EINVAL. Thread-safe. */

@@ -203,6 +203,7 @@ static int plan_one(dsc_loader_t *loader) {
                         loader->opt.world_size, loader->opt.drop_last);
         loader->plan_step = 0;
         loader->plan_step_base = 0;
+        memset(loader->fetched, 0, loader->fetched_words * sizeof(uint64_t));
         loader->plan_seq++;
         return 0;
     }
@@ -233,6 +234,12 @@ static int plan_one(dsc_loader_t *loader) {
             ent->raw_len = (uint64_t)loc.chunk_samples * loader->sample_bytes;
             ent->state = CH_QUEUED;
             ent->order = loader->order_next++;
+            /* A chunk fetched a second time this epoch: its first copy was dropped before a
+             * later need was planned (the window's chunks did not fit in cache_bytes). */
+            uint64_t *word = &loader->fetched[loc.chunk / 64];
+            if (*word & (1ull << (loc.chunk % 64)))
+                loader->st.refetches++;
+            *word |= 1ull << (loc.chunk % 64);
             int server = dsc__route_chunk(loader, ent);
             if (server < 0) {
                 free(ent);
@@ -335,6 +342,7 @@ static int restart(dsc_loader_t *loader, uint64_t epoch, uint64_t pos) {
         loader->buckets[b] = NULL;
     }
     loader->held_bytes = 0;
+    memset(loader->fetched, 0, loader->fetched_words * sizeof(uint64_t));
     for (uint32_t s = 0; s <= DSC__FALLBACK; s++)
         if (s < loader->server_count || s == DSC__FALLBACK)
             memset(&loader->servers[s].queue, 0, sizeof(dsc_chunk_queue_t));
@@ -529,6 +537,55 @@ static int start_threads(dsc_loader_t *loader) {
     return 0;
 }
 
+/* Shuffle windows whose decoded chunks must be held at once for every chunk to be fetched once
+ * per epoch (see check_cache_budget). */
+#define WINDOWS_HELD 2
+
+/* Warns when the decoded chunks of the shuffle windows the planner must hold do not fit in
+ * cache_bytes. The planner plans steps while held_bytes < cache_bytes, and a chunk is dropped
+ * once the planned steps that need it are collated; a window of W samples holds W * sample_bytes
+ * of whole chunks plus the two chunks it shares with its neighbours. A chunk's last sample in
+ * its window comes near the window's end, so at a window boundary nearly all of window w is
+ * still held while the first steps of w + 1 are planned (and, with prefetch_batches slots, may
+ * be collated before w's last step): unless all of w + 1 can be planned then, chunks whose other
+ * samples lie in its unplanned rest are dropped and fetched again (stats.refetches). Measured:
+ * no refetch from about 1.8 window footprints up, hundreds at 1.5 with a fast consumer. The
+ * order is never changed to fit: it stays a pure function of the options. */
+static void check_cache_budget(dsc_loader_t *loader) {
+    const dsc_manifest_t *m = loader->manifest;
+    uint64_t chunk_max = 0;
+    for (uint32_t i = 0; i < m->shard_count; i++) {
+        uint64_t c = (uint64_t)m->shards[i].chunk_samples * loader->sample_bytes;
+        if (c > chunk_max)
+            chunk_max = c;
+    }
+    uint64_t window = loader->opt.shuffle ? loader->opt.shuffle_window : 0;
+    if (window > loader->samples)
+        window = loader->samples;
+    /* The steps that finish a window reach up to one step's span (batch_size * world_size
+     * positions) past it. */
+    uint64_t per_step = (uint64_t)loader->opt.batch_size * loader->opt.world_size;
+    uint64_t need = WINDOWS_HELD * ((window + per_step) * loader->sample_bytes + 2 * chunk_max);
+    if (need <= loader->cache_bytes)
+        return;
+    uint64_t edge = WINDOWS_HELD * (per_step * loader->sample_bytes + 2 * chunk_max);
+    uint64_t fit = loader->cache_bytes > edge
+                       ? (loader->cache_bytes - edge) / WINDOWS_HELD / loader->sample_bytes
+                       : 0;
+    char lower[160] = "";
+    if (loader->opt.shuffle && fit >= 1)
+        snprintf(lower, sizeof lower, " or lower shuffle_window to %llu",
+                 (unsigned long long)fit);
+    DSC_LOG(&loader->log, DSC_LOG_WARN,
+            "loader: cache_bytes %llu is too small for the shuffle window: %u windows of %llu "
+            "samples (+ %llu of a step) of %llu bytes, each with 2 edge chunks of up to %llu "
+            "bytes, need %llu bytes of decoded chunks at once, so chunks will be fetched several "
+            "times per epoch (see the refetches statistic); raise cache_bytes to %llu%s",
+            (unsigned long long)loader->cache_bytes, WINDOWS_HELD, (unsigned long long)window,
+            (unsigned long long)per_step, (unsigned long long)loader->sample_bytes, (unsigned long long)chunk_max,
+            (unsigned long long)need, (unsigned long long)need, lower);
+}
+
 DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader_t **out) {
     if (options == NULL || out == NULL ||
         options->struct_size < offsetof(dsc_loader_options_t, cache_bytes))
@@ -635,6 +692,11 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     if (loader->buckets == NULL)
         goto fail;
     loader->bucket_mask = buckets - 1;
+    loader->fetched_words = (dsc__order_chunks(loader->order) + 63) / 64;
+    loader->fetched = calloc(loader->fetched_words, sizeof(uint64_t));
+    if (loader->fetched == NULL)
+        goto fail;
+    check_cache_budget(loader);
     if (loader->opt.device >= 0) {
         rc = dsc__cuda_open(loader->opt.device, &loader->log, &loader->cuda);
         if (rc < 0)
@@ -714,6 +776,7 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
         }
         free(loader->buckets);
     }
+    free(loader->fetched);
     if (loader->servers != NULL)
         for (uint32_t s = 0; s <= DSC__FALLBACK; s++) {
             for (uint32_t i = 0; loader->servers[s].io != NULL && i < loader->opt.connections; i++)

@@ -221,6 +221,8 @@ struct dsc_loader {
     dsc_split_t plan_split;
     uint64_t plan_step;
     uint64_t plan_step_base;
+    uint64_t *fetched; /* bit per global chunk: fetched for the epoch being planned (refetches) */
+    uint64_t fetched_words;
     uint32_t slot_count;
     dsc_slot_t *slots;
     size_t slot_bytes;

@@ -92,6 +92,9 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
            s.h2d_seconds);
     metric(&t, "placed_chunks_total", "counter", "Chunks decoded straight into a batch slot.", ds,
            (double)s.placed_chunks);
+    metric(&t, "refetches_total", "counter",
+           "Chunks fetched again within an epoch (shuffle window larger than cache_bytes).", ds,
+           (double)s.refetches);
     if (t.len > (size_t)INT32_MAX)
         return DSC_EOVERFLOW;
     return (int)t.len;

@@ -2,7 +2,7 @@
  * batch's bytes equal the dataset's shard files; exactly-once per epoch across ranks; same seed
  * same order; resume and elastic resume; a clear error when the server dies; bounded memory.
  * usage: loader_check MODE --servers S --dataset NAME --dir DATASET_DIR [options]
- *   modes: once | order | resume | elastic | kill | rss */
+ *   modes: once | order | resume | elastic | kill | rss | cache */
 #include "dscache.h"
 #include "manifest.h"
 #include "shard.h"
@@ -22,15 +22,16 @@ static double slow_ms = 0;
 static uint64_t rss_bound_mb = 0;
 static uint64_t batches_ok; /* batches checked so far */
 
-/* The loader's last ERROR line, for checks on what it says. */
+/* The loader's last ERROR and WARN lines, for checks on what it says. */
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-static char last_error[512];
+static char last_error[512], last_warn[1024];
 static void on_log(void *ctx, int level, const char *message) {
     (void)ctx;
-    if (level != DSC_LOG_ERROR)
-        return;
     pthread_mutex_lock(&log_lock);
-    snprintf(last_error, sizeof last_error, "%s", message);
+    if (level == DSC_LOG_ERROR)
+        snprintf(last_error, sizeof last_error, "%s", message);
+    else if (level == DSC_LOG_WARN)
+        snprintf(last_warn, sizeof last_warn, "%s", message);
     pthread_mutex_unlock(&log_lock);
 }
 
@@ -106,7 +107,7 @@ static dsc_loader_t *open_loader(uint32_t rank, uint32_t world, int drop_last) {
     o.connections = conns;
     o.timeout_ms = 3000;
     o.log_fn = on_log;
-    o.log_level = DSC_LOG_ERROR;
+    o.log_level = DSC_LOG_WARN;
     if (inflight)
         o.inflight_bytes = inflight;
     if (cache)
@@ -339,6 +340,79 @@ static int mode_resume(void) {
     return TEST_DONE();
 }
 
+/* A cache_bytes (--cache) smaller than a shuffle window's chunks: the loader warns at create,
+ * with the two fixes, and counts the chunks it fetches again (stats and Prometheus text); the
+ * bytes stay right. With the default cache_bytes and shuffle_window nothing is fetched twice. */
+static int mode_cache(void) {
+    REQUIRE(cache > 0 && shuffle);
+    last_warn[0] = '\0';
+    dsc_loader_t *l = open_loader(0, 1, 0);
+    char last_warn_tiny[sizeof last_warn];
+    memcpy(last_warn_tiny, last_warn, sizeof last_warn);
+    printf("tiny cache: %s\n", last_warn);
+    CHECK(strstr(last_warn, "is too small for the shuffle window") != NULL);
+    CHECK(strstr(last_warn, "raise cache_bytes to ") != NULL);
+    CHECK(strstr(last_warn, "lower shuffle_window to ") != NULL || window * sample_bytes >= cache);
+    CHECK(run(l, UINT64_MAX, NULL, NULL, NULL) == (int64_t)dsc_loader_len(l));
+    dsc_stats_t st = {.struct_size = sizeof st};
+    REQUIRE(dsc_loader_stats(l, &st) == 0);
+    char text[8192];
+    int tl = dsc_loader_metrics_text(l, text, sizeof text);
+    REQUIRE(tl > 0 && tl < (int)sizeof text);
+    char *metric = strstr(text, "\ndscache_loader_refetches_total{");
+    CHECK(metric != NULL && strtoull(strchr(metric, '}') + 1, NULL, 10) == st.refetches);
+    printf("tiny cache: %llu refetches, %.1f KiB received for %.1f KiB of samples\n",
+           (unsigned long long)st.refetches, st.wire_bytes / 1024.0,
+           source_samples * sample_bytes / 1024.0);
+    CHECK(st.refetches > 0);
+    dsc_loader_destroy(l);
+    /* The suggested cache_bytes: no refetch. */
+    const char *at = strstr(last_warn_tiny, "raise cache_bytes to ");
+    uint64_t suggested = at ? strtoull(at + strlen("raise cache_bytes to "), NULL, 10) : 0;
+    CHECK(suggested > cache);
+    uint64_t saved_cache = cache;
+    cache = suggested;
+    last_warn[0] = '\0';
+    l = open_loader(0, 1, 0);
+    CHECK(last_warn[0] == '\0');
+    CHECK(run(l, UINT64_MAX, NULL, NULL, NULL) == (int64_t)dsc_loader_len(l));
+    REQUIRE(dsc_loader_stats(l, &st) == 0);
+    printf("cache_bytes %llu (suggested): %llu refetches\n", (unsigned long long)cache,
+           (unsigned long long)st.refetches);
+    CHECK(st.refetches == 0);
+    dsc_loader_destroy(l);
+    /* The suggested shuffle_window: no refetch either. */
+    at = strstr(last_warn_tiny, "lower shuffle_window to ");
+    uint32_t saved_window = window;
+    if (at != NULL) {
+        cache = saved_cache;
+        window = (uint32_t)strtoul(at + strlen("lower shuffle_window to "), NULL, 10);
+        last_warn[0] = '\0';
+        l = open_loader(0, 1, 0);
+        CHECK(last_warn[0] == '\0');
+        CHECK(run(l, UINT64_MAX, NULL, NULL, NULL) == (int64_t)dsc_loader_len(l));
+        REQUIRE(dsc_loader_stats(l, &st) == 0);
+        printf("shuffle_window %u (suggested): %llu refetches\n", window,
+               (unsigned long long)st.refetches);
+        CHECK(st.refetches == 0);
+        dsc_loader_destroy(l);
+    }
+    /* Defaults. */
+    cache = 0;
+    window = 0;
+    l = open_loader(0, 1, 0);
+    CHECK(last_warn[0] == '\0');
+    for (int e = 0; e < 2; e++)
+        CHECK(run(l, UINT64_MAX, NULL, NULL, NULL) == (int64_t)dsc_loader_len(l));
+    REQUIRE(dsc_loader_stats(l, &st) == 0);
+    printf("defaults, 2 epochs: %llu refetches\n", (unsigned long long)st.refetches);
+    CHECK(st.refetches == 0);
+    dsc_loader_destroy(l);
+    cache = saved_cache;
+    window = saved_window;
+    return TEST_DONE();
+}
+
 static int mode_elastic(void) {
     static const uint32_t targets[] = {4, 16};
     uint32_t *count = calloc(source_samples, sizeof(uint32_t));
@@ -501,6 +575,8 @@ int main(int argc, char **argv) {
         return mode_elastic();
     if (!strcmp(mode, "kill"))
         return mode_kill();
+    if (!strcmp(mode, "cache"))
+        return mode_cache();
     fprintf(stderr, "loader_check: unknown mode %s\n", mode);
     return 2;
 }
