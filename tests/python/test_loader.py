@@ -1,5 +1,6 @@
 """dscache.Loader through a real dscached: numpy batches equal the source arrays, torch output,
 state_dict resume, a tiny torch model trained on loader batches, errors become exceptions."""
+import ctypes
 import os
 import sys
 
@@ -54,6 +55,28 @@ for key in ("batches", "bytes", "stall_seconds", "stall_fraction", "wire_bytes")
 t.check(st["batches"] == 3 * len(loader), "stats batches %d" % st["batches"])
 t.check(0.0 <= st["stall_fraction"] <= 1.0, "stall_fraction in [0, 1]")
 t.check("dscache_loader_batches_total" in loader.metrics_text(), "metrics text")
+for key in ("placed_chunks", "refetches", "checksum_failures", "failovers"):
+    t.check(key in st, "stats has " + key)
+t.check(st["refetches"] == 0, "default settings: no chunk fetched twice per epoch")
+t.check("dscache_loader_refetches_total" in loader.metrics_text(), "metrics text: refetches")
+# The Python stats struct is as large as the C one. The library copies min(struct_size, its own
+# size) bytes: offer a larger buffer filled with a pattern (twice, with two patterns) and see
+# where its writes stop.
+py_size = ctypes.sizeof(dscache._Stats)
+cap = py_size + 64
+written = 0
+for fill in (0x00, 0xFF):
+    buf = (ctypes.c_uint8 * cap)(*([fill] * cap))
+    ctypes.c_size_t.from_buffer(buf).value = cap
+    rc = dscache._load().dsc_loader_stats(loader._h(),
+                                          ctypes.cast(buf, ctypes.POINTER(dscache._Stats)))
+    t.check(rc == 0, "dsc_loader_stats into a larger buffer")
+    t.check(ctypes.c_size_t.from_buffer(buf).value == cap, "struct_size kept")
+    for i in range(ctypes.sizeof(ctypes.c_size_t), cap):
+        if buf[i] != fill:
+            written = max(written, i + 1)
+c_size = (written + 7) // 8 * 8
+t.check(c_size == py_size, "stats struct: C %d bytes, Python %d" % (c_size, py_size))
 loader.close()
 
 # ---- state_dict resume ------------------------------------------------------------------------

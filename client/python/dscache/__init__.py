@@ -117,6 +117,8 @@ _STAT_FIELDS = [
     ("decode_seconds", ctypes.c_double),
     ("collate_seconds", ctypes.c_double),
     ("h2d_seconds", ctypes.c_double),
+    ("placed_chunks", ctypes.c_uint64),
+    ("refetches", ctypes.c_uint64),
 ]
 
 
@@ -460,8 +462,11 @@ class Loader:
         _check(self._lib.dsc_loader_set_stream(self._h(), ctypes.c_void_p(ptr)))
 
     def stats(self):
-        """Counters and times: batches, samples, bytes, wire_bytes, stall_seconds,
-        compute_seconds, stall_fraction, network/decode/collate/h2d_seconds, ..."""
+        """Counters and times (the fields of dsc_stats_t): epoch, batches, samples, bytes,
+        wire_bytes, requests, retries, failovers, checksum_failures, wall/stall/compute_seconds,
+        stall_fraction, network/decode/collate/h2d_seconds, placed_chunks (chunks decoded straight
+        into a batch slot) and refetches (chunks fetched again within an epoch: cache_bytes too
+        small for the shuffle window, see the loader's WARN)."""
         s = _Stats()
         s.struct_size = ctypes.sizeof(_Stats)
         _check(self._lib.dsc_loader_stats(self._h(), ctypes.byref(s)))
