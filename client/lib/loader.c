@@ -574,16 +574,16 @@ static void check_cache_budget(dsc_loader_t *loader) {
                        : 0;
     char lower[160] = "";
     if (loader->opt.shuffle && fit >= 1)
-        snprintf(lower, sizeof lower, " or lower shuffle_window to %llu",
-                 (unsigned long long)fit);
+        snprintf(lower, sizeof lower, " or lower shuffle_window to %llu", (unsigned long long)fit);
     DSC_LOG(&loader->log, DSC_LOG_WARN,
             "loader: cache_bytes %llu is too small for the shuffle window: %u windows of %llu "
             "samples (+ %llu of a step) of %llu bytes, each with 2 edge chunks of up to %llu "
             "bytes, need %llu bytes of decoded chunks at once, so chunks will be fetched several "
             "times per epoch (see the refetches statistic); raise cache_bytes to %llu%s",
             (unsigned long long)loader->cache_bytes, WINDOWS_HELD, (unsigned long long)window,
-            (unsigned long long)per_step, (unsigned long long)loader->sample_bytes, (unsigned long long)chunk_max,
-            (unsigned long long)need, (unsigned long long)need, lower);
+            (unsigned long long)per_step, (unsigned long long)loader->sample_bytes,
+            (unsigned long long)chunk_max, (unsigned long long)need, (unsigned long long)need,
+            lower);
 }
 
 DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader_t **out) {
@@ -1008,8 +1008,8 @@ DSC_EXTERN int dsc_loader_state_load(dsc_loader_t *loader, const void *buf, size
                 get_u32(p + 4), STATE_VERSION);
         return DSC_EBADSTATE;
     }
-    if (len != STATE_BYTES || memcmp(p, "DSCS", 4) != 0 ||
-        get_u64(p + 48) != dsc_checksum(p, 48) || p[44] > 1 || p[45] || p[46] || p[47]) {
+    if (len != STATE_BYTES || memcmp(p, "DSCS", 4) != 0 || get_u64(p + 48) != dsc_checksum(p, 48) ||
+        p[44] > 1 || p[45] || p[46] || p[47]) {
         DSC_LOG(&loader->log, DSC_LOG_ERROR,
                 "loader state: not a valid saved state (%zu bytes; %u expected, checksummed)", len,
                 STATE_BYTES);

@@ -51,8 +51,8 @@ typedef struct dsc_chunk_ent {
     dsc_chunk_entry_t entry; /* as received */
     uint8_t *stored;
     size_t stored_cap;
-    uint8_t *raw;                /* decoded bytes (== stored for raw chunks) */
-    size_t raw_cap;              /* 0 when raw aliases stored */
+    uint8_t *raw;   /* decoded bytes (== stored for raw chunks) */
+    size_t raw_cap; /* 0 when raw aliases stored */
     /* Direct placement (decode.c): run_ok while every planned need of this chunk is one
      * in-order run of its samples in step run_seq from batch position run_k; placed once its
      * samples went straight into that step's slot (raw is then NULL, and the planner no longer
