@@ -102,10 +102,11 @@ struct dsc_catalog {
     dsc_store_t *store;
     dsc_catalog_options_t opt;
     _Atomic(table_t *) table;
-    table_t *retired_tables;
+    table_t *retired_tables; /* retired_tables, all, dirs, dir_count: owned by rescan_lock */
     dsc_dataset_t *all;
     char **dirs;
     uint32_t dir_count;
+    atomic_uint_fast64_t table_meta_bytes; /* their metadata bytes, see update_table_meta */
     pthread_mutex_t rescan_lock; /* serialises add_dir/rescan (file I/O outside cat->lock) */
 
     pthread_mutex_t lock; /* bookkeeping: loads, evictions, queue */
@@ -132,6 +133,7 @@ const double dsc_load_bucket_bounds[DSC_LOAD_BUCKETS] = {0.001, 0.0025, 0.005, 0
                                                          0.05,  0.1,    0.25,  1.0,  5.0};
 
 static void *io_thread(void *arg);
+static void update_table_meta(dsc_catalog_t *cat);
 
 int dsc_catalog_create(dsc_store_t *store, const dsc_catalog_options_t *options,
                        dsc_catalog_t **out) {
@@ -155,6 +157,7 @@ int dsc_catalog_create(dsc_store_t *store, const dsc_catalog_options_t *options,
     if (cat->opt.index_cache_limit == 0)
         cat->opt.index_cache_limit = UINT64_C(64) << 20;
     atomic_init(&cat->table, empty);
+    update_table_meta(cat);
     pthread_mutex_init(&cat->lock, NULL);
     pthread_mutex_init(&cat->rescan_lock, NULL);
     pthread_cond_init(&cat->work_cond, NULL);
@@ -1072,11 +1075,13 @@ int dsc_catalog_evict(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id) 
 
 /* ---- directories and rescans ------------------------------------------------------------- */
 
+/* Under rescan_lock. */
 static int publish(dsc_catalog_t *cat, table_t *next) {
     table_t *prev = atomic_exchange_explicit(&cat->table, next, memory_order_acq_rel);
     /* Loops may still be walking prev: keep it until destroy (rescans are rare). */
     prev->retired_next = cat->retired_tables;
     cat->retired_tables = prev;
+    update_table_meta(cat);
     return 0;
 }
 
@@ -1099,6 +1104,7 @@ int dsc_catalog_add_dir(dsc_catalog_t *cat, const char *dir) {
         }
         cat->dirs[cat->dir_count++] = dir_copy;
         dir_copy = NULL;
+        update_table_meta(cat);
         LOG_WARN("%s: no %s yet: served after a rescan (SIGHUP) finds one", dir, DSC_MANIFEST_FILE);
         rc = 0;
         goto done;
@@ -1260,8 +1266,14 @@ int dsc_catalog_rescan(dsc_catalog_t *cat) {
  * its JSON, one slot per shard) and the index cache. Per shard that is a slot, a manifest
  * entry, its JSON and, while read through, its cached index (48 bytes per chunk). */
 static uint64_t metadata_bytes_locked(dsc_catalog_t *cat) {
-    uint64_t total =
-        sizeof *cat + cat->thread_count * sizeof(pthread_t) + cat->dir_count * sizeof(char *);
+    return sizeof *cat + cat->thread_count * sizeof(pthread_t) +
+           atomic_load_explicit(&cat->table_meta_bytes, memory_order_relaxed) + cat->index_bytes;
+}
+
+/* The part of metadata_bytes owned by add_dir/rescan (directories, tables, datasets): computed
+ * under rescan_lock whenever they change, read by STAT without it. */
+static void update_table_meta(dsc_catalog_t *cat) {
+    uint64_t total = cat->dir_count * sizeof(char *);
     for (uint32_t i = 0; i < cat->dir_count; i++)
         total += strlen(cat->dirs[i]) + 1;
     table_t *t = atomic_load(&cat->table);
@@ -1274,7 +1286,7 @@ static uint64_t metadata_bytes_locked(dsc_catalog_t *cat) {
         total += sizeof *ds->manifest + shards * sizeof(dsc_manifest_shard_t);
         total += (shards ? shards : 1) * sizeof(dsc_slot_t);
     }
-    return total + cat->index_bytes;
+    atomic_store_explicit(&cat->table_meta_bytes, total, memory_order_relaxed);
 }
 
 static cJSON *dataset_json_locked(dsc_dataset_t *ds) {

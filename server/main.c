@@ -523,8 +523,9 @@ int main(int argc, char **argv) {
     uv_run(&ctl.loop, UV_RUN_DEFAULT);
     exit_code = 0;
 done:
-    dsc_server_destroy(server); /* joins the loops once they have drained */
+    /* HTTP first: its thread reads the server's counters, which destroy frees. */
     dsc_http_stop(http);
+    dsc_server_destroy(server); /* joins the loops once they have drained */
     dsc_cluster_destroy(cluster); /* after the loops: they read it */
     if (loop_ready)
         uv_loop_close(&ctl.loop);

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite: installs missing packages, builds (gcc, -Werror), runs every test, then
 # builds again with clang + AddressSanitizer + UndefinedBehaviorSanitizer + libFuzzer and runs
-# the tests and the bounded fuzz runs there.
+# the tests and the bounded fuzz runs there, then with ThreadSanitizer (the loader's and the
+# server's threads) and runs the C tests once more.
 #   DSC_FUZZ_SECONDS=N   seconds per fuzz target (default 30)
 #   DSC_SKIP_ASAN=1      only the first build (quick local runs)
+#   DSC_SKIP_TSAN=1      no ThreadSanitizer build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/local/setup.sh
@@ -34,5 +36,13 @@ if [ "${DSC_SKIP_ASAN:-0}" != 1 ]; then
     # release build only.
     (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -LE python)
     print_skips build-asan
+fi
+if [ "${DSC_SKIP_ASAN:-0}" != 1 ] && [ "${DSC_SKIP_TSAN:-0}" != 1 ]; then
+    echo "== build (clang, ThreadSanitizer) =="
+    CC=clang cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DDSC_TSAN=ON >/dev/null
+    cmake --build build-tsan -j "$jobs"
+    echo "== tests (ThreadSanitizer) =="
+    (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j "$jobs" -LE python)
+    print_skips build-tsan
 fi
 echo "== all tests passed =="

@@ -4,7 +4,7 @@
 # Also checks that libdscache.so exports only the public dsc_* API.
 set -euo pipefail
 build=$(dirname "$DSC_BIN")
-if [ "${DSC_SANITIZE:-OFF}" = ON ]; then
+if [ "${DSC_SANITIZE:-OFF}" = ON ] || [ "${DSC_TSAN:-OFF}" = ON ]; then
     echo "SKIP: the sanitizer build's library needs the sanitizer runtime in every consumer;" \
          "the install test runs in the release build"
     exit 77

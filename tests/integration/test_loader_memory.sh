@@ -6,9 +6,9 @@ source "$(dirname "$0")/loader_env.sh"
 
 samples=24000 # 24000 x 4 KiB = ~94 MiB, lz4
 bound=80      # MiB: libraries + slots + 16 MiB cache + 8 MiB in flight + pool, with margin
-if [ "${DSC_SANITIZE:-OFF}" = ON ]; then
+if [ "${DSC_SANITIZE:-OFF}" = ON ] || [ "${DSC_TSAN:-OFF}" = ON ]; then
     samples=6000
-    bound=400   # ASan's shadow memory and quarantine
+    bound=400   # the sanitizers' shadow memory (and ASan's quarantine)
 fi
 make_ds big --samples "$samples" --field x:u8:64x64 --compress lz4 --chunk-size 256K \
     --shard-size 8M
