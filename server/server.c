@@ -1,7 +1,8 @@
 /* TCP front end: event loops, connections, frame parsing, request dispatch, GET answers written
- * straight out of the store (a header+prefix buffer and buffers pointing at the shard bytes).
- * Each loop owns its connections; the only cross-thread traffic is a mailbox per loop that
- * loader threads fill with finished loads, and the stop request. */
+ * straight out of the store (a header+prefix buffer and buffers pointing at the shard bytes),
+ * the answers to one read gathered into one writev. Each loop owns its connections; the only
+ * cross-thread traffic is a mailbox per loop that loader threads fill with finished loads,
+ * accepted sockets dealt to the loops in turn, and the stop request. */
 #include "server.h"
 #include "log.h"
 #include "protocol.h"
@@ -57,7 +58,7 @@ typedef struct conn {
     unsigned batch_bufs;
     int refs;               /* 1 for the open handle + writes + pending loads */
     unsigned hello : 1, closing : 1, reading : 1, close_when_idle : 1, paused : 1;
-    unsigned batching : 1; /* inside conn_process: submit() collects instead of writing */
+    unsigned batching : 1;    /* inside conn_process: submit() collects instead of writing */
     unsigned view_logged : 1; /* a HELLO with a different members_hash was logged */
 } conn_t;
 
@@ -858,10 +859,10 @@ static void on_connection(uv_stream_t *listener, int status) {
         uv_close((uv_handle_t *)&c->tcp, on_close);
         return;
     }
-    uint32_t target = srv->loop_count > 1
-                          ? atomic_fetch_add_explicit(&srv->next_loop, 1, memory_order_relaxed) %
-                                srv->loop_count
-                          : 0;
+    uint32_t target =
+        srv->loop_count > 1
+            ? atomic_fetch_add_explicit(&srv->next_loop, 1, memory_order_relaxed) % srv->loop_count
+            : 0;
     loop_ctx_t *to = &srv->loops[target];
     uv_os_fd_t fd;
     if (to != lc && uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0) {

@@ -30,10 +30,10 @@
 
 static double seconds = 2.0;
 static int reps = 3;
-static int depth_override = 0;            /* requests in flight per connection; 0: by size */
+static int depth_override = 0;              /* requests in flight per connection; 0: by size */
 static uint64_t inflight_bytes = 16u << 20; /* per connection when depth_override is 0 */
-static int client_threads = 0;            /* 0: the number of cores */
-static int server_threads = 0;            /* dscached --threads and memcached -t; 0: cores */
+static int client_threads = 0;              /* 0: the number of cores */
+static int server_threads = 0;              /* dscached --threads and memcached -t; 0: cores */
 static const char *only_size = NULL;
 static int only_conns = 0;
 static int skip_mc = 0;
@@ -112,8 +112,8 @@ static uint16_t free_port(void) {
 
 static int tcp_connect(uint16_t port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     for (int i = 0; i < 200; i++) {
         if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
             int one = 1;
@@ -194,8 +194,8 @@ static int fill_requests(bconn_t *c) {
                                  .shard_id = k / c->sc->chunks_per_shard,
                                  .first_chunk = k % c->sc->chunks_per_shard,
                                  .chunk_count = 1};
-            int n = dsc_get_req_encode(&req, dst + DSC_FRAME_HEADER_SIZE,
-                                       256 - DSC_FRAME_HEADER_SIZE);
+            int n =
+                dsc_get_req_encode(&req, dst + DSC_FRAME_HEADER_SIZE, 256 - DSC_FRAME_HEADER_SIZE);
             if (n < 0)
                 return -1;
             dsc_frame_header_t h = {.version = DSC_PROTO_VERSION,
@@ -486,8 +486,8 @@ static int ncores(void) {
 }
 
 /* Opens `conns` connections, spreads them over the client threads, runs for `secs`. */
-static result_t run(kind_t kind, const size_case_t *sc, int conns, const char *addr,
-                    uint16_t port, pid_t server, double secs) {
+static result_t run(kind_t kind, const size_case_t *sc, int conns, const char *addr, uint16_t port,
+                    pid_t server, double secs) {
     result_t res = {0};
     int threads = client_threads ? client_threads : ncores();
     if (threads > conns)
@@ -784,8 +784,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--depth") == 0 && v && (depth_override = atoi(v)) >= 1 &&
                  depth_override <= MAX_DEPTH)
             i++;
-        else if (strcmp(a, "--inflight") == 0 && v && dsc_parse_size(v, &bytes) == 0 &&
-                 bytes > 0) {
+        else if (strcmp(a, "--inflight") == 0 && v && dsc_parse_size(v, &bytes) == 0 && bytes > 0) {
             inflight_bytes = bytes;
             i++;
         } else if (strcmp(a, "--client-threads") == 0 && v && (client_threads = atoi(v)) >= 1)
@@ -812,8 +811,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--dscached") == 0 && v) {
             dscached_path = v;
             i++;
-        }
-        else {
+        } else {
             usage();
             return 2;
         }
@@ -846,9 +844,25 @@ int main(int argc, char **argv) {
     snprintf(d1, sizeof d1, "%s/%s", work, cases[0].dataset);
     snprintf(d2, sizeof d2, "%s/%s", work, cases[1].dataset);
     snprintf(pfile, sizeof pfile, "%s/port", work);
-    char *dargs[] = {dscached, "--data", d1, "--data", d2, "--listen", "127.0.0.1:0", "--http",
-                     "off", "--warm", "--memory", "512M", "--port-file", pfile, "--threads",
-                     threads_text, "--log-level", "warn", NULL};
+    char *dargs[] = {dscached,
+                     "--data",
+                     d1,
+                     "--data",
+                     d2,
+                     "--listen",
+                     "127.0.0.1:0",
+                     "--http",
+                     "off",
+                     "--warm",
+                     "--memory",
+                     "512M",
+                     "--port-file",
+                     pfile,
+                     "--threads",
+                     threads_text,
+                     "--log-level",
+                     "warn",
+                     NULL};
     dpid = spawn(dargs, log);
     char addr[64] = "";
     for (int i = 0; i < 250 && !addr[0]; i++) {
@@ -869,8 +883,22 @@ int main(int argc, char **argv) {
     uint16_t mport = free_port();
     char mport_text[16], mcver[128] = "";
     snprintf(mport_text, sizeof mport_text, "%u", mport);
-    char *margs[] = {"/usr/bin/memcached", "-l", "127.0.0.1", "-p", mport_text, "-U", "0",
-                     "-m", "1024", "-I", "2m", "-t", threads_text, "-u", "nobody", NULL};
+    char *margs[] = {"/usr/bin/memcached",
+                     "-l",
+                     "127.0.0.1",
+                     "-p",
+                     mport_text,
+                     "-U",
+                     "0",
+                     "-m",
+                     "1024",
+                     "-I",
+                     "2m",
+                     "-t",
+                     threads_text,
+                     "-u",
+                     "nobody",
+                     NULL};
     int have_mc = !skip_mc && access(margs[0], X_OK) == 0;
     if (have_mc) {
         memcached_version(mcver, sizeof mcver);
@@ -974,8 +1002,8 @@ int main(int argc, char **argv) {
                 printf("| %s | %d | %.0f | %.0f%% | %.3f | %.0f | %.0f%% | %.3f | %.0f | %.2fx | "
                        "%.2fx |\n",
                        cases[i].label, conns, d_mbps, spread(dm, reps), median(dc, reps),
-                       median(mm, reps), spread(mm, reps), median(mc, reps),
-                       median(raw2v, reps), vs_mc, vs_raw);
+                       median(mm, reps), spread(mm, reps), median(mc, reps), median(raw2v, reps),
+                       vs_mc, vs_raw);
             else
                 printf("| %s | %d | %.0f | %.0f%% | %.3f | - | - | - | %.0f | - | %.2fx |\n",
                        cases[i].label, conns, d_mbps, spread(dm, reps), median(dc, reps),

@@ -89,7 +89,9 @@ static size_t put_frame(uint8_t *out, size_t cap, uint8_t opcode, uint64_t id, c
                         size_t len) {
     if (cap < DSC_FRAME_HEADER_SIZE + len)
         return 0;
-    dsc_frame_header_t h = {.version = DSC_PROTO_VERSION, .opcode = opcode, .request_id = id,
+    dsc_frame_header_t h = {.version = DSC_PROTO_VERSION,
+                            .opcode = opcode,
+                            .request_id = id,
                             .body_len = (uint32_t)len};
     dsc_frame_header_encode(&h, out);
     if (len)
@@ -109,20 +111,26 @@ static size_t put_get(uint8_t *out, size_t cap, uint64_t id, const char *name, u
 }
 
 static size_t put_hello(uint8_t *out, size_t cap) {
-    dsc_hello_req_t req = {.min_version = 1, .max_version = DSC_PROTO_VERSION,
-                           .client_name = {"pipeline_check", 14}};
+    dsc_hello_req_t req = {
+        .min_version = 1, .max_version = DSC_PROTO_VERSION, .client_name = {"pipeline_check", 14}};
     uint8_t body[128];
     int n = dsc_hello_req_encode(&req, body, sizeof body);
     return n < 0 ? 0 : put_frame(out, cap, DSC_OP_HELLO, 0, body, (size_t)n);
 }
 
 /* What request i of a burst is, so that sender and checker agree. */
-typedef enum { REQ_GET, REQ_GET_RANGE, REQ_BAD_RANGE, REQ_NO_DATASET, REQ_PING, REQ_UNKNOWN } kind_t;
+typedef enum {
+    REQ_GET,
+    REQ_GET_RANGE,
+    REQ_BAD_RANGE,
+    REQ_NO_DATASET,
+    REQ_PING,
+    REQ_UNKNOWN
+} kind_t;
 
 static kind_t kind_of(uint32_t i) {
-    static const kind_t pattern[] = {REQ_GET,  REQ_GET,        REQ_PING,       REQ_GET,
-                                     REQ_GET_RANGE, REQ_BAD_RANGE, REQ_GET, REQ_NO_DATASET,
-                                     REQ_GET,  REQ_UNKNOWN};
+    static const kind_t pattern[] = {REQ_GET,       REQ_GET, REQ_PING,       REQ_GET, REQ_GET_RANGE,
+                                     REQ_BAD_RANGE, REQ_GET, REQ_NO_DATASET, REQ_GET, REQ_UNKNOWN};
     return pattern[i % (sizeof pattern / sizeof pattern[0])];
 }
 
@@ -301,8 +309,10 @@ static void burst_then_garbage(uint32_t count, int well_formed) {
         len += put_get(out + len, cap - len, (uint64_t)i + 1, dataset, shard, chunk, 1);
     }
     if (well_formed) {
-        dsc_frame_header_t bad = {.version = DSC_PROTO_VERSION, .opcode = DSC_OP_PING,
-                                  .flags = DSC_FLAG_RESPONSE, .request_id = count + 1};
+        dsc_frame_header_t bad = {.version = DSC_PROTO_VERSION,
+                                  .opcode = DSC_OP_PING,
+                                  .flags = DSC_FLAG_RESPONSE,
+                                  .request_id = count + 1};
         dsc_frame_header_encode(&bad, out + len);
     } else {
         memset(out + len, 0x5a, DSC_FRAME_HEADER_SIZE); /* not a frame */
@@ -391,9 +401,8 @@ static void many_connections(uint32_t n, uint32_t per_conn) {
         uint32_t i = 0;
         for (; i <= per_conn; i++) {
             if (recv_exact(fds[c], head, sizeof head) != 0 ||
-                dsc_frame_header_decode(head, sizeof head, 0, &h) < 0 ||
-                h.body_len > body_cap || recv_exact(fds[c], body, h.body_len) != 0 ||
-                h.status != DSC_STATUS_OK ||
+                dsc_frame_header_decode(head, sizeof head, 0, &h) < 0 || h.body_len > body_cap ||
+                recv_exact(fds[c], body, h.body_len) != 0 || h.status != DSC_STATUS_OK ||
                 (i > 0 && h.request_id != (uint64_t)c * 100000 + i))
                 break;
         }
