@@ -7,6 +7,7 @@
 #include "dscache.h"
 #include "manifest.h"
 #include "shard.h"
+#include "testdata.h"
 #include "util.h"
 
 #include <libgen.h>
@@ -398,18 +399,10 @@ static lz4_result_t lz4_inprocess(const char *dir) {
     for (uint32_t s = 0; dst != NULL && s < m->shard_count; s++) {
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", dir, m->shards[s].file);
-        FILE *fp = fopen(path, "rb");
-        if (!fp)
-            continue;
-        fseek(fp, 0, SEEK_END);
-        long size = ftell(fp);
-        fseek(fp, 0, SEEK_SET);
-        uint8_t *buf = size > 0 ? malloc((size_t)size) : NULL;
-        if (buf == NULL || fread(buf, 1, (size_t)size, fp) != (size_t)size)
-            size = 0;
-        fclose(fp);
+        uint64_t size = 0;
+        uint8_t *buf = testdata_read_file(path, &size);
         dsc_shard_view_t v;
-        if (size > 0 && dsc_shard_parse(buf, (uint64_t)size, &v) == 0) {
+        if (buf != NULL && dsc_shard_parse(buf, size, &v) == 0) {
             for (uint32_t c = 0; c < v.footer.chunk_count; c++) {
                 dsc_chunk_entry_t e;
                 if (dsc_shard_chunk(&v, c, &e) < 0)

@@ -11,9 +11,8 @@
  *        cluster_check owners --servers SPEC --dataset NAME --shards N [--replicas R]
  *          prints "shard I: OWNER OWNER" computed the way the loader routes (placement.h) */
 #include "dscache.h"
-#include "manifest.h"
 #include "placement.h"
-#include "shard.h"
+#include "testdata.h"
 #include "testlib.h"
 #include "util.h"
 
@@ -33,60 +32,8 @@ static int no_verify = 0, corrupt = 0;
 static const char *expect_error;
 static double slow_ms = 0;
 
-static uint8_t *source;
-static uint64_t source_samples, sample_bytes;
-static dsc_schema_t schema;
-static uint64_t field_in_sample[DSC_MAX_FIELDS];
-
-/* The whole dataset decoded from its shard files, sample-major. */
-static void load_source(void) {
-    dsc_manifest_t *m = NULL;
-    REQUIRE(dsc_manifest_load(dir, &m) == 0);
-    schema = m->schema;
-    sample_bytes = m->schema.sample_bytes;
-    source_samples = m->samples;
-    uint64_t off = 0;
-    for (uint32_t f = 0; f < schema.field_count; f++) {
-        field_in_sample[f] = off;
-        off += schema.fields[f].sample_bytes;
-    }
-    source = malloc(source_samples * sample_bytes);
-    REQUIRE(source != NULL);
-    uint64_t first = 0;
-    for (uint32_t s = 0; s < m->shard_count; s++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, m->shards[s].file);
-        FILE *fp = fopen(path, "rb");
-        REQUIRE(fp != NULL);
-        fseek(fp, 0, SEEK_END);
-        long size = ftell(fp);
-        fseek(fp, 0, SEEK_SET);
-        uint8_t *buf = malloc((size_t)size);
-        REQUIRE(buf && fread(buf, 1, (size_t)size, fp) == (size_t)size);
-        fclose(fp);
-        dsc_shard_view_t view;
-        REQUIRE(dsc_shard_parse(buf, (uint64_t)size, &view) == 0);
-        for (uint32_t c = 0; c < view.footer.chunk_count; c++) {
-            dsc_chunk_entry_t e;
-            REQUIRE(dsc_shard_chunk(&view, c, &e) == 0);
-            uint8_t *raw = malloc(e.raw_len);
-            REQUIRE(dsc_chunk_decode(&e, dsc_shard_chunk_data(&view, &e), raw, e.raw_len) ==
-                    (int)e.raw_len);
-            for (uint32_t k = 0; k < e.sample_count; k++)
-                for (uint32_t f = 0; f < schema.field_count; f++) {
-                    uint64_t fsb = schema.fields[f].sample_bytes;
-                    memcpy(
-                        source + (first + e.first_sample + k) * sample_bytes + field_in_sample[f],
-                        raw + dsc_schema_field_offset(&schema, f, e.sample_count) + k * fsb, fsb);
-                }
-            free(raw);
-        }
-        first += m->shards[s].samples;
-        free(buf);
-    }
-    REQUIRE(first == source_samples);
-    dsc_manifest_free(m);
-}
+/* The dataset decoded from its shard files (only its sizes with --no-verify 1). */
+static testdata_t source;
 
 /* Loader log lines go to stderr with the rank, so the scripts can look for them. */
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -99,19 +46,8 @@ static void on_log(void *ctx, int level, const char *message) {
 }
 
 static int verify_batch(dsc_loader_t *l, dsc_batch_t *b) {
-    uint32_t n = dsc_batch_samples(b);
-    const uint64_t *idx = dsc_batch_indices(b);
-    int bad = 0;
-    for (uint32_t f = 0; f < dsc_loader_field_count(l); f++) {
-        dsc_tensor_view_t v;
-        REQUIRE(dsc_batch_field(b, f, &v) == 0);
-        uint64_t fsb = schema.fields[f].sample_bytes;
-        for (uint32_t k = 0; k < n; k++)
-            if (idx[k] >= source_samples ||
-                memcmp((uint8_t *)v.data + k * fsb,
-                       source + idx[k] * sample_bytes + field_in_sample[f], fsb) != 0)
-                bad++;
-    }
+    int bad = testdata_batch_mismatches(&source, b, dsc_loader_field_count(l));
+    REQUIRE(bad >= 0);
     if (bad)
         fprintf(stderr, "rank %u batch %llu: %d sample field(s) differ from the shard files\n",
                 rank_id, (unsigned long long)dsc_batch_step(b), bad);
@@ -119,15 +55,7 @@ static int verify_batch(dsc_loader_t *l, dsc_batch_t *b) {
 }
 
 static int mode_epoch(void) {
-    if (no_verify) {
-        dsc_manifest_t *m = NULL;
-        REQUIRE(dsc_manifest_load(dir, &m) == 0);
-        sample_bytes = m->schema.sample_bytes;
-        source_samples = m->samples;
-        dsc_manifest_free(m);
-    } else {
-        load_source();
-    }
+    REQUIRE(testdata_load(dir, !no_verify, &source) == 0);
     dsc_loader_options_t o;
     dsc_loader_options_init(&o);
     o.servers = servers;
@@ -193,7 +121,8 @@ static int mode_epoch(void) {
         if (rc < 0 && rc != DSC_EOF)
             break;
         double es = dsc_now_s() - e0;
-        printf("epoch %u: %.2f s, %.1f MB/s\n", e, es, epoch_samples * sample_bytes / es / 1e6);
+        printf("epoch %u: %.2f s, %.1f MB/s\n", e, es,
+               epoch_samples * source.sample_bytes / es / 1e6);
         CHECK_EQ_INT(got, expect);
     }
     double secs = dsc_now_s() - t0;
@@ -222,7 +151,7 @@ static int mode_epoch(void) {
     if (corrupt && expect_error == NULL)
         CHECK(st.failovers > 0);
     dsc_loader_destroy(l);
-    free(source);
+    testdata_free(&source);
     return TEST_DONE();
 }
 
@@ -252,57 +181,32 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *mode = argv[1];
-    for (int i = 2; i + 1 < argc; i += 2) {
-        const char *k = argv[i], *v = argv[i + 1];
-        if (!strcmp(k, "--servers"))
-            servers = v;
-        else if (!strcmp(k, "--dataset"))
-            dataset = v;
-        else if (!strcmp(k, "--dir"))
-            dir = v;
-        else if (!strcmp(k, "--ids"))
-            ids_path = v;
-        else if (!strcmp(k, "--mark"))
-            mark_path = v;
-        else if (!strcmp(k, "--mark-at"))
-            mark_at = strtoull(v, NULL, 10);
-        else if (!strcmp(k, "--fallback"))
-            fallback = v;
-        else if (!strcmp(k, "--batch"))
-            batch = (uint32_t)atoi(v);
-        else if (!strcmp(k, "--rank"))
-            rank_id = (uint32_t)atoi(v);
-        else if (!strcmp(k, "--world"))
-            world = (uint32_t)atoi(v);
-        else if (!strcmp(k, "--epochs"))
-            epochs = (uint32_t)atoi(v);
-        else if (!strcmp(k, "--replicas"))
-            replicas = (uint32_t)atoi(v);
-        else if (!strcmp(k, "--shards"))
-            shards = (uint32_t)atoi(v);
-        else if (!strcmp(k, "--timeout-ms"))
-            timeout_ms = (uint32_t)atoi(v);
-        else if (!strcmp(k, "--cache"))
-            cache = strtoull(v, NULL, 10);
-        else if (!strcmp(k, "--inflight"))
-            inflight = strtoull(v, NULL, 10);
-        else if (!strcmp(k, "--window"))
-            window = (uint32_t)atoi(v);
-        else if (!strcmp(k, "--corrupt"))
-            corrupt = atoi(v);
-        else if (!strcmp(k, "--expect-error"))
-            expect_error = v;
-        else if (!strcmp(k, "--no-verify"))
-            no_verify = atoi(v);
-        else if (!strcmp(k, "--seed"))
-            seed = strtoull(v, NULL, 10);
-        else if (!strcmp(k, "--slow-ms"))
-            slow_ms = atof(v);
-        else {
-            fprintf(stderr, "cluster_check: unknown option %s\n", k);
-            return 2;
-        }
-    }
+    const testopt_t opts[] = {
+        TESTOPT("--servers", &servers),
+        TESTOPT("--dataset", &dataset),
+        TESTOPT("--dir", &dir),
+        TESTOPT("--ids", &ids_path),
+        TESTOPT("--mark", &mark_path),
+        TESTOPT("--mark-at", &mark_at),
+        TESTOPT("--fallback", &fallback),
+        TESTOPT("--batch", &batch),
+        TESTOPT("--rank", &rank_id),
+        TESTOPT("--world", &world),
+        TESTOPT("--epochs", &epochs),
+        TESTOPT("--replicas", &replicas),
+        TESTOPT("--shards", &shards),
+        TESTOPT("--timeout-ms", &timeout_ms),
+        TESTOPT("--cache", &cache),
+        TESTOPT("--inflight", &inflight),
+        TESTOPT("--window", &window),
+        TESTOPT("--corrupt", &corrupt),
+        TESTOPT("--expect-error", &expect_error),
+        TESTOPT("--no-verify", &no_verify),
+        TESTOPT("--seed", &seed),
+        TESTOPT("--slow-ms", &slow_ms),
+    };
+    if (testopt_parse("cluster_check", argc, argv, 2, opts, sizeof opts / sizeof opts[0]) != 0)
+        return 2;
     REQUIRE(servers && dataset);
     if (!strcmp(mode, "owners"))
         return mode_owners();

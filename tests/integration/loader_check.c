@@ -4,8 +4,8 @@
  * usage: loader_check MODE --servers S --dataset NAME --dir DATASET_DIR [options]
  *   modes: once | order | resume | elastic | kill | rss | cache */
 #include "dscache.h"
-#include "manifest.h"
 #include "shard.h"
+#include "testdata.h"
 #include "testlib.h"
 
 #include <pthread.h>
@@ -35,60 +35,8 @@ static void on_log(void *ctx, int level, const char *message) {
     pthread_mutex_unlock(&log_lock);
 }
 
-/* The whole dataset decoded from its shard files, sample-major. */
-static uint8_t *source;
-static uint64_t source_samples, sample_bytes;
-static dsc_schema_t schema;
-static uint64_t field_in_sample[DSC_MAX_FIELDS];
-
-static void load_source(void) {
-    dsc_manifest_t *m = NULL;
-    REQUIRE(dsc_manifest_load(dir, &m) == 0);
-    schema = m->schema;
-    sample_bytes = m->schema.sample_bytes;
-    source_samples = m->samples;
-    uint64_t off = 0;
-    for (uint32_t f = 0; f < schema.field_count; f++) {
-        field_in_sample[f] = off;
-        off += schema.fields[f].sample_bytes;
-    }
-    source = malloc(source_samples * sample_bytes);
-    REQUIRE(source != NULL);
-    uint64_t first = 0;
-    for (uint32_t s = 0; s < m->shard_count; s++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, m->shards[s].file);
-        FILE *fp = fopen(path, "rb");
-        REQUIRE(fp != NULL);
-        fseek(fp, 0, SEEK_END);
-        long size = ftell(fp);
-        fseek(fp, 0, SEEK_SET);
-        uint8_t *buf = malloc((size_t)size);
-        REQUIRE(buf && fread(buf, 1, (size_t)size, fp) == (size_t)size);
-        fclose(fp);
-        dsc_shard_view_t view;
-        REQUIRE(dsc_shard_parse(buf, (uint64_t)size, &view) == 0);
-        for (uint32_t c = 0; c < view.footer.chunk_count; c++) {
-            dsc_chunk_entry_t e;
-            REQUIRE(dsc_shard_chunk(&view, c, &e) == 0);
-            uint8_t *raw = malloc(e.raw_len);
-            REQUIRE(dsc_chunk_decode(&e, dsc_shard_chunk_data(&view, &e), raw, e.raw_len) ==
-                    (int)e.raw_len);
-            for (uint32_t k = 0; k < e.sample_count; k++)
-                for (uint32_t f = 0; f < schema.field_count; f++) {
-                    uint64_t fsb = schema.fields[f].sample_bytes;
-                    memcpy(
-                        source + (first + e.first_sample + k) * sample_bytes + field_in_sample[f],
-                        raw + dsc_schema_field_offset(&schema, f, e.sample_count) + k * fsb, fsb);
-                }
-            free(raw);
-        }
-        first += m->shards[s].samples;
-        free(buf);
-    }
-    REQUIRE(first == source_samples);
-    dsc_manifest_free(m);
-}
+/* The whole dataset decoded from its shard files, sample-major (only its sizes in mode rss). */
+static testdata_t source;
 
 static dsc_loader_t *open_loader(uint32_t rank, uint32_t world, int drop_last) {
     dsc_loader_options_t o;
@@ -121,24 +69,18 @@ static dsc_loader_t *open_loader(uint32_t rank, uint32_t world, int drop_last) {
     return l;
 }
 
-/* Checks one batch's bytes against the source. */
+/* Checks one batch's bytes and field views against the source. */
 static int verify_batch(dsc_loader_t *l, dsc_batch_t *b) {
     uint32_t n = dsc_batch_samples(b);
-    const uint64_t *idx = dsc_batch_indices(b);
-    int bad = 0;
     for (uint32_t f = 0; f < dsc_loader_field_count(l); f++) {
         dsc_tensor_view_t v;
         REQUIRE(dsc_batch_field(b, f, &v) == 0);
-        uint64_t fsb = schema.fields[f].sample_bytes;
-        CHECK(v.shape[0] == n && v.bytes == fsb * n && v.device == -1);
-        CHECK(v.ndim == 1u + schema.fields[f].ndim && v.dtype == schema.fields[f].dtype);
-        for (uint32_t k = 0; k < n; k++) {
-            if (idx[k] >= source_samples ||
-                memcmp((uint8_t *)v.data + k * fsb,
-                       source + idx[k] * sample_bytes + field_in_sample[f], fsb) != 0)
-                bad++;
-        }
+        const dsc_field_t *field = &source.schema.fields[f];
+        CHECK(v.shape[0] == n && v.bytes == field->sample_bytes * n && v.device == -1);
+        CHECK(v.ndim == 1u + field->ndim && v.dtype == field->dtype);
     }
+    int bad = testdata_batch_mismatches(&source, b, dsc_loader_field_count(l));
+    REQUIRE(bad >= 0);
     if (bad)
         fprintf(stderr, "batch %llu: %d sample field(s) differ from the source\n",
                 (unsigned long long)dsc_batch_step(b), bad);
@@ -166,7 +108,7 @@ static int64_t run(dsc_loader_t *l, uint64_t max_steps, uint64_t *seq, uint64_t 
         for (uint32_t k = 0; k < n; k++) {
             if (seq)
                 seq[(*seq_len)++] = idx[k];
-            if (count && idx[k] < source_samples)
+            if (count && idx[k] < source.samples)
                 count[idx[k]]++;
         }
         if (slow_ms > 0)
@@ -178,11 +120,11 @@ static int64_t run(dsc_loader_t *l, uint64_t max_steps, uint64_t *seq, uint64_t 
 
 static int mode_once(void) {
     static const uint32_t worlds[] = {1, 3, 8};
-    uint32_t *count = calloc(source_samples, sizeof(uint32_t));
+    uint32_t *count = calloc(source.samples, sizeof(uint32_t));
     for (size_t wi = 0; wi < 3; wi++)
         for (int drop = 0; drop <= 1; drop++) {
             uint32_t w = worlds[wi];
-            memset(count, 0, source_samples * sizeof(uint32_t));
+            memset(count, 0, source.samples * sizeof(uint32_t));
             uint64_t seen = 0, expect_len = 0;
             for (uint32_t r = 0; r < w; r++) {
                 dsc_loader_t *l = open_loader(r, w, drop);
@@ -193,13 +135,13 @@ static int mode_once(void) {
                 dsc_loader_destroy(l);
             }
             uint64_t once = 0, twice = 0, more = 0;
-            for (uint64_t i = 0; i < source_samples; i++) {
+            for (uint64_t i = 0; i < source.samples; i++) {
                 seen += count[i];
                 once += count[i] == 1;
                 twice += count[i] == 2;
                 more += count[i] > 2;
             }
-            uint64_t n = source_samples;
+            uint64_t n = source.samples;
             CHECK(more == 0);
             if (drop) {
                 CHECK(twice == 0);
@@ -217,14 +159,14 @@ static int mode_once(void) {
 }
 
 static int mode_order(void) {
-    uint64_t n = source_samples + batch;
+    uint64_t n = source.samples + batch;
     uint64_t *a = malloc(n * 8), *b = malloc(n * 8), la = 0, lb = 0;
     dsc_loader_t *l = open_loader(0, 1, 0);
     CHECK(run(l, UINT64_MAX, a, &la, NULL) >= 0);
-    CHECK_EQ_INT(la, source_samples);
+    CHECK_EQ_INT(la, source.samples);
     /* After DSC_EOF the stream continues with the next epoch: another order. */
     CHECK(run(l, UINT64_MAX, b, &lb, NULL) >= 0);
-    CHECK_EQ_INT(lb, source_samples);
+    CHECK_EQ_INT(lb, source.samples);
     CHECK((memcmp(a, b, la * 8) != 0) == (shuffle != 0));
     /* set_epoch(0) goes back to the first order. */
     REQUIRE(dsc_loader_set_epoch(l, 0) == 0);
@@ -233,7 +175,7 @@ static int mode_order(void) {
     CHECK(la == lb && memcmp(a, b, la * 8) == 0);
     dsc_stats_t st = {.struct_size = sizeof st};
     REQUIRE(dsc_loader_stats(l, &st) == 0);
-    CHECK(st.batches > 0 && st.samples == 3 * source_samples && st.wire_bytes > 0);
+    CHECK(st.batches > 0 && st.samples == 3 * source.samples && st.wire_bytes > 0);
     char text[8192];
     int tl = dsc_loader_metrics_text(l, text, sizeof text);
     CHECK(tl > 0 && tl < (int)sizeof text && strstr(text, "dscache_loader_batches_total") != NULL);
@@ -260,7 +202,7 @@ static int mode_order(void) {
 }
 
 static int mode_resume(void) {
-    uint64_t n = source_samples + batch;
+    uint64_t n = source.samples + batch;
     uint64_t *a = malloc(n * 8), *b = malloc(n * 8);
     dsc_loader_t *l = open_loader(0, 1, 0);
     uint64_t la = 0;
@@ -352,7 +294,8 @@ static int mode_cache(void) {
     printf("tiny cache: %s\n", last_warn);
     CHECK(strstr(last_warn, "is too small for the shuffle window") != NULL);
     CHECK(strstr(last_warn, "raise cache_bytes to ") != NULL);
-    CHECK(strstr(last_warn, "lower shuffle_window to ") != NULL || window * sample_bytes >= cache);
+    CHECK(strstr(last_warn, "lower shuffle_window to ") != NULL ||
+          window * source.sample_bytes >= cache);
     CHECK(run(l, UINT64_MAX, NULL, NULL, NULL) == (int64_t)dsc_loader_len(l));
     dsc_stats_t st = {.struct_size = sizeof st};
     REQUIRE(dsc_loader_stats(l, &st) == 0);
@@ -363,7 +306,7 @@ static int mode_cache(void) {
     CHECK(metric != NULL && strtoull(strchr(metric, '}') + 1, NULL, 10) == st.refetches);
     printf("tiny cache: %llu refetches, %.1f KiB received for %.1f KiB of samples\n",
            (unsigned long long)st.refetches, st.wire_bytes / 1024.0,
-           source_samples * sample_bytes / 1024.0);
+           source.samples * source.sample_bytes / 1024.0);
     CHECK(st.refetches > 0);
     dsc_loader_destroy(l);
     /* The suggested cache_bytes: no refetch. */
@@ -415,9 +358,9 @@ static int mode_cache(void) {
 
 static int mode_elastic(void) {
     static const uint32_t targets[] = {4, 16};
-    uint32_t *count = calloc(source_samples, sizeof(uint32_t));
+    uint32_t *count = calloc(source.samples, sizeof(uint32_t));
     for (size_t t = 0; t < 2; t++) {
-        memset(count, 0, source_samples * sizeof(uint32_t));
+        memset(count, 0, source.samples * sizeof(uint32_t));
         const uint64_t k = 3;
         uint8_t state[DSC_STATE_MAX_BYTES], first_state[DSC_STATE_MAX_BYTES];
         int len = 0;
@@ -439,8 +382,8 @@ static int mode_elastic(void) {
             dsc_loader_destroy(l);
         }
         uint64_t missing = 0, dup = 0;
-        uint64_t rest = source_samples - k * batch * 8;
-        for (uint64_t i = 0; i < source_samples; i++) {
+        uint64_t rest = source.samples - k * batch * 8;
+        for (uint64_t i = 0; i < source.samples; i++) {
             missing += count[i] == 0;
             dup += count[i] > 1 ? count[i] - 1 : 0;
         }
@@ -499,7 +442,7 @@ static int mode_rss(void) {
     int rc;
     while ((rc = dsc_loader_next(l, &b)) == 0) {
         batches++;
-        bytes += dsc_batch_samples(b) * sample_bytes;
+        bytes += dsc_batch_samples(b) * source.sample_bytes;
     }
     uint64_t after = rss_kb();
     dsc_stats_t st = {.struct_size = sizeof st};
@@ -521,50 +464,21 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *mode = argv[1];
-    for (int i = 2; i + 1 < argc; i += 2) {
-        const char *k = argv[i], *v = argv[i + 1];
-        if (!strcmp(k, "--servers"))
-            servers = v;
-        else if (!strcmp(k, "--dataset"))
-            dataset = v;
-        else if (!strcmp(k, "--dir"))
-            dir = v;
-        else if (!strcmp(k, "--batch"))
-            batch = (uint32_t)atoi(v);
-        else if (!strcmp(k, "--seed"))
-            seed = strtoull(v, NULL, 10);
-        else if (!strcmp(k, "--window"))
-            window = (uint32_t)atoi(v);
-        else if (!strcmp(k, "--shuffle"))
-            shuffle = atoi(v);
-        else if (!strcmp(k, "--prefetch"))
-            prefetch = (uint32_t)atoi(v);
-        else if (!strcmp(k, "--threads"))
-            threads = (uint32_t)atoi(v);
-        else if (!strcmp(k, "--connections"))
-            conns = (uint32_t)atoi(v);
-        else if (!strcmp(k, "--inflight"))
-            inflight = strtoull(v, NULL, 10);
-        else if (!strcmp(k, "--cache"))
-            cache = strtoull(v, NULL, 10);
-        else if (!strcmp(k, "--slow-ms"))
-            slow_ms = atof(v);
-        else if (!strcmp(k, "--rss-mb"))
-            rss_bound_mb = strtoull(v, NULL, 10);
-        else {
-            fprintf(stderr, "loader_check: unknown option %s\n", k);
-            return 2;
-        }
-    }
+    const testopt_t opts[] = {
+        TESTOPT("--servers", &servers),   TESTOPT("--dataset", &dataset),
+        TESTOPT("--dir", &dir),           TESTOPT("--batch", &batch),
+        TESTOPT("--seed", &seed),         TESTOPT("--window", &window),
+        TESTOPT("--shuffle", &shuffle),   TESTOPT("--prefetch", &prefetch),
+        TESTOPT("--threads", &threads),   TESTOPT("--connections", &conns),
+        TESTOPT("--inflight", &inflight), TESTOPT("--cache", &cache),
+        TESTOPT("--slow-ms", &slow_ms),   TESTOPT("--rss-mb", &rss_bound_mb),
+    };
+    if (testopt_parse("loader_check", argc, argv, 2, opts, sizeof opts / sizeof opts[0]) != 0)
+        return 2;
     REQUIRE(servers && dataset && dir);
-    if (strcmp(mode, "rss") == 0) {
-        dsc_manifest_t *m = NULL;
-        REQUIRE(dsc_manifest_load(dir, &m) == 0);
-        sample_bytes = m->schema.sample_bytes;
-        dsc_manifest_free(m);
+    REQUIRE(testdata_load(dir, strcmp(mode, "rss") != 0, &source) == 0);
+    if (strcmp(mode, "rss") == 0)
         return mode_rss();
-    }
-    load_source();
     if (!strcmp(mode, "once"))
         return mode_once();
     if (!strcmp(mode, "order"))

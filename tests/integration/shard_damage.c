@@ -11,28 +11,11 @@
  * Prints the number of chunks damaged. */
 #include "manifest.h"
 #include "shard.h"
+#include "testdata.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint8_t *read_all(const char *path, uint64_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    uint8_t *buf = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long size = ftell(f);
-        if (size > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)size)) != NULL &&
-            fread(buf, 1, (size_t)size, f) != (size_t)size) {
-            free(buf);
-            buf = NULL;
-        }
-        *len = size > 0 ? (uint64_t)size : 0;
-    }
-    fclose(f);
-    return buf;
-}
 
 int main(int argc, char **argv) {
     if (argc != 4 || (strcmp(argv[1], "flip") != 0 && strcmp(argv[1], "silent") != 0)) {
@@ -52,7 +35,7 @@ int main(int argc, char **argv) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, m->shards[shard].file);
     uint64_t len = 0;
-    uint8_t *buf = read_all(path, &len);
+    uint8_t *buf = testdata_read_file(path, &len);
     dsc_shard_view_t view;
     if (buf == NULL || (rc = dsc_shard_parse(buf, len, &view)) < 0) {
         fprintf(stderr, "shard_damage: %s: %s\n", path, buf ? dsc_strerror(rc) : "unreadable");

@@ -2,29 +2,12 @@
  * OUT_DIR/<field>.bin, holding that field of sample 0, 1, 2, ... back to back (numpy order). */
 #include "manifest.h"
 #include "shard.h"
+#include "testdata.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint8_t *read_file(const char *path, uint64_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    uint8_t *buf = NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long size = ftell(f);
-        if (size > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)size)) != NULL &&
-            fread(buf, 1, (size_t)size, f) != (size_t)size) {
-            free(buf);
-            buf = NULL;
-        }
-        *len = size > 0 ? (uint64_t)size : 0;
-    }
-    fclose(f);
-    return buf;
-}
 
 int main(int argc, char **argv) {
     if (argc != 3) {
@@ -56,7 +39,7 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/%s", argv[1], m->shards[s].file);
         uint64_t len = 0;
         free(file);
-        file = read_file(path, &len);
+        file = testdata_read_file(path, &len);
         if (file == NULL) {
             fprintf(stderr, "shard_dump: cannot read %s\n", path);
             goto cleanup;
