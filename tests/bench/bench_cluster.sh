@@ -15,31 +15,21 @@ here=$(dirname "$0")
 DSC_BIN=${DSC_BIN:?DSC_BIN must point at the build bin directory}
 source "$here/../netns/lib.sh"
 netns_check
+source "$here/../integration/cluster_lib.sh"
 SERVER_RATE=${SERVER_RATE:-200mbit}
 CLIENT_RATE=${CLIENT_RATE:-300mbit}
 RUN_S=${SECONDS_PER_RUN:-6}
 DATASET_MB=${DATASET_MB:-256}
 DISK_MBPS=${DISK_MBPS:-40}
-PY=${DSC_PYTHON:-/usr/bin/python3}
 
-work=$(mktemp -d)
-pids=()
 loopdev=""
 cgroup=/sys/fs/cgroup/blkio/dsc-bench-$$
-cleanup() {
-    set +e # every step runs, whatever failed before
-    for pid in "${pids[@]}"; do
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    netns_cleanup
+storage_cleanup() {
     if mountpoint -q "$work/mnt" 2>/dev/null; then umount "$work/mnt" || true; fi
     if [ -n "$loopdev" ]; then losetup -d "$loopdev" 2>/dev/null || true; fi
     if [ -d "$cgroup" ]; then rmdir "$cgroup" 2>/dev/null || true; fi
-    rm -rf "$work"
-    return 0
 }
-trap cleanup EXIT
+cleanup_hooks+=(netns_cleanup storage_cleanup)
 
 ds=bench
 samples=$((DATASET_MB * 256)) # 4 KiB samples
@@ -62,20 +52,7 @@ netns_setup 6 79
 for i in 1 2 3 4; do netns_shape "$i" "$SERVER_RATE"; done
 for i in 5 6; do netns_shape "$i" "$CLIENT_RATE"; done
 members=$work/members
-
-wait_warm() {
-    local addr=$1
-    for _ in $(seq 300); do
-        if netns_exec 5 "$DSC_BIN/srv_client" call "$addr" STAT "$ds" 2>/dev/null | "$PY" -c '
-import json, sys
-d = json.load(sys.stdin)["datasets"][0]
-sys.exit(0 if d["owned_shards"] > 0 and d["owned_cached_shards"] == d["owned_shards"] else 1)' 2>/dev/null
-        then return 0; fi
-        sleep 0.2
-    done
-    echo "server $addr did not warm" >&2
-    return 1
-}
+DSC_RUN="netns_exec 5" # warmed asks from a client host
 
 rows=()
 for n in 1 2 4; do
@@ -88,7 +65,10 @@ for n in 1 2 4; do
         server_pids+=("$!")
         pids+=("$!")
     done
-    for i in $(seq 1 "$n"); do wait_warm "$(netns_ip "$i"):7070"; done
+    for i in $(seq 1 "$n"); do
+        until_ok 60 warmed "$(netns_ip "$i"):7070" "$ds" \
+            || { echo "server $(netns_ip "$i"):7070 did not warm" >&2; exit 1; }
+    done
     client_pids=()
     for r in 0 1; do
         netns_exec $((5 + r)) "$DSC_BIN/dscache" bench --servers "file:$members" --dataset "$ds" \

@@ -1,25 +1,36 @@
 # Shared by the cluster tests (sourced): dscached members started by PID with a members file,
 # cluster_check trainer ranks, and the exactly-once check over the sample ids they wrote.
-# The caller sets $work, the arrays pids=() and the functions run in its EXIT trap; $DSC_RUN, when
-# set (e.g. "netns_exec 5"), prefixes the srv_client calls, to run them from another host.
+# Sources base_lib.sh ($work, pids, cleanup_hooks, fail/pass/finish, until_ok, json_get). $DSC_RUN,
+# when set (e.g. "netns_exec 5"), prefixes the srv_client calls, to run them from another host.
 DSC_BIN=${DSC_BIN:?DSC_BIN must point at the build bin directory}
 PY=${DSC_PYTHON:-/usr/bin/python3}
 for exe in dscache dscached cluster_check srv_client; do
     [ -x "$DSC_BIN/$exe" ] || { echo "SKIP: $DSC_BIN/$exe not built"; exit 77; }
 done
+source "$(dirname "${BASH_SOURCE[0]}")/base_lib.sh"
 
-# until_ok SECONDS CMD...: reruns CMD every 0.2 s until it succeeds; 1 when time runs out.
-until_ok() {
-    local deadline=$((SECONDS + $1)); shift
-    until "$@" >/dev/null 2>&1; do
-        [ "$SECONDS" -lt "$deadline" ] || return 1
-        sleep 0.2
+declare -gA ADDR PID
+# start_member NAME ARGS...: dscached on 127.0.0.1 port 0 (--http off) with ARGS, its log in
+# $work/server-NAME.log; sets ADDR[NAME] and PID[NAME]; exits 1 when no port shows up in 5 s.
+start_member() {
+    local name=$1 pf=$work/$1.port; shift
+    "$DSC_BIN/dscached" --listen 127.0.0.1:0 --http off --port-file "$pf" "$@" \
+        >"$work/server-$name.log" 2>&1 &
+    PID[$name]=$!
+    pids+=("$!")
+    for _ in $(seq 100); do
+        [ -s "$pf" ] && break
+        sleep 0.05
     done
+    [ -s "$pf" ] || { cat "$work/server-$name.log"; echo "FAIL: $name wrote no port"; exit 1; }
+    ADDR[$name]=127.0.0.1:$(cat "$pf")
 }
 
-# json_get JSON PYTHON_EXPR: evaluates an expression on the parsed JSON `j`.
-json_get() {
-    "$PY" -c 'import json,sys; j=json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$1" "$2"
+# write_members FILE ADDR...: replaces the members file at once (the servers re-read it).
+write_members() {
+    local file=$1; shift
+    printf '%s\n' "$@" >"$file.tmp"
+    mv "$file.tmp" "$file"
 }
 
 DSC_RUN=${DSC_RUN:-}
@@ -48,4 +59,36 @@ check_exactly_once() {
 sum_stat() {
     local field=$1; shift
     cat "$@" | awk -v f="$field" '{ for (i = 1; i < NF; i++) if ($i == f) s += $(i + 1) } END { print s + 0 }'
+}
+
+# start_failover_ranks [LAUNCH]: trainer ranks 0 and 1 of world 2 reading 2 epochs of $ds over
+# file:$members (bytes checked against $work/$ds; 1 s time-out, 6 ms steps, a shuffle window,
+# cache and in-flight budget small enough that fetching goes on all epoch), in the background,
+# each as `LAUNCH RANK cluster_check ...` when LAUNCH (a command) is given. Each writes
+# $work/rank$r.out, rank$r.err and ids.$r. Sets rank_pids; returns once both passed batch 30.
+start_failover_ranks() {
+    local r run=()
+    rank_pids=()
+    for r in 0 1; do
+        [ $# -ge 1 ] && run=("$1" "$r")
+        "${run[@]}" "$DSC_BIN/cluster_check" epoch --servers "file:$members" --dataset "$ds" \
+            --dir "$work/$ds" --rank "$r" --world 2 --epochs 2 --timeout-ms 1000 --slow-ms 6 \
+            --mark-at 30 --mark "$work/mark.$r" --window 512 --cache 262144 --inflight 131072 \
+            --ids "$work/ids.$r" >"$work/rank$r.out" 2>"$work/rank$r.err" &
+        rank_pids+=("$!")
+        pids+=("$!")
+    done
+    until_ok 20 test -e "$work/mark.0" -a -e "$work/mark.1" || fail "ranks made no progress"
+}
+
+# wait_ranks: waits for the ranks of start_failover_ranks and shows their summary lines; a
+# failure for each rank that exits other than 0 (with the end of its log).
+wait_ranks() {
+    local i rc
+    for i in "${!rank_pids[@]}"; do
+        rc=0
+        wait "${rank_pids[$i]}" || rc=$?
+        cat "$work/rank$i.out"
+        [ "$rc" = 0 ] || { tail -20 "$work/rank$i.err"; fail "rank $i exited $rc"; }
+    done
 }

@@ -1,19 +1,10 @@
 # Shared by tests/integration/test_loader_*.sh (sourced): a work directory, dscached on
-# 127.0.0.1 port 0 read from --port-file, and cleanup by PID on exit.
+# 127.0.0.1 port 0 read from --port-file, and cleanup by PID on exit (base_lib.sh).
 DSC_BIN=${DSC_BIN:?DSC_BIN must point at the build bin directory}
 for exe in dscache dscached loader_check; do
     [ -x "$DSC_BIN/$exe" ] || { echo "SKIP: $DSC_BIN/$exe not built"; exit 77; }
 done
-work=$(mktemp -d)
-server_pids=()
-cleanup() {
-    for pid in "${server_pids[@]}"; do
-        kill "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/base_lib.sh"
 
 # make_ds NAME ARGS...: a synthetic dataset in $work/NAME.
 make_ds() {
@@ -27,7 +18,7 @@ start_server() {
     "$DSC_BIN/dscached" --listen 127.0.0.1:0 --http off --port-file "$pf" --log-level error \
         --threads 2 "$@" &
     server_pid=$!
-    server_pids+=("$server_pid")
+    pids+=("$server_pid")
     for _ in $(seq 100); do
         [ -s "$pf" ] && break
         kill -0 "$server_pid" 2>/dev/null || { echo "FAIL: dscached exited" >&2; exit 1; }

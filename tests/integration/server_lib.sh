@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Shared by test_server_*.sh: start dscached on 127.0.0.1 port 0, stop it by PID, make datasets.
-# Every server started is killed by PID in the EXIT trap, and the work directory removed.
+# Every server started is killed by PID in the EXIT trap, and the work directory removed
+# (base_lib.sh: also fail, pass, finish, expect, until_ok, json_get).
 set -euo pipefail
 DSC_BIN=${DSC_BIN:?DSC_BIN must point at the build bin directory}
 SERVER=$DSC_BIN/dscached
@@ -11,29 +12,7 @@ for exe in "$SERVER" "$CLI" "$TOOL"; do
 done
 command -v curl >/dev/null || { echo "SKIP: curl is not installed"; exit 77; }
 
-work=$(mktemp -d)
-server_pids=()
-cleanup() {
-    for pid in "${server_pids[@]}"; do
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-pass() { echo "ok: $*"; }
-finish() {
-    if [ "$fails" -ne 0 ]; then
-        echo "$fails failure(s)" >&2
-        for f in "$work"/server*.log; do
-            [ -f "$f" ] && { echo "--- $f" >&2; tail -30 "$f" >&2; }
-        done
-        exit 1
-    fi
-    echo "all passed"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/base_lib.sh"
 
 # start_server NAME ARGS...: runs dscached with ARGS on port 0; sets PID_<NAME>, ADDR_<NAME>,
 # HTTP_<NAME>. Waits for the port files (and /readyz when ARGS has --warm).
@@ -44,7 +23,7 @@ start_server() {
     "$SERVER" --listen 127.0.0.1:0 --http 127.0.0.1:0 --port-file "$work/$name.port" \
         --http-port-file "$work/$name.hport" --threads 2 "$@" >"$log" 2>&1 &
     local pid=$!
-    server_pids+=("$pid")
+    pids+=("$pid")
     for _ in $(seq 1 200); do
         [ -s "$work/$name.port" ] && [ -s "$work/$name.hport" ] && break
         kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; echo "server $name died" >&2; return 1; }
@@ -75,11 +54,6 @@ stop_server() {
 # metric HTTP NAME_WITH_LABELS: the value of one sample line of /metrics.
 metric() {
     curl -sf "http://$1/metrics" | awk -v k="$2" '$1 == k { print $2; found = 1 } END { if (!found) print "missing" }'
-}
-
-# json_get JSON PYTHON_EXPR: evaluates an expression on the parsed JSON `j`.
-json_get() {
-    python3 -c 'import json,sys; j=json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$1" "$2"
 }
 
 # make_dataset DIR NAME SAMPLES COMPRESS [extra ingest args]: a synthetic dataset.

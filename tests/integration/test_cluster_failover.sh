@@ -11,22 +11,6 @@
 set -euo pipefail
 source "$(dirname "$0")/cluster_lib.sh"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    set +e # every step runs, whatever failed before
-    for pid in "${pids[@]}"; do
-        kill -CONT "$pid" 2>/dev/null || true
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-pass() { echo "ok: $*"; }
-
 ds=cl
 samples=16384
 "$DSC_BIN/dscache" ingest synthetic -o "$work/$ds" --name "$ds" --samples "$samples" \
@@ -34,27 +18,11 @@ samples=16384
 shards=$(json_get "$(cat "$work/$ds/manifest.json")" 'len(j["shards"])')
 members=$work/members
 
-declare -A ADDR PID
-start_member() {
-    local name=$1 pf=$work/$1.port
-    "$DSC_BIN/dscached" --listen 127.0.0.1:0 --http off --port-file "$pf" --threads 1 \
-        --io-threads 2 --memory 64M --log-level warn --data "$work/$ds" --warm --replicas 2 \
-        --members-file "$members" >"$work/server-$name.log" 2>&1 &
-    PID[$name]=$!
-    pids+=("$!")
-    for _ in $(seq 100); do
-        [ -s "$pf" ] && break
-        sleep 0.05
-    done
-    [ -s "$pf" ] || { cat "$work/server-$name.log"; echo "FAIL: $name wrote no port"; exit 1; }
-    ADDR[$name]=127.0.0.1:$(cat "$pf")
-}
-for n in a b c d; do start_member "$n"; done
-write_members() {
-    printf '%s\n' "$@" >"$members.tmp"
-    mv "$members.tmp" "$members"
-}
-write_members "${ADDR[a]}" "${ADDR[b]}" "${ADDR[c]}" "${ADDR[d]}"
+for n in a b c d; do
+    start_member "$n" --threads 1 --io-threads 2 --memory 64M --log-level warn \
+        --data "$work/$ds" --warm --replicas 2 --members-file "$members"
+done
+write_members "$members" "${ADDR[a]}" "${ADDR[b]}" "${ADDR[c]}" "${ADDR[d]}"
 for n in a b c d; do
     until_ok 15 has_members "${ADDR[$n]}" 4 || { echo "FAIL: $n did not read the members"; exit 1; }
     until_ok 20 warmed "${ADDR[$n]}" "$ds" || { echo "FAIL: $n did not warm"; exit 1; }
@@ -136,7 +104,7 @@ grep -q "agree on cluster view .* (4 members): adopting it" "$work/seed.err" \
 rank_pid=$!
 pids+=("$rank_pid")
 until_ok 20 test -e "$work/file.mark" || fail "file-change rank made no progress"
-write_members "${ADDR[a]}" "${ADDR[b]}" "${ADDR[c]}"
+write_members "$members" "${ADDR[a]}" "${ADDR[b]}" "${ADDR[c]}"
 rc=0
 wait "$rank_pid" || rc=$?
 [ "$rc" = 0 ] || { cat "$work/file.out" "$work/file.err"; fail "file-change rank exited $rc"; }
@@ -145,32 +113,18 @@ check_exactly_once "$samples" 1 "$work/ids.file" && pass "members file changed m
 grep -q "cluster view changed: 4 -> 3 servers" "$work/file.err" \
     && pass "client followed the file: 4 -> 3 servers" \
     || { cat "$work/file.err"; fail "client did not follow the members file"; }
-write_members "${ADDR[a]}" "${ADDR[b]}" "${ADDR[c]}" "${ADDR[d]}"
+write_members "$members" "${ADDR[a]}" "${ADDR[b]}" "${ADDR[c]}" "${ADDR[d]}"
 for n in a b c d; do
     until_ok 15 has_members "${ADDR[$n]}" 4 || fail "$n did not re-read the members"
 done
 
 # Failover: two ranks, two epochs; a is SIGKILLed and b SIGSTOPped once both ranks are going.
 start=$SECONDS
-rank_pids=()
-for r in 0 1; do
-    "$DSC_BIN/cluster_check" epoch --servers "file:$members" --dataset "$ds" --dir "$work/$ds" \
-        --rank "$r" --world 2 --epochs 2 --timeout-ms 1000 --slow-ms 6 --mark-at 30 \
-        --window 512 --cache 262144 --inflight 131072 \
-        --mark "$work/mark.$r" --ids "$work/ids.$r" >"$work/rank$r.out" 2>"$work/rank$r.err" &
-    rank_pids+=("$!")
-    pids+=("$!")
-done
-until_ok 20 test -e "$work/mark.0" -a -e "$work/mark.1" || fail "ranks made no progress"
+start_failover_ranks
 kill -KILL "${PID[a]}"
 kill -STOP "${PID[b]}"
 echo "killed a (${ADDR[a]}), stopped b (${ADDR[b]}) after $((SECONDS - start)) s"
-for i in 0 1; do
-    rc=0
-    wait "${rank_pids[$i]}" || rc=$?
-    cat "$work/rank$i.out"
-    [ "$rc" = 0 ] || { tail -20 "$work/rank$i.err"; fail "rank $i exited $rc"; }
-done
+wait_ranks
 took=$((SECONDS - start))
 check_exactly_once "$samples" 2 "$work/ids.0" "$work/ids.1" \
     && pass "2 ranks x 2 epochs with a killed and a stopped server: exactly once, bytes checked" \
@@ -195,8 +149,4 @@ check_exactly_once "$samples" 1 "$work/ids.fb" \
     && pass "every server down: fallback files, exactly once in $((SECONDS - start)) s" \
     || fail "fallback: not exactly once"
 
-if [ "$fails" -ne 0 ]; then
-    echo "$fails failure(s)" >&2
-    exit 1
-fi
-echo "all passed"
+finish

@@ -12,21 +12,8 @@ for exe in "$CLI" "$DUMP"; do
 done
 "$PY" -c 'import numpy' 2>/dev/null || { echo "SKIP: $PY has no numpy"; exit 77; }
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-# expect CODE PATTERN CMD...: runs CMD, checks its exit code and that its output matches PATTERN.
-expect() {
-    local code=$1 pattern=$2; shift 2
-    local out rc=0
-    out=$("$@" 2>&1) || rc=$?
-    if [ "$rc" -ne "$code" ]; then
-        fail "exit $rc (wanted $code): $*: $out"
-    elif ! grep -qiE -- "$pattern" <<<"$out"; then
-        fail "output lacks /$pattern/: $*: $out"
-    fi
-}
+source "$(dirname "$0")/base_lib.sh"
+EXPECT_ICASE=1 # expect CODE PATTERN CMD...: messages matched case-insensitively
 
 # ---- .npy: five fields of different dtypes and shapes, 1001 samples ------------------------
 "$PY" - "$work" <<'EOF'
@@ -277,8 +264,4 @@ expect 0 "ingest" "$CLI" --help
 expect 2 "unknown command" "$CLI" frobnicate
 [ -e "$work/x" ] && fail "a refused command created its output directory"
 
-if [ "$fails" -ne 0 ]; then
-    echo "FAILED: $fails check(s)"
-    exit 1
-fi
-echo "ok"
+finish

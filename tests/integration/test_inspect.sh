@@ -9,20 +9,7 @@ CLI=$DSC_BIN/dscache
 [ -x "$CLI" ] || { echo "SKIP: $CLI not built"; exit 77; }
 "$PY" -c 'import json' 2>/dev/null || { echo "SKIP: no python at $PY"; exit 77; }
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-expect() { # CODE PATTERN CMD...
-    local code=$1 pattern=$2; shift 2
-    local out rc=0
-    out=$("$@" 2>&1) || rc=$?
-    if [ "$rc" -ne "$code" ]; then
-        fail "exit $rc (wanted $code): $*: $out"
-    elif ! grep -qE -- "$pattern" <<<"$out"; then
-        fail "output lacks /$pattern/: $*: $out"
-    fi
-}
+source "$(dirname "$0")/base_lib.sh" # $work, fail, expect CODE PATTERN CMD..., finish
 # flip FILE OFFSET: inverts one byte in place
 flip() {
     "$PY" - "$1" "$2" <<'EOF'
@@ -145,8 +132,4 @@ expect 2 "unknown option" "$CLI" inspect --frobnicate "$good"
 expect 0 "--quiet" "$CLI" inspect --help
 expect 0 "--json" "$CLI" help inspect
 
-if [ "$fails" -ne 0 ]; then
-    echo "FAILED: $fails check(s)"
-    exit 1
-fi
-echo "ok"
+finish

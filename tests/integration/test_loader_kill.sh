@@ -10,7 +10,7 @@ out="$work/out"
 "$DSC_BIN/loader_check" kill --servers "127.0.0.1:$port" --dataset k --dir "$work/k" \
     --batch 8 --slow-ms 2 --cache 1 >"$out" 2>&1 &
 check_pid=$!
-server_pids+=("$check_pid")
+pids+=("$check_pid")
 sleep 1
 kill -9 "$server_pid"
 rc=0

@@ -8,15 +8,6 @@
 source "$(dirname "$0")/server_lib.sh"
 PY=${DSC_PYTHON:-/usr/bin/python3}
 
-# until_ok SECONDS CMD...: reruns CMD every 0.2 s until it succeeds; 1 when time runs out.
-until_ok() {
-    local deadline=$((SECONDS + $1)); shift
-    until "$@" >/dev/null 2>&1; do
-        [ "$SECONDS" -lt "$deadline" ] || return 1
-        sleep 0.2
-    done
-}
-
 # hello ADDR HASH NAME [COUNT]: COUNT HELLOs with members_hash HASH (hex) on one connection;
 # prints the server's members_hash (hex) from the last answer.
 hello() {
@@ -61,10 +52,11 @@ grep -q "no members known yet" "$work/server-a.log" && pass "missing members fil
 printf '# written once the ports are known\n%s\n%s\n%s\n' "$ADDR_a" "$ADDR_b" "$ADDR_c" >"$members.tmp"
 mv "$members.tmp" "$members"
 
-three_members() { [ "$(json_get "$(members_of "$1")" 'len(j["members"])')" = 3 ]; }
+# has_members ADDR N: the server at ADDR lists N members.
+has_members() { [ "$(json_get "$(members_of "$1")" 'len(j["members"])')" = "$2" ]; }
 for n in a b c; do
     addr_var=ADDR_$n
-    until_ok 15 three_members "${!addr_var}" || fail "server $n did not read the members file"
+    until_ok 15 has_members "${!addr_var}" 3 || fail "server $n did not read the members file"
 done
 m_a=$(members_of "$ADDR_a")
 hash=$(json_get "$m_a" 'j["hash"]')
@@ -126,10 +118,9 @@ grep -q "^OK" <<<"$out" && pass "GET of non-owned shard $other: $out" || fail "G
 # Remove c from the file: a and b own everything (R=2 of 2) and warm it in the background.
 printf '%s\n%s\n' "$ADDR_a" "$ADDR_b" >"$members.tmp"
 mv "$members.tmp" "$members"
-two_members() { [ "$(json_get "$(members_of "$1")" 'len(j["members"])')" = 2 ]; }
 for n in a b c; do
     addr_var=ADDR_$n
-    until_ok 15 two_members "${!addr_var}" || fail "server $n did not pick up the new file"
+    until_ok 15 has_members "${!addr_var}" 2 || fail "server $n did not pick up the new file"
 done
 hash2=$(json_get "$(members_of "$ADDR_a")" 'j["hash"]')
 [ "$hash2" != "$hash" ] && [ "$(json_get "$(members_of "$ADDR_b")" 'j["hash"]')" = "$hash2" ] \
