@@ -525,7 +525,7 @@ int main(int argc, char **argv) {
 done:
     /* HTTP first: its thread reads the server's counters, which destroy frees. */
     dsc_http_stop(http);
-    dsc_server_destroy(server); /* joins the loops once they have drained */
+    dsc_server_destroy(server);   /* joins the loops once they have drained */
     dsc_cluster_destroy(cluster); /* after the loops: they read it */
     if (loop_ready)
         uv_loop_close(&ctl.loop);

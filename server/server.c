@@ -11,12 +11,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stddef.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +56,7 @@ typedef struct conn {
     out_msg_t *batch_head, *batch_tail; /* responses not yet handed to uv_write */
     uint64_t batch_bytes;
     unsigned batch_bufs;
-    int refs;               /* 1 for the open handle + writes + pending loads */
+    int refs; /* 1 for the open handle + writes + pending loads */
     unsigned hello : 1, closing : 1, reading : 1, close_when_idle : 1, paused : 1;
     unsigned batching : 1;    /* inside conn_process: submit() collects instead of writing */
     unsigned view_logged : 1; /* a HELLO with a different members_hash was logged */
@@ -593,8 +593,7 @@ static void send_json(conn_t *c, uint8_t opcode, uint64_t id, char *json) {
     free(json);
 }
 
-static void handle_admin(conn_t *c, uint8_t opcode, uint64_t id, const uint8_t *body,
-                         size_t len) {
+static void handle_admin(conn_t *c, uint8_t opcode, uint64_t id, const uint8_t *body, size_t len) {
     dsc_server_t *srv = c->lc->srv;
     dsc_shard_req_t req;
     if (dsc_shard_req_decode(body, len, &req) < 0) {
@@ -648,8 +647,7 @@ static void handle_frame(conn_t *c, const dsc_frame_header_t *h, const uint8_t *
         }
         dsc_dataset_t *ds = dsc_catalog_find(srv->cat, name.ptr, name.len);
         if (ds == NULL) {
-            send_error(c, DSC_OP_MANIFEST, h->request_id, DSC_STATUS_NOT_FOUND,
-                       "no such dataset");
+            send_error(c, DSC_OP_MANIFEST, h->request_id, DSC_STATUS_NOT_FOUND, "no such dataset");
             break;
         }
         size_t len;
@@ -966,15 +964,14 @@ static int listen_socket(const struct sockaddr *addr, socklen_t len) {
     return fd;
 }
 
-int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options,
-                     dsc_server_t **out) {
+int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, dsc_server_t **out) {
     if (cat == NULL || options == NULL || out == NULL || options->threads == 0)
         return DSC_EINVAL;
     *out = NULL;
     char port_text[8];
     snprintf(port_text, sizeof port_text, "%u", (unsigned)options->port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     struct addrinfo *res = NULL;
     if (getaddrinfo(options->host, port_text, &hints, &res) != 0 || res == NULL)
         return DSC_EINVAL;
@@ -1008,9 +1005,9 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options,
             struct sockaddr_storage bound;
             socklen_t blen = sizeof bound;
             getsockname(fd, (struct sockaddr *)&bound, &blen);
-            srv->port = ntohs(bound.ss_family == AF_INET6
-                                  ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                                  : ((struct sockaddr_in *)&bound)->sin_port);
+            srv->port =
+                ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                  : ((struct sockaddr_in *)&bound)->sin_port);
             if (addr.ss_family == AF_INET6)
                 ((struct sockaddr_in6 *)&addr)->sin6_port = htons(srv->port);
             else

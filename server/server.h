@@ -22,8 +22,7 @@ typedef struct dsc_server_options {
 
 /* Binds the sockets and starts the loop threads. Returns 0 and *out, DSC_EADDRINUSE,
  * DSC_EINVAL (address does not resolve), DSC_ENOMEM, or -errno from socket calls. */
-int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options,
-                     dsc_server_t **out);
+int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, dsc_server_t **out);
 /* The bound data port. */
 uint16_t dsc_server_port(const dsc_server_t *srv);
 /* Asks every loop to stop accepting and to close each connection once its in-flight responses
@@ -45,9 +44,9 @@ typedef struct dsc_server_counters {
     uint64_t connections;       /* open now */
     uint64_t connections_total; /* accepted since start */
     uint64_t requests[DSC_SERVER_OPS][DSC_SERVER_STATUSES];
-    uint64_t bytes_out;         /* frame bytes written, all opcodes */
-    uint64_t protocol_errors;   /* connections closed for a bad frame */
-    uint64_t paused_reads;      /* times a connection was paused by back-pressure */
+    uint64_t bytes_out;       /* frame bytes written, all opcodes */
+    uint64_t protocol_errors; /* connections closed for a bad frame */
+    uint64_t paused_reads;    /* times a connection was paused by back-pressure */
 } dsc_server_counters_t;
 void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out);
 

@@ -43,9 +43,9 @@ struct dsc_store {
     pthread_mutex_t lock;
     uint8_t *base;
     uint64_t capacity;
-    uint8_t *map;     /* what mmap returned (base is 2 MiB aligned inside it) */
+    uint8_t *map; /* what mmap returned (base is 2 MiB aligned inside it) */
     uint64_t map_len;
-    extent_t *free;   /* sorted by off, never adjacent (always coalesced) */
+    extent_t *free; /* sorted by off, never adjacent (always coalesced) */
     uint32_t free_count, free_cap;
     uint64_t used;
     uint32_t allocations;

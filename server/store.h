@@ -13,13 +13,13 @@
 typedef struct dsc_store dsc_store_t;
 
 typedef struct dsc_store_info {
-    uint64_t capacity;    /* bytes reserved (rounded up to 2 MiB) */
-    uint64_t used;        /* bytes in allocated extents (page-rounded) */
-    uint64_t largest_free;/* the largest contiguous free extent */
+    uint64_t capacity;     /* bytes reserved (rounded up to 2 MiB) */
+    uint64_t used;         /* bytes in allocated extents (page-rounded) */
+    uint64_t largest_free; /* the largest contiguous free extent */
     uint32_t free_extents;
     uint32_t allocations;
-    int hugetlb;          /* the arena is MAP_HUGETLB */
-    int locked;           /* pages are mlock'ed as they fault in */
+    int hugetlb; /* the arena is MAP_HUGETLB */
+    int locked;  /* pages are mlock'ed as they fault in */
 } dsc_store_info_t;
 
 /* Reserves an arena of `capacity` bytes (no memory is committed until it is written). Logs once

@@ -123,32 +123,32 @@ typedef struct dsc_loader dsc_loader_t;
 typedef struct dsc_batch dsc_batch_t;
 
 typedef struct dsc_loader_options {
-    size_t struct_size;       /* sizeof(dsc_loader_options_t): lets the struct grow */
-    const char *servers;      /* "HOST:PORT,HOST:PORT", "dns:NAME:PORT" or "file:PATH" */
-    const char *dataset;      /* dataset name as served */
-    uint32_t batch_size;      /* samples per batch per rank (default 32) */
-    uint64_t seed;            /* shuffle seed (default 0) */
-    uint32_t rank;            /* this trainer's rank (default 0) */
-    uint32_t world_size;      /* number of ranks (default 1) */
-    int shuffle;              /* 0: dataset order; 1: shuffled (default 1) */
-    uint32_t shuffle_window;  /* samples shuffled together after chunk shuffle (default 8192) */
-    int drop_last;            /* 1: drop the last partial batch and the tail (default 0) */
-    uint32_t prefetch_batches;/* batch slots prepared ahead (default 4) */
-    uint64_t inflight_bytes;  /* bound on bytes requested but not yet decoded (default 64 MiB) */
-    uint32_t decode_threads;  /* checksum + lz4 workers (default 2) */
-    uint32_t connections;     /* connections per server (default 2) */
-    int device;               /* -1: host batches (default); >= 0: CUDA device index */
-    uint32_t timeout_ms;      /* per-request time-out before fail-over (default 5000; at most
-                                 3600000; 0 = default) */
-    uint32_t replicas;        /* replication factor used for placement (default 2) */
-    const char *fallback_path;/* dataset directory readable by the trainer, or NULL */
-    dsc_log_fn log_fn;        /* NULL: quiet (or DSCACHE_LOG) */
+    size_t struct_size;        /* sizeof(dsc_loader_options_t): lets the struct grow */
+    const char *servers;       /* "HOST:PORT,HOST:PORT", "dns:NAME:PORT" or "file:PATH" */
+    const char *dataset;       /* dataset name as served */
+    uint32_t batch_size;       /* samples per batch per rank (default 32) */
+    uint64_t seed;             /* shuffle seed (default 0) */
+    uint32_t rank;             /* this trainer's rank (default 0) */
+    uint32_t world_size;       /* number of ranks (default 1) */
+    int shuffle;               /* 0: dataset order; 1: shuffled (default 1) */
+    uint32_t shuffle_window;   /* samples shuffled together after chunk shuffle (default 8192) */
+    int drop_last;             /* 1: drop the last partial batch and the tail (default 0) */
+    uint32_t prefetch_batches; /* batch slots prepared ahead (default 4) */
+    uint64_t inflight_bytes;   /* bound on bytes requested but not yet decoded (default 64 MiB) */
+    uint32_t decode_threads;   /* checksum + lz4 workers (default 2) */
+    uint32_t connections;      /* connections per server (default 2) */
+    int device;                /* -1: host batches (default); >= 0: CUDA device index */
+    uint32_t timeout_ms;       /* per-request time-out before fail-over (default 5000; at most
+                                  3600000; 0 = default) */
+    uint32_t replicas;         /* replication factor used for placement (default 2) */
+    const char *fallback_path; /* dataset directory readable by the trainer, or NULL */
+    dsc_log_fn log_fn;         /* NULL: quiet (or DSCACHE_LOG) */
     void *log_ctx;
-    int log_level;            /* messages above this level are not formatted (default WARN) */
-    double stats_log_seconds; /* > 0: an INFO log line with rates and stall % this often */
-    uint64_t cache_bytes;     /* bound on decoded chunk bytes kept for the batches ahead: a
-                                 shuffle window's chunks are fetched once while they fit
-                                 (default 256 MiB; 0 = default) */
+    int log_level;                  /* messages above this level are not formatted (default WARN) */
+    double stats_log_seconds;       /* > 0: an INFO log line with rates and stall % this often */
+    uint64_t cache_bytes;           /* bound on decoded chunk bytes kept for the batches ahead: a
+                                       shuffle window's chunks are fetched once while they fit
+                                       (default 256 MiB; 0 = default) */
     uint64_t server_inflight_bytes; /* bound on bytes in flight to any one server, so that a slow
                                        or stalled server cannot hold the whole inflight_bytes
                                        budget (default 0: 2 * inflight_bytes / servers) */
@@ -210,13 +210,13 @@ DSC_EXTERN int dsc_loader_set_stream(dsc_loader_t *loader, void *cuda_stream);
 
 /* ---- Batches ------------------------------------------------------------------------------- */
 typedef struct dsc_tensor_view {
-    const char *name;    /* field name, owned by the loader */
-    void *data;          /* host or device pointer (see device) */
-    int dtype;           /* DSC_DTYPE_* */
-    uint32_t ndim;       /* 1 + the field's ndim */
+    const char *name;                /* field name, owned by the loader */
+    void *data;                      /* host or device pointer (see device) */
+    int dtype;                       /* DSC_DTYPE_* */
+    uint32_t ndim;                   /* 1 + the field's ndim */
     int64_t shape[DSC_MAX_DIMS + 1]; /* [samples_in_batch, ...field shape] */
     uint64_t bytes;
-    int device;          /* -1 host memory, >= 0 CUDA device index */
+    int device; /* -1 host memory, >= 0 CUDA device index */
 } dsc_tensor_view_t;
 
 /* Samples in this batch (== batch_size except possibly the last batch of an epoch). */
@@ -235,27 +235,27 @@ DSC_EXTERN int dsc_batch_dlpack(dsc_batch_t *batch, uint32_t field, struct DLMan
 
 /* ---- Statistics ---------------------------------------------------------------------------- */
 typedef struct dsc_stats {
-    size_t struct_size;        /* set by the caller to sizeof(dsc_stats_t) */
+    size_t struct_size; /* set by the caller to sizeof(dsc_stats_t) */
     uint64_t epoch;
-    uint64_t batches;          /* handed out by next() since creation */
+    uint64_t batches; /* handed out by next() since creation */
     uint64_t samples;
-    uint64_t bytes;            /* decoded batch bytes handed out */
-    uint64_t wire_bytes;       /* bytes received from servers (or read from fallback files) */
-    uint64_t requests;         /* GET requests sent */
-    uint64_t retries;          /* requests re-sent after a failure */
-    uint64_t failovers;        /* requests moved to another replica */
+    uint64_t bytes;      /* decoded batch bytes handed out */
+    uint64_t wire_bytes; /* bytes received from servers (or read from fallback files) */
+    uint64_t requests;   /* GET requests sent */
+    uint64_t retries;    /* requests re-sent after a failure */
+    uint64_t failovers;  /* requests moved to another replica */
     uint64_t checksum_failures;
-    double wall_seconds;       /* since creation */
-    double stall_seconds;      /* consumer time blocked inside next() */
-    double compute_seconds;    /* consumer time between next() calls */
-    double stall_fraction;     /* stall / (stall + compute) */
-    double network_seconds;    /* summed time waiting on responses */
-    double decode_seconds;     /* summed checksum + decompression time */
-    double collate_seconds;    /* summed time copying samples into batch slots */
-    double h2d_seconds;        /* summed host-to-device copy time (CUDA) */
-    uint64_t placed_chunks;    /* chunks verified + decoded straight into a batch slot */
-    uint64_t refetches;        /* chunks fetched again within one epoch: their shuffle window's
-                                  chunks did not fit in cache_bytes (see the WARN at create) */
+    double wall_seconds;    /* since creation */
+    double stall_seconds;   /* consumer time blocked inside next() */
+    double compute_seconds; /* consumer time between next() calls */
+    double stall_fraction;  /* stall / (stall + compute) */
+    double network_seconds; /* summed time waiting on responses */
+    double decode_seconds;  /* summed checksum + decompression time */
+    double collate_seconds; /* summed time copying samples into batch slots */
+    double h2d_seconds;     /* summed host-to-device copy time (CUDA) */
+    uint64_t placed_chunks; /* chunks verified + decoded straight into a batch slot */
+    uint64_t refetches;     /* chunks fetched again within one epoch: their shuffle window's
+                               chunks did not fit in cache_bytes (see the WARN at create) */
 } dsc_stats_t;
 
 /* Fills *out (out->struct_size must be set). Returns 0 or DSC_EINVAL. Thread-safe. */

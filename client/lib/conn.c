@@ -193,11 +193,11 @@ int dsc_conn_send(dsc_conn_t *conn, uint8_t opcode, uint64_t request_id, const v
         return DSC_ECLOSED;
     if (body_len > DSC_FRAME_MAX_BODY)
         return DSC_ETOOLARGE;
-    dsc_frame_header_t h = {.version = (uint8_t)(conn->info.version ? conn->info.version
-                                                                     : DSC_PROTO_VERSION),
-                            .opcode = opcode,
-                            .request_id = request_id,
-                            .body_len = (uint32_t)body_len};
+    dsc_frame_header_t h = {
+        .version = (uint8_t)(conn->info.version ? conn->info.version : DSC_PROTO_VERSION),
+        .opcode = opcode,
+        .request_id = request_id,
+        .body_len = (uint32_t)body_len};
     uint8_t hdr[DSC_FRAME_HEADER_SIZE];
     dsc_frame_header_encode(&h, hdr);
     struct iovec iov[2] = {{hdr, sizeof hdr}, {(void *)body, body_len}};

@@ -98,8 +98,8 @@ void *dsc__bufpool_get(dsc_bufpool_t *pool, size_t bytes, size_t *cap) {
     size_t rounded = (bytes + 63) & ~(size_t)63;
     if (rounded >= POOL_MAP_MIN) {
         size_t len = round_pages(rounded);
-        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
-                       -1, 0);
+        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
         if (p == MAP_FAILED)
             return NULL;
         *cap = len;
