@@ -65,10 +65,12 @@ sum_stat() {
 # file:$members (bytes checked against $work/$ds; 1 s time-out, 6 ms steps, a shuffle window,
 # cache and in-flight budget small enough that fetching goes on all epoch), in the background,
 # each as `LAUNCH RANK cluster_check ...` when LAUNCH (a command) is given. Each writes
-# $work/rank$r.out, rank$r.err and ids.$r. Sets rank_pids; returns once both passed batch 30.
+# $work/rank$r.out, rank$r.err and ids.$r. Sets rank_pids and ranks_start ($SECONDS at the
+# start); returns once both passed batch 30.
 start_failover_ranks() {
     local r run=()
     rank_pids=()
+    ranks_start=$SECONDS
     for r in 0 1; do
         [ $# -ge 1 ] && run=("$1" "$r")
         "${run[@]}" "$DSC_BIN/cluster_check" epoch --servers "file:$members" --dataset "$ds" \
@@ -81,14 +83,29 @@ start_failover_ranks() {
     until_ok 20 test -e "$work/mark.0" -a -e "$work/mark.1" || fail "ranks made no progress"
 }
 
-# wait_ranks: waits for the ranks of start_failover_ranks and shows their summary lines; a
-# failure for each rank that exits other than 0 (with the end of its log).
-wait_ranks() {
-    local i rc
+# check_failover_ranks WHAT BOUND_S TIMED_OUT_ADDR: waits for the ranks of start_failover_ranks
+# (showing their summary lines), then checks: each exited 0, every sample exactly once per epoch
+# over both, failovers counted, done within BOUND_S seconds of their start, and the server at
+# TIMED_OUT_ADDR given up on by the time-out. WHAT describes the run in the verdict lines.
+check_failover_ranks() {
+    local what=$1 bound=$2 timed_out=$3 i rc took failovers retries
     for i in "${!rank_pids[@]}"; do
         rc=0
         wait "${rank_pids[$i]}" || rc=$?
         cat "$work/rank$i.out"
         [ "$rc" = 0 ] || { tail -20 "$work/rank$i.err"; fail "rank $i exited $rc"; }
     done
+    took=$((SECONDS - ranks_start))
+    check_exactly_once "$samples" 2 "$work/ids.0" "$work/ids.1" \
+        && pass "2 ranks x 2 epochs, $what: exactly once, bytes checked" \
+        || fail "$what: not exactly once"
+    failovers=$(sum_stat failovers "$work/rank0.out" "$work/rank1.out")
+    retries=$(sum_stat retries "$work/rank0.out" "$work/rank1.out")
+    [ "$failovers" -gt 0 ] && pass "failovers $failovers, retries $retries" \
+        || fail "no failover counted"
+    [ "$took" -le "$bound" ] && pass "failover run took $took s (bound $bound s)" \
+        || fail "failover run took $took s"
+    grep -q "server $timed_out failed: timed out" "$work/rank0.err" "$work/rank1.err" \
+        && pass "$timed_out was given up on by the time-out" \
+        || fail "no time-out seen for $timed_out"
 }
