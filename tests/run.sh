@@ -19,6 +19,9 @@ print_skips() {
     awk '/^[0-9]+\/[0-9]+ Testing: /{name=$3} /^SKIP:/{print "  skipped " name ": " substr($0, 7)}' "$log"
 }
 
+echo "== format =="
+bash tests/format_check.sh
+
 echo "== build (release) =="
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$jobs"

@@ -2,7 +2,7 @@
 # Installs the Debian packages dscache needs to build, test and demo, only those missing.
 # Usage: deploy/local/setup.sh [--bench]   (--bench adds memcached and lz4 for tests/bench)
 set -euo pipefail
-pkgs=(cmake make gcc pkg-config clang libclang-rt-14-dev
+pkgs=(cmake make gcc pkg-config clang libclang-rt-14-dev clang-format git
       libuv1-dev liblz4-dev libxxhash-dev libcjson-dev libmicrohttpd-dev libdlpack-dev
       libibverbs-dev librdmacm-dev
       python3 python3-numpy python3-torch

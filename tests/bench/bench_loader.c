@@ -243,13 +243,13 @@ typedef struct result {
     double gbps;      /* GET: bytes received; loader: decoded batch bytes handed out */
     double wire_gbps; /* loader: bytes received */
     double samples_s;
-    double stall;           /* loader: stall / (stall + compute) */
-    double decode_s;        /* loader: summed decode seconds */
-    double wire_bytes;      /* loader */
-    double client_cpu_gb;   /* CPU seconds of this process per GB handed out (GET: received) */
-    double server_cpu_gb;   /* CPU seconds of dscached per GB it sent */
-    double placed_s;        /* loader: chunks placed straight into slots, per second */
-    double step_ms;         /* loader: measured time between next() calls, per batch */
+    double stall;         /* loader: stall / (stall + compute) */
+    double decode_s;      /* loader: summed decode seconds */
+    double wire_bytes;    /* loader */
+    double client_cpu_gb; /* CPU seconds of this process per GB handed out (GET: received) */
+    double server_cpu_gb; /* CPU seconds of dscached per GB it sent */
+    double placed_s;      /* loader: chunks placed straight into slots, per second */
+    double step_ms;       /* loader: measured time between next() calls, per batch */
     int failed;
 } result_t;
 
@@ -442,11 +442,28 @@ static int make_dataset(const char *name, const char *codec) {
     snprintf(out, sizeof out, "%s/%s", work, name);
     snprintf(n, sizeof n, "%llu", (unsigned long long)samples);
     snprintf(log, sizeof log, "%s/ingest-%s.log", work, name);
-    char *args[] = {cli,      "ingest",  "synthetic", "-o",         out,
-                    "--name", (char *)name, "--samples", n,         "--field",
-                    "image:u8:3x32x32", "--field", "label:i64", "--seed", "1",
-                    "--compress", (char *)codec, "--shard-size", "16M", "--chunk-size",
-                    "1M",     NULL};
+    char *args[] = {cli,
+                    "ingest",
+                    "synthetic",
+                    "-o",
+                    out,
+                    "--name",
+                    (char *)name,
+                    "--samples",
+                    n,
+                    "--field",
+                    "image:u8:3x32x32",
+                    "--field",
+                    "label:i64",
+                    "--seed",
+                    "1",
+                    "--compress",
+                    (char *)codec,
+                    "--shard-size",
+                    "16M",
+                    "--chunk-size",
+                    "1M",
+                    NULL};
     if (run_wait(args, log) < 0) {
         fprintf(stderr, "bench_loader: ingest of %s failed (see %s)\n", name, log);
         return -1;
@@ -516,9 +533,25 @@ int main(int argc, char **argv) {
     snprintf(d1, sizeof d1, "%s/lraw", work);
     snprintf(d2, sizeof d2, "%s/llz4", work);
     snprintf(pfile, sizeof pfile, "%s/port", work);
-    char *dargs[] = {dscached, "--data", d1, "--data", d2, "--listen", "127.0.0.1:0", "--http",
-                     "off", "--warm", "--memory", "1G", "--port-file", pfile, "--threads",
-                     threads_text, "--log-level", "warn", NULL};
+    char *dargs[] = {dscached,
+                     "--data",
+                     d1,
+                     "--data",
+                     d2,
+                     "--listen",
+                     "127.0.0.1:0",
+                     "--http",
+                     "off",
+                     "--warm",
+                     "--memory",
+                     "1G",
+                     "--port-file",
+                     pfile,
+                     "--threads",
+                     threads_text,
+                     "--log-level",
+                     "warn",
+                     NULL};
     server_pid = spawn(dargs, log);
     for (int i = 0; i < 250 && !addr[0]; i++) {
         FILE *f = fopen(pfile, "r");
@@ -594,10 +627,10 @@ int main(int argc, char **argv) {
            "received | spread | client CPU s/GB | server CPU s/GB | chunks into slots/s |\n");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     static const char *labels[ROWS] = {
-        "plain GET, raw dataset",          "loader raw, 1 decode thread",
-        "loader raw, 2 decode threads",    "loader raw, shuffle=0, 2 threads",
-        "plain GET, lz4 dataset",          "loader lz4, 1 decode thread",
-        "loader lz4, 2 decode threads",    "loader lz4, shuffle=0, 2 threads",
+        "plain GET, raw dataset",       "loader raw, 1 decode thread",
+        "loader raw, 2 decode threads", "loader raw, shuffle=0, 2 threads",
+        "plain GET, lz4 dataset",       "loader lz4, 1 decode thread",
+        "loader lz4, 2 decode threads", "loader lz4, shuffle=0, 2 threads",
     };
     for (int row = 0; row < ROWS; row++) {
         int get = row == GET_RAW || row == GET_LZ4;
@@ -612,9 +645,8 @@ int main(int argc, char **argv) {
             printf("| %s | %.0f | %.3f | %.3f | %.2fx | %.2fx | %.0f%% | %.3f | %.3f | %.0f |\n",
                    labels[row], MEDF(res[row], samples_s), median(g, reps),
                    MEDF(res[row], wire_gbps), median(ratio[row], reps),
-                   median(wire_ratio[row], reps), spread(g, reps),
-                   MEDF(res[row], client_cpu_gb), MEDF(res[row], server_cpu_gb),
-                   MEDF(res[row], placed_s));
+                   median(wire_ratio[row], reps), spread(g, reps), MEDF(res[row], client_cpu_gb),
+                   MEDF(res[row], server_cpu_gb), MEDF(res[row], placed_s));
     }
     printf("\n| lz4 decoding, per thread | GB/s decoded | vs LZ4_decompress_safe | vs "
            "dsc_chunk_decode |\n|---|---:|---:|---:|\n");
