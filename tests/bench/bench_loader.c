@@ -3,6 +3,7 @@
  * per loader thread against in-process LZ4; the data stall of a simulated trainer that needs a
  * given GB/s. Makes its own datasets and server; every figure is the median of interleaved runs.
  * usage: bench_loader --help   (dscached and dscache are found beside it) */
+#include "bench_common.h"
 #include "conn.h"
 #include "dscache.h"
 #include "manifest.h"
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #define MAX_REPS 9
+_Static_assert(MAX_REPS <= BENCH_MAX_REPS, "median() takes at most BENCH_MAX_REPS runs");
 #define GET_DEPTH 16
 
 static double seconds = 2;
@@ -40,126 +42,12 @@ static pid_t server_pid = -1;
 
 /* ---- process and machine helpers ------------------------------------------------------- */
 
-static int ncores(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
-static double proc_cpu_seconds(pid_t pid) {
-    char path[64], buf[2048];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    if (p == NULL)
-        return 0;
-    unsigned long long utime = 0, stime = 0;
-    /* Fields after ')': state(3) ... utime(14) stime(15). */
-    int field = 2;
-    char *save = NULL;
-    for (char *tok = strtok_r(p + 1, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
-        field++;
-        if (field == 14)
-            utime = strtoull(tok, NULL, 10);
-        if (field == 15) {
-            stime = strtoull(tok, NULL, 10);
-            break;
-        }
-    }
-    return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
-}
-
-/* CPU seconds of this process, all threads (the GET threads or the loader's threads). */
-static double self_cpu_seconds(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
-           ru.ru_stime.tv_usec * 1e-6;
-}
-
-static double load_average(void) {
-    double l = 0;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &l) != 1)
-            l = 0;
-        fclose(f);
-    }
-    return l;
-}
-
-static void describe_machine(char *out, size_t cap) {
-    char model[256] = "unknown CPU", line[512];
-    unsigned long long mem_kb = 0;
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) == 0 && colon) {
-            snprintf(model, sizeof model, "%s", colon + 2);
-            model[strcspn(model, "\n")] = '\0';
-            break;
-        }
-    }
-    if (f)
-        fclose(f);
-    f = fopen("/proc/meminfo", "r");
-    if (f) {
-        if (fscanf(f, "MemTotal: %llu kB", &mem_kb) != 1)
-            mem_kb = 0;
-        fclose(f);
-    }
-    struct utsname u;
-    if (uname(&u) != 0)
-        snprintf(u.release, sizeof u.release, "?");
-    snprintf(out, cap, "%s, %d cores (nproc), %.1f GiB RAM, Linux %s", model, ncores(),
-             (double)mem_kb / (1024.0 * 1024.0), u.release);
-}
-
-static pid_t spawn(char *const argv[], const char *log) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        FILE *f = freopen(log, "w", stderr);
-        f = freopen(log, "a", stdout);
-        (void)f;
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
-}
-
 static int run_wait(char *const argv[], const char *log) {
-    pid_t pid = spawn(argv, log);
+    pid_t pid = spawn(argv, log, 1);
     int status = 0;
     if (pid < 0 || waitpid(pid, &status, 0) != pid)
         return -1;
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n) {
-    double s[MAX_REPS];
-    memcpy(s, v, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
-/* (max - min) / median, in percent. */
-static double spread(const double *v, int n) {
-    double lo = v[0], hi = v[0];
-    for (int i = 1; i < n; i++) {
-        lo = v[i] < lo ? v[i] : lo;
-        hi = v[i] > hi ? v[i] : hi;
-    }
-    double m = median(v, n);
-    return m > 0 ? 100 * (hi - lo) / m : 0;
 }
 
 /* A simulated accelerator step of s seconds: sleeps (the CPU stays free, as with a GPU step)
@@ -552,7 +440,7 @@ int main(int argc, char **argv) {
                      "--log-level",
                      "warn",
                      NULL};
-    server_pid = spawn(dargs, log);
+    server_pid = spawn(dargs, log, 1);
     for (int i = 0; i < 250 && !addr[0]; i++) {
         FILE *f = fopen(pfile, "r");
         unsigned port;

@@ -2,6 +2,7 @@
  * connections) beside the raw loopback limit (send/recv pairs) and memcached serving the same
  * objects; server CPU seconds per GB. Each figure is the median of several interleaved runs.
  * usage: bench_server --help   (dscached and dscache are found beside it) */
+#include "bench_common.h"
 #include "conn.h"
 #include "protocol.h"
 #include "util.h"
@@ -27,6 +28,7 @@
 
 #define MAX_DEPTH 1024
 #define MAX_REPS 15
+_Static_assert(MAX_REPS <= BENCH_MAX_REPS, "median() takes at most BENCH_MAX_REPS runs");
 
 static double seconds = 2.0;
 static int reps = 3;
@@ -60,45 +62,6 @@ static size_case_t cases[] = {
 static const int conn_counts[] = {1, 2, 4, 16};
 
 /* ---- process helpers ------------------------------------------------------------------- */
-
-static double proc_cpu_seconds(pid_t pid) {
-    char path[64], buf[2048];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    if (p == NULL)
-        return 0;
-    unsigned long long utime = 0, stime = 0;
-    /* Fields after ')': state(3) ... utime(14) stime(15). */
-    int field = 2;
-    char *save = NULL;
-    for (char *tok = strtok_r(p + 1, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
-        field++;
-        if (field == 14)
-            utime = strtoull(tok, NULL, 10);
-        if (field == 15) {
-            stime = strtoull(tok, NULL, 10);
-            break;
-        }
-    }
-    return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
-}
-
-static pid_t spawn(char *const argv[], const char *log) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        FILE *f = freopen(log, "w", stderr);
-        (void)f;
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
-}
 
 static uint16_t free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -472,19 +435,6 @@ typedef struct result {
     int failed;
 } result_t;
 
-static double self_cpu_seconds(void) {
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0)
-        return 0;
-    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-}
-
-static int ncores(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 /* Opens `conns` connections, spreads them over the client threads, runs for `secs`. */
 static result_t run(kind_t kind, const size_case_t *sc, int conns, const char *addr, uint16_t port,
                     pid_t server, double secs) {
@@ -692,56 +642,6 @@ done:
 
 /* ---- statistics and the report --------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n) {
-    double s[MAX_REPS];
-    memcpy(s, v, (size_t)n * sizeof *v);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
-/* (max - min) / median in percent: how much the repeated runs disagreed. */
-static double spread(const double *v, int n) {
-    double lo = v[0], hi = v[0];
-    for (int i = 1; i < n; i++) {
-        lo = v[i] < lo ? v[i] : lo;
-        hi = v[i] > hi ? v[i] : hi;
-    }
-    double m = median(v, n);
-    return m > 0 ? 100.0 * (hi - lo) / m : 0;
-}
-
-static void describe_machine(char *out, size_t cap) {
-    char model[256] = "unknown CPU", line[512];
-    unsigned long long mem_kb = 0;
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) == 0 && colon) {
-            snprintf(model, sizeof model, "%s", colon + 2);
-            model[strcspn(model, "\n")] = '\0';
-            break;
-        }
-    }
-    if (f)
-        fclose(f);
-    f = fopen("/proc/meminfo", "r");
-    if (f) {
-        if (fscanf(f, "MemTotal: %llu kB", &mem_kb) != 1)
-            mem_kb = 0;
-        fclose(f);
-    }
-    struct utsname u;
-    if (uname(&u) != 0)
-        snprintf(u.release, sizeof u.release, "?");
-    snprintf(out, cap, "%s, %d cores (nproc), %.1f GiB RAM, Linux %s", model, ncores(),
-             (double)mem_kb / (1024.0 * 1024.0), u.release);
-}
-
 static void memcached_version(char *out, size_t cap) {
     snprintf(out, cap, "memcached");
     FILE *p = popen("/usr/bin/memcached -V 2>/dev/null", "r");
@@ -863,7 +763,7 @@ int main(int argc, char **argv) {
                      "--log-level",
                      "warn",
                      NULL};
-    dpid = spawn(dargs, log);
+    dpid = spawn(dargs, log, 0);
     char addr[64] = "";
     for (int i = 0; i < 250 && !addr[0]; i++) {
         FILE *f = fopen(pfile, "r");
@@ -904,7 +804,7 @@ int main(int argc, char **argv) {
         memcached_version(mcver, sizeof mcver);
         char mlog[200];
         snprintf(mlog, sizeof mlog, "%s/memcached.log", work);
-        mpid = spawn(margs, mlog);
+        mpid = spawn(margs, mlog, 0);
         if (fill_memcached(addr, mport) < 0) {
             fprintf(stderr, "bench_server: memcached did not take the objects: skipped\n");
             have_mc = 0;
