@@ -6,6 +6,7 @@
 #include "manifest.h"
 #include "protocol.h"
 #include "shard.h"
+#include "test_frames.h"
 #include "util.h"
 
 #include <errno.h>
@@ -31,38 +32,6 @@ static int fails;
     } while (0)
 
 /* ---- raw socket helpers ---------------------------------------------------------------- */
-
-static int raw_connect(void) {
-    char host[256];
-    uint16_t port;
-    if (dsc_split_hostport(addr, host, sizeof host, &port) < 0)
-        return -1;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
-    char ptext[8];
-    snprintf(ptext, sizeof ptext, "%u", port);
-    if (getaddrinfo(host, ptext, &hints, &res) != 0)
-        return -1;
-    int fd = socket(res->ai_family, SOCK_STREAM, 0);
-    if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(res);
-    return fd;
-}
-
-static int send_all(int fd, const uint8_t *p, size_t n) {
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
 
 /* Reads exactly n bytes, waiting at most 10 s for each piece. Returns 0, 1 on a clean close
  * before the first byte, or -1. */
@@ -258,7 +227,7 @@ static void burst(uint32_t count) {
     size_t cap = (size_t)count * 600 + 1024;
     size_t body_cap = (size_t)largest_answer();
     uint8_t *out = malloc(cap), *body = malloc(body_cap);
-    int fd = raw_connect();
+    int fd = raw_connect(addr);
     if (out == NULL || body == NULL || fd < 0) {
         FAIL("burst %u: set-up", count);
         goto done;
@@ -297,7 +266,7 @@ static void burst_then_garbage(uint32_t count, int well_formed) {
     size_t cap = (size_t)count * 600 + 1024;
     size_t body_cap = (size_t)largest_answer();
     uint8_t *out = malloc(cap), *body = malloc(body_cap);
-    int fd = raw_connect();
+    int fd = raw_connect(addr);
     if (out == NULL || body == NULL || fd < 0) {
         FAIL("garbage burst: set-up");
         goto done;
@@ -377,7 +346,7 @@ static void many_connections(uint32_t n, uint32_t per_conn) {
         goto done;
     }
     for (; opened < n; opened++) {
-        fds[opened] = raw_connect();
+        fds[opened] = raw_connect(addr);
         if (fds[opened] < 0) {
             FAIL("connection %u refused", opened);
             goto done;

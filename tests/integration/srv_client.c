@@ -4,6 +4,7 @@
 #include "manifest.h"
 #include "protocol.h"
 #include "shard.h"
+#include "test_frames.h"
 #include "util.h"
 #include "wire.h"
 
@@ -209,35 +210,6 @@ static int cmd_call(int argc, char **argv) {
 
 /* ---- raw sockets for hostile input ------------------------------------------------------ */
 
-static int raw_connect(const char *addr) {
-    char host[256];
-    uint16_t port;
-    if (dsc_split_hostport(addr, host, sizeof host, &port) < 0)
-        return -1;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
-    char ptext[8];
-    snprintf(ptext, sizeof ptext, "%u", port);
-    if (getaddrinfo(host, ptext, &hints, &res) != 0)
-        return -1;
-    int fd = socket(res->ai_family, SOCK_STREAM, 0);
-    if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(res);
-    return fd;
-}
-
-static void raw_send(int fd, const void *p, size_t n) {
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w <= 0)
-            return;
-        p = (const uint8_t *)p + w;
-        n -= (size_t)w;
-    }
-}
-
 /* Reads until the server closes or 5 s pass; returns the first response header's status, or
  * -1 when none came; *closed tells whether the server closed. */
 static int raw_expect(int fd, int *closed) {
@@ -300,7 +272,7 @@ static int cmd_hostile(int argc, char **argv) {
     /* 1. Garbage bytes: BAD_REQUEST and close. */
     fd = raw_connect(addr);
     memset(buf, 'G', 100);
-    raw_send(fd, buf, 100);
+    send_all(fd, buf, 100);
     st = raw_expect(fd, &closed);
     close(fd);
     EXPECT("garbage", st == DSC_STATUS_BAD_REQUEST && closed);
@@ -308,7 +280,7 @@ static int cmd_hostile(int argc, char **argv) {
     /* 2. A request before HELLO: BAD_REQUEST and close. */
     fd = raw_connect(addr);
     n = frame(buf, DSC_OP_PING, 0, 5, NULL, 0, 0);
-    raw_send(fd, buf, n);
+    send_all(fd, buf, n);
     st = raw_expect(fd, &closed);
     close(fd);
     EXPECT("PING before HELLO", st == DSC_STATUS_BAD_REQUEST && closed);
@@ -317,7 +289,7 @@ static int cmd_hostile(int argc, char **argv) {
     fd = raw_connect(addr);
     n = hello_frame(buf);
     n += frame(buf + n, DSC_OP_GET, 0, 9, NULL, 0, 0xFFFFFFF0u);
-    raw_send(fd, buf, n);
+    send_all(fd, buf, n);
     st = raw_expect(fd, &closed);
     close(fd);
     EXPECT("absurd length", st == DSC_STATUS_OK && closed); /* first answer: the HELLO */
@@ -325,7 +297,7 @@ static int cmd_hostile(int argc, char **argv) {
     /* 4. Half a frame, then the client goes away. */
     fd = raw_connect(addr);
     n = hello_frame(buf);
-    raw_send(fd, buf, n - 3);
+    send_all(fd, buf, n - 3);
     close(fd);
     st = 0;
     closed = 1;
@@ -334,9 +306,9 @@ static int cmd_hostile(int argc, char **argv) {
     /* 5. A response flag from the client: BAD_REQUEST and close. */
     fd = raw_connect(addr);
     n = hello_frame(buf);
-    raw_send(fd, buf, n);
+    send_all(fd, buf, n);
     n = frame(buf, DSC_OP_PING, DSC_FLAG_RESPONSE, 3, NULL, 0, 0);
-    raw_send(fd, buf, n);
+    send_all(fd, buf, n);
     {
         /* Skip the HELLO answer, then look at the next. */
         uint8_t r[4096];
@@ -362,7 +334,7 @@ static int cmd_hostile(int argc, char **argv) {
     fd = raw_connect(addr);
     n = hello_frame(buf);
     memset(buf + n, 0xEE, 24);
-    raw_send(fd, buf, n + 24);
+    send_all(fd, buf, n + 24);
     st = raw_expect(fd, &closed);
     close(fd);
     EXPECT("bad magic after HELLO", st == DSC_STATUS_OK && closed);
@@ -406,7 +378,7 @@ static int cmd_hostile(int argc, char **argv) {
         int bl = dsc_get_req_encode(&req, body, sizeof body);
         for (int k = 0; k < 50; k++)
             n += frame(buf + n, DSC_OP_GET, 0, 100 + (uint64_t)k, body, (uint32_t)bl, (uint32_t)bl);
-        raw_send(fd, buf, n);
+        send_all(fd, buf, n);
         recv(fd, buf, 100, 0);
         close(fd);
     }
@@ -423,7 +395,7 @@ static int cmd_hostile(int argc, char **argv) {
         int bl = dsc_get_req_encode(&req, body, sizeof body);
         n += frame(buf + n, DSC_OP_GET, 0, 77, body, (uint32_t)bl, (uint32_t)bl);
         for (size_t i = 0; i < n; i++) {
-            raw_send(fd, buf + i, 1);
+            send_all(fd, buf + i, 1);
             if (i % 7 == 0)
                 usleep(200);
         }
