@@ -35,6 +35,30 @@ int dsc_cli_parse_size(const char *cmd, const char *option, const char *text, ui
 int dsc_cli_parse_u64(const char *cmd, const char *option, const char *text, uint64_t min,
                       uint64_t max, uint64_t *out);
 
+/* The --server HOST:PORT and --dataset NAME options of the commands that talk to one server:
+ * put DSC_CLI_TARGET_OPTIONS in the getopt_long table (needs <getopt.h>; it claims the option
+ * values 's' and 'd') and pass each option to dsc_cli_target_option before the command's own. */
+typedef struct dsc_cli_target {
+    const char *server;  /* NULL until --server is given */
+    const char *dataset; /* the caller's default until --dataset is given */
+} dsc_cli_target_t;
+
+/* clang-format off */
+#define DSC_CLI_TARGET_OPTIONS \
+    {"server", required_argument, NULL, 's'}, {"dataset", required_argument, NULL, 'd'}
+/* clang-format on */
+
+/* Stores the value of a getopt_long result opt with argument arg in target when it is one of
+ * DSC_CLI_TARGET_OPTIONS. Returns 1 when it was (the caller goes on to the next option), else 0. */
+int dsc_cli_target_option(dsc_cli_target_t *target, int opt, const char *arg);
+
+/* Opens a connection (with HELLO) to server with a timeout of timeout_ms for every wait. Returns
+ * DSC_CLI_OK and *conn (the caller closes it with dsc_conn_close), or DSC_CLI_FAIL after
+ * printing "dscache CMD: SERVER: <error>" (*conn is then NULL). */
+struct dsc_conn;
+int dsc_cli_connect(const char *cmd, const char *server, uint32_t timeout_ms,
+                    struct dsc_conn **conn);
+
 /* A progress bar on stderr, drawn only when stderr is a terminal, at most 10 times a second.
  * Units are bytes. */
 typedef struct dsc_cli_progress {

@@ -38,8 +38,7 @@ static void print_help(void) {
 }
 
 static const struct option long_options[] = {
-    {"server", required_argument, NULL, 's'},
-    {"dataset", required_argument, NULL, 'd'},
+    DSC_CLI_TARGET_OPTIONS,
     {"shard", required_argument, NULL, 'i'},
     {"chunks", required_argument, NULL, 'c'},
     {"output", required_argument, NULL, 'o'},
@@ -109,18 +108,15 @@ done:
 }
 
 int dsc_cmd_get(int argc, char **argv) {
-    const char *server = NULL, *dataset = NULL, *output = NULL, *chunks = NULL;
+    dsc_cli_target_t target = {.server = NULL, .dataset = NULL};
+    const char *output = NULL, *chunks = NULL;
     uint64_t shard = UINT64_MAX;
     optind = 1;
     int opt;
     while ((opt = getopt_long(argc, argv, "o:h", long_options, NULL)) != -1) {
+        if (dsc_cli_target_option(&target, opt, optarg))
+            continue;
         switch (opt) {
-        case 's':
-            server = optarg;
-            break;
-        case 'd':
-            dataset = optarg;
-            break;
         case 'c':
             chunks = optarg;
             break;
@@ -140,6 +136,7 @@ int dsc_cmd_get(int argc, char **argv) {
     }
     if (optind < argc)
         return dsc_cli_usage(CMD, "unexpected argument '%s'", argv[optind]);
+    const char *server = target.server, *dataset = target.dataset;
     if (!server || !dataset || !output || shard == UINT64_MAX)
         return dsc_cli_usage(CMD, "--server, --dataset, --shard and -o are required");
     unsigned long long cfirst = 0, ccount = 0;
@@ -157,11 +154,9 @@ int dsc_cmd_get(int argc, char **argv) {
     uint8_t *raw = NULL;
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", output);
-    int rc = dsc_conn_open_addr(server, GET_TIMEOUT_MS, 0, &conn);
-    if (rc < 0) {
-        exit_code = dsc_cli_fail(CMD, "%s: %s", server, dsc_strerror(rc));
+    if (dsc_cli_connect(CMD, server, GET_TIMEOUT_MS, &conn) != DSC_CLI_OK)
         goto done;
-    }
+    int rc;
     if ((rc = fetch_manifest(conn, dataset, &m)) < 0) {
         exit_code = dsc_cli_fail(CMD, "dataset %s: %s%s%s", dataset, dsc_strerror(rc),
                                  *dsc_conn_last_error(conn) ? ": " : "", dsc_conn_last_error(conn));

@@ -26,8 +26,7 @@ static void print_help(void) {
 }
 
 static const struct option long_options[] = {
-    {"server", required_argument, NULL, 's'},
-    {"dataset", required_argument, NULL, 'd'},
+    DSC_CLI_TARGET_OPTIONS,
     {"json", no_argument, NULL, 'j'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -72,18 +71,14 @@ static int print_table(const char *json, size_t len) {
 }
 
 int dsc_cmd_stat(int argc, char **argv) {
-    const char *server = NULL, *dataset = "";
+    dsc_cli_target_t target = {.server = NULL, .dataset = ""};
     int json = 0;
     optind = 1;
     int opt;
     while ((opt = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {
+        if (dsc_cli_target_option(&target, opt, optarg))
+            continue;
         switch (opt) {
-        case 's':
-            server = optarg;
-            break;
-        case 'd':
-            dataset = optarg;
-            break;
         case 'j':
             json = 1;
             break;
@@ -96,6 +91,7 @@ int dsc_cmd_stat(int argc, char **argv) {
     }
     if (optind < argc)
         return dsc_cli_usage(CMD, "unexpected argument '%s'", argv[optind]);
+    const char *server = target.server, *dataset = target.dataset;
     if (server == NULL)
         return dsc_cli_usage(CMD, "--server is required");
     uint8_t body[DSC_MAX_NAME + 8];
@@ -103,12 +99,11 @@ int dsc_cmd_stat(int argc, char **argv) {
     if (n < 0)
         return dsc_cli_usage(CMD, "--dataset '%s': not a valid name", dataset);
     dsc_conn_t *conn = NULL;
-    int rc = dsc_conn_open_addr(server, 10000, 0, &conn);
-    if (rc < 0)
-        return dsc_cli_fail(CMD, "%s: %s", server, dsc_strerror(rc));
+    if (dsc_cli_connect(CMD, server, 10000, &conn) != DSC_CLI_OK)
+        return DSC_CLI_FAIL;
     uint8_t *resp = NULL;
     size_t len = 0;
-    rc = dsc_conn_call(conn, DSC_OP_STAT, body, (size_t)n, &resp, &len);
+    int rc = dsc_conn_call(conn, DSC_OP_STAT, body, (size_t)n, &resp, &len);
     int exit_code;
     if (rc < 0)
         exit_code = dsc_cli_fail(CMD, "%s: %s%s%s", server, dsc_strerror(rc),

@@ -1,6 +1,7 @@
 /* dscache: command dispatch (a table of dsc_cmd_* functions) and the helpers commands share. */
 #include "cli.h"
 
+#include "conn.h"
 #include "dscache.h"
 #include "util.h"
 
@@ -111,6 +112,28 @@ int dsc_cli_parse_u64(const char *cmd, const char *option, const char *text, uin
     }
     *out = v;
     return 0;
+}
+
+int dsc_cli_target_option(dsc_cli_target_t *target, int opt, const char *arg) {
+    switch (opt) {
+    case 's':
+        target->server = arg;
+        return 1;
+    case 'd':
+        target->dataset = arg;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int dsc_cli_connect(const char *cmd, const char *server, uint32_t timeout_ms, dsc_conn_t **conn) {
+    int rc = dsc_conn_open_addr(server, timeout_ms, 0, conn);
+    if (rc < 0) {
+        *conn = NULL;
+        return dsc_cli_fail(cmd, "%s: %s", server, dsc_strerror(rc));
+    }
+    return DSC_CLI_OK;
 }
 
 void dsc_cli_progress_init(dsc_cli_progress_t *p, const char *label, uint64_t total) {
