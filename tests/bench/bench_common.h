@@ -4,6 +4,8 @@
 #ifndef DSC_BENCH_COMMON_H
 #define DSC_BENCH_COMMON_H
 
+#include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +114,22 @@ static inline pid_t spawn(char *const argv[], const char *log, int log_stdout) {
         _exit(127);
     }
     return pid;
+}
+
+/* Ignores SIGPIPE, writes the folder of this program (where dscached and dscache are found)
+ * into bindir and makes a new empty folder /tmp/<name>.XXXXXX, its path in work. Returns 0, or
+ * -1 when the program's path cannot be read or the folder cannot be made. */
+static inline int bench_prepare(const char *name, char *bindir, size_t bindir_cap, char *work,
+                                size_t work_cap) {
+    signal(SIGPIPE, SIG_IGN);
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return -1;
+    self[n] = '\0';
+    snprintf(bindir, bindir_cap, "%s", dirname(self));
+    snprintf(work, work_cap, "/tmp/%s.XXXXXX", name);
+    return mkdtemp(work) == NULL ? -1 : 0;
 }
 
 static inline int cmp_double(const void *a, const void *b) {

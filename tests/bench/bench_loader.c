@@ -11,7 +11,6 @@
 #include "testdata.h"
 #include "util.h"
 
-#include <libgen.h>
 #include <lz4.h>
 #include <pthread.h>
 #include <signal.h>
@@ -398,15 +397,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    signal(SIGPIPE, SIG_IGN);
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
-        return 1;
-    self[n] = '\0';
-    snprintf(bindir, sizeof bindir, "%s", dirname(self));
-    snprintf(work, sizeof work, "/tmp/bench_loader.XXXXXX");
-    if (mkdtemp(work) == NULL)
+    if (bench_prepare("bench_loader", bindir, sizeof bindir, work, sizeof work) < 0)
         return 1;
     int rc = 1;
     char log[200];

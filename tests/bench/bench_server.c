@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -716,15 +715,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    signal(SIGPIPE, SIG_IGN);
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
-        return 1;
-    self[n] = '\0';
-    snprintf(bindir, sizeof bindir, "%s", dirname(self));
-    snprintf(work, sizeof work, "/tmp/bench_server.XXXXXX");
-    if (mkdtemp(work) == NULL)
+    if (bench_prepare("bench_server", bindir, sizeof bindir, work, sizeof work) < 0)
         return 1;
     int rc = 1;
     pid_t dpid = -1, mpid = -1;
