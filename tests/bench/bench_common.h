@@ -132,6 +132,63 @@ static inline int bench_prepare(const char *name, char *bindir, size_t bindir_ca
     return mkdtemp(work) == NULL ? -1 : 0;
 }
 
+/* How bench_start_dscached starts dscached. */
+typedef struct bench_dscached {
+    const char *prog;    /* this program's name, for the message when it fails */
+    const char *path;    /* the dscached program */
+    const char *data[2]; /* the two dataset folders it serves */
+    const char *memory;  /* its --memory */
+    const char *threads; /* its --threads */
+    const char *work;    /* the folder its port file goes into */
+    const char *log;     /* the file of its stderr (and of its stdout with log_stdout) */
+    int log_stdout;
+} bench_dscached_t;
+
+/* Starts dscached on 127.0.0.1 with a free port, serving the two folders with every shard in
+ * RAM (--warm), and waits up to 5 s for the port it took. Returns 0 with *pid and addr
+ * ("127.0.0.1:PORT", addr_cap bytes), or -1 after printing "PROG: dscached did not start";
+ * *pid is then the child that was started, or -1, for the caller to stop. */
+static inline int bench_start_dscached(const bench_dscached_t *o, pid_t *pid, char *addr,
+                                       size_t addr_cap) {
+    char pfile[200];
+    snprintf(pfile, sizeof pfile, "%s/port", o->work);
+    char *args[] = {(char *)o->path,
+                    "--data",
+                    (char *)o->data[0],
+                    "--data",
+                    (char *)o->data[1],
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--http",
+                    "off",
+                    "--warm",
+                    "--memory",
+                    (char *)o->memory,
+                    "--port-file",
+                    pfile,
+                    "--threads",
+                    (char *)o->threads,
+                    "--log-level",
+                    "warn",
+                    NULL};
+    *pid = spawn(args, o->log, o->log_stdout);
+    addr[0] = '\0';
+    for (int i = 0; i < 250 && *pid > 0 && !addr[0]; i++) {
+        FILE *f = fopen(pfile, "r");
+        unsigned port;
+        if (f && fscanf(f, "%u", &port) == 1)
+            snprintf(addr, addr_cap, "127.0.0.1:%u", port);
+        if (f)
+            fclose(f);
+        usleep(20000);
+    }
+    if (!addr[0]) {
+        fprintf(stderr, "%s: dscached did not start (see %s)\n", o->prog, o->log);
+        return -1;
+    }
+    return 0;
+}
+
 static inline int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;

@@ -406,45 +406,21 @@ int main(int argc, char **argv) {
     if (make_dataset("lraw", "none") < 0 || make_dataset("llz4", "lz4") < 0)
         goto done;
     int sthreads = server_threads ? server_threads : ncores();
-    char threads_text[16], dscached[4200], d1[200], d2[200], pfile[200];
+    char threads_text[16], dscached[4200], d1[200], d2[200];
     snprintf(threads_text, sizeof threads_text, "%d", sthreads);
     snprintf(dscached, sizeof dscached, "%s/dscached", bindir);
     snprintf(d1, sizeof d1, "%s/lraw", work);
     snprintf(d2, sizeof d2, "%s/llz4", work);
-    snprintf(pfile, sizeof pfile, "%s/port", work);
-    char *dargs[] = {dscached,
-                     "--data",
-                     d1,
-                     "--data",
-                     d2,
-                     "--listen",
-                     "127.0.0.1:0",
-                     "--http",
-                     "off",
-                     "--warm",
-                     "--memory",
-                     "1G",
-                     "--port-file",
-                     pfile,
-                     "--threads",
-                     threads_text,
-                     "--log-level",
-                     "warn",
-                     NULL};
-    server_pid = spawn(dargs, log, 1);
-    for (int i = 0; i < 250 && !addr[0]; i++) {
-        FILE *f = fopen(pfile, "r");
-        unsigned port;
-        if (f && fscanf(f, "%u", &port) == 1)
-            snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
-        if (f)
-            fclose(f);
-        usleep(20000);
-    }
-    if (!addr[0]) {
-        fprintf(stderr, "bench_loader: dscached did not start (see %s)\n", log);
+    bench_dscached_t server = {.prog = "bench_loader",
+                               .path = dscached,
+                               .data = {d1, d2},
+                               .memory = "1G",
+                               .threads = threads_text,
+                               .work = work,
+                               .log = log,
+                               .log_stdout = 1};
+    if (bench_start_dscached(&server, &server_pid, addr, sizeof addr) < 0)
         goto done;
-    }
     /* Untimed passes: the server has every shard in RAM, both sides touched their memory. */
     int failed = run_get("lraw", 1.0).failed | run_get("llz4", 1.0).failed;
     failed |= run_loader("llz4", 2, 1, batch, 0, 0.5).failed;

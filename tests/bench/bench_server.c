@@ -727,48 +727,24 @@ int main(int argc, char **argv) {
     char threads_text[16];
     snprintf(threads_text, sizeof threads_text, "%d", sthreads);
 
-    char dscached[4200], d1[200], d2[200], pfile[200];
+    char dscached[4200], d1[200], d2[200];
     if (dscached_path)
         snprintf(dscached, sizeof dscached, "%s", dscached_path);
     else
         snprintf(dscached, sizeof dscached, "%s/dscached", bindir);
     snprintf(d1, sizeof d1, "%s/%s", work, cases[0].dataset);
     snprintf(d2, sizeof d2, "%s/%s", work, cases[1].dataset);
-    snprintf(pfile, sizeof pfile, "%s/port", work);
-    char *dargs[] = {dscached,
-                     "--data",
-                     d1,
-                     "--data",
-                     d2,
-                     "--listen",
-                     "127.0.0.1:0",
-                     "--http",
-                     "off",
-                     "--warm",
-                     "--memory",
-                     "512M",
-                     "--port-file",
-                     pfile,
-                     "--threads",
-                     threads_text,
-                     "--log-level",
-                     "warn",
-                     NULL};
-    dpid = spawn(dargs, log, 0);
     char addr[64] = "";
-    for (int i = 0; i < 250 && !addr[0]; i++) {
-        FILE *f = fopen(pfile, "r");
-        unsigned port;
-        if (f && fscanf(f, "%u", &port) == 1)
-            snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
-        if (f)
-            fclose(f);
-        usleep(20000);
-    }
-    if (!addr[0]) {
-        fprintf(stderr, "bench_server: dscached did not start (see %s)\n", log);
+    bench_dscached_t server = {.prog = "bench_server",
+                               .path = dscached,
+                               .data = {d1, d2},
+                               .memory = "512M",
+                               .threads = threads_text,
+                               .work = work,
+                               .log = log,
+                               .log_stdout = 0};
+    if (bench_start_dscached(&server, &dpid, addr, sizeof addr) < 0)
         goto done;
-    }
     usleep(300000); /* warm-up of a few MiB */
 
     uint16_t mport = free_port();
