@@ -1092,6 +1092,13 @@ int dsc_catalog_add_dir(dsc_catalog_t *cat, const char *dir) {
     char *dir_copy = NULL;
     char **dirs = NULL;
     int rc = dataset_create(dir, &ds);
+    struct stat st;
+    if (rc == DSC_ENOENT && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
+        /* A directory that is not there at all is a mistake in the command line, not a dataset
+         * still being written. */
+        rc = DSC_ENOENT;
+        goto done;
+    }
     if (rc == DSC_ENOENT) {
         /* No manifest yet: remember the directory, a rescan (SIGHUP) picks it up. */
         dirs = realloc(cat->dirs, (cat->dir_count + 1) * sizeof *dirs);

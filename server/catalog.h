@@ -68,9 +68,9 @@ int dsc_catalog_create(dsc_store_t *store, const dsc_catalog_options_t *options,
 void dsc_catalog_destroy(dsc_catalog_t *cat);
 
 /* Adds a dataset directory (manifest.json + shards) at start-up. A directory without a manifest
- * yet is remembered (logged) and served once a rescan finds one. Returns 0, a manifest error
- * (DSC_EBADMANIFEST, DSC_EIO, ...), DSC_EINVAL (its dataset name is already served), or
- * DSC_ENOMEM. */
+ * yet is remembered (logged) and served once a rescan finds one. Returns 0, DSC_ENOENT (no such
+ * directory), a manifest error (DSC_EBADMANIFEST, DSC_EIO, ...), DSC_EINVAL (its dataset name is
+ * already served), or DSC_ENOMEM. */
 int dsc_catalog_add_dir(dsc_catalog_t *cat, const char *dir);
 /* Rereads every directory's manifest: new datasets and shards appear, removed ones go (their
  * memory is freed once no response holds it), a dataset whose manifest did not change keeps its

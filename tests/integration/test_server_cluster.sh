@@ -184,5 +184,15 @@ for args in "--replicas 0" "--replicas 9" "--members garbage" "--members-file x 
         && fail "dscached $args started" || pass "dscached $args: $(tail -1 <<<"$out" | cut -c1-90)"
     grep -q "Sanitizer\|runtime error" <<<"$out" && fail "sanitizer report for $args: $out"
 done
+# A --data directory that does not exist is an error; one without a manifest yet is served later.
+out=$("$SERVER" --data "$work/no-such-dir" --listen 127.0.0.1:0 --http off 2>&1) \
+    && fail "dscached started on a missing --data directory" \
+    || { grep -q "no-such-dir: no such file or directory" <<<"$out" \
+        && pass "missing --data directory: $(tail -1 <<<"$out" | cut -c1-90)" \
+        || fail "missing --data directory: unclear message: $out"; }
+mkdir -p "$work/not-yet"
+out=$(timeout 2 "$SERVER" --data "$work/not-yet" --listen 127.0.0.1:0 --http off 2>&1 || true)
+grep -q "no manifest.json yet" <<<"$out" && pass "--data without a manifest yet: waits for a rescan" \
+    || fail "--data without a manifest yet: $out"
 grep -l "Sanitizer\|runtime error" "$work"/server-*.log && fail "sanitizer reports in the logs above"
 finish
