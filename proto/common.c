@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 DSC_EXTERN const char *dsc_strerror(int err) {
     switch (err) {
@@ -134,6 +135,37 @@ uint64_t dsc_now_ns(void) {
 
 double dsc_now_s(void) {
     return (double)dsc_now_ns() / 1e9;
+}
+
+void dsc_simulate_step(double seconds) {
+    if (seconds <= 0)
+        return;
+    double end = dsc_now_s() + seconds;
+    double nap = seconds - 100e-6;
+    if (nap > 0) {
+        struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0)
+            ;
+    }
+    while (dsc_now_s() < end)
+        ;
+}
+
+int dsc_pread_full(int fd, void *dst, uint64_t len, uint64_t offset) {
+    uint8_t *p = dst;
+    uint64_t got = 0;
+    while (got < len) {
+        size_t want = len - got > (1u << 30) ? (1u << 30) : (size_t)(len - got);
+        ssize_t n = pread(fd, p + got, want, (off_t)(offset + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            return DSC_ETRUNCATED;
+        got += (uint64_t)n;
+    }
+    return 0;
 }
 
 int dsc_add_u64(uint64_t a, uint64_t b, uint64_t *out) {

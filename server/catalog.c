@@ -389,18 +389,11 @@ static int read_shard(const dsc_slot_t *s, uint8_t *dst, dsc_shard_view_t *view,
         *why = "file size differs from the manifest";
         goto done;
     }
-    uint64_t got = 0;
-    while (got < meta->bytes) {
-        size_t want = meta->bytes - got > (1u << 30) ? (1u << 30) : (size_t)(meta->bytes - got);
-        ssize_t n = pread(fd, dst + got, want, (off_t)got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            rc = n < 0 ? -errno : DSC_ECORRUPT;
-            *why = n < 0 ? "read failed" : "file shrank while reading";
-            goto done;
-        }
-        got += (uint64_t)n;
+    rc = dsc_pread_full(fd, dst, meta->bytes, 0);
+    if (rc < 0) {
+        *why = rc == DSC_ETRUNCATED ? "file shrank while reading" : "read failed";
+        rc = rc == DSC_ETRUNCATED ? DSC_ECORRUPT : rc;
+        goto done;
     }
     if (dsc_checksum(dst, meta->bytes) != meta->checksum) {
         rc = DSC_ECORRUPT;
@@ -590,21 +583,11 @@ static shard_index_t *index_install(dsc_catalog_t *cat, dsc_slot_t *s, shard_ind
     return si;
 }
 
-/* Reads exactly len bytes at offset. Returns 0, DSC_ECORRUPT (end of file first) or -errno. */
+/* Reads exactly len bytes at offset. Returns 0, DSC_ECORRUPT (end of file first: the file
+ * shrank under its manifest) or -errno. */
 static int pread_full(int fd, uint8_t *dst, uint64_t len, uint64_t offset) {
-    uint64_t got = 0;
-    while (got < len) {
-        size_t want = len - got > (1u << 30) ? (1u << 30) : (size_t)(len - got);
-        ssize_t n = pread(fd, dst + got, want, (off_t)(offset + got));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        if (n == 0)
-            return DSC_ECORRUPT;
-        got += (uint64_t)n;
-    }
-    return 0;
+    int rc = dsc_pread_full(fd, dst, len, offset);
+    return rc == DSC_ETRUNCATED ? DSC_ECORRUPT : rc;
 }
 
 /* Reads and validates a shard's header, footer and index from fd against the manifest. Returns

@@ -34,22 +34,6 @@ static const char *usage_text =
     "  --rank R --world-size W   this rank of W (default 0 of 1)\n"
     "  -h, --help                this text\n";
 
-/* The simulated step: sleeps until 100 us before its end (the CPU stays free, as with a GPU
- * step), then spins, so that a late wake-up on a busy machine does not stretch the step. */
-static void sleep_seconds(double s) {
-    if (s <= 0)
-        return;
-    double end = dsc_now_s() + s;
-    double nap = s - 100e-6;
-    if (nap > 0) {
-        struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
-        while (nanosleep(&ts, &ts) != 0)
-            ;
-    }
-    while (dsc_now_s() < end)
-        ;
-}
-
 int dsc_cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
     dsc_loader_options_t o;
@@ -144,7 +128,7 @@ int dsc_cmd_bench(int argc, char **argv) {
     uint64_t epochs = 0;
     while ((rc == 0 || rc == DSC_EOF) && dsc_now_s() - t0 < seconds) {
         if (rc == 0)
-            sleep_seconds(compute_ms / 1000.0);
+            dsc_simulate_step(compute_ms / 1000.0);
         else
             epochs++;
         rc = dsc_loader_next(loader, &batch);

@@ -81,29 +81,11 @@ struct source {
     uint8_t value_bytes[MAX_INPUTS][16][8]; /* encoded values 0..15 per field dtype */
 };
 
-static int read_exact_at(int fd, void *buf, size_t len, uint64_t offset) {
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = pread(fd, p, len, (off_t)offset);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (n == 0)
-            return DSC_ETRUNCATED;
-        p += n;
-        len -= (size_t)n;
-        offset += (uint64_t)n;
-    }
-    return 0;
-}
-
 static int fill_files(source_t *src, uint64_t first, uint64_t count, uint8_t **bufs) {
     for (uint32_t f = 0; f < src->schema.field_count; f++) {
         uint64_t fb = src->schema.fields[f].sample_bytes;
-        int rc = read_exact_at(src->fds[f], bufs[f], (size_t)(count * fb),
-                               src->data_offset[f] + first * fb);
+        int rc = dsc_pread_full(src->fds[f], bufs[f], (size_t)(count * fb),
+                                src->data_offset[f] + first * fb);
         if (rc < 0) {
             fprintf(stderr, "dscache ingest: %s: read failed: %s\n", src->paths[f],
                     rc == DSC_ETRUNCATED ? "file shrank while reading" : dsc_strerror(rc));
@@ -468,7 +450,7 @@ static int setup_npy_input(source_t *src, uint32_t f, const char *arg) {
     uint8_t preamble[DSC_NPY_PREAMBLE];
     size_t got = size < sizeof preamble ? (size_t)size : sizeof preamble;
     dsc_npy_header_t npy;
-    int rc = read_exact_at(fd, preamble, got, 0);
+    int rc = dsc_pread_full(fd, preamble, got, 0);
     if (rc < 0)
         return dsc_cli_fail(CMD, "%s: %s", path, dsc_strerror(rc));
     int64_t header_size = dsc_npy_header_size(preamble, got);
@@ -481,7 +463,7 @@ static int setup_npy_input(source_t *src, uint32_t f, const char *arg) {
     uint8_t *header = malloc((size_t)header_size);
     if (header == NULL)
         return dsc_cli_fail(CMD, "%s", dsc_strerror(DSC_ENOMEM));
-    rc = read_exact_at(fd, header, (size_t)header_size, 0);
+    rc = dsc_pread_full(fd, header, (size_t)header_size, 0);
     int64_t parsed = rc < 0 ? rc : dsc_npy_parse(header, (size_t)header_size, &npy);
     free(header);
     if (rc < 0)

@@ -79,23 +79,6 @@ int dsc__fetch_manifest(dsc_loader_t *loader) {
 
 /* ---- Fallback shard files ------------------------------------------------------------------ */
 
-static int pread_all(int fd, void *buf, size_t len, uint64_t off) {
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = pread(fd, p, len, (off_t)off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        if (n == 0)
-            return DSC_ETRUNCATED;
-        p += n;
-        len -= (size_t)n;
-        off += (uint64_t)n;
-    }
-    return 0;
-}
-
 /* Opens shard `shard` and reads + validates its index. Under files_lock. */
 static int file_open(dsc_loader_t *loader, uint32_t shard) {
     dsc_file_shard_t *f = &loader->files[shard];
@@ -125,9 +108,9 @@ static int file_open(dsc_loader_t *loader, uint32_t shard) {
     dsc_shard_header_t header;
     dsc_shard_footer_t footer;
     uint8_t foot[DSC_SHARD_FOOTER_SIZE];
-    if ((rc = pread_all(fd, head, head_len, 0)) < 0 ||
+    if ((rc = dsc_pread_full(fd, head, head_len, 0)) < 0 ||
         (rc = dsc_shard_header_decode(head, head_len, &header)) < 0 ||
-        (rc = pread_all(fd, foot, sizeof foot, (uint64_t)size - sizeof foot)) < 0 ||
+        (rc = dsc_pread_full(fd, foot, sizeof foot, (uint64_t)size - sizeof foot)) < 0 ||
         (rc = dsc_shard_footer_decode(foot, &footer)) < 0)
         goto fail;
     rc = DSC_EBADINDEX;
@@ -142,8 +125,8 @@ static int file_open(dsc_loader_t *loader, uint32_t shard) {
     rc = DSC_ENOMEM;
     if (f->index == NULL)
         goto fail;
-    if ((rc = pread_all(fd, f->index, (size_t)footer.chunk_count * DSC_CHUNK_ENTRY_SIZE,
-                        footer.index_offset)) < 0 ||
+    if ((rc = dsc_pread_full(fd, f->index, (size_t)footer.chunk_count * DSC_CHUNK_ENTRY_SIZE,
+                             footer.index_offset)) < 0 ||
         (rc = dsc_shard_check_index(&header, &footer, f->index, (uint64_t)size)) < 0)
         goto fail;
     f->chunk_count = footer.chunk_count;
@@ -179,7 +162,7 @@ static int file_read(dsc_io_t *io, dsc_io_req_t *req, uint64_t *wire) {
         ent->stored = dsc__bufpool_get(&loader->pool, e.stored_len, &ent->stored_cap);
         if (ent->stored == NULL)
             return DSC_ENOMEM;
-        rc = pread_all(f->fd, ent->stored, e.stored_len, e.offset);
+        rc = dsc_pread_full(f->fd, ent->stored, e.stored_len, e.offset);
         if (rc < 0)
             return rc;
         ent->entry = e;

@@ -49,23 +49,6 @@ static int run_wait(char *const argv[], const char *log) {
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
-/* A simulated accelerator step of s seconds: sleeps (the CPU stays free, as with a GPU step)
- * until 100 us before the end, then spins, so that a late wake-up on a busy machine does not
- * stretch the step. */
-static void compute_for(double s) {
-    if (s <= 0)
-        return;
-    double end = dsc_now_s() + s;
-    double nap = s - 100e-6;
-    if (nap > 0) {
-        struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
-        while (nanosleep(&ts, &ts) != 0)
-            ;
-    }
-    while (dsc_now_s() < end)
-        ;
-}
-
 /* ---- plain pipelined GETs: every chunk of the dataset, round robin ------------------------ */
 
 typedef struct get_job {
@@ -228,7 +211,7 @@ static result_t run_loader(const char *dataset, uint32_t threads, int shuffle, u
     double c0 = self_cpu_seconds(), s0 = proc_cpu_seconds(server_pid), t0 = dsc_now_s();
     while ((rc == 0 || rc == DSC_EOF) && dsc_now_s() - t0 < secs) {
         if (rc == 0)
-            compute_for(compute);
+            dsc_simulate_step(compute);
         rc = dsc_loader_next(l, &b);
     }
     double wall = dsc_now_s() - t0;
