@@ -10,7 +10,10 @@
 # Before each baseline, that dataset's files (only those) are evicted from the page cache with
 # fsync + posix_fadvise(DONTNEED). Prints throughput and data stall side by side; stops the
 # server it started. About a minute once built.
+# With a GPU that torch sees, the model trains on it (--device auto, the default): dscache hands
+# out batches already on the device; the baselines pin and copy them.
 # Usage: deploy/local/demo.sh [--compute-ms MS] [--steps N] [--batch-size B] [--workers W]
+#        [--device auto|cpu|cuda:N]
 #        DEMO_DIR=... (data, default .demo/), DEMO_SAMPLES=N, DEMO_BUILD_DIR=...
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -22,13 +25,15 @@ compute_ms=5
 steps=300
 batch=256
 workers=2
+device=auto
 while [ $# -gt 0 ]; do
     case "$1" in
     --compute-ms) compute_ms=${2:?--compute-ms needs a value}; shift 2 ;;
     --steps) steps=${2:?--steps needs a value}; shift 2 ;;
     --batch-size) batch=${2:?--batch-size needs a value}; shift 2 ;;
     --workers) workers=${2:?--workers needs a value}; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --device) device=${2:?--device needs a value}; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "demo: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -96,9 +101,9 @@ py=/usr/bin/python3
 "$py" -c 'import numpy, torch' 2>/dev/null || die "$py lacks numpy or torch (deploy/local/setup.sh installs them)"
 export DSCACHE_LIB="$build/lib/libdscache.so"
 train=(deploy/local/train_demo.py --dataset cifar-synth --dir "$demo_dir/cifar-synth"
-       --batch-size "$batch" --compute-ms "$compute_ms")
+       --batch-size "$batch" --compute-ms "$compute_ms" --device "$device")
 
-step "train: $steps steps of batch $batch, ${compute_ms} ms simulated compute per step"
+step "train: $steps steps of batch $batch, ${compute_ms} ms simulated compute per step (device $device)"
 dsc_json=$("$py" "${train[@]}" --mode dscache --servers "$addr" --steps "$steps" --json) ||
     die "training through dscache failed"
 # The naive baseline decodes a whole chunk per sample: a quarter of the steps keeps it short.
@@ -109,7 +114,7 @@ file_json=$("$py" "${train[@]}" --mode files --steps "$file_steps" --workers "$w
 step "baseline 2 (pread): $steps steps, per sample: preadv of its bytes from the uncompressed copy ($workers DataLoader workers)"
 pread_json=$("$py" deploy/local/train_demo.py --dataset cifar-synth-raw \
     --dir "$demo_dir/cifar-synth-raw" --batch-size "$batch" --compute-ms "$compute_ms" \
-    --mode pread --steps "$steps" --workers "$workers" --json) ||
+    --device "$device" --mode pread --steps "$steps" --workers "$workers" --json) ||
     die "training from the uncompressed copy failed"
 
 step "result"
@@ -124,6 +129,7 @@ for r in rows:
         r["loss_first"], r["loss_last"], r["label"],
         ("; " + r["note"]) if r["note"] else ""))
 d, f, p = rows
+print("model device: %s" % d["device"])
 print("dscache: %.1fx the naive baseline's throughput and %.1fx the pread baseline's; "
       "data stall %.1f%% vs %.1f%% and %.1f%%" % (
           d["samples_per_s"] / f["samples_per_s"], d["samples_per_s"] / p["samples_per_s"],

@@ -12,11 +12,14 @@ Both file baselines go through torch's DataLoader (--workers processes, shuffle=
 start with the dataset's files evicted from the page cache: fsync + posix_fadvise(DONTNEED) on
 each file, which touches only these files (pages the kernel cannot drop stay cached; after the
 first touch a chunk is served from the page cache, as on a local disk).
+With --device cuda[:N] the model trains on that GPU: dscache hands out batches already on the
+device (its own stream and pinned slots), the baselines pin in the DataLoader and copy with
+.to(device, non_blocking=True), inside the timed wait for data.
 Prints one summary line per run: throughput, data stall and loss.
 
 usage: train_demo.py --mode dscache|files|pread --dataset NAME --dir DATASET_DIR
                      [--servers HOST:PORT] [--batch-size B] [--steps N] [--compute-ms MS]
-                     [--workers W] [--seed S] [--json]
+                     [--workers W] [--seed S] [--device cpu|cuda[:N]|auto] [--json]
 """
 import argparse
 import bisect
@@ -179,8 +182,21 @@ def main():
     p.add_argument("--compute-ms", type=float, default=5.0)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu",
+                   help="cpu (default), cuda, cuda:N, or auto (cuda:0 when torch sees a GPU)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = p.parse_args()
+    if args.device == "auto":
+        args.device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    if args.device != "cpu" and not args.device.startswith("cuda"):
+        p.error("--device is cpu, cuda, cuda:N or auto, not %r" % args.device)
+    if args.device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            p.error("--device %s: torch sees no CUDA device" % args.device)
+        if args.device == "cuda":
+            args.device = "cuda:0"
+    dev = torch.device(args.device)
+    on_gpu = dev.type == "cuda"
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
@@ -191,7 +207,7 @@ def main():
             p.error("--mode dscache needs --servers")
         loader = dscache.Loader(servers=args.servers, dataset=args.dataset,
                                 batch_size=args.batch_size, seed=args.seed, output="torch",
-                                drop_last=True)
+                                drop_last=True, device=args.device)
 
         def batches():
             epoch = 0
@@ -205,11 +221,13 @@ def main():
         note = evict_page_cache(args.dir)
         dl = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True,
                                          num_workers=args.workers, drop_last=True,
-                                         persistent_workers=args.workers > 0)
+                                         persistent_workers=args.workers > 0, pin_memory=on_gpu)
 
         def batches():
             while True:
                 for b in dl:
+                    if on_gpu:
+                        b = {k: v.to(dev, non_blocking=True) for k, v in b.items()}
                     yield b
 
     image_key, label_key = "image", "label"
@@ -229,7 +247,7 @@ def main():
         if model is None:
             # Small on purpose: the accelerator's work is the --compute-ms sleep, so the
             # host's share of a step stays close to what a GPU trainer leaves it.
-            model = torch.nn.Linear(x.shape[1], 10)
+            model = torch.nn.Linear(x.shape[1], 10).to(dev)
             opt = torch.optim.SGD(model.parameters(), lr=0.05)
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
@@ -254,6 +272,7 @@ def main():
     }
     result = {
         "mode": args.mode,
+        "device": args.device,
         "label": labels[args.mode],
         "workers": args.workers,
         "steps": args.steps,

@@ -38,6 +38,7 @@ static int server_threads = 0;              /* dscached --threads and memcached 
 static const char *only_size = NULL;
 static int only_conns = 0;
 static int skip_mc = 0;
+static const char *memcached_path = "/usr/bin/memcached"; /* --memcached */
 /* Each client thread receives into one buffer this large, parses the frames in place and drops
  * the bytes: the same receive loop for dscached and memcached, and as cheap as the raw pairs. */
 static size_t recv_buf = 4u << 20;
@@ -643,7 +644,9 @@ done:
 
 static void memcached_version(char *out, size_t cap) {
     snprintf(out, cap, "memcached");
-    FILE *p = popen("/usr/bin/memcached -V 2>/dev/null", "r");
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "'%s' -V 2>/dev/null", memcached_path);
+    FILE *p = strchr(memcached_path, '\'') ? NULL : popen(cmd, "r");
     if (p == NULL)
         return;
     if (fgets(out, (int)cap, p) == NULL)
@@ -667,6 +670,7 @@ static void usage(void) {
             "  --size 64k|1m        only this object size\n"
             "  --conns N            only this connection count\n"
             "  --no-memcached       skip the memcached comparison\n"
+            "  --memcached PATH     the memcached binary (default /usr/bin/memcached)\n"
             "  --dscached PATH      the server binary (default: beside bench_server)\n"
             "  --verbose            also print the client's CPU seconds per GB\n",
             MAX_REPS);
@@ -707,7 +711,10 @@ int main(int argc, char **argv) {
             skip_mc = 1;
         else if (strcmp(a, "--verbose") == 0)
             verbose = 1;
-        else if (strcmp(a, "--dscached") == 0 && v) {
+        else if (strcmp(a, "--memcached") == 0 && v) {
+            memcached_path = v;
+            i++;
+        } else if (strcmp(a, "--dscached") == 0 && v) {
             dscached_path = v;
             i++;
         } else {
@@ -750,7 +757,7 @@ int main(int argc, char **argv) {
     uint16_t mport = free_port();
     char mport_text[16], mcver[128] = "";
     snprintf(mport_text, sizeof mport_text, "%u", mport);
-    char *margs[] = {"/usr/bin/memcached",
+    char *margs[] = {(char *)memcached_path,
                      "-l",
                      "127.0.0.1",
                      "-p",
@@ -777,7 +784,8 @@ int main(int argc, char **argv) {
             have_mc = 0;
         }
     } else if (!skip_mc) {
-        fprintf(stderr, "bench_server: /usr/bin/memcached not found: comparison skipped\n");
+        fprintf(stderr, "bench_server: %s not found: memcached comparison skipped\n",
+                memcached_path);
     }
 
     double raw1v[MAX_REPS], raw2v[MAX_REPS];

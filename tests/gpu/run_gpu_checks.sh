@@ -1,23 +1,44 @@
 #!/usr/bin/env bash
 # GPU checks, for a machine with an NVIDIA GPU, CUDA runtime and torch with CUDA (not run by
-# ctest's default labels): builds, runs the CUDA unit test and the Python CUDA test (batch bytes
-# on the device equal the source), then measures host-to-device bandwidth through the loader
-# (its own stream, pinned slots, events) against cudaMemcpy from pinned memory (torch).
-# Usage: tests/gpu/run_gpu_checks.sh [BUILD_DIR]     exit 77 when no GPU is visible.
+# ctest's default labels): builds (or takes a --prebuilt tree, see tests/gpu/bundle.sh), runs
+# the CUDA unit test and the Python CUDA test (batch bytes on the device equal the source), then
+# measures host-to-device bandwidth through the loader (its own stream, pinned slots, events)
+# against cudaMemcpy from pinned memory (torch), and runs the demo trainer on the GPU fed by
+# dscache and by the pread baseline.
+# Usage: tests/gpu/run_gpu_checks.sh [BUILD_DIR | --prebuilt DIR]   exit 77 when no GPU is visible.
+#        DSC_PYTHON=... (default: /usr/bin/python3 if it imports torch, else python3)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${1:-$root/build-gpu}
-py=${DSC_PYTHON:-/usr/bin/python3}
+build=$root/build-gpu
+prebuilt=0
+case "${1:-}" in
+--prebuilt) build=$(cd "${2:?--prebuilt needs a directory}" && pwd); prebuilt=1 ;;
+-h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+"") ;;
+*) build=$1 ;;
+esac
+py=${DSC_PYTHON:-}
+if [ -z "$py" ]; then
+    py=python3
+    /usr/bin/python3 -c 'import torch' 2>/dev/null && py=/usr/bin/python3
+fi
 "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null ||
-    { echo "SKIP: torch sees no CUDA device here"; exit 77; }
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$(nproc)" --target dscache dscache_cli dscached test_cuda >/dev/null
+    { echo "SKIP: torch ($py) sees no CUDA device here"; exit 77; }
+if [ "$prebuilt" = 0 ]; then
+    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    cmake --build "$build" -j "$(nproc)" --target dscache dscache_cli dscached test_cuda >/dev/null
+fi
+for f in bin/dscache bin/dscached bin/test_cuda lib/libdscache.so; do
+    [ -e "$build/$f" ] || { echo "run_gpu_checks: $build/$f is missing" >&2; exit 1; }
+done
 export DSC_BIN=$build/bin DSC_SRC=$root DSCACHE_LIB=$build/lib/libdscache.so
-export PYTHONPATH=$root/client/python
+export PYTHONPATH=$root/client/python PYTHONUNBUFFERED=1
+"$py" -c 'import torch; print("torch %s, %s" % (torch.__version__, torch.cuda.get_device_name(0)))'
+failed=""
 echo "== test_cuda (C)"
-"$build/bin/test_cuda"
+"$build/bin/test_cuda" || failed="$failed test_cuda"
 echo "== test_cuda.py (device bytes equal the source)"
-"$py" "$root/tests/python/test_cuda.py"
+"$py" "$root/tests/python/test_cuda.py" || failed="$failed test_cuda.py"
 
 work=$(mktemp -d)
 server_pid=""
@@ -33,7 +54,7 @@ trap cleanup EXIT
 server_pid=$!
 for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
 echo "== H2D bandwidth: loader vs cudaMemcpy from pinned memory"
-"$py" - "127.0.0.1:$(cat "$work/port")" <<'PYEOF'
+"$py" - "127.0.0.1:$(cat "$work/port")" <<'PYEOF' || failed="$failed h2d-bandwidth"
 import sys, time, torch, dscache
 addr = sys.argv[1]
 batch = 256
@@ -73,3 +94,28 @@ print("cudaMemcpy from pinned memory (torch): %.2f GB/s; loader H2D at %.2fx" %
       (memcpy_gbps, h2d_gbps / memcpy_gbps if memcpy_gbps else 0))
 loader.close()
 PYEOF
+
+echo "== demo trainer on the GPU: dscache vs the pread baseline (batch 256, 5 ms simulated compute)"
+"$build/bin/dscache" ingest synthetic -o "$work/img" --name img --samples 20000 \
+    --field image:u8:3x32x32 --field label:i64 --seed 1 --compress lz4 --shard-size 16M \
+    --chunk-size 1M >/dev/null
+"$build/bin/dscache" ingest synthetic -o "$work/img-raw" --name img-raw --samples 20000 \
+    --field image:u8:3x32x32 --field label:i64 --seed 1 --compress none --shard-size 16M \
+    --chunk-size 1M >/dev/null
+kill "$server_pid" && wait "$server_pid" 2>/dev/null || true
+rm -f "$work/port"
+"$build/bin/dscached" --data "$work/img" --listen 127.0.0.1:0 --http off --memory 1G --warm \
+    --port-file "$work/port" --log-level warn &
+server_pid=$!
+for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+train=("$root/deploy/local/train_demo.py" --batch-size 256 --compute-ms 5 --device cuda:0
+       --steps 300)
+"$py" "${train[@]}" --mode dscache --servers "127.0.0.1:$(cat "$work/port")" --dataset img \
+    --dir "$work/img" || failed="$failed demo-dscache"
+"$py" "${train[@]}" --mode pread --dataset img-raw --dir "$work/img-raw" --workers 2 ||
+    failed="$failed demo-pread"
+if [ -n "$failed" ]; then
+    echo "GPU checks FAILED:$failed"
+    exit 1
+fi
+echo "GPU checks passed"
