@@ -252,10 +252,14 @@ typedef struct dsc_stats {
     double network_seconds; /* summed time waiting on responses */
     double decode_seconds;  /* summed checksum + decompression time */
     double collate_seconds; /* summed time copying samples into batch slots */
-    double h2d_seconds;     /* summed host-to-device copy time (CUDA) */
+    double h2d_seconds;     /* summed host-to-device copy time (CUDA; device time, event to
+                               event), of the copies counted in h2d_bytes */
     uint64_t placed_chunks; /* chunks verified + decoded straight into a batch slot */
     uint64_t refetches;     /* chunks fetched again within one epoch: their shuffle window's
                                chunks did not fit in cache_bytes (see the WARN at create) */
+    uint64_t h2d_bytes;     /* bytes of the host-to-device copies timed in h2d_seconds: a copy
+                               is timed when its slot is filled again, so the last few batches'
+                               copies are not yet in; h2d_bytes / h2d_seconds is the bandwidth */
 } dsc_stats_t;
 
 /* Fills *out (out->struct_size must be set). Returns 0 or DSC_EINVAL. Thread-safe. */

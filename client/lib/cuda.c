@@ -191,8 +191,20 @@ int dsc__cuda_slot_wait_copy(dsc_cuda_t *cuda, dsc_cuda_slot_t *slot) {
 }
 
 int dsc__cuda_slot_copy(dsc_cuda_t *cuda, dsc_cuda_slot_t *slot, void *dst, const void *src,
-                        size_t bytes) {
+                        size_t bytes, double *prev_seconds, uint64_t *prev_bytes) {
     int rc = 0;
+    *prev_seconds = 0;
+    *prev_bytes = 0;
+    if (slot->copy_pending) {
+        /* Measured here, before the events are recorded again: the copy is complete (the
+         * caller waited for it), whether or not the consumer's work on it has run yet. */
+        float ms = 0;
+        if (cuda->event_elapsed(&ms, slot->started, slot->done) == CUDA_SUCCESS) {
+            *prev_seconds = ms / 1000.0;
+            *prev_bytes = slot->copy_bytes;
+        }
+        slot->copy_pending = 0;
+    }
     if (slot->released_recorded)
         rc = check(cuda, cuda->stream_wait_event(cuda->stream, slot->released, 0),
                    "cudaStreamWaitEvent");
@@ -203,8 +215,10 @@ int dsc__cuda_slot_copy(dsc_cuda_t *cuda, dsc_cuda_slot_t *slot, void *dst, cons
                    "cudaMemcpyAsync");
     if (rc == 0)
         rc = check(cuda, cuda->event_record(slot->done, cuda->stream), "cudaEventRecord");
-    if (rc == 0)
+    if (rc == 0) {
         slot->copy_pending = 1;
+        slot->copy_bytes = bytes;
+    }
     return rc;
 }
 
@@ -212,14 +226,9 @@ int dsc__cuda_slot_hand_out(dsc_cuda_t *cuda, dsc_cuda_slot_t *slot, void *strea
     return check(cuda, cuda->stream_wait_event(stream, slot->done, 0), "cudaStreamWaitEvent");
 }
 
-double dsc__cuda_slot_release(dsc_cuda_t *cuda, dsc_cuda_slot_t *slot, void *stream) {
-    double seconds = 0;
-    if (slot->copy_pending && cuda->event_query(slot->done) == CUDA_SUCCESS) {
-        float ms = 0;
-        if (cuda->event_elapsed(&ms, slot->started, slot->done) == CUDA_SUCCESS)
-            seconds = ms / 1000.0;
-    }
-    if (check(cuda, cuda->event_record(slot->released, stream), "cudaEventRecord") == 0)
+int dsc__cuda_slot_release(dsc_cuda_t *cuda, dsc_cuda_slot_t *slot, void *stream) {
+    int rc = check(cuda, cuda->event_record(slot->released, stream), "cudaEventRecord");
+    if (rc == 0)
         slot->released_recorded = 1;
-    return seconds;
+    return rc;
 }

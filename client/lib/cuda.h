@@ -31,7 +31,8 @@ typedef struct dsc_cuda_slot {
     void *started;  /* cudaEvent_t, for the copy time */
     void *released; /* cudaEvent_t */
     int released_recorded;
-    int copy_pending; /* a copy was issued and its time not yet counted */
+    int copy_pending;     /* a copy was issued and its time not yet counted */
+    uint64_t copy_bytes;  /* the size of that copy */
 } dsc_cuda_slot_t;
 int dsc__cuda_slot_init(dsc_cuda_t *cuda, dsc_cuda_slot_t *slot);
 void dsc__cuda_slot_close(dsc_cuda_t *cuda, dsc_cuda_slot_t *slot);
@@ -39,13 +40,14 @@ void dsc__cuda_slot_close(dsc_cuda_t *cuda, dsc_cuda_slot_t *slot);
 /* Waits (host side) until the slot's previous copy finished reading its host buffer. */
 int dsc__cuda_slot_wait_copy(dsc_cuda_t *cuda, dsc_cuda_slot_t *slot);
 /* Queues host -> device on the loader's stream, after the consumer released the device buffer;
- * records `done`. Never blocks on the device. */
+ * records `done`. Never blocks on the device. The previous copy of this slot, which must have
+ * been waited for (dsc__cuda_slot_wait_copy), is measured first: its device time (event to
+ * event) and size go to *prev_seconds and *prev_bytes (0 and 0 when there was none). */
 int dsc__cuda_slot_copy(dsc_cuda_t *cuda, dsc_cuda_slot_t *slot, void *dst, const void *src,
-                        size_t bytes);
+                        size_t bytes, double *prev_seconds, uint64_t *prev_bytes);
 /* Orders the consumer's stream (NULL: legacy default stream) after the slot's copy. */
 int dsc__cuda_slot_hand_out(dsc_cuda_t *cuda, dsc_cuda_slot_t *slot, void *stream);
-/* Records `released` on the consumer's stream; returns the seconds the copy took when known
- * (else 0). */
-double dsc__cuda_slot_release(dsc_cuda_t *cuda, dsc_cuda_slot_t *slot, void *stream);
+/* Records `released` on the consumer's stream. */
+int dsc__cuda_slot_release(dsc_cuda_t *cuda, dsc_cuda_slot_t *slot, void *stream);
 
 #endif

@@ -314,11 +314,15 @@ void *dsc__worker_main(void *arg) {
         if (rc == 0)
             collate(loader, st, slot);
         double t1 = dsc_now_s();
+        double h2d_seconds = 0;
+        uint64_t h2d_bytes = 0;
         if (rc == 0 && loader->cuda != NULL)
             rc = dsc__cuda_slot_copy(loader->cuda, &slot->ev, slot->dev, slot->host,
-                                     loader->slot_bytes);
+                                     loader->slot_bytes, &h2d_seconds, &h2d_bytes);
         pthread_mutex_lock(&loader->lock);
         loader->st.collate_seconds += t1 - t0;
+        loader->st.h2d_seconds += h2d_seconds;
+        loader->st.h2d_bytes += h2d_bytes;
         loader->collating--;
         uint32_t freed = unref_step(loader, st);
         if (rc < 0)

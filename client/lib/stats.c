@@ -95,6 +95,8 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
     metric(&t, "refetches_total", "counter",
            "Chunks fetched again within an epoch (shuffle window larger than cache_bytes).", ds,
            (double)s.refetches);
+    metric(&t, "h2d_bytes_total", "counter", "Bytes of the timed host-to-device copies.", ds,
+           (double)s.h2d_bytes);
     if (t.len > (size_t)INT32_MAX)
         return DSC_EOVERFLOW;
     return (int)t.len;

@@ -37,6 +37,10 @@ with torch.cuda.stream(stream):
         t.check(torch.equal(batch["y"].cpu(), torch.from_numpy(arrays["y"][idx])), "labels")
         seen += len(idx)
 t.check(seen == N, "one epoch")
-print("h2d seconds: %.4f" % loader.stats()["h2d_seconds"])
+st = loader.stats()
+# Copies are timed when their slot is filled again: an epoch of 16 batches refills slots.
+t.check(st["h2d_bytes"] > 0 and st["h2d_seconds"] > 0, "host-to-device copies timed")
+t.check(st["h2d_bytes"] / st["h2d_seconds"] < 1e12, "a plausible copy bandwidth")
+print("h2d: %d bytes in %.6f s" % (st["h2d_bytes"], st["h2d_seconds"]))
 loader.close()
 sys.exit(t.done())

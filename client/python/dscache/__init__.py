@@ -119,6 +119,7 @@ _STAT_FIELDS = [
     ("h2d_seconds", ctypes.c_double),
     ("placed_chunks", ctypes.c_uint64),
     ("refetches", ctypes.c_uint64),
+    ("h2d_bytes", ctypes.c_uint64),
 ]
 
 
@@ -465,8 +466,9 @@ class Loader:
         """Counters and times (the fields of dsc_stats_t): epoch, batches, samples, bytes,
         wire_bytes, requests, retries, failovers, checksum_failures, wall/stall/compute_seconds,
         stall_fraction, network/decode/collate/h2d_seconds, placed_chunks (chunks decoded straight
-        into a batch slot) and refetches (chunks fetched again within an epoch: cache_bytes too
-        small for the shuffle window, see the loader's WARN)."""
+        into a batch slot), refetches (chunks fetched again within an epoch: cache_bytes too
+        small for the shuffle window, see the loader's WARN) and h2d_bytes (the bytes of the
+        host-to-device copies timed in h2d_seconds: their ratio is the copy bandwidth)."""
         s = _Stats()
         s.struct_size = ctypes.sizeof(_Stats)
         _check(self._lib.dsc_loader_stats(self._h(), ctypes.byref(s)))
