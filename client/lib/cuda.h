@@ -31,8 +31,8 @@ typedef struct dsc_cuda_slot {
     void *started;  /* cudaEvent_t, for the copy time */
     void *released; /* cudaEvent_t */
     int released_recorded;
-    int copy_pending;     /* a copy was issued and its time not yet counted */
-    uint64_t copy_bytes;  /* the size of that copy */
+    int copy_pending;    /* a copy was issued and its time not yet counted */
+    uint64_t copy_bytes; /* the size of that copy */
 } dsc_cuda_slot_t;
 int dsc__cuda_slot_init(dsc_cuda_t *cuda, dsc_cuda_slot_t *slot);
 void dsc__cuda_slot_close(dsc_cuda_t *cuda, dsc_cuda_slot_t *slot);

@@ -830,8 +830,8 @@ static void release_current(dsc_loader_t *loader) {
     if (b == NULL)
         return;
     dsc_slot_t *slot = &loader->slots[b->slot];
-    if (loader->cuda != NULL && dsc__cuda_slot_release(loader->cuda, &slot->ev,
-                                                       loader->user_stream) < 0)
+    if (loader->cuda != NULL &&
+        dsc__cuda_slot_release(loader->cuda, &slot->ev, loader->user_stream) < 0)
         dsc__loader_fail(loader, DSC_ECUDA);
     b->handed = 0;
     slot->owner = SLOT_FREE;
