@@ -30,6 +30,8 @@ static const char *usage_text =
     "  --cache BYTES             decoded-chunk budget (default 256M)\n"
     "  --shuffle-window N        samples shuffled together (default 8192)\n"
     "  --no-shuffle              dataset order\n"
+    "  --no-assist               next() only waits (default: a waiting next() decodes and\n"
+    "                            collates beside the decode threads)\n"
     "  --seed S                  shuffle seed (default 0)\n"
     "  --rank R --world-size W   this rank of W (default 0 of 1)\n"
     "  -h, --help                this text\n";
@@ -47,6 +49,10 @@ int dsc_cmd_bench(int argc, char **argv) {
         }
         if (strcmp(a, "--no-shuffle") == 0) {
             o.shuffle = 0;
+            continue;
+        }
+        if (strcmp(a, "--no-assist") == 0) {
+            o.no_assist = 1;
             continue;
         }
         if (i + 1 >= argc)

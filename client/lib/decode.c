@@ -202,141 +202,145 @@ static uint32_t unref_step(dsc_loader_t *loader, dsc_step_t *st) {
     return freed;
 }
 
+int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx) {
+    if (loader->error)
+        return 0;
+    /* A step that can be collated goes first: the chunk just decoded (often the last one
+     * such a step waited for) is still in this core's cache, so its samples are copied out
+     * of L2 instead of memory; and a finished batch is worth more to the trainer than one
+     * more decoded chunk. */
+    dsc_step_t *st = find_collatable(loader);
+    dsc_chunk_ent_t *ent = st == NULL ? dsc__queue_pop(&loader->decode_queue) : NULL;
+    if (ent != NULL) {
+        ent->state = CH_DECODING;
+        dsc_slot_t *direct = direct_slot(loader, ent);
+        if (direct != NULL) {
+            /* Counted as a collation: restart() waits for it before reusing the slots. */
+            ent->placed = 1;
+            loader->collating++;
+        }
+        pthread_mutex_unlock(&loader->lock);
+        double t0 = dsc_now_s();
+        int rc = 0;
+        if (direct != NULL) {
+            if (loader->cuda != NULL) {
+                /* The slot's previous batch may still be on its way to the device. */
+                if (!ctx->cuda_bound)
+                    rc = dsc__cuda_bind_thread(loader->cuda);
+                ctx->cuda_bound = rc == 0;
+                if (rc == 0)
+                    rc = dsc__cuda_slot_wait_copy(loader->cuda, &direct->ev);
+            }
+            if (rc == 0)
+                rc = place_chunk(loader, ent, direct, &ctx->scratch, &ctx->scratch_cap);
+        } else {
+            rc = decode_chunk(loader, ent);
+        }
+        double t1 = dsc_now_s();
+        pthread_mutex_lock(&loader->lock);
+        if (direct != NULL) {
+            if (rc == 0)
+                loader->st.placed_chunks++;
+            if (--loader->collating == 0)
+                pthread_cond_broadcast(&loader->cons_cv);
+        }
+        loader->st.decode_seconds += t1 - t0;
+        loader->inflight_used -= ent->raw_len;
+        pthread_cond_broadcast(&loader->io_cv);
+        if (ent->cancelled) {
+            dsc__chunk_free(loader, ent);
+            return 1;
+        }
+        if (rc < 0 && dsc__is_corruption(rc)) {
+            /* Damaged at its source: nothing of it was handed out (a slot it was placed into
+             * is rewritten before its step is ready); fetch it again from another replica,
+             * else the fallback files. */
+            uint32_t from = ent->server;
+            dsc__bufpool_put(&loader->pool, ent->stored, ent->stored_cap);
+            if (ent->raw_cap)
+                dsc__bufpool_put(&loader->pool, ent->raw, ent->raw_cap);
+            ent->stored = ent->raw = NULL;
+            ent->stored_cap = ent->raw_cap = 0;
+            ent->placed = 0; /* collate copies it unless it is placed again */
+            int s = dsc__chunk_refetch(loader, ent, rc);
+            if (s >= 0) {
+                DSC_LOG(&loader->log, DSC_LOG_WARN,
+                        "%s shard %u chunk %u from %s: %s (%s); reading it from %s",
+                        loader->dataset, ent->shard, ent->shard_chunk, loader->servers[from].addr,
+                        dsc_strerror(rc), dsc_err_name(rc), loader->servers[s].addr);
+                return 1;
+            }
+            ent->state = CH_READY; /* owned by the table; never collated: loader failed */
+            dsc__loader_fail(loader, rc);
+            return 1;
+        }
+        if (rc < 0) {
+            DSC_LOG(&loader->log, DSC_LOG_ERROR, "%s shard %u chunk %u from %s: %s",
+                    loader->dataset, ent->shard, ent->shard_chunk,
+                    loader->servers[ent->server].addr, dsc_strerror(rc));
+            ent->state = CH_READY; /* owned by the table; never collated: loader failed */
+            dsc__loader_fail(loader, rc);
+            return 1;
+        }
+        ent->state = CH_READY;
+        return 1; /* collation is checked on the next pass */
+    }
+    if (st == NULL)
+        return 0;
+    st->state = ST_COLLATING;
+    loader->collating++;
+    dsc_slot_t *slot = &loader->slots[st->seq % loader->slot_count];
+    pthread_mutex_unlock(&loader->lock);
+    int rc = 0;
+    double t0 = dsc_now_s();
+    if (loader->cuda != NULL) {
+        if (!ctx->cuda_bound)
+            rc = dsc__cuda_bind_thread(loader->cuda);
+        ctx->cuda_bound = rc == 0;
+        if (rc == 0)
+            rc = dsc__cuda_slot_wait_copy(loader->cuda, &slot->ev);
+    }
+    if (rc == 0)
+        collate(loader, st, slot);
+    double t1 = dsc_now_s();
+    double h2d_seconds = 0;
+    uint64_t h2d_bytes = 0;
+    if (rc == 0 && loader->cuda != NULL)
+        rc = dsc__cuda_slot_copy(loader->cuda, &slot->ev, slot->dev, slot->host, loader->slot_bytes,
+                                 &h2d_seconds, &h2d_bytes);
+    pthread_mutex_lock(&loader->lock);
+    loader->st.collate_seconds += t1 - t0;
+    loader->st.h2d_seconds += h2d_seconds;
+    loader->st.h2d_bytes += h2d_bytes;
+    loader->collating--;
+    uint32_t freed = unref_step(loader, st);
+    if (rc < 0)
+        dsc__loader_fail(loader, rc);
+    st->state = ST_READY;
+    /* Wake only whom it concerns (each wake-up is a futex call and a context switch on a
+     * trainer's cores): the consumer when this is the step it waits for (or when restart()
+     * waits for collations to end), the scheduler when freed chunks made budget room. */
+    if (st->seq == loader->cons_seq || loader->collating == 0)
+        pthread_cond_broadcast(&loader->cons_cv);
+    if (freed > 0)
+        pthread_cond_broadcast(&loader->sched_cv);
+    return 1;
+}
+
+void dsc__work_signal(dsc_loader_t *loader) {
+    pthread_cond_signal(&loader->work_cv); /* one worker per unit of work, not all of them */
+    if (loader->consumer_waiting)
+        pthread_cond_broadcast(&loader->cons_cv);
+}
+
 void *dsc__worker_main(void *arg) {
     dsc_loader_t *loader = arg;
-    int cuda_bound = 0;
-    uint8_t *scratch = NULL; /* decoded multi-field chunks on their way into a slot */
-    size_t scratch_cap = 0;
+    dsc_worker_ctx_t ctx = {0};
     pthread_mutex_lock(&loader->lock);
-    while (!loader->stop) {
-        if (loader->error) {
+    while (!loader->stop)
+        if (!dsc__worker_pass(loader, &ctx))
             pthread_cond_wait(&loader->work_cv, &loader->lock);
-            continue;
-        }
-        /* A step that can be collated goes first: the chunk just decoded (often the last one
-         * such a step waited for) is still in this core's cache, so its samples are copied out
-         * of L2 instead of memory; and a finished batch is worth more to the trainer than one
-         * more decoded chunk. */
-        dsc_step_t *st = find_collatable(loader);
-        dsc_chunk_ent_t *ent = st == NULL ? dsc__queue_pop(&loader->decode_queue) : NULL;
-        if (ent != NULL) {
-            ent->state = CH_DECODING;
-            dsc_slot_t *direct = direct_slot(loader, ent);
-            if (direct != NULL) {
-                /* Counted as a collation: restart() waits for it before reusing the slots. */
-                ent->placed = 1;
-                loader->collating++;
-            }
-            pthread_mutex_unlock(&loader->lock);
-            double t0 = dsc_now_s();
-            int rc = 0;
-            if (direct != NULL) {
-                if (loader->cuda != NULL) {
-                    /* The slot's previous batch may still be on its way to the device. */
-                    if (!cuda_bound)
-                        rc = dsc__cuda_bind_thread(loader->cuda);
-                    cuda_bound = rc == 0;
-                    if (rc == 0)
-                        rc = dsc__cuda_slot_wait_copy(loader->cuda, &direct->ev);
-                }
-                if (rc == 0)
-                    rc = place_chunk(loader, ent, direct, &scratch, &scratch_cap);
-            } else {
-                rc = decode_chunk(loader, ent);
-            }
-            double t1 = dsc_now_s();
-            pthread_mutex_lock(&loader->lock);
-            if (direct != NULL) {
-                if (rc == 0)
-                    loader->st.placed_chunks++;
-                if (--loader->collating == 0)
-                    pthread_cond_broadcast(&loader->cons_cv);
-            }
-            loader->st.decode_seconds += t1 - t0;
-            loader->inflight_used -= ent->raw_len;
-            pthread_cond_broadcast(&loader->io_cv);
-            if (ent->cancelled) {
-                dsc__chunk_free(loader, ent);
-                continue;
-            }
-            if (rc < 0 && dsc__is_corruption(rc)) {
-                /* Damaged at its source: nothing of it was handed out (a slot it was placed into
-                 * is rewritten before its step is ready); fetch it again from another replica,
-                 * else the fallback files. */
-                uint32_t from = ent->server;
-                dsc__bufpool_put(&loader->pool, ent->stored, ent->stored_cap);
-                if (ent->raw_cap)
-                    dsc__bufpool_put(&loader->pool, ent->raw, ent->raw_cap);
-                ent->stored = ent->raw = NULL;
-                ent->stored_cap = ent->raw_cap = 0;
-                ent->placed = 0; /* collate copies it unless it is placed again */
-                int s = dsc__chunk_refetch(loader, ent, rc);
-                if (s >= 0) {
-                    DSC_LOG(&loader->log, DSC_LOG_WARN,
-                            "%s shard %u chunk %u from %s: %s (%s); reading it from %s",
-                            loader->dataset, ent->shard, ent->shard_chunk,
-                            loader->servers[from].addr, dsc_strerror(rc), dsc_err_name(rc),
-                            loader->servers[s].addr);
-                    continue;
-                }
-                ent->state = CH_READY; /* owned by the table; never collated: loader failed */
-                dsc__loader_fail(loader, rc);
-                continue;
-            }
-            if (rc < 0) {
-                DSC_LOG(&loader->log, DSC_LOG_ERROR, "%s shard %u chunk %u from %s: %s",
-                        loader->dataset, ent->shard, ent->shard_chunk,
-                        loader->servers[ent->server].addr, dsc_strerror(rc));
-                ent->state = CH_READY; /* owned by the table; never collated: loader failed */
-                dsc__loader_fail(loader, rc);
-                continue;
-            }
-            ent->state = CH_READY;
-            continue; /* collation is checked on the next pass */
-        }
-        if (st == NULL) {
-            pthread_cond_wait(&loader->work_cv, &loader->lock);
-            continue;
-        }
-        st->state = ST_COLLATING;
-        loader->collating++;
-        dsc_slot_t *slot = &loader->slots[st->seq % loader->slot_count];
-        pthread_mutex_unlock(&loader->lock);
-        int rc = 0;
-        double t0 = dsc_now_s();
-        if (loader->cuda != NULL) {
-            if (!cuda_bound)
-                rc = dsc__cuda_bind_thread(loader->cuda);
-            cuda_bound = rc == 0;
-            if (rc == 0)
-                rc = dsc__cuda_slot_wait_copy(loader->cuda, &slot->ev);
-        }
-        if (rc == 0)
-            collate(loader, st, slot);
-        double t1 = dsc_now_s();
-        double h2d_seconds = 0;
-        uint64_t h2d_bytes = 0;
-        if (rc == 0 && loader->cuda != NULL)
-            rc = dsc__cuda_slot_copy(loader->cuda, &slot->ev, slot->dev, slot->host,
-                                     loader->slot_bytes, &h2d_seconds, &h2d_bytes);
-        pthread_mutex_lock(&loader->lock);
-        loader->st.collate_seconds += t1 - t0;
-        loader->st.h2d_seconds += h2d_seconds;
-        loader->st.h2d_bytes += h2d_bytes;
-        loader->collating--;
-        uint32_t freed = unref_step(loader, st);
-        if (rc < 0)
-            dsc__loader_fail(loader, rc);
-        st->state = ST_READY;
-        /* Wake only whom it concerns (each wake-up is a futex call and a context switch on a
-         * trainer's cores): the consumer when this is the step it waits for (or when restart()
-         * waits for collations to end), the scheduler when freed chunks made budget room. */
-        if (st->seq == loader->cons_seq || loader->collating == 0)
-            pthread_cond_broadcast(&loader->cons_cv);
-        if (freed > 0)
-            pthread_cond_broadcast(&loader->sched_cv);
-    }
     pthread_mutex_unlock(&loader->lock);
-    free(scratch);
+    free(ctx.scratch);
     return NULL;
 }

@@ -396,7 +396,7 @@ static void deliver(dsc_io_t *io, dsc_io_req_t *req) {
         }
         ent->state = CH_RECEIVED;
         dsc__queue_push(&loader->decode_queue, ent);
-        pthread_cond_signal(&loader->work_cv); /* one worker per chunk, not all of them */
+        dsc__work_signal(loader);
     }
     pthread_cond_broadcast(&loader->io_cv); /* the per-server budget has room again */
 }

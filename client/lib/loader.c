@@ -296,7 +296,7 @@ static void *sched_main(void *arg) {
             }
             loader->slot_seq++;
             progress = 1;
-            pthread_cond_signal(&loader->work_cv); /* one step: one worker collates it */
+            dsc__work_signal(loader); /* one step: one worker collates it */
         }
         /* Plan ahead while the ring has room and the decoded-chunk budget allows (always at
          * least one step beyond what the consumer holds, so the pipeline never stalls). */
@@ -702,6 +702,7 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
         if (rc < 0)
             goto fail;
     }
+    loader->assist = !loader->opt.no_assist && loader->cuda == NULL;
     loader->slot_count = loader->opt.prefetch_batches;
     rc = alloc_slots(loader);
     if (rc < 0)
@@ -784,6 +785,7 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
             free(loader->servers[s].io);
         }
     free(loader->workers);
+    free(loader->assist_ctx.scratch);
     if (loader->steps != NULL) {
         for (uint32_t i = 0; i < loader->step_cap; i++) {
             free(loader->steps[i].ids);
@@ -860,7 +862,12 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
             if (st->state == ST_READY)
                 break;
         }
+        /* Rather than sleep, do the work the batch waits for (or any other there is). */
+        if (loader->assist && dsc__worker_pass(loader, &loader->assist_ctx))
+            continue;
+        loader->consumer_waiting = 1;
         pthread_cond_wait(&loader->cons_cv, &loader->lock);
+        loader->consumer_waiting = 0;
     }
     double t1 = dsc_now_s();
     loader->st.stall_seconds += t1 - t0;

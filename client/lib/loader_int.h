@@ -156,6 +156,13 @@ typedef struct dsc_file_shard {
     uint8_t *index; /* chunk_count entries */
 } dsc_file_shard_t;
 
+/* A decode thread's own state, and that of next() when it assists. */
+typedef struct dsc_worker_ctx {
+    int cuda_bound;
+    uint8_t *scratch; /* decoded multi-field chunks on their way into a slot */
+    size_t scratch_cap;
+} dsc_worker_ctx_t;
+
 struct dsc_loader {
     /* Configuration (immutable after create). */
     dsc_loader_options_t opt;
@@ -204,6 +211,9 @@ struct dsc_loader {
     pthread_mutex_t lock;
     pthread_cond_t sched_cv, io_cv, work_cv, cons_cv;
     int stop;
+    int assist;           /* next() works while it waits (opt.no_assist == 0, no CUDA) */
+    int consumer_waiting; /* next() sleeps on cons_cv: new work wakes it too when assist */
+    dsc_worker_ctx_t assist_ctx;
     int error;
     dsc_chunk_ent_t **buckets;
     uint64_t bucket_mask;
@@ -298,6 +308,13 @@ int dsc__members_json_parse(const char *text, size_t len, dsc_members_t *out, ui
 
 /* decode.c */
 void *dsc__worker_main(void *arg);
+/* One unit of work, if there is one: collate a step whose chunks are all decoded, else verify +
+ * decode one received chunk. Under lock (released while working). Returns 1 when it did
+ * something, 0 when there was nothing to do. */
+int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx);
+/* Wakes an idle decode thread for one new unit of work, and next() when it would assist. Under
+ * lock. */
+void dsc__work_signal(dsc_loader_t *loader);
 
 /* stats.c */
 void dsc__stats_maybe_log(dsc_loader_t *loader, double now); /* under lock */

@@ -31,6 +31,7 @@ _Static_assert(MAX_REPS <= BENCH_MAX_REPS, "median() takes at most BENCH_MAX_REP
 static double seconds = 2;
 static int reps = 3;
 static uint32_t batch = 256, connections = 2;
+static int no_assist = 0; /* --no-assist: next() only waits */
 static uint64_t samples = 80000;
 static uint64_t cache_bytes = 128ull << 20;
 static int server_threads = 0;
@@ -190,6 +191,7 @@ static result_t run_loader(const char *dataset, uint32_t threads, int shuffle, u
     o.connections = connections;
     o.shuffle = shuffle;
     o.cache_bytes = cache_bytes;
+    o.no_assist = no_assist;
     dsc_loader_t *l = NULL;
     int rc = dsc_loader_create(&o, &l);
     if (rc < 0) {
@@ -352,7 +354,9 @@ static void usage(void) {
             "  --connections N      loader connections and GET threads (default 2)\n"
             "  --cache BYTES        the loader's decoded-chunk budget (default 128M, under the\n"
             "                       dataset size, so that an epoch is fetched, not re-served)\n"
-            "  --server-threads N   dscached --threads (default: cores)\n",
+            "  --server-threads N   dscached --threads (default: cores)\n"
+            "  --no-assist          the consumer's next() only waits (default: it decodes and\n"
+            "                       collates while it waits, beside the decode threads)\n",
             MAX_REPS);
 }
 
@@ -375,6 +379,8 @@ int main(int argc, char **argv) {
             i++;
         else if (strcmp(a, "--server-threads") == 0 && v && (server_threads = atoi(v)) >= 1)
             i++;
+        else if (strcmp(a, "--no-assist") == 0)
+            no_assist = 1;
         else {
             usage();
             return 2;
@@ -451,9 +457,13 @@ int main(int argc, char **argv) {
     printf("- plain GET: %u connections, %d one-chunk GETs in flight on each, every answer "
            "received into one reused buffer; loader: %u connections, batch %u, shuffle window "
            "8192, cache_bytes %llu MiB, default in-flight budget; shuffle=0 rows use batch %u "
-           "(several chunks per batch: chunks go straight into the slot)\n",
+           "(several chunks per batch: chunks go straight into the slot); %s\n",
            connections, GET_DEPTH, connections, batch, (unsigned long long)(cache_bytes >> 20),
-           seq_batch);
+           seq_batch,
+           no_assist ? "--no-assist: the consumer only waits in next(), the decode threads do "
+                       "all the work"
+                     : "the consumer's next() does decoding and collation while it waits "
+                       "(assist, the default), beside the decode threads");
     printf("- each figure: median of %d interleaved rounds of %.1f s runs; \"vs GET\" columns "
            "are medians of per-round ratios against the GET run of the same dataset in the same "
            "round, by the batch bytes handed out (decoded; a chunk still held from the previous "

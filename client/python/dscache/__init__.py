@@ -70,6 +70,7 @@ class _Options(ctypes.Structure):
         ("stats_log_seconds", ctypes.c_double),
         ("cache_bytes", ctypes.c_uint64),
         ("server_inflight_bytes", ctypes.c_uint64),
+        ("no_assist", ctypes.c_int),
     ]
 
 
@@ -280,7 +281,9 @@ class Loader:
     here, used when no server answers. timeout_ms: how long a request may wait on a server
     before it is moved to another replica (and the server probed with back-off). replicas: the
     servers' --replicas. server_inflight_bytes: bound on bytes in flight to one server (default
-    2 * inflight_bytes / servers). Iterating yields the rest of the current epoch; the next
+    2 * inflight_bytes / servers). assist: a wait for the next batch does that batch's decoding
+    and collation in the calling thread (the GIL is released) instead of sleeping (CPU batches
+    only). Iterating yields the rest of the current epoch; the next
     iteration continues with the following epoch (or call set_epoch first).
     """
 
@@ -289,7 +292,7 @@ class Loader:
                  decode_threads=2, connections=2, device="cpu", output="numpy",
                  fallback_path=None, inflight_bytes=None, cache_bytes=None, timeout_ms=5000,
                  replicas=2, copy=False, indices=False, stats_log_seconds=0.0,
-                 server_inflight_bytes=None):
+                 server_inflight_bytes=None, assist=True):
         lib = _load()
         self._lib = lib
         self._handle = None
@@ -353,6 +356,7 @@ class Loader:
             opts.cache_bytes = cache_bytes
         if server_inflight_bytes:
             opts.server_inflight_bytes = server_inflight_bytes
+        opts.no_assist = 0 if assist else 1
         handle = ctypes.c_void_p()
         _check(lib.dsc_loader_create(ctypes.byref(opts), ctypes.byref(handle)), self._messages)
         self._handle = handle
