@@ -232,6 +232,9 @@ static void test_concurrent_swaps(void) {
     pthread_t t[3];
     for (int i = 0; i < 3; i++)
         REQUIRE(pthread_create(&t[i], NULL, reader, &r) == 0);
+    /* The swaps must overlap the reads: on a busy machine the readers may not have run yet. */
+    for (int w = 0; w < 5000 && atomic_load(&r.reads) == 0; w++)
+        usleep(1000);
     int changes = 0;
     for (int i = 0; i < 2000; i++) {
         dsc_members_t m;
