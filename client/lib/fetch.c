@@ -301,7 +301,7 @@ int dsc__chunk_refetch(dsc_loader_t *loader, dsc_chunk_ent_t *ent, int err) {
     loader->st.checksum_failures++;
     int s = reroute(loader, ent, failed);
     if (s < 0) {
-        if (loader->error == 0)
+        if (loader->error == 0 && !loader->stop)
             DSC_LOG(&loader->log, DSC_LOG_ERROR,
                     "%s shard %u chunk %u: %s from %s, and no other replica%s is left to read "
                     "it from",
