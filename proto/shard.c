@@ -411,15 +411,15 @@ int dsc_chunk_verify(const dsc_chunk_entry_t *entry, const void *stored) {
     return dsc_checksum(stored, entry->stored_len) == entry->stored_checksum ? 0 : DSC_ECHUNKSUM;
 }
 
-static int chunk_decode(const dsc_chunk_entry_t *entry, const void *stored, void *dst,
-                        size_t dst_cap, int stored_verified) {
+int dsc_chunk_decode(const dsc_chunk_entry_t *entry, const void *stored, void *dst,
+                     size_t dst_cap) {
     if (entry->codec != DSC_CODEC_RAW && entry->codec != DSC_CODEC_LZ4)
         return DSC_EBADINDEX;
     if (entry->raw_len == 0 || entry->raw_len > DSC_CHUNK_MAX_RAW)
         return DSC_EBADINDEX;
     if (entry->raw_len > dst_cap)
         return DSC_ENOSPC;
-    if (!stored_verified && dsc_chunk_verify(entry, stored) < 0)
+    if (dsc_chunk_verify(entry, stored) < 0)
         return DSC_ECHUNKSUM;
     if (entry->codec == DSC_CODEC_RAW) {
         if (entry->stored_len != entry->raw_len)
@@ -439,16 +439,6 @@ static int chunk_decode(const dsc_chunk_entry_t *entry, const void *stored, void
     if (dsc_checksum(dst, entry->raw_len) != entry->raw_checksum)
         return DSC_EDATASUM;
     return (int)entry->raw_len;
-}
-
-int dsc_chunk_decode(const dsc_chunk_entry_t *entry, const void *stored, void *dst,
-                     size_t dst_cap) {
-    return chunk_decode(entry, stored, dst, dst_cap, 0);
-}
-
-int dsc_chunk_decode_verified(const dsc_chunk_entry_t *entry, const void *stored, void *dst,
-                              size_t dst_cap) {
-    return chunk_decode(entry, stored, dst, dst_cap, 1);
 }
 
 size_t dsc_chunk_encode_bound(size_t raw_len) {

@@ -119,10 +119,6 @@ int dsc_chunk_verify(const dsc_chunk_entry_t *entry, const void *stored);
  * and verifies the decoded checksum. dst_cap must be >= entry->raw_len. Returns raw_len, or
  * DSC_ECHUNKSUM, DSC_EDECOMPRESS, DSC_EDATASUM, DSC_ENOSPC, DSC_EBADINDEX (unknown codec). */
 int dsc_chunk_decode(const dsc_chunk_entry_t *entry, const void *stored, void *dst, size_t dst_cap);
-/* dsc_chunk_decode for stored bytes whose checksum the caller has already verified (where they
- * were received, still in that core's cache): the same checks less that one pass. */
-int dsc_chunk_decode_verified(const dsc_chunk_entry_t *entry, const void *stored, void *dst,
-                              size_t dst_cap);
 
 /* Worst-case stored size for raw_len decoded bytes, for sizing the encoder's buffer. */
 size_t dsc_chunk_encode_bound(size_t raw_len);

@@ -6,28 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The stored checksum: as the I/O thread found it on receipt, else checked now. */
-static int verify_stored(const dsc_chunk_ent_t *ent) {
-    if (ent->stored_check != 0)
-        return ent->stored_check > 0 ? 0 : DSC_ECHUNKSUM;
-    return dsc_chunk_verify(&ent->entry, ent->stored);
-}
-
-/* dsc_chunk_decode, less the stored checksum when the I/O thread checked it. */
-static int decode_into(const dsc_chunk_ent_t *ent, void *dst, size_t cap) {
-    int rc = verify_stored(ent);
-    if (rc < 0)
-        return rc;
-    return dsc_chunk_decode_verified(&ent->entry, ent->stored, dst, cap);
-}
-
 /* Verifies and decodes one chunk. Raw chunks are used where they were received. Unlocked. */
 static int decode_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
     if (ent->entry.codec == DSC_CODEC_RAW) {
         /* Defensive: the protocol and index decoders refuse such entries already. */
         if (ent->entry.stored_len != ent->entry.raw_len)
             return DSC_EBADINDEX;
-        int rc = verify_stored(ent);
+        int rc = dsc_chunk_verify(&ent->entry, ent->stored);
         if (rc == 0 && ent->entry.raw_checksum != ent->entry.stored_checksum)
             rc = DSC_EDATASUM;
         ent->raw = ent->stored;
@@ -38,7 +23,7 @@ static int decode_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
     uint8_t *raw = dsc__bufpool_get(&loader->pool, ent->raw_len, &cap);
     if (raw == NULL)
         return DSC_ENOMEM;
-    int rc = decode_into(ent, raw, cap);
+    int rc = dsc_chunk_decode(&ent->entry, ent->stored, raw, cap);
     dsc__bufpool_put(&loader->pool, ent->stored, ent->stored_cap);
     ent->stored = NULL;
     ent->stored_cap = 0;
@@ -81,14 +66,14 @@ static int place_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent, dsc_slot_t *s
     if (e->raw_len != ent->raw_len || e->sample_count != ent->samples)
         return DSC_EPROTO;
     if (e->codec == DSC_CODEC_RAW) {
-        rc = e->stored_len != e->raw_len ? DSC_EBADINDEX : verify_stored(ent);
+        rc = e->stored_len != e->raw_len ? DSC_EBADINDEX : dsc_chunk_verify(e, ent->stored);
         if (rc == 0 && e->raw_checksum != e->stored_checksum)
             rc = DSC_EDATASUM;
         raw = ent->stored;
     } else if (loader->field_count == 1) {
         uint8_t *dst = slot->host + loader->field_off[0] +
                        (uint64_t)ent->run_k * schema->fields[0].sample_bytes;
-        rc = decode_into(ent, dst, ent->raw_len);
+        rc = dsc_chunk_decode(e, ent->stored, dst, ent->raw_len);
         rc = rc < 0 ? rc : (uint64_t)rc == ent->raw_len ? 0 : DSC_EDECOMPRESS;
         raw = NULL; /* already in place */
     } else {
@@ -100,7 +85,7 @@ static int place_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent, dsc_slot_t *s
                 return DSC_ENOMEM;
             *scratch_cap = ent->raw_len;
         }
-        rc = decode_into(ent, *scratch, *scratch_cap);
+        rc = dsc_chunk_decode(e, ent->stored, *scratch, *scratch_cap);
         rc = rc < 0 ? rc : (uint64_t)rc == ent->raw_len ? 0 : DSC_EDECOMPRESS;
         raw = *scratch;
     }

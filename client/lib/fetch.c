@@ -166,7 +166,6 @@ static int file_read(dsc_io_t *io, dsc_io_req_t *req, uint64_t *wire) {
         if (rc < 0)
             return rc;
         ent->entry = e;
-        ent->stored_check = 0;
         *wire += e.stored_len;
     }
     return 0;
@@ -277,7 +276,6 @@ static int recv_response(dsc_io_t *io, dsc_io_req_t **req_out, int *conn_bad, ui
         if (rc < 0)
             return rc;
         ent->entry = e;
-        ent->stored_check = dsc_chunk_verify(&e, ent->stored) == 0 ? 1 : -1;
         *wire += e.stored_len;
     }
     *conn_bad = 0;

@@ -49,9 +49,6 @@ typedef struct dsc_chunk_ent {
     uint64_t tried[DSC_LOADER_MAX_SERVERS / 64 + 1];
     uint64_t order;          /* creation order (re-routing keeps it) */
     dsc_chunk_entry_t entry; /* as received */
-    /* The stored checksum, checked by the I/O thread as the bytes arrived (still in its cache):
-     * 0 not checked (decode checks it), 1 good, -1 bad. Reset with every new `stored`. */
-    int stored_check;
     uint8_t *stored;
     size_t stored_cap;
     uint8_t *raw;   /* decoded bytes (== stored for raw chunks) */
