@@ -264,6 +264,8 @@ typedef struct dsc_stats {
     uint64_t h2d_bytes;     /* bytes of the host-to-device copies timed in h2d_seconds: a copy
                                is timed when its slot is filled again, so the last few batches'
                                copies are not yet in; h2d_bytes / h2d_seconds is the bandwidth */
+    uint64_t assists;       /* units of work (a chunk decoded, a step collated) done by next()
+                               while it waited, beside the decode threads (0 with no_assist) */
 } dsc_stats_t;
 
 /* Fills *out (out->struct_size must be set). Returns 0 or DSC_EINVAL. Thread-safe. */

@@ -866,8 +866,10 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
                 break;
         }
         /* Rather than sleep, do the work the batch waits for (or any other there is). */
-        if (loader->assist && dsc__worker_pass(loader, &loader->assist_ctx))
+        if (loader->assist && dsc__worker_pass(loader, &loader->assist_ctx)) {
+            loader->st.assists++;
             continue;
+        }
         loader->consumer_waiting = 1;
         pthread_cond_wait(&loader->cons_cv, &loader->lock);
         loader->consumer_waiting = 0;

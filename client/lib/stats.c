@@ -97,6 +97,9 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
            (double)s.refetches);
     metric(&t, "h2d_bytes_total", "counter", "Bytes of the timed host-to-device copies.", ds,
            (double)s.h2d_bytes);
+    metric(&t, "assists_total", "counter",
+           "Chunk decodes and step collations done by next() while it waited.", ds,
+           (double)s.assists);
     if (t.len > (size_t)INT32_MAX)
         return DSC_EOVERFLOW;
     return (int)t.len;

@@ -58,6 +58,34 @@ t.check("dscache_loader_batches_total" in loader.metrics_text(), "metrics text")
 for key in ("placed_chunks", "refetches", "checksum_failures", "failovers"):
     t.check(key in st, "stats has " + key)
 t.check(st["refetches"] == 0, "default settings: no chunk fetched twice per epoch")
+t.check("dscache_loader_assists_total" in loader.metrics_text(), "metrics text: assists")
+
+# ---- assist: a waiting next() decodes and collates; assist=False only waits -----------------
+# One decode thread, compressible lz4 chunks (decoding is slower than receiving, so received
+# chunks queue up) and a consumer that never pauses: next() waits for nearly every batch, and
+# with assist it takes queued work (counted), without it none. Both give the source bytes.
+M = 3000
+zarr = {"z": (np.arange(M * 1024) % 7).astype(np.float32).reshape(M, 1024)}
+zds = env.ingest_npy("zds", zarr, chunk_size="64K")
+_, zaddr = env.start_server(zds)
+for assist in (True, False):
+    al = dscache.Loader(servers=zaddr, dataset="zds", batch_size=64, seed=5, indices=True,
+                        decode_threads=1, assist=assist)
+    got, bad = [], 0
+    for _ in range(3):
+        for batch in al:
+            idx = batch["__index__"]
+            bad += not np.array_equal(batch["z"], zarr["z"][idx])
+            got.extend(idx.tolist())
+    t.check(bad == 0, "assist=%s: bytes equal the source (%d bad batches)" % (assist, bad))
+    t.check(sorted(got) == sorted(list(range(M)) * 3), "assist=%s: 3 epochs, each once" % assist)
+    n_assists = al.stats()["assists"]
+    print("assist=%s: %d units of work done by next()" % (assist, n_assists))
+    if assist:
+        t.check(n_assists > 0, "assist=True: next() did work while waiting (%d)" % n_assists)
+    else:
+        t.check(n_assists == 0, "assist=False: next() only waited (%d)" % n_assists)
+    al.close()
 t.check("dscache_loader_refetches_total" in loader.metrics_text(), "metrics text: refetches")
 # The Python stats struct is as large as the C one. The library copies min(struct_size, its own
 # size) bytes: offer a larger buffer filled with a pattern (twice, with two patterns) and see

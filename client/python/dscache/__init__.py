@@ -121,6 +121,7 @@ _STAT_FIELDS = [
     ("placed_chunks", ctypes.c_uint64),
     ("refetches", ctypes.c_uint64),
     ("h2d_bytes", ctypes.c_uint64),
+    ("assists", ctypes.c_uint64),
 ]
 
 
@@ -472,7 +473,8 @@ class Loader:
         stall_fraction, network/decode/collate/h2d_seconds, placed_chunks (chunks decoded straight
         into a batch slot), refetches (chunks fetched again within an epoch: cache_bytes too
         small for the shuffle window, see the loader's WARN) and h2d_bytes (the bytes of the
-        host-to-device copies timed in h2d_seconds: their ratio is the copy bandwidth)."""
+        host-to-device copies timed in h2d_seconds: their ratio is the copy bandwidth) and
+        assists (chunk decodes and collations done by next() while it waited)."""
         s = _Stats()
         s.struct_size = ctypes.sizeof(_Stats)
         _check(self._lib.dsc_loader_stats(self._h(), ctypes.byref(s)))
