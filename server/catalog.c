@@ -114,6 +114,8 @@ struct dsc_catalog {
     dsc_slot_t *queue_head, *queue_tail;
     uint32_t loads_in_flight;
     int stopping;
+    int draining;           /* dsc_catalog_stop_loads: queued whole-shard loads are dropped */
+    unsigned test_delay_us; /* DSC_TEST_LOAD_DELAY_MS: a pause before each whole-shard load */
     pthread_t *threads;
     uint32_t thread_count;
     uint64_t temp_bytes;
@@ -148,6 +150,9 @@ int dsc_catalog_create(dsc_store_t *store, const dsc_catalog_options_t *options,
         return DSC_ENOMEM;
     }
     cat->store = store;
+    const char *delay = getenv("DSC_TEST_LOAD_DELAY_MS");
+    if (delay != NULL && atoi(delay) > 0 && atoi(delay) <= 10000)
+        cat->test_delay_us = (unsigned)atoi(delay) * 1000u;
     if (options)
         cat->opt = *options;
     if (cat->opt.io_threads == 0)
@@ -469,7 +474,8 @@ static void finish_load(dsc_catalog_t *cat, dsc_slot_t *s, int rc, const char *w
             w->hold = hold;
         }
     } else {
-        atomic_fetch_add_explicit(&cat->load_failures, 1, memory_order_relaxed);
+        if (why != NULL) /* NULL: dropped by dsc_catalog_stop_loads, not a failure */
+            atomic_fetch_add_explicit(&cat->load_failures, 1, memory_order_relaxed);
         dsc_store_free(cat->store, s->data, s->meta->bytes);
         s->data = NULL;
         if (rc == DSC_ECORRUPT) {
@@ -479,10 +485,11 @@ static void finish_load(dsc_catalog_t *cat, dsc_slot_t *s, int rc, const char *w
                       s->meta->id, s->ds->dir, s->meta->file, why);
         } else {
             s->state = SLOT_ABSENT;
-            if (!s->logged)
+            if (why != NULL && !s->logged) {
                 LOG_WARN("dataset %s shard %u (%s/%s): %s: %s", s->ds->name, s->meta->id,
                          s->ds->dir, s->meta->file, why, strerror(-rc));
-            s->logged = 1;
+                s->logged = 1;
+            }
             rc = DSC_EUNAVAIL;
         }
         for (dsc_waiter_t *w = waiters; w; w = w->next)
@@ -858,7 +865,15 @@ static void *io_thread(void *arg) {
         if (cat->queue_head == NULL)
             cat->queue_tail = NULL;
         uint8_t *dst = s->data;
+        int drop = cat->draining;
         pthread_mutex_unlock(&cat->lock);
+        if (drop) {
+            finish_load(cat, s, DSC_EUNAVAIL, NULL, NULL, 0);
+            pthread_mutex_lock(&cat->lock);
+            continue;
+        }
+        if (cat->test_delay_us)
+            usleep(cat->test_delay_us);
 
         double t0 = dsc_now_s();
         dsc_shard_view_t view;
@@ -988,7 +1003,8 @@ int dsc_catalog_warm_some(dsc_catalog_t *cat, dsc_shard_filter_fn keep, void *ar
     uint64_t total = 0, selected = 0;
     for (uint32_t d = 0; d < t->count; d++)
         total += t->items[d]->manifest->shard_count;
-    uint64_t loads0 = atomic_load(&cat->loads) + atomic_load(&cat->load_failures);
+    uint64_t loads0_ok = atomic_load(&cat->loads);
+    uint64_t loads0 = loads0_ok + atomic_load(&cat->load_failures);
     uint64_t bytes0 = atomic_load(&cat->bytes_loaded);
     double t0 = dsc_now_s();
     uint64_t started = 0;
@@ -1020,17 +1036,31 @@ int dsc_catalog_warm_some(dsc_catalog_t *cat, dsc_shard_filter_fn keep, void *ar
                      (unsigned long long)started, mb / (dsc_now_s() - t0));
         }
     }
+    int cancelled = cat->loads_in_flight > 0;
     pthread_mutex_unlock(&cat->lock);
     double secs = dsc_now_s() - t0;
     double mb = (double)(atomic_load(&cat->bytes_loaded) - bytes0) / 1e6;
-    LOG_INFO("warm-up done: %llu/%llu shards in %.2f s, %.1f MB at %.1f MB/s",
-             (unsigned long long)started, (unsigned long long)total, secs, mb,
-             secs > 0 ? mb / secs : 0.0);
+    if (cancelled)
+        LOG_INFO("warm-up stopped (shutting down): %llu of %llu shards loaded in %.2f s",
+                 (unsigned long long)(atomic_load(&cat->loads) - loads0_ok),
+                 (unsigned long long)started, secs);
+    else
+        LOG_INFO("warm-up done: %llu/%llu shards in %.2f s, %.1f MB at %.1f MB/s",
+                 (unsigned long long)started, (unsigned long long)total, secs, mb,
+                 secs > 0 ? mb / secs : 0.0);
     return (int)started;
 }
 
 int dsc_catalog_warm_all(dsc_catalog_t *cat) {
     return dsc_catalog_warm_some(cat, NULL, NULL, 0, NULL, NULL);
+}
+
+void dsc_catalog_stop_loads(dsc_catalog_t *cat) {
+    pthread_mutex_lock(&cat->lock);
+    cat->draining = 1;
+    pthread_cond_broadcast(&cat->work_cond);
+    pthread_cond_broadcast(&cat->idle_cond); /* a warm-up's wait re-checks its cancel flag */
+    pthread_mutex_unlock(&cat->lock);
 }
 
 uint32_t dsc_catalog_resident_map(dsc_catalog_t *cat, dsc_dataset_t *ds, uint8_t *map,

@@ -297,7 +297,7 @@ static int owned_filter(void *arg, const dsc_dataset_t *ds, uint32_t shard_id) {
 
 int dsc_cluster_warm(dsc_cluster_t *cl, dsc_catalog_t *cat) {
     if (cl->kind == SPEC_SINGLE)
-        return dsc_catalog_warm_all(cat); /* today's warm-up, policy as configured */
+        return dsc_catalog_warm_some(cat, NULL, NULL, 0, NULL, &cl->cancel); /* policy as set */
     dsc_cluster_view_t *v = dsc_cluster_acquire(cl);
     int n =
         dsc_catalog_warm_some(cat, owned_filter, v, 1, "owned: primary or replica", &cl->cancel);

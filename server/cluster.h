@@ -77,7 +77,8 @@ int dsc_cluster_refresh(dsc_cluster_t *cl);
 
 /* Warms the shards this server owns in the current view, as dsc_catalog_warm_all does,
  * blocking until the loads are done (or dsc_cluster_stop); logs "warming N of M shards (owned:
- * primary or replica)" and never evicts to make room. Single-node mode: dsc_catalog_warm_all.
+ * primary or replica)" and never evicts to make room. Single-node mode: dsc_catalog_warm_all
+ * (also ended by dsc_cluster_stop).
  * Returns the number of loads started. Not on an event loop. */
 int dsc_cluster_warm(dsc_cluster_t *cl, dsc_catalog_t *cat);
 

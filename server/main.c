@@ -324,7 +324,8 @@ static void on_stop_signal(uv_signal_t *handle, int signum) {
     ctl->stopping = 1;
     LOG_INFO("signal %d: stopping: no new connections, finishing in-flight answers", signum);
     dsc_server_stop(ctl->server);
-    dsc_cluster_stop(ctl->cluster);
+    dsc_cluster_stop(ctl->cluster);   /* ends a warm-up's wait */
+    dsc_catalog_stop_loads(ctl->cat); /* and drops the loads it queued */
     uv_close((uv_handle_t *)&ctl->sigterm, NULL);
     uv_close((uv_handle_t *)&ctl->sigint, NULL);
     uv_close((uv_handle_t *)&ctl->sighup, NULL);
@@ -346,6 +347,8 @@ static void warm_work(uv_work_t *req) {
 static void warm_done(uv_work_t *req, int status) {
     control_t *ctl = req->data;
     (void)status;
+    if (ctl->stopping)
+        return; /* the warm-up was cut short by SIGTERM: never ready */
     atomic_store(&ctl->ready, 1);
     LOG_INFO("ready");
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SIGTERM while a large answer is in flight to a slow reader: the client receives it whole and the
-# server exits 0. SIGHUP: a dataset directory gains a shard (new manifest) and a new dataset
+# server exits 0. SIGTERM during a slow warm-up: queued loads are dropped and the server exits 0
+# at once, never ready. SIGHUP: a dataset directory gains a shard (new manifest) and a new dataset
 # directory's manifest appears; after the rescan both are served, and a dataset whose manifest
 # went away is dropped.
 source "$(dirname "$0")/server_lib.sh"
@@ -19,6 +20,39 @@ wait "$client" || client_rc=$?
 [ "$STOP_RC" = 0 ] && pass "SIGTERM with an answer in flight: exit 0" || fail "server exit $STOP_RC"
 [ "$client_rc" = 0 ] && pass "$(cat "$work/slow.out")" || fail "slow client: $(cat "$work/slow.out")"
 grep -q "stopped" "$work/server-a.log" && pass "server logged its stop" || fail "no stop line"
+
+# ---- SIGTERM during a warm-up: the loads still queued are dropped, exit 0 at once -------------
+# DSC_TEST_LOAD_DELAY_MS makes each whole-shard load take 300 ms (one I/O thread): the full
+# warm-up would take shards x 0.3 s.
+make_dataset "$work/slow" slowds 4000 none
+nshards=$(ls "$work/slow"/*.dsc | wc -l)
+DSC_TEST_LOAD_DELAY_MS=300 "$SERVER" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
+    --port-file "$work/w.port" --http-port-file "$work/w.hport" --io-threads 1 --warm \
+    --data "$work/slow" --log-level info >"$work/server-w.log" 2>&1 &
+PID_w=$!
+pids+=("$PID_w")
+for _ in $(seq 1 200); do
+    grep -q "warm-up: loading" "$work/server-w.log" && [ -s "$work/w.hport" ] && break
+    sleep 0.05
+done
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$(cat "$work/w.hport")/readyz")
+[ "$code" = 503 ] && pass "warming $nshards shards: /readyz 503" || fail "/readyz $code while warming"
+t0=$(date +%s%N)
+stop_server w TERM
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ "$STOP_RC" = 0 ] && pass "SIGTERM during the warm-up: exit 0 in $ms ms" || fail "exit $STOP_RC"
+[ "$ms" -lt $(( nshards * 300 / 2 )) ] && pass "faster than half the warm-up ($nshards x 300 ms)" \
+    || fail "took $ms ms to stop (full warm-up: $(( nshards * 300 )) ms)"
+line=$(grep -o "warm-up stopped (shutting down): [0-9]* of [0-9]* shards loaded" \
+    "$work/server-w.log" || true)
+loaded=$(sed -E 's/.*: ([0-9]+) of ([0-9]+) .*/\1/' <<<"$line")
+if [ -n "$line" ] && [ "$loaded" -lt "$nshards" ]; then
+    pass "log: $line"
+else
+    cat "$work/server-w.log"
+    fail "no 'warm-up stopped' line with fewer than $nshards shards loaded"
+fi
+! grep -q " ready$" "$work/server-w.log" && pass "never reported ready" || fail "logged ready"
 
 # ---- SIGHUP rescan ----------------------------------------------------------------------------
 make_dataset "$work/grow" growds 1000 lz4 --seed 1
