@@ -38,4 +38,9 @@ for ds in tok two raw; do
 done
 n=$(placed --dataset tok --batch-size 64 --shuffle-window 8192)
 [ "$n" = 0 ] || { echo "FAIL: tok: $n chunks placed with per-sample shuffling"; exit 1; }
+# dscache bench --no-assist: next() does no work of its own.
+n=$("$DSC_BIN/dscache" bench --server "127.0.0.1:$port" --seconds 0.5 --dataset tok \
+    --batch-size 64 --decode-threads 1 --no-assist |
+    sed -n 's/.*work done by a waiting next() \([0-9]*\) (--no-assist).*/\1/p')
+[ "$n" = 0 ] || { echo "FAIL: --no-assist: next() did work ('$n')"; exit 1; }
 echo ok
