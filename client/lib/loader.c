@@ -870,7 +870,7 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
             loader->st.assists++;
             continue;
         }
-        loader->consumer_waiting = 1;
+        loader->consumer_waiting = loader->assist; /* else new work is not its business */
         pthread_cond_wait(&loader->cons_cv, &loader->lock);
         loader->consumer_waiting = 0;
     }

@@ -212,7 +212,7 @@ struct dsc_loader {
     pthread_cond_t sched_cv, io_cv, work_cv, cons_cv;
     int stop;
     int assist;           /* next() works while it waits (opt.no_assist == 0, no CUDA) */
-    int consumer_waiting; /* next() sleeps on cons_cv: new work wakes it too when assist */
+    int consumer_waiting; /* next() sleeps on cons_cv and would assist: new work wakes it */
     dsc_worker_ctx_t assist_ctx;
     int error;
     dsc_chunk_ent_t **buckets;

@@ -49,12 +49,24 @@ cleanup() {
 trap cleanup EXIT
 "$build/bin/dscache" ingest synthetic -o "$work/gpu" --name gpu --samples 20000 \
     --field x:f32:3x64x64 --compress none --chunk-size 4M >/dev/null
-"$build/bin/dscached" --data "$work/gpu" --listen 127.0.0.1:0 --http off --memory 4G --warm \
-    --port-file "$work/port" --log-level warn &
-server_pid=$!
-for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+# serve DIR MEMORY: a dscached on 127.0.0.1 port 0 (stopping the previous one); sets addr.
+serve() {
+    if [ -n "$server_pid" ]; then kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; fi
+    rm -f "$work/port"
+    "$build/bin/dscached" --data "$1" --listen 127.0.0.1:0 --http off --memory "$2" --warm \
+        --port-file "$work/port" --log-level warn &
+    server_pid=$!
+    for _ in $(seq 100); do
+        [ -s "$work/port" ] && break
+        kill -0 "$server_pid" 2>/dev/null || { echo "run_gpu_checks: dscached died" >&2; exit 1; }
+        sleep 0.1
+    done
+    [ -s "$work/port" ] || { echo "run_gpu_checks: dscached wrote no port" >&2; exit 1; }
+    addr="127.0.0.1:$(cat "$work/port")"
+}
+serve "$work/gpu" 4G
 echo "== H2D bandwidth: loader vs cudaMemcpy from pinned memory"
-"$py" - "127.0.0.1:$(cat "$work/port")" <<'PYEOF' || failed="$failed h2d-bandwidth"
+"$py" - "$addr" <<'PYEOF' || failed="$failed h2d-bandwidth"
 import sys, time, torch, dscache
 addr = sys.argv[1]
 batch = 256
@@ -105,15 +117,10 @@ echo "== demo trainer on the GPU: dscache vs the pread baseline (batch 256, 5 ms
 "$build/bin/dscache" ingest synthetic -o "$work/img-raw" --name img-raw --samples 20000 \
     --field image:u8:3x32x32 --field label:i64 --seed 1 --compress none --shard-size 16M \
     --chunk-size 1M >/dev/null
-kill "$server_pid" && wait "$server_pid" 2>/dev/null || true
-rm -f "$work/port"
-"$build/bin/dscached" --data "$work/img" --listen 127.0.0.1:0 --http off --memory 1G --warm \
-    --port-file "$work/port" --log-level warn &
-server_pid=$!
-for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+serve "$work/img" 1G
 train=("$root/deploy/local/train_demo.py" --batch-size 256 --compute-ms 5 --device cuda:0
        --steps 300)
-"$py" "${train[@]}" --mode dscache --servers "127.0.0.1:$(cat "$work/port")" --dataset img \
+"$py" "${train[@]}" --mode dscache --servers "$addr" --dataset img \
     --dir "$work/img" || failed="$failed demo-dscache"
 "$py" "${train[@]}" --mode pread --dataset img-raw --dir "$work/img-raw" --workers 2 ||
     failed="$failed demo-pread"
