@@ -601,6 +601,7 @@ class Loader:
             self._drop_sink()
             raise
         self._handle = handle
+        self._pid = os.getpid()
         _live.add(self)
         self._fields = []
         for f in range(lib.dsc_loader_field_count(handle)):
@@ -618,7 +619,10 @@ class Loader:
     def close(self):
         """Stops the loader's threads and frees its memory (batches handed out become invalid)."""
         if self._handle:
-            self._lib.dsc_loader_destroy(self._handle)
+            # A forked child (e.g. a DataLoader worker) has the handle but not the threads:
+            # only the creating process destroys the loader.
+            if os.getpid() == self._pid:
+                self._lib.dsc_loader_destroy(self._handle)
             self._handle = None
             self._drop_sink()
 
