@@ -681,7 +681,11 @@ class Loader:
                 out[name] = a.copy() if self._copy else a
         if self._want_indices:
             idx = self._lib.dsc_batch_indices(batch)
-            out["__index__"] = np.ctypeslib.as_array(idx, shape=(n,)).copy()
+            index = np.ctypeslib.as_array(idx, shape=(n,)).copy()
+            if self._output == "torch":  # torch has no uint64 (DataLoader cannot convert it)
+                import torch
+                index = torch.from_numpy(index.astype(np.int64))
+            out["__index__"] = index
         return out
 
     # -- epochs and resume --
