@@ -166,6 +166,11 @@ for kwargs, cls, name in cases:
         t.check(type(e) is cls and e.name == name and e.code < 0,
                 "%s -> %s (%s), got %s %s" % (kwargs, cls.__name__, name, type(e).__name__, e))
 t.check(issubclass(dscache.InvalidOption, ValueError), "InvalidOption is a ValueError")
+try:
+    dscache.Loader(servers=addr, dataset="tdz")
+except dscache.NotFound as e:
+    t.check("tdz" in str(e) and "dscache stat --server " + addr in str(e),
+            "a mistyped dataset names it and how to list the datasets: %s" % e)
 
 # ---- logging: library lines reach logger "dscache", also from the library's threads ----------
 records = []

@@ -597,6 +597,14 @@ class Loader:
         try:
             _check(lib.dsc_loader_create(ctypes.byref(opts), ctypes.byref(handle)),
                    self._messages)
+        except NotFound as e:
+            self._drop_sink()
+            if not servers:
+                raise
+            # The C API cannot list the datasets served yet: point at the command that does.
+            first = servers.split(",")[0]
+            raise NotFound(e.code, "%s (the datasets served: dscache stat --server %s)"
+                           % (e.args[0], first), e.name) from None
         except Error:
             self._drop_sink()
             raise
