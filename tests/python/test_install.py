@@ -31,6 +31,9 @@ lib_dir = os.environ.get("DSC_LIB")
 build_dir = os.path.dirname(lib_dir) if lib_dir else None
 if not cmake or not build_dir or not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
     te.skip("needs cmake and the build tree (run through ctest)")
+with open(os.path.join(build_dir, "CMakeCache.txt")) as f:
+    if "DSC_INSTALL_PYTHON:BOOL=OFF" in f.read():
+        te.skip("the build was configured with -DDSC_INSTALL_PYTHON=OFF")
 if os.environ.get("DSC_SANITIZE") == "ON" or os.environ.get("DSC_TSAN") == "ON":
     te.skip("a sanitizer build's libdscache cannot be loaded into a plain python3")
 
