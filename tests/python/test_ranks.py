@@ -71,10 +71,11 @@ try:
     out["bad"] = "accepted"
 except ValueError as e:
     out["bad"] = str(e)
+out["cuda"] = [dscache._parse_device("cuda"), dscache._parse_device("cuda:3")]
 print(json.dumps(out))
 """ % addr
 r = subprocess.run([sys.executable, "-c", RULES], capture_output=True, text=True,
-                   env=dict(clean, RANK="1", WORLD_SIZE="2"))
+                   env=dict(clean, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1"))
 t.check(r.returncode == 0, "rules run: %s" % r.stderr[-400:])
 if r.returncode == 0:
     o = json.loads(r.stdout.strip().splitlines()[-1])
@@ -83,6 +84,8 @@ if r.returncode == 0:
     t.check(o["one"] == [0, 1], "world_size=1 is obeyed: %s" % o["one"])
     t.check(len(o["warned"]) == 1 and "2 ranks" in o["warned"][0], "warned: %s" % o["warned"])
     t.check(len(o["logged"]) == 1, "and logged: %s" % o["logged"])
+    t.check(o["cuda"] == [1, 3], "device 'cuda' is cuda:LOCAL_RANK, 'cuda:3' is 3: %s"
+            % o["cuda"])
     t.check("rank" in o["bad"] and "accepted" != o["bad"], "rank 5 of 2 refused: %s" % o["bad"])
 r = subprocess.run([sys.executable, "-c", "import dscache; print(dscache.resolve_rank())"],
                    capture_output=True, text=True, env=clean)
