@@ -25,8 +25,8 @@ int dsc__fetch_manifest(dsc_loader_t *loader) {
     uint64_t members_hash = loader->view_hash;
     for (uint32_t i = 0; i < loader->server_count; i++) {
         dsc_conn_t *conn = NULL;
-        int r = dsc_conn_open_addr(loader->servers[i].addr, loader->opt.timeout_ms, members_hash,
-                                   &conn);
+        int r = dsc_conn_open_addr_auth(loader->servers[i].addr, loader->opt.timeout_ms,
+                                        members_hash, loader->cred, &conn);
         if (r < 0) {
             DSC_LOG(&loader->log, DSC_LOG_WARN, "server %s: %s", loader->servers[i].addr,
                     dsc_strerror(r));
@@ -510,7 +510,8 @@ static void io_loop_server(dsc_io_t *io) {
             uint64_t members_hash = loader->view_hash;
             pthread_mutex_unlock(&loader->lock);
             dsc_conn_t *conn = NULL;
-            int rc = dsc_conn_open_addr(srv->addr, loader->opt.timeout_ms, members_hash, &conn);
+            int rc = dsc_conn_open_addr_auth(srv->addr, loader->opt.timeout_ms, members_hash,
+                                             loader->cred, &conn);
             pthread_mutex_lock(&loader->lock);
             if (probe)
                 srv->probing = 0;

@@ -627,8 +627,30 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     loader->opt.dataset = loader->dataset;
     loader->opt.fallback_path = loader->fallback;
     loader->opt.servers = NULL; /* the caller's string is not kept */
+    loader->opt.auth_file = NULL;
     if (loader->dataset == NULL || (options->fallback_path && loader->fallback == NULL))
         goto fail;
+    loader->cred = calloc(1, sizeof *loader->cred);
+    if (loader->cred == NULL)
+        goto fail;
+    {
+        const char *auth_file = options->struct_size > offsetof(dsc_loader_options_t, auth_file)
+                                    ? options->auth_file
+                                    : NULL;
+        char why[512];
+        int found = dsc__credential_load(auth_file, loader->cred, why, sizeof why);
+        if (found < 0) {
+            DSC_LOG(&loader->log, DSC_LOG_ERROR, "%s", why);
+            rc = found;
+            goto fail;
+        }
+        if (found == 0) {
+            free(loader->cred);
+            loader->cred = NULL;
+        } else {
+            DSC_LOG(&loader->log, DSC_LOG_INFO, "authenticating as %s", loader->cred->name);
+        }
+    }
     loader->servers = calloc(DSC_LOADER_MAX_SERVERS + 1, sizeof(dsc_server_t));
     if (loader->servers == NULL)
         goto fail;
@@ -812,6 +834,8 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
     dsc_members_free(&loader->members);
     free(loader->member_slot);
     free(loader->servers_spec);
+    dsc__credential_wipe(loader->cred);
+    free(loader->cred);
     free(loader->servers);
     if (loader->pool.max_cached)
         dsc__bufpool_close(&loader->pool);

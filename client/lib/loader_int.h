@@ -176,7 +176,8 @@ struct dsc_loader {
     uint64_t field_off[DSC_MAX_FIELDS]; /* offset of field f's array inside a slot */
     uint64_t cache_bytes;
     uint32_t step_cap;
-    char *servers_spec; /* the options' servers string, re-resolved by the view thread */
+    char *servers_spec;     /* the options' servers string, re-resolved by the view thread */
+    dsc_credential_t *cred; /* what connections authenticate with (NULL: anonymous) */
 
     /* Cluster view (under lock; replaced by dsc__view_adopt). */
     dsc_members_t members; /* the current view: placement is computed over it */
