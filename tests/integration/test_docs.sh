@@ -73,7 +73,10 @@ def strip_code(text):
         if not fenced:
             out.append(line)
     return out
+cache = {}
 def anchors(path):
+    if path in cache:
+        return cache[path]
     seen, result = {}, set()
     for line in strip_code(open(path, encoding="utf-8").read()):
         m = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
@@ -83,6 +86,7 @@ def anchors(path):
         n = seen.get(slug, 0)
         seen[slug] = n + 1
         result.add(slug if n == 0 else "%s-%d" % (slug, n))
+    cache[path] = result
     return result
 files = [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md")))
 for md in files:
