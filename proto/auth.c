@@ -96,13 +96,6 @@ int dsc_auth_mac_equal(const uint8_t a[DSC_AUTH_MAC_SIZE], const uint8_t b[DSC_A
     return sodium_memcmp(a, b, DSC_AUTH_MAC_SIZE) == 0;
 }
 
-int dsc_auth_random(uint8_t *buf, size_t len) {
-    if (sodium_init() < 0)
-        return DSC_EIO;
-    randombytes_buf(buf, len);
-    return 0;
-}
-
 void dsc_auth_wipe(void *p, size_t len) {
     if (p != NULL && len > 0)
         sodium_memzero(p, len);

@@ -1,6 +1,7 @@
 /* Authentication (proto/PROTOCOL.md, Authentication): the HELLO auth-init codec, the AUTH
  * bodies, the HMAC-SHA-256 challenge-response over both nonces, and the parser of credential
- * lines. Pure functions over memory: no I/O, no allocation, safe on hostile input. */
+ * lines. Pure functions over memory: no I/O, no allocation, safe on hostile input. Nonces come from
+ * dsc_auth_random (proto/sys). */
 #ifndef DSC_AUTH_H
 #define DSC_AUTH_H
 
@@ -57,9 +58,6 @@ int dsc_auth_mac(dsc_auth_dir_t dir, const char *secret, size_t secret_len, uint
                  const uint8_t server_nonce[DSC_AUTH_NONCE_SIZE], uint8_t mac[DSC_AUTH_MAC_SIZE]);
 /* Compares two MACs in constant time: 1 when equal, else 0. */
 int dsc_auth_mac_equal(const uint8_t a[DSC_AUTH_MAC_SIZE], const uint8_t b[DSC_AUTH_MAC_SIZE]);
-/* Fills buf with len bytes from the system's cryptographic random source. Returns 0 or
- * DSC_EIO (the crypto library failed to initialise). Thread-safe. */
-int dsc_auth_random(uint8_t *buf, size_t len);
 /* Overwrites len bytes at p with zeros in a way the compiler does not remove. NULL is a no-op. */
 void dsc_auth_wipe(void *p, size_t len);
 

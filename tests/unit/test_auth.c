@@ -2,6 +2,7 @@
  * HELLO-with-nonce round trips and every truncation, direction separation, credential lines and
  * token files. */
 #include "auth.h"
+#include "dsc_sys.h"
 #include "protocol.h"
 #include "testlib.h"
 
