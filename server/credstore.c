@@ -304,6 +304,10 @@ int dsc_cred_same(const dsc_cred_t *a, const dsc_cred_t *b) {
     return diff == 0;
 }
 
+uint32_t dsc_cred_dataset_count(const dsc_cred_t *cred) {
+    return cred->dataset_count;
+}
+
 int dsc_cred_may_read(const dsc_cred_t *cred, const char *dataset, size_t len) {
     if (cred->dataset_count == 0)
         return 1;

@@ -41,6 +41,8 @@ dsc_role_t dsc_cred_role(const dsc_cred_t *cred);
 const char *dsc_cred_secret(const dsc_cred_t *cred, size_t *len);
 /* 1 when the two credentials have the same name and secret (constant time in the secret). */
 int dsc_cred_same(const dsc_cred_t *a, const dsc_cred_t *b);
+/* Datasets the credential is limited to (0: every dataset). */
+uint32_t dsc_cred_dataset_count(const dsc_cred_t *cred);
 /* 1 when the credential may see the dataset (no dataset list: every dataset). */
 int dsc_cred_may_read(const dsc_cred_t *cred, const char *dataset, size_t len);
 
