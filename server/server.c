@@ -4,6 +4,7 @@
  * cross-thread traffic is a mailbox per loop that loader threads fill with finished loads,
  * accepted sockets dealt to the loops in turn, and the stop request. */
 #include "server.h"
+#include "authz.h"
 #include "log.h"
 #include "protocol.h"
 #include "util.h"
@@ -60,6 +61,8 @@ typedef struct conn {
     unsigned hello : 1, closing : 1, reading : 1, close_when_idle : 1, paused : 1;
     unsigned batching : 1;    /* inside conn_process: submit() collects instead of writing */
     unsigned view_logged : 1; /* a HELLO with a different members_hash was logged */
+    dsc_conn_auth_t auth;     /* authentication state and credential (authz.h) */
+    char peer[64];            /* the client's address, for authentication failure logs */
 } conn_t;
 
 struct loop_ctx {
@@ -93,6 +96,7 @@ struct dsc_server {
     atomic_uint_fast64_t connections, connections_total, bytes_out, protocol_errors, paused_reads;
     atomic_uint_fast64_t requests[DSC_SERVER_OPS][DSC_SERVER_STATUSES];
     _Atomic(dsc_cluster_t *) cluster;
+    dsc_authz_t authz;
 };
 
 static dsc_cluster_t *cluster_of(dsc_server_t *srv) {
@@ -134,6 +138,7 @@ static void count_request(dsc_server_t *srv, uint32_t opcode, uint32_t status) {
 
 static void conn_unref(conn_t *c) {
     if (--c->refs == 0) {
+        dsc__authz_conn_close(&c->auth);
         free(c->in);
         free(c);
     }
@@ -503,7 +508,9 @@ static void handle_get(conn_t *c, uint64_t id, const uint8_t *body, size_t len) 
         send_error(c, DSC_OP_GET, id, DSC_STATUS_BAD_REQUEST, "malformed GET body");
         return;
     }
-    dsc_dataset_t *ds = dsc_catalog_find(srv->cat, req.dataset.ptr, req.dataset.len);
+    dsc_dataset_t *ds = dsc__authz_may_read(&c->auth, req.dataset.ptr, req.dataset.len)
+                            ? dsc_catalog_find(srv->cat, req.dataset.ptr, req.dataset.len)
+                            : NULL;
     if (ds == NULL) {
         send_error(c, DSC_OP_GET, id, DSC_STATUS_NOT_FOUND, "no such dataset");
         return;
@@ -575,7 +582,13 @@ static void handle_hello(conn_t *c, uint64_t id, const uint8_t *body, size_t len
                  (int)req.client_name.len, req.client_name.ptr,
                  (unsigned long long)req.members_hash, (unsigned long long)resp.members_hash);
     }
-    uint8_t out[256];
+    const char *deny = NULL;
+    uint32_t st = dsc__authz_hello(&srv->authz, &c->auth, &req, (uint16_t)version, &resp, &deny);
+    if (st != DSC_STATUS_OK) {
+        send_fatal(c, DSC_OP_HELLO, id, st, deny);
+        return;
+    }
+    uint8_t out[256 + DSC_AUTH_NONCE_SIZE];
     int n = dsc_hello_resp_encode(&resp, out, sizeof out);
     if (n < 0) {
         send_fatal(c, DSC_OP_HELLO, id, DSC_STATUS_INTERNAL, "cannot encode HELLO");
@@ -600,7 +613,9 @@ static void handle_admin(conn_t *c, uint8_t opcode, uint64_t id, const uint8_t *
         send_error(c, opcode, id, DSC_STATUS_BAD_REQUEST, "malformed WARM/EVICT body");
         return;
     }
-    dsc_dataset_t *ds = dsc_catalog_find(srv->cat, req.dataset.ptr, req.dataset.len);
+    dsc_dataset_t *ds = dsc__authz_may_read(&c->auth, req.dataset.ptr, req.dataset.len)
+                            ? dsc_catalog_find(srv->cat, req.dataset.ptr, req.dataset.len)
+                            : NULL;
     if (ds == NULL) {
         send_error(c, opcode, id, DSC_STATUS_NOT_FOUND, "no such dataset");
         return;
@@ -628,6 +643,17 @@ static void handle_frame(conn_t *c, const dsc_frame_header_t *h, const uint8_t *
                    "HELLO must be the first request");
         return;
     }
+    const char *deny = NULL;
+    int close_after = 0;
+    uint32_t allowed =
+        dsc__authz_check(&srv->authz, &c->auth, h->opcode, c->peer, &deny, &close_after);
+    if (allowed != DSC_STATUS_OK) {
+        if (close_after)
+            send_fatal(c, h->opcode, h->request_id, allowed, deny);
+        else
+            send_error(c, h->opcode, h->request_id, allowed, deny);
+        return;
+    }
     dsc_str_t name;
     switch (h->opcode) {
     case DSC_OP_HELLO:
@@ -636,8 +662,22 @@ static void handle_frame(conn_t *c, const dsc_frame_header_t *h, const uint8_t *
     case DSC_OP_PING:
         send_frame(c, DSC_OP_PING, h->request_id, DSC_STATUS_OK, body, h->body_len);
         break;
+    case DSC_OP_AUTH: {
+        uint8_t mac[DSC_AUTH_MAC_SIZE];
+        uint32_t st =
+            dsc__authz_auth(&srv->authz, &c->auth, body, h->body_len, c->peer, mac, &deny);
+        if (st == DSC_STATUS_OK)
+            send_frame(c, DSC_OP_AUTH, h->request_id, DSC_STATUS_OK, mac, sizeof mac);
+        else if (st == DSC_STATUS_UNSUPPORTED)
+            send_error(c, DSC_OP_AUTH, h->request_id, st, deny);
+        else
+            send_fatal(c, DSC_OP_AUTH, h->request_id, st, deny);
+        dsc_auth_wipe(mac, sizeof mac);
+        break;
+    }
     case DSC_OP_LIST:
-        send_json(c, DSC_OP_LIST, h->request_id, dsc_catalog_list_json(srv->cat));
+        send_json(c, DSC_OP_LIST, h->request_id,
+                  dsc__authz_filter_json(&c->auth, dsc_catalog_list_json(srv->cat)));
         break;
     case DSC_OP_MANIFEST: {
         if (dsc_name_req_decode(body, h->body_len, &name) < 0 || name.len == 0) {
@@ -645,7 +685,9 @@ static void handle_frame(conn_t *c, const dsc_frame_header_t *h, const uint8_t *
                        "MANIFEST needs a dataset name");
             break;
         }
-        dsc_dataset_t *ds = dsc_catalog_find(srv->cat, name.ptr, name.len);
+        dsc_dataset_t *ds = dsc__authz_may_read(&c->auth, name.ptr, name.len)
+                                ? dsc_catalog_find(srv->cat, name.ptr, name.len)
+                                : NULL;
         if (ds == NULL) {
             send_error(c, DSC_OP_MANIFEST, h->request_id, DSC_STATUS_NOT_FOUND, "no such dataset");
             break;
@@ -668,18 +710,21 @@ static void handle_frame(conn_t *c, const dsc_frame_header_t *h, const uint8_t *
                        "malformed STAT body");
             break;
         }
-        int not_found = 0;
-        char *json = dsc_catalog_stat_json(srv->cat, name.ptr, name.len, &not_found);
+        int not_found = !dsc__authz_may_read(&c->auth, name.ptr, name.len);
+        char *json =
+            not_found ? NULL : dsc_catalog_stat_json(srv->cat, name.ptr, name.len, &not_found);
         dsc_cluster_t *cluster = cluster_of(srv);
         if (json && cluster) {
             char *full = dsc_cluster_stat_json(cluster, srv->cat, json);
             free(json);
             json = full;
         }
-        if (not_found)
+        if (not_found) {
+            free(json);
             send_error(c, DSC_OP_STAT, h->request_id, DSC_STATUS_NOT_FOUND, "no such dataset");
-        else
-            send_json(c, DSC_OP_STAT, h->request_id, json);
+        } else {
+            send_json(c, DSC_OP_STAT, h->request_id, dsc__authz_filter_json(&c->auth, json));
+        }
         break;
     }
     case DSC_OP_WARM:
@@ -770,6 +815,11 @@ static void conn_start(conn_t *c) {
     int lowat = NOTSENT_LOWAT;
     if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
         setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat); /* best effort */
+    struct sockaddr_storage peer;
+    int peer_len = (int)sizeof peer;
+    snprintf(c->peer, sizeof c->peer, "?");
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&peer, &peer_len) == 0)
+        uv_ip_name((struct sockaddr *)&peer, c->peer, sizeof c->peer);
     c->next = lc->conns;
     if (lc->conns)
         lc->conns->prev = c;
@@ -985,9 +1035,17 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
         return DSC_ENOMEM;
     srv->cat = cat;
     srv->opt = *options;
+    srv->authz.store = options->credentials;
+    srv->authz.allow_anonymous_admin = options->allow_anonymous_admin;
+    srv->authz.failures = dsc_authfail_create();
+    if (srv->authz.failures == NULL) {
+        free(srv);
+        return DSC_ENOMEM;
+    }
     snprintf(srv->name, sizeof srv->name, "%s", options->name ? options->name : "dscached");
     srv->loops = calloc(options->threads, sizeof *srv->loops);
     if (srv->loops == NULL) {
+        dsc_authfail_destroy(srv->authz.failures);
         free(srv);
         return DSC_ENOMEM;
     }
@@ -1083,6 +1141,7 @@ void dsc_server_destroy(dsc_server_t *srv) {
         pthread_mutex_destroy(&lc->mb_lock);
     }
     free(srv->loops);
+    dsc_authfail_destroy(srv->authz.failures);
     free(srv);
 }
 
@@ -1096,6 +1155,7 @@ void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out) {
     out->bytes_out = atomic_load(&s->bytes_out);
     out->protocol_errors = atomic_load(&s->protocol_errors);
     out->paused_reads = atomic_load(&s->paused_reads);
+    out->auth_failures = dsc_authfail_total(s->authz.failures);
     for (int o = 0; o < DSC_SERVER_OPS; o++)
         for (int st = 0; st < DSC_SERVER_STATUSES; st++)
             out->requests[o][st] = atomic_load_explicit(&s->requests[o][st], memory_order_relaxed);
