@@ -137,7 +137,8 @@ uint32_t dsc__authz_check(const dsc_authz_t *az, dsc_conn_auth_t *ca, uint8_t op
         return DSC_STATUS_OK;
     }
     if (ca->state != DSC_AUTH_STATE_OK) {
-        *message = "authentication required (HELLO with a credential, then AUTH)";
+        *message = "authentication required: connect with a credential (--auth-file or "
+                   "DSCACHE_TOKEN_FILE, docs/security.md)";
         record_failure(az, peer,
                        ca->state == DSC_AUTH_STATE_FAILED ? "request after a failed authentication"
                                                           : "request before authentication");

@@ -710,7 +710,8 @@ static void handle_frame(conn_t *c, const dsc_frame_header_t *h, const uint8_t *
                        "malformed STAT body");
             break;
         }
-        int not_found = !dsc__authz_may_read(&c->auth, name.ptr, name.len);
+        /* An empty name is every dataset: filtered below. */
+        int not_found = name.len > 0 && !dsc__authz_may_read(&c->auth, name.ptr, name.len);
         char *json =
             not_found ? NULL : dsc_catalog_stat_json(srv->cat, name.ptr, name.len, &not_found);
         dsc_cluster_t *cluster = cluster_of(srv);

@@ -23,6 +23,12 @@
 
 #define TIMEOUT_MS 10000
 
+/* "EUNAUTH" for DSC_EUNAUTH: the names the test script matches. */
+static const char *ename(int rc) {
+    const char *name = dsc_err_name(rc);
+    return strncmp(name, "DSC_", 4) == 0 ? name + 4 : name;
+}
+
 static int die(const char *what, int rc) {
     fprintf(stderr, "auth_check: %s: %s\n", what, rc ? dsc_strerror(rc) : "failed");
     return 1;
@@ -79,7 +85,7 @@ static int encode_op(int argc, char **argv, int at, uint8_t *body, int *len) {
 
 static void print_answer(dsc_conn_t *c, int opcode, int rc, const uint8_t *resp, size_t len) {
     if (rc < 0)
-        printf("ERR %s %s\n", dsc_err_name(rc), dsc_conn_last_error(c));
+        printf("ERR %s %s\n", ename(rc), dsc_conn_last_error(c));
     else if (opcode == DSC_OP_WARM || opcode == DSC_OP_EVICT)
         printf("OK %u\n", len == 4 ? dsc_load_u32(resp) : 0xFFFFFFFFu);
     else if (opcode == DSC_OP_GET)
@@ -104,7 +110,7 @@ static int cmd_op(int argc, char **argv) {
     rc = dsc_conn_open_addr_auth(argv[2], TIMEOUT_MS, 0, cred, &c);
     dsc__credential_wipe(&store);
     if (rc < 0) {
-        printf("CONNECT_ERR %s\n", dsc_err_name(rc));
+        printf("CONNECT_ERR %s\n", ename(rc));
         return 0;
     }
     uint8_t *resp = NULL;
@@ -190,16 +196,16 @@ static int cmd_replay(int argc, char **argv) {
     dsc_auth_mac(DSC_AUTH_SERVER, cred.secret, cred.secret_len, a.version, cred.name,
                  strlen(cred.name), cn, a.server_nonce, want);
     rc = send_auth(&a, mac, server_mac);
-    printf("genuine: %s server-proof %s\n", rc == 0 ? "OK" : dsc_err_name(rc),
+    printf("genuine: %s server-proof %s\n", rc == 0 ? "OK" : ename(rc),
            rc == 0 && dsc_auth_mac_equal(server_mac, want) ? "valid" : "INVALID");
     uint8_t *resp = NULL;
     size_t len = 0;
     rc = dsc_conn_call(a.conn, DSC_OP_LIST, NULL, 0, &resp, &len);
-    printf("genuine LIST: %s\n", rc == 0 ? "OK" : dsc_err_name(rc));
+    printf("genuine LIST: %s\n", rc == 0 ? "OK" : ename(rc));
     free(resp);
     /* The same AUTH again on the authenticated connection: no second try per nonce. */
     rc = send_auth(&a, mac, NULL);
-    printf("second AUTH same connection: %s\n", rc == 0 ? "OK" : dsc_err_name(rc));
+    printf("second AUTH same connection: %s\n", rc == 0 ? "OK" : ename(rc));
     dsc_conn_close(a.conn);
 
     /* 2. The recorded client MAC on a new connection (same client nonce, new server nonce). */
@@ -210,10 +216,10 @@ static int cmd_replay(int argc, char **argv) {
     printf("server nonce fresh: %s\n",
            memcmp(first_nonce, b.server_nonce, sizeof first_nonce) != 0 ? "yes" : "NO");
     rc = send_auth(&b, mac, NULL);
-    printf("replayed AUTH: %s\n", rc == 0 ? "OK" : dsc_err_name(rc));
+    printf("replayed AUTH: %s\n", rc == 0 ? "OK" : ename(rc));
     resp = NULL;
     rc = dsc_conn_call(b.conn, DSC_OP_LIST, NULL, 0, &resp, &len);
-    printf("LIST after replay: %s\n", rc == 0 ? "OK" : dsc_err_name(rc));
+    printf("LIST after replay: %s\n", rc == 0 ? "OK" : ename(rc));
     free(resp);
     dsc_conn_close(b.conn);
 
@@ -225,7 +231,7 @@ static int cmd_replay(int argc, char **argv) {
     dsc_auth_mac(DSC_AUTH_SERVER, cred.secret, cred.secret_len, c.version, cred.name,
                  strlen(cred.name), cn, c.server_nonce, mac);
     rc = send_auth(&c, mac, NULL);
-    printf("reflected server proof: %s\n", rc == 0 ? "OK" : dsc_err_name(rc));
+    printf("reflected server proof: %s\n", rc == 0 ? "OK" : ename(rc));
     dsc_conn_close(c.conn);
     dsc__credential_wipe(&cred);
     return 0;
@@ -251,14 +257,14 @@ static int cmd_raw(int argc, char **argv) {
         uint8_t *resp = NULL;
         size_t resp_len = 0;
         rc = dsc_conn_call(c, (uint8_t)opcode, body, (size_t)len, &resp, &resp_len);
-        printf("%s: %s\n", ops[i], rc == 0 ? "OK" : dsc_err_name(rc));
+        printf("%s: %s\n", ops[i], rc == 0 ? "OK" : ename(rc));
         free(resp);
     }
     uint8_t zeros[DSC_AUTH_MAC_SIZE] = {0};
     uint8_t *resp = NULL;
     size_t resp_len = 0;
     rc = dsc_conn_call(c, DSC_OP_AUTH, zeros, sizeof zeros, &resp, &resp_len);
-    printf("AUTH without challenge: %s\n", rc == 0 ? "OK" : dsc_err_name(rc));
+    printf("AUTH without challenge: %s\n", rc == 0 ? "OK" : ename(rc));
     free(resp);
     dsc_conn_close(c);
     return 0;
