@@ -63,6 +63,7 @@ uint32_t dsc__authz_auth(const dsc_authz_t *az, dsc_conn_auth_t *ca, const uint8
         return DSC_STATUS_UNSUPPORTED;
     }
     if (ca->state != DSC_AUTH_STATE_CHALLENGED) {
+        drop_credential(ca); /* an AUTH out of turn ends what was proven before */
         ca->state = DSC_AUTH_STATE_FAILED;
         *message = "AUTH without a fresh HELLO challenge";
         record_failure(az, peer, "AUTH without a HELLO challenge");
