@@ -72,10 +72,6 @@ static void line(report_t *r, const char *verdict, const char *name, const char 
         r->warned++;
 }
 
-static int path_exists(const char *path) {
-    return access(path, F_OK) == 0;
-}
-
 /* Effective capabilities from /proc/self/status; 1 when CAP_IPC_LOCK (14) is in them. */
 static int has_ipc_lock(void) {
     FILE *f = fopen("/proc/self/status", "r");
@@ -158,6 +154,10 @@ static void check_hugepages(report_t *r) {
 }
 
 #if DSC_HAVE_VERBS_H
+
+static int path_exists(const char *path) {
+    return access(path, F_OK) == 0;
+}
 
 static const char *port_state_name(enum ibv_port_state s) {
     switch (s) {
