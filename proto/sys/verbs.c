@@ -2,7 +2,7 @@
  * that nothing links against libibverbs and a fake library can stand in for it in tests. */
 #include "verbs.h"
 
-#include "dscache.h"
+#include "dscache_base.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
