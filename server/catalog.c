@@ -15,7 +15,7 @@
  * stays valid for the sender) and every chunk's stored checksum is verified.
  */
 #include "catalog.h"
-#include "log.h"
+#include "srvlog.h"
 #include "protocol.h"
 #include "util.h"
 
@@ -44,7 +44,7 @@ struct dsc_tempbuf {
 /* A shard's validated header fields and index, cached for read-throughs. Under cat->lock. */
 typedef struct shard_index {
     int refs;         /* 1 for the cache (while slot is set) + 1 per read-through using it */
-    dsc_slot_t *slot; /* the slot caching it, NULL once dropped */
+    dsc_shard_slot_t *slot; /* the slot caching it, NULL once dropped */
     struct shard_index *lru_prev, *lru_next;
     uint32_t header_len;
     uint32_t chunk_count;
@@ -55,13 +55,13 @@ typedef struct shard_index {
 
 /* A queued read-through of chunks [first, first + count) of a shard for one waiter. */
 typedef struct range_load {
-    dsc_slot_t *slot;
+    dsc_shard_slot_t *slot;
     dsc_waiter_t *waiter;
     uint32_t first, count;
     struct range_load *next;
 } range_load_t;
 
-struct dsc_slot {
+struct dsc_shard_slot {
     atomic_int refs;               /* >= 0: resident and takeable; -1: not */
     atomic_uint_fast64_t last_use; /* ns, for LRU */
     dsc_dataset_t *ds;
@@ -75,7 +75,7 @@ struct dsc_slot {
     uint32_t chunk_count;
     shard_index_t *sindex; /* cached header + index for read-throughs, or NULL */
     dsc_waiter_t *waiters;
-    dsc_slot_t *queue_next;
+    dsc_shard_slot_t *queue_next;
 };
 
 struct dsc_dataset {
@@ -84,7 +84,7 @@ struct dsc_dataset {
     dsc_manifest_t *manifest;
     char *json;
     size_t json_len;
-    dsc_slot_t *slots;
+    dsc_shard_slot_t *slots;
     atomic_int retired;
     atomic_uint_fast64_t hits, misses, bytes_served;
     /* Under cat->lock: */
@@ -111,7 +111,7 @@ struct dsc_catalog {
 
     pthread_mutex_t lock; /* bookkeeping: loads, evictions, queue */
     pthread_cond_t work_cond, idle_cond;
-    dsc_slot_t *queue_head, *queue_tail;
+    dsc_shard_slot_t *queue_head, *queue_tail;
     uint32_t loads_in_flight;
     int stopping;
     int draining;           /* dsc_catalog_stop_loads: queued whole-shard loads are dropped */
@@ -257,7 +257,7 @@ static int dataset_create(const char *dir, dsc_dataset_t **out) {
     }
     ds->json_len = strlen(ds->json);
     for (uint32_t i = 0; i < m->shard_count; i++) {
-        dsc_slot_t *s = &ds->slots[i];
+        dsc_shard_slot_t *s = &ds->slots[i];
         atomic_init(&s->refs, -1);
         atomic_init(&s->last_use, 0);
         s->ds = ds;
@@ -287,7 +287,7 @@ const char *dsc_dataset_manifest_json(const dsc_dataset_t *ds, size_t *len) {
     return ds->json;
 }
 
-dsc_slot_t *dsc_dataset_slot(dsc_dataset_t *ds, uint32_t id) {
+dsc_shard_slot_t *dsc_dataset_shard_slot(dsc_dataset_t *ds, uint32_t id) {
     return id < ds->manifest->shard_count ? &ds->slots[id] : NULL;
 }
 
@@ -298,7 +298,7 @@ void dsc_dataset_count_served(dsc_dataset_t *ds, uint64_t bytes) {
 /* ---- eviction (cat->lock held) ----------------------------------------------------------- */
 
 /* Frees a resident slot's bytes if nobody holds them. Returns 1 when evicted. */
-static int evict_slot_locked(dsc_catalog_t *cat, dsc_slot_t *s) {
+static int evict_slot_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s) {
     if (s->state != SLOT_RESIDENT)
         return 0;
     int zero = 0;
@@ -318,12 +318,12 @@ static int evict_slot_locked(dsc_catalog_t *cat, dsc_slot_t *s) {
  * evictions are rare next to hits. Returns 1 when one was evicted. */
 static int evict_lru_locked(dsc_catalog_t *cat) {
     table_t *t = atomic_load(&cat->table);
-    dsc_slot_t *victim = NULL;
+    dsc_shard_slot_t *victim = NULL;
     uint64_t oldest = UINT64_MAX;
     for (uint32_t d = 0; d < t->count; d++) {
         dsc_dataset_t *ds = t->items[d];
         for (uint32_t i = 0; i < ds->manifest->shard_count; i++) {
-            dsc_slot_t *s = &ds->slots[i];
+            dsc_shard_slot_t *s = &ds->slots[i];
             if (s->state != SLOT_RESIDENT || atomic_load(&s->refs) != 0)
                 continue;
             uint64_t used = atomic_load_explicit(&s->last_use, memory_order_relaxed);
@@ -347,7 +347,7 @@ enum {
 
 /* Allocates the shard's extent in the store and queues a whole-shard load (how: LOAD_*).
  * Returns 1 queued, 0 not (no room), or <0. */
-static int start_load_locked(dsc_catalog_t *cat, dsc_slot_t *s, int how) {
+static int start_load_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, int how) {
     uint64_t size = s->meta->bytes;
     uint8_t *dst = NULL;
     int rc = dsc_store_alloc(cat->store, size, &dst);
@@ -373,7 +373,7 @@ static int start_load_locked(dsc_catalog_t *cat, dsc_slot_t *s, int how) {
 
 /* Reads and validates one shard file into dst. Returns 0, DSC_ECORRUPT (validation; *why says
  * what) or an I/O error (-errno). */
-static int read_shard(const dsc_slot_t *s, uint8_t *dst, dsc_shard_view_t *view, const char **why) {
+static int read_shard(const dsc_shard_slot_t *s, uint8_t *dst, dsc_shard_view_t *view, const char **why) {
     const dsc_manifest_shard_t *meta = s->meta;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", s->ds->dir, meta->file);
@@ -444,7 +444,7 @@ static void deliver(dsc_waiter_t *list) {
     }
 }
 
-static void finish_load(dsc_catalog_t *cat, dsc_slot_t *s, int rc, const char *why,
+static void finish_load(dsc_catalog_t *cat, dsc_shard_slot_t *s, int rc, const char *why,
                         const dsc_shard_view_t *view, double seconds) {
     pthread_mutex_lock(&cat->lock);
     dsc_waiter_t *waiters = s->waiters;
@@ -548,7 +548,7 @@ static void index_push_front_locked(dsc_catalog_t *cat, shard_index_t *si) {
 }
 
 /* Takes a reference on the slot's cached index (moving it to the front), or NULL. */
-static shard_index_t *index_get(dsc_catalog_t *cat, dsc_slot_t *s) {
+static shard_index_t *index_get(dsc_catalog_t *cat, dsc_shard_slot_t *s) {
     pthread_mutex_lock(&cat->lock);
     shard_index_t *si = s->sindex;
     if (si) {
@@ -569,7 +569,7 @@ static shard_index_t *index_get(dsc_catalog_t *cat, dsc_slot_t *s) {
 /* Caches a freshly read index for s (the caller keeps its own reference) and trims the cache to
  * its limit, least recently used first. Returns the index to use: si, or one another thread
  * cached meanwhile (then si is freed). */
-static shard_index_t *index_install(dsc_catalog_t *cat, dsc_slot_t *s, shard_index_t *si) {
+static shard_index_t *index_install(dsc_catalog_t *cat, dsc_shard_slot_t *s, shard_index_t *si) {
     pthread_mutex_lock(&cat->lock);
     if (s->sindex) {
         free(si);
@@ -600,7 +600,7 @@ static int pread_full(int fd, uint8_t *dst, uint64_t len, uint64_t offset) {
 /* Reads and validates a shard's header, footer and index from fd against the manifest. Returns
  * 0 and *out (refs 0, not cached), DSC_ECORRUPT (*why says what: the shard is bad), -errno or
  * DSC_ENOMEM. Counts the bytes read. */
-static int index_read(dsc_catalog_t *cat, const dsc_slot_t *s, int fd, shard_index_t **out,
+static int index_read(dsc_catalog_t *cat, const dsc_shard_slot_t *s, int fd, shard_index_t **out,
                       const char **why) {
     const dsc_manifest_shard_t *meta = s->meta;
     uint64_t size = meta->bytes;
@@ -684,7 +684,7 @@ static void tempbuf_free(dsc_tempbuf_t *tb) {
 
 /* Runs one queued read-through on a loader thread and delivers its waiter. */
 static void run_range(dsc_catalog_t *cat, range_load_t *job) {
-    dsc_slot_t *s = job->slot;
+    dsc_shard_slot_t *s = job->slot;
     dsc_waiter_t *w = job->waiter;
     const dsc_manifest_shard_t *meta = s->meta;
     shard_index_t *si = NULL;
@@ -817,7 +817,7 @@ done:
 }
 
 /* Queues a read-through of the waiter's chunks (cat->lock held). Returns 0 or <0. */
-static int start_range_locked(dsc_catalog_t *cat, dsc_slot_t *s, dsc_waiter_t *w) {
+static int start_range_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_t *w) {
     uint32_t first = w->first_chunk, count = w->chunk_count;
     if (count == 0) {
         first = 0;
@@ -860,7 +860,7 @@ static void *io_thread(void *arg) {
             pthread_mutex_lock(&cat->lock);
             continue;
         }
-        dsc_slot_t *s = cat->queue_head;
+        dsc_shard_slot_t *s = cat->queue_head;
         cat->queue_head = s->queue_next;
         if (cat->queue_head == NULL)
             cat->queue_tail = NULL;
@@ -886,7 +886,7 @@ static void *io_thread(void *arg) {
     return NULL;
 }
 
-int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_slot_t *s, dsc_waiter_t *waiter, dsc_hold_t *hold) {
+int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_t *waiter, dsc_hold_t *hold) {
     int r = atomic_load_explicit(&s->refs, memory_order_acquire);
     while (r >= 0) {
         if (atomic_compare_exchange_weak_explicit(&s->refs, &r, r + 1, memory_order_acquire,
@@ -937,7 +937,7 @@ void dsc_hold_release(dsc_catalog_t *cat, dsc_hold_t *hold) {
     if (hold == NULL)
         return;
     if (hold->slot) {
-        dsc_slot_t *s = hold->slot;
+        dsc_shard_slot_t *s = hold->slot;
         int prev = atomic_fetch_sub_explicit(&s->refs, 1, memory_order_release);
         if (prev == 1 && atomic_load(&s->ds->retired)) {
             pthread_mutex_lock(&cat->lock);
@@ -978,7 +978,7 @@ static int warm_range(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t first, uin
             continue;
         if (selected)
             (*selected)++;
-        dsc_slot_t *s = &ds->slots[i];
+        dsc_shard_slot_t *s = &ds->slots[i];
         if (s->state != SLOT_ABSENT)
             continue;
         if (start_load_locked(cat, s, how) == 1) /* else: no room (minio), a smaller one may fit */
@@ -1175,7 +1175,7 @@ static int same_shard(const dsc_manifest_shard_t *a, const dsc_manifest_shard_t 
 /* Moves resident, unreferenced shards that did not change from old to ds. */
 static void adopt_locked(dsc_dataset_t *old, dsc_dataset_t *ds) {
     for (uint32_t i = 0; i < ds->manifest->shard_count && i < old->manifest->shard_count; i++) {
-        dsc_slot_t *o = &old->slots[i], *n = &ds->slots[i];
+        dsc_shard_slot_t *o = &old->slots[i], *n = &ds->slots[i];
         if (o->state != SLOT_RESIDENT || !same_shard(o->meta, n->meta))
             continue;
         int zero = 0;
@@ -1304,7 +1304,7 @@ static void update_table_meta(dsc_catalog_t *cat) {
         uint64_t shards = ds->manifest->shard_count;
         total += sizeof *ds + strlen(ds->dir) + 1 + ds->json_len + 1;
         total += sizeof *ds->manifest + shards * sizeof(dsc_manifest_shard_t);
-        total += (shards ? shards : 1) * sizeof(dsc_slot_t);
+        total += (shards ? shards : 1) * sizeof(dsc_shard_slot_t);
     }
     atomic_store_explicit(&cat->table_meta_bytes, total, memory_order_relaxed);
 }

@@ -1,6 +1,6 @@
 /* /metrics, /healthz, /readyz over libmicrohttpd. */
 #include "http.h"
-#include "log.h"
+#include "srvlog.h"
 #include "protocol.h"
 
 #include <microhttpd.h>

@@ -4,7 +4,7 @@
  * cross-thread traffic is a mailbox per loop that loader threads fill with finished loads,
  * accepted sockets dealt to the loops in turn, and the stop request. */
 #include "server.h"
-#include "log.h"
+#include "srvlog.h"
 #include "protocol.h"
 #include "util.h"
 #include "wire.h"
@@ -508,7 +508,7 @@ static void handle_get(conn_t *c, uint64_t id, const uint8_t *body, size_t len) 
         send_error(c, DSC_OP_GET, id, DSC_STATUS_NOT_FOUND, "no such dataset");
         return;
     }
-    dsc_slot_t *slot = dsc_dataset_slot(ds, req.shard_id);
+    dsc_shard_slot_t *slot = dsc_dataset_shard_slot(ds, req.shard_id);
     if (slot == NULL) {
         send_error(c, DSC_OP_GET, id, DSC_STATUS_NOT_FOUND, "no such shard");
         return;
@@ -605,7 +605,7 @@ static void handle_admin(conn_t *c, uint8_t opcode, uint64_t id, const uint8_t *
         send_error(c, opcode, id, DSC_STATUS_NOT_FOUND, "no such dataset");
         return;
     }
-    if (req.shard_id != DSC_SHARD_ALL && dsc_dataset_slot(ds, req.shard_id) == NULL) {
+    if (req.shard_id != DSC_SHARD_ALL && dsc_dataset_shard_slot(ds, req.shard_id) == NULL) {
         send_error(c, opcode, id, DSC_STATUS_NOT_FOUND, "no such shard");
         return;
     }
