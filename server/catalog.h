@@ -23,9 +23,9 @@ typedef enum { DSC_POLICY_MINIO = 0, DSC_POLICY_LRU = 1 } dsc_policy_t;
  * the whole file; a read-through buffer is a mapping as large as the file in which only the
  * chunks the request asked for, and the index, were read (the rest reads as zeros). */
 typedef struct dsc_hold {
-    dsc_shard_slot_t *slot;    /* a reference on a resident shard, or NULL */
-    dsc_tempbuf_t *temp; /* a reference on a read-through buffer, or NULL */
-    const uint8_t *data; /* the shard file (see above) */
+    dsc_shard_slot_t *slot; /* a reference on a resident shard, or NULL */
+    dsc_tempbuf_t *temp;    /* a reference on a read-through buffer, or NULL */
+    const uint8_t *data;    /* the shard file (see above) */
     uint64_t size;
     const uint8_t *index; /* chunk_count encoded entries inside data */
     uint32_t chunk_count;

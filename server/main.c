@@ -4,8 +4,8 @@
 #include "catalog.h"
 #include "cluster.h"
 #include "http.h"
-#include "srvlog.h"
 #include "server.h"
+#include "srvlog.h"
 #include "store.h"
 #include "util.h"
 

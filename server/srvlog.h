@@ -1,5 +1,5 @@
 /* Server log (srvlog): leveled lines on stderr with a timestamp; the level is checked before
- * formatting. SRV_LOG is the server's macro; the client library has its own DSC_LOG(logger, ...). */
+ * formatting. SRV_LOG(level, ...) is the server's; the client has DSC_LOG(logger, level, ...). */
 #ifndef DSC_SERVER_SRVLOG_H
 #define DSC_SERVER_SRVLOG_H
 
@@ -14,8 +14,8 @@ void dsc__srvlog_write(int level, const char *fmt, ...) __attribute__((format(pr
 
 #define SRV_LOG(level, ...)                                                                        \
     do {                                                                                           \
-        if ((level) <= dsc__srvlog_level)                                                             \
-            dsc__srvlog_write((level), __VA_ARGS__);                                                  \
+        if ((level) <= dsc__srvlog_level)                                                          \
+            dsc__srvlog_write((level), __VA_ARGS__);                                               \
     } while (0)
 #define LOG_ERROR(...) SRV_LOG(DSC_LOG_ERROR, __VA_ARGS__)
 #define LOG_WARN(...) SRV_LOG(DSC_LOG_WARN, __VA_ARGS__)
