@@ -22,13 +22,11 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -253,6 +251,8 @@ static int start_load_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, int how) {
     pthread_cond_signal(&cat->work_cond);
     return 1;
 }
+
+/* ---- hits and holds ---------------------------------------------------------------------- */
 
 int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_t *waiter,
                         dsc_hold_t *hold) {

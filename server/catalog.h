@@ -18,7 +18,8 @@ typedef struct dsc_tempbuf dsc_tempbuf_t;
 
 typedef enum { DSC_POLICY_MINIO = 0, DSC_POLICY_LRU = 1 } dsc_policy_t;
 
-/* Bytes of one shard held for as long as a response needs them (until uv_write's callback).
+/* Bytes of one shard held for as long as a response needs them (until the reply releases it; TCP:
+ * when the write completes).
  * data + entry.offset is a chunk's stored bytes for every entry of index. A resident shard holds
  * the whole file; a read-through buffer is a mapping as large as the file in which only the
  * chunks the request asked for, and the index, were read (the rest reads as zeros). */

@@ -490,6 +490,8 @@ int dsc__range_start_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_
     return 0;
 }
 
+/* ---- I/O threads ------------------------------------------------------------------------- */
+
 void *dsc__io_thread(void *arg) {
     dsc_catalog_t *cat = arg;
     pthread_mutex_lock(&cat->lock);
