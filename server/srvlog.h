@@ -3,7 +3,7 @@
 #ifndef DSC_SERVER_SRVLOG_H
 #define DSC_SERVER_SRVLOG_H
 
-#include "dscache.h" /* DSC_LOG_ERROR .. DSC_LOG_DEBUG */
+#include "dscache_base.h" /* DSC_LOG_ERROR .. DSC_LOG_DEBUG */
 
 extern int dsc__srvlog_level;
 
