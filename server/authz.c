@@ -3,7 +3,7 @@
  * reload, LIST/STAT filtering. */
 #include "authz.h"
 #include "dsc_sys.h"
-#include "log.h"
+#include "srvlog.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
