@@ -6,6 +6,7 @@
 #include "fetch.h"
 #include "pipeline.h"
 #include "scheduler.h"
+#include "sources.h"
 #include "stats.h"
 #include "util.h"
 #include "view.h"

@@ -5,8 +5,8 @@
  * conn.c) and source_files.c (the fallback path: shard files read directly).
  *
  * Adding a source (e.g. RDMA) is one new file, source_rdma.c, defining `const dsc_source_ops_t
- * dsc__source_rdma`, plus its line in DSC_SOURCE_LIST and its address test in
- * dsc__source_for_addr below. It would implement:
+ * dsc__source_rdma`, plus two lines in the registry, sources.h (its declaration, and its address
+ * test in dsc__source_for_addr). It would implement:
  *   endpoint_open/close  resolve the peer address, register the loader's buffer pool memory
  *                        (memory regions) once per peer;
  *   open                 connect a queue pair, exchange the HELLO (protocol version and view
@@ -88,21 +88,5 @@ typedef struct dsc_source_ops {
     /* Closes and frees. NULL is a no-op. */
     void (*close)(void *conn);
 } dsc_source_ops_t;
-
-/* The sources this build has. */
-#define DSC_SOURCE_LIST(X)                                                                         \
-    X(tcp)                                                                                         \
-    X(files)
-#define DSC_SOURCE_DECLARE(n) extern const dsc_source_ops_t dsc__source_##n;
-DSC_SOURCE_LIST(DSC_SOURCE_DECLARE)
-#undef DSC_SOURCE_DECLARE
-
-/* The source that serves a member address: TCP for every address today (a source with addresses
- * of its own, such as "rdma://host:port", adds its test here). The fallback files use
- * dsc__source_files. */
-static inline const dsc_source_ops_t *dsc__source_for_addr(const char *addr) {
-    (void)addr;
-    return &dsc__source_tcp;
-}
 
 #endif

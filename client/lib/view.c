@@ -4,6 +4,7 @@
 #include "view.h"
 #include "fetch.h"
 #include "route.h"
+#include "sources.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
