@@ -3,6 +3,7 @@
  * for the layers; this file calls down into all of them and nothing calls back up into it. */
 #include "batch.h"
 #include "decode.h"
+#include "dsc_sys.h"
 #include "fetch.h"
 #include "pipeline.h"
 #include "scheduler.h"

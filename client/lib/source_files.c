@@ -1,6 +1,7 @@
 /* Data source "files": the fallback path. Chunks are read with pread from the dataset's shard
  * files in a local (or shared-filesystem) directory, validated against the manifest; the manifest
  * is the directory's own. Requests complete synchronously, one per connection at a time. */
+#include "dsc_sys.h"
 #include "source.h"
 #include "util.h"
 

@@ -2,6 +2,7 @@
  * runs (a file: spec re-read when it changes, a dns: spec re-resolved, the view the servers agree
  * on adopted when a HELLO shows another one). Only routing changes, never the plan. */
 #include "view.h"
+#include "dsc_sys.h"
 #include "fetch.h"
 #include "route.h"
 #include "sources.h"
