@@ -522,11 +522,17 @@ int main(int argc, char **argv) {
     int listen_off, http_off;
     if (listen_addr(o.listen, listen_host, sizeof listen_host, &listen_port, &listen_off) < 0 ||
         listen_off) {
-        bad("--listen", o.listen);
+        fprintf(stderr,
+                "dscached: invalid --listen '%s': expected HOST:PORT (e.g. 0.0.0.0:7070, "
+                "127.0.0.1:0, [::]:7070)\n",
+                o.listen);
         goto done;
     }
     if (listen_addr(o.http, http_host, sizeof http_host, &http_port, &http_off) < 0) {
-        bad("--http", o.http);
+        fprintf(stderr,
+                "dscached: invalid --http '%s': expected HOST:PORT (e.g. 0.0.0.0:7071) or "
+                "\"off\"\n",
+                o.http);
         goto done;
     }
 
