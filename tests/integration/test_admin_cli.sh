@@ -43,6 +43,27 @@ rc=0; out=$("$SERVER" --data "$work/ds" --listen 7070 2>&1) || rc=$?
 rc=0; out=$("$CLI" warm --server "$ADDR_a" 2>&1) || rc=$?
 [ $rc = 2 ] && [[ "$out" == *"--dataset NAME is required"* ]] && pass "warm without --dataset: usage" \
     || fail "warm without --dataset: rc $rc: $out"
+# Metrics: the new series, no name clashes under OpenMetrics (a counter NAME_total beside a
+# series NAME), and promtool's lint where it is installed.
+curl -sf "http://$HTTP_a/metrics" >"$work/metrics"
+grep -q "^dscache_build_info{version=\"$ver\"} 1$" "$work/metrics" && pass "dscache_build_info $ver" \
+    || fail "no dscache_build_info"
+for m in dscache_cluster_members dscache_owned_shards dscache_owned_resident_shards \
+         'dscache_dataset_shards{dataset="adm"}' 'dscache_dataset_hits_total{dataset="adm"}'; do
+    [ "$(metric "$HTTP_a" "$m")" != missing ] || fail "metric $m missing"
+done
+[ "$(metric "$HTTP_a" 'dscache_dataset_shards{dataset="adm"}')" = "$shards" ] \
+    && pass "per-dataset series: $shards shards of adm" || fail "dscache_dataset_shards"
+clash=$(awk '$1 == "#" && $2 == "TYPE" { t[$3] = $4 } END {
+    for (n in t) if (t[n] == "counter" && n ~ /_total$/) { b = substr(n, 1, length(n) - 6); if (b in t) print b }
+}' "$work/metrics")
+[ -z "$clash" ] && pass "no series beside a counter of the same name + _total" || fail "name clash: $clash"
+if command -v promtool >/dev/null; then
+    out=$(promtool check metrics <"$work/metrics" 2>&1) && pass "promtool check metrics: clean" \
+        || fail "promtool check metrics: $out"
+else
+    echo "note: promtool is not installed (Debian package prometheus): lint not run"
+fi
 stop_server a
 [ "$STOP_RC" = 0 ] || fail "server exit $STOP_RC"
 finish
