@@ -110,7 +110,11 @@ http=127.0.0.1:$(cat "$data/hport")
 until_ok 30 curl -sf "http://$http/readyz" && pass "started with $runner: /readyz $(curl -s "http://$http/readyz")" \
     || fail "not ready: $(curl -s "http://$http/readyz"); $(cat "$work/run.log")"
 "$DSC_BIN/dscache" get --server "$addr" --dataset imgds --shard 0 -o "$work/shard0.bin" >"$work/get.log" 2>&1 \
-    && pass "GET from outside: $(tail -n1 "$work/get.log")" || fail "dscache get: $(cat "$work/get.log")"
+    || fail "dscache get: $(cat "$work/get.log")"
+got=$(stat -c %s "$work/shard0.bin" 2>/dev/null || echo 0)
+want=$(json_get "$(cat "$data/ds/manifest.json")" 'j["shards"][0]["samples"] * 256')
+[ "$got" = "$want" ] && pass "GET from outside: shard 0 fetched and verified, $got bytes decoded" \
+    || fail "GET shard 0: $got bytes, want $want"
 if [ "$runner" = unshare+chroot ]; then
     child=$(ps --ppid "$pid" -o pid= | tr -d ' ')   # dscached (chroot execs it)
     kill -TERM "$child" 2>/dev/null || true
