@@ -86,10 +86,10 @@ static void usage(FILE *f) {
         "                        (default: the --listen host with the bound port)\n"
         "                        --warm then loads only the shards this server owns\n"
         "                        (primary or replica); other shards are still served\n"
-        "Readiness (--warm): /readyz answers 503 with the reason until the member list is\n"
-        "known, this server is in it and every shard it owns is resident (or the store is\n"
-        "full); then 200, and it\n"
-        "stays 200 (later changes warm in the background). Without --warm: 200 at once.\n"
+        "Readiness (--warm): /readyz answers 503 with the reason until the warm-up is\n"
+        "done and, in a cluster, the member list is known, this server is in it and every\n"
+        "shard it owns is resident (or the store is full); then 200, and it stays 200\n"
+        "(later changes warm in the background). Without --warm: 200 at once.\n"
         "\n"
         "  --config FILE         JSON object with the same keys (\"data\": [..], \"listen\",\n"
         "                        \"http\", \"memory\", \"threads\", \"io_threads\", \"warm\",\n"
@@ -350,8 +350,9 @@ static int store_full(const control_t *ctl, const dsc_cluster_counts_t *cc) {
     return cc->smallest_missing > 0 && si.largest_free < cc->smallest_missing;
 }
 
-/* /readyz (see --help, Readiness): 1 once the start-up warm-up is done, the member list is known,
- * this server is in it and every shard it owns is resident; or once --ready-timeout has passed
+/* /readyz (see --help, Readiness): 1 once the start-up warm-up is done and, in a cluster, the
+ * member list is known, this server is in it and every shard it owns is resident (single node:
+ * the warm-up loaded what the store and the policy allow); or once --ready-timeout has passed
  * (the reason says what was missing). Latched: once ready, ready until stopped. */
 static int readiness(void *arg, char *why, size_t cap) {
     control_t *ctl = arg;
@@ -379,7 +380,7 @@ static int readiness(void *arg, char *why, size_t cap) {
     else if (!cc.self_member)
         snprintf(missing, sizeof missing, "%s is not in the member list (%u members)",
                  dsc_cluster_self(ctl->cluster), cc.members);
-    else if (cc.owned_resident < cc.owned && !store_full(ctl, &cc))
+    else if (cc.clustered && cc.owned_resident < cc.owned && !store_full(ctl, &cc))
         snprintf(missing, sizeof missing, "warming: %llu of %llu owned shards resident",
                  (unsigned long long)cc.owned_resident, (unsigned long long)cc.owned);
     if (missing[0] == '\0') {
