@@ -9,7 +9,8 @@ pkgs=(cmake make gcc pkg-config clang libclang-rt-14-dev clang-format git
       libibverbs-dev librdmacm-dev
       python3 python3-numpy python3-torch
       iproute2 procps curl
-      python3-yaml systemd)
+      python3-yaml systemd
+      mmdebstrap umoci)
 # node and npm may come from elsewhere than Debian's nodejs package: only their absence counts.
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
