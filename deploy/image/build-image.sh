@@ -30,7 +30,7 @@ done
 for tool in mmdebstrap umoci; do
     command -v "$tool" >/dev/null || { echo "build-image: $tool is not installed (apt-get install $tool)" >&2; exit 3; }
 done
-version=$(grep -oE 'DSC_VERSION_STRING "[^"]+"' "$root/client/include/dscache.h" | cut -d'"' -f2)
+version=$(grep -oE 'DSC_VERSION_STRING "[^"]+"' "$root/proto/dscache_base.h" | cut -d'"' -f2)
 [ -n "$tag" ] || tag=$version$([ $trainer = 1 ] && echo -trainer || true)
 
 # The runtime libraries of what this build links (ldd), and nothing else: dscached links no

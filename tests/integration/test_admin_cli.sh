@@ -4,7 +4,7 @@
 # a message that says what is expected.
 source "$(dirname "$0")/server_lib.sh"
 
-ver=$(grep -oE 'DSC_VERSION_STRING "[^"]+"' "$DSC_SRC/client/include/dscache.h" | cut -d'"' -f2)
+ver=$(grep -oE 'DSC_VERSION_STRING "[^"]+"' "$DSC_SRC/proto/dscache_base.h" | cut -d'"' -f2)
 [ "$("$SERVER" --version)" = "dscached $ver" ] && pass "dscached --version: $ver" || fail "dscached --version"
 [ "$("$CLI" --version)" = "dscache $ver" ] && pass "dscache --version: $ver" || fail "dscache --version"
 
