@@ -18,6 +18,7 @@ typedef struct pending_get {
     dsc_reply_t *reply;
     dsc_dataset_t *ds;
     uint64_t request_id;
+    uint64_t start_ns; /* when the request was decoded: the latency histogram */
     uint32_t first_chunk, chunk_count;
 } pending_get_t;
 
@@ -117,7 +118,8 @@ static int shard_find(dsc_server_t *srv, const dsc_reply_t *reply, dsc_str_t dat
  * 0 (a miss: the answer comes from on_get_loaded; the reply counts the wait), or -1 with
  * ref->status and ref->message set. */
 static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id,
-                          const dsc_get_req_t *req, dsc_hold_t *hold, shard_ref_t *ref) {
+                          const dsc_get_req_t *req, uint64_t start_ns, dsc_hold_t *hold,
+                          shard_ref_t *ref) {
     if (shard_find(srv, reply, req->dataset, req->shard_id, 0, ref) < 0)
         return -1;
     const dsc_manifest_shard_t *meta = &dsc_dataset_manifest(ref->ds)->shards[req->shard_id];
@@ -133,6 +135,7 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id,
     pg->reply = reply;
     pg->ds = ref->ds;
     pg->request_id = id;
+    pg->start_ns = start_ns;
     pg->first_chunk = req->first_chunk;
     pg->chunk_count = req->chunk_count;
     pg->waiter.first_chunk = req->first_chunk; /* a read-through reads only these chunks */
@@ -152,7 +155,7 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id,
 
 /* Answers a GET out of a hold (taken: released here or by the reply). */
 static void send_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, dsc_dataset_t *ds,
-                     dsc_hold_t *hold, uint32_t first, uint32_t count) {
+                     dsc_hold_t *hold, uint32_t first, uint32_t count, uint64_t start_ns) {
     if ((uint64_t)first + count > hold->chunk_count) {
         dsc_hold_release(srv->cat, hold);
         answer_error(srv, reply, DSC_OP_GET, id, DSC_STATUS_BAD_REQUEST,
@@ -184,6 +187,7 @@ static void send_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, dsc_dat
         free(entries);
     if (rc == 0) {
         dsc__server_count_request(srv, DSC_OP_GET, DSC_STATUS_OK);
+        dsc__server_count_get_latency(srv, start_ns);
         dsc_dataset_count_served(ds, data_len);
         return;
     }
@@ -205,8 +209,8 @@ static void on_get_loaded(dsc_waiter_t *w) {
         if (w->status == 0)
             dsc_hold_release(pg->srv->cat, &w->hold);
     } else if (w->status == 0) {
-        send_get(pg->srv, reply, pg->request_id, pg->ds, &w->hold, pg->first_chunk,
-                 pg->chunk_count);
+        send_get(pg->srv, reply, pg->request_id, pg->ds, &w->hold, pg->first_chunk, pg->chunk_count,
+                 pg->start_ns);
     } else {
         answer_error(pg->srv, reply, DSC_OP_GET, pg->request_id, load_error_status(w->status),
                      load_error_message(w->status));
@@ -217,6 +221,7 @@ static void on_get_loaded(dsc_waiter_t *w) {
 
 static void handle_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
                        size_t len) {
+    uint64_t start_ns = dsc_now_ns();
     dsc_get_req_t req;
     if (dsc_get_req_decode(body, len, &req) < 0) {
         answer_error(srv, reply, DSC_OP_GET, id, DSC_STATUS_BAD_REQUEST, "malformed GET body");
@@ -224,9 +229,9 @@ static void handle_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const
     }
     dsc_hold_t hold;
     shard_ref_t ref;
-    int rc = chunks_acquire(srv, reply, id, &req, &hold, &ref);
+    int rc = chunks_acquire(srv, reply, id, &req, start_ns, &hold, &ref);
     if (rc == 1)
-        send_get(srv, reply, id, ref.ds, &hold, req.first_chunk, req.chunk_count);
+        send_get(srv, reply, id, ref.ds, &hold, req.first_chunk, req.chunk_count, start_ns);
     else if (rc < 0)
         answer_error(srv, reply, DSC_OP_GET, id, ref.status, ref.message);
 }

@@ -185,6 +185,17 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
           cc.owned_resident);
     dataset_metrics(&t, src->cat);
 
+    add(&t, "# HELP dscache_get_latency_seconds GET answered OK: from the decoded request to the "
+            "answer handed to the transport (a miss includes its load).\n"
+            "# TYPE dscache_get_latency_seconds histogram\n");
+    for (int i = 0; i < DSC_GET_LATENCY_BUCKETS; i++)
+        add(&t, "dscache_get_latency_seconds_bucket{le=\"%g\"} %llu\n", dsc_get_latency_bounds[i],
+            (unsigned long long)sc->get_latency_buckets[i]);
+    add(&t, "dscache_get_latency_seconds_bucket{le=\"+Inf\"} %llu\n",
+        (unsigned long long)sc->get_latency_count);
+    add(&t, "dscache_get_latency_seconds_sum %.9f\n", sc->get_latency_sum_seconds);
+    add(&t, "dscache_get_latency_seconds_count %llu\n", (unsigned long long)sc->get_latency_count);
+
     dsc_load_histogram_t h;
     dsc_catalog_load_histogram(src->cat, &h);
     add(&t, "# HELP dscache_load_seconds Time to read and validate one shard.\n"

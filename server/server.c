@@ -4,6 +4,7 @@
  * finished loads, accepted sockets dealt to the loops in turn, and the stop request. */
 #include "server_int.h"
 #include "srvlog.h"
+#include "util.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -260,6 +261,19 @@ void dsc_server_destroy(dsc_server_t *srv) {
     free(srv);
 }
 
+const double dsc_get_latency_bounds[DSC_GET_LATENCY_BUCKETS] = {
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0, 5.0};
+
+void dsc__server_count_get_latency(dsc_server_t *srv, uint64_t start_ns) {
+    uint64_t ns = dsc_now_ns() - start_ns;
+    double seconds = (double)ns / 1e9;
+    int b = 0;
+    while (b < DSC_GET_LATENCY_BUCKETS && seconds > dsc_get_latency_bounds[b])
+        b++;
+    atomic_fetch_add_explicit(&srv->get_latency[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&srv->get_latency_sum_ns, ns, memory_order_relaxed);
+}
+
 void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out) {
     memset(out, 0, sizeof *out);
     if (srv == NULL)
@@ -274,4 +288,13 @@ void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out) {
     for (int o = 0; o < DSC_SERVER_OPS; o++)
         for (int st = 0; st < DSC_SERVER_STATUSES; st++)
             out->requests[o][st] = atomic_load_explicit(&s->requests[o][st], memory_order_relaxed);
+    uint64_t cumulative = 0;
+    for (int b = 0; b <= DSC_GET_LATENCY_BUCKETS; b++) {
+        cumulative += atomic_load_explicit(&s->get_latency[b], memory_order_relaxed);
+        if (b < DSC_GET_LATENCY_BUCKETS)
+            out->get_latency_buckets[b] = cumulative;
+    }
+    out->get_latency_count = cumulative;
+    out->get_latency_sum_seconds =
+        (double)atomic_load_explicit(&s->get_latency_sum_ns, memory_order_relaxed) / 1e9;
 }

@@ -44,6 +44,9 @@ void dsc_server_destroy(dsc_server_t *srv);
  * status a dsc_status_t. */
 #define DSC_SERVER_OPS 34
 #define DSC_SERVER_STATUSES 11
+#define DSC_GET_LATENCY_BUCKETS 12
+/* Upper bounds (seconds) of the GET latency histogram's buckets. */
+extern const double dsc_get_latency_bounds[DSC_GET_LATENCY_BUCKETS];
 typedef struct dsc_server_counters {
     uint64_t connections;       /* open now */
     uint64_t connections_total; /* accepted since start */
@@ -52,6 +55,11 @@ typedef struct dsc_server_counters {
     uint64_t protocol_errors; /* connections closed for a bad frame */
     uint64_t paused_reads;    /* times a connection was paused by back-pressure */
     uint64_t auth_failures;   /* UNAUTHORIZED answers: failed or missing authentication, role */
+    /* GET latency: from the decoded request to the answer handed to the transport (a miss
+     * includes its load). Cumulative counts (<= dsc_get_latency_bounds[i]), count, sum. */
+    uint64_t get_latency_buckets[DSC_GET_LATENCY_BUCKETS];
+    uint64_t get_latency_count;
+    double get_latency_sum_seconds;
 } dsc_server_counters_t;
 void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out);
 
