@@ -152,6 +152,10 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     counter(&t, "dscache_connections_total", "Connections accepted.", sc->connections_total);
     counter(&t, "dscache_protocol_errors_total", "Connections closed for a bad frame.",
             sc->protocol_errors);
+    counter(&t, "dscache_auth_failures_total",
+            "Requests refused UNAUTHORIZED: failed or missing authentication, or an admin "
+            "operation the role lacks.",
+            sc->auth_failures);
     counter(&t, "dscache_backpressure_pauses_total",
             "Times a connection stopped being read because its answers queued up.",
             sc->paused_reads);

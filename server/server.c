@@ -151,9 +151,17 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
         return DSC_ENOMEM;
     srv->cat = cat;
     srv->opt = *options;
+    srv->authz.store = options->credentials;
+    srv->authz.allow_anonymous_admin = options->allow_anonymous_admin;
+    srv->authz.failures = dsc_authfail_create();
+    if (srv->authz.failures == NULL) {
+        free(srv);
+        return DSC_ENOMEM;
+    }
     snprintf(srv->name, sizeof srv->name, "%s", options->name ? options->name : "dscached");
     srv->loops = calloc(options->threads, sizeof *srv->loops);
     if (srv->loops == NULL) {
+        dsc_authfail_destroy(srv->authz.failures);
         free(srv);
         return DSC_ENOMEM;
     }
@@ -249,6 +257,7 @@ void dsc_server_destroy(dsc_server_t *srv) {
         pthread_mutex_destroy(&lc->mb_lock);
     }
     free(srv->loops);
+    dsc_authfail_destroy(srv->authz.failures);
     free(srv);
 }
 
@@ -275,6 +284,7 @@ void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out) {
     out->bytes_out = atomic_load(&s->bytes_out);
     out->protocol_errors = atomic_load(&s->protocol_errors);
     out->paused_reads = atomic_load(&s->paused_reads);
+    out->auth_failures = dsc_authfail_total(s->authz.failures);
     for (int o = 0; o < DSC_SERVER_OPS; o++)
         for (int st = 0; st < DSC_SERVER_STATUSES; st++)
             out->requests[o][st] = atomic_load_explicit(&s->requests[o][st], memory_order_relaxed);

@@ -6,18 +6,22 @@
 
 #include "catalog.h"
 #include "cluster.h"
+#include "credstore.h"
 
 #include <stdint.h>
 
 typedef struct dsc_server dsc_server_t;
 
 typedef struct dsc_server_options {
-    const char *host;       /* listen address (numeric or name) */
-    uint16_t port;          /* 0: pick a free port */
-    uint32_t threads;       /* event loops (>= 1) */
-    uint64_t max_out;       /* per-connection queued response bytes before reads pause */
-    uint32_t drain_seconds; /* stop: longest wait for in-flight responses (0: 30) */
-    const char *name;       /* server name sent in HELLO */
+    const char *host;             /* listen address (numeric or name) */
+    uint16_t port;                /* 0: pick a free port */
+    uint32_t threads;             /* event loops (>= 1) */
+    uint64_t max_out;             /* per-connection queued response bytes before reads pause */
+    uint32_t drain_seconds;       /* stop: longest wait for in-flight responses (0: 30) */
+    const char *name;             /* server name sent in HELLO */
+    dsc_credstore_t *credentials; /* --auth-file (not owned, outlives the server); NULL: serve
+                                     anonymously (docs/security.md) */
+    int allow_anonymous_admin;    /* without credentials: serve WARM/EVICT anonymously */
 } dsc_server_options_t;
 
 /* Binds the sockets and starts the loop threads. Returns 0 and *out, DSC_EADDRINUSE,
@@ -50,6 +54,7 @@ typedef struct dsc_server_counters {
     uint64_t bytes_out;       /* frame bytes written, all opcodes */
     uint64_t protocol_errors; /* connections closed for a bad frame */
     uint64_t paused_reads;    /* times a connection was paused by back-pressure */
+    uint64_t auth_failures;   /* UNAUTHORIZED answers: failed or missing authentication, role */
     /* GET latency: from the decoded request to the answer handed to the transport (a miss
      * includes its load). Cumulative counts (<= dsc_get_latency_bounds[i]), count, sum. */
     uint64_t get_latency_buckets[DSC_GET_LATENCY_BUCKETS];

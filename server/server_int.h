@@ -4,6 +4,7 @@
 #ifndef DSC_SERVER_SERVER_INT_H
 #define DSC_SERVER_SERVER_INT_H
 
+#include "authz.h"
 #include "protocol.h"
 #include "reply.h"
 #include "server.h"
@@ -50,6 +51,7 @@ struct dsc_server {
     atomic_uint_fast64_t get_latency[DSC_GET_LATENCY_BUCKETS + 1];
     atomic_uint_fast64_t get_latency_sum_ns;
     _Atomic(dsc_cluster_t *) cluster;
+    dsc_authz_t authz; /* credentials and anonymous policy (authz.h) */
 };
 
 static inline dsc_cluster_t *dsc__server_cluster(dsc_server_t *srv) {

@@ -116,6 +116,7 @@ int dsc_cmd_bench(int argc, char **argv) {
         o.log_level = DSC_LOG_ERROR;
 
     dsc_loader_t *loader = NULL;
+    o.auth_file = dsc_cli_auth_file();
     int rc = dsc_loader_create(&o, &loader);
     if (rc < 0)
         return dsc_cli_fail(cmd, "cannot open %s on %s: %s (%s)", o.dataset, o.servers,

@@ -53,10 +53,16 @@ typedef struct dsc_loader_options {
     uint64_t server_inflight_bytes; /* bound on bytes in flight to any one server, so that a slow
                                        or stalled server cannot hold the whole inflight_bytes
                                        budget (default 0: 2 * inflight_bytes / servers) */
-    int no_assist; /* 0 (default): a next() that has to wait does the waiting batch's work
-                      itself (decode chunks, collate), beside the decode threads, instead of
-                      sleeping; without CUDA only (a CUDA device keeps the caller's thread free of
-                      CUDA calls). 1: next() only waits. */
+    int no_assist;         /* 0 (default): a next() that has to wait does the waiting batch's work
+                              itself (decode chunks, collate), beside the decode threads, instead of
+                              sleeping; without CUDA only (a CUDA device keeps the caller's thread free of
+                              CUDA calls). 1: next() only waits. */
+    const char *auth_file; /* token file (NAME SECRET) to authenticate with; NULL: the file named
+                              by $DSCACHE_TOKEN_FILE, else /var/run/secrets/dscache/token when it
+                              exists, else anonymous (docs/security.md). Read once by create; an
+                              unreadable or invalid named file fails create with -errno,
+                              DSC_EINVAL or DSC_ETOOLARGE. A loader with a credential refuses
+                              servers that do not authenticate. */
 } dsc_loader_options_t;
 
 /* Fills *options with the defaults above (servers and dataset NULL). */

@@ -194,13 +194,38 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     loader->cfg.opt.dataset = loader->cfg.dataset;
     loader->cfg.opt.fallback_path = loader->cfg.fallback;
     loader->cfg.opt.servers = NULL; /* the caller's string is not kept */
+    loader->cfg.opt.auth_file = NULL;
     if (loader->cfg.dataset == NULL || (options->fallback_path && loader->cfg.fallback == NULL))
         goto fail;
+    loader->cfg.cred = calloc(1, sizeof *loader->cfg.cred);
+    if (loader->cfg.cred == NULL)
+        goto fail;
+    {
+        /* Read once here (docs/security.md); the buffer is wiped, the secret kept for
+         * reconnects until destroy. */
+        const char *auth_file = options->struct_size > offsetof(dsc_loader_options_t, auth_file)
+                                    ? options->auth_file
+                                    : NULL;
+        char why[512];
+        int found = dsc__credential_load(auth_file, loader->cfg.cred, why, sizeof why);
+        if (found < 0) {
+            DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "%s", why);
+            rc = found;
+            goto fail;
+        }
+        if (found == 0) {
+            free(loader->cfg.cred);
+            loader->cfg.cred = NULL;
+        } else {
+            DSC_LOG(&loader->cfg.log, DSC_LOG_INFO, "authenticating as %s", loader->cfg.cred->name);
+        }
+    }
     loader->cfg.source_env = (dsc_source_env_t){
         .log = &loader->cfg.log,
         .pool = &loader->cfg.pool,
         .dataset = loader->cfg.dataset,
         .timeout_ms = loader->cfg.opt.timeout_ms,
+        .cred = loader->cfg.cred,
     };
     loader->net.peers = calloc(DSC_LOADER_MAX_PEERS + 1, sizeof(dsc_peer_t));
     if (loader->net.peers == NULL)
@@ -344,6 +369,8 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
     dsc_members_free(&loader->net.members);
     free(loader->net.member_peer);
     free(loader->cfg.servers_spec);
+    dsc__credential_wipe(loader->cfg.cred);
+    free(loader->cfg.cred);
     free(loader->net.peers);
     if (loader->cfg.pool.max_cached)
         dsc__bufpool_close(&loader->cfg.pool);

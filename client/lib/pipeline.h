@@ -127,8 +127,9 @@ struct dsc_loader {
         uint32_t field_count;
         uint64_t field_off[DSC_MAX_FIELDS]; /* batch.c: offset of field f's array in a slot */
         uint64_t cache_bytes;
-        char *servers_spec; /* the options' servers string, re-resolved by view.c */
-        dsc_bufpool_t pool; /* thread-safe itself */
+        char *servers_spec;     /* the options' servers string, re-resolved by view.c */
+        dsc_credential_t *cred; /* server connections authenticate with it (NULL: anonymous) */
+        dsc_bufpool_t pool;     /* thread-safe itself */
         dsc_cuda_t *cuda;
         dsc_source_env_t source_env; /* what the data sources see */
     } cfg;

@@ -10,7 +10,8 @@ ver=$(grep -oE 'DSC_VERSION_STRING "[^"]+"' "$DSC_SRC/proto/dscache_base.h" | cu
 
 make_dataset "$work/ds" adm 3000 lz4
 shards=$(json_get "$(cat "$work/ds/manifest.json")" 'len(j["shards"])')
-start_server a --data "$work/ds" --memory 64M
+# warm and evict are admin operations: anonymous ones need --allow-anonymous-admin.
+start_server a --data "$work/ds" --memory 64M --allow-anonymous-admin
 cached() { json_get "$("$TOOL" call "$ADDR_a" STAT adm)" 'j["datasets"][0]["cached_shards"]'; }
 
 out=$("$CLI" list --server "$ADDR_a")

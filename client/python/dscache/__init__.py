@@ -130,6 +130,7 @@ class _Options(ctypes.Structure):
         ("cache_bytes", ctypes.c_uint64),
         ("server_inflight_bytes", ctypes.c_uint64),
         ("no_assist", ctypes.c_int),
+        ("auth_file", ctypes.c_char_p),
     ]
 
 
@@ -526,7 +527,9 @@ class Loader:
     --replicas. server_inflight_bytes: bound on bytes in flight to one server (default
     2 * inflight_bytes / servers). assist: a wait for the next batch does that batch's decoding
     and collation in the calling thread (the GIL is released) instead of sleeping (CPU batches
-    only). Iterating yields the rest of the current epoch; the next iteration continues with the
+    only). auth_file: a token file (NAME SECRET) to authenticate with; None takes
+    $DSCACHE_TOKEN_FILE, else /var/run/secrets/dscache/token when it exists, else connects
+    anonymously (docs/security.md). Iterating yields the rest of the current epoch; the next iteration continues with the
     following epoch (or call set_epoch first).
     """
 
@@ -535,7 +538,7 @@ class Loader:
                  decode_threads=2, connections=2, device="cpu", output="numpy",
                  fallback_path=None, inflight_bytes=None, cache_bytes=None, timeout_ms=5000,
                  replicas=2, copy=False, indices=False, stats_log_seconds=0.0,
-                 server_inflight_bytes=None, assist=True, transform=None):
+                 server_inflight_bytes=None, assist=True, transform=None, auth_file=None):
         lib = _load()
         self._lib = lib
         self._handle = None
@@ -593,6 +596,7 @@ class Loader:
         if server_inflight_bytes:
             opts.server_inflight_bytes = server_inflight_bytes
         opts.no_assist = 0 if assist else 1
+        opts.auth_file = os.fsencode(auth_file) if auth_file else None
         handle = ctypes.c_void_p()
         try:
             _check(lib.dsc_loader_create(ctypes.byref(opts), ctypes.byref(handle)),
