@@ -21,7 +21,7 @@ DSC_EXTERN void dsc_loader_options_init(dsc_loader_options_t *options) {
     options->batch_size = 32;
     options->world_size = 1;
     options->shuffle = 1;
-    options->shuffle_window = 8192;
+    options->shuffle_window = 0; /* from the dataset (auto_window) */
     options->prefetch_batches = 4;
     options->inflight_bytes = 64ull << 20;
     options->decode_threads = 2;
@@ -30,7 +30,8 @@ DSC_EXTERN void dsc_loader_options_init(dsc_loader_options_t *options) {
     options->timeout_ms = 5000;
     options->replicas = 2;
     options->log_level = DSC_LOG_WARN;
-    options->cache_bytes = DEFAULT_CACHE_BYTES;
+    options->cache_bytes = 0; /* from the dataset (check_cache_budget) */
+    options->order = DSC_ORDER_LOCAL;
 }
 
 /* ---- Chunk table and queues (under lock) ------------------------------------------------- */
@@ -188,6 +189,26 @@ uint64_t dsc__server_inflight_limit(const dsc_loader_t *loader) {
 
 /* ---- Scheduler ---------------------------------------------------------------------------- */
 
+static int local_order(const dsc_loader_t *loader) {
+    return loader->opt.order != DSC_ORDER_GLOBAL;
+}
+
+/* Plans the segment of plan_epoch that follows its plan_nhist earlier segments (order local),
+ * or the split from position 0 (order global). Under lock. */
+static int plan_init(dsc_loader_t *loader) {
+    const dsc_loader_options_t *o = &loader->opt;
+    if (!local_order(loader))
+        return dsc__split_init(&loader->plan_split, loader->samples, 0, o->batch_size,
+                               o->world_size, o->drop_last);
+    return dsc__local_init(&loader->plan_local, loader->order, o->shuffle_window, o->shuffle,
+                           loader->hist, loader->plan_nhist, o->batch_size, o->world_size,
+                           o->drop_last);
+}
+
+static uint64_t plan_steps(const dsc_loader_t *loader) {
+    return local_order(loader) ? loader->plan_local.steps : loader->plan_split.steps;
+}
+
 static int plan_one(dsc_loader_t *loader) {
     uint64_t seq = loader->plan_seq;
     dsc_step_t *st = &loader->steps[seq % loader->step_cap];
@@ -195,15 +216,15 @@ static int plan_one(dsc_loader_t *loader) {
     st->state = ST_PLANNED;
     st->scan = 0;
     st->epoch = loader->plan_epoch;
-    if (loader->plan_step >= loader->plan_split.steps) {
+    if (loader->plan_step >= plan_steps(loader)) {
         st->eof = 1;
         st->count = 0;
         st->step = loader->plan_step_base + loader->plan_step;
         st->pos_after = 0;
         loader->plan_epoch++;
         dsc__order_set_epoch(loader->order, loader->plan_epoch);
-        dsc__split_init(&loader->plan_split, loader->samples, 0, loader->opt.batch_size,
-                        loader->opt.world_size, loader->opt.drop_last);
+        loader->plan_nhist = 0;
+        plan_init(loader); /* cannot fail: the options were checked by the first one */
         loader->plan_step = 0;
         loader->plan_step_base = 0;
         memset(loader->fetched, 0, loader->fetched_words * sizeof(uint64_t));
@@ -212,15 +233,19 @@ static int plan_one(dsc_loader_t *loader) {
     }
     uint64_t first;
     uint32_t count;
-    int rc =
-        dsc__split_step(&loader->plan_split, loader->plan_step, loader->opt.rank, &first, &count);
+    int local = local_order(loader);
+    int rc = local ? dsc__local_step(&loader->plan_local, loader->plan_step, loader->opt.rank,
+                                     &first, &count)
+                   : dsc__split_step(&loader->plan_split, loader->plan_step, loader->opt.rank,
+                                     &first, &count);
     if (rc < 0)
         return rc;
     st->eof = 0;
     st->count = count;
     st->step = loader->plan_step_base + loader->plan_step;
     for (uint32_t k = 0; k < count; k++) {
-        uint64_t id = dsc__order_at(loader->order, first + k);
+        uint64_t id = local ? dsc__local_at(&loader->plan_local, loader->opt.rank, first + k)
+                            : dsc__order_at(loader->order, first + k);
         dsc_sample_loc_t loc;
         rc = dsc__order_locate(loader->order, id, &loc);
         if (rc < 0)
@@ -272,7 +297,10 @@ static int plan_one(dsc_loader_t *loader) {
         st->in_chunk[k] = loc.in_chunk;
     }
     loader->plan_step++;
-    st->pos_after = dsc__split_position(&loader->plan_split, loader->plan_step);
+    if (local)
+        st->pos_after = loader->plan_step < plan_steps(loader) ? loader->plan_step : DSC__POS_DONE;
+    else
+        st->pos_after = dsc__split_position(&loader->plan_split, loader->plan_step);
     loader->plan_seq++;
     return 0;
 }
@@ -322,7 +350,9 @@ static void *sched_main(void *arg) {
 
 static void release_current(dsc_loader_t *loader);
 
-/* Drops everything planned or prefetched and restarts the stream at (epoch, pos). Under lock. */
+/* Drops everything planned or prefetched and restarts the stream at (epoch, pos). Order local:
+ * pos is the steps done in the segment after the first cons_nhist entries of hist (checked by
+ * the caller), or DSC__POS_DONE. Under lock. */
 static int restart(dsc_loader_t *loader, uint64_t epoch, uint64_t pos) {
     while (loader->collating > 0)
         pthread_cond_wait(&loader->cons_cv, &loader->lock);
@@ -356,11 +386,21 @@ static int restart(dsc_loader_t *loader, uint64_t epoch, uint64_t pos) {
     loader->slot_seq = loader->cons_seq = loader->retired_seq = seq;
     loader->plan_epoch = epoch;
     dsc__order_set_epoch(loader->order, epoch);
-    int rc = dsc__split_init(&loader->plan_split, loader->samples, pos, loader->opt.batch_size,
+    int rc;
+    if (local_order(loader)) {
+        loader->plan_nhist = loader->cons_nhist;
+        rc = plan_init(loader);
+        loader->plan_step = pos == DSC__POS_DONE ? loader->plan_local.steps : pos;
+        loader->plan_step_base = 0;
+        for (uint32_t i = 0; i < loader->plan_nhist; i++)
+            loader->plan_step_base += loader->hist[i].steps;
+    } else {
+        rc = dsc__split_init(&loader->plan_split, loader->samples, pos, loader->opt.batch_size,
                              loader->opt.world_size, loader->opt.drop_last);
-    loader->plan_step = 0;
-    uint64_t per_step = (uint64_t)loader->opt.batch_size * loader->opt.world_size;
-    loader->plan_step_base = pos / per_step;
+        loader->plan_step = 0;
+        uint64_t per_step = (uint64_t)loader->opt.batch_size * loader->opt.world_size;
+        loader->plan_step_base = pos / per_step;
+    }
     loader->cons_epoch = epoch;
     loader->cons_pos = pos;
     loader->st.epoch = epoch;
@@ -405,6 +445,8 @@ static int check_options(const dsc_loader_options_t *o, const dsc_logger_t *log)
         bad = "timeout_ms must be at most an hour (0: the default, 5000)";
     else if (o->device < -1)
         bad = "device must be -1 (host) or a CUDA device index";
+    else if (o->order != DSC_ORDER_LOCAL && o->order != DSC_ORDER_GLOBAL)
+        bad = "order must be DSC_ORDER_LOCAL (0) or DSC_ORDER_GLOBAL (1)";
     if (bad != NULL) {
         DSC_LOG(log, DSC_LOG_ERROR, "invalid loader options: %s", bad);
         return DSC_EINVAL;
@@ -543,6 +585,9 @@ static int start_threads(dsc_loader_t *loader) {
 /* Shuffle windows whose decoded chunks must be held at once for every chunk to be fetched once
  * per epoch (see check_cache_budget). */
 #define WINDOWS_HELD 2
+/* The default shuffle window holds at most 8192 samples and about this many bytes, so that the
+ * default cache (two windows) stays near 256 MiB on any sample size. */
+#define AUTO_WINDOW_BYTES (64ull << 20)
 
 /* Warns when the decoded chunks of the shuffle windows the planner must hold do not fit in
  * cache_bytes. The planner plans steps while held_bytes < cache_bytes, and a chunk is dropped
@@ -555,6 +600,7 @@ static int start_threads(dsc_loader_t *loader) {
  * no refetch from about 1.8 window footprints up, hundreds at 1.5 with a fast consumer. The
  * order is never changed to fit: it stays a pure function of the options. */
 static void check_cache_budget(dsc_loader_t *loader) {
+    int automatic = loader->opt.cache_bytes == 0;
     const dsc_manifest_t *m = loader->manifest;
     uint64_t chunk_max = 0;
     for (uint32_t i = 0; i < m->shard_count; i++) {
@@ -568,12 +614,18 @@ static void check_cache_budget(dsc_loader_t *loader) {
     /* The steps that finish a window reach up to one step's span (batch_size * world_size
      * positions) past it. */
     uint64_t per_step = (uint64_t)loader->opt.batch_size * loader->opt.world_size;
+    if (local_order(loader)) /* a rank's step spans its own batch only */
+        per_step = loader->opt.batch_size;
     uint64_t need = WINDOWS_HELD * ((window + per_step) * loader->sample_bytes + 2 * chunk_max);
-    if (need <= loader->cache_bytes)
+    if (automatic) { /* the default: never refetch */
+        loader->opt.cache_bytes = need > DEFAULT_CACHE_BYTES ? need : DEFAULT_CACHE_BYTES;
+        return;
+    }
+    if (need <= loader->opt.cache_bytes)
         return;
     uint64_t edge = WINDOWS_HELD * (per_step * loader->sample_bytes + 2 * chunk_max);
-    uint64_t fit = loader->cache_bytes > edge
-                       ? (loader->cache_bytes - edge) / WINDOWS_HELD / loader->sample_bytes
+    uint64_t fit = loader->opt.cache_bytes > edge
+                       ? (loader->opt.cache_bytes - edge) / WINDOWS_HELD / loader->sample_bytes
                        : 0;
     char lower[160] = "";
     if (loader->opt.shuffle && fit >= 1)
@@ -583,7 +635,7 @@ static void check_cache_budget(dsc_loader_t *loader) {
             "samples (+ %llu of a step) of %llu bytes, each with 2 edge chunks of up to %llu "
             "bytes, need %llu bytes of decoded chunks at once, so chunks will be fetched several "
             "times per epoch (see the refetches statistic); raise cache_bytes to %llu%s",
-            (unsigned long long)loader->cache_bytes, WINDOWS_HELD, (unsigned long long)window,
+            (unsigned long long)loader->opt.cache_bytes, WINDOWS_HELD, (unsigned long long)window,
             (unsigned long long)per_step, (unsigned long long)loader->sample_bytes,
             (unsigned long long)chunk_max, (unsigned long long)need, (unsigned long long)need,
             lower);
@@ -602,12 +654,8 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
         options->struct_size < sizeof loader->opt ? options->struct_size : sizeof loader->opt;
     memcpy(&loader->opt, options, n);
     loader->opt.struct_size = sizeof loader->opt;
-    if (loader->opt.cache_bytes == 0)
-        loader->opt.cache_bytes = DEFAULT_CACHE_BYTES;
     if (loader->opt.timeout_ms == 0)
         loader->opt.timeout_ms = 5000;
-    if (loader->opt.shuffle_window == 0)
-        loader->opt.shuffle_window = 8192;
     dsc__logger_init(&loader->log, options->log_fn, options->log_ctx, options->log_level);
     pthread_mutex_init(&loader->lock, NULL);
     pthread_mutex_init(&loader->files_lock, NULL);
@@ -660,8 +708,9 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     }
     /* Freed chunk buffers are kept for reuse up to the memory the budgets allow anyway: no
      * page faults and munmaps on the hot path. */
-    dsc__bufpool_init(&loader->pool,
-                      (size_t)(loader->opt.inflight_bytes + loader->opt.cache_bytes));
+    dsc__bufpool_init(&loader->pool, (size_t)(loader->opt.inflight_bytes +
+                                              (loader->opt.cache_bytes ? loader->opt.cache_bytes
+                                                                       : DEFAULT_CACHE_BYTES)));
 
     rc = dsc__fetch_manifest(loader);
     if (rc < 0)
@@ -670,12 +719,17 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     loader->samples = m->samples;
     loader->sample_bytes = m->schema.sample_bytes;
     loader->field_count = m->schema.field_count;
-    loader->cache_bytes = loader->opt.cache_bytes;
     if (loader->samples == 0 || loader->sample_bytes == 0) {
         DSC_LOG(&loader->log, DSC_LOG_ERROR, "dataset %s is empty", loader->dataset);
         rc = DSC_EBADMANIFEST;
         goto fail;
     }
+    if (loader->opt.shuffle_window == 0) /* a window of at most AUTO_WINDOW_BYTES */
+        loader->opt.shuffle_window =
+            (uint32_t)(AUTO_WINDOW_BYTES / loader->sample_bytes >= 8192 ? 8192
+                       : AUTO_WINDOW_BYTES / loader->sample_bytes
+                           ? AUTO_WINDOW_BYTES / loader->sample_bytes
+                           : 1);
     if (loader->fallback != NULL) {
         loader->files = calloc(m->shard_count, sizeof(dsc_file_shard_t));
         if (loader->files == NULL)
@@ -700,6 +754,7 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     if (loader->fetched == NULL)
         goto fail;
     check_cache_budget(loader);
+    loader->cache_bytes = loader->opt.cache_bytes;
     if (loader->opt.device >= 0) {
         rc = dsc__cuda_open(loader->opt.device, &loader->log, &loader->cuda);
         if (rc < 0)
@@ -713,8 +768,7 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     rc = alloc_steps(loader);
     if (rc < 0)
         goto fail;
-    rc = dsc__split_init(&loader->plan_split, loader->samples, 0, loader->opt.batch_size,
-                         loader->opt.world_size, loader->opt.drop_last);
+    rc = plan_init(loader);
     if (rc < 0)
         goto fail;
     rc = DSC_ENOMEM;
@@ -884,6 +938,7 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
             loader->retired_seq = st->seq + 1;
             loader->cons_epoch = st->epoch + 1;
             loader->cons_pos = 0;
+            loader->cons_nhist = 0;
             loader->st.epoch = loader->cons_epoch;
             pthread_cond_broadcast(&loader->sched_cv);
             rc = DSC_EOF;
@@ -934,9 +989,11 @@ DSC_EXTERN int dsc_loader_set_epoch(dsc_loader_t *loader, uint64_t epoch) {
     int rc = loader->error;
     /* Already at the start of that epoch (e.g. just after its predecessor's DSC_EOF): keep what
      * was prefetched. */
-    if (rc == 0 &&
-        !(loader->cons_epoch == epoch && loader->cons_pos == 0 && loader->current == NULL))
+    if (rc == 0 && !(loader->cons_epoch == epoch && loader->cons_pos == 0 &&
+                     loader->cons_nhist == 0 && loader->current == NULL)) {
+        loader->cons_nhist = 0;
         rc = restart(loader, epoch, 0);
+    }
     pthread_mutex_unlock(&loader->lock);
     return rc;
 }
@@ -955,16 +1012,29 @@ DSC_EXTERN uint64_t dsc_loader_dataset_samples(const dsc_loader_t *loader) {
     return loader ? loader->samples : 0;
 }
 
-/* State encoding, little-endian, 56 bytes: "DSCS" magic, u32 version 2, u64 epoch, u64 position,
+/* State encoding, little-endian.
+ * Version 2 (order global), 56 bytes: "DSCS" magic, u32 version 2, u64 epoch, u64 position,
  * u64 seed, u64 samples, u32 shuffle window (0 with shuffle off), u8 shuffle (0 or 1), 3 zero
- * bytes, u64 checksum of the preceding 48 bytes. Everything the order depends on besides the
- * dataset layout is in it, so a state never resumes into another order. Version 1 (48 bytes,
- * without the shuffle settings) is refused. */
+ * bytes, u64 checksum of the preceding 48 bytes.
+ * Version 3 (order local), 40 + 16 * n + 8 bytes: "DSCS", u32 version 3, u64 epoch, u64 seed,
+ * u64 samples, u32 shuffle window (0 with shuffle off), u8 shuffle, u8 complete (the epoch's last
+ * step was handed out), u8 n (1 .. DSC_PLAN_MAX_SEGS), u8 0, then n segments (u32 world size,
+ * u32 batch size, u64 steps done; the last one is the segment in progress), then a u64 checksum
+ * of the preceding bytes.
+ * Everything the order depends on besides the dataset layout is in it, so a state never resumes
+ * into another order. Version 1 (48 bytes, without the shuffle settings) is refused. */
 #define STATE_VERSION 2
 #define STATE_BYTES 56
+#define STATE_LOCAL_VERSION 3
+#define STATE_LOCAL_HEAD 40
 
 static void put_u64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_u32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
@@ -984,12 +1054,45 @@ static uint32_t order_window(const dsc_loader_t *loader) {
     return loader->opt.shuffle ? loader->opt.shuffle_window : 0;
 }
 
+static int state_save_local(dsc_loader_t *l, uint8_t *p, size_t cap) {
+    pthread_mutex_lock(&l->lock);
+    uint64_t epoch = l->cons_epoch, pos = l->cons_pos;
+    uint32_t n = l->cons_nhist + 1;
+    dsc_plan_seg_t segs[DSC_PLAN_MAX_SEGS];
+    memcpy(segs, l->hist, l->cons_nhist * sizeof segs[0]);
+    pthread_mutex_unlock(&l->lock);
+    size_t bytes = STATE_LOCAL_HEAD + 16 * (size_t)n + 8;
+    if (cap < bytes)
+        return (int)bytes;
+    segs[n - 1] =
+        (dsc_plan_seg_t){l->opt.world_size, l->opt.batch_size, pos == DSC__POS_DONE ? 0 : pos};
+    memcpy(p, "DSCS", 4);
+    put_u32(p + 4, STATE_LOCAL_VERSION);
+    put_u64(p + 8, epoch);
+    put_u64(p + 16, l->opt.seed);
+    put_u64(p + 24, l->samples);
+    put_u32(p + 32, order_window(l));
+    p[36] = l->opt.shuffle ? 1 : 0;
+    p[37] = pos == DSC__POS_DONE;
+    p[38] = (uint8_t)n;
+    p[39] = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        put_u32(p + STATE_LOCAL_HEAD + 16 * i, segs[i].world_size);
+        put_u32(p + STATE_LOCAL_HEAD + 16 * i + 4, segs[i].batch_size);
+        put_u64(p + STATE_LOCAL_HEAD + 16 * i + 8, segs[i].steps);
+    }
+    put_u64(p + bytes - 8, dsc_checksum(p, bytes - 8));
+    return (int)bytes;
+}
+
 DSC_EXTERN int dsc_loader_state_save(const dsc_loader_t *loader, void *buf, size_t cap) {
     if (loader == NULL || (buf == NULL && cap > 0))
         return DSC_EINVAL;
+    dsc_loader_t *l = (dsc_loader_t *)loader;
+    if (local_order(l))
+        return state_save_local(l, buf, cap);
     if (cap < STATE_BYTES)
         return STATE_BYTES;
-    dsc_loader_t *l = (dsc_loader_t *)loader;
     pthread_mutex_lock(&l->lock);
     uint64_t epoch = l->cons_epoch, pos = l->cons_pos;
     pthread_mutex_unlock(&l->lock);
@@ -1000,37 +1103,16 @@ DSC_EXTERN int dsc_loader_state_save(const dsc_loader_t *loader, void *buf, size
     put_u64(p + 16, pos);
     put_u64(p + 24, loader->opt.seed);
     put_u64(p + 32, loader->samples);
-    uint32_t window = order_window(loader);
-    for (int i = 0; i < 4; i++)
-        p[40 + i] = (uint8_t)(window >> (8 * i));
+    put_u32(p + 40, order_window(loader));
     p[44] = loader->opt.shuffle ? 1 : 0;
     p[45] = p[46] = p[47] = 0;
     put_u64(p + 48, dsc_checksum(p, 48));
     return STATE_BYTES;
 }
 
-DSC_EXTERN int dsc_loader_state_load(dsc_loader_t *loader, const void *buf, size_t len) {
-    if (loader == NULL || buf == NULL)
-        return DSC_EINVAL;
-    const uint8_t *p = buf;
-    if (len >= 8 && memcmp(p, "DSCS", 4) == 0 && get_u32(p + 4) != STATE_VERSION) {
-        DSC_LOG(&loader->log, DSC_LOG_ERROR,
-                "loader state: version %u, this library reads version %u (older states do not "
-                "record the shuffle settings: restart the epoch with set_epoch)",
-                get_u32(p + 4), STATE_VERSION);
-        return DSC_EBADSTATE;
-    }
-    if (len != STATE_BYTES || memcmp(p, "DSCS", 4) != 0 || get_u64(p + 48) != dsc_checksum(p, 48) ||
-        p[44] > 1 || p[45] || p[46] || p[47]) {
-        DSC_LOG(&loader->log, DSC_LOG_ERROR,
-                "loader state: not a valid saved state (%zu bytes; %u expected, checksummed)", len,
-                STATE_BYTES);
-        return DSC_EBADSTATE;
-    }
-    uint64_t epoch = get_u64(p + 8), pos = get_u64(p + 16);
-    uint64_t seed = get_u64(p + 24), samples = get_u64(p + 32);
-    uint32_t window = get_u32(p + 40);
-    int shuffle = p[44];
+/* Refuses a state whose order settings differ from the loader's (the log names the field). */
+static int state_settings(dsc_loader_t *loader, uint64_t seed, uint64_t samples, uint32_t window,
+                          int shuffle) {
     const char *field = NULL;
     uint64_t saved = 0, here = 0;
     if (seed != loader->opt.seed)
@@ -1041,17 +1123,123 @@ DSC_EXTERN int dsc_loader_state_load(dsc_loader_t *loader, const void *buf, size
         field = "shuffle", saved = (uint64_t)shuffle, here = loader->opt.shuffle ? 1 : 0;
     else if (window != order_window(loader))
         field = "shuffle_window", saved = window, here = order_window(loader);
-    else if (pos > loader->samples)
-        field = "position (beyond the dataset)", saved = pos, here = loader->samples;
-    if (field != NULL) {
+    if (field == NULL)
+        return 0;
+    DSC_LOG(&loader->log, DSC_LOG_ERROR,
+            "loader state: saved with %s %llu, this loader has %llu (the sample order would "
+            "differ)",
+            field, (unsigned long long)saved, (unsigned long long)here);
+    return DSC_EBADSTATE;
+}
+
+/* Version 3 (order local): the same (world size, batch size) as the last segment continues it;
+ * another one starts a new segment over the samples not yet consumed. */
+static int state_load_local(dsc_loader_t *loader, const uint8_t *p, size_t len) {
+    uint32_t n = len >= STATE_LOCAL_HEAD ? p[38] : 0;
+    if (n == 0 || n > DSC_PLAN_MAX_SEGS || len != STATE_LOCAL_HEAD + 16 * (size_t)n + 8 ||
+        get_u64(p + len - 8) != dsc_checksum(p, len - 8) || p[36] > 1 || p[37] > 1 || p[39]) {
         DSC_LOG(&loader->log, DSC_LOG_ERROR,
-                "loader state: saved with %s %llu, this loader has %llu (the sample order would "
-                "differ)",
-                field, (unsigned long long)saved, (unsigned long long)here);
+                "loader state: not a valid saved state (%zu bytes, version 3, checksummed)", len);
+        return DSC_EBADSTATE;
+    }
+    if (!local_order(loader)) {
+        DSC_LOG(&loader->log, DSC_LOG_ERROR,
+                "loader state: saved with order local, this loader has order global (the sample "
+                "order would differ)");
+        return DSC_EBADSTATE;
+    }
+    uint64_t epoch = get_u64(p + 8);
+    int rc = state_settings(loader, get_u64(p + 16), get_u64(p + 24), get_u32(p + 32), p[36]);
+    if (rc < 0)
+        return rc;
+    dsc_plan_seg_t segs[DSC_PLAN_MAX_SEGS];
+    for (uint32_t i = 0; i < n; i++) {
+        segs[i].world_size = get_u32(p + STATE_LOCAL_HEAD + 16 * i);
+        segs[i].batch_size = get_u32(p + STATE_LOCAL_HEAD + 16 * i + 4);
+        segs[i].steps = get_u64(p + STATE_LOCAL_HEAD + 16 * i + 8);
+    }
+    uint32_t nhist = 0;
+    uint64_t pos = 0;
+    const dsc_plan_seg_t *last = &segs[n - 1];
+    if (p[37]) {
+        pos = DSC__POS_DONE; /* the epoch was complete: the next step is its end */
+    } else if (last->world_size == loader->opt.world_size &&
+               last->batch_size == loader->opt.batch_size) {
+        nhist = n - 1;
+        pos = last->steps;
+    } else {
+        nhist = last->steps > 0 ? n : n - 1;
+        if (nhist >= DSC_PLAN_MAX_SEGS) {
+            DSC_LOG(&loader->log, DSC_LOG_ERROR,
+                    "loader state: the epoch already ran at %u world or batch sizes; resume it "
+                    "at the last one (%u ranks, batch %u) or restart it with set_epoch",
+                    nhist, last->world_size, last->batch_size);
+            return DSC_EBADSTATE;
+        }
+    }
+    pthread_mutex_lock(&loader->lock);
+    rc = loader->error;
+    if (rc == 0) {
+        /* Check the segments against the dataset before dropping anything. */
+        dsc_local_t check;
+        const dsc_loader_options_t *o = &loader->opt;
+        rc = dsc__local_init(&check, loader->order, o->shuffle_window, o->shuffle, segs, nhist,
+                             o->batch_size, o->world_size, o->drop_last);
+        if (rc == 0 && pos != DSC__POS_DONE && pos > check.steps)
+            rc = DSC_EINVAL;
+        if (rc < 0) {
+            DSC_LOG(&loader->log, DSC_LOG_ERROR,
+                    "loader state: its steps do not fit this dataset, world size and batch size");
+            rc = DSC_EBADSTATE;
+        } else {
+            memcpy(loader->hist, segs, nhist * sizeof segs[0]);
+            loader->cons_nhist = nhist;
+            rc = restart(loader, epoch, pos);
+        }
+    }
+    pthread_mutex_unlock(&loader->lock);
+    return rc;
+}
+
+DSC_EXTERN int dsc_loader_state_load(dsc_loader_t *loader, const void *buf, size_t len) {
+    if (loader == NULL || buf == NULL)
+        return DSC_EINVAL;
+    const uint8_t *p = buf;
+    if (len >= 8 && memcmp(p, "DSCS", 4) == 0 && get_u32(p + 4) == STATE_LOCAL_VERSION)
+        return state_load_local(loader, p, len);
+    if (len >= 8 && memcmp(p, "DSCS", 4) == 0 && get_u32(p + 4) != STATE_VERSION) {
+        DSC_LOG(&loader->log, DSC_LOG_ERROR,
+                "loader state: version %u, this library reads versions %u and %u (older states "
+                "do not record the shuffle settings: restart the epoch with set_epoch)",
+                get_u32(p + 4), STATE_VERSION, STATE_LOCAL_VERSION);
+        return DSC_EBADSTATE;
+    }
+    if (len != STATE_BYTES || memcmp(p, "DSCS", 4) != 0 || get_u64(p + 48) != dsc_checksum(p, 48) ||
+        p[44] > 1 || p[45] || p[46] || p[47]) {
+        DSC_LOG(&loader->log, DSC_LOG_ERROR,
+                "loader state: not a valid saved state (%zu bytes; %u expected, checksummed)", len,
+                STATE_BYTES);
+        return DSC_EBADSTATE;
+    }
+    if (local_order(loader)) {
+        DSC_LOG(&loader->log, DSC_LOG_ERROR,
+                "loader state: saved with order global, this loader has order local (the sample "
+                "order would differ)");
+        return DSC_EBADSTATE;
+    }
+    uint64_t epoch = get_u64(p + 8), pos = get_u64(p + 16);
+    int rc = state_settings(loader, get_u64(p + 24), get_u64(p + 32), get_u32(p + 40), p[44]);
+    if (rc < 0)
+        return rc;
+    if (pos > loader->samples) {
+        DSC_LOG(&loader->log, DSC_LOG_ERROR,
+                "loader state: saved with position (beyond the dataset) %llu, this loader has "
+                "%llu",
+                (unsigned long long)pos, (unsigned long long)loader->samples);
         return DSC_EBADSTATE;
     }
     pthread_mutex_lock(&loader->lock);
-    int rc = loader->error;
+    rc = loader->error;
     if (rc == 0)
         rc = restart(loader, epoch, pos);
     pthread_mutex_unlock(&loader->lock);

@@ -34,6 +34,9 @@
 #define DSC_LOADER_MAX_SERVERS 256
 #define DSC__FALLBACK DSC_LOADER_MAX_SERVERS
 
+/* Order local: cons_pos / pos_after once the epoch's last step is handed out. */
+#define DSC__POS_DONE UINT64_MAX
+
 /* Chunk entry states. */
 enum { CH_QUEUED, CH_INFLIGHT, CH_RECEIVED, CH_DECODING, CH_READY };
 
@@ -78,7 +81,8 @@ typedef struct dsc_step {
     uint64_t seq;
     uint64_t epoch;
     uint64_t step;      /* batch number in the epoch */
-    uint64_t pos_after; /* global position once this step is consumed */
+    uint64_t pos_after; /* global position once this step is consumed (order local: steps done
+                           in the segment, DSC__POS_DONE after its last) */
     int eof;            /* end-of-epoch marker */
     int state;
     uint32_t count;
@@ -231,6 +235,9 @@ struct dsc_loader {
     dsc_split_t plan_split;
     uint64_t plan_step;
     uint64_t plan_step_base;
+    dsc_local_t plan_local;                 /* order local: the segment being planned */
+    dsc_plan_seg_t hist[DSC_PLAN_MAX_SEGS]; /* order local: this epoch's earlier segments */
+    uint32_t plan_nhist, cons_nhist;        /* ... in force for the planner, the consumer */
     uint64_t *fetched; /* bit per global chunk: fetched for the epoch being planned (refetches) */
     uint64_t fetched_words;
     uint32_t slot_count;
