@@ -71,6 +71,7 @@ class _Options(ctypes.Structure):
         ("cache_bytes", ctypes.c_uint64),
         ("server_inflight_bytes", ctypes.c_uint64),
         ("no_assist", ctypes.c_int),
+        ("order", ctypes.c_int),
     ]
 
 
@@ -284,20 +285,26 @@ class Loader:
     servers' --replicas. server_inflight_bytes: bound on bytes in flight to one server (default
     2 * inflight_bytes / servers). assist: a wait for the next batch does that batch's decoding
     and collation in the calling thread (the GIL is released) instead of sleeping (CPU batches
-    only). Iterating yields the rest of the current epoch; the next
+    only). order: "local" (default: each rank reads a contiguous run of the shuffled chunks,
+    about the stored dataset crosses the network once per epoch at any world size) or "global"
+    (the world-size-independent order; every rank reads about the whole dataset per epoch); see
+    docs/order.md. shuffle_window and cache_bytes default to sizes taken from the dataset, so
+    that no chunk is fetched twice per epoch. Iterating yields the rest of the current epoch; the next
     iteration continues with the following epoch (or call set_epoch first).
     """
 
     def __init__(self, servers=None, dataset=None, batch_size=32, seed=0, rank=0, world_size=1,
-                 shuffle=True, shuffle_window=8192, drop_last=False, prefetch=4,
+                 shuffle=True, shuffle_window=None, drop_last=False, prefetch=4,
                  decode_threads=2, connections=2, device="cpu", output="numpy",
                  fallback_path=None, inflight_bytes=None, cache_bytes=None, timeout_ms=5000,
                  replicas=2, copy=False, indices=False, stats_log_seconds=0.0,
-                 server_inflight_bytes=None, assist=True):
+                 server_inflight_bytes=None, assist=True, order="local"):
         lib = _load()
         self._lib = lib
         self._handle = None
         self._messages = []
+        if order not in ("local", "global"):
+            raise ValueError("order must be 'local' or 'global'")
         if output not in ("numpy", "torch"):
             raise ValueError("output must be 'numpy' or 'torch'")
         dev = -1
@@ -339,7 +346,9 @@ class Loader:
         opts.rank = rank
         opts.world_size = world_size
         opts.shuffle = 1 if shuffle else 0
-        opts.shuffle_window = shuffle_window
+        if shuffle_window:  # None: sized from the dataset (docs/order.md)
+            opts.shuffle_window = shuffle_window
+        opts.order = 0 if order == "local" else 1
         opts.drop_last = 1 if drop_last else 0
         opts.prefetch_batches = prefetch
         opts.decode_threads = decode_threads
@@ -439,11 +448,12 @@ class Loader:
         _check(self._lib.dsc_loader_set_epoch(self._h(), epoch), self._messages)
 
     def state_dict(self):
-        """{"dscache_state": bytes}: (epoch, global position), independent of the world size;
-        loading it into a loader with another seed, shuffle or shuffle_window raises Error
+        """{"dscache_state": bytes}: the epoch and the steps done (at each world size this epoch),
+        the same on every rank; it resumes on any world size. Loading it into a loader with another
+        seed, shuffle, shuffle_window or order raises Error
         (DSC_EBADSTATE) instead of resuming into another order."""
-        buf = ctypes.create_string_buffer(64)
-        n = _check(self._lib.dsc_loader_state_save(self._h(), buf, 64))
+        buf = ctypes.create_string_buffer(192)
+        n = _check(self._lib.dsc_loader_state_save(self._h(), buf, 192))
         return {"dscache_state": buf.raw[:n]}
 
     def load_state_dict(self, state):
