@@ -512,6 +512,8 @@ static void free_slots(dsc_loader_t *loader) {
 
 static int alloc_steps(dsc_loader_t *loader) {
     uint64_t per_step = (uint64_t)loader->opt.batch_size * loader->opt.world_size;
+    if (local_order(loader)) /* a step moves through this rank's own run by one batch */
+        per_step = loader->opt.batch_size;
     uint64_t window = loader->opt.shuffle ? loader->opt.shuffle_window : 1;
     /* Look-ahead of three shuffle windows: the current window's chunks stay decoded (each is
      * fetched once) while the next window's are fetched; bounded to about a million sample
