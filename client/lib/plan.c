@@ -205,6 +205,19 @@ uint64_t dsc__order_chunks(const dsc_order_t *order) {
     return order->chunk_count;
 }
 
+/* Index of the permuted chunk holding S-position pos, searched in [lo, hi) (the caller knows
+ * perm_start[lo] <= pos < perm_start[hi]). */
+static uint64_t perm_index_in(const dsc_order_t *order, uint64_t pos, uint64_t lo, uint64_t hi) {
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (order->perm_start[mid] <= pos)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* Index of the permuted chunk holding S-position pos. */
 static uint64_t perm_index_of(const dsc_order_t *order, uint64_t pos) {
     uint64_t lo = 0, hi = order->chunk_count; /* perm_start[lo] <= pos < perm_start[hi] */
@@ -317,6 +330,14 @@ uint64_t dsc__split_position(const dsc_split_t *split, uint64_t steps_done) {
 
 /* ---- Local order ---------------------------------------------------------------------------- */
 
+/* S[pos] with the chunk searched in [klo, khi). */
+static uint64_t stream_at_in(const dsc_order_t *order, uint64_t pos, uint64_t klo, uint64_t khi) {
+    uint64_t k = perm_index_in(order, pos, klo, khi);
+    uint64_t first, count;
+    chunk_span(order, order->perm_chunk[k], &first, &count);
+    return first + (pos - order->perm_start[k]);
+}
+
 uint64_t dsc__order_stream_at(const dsc_order_t *order, uint64_t pos) {
     uint64_t k = perm_index_of(order, pos);
     uint64_t first, count;
@@ -421,9 +442,28 @@ int dsc__local_step(const dsc_local_t *lp, uint64_t step, uint32_t rank, uint64_
     return 0;
 }
 
-uint64_t dsc__local_at(const dsc_local_t *lp, uint32_t rank, uint64_t t) {
+uint64_t dsc__local_at(dsc_local_t *lp, uint32_t rank, uint64_t t) {
     uint32_t j = lp->levels - 1;
     uint64_t x = level_pos(lp, &lp->lv[j], rank, t);
+    if (j == 0 && lp->window > 0) {
+        /* One level: the window's samples lie in one S range; its chunks are found once. */
+        const dsc_local_level_t *lv = &lp->lv[0];
+        uint64_t lo = (uint64_t)rank * lv->q + (rank < lv->m ? rank : lv->m);
+        uint64_t len = lv->q + (rank < lv->m ? 1 : 0);
+        if (t < len) {
+            uint64_t base = t / lp->window * lp->window;
+            uint64_t begin = lo + base,
+                     end = lo + (len - base < lp->window ? len : base + lp->window);
+            if (!lp->hint_valid || lp->hint_begin != begin || lp->hint_end != end) {
+                lp->hint_begin = begin;
+                lp->hint_end = end;
+                lp->hint_klo = perm_index_of(lp->order, begin);
+                lp->hint_khi = perm_index_of(lp->order, end - 1) + 1;
+                lp->hint_valid = 1;
+            }
+            return stream_at_in(lp->order, x, lp->hint_klo, lp->hint_khi);
+        }
+    }
     while (j > 0) {
         /* x indexes X_j, the concatenation of the unconsumed tails of level j-1's ranks. */
         const dsc_local_level_t *pv = &lp->lv[--j];

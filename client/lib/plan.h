@@ -127,6 +127,10 @@ typedef struct dsc_local {
     uint32_t batch_size;
     uint32_t world_size;
     int drop_last;
+    /* Chunk range of the window last looked up (one level only): [klo, khi) covers S positions
+     * [begin, end). */
+    int hint_valid;
+    uint64_t hint_begin, hint_end, hint_klo, hint_khi;
 } dsc_local_t;
 
 /* Plans the current segment of epoch dsc__order_epoch(order) after `nhist` history segments
@@ -141,8 +145,9 @@ int dsc__local_init(dsc_local_t *lp, dsc_order_t *order, uint32_t window, int sh
  * Returns 0 or DSC_ERANGE. */
 int dsc__local_step(const dsc_local_t *lp, uint64_t step, uint32_t rank, uint64_t *first,
                     uint32_t *count);
-/* The dataset sample at position t (< per_rank) of rank `rank`'s stream. */
-uint64_t dsc__local_at(const dsc_local_t *lp, uint32_t rank, uint64_t t);
+/* The dataset sample at position t (< per_rank) of rank `rank`'s stream (updates a lookup
+ * hint in *lp: one thread at a time). */
+uint64_t dsc__local_at(dsc_local_t *lp, uint32_t rank, uint64_t t);
 /* The sample at S-position pos (stage 1 of the order: permuted chunks, concatenated). */
 uint64_t dsc__order_stream_at(const dsc_order_t *order, uint64_t pos);
 /* Keyed bijection of [0, n) (n >= 1): 4-round Feistel on the next even power of two, cycle

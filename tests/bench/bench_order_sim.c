@@ -162,7 +162,9 @@ int main(int argc, char **argv) {
             /* Shuffle quality: the first steps_q global batches. */
             uint64_t gsteps = sim_steps(&s) < steps_q ? sim_steps(&s) : steps_q;
             double dchunks = 0, dshards = 0, gsize = 0;
-            for (uint64_t st = 0; st + 1 < sim_steps(&s) && st < gsteps; st++) {
+            /* The last step may be short: left out unless it is the only one. */
+            uint64_t qsteps = sim_steps(&s) > 1 && gsteps == sim_steps(&s) ? gsteps - 1 : gsteps;
+            for (uint64_t st = 0; st < qsteps; st++) {
                 memset(touched, 0, chunks);
                 memset(shard_hit, 0, m.shard_count * sizeof(uint32_t));
                 uint64_t dc = 0, ds = 0, g = 0;
@@ -180,7 +182,7 @@ int main(int argc, char **argv) {
                 }
                 dchunks += (double)dc;
                 dshards += (double)ds;
-                gsize = (double)g;
+                gsize = (double)g; /* the same for every full step */
             }
             /* Uniform batch of g samples: E[distinct] = sum over units of 1 - (1 - size/N)^g. */
             double uc = 0, us = 0;
@@ -194,7 +196,7 @@ int main(int argc, char **argv) {
                     uc += 1 - pow(1 - (double)cs / samples, gsize);
                 }
             }
-            double q = gsteps > 1 ? (double)(gsteps - (gsteps == sim_steps(&s))) : 1;
+            double q = qsteps > 0 ? (double)qsteps : 1;
             printf("| %u | %s | %.3fx | %.1f (%.2fx) | %.1f (%.2fx) |\n", world,
                    local ? "local" : "global", fetched / (double)chunks, dchunks / q,
                    dchunks / q / uc, dshards / q, dshards / q / us);

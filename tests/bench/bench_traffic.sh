@@ -7,14 +7,14 @@
 # what the planner prefetched beyond it); "steady" = bytes received per epoch from the end of
 # epoch 1 to the end of epoch EPOCHS (chunks a rank still holds when its next epoch needs them are
 # not fetched again, so it can be below 1 where a rank's share fits its look-ahead). Then loader
-# throughput at 1 and 8 ranks (samples/s summed over ranks, SECONDS per run).
-# usage: DSC_BIN=build/bin bash tests/bench/bench_traffic.sh   env: EPOCHS (3) SECONDS (5)
-#        SAMPLES (40000) BIG_SAMPLES (3000) WORLDS ("1 2 4 8 16")
+# throughput at 1 and 8 ranks (samples/s summed over ranks, RUN_SECONDS per run).
+# usage: DSC_BIN=build/bin bash tests/bench/bench_traffic.sh   env: EPOCHS (3) RUN_SECONDS (5)
+#        SAMPLES (40000) BIG_SAMPLES (3000) WORLDS ("1 2 4 8 16") TABLES (1; 0: throughput only)
 set -euo pipefail
 here=$(dirname "$0")
 source "$here/../integration/loader_env.sh"
 EPOCHS=${EPOCHS:-3}
-RUN_S=${SECONDS:-5}
+RUN_S=${RUN_SECONDS:-5}
 SAMPLES=${SAMPLES:-40000}
 BIG_SAMPLES=${BIG_SAMPLES:-3000}
 WORLDS=${WORLDS:-1 2 4 8 16}
@@ -61,6 +61,7 @@ table() {
     echo
 }
 
+if [ "${TABLES:-1}" = 1 ]; then
 echo "## Network bytes per epoch / stored size (first epoch / steady state), batch 64"
 echo
 echo "dataset small: $SAMPLES x 3 KiB, lz4, stored $(stored small) bytes"
@@ -73,6 +74,7 @@ echo "dataset big: $BIG_SAMPLES x 48 KiB, lz4, stored $(stored big) bytes"
 echo
 table big "default options"
 echo
+fi
 echo "## Loader throughput (samples/s summed over ranks, ${RUN_S} s, batch 64, dataset small)"
 echo
 echo "| ranks | global | local |"

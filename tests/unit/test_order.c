@@ -30,7 +30,7 @@ static dsc_order_t *make(uint64_t seed, int shuffle, uint64_t epoch) {
 
 /* Runs steps [from, to) of every rank of lp, counting samples; returns the sum over ranks of
  * the distinct chunks each rank touched (what it fetches once per epoch). */
-static uint64_t run(const dsc_local_t *lp, uint64_t from, uint64_t to) {
+static uint64_t run(dsc_local_t *lp, uint64_t from, uint64_t to) {
     static unsigned char touched[4096];
     uint64_t chunks = 0;
     for (uint32_t r = 0; r < lp->world_size; r++) {
