@@ -1,6 +1,7 @@
-/* Epoch plan: the global sample order of an epoch (a pure function of seed, epoch and the
- * dataset's chunk layout, independent of the world size) and its split into per-rank batches.
- * No I/O, no threads; each order object is used by one thread at a time. */
+/* Epoch plan: the global order (a pure function of seed, epoch and the dataset's chunk layout,
+ * independent of the world size) with its split into per-rank batches, and the local order
+ * (default: chunk-local rank runs, resizable by segments). No I/O, no threads; each order object
+ * is used by one thread at a time. */
 #ifndef DSC_PLAN_H
 #define DSC_PLAN_H
 
