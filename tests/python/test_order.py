@@ -1,9 +1,11 @@
 """dscache.Loader order= keyword through a real dscached: order="local" (default) and "global"
 each give every sample once across 3 ranks with the right bytes; a state_dict taken on rank 0
 of a 4-rank job mid-epoch resumes on 2 ranks with every remaining sample exactly once; a state
-of one order is refused by the other; a bad order name is a ValueError."""
+of one order is refused by the other; a bad order name is a ValueError; a cache_bytes too small
+for the window is a RuntimeWarning (the defaults give none)."""
 import os
 import sys
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dsc_testenv as te  # noqa: E402
@@ -74,4 +76,15 @@ try:
     t.check(False, "bad order name")
 except ValueError:
     pass
+# A cache_bytes too small for the window: a RuntimeWarning even with logging not configured.
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    ld = dscache.Loader(servers=[addr], dataset="ordds", batch_size=16, shuffle_window=600,
+                        cache_bytes=20000)
+    ld.close()
+t.check(any("raise cache_bytes to" in str(w.message) for w in caught), "cache warning")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    loader(0, 1).close()  # defaults: sized from the dataset, no warning
+t.check(not caught, "no warning with defaults")
 sys.exit(t.done())

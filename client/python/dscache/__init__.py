@@ -19,6 +19,7 @@ tree (build/lib) of the source checkout holding this package.
 import ctypes
 import logging
 import os
+import warnings
 
 __version__ = "0.1.0"
 __all__ = ["Loader", "Error", "__version__", "library_path"]
@@ -332,6 +333,9 @@ class Loader:
             if level == 0:
                 self._messages.append(text)
                 del self._messages[:-8]
+            if level == 1 and "too small for the shuffle window" in text:
+                # Said once, at create: chunks would be fetched several times per epoch.
+                warnings.warn(text, RuntimeWarning, stacklevel=3)
             _log.log({0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO}.get(level,
                                                                                  logging.DEBUG),
                      "%s", text)
