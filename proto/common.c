@@ -1,5 +1,5 @@
 /* Error names and messages, dtype table, size parsing, time and checked arithmetic. */
-#include "dscache.h"
+#include "dscache_base.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -7,7 +7,27 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-#include <unistd.h>
+
+/* The system's message for a -errno code the list does not map, or "unknown error". Codes from
+ * -4000 down are the project's own, never errno values. */
+static const char *errno_message(int err) {
+    if (err >= 0 || err <= -4000)
+        return "unknown error";
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+    /* Static, untranslated, NULL for a number the system has no message for. */
+    const char *desc = strerrordesc_np(-err);
+    return desc != NULL ? desc : "unknown error";
+#else
+    /* One buffer per thread keeps the result stable until this thread's next call. */
+    static _Thread_local char buf[128];
+#if defined(__GLIBC__)
+    const char *msg = strerror_r(-err, buf, sizeof buf); /* GNU: may return a static string */
+    return msg != NULL ? msg : "unknown error";
+#else
+    return strerror_r(-err, buf, sizeof buf) == 0 ? buf : "unknown error";
+#endif
+#endif
+}
 
 DSC_EXTERN const char *dsc_strerror(int err) {
     switch (err) {
@@ -19,7 +39,7 @@ DSC_EXTERN const char *dsc_strerror(int err) {
     case 0:
         return "success";
     default:
-        return "unknown error";
+        return errno_message(err);
     }
 }
 
@@ -135,37 +155,6 @@ uint64_t dsc_now_ns(void) {
 
 double dsc_now_s(void) {
     return (double)dsc_now_ns() / 1e9;
-}
-
-void dsc_simulate_step(double seconds) {
-    if (seconds <= 0)
-        return;
-    double end = dsc_now_s() + seconds;
-    double nap = seconds - 100e-6;
-    if (nap > 0) {
-        struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
-        while (nanosleep(&ts, &ts) != 0)
-            ;
-    }
-    while (dsc_now_s() < end)
-        ;
-}
-
-int dsc_pread_full(int fd, void *dst, uint64_t len, uint64_t offset) {
-    uint8_t *p = dst;
-    uint64_t got = 0;
-    while (got < len) {
-        size_t want = len - got > (1u << 30) ? (1u << 30) : (size_t)(len - got);
-        ssize_t n = pread(fd, p + got, want, (off_t)(offset + got));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        if (n == 0)
-            return DSC_ETRUNCATED;
-        got += (uint64_t)n;
-    }
-    return 0;
 }
 
 int dsc_add_u64(uint64_t a, uint64_t b, uint64_t *out) {

@@ -45,11 +45,6 @@ int dsc_placement_owners(const dsc_members_t *members, const char *dataset, uint
 int dsc_placement_owns(const dsc_members_t *members, uint32_t index, const char *dataset,
                        uint32_t shard_id, uint32_t replicas);
 
-/* Resolves a member spec into a list: "HOST:PORT,..." as dsc_members_parse; "file:PATH" reads
- * PATH (same syntax); "dns:NAME:PORT" resolves NAME to every IPv4/IPv6 address (what a
- * Kubernetes headless Service gives) and pairs each with PORT. This one does I/O (file read,
- * getaddrinfo) and may block. Returns 0, or the errors above plus DSC_ENOENT / DSC_EIO (file),
- * DSC_EUNAVAIL (name did not resolve). */
-int dsc_members_resolve(const char *spec, dsc_members_t *out);
+/* dsc_members_resolve (spec with "file:" / "dns:" to a list) does I/O: proto/sys/dsc_sys.h. */
 
 #endif

@@ -4,7 +4,7 @@
 #ifndef DSC_PROTOCOL_H
 #define DSC_PROTOCOL_H
 
-#include "dscache.h"
+#include "dscache_base.h"
 #include "shard.h"
 
 #include <stddef.h>

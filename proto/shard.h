@@ -3,7 +3,7 @@
 #ifndef DSC_SHARD_H
 #define DSC_SHARD_H
 
-#include "dscache.h"
+#include "dscache_base.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -13,13 +13,6 @@ char *dsc_format_size(uint64_t bytes, char *buf, size_t cap);
 /* Monotonic clock in nanoseconds / seconds. */
 uint64_t dsc_now_ns(void);
 double dsc_now_s(void);
-/* A simulated accelerator step of `seconds`: sleeps (the CPU stays free, as with a GPU step)
- * until 100 us before the end, then spins, so that a late wake-up on a busy machine does not
- * stretch the step. Used by the benchmarks and `dscache bench`. */
-void dsc_simulate_step(double seconds);
-/* Reads exactly len bytes at offset (retrying short reads and EINTR). Returns 0, DSC_ETRUNCATED
- * (end of file first) or -errno. Blocks. */
-int dsc_pread_full(int fd, void *dst, uint64_t len, uint64_t offset);
 /* Checked arithmetic: return 0 and *out, or DSC_EOVERFLOW. */
 int dsc_add_u64(uint64_t a, uint64_t b, uint64_t *out);
 int dsc_mul_u64(uint64_t a, uint64_t b, uint64_t *out);

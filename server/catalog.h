@@ -4,6 +4,7 @@
 #ifndef DSC_SERVER_CATALOG_H
 #define DSC_SERVER_CATALOG_H
 
+#include "dsc_sys.h" /* dsc_pread_full, for the shard loads */
 #include "manifest.h"
 #include "store.h"
 

@@ -2,6 +2,7 @@
  * reference count, ownership by rendezvous placement, refreshes on the control loop's timer with
  * the blocking work (file read, getaddrinfo, warm-ups) on the libuv thread pool. */
 #include "cluster.h"
+#include "dsc_sys.h"
 #include "log.h"
 #include "util.h"
 

@@ -2,7 +2,7 @@
 #ifndef DSC_SERVER_LOG_H
 #define DSC_SERVER_LOG_H
 
-#include "dscache.h" /* DSC_LOG_ERROR .. DSC_LOG_DEBUG */
+#include "dscache_base.h" /* DSC_LOG_ERROR .. DSC_LOG_DEBUG */
 
 extern int dsc__log_level;
 

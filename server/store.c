@@ -2,7 +2,7 @@
  * binary search plus coalescing; allocation is best fit over the free array. The metadata is
  * 16 bytes per free extent: far below 1% of the cached bytes for shards of any useful size. */
 #include "store.h"
-#include "dscache.h"
+#include "dscache_base.h"
 #include "log.h"
 
 #include <errno.h>

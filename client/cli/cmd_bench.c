@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include "dscache.h"
+#include "simulate.h"
 #include "util.h"
 
 #include <stdio.h>

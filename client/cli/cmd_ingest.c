@@ -1,6 +1,7 @@
 /* dscache ingest: turns a token file, .npy arrays or a synthetic generator into a dataset
  * directory (shard files + manifest.json), reading its input in bounded pieces. */
 #include "cli.h"
+#include "dsc_sys.h"
 #include "npy.h"
 #include "util.h"
 #include "writer.h"

@@ -19,6 +19,7 @@
 
 #include "conn.h"
 #include "cuda.h"
+#include "dsc_sys.h" /* dsc_pread_full (fallback reads), dsc_members_resolve */
 #include "dscache.h"
 #include "log.h"
 #include "manifest.h"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The demo trainer: a small torch model trained for a number of steps, each step also spending
 --compute-ms of simulated accelerator time, fed by one of:
-  --mode dscache  dscache.Loader from a running dscached;
+  --mode dscache  dscache.Loader from a running dscached (with --torch-dataloader: through
+                  torch's DataLoader(dscache.torch.Dataset(...), batch_size=None));
   --mode files    the naive baseline: a torch Dataset whose __getitem__ reads the stored bytes of
                   the (lz4) chunk holding the sample from the shard files and decodes the whole
                   chunk to take one sample out (chunks are the unit of compression);
@@ -20,6 +21,7 @@ Prints one summary line per run: throughput, data stall and loss.
 usage: train_demo.py --mode dscache|files|pread --dataset NAME --dir DATASET_DIR
                      [--servers HOST:PORT] [--batch-size B] [--steps N] [--compute-ms MS]
                      [--workers W] [--seed S] [--device cpu|cuda[:N]|auto] [--json]
+                     [--torch-dataloader]
 """
 import argparse
 import bisect
@@ -185,6 +187,9 @@ def main():
     p.add_argument("--device", default="cpu",
                    help="cpu (default), cuda, cuda:N, or auto (cuda:0 when torch sees a GPU)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--torch-dataloader", action="store_true",
+                   help="--mode dscache: feed through DataLoader(dscache.torch.Dataset(...), "
+                        "batch_size=None) instead of iterating dscache.Loader")
     args = p.parse_args()
     if args.device == "auto":
         args.device = "cuda:0" if torch.cuda.is_available() else "cpu"
@@ -205,15 +210,24 @@ def main():
         import dscache
         if not args.servers:
             p.error("--mode dscache needs --servers")
-        loader = dscache.Loader(servers=args.servers, dataset=args.dataset,
-                                batch_size=args.batch_size, seed=args.seed, output="torch",
-                                drop_last=True, device=args.device)
+        if args.torch_dataloader:
+            import dscache.torch
+            tds = dscache.torch.Dataset(servers=args.servers, dataset=args.dataset,
+                                        batch_size=args.batch_size, seed=args.seed,
+                                        drop_last=True, device=dev)
+            loader = tds.loader
+            dl = torch.utils.data.DataLoader(tds, batch_size=None, num_workers=0)
+        else:
+            loader = dscache.Loader(servers=args.servers, dataset=args.dataset,
+                                    batch_size=args.batch_size, seed=args.seed, output="torch",
+                                    drop_last=True, device=args.device)
+            dl = loader
 
         def batches():
             epoch = 0
             while True:
                 loader.set_epoch(epoch)
-                for b in loader:
+                for b in dl:
                     yield b
                 epoch += 1
     else:
@@ -264,7 +278,8 @@ def main():
             samples += args.batch_size
     wall = stall + compute
     labels = {
-        "dscache": "dscache.Loader (dscached over TCP, lz4 chunks)",
+        "dscache": ("DataLoader(dscache.torch.Dataset) (dscached over TCP, lz4 chunks)"
+                    if args.torch_dataloader else "dscache.Loader (dscached over TCP, lz4 chunks)"),
         "files": "files, naive: per sample, read + lz4-decode its whole chunk "
                  "(DataLoader, %d workers)" % args.workers,
         "pread": "files, per-sample pread of the sample's bytes from an uncompressed copy "

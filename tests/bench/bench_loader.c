@@ -8,6 +8,7 @@
 #include "dscache.h"
 #include "manifest.h"
 #include "shard.h"
+#include "simulate.h"
 #include "testdata.h"
 #include "util.h"
 

@@ -10,6 +10,7 @@
  *          correct batches only)
  *        cluster_check owners --servers SPEC --dataset NAME --shards N [--replicas R]
  *          prints "shard I: OWNER OWNER" computed the way the loader routes (placement.h) */
+#include "dsc_sys.h"
 #include "dscache.h"
 #include "placement.h"
 #include "testdata.h"

@@ -16,6 +16,7 @@ cmake --install "$build" --prefix "$prefix" >/dev/null
 
 libdir=$(dirname "$(find "$prefix" -name 'libdscache.so' | head -n1)")
 [ -f "$prefix/include/dscache.h" ] || { echo "FAIL: header not installed"; exit 1; }
+[ -f "$prefix/include/dscache_base.h" ] || { echo "FAIL: dscache_base.h (included by dscache.h) not installed"; exit 1; }
 [ -f "$libdir/pkgconfig/dscache.pc" ] || { echo "FAIL: dscache.pc not installed"; exit 1; }
 [ -f "$libdir/cmake/dscache/dscacheConfig.cmake" ] || { echo "FAIL: CMake config not installed"; exit 1; }
 [ -x "$prefix/bin/dscached" ] || { echo "FAIL: dscached not installed"; exit 1; }

@@ -42,6 +42,34 @@ static void test_errors(void) {
     CHECK(strcmp(dsc_version(), DSC_VERSION_STRING) == 0);
 }
 
+/* A -errno value the list does not map reads as the system's message, not "unknown error". */
+static void test_strerror_errno(void) {
+    static const int unmapped[] = {EPERM, EMFILE, EHOSTUNREACH, EROFS, ENOTDIR};
+    for (size_t i = 0; i < sizeof unmapped / sizeof unmapped[0]; i++) {
+        int e = unmapped[i];
+        CHECK(strcmp(dsc_err_name(-e), "DSC_UNKNOWN") == 0); /* really not in the list */
+        const char *msg = dsc_strerror(-e);
+        REQUIRE(msg != NULL);
+        CHECK(strcmp(msg, "unknown error") != 0);
+        /* No setlocale() here: the C locale, where strerror() is untranslated too. */
+        CHECK(strcmp(msg, strerror(e)) == 0);
+    }
+    CHECK(strcmp(dsc_strerror(-EPERM), "Operation not permitted") == 0);
+    /* Mapped codes keep the list's own message. */
+    CHECK(strcmp(dsc_strerror(-ENOMEM), "out of memory") == 0);
+    CHECK(strcmp(dsc_strerror(DSC_ECHUNKSUM), "chunk checksum mismatch (stored bytes)") == 0);
+    /* Project range (unassigned), numbers without a system message, positive values. */
+    CHECK(strcmp(dsc_strerror(-4000), "unknown error") == 0);
+    CHECK(strcmp(dsc_strerror(-4999), "unknown error") == 0);
+    CHECK(strcmp(dsc_strerror(-3999), "unknown error") == 0);
+    CHECK(strcmp(dsc_strerror(EPERM), "unknown error") == 0);
+    CHECK(strcmp(dsc_strerror(-2147483647 - 1), "unknown error") == 0);
+    for (int e = 1; e < 4000; e++) {
+        const char *msg = dsc_strerror(-e);
+        CHECK(msg != NULL && msg[0] != '\0');
+    }
+}
+
 static void test_dtypes(void) {
     static const struct {
         int dtype;
@@ -184,6 +212,7 @@ static void test_hostport(void) {
 
 int main(void) {
     test_errors();
+    test_strerror_errno();
     test_dtypes();
     test_parse_size();
     test_arith_and_time();

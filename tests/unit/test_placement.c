@@ -1,4 +1,5 @@
 /* Placement: canonical member lists, rendezvous owners, ~1/N movement, balance, resolution. */
+#include "dsc_sys.h"
 #include "dscache.h"
 #include "placement.h"
 #include "testlib.h"

@@ -2,7 +2,7 @@
 
     import dscache
     loader = dscache.Loader(servers="10.0.0.1:7070,10.0.0.2:7070", dataset="imagenet",
-                            batch_size=256, seed=0, rank=rank, world_size=world)
+                            batch_size=256, seed=0)   # rank/world size: see below
     for epoch in range(epochs):
         loader.set_epoch(epoch)
         for batch in loader:          # dict: field name -> array [B, ...field shape]
@@ -10,23 +10,43 @@
 
 Batches are zero-copy views of the loader's batch slots: they stay valid until the next batch
 is requested (the next iteration step), then the slot is refilled. Copy what you keep longer
-(np.array(x) / tensor.clone()), or pass copy=True.
+(np.array(x) / tensor.clone()), or pass copy=True. For PyTorch see dscache.torch.
 
-The library is found at $DSCACHE_LIB, next to this package (libdscache.so), or in the build
-tree (build/lib) of the source checkout holding this package.
+Rank and world size, unless given: torch.distributed's when it is initialised, else the RANK and
+WORLD_SIZE environment variables, else 0 and 1.
+
+The library is loaded at import (ImportError naming every place tried when none loads), from:
+$DSCACHE_LIB; a copy bundled in this package; the library installed by the same
+`cmake --install` as this package; the dynamic linker's search path (libdscache.so.0:
+LD_LIBRARY_PATH, ld.so.cache, /usr/lib...); the build tree (build/lib) of the source checkout
+holding this package.
+
+Errors raise dscache.Error (with .code, the negative DSC_E* value, and .name) or one of its
+family subclasses: Unavailable, NotFound, Corrupt, BadState, InvalidOption. The library's log
+lines go to the Python logger "dscache"; DSCACHE_LOG=error|warn|info|debug sets its level (and
+prints to stderr when the application configured no logging handler).
 """
 
+import atexit
+import collections
 import ctypes
+import ctypes.util
 import logging
 import os
+import sys
+import threading
 import warnings
+import weakref
 
 __version__ = "0.1.0"
-__all__ = ["Loader", "Error", "__version__", "library_path"]
+__all__ = ["Loader", "Error", "Unavailable", "NotFound", "Corrupt", "BadState",
+           "InvalidOption", "resolve_rank", "__version__", "library_path"]
 
 _log = logging.getLogger("dscache")
 _log.addHandler(logging.NullHandler())  # quiet unless the application configures logging
 
+
+# ---- Errors ---------------------------------------------------------------------------------
 
 class Error(Exception):
     """A libdscache error: .code (negative DSC_E* value), .name ("DSC_EUNAVAIL"), message."""
@@ -38,6 +58,44 @@ class Error(Exception):
 
     def __str__(self):
         return "%s (%s)" % (self.args[0], self.name)
+
+
+class Unavailable(Error):
+    """No server (or no replica of a shard) answered: network, time-out, servers down."""
+
+
+class NotFound(Error):
+    """The dataset (or a shard, or a fallback file) does not exist."""
+
+
+class Corrupt(Error):
+    """Stored or received data failed a check (checksum, header, manifest, decompression)."""
+
+
+class BadState(Error):
+    """A saved loader state that is damaged or was saved with other order settings."""
+
+
+class InvalidOption(Error, ValueError):
+    """A loader option or argument the library rejects (also a ValueError)."""
+
+
+# DSC_E* names (without "DSC_") by family; codes not listed raise plain Error.
+_FAMILIES = {
+    Unavailable: ("EUNAVAIL", "EALLDOWN", "ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "ECLOSED",
+                  "EPIPE"),
+    NotFound: ("ENOTFOUND", "ENOENT"),
+    Corrupt: ("ECORRUPT", "ECHUNKSUM", "EDATASUM", "EFILESUM", "EDECOMPRESS", "EBADMAGIC",
+              "EBADHEADER", "EBADSCHEMA", "EBADINDEX", "EBADFOOTER", "EBADMANIFEST",
+              "ETRUNCATED"),
+    BadState: ("EBADSTATE",),
+    InvalidOption: ("EINVAL", "ERANGE"),
+}
+_FAMILY_BY_NAME = {"DSC_" + n: cls for cls, names in _FAMILIES.items() for n in names}
+
+
+def _error(code, message, name):
+    return _FAMILY_BY_NAME.get(name, Error)(code, message, name)
 
 
 # ---- C declarations (client/include/dscache.h) --------------------------------------------
@@ -168,16 +226,47 @@ _NP_DTYPES = {1: "uint8", 2: "int8", 3: "uint16", 4: "int16", 5: "uint32", 6: "i
 
 _EOF = -4001
 
+_LIB_NAME = "libdscache.so.0"
+
 
 def _candidates():
+    """(description, path or soname) in search order; see the module docstring."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield "bundled", os.path.join(here, "libdscache.so")
+    try:
+        from . import _install  # written by `cmake --install` next to the installed package
+        yield "cmake --install prefix", os.path.join(_install.LIBDIR, _LIB_NAME)
+    except ImportError:
+        pass
+    yield "dynamic linker search path", _LIB_NAME
+    found = ctypes.util.find_library("dscache")
+    if found and found != _LIB_NAME:
+        yield "ldconfig (find_library)", found
+    # client/python/dscache -> <checkout>/build/lib
+    yield "source checkout build tree", os.path.normpath(
+        os.path.join(here, "..", "..", "..", "build", "lib", "libdscache.so"))
+
+
+def _open_library():
     env = os.environ.get("DSCACHE_LIB")
     if env:
-        yield env
-    here = os.path.dirname(os.path.abspath(__file__))
-    yield os.path.join(here, "libdscache.so")
-    # client/python/dscache -> <checkout>/build/lib
-    for up in ("../../build/lib", "../../../build/lib"):
-        yield os.path.normpath(os.path.join(here, up, "libdscache.so"))
+        # An explicit choice that fails is an error, never a silent fall-back to another copy.
+        try:
+            return ctypes.CDLL(env), env
+        except OSError as e:
+            raise ImportError("dscache: DSCACHE_LIB=%s cannot be loaded: %s" % (env, e)) from None
+    tried = ["DSCACHE_LIB (not set)"]
+    for what, path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            tried.append("%s: %s (absent)" % (what, path))
+            continue
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            tried.append("%s: %s (%s)" % (what, path, e))
+    raise ImportError("dscache: libdscache not found. Install it (cmake --install, or a wheel "
+                      "that bundles it) or set DSCACHE_LIB=/path/to/libdscache.so. Tried:\n  "
+                      + "\n  ".join(tried))
 
 
 _lib = None
@@ -185,20 +274,12 @@ library_path = None
 
 
 def _load():
+    """The loaded library (loaded at import; ImportError when it cannot be)."""
     global _lib, library_path
     if _lib is not None:
         return _lib
-    tried = []
-    for path in _candidates():
-        tried.append(path)
-        if os.path.exists(path):
-            lib = ctypes.CDLL(path)
-            break
-    else:
-        raise ImportError("dscache: libdscache.so not found (set DSCACHE_LIB); tried: "
-                          + ", ".join(tried))
-    vp, ip, u32, u64, i = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_uint64, int
-    del i
+    lib, path = _open_library()
+    vp, ip, u32, u64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_uint64
     sig = {
         "dsc_strerror": (ctypes.c_char_p, [ip]),
         "dsc_err_name": (ctypes.c_char_p, [ip]),
@@ -225,7 +306,11 @@ def _load():
         "dsc_loader_metrics_text": (ip, [vp, ctypes.c_char_p, ctypes.c_size_t]),
     }
     for name, (res, args) in sig.items():
-        fn = getattr(lib, name)
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise ImportError("dscache: %s lacks %s (another version of libdscache?)"
+                              % (path, name)) from None
         fn.restype = res
         fn.argtypes = args
     _lib = lib
@@ -240,7 +325,148 @@ def _check(rc, messages=None):
     msg = lib.dsc_strerror(rc).decode()
     if messages:
         msg = msg + ": " + messages[-1]
-    raise Error(rc, msg, lib.dsc_err_name(rc).decode())
+    raise _error(rc, msg, lib.dsc_err_name(rc).decode())
+
+
+# ---- Logging: C log lines -> the Python logger "dscache" -----------------------------------
+# One callback for every loader, alive as long as the module; log_ctx is a key into _sinks
+# (the loader's last error lines, for exception messages). The library calls it from its own
+# threads too: ctypes takes the GIL for the call, logging and deque.append are thread-safe.
+
+_LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
+_ENV_LEVELS = {"error": 0, "warn": 1, "warning": 1, "info": 2, "debug": 3}
+_sinks = {}
+_sink_ids = iter(range(1, 1 << 62))
+_sinks_lock = threading.Lock()
+
+
+@_LOG_FN
+def _on_log(ctx, level, message):
+    text = message.decode(errors="replace") if message else ""
+    if level == 0:
+        sink = _sinks.get(ctx or 0)
+        if sink is not None:
+            sink.append(text)
+    if level == 1 and "too small for the shuffle window" in text:
+        # Said once, at create: chunks would be fetched several times per epoch.
+        warnings.warn(text, RuntimeWarning, stacklevel=2)
+    _log.log(_LEVELS.get(level, logging.DEBUG), "%s", text)
+
+
+_stderr_handler = None
+
+
+def _has_handler(logger):
+    while logger is not None:
+        if any(not isinstance(h, logging.NullHandler) for h in logger.handlers):
+            return True
+        if not logger.propagate:
+            return False
+        logger = logger.parent
+    return False
+
+
+def _c_log_level():
+    """The C library's log_level for the "dscache" logger's effective level, after applying
+    DSCACHE_LOG (which the library applies to a callback's level too)."""
+    global _stderr_handler
+    env = os.environ.get("DSCACHE_LOG", "").strip().lower()
+    if env:
+        lvl = _ENV_LEVELS.get(env, 1)
+        if _log.level == logging.NOTSET or _log.level > _LEVELS[lvl]:
+            _log.setLevel(_LEVELS[lvl])
+        if _stderr_handler is None and not _has_handler(_log):
+            # As the library does without a callback: DSCACHE_LOG alone prints to stderr.
+            _stderr_handler = logging.StreamHandler(sys.stderr)
+            _stderr_handler.setFormatter(logging.Formatter("dscache %(levelname)s: %(message)s"))
+            _log.addHandler(_stderr_handler)
+    eff = _log.getEffectiveLevel()
+    return 3 if eff <= logging.DEBUG else 2 if eff <= logging.INFO else \
+        1 if eff <= logging.WARNING else 0
+
+
+# ---- Rank and world size --------------------------------------------------------------------
+
+def _env_int(name):
+    v = os.environ.get(name)
+    if v is None or v.strip() == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError("environment variable %s=%r is not an integer" % (name, v)) from None
+
+
+def _torch_dist():
+    """torch.distributed when torch is already imported and its process group initialised
+    (torch is never imported here)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return dist
+    except Exception:
+        pass
+    return None
+
+
+def resolve_rank(rank=None, world_size=None):
+    """(rank, world_size, source): explicit arguments win; else torch.distributed's when it is
+    initialised; else the RANK / WORLD_SIZE environment variables (torchrun, Slurm wrappers);
+    else 0 / 1. Warns (warnings.warn and the "dscache" logger) when the environment says there
+    are several ranks but world_size=1 was given: every rank would then read the whole
+    dataset."""
+    dist = _torch_dist()
+    if dist is not None:
+        env_rank, env_world, source = dist.get_rank(), dist.get_world_size(), "torch.distributed"
+    else:
+        env_rank, env_world, source = _env_int("RANK"), _env_int("WORLD_SIZE"), "environment"
+    if world_size is not None:
+        if world_size == 1 and env_world is not None and env_world > 1:
+            msg = ("dscache: world_size=1 was given but %s says %d ranks: every rank will read "
+                   "the whole dataset (leave world_size unset to take it from there)"
+                   % (source, env_world))
+            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            _log.warning("%s", msg)
+        world, src_w = world_size, "argument"
+    elif env_world is not None:
+        world, src_w = env_world, source
+    else:
+        world, src_w = 1, "default"
+    if rank is not None:
+        r = rank
+    elif env_rank is not None and world_size is None:
+        r = env_rank
+    elif env_rank is not None and env_world == world:
+        r = env_rank
+    else:
+        r = 0
+    if world < 1 or not 0 <= r < world:
+        raise ValueError("rank %d / world_size %d (from %s): need 0 <= rank < world_size"
+                         % (r, world, src_w))
+    return r, world, src_w
+
+
+def _parse_device(device):
+    """-1 for the host, else the CUDA device index: "cuda:N"/torch.device("cuda", N) -> N;
+    "cuda" -> torch's current device when torch has initialised CUDA, else LOCAL_RANK, else 0."""
+    if device is None:
+        return -1
+    text = str(device)  # torch.device prints as "cpu", "cuda", "cuda:0"
+    if text == "cpu":
+        return -1
+    if text.startswith("cuda:") and text[5:].isdigit():
+        return int(text[5:])
+    if text == "cuda":
+        tc = getattr(sys.modules.get("torch"), "cuda", None)
+        try:
+            if tc is not None and tc.is_initialized():
+                return int(tc.current_device())
+        except Exception:
+            pass
+        local = _env_int("LOCAL_RANK")
+        return local if local is not None else 0
+    raise ValueError("device must be 'cpu', 'cuda', 'cuda:N' or a torch.device, not %r"
+                     % (device,))
 
 
 # ---- DLPack capsules (torch output) ---------------------------------------------------------
@@ -274,73 +500,81 @@ def _torch_from_dlpack(capsule):
     return torch.utils.dlpack.from_dlpack(capsule)
 
 
+_live = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_loaders():
+    # Stop the library's threads before the interpreter goes: a log callback into a finalising
+    # interpreter must not happen.
+    for loader in list(_live):
+        try:
+            loader.close()
+        except Exception:
+            pass
+
+
 class Loader:
     """Iterable over the batches of one rank, epoch after epoch.
 
     servers: "HOST:PORT,..." or a list of "HOST:PORT" (also "dns:NAME:PORT", "file:PATH").
-    device: "cpu" (host batches) or "cuda" / "cuda:N" (batches already on that GPU; needs
-    output="torch"). output: "numpy" (dict of numpy arrays; bf16 as raw uint16 bits) or
-    "torch" (dict of torch tensors through DLPack). fallback_path: a dataset directory readable
-    here, used when no server answers. timeout_ms: how long a request may wait on a server
-    before it is moved to another replica (and the server probed with back-off). replicas: the
-    servers' --replicas. server_inflight_bytes: bound on bytes in flight to one server (default
+    rank, world_size: None (default) takes them from torch.distributed when initialised, else
+    from RANK / WORLD_SIZE, else 0 / 1 (see resolve_rank). device: "cpu" (host batches),
+    "cuda" / "cuda:N" or a torch.device (batches already on that GPU; needs output="torch";
+    "cuda" alone is torch's current device, else LOCAL_RANK). output: "numpy" (dict of numpy
+    arrays; bf16 as raw uint16 bits) or "torch" (dict of torch tensors through DLPack).
+    transform: a callable applied to each batch dict (on the device when batches are on it);
+    its result is what iteration yields. fallback_path: a dataset directory readable here, used
+    when no server answers. timeout_ms: how long a request may wait on a server before it is
+    moved to another replica (and the server probed with back-off). replicas: the servers'
+    --replicas. server_inflight_bytes: bound on bytes in flight to one server (default
     2 * inflight_bytes / servers). assist: a wait for the next batch does that batch's decoding
     and collation in the calling thread (the GIL is released) instead of sleeping (CPU batches
     only). order: "local" (default: each rank reads a contiguous run of the shuffled chunks,
-    about the stored dataset crosses the network once per epoch at any world size) or "global"
-    (the world-size-independent order; every rank reads about the whole dataset per epoch); see
-    docs/order.md. shuffle_window and cache_bytes default to sizes taken from the dataset, so
-    that no chunk is fetched twice per epoch. Iterating yields the rest of the current epoch; the next
-    iteration continues with the following epoch (or call set_epoch first).
+    so about the stored dataset crosses the network once per epoch at any world size) or
+    "global" (the world-size-independent order; every rank reads about the whole dataset per
+    epoch); see docs/order.md. shuffle_window and cache_bytes default to sizes taken from the
+    dataset, so that no chunk is fetched twice per epoch. Iterating yields the rest of the
+    current epoch; the next iteration continues with the following epoch (or call set_epoch
+    first).
     """
 
-    def __init__(self, servers=None, dataset=None, batch_size=32, seed=0, rank=0, world_size=1,
-                 shuffle=True, shuffle_window=None, drop_last=False, prefetch=4,
+    def __init__(self, servers=None, dataset=None, batch_size=32, seed=0, rank=None,
+                 world_size=None, shuffle=True, shuffle_window=None, drop_last=False, prefetch=4,
                  decode_threads=2, connections=2, device="cpu", output="numpy",
                  fallback_path=None, inflight_bytes=None, cache_bytes=None, timeout_ms=5000,
                  replicas=2, copy=False, indices=False, stats_log_seconds=0.0,
-                 server_inflight_bytes=None, assist=True, order="local"):
+                 server_inflight_bytes=None, assist=True, transform=None, order="local"):
         lib = _load()
         self._lib = lib
         self._handle = None
-        self._messages = []
+        self._sink_id = 0
         if order not in ("local", "global"):
             raise ValueError("order must be 'local' or 'global'")
         if output not in ("numpy", "torch"):
             raise ValueError("output must be 'numpy' or 'torch'")
-        dev = -1
-        if device not in (None, "cpu"):
-            text = str(device)
-            if text == "cuda":
-                dev = 0
-            elif text.startswith("cuda:") and text[5:].isdigit():
-                dev = int(text[5:])
-            else:
-                raise ValueError("device must be 'cpu', 'cuda' or 'cuda:N'")
-            if output != "torch":
-                raise ValueError("device batches need output='torch'")
+        dev = _parse_device(device)
+        if dev >= 0 and output != "torch":
+            raise ValueError("device batches need output='torch'")
         if isinstance(servers, (list, tuple)):
             servers = ",".join(servers)
         if dataset is None:
             raise ValueError("dataset is required")
+        if transform is not None and not callable(transform):
+            raise TypeError("transform must be callable")
+        rank, world_size, self.rank_source = resolve_rank(rank, world_size)
+        self.rank, self.world_size = rank, world_size
+        self.dataset = dataset
         self._output = output
         self._copy = copy
         self._want_indices = indices
         self._device = dev
+        self._transform = transform
+        self._messages = collections.deque(maxlen=8)
+        with _sinks_lock:
+            self._sink_id = next(_sink_ids)
+            _sinks[self._sink_id] = self._messages
 
-        def on_log(ctx, level, message):
-            text = message.decode(errors="replace")
-            if level == 0:
-                self._messages.append(text)
-                del self._messages[:-8]
-            if level == 1 and "too small for the shuffle window" in text:
-                # Said once, at create: chunks would be fetched several times per epoch.
-                warnings.warn(text, RuntimeWarning, stacklevel=3)
-            _log.log({0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO}.get(level,
-                                                                                 logging.DEBUG),
-                     "%s", text)
-
-        self._log_fn = _LOG_FN(on_log)  # kept alive as long as the loader
         opts = _Options()
         lib.dsc_loader_options_init(ctypes.byref(opts))
         opts.servers = servers.encode() if servers else None
@@ -361,8 +595,9 @@ class Loader:
         opts.timeout_ms = timeout_ms
         opts.replicas = replicas
         opts.fallback_path = fallback_path.encode() if fallback_path else None
-        opts.log_fn = self._log_fn
-        opts.log_level = 2 if _log.isEnabledFor(logging.INFO) else 1
+        opts.log_fn = _on_log
+        opts.log_ctx = self._sink_id
+        opts.log_level = _c_log_level()
         opts.stats_log_seconds = stats_log_seconds
         if inflight_bytes:
             opts.inflight_bytes = inflight_bytes
@@ -372,8 +607,23 @@ class Loader:
             opts.server_inflight_bytes = server_inflight_bytes
         opts.no_assist = 0 if assist else 1
         handle = ctypes.c_void_p()
-        _check(lib.dsc_loader_create(ctypes.byref(opts), ctypes.byref(handle)), self._messages)
+        try:
+            _check(lib.dsc_loader_create(ctypes.byref(opts), ctypes.byref(handle)),
+                   self._messages)
+        except NotFound as e:
+            self._drop_sink()
+            if not servers:
+                raise
+            # The C API cannot list the datasets served yet: point at the command that does.
+            first = servers.split(",")[0]
+            raise NotFound(e.code, "%s (the datasets served: dscache stat --server %s)"
+                           % (e.args[0], first), e.name) from None
+        except Error:
+            self._drop_sink()
+            raise
         self._handle = handle
+        self._pid = os.getpid()
+        _live.add(self)
         self._fields = []
         for f in range(lib.dsc_loader_field_count(handle)):
             info = _FieldInfo()
@@ -383,11 +633,19 @@ class Loader:
         self._batch = ctypes.c_void_p()
 
     # -- lifetime --
+    def _drop_sink(self):
+        with _sinks_lock:
+            _sinks.pop(self._sink_id, None)
+
     def close(self):
         """Stops the loader's threads and frees its memory (batches handed out become invalid)."""
         if self._handle:
-            self._lib.dsc_loader_destroy(self._handle)
+            # A forked child (e.g. a DataLoader worker) has the handle but not the threads:
+            # only the creating process destroys the loader.
+            if os.getpid() == self._pid:
+                self._lib.dsc_loader_destroy(self._handle)
             self._handle = None
+            self._drop_sink()
 
     def __del__(self):
         try:
@@ -420,7 +678,8 @@ class Loader:
         if rc == _EOF:
             raise StopIteration
         _check(rc, self._messages)
-        return self._convert(self._batch)
+        out = self._convert(self._batch)
+        return self._transform(out) if self._transform is not None else out
 
     def _convert(self, batch):
         import numpy as np
@@ -443,7 +702,11 @@ class Loader:
                 out[name] = a.copy() if self._copy else a
         if self._want_indices:
             idx = self._lib.dsc_batch_indices(batch)
-            out["__index__"] = np.ctypeslib.as_array(idx, shape=(n,)).copy()
+            index = np.ctypeslib.as_array(idx, shape=(n,)).copy()
+            if self._output == "torch":  # torch has no uint64 (DataLoader cannot convert it)
+                import torch
+                index = torch.from_numpy(index.astype(np.int64))
+            out["__index__"] = index
         return out
 
     # -- epochs and resume --
@@ -452,17 +715,30 @@ class Loader:
         _check(self._lib.dsc_loader_set_epoch(self._h(), epoch), self._messages)
 
     def state_dict(self):
-        """{"dscache_state": bytes}: the epoch and the steps done (at each world size this epoch),
-        the same on every rank; it resumes on any world size. Loading it into a loader with another
-        seed, shuffle, shuffle_window or order raises Error
-        (DSC_EBADSTATE) instead of resuming into another order."""
+        """{"dscache_state": "<hex>"}: a plain dict of strings (torch.save / torch.load with
+        weights_only=True keep it as is) holding the epoch and where it stands (local order: steps done at each world size this
+        epoch; global: the global position), the same on every rank and resumable on any world
+        size; loading it into a loader with another seed, shuffle, shuffle_window or order raises
+        BadState instead of resuming into another order."""
         buf = ctypes.create_string_buffer(192)
         n = _check(self._lib.dsc_loader_state_save(self._h(), buf, 192))
-        return {"dscache_state": buf.raw[:n]}
+        return {"dscache_state": buf.raw[:n].hex()}
 
     def load_state_dict(self, state):
-        data = state["dscache_state"]
-        buf = ctypes.create_string_buffer(bytes(data), len(data))
+        """Resumes from state_dict()'s dict (also the older {"dscache_state": bytes} form)."""
+        try:
+            data = state["dscache_state"]
+        except (TypeError, KeyError):
+            raise BadState(-4024, "not a dscache state dict (no 'dscache_state' key)",
+                           "DSC_EBADSTATE") from None
+        if isinstance(data, str):
+            try:
+                data = bytes.fromhex(data)
+            except ValueError:
+                raise BadState(-4024, "dscache_state is not a hex string", "DSC_EBADSTATE") \
+                    from None
+        data = bytes(data)
+        buf = ctypes.create_string_buffer(data, len(data))
         _check(self._lib.dsc_loader_state_load(self._h(), buf, len(data)), self._messages)
 
     # -- information --
@@ -500,3 +776,10 @@ class Loader:
         buf = ctypes.create_string_buffer(need + 1)
         _check(self._lib.dsc_loader_metrics_text(self._h(), buf, need + 1))
         return buf.value.decode()
+
+
+# Batches stay valid only until the next one is requested (copy=True to keep them longer).
+# Becomes True when a batch owns its slot until it is freed (see docs/python.md).
+batches_outlive_next = False
+
+_load()  # at import: a missing library is reported here, with every place tried

@@ -1,0 +1,163 @@
+"""Installing the Python package, offline, as users do: (1) `cmake --install` to a temporary
+prefix installs the package too, and it finds that prefix's libdscache with no variable but
+PYTHONPATH (a temporary prefix is not on sys.path); (2) `pip install --no-build-isolation` into a
+venv (--system-site-packages) finds libdscache.so.0 on the dynamic linker's path
+(LD_LIBRARY_PATH=<prefix>/lib, only because a temporary prefix is not a standard library
+directory) and, without it, fails at import listing every place tried; (3) a wheel built with
+DSCACHE_BUNDLE_LIB carries the library and works with no variable at all; (4) a DSCACHE_LIB that
+cannot be loaded is an ImportError naming it. Each installed copy reads a dataset."""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dsc_testenv as te  # noqa: E402
+
+te.require_tools()
+import numpy as np  # noqa: E402
+
+PY = "/usr/bin/python3"
+if not os.path.exists(PY):
+    te.skip("/usr/bin/python3 is missing")
+for mod in ("pip", "setuptools", "wheel", "venv"):
+    if subprocess.run([PY, "-c", "import " + mod], capture_output=True).returncode != 0:
+        te.skip("python3 module %s is missing (deploy/local/setup.sh installs python3-%s)"
+                % (mod, mod))
+cmake = shutil.which("cmake")
+lib_dir = os.environ.get("DSC_LIB")
+build_dir = os.path.dirname(lib_dir) if lib_dir else None
+if not cmake or not build_dir or not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
+    te.skip("needs cmake and the build tree (run through ctest)")
+with open(os.path.join(build_dir, "CMakeCache.txt")) as f:
+    if "DSC_INSTALL_PYTHON:BOOL=OFF" in f.read():
+        te.skip("the build was configured with -DDSC_INSTALL_PYTHON=OFF")
+if os.environ.get("DSC_SANITIZE") == "ON" or os.environ.get("DSC_TSAN") == "ON":
+    te.skip("a sanitizer build's libdscache cannot be loaded into a plain python3")
+
+env = te.Env()
+t = te.Checks()
+tmp = env.dir
+N = 321
+vals = np.arange(N * 3, dtype=np.int32).reshape(N, 3)
+data = env.ingest_npy("ids", {"v": vals})
+# Nothing of the source tree or the build tree in the environment of the installed copies.
+clean = {k: v for k, v in os.environ.items()
+         if k not in ("DSCACHE_LIB", "PYTHONPATH", "LD_LIBRARY_PATH", "DSCACHE_BUNDLE_LIB")}
+USE = ("import dscache, numpy as np\n"
+       "l = dscache.Loader(dataset='ids', fallback_path=%r, batch_size=50, seed=1, copy=True)\n"
+       "v = np.concatenate([b['v'] for b in l])\n"
+       "print(dscache.library_path)\n"
+       "print(len(v), int(v.sum()))\n" % data)
+WANT = "%d %d" % (N, int(vals.sum()))
+
+
+def run(python, code, extra=None):
+    e = dict(clean, **(extra or {}))
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, env=e, cwd=tmp)
+
+
+def use(python, what, extra=None):
+    """Runs USE with `python`; returns the library path it loaded (None on failure)."""
+    r = run(python, USE, extra)
+    lines = r.stdout.strip().splitlines()
+    ok = r.returncode == 0 and len(lines) == 2 and lines[1] == WANT
+    t.check(ok, "%s: reads the dataset (rc %d): %s %s" % (what, r.returncode, r.stdout[-200:],
+                                                           r.stderr[-600:]))
+    return lines[0] if ok else None
+
+
+def pip(python, *args):
+    r = subprocess.run([python, "-m", "pip", "--disable-pip-version-check", "-q"] + list(args),
+                       capture_output=True, text=True, env=clean, cwd=tmp)
+    t.check(r.returncode == 0, "pip %s: %s" % (" ".join(args[:2]), r.stderr[-800:]))
+    return r.returncode == 0
+
+
+def source_copy(name):
+    dst = os.path.join(tmp, name)
+    shutil.copytree(os.path.join(te.SRC, "client", "python"), dst, ignore=shutil.ignore_patterns(
+        "build", "*.egg-info", "__pycache__", "libdscache.so*", "_install.py"))
+    return dst
+
+
+def venv(name):
+    path = os.path.join(tmp, name)
+    subprocess.run([PY, "-m", "venv", "--system-site-packages", "--without-pip", path],
+                   check=True, env=clean)
+    return os.path.join(path, "bin", "python")
+
+
+# The system must not already provide the library, or the negative checks would be void.
+sys_has_lib = run(PY, "import ctypes; ctypes.CDLL('libdscache.so.0')").returncode == 0
+sys_has_pkg = run(PY, "import dscache").returncode == 0
+if sys_has_lib or sys_has_pkg:
+    print("note: this system has libdscache.so.0 (%s) / a dscache package (%s) installed: "
+          "checks that need their absence are not made" % (sys_has_lib, sys_has_pkg))
+
+# ---- (1) cmake --install to a temporary prefix -----------------------------------------------
+prefix = os.path.join(tmp, "prefix")
+r = subprocess.run([cmake, "--install", build_dir, "--prefix", prefix], capture_output=True,
+                   text=True)
+t.check(r.returncode == 0, "cmake --install: %s" % r.stderr[-500:])
+pkgs = glob.glob(os.path.join(prefix, "lib", "python3*", "*-packages", "dscache", "__init__.py"))
+t.check(len(pkgs) == 1, "cmake --install put the package under lib/python3.X/*-packages: %s"
+        % pkgs)
+libs = glob.glob(os.path.join(prefix, "lib*", "**", "libdscache.so.0"), recursive=True)
+t.check(len(libs) == 1, "cmake --install put libdscache.so.0 under the prefix: %s" % libs)
+if pkgs and libs:
+    site = os.path.dirname(os.path.dirname(pkgs[0]))
+    got = use(PY, "cmake-installed package", {"PYTHONPATH": site})
+    t.check(got == libs[0], "it loads the prefix's library: %s" % got)
+    t.check(not glob.glob(os.path.join(os.path.dirname(pkgs[0]), "libdscache.so*")),
+            "no library copied into the cmake-installed package")
+
+# ---- (2) pip install into a venv --------------------------------------------------------------
+vpy = venv("venv-plain")
+if pip(vpy, "install", "--no-index", "--no-build-isolation", "--no-deps", source_copy("src1")):
+    loc = run(vpy, "import importlib.util as u; print(u.find_spec('dscache').origin)")
+    t.check(loc.stdout.startswith(os.path.join(tmp, "venv-plain")),
+            "pip installed into the venv: %s" % loc.stdout.strip())
+    if libs:
+        got = use(vpy, "pip-installed package + LD_LIBRARY_PATH",
+                  {"LD_LIBRARY_PATH": os.path.dirname(libs[0])})
+        t.check(got == "libdscache.so.0", "found through the dynamic linker: %s" % got)
+    if not sys_has_lib:
+        r = run(vpy, "import dscache")
+        t.check(r.returncode != 0 and "ImportError" in r.stderr, "no library: ImportError")
+        for place in ("DSCACHE_LIB", "bundled", "dynamic linker search path", "libdscache.so.0"):
+            t.check(place in r.stderr, "the ImportError lists %r: %s" % (place, r.stderr[-700:]))
+
+# ---- (3) a wheel that bundles libdscache.so ---------------------------------------------------
+dist = os.path.join(tmp, "dist")
+r = subprocess.run([PY, "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-index",
+                    "--no-build-isolation", "--no-deps", source_copy("src2"), "-w", dist],
+                   capture_output=True, text=True, cwd=tmp,
+                   env=dict(clean, DSCACHE_BUNDLE_LIB=os.path.join(lib_dir, "libdscache.so")))
+t.check(r.returncode == 0, "pip wheel with DSCACHE_BUNDLE_LIB: %s" % r.stderr[-800:])
+wheels = glob.glob(os.path.join(dist, "dscache-*.whl"))
+t.check(len(wheels) == 1, "one wheel: %s" % wheels)
+if wheels:
+    whl = wheels[0]
+    print("wheel: %s (%d bytes)" % (os.path.basename(whl), os.path.getsize(whl)))
+    t.check("linux" in os.path.basename(whl), "the wheel is platform-tagged: " + whl)
+    names = zipfile.ZipFile(whl).namelist()
+    for want in ("dscache/__init__.py", "dscache/torch.py", "dscache/libdscache.so"):
+        t.check(want in names, "wheel holds %s" % want)
+    wpy = venv("venv-wheel")
+    if pip(wpy, "install", "--no-index", "--no-deps", whl):
+        got = use(wpy, "wheel with the bundled library")
+        t.check(got is not None and got.endswith(os.path.join("dscache", "libdscache.so"))
+                and got.startswith(os.path.join(tmp, "venv-wheel")),
+                "the wheel's own copy is loaded: %s" % got)
+        # $DSCACHE_LIB comes first, before the bundled copy.
+        got = use(wpy, "wheel + DSCACHE_LIB", {"DSCACHE_LIB": os.path.join(lib_dir,
+                                                                              "libdscache.so")})
+        t.check(got == os.path.join(lib_dir, "libdscache.so"), "DSCACHE_LIB wins: %s" % got)
+        r = run(wpy, "import dscache", {"DSCACHE_LIB": os.path.join(tmp, "nothing.so")})
+        t.check(r.returncode != 0 and "DSCACHE_LIB=" + os.path.join(tmp, "nothing.so")
+                in r.stderr, "a bad DSCACHE_LIB is an ImportError naming it: %s"
+                % r.stderr[-300:])
+sys.exit(t.done())
