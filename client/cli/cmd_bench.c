@@ -34,7 +34,8 @@ static const char *usage_text =
     "  --order local|global      epoch order across ranks (default local; docs/order.md)\n"
     "  --epochs N                stop after N epochs (counted from the start, the first batch\n"
     "                            included) instead of after --seconds; prints the bytes received\n"
-    "                            at each epoch's end (N <= 64 listed)\n"
+    "                            at each epoch's end and those fetched for each epoch's steps\n"
+    "                            (N <= 64 listed)\n"
     "  --no-shuffle              dataset order\n"
     "  --no-assist               next() only waits (default: a waiting next() decodes and\n"
     "                            collates beside the decode threads)\n"
@@ -47,7 +48,7 @@ int dsc_cmd_bench(int argc, char **argv) {
     dsc_loader_options_t o;
     dsc_loader_options_init(&o);
     double seconds = 10, compute_ms = 0;
-    uint64_t max_epochs = 0, epoch_wire[64] = {0};
+    uint64_t max_epochs = 0, epoch_wire[64] = {0}, epoch_attr[64] = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -162,7 +163,8 @@ int dsc_cmd_bench(int argc, char **argv) {
             dsc_stats_t se = {.struct_size = sizeof se};
             dsc_loader_stats(loader, &se);
             if (max_epochs > 0 && epochs <= 64)
-                epoch_wire[epochs - 1] = se.wire_bytes;
+                epoch_wire[epochs - 1] = se.wire_bytes,
+                                    epoch_attr[epochs - 1] = se.epoch_wire_bytes;
             if (epochs == max_epochs)
                 break;
         }
@@ -193,6 +195,9 @@ int dsc_cmd_bench(int argc, char **argv) {
                (unsigned long long)s1.refetches);
         for (uint64_t e = 0; e < epochs && e < 64; e++)
             printf(" %llu", (unsigned long long)epoch_wire[e]);
+        printf("\nfetched for each epoch's steps:");
+        for (uint64_t e = 0; e < epochs && e < 64; e++)
+            printf(" %llu", (unsigned long long)epoch_attr[e]);
         printf("\n");
     }
     printf("stall: %.1f%% (%.2f s waiting in next(), %.2f s computing)\n",

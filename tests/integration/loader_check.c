@@ -21,7 +21,7 @@ static uint32_t batch = 16, prefetch = 4, threads = 2, window = 0, conns = 2;
 static uint64_t seed = 1, inflight = 0, cache = 0;
 static int shuffle = 1, order = DSC_ORDER_LOCAL;
 static uint32_t from_world = 4, to_world = 2, epochs = 4;
-static double max_ratio = 0, min_ratio = 0;
+static double max_ratio = 0, min_ratio = 0, max_attributed = 0;
 static double slow_ms = 0;
 static uint64_t rss_bound_mb = 0;
 static uint64_t batches_ok; /* batches checked so far */
@@ -486,24 +486,31 @@ static uint64_t stored_bytes(void) {
     return total;
 }
 
-/* 1 + --epochs epochs on each of --to ranks with default cache and window: the bytes received
- * by all ranks together per epoch after the first (from its end to the last one's, over the
- * stored size, bounded by --max-ratio (and from below by --min-ratio,
- * to show what the bound guards against); every sample exactly once plus the padding. */
+/* 1 + --epochs epochs on each of --to ranks (one loader at a time), summed over ranks, over the
+ * stored size: the bytes received by the end of the first epoch (what the planner fetched ahead
+ * into the second included); the bytes the steps of each epoch caused to be fetched
+ * (stats.epoch_wire_bytes), the largest of them bounded by --max-attributed; the bytes received
+ * per epoch after the first (from its end to the last one's), bounded by --max-ratio (and from
+ * below by --min-ratio, to show what the bound guards against); every sample exactly once plus
+ * the padding. */
 static int mode_traffic(void) {
     uint32_t *count = calloc(source.samples, sizeof(uint32_t));
-    uint64_t wire = 0, refetches = 0;
+    uint64_t wire = 0, first = 0, refetches = 0;
+    uint64_t *attr = calloc(epochs + 1, sizeof(uint64_t));
+    REQUIRE(count != NULL && attr != NULL);
     for (uint32_t r = 0; r < to_world; r++) {
-        /* Steady state: the bytes received between the ends of epochs 0 and 1 (the planner
-         * prefetches into the next epoch as far as cache_bytes allows, at both ends). */
+        /* Steady state: the bytes received between the ends of epochs 0 and `epochs` (the
+         * planner prefetches up to one epoch ahead as far as cache_bytes allows, at both ends). */
         dsc_loader_t *l = open_loader(r, to_world, 0);
-        CHECK_EQ_INT(run(l, UINT64_MAX, NULL, NULL, NULL), dsc_loader_len(l));
         dsc_stats_t s0 = {.struct_size = sizeof s0}, s1 = {.struct_size = sizeof s1};
-        REQUIRE(dsc_loader_stats(l, &s0) == 0);
-        CHECK_EQ_INT(run(l, UINT64_MAX, NULL, NULL, count), dsc_loader_len(l));
-        for (uint32_t e = 1; e < epochs; e++)
-            CHECK_EQ_INT(run(l, UINT64_MAX, NULL, NULL, NULL), dsc_loader_len(l));
-        REQUIRE(dsc_loader_stats(l, &s1) == 0);
+        for (uint32_t e = 0; e <= epochs; e++) {
+            CHECK_EQ_INT(run(l, UINT64_MAX, NULL, NULL, e == 1 ? count : NULL), dsc_loader_len(l));
+            dsc_stats_t *s = e == 0 ? &s0 : &s1;
+            REQUIRE(dsc_loader_stats(l, s) == 0);
+            CHECK_EQ_INT(s->epoch, e + 1);
+            attr[e] += s->epoch_wire_bytes;
+        }
+        first += s0.wire_bytes;
         wire += (s1.wire_bytes - s0.wire_bytes) / epochs;
         refetches += s1.refetches;
         dsc_loader_destroy(l);
@@ -515,15 +522,27 @@ static int mode_traffic(void) {
     }
     CHECK(missing == 0);
     CHECK_EQ_INT(dup, (to_world - source.samples % to_world) % to_world);
-    double ratio = (double)wire / (double)stored_bytes();
-    printf("order %s, %u ranks: %.3fx the stored size received per epoch (%llu bytes), "
-           "%llu refetches\n",
-           order == DSC_ORDER_GLOBAL ? "global" : "local", to_world, ratio,
+    double size = (double)stored_bytes();
+    double ratio = (double)wire / size, attr_max = 0;
+    printf("order %s, %u ranks: first epoch %.3fx received; fetched for each epoch's steps:",
+           order == DSC_ORDER_GLOBAL ? "global" : "local", to_world, (double)first / size);
+    for (uint32_t e = 0; e <= epochs; e++) {
+        printf(" %.3fx", (double)attr[e] / size);
+        if ((double)attr[e] / size > attr_max)
+            attr_max = (double)attr[e] / size;
+    }
+    printf("; steady state %.3fx received per epoch (%llu bytes), %llu refetches\n", ratio,
            (unsigned long long)wire, (unsigned long long)refetches);
+    /* Every epoch's steps need every sample once: at least about the stored size is fetched
+     * for the first epoch (chunks split between ranks are fetched by each of them). */
+    CHECK((double)attr[0] / size >= 0.95);
+    if (max_attributed > 0)
+        CHECK(attr_max <= max_attributed);
     if (max_ratio > 0)
         CHECK(ratio <= max_ratio);
     if (min_ratio > 0)
         CHECK(ratio >= min_ratio);
+    free(attr);
     free(count);
     return TEST_DONE();
 }
@@ -616,6 +635,7 @@ int main(int argc, char **argv) {
         TESTOPT("--to", &to_world),
         TESTOPT("--max-ratio", &max_ratio),
         TESTOPT("--min-ratio", &min_ratio),
+        TESTOPT("--max-attributed", &max_attributed),
         TESTOPT("--epochs", &epochs),
     };
     if (testopt_parse("loader_check", argc, argv, 2, opts, sizeof opts / sizeof opts[0]) != 0)

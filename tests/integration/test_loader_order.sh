@@ -5,7 +5,9 @@
 # resumes on 2 ranks (and 8 -> 3, 2 -> 16) exactly once; 8 ranks receive at most 1.1x the stored
 # dataset per epoch in the local order (the global order: several times it). Traffic is measured
 # over 3 epochs after the first, with a cache_bytes below a rank's share of the dataset (but above
-# what its window needs), so that the loader cannot keep the whole dataset across epochs.
+# what its window needs), so that the loader cannot keep the whole dataset across epochs; and
+# with default options, where the bytes each epoch's steps caused to be fetched
+# (stats.epoch_wire_bytes) stay at most 1.1x the stored size at 8 ranks.
 set -euo pipefail
 source "$(dirname "$0")/loader_env.sh"
 
@@ -25,7 +27,10 @@ traffic() {
     check traffic --dataset ord --dir "$work/ord" --batch 64 --window 256 --cache 3145728 \
         --epochs 3 "$@"
 }
-traffic --to 8 --max-ratio 1.1
-traffic --to 3 --max-ratio 1.1
+traffic --to 8 --max-ratio 1.1 --max-attributed 1.1
+traffic --to 3 --max-ratio 1.1 --max-attributed 1.1
 traffic --to 8 --order 1 --min-ratio 3
+# Default options (cache_bytes far above a rank's share, so ranks keep chunks across epochs and
+# plan one epoch ahead): each epoch's steps cause at most 1.1x the stored size to be fetched.
+check traffic --dataset ord --dir "$work/ord" --batch 64 --epochs 3 --to 8 --max-attributed 1.1
 echo ok
