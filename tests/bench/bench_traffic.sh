@@ -43,7 +43,14 @@ run() {
             >"$work/out.$r" &
         out+=($!)
     done
-    for r in "${out[@]}"; do wait "$r"; done
+    local failed=0
+    for r in "${out[@]}"; do wait "$r" || failed=1; done
+    if [ "$failed" = 1 ]; then # a cell with a missing rank would read low
+        echo "bench_traffic: a rank of $ds at $w ranks ($order) failed" >&2
+        printf 'FAILED'
+        rm -f "$work"/out.*
+        return
+    fi
     local size
     size=$(stored "$ds")
     cat "$work"/out.* | awk -v size="$size" -v e="$EPOCHS" '

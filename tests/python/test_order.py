@@ -2,7 +2,8 @@
 each give every sample once across 3 ranks with the right bytes; a state_dict taken on rank 0
 of a 4-rank job mid-epoch resumes on 2 ranks with every remaining sample exactly once; a state
 of one order is refused by the other; a bad order name is a ValueError; a cache_bytes too small
-for the window is a RuntimeWarning (the defaults give none)."""
+for the window is a RuntimeWarning (the defaults give none); stats()["epoch_wire_bytes"] holds
+the bytes fetched for the last completed epoch (all of it for a lone rank's first epoch)."""
 import os
 import sys
 import warnings
@@ -63,6 +64,19 @@ for r in range(2):
     ld.close()
 rest = N - 4 * 5 * 16
 t.check(set(seen) == set(range(N)) and len(seen) == N + (2 - rest % 2) % 2, "4 -> 2 resume")
+
+# One rank, one epoch: every chunk is fetched for epoch 0's steps (and nothing else is fetched
+# before its end but what the planner took for epoch 1, at most one epoch ahead).
+ld = loader(0, 1)
+t.check(ld.stats()["epoch_wire_bytes"] == 0, "epoch_wire_bytes 0 before an epoch ends")
+take(ld)
+st = ld.stats()
+stored = sum(os.path.getsize(os.path.join(ds, f)) for f in os.listdir(ds) if f.endswith(".dsc"))
+t.check(st["epoch"] == 1, "one epoch done")
+t.check(0.9 * stored <= st["epoch_wire_bytes"] <= st["wire_bytes"],
+        "epoch_wire_bytes %d: the stored size %d, at most wire_bytes %d"
+        % (st["epoch_wire_bytes"], stored, st["wire_bytes"]))
+ld.close()
 
 ld = loader(0, 1, "global")
 try:
