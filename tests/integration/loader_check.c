@@ -21,7 +21,7 @@ static uint32_t batch = 16, prefetch = 4, threads = 2, window = 0, conns = 2;
 static uint64_t seed = 1, inflight = 0, cache = 0;
 static int shuffle = 1, order = DSC_ORDER_LOCAL;
 static uint32_t from_world = 4, to_world = 2, epochs = 4;
-static double max_ratio = 0, min_ratio = 0, max_attributed = 0;
+static double max_ratio = 0, min_ratio = 0, max_attributed = 0, max_first = 0;
 static double slow_ms = 0;
 static uint64_t rss_bound_mb = 0;
 static uint64_t batches_ok; /* batches checked so far */
@@ -488,10 +488,10 @@ static uint64_t stored_bytes(void) {
 
 /* 1 + --epochs epochs on each of --to ranks (one loader at a time), summed over ranks, over the
  * stored size: the bytes received by the end of the first epoch (what the planner fetched ahead
- * into the second included); the bytes the steps of each epoch caused to be fetched
- * (stats.epoch_wire_bytes), the largest of them bounded by --max-attributed; the bytes received
- * per epoch after the first (from its end to the last one's), bounded by --max-ratio (and from
- * below by --min-ratio, to show what the bound guards against); every sample exactly once plus
+ * into the second included), bounded by --max-first; the bytes the steps of each epoch caused to be
+ * fetched (stats.epoch_wire_bytes), the largest of them bounded by --max-attributed; the bytes
+ * received per epoch after the first (from its end to the last one's), bounded by --max-ratio (and
+ * from below by --min-ratio, to show what the bound guards against); every sample exactly once plus
  * the padding. */
 static int mode_traffic(void) {
     uint32_t *count = calloc(source.samples, sizeof(uint32_t));
@@ -538,6 +538,8 @@ static int mode_traffic(void) {
     CHECK((double)attr[0] / size >= 0.95);
     if (max_attributed > 0)
         CHECK(attr_max <= max_attributed);
+    if (max_first > 0)
+        CHECK((double)first / size <= max_first);
     if (max_ratio > 0)
         CHECK(ratio <= max_ratio);
     if (min_ratio > 0)
@@ -636,6 +638,7 @@ int main(int argc, char **argv) {
         TESTOPT("--max-ratio", &max_ratio),
         TESTOPT("--min-ratio", &min_ratio),
         TESTOPT("--max-attributed", &max_attributed),
+        TESTOPT("--max-first", &max_first),
         TESTOPT("--epochs", &epochs),
     };
     if (testopt_parse("loader_check", argc, argv, 2, opts, sizeof opts / sizeof opts[0]) != 0)
