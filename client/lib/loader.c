@@ -18,9 +18,12 @@
 
 #define DEFAULT_CACHE_BYTES (256ull << 20)
 
-DSC_EXTERN void dsc_loader_options_init(dsc_loader_options_t *options) {
-    if (options == NULL)
-        return;
+#define DEFAULT_MAX_HELD_BYTES (1ull << 30)
+/* The struct_size of the first dsc_loader_options_t (up to timeout_ms .. stats_log_seconds):
+ * smaller ones are refused. */
+#define OPTIONS_MIN_SIZE offsetof(dsc_loader_options_t, cache_bytes)
+
+static void options_defaults(dsc_loader_options_t *options) {
     memset(options, 0, sizeof *options);
     options->struct_size = sizeof *options;
     options->batch_size = 32;
@@ -33,9 +36,28 @@ DSC_EXTERN void dsc_loader_options_init(dsc_loader_options_t *options) {
     options->connections = 2;
     options->device = -1;
     options->timeout_ms = 5000;
-    options->replicas = 2;
+    options->replicas = 0; /* the servers' */
     options->log_level = DSC_LOG_WARN;
     options->cache_bytes = DEFAULT_CACHE_BYTES;
+    options->max_held_bytes = DEFAULT_MAX_HELD_BYTES;
+}
+
+DSC_EXTERN int dsc_loader_options_init2(dsc_loader_options_t *options, size_t size) {
+    if (options == NULL || size < OPTIONS_MIN_SIZE)
+        return DSC_EINVAL;
+    dsc_loader_options_t full;
+    options_defaults(&full);
+    full.struct_size = size;
+    /* Only the caller's bytes: its struct may be an older, smaller one. */
+    memcpy(options, &full, size < sizeof full ? size : sizeof full);
+    if (size > sizeof full)
+        memset((char *)options + sizeof full, 0, size - sizeof full);
+    return 0;
+}
+
+DSC_EXTERN void dsc_loader_options_init(dsc_loader_options_t *options) {
+    if (options != NULL)
+        options_defaults(options);
 }
 
 /* ---- Create / destroy --------------------------------------------------------------------- */
@@ -158,14 +180,13 @@ static void check_cache_budget(dsc_loader_t *loader) {
 }
 
 DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader_t **out) {
-    if (options == NULL || out == NULL ||
-        options->struct_size < offsetof(dsc_loader_options_t, cache_bytes))
+    if (options == NULL || out == NULL || options->struct_size < OPTIONS_MIN_SIZE)
         return DSC_EINVAL;
     dsc_loader_t *loader = calloc(1, sizeof *loader);
     if (loader == NULL)
         return DSC_ENOMEM;
     /* Copy what the caller's struct holds; newer fields keep their defaults. */
-    dsc_loader_options_init(&loader->cfg.opt);
+    options_defaults(&loader->cfg.opt);
     size_t n = options->struct_size < sizeof loader->cfg.opt ? options->struct_size
                                                              : sizeof loader->cfg.opt;
     memcpy(&loader->cfg.opt, options, n);
@@ -176,6 +197,8 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
         loader->cfg.opt.timeout_ms = 5000;
     if (loader->cfg.opt.shuffle_window == 0)
         loader->cfg.opt.shuffle_window = 8192;
+    if (loader->cfg.opt.max_held_bytes == 0)
+        loader->cfg.opt.max_held_bytes = DEFAULT_MAX_HELD_BYTES;
     dsc__logger_init(&loader->cfg.log, options->log_fn, options->log_ctx, options->log_level);
     pthread_mutex_init(&loader->lock, NULL);
     pthread_cond_init(&loader->sched_cv, NULL);
@@ -256,6 +279,10 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
         goto fail;
     }
     loader->cfg.source_env.manifest = m;
+    if (loader->net.peer_count > 0)
+        dsc__view_learn_replicas(loader);
+    else if (loader->cfg.opt.replicas == 0)
+        loader->cfg.opt.replicas = 1; /* fallback files only: placement is not used */
     check_cache_budget(loader);
     if (loader->cfg.opt.device >= 0) {
         rc = dsc__cuda_open(loader->cfg.opt.device, &loader->cfg.log, &loader->cfg.cuda);
@@ -375,6 +402,13 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
             rc = loader->error;
             break;
         }
+        /* Batches the caller holds keep their slots: the next batch needs another one. */
+        rc = dsc__slots_make_room(loader);
+        if (rc < 0) {
+            if (rc != DSC_EHELD)
+                dsc__loader_fail(loader, rc);
+            break;
+        }
         if (loader->cons.cons_seq < loader->sched.slot_seq) {
             st = &loader->sched.steps[loader->cons.cons_seq % loader->sched.step_cap];
             if (st->state == ST_READY)
@@ -392,7 +426,7 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
     double t1 = dsc_now_s();
     loader->stats.st.stall_seconds += t1 - t0;
     if (rc == 0) {
-        dsc_batch_slot_t *slot = &loader->cons.slots[st->seq % loader->cons.slot_count];
+        dsc_batch_slot_t *slot = loader->cons.slots[st->slot];
         loader->cons.cons_seq++;
         if (st->eof) {
             slot->owner = SLOT_FREE;
@@ -408,9 +442,8 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
             b->samples = st->count;
             b->step = st->step;
             b->seq = st->seq;
-            b->handed = 1;
             memcpy(b->indices, st->ids, st->count * sizeof(uint64_t));
-            loader->cons.current = b;
+            dsc__batch_hand_out(loader, b);
             loader->cons.cons_epoch = st->epoch;
             loader->cons.cons_pos = st->pos_after;
             loader->stats.st.epoch = st->epoch;

@@ -44,6 +44,7 @@ typedef struct dsc_step {
     int eof;            /* end-of-epoch marker */
     int state;
     uint32_t count;
+    uint32_t slot; /* index in cons.slots once slotted (seq < sched.slot_seq) */
     uint32_t scan; /* samples before this index are known decoded */
     uint64_t *ids;
     dsc_chunk_ent_t **src;
@@ -57,7 +58,8 @@ struct dsc_batch {
     uint64_t step;
     uint64_t seq;
     uint64_t *indices;
-    int handed; /* between next() and its release */
+    int handed; /* next()'s reference is held: released by the next next() or
+                   dsc_batch_release() */
 };
 
 /* One batch slot: the host (and device) memory a step is collated into. */
@@ -69,6 +71,8 @@ typedef struct dsc_batch_slot {
     uint8_t *dev;
     dsc_cuda_slot_t ev;
     uint64_t owner; /* seq using it, or SLOT_FREE */
+    uint32_t refs;  /* references to its handed-out batch (next()'s, dsc_batch_retain()'s,
+                       DLPack tensors'): the slot is not reused before they are all gone */
     dsc_batch_t batch;
 } dsc_batch_slot_t;
 #define SLOT_FREE UINT64_MAX
@@ -207,7 +211,9 @@ struct dsc_loader {
         uint64_t cons_seq;    /* next seq to hand out */
         uint64_t retired_seq; /* steps below were released */
         uint32_t slot_count;
-        dsc_batch_slot_t *slots;
+        uint32_t slot_cap;        /* entries of slots */
+        dsc_batch_slot_t **slots; /* slot_count slots (each allocated once: batches point in) */
+        uint32_t held;            /* slots whose batch has references (refs > 0) */
         size_t slot_bytes;
         dsc_batch_t *current; /* handed out, not yet released */
         uint64_t cons_epoch, cons_pos;
