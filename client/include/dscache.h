@@ -56,10 +56,10 @@ typedef struct dsc_loader_options {
     uint64_t server_inflight_bytes; /* bound on bytes in flight to any one server, so that a slow
                                        or stalled server cannot hold the whole inflight_bytes
                                        budget (default 0: 2 * inflight_bytes / servers) */
-    int no_assist; /* 0 (default): a next() that has to wait does the waiting batch's work
-                      itself (decode chunks, collate), beside the decode threads, instead of
-                      sleeping; without CUDA only (a CUDA device keeps the caller's thread free of
-                      CUDA calls). 1: next() only waits. */
+    int no_assist;           /* 0 (default): a next() that has to wait does the waiting batch's work
+                                itself (decode chunks, collate), beside the decode threads, instead of
+                                sleeping; without CUDA only (a CUDA device keeps the caller's thread free of
+                                CUDA calls). 1: next() only waits. */
     uint64_t max_held_bytes; /* bound on the batch slot bytes the caller may hold at once:
                                 batches kept past the next next() (dsc_batch_retain, DLPack
                                 tensors not yet deleted) each hold a slot; when every slot is

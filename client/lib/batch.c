@@ -120,7 +120,8 @@ int dsc__slots_make_room(dsc_loader_t *loader) {
     }
     /* Slots for the prefetcher beside the held ones: prefetch_batches - 1 (as when the caller
      * holds only the current batch), at least 1 so that the next batch can be made. */
-    uint32_t spare = loader->cfg.opt.prefetch_batches > 1 ? loader->cfg.opt.prefetch_batches - 1 : 1;
+    uint32_t spare =
+        loader->cfg.opt.prefetch_batches > 1 ? loader->cfg.opt.prefetch_batches - 1 : 1;
     while (loader->cons.slot_count < held + spare) {
         int rc = slot_add(loader);
         if (rc < 0) {
