@@ -12,9 +12,11 @@
 #include "util.h"
 #include "view.h"
 
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define DEFAULT_CACHE_BYTES (256ull << 20)
 
@@ -61,6 +63,93 @@ DSC_EXTERN void dsc_loader_options_init(dsc_loader_options_t *options) {
 }
 
 /* ---- Create / destroy --------------------------------------------------------------------- */
+
+/* The calling thread's last dsc_loader_create failure, in words. */
+static _Thread_local char create_error[1024];
+
+/* Why one server did not give the manifest, appended to buf at *used. */
+static void explain_peer(const dsc_loader_t *loader, const dsc_peer_t *peer, char *buf, size_t cap,
+                         size_t *used) {
+    int r = peer->manifest_rc;
+    char why[640];
+    snprintf(why, sizeof why, "%s", dsc_strerror(r));
+    if (r == DSC_EUNAVAIL) {
+        /* conn.c says EUNAVAIL when the name does not resolve: say which. */
+        char host[DSC_MEMBER_MAX];
+        snprintf(host, sizeof host, "%s", peer->addr);
+        char *colon = strrchr(host, ':');
+        if (colon != NULL)
+            *colon = '\0';
+        if (host[0] == '[') {
+            memmove(host, host + 1, strlen(host));
+            char *end = strchr(host, ']');
+            if (end)
+                *end = '\0';
+        }
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+        struct addrinfo *res = NULL;
+        int g = getaddrinfo(host, NULL, &hints, &res);
+        if (g != 0)
+            snprintf(why, sizeof why, "host name %s not resolved (%s)", host, gai_strerror(g));
+        if (res != NULL)
+            freeaddrinfo(res);
+    } else if (r == DSC_EVERSION) {
+        snprintf(why, sizeof why, "protocol version not supported (another dscache version?)");
+    } else if (r == DSC_ENOTFOUND) {
+        char names[512];
+        int n = dsc__view_list_datasets(loader, peer->addr, names, sizeof names);
+        if (n > 0)
+            snprintf(why, sizeof why, "dataset %s not found; it has: %s", loader->cfg.dataset,
+                     names);
+        else if (n == 0)
+            snprintf(why, sizeof why, "dataset %s not found; it has no datasets",
+                     loader->cfg.dataset);
+        else
+            snprintf(why, sizeof why, "dataset %s not found", loader->cfg.dataset);
+    }
+    int k =
+        snprintf(buf + *used, cap - *used, "%sserver %s: %s", *used ? "; " : "", peer->addr, why);
+    if (k > 0)
+        *used = (size_t)k >= cap - *used ? cap - 1 : *used + (size_t)k;
+}
+
+/* create failed with rc: the thread's create_error says why (per server for the manifest). */
+static void explain_create_failure(dsc_loader_t *loader, int rc, int manifest_step) {
+    char text[sizeof create_error];
+    size_t used = 0;
+    text[0] = '\0';
+    if (loader != NULL && manifest_step) {
+        for (uint32_t i = 0; i < loader->net.peer_count && used + 1 < sizeof text; i++)
+            if (loader->net.peers[i].manifest_rc < 0)
+                explain_peer(loader, &loader->net.peers[i], text, sizeof text, &used);
+    }
+    if (used == 0 && loader != NULL) {
+        pthread_mutex_lock(&loader->err_lock);
+        snprintf(text, sizeof text, "%s", loader->err_text);
+        pthread_mutex_unlock(&loader->err_lock);
+    }
+    if (text[0] == '\0')
+        snprintf(text, sizeof text, "%s", dsc_strerror(rc));
+    else if (loader != NULL && manifest_step && used > 0)
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "loader: no manifest of %s: %s",
+                loader->cfg.dataset, text);
+    snprintf(create_error, sizeof create_error, "%s", text);
+}
+
+DSC_EXTERN int dsc_loader_last_error(const dsc_loader_t *loader, char *buf, size_t cap) {
+    char text[sizeof create_error];
+    if (loader == NULL) {
+        snprintf(text, sizeof text, "%s", create_error);
+    } else {
+        dsc_loader_t *l = (dsc_loader_t *)(uintptr_t)loader;
+        pthread_mutex_lock(&l->err_lock);
+        snprintf(text, sizeof text, "%s", l->err_text);
+        pthread_mutex_unlock(&l->err_lock);
+    }
+    if (buf != NULL && cap > 0)
+        snprintf(buf, cap, "%s", text);
+    return (int)strlen(text);
+}
 
 static char *dup_str(const char *s) {
     if (s == NULL)
@@ -180,11 +269,21 @@ static void check_cache_budget(dsc_loader_t *loader) {
 }
 
 DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader_t **out) {
-    if (options == NULL || out == NULL || options->struct_size < OPTIONS_MIN_SIZE)
+    create_error[0] = '\0';
+    if (options == NULL || out == NULL || options->struct_size < OPTIONS_MIN_SIZE) {
+        snprintf(create_error, sizeof create_error, "invalid loader options: %s",
+                 options == NULL || out == NULL
+                     ? "NULL options or out"
+                     : "struct_size smaller than the first dsc_loader_options_t");
         return DSC_EINVAL;
+    }
+    int manifest_step = 0;
     dsc_loader_t *loader = calloc(1, sizeof *loader);
-    if (loader == NULL)
+    if (loader == NULL) {
+        snprintf(create_error, sizeof create_error, "%s", dsc_strerror(DSC_ENOMEM));
         return DSC_ENOMEM;
+    }
+    pthread_mutex_init(&loader->err_lock, NULL);
     /* Copy what the caller's struct holds; newer fields keep their defaults. */
     options_defaults(&loader->cfg.opt);
     size_t n = options->struct_size < sizeof loader->cfg.opt ? options->struct_size
@@ -200,6 +299,9 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     if (loader->cfg.opt.max_held_bytes == 0)
         loader->cfg.opt.max_held_bytes = DEFAULT_MAX_HELD_BYTES;
     dsc__logger_init(&loader->cfg.log, options->log_fn, options->log_ctx, options->log_level);
+    loader->cfg.log.err_lock = &loader->err_lock;
+    loader->cfg.log.err_buf = loader->err_text;
+    loader->cfg.log.err_cap = sizeof loader->err_text;
     pthread_mutex_init(&loader->lock, NULL);
     pthread_cond_init(&loader->sched_cv, NULL);
     pthread_cond_init(&loader->io_cv, NULL);
@@ -266,8 +368,10 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
                       (size_t)(loader->cfg.opt.inflight_bytes + loader->cfg.opt.cache_bytes));
 
     rc = dsc__fetch_manifest(loader);
-    if (rc < 0)
+    if (rc < 0) {
+        manifest_step = 1;
         goto fail;
+    }
     const dsc_manifest_t *m = loader->cfg.manifest;
     loader->cfg.samples = m->samples;
     loader->cfg.sample_bytes = m->schema.sample_bytes;
@@ -315,6 +419,7 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     *out = loader;
     return 0;
 fail:
+    explain_create_failure(loader, rc, manifest_step);
     dsc_loader_destroy(loader);
     return rc;
 }
@@ -382,6 +487,7 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
     pthread_cond_destroy(&loader->work_cv);
     pthread_cond_destroy(&loader->cons_cv);
     pthread_cond_destroy(&loader->view.cv);
+    pthread_mutex_destroy(&loader->err_lock);
     free(loader);
 }
 

@@ -36,13 +36,21 @@ void dsc__logger_init(dsc_logger_t *logger, dsc_log_fn fn, void *ctx, int level)
 }
 
 void dsc__log(const dsc_logger_t *logger, int level, const char *fmt, ...) {
-    if (level > logger->level)
+    int keep = level == DSC_LOG_ERROR && logger->err_buf != NULL;
+    if (level > logger->level && !keep)
         return;
     char line[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    if (keep) {
+        pthread_mutex_lock(logger->err_lock);
+        snprintf(logger->err_buf, logger->err_cap, "%s", line);
+        pthread_mutex_unlock(logger->err_lock);
+    }
+    if (level > logger->level)
+        return;
     if (logger->fn != NULL) {
         logger->fn(logger->ctx, level, line);
         return;

@@ -109,6 +109,7 @@ typedef struct dsc_peer {
     dsc_chunk_queue_t queue;        /* route.c pushes, fetch.c pops */
     dsc_io_t *io;                   /* fetch.c: opt.connections of them */
     uint32_t io_count; /* fetch.c: I/O threads started: no chunk is routed to a peer without */
+    int manifest_rc;   /* fetch.c: what its MANIFEST call gave at create (explained there) */
 } dsc_peer_t;
 
 /* A decode thread's own state, and that of next() when it assists. */
@@ -143,6 +144,10 @@ struct dsc_loader {
     pthread_cond_t sched_cv, io_cv, work_cv, cons_cv;
     int stop;
     int error;
+    /* Owner loader.c: the last failure in words (dsc_loader_last_error): the last ERROR line
+     * (log.c keeps it), or create's explanation per server. Under err_lock. */
+    pthread_mutex_t err_lock;
+    char err_text[1024];
 
     /* Owner view.c (dsc__view_adopt), read by route.c and fetch.c; under lock. */
     struct {

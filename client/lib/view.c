@@ -74,6 +74,48 @@ static uint32_t members_json_replicas(const char *text, size_t len) {
     return v;
 }
 
+int dsc__view_list_datasets(const dsc_loader_t *loader, const char *addr, char *buf, size_t cap) {
+    if (cap == 0)
+        return 0;
+    buf[0] = '\0';
+    dsc_conn_t *conn = NULL;
+    uint32_t timeout =
+        loader->cfg.opt.timeout_ms < VIEW_TIMEOUT_MS ? loader->cfg.opt.timeout_ms : VIEW_TIMEOUT_MS;
+    int rc = dsc_conn_open_addr(addr, timeout, 0, &conn);
+    uint8_t *body = NULL;
+    size_t len = 0;
+    if (rc == 0)
+        rc = dsc_conn_call(conn, DSC_OP_LIST, NULL, 0, &body, &len);
+    dsc_conn_close(conn);
+    if (rc < 0) {
+        free(body);
+        return rc;
+    }
+    cJSON *root = cJSON_ParseWithLength((const char *)body, len);
+    free(body);
+    if (!cJSON_IsArray(root)) {
+        cJSON_Delete(root);
+        return DSC_EPROTO;
+    }
+    int count = 0;
+    size_t used = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, root) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(item, "name");
+        if (!cJSON_IsString(name))
+            continue;
+        int n = snprintf(buf + used, cap - used, "%s%s", count ? ", " : "", name->valuestring);
+        count++;
+        if (n < 0 || (size_t)n >= cap - used) {
+            buf[used] = '\0'; /* cut at a whole name */
+            break;
+        }
+        used += (size_t)n;
+    }
+    cJSON_Delete(root);
+    return count;
+}
+
 #define REPLICAS_DEFAULT 2 /* servers that do not say: dscached's default --replicas */
 
 int dsc__view_learn_replicas(dsc_loader_t *loader) {
