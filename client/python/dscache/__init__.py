@@ -538,7 +538,7 @@ class _Hold:
         loader = self.__dict__.get("_loader")
         if loader is None:
             return
-        if self._batch is not None:
+        if self._batch is not None and loader._handle:
             loader._lib.dsc_batch_release(self._batch)
         loader._unhold()
 
@@ -563,7 +563,8 @@ def _dlpack_deleter(managed):
     key = ctypes.cast(managed, ctypes.c_void_p).value
     with _dlpack_holds_lock:
         orig, hold = _dlpack_holds.pop(key, (None, None))
-    if orig is not None:
+    # After the loader was destroyed (only at exit) its batches are gone: nothing to release.
+    if orig is not None and hold is not None and hold._loader._handle:
         orig(managed)
     del hold
 
@@ -584,7 +585,7 @@ def _close_live_loaders():
     # interpreter must not happen.
     for loader in list(_live):
         try:
-            loader.close()
+            loader._destroy()  # even with batches alive: the process is ending
         except Exception:
             pass
 
@@ -712,6 +713,7 @@ class Loader:
             self._destroy()
 
     def _destroy(self):
+        self._close_pending = True
         handle, self._handle = self._handle, None
         if handle:
             # A forked child (e.g. a DataLoader worker) has the handle but not the threads:
