@@ -108,9 +108,10 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader);
  * is never overwritten, and a caller that drops batches promptly uses only prefetch_batches
  * slots, with no copy. */
 DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out);
-/* Drops one reference to the batch: next()'s while the batch still has it, else one taken by
- * dsc_batch_retain(). The slot goes back to the prefetcher once no reference is left. NULL (or
- * a batch without references) is a no-op. Thread-safe. */
+/* Drops one reference to the batch: one taken by dsc_batch_retain() (or a DLPack tensor) while
+ * there is one, else next()'s (giving the slot back early, as before). The slot goes back to the
+ * prefetcher once no reference is left. NULL (or a batch without references) is a no-op.
+ * Thread-safe. */
 DSC_EXTERN void dsc_batch_release(dsc_batch_t *batch);
 /* Takes one more reference to a batch that has one (between next() and its release): the batch
  * stays valid, past later next() calls, until a dsc_batch_release() per reference. Returns 0,

@@ -181,10 +181,12 @@ DSC_EXTERN void dsc_batch_release(dsc_batch_t *batch) {
         return;
     dsc_loader_t *loader = batch->loader;
     pthread_mutex_lock(&loader->lock);
-    if (batch->handed && loader->cons.current == batch)
-        dsc__batch_release_current(loader);
-    else
+    /* References taken with retain (or by DLPack tensors) go first: next()'s is the last. */
+    int loaned = batch->handed && loader->cons.current == batch;
+    if (slot_of(batch)->refs > (uint32_t)loaned)
         slot_unref(loader, slot_of(batch));
+    else if (loaned)
+        dsc__batch_release_current(loader);
     pthread_mutex_unlock(&loader->lock);
 }
 

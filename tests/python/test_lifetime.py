@@ -64,8 +64,8 @@ for output in outputs:
         rest = 0
         for batch in it:
             rest += rows_ok(batch)
-        t.check(ld.stats()["slots_added"] == added, "%s: no slot added once batches are dropped"
-                % output)
+        t.check(ld.stats()["slots_added"] == added, "%s: no slot added once batches are dropped "
+                "(%d, then %d; holds %d)" % (output, added, ld.stats()["slots_added"], ld._holds))
         # Gradient accumulation over 4, zero-copy.
         ld.set_epoch(1)
         acc, bad, seen = [], 0, 0
@@ -80,6 +80,7 @@ for output in outputs:
         t.check(bad == 0 and seen == len(ld), "%s: gradient accumulation over 4: %d of %d "
                 "batches bad" % (output, bad, seen))
         # A batch outlives close(): the loader is freed when its last batch goes.
+        del acc, batch
         keep = next(iter(ld))
         ld.close()
         t.check(rows_ok(keep), "%s: a batch kept past close() keeps its bytes" % output)
@@ -114,7 +115,7 @@ lib.dsc_loader_options_init(ctypes.cast(buf, ctypes.POINTER(dscache._Options)))
 c_size = ctypes.c_size_t.from_buffer(buf).value
 t.check(c_size == py_size, "options struct: C %d bytes, Python %d" % (c_size, py_size))
 t.check(all(buf[i] == 0xAB for i in range(c_size, cap)), "options_init writes sizeof only")
-small = 120  # an older struct: up to cache_bytes' offset at least
+small = dscache._Options.cache_bytes.offset  # the first struct: up to stats_log_seconds
 buf = (ctypes.c_uint8 * cap)(*([0xCD] * cap))
 rc = lib.dsc_loader_options_init2(ctypes.cast(buf, ctypes.POINTER(dscache._Options)), small)
 t.check(rc == 0 and ctypes.c_size_t.from_buffer(buf).value == small and

@@ -572,7 +572,9 @@ def _dlpack_deleter(managed):
 def _dlpack_track(managed, hold):
     key = ctypes.cast(managed, ctypes.c_void_p).value
     with _dlpack_holds_lock:
-        _dlpack_holds[key] = (managed.contents.deleter, hold)
+        # A copy of the function address: the field object would read the struct's new value.
+        orig = _DELETER(ctypes.cast(managed.contents.deleter, ctypes.c_void_p).value)
+        _dlpack_holds[key] = (orig, hold)
     managed.contents.deleter = _dlpack_deleter
 
 
