@@ -23,6 +23,9 @@ static int env_level(void) {
 }
 
 void dsc__logger_init(dsc_logger_t *logger, dsc_log_fn fn, void *ctx, int level) {
+    logger->err_lock = NULL; /* the loader sets these after */
+    logger->err_buf = NULL;
+    logger->err_cap = 0;
     logger->fn = fn;
     logger->ctx = ctx;
     if (fn != NULL) {
