@@ -72,7 +72,8 @@ extern "C" {
     XX(EALLDOWN, -4025, "every replica of a shard failed")                                         \
     XX(ECLOSED, -4026, "connection closed")                                                        \
     XX(EBADREQ, -4027, "bad request (rejected by the server)")                                     \
-    XX(EFILESUM, -4028, "shard file checksum mismatch")
+    XX(EFILESUM, -4028, "shard file checksum mismatch")                                            \
+    XX(EHELD, -4029, "batches held by the caller would exceed max_held_bytes")
 
 typedef enum {
 #define DSC_ERR_ENUM_(name, value, msg) DSC_##name = (value),

@@ -42,7 +42,10 @@ typedef struct dsc_loader_options {
     int device;                /* -1: host batches (default); >= 0: CUDA device index */
     uint32_t timeout_ms;       /* per-request time-out before fail-over (default 5000; at most
                                   3600000; 0 = default) */
-    uint32_t replicas;         /* replication factor used for placement (default 2) */
+    uint32_t replicas;         /* replication factor used for placement; 0 (default): the
+                                  servers' (MEMBERS carries it; a server too old to send it:
+                                  2). An explicit value the servers disagree with is logged
+                                  at WARN and used (it decides where chunks are looked for) */
     const char *fallback_path; /* dataset directory readable by the trainer, or NULL */
     dsc_log_fn log_fn;         /* NULL: quiet (or DSCACHE_LOG) */
     void *log_ctx;
@@ -71,30 +74,73 @@ typedef struct dsc_loader_options {
                   the stored dataset once per epoch at any world size; DSC_ORDER_GLOBAL: one
                   world-size-independent order cut into rank blocks per step (every rank reads
                   about the whole dataset per epoch) */
+    uint64_t max_held_bytes; /* bound on the batch slot bytes the caller may hold at once:
+                                batches kept past the next next() (dsc_batch_retain, DLPack
+                                tensors not yet deleted) each hold a slot; when every slot is
+                                held the loader adds one (stats slots_added), and next()
+                                returns DSC_EHELD when the batches held plus the new one would
+                                pass this bound. One held batch is always allowed. Default 0:
+                                1 GiB (host and, with CUDA, device memory alike) */
 } dsc_loader_options_t;
 
 #define DSC_ORDER_LOCAL 0
 #define DSC_ORDER_GLOBAL 1
 
-/* Fills *options with the defaults above (servers and dataset NULL). */
+/* Fills the first `size` bytes of *options with the defaults above (servers and dataset NULL)
+ * and sets struct_size = size: pass sizeof *options, as DSC_LOADER_OPTIONS_INIT does, so that a
+ * program built against an older, smaller struct gets only the fields it has. Returns 0, or
+ * DSC_EINVAL (NULL, or size smaller than the first version of the struct). */
+DSC_EXTERN int dsc_loader_options_init2(dsc_loader_options_t *options, size_t size);
+#define DSC_LOADER_OPTIONS_INIT(options) dsc_loader_options_init2((options), sizeof *(options))
+/* The same as dsc_loader_options_init2(options, sizeof(dsc_loader_options_t)) of this
+ * version: kept for programs built against it; new code uses DSC_LOADER_OPTIONS_INIT. */
 DSC_EXTERN void dsc_loader_options_init(dsc_loader_options_t *options);
 
 /* Connects, fetches the manifest, plans epoch 0 and starts prefetching. Blocks until the
- * manifest is known (bounded by timeout_ms per server). Returns 0 and *out, or DSC_EINVAL (bad
- * options, named in the log), DSC_ENOTFOUND (unknown dataset), DSC_EUNAVAIL (no server
- * answered), DSC_ENODEVICE (device >= 0 and no such CUDA device), DSC_ENOMEM. The loader owns
- * every buffer it hands out. */
+ * manifest is known (bounded by timeout_ms per server). options->struct_size may be that of an
+ * older, smaller struct: the fields it lacks take their defaults. Returns 0 and *out, or
+ * DSC_EINVAL (bad options, named in the log), DSC_ENOTFOUND (unknown dataset), DSC_EUNAVAIL (no
+ * server answered), DSC_ENODEVICE (device >= 0 and no such CUDA device), DSC_ENOMEM. The loader
+ * owns every buffer it hands out. On failure dsc_loader_last_error(NULL, ...) says why, per
+ * server tried. */
 DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader_t **out);
-/* Stops the threads and frees everything, including batches not released. NULL is a no-op. */
+/* Stops the threads and frees everything, including batches still held (their memory, and
+ * any DLPack tensor of them: delete those first). NULL is a no-op. */
 DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader);
 
 /* Returns the next batch of the epoch in *out, waiting while it is being prefetched (that wait
- * is counted as stall). Returns 0, DSC_EOF at the end of the epoch, or a DSC_E* code (then
- * *out is untouched and the loader is failed: later calls return the same code). The batch
- * stays valid until the next call or dsc_batch_release(). Not thread-safe per loader. */
+ * is counted as stall). Returns 0, DSC_EOF at the end of the epoch, DSC_EHELD (the batches the
+ * caller still holds plus this one would pass max_held_bytes: logged; nothing is handed out,
+ * the loader is not failed, release some and call again), or another DSC_E* code (then *out is
+ * untouched and the loader is failed: later calls return the same code). Not thread-safe per
+ * loader.
+ *
+ * Batch lifetime. A batch's memory (its slot) is never reused while the batch has a reference.
+ * next() hands it out with one reference, which the following next() (or set_epoch,
+ * state_load) drops unless dsc_batch_release() dropped it first: with no more, the batch is
+ * valid until the next call, as before. To keep a batch longer, take a reference with
+ * dsc_batch_retain() and drop it with dsc_batch_release(); every DLPack tensor from
+ * dsc_batch_dlpack() holds one too, dropped by its deleter. While batches are held the loader
+ * prefetches into other slots, adding slots when it runs out (see max_held_bytes): a held batch
+ * is never overwritten, and a caller that drops batches promptly uses only prefetch_batches
+ * slots, with no copy. */
 DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out);
-/* Gives a batch's slot back to the prefetcher early. NULL is a no-op. */
+/* Drops one reference to the batch: one taken by dsc_batch_retain() (or a DLPack tensor) while
+ * there is one, else next()'s (giving the slot back early, as before). The slot goes back to the
+ * prefetcher once no reference is left. NULL (or a batch without references) is a no-op.
+ * Thread-safe. */
 DSC_EXTERN void dsc_batch_release(dsc_batch_t *batch);
+/* Takes one more reference to a batch that has one (between next() and its release): the batch
+ * stays valid, past later next() calls, until a dsc_batch_release() per reference. Returns 0,
+ * or DSC_EINVAL (NULL, or the batch was already given back). Thread-safe. */
+DSC_EXTERN int dsc_batch_retain(dsc_batch_t *batch);
+
+/* What the last failure was, in words, naming each server tried and why it failed (connection
+ * refused, timed out, name not resolved, protocol version, dataset not found: with the
+ * datasets the servers have). loader NULL: the calling thread's last dsc_loader_create
+ * failure. Writes at most cap bytes (NUL-terminated; "" when none) and returns the length of
+ * the whole text. */
+DSC_EXTERN int dsc_loader_last_error(const dsc_loader_t *loader, char *buf, size_t cap);
 
 /* Starts epoch `epoch` from its first batch (drops what was prefetched). Returns 0 or DSC_E*. */
 DSC_EXTERN int dsc_loader_set_epoch(dsc_loader_t *loader, uint64_t epoch);
@@ -151,8 +197,10 @@ DSC_EXTERN const uint64_t *dsc_batch_indices(const dsc_batch_t *batch);
 /* Returns 0 with a view of one field, or DSC_ERANGE. Valid as long as the batch. */
 DSC_EXTERN int dsc_batch_field(const dsc_batch_t *batch, uint32_t field, dsc_tensor_view_t *out);
 /* A DLPack tensor over the same memory (kDLCPU or kDLCUDA). The caller owns the returned
- * DLManagedTensor and calls its deleter; the *data* stays valid only as long as the batch
- * (until the next dsc_loader_next or dsc_batch_release). Returns 0, DSC_ERANGE or DSC_ENOMEM. */
+ * DLManagedTensor and calls its deleter; the tensor holds a reference to the batch (as
+ * dsc_batch_retain), so its data stays valid until the deleter runs, past later next() calls.
+ * Call the deleter before dsc_loader_destroy. Returns 0, DSC_ERANGE, DSC_EINVAL (the batch was
+ * given back) or DSC_ENOMEM. */
 struct DLManagedTensor;
 DSC_EXTERN int dsc_batch_dlpack(dsc_batch_t *batch, uint32_t field, struct DLManagedTensor **out);
 
@@ -189,6 +237,8 @@ typedef struct dsc_stats {
                                   end next() last returned): each chunk counts for the epoch of
                                   the step that first needed it, whenever it arrived (0 before
                                   the first epoch ends; reset by set_epoch and state_load) */
+    uint64_t slots_added;      /* batch slots added because every slot was held by batches the
+                                  caller kept (see max_held_bytes) */
 } dsc_stats_t;
 
 /* Fills *out (out->struct_size must be set). Returns 0 or DSC_EINVAL. Thread-safe. */

@@ -1,13 +1,53 @@
-/* Loader batches: the batch slots (host and device memory steps are collated into), releasing a
- * handed-out batch, and the public batch accessors, tensor views and DLPack export. Calls down
+/* Loader batches: the batch slots (host and device memory steps are collated into, added while
+ * the caller holds batches), batch references, and the public batch accessors, tensor views and
+ * DLPack export. Calls down
  * only: pipeline.c, cuda.c, slots.c. */
 #include "batch.h"
 
 #include <dlpack/dlpack.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define SLOT_ALIGN 256
+
+static int slot_new(dsc_loader_t *loader, uint32_t i) {
+    dsc_batch_slot_t *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return DSC_ENOMEM;
+    loader->cons.slots[i] = s;
+    s->owner = SLOT_FREE;
+    s->host_bytes = loader->cons.slot_bytes;
+    s->batch.loader = loader;
+    s->batch.slot = i;
+    s->batch.indices = calloc(loader->cfg.opt.batch_size, sizeof(uint64_t));
+    if (s->batch.indices == NULL)
+        return DSC_ENOMEM;
+    if (loader->cfg.cuda != NULL) {
+        s->host = dsc__cuda_host_alloc(loader->cfg.cuda, loader->cons.slot_bytes);
+        s->host_cuda = 1;
+        s->dev = dsc__cuda_dev_alloc(loader->cfg.cuda, loader->cons.slot_bytes);
+        if (s->host == NULL || s->dev == NULL)
+            return DSC_ECUDA;
+        return dsc__cuda_slot_init(loader->cfg.cuda, &s->ev);
+    }
+    s->host = dsc__host_alloc(loader->cons.slot_bytes, &loader->cfg.log, &s->locked);
+    return s->host == NULL ? DSC_ENOMEM : 0;
+}
+
+static void slot_free(dsc_loader_t *loader, dsc_batch_slot_t *s) {
+    if (s == NULL)
+        return;
+    if (s->host_cuda) {
+        dsc__cuda_host_free(loader->cfg.cuda, s->host);
+        dsc__cuda_dev_free(loader->cfg.cuda, s->dev);
+        dsc__cuda_slot_close(loader->cfg.cuda, &s->ev);
+    } else {
+        dsc__host_free(s->host, s->host_bytes);
+    }
+    free(s->batch.indices);
+    free(s);
+}
 
 int dsc__slots_alloc(dsc_loader_t *loader) {
     uint64_t off = 0;
@@ -18,32 +58,17 @@ int dsc__slots_alloc(dsc_loader_t *loader) {
         off += (bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
     }
     loader->cons.slot_bytes = off;
-    loader->cons.slots = calloc(loader->cons.slot_count, sizeof(dsc_batch_slot_t));
+    uint32_t count = loader->cons.slot_count;
+    loader->cons.slot_count = 0;
+    loader->cons.slot_cap = count;
+    loader->cons.slots = calloc(count, sizeof(dsc_batch_slot_t *));
     if (loader->cons.slots == NULL)
         return DSC_ENOMEM;
-    for (uint32_t i = 0; i < loader->cons.slot_count; i++) {
-        dsc_batch_slot_t *s = &loader->cons.slots[i];
-        s->owner = SLOT_FREE;
-        s->host_bytes = loader->cons.slot_bytes;
-        s->batch.loader = loader;
-        s->batch.slot = i;
-        s->batch.indices = calloc(loader->cfg.opt.batch_size, sizeof(uint64_t));
-        if (s->batch.indices == NULL)
-            return DSC_ENOMEM;
-        if (loader->cfg.cuda != NULL) {
-            s->host = dsc__cuda_host_alloc(loader->cfg.cuda, loader->cons.slot_bytes);
-            s->host_cuda = 1;
-            s->dev = dsc__cuda_dev_alloc(loader->cfg.cuda, loader->cons.slot_bytes);
-            if (s->host == NULL || s->dev == NULL)
-                return DSC_ECUDA;
-            int rc = dsc__cuda_slot_init(loader->cfg.cuda, &s->ev);
-            if (rc < 0)
-                return rc;
-        } else {
-            s->host = dsc__host_alloc(loader->cons.slot_bytes, &loader->cfg.log, &s->locked);
-            if (s->host == NULL)
-                return DSC_ENOMEM;
-        }
+    for (uint32_t i = 0; i < count; i++) {
+        loader->cons.slot_count = i + 1; /* a partial slot is freed too */
+        int rc = slot_new(loader, i);
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }
@@ -51,33 +76,103 @@ int dsc__slots_alloc(dsc_loader_t *loader) {
 void dsc__slots_free(dsc_loader_t *loader) {
     if (loader->cons.slots == NULL)
         return;
-    for (uint32_t i = 0; i < loader->cons.slot_count; i++) {
-        dsc_batch_slot_t *s = &loader->cons.slots[i];
-        if (s->host_cuda) {
-            dsc__cuda_host_free(loader->cfg.cuda, s->host);
-            dsc__cuda_dev_free(loader->cfg.cuda, s->dev);
-            dsc__cuda_slot_close(loader->cfg.cuda, &s->ev);
-        } else {
-            dsc__host_free(s->host, s->host_bytes);
-        }
-        free(s->batch.indices);
-    }
+    for (uint32_t i = 0; i < loader->cons.slot_count; i++)
+        slot_free(loader, loader->cons.slots[i]);
     free(loader->cons.slots);
     loader->cons.slots = NULL;
+}
+
+/* Adds one slot. Under lock (the allocation too: it is rare, and the scheduler must not
+ * hand out a slot that is half made). Returns 0, DSC_ENOMEM or DSC_ECUDA. */
+static int slot_add(dsc_loader_t *loader) {
+    if (loader->cons.slot_count == loader->cons.slot_cap) {
+        uint32_t cap = loader->cons.slot_cap * 2;
+        dsc_batch_slot_t **n = realloc(loader->cons.slots, cap * sizeof *n);
+        if (n == NULL)
+            return DSC_ENOMEM;
+        loader->cons.slots = n;
+        loader->cons.slot_cap = cap;
+    }
+    uint32_t i = loader->cons.slot_count;
+    int rc = slot_new(loader, i);
+    if (rc < 0) {
+        slot_free(loader, loader->cons.slots[i]);
+        loader->cons.slots[i] = NULL;
+        return rc;
+    }
+    loader->cons.slot_count = i + 1;
+    loader->stats.st.slots_added++;
+    pthread_cond_broadcast(&loader->sched_cv);
+    return 0;
+}
+
+int dsc__slots_make_room(dsc_loader_t *loader) {
+    uint64_t slot_bytes = loader->cons.slot_bytes ? loader->cons.slot_bytes : 1;
+    uint64_t cap = loader->cfg.opt.max_held_bytes;
+    uint32_t held = loader->cons.held;
+    if (held > 0 && (uint64_t)(held + 1) * slot_bytes > cap) {
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                "loader: %u batches are still held (kept past next(): retained, or tensors of "
+                "them alive) and one more would pass max_held_bytes %llu (slots of %llu bytes): "
+                "free or copy the batches you keep, or raise max_held_bytes",
+                held, (unsigned long long)cap, (unsigned long long)slot_bytes);
+        return DSC_EHELD;
+    }
+    /* Slots for the prefetcher beside the held ones: prefetch_batches - 1 (as when the caller
+     * holds only the current batch), at least 1 so that the next batch can be made. */
+    uint32_t spare =
+        loader->cfg.opt.prefetch_batches > 1 ? loader->cfg.opt.prefetch_batches - 1 : 1;
+    while (loader->cons.slot_count < held + spare) {
+        int rc = slot_add(loader);
+        if (rc < 0) {
+            DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                    "loader: cannot add a batch slot of %llu bytes beside the %u held: %s",
+                    (unsigned long long)slot_bytes, held, dsc_strerror(rc));
+            /* Progress is still possible while one slot is not held. */
+            if (loader->cons.slot_count > held)
+                break;
+            return rc;
+        }
+        DSC_LOG(&loader->cfg.log, DSC_LOG_DEBUG, "loader: %u batches held: now %u slots", held,
+                loader->cons.slot_count);
+    }
+    return 0;
+}
+
+/* Drops one reference of a slot's batch; the last one gives the slot back. Under lock. */
+static void slot_unref(dsc_loader_t *loader, dsc_batch_slot_t *slot) {
+    if (slot->refs == 0)
+        return;
+    if (--slot->refs > 0)
+        return;
+    if (loader->cfg.cuda != NULL &&
+        dsc__cuda_slot_release(loader->cfg.cuda, &slot->ev, loader->cons.user_stream) < 0)
+        dsc__loader_fail(loader, DSC_ECUDA);
+    slot->owner = SLOT_FREE;
+    loader->cons.held--;
+    pthread_cond_broadcast(&loader->sched_cv);
+}
+
+static dsc_batch_slot_t *slot_of(const dsc_batch_t *batch) {
+    return (dsc_batch_slot_t *)((char *)(uintptr_t)batch - offsetof(dsc_batch_slot_t, batch));
+}
+
+void dsc__batch_hand_out(dsc_loader_t *loader, dsc_batch_t *b) {
+    dsc_batch_slot_t *slot = slot_of(b);
+    b->handed = 1;
+    slot->refs = 1;
+    loader->cons.held++;
+    loader->cons.current = b;
 }
 
 void dsc__batch_release_current(dsc_loader_t *loader) {
     dsc_batch_t *b = loader->cons.current;
     if (b == NULL)
         return;
-    dsc_batch_slot_t *slot = &loader->cons.slots[b->slot];
-    if (loader->cfg.cuda != NULL &&
-        dsc__cuda_slot_release(loader->cfg.cuda, &slot->ev, loader->cons.user_stream) < 0)
-        dsc__loader_fail(loader, DSC_ECUDA);
     b->handed = 0;
-    slot->owner = SLOT_FREE;
     loader->cons.retired_seq = b->seq + 1;
     loader->cons.current = NULL;
+    slot_unref(loader, slot_of(b));
     pthread_cond_broadcast(&loader->sched_cv);
 }
 
@@ -86,9 +181,28 @@ DSC_EXTERN void dsc_batch_release(dsc_batch_t *batch) {
         return;
     dsc_loader_t *loader = batch->loader;
     pthread_mutex_lock(&loader->lock);
-    if (batch->handed && loader->cons.current == batch)
+    /* References taken with retain (or by DLPack tensors) go first: next()'s is the last. */
+    int loaned = batch->handed && loader->cons.current == batch;
+    if (slot_of(batch)->refs > (uint32_t)loaned)
+        slot_unref(loader, slot_of(batch));
+    else if (loaned)
         dsc__batch_release_current(loader);
     pthread_mutex_unlock(&loader->lock);
+}
+
+DSC_EXTERN int dsc_batch_retain(dsc_batch_t *batch) {
+    if (batch == NULL)
+        return DSC_EINVAL;
+    dsc_loader_t *loader = batch->loader;
+    pthread_mutex_lock(&loader->lock);
+    dsc_batch_slot_t *slot = slot_of(batch);
+    int rc = DSC_EINVAL;
+    if (slot->refs > 0 && slot->refs < UINT32_MAX) {
+        slot->refs++;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&loader->lock);
+    return rc;
 }
 
 DSC_EXTERN uint32_t dsc_batch_samples(const dsc_batch_t *batch) {
@@ -108,7 +222,7 @@ DSC_EXTERN int dsc_batch_field(const dsc_batch_t *batch, uint32_t field, dsc_ten
         return DSC_ERANGE;
     const dsc_loader_t *loader = batch->loader;
     const dsc_field_t *f = &loader->cfg.manifest->schema.fields[field];
-    const dsc_batch_slot_t *slot = &loader->cons.slots[batch->slot];
+    const dsc_batch_slot_t *slot = slot_of(batch);
     memset(out, 0, sizeof *out);
     out->name = f->name;
     out->dtype = f->dtype;
@@ -130,10 +244,13 @@ DSC_EXTERN int dsc_batch_field(const dsc_batch_t *batch, uint32_t field, dsc_ten
 typedef struct dlpack_holder {
     DLManagedTensor managed;
     int64_t shape[DSC_MAX_DIMS + 1];
+    dsc_batch_t *batch; /* the reference the tensor holds */
 } dlpack_holder_t;
 
 static void dlpack_deleter(DLManagedTensor *self) {
-    free(self->manager_ctx);
+    dlpack_holder_t *h = self->manager_ctx;
+    dsc_batch_release(h->batch);
+    free(h);
 }
 
 static int dlpack_dtype(int dtype, DLDataType *out) {
@@ -181,10 +298,13 @@ DSC_EXTERN int dsc_batch_dlpack(dsc_batch_t *batch, uint32_t field, struct DLMan
     t->device.device_id = view.device >= 0 ? view.device : 0;
     t->ndim = (int)view.ndim;
     rc = dlpack_dtype(view.dtype, &t->dtype);
+    if (rc == 0)
+        rc = dsc_batch_retain(batch);
     if (rc < 0) {
         free(h);
         return rc;
     }
+    h->batch = batch;
     t->shape = h->shape;
     t->strides = NULL; /* compact, row-major */
     t->byte_offset = 0;

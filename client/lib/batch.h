@@ -9,7 +9,16 @@
  * memory with CUDA). Returns 0 or DSC_ENOMEM / DSC_ECUDA; dsc__slots_free undoes a partial one. */
 int dsc__slots_alloc(dsc_loader_t *loader);
 void dsc__slots_free(dsc_loader_t *loader);
-/* Gives the handed-out batch's slot back (none: no-op). Under lock. */
+/* Drops next()'s reference to the handed-out batch (none: no-op); the slot goes back once no
+ * other reference is left. Under lock. */
 void dsc__batch_release_current(dsc_loader_t *loader);
+/* Makes b (the batch of a READY step's slot) the handed-out one, with next()'s reference. Under
+ * lock. */
+void dsc__batch_hand_out(dsc_loader_t *loader, dsc_batch_t *b);
+/* Before next() waits: adds slots until prefetch_batches - 1 (at least 1) are not held by the
+ * caller. Returns 0, or DSC_EHELD (logged) when the batches held plus one more would pass
+ * max_held_bytes, or DSC_ENOMEM / DSC_ECUDA when no slot could be added and none is free. Under
+ * lock. */
+int dsc__slots_make_room(dsc_loader_t *loader);
 
 #endif

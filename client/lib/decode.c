@@ -50,7 +50,7 @@ static dsc_batch_slot_t *direct_slot(dsc_loader_t *loader, const dsc_chunk_ent_t
     if (st->seq != ent->run_seq || st->eof || st->state != ST_PLANNED ||
         ent->run_k + (uint64_t)ent->samples > st->count)
         return NULL;
-    return &loader->cons.slots[ent->run_seq % loader->cons.slot_count];
+    return loader->cons.slots[loader->sched.steps[ent->run_seq % loader->sched.step_cap].slot];
 }
 
 /* Verifies the chunk and puts its samples straight into `slot` at batch position run_k: raw
@@ -292,7 +292,7 @@ int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx) {
         return 0;
     st->state = ST_COLLATING;
     loader->work.collating++;
-    dsc_batch_slot_t *slot = &loader->cons.slots[st->seq % loader->cons.slot_count];
+    dsc_batch_slot_t *slot = loader->cons.slots[st->slot];
     pthread_mutex_unlock(&loader->lock);
     int rc = 0;
     double t0 = dsc_now_s();

@@ -25,6 +25,7 @@ int dsc__fetch_manifest(dsc_loader_t *loader) {
         dsc_peer_t *peer = &loader->net.peers[i];
         uint64_t hello = 0;
         int r = peer->source->manifest(peer->endpoint, members_hash, &loader->cfg.manifest, &hello);
+        peer->manifest_rc = r;
         pthread_mutex_lock(&loader->lock);
         dsc__peer_hello(loader, i, hello);
         pthread_mutex_unlock(&loader->lock);

@@ -12,15 +12,20 @@
 #include "util.h"
 #include "view.h"
 
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define DEFAULT_CACHE_BYTES (256ull << 20)
 
-DSC_EXTERN void dsc_loader_options_init(dsc_loader_options_t *options) {
-    if (options == NULL)
-        return;
+#define DEFAULT_MAX_HELD_BYTES (1ull << 30)
+/* The struct_size of the first dsc_loader_options_t (up to timeout_ms .. stats_log_seconds):
+ * smaller ones are refused. */
+#define OPTIONS_MIN_SIZE offsetof(dsc_loader_options_t, cache_bytes)
+
+static void options_defaults(dsc_loader_options_t *options) {
     memset(options, 0, sizeof *options);
     options->struct_size = sizeof *options;
     options->batch_size = 32;
@@ -33,13 +38,119 @@ DSC_EXTERN void dsc_loader_options_init(dsc_loader_options_t *options) {
     options->connections = 2;
     options->device = -1;
     options->timeout_ms = 5000;
-    options->replicas = 2;
+    options->replicas = 0; /* the servers' */
     options->log_level = DSC_LOG_WARN;
     options->cache_bytes = 0; /* from the dataset (check_cache_budget) */
     options->order = DSC_ORDER_LOCAL;
+    options->max_held_bytes = DEFAULT_MAX_HELD_BYTES;
+}
+
+DSC_EXTERN int dsc_loader_options_init2(dsc_loader_options_t *options, size_t size) {
+    if (options == NULL || size < OPTIONS_MIN_SIZE)
+        return DSC_EINVAL;
+    dsc_loader_options_t full;
+    options_defaults(&full);
+    full.struct_size = size;
+    /* Only the caller's bytes: its struct may be an older, smaller one. */
+    memcpy(options, &full, size < sizeof full ? size : sizeof full);
+    if (size > sizeof full)
+        memset((char *)options + sizeof full, 0, size - sizeof full);
+    return 0;
+}
+
+DSC_EXTERN void dsc_loader_options_init(dsc_loader_options_t *options) {
+    if (options != NULL)
+        options_defaults(options);
 }
 
 /* ---- Create / destroy --------------------------------------------------------------------- */
+
+/* The calling thread's last dsc_loader_create failure, in words. */
+static _Thread_local char create_error[1024];
+
+/* Why one server did not give the manifest, appended to buf at *used. */
+static void explain_peer(const dsc_loader_t *loader, const dsc_peer_t *peer, char *buf, size_t cap,
+                         size_t *used) {
+    int r = peer->manifest_rc;
+    char why[640];
+    snprintf(why, sizeof why, "%s", dsc_strerror(r));
+    if (r == DSC_EUNAVAIL) {
+        /* conn.c says EUNAVAIL when the name does not resolve: say which. */
+        char host[DSC_MEMBER_MAX];
+        snprintf(host, sizeof host, "%s", peer->addr);
+        char *colon = strrchr(host, ':');
+        if (colon != NULL)
+            *colon = '\0';
+        if (host[0] == '[') {
+            memmove(host, host + 1, strlen(host));
+            char *end = strchr(host, ']');
+            if (end)
+                *end = '\0';
+        }
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+        struct addrinfo *res = NULL;
+        int g = getaddrinfo(host, NULL, &hints, &res);
+        if (g != 0)
+            snprintf(why, sizeof why, "host name %s not resolved (%s)", host, gai_strerror(g));
+        if (res != NULL)
+            freeaddrinfo(res);
+    } else if (r == DSC_EVERSION) {
+        snprintf(why, sizeof why, "protocol version not supported (another dscache version?)");
+    } else if (r == DSC_ENOTFOUND) {
+        char names[512];
+        int n = dsc__view_list_datasets(loader, peer->addr, names, sizeof names);
+        if (n > 0)
+            snprintf(why, sizeof why, "dataset %s not found; it has: %s", loader->cfg.dataset,
+                     names);
+        else if (n == 0)
+            snprintf(why, sizeof why, "dataset %s not found; it has no datasets",
+                     loader->cfg.dataset);
+        else
+            snprintf(why, sizeof why, "dataset %s not found", loader->cfg.dataset);
+    }
+    int k =
+        snprintf(buf + *used, cap - *used, "%sserver %s: %s", *used ? "; " : "", peer->addr, why);
+    if (k > 0)
+        *used = (size_t)k >= cap - *used ? cap - 1 : *used + (size_t)k;
+}
+
+/* create failed with rc: the thread's create_error says why (per server for the manifest). */
+static void explain_create_failure(dsc_loader_t *loader, int rc, int manifest_step) {
+    char text[sizeof create_error];
+    size_t used = 0;
+    text[0] = '\0';
+    if (loader != NULL && manifest_step) {
+        for (uint32_t i = 0; i < loader->net.peer_count && used + 1 < sizeof text; i++)
+            if (loader->net.peers[i].manifest_rc < 0)
+                explain_peer(loader, &loader->net.peers[i], text, sizeof text, &used);
+    }
+    if (used == 0 && loader != NULL) {
+        pthread_mutex_lock(&loader->err_lock);
+        snprintf(text, sizeof text, "%s", loader->err_text);
+        pthread_mutex_unlock(&loader->err_lock);
+    }
+    if (text[0] == '\0')
+        snprintf(text, sizeof text, "%s", dsc_strerror(rc));
+    else if (loader != NULL && manifest_step && used > 0)
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "loader: no manifest of %s: %s",
+                loader->cfg.dataset, text);
+    snprintf(create_error, sizeof create_error, "%s", text);
+}
+
+DSC_EXTERN int dsc_loader_last_error(const dsc_loader_t *loader, char *buf, size_t cap) {
+    char text[sizeof create_error];
+    if (loader == NULL) {
+        snprintf(text, sizeof text, "%s", create_error);
+    } else {
+        dsc_loader_t *l = (dsc_loader_t *)(uintptr_t)loader;
+        pthread_mutex_lock(&l->err_lock);
+        snprintf(text, sizeof text, "%s", l->err_text);
+        pthread_mutex_unlock(&l->err_lock);
+    }
+    if (buf != NULL && cap > 0)
+        snprintf(buf, cap, "%s", text);
+    return (int)strlen(text);
+}
 
 static char *dup_str(const char *s) {
     if (s == NULL)
@@ -172,21 +283,35 @@ static void check_cache_budget(dsc_loader_t *loader) {
 }
 
 DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader_t **out) {
-    if (options == NULL || out == NULL ||
-        options->struct_size < offsetof(dsc_loader_options_t, cache_bytes))
+    create_error[0] = '\0';
+    if (options == NULL || out == NULL || options->struct_size < OPTIONS_MIN_SIZE) {
+        snprintf(create_error, sizeof create_error, "invalid loader options: %s",
+                 options == NULL || out == NULL
+                     ? "NULL options or out"
+                     : "struct_size smaller than the first dsc_loader_options_t");
         return DSC_EINVAL;
+    }
+    int manifest_step = 0;
     dsc_loader_t *loader = calloc(1, sizeof *loader);
-    if (loader == NULL)
+    if (loader == NULL) {
+        snprintf(create_error, sizeof create_error, "%s", dsc_strerror(DSC_ENOMEM));
         return DSC_ENOMEM;
+    }
+    pthread_mutex_init(&loader->err_lock, NULL);
     /* Copy what the caller's struct holds; newer fields keep their defaults. */
-    dsc_loader_options_init(&loader->cfg.opt);
+    options_defaults(&loader->cfg.opt);
     size_t n = options->struct_size < sizeof loader->cfg.opt ? options->struct_size
                                                              : sizeof loader->cfg.opt;
     memcpy(&loader->cfg.opt, options, n);
     loader->cfg.opt.struct_size = sizeof loader->cfg.opt;
     if (loader->cfg.opt.timeout_ms == 0)
         loader->cfg.opt.timeout_ms = 5000;
+    if (loader->cfg.opt.max_held_bytes == 0)
+        loader->cfg.opt.max_held_bytes = DEFAULT_MAX_HELD_BYTES;
     dsc__logger_init(&loader->cfg.log, options->log_fn, options->log_ctx, options->log_level);
+    loader->cfg.log.err_lock = &loader->err_lock;
+    loader->cfg.log.err_buf = loader->err_text;
+    loader->cfg.log.err_cap = sizeof loader->err_text;
     pthread_mutex_init(&loader->lock, NULL);
     pthread_cond_init(&loader->sched_cv, NULL);
     pthread_cond_init(&loader->io_cv, NULL);
@@ -281,8 +406,10 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
                                                                      : DEFAULT_CACHE_BYTES)));
 
     rc = dsc__fetch_manifest(loader);
-    if (rc < 0)
+    if (rc < 0) {
+        manifest_step = 1;
         goto fail;
+    }
     const dsc_manifest_t *m = loader->cfg.manifest;
     loader->cfg.samples = m->samples;
     loader->cfg.sample_bytes = m->schema.sample_bytes;
@@ -297,6 +424,10 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
         loader->cfg.opt.shuffle_window = (uint32_t)(w >= 8192 ? 8192 : w ? w : 1);
     }
     loader->cfg.source_env.manifest = m;
+    if (loader->net.peer_count > 0)
+        dsc__view_learn_replicas(loader);
+    else if (loader->cfg.opt.replicas == 0)
+        loader->cfg.opt.replicas = 1; /* fallback files only: placement is not used */
     check_cache_budget(loader);
     loader->cfg.cache_bytes = loader->cfg.opt.cache_bytes;
     if (loader->cfg.opt.device >= 0) {
@@ -330,6 +461,7 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     *out = loader;
     return 0;
 fail:
+    explain_create_failure(loader, rc, manifest_step);
     dsc_loader_destroy(loader);
     return rc;
 }
@@ -399,6 +531,7 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
     pthread_cond_destroy(&loader->work_cv);
     pthread_cond_destroy(&loader->cons_cv);
     pthread_cond_destroy(&loader->view.cv);
+    pthread_mutex_destroy(&loader->err_lock);
     free(loader);
 }
 
@@ -419,6 +552,13 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
             rc = loader->error;
             break;
         }
+        /* Batches the caller holds keep their slots: the next batch needs another one. */
+        rc = dsc__slots_make_room(loader);
+        if (rc < 0) {
+            if (rc != DSC_EHELD)
+                dsc__loader_fail(loader, rc);
+            break;
+        }
         if (loader->cons.cons_seq < loader->sched.slot_seq) {
             st = &loader->sched.steps[loader->cons.cons_seq % loader->sched.step_cap];
             if (st->state == ST_READY)
@@ -436,7 +576,7 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
     double t1 = dsc_now_s();
     loader->stats.st.stall_seconds += t1 - t0;
     if (rc == 0) {
-        dsc_batch_slot_t *slot = &loader->cons.slots[st->seq % loader->cons.slot_count];
+        dsc_batch_slot_t *slot = loader->cons.slots[st->slot];
         loader->cons.cons_seq++;
         if (st->eof) {
             slot->owner = SLOT_FREE;
@@ -455,9 +595,8 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
             b->samples = st->count;
             b->step = st->step;
             b->seq = st->seq;
-            b->handed = 1;
             memcpy(b->indices, st->ids, st->count * sizeof(uint64_t));
-            loader->cons.current = b;
+            dsc__batch_hand_out(loader, b);
             loader->cons.cons_epoch = st->epoch;
             loader->cons.cons_pos = st->pos_after;
             loader->stats.st.epoch = st->epoch;

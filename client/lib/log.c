@@ -23,6 +23,9 @@ static int env_level(void) {
 }
 
 void dsc__logger_init(dsc_logger_t *logger, dsc_log_fn fn, void *ctx, int level) {
+    logger->err_lock = NULL; /* the loader sets these after */
+    logger->err_buf = NULL;
+    logger->err_cap = 0;
     logger->fn = fn;
     logger->ctx = ctx;
     if (fn != NULL) {
@@ -36,13 +39,21 @@ void dsc__logger_init(dsc_logger_t *logger, dsc_log_fn fn, void *ctx, int level)
 }
 
 void dsc__log(const dsc_logger_t *logger, int level, const char *fmt, ...) {
-    if (level > logger->level)
+    int keep = level == DSC_LOG_ERROR && logger->err_buf != NULL;
+    if (level > logger->level && !keep)
         return;
     char line[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    if (keep) {
+        pthread_mutex_lock(logger->err_lock);
+        snprintf(logger->err_buf, logger->err_cap, "%s", line);
+        pthread_mutex_unlock(logger->err_lock);
+    }
+    if (level > logger->level)
+        return;
     if (logger->fn != NULL) {
         logger->fn(logger->ctx, level, line);
         return;

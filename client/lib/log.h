@@ -5,10 +5,18 @@
 
 #include "dscache.h"
 
+#include <pthread.h>
+#include <stddef.h>
+
 typedef struct dsc_logger {
     dsc_log_fn fn; /* NULL: stderr when DSCACHE_LOG is set, else quiet */
     void *ctx;
     int level; /* messages with a level above this are dropped unformatted; -1 = none */
+    /* When set: every ERROR line is also kept here (the last one), whatever the level, for
+     * dsc_loader_last_error. */
+    pthread_mutex_t *err_lock;
+    char *err_buf;
+    size_t err_cap;
 } dsc_logger_t;
 
 /* Fills *logger from the options' callback and level, or DSCACHE_LOG=error|warn|info|debug. */
@@ -19,7 +27,7 @@ void dsc__log(const dsc_logger_t *logger, int level, const char *fmt, ...)
 
 #define DSC_LOG(logger, lvl, ...)                                                                  \
     do {                                                                                           \
-        if ((lvl) <= (logger)->level)                                                              \
+        if ((lvl) <= (logger)->level || ((lvl) == DSC_LOG_ERROR && (logger)->err_buf != NULL))     \
             dsc__log((logger), (lvl), __VA_ARGS__);                                                \
     } while (0)
 

@@ -56,6 +56,7 @@ typedef struct dsc_step {
     int eof;            /* end-of-epoch marker */
     int state;
     uint32_t count;
+    uint32_t slot; /* index in cons.slots once slotted (seq < sched.slot_seq) */
     uint32_t scan; /* samples before this index are known decoded */
     uint64_t *ids;
     dsc_chunk_ent_t **src;
@@ -69,7 +70,8 @@ struct dsc_batch {
     uint64_t step;
     uint64_t seq;
     uint64_t *indices;
-    int handed; /* between next() and its release */
+    int handed; /* next()'s reference is held: released by the next next() or
+                   dsc_batch_release() */
 };
 
 /* One batch slot: the host (and device) memory a step is collated into. */
@@ -81,6 +83,8 @@ typedef struct dsc_batch_slot {
     uint8_t *dev;
     dsc_cuda_slot_t ev;
     uint64_t owner; /* seq using it, or SLOT_FREE */
+    uint32_t refs;  /* references to its handed-out batch (next()'s, dsc_batch_retain()'s,
+                       DLPack tensors'): the slot is not reused before they are all gone */
     dsc_batch_t batch;
 } dsc_batch_slot_t;
 #define SLOT_FREE UINT64_MAX
@@ -117,6 +121,7 @@ typedef struct dsc_peer {
     dsc_chunk_queue_t queue;        /* route.c pushes, fetch.c pops */
     dsc_io_t *io;                   /* fetch.c: opt.connections of them */
     uint32_t io_count; /* fetch.c: I/O threads started: no chunk is routed to a peer without */
+    int manifest_rc;   /* fetch.c: what its MANIFEST call gave at create (explained there) */
 } dsc_peer_t;
 
 /* A decode thread's own state, and that of next() when it assists. */
@@ -152,6 +157,10 @@ struct dsc_loader {
     pthread_cond_t sched_cv, io_cv, work_cv, cons_cv;
     int stop;
     int error;
+    /* Owner loader.c: the last failure in words (dsc_loader_last_error): the last ERROR line
+     * (log.c keeps it), or create's explanation per server. Under err_lock. */
+    pthread_mutex_t err_lock;
+    char err_text[1024];
 
     /* Owner view.c (dsc__view_adopt), read by route.c and fetch.c; under lock. */
     struct {
@@ -225,7 +234,9 @@ struct dsc_loader {
         uint64_t cons_seq;    /* next seq to hand out */
         uint64_t retired_seq; /* steps below were released */
         uint32_t slot_count;
-        dsc_batch_slot_t *slots;
+        uint32_t slot_cap;        /* entries of slots */
+        dsc_batch_slot_t **slots; /* slot_count slots (each allocated once: batches point in) */
+        uint32_t held;            /* slots whose batch has references (refs > 0) */
         size_t slot_bytes;
         dsc_batch_t *current; /* handed out, not yet released */
         uint64_t cons_epoch, cons_pos;

@@ -152,14 +152,17 @@ void *dsc__sched_main(void *arg) {
             continue;
         }
         int progress = 0;
-        /* Slots, in stream order. */
+        /* Slots, in stream order: any free one (slots held by the caller's batches stay). */
         while (loader->sched.slot_seq < loader->sched.plan_seq) {
-            dsc_batch_slot_t *slot =
-                &loader->cons.slots[loader->sched.slot_seq % loader->cons.slot_count];
-            if (slot->owner != SLOT_FREE)
+            uint32_t free_slot = UINT32_MAX;
+            for (uint32_t i = 0; i < loader->cons.slot_count && free_slot == UINT32_MAX; i++)
+                if (loader->cons.slots[i]->owner == SLOT_FREE)
+                    free_slot = i;
+            if (free_slot == UINT32_MAX)
                 break;
-            slot->owner = loader->sched.slot_seq;
+            loader->cons.slots[free_slot]->owner = loader->sched.slot_seq;
             dsc_step_t *st = &loader->sched.steps[loader->sched.slot_seq % loader->sched.step_cap];
+            st->slot = free_slot;
             if (st->eof) {
                 st->state = ST_READY;
                 pthread_cond_broadcast(&loader->cons_cv);

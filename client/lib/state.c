@@ -19,7 +19,8 @@ int dsc__stream_restart(dsc_loader_t *loader, uint64_t epoch, const dsc_plan_seg
             memset(&loader->net.peers[p].queue, 0, sizeof(dsc_chunk_queue_t));
     memset(&loader->work.decode_queue, 0, sizeof loader->work.decode_queue);
     for (uint32_t i = 0; i < loader->cons.slot_count; i++)
-        loader->cons.slots[i].owner = SLOT_FREE;
+        if (loader->cons.slots[i]->refs == 0) /* batches the caller holds keep theirs */
+            loader->cons.slots[i]->owner = SLOT_FREE;
     loader->cons.cons_seq = loader->cons.retired_seq = loader->sched.plan_seq;
     int rc = dsc__sched_restart(loader, epoch, hist, nhist, pos);
     loader->cons.cons_epoch = epoch;

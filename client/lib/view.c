@@ -61,6 +61,99 @@ cleanup:
     return rc;
 }
 
+/* The "replicas" of a MEMBERS answer: 1 .. DSC_MAX_REPLICAS, or 0 (absent or out of range). */
+static uint32_t members_json_replicas(const char *text, size_t len) {
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (root == NULL)
+        return 0;
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "replicas");
+    uint32_t v = 0;
+    if (cJSON_IsNumber(r) && r->valuedouble >= 1 && r->valuedouble <= DSC_MAX_REPLICAS)
+        v = (uint32_t)r->valuedouble;
+    cJSON_Delete(root);
+    return v;
+}
+
+int dsc__view_list_datasets(const dsc_loader_t *loader, const char *addr, char *buf, size_t cap) {
+    if (cap == 0)
+        return 0;
+    buf[0] = '\0';
+    dsc_conn_t *conn = NULL;
+    uint32_t timeout =
+        loader->cfg.opt.timeout_ms < VIEW_TIMEOUT_MS ? loader->cfg.opt.timeout_ms : VIEW_TIMEOUT_MS;
+    int rc = dsc_conn_open_addr(addr, timeout, 0, &conn);
+    uint8_t *body = NULL;
+    size_t len = 0;
+    if (rc == 0)
+        rc = dsc_conn_call(conn, DSC_OP_LIST, NULL, 0, &body, &len);
+    dsc_conn_close(conn);
+    if (rc < 0) {
+        free(body);
+        return rc;
+    }
+    cJSON *root = cJSON_ParseWithLength((const char *)body, len);
+    free(body);
+    if (!cJSON_IsArray(root)) {
+        cJSON_Delete(root);
+        return DSC_EPROTO;
+    }
+    int count = 0;
+    size_t used = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, root) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(item, "name");
+        if (!cJSON_IsString(name))
+            continue;
+        int n = snprintf(buf + used, cap - used, "%s%s", count ? ", " : "", name->valuestring);
+        count++;
+        if (n < 0 || (size_t)n >= cap - used) {
+            buf[used] = '\0'; /* cut at a whole name */
+            break;
+        }
+        used += (size_t)n;
+    }
+    cJSON_Delete(root);
+    return count;
+}
+
+#define REPLICAS_DEFAULT 2 /* servers that do not say: dscached's default --replicas */
+
+int dsc__view_learn_replicas(dsc_loader_t *loader) {
+    uint32_t explicit_r = loader->cfg.opt.replicas;
+    uint32_t learned = 0;
+    char from[DSC_MEMBER_MAX] = "";
+    uint32_t timeout =
+        loader->cfg.opt.timeout_ms < VIEW_TIMEOUT_MS ? loader->cfg.opt.timeout_ms : VIEW_TIMEOUT_MS;
+    for (uint32_t s = 0; s < loader->net.peer_count && learned == 0 && s < VIEW_ASK_MAX; s++) {
+        const char *addr = loader->net.peers[s].addr;
+        dsc_conn_t *conn = NULL;
+        int rc = dsc_conn_open_addr(addr, timeout, loader->net.view_hash, &conn);
+        uint8_t *body = NULL;
+        size_t len = 0;
+        if (rc == 0)
+            rc = dsc_conn_call(conn, DSC_OP_MEMBERS, NULL, 0, &body, &len);
+        dsc_conn_close(conn);
+        if (rc == 0) {
+            learned = members_json_replicas((const char *)body, len);
+            snprintf(from, sizeof from, "%s", addr);
+        }
+        free(body);
+    }
+    if (explicit_r == 0) {
+        loader->cfg.opt.replicas = learned ? learned : REPLICAS_DEFAULT;
+        DSC_LOG(&loader->cfg.log, DSC_LOG_DEBUG, "loader: replicas %u (%s%s)",
+                loader->cfg.opt.replicas, learned ? "from server " : "default: no server said",
+                from);
+    } else if (learned != 0 && learned != explicit_r) {
+        DSC_LOG(&loader->cfg.log, DSC_LOG_WARN,
+                "loader: replicas %u was given but the servers use %u (server %s, MEMBERS): "
+                "chunks will be looked for on the wrong servers (misses, read-through); drop "
+                "the option to use the servers' value",
+                explicit_r, learned, from);
+    }
+    return (int)learned;
+}
+
 /* ---- Adopting a view ----------------------------------------------------------------------- */
 
 static int peer_find(const dsc_loader_t *loader, const char *addr) {

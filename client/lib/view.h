@@ -20,5 +20,12 @@ int dsc__view_adopt(dsc_loader_t *loader, dsc_members_t *members);
  * JSON, a bad member, or a hash that does not match the list), DSC_ENOMEM. */
 int dsc__members_json_parse(const char *text, size_t len, dsc_members_t *out, uint64_t *hash,
                             int *clustered, int *self_member);
+/* Asks the servers (MEMBERS) for their replication factor before the threads run: with
+ * opt.replicas 0 it becomes theirs (2 when none says), and an explicit value they disagree with
+ * is logged at WARN (and kept). Returns the servers' value, or 0 when none said. */
+int dsc__view_learn_replicas(dsc_loader_t *loader);
+/* The names of the datasets server addr has (LIST), ", "-separated in buf (cut at a whole name
+ * when cap is too small). Returns how many, or a DSC_E* code. */
+int dsc__view_list_datasets(const dsc_loader_t *loader, const char *addr, char *buf, size_t cap);
 
 #endif

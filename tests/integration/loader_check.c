@@ -6,7 +6,9 @@
 #include "dscache.h"
 #include "shard.h"
 #include "testdata.h"
+
 #include "testlib.h"
+#include <dlpack/dlpack.h>
 
 #include <dirent.h>
 #include <pthread.h>
@@ -18,7 +20,7 @@
 
 static const char *servers, *dataset, *dir;
 static uint32_t batch = 16, prefetch = 4, threads = 2, window = 0, conns = 2;
-static uint64_t seed = 1, inflight = 0, cache = 0;
+static uint64_t seed = 1, inflight = 0, cache = 0, max_held = 0;
 static int shuffle = 1, order = DSC_ORDER_LOCAL;
 static uint32_t from_world = 4, to_world = 2, epochs = 4;
 static double max_ratio = 0, min_ratio = 0, max_attributed = 0, max_first = 0;
@@ -65,6 +67,8 @@ static dsc_loader_t *open_loader(uint32_t rank, uint32_t world, int drop_last) {
         o.inflight_bytes = inflight;
     if (cache)
         o.cache_bytes = cache;
+    if (max_held)
+        o.max_held_bytes = max_held;
     dsc_loader_t *l = NULL;
     int rc = dsc_loader_create(&o, &l);
     if (rc < 0) {
@@ -572,6 +576,178 @@ static int mode_kill(void) {
     return TEST_DONE();
 }
 
+/* ---- Batch lifetime ---------------------------------------------------------------------- */
+
+/* The dsc_loader_options_t of the version before max_held_bytes: what a program built against
+ * it passes (struct_size = its size). */
+typedef struct old_options {
+    size_t struct_size;
+    const char *servers, *dataset;
+    uint32_t batch_size;
+    uint64_t seed;
+    uint32_t rank, world_size;
+    int shuffle;
+    uint32_t shuffle_window;
+    int drop_last;
+    uint32_t prefetch_batches;
+    uint64_t inflight_bytes;
+    uint32_t decode_threads, connections;
+    int device;
+    uint32_t timeout_ms, replicas;
+    const char *fallback_path;
+    dsc_log_fn log_fn;
+    void *log_ctx;
+    int log_level;
+    double stats_log_seconds;
+    uint64_t cache_bytes, server_inflight_bytes;
+    int no_assist;
+} old_options_t;
+
+/* Bytes of one batch slot: each field's array rounded up to 256 bytes (batch.c). */
+static uint64_t slot_bytes(void) {
+    uint64_t off = 0;
+    for (uint32_t f = 0; f < source.schema.field_count; f++)
+        off += (source.schema.fields[f].sample_bytes * batch + 255) / 256 * 256;
+    return off;
+}
+
+/* Held batches are never overwritten: 10 kept (retained, and one through DLPack only) and then
+ * checked byte for byte; a one-ahead consumer; gradient accumulation over 4; the
+ * max_held_bytes error; an older, smaller options struct. */
+static int mode_hold(void) {
+    /* 10 batches kept, each checked once all 10 are out. */
+    dsc_loader_t *l = open_loader(0, 1, 0);
+    REQUIRE(dsc_loader_len(l) >= 24);
+    dsc_batch_t *kept[10];
+    struct DLManagedTensor *dl = NULL;
+    for (int i = 0; i < 10; i++) {
+        REQUIRE(dsc_loader_next(l, &kept[i]) == 0);
+        if (i == 3)
+            REQUIRE(dsc_batch_dlpack(kept[i], 0, &dl) == 0); /* its reference only */
+        else
+            REQUIRE(dsc_batch_retain(kept[i]) == 0);
+    }
+    for (int i = 0; i < 10; i++)
+        CHECK(verify_batch(l, kept[i]) == 0);
+    dsc_stats_t st = {.struct_size = sizeof st};
+    REQUIRE(dsc_loader_stats(l, &st) == 0);
+    printf("hold: 10 batches kept and intact, slots_added %llu\n",
+           (unsigned long long)st.slots_added);
+    CHECK(st.slots_added >= 6); /* 9 held beside next()'s: prefetch 4 + 6 at least */
+    for (int i = 0; i < 10; i++)
+        if (i != 3)
+            dsc_batch_release(kept[i]);
+    /* The DLPack tensor still holds batch 3 through more next() calls. */
+    for (int i = 0; i < 6; i++) {
+        dsc_batch_t *b;
+        REQUIRE(dsc_loader_next(l, &b) == 0);
+        CHECK(verify_batch(l, b) == 0);
+    }
+    CHECK(verify_batch(l, kept[3]) == 0);
+    dl->deleter(dl);
+    CHECK(dsc_batch_retain(kept[3]) == DSC_EINVAL); /* given back */
+    dsc_loader_destroy(l);
+
+    /* One ahead (Lightning's prefetch): batch i is used after next() returned batch i + 1. */
+    l = open_loader(0, 1, 0);
+    dsc_batch_t *prev = NULL;
+    uint64_t steps = 0;
+    for (;;) {
+        dsc_batch_t *b;
+        int rc = dsc_loader_next(l, &b);
+        if (rc == DSC_EOF)
+            break;
+        REQUIRE(rc == 0);
+        REQUIRE(dsc_batch_retain(b) == 0);
+        if (prev != NULL) {
+            CHECK(verify_batch(l, prev) == 0);
+            dsc_batch_release(prev);
+        }
+        prev = b;
+        steps++;
+    }
+    CHECK(verify_batch(l, prev) == 0);
+    dsc_batch_release(prev);
+    CHECK_EQ_INT(steps, dsc_loader_len(l));
+    REQUIRE(dsc_loader_stats(l, &st) == 0);
+    printf("one ahead: %llu batches, slots_added %llu\n", (unsigned long long)steps,
+           (unsigned long long)st.slots_added);
+    CHECK(st.slots_added == 0); /* prefetch 4: one held leaves 3 to prefetch into */
+    dsc_loader_destroy(l);
+
+    /* Gradient accumulation: 4 batches kept, checked, released together. */
+    l = open_loader(0, 1, 0);
+    dsc_batch_t *acc[4];
+    uint32_t n = 0;
+    steps = 0;
+    for (;;) {
+        int rc = dsc_loader_next(l, &acc[n]);
+        if (rc == DSC_EOF)
+            break;
+        REQUIRE(rc == 0);
+        REQUIRE(dsc_batch_retain(acc[n]) == 0);
+        steps++;
+        if (++n == 4) {
+            for (uint32_t k = 0; k < 4; k++) {
+                CHECK(verify_batch(l, acc[k]) == 0);
+                dsc_batch_release(acc[k]);
+            }
+            n = 0;
+        }
+    }
+    for (uint32_t k = 0; k < n; k++) {
+        CHECK(verify_batch(l, acc[k]) == 0);
+        dsc_batch_release(acc[k]);
+    }
+    CHECK_EQ_INT(steps, dsc_loader_len(l));
+    dsc_loader_destroy(l);
+
+    /* The cap: 3 slots' worth held, a 4th batch is refused (not failed), then given. */
+    max_held = 3 * slot_bytes();
+    l = open_loader(0, 1, 0);
+    dsc_batch_t *h[3];
+    for (int i = 0; i < 3; i++) {
+        REQUIRE(dsc_loader_next(l, &h[i]) == 0);
+        REQUIRE(dsc_batch_retain(h[i]) == 0);
+    }
+    dsc_batch_t *b = NULL;
+    last_error[0] = '\0';
+    int rc = dsc_loader_next(l, &b);
+    printf("cap: next() with 3 held: %s; log: %s\n", dsc_err_name(rc), last_error);
+    CHECK(rc == DSC_EHELD && b == NULL);
+    CHECK(strstr(last_error, "max_held_bytes") != NULL);
+    for (int i = 0; i < 3; i++)
+        CHECK(verify_batch(l, h[i]) == 0);
+    dsc_batch_release(h[0]);
+    CHECK(dsc_loader_next(l, &b) == 0);
+    CHECK(b != NULL && verify_batch(l, b) == 0);
+    dsc_batch_release(h[1]);
+    dsc_batch_release(h[2]);
+    dsc_loader_destroy(l);
+    max_held = 0;
+
+    /* An older, smaller struct (heap-allocated to its size: ASan sees any read past it). */
+    old_options_t *o = malloc(sizeof *o);
+    REQUIRE(o != NULL);
+    REQUIRE(dsc_loader_options_init2((dsc_loader_options_t *)o, sizeof *o) == 0);
+    CHECK(o->struct_size == sizeof *o && o->batch_size == 32 && o->prefetch_batches == 4);
+    o->servers = servers;
+    o->dataset = dataset;
+    o->batch_size = batch;
+    o->timeout_ms = 3000;
+    o->log_fn = on_log;
+    l = NULL;
+    rc = dsc_loader_create((const dsc_loader_options_t *)o, &l);
+    CHECK(rc == 0);
+    free(o);
+    if (rc == 0) {
+        REQUIRE(dsc_loader_next(l, &b) == 0);
+        CHECK(verify_batch(l, b) == 0);
+        dsc_loader_destroy(l);
+    }
+    return TEST_DONE();
+}
+
 static uint64_t rss_kb(void) {
     FILE *fp = fopen("/proc/self/status", "r");
     char line[256];
@@ -640,6 +816,7 @@ int main(int argc, char **argv) {
         TESTOPT("--max-attributed", &max_attributed),
         TESTOPT("--max-first", &max_first),
         TESTOPT("--epochs", &epochs),
+        TESTOPT("--max-held", &max_held),
     };
     if (testopt_parse("loader_check", argc, argv, 2, opts, sizeof opts / sizeof opts[0]) != 0)
         return 2;
@@ -663,6 +840,8 @@ int main(int argc, char **argv) {
         return mode_kill();
     if (!strcmp(mode, "cache"))
         return mode_cache();
+    if (!strcmp(mode, "hold"))
+        return mode_hold();
     fprintf(stderr, "loader_check: unknown mode %s\n", mode);
     return 2;
 }

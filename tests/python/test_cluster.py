@@ -25,10 +25,10 @@ ds = env.ingest_npy("pycl", arrays)
 
 # The Python options struct is as large as the C one (the C init writes struct_size bytes).
 opts = dscache._Options()
-dscache._load().dsc_loader_options_init(ctypes.byref(opts))
+dscache._load().dsc_loader_options_init2(ctypes.byref(opts), ctypes.sizeof(opts))
 t.check(opts.struct_size == ctypes.sizeof(dscache._Options),
         "options struct: C %d bytes, Python %d" % (opts.struct_size, ctypes.sizeof(opts)))
-t.check(opts.timeout_ms == 5000 and opts.replicas == 2 and opts.server_inflight_bytes == 0,
+t.check(opts.timeout_ms == 5000 and opts.replicas == 0 and opts.server_inflight_bytes == 0,
         "cluster option defaults")
 
 members = os.path.join(env.dir, "members")

@@ -169,8 +169,8 @@ t.check(issubclass(dscache.InvalidOption, ValueError), "InvalidOption is a Value
 try:
     dscache.Loader(servers=addr, dataset="tdz")
 except dscache.NotFound as e:
-    t.check("tdz" in str(e) and "dscache stat --server " + addr in str(e),
-            "a mistyped dataset names it and how to list the datasets: %s" % e)
+    t.check("tdz" in str(e) and "it has: tds" in str(e) and addr in str(e),
+            "a mistyped dataset names it and lists the datasets: %s" % e)
 
 # ---- logging: library lines reach logger "dscache", also from the library's threads ----------
 records = []

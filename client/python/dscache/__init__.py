@@ -8,9 +8,11 @@
         for batch in loader:          # dict: field name -> array [B, ...field shape]
             train_step(batch["image"], batch["label"])
 
-Batches are zero-copy views of the loader's batch slots: they stay valid until the next batch
-is requested (the next iteration step), then the slot is refilled. Copy what you keep longer
-(np.array(x) / tensor.clone()), or pass copy=True. For PyTorch see dscache.torch.
+Batches are zero-copy views of the loader's batch slots, and each batch keeps its slot until
+the last array or tensor of it is freed: keeping batches (one-ahead prefetch, gradient
+accumulation) is safe, and the loader adds slots while you hold them, up to max_held_bytes
+(then Error DSC_EHELD). Drop batches promptly to stay within prefetch slots; copy=True gives
+copies instead. For PyTorch see dscache.torch.
 
 Rank and world size, unless given: torch.distributed's when it is initialised, else the RANK and
 WORLD_SIZE environment variables, else 0 and 1.
@@ -132,6 +134,7 @@ class _Options(ctypes.Structure):
         ("no_assist", ctypes.c_int),
         ("auth_file", ctypes.c_char_p),
         ("order", ctypes.c_int),
+        ("max_held_bytes", ctypes.c_uint64),
     ]
 
 
@@ -184,6 +187,7 @@ _STAT_FIELDS = [
     ("h2d_bytes", ctypes.c_uint64),
     ("assists", ctypes.c_uint64),
     ("epoch_wire_bytes", ctypes.c_uint64),
+    ("slots_added", ctypes.c_uint64),
 ]
 
 
@@ -286,7 +290,9 @@ def _load():
         "dsc_strerror": (ctypes.c_char_p, [ip]),
         "dsc_err_name": (ctypes.c_char_p, [ip]),
         "dsc_version": (ctypes.c_char_p, []),
-        "dsc_loader_options_init": (None, [ctypes.POINTER(_Options)]),
+        "dsc_loader_options_init2": (ip, [ctypes.POINTER(_Options), ctypes.c_size_t]),
+        "dsc_batch_retain": (ip, [vp]),
+        "dsc_loader_last_error": (ip, [vp, ctypes.c_char_p, ctypes.c_size_t]),
         "dsc_loader_create": (ip, [ctypes.POINTER(_Options), ctypes.POINTER(vp)]),
         "dsc_loader_destroy": (None, [vp]),
         "dsc_loader_next": (ip, [vp, ctypes.POINTER(vp)]),
@@ -320,13 +326,25 @@ def _load():
     return lib
 
 
-def _check(rc, messages=None):
+def _last_error(handle):
+    """The library's account of the last failure (handle None: this thread's last create)."""
+    lib = _load()
+    buf = ctypes.create_string_buffer(1024)
+    lib.dsc_loader_last_error(handle, buf, len(buf))
+    return buf.value.decode(errors="replace")
+
+
+def _check(rc, handle=False):
+    """rc, or raises its error; handle (a loader handle, or None for create) adds the library's
+    detail (each server tried and why it failed) to the message."""
     if rc >= 0:
         return rc
     lib = _load()
     msg = lib.dsc_strerror(rc).decode()
-    if messages:
-        msg = msg + ": " + messages[-1]
+    if handle is not False:
+        detail = _last_error(handle)
+        if detail:
+            msg = msg + ": " + detail
     raise _error(rc, msg, lib.dsc_err_name(rc).decode())
 
 
@@ -345,6 +363,9 @@ _sinks_lock = threading.Lock()
 @_LOG_FN
 def _on_log(ctx, level, message):
     text = message.decode(errors="replace") if message else ""
+    if level == 1 and text.startswith("loader: replicas "):
+        # Raised in the thread that creates the loader (the check runs inside create).
+        warnings.warn("dscache: " + text, RuntimeWarning, stacklevel=3)
     if level == 0:
         sink = _sinks.get(ctx or 0)
         if sink is not None:
@@ -502,6 +523,67 @@ def _torch_from_dlpack(capsule):
     return torch.utils.dlpack.from_dlpack(capsule)
 
 
+class _Hold:
+    """One reference to a batch (dsc_batch_retain when batch is given; a DLPack tensor's own
+    otherwise) and to its loader: the loader is destroyed only after the last one goes."""
+
+    def __init__(self, loader, batch):
+        self._loader = loader
+        self._batch = None
+        with loader._hold_lock:
+            loader._holds += 1
+        if batch is not None:
+            try:
+                _check(loader._lib.dsc_batch_retain(batch))
+            except Error:
+                loader._unhold()
+                raise
+            self._batch = batch
+
+    def __del__(self):
+        loader = self.__dict__.get("_loader")
+        if loader is None:
+            return
+        if self._batch is not None and loader._handle:
+            loader._lib.dsc_batch_release(self._batch)
+        loader._unhold()
+
+
+class _HostArray:
+    """A batch field's host memory for numpy (the array's base): keeps the batch's _Hold."""
+
+    def __init__(self, hold, ptr, shape, dtype):
+        self._hold = hold
+        self.__array_interface__ = {"data": (ptr, False), "shape": shape,
+                                    "typestr": dtype.str, "version": 3}
+
+
+# DLPack tensors handed to torch: their deleter is wrapped so that the loader's _Hold goes with
+# the library's reference (torch calls it when the tensor's storage is freed, any thread).
+_dlpack_holds = {}
+_dlpack_holds_lock = threading.Lock()
+
+
+@_DELETER
+def _dlpack_deleter(managed):
+    key = ctypes.cast(managed, ctypes.c_void_p).value
+    with _dlpack_holds_lock:
+        orig, hold = _dlpack_holds.pop(key, (None, None))
+    # After the loader was destroyed (only at exit) its batches are gone: nothing to release.
+    if orig is not None and hold is not None and hold._loader._handle:
+        orig(managed)
+    del hold
+
+
+def _dlpack_track(managed, hold):
+    key = ctypes.cast(managed, ctypes.c_void_p).value
+    with _dlpack_holds_lock:
+        # A copy of the function address: the field object would read the struct's new value.
+        orig = _DELETER(ctypes.cast(managed.contents.deleter, ctypes.c_void_p).value)
+        _dlpack_holds[key] = (orig, hold)
+    managed.contents.deleter = _dlpack_deleter
+
+
 _live = weakref.WeakSet()
 
 
@@ -511,7 +593,7 @@ def _close_live_loaders():
     # interpreter must not happen.
     for loader in list(_live):
         try:
-            loader.close()
+            loader._destroy()  # even with batches alive: the process is ending
         except Exception:
             pass
 
@@ -529,7 +611,9 @@ class Loader:
     its result is what iteration yields. fallback_path: a dataset directory readable here, used
     when no server answers. timeout_ms: how long a request may wait on a server before it is
     moved to another replica (and the server probed with back-off). replicas: the servers'
-    --replicas. server_inflight_bytes: bound on bytes in flight to one server (default
+    --replicas; None (default) takes the servers' (a value they disagree with warns).
+    max_held_bytes: bound on the batch memory kept alive by batches still referenced (default
+    1 GiB; past it next() raises Error DSC_EHELD). server_inflight_bytes: bound on bytes in flight to one server (default
     2 * inflight_bytes / servers). assist: a wait for the next batch does that batch's decoding
     and collation in the calling thread (the GIL is released) instead of sleeping (CPU batches
     only). auth_file: a token file (NAME SECRET) to authenticate with; None takes
@@ -547,9 +631,9 @@ class Loader:
                  world_size=None, shuffle=True, shuffle_window=None, drop_last=False, prefetch=4,
                  decode_threads=2, connections=2, device="cpu", output="numpy",
                  fallback_path=None, inflight_bytes=None, cache_bytes=None, timeout_ms=5000,
-                 replicas=2, copy=False, indices=False, stats_log_seconds=0.0,
-                 server_inflight_bytes=None, assist=True, transform=None, auth_file=None,
-                 order="local"):
+                 replicas=None, copy=False, indices=False, stats_log_seconds=0.0,
+                 server_inflight_bytes=None, assist=True, transform=None, max_held_bytes=None,
+                 auth_file=None, order="local"):
         lib = _load()
         self._lib = lib
         self._handle = None
@@ -581,7 +665,7 @@ class Loader:
             _sinks[self._sink_id] = self._messages
 
         opts = _Options()
-        lib.dsc_loader_options_init(ctypes.byref(opts))
+        _check(lib.dsc_loader_options_init2(ctypes.byref(opts), ctypes.sizeof(opts)))
         opts.servers = servers.encode() if servers else None
         opts.dataset = dataset.encode()
         opts.batch_size = batch_size
@@ -598,7 +682,7 @@ class Loader:
         opts.connections = connections
         opts.device = dev
         opts.timeout_ms = timeout_ms
-        opts.replicas = replicas
+        opts.replicas = replicas or 0
         opts.fallback_path = fallback_path.encode() if fallback_path else None
         opts.log_fn = _on_log
         opts.log_ctx = self._sink_id
@@ -612,18 +696,11 @@ class Loader:
             opts.server_inflight_bytes = server_inflight_bytes
         opts.no_assist = 0 if assist else 1
         opts.auth_file = os.fsencode(auth_file) if auth_file else None
+        if max_held_bytes:
+            opts.max_held_bytes = max_held_bytes
         handle = ctypes.c_void_p()
         try:
-            _check(lib.dsc_loader_create(ctypes.byref(opts), ctypes.byref(handle)),
-                   self._messages)
-        except NotFound as e:
-            self._drop_sink()
-            if not servers:
-                raise
-            # The C API cannot list the datasets served yet: point at the command that does.
-            first = servers.split(",")[0]
-            raise NotFound(e.code, "%s (the datasets served: dscache stat --server %s)"
-                           % (e.args[0], first), e.name) from None
+            _check(lib.dsc_loader_create(ctypes.byref(opts), ctypes.byref(handle)), None)
         except Error:
             self._drop_sink()
             raise
@@ -637,6 +714,9 @@ class Loader:
             self._fields.append((info.name.decode(), info.dtype,
                                  tuple(info.shape[d] for d in range(info.ndim))))
         self._batch = ctypes.c_void_p()
+        self._holds = 0           # batch references alive in Python (_Hold objects)
+        self._close_pending = False
+        self._hold_lock = threading.Lock()
 
     # -- lifetime --
     def _drop_sink(self):
@@ -644,14 +724,31 @@ class Loader:
             _sinks.pop(self._sink_id, None)
 
     def close(self):
-        """Stops the loader's threads and frees its memory (batches handed out become invalid)."""
+        """Stops the loader. Its memory is freed once no batch of it is alive any more (arrays
+        and tensors handed out stay valid until freed)."""
         if self._handle:
+            with self._hold_lock:
+                self._close_pending = True
+                if self._holds > 0:
+                    return  # the last batch freed destroys it
+            self._destroy()
+
+    def _destroy(self):
+        self._close_pending = True
+        handle, self._handle = self._handle, None
+        if handle:
             # A forked child (e.g. a DataLoader worker) has the handle but not the threads:
             # only the creating process destroys the loader.
             if os.getpid() == self._pid:
-                self._lib.dsc_loader_destroy(self._handle)
-            self._handle = None
+                self._lib.dsc_loader_destroy(handle)
             self._drop_sink()
+
+    def _unhold(self):
+        with self._hold_lock:
+            self._holds -= 1
+            last = self._holds == 0 and self._close_pending
+        if last:
+            self._destroy()
 
     def __del__(self):
         try:
@@ -666,7 +763,7 @@ class Loader:
         self.close()
 
     def _h(self):
-        if not self._handle:
+        if not self._handle or self._close_pending:
             raise ValueError("loader is closed")
         return self._handle
 
@@ -683,7 +780,7 @@ class Loader:
         rc = self._lib.dsc_loader_next(h, ctypes.byref(self._batch))
         if rc == _EOF:
             raise StopIteration
-        _check(rc, self._messages)
+        _check(rc, h)
         out = self._convert(self._batch)
         return self._transform(out) if self._transform is not None else out
 
@@ -691,10 +788,13 @@ class Loader:
         import numpy as np
         out = {}
         n = self._lib.dsc_batch_samples(batch)
+        ref = None
         for f, (name, dtype, shape) in enumerate(self._fields):
             if self._output == "torch":
                 managed = ctypes.POINTER(_DLManagedTensor)()
+                # The tensor holds a reference to the batch (its slot), dropped by its deleter.
                 _check(self._lib.dsc_batch_dlpack(batch, f, ctypes.byref(managed)))
+                _dlpack_track(managed, _Hold(self, None))
                 capsule = _PyCapsule_New(ctypes.cast(managed, ctypes.c_void_p), b"dltensor",
                                          ctypes.cast(_capsule_destructor, ctypes.c_void_p))
                 t = _torch_from_dlpack(capsule)
@@ -702,10 +802,16 @@ class Loader:
             else:
                 view = _TensorView()
                 _check(self._lib.dsc_batch_field(batch, f, ctypes.byref(view)))
-                buf = (ctypes.c_uint8 * view.bytes).from_address(view.data) if view.bytes else \
-                    bytearray()
-                a = np.frombuffer(buf, dtype=_NP_DTYPES[dtype]).reshape((n,) + shape)
-                out[name] = a.copy() if self._copy else a
+                np_dtype = np.dtype(_NP_DTYPES[dtype])
+                if self._copy or not view.bytes:
+                    buf = (ctypes.c_uint8 * view.bytes).from_address(view.data) if view.bytes \
+                        else bytearray()
+                    a = np.frombuffer(buf, dtype=np_dtype).reshape((n,) + shape).copy()
+                else:
+                    if ref is None:  # one reference per batch, shared by its arrays
+                        ref = _Hold(self, batch.value)
+                    a = np.asarray(_HostArray(ref, view.data, (n,) + shape, np_dtype))
+                out[name] = a
         if self._want_indices:
             idx = self._lib.dsc_batch_indices(batch)
             index = np.ctypeslib.as_array(idx, shape=(n,)).copy()
@@ -718,7 +824,7 @@ class Loader:
     # -- epochs and resume --
     def set_epoch(self, epoch):
         """Starts `epoch` from its first batch (a no-op when already there)."""
-        _check(self._lib.dsc_loader_set_epoch(self._h(), epoch), self._messages)
+        _check(self._lib.dsc_loader_set_epoch(self._h(), epoch), self._h())
 
     def state_dict(self):
         """{"dscache_state": "<hex>"}: a plain dict of strings (torch.save / torch.load with
@@ -745,7 +851,7 @@ class Loader:
                     from None
         data = bytes(data)
         buf = ctypes.create_string_buffer(data, len(data))
-        _check(self._lib.dsc_loader_state_load(self._h(), buf, len(data)), self._messages)
+        _check(self._lib.dsc_loader_state_load(self._h(), buf, len(data)), self._h())
 
     # -- information --
     @property
@@ -786,8 +892,8 @@ class Loader:
         return buf.value.decode()
 
 
-# Batches stay valid only until the next one is requested (copy=True to keep them longer).
-# Becomes True when a batch owns its slot until it is freed (see docs/python.md).
-batches_outlive_next = False
+# A batch owns its slot until its last array / tensor is freed (see docs/python.md): batches
+# may be kept past the next one, zero-copy.
+batches_outlive_next = True
 
 _load()  # at import: a missing library is reported here, with every place tried
