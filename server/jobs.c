@@ -148,10 +148,10 @@ double dsc_jobs_expiry(const dsc_jobs_t *jobs) {
 
 /* A copy of the live entries (malloc'd, capacity entries); *count set. NULL on ENOMEM. */
 static dsc_job_info_t *live(dsc_jobs_t *jobs, double now, uint32_t *count) {
-    dsc_job_info_t *list = malloc(jobs->capacity * sizeof *list);
-    if (list == NULL)
-        return NULL;
-    *count = dsc_jobs_snapshot(jobs, now, list, jobs->capacity);
+    *count = 0;
+    dsc_job_info_t *list = malloc((jobs ? jobs->capacity : 1) * sizeof *list);
+    if (list != NULL && jobs != NULL)
+        *count = dsc_jobs_snapshot(jobs, now, list, jobs->capacity);
     return list;
 }
 
@@ -231,11 +231,11 @@ char *dsc_jobs_metrics_text(dsc_jobs_t *jobs, double now) {
     add(&t,
         "# HELP dscache_jobs Training jobs (job, rank) that reported in the last %.0f s.\n"
         "# TYPE dscache_jobs gauge\ndscache_jobs %u\n",
-        jobs->expiry_s, n);
+        jobs ? jobs->expiry_s : DSC_JOB_EXPIRY_S, n);
     add(&t,
         "# HELP dscache_jobs_dropped_total Job entries dropped because the table was full.\n"
         "# TYPE dscache_jobs_dropped_total counter\ndscache_jobs_dropped_total %llu\n",
-        (unsigned long long)dsc_jobs_dropped(jobs));
+        (unsigned long long)(jobs ? dsc_jobs_dropped(jobs) : 0));
     static const struct {
         const char *name, *help;
     } series[] = {
@@ -263,6 +263,58 @@ char *dsc_jobs_metrics_text(dsc_jobs_t *jobs, double now) {
             list[i].dataset, stage ? stage : "unknown");
     }
     free(list);
+    if (t.failed) {
+        free(t.p);
+        return NULL;
+    }
+    return t.p;
+}
+
+char *dsc_jobs_stat_add(dsc_jobs_t *jobs, char *json, double now, uint64_t connections,
+                        uint64_t connections_total) {
+    cJSON *root = json ? cJSON_Parse(json) : NULL;
+    free(json);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    char *list = jobs ? dsc_jobs_json(jobs, now) : NULL;
+    cJSON *arr = list ? cJSON_Parse(list) : cJSON_CreateArray();
+    free(list);
+    cJSON *srv = cJSON_CreateObject();
+    char *text = NULL;
+    if (arr != NULL && srv != NULL && cJSON_AddItemToObject(root, "jobs", arr)) {
+        arr = NULL;
+        cJSON_AddNumberToObject(srv, "connections", (double)connections);
+        cJSON_AddNumberToObject(srv, "connections_total", (double)connections_total);
+        cJSON_AddNumberToObject(srv, "job_expiry_s", jobs ? jobs->expiry_s : DSC_JOB_EXPIRY_S);
+        if (cJSON_AddItemToObject(root, "server", srv)) {
+            srv = NULL;
+            text = cJSON_PrintUnformatted(root);
+        }
+    }
+    cJSON_Delete(arr);
+    cJSON_Delete(srv);
+    cJSON_Delete(root);
+    return text;
+}
+
+char *dsc_resident_metrics_text(const char *stat_json) {
+    cJSON *root = stat_json ? cJSON_Parse(stat_json) : NULL;
+    text_t t = {0};
+    add(&t, "# HELP dscache_dataset_resident_fraction Bytes of the dataset resident in this "
+            "server's store / the dataset's size.\n"
+            "# TYPE dscache_dataset_resident_fraction gauge\n");
+    const cJSON *d;
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(root, "datasets")) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(d, "name");
+        const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(d, "bytes");
+        const cJSON *cached = cJSON_GetObjectItemCaseSensitive(d, "cached_bytes");
+        if (cJSON_IsString(name) && cJSON_IsNumber(bytes) && cJSON_IsNumber(cached))
+            add(&t, "dscache_dataset_resident_fraction{dataset=\"%s\"} %.6g\n", name->valuestring,
+                bytes->valuedouble > 0 ? cached->valuedouble / bytes->valuedouble : 0.0);
+    }
+    cJSON_Delete(root);
     if (t.failed) {
         free(t.p);
         return NULL;

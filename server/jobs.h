@@ -57,4 +57,14 @@ char *dsc_jobs_json(dsc_jobs_t *jobs, double now);
  * dscache_job_report_age_seconds and dscache_job_bottleneck{...,stage} 1. NULL on ENOMEM. */
 char *dsc_jobs_metrics_text(dsc_jobs_t *jobs, double now);
 
+/* STAT answer with the jobs: takes over `json` (a STAT object, freed here) and returns it with
+ * "jobs" (dsc_jobs_json) and "server": {"connections", "connections_total"} added (malloc'd), or
+ * NULL on ENOMEM or when json is NULL or not an object. jobs may be NULL (an empty list). */
+char *dsc_jobs_stat_add(dsc_jobs_t *jobs, char *json, double now, uint64_t connections,
+                        uint64_t connections_total);
+
+/* Per-dataset resident fraction for /metrics from a STAT JSON answer (not taken over):
+ * dscache_dataset_resident_fraction{dataset} = cached_bytes / bytes. malloc'd, NULL on ENOMEM. */
+char *dsc_resident_metrics_text(const char *stat_json);
+
 #endif

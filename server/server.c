@@ -6,6 +6,7 @@
 #include "server.h"
 #include "log.h"
 #include "protocol.h"
+#include "report.h"
 #include "util.h"
 #include "wire.h"
 
@@ -93,6 +94,7 @@ struct dsc_server {
     atomic_uint_fast64_t connections, connections_total, bytes_out, protocol_errors, paused_reads;
     atomic_uint_fast64_t requests[DSC_SERVER_OPS][DSC_SERVER_STATUSES];
     _Atomic(dsc_cluster_t *) cluster;
+    dsc_jobs_t *jobs; /* the jobs fed, from their REPORTs */
 };
 
 static dsc_cluster_t *cluster_of(dsc_server_t *srv) {
@@ -616,6 +618,32 @@ static void handle_admin(conn_t *c, uint8_t opcode, uint64_t id, const uint8_t *
     send_frame(c, opcode, id, DSC_STATUS_OK, out, sizeof out);
 }
 
+/* REPORT: a loader's job, stall and rate go into the job table (STAT, /metrics). */
+static void handle_report(conn_t *c, uint64_t id, const uint8_t *body, size_t len) {
+    dsc_report_req_t req;
+    if (dsc_report_req_decode(body, len, &req) < 0) {
+        send_error(c, DSC_OP_REPORT, id, DSC_STATUS_BAD_REQUEST, "malformed REPORT body");
+        return;
+    }
+    char peer[DSC_JOB_PEER_MAX] = "";
+    struct sockaddr_storage sa;
+    int sa_len = sizeof sa;
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&sa, &sa_len) == 0) {
+        char host[INET6_ADDRSTRLEN] = "";
+        if (sa.ss_family == AF_INET6) {
+            const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)&sa;
+            uv_ip6_name(a6, host, sizeof host);
+            snprintf(peer, sizeof peer, "[%s]:%u", host, (unsigned)ntohs(a6->sin6_port));
+        } else if (sa.ss_family == AF_INET) {
+            const struct sockaddr_in *a4 = (const struct sockaddr_in *)&sa;
+            uv_ip4_name(a4, host, sizeof host);
+            snprintf(peer, sizeof peer, "%s:%u", host, (unsigned)ntohs(a4->sin_port));
+        }
+    }
+    dsc_jobs_report(c->lc->srv->jobs, &req, peer, dsc_now_s());
+    send_frame(c, DSC_OP_REPORT, id, DSC_STATUS_OK, NULL, 0);
+}
+
 static void handle_frame(conn_t *c, const dsc_frame_header_t *h, const uint8_t *body) {
     dsc_server_t *srv = c->lc->srv;
     if (h->flags & DSC_FLAG_RESPONSE) {
@@ -676,12 +704,19 @@ static void handle_frame(conn_t *c, const dsc_frame_header_t *h, const uint8_t *
             free(json);
             json = full;
         }
-        if (not_found)
+        if (not_found) {
+            free(json);
             send_error(c, DSC_OP_STAT, h->request_id, DSC_STATUS_NOT_FOUND, "no such dataset");
-        else
-            send_json(c, DSC_OP_STAT, h->request_id, json);
+            break;
+        }
+        json = dsc_jobs_stat_add(srv->jobs, json, dsc_now_s(), atomic_load(&srv->connections),
+                                 atomic_load(&srv->connections_total));
+        send_json(c, DSC_OP_STAT, h->request_id, json);
         break;
     }
+    case DSC_OP_REPORT:
+        handle_report(c, h->request_id, body, h->body_len);
+        break;
     case DSC_OP_WARM:
     case DSC_OP_EVICT:
         handle_admin(c, h->opcode, h->request_id, body, h->body_len);
@@ -987,7 +1022,8 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
     srv->opt = *options;
     snprintf(srv->name, sizeof srv->name, "%s", options->name ? options->name : "dscached");
     srv->loops = calloc(options->threads, sizeof *srv->loops);
-    if (srv->loops == NULL) {
+    if (srv->loops == NULL || dsc_jobs_create(0, 0, &srv->jobs) < 0) {
+        free(srv->loops);
         free(srv);
         return DSC_ENOMEM;
     }
@@ -1083,7 +1119,12 @@ void dsc_server_destroy(dsc_server_t *srv) {
         pthread_mutex_destroy(&lc->mb_lock);
     }
     free(srv->loops);
+    dsc_jobs_destroy(srv->jobs);
     free(srv);
+}
+
+dsc_jobs_t *dsc_server_jobs(dsc_server_t *srv) {
+    return srv ? srv->jobs : NULL;
 }
 
 void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out) {

@@ -6,6 +6,7 @@
 
 #include "catalog.h"
 #include "cluster.h"
+#include "jobs.h"
 
 #include <stdint.h>
 
@@ -49,5 +50,7 @@ typedef struct dsc_server_counters {
     uint64_t paused_reads;    /* times a connection was paused by back-pressure */
 } dsc_server_counters_t;
 void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out);
+/* The jobs the server feeds (REPORTs), for /metrics; NULL for srv NULL. Lives as long as srv. */
+dsc_jobs_t *dsc_server_jobs(dsc_server_t *srv);
 
 #endif

@@ -53,10 +53,15 @@ typedef struct dsc_loader_options {
     uint64_t server_inflight_bytes; /* bound on bytes in flight to any one server, so that a slow
                                        or stalled server cannot hold the whole inflight_bytes
                                        budget (default 0: 2 * inflight_bytes / servers) */
-    int no_assist; /* 0 (default): a next() that has to wait does the waiting batch's work
-                      itself (decode chunks, collate), beside the decode threads, instead of
-                      sleeping; without CUDA only (a CUDA device keeps the caller's thread free of
-                      CUDA calls). 1: next() only waits. */
+    int no_assist;         /* 0 (default): a next() that has to wait does the waiting batch's work
+                              itself (decode chunks, collate), beside the decode threads, instead of
+                              sleeping; without CUDA only (a CUDA device keeps the caller's thread free of
+                              CUDA calls). 1: next() only waits. */
+    const char *job_name;  /* job name reported to the servers (REPORT, docs/diagnosis.md);
+                              NULL: DSCACHE_JOB, else "HOST-PID". Characters outside
+                              [A-Za-z0-9_.:@/-] become '_', cut to 63 bytes; copied at create */
+    double report_seconds; /* seconds between REPORTs of stall and rate to each server
+                              (default 0: 5 s; < 0: never) */
 } dsc_loader_options_t;
 
 /* Fills *options with the defaults above (servers and dataset NULL). */
@@ -167,11 +172,31 @@ typedef struct dsc_stats {
                                copies are not yet in; h2d_bytes / h2d_seconds is the bandwidth */
     uint64_t assists;       /* units of work (a chunk decoded, a step collated) done by next()
                                while it waited, beside the decode threads (0 with no_assist) */
+    /* The verdict (docs/diagnosis.md): what limits the job over the last 5-10 s. */
+    int32_t bottleneck;            /* DSC_BOTTLENECK_* (dscache_base.h; dsc_bottleneck_name) */
+    double verdict_seconds;        /* the window the verdict covers */
+    double verdict_stall_fraction; /* stall / (stall + compute) over that window */
+    double stall_waits[6];         /* stall since creation by what next() waited on: the step not
+                                      planned yet, a chunk queued, the in-flight budget full, a
+                                      chunk in flight, decode, collation (DSC_STALL_WAIT_*) */
+    char bottleneck_server[128];   /* DSC_BOTTLENECK_SERVER: the slow server's HOST:PORT */
+    char evidence[256];            /* the figures the verdict used, in words */
+    char suggestion[256];          /* the change that would help, in words */
 } dsc_stats_t;
+/* Indexes of dsc_stats_t.stall_waits. */
+enum {
+    DSC_STALL_WAIT_PLAN = 0,
+    DSC_STALL_WAIT_QUEUED = 1,
+    DSC_STALL_WAIT_BUDGET = 2,
+    DSC_STALL_WAIT_NETWORK = 3,
+    DSC_STALL_WAIT_DECODE = 4,
+    DSC_STALL_WAIT_COLLATE = 5
+};
 
 /* Fills *out (out->struct_size must be set). Returns 0 or DSC_EINVAL. Thread-safe. */
 DSC_EXTERN int dsc_loader_stats(const dsc_loader_t *loader, dsc_stats_t *out);
-/* The same figures in Prometheus text exposition format (names dscache_loader_*). Returns the
+/* The same figures in Prometheus text exposition format (names dscache_loader_*; the verdict
+ * as dscache_loader_bottleneck{stage} 1 and a "# verdict:" comment line). Returns the
  * length written (without NUL), or the length needed when cap is too small. Thread-safe. */
 DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, size_t cap);
 

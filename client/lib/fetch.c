@@ -2,6 +2,7 @@
  * files), chunks received straight into pooled buffers; fail-over to other replicas; the
  * manifest fetch. */
 #include "loader_int.h"
+#include "report.h"
 #include "util.h"
 
 #include <errno.h>
@@ -201,13 +202,28 @@ static int drain(dsc_conn_t *conn, uint64_t n, char *msg, size_t msg_cap) {
 /* Receives the response to the oldest outstanding request into its chunks' buffers. Unlocked.
  * Returns 0, a connection error (the connection is then unusable: *conn_bad), or a status
  * error for this request only. */
-static int recv_response(dsc_io_t *io, dsc_io_req_t **req_out, int *conn_bad, uint64_t *wire) {
+/* The answer to a REPORT (diag.c) sent on this connection: drained and dropped; a server
+ * without REPORT answers UNSUPPORTED, which only costs the report. */
+#define REPORT_ANSWER 1
+
+static int recv_response(dsc_io_t *io, dsc_io_req_t **req_out, int *conn_bad, uint64_t *wire,
+                         double *header_at) {
     dsc_loader_t *loader = io->loader;
     dsc_frame_header_t h;
     *conn_bad = 1;
     int rc = dsc_conn_recv_header(io->conn, &h);
     if (rc < 0)
         return rc;
+    *header_at = dsc_now_s();
+    if (h.opcode == DSC_OP_REPORT && (h.request_id & DSC_DIAG_REPORT_ID) &&
+        (h.flags & DSC_FLAG_RESPONSE)) {
+        char msg[128];
+        rc = drain(io->conn, h.body_len, msg, sizeof msg);
+        if (rc < 0)
+            return rc;
+        *conn_bad = 0;
+        return REPORT_ANSWER;
+    }
     /* Responses may come in any order (a RAM hit overtakes a load): match the id. */
     dsc_io_req_t *req = NULL;
     for (uint32_t i = 0; i < io->out_count; i++)
@@ -386,6 +402,7 @@ static void conn_failed(dsc_io_t *io, int err) {
 /* Received (or read) chunks go to the decode queue; cancelled ones are freed. Under lock. */
 static void deliver(dsc_io_t *io, dsc_io_req_t *req) {
     dsc_loader_t *loader = io->loader;
+    loader->diag.c.chunks_fetched += req->count;
     for (uint32_t i = 0; i < req->count; i++) {
         dsc_chunk_ent_t *ent = req->chunks[i];
         loader->servers[io->server].inflight_bytes -= ent->raw_len;
@@ -535,8 +552,27 @@ static void io_loop_server(dsc_io_t *io) {
             dsc__view_hello(loader, io->server, dsc_conn_info(conn)->members_hash);
             continue; /* re-check the queue: the hello may have taken a while */
         }
-        /* Send what the budget allows. */
+        /* Now and then, the job's stall and rate to the server (one I/O thread per server). */
         int rc = 0;
+        double report_every =
+            loader->opt.report_seconds > 0 ? loader->opt.report_seconds : DSC_DIAG_REPORT_S;
+        if (io == &srv->io[0] && loader->opt.report_seconds >= 0 && dsc_now_s() >= io->report_due) {
+            uint8_t body[DSC_REPORT_MAX_BODY];
+            double now = dsc_now_s();
+            int len = dsc__diag_report_body(loader, now, body, sizeof body);
+            io->report_due = now + report_every;
+            uint64_t id = DSC_DIAG_REPORT_ID | io->report_seq++;
+            dsc_conn_t *conn = io->conn;
+            pthread_mutex_unlock(&loader->lock);
+            if (len > 0)
+                rc = dsc_conn_send(conn, DSC_OP_REPORT, id, body, (size_t)len);
+            pthread_mutex_lock(&loader->lock);
+            if (rc < 0) {
+                conn_failed(io, rc);
+                continue;
+            }
+        }
+        /* Send what the budget allows. */
         while (rc == 0 && io->out_count < IO_MAX_OUTSTANDING && !loader->stop) {
             dsc_io_req_t *req = &io->out[io->out_count];
             if (!take_request(io, req))
@@ -567,16 +603,25 @@ static void io_loop_server(dsc_io_t *io) {
         pthread_mutex_unlock(&loader->lock);
         int conn_bad = 0;
         uint64_t wire = 0;
-        double t0 = dsc_now_s();
-        rc = recv_response(io, &req, &conn_bad, &wire);
+        double t0 = dsc_now_s(), header_at = 0;
+        rc = recv_response(io, &req, &conn_bad, &wire, &header_at);
         double t1 = dsc_now_s();
         pthread_mutex_lock(&loader->lock);
         loader->st.network_seconds += t1 - t0;
         loader->st.wire_bytes += wire;
+        /* Per server, for the verdict: time per byte, and the share spent before answers
+         * start (latency) rather than streaming (bandwidth). */
+        dsc_verdict_server_t *vs = &loader->diag.servers[io->server];
+        vs->recv_seconds += t1 - t0;
+        vs->wait_seconds += (header_at > 0 ? header_at : t1) - t0;
+        vs->bytes += wire;
         if (rc < 0 && conn_bad) {
             conn_failed(io, rc);
             continue;
         }
+        if (rc == REPORT_ANSWER)
+            continue;
+        vs->responses++;
         dsc_io_req_t done = *req; /* swap-remove: the array is unordered */
         *req = io->out[--io->out_count];
         req = &done;

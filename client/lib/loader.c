@@ -621,6 +621,10 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     int rc = check_options(&loader->opt, &loader->log);
     if (rc < 0)
         goto fail;
+    rc = dsc__diag_init(loader, loader->created_at); /* picks the job name while it is valid */
+    loader->opt.job_name = NULL;                     /* the caller's string is not kept */
+    if (rc < 0)
+        goto fail;
     rc = DSC_ENOMEM;
     loader->dataset = dup_str(options->dataset);
     loader->fallback = dup_str(options->fallback_path);
@@ -781,6 +785,7 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
         free(loader->buckets);
     }
     free(loader->fetched);
+    dsc__diag_free(loader);
     if (loader->servers != NULL)
         for (uint32_t s = 0; s <= DSC__FALLBACK; s++) {
             for (uint32_t i = 0; loader->servers[s].io != NULL && i < loader->opt.connections; i++)
@@ -855,6 +860,10 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
     release_current(loader);
     int rc = 0;
     dsc_step_t *st = NULL;
+    /* What the wait is spent on, for the verdict: re-read at each wake-up (diag.c). */
+    int cause = -1;
+    uint32_t cause_server = UINT32_MAX;
+    double mark = t0;
     for (;;) {
         if (loader->error) {
             rc = loader->error;
@@ -865,6 +874,10 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
             if (st->state == ST_READY)
                 break;
         }
+        double now = dsc_now_s();
+        dsc__diag_blame(loader, cause, cause_server, now - mark);
+        mark = now;
+        cause = dsc__diag_waiting_on(loader, &cause_server);
         /* Rather than sleep, do the work the batch waits for (or any other there is). */
         if (loader->assist && dsc__worker_pass(loader, &loader->assist_ctx)) {
             loader->st.assists++;
@@ -876,6 +889,7 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
     }
     double t1 = dsc_now_s();
     loader->st.stall_seconds += t1 - t0;
+    dsc__diag_blame(loader, cause, cause_server, t1 - mark);
     if (rc == 0) {
         dsc_slot_t *slot = &loader->slots[st->seq % loader->slot_count];
         loader->cons_seq++;
@@ -912,6 +926,7 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
         }
     }
     dsc__stats_maybe_log(loader, t1);
+    dsc__diag_tick(loader, t1);
     loader->last_return = dsc_now_s();
     pthread_mutex_unlock(&loader->lock);
     return rc;

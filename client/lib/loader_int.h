@@ -19,6 +19,7 @@
 
 #include "conn.h"
 #include "cuda.h"
+#include "diag.h"
 #include "dsc_sys.h" /* dsc_pread_full (fallback reads), dsc_members_resolve */
 #include "dscache.h"
 #include "log.h"
@@ -147,6 +148,8 @@ typedef struct dsc_io {
     uint64_t next_id;
     dsc_io_req_t out[IO_MAX_OUTSTANDING]; /* outstanding requests, unordered */
     uint32_t out_count;
+    double report_due; /* monotonic seconds: the next REPORT (first I/O thread of a server) */
+    uint64_t report_seq;
 } dsc_io_t;
 
 /* Shard files for the fallback path: opened on first use. */
@@ -247,6 +250,7 @@ struct dsc_loader {
     double last_log;
     uint64_t last_log_samples;
     double last_log_stall, last_log_compute;
+    dsc_diag_t diag; /* verdict counters and window, the job name (diag.h; under lock) */
 };
 
 /* loader.c */

@@ -7,14 +7,28 @@
 #include <string.h>
 
 /* Copies the counters and fills the derived fields. Under lock. */
-static void snapshot(const dsc_loader_t *loader, dsc_stats_t *s) {
+static void snapshot(dsc_loader_t *loader, dsc_stats_t *s) {
     *s = loader->st;
     s->struct_size = sizeof *s;
     double now = dsc_now_s();
     s->wall_seconds = now - loader->created_at;
     double busy = s->stall_seconds + s->compute_seconds;
     s->stall_fraction = busy > 0 ? s->stall_seconds / busy : 0;
+    dsc_verdict_t v;
+    dsc__diag_verdict(loader, now, &v);
+    s->bottleneck = v.bottleneck;
+    s->verdict_seconds = now - loader->diag.base[0].at;
+    s->verdict_stall_fraction = v.stall_fraction;
+    for (int i = 0; i < DSC_WAIT_COUNT; i++)
+        s->stall_waits[i] = loader->diag.c.wait[i];
+    memcpy(s->bottleneck_server, v.server, sizeof s->bottleneck_server);
+    memcpy(s->evidence, v.evidence, sizeof s->evidence);
+    memcpy(s->suggestion, v.suggestion, sizeof s->suggestion);
 }
+
+_Static_assert(sizeof(((dsc_stats_t *)0)->evidence) == DSC_VERDICT_TEXT &&
+                   sizeof(((dsc_stats_t *)0)->bottleneck_server) == DSC_VERDICT_ADDR,
+               "verdict texts fit the stats struct");
 
 DSC_EXTERN int dsc_loader_stats(const dsc_loader_t *loader, dsc_stats_t *out) {
     if (loader == NULL || out == NULL ||
@@ -100,6 +114,22 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
     metric(&t, "assists_total", "counter",
            "Chunk decodes and step collations done by next() while it waited.", ds,
            (double)s.assists);
+    metric(&t, "verdict_stall_fraction", "gauge",
+           "Stall fraction over the verdict's window (the last 5-10 s).", ds,
+           s.verdict_stall_fraction);
+    static const char *const waits[DSC_WAIT_COUNT] = {"plan",    "queued", "budget",
+                                                      "network", "decode", "collate"};
+    put(&t, "# HELP dscache_loader_stall_wait_seconds_total Stall by what next() waited on.\n"
+            "# TYPE dscache_loader_stall_wait_seconds_total counter\n");
+    for (int i = 0; i < DSC_WAIT_COUNT; i++)
+        put(&t, "dscache_loader_stall_wait_seconds_total{dataset=\"%s\",wait=\"%s\"} %.17g\n", ds,
+            waits[i], s.stall_waits[i]);
+    put(&t, "# HELP dscache_loader_bottleneck What limits the job now (1 for that stage; "
+            "docs/diagnosis.md).\n# TYPE dscache_loader_bottleneck gauge\n");
+    for (int b = 0; b < DSC_BOTTLENECK_COUNT; b++)
+        put(&t, "dscache_loader_bottleneck{dataset=\"%s\",stage=\"%s\"} %d\n", ds,
+            dsc_bottleneck_name(b), b == s.bottleneck);
+    put(&t, "# verdict: %s: %s; %s\n", dsc_bottleneck_name(s.bottleneck), s.evidence, s.suggestion);
     if (t.len > (size_t)INT32_MAX)
         return DSC_EOVERFLOW;
     return (int)t.len;
@@ -114,10 +144,13 @@ void dsc__stats_maybe_log(dsc_loader_t *loader, double now) {
     double stall = loader->st.stall_seconds - loader->last_log_stall;
     double compute = loader->st.compute_seconds - loader->last_log_compute;
     double busy = stall + compute;
+    dsc_verdict_t v;
+    dsc__diag_verdict(loader, now, &v);
     DSC_LOG(&loader->log, DSC_LOG_INFO,
-            "loader %s: epoch %llu, %.0f samples/s, %.1f MB/s, stall %.1f%%", loader->dataset,
-            (unsigned long long)loader->st.epoch, samples / dt,
-            samples * (double)loader->sample_bytes / dt / 1e6, busy > 0 ? 100 * stall / busy : 0);
+            "loader %s: epoch %llu, %.0f samples/s, %.1f MB/s, stall %.1f%%, limit: %s (%s)",
+            loader->dataset, (unsigned long long)loader->st.epoch, samples / dt,
+            samples * (double)loader->sample_bytes / dt / 1e6, busy > 0 ? 100 * stall / busy : 0,
+            dsc_bottleneck_name(v.bottleneck), v.suggestion);
     loader->last_log = now;
     loader->last_log_samples = loader->st.samples;
     loader->last_log_stall = loader->st.stall_seconds;

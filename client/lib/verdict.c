@@ -160,7 +160,11 @@ void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
     }
 
     /* The decode threads (checksum + lz4, then collation) cannot keep up. */
-    if (cpu_side > fetch_side || (worker_util >= 0.9 && cpu_side > 0.25 * fetch_side)) {
+    /* (Waiting on decode while the threads idle means the chunk came late: a fetch matter.) */
+    double capacity = threads + (in->assist ? share(d->stall_seconds, window) : 0);
+    double cpu_util = (d->decode_seconds + d->collate_seconds) / (window * capacity);
+    if ((cpu_side > fetch_side && cpu_util >= 0.5) ||
+        (worker_util >= 0.9 && cpu_side > 0.25 * fetch_side)) {
         int decode = w[DSC_WAIT_DECODE] >= w[DSC_WAIT_COLLATE];
         set(out, decode ? DSC_BOTTLENECK_DECODE : DSC_BOTTLENECK_COLLATE);
         text(out->evidence, sizeof out->evidence,

@@ -5,23 +5,27 @@
 #ifndef DSC_VERDICT_H
 #define DSC_VERDICT_H
 
-#include "dscache_base.h"
+#include "dscache.h" /* DSC_BOTTLENECK_*, DSC_STALL_WAIT_* */
 
 #include <stddef.h>
 #include <stdint.h>
 
 /* What next() was waiting on while it stalled (the step it waits for, its least advanced
- * chunk). */
-enum {
-    DSC_WAIT_PLAN,    /* the step is not planned / slotted yet */
-    DSC_WAIT_QUEUED,  /* a chunk is queued for a server, the byte budgets have room */
-    DSC_WAIT_BUDGET,  /* a chunk waits to be sent or received while the in-flight budget
-                         (global or the server's) is full */
-    DSC_WAIT_NETWORK, /* a chunk is in flight, the budgets have room */
-    DSC_WAIT_DECODE,  /* a chunk is received, not yet verified + decoded */
-    DSC_WAIT_COLLATE, /* every chunk is decoded; the step is being (or waits to be) collated */
-    DSC_WAIT_COUNT
-};
+ * chunk): the indexes of dsc_stats_t.stall_waits (dscache.h).
+ *   PLAN     the step is not planned / slotted yet
+ *   QUEUED   a chunk is queued for a server, the byte budgets have room
+ *   BUDGET   a chunk is queued or in flight while the in-flight budget (global or the
+ *            server's) is full
+ *   NETWORK  a chunk is in flight, the budgets have room
+ *   DECODE   a chunk is received, not yet verified + decoded
+ *   COLLATE  every chunk is decoded; the step is being (or waits to be) collated */
+#define DSC_WAIT_PLAN DSC_STALL_WAIT_PLAN
+#define DSC_WAIT_QUEUED DSC_STALL_WAIT_QUEUED
+#define DSC_WAIT_BUDGET DSC_STALL_WAIT_BUDGET
+#define DSC_WAIT_NETWORK DSC_STALL_WAIT_NETWORK
+#define DSC_WAIT_DECODE DSC_STALL_WAIT_DECODE
+#define DSC_WAIT_COLLATE DSC_STALL_WAIT_COLLATE
+#define DSC_WAIT_COUNT 6
 
 #define DSC_VERDICT_TEXT 256
 #define DSC_VERDICT_ADDR 128

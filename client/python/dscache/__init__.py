@@ -130,6 +130,8 @@ class _Options(ctypes.Structure):
         ("cache_bytes", ctypes.c_uint64),
         ("server_inflight_bytes", ctypes.c_uint64),
         ("no_assist", ctypes.c_int),
+        ("job_name", ctypes.c_char_p),
+        ("report_seconds", ctypes.c_double),
     ]
 
 
@@ -181,7 +183,20 @@ _STAT_FIELDS = [
     ("refetches", ctypes.c_uint64),
     ("h2d_bytes", ctypes.c_uint64),
     ("assists", ctypes.c_uint64),
+    ("bottleneck", ctypes.c_int32),
+    ("verdict_seconds", ctypes.c_double),
+    ("verdict_stall_fraction", ctypes.c_double),
+    ("stall_waits", ctypes.c_double * 6),
+    ("bottleneck_server", ctypes.c_char * 128),
+    ("evidence", ctypes.c_char * 256),
+    ("suggestion", ctypes.c_char * 256),
 ]
+
+# dscache_base.h dsc_bottleneck_t, in order (the numbers are on the wire: append only).
+BOTTLENECKS = ("unknown", "none", "fetch", "server", "decode", "collate", "h2d", "cache",
+               "inflight")
+# dsc_stats_t.stall_waits, in order.
+STALL_WAITS = ("plan", "queued", "budget", "network", "decode", "collate")
 
 
 class _Stats(ctypes.Structure):
@@ -526,7 +541,9 @@ class Loader:
     --replicas. server_inflight_bytes: bound on bytes in flight to one server (default
     2 * inflight_bytes / servers). assist: a wait for the next batch does that batch's decoding
     and collation in the calling thread (the GIL is released) instead of sleeping (CPU batches
-    only). Iterating yields the rest of the current epoch; the next iteration continues with the
+    only). job: the job name the loader reports to its servers (default: DSCACHE_JOB, else
+    HOST-PID); report_seconds: seconds between those reports (default 5; 0 or less: never).
+    Iterating yields the rest of the current epoch; the next iteration continues with the
     following epoch (or call set_epoch first).
     """
 
@@ -535,7 +552,8 @@ class Loader:
                  decode_threads=2, connections=2, device="cpu", output="numpy",
                  fallback_path=None, inflight_bytes=None, cache_bytes=None, timeout_ms=5000,
                  replicas=2, copy=False, indices=False, stats_log_seconds=0.0,
-                 server_inflight_bytes=None, assist=True, transform=None):
+                 server_inflight_bytes=None, assist=True, transform=None, job=None,
+                 report_seconds=None):
         lib = _load()
         self._lib = lib
         self._handle = None
@@ -593,6 +611,10 @@ class Loader:
         if server_inflight_bytes:
             opts.server_inflight_bytes = server_inflight_bytes
         opts.no_assist = 0 if assist else 1
+        if job:
+            opts.job_name = str(job).encode()
+        if report_seconds is not None:
+            opts.report_seconds = float(report_seconds) if report_seconds > 0 else -1.0
         handle = ctypes.c_void_p()
         try:
             _check(lib.dsc_loader_create(ctypes.byref(opts), ctypes.byref(handle)),
@@ -750,11 +772,30 @@ class Loader:
         into a batch slot), refetches (chunks fetched again within an epoch: cache_bytes too
         small for the shuffle window, see the loader's WARN) and h2d_bytes (the bytes of the
         host-to-device copies timed in h2d_seconds: their ratio is the copy bandwidth) and
-        assists (chunk decodes and collations done by next() while it waited)."""
+        assists (chunk decodes and collations done by next() while it waited).
+
+        The verdict (docs/diagnosis.md): bottleneck names what limits the job over the last
+        5-10 s ("none", "fetch", "server", "decode", "collate", "h2d", "cache", "inflight", or
+        "unknown" before enough is measured), with bottleneck_server (the slow server's
+        HOST:PORT), evidence (the figures used) and suggestion (the change that would help);
+        verdict_seconds and verdict_stall_fraction describe its window; stall_waits maps what
+        next() waited on (plan, queued, budget, network, decode, collate) to seconds."""
         s = _Stats()
         s.struct_size = ctypes.sizeof(_Stats)
         _check(self._lib.dsc_loader_stats(self._h(), ctypes.byref(s)))
-        return {name: getattr(s, name) for name, _ in _STAT_FIELDS if name != "struct_size"}
+        out = {}
+        for name, _ in _STAT_FIELDS:
+            if name == "struct_size":
+                continue
+            value = getattr(s, name)
+            if name == "bottleneck":
+                value = BOTTLENECKS[value] if 0 <= value < len(BOTTLENECKS) else "unknown"
+            elif name == "stall_waits":
+                value = dict(zip(STALL_WAITS, list(value)))
+            elif isinstance(value, bytes):
+                value = value.decode("utf-8", "replace")
+            out[name] = value
+        return out
 
     def metrics_text(self):
         """The stats in Prometheus text format."""
