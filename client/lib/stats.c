@@ -129,6 +129,33 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
     for (int b = 0; b < DSC_BOTTLENECK_COUNT; b++)
         put(&t, "dscache_loader_bottleneck{dataset=\"%s\",stage=\"%s\"} %d\n", ds,
             dsc_bottleneck_name(b), b == s.bottleneck);
+    /* Per server (slots in use; bounded by DSC_LOADER_MAX_SERVERS): what the verdict compares. */
+    static const struct {
+        const char *name, *type, *help;
+    } per_server[] = {
+        {"server_bytes_total", "counter", "Bytes received from the server."},
+        {"server_recv_seconds_total", "counter",
+         "I/O threads' time waiting for and reading the server's answers."},
+        {"server_wait_seconds_total", "counter",
+         "Of which: waiting for answers to start (latency rather than bandwidth)."},
+        {"server_stall_seconds_total", "counter",
+         "Stall while next() waited on chunks queued or in flight at the server."},
+    };
+    for (size_t k = 0; k < sizeof per_server / sizeof per_server[0]; k++) {
+        put(&t, "# HELP dscache_loader_%s %s\n# TYPE dscache_loader_%s %s\n", per_server[k].name,
+            per_server[k].help, per_server[k].name, per_server[k].type);
+        pthread_mutex_lock(&l->lock);
+        for (uint32_t i = 0; i < l->server_count && l->diag.servers != NULL; i++) {
+            const dsc_verdict_server_t *v = &l->diag.servers[i];
+            double value = k == 0   ? (double)v->bytes
+                           : k == 1 ? v->recv_seconds
+                           : k == 2 ? v->wait_seconds
+                                    : v->stall_seconds;
+            put(&t, "dscache_loader_%s{dataset=\"%s\",server=\"%s\"} %.17g\n", per_server[k].name,
+                ds, l->servers[i].addr, value);
+        }
+        pthread_mutex_unlock(&l->lock);
+    }
     put(&t, "# verdict: %s: %s; %s\n", dsc_bottleneck_name(s.bottleneck), s.evidence, s.suggestion);
     if (t.len > (size_t)INT32_MAX)
         return DSC_EOVERFLOW;

@@ -159,31 +159,10 @@ void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
         return;
     }
 
-    /* The decode threads (checksum + lz4, then collation) cannot keep up. */
-    /* (Waiting on decode while the threads idle means the chunk came late: a fetch matter.) */
-    double capacity = threads + (in->assist ? share(d->stall_seconds, window) : 0);
-    double cpu_util = (d->decode_seconds + d->collate_seconds) / (window * capacity);
-    if ((cpu_side > fetch_side && cpu_util >= 0.5) ||
-        (worker_util >= 0.9 && cpu_side > 0.25 * fetch_side)) {
-        int decode = w[DSC_WAIT_DECODE] >= w[DSC_WAIT_COLLATE];
-        set(out, decode ? DSC_BOTTLENECK_DECODE : DSC_BOTTLENECK_COLLATE);
-        text(out->evidence, sizeof out->evidence,
-             "stall %.1f%%; %.0f%% of it waits on %s; decode threads busy %.0f%% (%u thread%s: "
-             "%.2f s decode + %.2f s collate in %.1f s)%s",
-             sf, 100 * share(decode ? w[DSC_WAIT_DECODE] : w[DSC_WAIT_COLLATE], d->stall_seconds),
-             decode ? "checksum + decompression" : "collation", 100 * worker_util, threads,
-             threads == 1 ? "" : "s", d->decode_seconds, d->collate_seconds, window,
-             in->assist ? "" : "; next() does not help (no_assist)");
-        uint32_t more = threads * 2;
-        text(out->suggestion, sizeof out->suggestion, "raise decode_threads from %u to %u%s%s",
-             threads, more, decode ? "" : " (collation runs on the decode threads)",
-             in->assist ? "" : ", and leave no_assist at 0 so that next() works while it waits");
-        return;
-    }
-
-    /* Chunks fetched twice per epoch: the shuffle windows do not fit in cache_bytes. */
+    /* Chunks fetched twice per epoch (the shuffle windows do not fit in cache_bytes): whatever
+     * stage then runs short, the extra fetching and decoding is the cause. */
     double refetch_share = share((double)d->refetches, (double)d->chunks_fetched);
-    if (d->refetches >= 4 && refetch_share >= 0.05) {
+    if (d->refetches >= 4 && refetch_share >= DSC_VERDICT_REFETCH_SHARE) {
         char have[32], need[32];
         set(out, DSC_BOTTLENECK_CACHE);
         text(out->evidence, sizeof out->evidence,
@@ -198,13 +177,37 @@ void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
             if (in->shuffle_window > 0 && in->window_fit > 0)
                 snprintf(lower, sizeof lower, " or set shuffle_window to %llu",
                          (unsigned long long)in->window_fit);
+            double held = (double)in->cache_bytes / (double)in->cache_need;
             text(out->suggestion, sizeof out->suggestion,
-                 "cache_bytes %s holds %.1f of two shuffle windows: raise it to %s%s", have,
-                 (double)in->cache_bytes / (double)in->cache_need, need, lower);
+                 "cache_bytes %s holds %.*f of two shuffle windows: raise it to %s%s", have,
+                 held < 0.1 ? 2 : 1, held, need, lower);
         } else {
             text(out->suggestion, sizeof out->suggestion,
                  "raise cache_bytes from %s, or lower shuffle_window", have);
         }
+        return;
+    }
+
+    /* The decode threads (checksum + lz4, then collation) cannot keep up. */
+    /* (Waiting on decode while the threads idle means the chunk came late: a fetch matter,
+     * unless those waits make most of the stall: the threads are then short of cores.) */
+    double capacity = threads + (in->assist ? share(d->stall_seconds, window) : 0);
+    double cpu_util = (d->decode_seconds + d->collate_seconds) / (window * capacity);
+    if ((cpu_side > fetch_side && (cpu_util >= 0.5 || cpu_side >= 0.6 * d->stall_seconds)) ||
+        (worker_util >= 0.9 && cpu_side > 0.25 * fetch_side)) {
+        int decode = w[DSC_WAIT_DECODE] >= w[DSC_WAIT_COLLATE];
+        set(out, decode ? DSC_BOTTLENECK_DECODE : DSC_BOTTLENECK_COLLATE);
+        text(out->evidence, sizeof out->evidence,
+             "stall %.1f%%; %.0f%% of it waits on %s; decode threads busy %.0f%% (%u thread%s: "
+             "%.2f s decode + %.2f s collate in %.1f s)%s",
+             sf, 100 * share(decode ? w[DSC_WAIT_DECODE] : w[DSC_WAIT_COLLATE], d->stall_seconds),
+             decode ? "checksum + decompression" : "collation", 100 * worker_util, threads,
+             threads == 1 ? "" : "s", d->decode_seconds, d->collate_seconds, window,
+             in->assist ? "" : "; next() does not help (no_assist)");
+        uint32_t more = threads * 2;
+        text(out->suggestion, sizeof out->suggestion, "raise decode_threads from %u to %u%s%s",
+             threads, more, decode ? "" : " (collation runs on the decode threads)",
+             in->assist ? "" : ", and leave no_assist at 0 so that next() works while it waits");
         return;
     }
 

@@ -80,6 +80,8 @@ typedef struct dsc_verdict {
 #define DSC_VERDICT_STALL_MIN 0.01
 /* Less measured than this (seconds of stall + compute) gives DSC_BOTTLENECK_UNKNOWN. */
 #define DSC_VERDICT_MIN_BUSY 0.2
+/* Refetches above this share of the chunks received make the verdict DSC_BOTTLENECK_CACHE. */
+#define DSC_VERDICT_REFETCH_SHARE 0.05
 /* A server is "slow" when its seconds per byte are this many times the others' median. */
 #define DSC_VERDICT_SLOW_RATIO 3.0
 
