@@ -184,6 +184,7 @@ void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out) {
     in.server_addrs = addrs;
     in.server_count = n;
     in.decode_threads = loader->opt.decode_threads;
+    in.connections = loader->opt.connections;
     in.assist = loader->assist;
     in.device = loader->opt.device;
     in.inflight_bytes = loader->opt.inflight_bytes;

@@ -104,12 +104,13 @@ static int slow_server(const dsc_verdict_input_t *in, double fetch_stall, dsc_ve
     if (isinf(ratio) || ratio >= 100)
         text(out->suggestion, sizeof out->suggestion,
              "server %s answers far slower than the others (or not at all): check its load, disk "
-             "and link, or take it out of the member list (replicas serve its shards)",
+             "and link, or take it out of the member list (with replicas >= 2 the others serve its "
+             "shards)",
              addr);
     else
         text(out->suggestion, sizeof out->suggestion,
              "server %s answers %.1fx slower than the others: check its load, disk and link, or "
-             "take it out of the member list (replicas serve its shards)",
+             "take it out of the member list (with replicas >= 2 the others serve its shards)",
              addr, ratio);
     return 1;
 }
@@ -223,23 +224,29 @@ void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
         responses += in->servers[i].responses;
     }
     double wire_mbs = (double)d->wire_bytes / window / 1e6;
-    double budget_share = share(w[DSC_WAIT_BUDGET], fetch_side);
+    /* Chunks waiting to be sent (budget full, or the I/O threads each waiting out a round trip)
+     * while the wire idles between answers: latency, not bandwidth. More in flight helps. */
+    double unsent_share = share(w[DSC_WAIT_BUDGET] + w[DSC_WAIT_QUEUED], fetch_side);
     double wait_share = share(header_wait, recv);
     char cur[32], more[32];
-    /* The budget is full and the wire idles between answers: latency, not bandwidth. */
-    if (budget_share >= 0.5 && wait_share >= 0.5) {
+    if (unsent_share >= 0.4 && wait_share >= 0.5) {
         set(out, DSC_BOTTLENECK_INFLIGHT);
         uint64_t budget = in->inflight_bytes;
-        int per_server = in->server_inflight_bytes > 0 && in->server_count > 0 &&
-                         in->server_inflight_bytes < budget;
         text(out->evidence, sizeof out->evidence,
-             "stall %.1f%%; the in-flight budget was full during %.0f%% of the fetch stall while "
-             "the I/O threads spent %.0f%% of their time waiting for answers to start: "
-             "%.1f MB/s",
-             sf, 100 * budget_share, 100 * wait_share, wire_mbs);
+             "stall %.1f%%; %.0f%% of the fetch stall waits on chunks not sent yet (%.0f%% with "
+             "the in-flight budget full) while the I/O threads spend %.0f%% of their time "
+             "waiting for answers to start: %.1f MB/s",
+             sf, 100 * unsent_share, 100 * share(w[DSC_WAIT_BUDGET], fetch_side), 100 * wait_share,
+             wire_mbs);
         dsc__verdict_bytes(budget, cur, sizeof cur);
         dsc__verdict_bytes(budget * 2, more, sizeof more);
-        if (per_server) {
+        uint32_t conns = in->connections ? in->connections : 1;
+        if (w[DSC_WAIT_QUEUED] > w[DSC_WAIT_BUDGET])
+            text(out->suggestion, sizeof out->suggestion,
+                 "raise inflight_bytes from %s to %s and connections from %u to %u: more "
+                 "requests in flight cover the round trip",
+                 cur, more, conns, conns * 2);
+        else if (in->server_inflight_bytes > 0 && in->server_inflight_bytes < budget) {
             char scur[32], smore[32];
             dsc__verdict_bytes(in->server_inflight_bytes, scur, sizeof scur);
             dsc__verdict_bytes(in->server_inflight_bytes * 2, smore, sizeof smore);

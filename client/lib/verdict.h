@@ -54,8 +54,9 @@ typedef struct dsc_verdict_input {
     dsc_verdict_counters_t delta; /* counter differences over the window */
     /* Options and facts of the loader. */
     uint32_t decode_threads;
-    int assist; /* next() decodes while it waits */
-    int device; /* -1 host */
+    uint32_t connections; /* per server */
+    int assist;           /* next() decodes while it waits */
+    int device;           /* -1 host */
     uint64_t inflight_bytes;
     uint64_t server_inflight_bytes; /* the per-server bound in force */
     uint64_t cache_bytes;

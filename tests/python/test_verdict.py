@@ -1,6 +1,7 @@
 """The loader's verdict, induced for real against dscached on loopback: a slow consumer (none),
 one decode thread on lz4 data with assist off (decode), a tiny cache_bytes (cache), one of three
-servers stopped and continued in bursts with SIGSTOP / SIGCONT (server). Each case checks
+servers stopped and continued in bursts with SIGSTOP / SIGCONT (server), a 30 ms delay each way
+(a relaying proxy) with 512 KiB in flight (inflight). Each case checks
 Loader.stats()["bottleneck"], its suggestion and the metrics text; the servers' STAT lists the
 job with its stall. (Network shaping: tests/netns/test_verdict_netns.sh.)"""
 import json
@@ -130,4 +131,18 @@ t.check(slow_addr in st["suggestion"] and "slower than the others" in st["sugges
 for a in addrs:
     names = [j["job"] for j in stat(a)["jobs"]]
     t.check("one-slow-server" in names, "STAT of %s lists the job" % a)
+
+# ---- inflight: a long round trip and a small budget -------------------------------------------
+proxy = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "delay_proxy.py"),
+                          "30", addrs[0]], stdout=subprocess.PIPE, text=True)
+try:
+    proxy_addr = "127.0.0.1:%s" % proxy.stdout.readline().strip()
+    st, _ = run(12, servers=[proxy_addr], batch_size=64, inflight_bytes=512 << 10,
+                job="long-round-trip")
+finally:
+    proxy.kill()
+    proxy.wait()
+t.check(st["bottleneck"] == "inflight", "30 ms delay, 512 KiB: inflight (%s)" % st["bottleneck"])
+t.check("raise inflight_bytes from 512 KiB to 1 MiB" in st["suggestion"],
+        "inflight: suggestion doubles the budget: %s" % st["suggestion"])
 sys.exit(t.done())
