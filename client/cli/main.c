@@ -22,6 +22,7 @@ static const struct {
     {"stat", dsc_cmd_stat, "show a server's store and per-dataset statistics"},
     {"bench", dsc_cmd_bench, "measure loader throughput and data stall against a server"},
     {"top", dsc_cmd_top, "live view of servers, datasets and the jobs they feed (q quits)"},
+    {"doctor", dsc_cmd_doctor, "check whether RDMA can be used on this machine (preflight)"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 
