@@ -7,6 +7,8 @@ pkgs=(cmake make gcc pkg-config clang libclang-rt-14-dev clang-format git
       libibverbs-dev librdmacm-dev
       python3 python3-numpy python3-torch python3-pip python3-setuptools python3-wheel python3-venv
       iproute2 procps curl)
+# tmux drives dscache top in its test; matplotlib draws bench --plot and the demo's picture.
+pkgs+=(tmux python3-matplotlib)
 if [ "${1:-}" = "--bench" ]; then
     pkgs+=(memcached lz4 libmemcached-dev)
 fi
