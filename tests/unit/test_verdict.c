@@ -118,6 +118,15 @@ int main(void) {
     v = run(&in);
     CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_INFLIGHT);
     HAS(v.suggestion, "raise inflight_bytes from 4 MiB to 8 MiB");
+    /* Chunks queued while the budget has room: every I/O thread waits out a round trip. */
+    in.connections = 2;
+    in.delta.wait[DSC_WAIT_QUEUED] = 1.5;
+    in.delta.wait[DSC_WAIT_BUDGET] = 0.1;
+    v = run(&in);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_INFLIGHT);
+    HAS(v.suggestion, "raise inflight_bytes from 4 MiB to 8 MiB and connections from 2 to 4");
+    in.delta.wait[DSC_WAIT_QUEUED] = 0;
+    in.delta.wait[DSC_WAIT_BUDGET] = 1.6;
     /* The same with answers streaming all the time: the link is the limit. */
     one.wait_seconds = 0.3;
     v = run(&in);
