@@ -1,8 +1,8 @@
 /* Loader diagnosis (diag.h): stall blamed on what next() waits for, per-server answer times, the
  * verdict window, and the REPORT body. Everything runs under the loader lock. */
 #include "diag.h"
-#include "loader_int.h"
 #include "report.h"
+#include "route.h" /* dsc__peer_inflight_limit */
 #include "util.h"
 
 #include <stdio.h>
@@ -10,10 +10,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#define SERVER_SLOTS (DSC_LOADER_MAX_SERVERS + 1)
+#define SERVER_SLOTS (DSC_LOADER_MAX_PEERS + 1)
 
 static void job_name(dsc_loader_t *loader) {
-    const char *src = loader->opt.job_name;
+    const char *src = loader->cfg.opt.job_name;
     if (src == NULL || *src == '\0')
         src = getenv("DSCACHE_JOB");
     char fallback[64];
@@ -55,9 +55,9 @@ void dsc__diag_free(dsc_loader_t *loader) {
 
 int dsc__diag_waiting_on(dsc_loader_t *loader, uint32_t *server) {
     *server = UINT32_MAX;
-    if (loader->cons_seq >= loader->slot_seq)
+    if (loader->cons.cons_seq >= loader->sched.slot_seq)
         return DSC_WAIT_PLAN;
-    dsc_step_t *st = &loader->steps[loader->cons_seq % loader->step_cap];
+    dsc_step_t *st = &loader->sched.steps[loader->cons.cons_seq % loader->sched.step_cap];
     if (st->eof || st->state != ST_PLANNED)
         return DSC_WAIT_COLLATE;
     dsc_chunk_ent_t *least = NULL;
@@ -73,11 +73,11 @@ int dsc__diag_waiting_on(dsc_loader_t *loader, uint32_t *server) {
         return DSC_WAIT_COLLATE; /* all decoded: waits for a worker to collate it */
     if (least->state == CH_RECEIVED || least->state == CH_DECODING)
         return DSC_WAIT_DECODE;
-    *server = least->server;
-    int full = loader->inflight_used + least->raw_len > loader->opt.inflight_bytes;
-    if (!full && least->server < DSC_LOADER_MAX_SERVERS)
-        full = loader->servers[least->server].inflight_bytes + least->raw_len >
-               dsc__server_inflight_limit(loader);
+    *server = least->peer;
+    int full = loader->fetch.inflight_used + least->raw_len > loader->cfg.opt.inflight_bytes;
+    if (!full && least->peer < DSC_LOADER_MAX_PEERS)
+        full = loader->net.peers[least->peer].inflight_bytes + least->raw_len >
+               dsc__peer_inflight_limit(loader);
     if (full)
         return DSC_WAIT_BUDGET;
     return least->state == CH_QUEUED ? DSC_WAIT_QUEUED : DSC_WAIT_NETWORK;
@@ -94,35 +94,37 @@ void dsc__diag_blame(dsc_loader_t *loader, int cause, uint32_t server, double se
 /* The live counters: the loader's own statistics plus the diagnosis ones. */
 static void current(dsc_loader_t *loader, dsc_verdict_counters_t *c) {
     *c = loader->diag.c;
-    c->stall_seconds = loader->st.stall_seconds;
-    c->compute_seconds = loader->st.compute_seconds;
-    c->batches = loader->st.batches;
-    c->samples = loader->st.samples;
-    c->bytes = loader->st.bytes;
-    c->wire_bytes = loader->st.wire_bytes;
-    c->decode_seconds = loader->st.decode_seconds;
-    c->collate_seconds = loader->st.collate_seconds;
-    c->h2d_seconds = loader->st.h2d_seconds;
-    c->refetches = loader->st.refetches;
+    c->stall_seconds = loader->stats.st.stall_seconds;
+    c->compute_seconds = loader->stats.st.compute_seconds;
+    c->batches = loader->stats.st.batches;
+    c->samples = loader->stats.st.samples;
+    c->bytes = loader->stats.st.bytes;
+    c->wire_bytes = loader->stats.st.wire_bytes;
+    c->decode_seconds = loader->stats.st.decode_seconds;
+    c->collate_seconds = loader->stats.st.collate_seconds;
+    c->h2d_seconds = loader->stats.st.h2d_seconds;
+    c->refetches = loader->stats.st.refetches;
 }
 
 /* Decoded bytes two shuffle windows need, and the window that fits (as the create-time check in
  * loader.c computes them). */
 static void cache_figures(dsc_loader_t *loader, uint64_t *need, uint64_t *fit) {
-    const dsc_manifest_t *m = loader->manifest;
+    const dsc_manifest_t *m = loader->cfg.manifest;
     uint64_t chunk_max = 0;
     for (uint32_t i = 0; i < m->shard_count; i++) {
-        uint64_t c = (uint64_t)m->shards[i].chunk_samples * loader->sample_bytes;
+        uint64_t c = (uint64_t)m->shards[i].chunk_samples * loader->cfg.sample_bytes;
         if (c > chunk_max)
             chunk_max = c;
     }
-    uint64_t window = loader->opt.shuffle ? loader->opt.shuffle_window : 0;
-    if (window > loader->samples)
-        window = loader->samples;
-    uint64_t per_step = (uint64_t)loader->opt.batch_size * loader->opt.world_size;
-    *need = 2 * ((window + per_step) * loader->sample_bytes + 2 * chunk_max);
-    uint64_t edge = 2 * (per_step * loader->sample_bytes + 2 * chunk_max);
-    *fit = loader->cache_bytes > edge ? (loader->cache_bytes - edge) / 2 / loader->sample_bytes : 0;
+    uint64_t window = loader->cfg.opt.shuffle ? loader->cfg.opt.shuffle_window : 0;
+    if (window > loader->cfg.samples)
+        window = loader->cfg.samples;
+    uint64_t per_step = (uint64_t)loader->cfg.opt.batch_size * loader->cfg.opt.world_size;
+    *need = 2 * ((window + per_step) * loader->cfg.sample_bytes + 2 * chunk_max);
+    uint64_t edge = 2 * (per_step * loader->cfg.sample_bytes + 2 * chunk_max);
+    *fit = loader->cfg.cache_bytes > edge
+               ? (loader->cfg.cache_bytes - edge) / 2 / loader->cfg.sample_bytes
+               : 0;
 }
 
 void dsc__diag_tick(dsc_loader_t *loader, double now) {
@@ -169,7 +171,7 @@ void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out) {
     static _Thread_local dsc_verdict_server_t servers[SERVER_SLOTS];
     static _Thread_local const char *addrs[SERVER_SLOTS];
     uint32_t n = 0;
-    for (uint32_t s = 0; s < loader->server_count && s < DSC_LOADER_MAX_SERVERS; s++) {
+    for (uint32_t s = 0; s < loader->net.peer_count && s < DSC_LOADER_MAX_PEERS; s++) {
         const dsc_verdict_server_t *a = &d->servers[s], *z = &b->servers[s];
         servers[n] = (dsc_verdict_server_t){
             .bytes = a->bytes - z->bytes,
@@ -178,19 +180,19 @@ void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out) {
             .wait_seconds = a->wait_seconds - z->wait_seconds,
             .stall_seconds = a->stall_seconds - z->stall_seconds,
         };
-        addrs[n++] = loader->servers[s].addr;
+        addrs[n++] = loader->net.peers[s].addr;
     }
     in.servers = servers;
     in.server_addrs = addrs;
     in.server_count = n;
-    in.decode_threads = loader->opt.decode_threads;
-    in.connections = loader->opt.connections;
-    in.assist = loader->assist;
-    in.device = loader->opt.device;
-    in.inflight_bytes = loader->opt.inflight_bytes;
-    in.server_inflight_bytes = loader->opt.server_inflight_bytes;
-    in.cache_bytes = loader->cache_bytes;
-    in.shuffle_window = loader->opt.shuffle ? loader->opt.shuffle_window : 0;
+    in.decode_threads = loader->cfg.opt.decode_threads;
+    in.connections = loader->cfg.opt.connections;
+    in.assist = loader->work.assist;
+    in.device = loader->cfg.opt.device;
+    in.inflight_bytes = loader->cfg.opt.inflight_bytes;
+    in.server_inflight_bytes = loader->cfg.opt.server_inflight_bytes;
+    in.cache_bytes = loader->cfg.cache_bytes;
+    in.shuffle_window = loader->cfg.opt.shuffle ? loader->cfg.opt.shuffle_window : 0;
     cache_figures(loader, &in.cache_need, &in.window_fit);
     dsc__verdict_compute(&in, &d->last);
     d->last_at = now;
@@ -203,14 +205,14 @@ int dsc__diag_report_body(dsc_loader_t *loader, double now, uint8_t *buf, size_t
     dsc__diag_verdict(loader, now, NULL);
     const dsc_diag_snapshot_t *b = &d->base[0];
     double window = now - b->at;
-    double sps = window > 0 ? (double)(loader->st.samples - b->c.samples) / window : 0;
-    double bps = window > 0 ? (double)(loader->st.bytes - b->c.bytes) / window : 0;
+    double sps = window > 0 ? (double)(loader->stats.st.samples - b->c.samples) / window : 0;
+    double bps = window > 0 ? (double)(loader->stats.st.bytes - b->c.bytes) / window : 0;
     double stall = d->last.stall_fraction;
     dsc_report_req_t req = {
         .job = {d->job, (uint16_t)strlen(d->job)},
-        .dataset = {loader->dataset, (uint16_t)strlen(loader->dataset)},
-        .rank = loader->opt.rank,
-        .world_size = loader->opt.world_size,
+        .dataset = {loader->cfg.dataset, (uint16_t)strlen(loader->cfg.dataset)},
+        .rank = loader->cfg.opt.rank,
+        .world_size = loader->cfg.opt.world_size,
         .stall_ppm = (uint32_t)(stall * DSC_REPORT_STALL_ONE + 0.5),
         .samples_per_s = (uint64_t)(sps + 0.5),
         .bytes_per_s = (uint64_t)(bps + 0.5),

@@ -86,6 +86,23 @@ typedef struct dsc_verdict {
 /* A server is "slow" when its seconds per byte are this many times the others' median. */
 #define DSC_VERDICT_SLOW_RATIO 3.0
 
+/* The loader's diagnosis state (pipeline.h holds one; diag.c owns it, under the loader lock):
+ * the live counters beside stats.st, the two window bases and the latest verdict. */
+typedef struct dsc_diag_snapshot {
+    double at;
+    dsc_verdict_counters_t c;
+    dsc_verdict_server_t *servers; /* the loader's peers + 1 */
+} dsc_diag_snapshot_t;
+
+typedef struct dsc_diag {
+    char job[64];                  /* label-safe job name (option, DSCACHE_JOB, host-pid) */
+    dsc_verdict_counters_t c;      /* live counters beside loader->st (under the loader lock) */
+    dsc_verdict_server_t *servers; /* live, per server slot */
+    dsc_diag_snapshot_t base[2];   /* base[0] older: the window starts there */
+    dsc_verdict_t last;            /* the latest verdict */
+    double last_at;
+} dsc_diag_t;
+
 /* Fills *out from *in (the rules are in docs/diagnosis.md). Never fails. */
 void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out);
 
