@@ -28,8 +28,9 @@ int dsc_bench_plot_open(dsc_bench_plot_t *plot, const char *cmd, dsc_loader_t *l
         dsc_cli_fail(cmd, "--plot: cannot write %s: %s", plot->csv, strerror(errno));
         return -1;
     }
-    fprintf(plot->out, "t,samples_per_s,mb_per_s,stall,wait_fetch,wait_budget,wait_decode,"
-                       "wait_collate,network_s,decode_s,collate_s,h2d_s,bottleneck,suggestion\n");
+    fprintf(plot->out,
+            "t,samples_per_s,mb_per_s,stall,wait_fetch,wait_budget,wait_decode,"
+            "wait_collate,step_s,network_s,decode_s,collate_s,h2d_s,bottleneck,suggestion\n");
     plot->prev.struct_size = sizeof plot->prev;
     dsc_loader_stats(loader, &plot->prev);
     plot->t0 = plot->last = now;
@@ -61,13 +62,13 @@ void dsc_bench_plot_sample(dsc_bench_plot_t *plot, dsc_loader_t *loader, double 
     }
     quoted[q++] = '"';
     quoted[q] = '\0';
-    fprintf(plot->out, "%.3f,%.1f,%.3f,%.5f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%s,%s\n",
+    fprintf(plot->out, "%.3f,%.1f,%.3f,%.5f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%s,%s\n",
             now - plot->t0, (double)(s.samples - p->samples) / dt,
             (double)(s.bytes - p->bytes) / dt / 1e6,
             stall + compute > 0 ? stall / (stall + compute) : 0,
             w[DSC_STALL_WAIT_PLAN] + w[DSC_STALL_WAIT_QUEUED] + w[DSC_STALL_WAIT_NETWORK],
             w[DSC_STALL_WAIT_BUDGET], w[DSC_STALL_WAIT_DECODE], w[DSC_STALL_WAIT_COLLATE],
-            (s.network_seconds - p->network_seconds) / dt,
+            stall + compute, (s.network_seconds - p->network_seconds) / dt,
             (s.decode_seconds - p->decode_seconds) / dt,
             (s.collate_seconds - p->collate_seconds) / dt, (s.h2d_seconds - p->h2d_seconds) / dt,
             dsc_bottleneck_name(s.bottleneck), quoted);

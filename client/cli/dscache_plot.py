@@ -72,19 +72,20 @@ def main(argv):
     ax1.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
     ax1.grid(alpha=0.3)
 
-    # Stall per interval, split by what next() waited on (shares of the step time).
+    # Stall per interval, split by what next() waited on (shares of the step time); what no
+    # wait explains (taking the lock, handing the batch out) is "other".
     stall = column(rows, "stall")
+    step = column(rows, "step_s")
     waits = [column(rows, k) for k, _, _ in WAITS]
-    total_wait = [sum(w[i] for w in waits) for i in range(len(t))]
     stacks = []
     for w in waits:
-        stacks.append([100 * stall[i] * (w[i] / total_wait[i]) if total_wait[i] > 0 else 0
-                       for i in range(len(t))])
-    ax2.stackplot(t, *stacks, labels=[label for _, label, _ in WAITS],
-                  colors=[c for _, _, c in WAITS], alpha=0.85)
+        stacks.append([100 * w[i] / step[i] if step[i] > 0 else 0 for i in range(len(t))])
+    stacks.append([max(0.0, 100 * stall[i] - sum(s[i] for s in stacks)) for i in range(len(t))])
+    ax2.stackplot(t, *stacks, labels=[label for _, label, _ in WAITS] + ["other"],
+                  colors=[c for _, _, c in WAITS] + ["#cccccc"], alpha=0.85)
     ax2.plot(t, [100 * s for s in stall], color="black", linewidth=1, label="stall")
     ax2.set_ylabel("stall, % of step time")
-    ax2.legend(loc="upper left", fontsize=8, ncol=5)
+    ax2.legend(loc="upper left", fontsize=8, ncol=6)
     ax2.grid(alpha=0.3)
 
     for key, label, color in BUSY:
