@@ -120,8 +120,11 @@ static void sample(server_view_t *s) {
     const cJSON *srv = cJSON_GetObjectItemCaseSensitive(s->stat, "server");
     s->connections = num(srv, "connections");
     if (s->have_prev && s->at > s->prev_at) {
+        /* Over the last interval; with no GET in it, since the server started. */
         double dh = hits - s->prev_hits, dm = misses - s->prev_misses;
-        s->hit_rate = dh + dm > 0 ? dh / (dh + dm) : -1;
+        s->hit_rate = dh + dm > 0         ? dh / (dh + dm)
+                      : hits + misses > 0 ? hits / (hits + misses)
+                                          : -1;
         s->mbps = (served - s->prev_served) / (s->at - s->prev_at) / 1e6;
     } else {
         s->hit_rate = hits + misses > 0 ? hits / (hits + misses) : -1;
