@@ -4,6 +4,7 @@
  * finished loads, accepted sockets dealt to the loops in turn, and the stop request. */
 #include "server_int.h"
 #include "srvlog.h"
+#include "util.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -150,9 +151,17 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
         return DSC_ENOMEM;
     srv->cat = cat;
     srv->opt = *options;
+    srv->authz.store = options->credentials;
+    srv->authz.allow_anonymous_admin = options->allow_anonymous_admin;
+    srv->authz.failures = dsc_authfail_create();
+    if (srv->authz.failures == NULL) {
+        free(srv);
+        return DSC_ENOMEM;
+    }
     snprintf(srv->name, sizeof srv->name, "%s", options->name ? options->name : "dscached");
     srv->loops = calloc(options->threads, sizeof *srv->loops);
     if (srv->loops == NULL || dsc_jobs_create(0, 0, &srv->jobs) < 0) {
+        dsc_authfail_destroy(srv->authz.failures);
         free(srv->loops);
         free(srv);
         return DSC_ENOMEM;
@@ -249,12 +258,26 @@ void dsc_server_destroy(dsc_server_t *srv) {
         pthread_mutex_destroy(&lc->mb_lock);
     }
     free(srv->loops);
+    dsc_authfail_destroy(srv->authz.failures);
     dsc_jobs_destroy(srv->jobs);
     free(srv);
 }
 
 dsc_jobs_t *dsc_server_jobs(dsc_server_t *srv) {
     return srv ? srv->jobs : NULL;
+}
+
+const double dsc_get_latency_bounds[DSC_GET_LATENCY_BUCKETS] = {
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0, 5.0};
+
+void dsc__server_count_get_latency(dsc_server_t *srv, uint64_t start_ns) {
+    uint64_t ns = dsc_now_ns() - start_ns;
+    double seconds = (double)ns / 1e9;
+    int b = 0;
+    while (b < DSC_GET_LATENCY_BUCKETS && seconds > dsc_get_latency_bounds[b])
+        b++;
+    atomic_fetch_add_explicit(&srv->get_latency[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&srv->get_latency_sum_ns, ns, memory_order_relaxed);
 }
 
 void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out) {
@@ -267,7 +290,17 @@ void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out) {
     out->bytes_out = atomic_load(&s->bytes_out);
     out->protocol_errors = atomic_load(&s->protocol_errors);
     out->paused_reads = atomic_load(&s->paused_reads);
+    out->auth_failures = dsc_authfail_total(s->authz.failures);
     for (int o = 0; o < DSC_SERVER_OPS; o++)
         for (int st = 0; st < DSC_SERVER_STATUSES; st++)
             out->requests[o][st] = atomic_load_explicit(&s->requests[o][st], memory_order_relaxed);
+    uint64_t cumulative = 0;
+    for (int b = 0; b <= DSC_GET_LATENCY_BUCKETS; b++) {
+        cumulative += atomic_load_explicit(&s->get_latency[b], memory_order_relaxed);
+        if (b < DSC_GET_LATENCY_BUCKETS)
+            out->get_latency_buckets[b] = cumulative;
+    }
+    out->get_latency_count = cumulative;
+    out->get_latency_sum_seconds =
+        (double)atomic_load_explicit(&s->get_latency_sum_ns, memory_order_relaxed) / 1e9;
 }

@@ -77,6 +77,7 @@ static void conn_process(conn_t *c);
 
 static void conn_unref(conn_t *c) {
     if (--c->refs == 0) {
+        dsc__authz_conn_close(&c->reply.auth);
         free(c->in);
         free(c);
     }
@@ -442,22 +443,11 @@ static void conn_start(conn_t *c) {
     int lowat = NOTSENT_LOWAT;
     if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
         setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat); /* best effort */
-    struct sockaddr_storage sa; /* the peer, for the job table (REPORT) */
-    int sa_len = sizeof sa;
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&sa, &sa_len) == 0) {
-        char host[INET6_ADDRSTRLEN] = "";
-        if (sa.ss_family == AF_INET6) {
-            const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)&sa;
-            uv_ip6_name(a6, host, sizeof host);
-            snprintf(c->reply.peer, sizeof c->reply.peer, "[%s]:%u", host,
-                     (unsigned)ntohs(a6->sin6_port));
-        } else if (sa.ss_family == AF_INET) {
-            const struct sockaddr_in *a4 = (const struct sockaddr_in *)&sa;
-            uv_ip4_name(a4, host, sizeof host);
-            snprintf(c->reply.peer, sizeof c->reply.peer, "%s:%u", host,
-                     (unsigned)ntohs(a4->sin_port));
-        }
-    }
+    struct sockaddr_storage peer;
+    int peer_len = (int)sizeof peer;
+    snprintf(c->reply.peer, sizeof c->reply.peer, "?");
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&peer, &peer_len) == 0)
+        uv_ip_name((struct sockaddr *)&peer, c->reply.peer, sizeof c->reply.peer);
     c->next = lc->conns;
     if (lc->conns)
         lc->conns->prev = c;

@@ -115,6 +115,9 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
     metric(&t, "assists_total", "counter",
            "Chunk decodes and step collations done by next() while it waited.", ds,
            (double)s.assists);
+    metric(&t, "epoch_wire_bytes", "gauge",
+           "Bytes fetched for the steps of the last completed epoch.", ds,
+           (double)s.epoch_wire_bytes);
     metric(&t, "verdict_stall_fraction", "gauge",
            "Stall fraction over the verdict's window (the last 5-10 s).", ds,
            s.verdict_stall_fraction);
