@@ -196,12 +196,14 @@ void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
     double cpu_util = (d->decode_seconds + d->collate_seconds) / (window * capacity);
     if ((cpu_side > fetch_side && (cpu_util >= 0.5 || cpu_side >= 0.6 * d->stall_seconds)) ||
         (worker_util >= 0.9 && cpu_side > 0.25 * fetch_side)) {
-        int decode = w[DSC_WAIT_DECODE] >= w[DSC_WAIT_COLLATE];
+        /* The stage named is the one the threads spend their time on: a step whose chunks are
+         * decoded may wait for its collation only because the threads are decoding others. */
+        int decode = d->decode_seconds >= d->collate_seconds;
         set(out, decode ? DSC_BOTTLENECK_DECODE : DSC_BOTTLENECK_COLLATE);
         text(out->evidence, sizeof out->evidence,
-             "stall %.1f%%; %.0f%% of it waits on %s; decode threads busy %.0f%% (%u thread%s: "
-             "%.2f s decode + %.2f s collate in %.1f s)%s",
-             sf, 100 * share(decode ? w[DSC_WAIT_DECODE] : w[DSC_WAIT_COLLATE], d->stall_seconds),
+             "stall %.1f%%; %.0f%% of it waits on the decode threads, which spend most of their "
+             "time on %s: busy %.0f%% (%u thread%s: %.2f s decode + %.2f s collate in %.1f s)%s",
+             sf, 100 * share(cpu_side, d->stall_seconds),
              decode ? "checksum + decompression" : "collation", 100 * worker_util, threads,
              threads == 1 ? "" : "s", d->decode_seconds, d->collate_seconds, window,
              in->assist ? "" : "; next() does not help (no_assist)");

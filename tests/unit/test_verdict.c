@@ -56,9 +56,11 @@ int main(void) {
     HAS(v.suggestion, "no_assist");
     CHECK(v.stall_fraction > 0.33 && v.stall_fraction < 0.34);
 
-    /* Collate. */
+    /* Collate: the threads' time goes to collation. */
     in.delta.wait[DSC_WAIT_COLLATE] = 1.9;
     in.delta.wait[DSC_WAIT_DECODE] = 0.1;
+    in.delta.decode_seconds = 0.8;
+    in.delta.collate_seconds = 4.0;
     in.assist = 1;
     v = run(&in);
     CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_COLLATE);
