@@ -258,10 +258,9 @@ static void io_loop(dsc_io_t *io) {
             if (len > 0)
                 rc = src->report(conn, id, body, (size_t)len);
             pthread_mutex_lock(&loader->lock);
-            if (rc < 0) {
+            if (rc < 0)
                 conn_failed(io, rc);
-                continue;
-            }
+            continue; /* the lock was released: re-check stop, the view and the queue */
         }
         /* Submit what the budgets allow. */
         while (rc == 0 && io->out_count < max_out && !loader->stop) {
