@@ -121,6 +121,27 @@ DSC_EXTERN int dsc_dtype_parse(const char *name);
  * Shared by the client library's log callback and the server's log. */
 enum { DSC_LOG_ERROR = 0, DSC_LOG_WARN = 1, DSC_LOG_INFO = 2, DSC_LOG_DEBUG = 3 };
 
+/* ---- Bottlenecks ---------------------------------------------------------------------------
+ * What limits a loader now (docs/diagnosis.md): the verdict in dsc_stats_t.bottleneck, and the
+ * stage a loader reports to the servers (REPORT, proto/PROTOCOL.md). The numbers are on the
+ * wire: never renumber, only append. */
+typedef enum {
+    DSC_BOTTLENECK_UNKNOWN = 0,  /* too little measured yet */
+    DSC_BOTTLENECK_NONE = 1,     /* stall under 1%: the trainer is the limit */
+    DSC_BOTTLENECK_FETCH = 2,    /* the network / servers as a whole */
+    DSC_BOTTLENECK_SERVER = 3,   /* one server slower than the others */
+    DSC_BOTTLENECK_DECODE = 4,   /* checksum + lz4 on the decode threads */
+    DSC_BOTTLENECK_COLLATE = 5,  /* copying samples into batch slots */
+    DSC_BOTTLENECK_H2D = 6,      /* host-to-device copies */
+    DSC_BOTTLENECK_CACHE = 7,    /* refetches: cache_bytes too small for the shuffle window */
+    DSC_BOTTLENECK_INFLIGHT = 8, /* the in-flight byte budget */
+} dsc_bottleneck_t;
+#define DSC_BOTTLENECK_COUNT 9
+
+/* "unknown", "none", "fetch", "server", "decode", "collate", "h2d", "cache", "inflight"; NULL
+ * for a value outside the list. */
+DSC_EXTERN const char *dsc_bottleneck_name(int bottleneck);
+
 #ifdef __cplusplus
 }
 #endif

@@ -127,6 +127,7 @@ int dsc_opcode_known(uint32_t opcode) {
     case DSC_OP_STAT:
     case DSC_OP_MEMBERS:
     case DSC_OP_AUTH:
+    case DSC_OP_REPORT:
     case DSC_OP_WARM:
     case DSC_OP_EVICT:
     case DSC_OP_RDMA_CONNECT:
@@ -155,6 +156,8 @@ const char *dsc_opcode_name(uint32_t opcode) {
         return "MEMBERS";
     case DSC_OP_AUTH:
         return "AUTH";
+    case DSC_OP_REPORT:
+        return "REPORT";
     case DSC_OP_WARM:
         return "WARM";
     case DSC_OP_EVICT:

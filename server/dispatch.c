@@ -2,6 +2,7 @@
  * answering through the connection's reply interface (reply.h) without knowing the transport.
  * A GET that misses waits for its load and is answered when the catalog delivers it to the
  * connection's mailbox. */
+#include "report.h"
 #include "server_int.h"
 #include "srvlog.h"
 #include "util.h"
@@ -361,9 +362,25 @@ static void handle_stat(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, cons
     if (not_found) {
         free(json);
         answer_error(srv, reply, DSC_OP_STAT, id, DSC_STATUS_NOT_FOUND, "no such dataset");
-    } else {
-        answer_json(srv, reply, DSC_OP_STAT, id, dsc__authz_filter_json(&reply->auth, json));
+        return;
     }
+    /* The jobs this server feeds (REPORT) and its connections; then what the credential may see. */
+    json = dsc_jobs_stat_add(srv->jobs, json, dsc_now_s(), atomic_load(&srv->connections),
+                             atomic_load(&srv->connections_total));
+    answer_json(srv, reply, DSC_OP_STAT, id, dsc__authz_filter_json(&reply->auth, json));
+}
+
+/* REPORT: a loader's job, stall and rate go into the job table (STAT, /metrics). */
+static void handle_report(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
+                          size_t len) {
+    dsc_report_req_t req;
+    if (dsc_report_req_decode(body, len, &req) < 0) {
+        answer_error(srv, reply, DSC_OP_REPORT, id, DSC_STATUS_BAD_REQUEST,
+                     "malformed REPORT body");
+        return;
+    }
+    dsc_jobs_report(srv->jobs, &req, reply->peer, dsc_now_s());
+    answer(srv, reply, DSC_OP_REPORT, id, DSC_STATUS_OK, NULL, 0);
 }
 
 void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_header_t *h,
@@ -411,6 +428,9 @@ void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_
         break;
     case DSC_OP_STAT:
         handle_stat(srv, reply, h->request_id, body, h->body_len);
+        break;
+    case DSC_OP_REPORT:
+        handle_report(srv, reply, h->request_id, body, h->body_len);
         break;
     case DSC_OP_WARM:
     case DSC_OP_EVICT:

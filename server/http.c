@@ -2,6 +2,7 @@
 #include "http.h"
 #include "protocol.h"
 #include "srvlog.h"
+#include "util.h"
 
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
@@ -206,6 +207,18 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     add(&t, "dscache_load_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)h.count);
     add(&t, "dscache_load_seconds_sum %.9f\n", h.sum_seconds);
     add(&t, "dscache_load_seconds_count %llu\n", (unsigned long long)h.count);
+    /* Diagnosis: the jobs fed (docs/diagnosis.md) and each dataset's resident fraction. */
+    char *jobs = dsc_jobs_metrics_text(dsc_server_jobs(src->server), dsc_now_s());
+    int nf = 0;
+    char *stat = dsc_catalog_stat_json(src->cat, "", 0, &nf);
+    char *resident = dsc_resident_metrics_text(stat);
+    free(stat);
+    if (jobs != NULL && resident != NULL)
+        add(&t, "%s%s", jobs, resident);
+    else
+        t.failed = 1;
+    free(jobs);
+    free(resident);
     free(sc);
     if (t.failed) {
         free(t.p);

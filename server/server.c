@@ -160,8 +160,9 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
     }
     snprintf(srv->name, sizeof srv->name, "%s", options->name ? options->name : "dscached");
     srv->loops = calloc(options->threads, sizeof *srv->loops);
-    if (srv->loops == NULL) {
+    if (srv->loops == NULL || dsc_jobs_create(0, 0, &srv->jobs) < 0) {
         dsc_authfail_destroy(srv->authz.failures);
+        free(srv->loops);
         free(srv);
         return DSC_ENOMEM;
     }
@@ -258,7 +259,12 @@ void dsc_server_destroy(dsc_server_t *srv) {
     }
     free(srv->loops);
     dsc_authfail_destroy(srv->authz.failures);
+    dsc_jobs_destroy(srv->jobs);
     free(srv);
+}
+
+dsc_jobs_t *dsc_server_jobs(dsc_server_t *srv) {
+    return srv ? srv->jobs : NULL;
 }
 
 const double dsc_get_latency_bounds[DSC_GET_LATENCY_BUCKETS] = {

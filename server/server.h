@@ -7,6 +7,7 @@
 #include "catalog.h"
 #include "cluster.h"
 #include "credstore.h"
+#include "jobs.h"
 
 #include <stdint.h>
 
@@ -62,5 +63,7 @@ typedef struct dsc_server_counters {
     double get_latency_sum_seconds;
 } dsc_server_counters_t;
 void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out);
+/* The jobs the server feeds (REPORTs), for /metrics; NULL for srv NULL. Lives as long as srv. */
+dsc_jobs_t *dsc_server_jobs(dsc_server_t *srv);
 
 #endif

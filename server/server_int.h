@@ -52,6 +52,7 @@ struct dsc_server {
     atomic_uint_fast64_t get_latency_sum_ns;
     _Atomic(dsc_cluster_t *) cluster;
     dsc_authz_t authz; /* credentials and anonymous policy (authz.h) */
+    dsc_jobs_t *jobs;  /* the jobs fed, from their REPORTs (jobs.h) */
 };
 
 static inline dsc_cluster_t *dsc__server_cluster(dsc_server_t *srv) {

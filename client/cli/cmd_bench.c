@@ -2,6 +2,7 @@
  * optionally with a simulated training step of a given duration between batches. */
 #include "cli.h"
 
+#include "bench_plot.h"
 #include "dscache.h"
 #include "simulate.h"
 #include "util.h"
@@ -41,6 +42,13 @@ static const char *usage_text =
     "                            collates beside the decode threads)\n"
     "  --seed S                  shuffle seed (default 0)\n"
     "  --rank R --world-size W   this rank of W (default 0 of 1)\n"
+    "  --job NAME                job name reported to the servers (default: DSCACHE_JOB, else\n"
+    "                            HOST-PID; see dscache top)\n"
+    "  --report-seconds S        seconds between reports to the servers (default 5)\n"
+    "  --plot FILE.png           draw throughput and stall over time with the stage breakdown\n"
+    "                            (needs python3-matplotlib; the series is also kept as\n"
+    "                            FILE.csv)\n"
+    "  --plot-interval S         seconds per point of the plot (default 0.5)\n"
     "  -h, --help                this text\n";
 
 int dsc_cmd_bench(int argc, char **argv) {
@@ -48,6 +56,7 @@ int dsc_cmd_bench(int argc, char **argv) {
     dsc_loader_options_t o;
     dsc_loader_options_init(&o);
     double seconds = 10, compute_ms = 0;
+    dsc_bench_plot_t plot = {.png = NULL, .interval = 0.5};
     uint64_t max_epochs = 0, epoch_wire[64] = {0}, epoch_attr[64] = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -69,6 +78,19 @@ int dsc_cmd_bench(int argc, char **argv) {
         uint64_t n = 0;
         if (strcmp(a, "--server") == 0 || strcmp(a, "--servers") == 0) {
             o.servers = v;
+        } else if (strcmp(a, "--job") == 0) {
+            o.job_name = v;
+        } else if (strcmp(a, "--plot") == 0) {
+            plot.png = v;
+        } else if (strcmp(a, "--report-seconds") == 0 || strcmp(a, "--plot-interval") == 0) {
+            char *end;
+            double d = strtod(v, &end);
+            if (*v == '\0' || *end != '\0' || !(d >= 0.05) || d > 3600)
+                return dsc_cli_usage(cmd, "%s wants seconds in [0.05, 3600], not '%s'", a, v);
+            if (a[2] == 'r')
+                o.report_seconds = d;
+            else
+                plot.interval = d;
         } else if (strcmp(a, "--dataset") == 0) {
             o.dataset = v;
         } else if (strcmp(a, "--seconds") == 0 || strcmp(a, "--compute-ms") == 0) {
@@ -155,6 +177,10 @@ int dsc_cmd_bench(int argc, char **argv) {
         s0.wire_bytes = s0.samples = s0.bytes = s0.batches = 0;
         t0 = dsc_now_s();
     }
+    if (plot.png != NULL && dsc_bench_plot_open(&plot, cmd, loader, t0) < 0) {
+        dsc_loader_destroy(loader);
+        return DSC_CLI_FAIL;
+    }
     while ((rc == 0 || rc == DSC_EOF) &&
            (max_epochs > 0 ? epochs < max_epochs : dsc_now_s() - t0 < seconds)) {
         if (rc == 0) {
@@ -170,10 +196,14 @@ int dsc_cmd_bench(int argc, char **argv) {
                 break;
         }
         rc = dsc_loader_next(loader, &batch);
+        if (plot.png != NULL)
+            dsc_bench_plot_sample(&plot, loader, dsc_now_s());
     }
     double wall = dsc_now_s() - t0;
     dsc_stats_t s1 = {.struct_size = sizeof s1};
     dsc_loader_stats(loader, &s1);
+    if (plot.png != NULL)
+        dsc_bench_plot_sample(&plot, loader, dsc_now_s());
     dsc_loader_destroy(loader);
     if (rc < 0 && rc != DSC_EOF)
         return dsc_cli_fail(cmd, "loader failed: %s (%s)", dsc_strerror(rc), dsc_err_name(rc));
@@ -210,5 +240,10 @@ int dsc_cmd_bench(int argc, char **argv) {
            (unsigned long long)(s1.failovers - s0.failovers),
            (unsigned long long)(s1.placed_chunks - s0.placed_chunks),
            (unsigned long long)(s1.assists - s0.assists), o.no_assist ? " (--no-assist)" : "");
+    printf("limit: %s%s%s: %s\n", dsc_bottleneck_name(s1.bottleneck),
+           s1.bottleneck_server[0] ? " " : "", s1.bottleneck_server, s1.evidence);
+    printf("suggestion: %s\n", s1.suggestion);
+    if (plot.png != NULL)
+        return dsc_bench_plot_finish(&plot, cmd);
     return DSC_CLI_OK;
 }

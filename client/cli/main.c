@@ -21,6 +21,7 @@ static const struct {
     {"get", dsc_cmd_get, "fetch a shard from a server, verify and decode it into a file"},
     {"stat", dsc_cmd_stat, "show a server's store and per-dataset statistics"},
     {"bench", dsc_cmd_bench, "measure loader throughput and data stall against a server"},
+    {"top", dsc_cmd_top, "live view of servers, datasets and the jobs they feed (q quits)"},
     {"doctor", dsc_cmd_doctor, "check whether RDMA can be used on this machine (preflight)"},
     {"list", dsc_cmd_list, "list the datasets a server serves"},
     {"warm", dsc_cmd_warm, "load a dataset's shards into a server's store (admin)"},

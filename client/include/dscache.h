@@ -81,6 +81,11 @@ typedef struct dsc_loader_options {
                                 returns DSC_EHELD when the batches held plus the new one would
                                 pass this bound. One held batch is always allowed. Default 0:
                                 1 GiB (host and, with CUDA, device memory alike) */
+    const char *job_name;    /* job name reported to the servers (REPORT, docs/diagnosis.md);
+                                NULL: DSCACHE_JOB, else "HOST-PID". Characters outside
+                                [A-Za-z0-9_.:@/-] become '_', cut to 63 bytes; copied at create */
+    double report_seconds;   /* seconds between REPORTs of stall and rate to each server
+                                (default 0: 5 s; < 0: never) */
 } dsc_loader_options_t;
 
 #define DSC_ORDER_LOCAL 0
@@ -239,11 +244,31 @@ typedef struct dsc_stats {
                                   the first epoch ends; reset by set_epoch and state_load) */
     uint64_t slots_added;      /* batch slots added because every slot was held by batches the
                                   caller kept (see max_held_bytes) */
+    /* The verdict (docs/diagnosis.md): what limits the job over the last 5-10 s. */
+    int32_t bottleneck;            /* DSC_BOTTLENECK_* (dscache_base.h; dsc_bottleneck_name) */
+    double verdict_seconds;        /* the window the verdict covers */
+    double verdict_stall_fraction; /* stall / (stall + compute) over that window */
+    double stall_waits[6];         /* stall since creation by what next() waited on: the step not
+                                      planned yet, a chunk queued, the in-flight budget full, a
+                                      chunk in flight, decode, collation (DSC_STALL_WAIT_*) */
+    char bottleneck_server[128];   /* DSC_BOTTLENECK_SERVER: the slow server's HOST:PORT */
+    char evidence[256];            /* the figures the verdict used, in words */
+    char suggestion[256];          /* the change that would help, in words */
 } dsc_stats_t;
+/* Indexes of dsc_stats_t.stall_waits. */
+enum {
+    DSC_STALL_WAIT_PLAN = 0,
+    DSC_STALL_WAIT_QUEUED = 1,
+    DSC_STALL_WAIT_BUDGET = 2,
+    DSC_STALL_WAIT_NETWORK = 3,
+    DSC_STALL_WAIT_DECODE = 4,
+    DSC_STALL_WAIT_COLLATE = 5
+};
 
 /* Fills *out (out->struct_size must be set). Returns 0 or DSC_EINVAL. Thread-safe. */
 DSC_EXTERN int dsc_loader_stats(const dsc_loader_t *loader, dsc_stats_t *out);
-/* The same figures in Prometheus text exposition format (names dscache_loader_*). Returns the
+/* The same figures in Prometheus text exposition format (names dscache_loader_*; the verdict
+ * as dscache_loader_bottleneck{stage} 1 and a "# verdict:" comment line). Returns the
  * length written (without NUL), or the length needed when cap is too small. Thread-safe. */
 DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, size_t cap);
 

@@ -4,6 +4,8 @@
  * is the source's business (source.h). Also the manifest fetch. */
 #include "fetch.h"
 #include "decode.h"
+#include "diag.h"
+#include "report.h"
 #include "route.h"
 #include "util.h"
 
@@ -90,6 +92,7 @@ static void conn_failed(dsc_io_t *io, int err) {
 /* Received chunks go to the decode queue; cancelled ones are freed. Under lock. */
 static void deliver(dsc_io_t *io, dsc_source_req_t *req) {
     dsc_loader_t *loader = io->loader;
+    loader->diag.c.chunks_fetched += req->count;
     for (uint32_t i = 0; i < req->count; i++) {
         dsc_chunk_ent_t *ent = req->chunks[i];
         loader->net.peers[io->peer].inflight_bytes -= ent->raw_len;
@@ -155,6 +158,7 @@ static int take_request(dsc_io_t *io, dsc_source_req_t *req) {
             break;
     } while (1);
     req->id = io->next_id++;
+    req->answer_at = 0;
     loader->stats.st.requests++;
     return 1;
 }
@@ -239,8 +243,27 @@ static void io_loop(dsc_io_t *io) {
                 break;
             continue; /* re-check the queue: the hello may have taken a while */
         }
-        /* Submit what the budgets allow. */
+        /* Now and then, the job's stall and rate to the server (the peer's first I/O thread). */
         int rc = 0;
+        double now = dsc_now_s();
+        if (src->report != NULL && io == &peer->io[0] && loader->cfg.opt.report_seconds >= 0 &&
+            now >= io->report_due) {
+            uint8_t body[DSC_REPORT_MAX_BODY];
+            int len = dsc__diag_report_body(loader, now, body, sizeof body);
+            io->report_due =
+                now + (loader->cfg.opt.report_seconds > 0 ? loader->cfg.opt.report_seconds
+                                                          : DSC_DIAG_REPORT_S);
+            uint64_t id = DSC_SOURCE_REPORT_ID | io->report_seq++;
+            void *conn = io->conn;
+            pthread_mutex_unlock(&loader->lock);
+            if (len > 0)
+                rc = src->report(conn, id, body, (size_t)len);
+            pthread_mutex_lock(&loader->lock);
+            if (rc < 0)
+                conn_failed(io, rc);
+            continue; /* the lock was released: re-check stop, the view and the queue */
+        }
+        /* Submit what the budgets allow. */
         while (rc == 0 && io->out_count < max_out && !loader->stop) {
             dsc_source_req_t *req = &io->out[io->out_count];
             if (!take_request(io, req))
@@ -269,10 +292,18 @@ static void io_loop(dsc_io_t *io) {
         pthread_mutex_lock(&loader->lock);
         loader->stats.st.network_seconds += t1 - t0;
         loader->stats.st.wire_bytes += wire;
+        /* Per peer, for the verdict (diag.c): time per byte, and the share spent before answers
+         * start (latency) rather than streaming (bandwidth). */
+        dsc_verdict_server_t *vs = &loader->diag.servers[io->peer];
+        double answer_at = rc < 0 && conn_bad ? 0 : io->out[index].answer_at;
+        vs->recv_seconds += t1 - t0;
+        vs->wait_seconds += answer_at > t0 ? answer_at - t0 : 0;
+        vs->bytes += wire;
         if (rc < 0 && conn_bad) {
             conn_failed(io, rc);
             continue;
         }
+        vs->responses++;
         dsc_source_req_t done = io->out[index]; /* swap-remove: the array is unordered */
         io->out[index] = io->out[--io->out_count];
         if (rc == DSC_EUNAVAIL || rc == DSC_ECORRUPT) {

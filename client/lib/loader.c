@@ -3,6 +3,7 @@
  * for the layers; this file calls down into all of them and nothing calls back up into it. */
 #include "batch.h"
 #include "decode.h"
+#include "diag.h"
 #include "dsc_sys.h"
 #include "fetch.h"
 #include "pipeline.h"
@@ -324,6 +325,10 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     int rc = check_options(&loader->cfg.opt, &loader->cfg.log);
     if (rc < 0)
         goto fail;
+    rc = dsc__diag_init(loader, loader->stats.created_at); /* takes the job name while valid */
+    loader->cfg.opt.job_name = NULL;                       /* the caller's string is not kept */
+    if (rc < 0)
+        goto fail;
     rc = DSC_ENOMEM;
     loader->cfg.dataset = dup_str(options->dataset);
     loader->cfg.fallback = dup_str(options->fallback_path);
@@ -500,6 +505,7 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
                     pthread_join(loader->net.peers[p].io[i].thread, NULL);
     /* Threads are gone: free what is left (I/O threads freed the cancelled entries they held). */
     dsc__sched_free(loader);
+    dsc__diag_free(loader);
     if (loader->net.peers != NULL)
         for (uint32_t p = 0; p <= DSC__PEER_FALLBACK; p++) {
             dsc_peer_t *peer = &loader->net.peers[p];
@@ -547,6 +553,10 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
     dsc__batch_release_current(loader);
     int rc = 0;
     dsc_step_t *st = NULL;
+    /* What the wait is spent on, for the verdict: re-read at each wake-up (diag.c). */
+    int cause = -1;
+    uint32_t cause_peer = UINT32_MAX;
+    double mark = t0;
     for (;;) {
         if (loader->error) {
             rc = loader->error;
@@ -564,6 +574,10 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
             if (st->state == ST_READY)
                 break;
         }
+        double now = dsc_now_s();
+        dsc__diag_blame(loader, cause, cause_peer, now - mark);
+        mark = now;
+        cause = dsc__diag_waiting_on(loader, &cause_peer);
         /* Rather than sleep, do the work the batch waits for (or any other there is). */
         if (loader->work.assist && dsc__worker_pass(loader, &loader->work.assist_ctx)) {
             loader->stats.st.assists++;
@@ -575,6 +589,7 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
     }
     double t1 = dsc_now_s();
     loader->stats.st.stall_seconds += t1 - t0;
+    dsc__diag_blame(loader, cause, cause_peer, t1 - mark);
     if (rc == 0) {
         dsc_batch_slot_t *slot = loader->cons.slots[st->slot];
         loader->cons.cons_seq++;
@@ -613,6 +628,7 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
         }
     }
     dsc__stats_maybe_log(loader, t1);
+    dsc__diag_tick(loader, t1);
     loader->stats.last_return = dsc_now_s();
     pthread_mutex_unlock(&loader->lock);
     return rc;

@@ -29,6 +29,7 @@
 #include "plan.h"
 #include "slots.h"
 #include "source.h"
+#include "verdict.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -102,6 +103,8 @@ typedef struct dsc_io {
     uint64_t next_id;
     dsc_source_req_t out[IO_MAX_OUTSTANDING]; /* outstanding requests, unordered */
     uint32_t out_count;
+    double report_due; /* monotonic seconds: the next REPORT (the peer's first I/O thread) */
+    uint64_t report_seq;
 } dsc_io_t;
 
 /* One peer the loader reads from: a server, or the fallback files (index DSC__PEER_FALLBACK).
@@ -258,6 +261,10 @@ struct dsc_loader {
          * so the current and next epochs never share an entry). */
         dsc_epoch_wire_t epoch_wire[DSC__EPOCH_RING];
     } stats;
+
+    /* Owner diag.c: the verdict's counters and window, the job name. loader.c books the stall
+     * by what next() waits on, fetch.c the per-peer answer times. Under lock. */
+    dsc_diag_t diag;
 };
 
 /* The epoch order in use is order local (the default) rather than order global. */

@@ -42,7 +42,12 @@ typedef struct dsc_source_req {
     uint64_t id;
     uint32_t count;
     dsc_chunk_ent_t *chunks[DSC_SOURCE_MAX_MERGE];
+    double answer_at; /* set by complete(): when its answer began to arrive (monotonic seconds;
+                         0: the source cannot tell), for the verdict's latency figure */
 } dsc_source_req_t;
+
+/* Request ids of REPORTs (report below) carry this bit, GET ids never do. */
+#define DSC_SOURCE_REPORT_ID (1ull << 63)
 
 /* What every source may use; owned by the loader, constant while its threads run (manifest is
  * NULL until it has been fetched, set before any request). */
@@ -84,6 +89,11 @@ typedef struct dsc_source_ops {
      * request is lost). */
     int (*complete)(void *conn, dsc_source_req_t *out, uint32_t count, uint32_t *index,
                     int *conn_bad, uint64_t *wire);
+    /* Optional (NULL: the source has no server to tell): sends a REPORT request (body from
+     * proto/report.h) with request id `id` (DSC_SOURCE_REPORT_ID set); complete() drops its
+     * answer, whatever its status. Returns 0, or an error after which the connection is
+     * unusable. */
+    int (*report)(void *conn, uint64_t id, const uint8_t *body, size_t len);
     /* Makes a thread blocked in submit or complete on conn return soon with an error. Thread-safe
      * with respect to them. */
     void (*wake)(void *conn);

@@ -3,6 +3,7 @@
 #include "conn.h"
 #include "placement.h"
 #include "source.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,12 +135,25 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
     int rc = dsc_conn_recv_header(c->conn, &h);
     if (rc < 0)
         return rc;
+    /* Answers to REPORTs (tcp_report) are dropped: a server without REPORT answers UNSUPPORTED,
+     * which only costs the report. */
+    while ((h.request_id & DSC_SOURCE_REPORT_ID) && h.opcode == DSC_OP_REPORT &&
+           (h.flags & DSC_FLAG_RESPONSE)) {
+        rc = drain(c->conn, h.body_len, NULL, 0);
+        if (rc == 0)
+            rc = dsc_conn_recv_header(c->conn, &h);
+        if (rc < 0)
+            return rc;
+    }
+    double answer_at = dsc_now_s();
     dsc_source_req_t *req = NULL;
     for (uint32_t i = 0; i < count; i++)
         if (out[i].id == h.request_id) {
             req = &out[i];
             *index = i;
         }
+    if (req != NULL)
+        req->answer_at = answer_at;
     if (req == NULL || h.opcode != DSC_OP_GET || !(h.flags & DSC_FLAG_RESPONSE)) {
         DSC_LOG(env->log, DSC_LOG_ERROR,
                 "server %s: response to no outstanding request "
@@ -220,6 +234,11 @@ static void tcp_close(void *conn) {
     free(c);
 }
 
+static int tcp_report(void *conn, uint64_t id, const uint8_t *body, size_t len) {
+    tcp_conn_t *c = conn;
+    return dsc_conn_send(c->conn, DSC_OP_REPORT, id, body, len);
+}
+
 const dsc_source_ops_t dsc__source_tcp = {
     .name = "tcp",
     .max_outstanding = 64,
@@ -230,6 +249,7 @@ const dsc_source_ops_t dsc__source_tcp = {
     .open = tcp_open,
     .submit = tcp_submit,
     .complete = tcp_complete,
+    .report = tcp_report,
     .wake = tcp_wake,
     .close = tcp_close,
 };

@@ -1,5 +1,6 @@
 /* Loader statistics: the stats struct, Prometheus text, and the periodic INFO line. */
 #include "stats.h"
+#include "diag.h"
 #include "util.h"
 
 #include <stdarg.h>
@@ -7,14 +8,28 @@
 #include <string.h>
 
 /* Copies the counters and fills the derived fields. Under lock. */
-static void snapshot(const dsc_loader_t *loader, dsc_stats_t *s) {
+static void snapshot(dsc_loader_t *loader, dsc_stats_t *s) {
     *s = loader->stats.st;
     s->struct_size = sizeof *s;
     double now = dsc_now_s();
     s->wall_seconds = now - loader->stats.created_at;
     double busy = s->stall_seconds + s->compute_seconds;
     s->stall_fraction = busy > 0 ? s->stall_seconds / busy : 0;
+    dsc_verdict_t v;
+    dsc__diag_verdict(loader, now, &v);
+    s->bottleneck = v.bottleneck;
+    s->verdict_seconds = now - loader->diag.base[0].at;
+    s->verdict_stall_fraction = v.stall_fraction;
+    for (int i = 0; i < DSC_WAIT_COUNT; i++)
+        s->stall_waits[i] = loader->diag.c.wait[i];
+    memcpy(s->bottleneck_server, v.server, sizeof s->bottleneck_server);
+    memcpy(s->evidence, v.evidence, sizeof s->evidence);
+    memcpy(s->suggestion, v.suggestion, sizeof s->suggestion);
 }
+
+_Static_assert(sizeof(((dsc_stats_t *)0)->evidence) == DSC_VERDICT_TEXT &&
+                   sizeof(((dsc_stats_t *)0)->bottleneck_server) == DSC_VERDICT_ADDR,
+               "verdict texts fit the stats struct");
 
 DSC_EXTERN int dsc_loader_stats(const dsc_loader_t *loader, dsc_stats_t *out) {
     if (loader == NULL || out == NULL ||
@@ -103,6 +118,49 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
     metric(&t, "epoch_wire_bytes", "gauge",
            "Bytes fetched for the steps of the last completed epoch.", ds,
            (double)s.epoch_wire_bytes);
+    metric(&t, "verdict_stall_fraction", "gauge",
+           "Stall fraction over the verdict's window (the last 5-10 s).", ds,
+           s.verdict_stall_fraction);
+    static const char *const waits[DSC_WAIT_COUNT] = {"plan",    "queued", "budget",
+                                                      "network", "decode", "collate"};
+    put(&t, "# HELP dscache_loader_stall_wait_seconds_total Stall by what next() waited on.\n"
+            "# TYPE dscache_loader_stall_wait_seconds_total counter\n");
+    for (int i = 0; i < DSC_WAIT_COUNT; i++)
+        put(&t, "dscache_loader_stall_wait_seconds_total{dataset=\"%s\",wait=\"%s\"} %.17g\n", ds,
+            waits[i], s.stall_waits[i]);
+    put(&t, "# HELP dscache_loader_bottleneck What limits the job now (1 for that stage; "
+            "docs/diagnosis.md).\n# TYPE dscache_loader_bottleneck gauge\n");
+    for (int b = 0; b < DSC_BOTTLENECK_COUNT; b++)
+        put(&t, "dscache_loader_bottleneck{dataset=\"%s\",stage=\"%s\"} %d\n", ds,
+            dsc_bottleneck_name(b), b == s.bottleneck);
+    /* Per server (slots in use; bounded by DSC_LOADER_MAX_SERVERS): what the verdict compares. */
+    static const struct {
+        const char *name, *type, *help;
+    } per_server[] = {
+        {"server_bytes_total", "counter", "Bytes received from the server."},
+        {"server_recv_seconds_total", "counter",
+         "I/O threads' time waiting for and reading the server's answers."},
+        {"server_wait_seconds_total", "counter",
+         "Of which: waiting for answers to start (latency rather than bandwidth)."},
+        {"server_stall_seconds_total", "counter",
+         "Stall while next() waited on chunks queued or in flight at the server."},
+    };
+    for (size_t k = 0; k < sizeof per_server / sizeof per_server[0]; k++) {
+        put(&t, "# HELP dscache_loader_%s %s\n# TYPE dscache_loader_%s %s\n", per_server[k].name,
+            per_server[k].help, per_server[k].name, per_server[k].type);
+        pthread_mutex_lock(&l->lock);
+        for (uint32_t i = 0; i < l->net.peer_count && l->diag.servers != NULL; i++) {
+            const dsc_verdict_server_t *v = &l->diag.servers[i];
+            double value = k == 0   ? (double)v->bytes
+                           : k == 1 ? v->recv_seconds
+                           : k == 2 ? v->wait_seconds
+                                    : v->stall_seconds;
+            put(&t, "dscache_loader_%s{dataset=\"%s\",server=\"%s\"} %.17g\n", per_server[k].name,
+                ds, l->net.peers[i].addr, value);
+        }
+        pthread_mutex_unlock(&l->lock);
+    }
+    put(&t, "# verdict: %s: %s; %s\n", dsc_bottleneck_name(s.bottleneck), s.evidence, s.suggestion);
     if (t.len > (size_t)INT32_MAX)
         return DSC_EOVERFLOW;
     return (int)t.len;
@@ -118,11 +176,13 @@ void dsc__stats_maybe_log(dsc_loader_t *loader, double now) {
     double stall = loader->stats.st.stall_seconds - loader->stats.last_log_stall;
     double compute = loader->stats.st.compute_seconds - loader->stats.last_log_compute;
     double busy = stall + compute;
+    dsc_verdict_t v;
+    dsc__diag_verdict(loader, now, &v);
     DSC_LOG(&loader->cfg.log, DSC_LOG_INFO,
-            "loader %s: epoch %llu, %.0f samples/s, %.1f MB/s, stall %.1f%%", loader->cfg.dataset,
-            (unsigned long long)loader->stats.st.epoch, samples / dt,
+            "loader %s: epoch %llu, %.0f samples/s, %.1f MB/s, stall %.1f%%, limit: %s (%s)",
+            loader->cfg.dataset, (unsigned long long)loader->stats.st.epoch, samples / dt,
             samples * (double)loader->cfg.sample_bytes / dt / 1e6,
-            busy > 0 ? 100 * stall / busy : 0);
+            busy > 0 ? 100 * stall / busy : 0, dsc_bottleneck_name(v.bottleneck), v.suggestion);
     loader->stats.last_log = now;
     loader->stats.last_log_samples = loader->stats.st.samples;
     loader->stats.last_log_stall = loader->stats.st.stall_seconds;

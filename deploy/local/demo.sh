@@ -8,8 +8,9 @@
 #   naive: per sample, read the stored bytes of its lz4 chunk and decode the whole chunk;
 #   pread: per sample, preadv only the sample's bytes from the uncompressed copy.
 # Before each baseline, that dataset's files (only those) are evicted from the page cache with
-# fsync + posix_fadvise(DONTNEED). Prints throughput and data stall side by side; stops the
-# server it started. About a minute once built.
+# fsync + posix_fadvise(DONTNEED). Prints throughput and data stall side by side, then draws the
+# loader's throughput and stall over time with its verdict into $DEMO_DIR/dscache-demo.png
+# (dscache bench --plot); stops the server it started. About a minute once built.
 # With a GPU that torch sees, the model trains on it (--device auto, the default): dscache hands
 # out batches already on the device; the baselines pin and copy them.
 # Usage: deploy/local/demo.sh [--compute-ms MS] [--steps N] [--batch-size B] [--workers W]
@@ -33,7 +34,7 @@ while [ $# -gt 0 ]; do
     --batch-size) batch=${2:?--batch-size needs a value}; shift 2 ;;
     --workers) workers=${2:?--workers needs a value}; shift 2 ;;
     --device) device=${2:?--device needs a value}; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "demo: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -135,3 +136,13 @@ print("dscache: %.1fx the naive baseline's throughput and %.1fx the pread baseli
           d["samples_per_s"] / f["samples_per_s"], d["samples_per_s"] / p["samples_per_s"],
           d["stall_pct"], f["stall_pct"], p["stall_pct"]))
 PYEOF
+
+# The loader over time: throughput and stall with the stage breakdown, and its verdict
+# (docs/diagnosis.md), drawn with python3-matplotlib beside the table above.
+step "plot: 10 s of the loader with ${compute_ms} ms per step -> $demo_dir/dscache-demo.png"
+if "$cli" bench --server "$addr" --dataset cifar-synth --batch-size "$batch" --seconds 10 \
+    --compute-ms "$compute_ms" --job demo --plot "$demo_dir/dscache-demo.png"; then
+    echo "picture: $demo_dir/dscache-demo.png (series: $demo_dir/dscache-demo.csv)"
+else
+    echo "demo: no picture (see the message above); the table stands" >&2
+fi

@@ -14,6 +14,8 @@ pkgs=(cmake make gcc pkg-config clang libclang-rt-14-dev clang-format git
 # node and npm may come from elsewhere than Debian's nodejs package: only their absence counts.
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+# tmux drives dscache top in its test; matplotlib draws bench --plot and the demo's picture.
+pkgs+=(tmux python3-matplotlib)
 if [ "${1:-}" = "--bench" ]; then
     pkgs+=(memcached lz4 libmemcached-dev)
 fi

@@ -1,6 +1,7 @@
 /* Wire protocol codecs: round trips, every truncation, byte-by-byte reassembly of pipelined
  * frames, rejection of hostile headers and bodies, status/error mapping. */
 #include "protocol.h"
+#include "report.h"
 #include "testlib.h"
 #include "wire.h"
 
@@ -725,10 +726,10 @@ static void test_mapping(void) {
     CHECK_EQ_INT(dsc_err_to_status(DSC_EIO), DSC_STATUS_INTERNAL);
 
     /* Opcodes. */
-    static const uint32_t ops[] = {DSC_OP_HELLO,    DSC_OP_PING,         DSC_OP_LIST,
-                                   DSC_OP_MANIFEST, DSC_OP_GET,          DSC_OP_STAT,
-                                   DSC_OP_MEMBERS,  DSC_OP_AUTH,         DSC_OP_WARM,
-                                   DSC_OP_EVICT,    DSC_OP_RDMA_CONNECT, DSC_OP_RDMA_GET};
+    static const uint32_t ops[] = {DSC_OP_HELLO, DSC_OP_PING,  DSC_OP_LIST,         DSC_OP_MANIFEST,
+                                   DSC_OP_GET,   DSC_OP_STAT,  DSC_OP_MEMBERS,      DSC_OP_AUTH,
+                                   DSC_OP_WARM,  DSC_OP_EVICT, DSC_OP_RDMA_CONNECT, DSC_OP_RDMA_GET,
+                                   DSC_OP_REPORT};
     int known = 0;
     for (uint32_t op = 0; op < 300; op++) {
         int k = dsc_opcode_known(op);
@@ -790,6 +791,10 @@ static int seed_body_ok(const dsc_frame_header_t *h, const uint8_t *body, size_t
         return response ? len > 0 && body[0] == '{' : len == 0;
     case DSC_OP_AUTH:
         return len == 32; /* a MAC either way (proto/auth.h) */
+    case DSC_OP_REPORT: {
+        dsc_report_req_t req;
+        return response ? len == 0 : dsc_report_req_decode(body, len, &req) == 0;
+    }
     case DSC_OP_PING:
         return 1;
     default:

@@ -135,6 +135,8 @@ class _Options(ctypes.Structure):
         ("auth_file", ctypes.c_char_p),
         ("order", ctypes.c_int),
         ("max_held_bytes", ctypes.c_uint64),
+        ("job_name", ctypes.c_char_p),
+        ("report_seconds", ctypes.c_double),
     ]
 
 
@@ -188,7 +190,20 @@ _STAT_FIELDS = [
     ("assists", ctypes.c_uint64),
     ("epoch_wire_bytes", ctypes.c_uint64),
     ("slots_added", ctypes.c_uint64),
+    ("bottleneck", ctypes.c_int32),
+    ("verdict_seconds", ctypes.c_double),
+    ("verdict_stall_fraction", ctypes.c_double),
+    ("stall_waits", ctypes.c_double * 6),
+    ("bottleneck_server", ctypes.c_char * 128),
+    ("evidence", ctypes.c_char * 256),
+    ("suggestion", ctypes.c_char * 256),
 ]
+
+# dscache_base.h dsc_bottleneck_t, in order (the numbers are on the wire: append only).
+BOTTLENECKS = ("unknown", "none", "fetch", "server", "decode", "collate", "h2d", "cache",
+               "inflight")
+# dsc_stats_t.stall_waits, in order.
+STALL_WAITS = ("plan", "queued", "budget", "network", "decode", "collate")
 
 
 class _Stats(ctypes.Structure):
@@ -622,7 +637,9 @@ class Loader:
     so about the stored dataset crosses the network once per epoch at any world size) or
     "global" (the world-size-independent order; every rank reads about the whole dataset per
     epoch); see docs/order.md. shuffle_window and cache_bytes default to sizes taken from the
-    dataset, so that no chunk is fetched twice per epoch. Iterating yields the rest of the
+    dataset, so that no chunk is fetched twice per epoch. job: the job name the loader reports to its servers (default:
+    DSCACHE_JOB, else HOST-PID); report_seconds: seconds between those reports (default 5; 0
+    or less: never). Iterating yields the rest of the
     current epoch; the next iteration continues with the following epoch (or call set_epoch
     first).
     """
@@ -633,7 +650,8 @@ class Loader:
                  fallback_path=None, inflight_bytes=None, cache_bytes=None, timeout_ms=5000,
                  replicas=None, copy=False, indices=False, stats_log_seconds=0.0,
                  server_inflight_bytes=None, assist=True, transform=None, max_held_bytes=None,
-                 auth_file=None, order="local"):
+                 auth_file=None, order="local", job=None,
+                 report_seconds=None):
         lib = _load()
         self._lib = lib
         self._handle = None
@@ -698,6 +716,10 @@ class Loader:
         opts.auth_file = os.fsencode(auth_file) if auth_file else None
         if max_held_bytes:
             opts.max_held_bytes = max_held_bytes
+        if job:
+            opts.job_name = str(job).encode()
+        if report_seconds is not None:
+            opts.report_seconds = float(report_seconds) if report_seconds > 0 else -1.0
         handle = ctypes.c_void_p()
         try:
             _check(lib.dsc_loader_create(ctypes.byref(opts), ctypes.byref(handle)), None)
@@ -878,11 +900,30 @@ class Loader:
         host-to-device copies timed in h2d_seconds: their ratio is the copy bandwidth) and
         assists (chunk decodes and collations done by next() while it waited) and
         epoch_wire_bytes (wire bytes fetched for the last completed epoch: each chunk counts for
-        the epoch of the step that first needed it)."""
+        the epoch of the step that first needed it).
+
+        The verdict (docs/diagnosis.md): bottleneck names what limits the job over the last
+        5-10 s ("none", "fetch", "server", "decode", "collate", "h2d", "cache", "inflight", or
+        "unknown" before enough is measured), with bottleneck_server (the slow server's
+        HOST:PORT), evidence (the figures used) and suggestion (the change that would help);
+        verdict_seconds and verdict_stall_fraction describe its window; stall_waits maps what
+        next() waited on (plan, queued, budget, network, decode, collate) to seconds."""
         s = _Stats()
         s.struct_size = ctypes.sizeof(_Stats)
         _check(self._lib.dsc_loader_stats(self._h(), ctypes.byref(s)))
-        return {name: getattr(s, name) for name, _ in _STAT_FIELDS if name != "struct_size"}
+        out = {}
+        for name, _ in _STAT_FIELDS:
+            if name == "struct_size":
+                continue
+            value = getattr(s, name)
+            if name == "bottleneck":
+                value = BOTTLENECKS[value] if 0 <= value < len(BOTTLENECKS) else "unknown"
+            elif name == "stall_waits":
+                value = dict(zip(STALL_WAITS, list(value)))
+            elif isinstance(value, bytes):
+                value = value.decode("utf-8", "replace")
+            out[name] = value
+        return out
 
     def metrics_text(self):
         """The stats in Prometheus text format."""

@@ -1,0 +1,423 @@
+/* dscache top: a live view of a cache cluster, refreshed like top(1): per server its hit rate,
+ * throughput and connections, per dataset the resident fraction, per job (from the loaders'
+ * REPORTs) its stall, rate and verdict. q quits; --once prints one frame for scripts. */
+#include "cli.h"
+
+#include "conn.h"
+#include "placement.h"
+#include "protocol.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CMD "top"
+#define MAX_SERVERS 64
+#define MAX_JOBS 256
+#define MAX_DATASETS 64
+
+static void print_help(void) {
+    printf("usage: dscache top --server HOST:PORT[,HOST:PORT...] [--interval SECONDS] [--once]\n"
+           "\n"
+           "A live view of the cluster, refreshed every interval: per server the hit rate,\n"
+           "throughput and open connections; per dataset the fraction of its shards resident\n"
+           "on some server; per training job (the loaders report to the servers they read\n"
+           "from) its stall, rate, bottleneck and the suggested change. Press q to quit.\n"
+           "\n"
+           "  --server LIST        dscached data ports, comma-separated (or repeat the option)\n"
+           "  --interval SECONDS   refresh period, 0.2..60 (default 1)\n"
+           "  --once               print one frame (rates over one interval) and exit\n"
+           "  -h, --help           this text\n");
+}
+
+static const struct option long_options[] = {
+    {"server", required_argument, NULL, 's'},
+    {"interval", required_argument, NULL, 'i'},
+    {"once", no_argument, NULL, '1'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+typedef struct server_view {
+    char addr[DSC_MEMBER_MAX];
+    dsc_conn_t *conn;
+    cJSON *stat; /* last answer, or NULL */
+    char error[160];
+    double at;
+    /* Totals of the previous sample, for rates. */
+    double prev_hits, prev_misses, prev_served, prev_at;
+    int have_prev;
+    /* Figures shown. */
+    double hit_rate, mbps, connections;
+} server_view_t;
+
+typedef struct job_view {
+    char job[80];
+    char dataset[64];
+    uint32_t ranks, world_size;
+    double stall_max, stall_sum, sps, age;
+    char bottleneck[16];
+    char verdict[256];
+} job_view_t;
+
+static double num(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+}
+
+static const char *str(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* One STAT per server; a failed connection is re-opened at the next sample. */
+static void sample(server_view_t *s) {
+    cJSON_Delete(s->stat);
+    s->stat = NULL;
+    if (s->conn == NULL) {
+        int rc = dsc_conn_open_addr(s->addr, 3000, 0, &s->conn);
+        if (rc < 0) {
+            s->conn = NULL;
+            snprintf(s->error, sizeof s->error, "%s", dsc_strerror(rc));
+            return;
+        }
+    }
+    uint8_t body[8];
+    int n = dsc_name_req_encode("", body, sizeof body);
+    uint8_t *resp = NULL;
+    size_t len = 0;
+    int rc = n < 0 ? n : dsc_conn_call(s->conn, DSC_OP_STAT, body, (size_t)n, &resp, &len);
+    if (rc < 0) {
+        snprintf(s->error, sizeof s->error, "%s", dsc_strerror(rc));
+        dsc_conn_close(s->conn);
+        s->conn = NULL;
+        free(resp);
+        return;
+    }
+    s->stat = cJSON_ParseWithLength((const char *)resp, len);
+    free(resp);
+    if (s->stat == NULL) {
+        snprintf(s->error, sizeof s->error, "malformed STAT answer");
+        return;
+    }
+    s->error[0] = '\0';
+    s->at = dsc_now_s();
+    double hits = 0, misses = 0, served = 0;
+    const cJSON *d;
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(s->stat, "datasets")) {
+        hits += num(d, "hits");
+        misses += num(d, "misses");
+        served += num(d, "bytes_served");
+    }
+    const cJSON *srv = cJSON_GetObjectItemCaseSensitive(s->stat, "server");
+    s->connections = num(srv, "connections");
+    if (s->have_prev && s->at > s->prev_at) {
+        /* Over the last interval; with no GET in it, since the server started. */
+        double dh = hits - s->prev_hits, dm = misses - s->prev_misses;
+        s->hit_rate = dh + dm > 0         ? dh / (dh + dm)
+                      : hits + misses > 0 ? hits / (hits + misses)
+                                          : -1;
+        s->mbps = (served - s->prev_served) / (s->at - s->prev_at) / 1e6;
+    } else {
+        s->hit_rate = hits + misses > 0 ? hits / (hits + misses) : -1;
+        s->mbps = 0;
+    }
+    s->prev_hits = hits;
+    s->prev_misses = misses;
+    s->prev_served = served;
+    s->prev_at = s->at;
+    s->have_prev = 1;
+}
+
+/* Jobs over all servers: one entry per (job, rank), the freshest report wins; then grouped by
+ * job (ranks, worst and mean stall, summed rate, the verdict of the most stalled rank). */
+static uint32_t collect_jobs(server_view_t *servers, uint32_t count, job_view_t *jobs) {
+    typedef struct {
+        const cJSON *o;
+        char key[96];
+    } rank_t;
+    static rank_t ranks[MAX_JOBS * 4];
+    uint32_t nr = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        const cJSON *j;
+        cJSON_ArrayForEach(j, cJSON_GetObjectItemCaseSensitive(servers[i].stat, "jobs")) {
+            char key[96];
+            snprintf(key, sizeof key, "%s#%.0f", str(j, "job"), num(j, "rank"));
+            uint32_t k = 0;
+            while (k < nr && strcmp(ranks[k].key, key) != 0)
+                k++;
+            if (k == nr) {
+                if (nr == sizeof ranks / sizeof ranks[0])
+                    continue;
+                memcpy(ranks[nr].key, key, sizeof key);
+                ranks[nr++].o = j;
+            } else if (num(j, "age_s") < num(ranks[k].o, "age_s")) {
+                ranks[k].o = j;
+            }
+        }
+    }
+    uint32_t nj = 0;
+    for (uint32_t k = 0; k < nr; k++) {
+        const cJSON *o = ranks[k].o;
+        uint32_t g = 0;
+        while (g < nj && strcmp(jobs[g].job, str(o, "job")) != 0)
+            g++;
+        if (g == nj) {
+            if (nj == MAX_JOBS)
+                continue;
+            memset(&jobs[g], 0, sizeof jobs[g]);
+            snprintf(jobs[g].job, sizeof jobs[g].job, "%s", str(o, "job"));
+            snprintf(jobs[g].dataset, sizeof jobs[g].dataset, "%s", str(o, "dataset"));
+            jobs[g].stall_max = -1;
+            jobs[g].age = 1e9;
+            nj++;
+        }
+        job_view_t *v = &jobs[g];
+        double stall = num(o, "stall");
+        v->ranks++;
+        v->world_size = (uint32_t)num(o, "world_size");
+        v->stall_sum += stall;
+        v->sps += num(o, "samples_per_s");
+        if (num(o, "age_s") < v->age)
+            v->age = num(o, "age_s");
+        if (stall > v->stall_max) {
+            v->stall_max = stall;
+            snprintf(v->bottleneck, sizeof v->bottleneck, "%s", str(o, "bottleneck"));
+            snprintf(v->verdict, sizeof v->verdict, "%s", str(o, "verdict"));
+        }
+    }
+    return nj;
+}
+
+static void draw(FILE *out, server_view_t *servers, uint32_t count, int tty) {
+    if (tty)
+        fputs("\033[H\033[2J", out);
+    time_t now = time(NULL);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%H:%M:%S", localtime(&now));
+    fprintf(out, "dscache top - %s - %u server%s%s\n\n", stamp, count, count == 1 ? "" : "s",
+            tty ? " - q quits" : "");
+    fprintf(out, "%-24s %7s %10s %6s %10s %s\n", "SERVER", "HIT%", "MB/s", "CONNS", "STORE",
+            "STATUS");
+    char a[32];
+    for (uint32_t i = 0; i < count; i++) {
+        server_view_t *s = &servers[i];
+        if (s->stat == NULL) {
+            fprintf(out, "%-24s %7s %10s %6s %10s %s\n", s->addr, "-", "-", "-", "-", s->error);
+            continue;
+        }
+        const cJSON *store = cJSON_GetObjectItemCaseSensitive(s->stat, "store");
+        char hit[16];
+        if (s->hit_rate < 0)
+            snprintf(hit, sizeof hit, "-");
+        else
+            snprintf(hit, sizeof hit, "%.1f", 100 * s->hit_rate);
+        fprintf(out, "%-24s %7s %10.1f %6.0f %10s %s\n", s->addr, hit, s->mbps, s->connections,
+                dsc_format_size((uint64_t)num(store, "used"), a, sizeof a), "up");
+    }
+    /* Datasets: shards resident on at least one server (from the shard maps when the servers
+     * are clustered, else the largest per-server count). */
+    fprintf(out, "\n%-24s %8s %9s %s\n", "DATASET", "SHARDS", "RESIDENT", "");
+    struct {
+        char name[64];
+        uint32_t shards;
+        char map[4096];
+        double cached_max;
+    } ds[MAX_DATASETS];
+    uint32_t nd = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        const cJSON *d;
+        cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(servers[i].stat, "datasets")) {
+            uint32_t k = 0;
+            while (k < nd && strcmp(ds[k].name, str(d, "name")) != 0)
+                k++;
+            if (k == nd) {
+                if (nd == MAX_DATASETS)
+                    continue;
+                memset(&ds[k], 0, sizeof ds[k]);
+                snprintf(ds[k].name, sizeof ds[k].name, "%s", str(d, "name"));
+                ds[k].shards = (uint32_t)num(d, "shards");
+                nd++;
+            }
+            const char *map = str(d, "shard_map");
+            for (size_t c = 0; map[c] && c < sizeof ds[k].map - 1; c++)
+                if (map[c] == 'O' || map[c] == 'c')
+                    ds[k].map[c] = 1;
+            if (num(d, "cached_shards") > ds[k].cached_max)
+                ds[k].cached_max = num(d, "cached_shards");
+        }
+    }
+    for (uint32_t k = 0; k < nd; k++) {
+        uint32_t union_count = 0;
+        for (uint32_t c = 0; c < ds[k].shards && c < sizeof ds[k].map; c++)
+            union_count += ds[k].map[c] != 0;
+        double resident = union_count > ds[k].cached_max ? union_count : ds[k].cached_max;
+        double fraction = ds[k].shards ? resident / ds[k].shards : 0;
+        char bar[21];
+        int filled = (int)(fraction * 20 + 0.5);
+        for (int b = 0; b < 20; b++)
+            bar[b] = b < filled ? '#' : '.';
+        bar[20] = '\0';
+        fprintf(out, "%-24s %8u %8.1f%% [%s]\n", ds[k].name, ds[k].shards, 100 * fraction, bar);
+    }
+    static job_view_t jobs[MAX_JOBS];
+    uint32_t nj = collect_jobs(servers, count, jobs);
+    fprintf(out, "\n%-24s %-12s %7s %7s %7s %10s %-9s %s\n", "JOB", "DATASET", "RANKS", "STALL%",
+            "MAX%", "SAMPLES/s", "LIMIT", "SUGGESTION");
+    if (nj == 0)
+        fprintf(out, "(no job has reported yet)\n");
+    for (uint32_t g = 0; g < nj; g++) {
+        job_view_t *v = &jobs[g];
+        char ranks[24];
+        snprintf(ranks, sizeof ranks, "%u/%u", v->ranks, v->world_size);
+        fprintf(out, "%-24s %-12s %7s %7.1f %7.1f %10.0f %-9s %s\n", v->job, v->dataset, ranks,
+                100 * v->stall_sum / v->ranks, 100 * v->stall_max, v->sps, v->bottleneck,
+                v->verdict);
+    }
+    fflush(out);
+}
+
+static struct termios saved_termios;
+static int raw_mode;
+
+static void restore_terminal(void) {
+    if (raw_mode) {
+        tcsetattr(STDIN_FILENO, TCSANOW, &saved_termios);
+        fputs("\033[?25h", stdout);
+        fflush(stdout);
+        raw_mode = 0;
+    }
+}
+
+static volatile sig_atomic_t stop_requested;
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+static int add_servers(const char *list, server_view_t *servers, uint32_t *count) {
+    const char *p = list;
+    while (*p) {
+        size_t n = strcspn(p, ", ");
+        if (n > 0) {
+            if (*count == MAX_SERVERS || n >= DSC_MEMBER_MAX)
+                return -1;
+            memcpy(servers[*count].addr, p, n);
+            servers[*count].addr[n] = '\0';
+            (*count)++;
+        }
+        p += n;
+        if (*p)
+            p++;
+    }
+    return 0;
+}
+
+int dsc_cmd_top(int argc, char **argv) {
+    static server_view_t servers[MAX_SERVERS];
+    memset(servers, 0, sizeof servers);
+    uint32_t count = 0;
+    double interval = 1.0;
+    int once = 0;
+    optind = 1;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {
+        switch (opt) {
+        case 's':
+            if (add_servers(optarg, servers, &count) < 0)
+                return dsc_cli_usage(CMD, "--server: at most %d servers of HOST:PORT", MAX_SERVERS);
+            break;
+        case 'i': {
+            char *end = NULL;
+            interval = strtod(optarg, &end);
+            if (end == optarg || *end != '\0' || !(interval >= 0.2 && interval <= 60))
+                return dsc_cli_usage(CMD,
+                                     "--interval: '%s' is not a number of seconds in "
+                                     "[0.2, 60]",
+                                     optarg);
+            break;
+        }
+        case '1':
+            once = 1;
+            break;
+        case 'h':
+            print_help();
+            return DSC_CLI_OK;
+        default:
+            return dsc_cli_usage(CMD, "unknown option");
+        }
+    }
+    if (optind < argc)
+        return dsc_cli_usage(CMD, "unexpected argument '%s'", argv[optind]);
+    if (count == 0)
+        return dsc_cli_usage(CMD, "--server is required");
+    for (uint32_t i = 0; i < count; i++)
+        sample(&servers[i]);
+    int exit_code = DSC_CLI_OK;
+    if (once) {
+        usleep((useconds_t)(interval * 1e6));
+        uint32_t up = 0;
+        for (uint32_t i = 0; i < count; i++) {
+            sample(&servers[i]);
+            up += servers[i].stat != NULL;
+        }
+        draw(stdout, servers, count, 0);
+        if (up == 0)
+            exit_code =
+                dsc_cli_fail(CMD, "no server answered (%s: %s)", servers[0].addr, servers[0].error);
+    } else {
+        int tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+        if (tty && tcgetattr(STDIN_FILENO, &saved_termios) == 0) {
+            struct termios t = saved_termios;
+            t.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+            t.c_cc[VMIN] = 0;
+            t.c_cc[VTIME] = 0;
+            if (tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0) {
+                raw_mode = 1;
+                atexit(restore_terminal);
+                fputs("\033[?25l", stdout);
+            }
+        }
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        int stdin_open = 1;
+        while (!stop_requested) {
+            draw(stdout, servers, count, tty);
+            double until = dsc_now_s() + interval;
+            int quit = 0;
+            while (!stop_requested && !quit) {
+                double left = until - dsc_now_s();
+                if (left <= 0)
+                    break;
+                struct pollfd pfd = {.fd = STDIN_FILENO, .events = POLLIN};
+                int r = poll(&pfd, stdin_open ? 1 : 0, (int)(left * 1000) + 1);
+                if (r > 0 && (pfd.revents & (POLLIN | POLLHUP))) {
+                    char c;
+                    ssize_t got = read(STDIN_FILENO, &c, 1);
+                    if (got == 1 && (c == 'q' || c == 'Q'))
+                        quit = 1;
+                    else if (got == 0)
+                        stdin_open = 0; /* EOF: keep refreshing until a signal */
+                }
+            }
+            if (quit)
+                break;
+            for (uint32_t i = 0; i < count; i++)
+                sample(&servers[i]);
+        }
+        restore_terminal();
+    }
+    for (uint32_t i = 0; i < count; i++) {
+        cJSON_Delete(servers[i].stat);
+        dsc_conn_close(servers[i].conn);
+    }
+    return exit_code;
+}

@@ -1,0 +1,232 @@
+/* Loader diagnosis (diag.h): stall blamed on what next() waits for, per-server answer times, the
+ * verdict window, and the REPORT body. Everything runs under the loader lock. */
+#include "diag.h"
+#include "report.h"
+#include "route.h" /* dsc__peer_inflight_limit */
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SERVER_SLOTS (DSC_LOADER_MAX_PEERS + 1)
+
+static void job_name(dsc_loader_t *loader) {
+    const char *src = loader->cfg.opt.job_name;
+    if (src == NULL || *src == '\0')
+        src = getenv("DSCACHE_JOB");
+    char fallback[64];
+    if (src == NULL || *src == '\0') {
+        char host[48] = "";
+        gethostname(host, sizeof host - 1);
+        snprintf(fallback, sizeof fallback, "%s-%ld", host[0] ? host : "host", (long)getpid());
+        src = fallback;
+    }
+    /* Label-safe: [A-Za-z0-9_.:@/-], at most DSC_REPORT_MAX_JOB bytes. */
+    size_t n = 0;
+    for (; src[n] && n < DSC_REPORT_MAX_JOB; n++) {
+        char c = src[n];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '_' || c == '.' || c == ':' || c == '@' || c == '/' || c == '-';
+        loader->diag.job[n] = ok ? c : '_';
+    }
+    loader->diag.job[n] = '\0';
+}
+
+int dsc__diag_init(dsc_loader_t *loader, double now) {
+    dsc_diag_t *d = &loader->diag;
+    d->servers = calloc(SERVER_SLOTS, sizeof *d->servers);
+    d->base[0].servers = calloc(SERVER_SLOTS, sizeof *d->servers);
+    d->base[1].servers = calloc(SERVER_SLOTS, sizeof *d->servers);
+    if (d->servers == NULL || d->base[0].servers == NULL || d->base[1].servers == NULL)
+        return DSC_ENOMEM;
+    d->base[0].at = d->base[1].at = now;
+    job_name(loader);
+    return 0;
+}
+
+void dsc__diag_free(dsc_loader_t *loader) {
+    free(loader->diag.servers);
+    free(loader->diag.base[0].servers);
+    free(loader->diag.base[1].servers);
+    loader->diag.servers = loader->diag.base[0].servers = loader->diag.base[1].servers = NULL;
+}
+
+int dsc__diag_waiting_on(dsc_loader_t *loader, uint32_t *server) {
+    *server = UINT32_MAX;
+    if (loader->cons.cons_seq >= loader->sched.slot_seq)
+        return DSC_WAIT_PLAN;
+    dsc_step_t *st = &loader->sched.steps[loader->cons.cons_seq % loader->sched.step_cap];
+    if (st->eof || st->state != ST_PLANNED)
+        return DSC_WAIT_COLLATE;
+    dsc_chunk_ent_t *least = NULL;
+    for (uint32_t k = st->scan; k < st->count; k++) {
+        dsc_chunk_ent_t *ent = st->src[k];
+        if (ent != NULL && ent->state != CH_READY && (least == NULL || ent->state < least->state)) {
+            least = ent;
+            if (ent->state == CH_QUEUED)
+                break;
+        }
+    }
+    if (least == NULL)
+        return DSC_WAIT_COLLATE; /* all decoded: waits for a worker to collate it */
+    if (least->state == CH_RECEIVED || least->state == CH_DECODING)
+        return DSC_WAIT_DECODE;
+    *server = least->peer;
+    int full = loader->fetch.inflight_used + least->raw_len > loader->cfg.opt.inflight_bytes;
+    if (!full && least->peer < DSC_LOADER_MAX_PEERS)
+        full = loader->net.peers[least->peer].inflight_bytes + least->raw_len >
+               dsc__peer_inflight_limit(loader);
+    if (full)
+        return DSC_WAIT_BUDGET;
+    return least->state == CH_QUEUED ? DSC_WAIT_QUEUED : DSC_WAIT_NETWORK;
+}
+
+void dsc__diag_blame(dsc_loader_t *loader, int cause, uint32_t server, double seconds) {
+    if (cause < 0 || cause >= DSC_WAIT_COUNT || !(seconds > 0))
+        return;
+    loader->diag.c.wait[cause] += seconds;
+    if (server < SERVER_SLOTS && loader->diag.servers != NULL)
+        loader->diag.servers[server].stall_seconds += seconds;
+}
+
+/* The live counters: the loader's own statistics plus the diagnosis ones. */
+static void current(dsc_loader_t *loader, dsc_verdict_counters_t *c) {
+    *c = loader->diag.c;
+    c->stall_seconds = loader->stats.st.stall_seconds;
+    c->compute_seconds = loader->stats.st.compute_seconds;
+    c->batches = loader->stats.st.batches;
+    c->samples = loader->stats.st.samples;
+    c->bytes = loader->stats.st.bytes;
+    c->wire_bytes = loader->stats.st.wire_bytes;
+    c->decode_seconds = loader->stats.st.decode_seconds;
+    c->collate_seconds = loader->stats.st.collate_seconds;
+    c->h2d_seconds = loader->stats.st.h2d_seconds;
+    c->refetches = loader->stats.st.refetches;
+}
+
+/* Decoded bytes two shuffle windows need, and the window that fits (as the create-time check in
+ * loader.c computes them). */
+static void cache_figures(dsc_loader_t *loader, uint64_t *need, uint64_t *fit) {
+    const dsc_manifest_t *m = loader->cfg.manifest;
+    uint64_t chunk_max = 0;
+    for (uint32_t i = 0; i < m->shard_count; i++) {
+        uint64_t c = (uint64_t)m->shards[i].chunk_samples * loader->cfg.sample_bytes;
+        if (c > chunk_max)
+            chunk_max = c;
+    }
+    uint64_t window = loader->cfg.opt.shuffle ? loader->cfg.opt.shuffle_window : 0;
+    if (window > loader->cfg.samples)
+        window = loader->cfg.samples;
+    uint64_t per_step = (uint64_t)loader->cfg.opt.batch_size * loader->cfg.opt.world_size;
+    *need = 2 * ((window + per_step) * loader->cfg.sample_bytes + 2 * chunk_max);
+    uint64_t edge = 2 * (per_step * loader->cfg.sample_bytes + 2 * chunk_max);
+    *fit = loader->cfg.cache_bytes > edge
+               ? (loader->cfg.cache_bytes - edge) / 2 / loader->cfg.sample_bytes
+               : 0;
+}
+
+void dsc__diag_tick(dsc_loader_t *loader, double now) {
+    dsc_diag_t *d = &loader->diag;
+    if (d->servers == NULL || now - d->base[1].at < DSC_DIAG_WINDOW_S)
+        return;
+    dsc_verdict_server_t *keep = d->base[0].servers;
+    d->base[0] = d->base[1];
+    d->base[1].servers = keep;
+    d->base[1].at = now;
+    current(loader, &d->base[1].c);
+    memcpy(keep, d->servers, SERVER_SLOTS * sizeof *keep);
+}
+
+void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out) {
+    dsc_diag_t *d = &loader->diag;
+    if (d->servers == NULL) {
+        if (out != NULL)
+            memset(out, 0, sizeof *out);
+        return;
+    }
+    dsc_verdict_counters_t cur;
+    current(loader, &cur);
+    dsc__diag_tick(loader, now);
+    const dsc_diag_snapshot_t *b = &d->base[0];
+    dsc_verdict_input_t in;
+    memset(&in, 0, sizeof in);
+    in.window_seconds = now - b->at;
+    dsc_verdict_counters_t *dl = &in.delta;
+    dl->stall_seconds = cur.stall_seconds - b->c.stall_seconds;
+    dl->compute_seconds = cur.compute_seconds - b->c.compute_seconds;
+    dl->batches = cur.batches - b->c.batches;
+    dl->samples = cur.samples - b->c.samples;
+    dl->bytes = cur.bytes - b->c.bytes;
+    dl->wire_bytes = cur.wire_bytes - b->c.wire_bytes;
+    dl->decode_seconds = cur.decode_seconds - b->c.decode_seconds;
+    dl->collate_seconds = cur.collate_seconds - b->c.collate_seconds;
+    dl->h2d_seconds = cur.h2d_seconds - b->c.h2d_seconds;
+    dl->chunks_fetched = cur.chunks_fetched - b->c.chunks_fetched;
+    dl->refetches = cur.refetches - b->c.refetches;
+    for (int i = 0; i < DSC_WAIT_COUNT; i++)
+        dl->wait[i] = cur.wait[i] - b->c.wait[i];
+    /* Servers in slot order; the verdict names them by address. */
+    static _Thread_local dsc_verdict_server_t servers[SERVER_SLOTS];
+    static _Thread_local const char *addrs[SERVER_SLOTS];
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < loader->net.peer_count && s < DSC_LOADER_MAX_PEERS; s++) {
+        const dsc_verdict_server_t *a = &d->servers[s], *z = &b->servers[s];
+        servers[n] = (dsc_verdict_server_t){
+            .bytes = a->bytes - z->bytes,
+            .responses = a->responses - z->responses,
+            .recv_seconds = a->recv_seconds - z->recv_seconds,
+            .wait_seconds = a->wait_seconds - z->wait_seconds,
+            .stall_seconds = a->stall_seconds - z->stall_seconds,
+        };
+        addrs[n++] = loader->net.peers[s].addr;
+    }
+    in.servers = servers;
+    in.server_addrs = addrs;
+    in.server_count = n;
+    in.decode_threads = loader->cfg.opt.decode_threads;
+    in.connections = loader->cfg.opt.connections;
+    in.assist = loader->work.assist;
+    in.device = loader->cfg.opt.device;
+    in.inflight_bytes = loader->cfg.opt.inflight_bytes;
+    in.server_inflight_bytes = loader->cfg.opt.server_inflight_bytes;
+    in.cache_bytes = loader->cfg.cache_bytes;
+    in.shuffle_window = loader->cfg.opt.shuffle ? loader->cfg.opt.shuffle_window : 0;
+    cache_figures(loader, &in.cache_need, &in.window_fit);
+    dsc__verdict_compute(&in, &d->last);
+    d->last_at = now;
+    if (out != NULL)
+        *out = d->last;
+}
+
+int dsc__diag_report_body(dsc_loader_t *loader, double now, uint8_t *buf, size_t cap) {
+    dsc_diag_t *d = &loader->diag;
+    dsc__diag_verdict(loader, now, NULL);
+    const dsc_diag_snapshot_t *b = &d->base[0];
+    double window = now - b->at;
+    double sps = window > 0 ? (double)(loader->stats.st.samples - b->c.samples) / window : 0;
+    double bps = window > 0 ? (double)(loader->stats.st.bytes - b->c.bytes) / window : 0;
+    double stall = d->last.stall_fraction;
+    dsc_report_req_t req = {
+        .job = {d->job, (uint16_t)strlen(d->job)},
+        .dataset = {loader->cfg.dataset, (uint16_t)strlen(loader->cfg.dataset)},
+        .rank = loader->cfg.opt.rank,
+        .world_size = loader->cfg.opt.world_size,
+        .stall_ppm = (uint32_t)(stall * DSC_REPORT_STALL_ONE + 0.5),
+        .samples_per_s = (uint64_t)(sps + 0.5),
+        .bytes_per_s = (uint64_t)(bps + 0.5),
+        .bottleneck = (uint8_t)d->last.bottleneck,
+    };
+    if (req.stall_ppm > DSC_REPORT_STALL_ONE)
+        req.stall_ppm = DSC_REPORT_STALL_ONE;
+    size_t vlen = strlen(d->last.suggestion);
+    if (vlen > DSC_REPORT_MAX_VERDICT) {
+        vlen = DSC_REPORT_MAX_VERDICT;
+        while (vlen > 0 && ((uint8_t)d->last.suggestion[vlen] & 0xC0) == 0x80)
+            vlen--;
+    }
+    req.verdict.ptr = d->last.suggestion;
+    req.verdict.len = (uint16_t)vlen;
+    return dsc_report_req_encode(&req, buf, cap);
+}

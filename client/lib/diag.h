@@ -1,0 +1,38 @@
+/* Loader diagnosis state (docs/diagnosis.md): the counters the verdict reads (what next() waited
+ * on, per-server answer times), the window they are differenced over, and the REPORT a loader
+ * sends its servers. The rules themselves are in verdict.c (pure). */
+#ifndef DSC_DIAG_H
+#define DSC_DIAG_H
+
+#include "pipeline.h" /* dsc_loader_t; its diag member is a dsc_diag_t (verdict.h) */
+#include "verdict.h"
+
+#include <stdint.h>
+
+/* The verdict covers the last DSC_DIAG_WINDOW_S .. 2 * DSC_DIAG_WINDOW_S seconds. */
+#define DSC_DIAG_WINDOW_S 5.0
+/* Seconds between REPORTs to each server (dsc_loader_options_t.report_seconds 0). */
+#define DSC_DIAG_REPORT_S 5.0
+
+/* Allocates the per-server arrays and picks the job name. Returns 0 or DSC_ENOMEM. */
+int dsc__diag_init(dsc_loader_t *loader, double now);
+void dsc__diag_free(dsc_loader_t *loader);
+
+/* What next() waits on now (DSC_WAIT_*) and, for the fetch causes, the server slot (else
+ * UINT32_MAX). Under lock. */
+int dsc__diag_waiting_on(dsc_loader_t *loader, uint32_t *server);
+/* Adds `seconds` of stall to cause (and server). Under lock. */
+void dsc__diag_blame(dsc_loader_t *loader, int cause, uint32_t server, double seconds);
+
+/* Starts a new window base when the newer one is DSC_DIAG_WINDOW_S old (next() calls it, so
+ * that the window follows the job even when nobody asks for the verdict). Under lock. */
+void dsc__diag_tick(dsc_loader_t *loader, double now);
+/* Rotates the window when due and computes the verdict over it into loader->diag.last (and
+ * *out when not NULL). Under lock. */
+void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out);
+
+/* A REPORT body (proto/report.h) for now: job, rank, world size, the window's stall and rates,
+ * the verdict. Under lock. Returns the length, or < 0 (DSC_ENOSPC, DSC_EINVAL). */
+int dsc__diag_report_body(dsc_loader_t *loader, double now, uint8_t *buf, size_t cap);
+
+#endif

@@ -1,0 +1,111 @@
+/* REPORT request codec (proto/PROTOCOL.md) and the bottleneck names shared by both sides. No
+ * I/O, no allocation; the decoder is bounds-checked and safe on hostile input. */
+#include "report.h"
+#include "wire.h"
+
+#include <string.h>
+
+DSC_EXTERN const char *dsc_bottleneck_name(int bottleneck) {
+    static const char *const names[DSC_BOTTLENECK_COUNT] = {
+        "unknown", "none", "fetch", "server", "decode", "collate", "h2d", "cache", "inflight",
+    };
+    if (bottleneck < 0 || bottleneck >= DSC_BOTTLENECK_COUNT)
+        return NULL;
+    return names[bottleneck];
+}
+
+int dsc_report_job_valid(const char *name, size_t len) {
+    if (name == NULL || len == 0 || len > DSC_REPORT_MAX_JOB)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '_' || c == '.' || c == ':' || c == '@' || c == '/' || c == '-';
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+/* Dataset names follow the format's rule: 1..63 bytes of [A-Za-z0-9_.-]. */
+static int dataset_valid(dsc_str_t s) {
+    if (s.ptr == NULL || s.len < 1 || s.len >= DSC_MAX_NAME)
+        return 0;
+    for (uint16_t i = 0; i < s.len; i++) {
+        char c = s.ptr[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+static int verdict_valid(dsc_str_t s) {
+    if (s.len == 0)
+        return 1;
+    return s.ptr != NULL && s.len <= DSC_REPORT_MAX_VERDICT && memchr(s.ptr, '\0', s.len) == NULL;
+}
+
+static int req_valid(const dsc_report_req_t *r) {
+    return r->flags == 0 && dsc_report_job_valid(r->job.ptr, r->job.len) &&
+           dataset_valid(r->dataset) && r->world_size >= 1 && r->rank < r->world_size &&
+           r->stall_ppm <= DSC_REPORT_STALL_ONE && r->bottleneck < DSC_BOTTLENECK_COUNT &&
+           verdict_valid(r->verdict);
+}
+
+static void wr_str(dsc_wr_t *w, dsc_str_t s) {
+    dsc_wr_u16(w, s.len);
+    if (s.len > 0)
+        dsc_wr_bytes(w, s.ptr, s.len);
+}
+
+static dsc_str_t rd_str(dsc_rd_t *r) {
+    dsc_str_t s = {"", 0};
+    uint16_t len = dsc_rd_u16(r);
+    const uint8_t *p = dsc_rd_bytes(r, len);
+    if (p != NULL) {
+        s.ptr = (const char *)p;
+        s.len = len;
+    }
+    return s;
+}
+
+int dsc_report_req_encode(const dsc_report_req_t *req, uint8_t *out, size_t cap) {
+    if (req == NULL || !req_valid(req))
+        return DSC_EINVAL;
+    dsc_wr_t w;
+    dsc_wr_init(&w, out, cap);
+    dsc_wr_u32(&w, req->flags);
+    wr_str(&w, req->job);
+    wr_str(&w, req->dataset);
+    dsc_wr_u32(&w, req->rank);
+    dsc_wr_u32(&w, req->world_size);
+    dsc_wr_u32(&w, req->stall_ppm);
+    dsc_wr_u64(&w, req->samples_per_s);
+    dsc_wr_u64(&w, req->bytes_per_s);
+    dsc_wr_u8(&w, req->bottleneck);
+    wr_str(&w, req->verdict);
+    return w.bad ? DSC_ENOSPC : (int)w.pos;
+}
+
+int dsc_report_req_decode(const uint8_t *body, size_t len, dsc_report_req_t *out) {
+    if (body == NULL && len > 0)
+        return DSC_EBADFRAME;
+    dsc_rd_t r;
+    dsc_rd_init(&r, body, len);
+    dsc_report_req_t req;
+    req.flags = dsc_rd_u32(&r);
+    req.job = rd_str(&r);
+    req.dataset = rd_str(&r);
+    req.rank = dsc_rd_u32(&r);
+    req.world_size = dsc_rd_u32(&r);
+    req.stall_ppm = dsc_rd_u32(&r);
+    req.samples_per_s = dsc_rd_u64(&r);
+    req.bytes_per_s = dsc_rd_u64(&r);
+    req.bottleneck = dsc_rd_u8(&r);
+    req.verdict = rd_str(&r);
+    if (r.bad || r.pos != r.len || !req_valid(&req))
+        return DSC_EBADFRAME;
+    *out = req;
+    return 0;
+}

@@ -1,0 +1,70 @@
+/* The training jobs a server feeds, as their loaders REPORT them (proto/PROTOCOL.md): a bounded
+ * table keyed by (job, rank) whose entries expire DSC_JOB_EXPIRY_S after their last report. Read
+ * by STAT ("jobs") and /metrics (dscache_job_*). Thread-safe: one mutex, never held for I/O. */
+#ifndef DSC_SERVER_JOBS_H
+#define DSC_SERVER_JOBS_H
+
+#include "report.h"
+
+#include <stdint.h>
+
+#define DSC_JOBS_MAX 64        /* entries, so /metrics labels stay bounded */
+#define DSC_JOB_EXPIRY_S 120.0 /* seconds a job stays listed after its last report (>= 60) */
+#define DSC_JOB_PEER_MAX 64
+
+typedef struct dsc_jobs dsc_jobs_t;
+
+typedef struct dsc_job_info {
+    char job[DSC_REPORT_MAX_JOB + 1];
+    char dataset[DSC_MAX_NAME];
+    char peer[DSC_JOB_PEER_MAX]; /* the reporting connection's address ("" when unknown) */
+    uint32_t rank, world_size;
+    double stall_fraction; /* 0..1 */
+    uint64_t samples_per_s, bytes_per_s;
+    int bottleneck; /* dsc_bottleneck_t */
+    char verdict[DSC_REPORT_MAX_VERDICT + 1];
+    double first_seen, last_report; /* the clock the caller passes (monotonic seconds) */
+    uint64_t reports;
+} dsc_job_info_t;
+
+/* Creates a table of `capacity` entries (1..DSC_JOBS_MAX; 0: DSC_JOBS_MAX) expiring after
+ * expiry_s seconds (<= 0: DSC_JOB_EXPIRY_S). Returns 0 and *out, DSC_EINVAL or DSC_ENOMEM. */
+int dsc_jobs_create(uint32_t capacity, double expiry_s, dsc_jobs_t **out);
+/* NULL is a no-op. */
+void dsc_jobs_destroy(dsc_jobs_t *jobs);
+
+/* Records a decoded report (strings copied) from peer (NULL: unknown) at time now. An entry
+ * for the same (job, rank) is updated; else a free or expired entry is used; when the table is
+ * full of live jobs the one that reported least recently is dropped (counted in
+ * dsc_jobs_dropped). Returns 0, or 1 when another job was dropped for it. O(capacity). */
+int dsc_jobs_report(dsc_jobs_t *jobs, const dsc_report_req_t *req, const char *peer, double now);
+
+/* Drops expired entries and copies the live ones into out (at most cap), sorted by job name
+ * then rank. Returns the number of live entries (may exceed cap: then only cap were copied). */
+uint32_t dsc_jobs_snapshot(dsc_jobs_t *jobs, double now, dsc_job_info_t *out, uint32_t cap);
+/* Jobs dropped to make room since creation. */
+uint64_t dsc_jobs_dropped(dsc_jobs_t *jobs);
+/* Seconds an entry stays after its last report. */
+double dsc_jobs_expiry(const dsc_jobs_t *jobs);
+
+/* The live jobs as a JSON array (malloc'd, NUL-terminated): one object per (job, rank) with
+ * job, rank, world_size, dataset, peer, stall (fraction), samples_per_s, bytes_per_s,
+ * bottleneck (name), verdict, age_s (since the last report), reports. NULL on ENOMEM. */
+char *dsc_jobs_json(dsc_jobs_t *jobs, double now);
+/* The dscache_job_* series in Prometheus text (malloc'd): dscache_jobs, dscache_jobs_dropped_total,
+ * and per live entry, labelled {job, rank, dataset}: dscache_job_stall_fraction,
+ * dscache_job_samples_per_second, dscache_job_bytes_per_second,
+ * dscache_job_report_age_seconds and dscache_job_bottleneck{...,stage} 1. NULL on ENOMEM. */
+char *dsc_jobs_metrics_text(dsc_jobs_t *jobs, double now);
+
+/* STAT answer with the jobs: takes over `json` (a STAT object, freed here) and returns it with
+ * "jobs" (dsc_jobs_json) and "server": {"connections", "connections_total"} added (malloc'd), or
+ * NULL on ENOMEM or when json is NULL or not an object. jobs may be NULL (an empty list). */
+char *dsc_jobs_stat_add(dsc_jobs_t *jobs, char *json, double now, uint64_t connections,
+                        uint64_t connections_total);
+
+/* Per-dataset resident fraction for /metrics from a STAT JSON answer (not taken over):
+ * dscache_dataset_resident_fraction{dataset} = cached_bytes / bytes. malloc'd, NULL on ENOMEM. */
+char *dsc_resident_metrics_text(const char *stat_json);
+
+#endif

@@ -1,0 +1,110 @@
+/* Server job table (server/jobs.h): update by (job, rank), expiry after the documented time,
+ * bounded size with the least recently reported dropped, JSON and metrics renderings. */
+#include "jobs.h"
+#include "testlib.h"
+
+#include <cjson/cJSON.h>
+#include <string.h>
+
+static dsc_report_req_t report(const char *job, uint32_t rank, uint32_t stall_ppm) {
+    dsc_report_req_t r = {
+        .job = {job, (uint16_t)strlen(job)},
+        .dataset = {"c4-en", 5},
+        .rank = rank,
+        .world_size = 4,
+        .stall_ppm = stall_ppm,
+        .samples_per_s = 1000 + rank,
+        .bytes_per_s = 4096000,
+        .bottleneck = DSC_BOTTLENECK_DECODE,
+        .verdict = {"raise decode_threads from 2 to 4", 32},
+    };
+    return r;
+}
+
+static void test_update_and_expiry(void) {
+    CHECK(DSC_JOB_EXPIRY_S >= 60);
+    dsc_jobs_t *jobs = NULL;
+    REQUIRE(dsc_jobs_create(0, 0, &jobs) == 0);
+    CHECK(dsc_jobs_expiry(jobs) == DSC_JOB_EXPIRY_S);
+    dsc_report_req_t a0 = report("llama", 0, 250000), a1 = report("llama", 1, 500000);
+    CHECK_EQ_INT(dsc_jobs_report(jobs, &a0, "127.0.0.1:5000", 100.0), 0);
+    CHECK_EQ_INT(dsc_jobs_report(jobs, &a1, NULL, 100.0), 0);
+    a0.stall_ppm = 100000;
+    CHECK_EQ_INT(dsc_jobs_report(jobs, &a0, "127.0.0.1:5000", 110.0), 0); /* update */
+    dsc_job_info_t out[8];
+    CHECK_EQ_INT(dsc_jobs_snapshot(jobs, 111.0, out, 8), 2);
+    CHECK(strcmp(out[0].job, "llama") == 0 && out[0].rank == 0 && out[1].rank == 1);
+    CHECK(out[0].stall_fraction > 0.0999 && out[0].stall_fraction < 0.1001);
+    CHECK_EQ_INT(out[0].reports, 2);
+    CHECK(out[0].first_seen == 100.0 && out[0].last_report == 110.0);
+    CHECK(strcmp(out[0].peer, "127.0.0.1:5000") == 0 && out[1].peer[0] == '\0');
+    CHECK(strcmp(out[1].verdict, "raise decode_threads from 2 to 4") == 0);
+    /* Rank 1 last reported at 100: still listed at 100 + expiry, gone just after. */
+    CHECK_EQ_INT(dsc_jobs_snapshot(jobs, 100.0 + DSC_JOB_EXPIRY_S, out, 8), 2);
+    CHECK_EQ_INT(dsc_jobs_snapshot(jobs, 100.5 + DSC_JOB_EXPIRY_S, out, 8), 1);
+    CHECK_EQ_INT(out[0].rank, 0);
+    CHECK_EQ_INT(dsc_jobs_snapshot(jobs, 111.0 + DSC_JOB_EXPIRY_S, out, 8), 0);
+    dsc_jobs_destroy(jobs);
+    dsc_jobs_destroy(NULL);
+}
+
+static void test_bounded(void) {
+    dsc_jobs_t *jobs = NULL;
+    CHECK_EQ_INT(dsc_jobs_create(DSC_JOBS_MAX + 1, 0, &jobs), DSC_EINVAL);
+    REQUIRE(dsc_jobs_create(4, 60, &jobs) == 0);
+    char names[6][16];
+    for (int i = 0; i < 6; i++) {
+        snprintf(names[i], sizeof names[i], "job%d", i);
+        dsc_report_req_t r = report(names[i], 0, 1000);
+        CHECK_EQ_INT(dsc_jobs_report(jobs, &r, NULL, 10.0 + i), i >= 4);
+    }
+    CHECK_EQ_INT(dsc_jobs_dropped(jobs), 2);
+    dsc_job_info_t out[8];
+    CHECK_EQ_INT(dsc_jobs_snapshot(jobs, 16.0, out, 8), 4);
+    CHECK(strcmp(out[0].job, "job2") == 0 && strcmp(out[3].job, "job5") == 0);
+    /* cap smaller than the live count: the count is still the live count. */
+    CHECK_EQ_INT(dsc_jobs_snapshot(jobs, 16.0, out, 2), 4);
+    dsc_jobs_destroy(jobs);
+}
+
+static void test_renderings(void) {
+    dsc_jobs_t *jobs = NULL;
+    REQUIRE(dsc_jobs_create(0, 0, &jobs) == 0);
+    dsc_report_req_t r = report("bert/run-1", 2, 333000);
+    dsc_jobs_report(jobs, &r, "10.0.0.9:4242", 50.0);
+    char *json = dsc_jobs_json(jobs, 53.0);
+    REQUIRE(json != NULL);
+    cJSON *arr = cJSON_Parse(json);
+    REQUIRE(cJSON_IsArray(arr) && cJSON_GetArraySize(arr) == 1);
+    cJSON *o = cJSON_GetArrayItem(arr, 0);
+    CHECK(strcmp(cJSON_GetObjectItem(o, "job")->valuestring, "bert/run-1") == 0);
+    CHECK(strcmp(cJSON_GetObjectItem(o, "bottleneck")->valuestring, "decode") == 0);
+    CHECK(cJSON_GetObjectItem(o, "stall")->valuedouble > 0.332);
+    CHECK(cJSON_GetObjectItem(o, "age_s")->valuedouble == 3.0);
+    CHECK(cJSON_GetObjectItem(o, "rank")->valueint == 2);
+    cJSON_Delete(arr);
+    free(json);
+    char *text = dsc_jobs_metrics_text(jobs, 53.0);
+    REQUIRE(text != NULL);
+    CHECK(strstr(text, "dscache_jobs 1\n") != NULL);
+    CHECK(strstr(text,
+                 "dscache_job_stall_fraction{job=\"bert/run-1\",rank=\"2\",dataset=\"c4-en\"} "
+                 "0.333\n") != NULL);
+    CHECK(strstr(text, "dscache_job_bottleneck{job=\"bert/run-1\",rank=\"2\",dataset=\"c4-en\","
+                       "stage=\"decode\"} 1\n") != NULL);
+    free(text);
+    /* Empty table: the gauges are there with no series. */
+    text = dsc_jobs_metrics_text(jobs, 50.0 + DSC_JOB_EXPIRY_S + 1);
+    REQUIRE(text != NULL);
+    CHECK(strstr(text, "dscache_jobs 0\n") != NULL);
+    CHECK(strstr(text, "dscache_job_stall_fraction{") == NULL);
+    free(text);
+    dsc_jobs_destroy(jobs);
+}
+
+int main(void) {
+    test_update_and_expiry();
+    test_bounded();
+    test_renderings();
+    return TEST_DONE();
+}

@@ -1,0 +1,149 @@
+/* Verdict rules (client/lib/verdict.c) on synthetic windows: each bottleneck, its evidence and
+ * the suggestion with the numbers a user acts on. The loader-level tests induce the same
+ * verdicts for real (tests/integration/test_verdict.sh, tests/netns/test_verdict_netns.sh). */
+#include "testlib.h"
+#include "verdict.h"
+
+#include <string.h>
+
+static dsc_verdict_input_t base(void) {
+    dsc_verdict_input_t in;
+    memset(&in, 0, sizeof in);
+    in.window_seconds = 5;
+    in.decode_threads = 2;
+    in.assist = 1;
+    in.device = -1;
+    in.inflight_bytes = 64u << 20;
+    in.cache_bytes = 256u << 20;
+    in.shuffle_window = 8192;
+    in.delta.samples = 5000;
+    in.delta.batches = 160;
+    in.delta.compute_seconds = 4.0;
+    return in;
+}
+
+static dsc_verdict_t run(const dsc_verdict_input_t *in) {
+    dsc_verdict_t v;
+    dsc__verdict_compute(in, &v);
+    printf("%-8s | %s | %s\n", dsc_bottleneck_name(v.bottleneck), v.evidence, v.suggestion);
+    return v;
+}
+
+#define HAS(s, sub) CHECK(strstr((s), (sub)) != NULL)
+
+int main(void) {
+    dsc_verdict_input_t in = base();
+    in.delta.compute_seconds = 0.05;
+    CHECK_EQ_INT(run(&in).bottleneck, DSC_BOTTLENECK_UNKNOWN);
+
+    in = base();
+    in.delta.stall_seconds = 0.02;
+    dsc_verdict_t v = run(&in);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_NONE);
+    HAS(v.suggestion, "trainer is the limit");
+
+    /* Decode: one thread busy all the time, assist off. */
+    in = base();
+    in.decode_threads = 1;
+    in.assist = 0;
+    in.delta.stall_seconds = 2;
+    in.delta.decode_seconds = 4.8;
+    in.delta.wait[DSC_WAIT_DECODE] = 1.8;
+    in.delta.wait[DSC_WAIT_NETWORK] = 0.2;
+    v = run(&in);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_DECODE);
+    HAS(v.suggestion, "raise decode_threads from 1 to 2");
+    HAS(v.suggestion, "no_assist");
+    CHECK(v.stall_fraction > 0.33 && v.stall_fraction < 0.34);
+
+    /* Collate: the threads' time goes to collation. */
+    in.delta.wait[DSC_WAIT_COLLATE] = 1.9;
+    in.delta.wait[DSC_WAIT_DECODE] = 0.1;
+    in.delta.decode_seconds = 0.8;
+    in.delta.collate_seconds = 4.0;
+    in.assist = 1;
+    v = run(&in);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_COLLATE);
+    HAS(v.suggestion, "raise decode_threads from 1 to 2 (collation");
+
+    /* Cache: refetches, with the sizes of the suggestion. */
+    in = base();
+    in.delta.stall_seconds = 1;
+    in.delta.wait[DSC_WAIT_NETWORK] = 1;
+    in.delta.chunks_fetched = 1000;
+    in.delta.refetches = 300;
+    in.cache_need = 427u << 20; /* 256 MiB holds 0.6 of it */
+    in.window_fit = 3000;
+    v = run(&in);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_CACHE);
+    HAS(v.suggestion, "cache_bytes 256 MiB holds 0.6 of two shuffle windows: raise it to 427 MiB "
+                      "or set shuffle_window to 3000");
+
+    /* Slow server: 10.0.0.3 takes 4x the others per byte and most of the stall. */
+    in = base();
+    in.delta.stall_seconds = 1;
+    in.delta.wait[DSC_WAIT_NETWORK] = 1;
+    dsc_verdict_server_t servers[3] = {
+        {.bytes = 100u << 20, .responses = 50, .recv_seconds = 1.0, .stall_seconds = 0.1},
+        {.bytes = 100u << 20, .responses = 50, .recv_seconds = 1.2, .stall_seconds = 0.1},
+        {.bytes = 25u << 20, .responses = 12, .recv_seconds = 1.1, .stall_seconds = 0.8},
+    };
+    const char *addrs[3] = {"10.0.0.1:7070", "10.0.0.2:7070", "10.0.0.3:7070"};
+    in.servers = servers;
+    in.server_addrs = addrs;
+    in.server_count = 3;
+    v = run(&in);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_SERVER);
+    CHECK(strcmp(v.server, "10.0.0.3:7070") == 0);
+    HAS(v.suggestion, "server 10.0.0.3:7070 answers 4.0x slower than the others");
+    /* Not the slow one's fault when it takes little of the stall. */
+    servers[2].stall_seconds = 0.05;
+    CHECK(run(&in).bottleneck != DSC_BOTTLENECK_SERVER);
+    /* A server that sent nothing while a thread waited on it. */
+    servers[2] = (dsc_verdict_server_t){.recv_seconds = 2.0, .stall_seconds = 0.9};
+    v = run(&in);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_SERVER);
+    HAS(v.evidence, "sent nothing");
+
+    /* In-flight budget: full, and answers slow to start (latency-bound). */
+    in = base();
+    in.inflight_bytes = 4u << 20;
+    in.delta.stall_seconds = 2;
+    in.delta.wait[DSC_WAIT_BUDGET] = 1.6;
+    in.delta.wait[DSC_WAIT_NETWORK] = 0.4;
+    dsc_verdict_server_t one = {
+        .bytes = 50u << 20, .responses = 50, .recv_seconds = 4.5, .wait_seconds = 4.0};
+    const char *addr1[1] = {"10.77.0.1:7070"};
+    in.servers = &one;
+    in.server_addrs = addr1;
+    in.server_count = 1;
+    v = run(&in);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_INFLIGHT);
+    HAS(v.suggestion, "raise inflight_bytes from 4 MiB to 8 MiB");
+    /* Chunks queued while the budget has room: every I/O thread waits out a round trip. */
+    in.connections = 2;
+    in.delta.wait[DSC_WAIT_QUEUED] = 1.5;
+    in.delta.wait[DSC_WAIT_BUDGET] = 0.1;
+    v = run(&in);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_INFLIGHT);
+    HAS(v.suggestion, "raise inflight_bytes from 4 MiB to 8 MiB and connections from 2 to 4");
+    in.delta.wait[DSC_WAIT_QUEUED] = 0;
+    in.delta.wait[DSC_WAIT_BUDGET] = 1.6;
+    /* The same with answers streaming all the time: the link is the limit. */
+    one.wait_seconds = 0.3;
+    v = run(&in);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_FETCH);
+    HAS(v.suggestion, "network");
+
+    /* H2D on a device. */
+    in = base();
+    in.device = 0;
+    in.delta.stall_seconds = 1;
+    in.delta.h2d_seconds = 4.5;
+    CHECK_EQ_INT(run(&in).bottleneck, DSC_BOTTLENECK_H2D);
+
+    char buf[32];
+    CHECK(strcmp(dsc__verdict_bytes(640u << 20, buf, sizeof buf), "640 MiB") == 0);
+    CHECK(strcmp(dsc__verdict_bytes(1536u << 20, buf, sizeof buf), "1.5 GiB") == 0);
+    return TEST_DONE();
+}
