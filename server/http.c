@@ -144,8 +144,6 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
  * connection: debug level only. */
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
-    if (DSC_LOG_DEBUG > dsc__log_level)
-        return;
     char line[256];
     vsnprintf(line, sizeof line, fmt, ap);
     size_t n = strlen(line);

@@ -12,12 +12,17 @@
 typedef struct dsc_server dsc_server_t;
 
 typedef struct dsc_server_options {
-    const char *host;       /* listen address (numeric or name) */
-    uint16_t port;          /* 0: pick a free port */
-    uint32_t threads;       /* event loops (>= 1) */
-    uint64_t max_out;       /* per-connection queued response bytes before reads pause */
-    uint32_t drain_seconds; /* stop: longest wait for in-flight responses (0: 30) */
-    const char *name;       /* server name sent in HELLO */
+    const char *host;            /* listen address (numeric or name) */
+    uint16_t port;               /* 0: pick a free port */
+    uint32_t threads;            /* event loops (>= 1) */
+    uint64_t max_out;            /* per-connection queued response bytes before reads pause */
+    uint32_t drain_seconds;      /* stop: longest wait for in-flight responses (0: 30) */
+    uint64_t max_out_total;      /* bytes held for all connections before reads pause (0: 1 GiB) */
+    uint32_t header_timeout_s;   /* a frame must arrive whole this long after its first byte
+                                    (0: 10; UINT32_MAX: never) */
+    uint32_t idle_timeout_s;     /* close a connection silent this long (0: never) */
+    uint32_t max_conns_per_peer; /* open connections per peer address (0: no limit) */
+    const char *name;            /* server name sent in HELLO */
 } dsc_server_options_t;
 
 /* Binds the sockets and starts the loop threads. Returns 0 and *out, DSC_EADDRINUSE,
