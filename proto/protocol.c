@@ -561,3 +561,360 @@ int dsc_get_resp_iter_next(dsc_get_resp_iter_t *it, dsc_chunk_entry_t *entry,
     it->index++;
     return 1;
 }
+
+/* ---- RDMA_CONNECT ------------------------------------------------------------------------- */
+
+static int qp_info_ok(const dsc_rdma_qp_info_t *q) {
+    static const uint8_t zero[DSC_RDMA_GID_SIZE];
+    if (q->version < 1 || q->port < 1 || q->mtu < 1 || q->mtu > 5 || q->rd_atomic < 1)
+        return 0;
+    if (q->link_layer != DSC_RDMA_LINK_IB && q->link_layer != DSC_RDMA_LINK_ETHERNET)
+        return 0;
+    if (q->qpn < 1 || q->qpn > DSC_RDMA_MAX_QPN || q->psn > DSC_RDMA_MAX_QPN)
+        return 0;
+    /* RoCE addresses every packet by GID (a GRH is mandatory); InfiniBand may use the LID. */
+    if (q->link_layer == DSC_RDMA_LINK_ETHERNET && memcmp(q->gid, zero, sizeof zero) == 0)
+        return 0;
+    return q->device.len < DSC_MAX_NAME;
+}
+
+static void wr_qp_fixed(dsc_wr_t *w, const dsc_rdma_qp_info_t *q) {
+    dsc_wr_u16(w, q->version);
+    dsc_wr_u8(w, q->link_layer);
+    dsc_wr_u8(w, q->port);
+    dsc_wr_u8(w, q->mtu);
+    dsc_wr_u8(w, q->rd_atomic);
+    dsc_wr_u16(w, q->lid);
+    dsc_wr_u32(w, q->qpn);
+    dsc_wr_u32(w, q->psn);
+    dsc_wr_bytes(w, q->gid, DSC_RDMA_GID_SIZE);
+}
+
+static void rd_qp_fixed(dsc_rd_t *r, dsc_rdma_qp_info_t *q) {
+    q->version = dsc_rd_u16(r);
+    q->link_layer = dsc_rd_u8(r);
+    q->port = dsc_rd_u8(r);
+    q->mtu = dsc_rd_u8(r);
+    q->rd_atomic = dsc_rd_u8(r);
+    q->lid = dsc_rd_u16(r);
+    q->qpn = dsc_rd_u32(r);
+    q->psn = dsc_rd_u32(r);
+    const uint8_t *gid = dsc_rd_bytes(r, DSC_RDMA_GID_SIZE);
+    if (gid != NULL)
+        memcpy(q->gid, gid, DSC_RDMA_GID_SIZE);
+    else
+        memset(q->gid, 0, DSC_RDMA_GID_SIZE);
+}
+
+static void wr_desc(dsc_wr_t *w, const dsc_rdma_desc_t *d) {
+    dsc_wr_u64(w, d->addr);
+    dsc_wr_u32(w, d->rkey);
+    dsc_wr_u32(w, d->len);
+    dsc_wr_u64(w, d->checksum);
+}
+
+static void rd_desc(dsc_rd_t *r, dsc_rdma_desc_t *d) {
+    d->addr = dsc_rd_u64(r);
+    d->rkey = dsc_rd_u32(r);
+    d->len = dsc_rd_u32(r);
+    d->checksum = dsc_rd_u64(r);
+}
+
+/* A READ of len bytes at addr must not wrap the address space. */
+static int desc_ok(const dsc_rdma_desc_t *d) {
+    return d->len >= 1 && d->addr <= UINT64_MAX - d->len;
+}
+
+int dsc_rdma_connect_req_encode(const dsc_rdma_qp_info_t *req, uint8_t *out, size_t cap) {
+    if (!str_valid(req->device) || !qp_info_ok(req) ||
+        (req->device.len > 0 && memchr(req->device.ptr, '\0', req->device.len) != NULL))
+        return DSC_EINVAL;
+    dsc_wr_t w;
+    dsc_wr_init(&w, out, cap);
+    wr_qp_fixed(&w, req);
+    wr_str(&w, req->device);
+    return wr_done(&w);
+}
+
+int dsc_rdma_connect_req_decode(const uint8_t *body, size_t len, dsc_rdma_qp_info_t *out) {
+    dsc_rd_t r;
+    dsc_rd_init(&r, body, len);
+    dsc_rdma_qp_info_t q;
+    rd_qp_fixed(&r, &q);
+    q.device = rd_str(&r, STR_NAME);
+    int rc = rd_done(&r);
+    if (rc < 0)
+        return rc;
+    if (!qp_info_ok(&q))
+        return DSC_EBADFRAME;
+    *out = q;
+    return 0;
+}
+
+int dsc_rdma_connect_resp_encode(const dsc_rdma_connect_resp_t *resp, uint8_t *out, size_t cap) {
+    const dsc_rdma_qp_info_t *q = &resp->qp;
+    if (!str_valid(q->device) || !qp_info_ok(q) ||
+        (q->device.len > 0 && memchr(q->device.ptr, '\0', q->device.len) != NULL) ||
+        resp->lease_ttl_ms < 1 || resp->max_lease_bytes < 1 || !desc_ok(&resp->probe) ||
+        resp->probe.len > DSC_RDMA_PROBE_MAX)
+        return DSC_EINVAL;
+    dsc_wr_t w;
+    dsc_wr_init(&w, out, cap);
+    wr_qp_fixed(&w, q);
+    dsc_wr_u32(&w, resp->lease_ttl_ms);
+    dsc_wr_u64(&w, resp->max_lease_bytes);
+    wr_desc(&w, &resp->probe);
+    wr_str(&w, q->device);
+    return wr_done(&w);
+}
+
+int dsc_rdma_connect_resp_decode(const uint8_t *body, size_t len, dsc_rdma_connect_resp_t *out) {
+    dsc_rd_t r;
+    dsc_rd_init(&r, body, len);
+    dsc_rdma_connect_resp_t resp;
+    rd_qp_fixed(&r, &resp.qp);
+    resp.lease_ttl_ms = dsc_rd_u32(&r);
+    resp.max_lease_bytes = dsc_rd_u64(&r);
+    rd_desc(&r, &resp.probe);
+    resp.qp.device = rd_str(&r, STR_NAME);
+    int rc = rd_done(&r);
+    if (rc < 0)
+        return rc;
+    if (!qp_info_ok(&resp.qp) || resp.lease_ttl_ms < 1 || resp.max_lease_bytes < 1 ||
+        !desc_ok(&resp.probe) || resp.probe.len > DSC_RDMA_PROBE_MAX)
+        return DSC_EBADFRAME;
+    *out = resp;
+    return 0;
+}
+
+int dsc_rdma_connect_negotiate(const dsc_rdma_qp_info_t *client, uint8_t server_link_layer,
+                               uint8_t server_mtu, uint8_t server_max_rd_atomic, uint16_t *version,
+                               uint8_t *path_mtu, uint8_t *rd_atomic) {
+    if (!qp_info_ok(client) || server_mtu < 1 || server_mtu > 5 || server_max_rd_atomic < 1)
+        return DSC_EINVAL;
+    if (client->link_layer != server_link_layer)
+        return DSC_ENOTSUP;
+    /* Both ends must use the same path MTU: a responder drops packets larger than its own
+     * (the READ then fails with a remote invalid-request error), so take the smaller. */
+    *version = client->version < DSC_RDMA_VERSION ? client->version : DSC_RDMA_VERSION;
+    *path_mtu = client->mtu < server_mtu ? client->mtu : server_mtu;
+    *rd_atomic =
+        client->rd_atomic < server_max_rd_atomic ? client->rd_atomic : server_max_rd_atomic;
+    return 0;
+}
+
+/* ---- RDMA_GET ----------------------------------------------------------------------------- */
+
+int dsc_rdma_get_req_encode(const dsc_rdma_get_req_t *req, uint8_t *out, size_t cap) {
+    const dsc_get_req_t *g = &req->get;
+    if (req->release_count > DSC_RDMA_MAX_RELEASE ||
+        (req->release_count > 0 && req->release == NULL) || !str_valid(g->dataset))
+        return DSC_EINVAL;
+    for (uint16_t i = 0; i < req->release_count; i++)
+        if (req->release[i] == 0)
+            return DSC_EINVAL;
+    if (g->chunk_count == 0) {
+        if (g->dataset.len != 0 || g->shard_id != 0 || g->first_chunk != 0 || g->flags != 0 ||
+            req->release_count == 0)
+            return DSC_EINVAL;
+    } else if (!dataset_ok(g->dataset) || !get_range_ok(g->first_chunk, g->chunk_count) ||
+               g->flags != 0) {
+        return DSC_EINVAL;
+    }
+    dsc_wr_t w;
+    dsc_wr_init(&w, out, cap);
+    wr_str(&w, g->dataset);
+    dsc_wr_u32(&w, g->shard_id);
+    dsc_wr_u32(&w, g->first_chunk);
+    dsc_wr_u32(&w, g->chunk_count);
+    dsc_wr_u32(&w, g->flags);
+    dsc_wr_u16(&w, req->release_count);
+    for (uint16_t i = 0; i < req->release_count; i++)
+        dsc_wr_u64(&w, req->release[i]);
+    return wr_done(&w);
+}
+
+int dsc_rdma_get_req_decode(const uint8_t *body, size_t len, dsc_rdma_get_req_t *out) {
+    dsc_rd_t r;
+    dsc_rd_init(&r, body, len);
+    dsc_rdma_get_req_t req;
+    dsc_get_req_t *g = &req.get;
+    g->dataset = rd_str(&r, STR_NAME);
+    g->shard_id = dsc_rd_u32(&r);
+    g->first_chunk = dsc_rd_u32(&r);
+    g->chunk_count = dsc_rd_u32(&r);
+    g->flags = dsc_rd_u32(&r);
+    req.release_count = dsc_rd_u16(&r);
+    req.release = NULL;
+    req.release_wire = NULL;
+    if (req.release_count <= DSC_RDMA_MAX_RELEASE)
+        req.release_wire = dsc_rd_bytes(&r, (size_t)req.release_count * 8);
+    int rc = rd_done(&r);
+    if (rc < 0)
+        return rc;
+    if (req.release_count > DSC_RDMA_MAX_RELEASE)
+        return DSC_EBADFRAME;
+    for (uint16_t i = 0; i < req.release_count; i++)
+        if (dsc_load_u64(req.release_wire + (size_t)i * 8) == 0)
+            return DSC_EBADFRAME;
+    if (g->chunk_count == 0) {
+        if (g->dataset.len != 0 || g->shard_id != 0 || g->first_chunk != 0 || g->flags != 0 ||
+            req.release_count == 0)
+            return DSC_EBADFRAME;
+    } else if (!dataset_ok(g->dataset) || !get_range_ok(g->first_chunk, g->chunk_count) ||
+               g->flags != 0) {
+        return DSC_EBADFRAME;
+    }
+    if (req.release_count == 0)
+        req.release_wire = NULL;
+    *out = req;
+    return 0;
+}
+
+uint64_t dsc_rdma_get_req_release(const dsc_rdma_get_req_t *req, uint16_t i) {
+    if (i >= req->release_count)
+        return 0;
+    if (req->release != NULL)
+        return req->release[i];
+    return req->release_wire != NULL ? dsc_load_u64(req->release_wire + (size_t)i * 8) : 0;
+}
+
+/* An entry fit for an RDMA_GET answer: what GET checks, zero padding, and no empty chunk. */
+static int rdma_entry_ok(const uint8_t *raw, dsc_chunk_entry_t *e) {
+    dsc_chunk_entry_decode(raw, e);
+    if (raw[29] != 0 || raw[30] != 0 || raw[31] != 0)
+        return 0;
+    if (e->codec != DSC_CODEC_RAW && e->codec != DSC_CODEC_LZ4)
+        return 0;
+    if (e->raw_len > DSC_CHUNK_MAX_RAW || e->stored_len < 1)
+        return 0;
+    return e->codec != DSC_CODEC_RAW || e->stored_len == e->raw_len;
+}
+
+static int rdma_entries_encode_ok(const dsc_chunk_entry_t *entries, uint32_t count) {
+    if (entries == NULL || count < 1 || count > DSC_GET_MAX_CHUNKS)
+        return 0;
+    for (uint32_t i = 0; i < count; i++) {
+        uint8_t raw[DSC_CHUNK_ENTRY_SIZE];
+        dsc_chunk_entry_t e;
+        dsc_chunk_entry_encode(&entries[i], raw);
+        if (!rdma_entry_ok(raw, &e))
+            return 0;
+    }
+    return 1;
+}
+
+static void wr_rdma_head(dsc_wr_t *w, uint32_t count, uint32_t flags, uint64_t lease_id,
+                         uint32_t ttl_ms, const dsc_chunk_entry_t *entries) {
+    dsc_wr_u32(w, count);
+    dsc_wr_u32(w, flags);
+    dsc_wr_u64(w, lease_id);
+    dsc_wr_u32(w, ttl_ms);
+    dsc_wr_u32(w, 0);
+    for (uint32_t i = 0; i < count && !w->bad; i++) {
+        if (w->cap - w->pos < DSC_CHUNK_ENTRY_SIZE) {
+            w->bad = 1;
+            break;
+        }
+        dsc_chunk_entry_encode(&entries[i], w->p + w->pos);
+        w->pos += DSC_CHUNK_ENTRY_SIZE;
+    }
+}
+
+int dsc_rdma_get_resp_encode(uint64_t lease_id, uint32_t lease_ttl_ms,
+                             const dsc_chunk_entry_t *entries, const dsc_rdma_desc_t *descs,
+                             uint32_t count, uint8_t *out, size_t cap) {
+    if (lease_id == 0 || lease_ttl_ms < 1 || descs == NULL ||
+        !rdma_entries_encode_ok(entries, count))
+        return DSC_EINVAL;
+    for (uint32_t i = 0; i < count; i++)
+        if (!desc_ok(&descs[i]) || descs[i].len != entries[i].stored_len ||
+            descs[i].checksum != entries[i].stored_checksum)
+            return DSC_EINVAL;
+    dsc_wr_t w;
+    dsc_wr_init(&w, out, cap);
+    wr_rdma_head(&w, count, 0, lease_id, lease_ttl_ms, entries);
+    for (uint32_t i = 0; i < count; i++)
+        wr_desc(&w, &descs[i]);
+    return wr_done(&w);
+}
+
+int dsc_rdma_get_resp_inline_prefix_encode(const dsc_chunk_entry_t *entries, uint32_t count,
+                                           uint8_t *out, size_t cap) {
+    if (!rdma_entries_encode_ok(entries, count))
+        return DSC_EINVAL;
+    dsc_wr_t w;
+    dsc_wr_init(&w, out, cap);
+    wr_rdma_head(&w, count, DSC_RDMA_GET_INLINE, 0, 0, entries);
+    return wr_done(&w);
+}
+
+int dsc_rdma_get_resp_decode(const uint8_t *body, size_t len, dsc_rdma_get_resp_t *out) {
+    if (len < DSC_RDMA_GET_RESP_HEAD)
+        return DSC_EBADFRAME;
+    dsc_rdma_get_resp_t resp;
+    memset(&resp, 0, sizeof resp);
+    resp.chunk_count = dsc_load_u32(body);
+    resp.flags = dsc_load_u32(body + 4);
+    resp.lease_id = dsc_load_u64(body + 8);
+    resp.lease_ttl_ms = dsc_load_u32(body + 16);
+    uint32_t reserved = dsc_load_u32(body + 20);
+    uint32_t count = resp.chunk_count;
+    if (count < 1 || count > DSC_GET_MAX_CHUNKS || reserved != 0)
+        return DSC_EBADFRAME;
+    int inline_form = resp.flags == DSC_RDMA_GET_INLINE;
+    if (resp.flags != 0 && !inline_form)
+        return DSC_EBADFRAME;
+    if (inline_form ? resp.lease_id != 0 || resp.lease_ttl_ms != 0
+                    : resp.lease_id == 0 || resp.lease_ttl_ms < 1)
+        return DSC_EBADFRAME;
+    size_t prefix = DSC_RDMA_GET_RESP_INLINE_PREFIX(count);
+    if (len < prefix || (!inline_form && len != DSC_RDMA_GET_RESP_SIZE(count)))
+        return DSC_EBADFRAME;
+    resp.entries = body + DSC_RDMA_GET_RESP_HEAD;
+    uint64_t data_len = inline_form ? (uint64_t)(len - prefix) : UINT64_MAX;
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        dsc_chunk_entry_t e;
+        if (!rdma_entry_ok(resp.entries + (size_t)i * DSC_CHUNK_ENTRY_SIZE, &e))
+            return DSC_EBADFRAME;
+        /* Checked per step: no set of lengths can wrap the sum (at most 4096 x 2^32 anyway). */
+        sum += e.stored_len;
+        if (sum > data_len)
+            return DSC_EBADFRAME;
+        if (!inline_form) {
+            dsc_rd_t r;
+            dsc_rd_init(&r, body + prefix + (size_t)i * DSC_RDMA_DESC_SIZE, DSC_RDMA_DESC_SIZE);
+            dsc_rdma_desc_t d;
+            rd_desc(&r, &d);
+            if (!desc_ok(&d) || d.len != e.stored_len || d.checksum != e.stored_checksum)
+                return DSC_EBADFRAME;
+        }
+    }
+    if (inline_form) {
+        if (sum != data_len)
+            return DSC_EBADFRAME;
+        resp.inline_resp.chunk_count = count;
+        resp.inline_resp.entries = resp.entries;
+        resp.inline_resp.data = body + prefix;
+        resp.inline_resp.data_len = data_len;
+    } else {
+        resp.descs = body + prefix;
+    }
+    resp.total_bytes = sum;
+    *out = resp;
+    return 0;
+}
+
+int dsc_rdma_get_resp_chunk(const dsc_rdma_get_resp_t *resp, uint32_t i, dsc_chunk_entry_t *entry,
+                            dsc_rdma_desc_t *desc) {
+    if (resp->descs == NULL)
+        return DSC_EINVAL;
+    if (i >= resp->chunk_count)
+        return DSC_ERANGE;
+    dsc_chunk_entry_decode(resp->entries + (size_t)i * DSC_CHUNK_ENTRY_SIZE, entry);
+    dsc_rd_t r;
+    dsc_rd_init(&r, resp->descs + (size_t)i * DSC_RDMA_DESC_SIZE, DSC_RDMA_DESC_SIZE);
+    rd_desc(&r, desc);
+    return 0;
+}

@@ -203,4 +203,114 @@ int dsc_frame_encode(const dsc_frame_header_t *header, const void *body, size_t 
 int dsc_error_frame_encode(uint8_t opcode, uint64_t request_id, uint32_t status,
                            const char *message, uint8_t *out, size_t cap);
 
+/* ---- RDMA transport (PROTOCOL.md "RDMA"): RDMA_CONNECT and RDMA_GET bodies ---------------- */
+
+#define DSC_RDMA_VERSION 1
+#define DSC_RDMA_GID_SIZE 16
+#define DSC_RDMA_LINK_IB 1
+#define DSC_RDMA_LINK_ETHERNET 2
+#define DSC_RDMA_MAX_QPN 0xFFFFFFu  /* QPNs and PSNs are 24-bit */
+#define DSC_RDMA_MAX_RELEASE 256    /* lease ids released by one RDMA_GET */
+#define DSC_RDMA_PROBE_MAX 65536u   /* largest probe region */
+#define DSC_RDMA_DESC_SIZE 24       /* u64 addr, u32 rkey, u32 len, u64 checksum */
+#define DSC_RDMA_GET_RESP_HEAD 24   /* u32 count, u32 flags, u64 lease, u32 ttl, u32 0 */
+#define DSC_RDMA_GET_INLINE 0x0001u /* RDMA_GET response flag: stored bytes follow inline */
+#define DSC_RDMA_CONNECT_FIXED 32   /* fixed part of a queue-pair description */
+/* Sizes of an RDMA_GET response with n chunks: with descriptors, and the prefix of the inline
+ * form (the stored bytes follow it). */
+#define DSC_RDMA_GET_RESP_SIZE(n)                                                                  \
+    (DSC_RDMA_GET_RESP_HEAD + (uint32_t)(n) * (DSC_CHUNK_ENTRY_SIZE + DSC_RDMA_DESC_SIZE))
+#define DSC_RDMA_GET_RESP_INLINE_PREFIX(n)                                                         \
+    (DSC_RDMA_GET_RESP_HEAD + (uint32_t)(n)*DSC_CHUNK_ENTRY_SIZE)
+
+/* One side's RC queue pair, as exchanged by RDMA_CONNECT. In the request: the client's QP, its
+ * port's active MTU and the READs it wants outstanding. In the response: the server's QP (already
+ * in RTR), the path MTU chosen (min of both) and the max_dest_rd_atomic granted. */
+typedef struct dsc_rdma_qp_info {
+    uint16_t version;               /* >= 1; the response carries min(client's, server's) */
+    uint8_t link_layer;             /* DSC_RDMA_LINK_IB or DSC_RDMA_LINK_ETHERNET (RoCE) */
+    uint8_t port;                   /* port number, >= 1 */
+    uint8_t mtu;                    /* enum ibv_mtu, 1 (256 B) .. 5 (4096 B) */
+    uint8_t rd_atomic;              /* >= 1: READs outstanding (asked / granted) */
+    uint16_t lid;                   /* InfiniBand LID; 0 on Ethernet */
+    uint32_t qpn;                   /* 1..DSC_RDMA_MAX_QPN */
+    uint32_t psn;                   /* initial packet sequence number, 0..DSC_RDMA_MAX_QPN */
+    uint8_t gid[DSC_RDMA_GID_SIZE]; /* non-zero on Ethernet (RoCE needs a GRH) */
+    dsc_str_t device;               /* device name for logs, 0..63 bytes, no NUL */
+} dsc_rdma_qp_info_t;
+
+/* A registered remote region: the client READs len bytes at addr with rkey. checksum is the
+ * XXH3-64 of those bytes (for a chunk: its stored_checksum; for the probe: of the probe page). */
+typedef struct dsc_rdma_desc {
+    uint64_t addr;
+    uint32_t rkey;
+    uint32_t len; /* >= 1: no zero-length READs */
+    uint64_t checksum;
+} dsc_rdma_desc_t;
+
+typedef struct dsc_rdma_connect_resp {
+    dsc_rdma_qp_info_t qp;
+    uint32_t lease_ttl_ms;    /* >= 1: a lease not released by then fences the connection */
+    uint64_t max_lease_bytes; /* >= 1: bytes this connection may hold leased at once */
+    dsc_rdma_desc_t probe;    /* 1..DSC_RDMA_PROBE_MAX bytes to READ before trusting RDMA */
+} dsc_rdma_connect_resp_t;
+
+/* RDMA_CONNECT: request = a qp_info; response = qp_info fixed part, u32 lease_ttl_ms, u64
+ * max_lease_bytes, probe descriptor, then the device string. Encoders return bytes written,
+ * DSC_ENOSPC or DSC_EINVAL (a value the decoder would reject); decoders return 0 or
+ * DSC_EBADFRAME (truncation, trailing bytes, a value out of range), *out untouched on error. */
+int dsc_rdma_connect_req_encode(const dsc_rdma_qp_info_t *req, uint8_t *out, size_t cap);
+int dsc_rdma_connect_req_decode(const uint8_t *body, size_t len, dsc_rdma_qp_info_t *out);
+int dsc_rdma_connect_resp_encode(const dsc_rdma_connect_resp_t *resp, uint8_t *out, size_t cap);
+int dsc_rdma_connect_resp_decode(const uint8_t *body, size_t len, dsc_rdma_connect_resp_t *out);
+/* The server's choice for a client QP: path MTU = min(client mtu, server_mtu), READs granted =
+ * min(client rd_atomic, server_max_rd_atomic), version = min. Returns 0, DSC_EINVAL (a value
+ * out of range) or DSC_ENOTSUP (different link layers: the two cannot reach each other). */
+int dsc_rdma_connect_negotiate(const dsc_rdma_qp_info_t *client, uint8_t server_link_layer,
+                               uint8_t server_mtu, uint8_t server_max_rd_atomic, uint16_t *version,
+                               uint8_t *path_mtu, uint8_t *rd_atomic);
+
+/* RDMA_GET request: a GET request's fields, then u16 release_count and that many u64 lease ids
+ * (each non-zero) that the client has finished reading. The release-only form has chunk_count 0
+ * with an empty dataset, shard 0, first chunk 0, flags 0 and release_count >= 1. */
+typedef struct dsc_rdma_get_req {
+    dsc_get_req_t get;
+    uint16_t release_count;      /* 0..DSC_RDMA_MAX_RELEASE */
+    const uint64_t *release;     /* encode: the ids; decode: NULL (use release_wire) */
+    const uint8_t *release_wire; /* decode: release_count little-endian u64s in the body */
+} dsc_rdma_get_req_t;
+int dsc_rdma_get_req_encode(const dsc_rdma_get_req_t *req, uint8_t *out, size_t cap);
+int dsc_rdma_get_req_decode(const uint8_t *body, size_t len, dsc_rdma_get_req_t *out);
+/* Lease id i of a decoded (or encodable) request; 0 when i is out of range. */
+uint64_t dsc_rdma_get_req_release(const dsc_rdma_get_req_t *req, uint16_t i);
+
+/* RDMA_GET response. Leased form: head (lease_id != 0, ttl >= 1), chunk_count chunk entries,
+ * chunk_count descriptors (desc.len == stored_len >= 1, desc.checksum == stored_checksum, no
+ * address wrap). Inline form (flag DSC_RDMA_GET_INLINE, lease 0, ttl 0): head, entries, then
+ * the stored bytes exactly as in a GET response. The empty body answers a release-only request. */
+typedef struct dsc_rdma_get_resp {
+    uint32_t chunk_count;
+    uint32_t flags;
+    uint64_t lease_id;
+    uint32_t lease_ttl_ms;
+    const uint8_t *entries;     /* chunk_count encoded entries */
+    const uint8_t *descs;       /* chunk_count encoded descriptors; NULL in the inline form */
+    uint64_t total_bytes;       /* sum of stored_len */
+    dsc_get_resp_t inline_resp; /* inline form: as dsc_get_resp_decode gives (else zeros) */
+} dsc_rdma_get_resp_t;
+/* Leased form (entries, descs: count each); returns bytes written, DSC_ENOSPC or DSC_EINVAL. */
+int dsc_rdma_get_resp_encode(uint64_t lease_id, uint32_t lease_ttl_ms,
+                             const dsc_chunk_entry_t *entries, const dsc_rdma_desc_t *descs,
+                             uint32_t count, uint8_t *out, size_t cap);
+/* Prefix of the inline form (the caller appends the stored bytes). */
+int dsc_rdma_get_resp_inline_prefix_encode(const dsc_chunk_entry_t *entries, uint32_t count,
+                                           uint8_t *out, size_t cap);
+/* Validates a whole non-empty RDMA_GET response body (either form, every entry checked as GET
+ * does plus zero padding and stored_len >= 1). Returns 0 or DSC_EBADFRAME. */
+int dsc_rdma_get_resp_decode(const uint8_t *body, size_t len, dsc_rdma_get_resp_t *out);
+/* Entry i and its descriptor (leased form), O(1). Returns 0, DSC_ERANGE, or DSC_EINVAL for the
+ * inline form (walk inline_resp with dsc_get_resp_iter_next instead). */
+int dsc_rdma_get_resp_chunk(const dsc_rdma_get_resp_t *resp, uint32_t i, dsc_chunk_entry_t *entry,
+                            dsc_rdma_desc_t *desc);
+
 #endif

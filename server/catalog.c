@@ -1,4 +1,5 @@
-/* Catalog: datasets, shard slots, loading, eviction, statistics.
+/* Catalog: datasets, shard slots, hits, eviction, warm-ups, rescans, statistics (the loads and
+ * read-throughs themselves run on the I/O threads of readthrough.c).
  *
  * Read path (any event loop): the dataset table is an atomic pointer to an immutable array; a
  * slot's `refs` is >= 0 exactly while its bytes are resident and may be taken, so a hit is one
@@ -14,127 +15,24 @@
  * mapping as large as the file (only the touched pages cost memory, and data + entry.offset
  * stays valid for the sender) and every chunk's stored checksum is verified.
  */
-#include "catalog.h"
-#include "log.h"
+#include "catalog_int.h"
 #include "protocol.h"
+#include "srvlog.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-enum { SLOT_ABSENT = 0, SLOT_LOADING, SLOT_RESIDENT, SLOT_BAD };
-
-/* A read-through answer: a private anonymous mapping of the file's size. */
-struct dsc_tempbuf {
-    atomic_int refs;
-    uint64_t size; /* bytes counted against temp_limit */
-    uint8_t *data; /* mapping base */
-    size_t map_len;
-};
-
-/* A shard's validated header fields and index, cached for read-throughs. Under cat->lock. */
-typedef struct shard_index {
-    int refs;         /* 1 for the cache (while slot is set) + 1 per read-through using it */
-    dsc_slot_t *slot; /* the slot caching it, NULL once dropped */
-    struct shard_index *lru_prev, *lru_next;
-    uint32_t header_len;
-    uint32_t chunk_count;
-    uint64_t index_offset;
-    uint64_t bytes;    /* counted in the metadata figure */
-    uint8_t entries[]; /* chunk_count encoded entries, validated */
-} shard_index_t;
-
-/* A queued read-through of chunks [first, first + count) of a shard for one waiter. */
-typedef struct range_load {
-    dsc_slot_t *slot;
-    dsc_waiter_t *waiter;
-    uint32_t first, count;
-    struct range_load *next;
-} range_load_t;
-
-struct dsc_slot {
-    atomic_int refs;               /* >= 0: resident and takeable; -1: not */
-    atomic_uint_fast64_t last_use; /* ns, for LRU */
-    dsc_dataset_t *ds;
-    const dsc_manifest_shard_t *meta;
-    /* Under cat->lock: */
-    uint8_t state;
-    uint8_t logged;       /* a load failure was logged once */
-    uint8_t chunk_logged; /* a read-through chunk failure was logged once */
-    uint8_t *data;        /* arena extent while RESIDENT (or the load's target while LOADING) */
-    const uint8_t *index;
-    uint32_t chunk_count;
-    shard_index_t *sindex; /* cached header + index for read-throughs, or NULL */
-    dsc_waiter_t *waiters;
-    dsc_slot_t *queue_next;
-};
-
-struct dsc_dataset {
-    char name[DSC_MAX_NAME];
-    char *dir;
-    dsc_manifest_t *manifest;
-    char *json;
-    size_t json_len;
-    dsc_slot_t *slots;
-    atomic_int retired;
-    atomic_uint_fast64_t hits, misses, bytes_served;
-    /* Under cat->lock: */
-    uint64_t cached_shards, cached_bytes, bad_shards;
-    dsc_dataset_t *all_next; /* every dataset ever created, freed at destroy */
-};
-
-typedef struct table {
-    uint32_t count;
-    struct table *retired_next;
-    dsc_dataset_t *items[];
-} table_t;
-
-struct dsc_catalog {
-    dsc_store_t *store;
-    dsc_catalog_options_t opt;
-    _Atomic(table_t *) table;
-    table_t *retired_tables; /* retired_tables, all, dirs, dir_count: owned by rescan_lock */
-    dsc_dataset_t *all;
-    char **dirs;
-    uint32_t dir_count;
-    atomic_uint_fast64_t table_meta_bytes; /* their metadata bytes, see update_table_meta */
-    pthread_mutex_t rescan_lock; /* serialises add_dir/rescan (file I/O outside cat->lock) */
-
-    pthread_mutex_t lock; /* bookkeeping: loads, evictions, queue */
-    pthread_cond_t work_cond, idle_cond;
-    dsc_slot_t *queue_head, *queue_tail;
-    uint32_t loads_in_flight;
-    int stopping;
-    int draining;           /* dsc_catalog_stop_loads: queued whole-shard loads are dropped */
-    unsigned test_delay_us; /* DSC_TEST_LOAD_DELAY_MS: a pause before each whole-shard load */
-    pthread_t *threads;
-    uint32_t thread_count;
-    uint64_t temp_bytes;
-    range_load_t *range_head, *range_tail;  /* queued read-throughs, served before whole loads */
-    shard_index_t *index_head, *index_tail; /* index cache, most recently used first */
-    uint64_t index_bytes, index_count;
-
-    atomic_uint_fast64_t evictions, loads, load_failures, read_through, bytes_loaded;
-    atomic_uint_fast64_t read_through_bytes;
-    /* Load histogram, under lock. */
-    uint64_t hist[DSC_LOAD_BUCKETS];
-    uint64_t hist_count;
-    double hist_sum;
-};
 
 const double dsc_load_bucket_bounds[DSC_LOAD_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025,
                                                          0.05,  0.1,    0.25,  1.0,  5.0};
 
-static void *io_thread(void *arg);
 static void update_table_meta(dsc_catalog_t *cat);
 
 int dsc_catalog_create(dsc_store_t *store, const dsc_catalog_options_t *options,
@@ -171,7 +69,7 @@ int dsc_catalog_create(dsc_store_t *store, const dsc_catalog_options_t *options,
     if (cat->threads == NULL)
         goto fail;
     for (uint32_t i = 0; i < cat->opt.io_threads; i++) {
-        if (pthread_create(&cat->threads[i], NULL, io_thread, cat) != 0)
+        if (pthread_create(&cat->threads[i], NULL, dsc__io_thread, cat) != 0)
             goto fail;
         cat->thread_count++;
     }
@@ -203,16 +101,7 @@ void dsc_catalog_destroy(dsc_catalog_t *cat) {
         pthread_join(cat->threads[i], NULL);
     free(cat->threads);
     /* Arena bytes go with the store; queued read-throughs are dropped (nothing waits now). */
-    while (cat->range_head) {
-        range_load_t *next = cat->range_head->next;
-        free(cat->range_head);
-        cat->range_head = next;
-    }
-    while (cat->index_head) {
-        shard_index_t *next = cat->index_head->lru_next;
-        free(cat->index_head);
-        cat->index_head = next;
-    }
+    dsc__readthrough_free_all(cat);
     while (cat->all) {
         dsc_dataset_t *next = cat->all->all_next;
         dataset_free(cat->all);
@@ -257,7 +146,7 @@ static int dataset_create(const char *dir, dsc_dataset_t **out) {
     }
     ds->json_len = strlen(ds->json);
     for (uint32_t i = 0; i < m->shard_count; i++) {
-        dsc_slot_t *s = &ds->slots[i];
+        dsc_shard_slot_t *s = &ds->slots[i];
         atomic_init(&s->refs, -1);
         atomic_init(&s->last_use, 0);
         s->ds = ds;
@@ -287,7 +176,7 @@ const char *dsc_dataset_manifest_json(const dsc_dataset_t *ds, size_t *len) {
     return ds->json;
 }
 
-dsc_slot_t *dsc_dataset_slot(dsc_dataset_t *ds, uint32_t id) {
+dsc_shard_slot_t *dsc_dataset_shard_slot(dsc_dataset_t *ds, uint32_t id) {
     return id < ds->manifest->shard_count ? &ds->slots[id] : NULL;
 }
 
@@ -297,8 +186,7 @@ void dsc_dataset_count_served(dsc_dataset_t *ds, uint64_t bytes) {
 
 /* ---- eviction (cat->lock held) ----------------------------------------------------------- */
 
-/* Frees a resident slot's bytes if nobody holds them. Returns 1 when evicted. */
-static int evict_slot_locked(dsc_catalog_t *cat, dsc_slot_t *s) {
+int dsc__slot_evict_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s) {
     if (s->state != SLOT_RESIDENT)
         return 0;
     int zero = 0;
@@ -318,12 +206,12 @@ static int evict_slot_locked(dsc_catalog_t *cat, dsc_slot_t *s) {
  * evictions are rare next to hits. Returns 1 when one was evicted. */
 static int evict_lru_locked(dsc_catalog_t *cat) {
     table_t *t = atomic_load(&cat->table);
-    dsc_slot_t *victim = NULL;
+    dsc_shard_slot_t *victim = NULL;
     uint64_t oldest = UINT64_MAX;
     for (uint32_t d = 0; d < t->count; d++) {
         dsc_dataset_t *ds = t->items[d];
         for (uint32_t i = 0; i < ds->manifest->shard_count; i++) {
-            dsc_slot_t *s = &ds->slots[i];
+            dsc_shard_slot_t *s = &ds->slots[i];
             if (s->state != SLOT_RESIDENT || atomic_load(&s->refs) != 0)
                 continue;
             uint64_t used = atomic_load_explicit(&s->last_use, memory_order_relaxed);
@@ -333,21 +221,14 @@ static int evict_lru_locked(dsc_catalog_t *cat) {
             }
         }
     }
-    return victim ? evict_slot_locked(cat, victim) : 0;
+    return victim ? dsc__slot_evict_locked(cat, victim) : 0;
 }
 
-/* ---- loading ----------------------------------------------------------------------------- */
-
-/* How start_load_locked makes room when the store is full. */
-enum {
-    LOAD_WARM = 0,      /* lru: evict; otherwise give up */
-    LOAD_REQUEST = 1,   /* lru: evict; otherwise give up (the caller reads through) */
-    LOAD_WARM_KEEP = 2, /* give up: never evict for it (cluster warm-ups) */
-};
+/* ---- loading (the I/O threads in readthrough.c run them) -------------------------------- */
 
 /* Allocates the shard's extent in the store and queues a whole-shard load (how: LOAD_*).
  * Returns 1 queued, 0 not (no room), or <0. */
-static int start_load_locked(dsc_catalog_t *cat, dsc_slot_t *s, int how) {
+static int start_load_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, int how) {
     uint64_t size = s->meta->bytes;
     uint8_t *dst = NULL;
     int rc = dsc_store_alloc(cat->store, size, &dst);
@@ -371,522 +252,10 @@ static int start_load_locked(dsc_catalog_t *cat, dsc_slot_t *s, int how) {
     return 1;
 }
 
-/* Reads and validates one shard file into dst. Returns 0, DSC_ECORRUPT (validation; *why says
- * what) or an I/O error (-errno). */
-static int read_shard(const dsc_slot_t *s, uint8_t *dst, dsc_shard_view_t *view, const char **why) {
-    const dsc_manifest_shard_t *meta = s->meta;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", s->ds->dir, meta->file);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        *why = "cannot open";
-        return -errno;
-    }
-    int rc = 0;
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        rc = -errno;
-        *why = "cannot stat";
-        goto done;
-    }
-    if ((uint64_t)st.st_size != meta->bytes) {
-        rc = DSC_ECORRUPT;
-        *why = "file size differs from the manifest";
-        goto done;
-    }
-    rc = dsc_pread_full(fd, dst, meta->bytes, 0);
-    if (rc < 0) {
-        *why = rc == DSC_ETRUNCATED ? "file shrank while reading" : "read failed";
-        rc = rc == DSC_ETRUNCATED ? DSC_ECORRUPT : rc;
-        goto done;
-    }
-    if (dsc_checksum(dst, meta->bytes) != meta->checksum) {
-        rc = DSC_ECORRUPT;
-        *why = "whole-file checksum differs from the manifest";
-        goto done;
-    }
-    int prc = dsc_shard_parse(dst, meta->bytes, view);
-    if (prc < 0) {
-        rc = DSC_ECORRUPT;
-        *why = dsc_strerror(prc);
-        goto done;
-    }
-    if (view->header.shard_id != meta->id || view->footer.chunk_count != meta->chunks ||
-        view->header.sample_count != meta->samples ||
-        strcmp(view->header.dataset, s->ds->name) != 0 ||
-        !dsc_schema_equal(&view->header.schema, &s->ds->manifest->schema)) {
-        rc = DSC_ECORRUPT;
-        *why = "shard header does not match the manifest";
-        goto done;
-    }
-done:
-    close(fd);
-    return rc;
-}
+/* ---- hits and holds ---------------------------------------------------------------------- */
 
-static void observe_load_locked(dsc_catalog_t *cat, double seconds) {
-    for (int i = 0; i < DSC_LOAD_BUCKETS; i++)
-        if (seconds <= dsc_load_bucket_bounds[i])
-            cat->hist[i]++;
-    cat->hist_count++;
-    cat->hist_sum += seconds;
-}
-
-static void deliver(dsc_waiter_t *list) {
-    while (list) {
-        dsc_waiter_t *w = list;
-        list = w->next;
-        w->next = NULL;
-        if (w->mailbox)
-            w->mailbox->push(w->mailbox, w);
-        else
-            w->fn(w);
-    }
-}
-
-static void finish_load(dsc_catalog_t *cat, dsc_slot_t *s, int rc, const char *why,
-                        const dsc_shard_view_t *view, double seconds) {
-    pthread_mutex_lock(&cat->lock);
-    dsc_waiter_t *waiters = s->waiters;
-    s->waiters = NULL;
-    int nwait = 0;
-    for (dsc_waiter_t *w = waiters; w; w = w->next)
-        nwait++;
-    if (rc == 0) {
-        atomic_fetch_add_explicit(&cat->loads, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&cat->bytes_loaded, s->meta->bytes, memory_order_relaxed);
-        observe_load_locked(cat, seconds);
-        const uint8_t *base = s->data;
-        dsc_hold_t hold = {.data = base,
-                           .size = s->meta->bytes,
-                           .index = base + (view->index - view->base),
-                           .chunk_count = view->footer.chunk_count};
-        s->index = hold.index;
-        s->chunk_count = hold.chunk_count;
-        s->state = SLOT_RESIDENT;
-        s->ds->cached_shards++;
-        s->ds->cached_bytes += s->meta->bytes;
-        atomic_store(&s->last_use, dsc_now_ns());
-        hold.slot = s;
-        atomic_store_explicit(&s->refs, nwait, memory_order_release);
-        for (dsc_waiter_t *w = waiters; w; w = w->next) {
-            w->status = 0;
-            w->hold = hold;
-        }
-    } else {
-        if (why != NULL) /* NULL: dropped by dsc_catalog_stop_loads, not a failure */
-            atomic_fetch_add_explicit(&cat->load_failures, 1, memory_order_relaxed);
-        dsc_store_free(cat->store, s->data, s->meta->bytes);
-        s->data = NULL;
-        if (rc == DSC_ECORRUPT) {
-            s->state = SLOT_BAD;
-            s->ds->bad_shards++;
-            LOG_ERROR("dataset %s shard %u (%s/%s): %s: marked bad, answered CORRUPT", s->ds->name,
-                      s->meta->id, s->ds->dir, s->meta->file, why);
-        } else {
-            s->state = SLOT_ABSENT;
-            if (why != NULL && !s->logged) {
-                LOG_WARN("dataset %s shard %u (%s/%s): %s: %s", s->ds->name, s->meta->id,
-                         s->ds->dir, s->meta->file, why, strerror(-rc));
-                s->logged = 1;
-            }
-            rc = DSC_EUNAVAIL;
-        }
-        for (dsc_waiter_t *w = waiters; w; w = w->next)
-            w->status = rc;
-    }
-    /* A dataset retired while its shard loaded: nothing will ask for it again. */
-    if (rc == 0 && nwait == 0 && atomic_load(&s->ds->retired))
-        evict_slot_locked(cat, s);
-    cat->loads_in_flight--;
-    if (cat->loads_in_flight == 0)
-        pthread_cond_broadcast(&cat->idle_cond);
-    pthread_mutex_unlock(&cat->lock);
-    deliver(waiters);
-}
-
-/* ---- read-through of chunk ranges -------------------------------------------------------- */
-
-/* Unlinks an index from the cache and drops the cache's reference (cat->lock held). */
-static void index_drop_locked(dsc_catalog_t *cat, shard_index_t *si) {
-    if (si->slot == NULL)
-        return;
-    if (si->lru_prev)
-        si->lru_prev->lru_next = si->lru_next;
-    else
-        cat->index_head = si->lru_next;
-    if (si->lru_next)
-        si->lru_next->lru_prev = si->lru_prev;
-    else
-        cat->index_tail = si->lru_prev;
-    si->lru_prev = si->lru_next = NULL;
-    si->slot->sindex = NULL;
-    si->slot = NULL;
-    cat->index_bytes -= si->bytes;
-    cat->index_count--;
-    if (--si->refs == 0)
-        free(si);
-}
-
-static void index_release(dsc_catalog_t *cat, shard_index_t *si) {
-    if (si == NULL)
-        return;
-    pthread_mutex_lock(&cat->lock);
-    if (--si->refs == 0)
-        free(si);
-    pthread_mutex_unlock(&cat->lock);
-}
-
-static void index_push_front_locked(dsc_catalog_t *cat, shard_index_t *si) {
-    si->lru_prev = NULL;
-    si->lru_next = cat->index_head;
-    if (cat->index_head)
-        cat->index_head->lru_prev = si;
-    else
-        cat->index_tail = si;
-    cat->index_head = si;
-}
-
-/* Takes a reference on the slot's cached index (moving it to the front), or NULL. */
-static shard_index_t *index_get(dsc_catalog_t *cat, dsc_slot_t *s) {
-    pthread_mutex_lock(&cat->lock);
-    shard_index_t *si = s->sindex;
-    if (si) {
-        si->refs++;
-        if (si != cat->index_head) {
-            si->lru_prev->lru_next = si->lru_next;
-            if (si->lru_next)
-                si->lru_next->lru_prev = si->lru_prev;
-            else
-                cat->index_tail = si->lru_prev;
-            index_push_front_locked(cat, si);
-        }
-    }
-    pthread_mutex_unlock(&cat->lock);
-    return si;
-}
-
-/* Caches a freshly read index for s (the caller keeps its own reference) and trims the cache to
- * its limit, least recently used first. Returns the index to use: si, or one another thread
- * cached meanwhile (then si is freed). */
-static shard_index_t *index_install(dsc_catalog_t *cat, dsc_slot_t *s, shard_index_t *si) {
-    pthread_mutex_lock(&cat->lock);
-    if (s->sindex) {
-        free(si);
-        si = s->sindex;
-        si->refs++;
-        pthread_mutex_unlock(&cat->lock);
-        return si;
-    }
-    si->refs = 2;
-    si->slot = s;
-    s->sindex = si;
-    index_push_front_locked(cat, si);
-    cat->index_bytes += si->bytes;
-    cat->index_count++;
-    while (cat->index_bytes > cat->opt.index_cache_limit && cat->index_tail)
-        index_drop_locked(cat, cat->index_tail);
-    pthread_mutex_unlock(&cat->lock);
-    return si;
-}
-
-/* Reads exactly len bytes at offset. Returns 0, DSC_ECORRUPT (end of file first: the file
- * shrank under its manifest) or -errno. */
-static int pread_full(int fd, uint8_t *dst, uint64_t len, uint64_t offset) {
-    int rc = dsc_pread_full(fd, dst, len, offset);
-    return rc == DSC_ETRUNCATED ? DSC_ECORRUPT : rc;
-}
-
-/* Reads and validates a shard's header, footer and index from fd against the manifest. Returns
- * 0 and *out (refs 0, not cached), DSC_ECORRUPT (*why says what: the shard is bad), -errno or
- * DSC_ENOMEM. Counts the bytes read. */
-static int index_read(dsc_catalog_t *cat, const dsc_slot_t *s, int fd, shard_index_t **out,
-                      const char **why) {
-    const dsc_manifest_shard_t *meta = s->meta;
-    uint64_t size = meta->bytes;
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        *why = "cannot stat";
-        return -errno;
-    }
-    if ((uint64_t)st.st_size != size) {
-        *why = "file size differs from the manifest";
-        return DSC_ECORRUPT;
-    }
-    if (size < DSC_SHARD_FOOTER_SIZE) {
-        *why = "shorter than a footer";
-        return DSC_ECORRUPT;
-    }
-    size_t head_len = size > DSC_SHARD_MAX_HEADER ? DSC_SHARD_MAX_HEADER : (size_t)size;
-    uint8_t head[DSC_SHARD_MAX_HEADER];
-    uint8_t foot[DSC_SHARD_FOOTER_SIZE];
-    int rc = pread_full(fd, head, head_len, 0);
-    if (rc == 0)
-        rc = pread_full(fd, foot, DSC_SHARD_FOOTER_SIZE, size - DSC_SHARD_FOOTER_SIZE);
-    if (rc < 0) {
-        *why = rc == DSC_ECORRUPT ? "file shrank while reading" : "read failed";
-        return rc;
-    }
-    atomic_fetch_add_explicit(&cat->read_through_bytes, head_len + DSC_SHARD_FOOTER_SIZE,
-                              memory_order_relaxed);
-    dsc_shard_header_t header;
-    dsc_shard_footer_t footer;
-    if ((rc = dsc_shard_header_decode(head, head_len, &header)) < 0 ||
-        (rc = dsc_shard_footer_decode(foot, &footer)) < 0) {
-        *why = dsc_strerror(rc);
-        return DSC_ECORRUPT;
-    }
-    if (header.shard_id != meta->id || footer.chunk_count != meta->chunks ||
-        header.sample_count != meta->samples || strcmp(header.dataset, s->ds->name) != 0 ||
-        !dsc_schema_equal(&header.schema, &s->ds->manifest->schema)) {
-        *why = "shard header does not match the manifest";
-        return DSC_ECORRUPT;
-    }
-    /* The index must lie between the header and the footer before a byte of it is read;
-     * dsc_shard_check_index then checks its contents (checksum, entries inside the file). */
-    uint64_t index_len = (uint64_t)footer.chunk_count * DSC_CHUNK_ENTRY_SIZE;
-    uint64_t body_end = size - DSC_SHARD_FOOTER_SIZE;
-    if (footer.index_offset < header.header_len || footer.index_offset > body_end ||
-        index_len > body_end - footer.index_offset || footer.chunk_count == 0) {
-        *why = "index outside the file";
-        return DSC_ECORRUPT;
-    }
-    shard_index_t *si = calloc(1, sizeof *si + index_len);
-    if (si == NULL)
-        return DSC_ENOMEM;
-    rc = pread_full(fd, si->entries, index_len, footer.index_offset);
-    if (rc < 0) {
-        free(si);
-        *why = rc == DSC_ECORRUPT ? "file shrank while reading" : "read failed";
-        return rc;
-    }
-    atomic_fetch_add_explicit(&cat->read_through_bytes, index_len, memory_order_relaxed);
-    if ((rc = dsc_shard_check_index(&header, &footer, si->entries, size)) < 0) {
-        free(si);
-        *why = dsc_strerror(rc);
-        return DSC_ECORRUPT;
-    }
-    si->header_len = header.header_len;
-    si->chunk_count = footer.chunk_count;
-    si->index_offset = footer.index_offset;
-    si->bytes = sizeof *si + index_len;
-    *out = si;
-    return 0;
-}
-
-static void tempbuf_free(dsc_tempbuf_t *tb) {
-    if (tb == NULL)
-        return;
-    if (tb->data)
-        munmap(tb->data, tb->map_len);
-    free(tb);
-}
-
-/* Runs one queued read-through on a loader thread and delivers its waiter. */
-static void run_range(dsc_catalog_t *cat, range_load_t *job) {
-    dsc_slot_t *s = job->slot;
-    dsc_waiter_t *w = job->waiter;
-    const dsc_manifest_shard_t *meta = s->meta;
-    shard_index_t *si = NULL;
-    dsc_tempbuf_t *tb = NULL;
-    uint64_t reserved = 0;
-    const char *why = "";
-    int bad_shard = 0, bad_chunk = -1, delivered = 0;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", s->ds->dir, meta->file);
-    int rc = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        rc = -errno;
-        why = "cannot open";
-        goto done;
-    }
-    si = index_get(cat, s);
-    if (si == NULL) {
-        rc = index_read(cat, s, fd, &si, &why);
-        if (rc < 0) {
-            bad_shard = rc == DSC_ECORRUPT;
-            goto done;
-        }
-        si = index_install(cat, s, si);
-    }
-    /* The manifest's chunk count was checked against the footer when the index was read. */
-    if ((uint64_t)job->first + job->count > si->chunk_count) {
-        rc = DSC_EINVAL;
-        why = "chunk range beyond the shard";
-        goto done;
-    }
-    dsc_chunk_entry_t first, last;
-    dsc_chunk_entry_decode(si->entries + (size_t)job->first * DSC_CHUNK_ENTRY_SIZE, &first);
-    dsc_chunk_entry_decode(
-        si->entries + (size_t)(job->first + job->count - 1) * DSC_CHUNK_ENTRY_SIZE, &last);
-    /* Validated entries lie in file order inside [header_len, index_offset). */
-    uint64_t start = first.offset, end = last.offset + last.stored_len;
-    uint64_t index_len = (uint64_t)si->chunk_count * DSC_CHUNK_ENTRY_SIZE;
-    reserved = end - start + index_len;
-    pthread_mutex_lock(&cat->lock);
-    if (cat->temp_bytes + reserved > cat->opt.temp_limit) {
-        pthread_mutex_unlock(&cat->lock);
-        reserved = 0;
-        rc = DSC_EUNAVAIL; /* a miss under load, not a fault: not logged */
-        goto done;
-    }
-    cat->temp_bytes += reserved;
-    pthread_mutex_unlock(&cat->lock);
-    tb = calloc(1, sizeof *tb);
-    if (tb == NULL) {
-        rc = DSC_ENOMEM;
-        goto done;
-    }
-    tb->map_len = (size_t)((meta->bytes + DSC_STORE_PAGE - 1) & ~(uint64_t)(DSC_STORE_PAGE - 1));
-    void *map = mmap(NULL, tb->map_len, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (map == MAP_FAILED) {
-        rc = DSC_ENOMEM;
-        goto done;
-    }
-    tb->data = map;
-    tb->size = reserved;
-    rc = pread_full(fd, tb->data + start, end - start, start);
-    if (rc < 0) {
-        /* A file that shrank under a cached index: drop the index, the next miss revalidates. */
-        why = rc == DSC_ECORRUPT ? "file shrank while reading" : "read failed";
-        pthread_mutex_lock(&cat->lock);
-        if (s->sindex == si)
-            index_drop_locked(cat, si);
-        pthread_mutex_unlock(&cat->lock);
-        goto done;
-    }
-    atomic_fetch_add_explicit(&cat->read_through_bytes, end - start, memory_order_relaxed);
-    for (uint32_t i = job->first; i < job->first + job->count; i++) {
-        dsc_chunk_entry_t e;
-        dsc_chunk_entry_decode(si->entries + (size_t)i * DSC_CHUNK_ENTRY_SIZE, &e);
-        if (dsc_chunk_verify(&e, tb->data + e.offset) < 0) {
-            rc = DSC_ECORRUPT;
-            bad_chunk = (int)i;
-            why = "stored checksum differs";
-            goto done;
-        }
-    }
-    memcpy(tb->data + si->index_offset, si->entries, index_len);
-    atomic_init(&tb->refs, 1);
-    w->hold = (dsc_hold_t){.temp = tb,
-                           .data = tb->data,
-                           .size = meta->bytes,
-                           .index = tb->data + si->index_offset,
-                           .chunk_count = si->chunk_count};
-    tb = NULL;
-    delivered = 1;
-done:
-    if (fd >= 0)
-        close(fd);
-    index_release(cat, si);
-    tempbuf_free(tb);
-    pthread_mutex_lock(&cat->lock);
-    if (!delivered)
-        cat->temp_bytes -= reserved;
-    if (rc < 0) {
-        if (rc == DSC_ECORRUPT && bad_shard && s->state == SLOT_ABSENT) {
-            s->state = SLOT_BAD;
-            s->ds->bad_shards++;
-            LOG_ERROR("dataset %s shard %u (%s/%s): %s: marked bad, answered CORRUPT", s->ds->name,
-                      meta->id, s->ds->dir, meta->file, why);
-        } else if (rc == DSC_ECORRUPT) {
-            if (!s->chunk_logged)
-                LOG_WARN("dataset %s shard %u (%s/%s) chunk %u of %u..%u: %s: answered CORRUPT "
-                         "(logged once per shard)",
-                         s->ds->name, meta->id, s->ds->dir, meta->file,
-                         bad_chunk >= 0 ? (unsigned)bad_chunk : job->first, job->first,
-                         job->first + job->count - 1, why);
-            s->chunk_logged = 1;
-        } else if (rc != DSC_ECORRUPT && rc != DSC_EINVAL && rc != DSC_EUNAVAIL &&
-                   rc != DSC_ENOMEM) {
-            if (!s->logged)
-                LOG_WARN("dataset %s shard %u (%s/%s): read-through: %s: %s", s->ds->name, meta->id,
-                         s->ds->dir, meta->file, why, dsc_strerror(rc));
-            s->logged = 1;
-            rc = DSC_EUNAVAIL;
-        }
-        atomic_fetch_add_explicit(&cat->load_failures, 1, memory_order_relaxed);
-    }
-    pthread_mutex_unlock(&cat->lock);
-    w->status = rc < 0 ? rc : 0;
-    w->next = NULL;
-    free(job);
-    deliver(w);
-}
-
-/* Queues a read-through of the waiter's chunks (cat->lock held). Returns 0 or <0. */
-static int start_range_locked(dsc_catalog_t *cat, dsc_slot_t *s, dsc_waiter_t *w) {
-    uint32_t first = w->first_chunk, count = w->chunk_count;
-    if (count == 0) {
-        first = 0;
-        count = s->meta->chunks;
-    }
-    if (count == 0 || (uint64_t)first + count > s->meta->chunks)
-        return DSC_EINVAL;
-    if (cat->temp_bytes >= cat->opt.temp_limit)
-        return DSC_EUNAVAIL;
-    range_load_t *job = malloc(sizeof *job);
-    if (job == NULL)
-        return DSC_ENOMEM;
-    *job = (range_load_t){.slot = s, .waiter = w, .first = first, .count = count};
-    if (cat->range_tail)
-        cat->range_tail->next = job;
-    else
-        cat->range_head = job;
-    cat->range_tail = job;
-    atomic_fetch_add_explicit(&cat->read_through, 1, memory_order_relaxed);
-    pthread_cond_signal(&cat->work_cond);
-    return 0;
-}
-
-static void *io_thread(void *arg) {
-    dsc_catalog_t *cat = arg;
-    pthread_mutex_lock(&cat->lock);
-    for (;;) {
-        while (!cat->stopping && cat->queue_head == NULL && cat->range_head == NULL)
-            pthread_cond_wait(&cat->work_cond, &cat->lock);
-        if (cat->stopping)
-            break;
-        /* Read-throughs first: a request waits on each, and each is short (a few chunks). */
-        if (cat->range_head) {
-            range_load_t *job = cat->range_head;
-            cat->range_head = job->next;
-            if (cat->range_head == NULL)
-                cat->range_tail = NULL;
-            pthread_mutex_unlock(&cat->lock);
-            run_range(cat, job);
-            pthread_mutex_lock(&cat->lock);
-            continue;
-        }
-        dsc_slot_t *s = cat->queue_head;
-        cat->queue_head = s->queue_next;
-        if (cat->queue_head == NULL)
-            cat->queue_tail = NULL;
-        uint8_t *dst = s->data;
-        int drop = cat->draining;
-        pthread_mutex_unlock(&cat->lock);
-        if (drop) {
-            finish_load(cat, s, DSC_EUNAVAIL, NULL, NULL, 0);
-            pthread_mutex_lock(&cat->lock);
-            continue;
-        }
-        if (cat->test_delay_us)
-            usleep(cat->test_delay_us);
-
-        double t0 = dsc_now_s();
-        dsc_shard_view_t view;
-        const char *why = "";
-        int rc = read_shard(s, dst, &view, &why);
-        finish_load(cat, s, rc, why, &view, dsc_now_s() - t0);
-        pthread_mutex_lock(&cat->lock);
-    }
-    pthread_mutex_unlock(&cat->lock);
-    return NULL;
-}
-
-int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_slot_t *s, dsc_waiter_t *waiter, dsc_hold_t *hold) {
+int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_t *waiter,
+                        dsc_hold_t *hold) {
     int r = atomic_load_explicit(&s->refs, memory_order_acquire);
     while (r >= 0) {
         if (atomic_compare_exchange_weak_explicit(&s->refs, &r, r + 1, memory_order_acquire,
@@ -923,7 +292,7 @@ int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_slot_t *s, dsc_waiter_t *waiter,
             s->waiters = waiter;
             rc = 0;
         } else if (rc == 0) {
-            rc = start_range_locked(cat, s, waiter); /* no room: read the chunks through */
+            rc = dsc__range_start_locked(cat, s, waiter); /* no room: read the chunks through */
         }
         if (rc == 0)
             atomic_fetch_add_explicit(&s->ds->misses, 1, memory_order_relaxed);
@@ -937,11 +306,11 @@ void dsc_hold_release(dsc_catalog_t *cat, dsc_hold_t *hold) {
     if (hold == NULL)
         return;
     if (hold->slot) {
-        dsc_slot_t *s = hold->slot;
+        dsc_shard_slot_t *s = hold->slot;
         int prev = atomic_fetch_sub_explicit(&s->refs, 1, memory_order_release);
         if (prev == 1 && atomic_load(&s->ds->retired)) {
             pthread_mutex_lock(&cat->lock);
-            evict_slot_locked(cat, s);
+            dsc__slot_evict_locked(cat, s);
             pthread_mutex_unlock(&cat->lock);
         }
     }
@@ -951,7 +320,7 @@ void dsc_hold_release(dsc_catalog_t *cat, dsc_hold_t *hold) {
             pthread_mutex_lock(&cat->lock);
             cat->temp_bytes -= tb->size;
             pthread_mutex_unlock(&cat->lock);
-            tempbuf_free(tb);
+            dsc__tempbuf_free(tb);
         }
     }
     memset(hold, 0, sizeof *hold);
@@ -978,7 +347,7 @@ static int warm_range(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t first, uin
             continue;
         if (selected)
             (*selected)++;
-        dsc_slot_t *s = &ds->slots[i];
+        dsc_shard_slot_t *s = &ds->slots[i];
         if (s->state != SLOT_ABSENT)
             continue;
         if (start_load_locked(cat, s, how) == 1) /* else: no room (minio), a smaller one may fit */
@@ -1081,7 +450,7 @@ int dsc_catalog_evict(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id) 
     int evicted = 0;
     pthread_mutex_lock(&cat->lock);
     for (uint32_t i = first; i < end; i++)
-        evicted += evict_slot_locked(cat, &ds->slots[i]);
+        evicted += dsc__slot_evict_locked(cat, &ds->slots[i]);
     pthread_mutex_unlock(&cat->lock);
     return evicted;
 }
@@ -1175,7 +544,7 @@ static int same_shard(const dsc_manifest_shard_t *a, const dsc_manifest_shard_t 
 /* Moves resident, unreferenced shards that did not change from old to ds. */
 static void adopt_locked(dsc_dataset_t *old, dsc_dataset_t *ds) {
     for (uint32_t i = 0; i < ds->manifest->shard_count && i < old->manifest->shard_count; i++) {
-        dsc_slot_t *o = &old->slots[i], *n = &ds->slots[i];
+        dsc_shard_slot_t *o = &old->slots[i], *n = &ds->slots[i];
         if (o->state != SLOT_RESIDENT || !same_shard(o->meta, n->meta))
             continue;
         int zero = 0;
@@ -1261,7 +630,7 @@ int dsc_catalog_rescan(dsc_catalog_t *cat) {
      * its last reference goes. Cached indexes go too: a file may have been rewritten. */
     pthread_mutex_lock(&cat->lock);
     while (cat->index_head)
-        index_drop_locked(cat, cat->index_head);
+        dsc__index_drop_locked(cat, cat->index_head);
     for (uint32_t i = 0; i < cur->count; i++) {
         dsc_dataset_t *old = cur->items[i];
         int kept = 0;
@@ -1271,7 +640,7 @@ int dsc_catalog_rescan(dsc_catalog_t *cat) {
             continue;
         atomic_store(&old->retired, 1);
         for (uint32_t k = 0; k < old->manifest->shard_count; k++)
-            evict_slot_locked(cat, &old->slots[k]);
+            dsc__slot_evict_locked(cat, &old->slots[k]);
     }
     pthread_mutex_unlock(&cat->lock);
     int count = (int)next->count;
@@ -1304,7 +673,7 @@ static void update_table_meta(dsc_catalog_t *cat) {
         uint64_t shards = ds->manifest->shard_count;
         total += sizeof *ds + strlen(ds->dir) + 1 + ds->json_len + 1;
         total += sizeof *ds->manifest + shards * sizeof(dsc_manifest_shard_t);
-        total += (shards ? shards : 1) * sizeof(dsc_slot_t);
+        total += (shards ? shards : 1) * sizeof(dsc_shard_slot_t);
     }
     atomic_store_explicit(&cat->table_meta_bytes, total, memory_order_relaxed);
 }

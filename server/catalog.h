@@ -14,19 +14,20 @@
 
 typedef struct dsc_catalog dsc_catalog_t;
 typedef struct dsc_dataset dsc_dataset_t;
-typedef struct dsc_slot dsc_slot_t;
+typedef struct dsc_shard_slot dsc_shard_slot_t;
 typedef struct dsc_tempbuf dsc_tempbuf_t;
 
 typedef enum { DSC_POLICY_MINIO = 0, DSC_POLICY_LRU = 1 } dsc_policy_t;
 
-/* Bytes of one shard held for as long as a response needs them (until uv_write's callback).
+/* Bytes of one shard held for as long as a response needs them (until the reply releases it; TCP:
+ * when the write completes).
  * data + entry.offset is a chunk's stored bytes for every entry of index. A resident shard holds
  * the whole file; a read-through buffer is a mapping as large as the file in which only the
  * chunks the request asked for, and the index, were read (the rest reads as zeros). */
 typedef struct dsc_hold {
-    dsc_slot_t *slot;    /* a reference on a resident shard, or NULL */
-    dsc_tempbuf_t *temp; /* a reference on a read-through buffer, or NULL */
-    const uint8_t *data; /* the shard file (see above) */
+    dsc_shard_slot_t *slot; /* a reference on a resident shard, or NULL */
+    dsc_tempbuf_t *temp;    /* a reference on a read-through buffer, or NULL */
+    const uint8_t *data;    /* the shard file (see above) */
     uint64_t size;
     const uint8_t *index; /* chunk_count encoded entries inside data */
     uint32_t chunk_count;
@@ -86,7 +87,7 @@ const dsc_manifest_t *dsc_dataset_manifest(const dsc_dataset_t *ds);
 /* The manifest as JSON (owned by the dataset) and its length. */
 const char *dsc_dataset_manifest_json(const dsc_dataset_t *ds, size_t *len);
 /* Shard `id`, or NULL. */
-dsc_slot_t *dsc_dataset_slot(dsc_dataset_t *ds, uint32_t id);
+dsc_shard_slot_t *dsc_dataset_shard_slot(dsc_dataset_t *ds, uint32_t id);
 /* Counts bytes sent for this dataset (STAT, metrics). */
 void dsc_dataset_count_served(dsc_dataset_t *ds, uint64_t bytes);
 
@@ -98,7 +99,7 @@ void dsc_dataset_count_served(dsc_dataset_t *ds, uint64_t bytes);
  * or a shard larger than the store) reads the waiter's chunks through: the shard's header and
  * index once (kept in a bounded index cache), then the chunks' byte range, each chunk's stored
  * checksum verified before delivery. */
-int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_slot_t *slot, dsc_waiter_t *waiter,
+int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_shard_slot_t *slot, dsc_waiter_t *waiter,
                         dsc_hold_t *hold);
 /* Drops the reference of a hold (any thread). A zeroed hold is a no-op. */
 void dsc_hold_release(dsc_catalog_t *cat, dsc_hold_t *hold);

@@ -3,7 +3,7 @@
  * the blocking work (file read, getaddrinfo, warm-ups) on the libuv thread pool. */
 #include "cluster.h"
 #include "dsc_sys.h"
-#include "log.h"
+#include "srvlog.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>

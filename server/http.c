@@ -1,7 +1,7 @@
 /* /metrics, /healthz, /readyz over libmicrohttpd. */
 #include "http.h"
-#include "log.h"
 #include "protocol.h"
+#include "srvlog.h"
 
 #include <microhttpd.h>
 #include <netdb.h>

@@ -4,8 +4,8 @@
 #include "catalog.h"
 #include "cluster.h"
 #include "http.h"
-#include "log.h"
 #include "server.h"
+#include "srvlog.h"
 #include "store.h"
 #include "util.h"
 
@@ -198,7 +198,7 @@ static int apply(options_t *o, const char *key, const char *value) {
         else
             return bad("--policy", value);
     } else if (strcmp(key, "log_level") == 0) {
-        int level = dsc__log_parse_level(value);
+        int level = dsc__srvlog_parse_level(value);
         if (level < 0)
             return bad("--log-level", value);
         o->log_level = level;
@@ -485,7 +485,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN); /* a peer gone mid-write is an error return, not a signal */
     if (parse_args(argc, argv, &o) < 0)
         goto done;
-    dsc__log_level = o.log_level;
+    dsc__srvlog_level = o.log_level;
     raise_nofile_limit();
     if (o.dir_count == 0) {
         fprintf(stderr, "dscached: no --data directory given (see --help)\n");

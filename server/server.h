@@ -1,6 +1,6 @@
-/* TCP front end of dscached: one libuv event loop per thread, each with its own SO_REUSEPORT
- * listening socket, frame parsing, request dispatch, zero-copy GET answers out of the store,
- * per-connection back-pressure, graceful drain. */
+/* The dscached data server: one libuv event loop per thread, each with its own SO_REUSEPORT
+ * listening socket, graceful drain. Inside: server.c (this object, loops, stop), tcp.c
+ * (connections, framing, back-pressure, zero-copy GET answers), dispatch.c (requests). */
 #ifndef DSC_SERVER_SERVER_H
 #define DSC_SERVER_SERVER_H
 

@@ -3,7 +3,7 @@
  * 16 bytes per free extent: far below 1% of the cached bytes for shards of any useful size. */
 #include "store.h"
 #include "dscache_base.h"
-#include "log.h"
+#include "srvlog.h"
 
 #include <errno.h>
 #include <pthread.h>

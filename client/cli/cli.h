@@ -19,6 +19,7 @@ int dsc_cmd_inspect(int argc, char **argv);
 int dsc_cmd_get(int argc, char **argv);
 int dsc_cmd_stat(int argc, char **argv);
 int dsc_cmd_bench(int argc, char **argv);
+int dsc_cmd_doctor(int argc, char **argv);
 
 /* ---- Helpers (main.c) ------------------------------------------------------------------- */
 

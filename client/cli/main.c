@@ -21,6 +21,7 @@ static const struct {
     {"get", dsc_cmd_get, "fetch a shard from a server, verify and decode it into a file"},
     {"stat", dsc_cmd_stat, "show a server's store and per-dataset statistics"},
     {"bench", dsc_cmd_bench, "measure loader throughput and data stall against a server"},
+    {"doctor", dsc_cmd_doctor, "check whether RDMA can be used on this machine (preflight)"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 

@@ -1,6 +1,7 @@
 /* dsc_sys: system glue shared by the server, the client library and the tools: exact pread and
- * member-list resolution (file read, DNS). It may include proto/ headers; the proto/ codec never
- * includes it, so the codec stays free of I/O and can be fuzzed. Link target: dsc_sys. */
+ * member-list resolution (file read, DNS); libibverbs loaded at run time is in verbs.h. It may
+ * include proto/ headers; the proto/ codec never includes it, so the codec stays free of I/O and
+ * can be fuzzed. Link target: dsc_sys. */
 #ifndef DSC_SYS_H
 #define DSC_SYS_H
 

@@ -1,6 +1,6 @@
 /* libFuzzer target: walks the input as a stream of frames (header decode, then the body decoder
- * of its opcode and direction) and checks that decoders never crash and that whatever they
- * accept re-encodes to the same bytes. */
+ * of its opcode and direction, RDMA_CONNECT and RDMA_GET included) and checks that decoders never
+ * crash and that whatever they accept re-encodes to the same bytes. */
 #include "protocol.h"
 
 #include <stdint.h>
@@ -13,8 +13,9 @@
             __builtin_trap();                                                                      \
     } while (0)
 
-/* Room for the largest re-encoded body: HELLO with two 64 KiB strings. */
-static uint8_t scratch[1 << 18];
+/* Room for the largest re-encoded body: HELLO with two 64 KiB strings, or an RDMA_GET answer
+ * with 4096 chunks (295 KiB). */
+static uint8_t scratch[1 << 19];
 
 /* Encoders of accepted values must reproduce the body exactly: the encoding is canonical. */
 static void same_bytes(int n, const uint8_t *body, size_t len) {
@@ -64,6 +65,49 @@ static void check_get_resp(const uint8_t *body, size_t len) {
     FUZZ_ASSERT(dsc_get_resp_chunk(&resp, resp.chunk_count - 1, &entry, &data) == 0);
     FUZZ_ASSERT(data + entry.stored_len == resp.data + resp.data_len);
     FUZZ_ASSERT(dsc_get_resp_chunk(&resp, resp.chunk_count, &entry, &data) == DSC_ERANGE);
+}
+
+static void check_rdma_get_resp(const uint8_t *body, size_t len) {
+    dsc_rdma_get_resp_t resp;
+    if (dsc_rdma_get_resp_decode(body, len, &resp) < 0)
+        return;
+    FUZZ_ASSERT(resp.chunk_count >= 1 && resp.chunk_count <= DSC_GET_MAX_CHUNKS);
+    static dsc_chunk_entry_t entries[DSC_GET_MAX_CHUNKS];
+    static dsc_rdma_desc_t descs[DSC_GET_MAX_CHUNKS];
+    uint64_t total = 0;
+    int n;
+    if (resp.flags & DSC_RDMA_GET_INLINE) {
+        /* The inline part is a GET answer: the GET walker must accept it as is. */
+        FUZZ_ASSERT(resp.descs == NULL && resp.lease_id == 0);
+        FUZZ_ASSERT(resp.inline_resp.data + resp.inline_resp.data_len == body + len);
+        dsc_get_resp_iter_t it;
+        dsc_get_resp_iter_init(&it, &resp.inline_resp);
+        uint32_t i = 0;
+        const uint8_t *data;
+        while (dsc_get_resp_iter_next(&it, &entries[i], &data) == 1) {
+            total += entries[i].stored_len;
+            i++;
+        }
+        FUZZ_ASSERT(i == resp.chunk_count && total == resp.inline_resp.data_len);
+        n = dsc_rdma_get_resp_inline_prefix_encode(entries, resp.chunk_count, scratch,
+                                                   sizeof scratch);
+        FUZZ_ASSERT(n > 0 && (size_t)n + resp.inline_resp.data_len == len);
+        FUZZ_ASSERT(memcmp(scratch, body, (size_t)n) == 0);
+    } else {
+        FUZZ_ASSERT(resp.lease_id != 0 && resp.lease_ttl_ms >= 1);
+        for (uint32_t i = 0; i < resp.chunk_count; i++) {
+            FUZZ_ASSERT(dsc_rdma_get_resp_chunk(&resp, i, &entries[i], &descs[i]) == 0);
+            FUZZ_ASSERT(descs[i].len == entries[i].stored_len && descs[i].len >= 1);
+            FUZZ_ASSERT(descs[i].addr + descs[i].len > descs[i].addr); /* no wrap */
+            total += descs[i].len;
+        }
+        FUZZ_ASSERT(dsc_rdma_get_resp_chunk(&resp, resp.chunk_count, &entries[0], &descs[0]) ==
+                    DSC_ERANGE);
+        same_bytes(dsc_rdma_get_resp_encode(resp.lease_id, resp.lease_ttl_ms, entries, descs,
+                                            resp.chunk_count, scratch, sizeof scratch),
+                   body, len);
+    }
+    FUZZ_ASSERT(total == resp.total_bytes);
 }
 
 static void check_body(const dsc_frame_header_t *h, const uint8_t *body, size_t len) {
@@ -122,6 +166,45 @@ static void check_body(const dsc_frame_header_t *h, const uint8_t *body, size_t 
             if (dsc_get_req_decode(body, len, &req) == 0) {
                 FUZZ_ASSERT(req.chunk_count >= 1 && req.chunk_count <= DSC_GET_MAX_CHUNKS);
                 same_bytes(dsc_get_req_encode(&req, scratch, sizeof scratch), body, len);
+            }
+        }
+        break;
+    case DSC_OP_RDMA_CONNECT:
+        if (response) {
+            dsc_rdma_connect_resp_t resp;
+            if (dsc_rdma_connect_resp_decode(body, len, &resp) == 0) {
+                FUZZ_ASSERT(resp.qp.mtu >= 1 && resp.qp.mtu <= 5 && resp.lease_ttl_ms >= 1);
+                FUZZ_ASSERT(resp.probe.len >= 1 && resp.probe.len <= DSC_RDMA_PROBE_MAX);
+                same_bytes(dsc_rdma_connect_resp_encode(&resp, scratch, sizeof scratch), body, len);
+            }
+        } else {
+            dsc_rdma_qp_info_t req;
+            if (dsc_rdma_connect_req_decode(body, len, &req) == 0) {
+                FUZZ_ASSERT(req.qpn >= 1 && req.qpn <= DSC_RDMA_MAX_QPN);
+                uint16_t version;
+                uint8_t mtu, rd;
+                int rc =
+                    dsc_rdma_connect_negotiate(&req, req.link_layer, 3, 16, &version, &mtu, &rd);
+                FUZZ_ASSERT(rc == 0 && mtu <= 3 && mtu <= req.mtu && rd >= 1 && rd <= 16 &&
+                            version >= 1 && version <= req.version);
+                same_bytes(dsc_rdma_connect_req_encode(&req, scratch, sizeof scratch), body, len);
+            }
+        }
+        break;
+    case DSC_OP_RDMA_GET:
+        if (response) {
+            check_rdma_get_resp(body, len);
+        } else {
+            dsc_rdma_get_req_t req;
+            if (dsc_rdma_get_req_decode(body, len, &req) == 0) {
+                uint64_t ids[DSC_RDMA_MAX_RELEASE];
+                FUZZ_ASSERT(req.release_count <= DSC_RDMA_MAX_RELEASE);
+                for (uint16_t i = 0; i < req.release_count; i++) {
+                    ids[i] = dsc_rdma_get_req_release(&req, i);
+                    FUZZ_ASSERT(ids[i] != 0);
+                }
+                req.release = ids;
+                same_bytes(dsc_rdma_get_req_encode(&req, scratch, sizeof scratch), body, len);
             }
         }
         break;

@@ -127,7 +127,7 @@ static int get(dsc_catalog_t *cat, uint32_t id, uint32_t first, uint32_t count, 
     sw.w.first_chunk = first;
     sw.w.chunk_count = count;
     memset(hold, 0, sizeof *hold);
-    int rc = dsc_catalog_acquire(cat, dsc_dataset_slot(ds, id), &sw.w, hold);
+    int rc = dsc_catalog_acquire(cat, dsc_dataset_shard_slot(ds, id), &sw.w, hold);
     if (rc == 0) {
         pthread_mutex_lock(&sw.mu);
         while (!sw.done)

@@ -753,14 +753,24 @@ static int seed_body_ok(const dsc_frame_header_t *h, const uint8_t *body, size_t
         return response ? dsc_hello_resp_decode(body, len, &resp) == 0
                         : dsc_hello_req_decode(body, len, &req) == 0;
     }
-    case DSC_OP_GET:
-    case DSC_OP_RDMA_GET: {
+    case DSC_OP_GET: {
         dsc_get_req_t req;
         dsc_get_resp_t resp;
-        if (h->opcode == DSC_OP_RDMA_GET && response)
-            return 0; /* reserved: no successful answer is defined yet */
         return response ? dsc_get_resp_decode(body, len, &resp) == 0
                         : dsc_get_req_decode(body, len, &req) == 0;
+    }
+    case DSC_OP_RDMA_GET: {
+        dsc_rdma_get_req_t req;
+        dsc_rdma_get_resp_t resp;
+        /* An empty OK body answers a release-only request. */
+        return response ? len == 0 || dsc_rdma_get_resp_decode(body, len, &resp) == 0
+                        : dsc_rdma_get_req_decode(body, len, &req) == 0;
+    }
+    case DSC_OP_RDMA_CONNECT: {
+        dsc_rdma_qp_info_t req;
+        dsc_rdma_connect_resp_t resp;
+        return response ? dsc_rdma_connect_resp_decode(body, len, &resp) == 0
+                        : dsc_rdma_connect_req_decode(body, len, &req) == 0;
     }
     case DSC_OP_MANIFEST:
     case DSC_OP_STAT: {
@@ -777,7 +787,6 @@ static int seed_body_ok(const dsc_frame_header_t *h, const uint8_t *body, size_t
     case DSC_OP_MEMBERS:
         return response ? len > 0 && body[0] == '{' : len == 0;
     case DSC_OP_PING:
-    case DSC_OP_RDMA_CONNECT:
         return 1;
     default:
         return 0;

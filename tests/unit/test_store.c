@@ -124,7 +124,7 @@ static int get_shard(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t id, dsc_hol
     test_waiter_t tw;
     memset(&tw, 0, sizeof tw);
     tw.w.fn = on_done;
-    int rc = dsc_catalog_acquire(cat, dsc_dataset_slot(ds, id), &tw.w, hold);
+    int rc = dsc_catalog_acquire(cat, dsc_dataset_shard_slot(ds, id), &tw.w, hold);
     if (was_hit)
         *was_hit = rc == 1;
     if (rc == 1)
@@ -233,7 +233,7 @@ static void test_lru_refcount(const char *dir) {
         for (int i = 0; i < 8; i++) {
             memset(&tw[i], 0, sizeof tw[i]);
             tw[i].w.fn = on_done;
-            int rc = dsc_catalog_acquire(cat, dsc_dataset_slot(ds, 7), &tw[i].w, &hold[i]);
+            int rc = dsc_catalog_acquire(cat, dsc_dataset_shard_slot(ds, 7), &tw[i].w, &hold[i]);
             CHECK(rc == 0 || rc == 1);
             if (rc == 1)
                 atomic_store(&tw[i].done, 2);
@@ -337,7 +337,7 @@ static void test_minio_read_through(const char *dir) {
     for (int i = 0; i < 8; i++) {
         memset(&tw[i], 0, sizeof tw[i]);
         tw[i].w.fn = on_done;
-        int rc = dsc_catalog_acquire(cat, dsc_dataset_slot(ds, id), &tw[i].w, &dummy);
+        int rc = dsc_catalog_acquire(cat, dsc_dataset_shard_slot(ds, id), &tw[i].w, &dummy);
         CHECK(rc == 0);
         queued += rc == 0;
     }

@@ -42,6 +42,33 @@ def get_resp(chunks):
     return prefix + data
 
 
+def qp_info(qpn, mtu, rd_atomic, gid, device):
+    return struct.pack("<HBBBBHII", 1, 2, 1, mtu, rd_atomic, 0, qpn, 0x00ABCDEF) + gid + s(device)
+
+
+def rdma_connect_resp():
+    gid = bytes(10) + b"\xff\xff" + bytes([10, 0, 0, 7])
+    fixed = qp_info(0x77, 3, 16, gid, "mlx5_0")[:-8]
+    return (fixed + struct.pack("<IQ", 10000, 64 << 20) +
+            struct.pack("<QIIQ", 0x7F0000001000, 0xDEADBEEF, 4096, 0x1122334455667788) +
+            s("mlx5_0"))
+
+
+def rdma_get_resp(chunks, inline=False):
+    """chunks: list of (codec, stored bytes, raw_len)."""
+    count = len(chunks)
+    head = struct.pack("<IIQII", count, 1 if inline else 0, 0 if inline else 42,
+                       0 if inline else 10000, 0)
+    entries, descs, data = b"", b"", b""
+    offset = 4096
+    for i, (codec, stored, raw_len) in enumerate(chunks):
+        entries += entry(offset, i * 4, len(stored), raw_len, 4, codec, 0x1234 + i, 0x5678 + i)
+        descs += struct.pack("<QIIQ", 0x7F0000000000 + offset, 0x42, len(stored), 0x1234 + i)
+        offset += len(stored)
+        data += stored
+    return head + entries + (data if inline else descs)
+
+
 def js(value):
     return json.dumps(value, separators=(",", ":")).encode()
 
@@ -76,8 +103,19 @@ def seeds():
     yield "warm_resp", frame(OP["WARM"], struct.pack("<I", 12), 9, RESPONSE)
     yield "evict_req", frame(OP["EVICT"], s("tokens") + struct.pack("<I", 4), 10)
     yield "evict_resp", frame(OP["EVICT"], struct.pack("<I", 1), 10, RESPONSE)
-    yield "rdma_connect_req", frame(OP["RDMA_CONNECT"], request_id=11)
-    yield "rdma_get_req", frame(OP["RDMA_GET"], get_req, 12)
+    gid = bytes(10) + b"\xff\xff" + bytes([10, 0, 0, 8])
+    yield "rdma_connect_req", frame(OP["RDMA_CONNECT"], qp_info(0x123456, 5, 16, gid, "rxe0"), 11)
+    yield "rdma_connect_resp", frame(OP["RDMA_CONNECT"], rdma_connect_resp(), 11, RESPONSE)
+    releases = struct.pack("<HQQ", 2, 40, 41)
+    yield "rdma_get_req", frame(OP["RDMA_GET"], get_req + releases, 12)
+    yield "rdma_get_req_plain", frame(OP["RDMA_GET"], get_req + struct.pack("<H", 0), 13)
+    yield "rdma_release_req", frame(OP["RDMA_GET"], s("") + struct.pack("<IIIIHQ", 0, 0, 0, 0,
+                                                                          1, 42), 14)
+    yield "rdma_release_resp", frame(OP["RDMA_GET"], b"", 14, RESPONSE)
+    chunks = [(0, bytes(range(16)), 16), (1, b"\x40abcd", 64)]
+    yield "rdma_get_resp", frame(OP["RDMA_GET"], rdma_get_resp(chunks), 12, RESPONSE)
+    yield "rdma_get_resp_inline", frame(OP["RDMA_GET"], rdma_get_resp(chunks, True), 13,
+                                        RESPONSE)
     yield "rdma_connect_unsupported", frame(OP["RDMA_CONNECT"], b"", 11, RESPONSE, status=10)
     yield "rdma_get_unsupported", frame(OP["RDMA_GET"], b"", 12, RESPONSE, status=10)
     yield "version_mismatch", frame(OP["HELLO"], b"need version 1", 0, RESPONSE, status=6)

@@ -1,5 +1,5 @@
 /* Server log lines: "2024-01-02T03:04:05.678Z info  message". */
-#include "log.h"
+#include "srvlog.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -8,18 +8,18 @@
 #include <time.h>
 #include <unistd.h>
 
-int dsc__log_level = DSC_LOG_INFO;
+int dsc__srvlog_level = DSC_LOG_INFO;
 
 static const char *level_names[] = {"error", "warn", "info", "debug"};
 
-int dsc__log_parse_level(const char *text) {
+int dsc__srvlog_parse_level(const char *text) {
     for (int i = 0; i < 4; i++)
         if (text != NULL && strcmp(text, level_names[i]) == 0)
             return i;
     return DSC_EINVAL;
 }
 
-void dsc__log_write(int level, const char *fmt, ...) {
+void dsc__srvlog_write(int level, const char *fmt, ...) {
     char line[2048];
     struct timeval tv;
     gettimeofday(&tv, NULL);

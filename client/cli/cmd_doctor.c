@@ -1,0 +1,419 @@
+/* dscache doctor: an RDMA preflight of this machine in one readable block (verbs library,
+ * devices, ports, MTU, RoCE v2 GID, locked-memory limit, fork safety, huge pages), each failed
+ * check with its fix. The RDMA transport itself is not wired in yet: nothing is probed remotely. */
+#include "cli.h"
+
+#include "dscache.h"
+#include "util.h"
+#include "verbs.h"
+
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#define CMD "doctor"
+/* Exit codes beyond cli.h's: RDMA cannot be used here (TCP will be). */
+#define DOCTOR_UNAVAILABLE 3
+#define DEFAULT_PIN_BYTES (128ull << 20) /* 2 x the loader's default inflight_bytes (64 MiB) */
+
+static void print_help(void) {
+    printf("usage: dscache doctor [--pin-bytes SIZE] [--server HOST:PORT]\n"
+           "\n"
+           "Checks whether RDMA can be used on this machine and prints one line per check;\n"
+           "each failed check says how to fix it.\n"
+           "\n"
+           "  --pin-bytes SIZE     bytes this process will register (pin) for RDMA, compared\n"
+           "                       with RLIMIT_MEMLOCK (default 128M: twice the loader's\n"
+           "                       default inflight_bytes; a server pins its whole arena)\n"
+           "  --server HOST:PORT   the server a probe READ would go to (not done yet: the\n"
+           "                       RDMA transport is not part of this version)\n"
+           "  -h, --help           this text\n"
+           "\n"
+           "The verbs library is libibverbs.so.1, or the file named by DSC_IBVERBS_LIB.\n"
+           "\n"
+           "exit status: 0  every check passed (warnings allowed)\n"
+           "             1  the doctor itself failed\n"
+           "             2  usage error\n"
+           "             3  RDMA is unavailable here (a check failed); TCP will be used\n");
+}
+
+static const struct option long_options[] = {
+    {"pin-bytes", required_argument, NULL, 'p'},
+    {"server", required_argument, NULL, 's'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+typedef struct report {
+    int failed, warned;
+} report_t;
+
+/* One check line: a name, a verdict (ok, WARN, FAIL, info) and a message; a fix on its own
+ * line under failures and warnings. */
+static void line(report_t *r, const char *verdict, const char *name, const char *fix,
+                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void line(report_t *r, const char *verdict, const char *name, const char *fix,
+                 const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    printf("  %-20s %-5s %s\n", name, verdict, msg);
+    if (fix != NULL)
+        printf("  %-20s       fix: %s\n", "", fix);
+    if (strcmp(verdict, "FAIL") == 0)
+        r->failed++;
+    else if (strcmp(verdict, "WARN") == 0)
+        r->warned++;
+}
+
+/* Effective capabilities from /proc/self/status; 1 when CAP_IPC_LOCK (14) is in them. */
+static int has_ipc_lock(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL)
+        return 0;
+    char buf[256];
+    unsigned long long caps = 0;
+    while (fgets(buf, sizeof buf, f) != NULL)
+        if (sscanf(buf, "CapEff: %llx", &caps) == 1)
+            break;
+    fclose(f);
+    return (caps >> 14) & 1;
+}
+
+static void check_memlock(report_t *r, uint64_t pin_bytes) {
+    struct rlimit lim;
+    char a[32], b[32];
+    dsc_format_size(pin_bytes, b, sizeof b);
+    if (getrlimit(RLIMIT_MEMLOCK, &lim) != 0) {
+        line(r, "WARN", "locked memory", NULL, "RLIMIT_MEMLOCK unreadable");
+        return;
+    }
+    int cap = has_ipc_lock();
+    if (lim.rlim_cur == RLIM_INFINITY) {
+        line(r, "ok", "locked memory", NULL, "RLIMIT_MEMLOCK unlimited (%s to pin)", b);
+    } else if ((uint64_t)lim.rlim_cur >= pin_bytes) {
+        line(r, "ok", "locked memory", NULL, "RLIMIT_MEMLOCK %s >= %s to pin",
+             dsc_format_size(lim.rlim_cur, a, sizeof a), b);
+    } else if (cap) {
+        line(r, "ok", "locked memory", NULL,
+             "RLIMIT_MEMLOCK %s < %s to pin, but CAP_IPC_LOCK is effective (uid %u)",
+             dsc_format_size(lim.rlim_cur, a, sizeof a), b, (unsigned)geteuid());
+    } else {
+        line(r, "FAIL", "locked memory",
+             "raise the limit: docker run --ulimit memlock=-1; systemd LimitMEMLOCK=infinity "
+             "(containerd too); limits.conf '* - memlock unlimited'; in Kubernetes run as root "
+             "with capability IPC_LOCK (it is inert for non-root) or raise the runtime default",
+             "RLIMIT_MEMLOCK %s < %s to pin and no CAP_IPC_LOCK: registration would fail",
+             dsc_format_size(lim.rlim_cur, a, sizeof a), b);
+    }
+}
+
+static void check_hugepages(report_t *r) {
+    unsigned long long total = 0, free_pages = 0, size_kb = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f != NULL) {
+        char buf[256];
+        while (fgets(buf, sizeof buf, f) != NULL) {
+            sscanf(buf, "HugePages_Total: %llu", &total);
+            sscanf(buf, "HugePages_Free: %llu", &free_pages);
+            sscanf(buf, "Hugepagesize: %llu kB", &size_kb);
+        }
+        fclose(f);
+    }
+    char thp[128] = "unknown";
+    f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f != NULL) {
+        char buf[128];
+        if (fgets(buf, sizeof buf, f) != NULL) {
+            char *open = strchr(buf, '['), *close = open ? strchr(open, ']') : NULL;
+            if (open && close) {
+                *close = '\0';
+                snprintf(thp, sizeof thp, "%s", open + 1);
+            }
+        }
+        fclose(f);
+    }
+    int thp_usable = strcmp(thp, "always") == 0 || strcmp(thp, "madvise") == 0;
+    if (total > 0 || thp_usable)
+        line(r, "ok", "huge pages", NULL,
+             "transparent huge pages '%s'; %llu of %llu hugetlb pages of %llu KiB free", thp,
+             free_pages, total, size_kb);
+    else
+        line(r, "WARN", "huge pages",
+             "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled, or reserve hugetlb "
+             "pages (vm.nr_hugepages)",
+             "no transparent huge pages ('%s') and no hugetlb pages: registering large "
+             "regions is several times slower with 4 KiB pages",
+             thp);
+}
+
+#if DSC_HAVE_VERBS_H
+
+static int path_exists(const char *path) {
+    return access(path, F_OK) == 0;
+}
+
+static const char *port_state_name(enum ibv_port_state s) {
+    switch (s) {
+    case IBV_PORT_DOWN:
+        return "DOWN";
+    case IBV_PORT_INIT:
+        return "INIT";
+    case IBV_PORT_ARMED:
+        return "ARMED";
+    case IBV_PORT_ACTIVE:
+        return "ACTIVE";
+    case IBV_PORT_ACTIVE_DEFER:
+        return "ACTIVE_DEFER";
+    default:
+        return "NOP";
+    }
+}
+
+/* The GID type of one table entry: "RoCE v2", "RoCE v1", "IB", or "" when unknown. */
+static const char *gid_type(const dsc_verbs_t *v, struct ibv_context *ctx, const char *dev,
+                            int port, int index, char *buf, size_t cap) {
+    if (v->query_gid_ex != NULL) {
+        struct ibv_gid_entry e;
+        if (v->query_gid_ex(ctx, (uint32_t)port, (uint32_t)index, &e, 0, sizeof e) == 0)
+            return e.gid_type == IBV_GID_TYPE_ROCE_V2   ? "RoCE v2"
+                   : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? "RoCE v1"
+                                                        : "IB";
+    }
+    /* Older rdma-core: sysfs says it ("RoCE v2" / "IB/RoCE v1"). */
+    char path[256];
+    snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%d/gid_attrs/types/%d", dev, port,
+             index);
+    FILE *f = fopen(path, "r");
+    buf[0] = '\0';
+    if (f != NULL) {
+        if (fgets(buf, (int)cap, f) != NULL)
+            buf[strcspn(buf, "\n")] = '\0';
+        fclose(f);
+    }
+    return strcmp(buf, "RoCE v2") == 0 ? "RoCE v2" : buf;
+}
+
+/* Checks one port; returns 1 when it can carry dscache's RDMA traffic. */
+static int check_port(report_t *r, const dsc_verbs_t *v, struct ibv_context *ctx, const char *dev,
+                      int port) {
+    char name[48];
+    snprintf(name, sizeof name, "%s port %d", dev, port);
+    struct ibv_port_attr pa;
+    memset(&pa, 0, sizeof pa);
+    if (v->query_port(ctx, (uint8_t)port, &pa) != 0) {
+        line(r, "FAIL", name, "check the driver (dmesg, rdma link)", "cannot query the port");
+        return 0;
+    }
+    int ethernet = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+    int ok = 1;
+    if (pa.state != IBV_PORT_ACTIVE) {
+        line(r, "FAIL", name,
+             "bring the link up (cable, switch port, 'ip link set DEV up'; 'rdma link' and "
+             "'ibstat' show the state)",
+             "state %s (needs ACTIVE), link layer %s", port_state_name(pa.state),
+             ethernet ? "Ethernet (RoCE)" : "InfiniBand");
+        ok = 0;
+    } else {
+        line(r, "ok", name, NULL, "state ACTIVE, link layer %s",
+             ethernet ? "Ethernet (RoCE)" : "InfiniBand");
+    }
+    uint32_t mtu = dsc_verbs_mtu_bytes(pa.active_mtu);
+    if (mtu >= 4096)
+        line(r, "ok", "  active MTU", NULL, "%u bytes (max %u)", mtu,
+             dsc_verbs_mtu_bytes(pa.max_mtu));
+    else
+        line(r, "WARN", "  active MTU",
+             ethernet ? "raise the netdev MTU to 4200 or more (ip link set DEV mtu 9000)" : NULL,
+             "%u bytes (max %u): works (both ends use the smaller MTU), ~93%% wire efficiency "
+             "at 1024 against ~98%% at 4096",
+             mtu, dsc_verbs_mtu_bytes(pa.max_mtu));
+    if (!ethernet) {
+        if (pa.lid == 0) {
+            line(r, "FAIL", "  LID", "start a subnet manager (opensm) on the fabric",
+                 "no LID assigned");
+            ok = 0;
+        } else {
+            line(r, "ok", "  LID", NULL, "%u", pa.lid);
+        }
+        return ok;
+    }
+    /* RoCE: a routable RoCE v2 GID, never the link-local one. */
+    int chosen = -1, link_local = 0;
+    char type_buf[64], chosen_text[64] = "";
+    for (int i = 0; i < pa.gid_tbl_len && i < 256; i++) {
+        union ibv_gid gid;
+        if (v->query_gid(ctx, (uint8_t)port, i, &gid) != 0)
+            continue;
+        static const uint8_t zero[16];
+        if (memcmp(gid.raw, zero, 16) == 0)
+            continue;
+        const char *type = gid_type(v, ctx, dev, port, i, type_buf, sizeof type_buf);
+        if (dsc_verbs_gid_unusable(gid.raw)) {
+            link_local++;
+            continue;
+        }
+        if (strcmp(type, "RoCE v2") == 0 && chosen < 0) {
+            chosen = i;
+            dsc_verbs_gid_format(gid.raw, chosen_text, sizeof chosen_text);
+        }
+    }
+    if (chosen >= 0) {
+        line(r, "ok", "  RoCE v2 GID", NULL, "index %d: %s%s", chosen, chosen_text,
+             link_local ? " (link-local GIDs skipped)" : "");
+    } else {
+        line(r, "FAIL", "  RoCE v2 GID",
+             "give the RDMA netdev an IPv4 (or global IPv6) address on the TCP network; in a "
+             "pod, attach the RDMA interface (Multus macvlan/SR-IOV) so its address has a GID",
+             "no routable RoCE v2 GID (%d link-local only): RoCE v2 traffic across a router or "
+             "pod network would fail",
+             link_local);
+        ok = 0;
+    }
+    return ok;
+}
+
+static int check_verbs(report_t *r, dsc_verbs_t *v) {
+    int num = 0;
+    struct ibv_device **list = v->get_device_list(&num);
+    if (list == NULL || num <= 0) {
+        int sys = path_exists("/sys/class/infiniband");
+        int dev = path_exists("/dev/infiniband/uverbs0");
+        const char *why =
+            !sys   ? "the kernel exposes no RDMA device (/sys/class/infiniband is absent): this "
+                     "machine has no RDMA NIC, or its driver (mlx5_ib, irdma, efa, rdma_rxe, ...) "
+                     "is not loaded"
+            : !dev ? "the kernel has RDMA devices but /dev/infiniband/uverbs* is not here: in a "
+                     "container, pass /dev/infiniband through (an RDMA device plugin)"
+                   : "devices exist but none could be listed: check permissions on "
+                     "/dev/infiniband/uverbs* and that ibverbs-providers is installed";
+        line(r, "FAIL", "devices",
+             !sys   ? "use a host with an RDMA NIC (or load Soft-RoCE: modprobe rdma_rxe; rdma "
+                      "link add rxe0 type rxe netdev DEV), or keep TCP"
+             : !dev ? "run the pod with an RDMA resource (k8s-rdma-shared-dev-plugin or SR-IOV) "
+                      "and hostNetwork or a Multus RDMA attachment"
+                    : "install ibverbs-providers; make /dev/infiniband/uverbs* readable",
+             "none: %s", why);
+        if (list != NULL)
+            v->free_device_list(list);
+        return 0;
+    }
+    char names[512] = "";
+    for (int i = 0; i < num; i++) {
+        size_t used = strlen(names);
+        snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
+                 v->get_device_name(list[i]));
+    }
+    line(r, "ok", "devices", NULL, "%d: %s", num, names);
+    int usable = 0;
+    for (int i = 0; i < num; i++) {
+        const char *dev = v->get_device_name(list[i]);
+        struct ibv_context *ctx = v->open_device(list[i]);
+        if (ctx == NULL) {
+            line(r, "FAIL", dev, "check permissions on /dev/infiniband/uverbs*",
+                 "cannot open the device");
+            continue;
+        }
+        struct ibv_device_attr da;
+        if (v->query_device(ctx, &da) == 0) {
+            char a[32];
+            line(r, "info", dev, NULL, "fw %s, %u port(s), max_mr_size %s, max_qp_rd_atom %d",
+                 da.fw_ver, da.phys_port_cnt, dsc_format_size(da.max_mr_size, a, sizeof a),
+                 da.max_qp_rd_atom);
+            for (int p = 1; p <= da.phys_port_cnt; p++)
+                usable += check_port(r, v, ctx, dev, p);
+        }
+        v->close_device(ctx);
+    }
+    v->free_device_list(list);
+    return usable > 0;
+}
+
+static void check_fork(report_t *r, const dsc_verbs_t *v) {
+    if (v->is_fork_initialized == NULL) {
+        line(r, "info", "fork safety", NULL,
+             "unknown (rdma-core < 35): ibv_fork_init() will be called before registering, "
+             "since data loader workers fork");
+        return;
+    }
+    enum ibv_fork_status s = v->is_fork_initialized();
+    if (s == IBV_FORK_UNNEEDED)
+        line(r, "ok", "fork safety", NULL,
+             "not needed: the kernel copies pinned pages on fork (forked workers cannot use "
+             "the parent's loader either way)");
+    else
+        line(r, "ok", "fork safety", NULL,
+             "%s: ibv_fork_init() will be called before the first registration",
+             s == IBV_FORK_ENABLED ? "enabled" : "not enabled yet");
+}
+
+#endif
+
+int dsc_cmd_doctor(int argc, char **argv) {
+    uint64_t pin_bytes = DEFAULT_PIN_BYTES;
+    const char *server = NULL;
+    optind = 1;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {
+        switch (opt) {
+        case 'p':
+            if (dsc_cli_parse_size(CMD, "--pin-bytes", optarg, &pin_bytes) < 0)
+                return DSC_CLI_USAGE;
+            break;
+        case 's': {
+            char host[256];
+            uint16_t port;
+            if (dsc_split_hostport(optarg, host, sizeof host, &port) != 0)
+                return dsc_cli_usage(CMD, "--server: '%s' is not HOST:PORT", optarg);
+            server = optarg;
+            break;
+        }
+        case 'h':
+            print_help();
+            return DSC_CLI_OK;
+        default:
+            return dsc_cli_usage(CMD, "unknown option");
+        }
+    }
+    if (optind < argc)
+        return dsc_cli_usage(CMD, "unexpected argument '%s'", argv[optind]);
+
+    report_t r = {0, 0};
+    printf("dscache doctor: RDMA preflight\n");
+    dsc_verbs_t v;
+    char reason[DSC_VERBS_REASON_MAX];
+    int rc = dsc_verbs_open(&v, reason, sizeof reason);
+    int usable = 0;
+    if (rc < 0) {
+        line(&r, "FAIL", "verbs library", NULL, "%s", reason);
+    } else {
+        line(&r, "ok", "verbs library", NULL, "%s (%s)", v.path, dsc_verbs_lib_name());
+#if DSC_HAVE_VERBS_H
+        usable = check_verbs(&r, &v);
+        check_fork(&r, &v);
+#endif
+    }
+    check_memlock(&r, pin_bytes);
+    check_hugepages(&r);
+    if (server != NULL)
+        line(&r, "info", "probe READ", NULL,
+             "not yet: the RDMA transport (RDMA_CONNECT) is not part of this version, so no "
+             "READ from %s was tried; its data moves over TCP",
+             server);
+    dsc_verbs_close(&v);
+    if (r.failed > 0 || !usable) {
+        printf("verdict: RDMA unavailable here (%d check%s failed); dscache uses TCP\n", r.failed,
+               r.failed == 1 ? "" : "s");
+        return DOCTOR_UNAVAILABLE;
+    }
+    printf("verdict: RDMA preflight passed%s; the RDMA transport is not part of this version "
+           "yet, so data still moves over TCP\n",
+           r.warned ? " (see the warnings above)" : "");
+    return DSC_CLI_OK;
+}

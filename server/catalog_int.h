@@ -1,0 +1,139 @@
+/* Catalog internals shared by catalog.c (datasets, hits, eviction, warm-ups, rescans,
+ * statistics) and readthrough.c (loads on the I/O threads, read-throughs, delivery of waiters).
+ * Not for other modules: they use catalog.h. */
+#ifndef DSC_SERVER_CATALOG_INT_H
+#define DSC_SERVER_CATALOG_INT_H
+
+#include "catalog.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+enum { SLOT_ABSENT = 0, SLOT_LOADING, SLOT_RESIDENT, SLOT_BAD };
+
+/* A read-through answer: a private anonymous mapping of the file's size. */
+struct dsc_tempbuf {
+    atomic_int refs;
+    uint64_t size; /* bytes counted against temp_limit */
+    uint8_t *data; /* mapping base */
+    size_t map_len;
+};
+
+/* A shard's validated header fields and index, cached for read-throughs. Under cat->lock. */
+typedef struct shard_index {
+    int refs;               /* 1 for the cache (while slot is set) + 1 per read-through using it */
+    dsc_shard_slot_t *slot; /* the slot caching it, NULL once dropped */
+    struct shard_index *lru_prev, *lru_next;
+    uint32_t header_len;
+    uint32_t chunk_count;
+    uint64_t index_offset;
+    uint64_t bytes;    /* counted in the metadata figure */
+    uint8_t entries[]; /* chunk_count encoded entries, validated */
+} shard_index_t;
+
+/* A queued read-through of chunks [first, first + count) of a shard for one waiter. */
+typedef struct range_load {
+    dsc_shard_slot_t *slot;
+    dsc_waiter_t *waiter;
+    uint32_t first, count;
+    struct range_load *next;
+} range_load_t;
+
+struct dsc_shard_slot {
+    atomic_int refs;               /* >= 0: resident and takeable; -1: not */
+    atomic_uint_fast64_t last_use; /* ns, for LRU */
+    dsc_dataset_t *ds;
+    const dsc_manifest_shard_t *meta;
+    /* Under cat->lock: */
+    uint8_t state;
+    uint8_t logged;       /* a load failure was logged once */
+    uint8_t chunk_logged; /* a read-through chunk failure was logged once */
+    uint8_t *data;        /* arena extent while RESIDENT (or the load's target while LOADING) */
+    const uint8_t *index;
+    uint32_t chunk_count;
+    shard_index_t *sindex; /* cached header + index for read-throughs, or NULL */
+    dsc_waiter_t *waiters;
+    dsc_shard_slot_t *queue_next;
+};
+
+struct dsc_dataset {
+    char name[DSC_MAX_NAME];
+    char *dir;
+    dsc_manifest_t *manifest;
+    char *json;
+    size_t json_len;
+    dsc_shard_slot_t *slots;
+    atomic_int retired;
+    atomic_uint_fast64_t hits, misses, bytes_served;
+    /* Under cat->lock: */
+    uint64_t cached_shards, cached_bytes, bad_shards;
+    dsc_dataset_t *all_next; /* every dataset ever created, freed at destroy */
+};
+
+typedef struct table {
+    uint32_t count;
+    struct table *retired_next;
+    dsc_dataset_t *items[];
+} table_t;
+
+struct dsc_catalog {
+    dsc_store_t *store;
+    dsc_catalog_options_t opt;
+    _Atomic(table_t *) table;
+    table_t *retired_tables; /* retired_tables, all, dirs, dir_count: owned by rescan_lock */
+    dsc_dataset_t *all;
+    char **dirs;
+    uint32_t dir_count;
+    atomic_uint_fast64_t table_meta_bytes; /* their metadata bytes, see update_table_meta */
+    pthread_mutex_t rescan_lock; /* serialises add_dir/rescan (file I/O outside cat->lock) */
+
+    pthread_mutex_t lock; /* bookkeeping: loads, evictions, queue */
+    pthread_cond_t work_cond, idle_cond;
+    dsc_shard_slot_t *queue_head, *queue_tail;
+    uint32_t loads_in_flight;
+    int stopping;
+    int draining;           /* dsc_catalog_stop_loads: queued whole-shard loads are dropped */
+    unsigned test_delay_us; /* DSC_TEST_LOAD_DELAY_MS: a pause before each whole-shard load */
+    pthread_t *threads;
+    uint32_t thread_count;
+    uint64_t temp_bytes;
+    range_load_t *range_head, *range_tail;  /* queued read-throughs, served before whole loads */
+    shard_index_t *index_head, *index_tail; /* index cache, most recently used first */
+    uint64_t index_bytes, index_count;
+
+    atomic_uint_fast64_t evictions, loads, load_failures, read_through, bytes_loaded;
+    atomic_uint_fast64_t read_through_bytes;
+    /* Load histogram, under lock. */
+    uint64_t hist[DSC_LOAD_BUCKETS];
+    uint64_t hist_count;
+    double hist_sum;
+};
+
+/* How start_load_locked makes room when the store is full. */
+enum {
+    LOAD_WARM = 0,      /* lru: evict; otherwise give up */
+    LOAD_REQUEST = 1,   /* lru: evict; otherwise give up (the caller reads through) */
+    LOAD_WARM_KEEP = 2, /* give up: never evict for it (cluster warm-ups) */
+};
+/* ---- readthrough.c (called by catalog.c) ---- */
+
+/* An I/O thread (arg: the catalog): runs queued read-throughs first, then whole-shard loads,
+ * until cat->stopping. */
+void *dsc__io_thread(void *arg);
+/* Queues a read-through of the waiter's chunks (cat->lock held). Returns 0, DSC_EINVAL (range
+ * beyond the shard), DSC_EUNAVAIL (read-through memory exhausted) or DSC_ENOMEM. */
+int dsc__range_start_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_t *w);
+/* Unlinks an index from the cache and drops the cache's reference (cat->lock held). */
+void dsc__index_drop_locked(dsc_catalog_t *cat, shard_index_t *si);
+/* Frees a read-through buffer (its bytes are uncounted by the caller). NULL is a no-op. */
+void dsc__tempbuf_free(dsc_tempbuf_t *tb);
+/* At destroy, after the I/O threads ended: frees queued read-throughs and the index cache. */
+void dsc__readthrough_free_all(dsc_catalog_t *cat);
+
+/* ---- catalog.c (the one call back up, from a finished load) ---- */
+
+/* Frees a resident slot's bytes if nobody holds them (cat->lock held). Returns 1 when evicted. */
+int dsc__slot_evict_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s);
+
+#endif

@@ -1,0 +1,384 @@
+/* Request dispatch: decodes each request frame and runs its operation against the catalog,
+ * answering through the connection's reply interface (reply.h) without knowing the transport.
+ * A GET that misses waits for its load and is answered when the catalog delivers it to the
+ * connection's mailbox. */
+#include "server_int.h"
+#include "srvlog.h"
+#include "util.h"
+#include "wire.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A GET waiting for a load. */
+typedef struct pending_get {
+    dsc_waiter_t waiter; /* first */
+    dsc_server_t *srv;
+    dsc_reply_t *reply;
+    dsc_dataset_t *ds;
+    uint64_t request_id;
+    uint32_t first_chunk, chunk_count;
+} pending_get_t;
+
+static void on_get_loaded(dsc_waiter_t *w);
+
+/* ---- answering (every answer is counted here, once) -------------------------------------- */
+
+static void answer(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, uint64_t id,
+                   uint32_t status, const void *body, size_t len) {
+    dsc__server_count_request(srv, opcode, status);
+    reply->ops->frame(reply, opcode, id, status, body, len);
+}
+
+static void answer_error(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, uint64_t id,
+                         uint32_t status, const char *message) {
+    size_t len = strlen(message);
+    if (len > DSC_ERROR_MAX_MESSAGE)
+        len = DSC_ERROR_MAX_MESSAGE;
+    answer(srv, reply, opcode, id, status, message, len);
+}
+
+/* An error after which the connection is closed (see dsc_reply_ops_t.fatal). */
+static void answer_fatal(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, uint64_t id,
+                         uint32_t status, const char *message) {
+    dsc__server_count_request(srv, opcode, status);
+    reply->ops->fatal(reply, opcode, id, status, message);
+}
+
+static void answer_json(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, uint64_t id,
+                        char *json) {
+    if (json == NULL)
+        answer_error(srv, reply, opcode, id, DSC_STATUS_INTERNAL, "out of memory");
+    else
+        answer(srv, reply, opcode, id, DSC_STATUS_OK, json, strlen(json));
+    free(json);
+}
+
+static uint32_t load_error_status(int rc) {
+    switch (rc) {
+    case DSC_ECORRUPT:
+        return DSC_STATUS_CORRUPT;
+    case DSC_EUNAVAIL:
+        return DSC_STATUS_UNAVAILABLE;
+    default:
+        return DSC_STATUS_INTERNAL;
+    }
+}
+
+static const char *load_error_message(int rc) {
+    switch (rc) {
+    case DSC_ECORRUPT:
+        return "shard failed validation on the server";
+    case DSC_EUNAVAIL:
+        return "shard cannot be loaded now";
+    default:
+        return dsc_strerror(rc);
+    }
+}
+
+/* ---- the shard preamble: find dataset, find shard, validate range, take a hold ------------ */
+
+/* What a request names, or why it cannot be served (the error answer's status and message). */
+typedef struct shard_ref {
+    dsc_dataset_t *ds;
+    dsc_shard_slot_t *slot; /* NULL for DSC_SHARD_ALL */
+    uint32_t status;
+    const char *message;
+} shard_ref_t;
+
+static int refuse(shard_ref_t *ref, uint32_t status, const char *message) {
+    ref->status = status;
+    ref->message = message;
+    return -1;
+}
+
+/* Finds the dataset and the shard (DSC_SHARD_ALL too when all_ok). Returns 0, or -1 with
+ * ref->status and ref->message set. */
+static int shard_find(dsc_server_t *srv, dsc_str_t dataset, uint32_t shard_id, int all_ok,
+                      shard_ref_t *ref) {
+    ref->ds = dsc_catalog_find(srv->cat, dataset.ptr, dataset.len);
+    if (ref->ds == NULL)
+        return refuse(ref, DSC_STATUS_NOT_FOUND, "no such dataset");
+    ref->slot = NULL;
+    if (all_ok && shard_id == DSC_SHARD_ALL)
+        return 0;
+    ref->slot = dsc_dataset_shard_slot(ref->ds, shard_id);
+    if (ref->slot == NULL)
+        return refuse(ref, DSC_STATUS_NOT_FOUND, "no such shard");
+    return 0;
+}
+
+/* The preamble of every chunk read: finds the dataset and the shard, checks the chunk range
+ * against the manifest and takes a hold on the shard's bytes. Returns 1 (a hit: *hold filled),
+ * 0 (a miss: the answer comes from on_get_loaded; the reply counts the wait), or -1 with
+ * ref->status and ref->message set. */
+static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id,
+                          const dsc_get_req_t *req, dsc_hold_t *hold, shard_ref_t *ref) {
+    if (shard_find(srv, req->dataset, req->shard_id, 0, ref) < 0)
+        return -1;
+    const dsc_manifest_shard_t *meta = &dsc_dataset_manifest(ref->ds)->shards[req->shard_id];
+    if (req->chunk_count == 0 || (uint64_t)req->first_chunk + req->chunk_count > meta->chunks)
+        return refuse(ref, DSC_STATUS_BAD_REQUEST, "chunk range out of bounds");
+    pending_get_t *pg = malloc(sizeof *pg);
+    if (pg == NULL)
+        return refuse(ref, DSC_STATUS_INTERNAL, "out of memory");
+    memset(pg, 0, sizeof *pg);
+    pg->waiter.mailbox = reply->mailbox;
+    pg->waiter.fn = on_get_loaded;
+    pg->srv = srv;
+    pg->reply = reply;
+    pg->ds = ref->ds;
+    pg->request_id = id;
+    pg->first_chunk = req->first_chunk;
+    pg->chunk_count = req->chunk_count;
+    pg->waiter.first_chunk = req->first_chunk; /* a read-through reads only these chunks */
+    pg->waiter.chunk_count = req->chunk_count;
+    int rc = dsc_catalog_acquire(srv->cat, ref->slot, &pg->waiter, hold);
+    if (rc == 0) {
+        reply->ops->wait_begin(reply);
+        return 0;
+    }
+    free(pg);
+    if (rc == 1)
+        return 1;
+    return refuse(ref, load_error_status(rc), load_error_message(rc));
+}
+
+/* ---- GET --------------------------------------------------------------------------------- */
+
+/* Answers a GET out of a hold (taken: released here or by the reply). */
+static void send_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, dsc_dataset_t *ds,
+                     dsc_hold_t *hold, uint32_t first, uint32_t count) {
+    if ((uint64_t)first + count > hold->chunk_count) {
+        dsc_hold_release(srv->cat, hold);
+        answer_error(srv, reply, DSC_OP_GET, id, DSC_STATUS_BAD_REQUEST,
+                     "chunk range out of bounds");
+        return;
+    }
+    dsc_chunk_entry_t small[16];
+    dsc_chunk_entry_t *entries = count <= 16 ? small : malloc(count * sizeof *entries);
+    if (entries == NULL) {
+        dsc_hold_release(srv->cat, hold);
+        answer_error(srv, reply, DSC_OP_GET, id, DSC_STATUS_INTERNAL, "out of memory");
+        return;
+    }
+    uint64_t data_len = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        dsc_chunk_entry_decode(hold->index + (size_t)(first + i) * DSC_CHUNK_ENTRY_SIZE,
+                               &entries[i]);
+        data_len += entries[i].stored_len;
+    }
+    int rc = 0;
+    if (DSC_GET_RESP_PREFIX(count) + data_len > DSC_FRAME_MAX_BODY) {
+        rc = DSC_ETOOLARGE;
+    } else {
+        dsc_get_answer_t ans = {
+            .request_id = id, .entries = entries, .count = count, .data_len = data_len};
+        rc = reply->ops->get(reply, &ans, hold);
+    }
+    if (entries != small)
+        free(entries);
+    if (rc == 0) {
+        dsc__server_count_request(srv, DSC_OP_GET, DSC_STATUS_OK);
+        dsc_dataset_count_served(ds, data_len);
+        return;
+    }
+    dsc_hold_release(srv->cat, hold);
+    if (rc == DSC_ETOOLARGE)
+        answer_error(srv, reply, DSC_OP_GET, id, DSC_STATUS_TOO_LARGE,
+                     "response over the frame limit: ask for fewer chunks");
+    else if (rc == DSC_ENOMEM)
+        answer_error(srv, reply, DSC_OP_GET, id, DSC_STATUS_INTERNAL, "out of memory");
+    else
+        answer_error(srv, reply, DSC_OP_GET, id, DSC_STATUS_INTERNAL, "cannot encode the response");
+}
+
+/* Runs on the connection's thread when a load it waited for has finished. */
+static void on_get_loaded(dsc_waiter_t *w) {
+    pending_get_t *pg = (pending_get_t *)w;
+    dsc_reply_t *reply = pg->reply;
+    if (reply->ops->closing(reply)) {
+        if (w->status == 0)
+            dsc_hold_release(pg->srv->cat, &w->hold);
+    } else if (w->status == 0) {
+        send_get(pg->srv, reply, pg->request_id, pg->ds, &w->hold, pg->first_chunk,
+                 pg->chunk_count);
+    } else {
+        answer_error(pg->srv, reply, DSC_OP_GET, pg->request_id, load_error_status(w->status),
+                     load_error_message(w->status));
+    }
+    free(pg);
+    reply->ops->wait_end(reply);
+}
+
+static void handle_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
+                       size_t len) {
+    dsc_get_req_t req;
+    if (dsc_get_req_decode(body, len, &req) < 0) {
+        answer_error(srv, reply, DSC_OP_GET, id, DSC_STATUS_BAD_REQUEST, "malformed GET body");
+        return;
+    }
+    dsc_hold_t hold;
+    shard_ref_t ref;
+    int rc = chunks_acquire(srv, reply, id, &req, &hold, &ref);
+    if (rc == 1)
+        send_get(srv, reply, id, ref.ds, &hold, req.first_chunk, req.chunk_count);
+    else if (rc < 0)
+        answer_error(srv, reply, DSC_OP_GET, id, ref.status, ref.message);
+}
+
+/* ---- other operations -------------------------------------------------------------------- */
+
+static void handle_hello(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
+                         size_t len) {
+    dsc_hello_req_t req;
+    if (dsc_hello_req_decode(body, len, &req) < 0) {
+        answer_fatal(srv, reply, DSC_OP_HELLO, id, DSC_STATUS_BAD_REQUEST, "malformed HELLO body");
+        return;
+    }
+    int version = dsc_hello_negotiate(req.min_version, req.max_version);
+    if (version < 0) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "no common protocol version: server speaks %d..%d",
+                 DSC_PROTO_MIN_VERSION, DSC_PROTO_VERSION);
+        answer_fatal(srv, reply, DSC_OP_HELLO, id, DSC_STATUS_VERSION_MISMATCH, msg);
+        return;
+    }
+    dsc_hello_resp_t resp = {.version = (uint16_t)version,
+                             .members_hash = dsc_cluster_hello_hash(dsc__server_cluster(srv)),
+                             .max_body = DSC_FRAME_MAX_BODY,
+                             .server_name = {srv->name, (uint16_t)strlen(srv->name)}};
+    /* Only a clustered server (hash != 0) has a view a client should follow. */
+    if (req.members_hash != 0 && resp.members_hash != 0 && req.members_hash != resp.members_hash &&
+        !reply->view_logged) {
+        reply->view_logged = 1;
+        LOG_INFO("client %.*s has member view %016llx, this server %016llx: it should ask "
+                 "MEMBERS",
+                 (int)req.client_name.len, req.client_name.ptr,
+                 (unsigned long long)req.members_hash, (unsigned long long)resp.members_hash);
+    }
+    uint8_t out[256];
+    int n = dsc_hello_resp_encode(&resp, out, sizeof out);
+    if (n < 0) {
+        answer_fatal(srv, reply, DSC_OP_HELLO, id, DSC_STATUS_INTERNAL, "cannot encode HELLO");
+        return;
+    }
+    reply->hello = 1;
+    answer(srv, reply, DSC_OP_HELLO, id, DSC_STATUS_OK, out, (size_t)n);
+}
+
+static void handle_admin(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, uint64_t id,
+                         const uint8_t *body, size_t len) {
+    dsc_shard_req_t req;
+    if (dsc_shard_req_decode(body, len, &req) < 0) {
+        answer_error(srv, reply, opcode, id, DSC_STATUS_BAD_REQUEST, "malformed WARM/EVICT body");
+        return;
+    }
+    shard_ref_t ref;
+    if (shard_find(srv, req.dataset, req.shard_id, 1, &ref) < 0) {
+        answer_error(srv, reply, opcode, id, ref.status, ref.message);
+        return;
+    }
+    int n = opcode == DSC_OP_WARM ? dsc_catalog_warm(srv->cat, ref.ds, req.shard_id)
+                                  : dsc_catalog_evict(srv->cat, ref.ds, req.shard_id);
+    uint8_t out[4];
+    dsc_store_u32(out, (uint32_t)(n < 0 ? 0 : n));
+    answer(srv, reply, opcode, id, DSC_STATUS_OK, out, sizeof out);
+}
+
+static void handle_manifest(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
+                            size_t len) {
+    dsc_str_t name;
+    if (dsc_name_req_decode(body, len, &name) < 0 || name.len == 0) {
+        answer_error(srv, reply, DSC_OP_MANIFEST, id, DSC_STATUS_BAD_REQUEST,
+                     "MANIFEST needs a dataset name");
+        return;
+    }
+    dsc_dataset_t *ds = dsc_catalog_find(srv->cat, name.ptr, name.len);
+    if (ds == NULL) {
+        answer_error(srv, reply, DSC_OP_MANIFEST, id, DSC_STATUS_NOT_FOUND, "no such dataset");
+        return;
+    }
+    size_t json_len;
+    const char *json = dsc_dataset_manifest_json(ds, &json_len);
+    if (json_len > DSC_FRAME_MAX_BODY)
+        answer_error(srv, reply, DSC_OP_MANIFEST, id, DSC_STATUS_TOO_LARGE,
+                     "manifest over the frame limit");
+    else
+        answer(srv, reply, DSC_OP_MANIFEST, id, DSC_STATUS_OK, json, json_len);
+}
+
+static void handle_stat(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
+                        size_t len) {
+    dsc_str_t name;
+    if (dsc_name_req_decode(body, len, &name) < 0) {
+        answer_error(srv, reply, DSC_OP_STAT, id, DSC_STATUS_BAD_REQUEST, "malformed STAT body");
+        return;
+    }
+    int not_found = 0;
+    char *json = dsc_catalog_stat_json(srv->cat, name.ptr, name.len, &not_found);
+    dsc_cluster_t *cluster = dsc__server_cluster(srv);
+    if (json && cluster) {
+        char *full = dsc_cluster_stat_json(cluster, srv->cat, json);
+        free(json);
+        json = full;
+    }
+    if (not_found)
+        answer_error(srv, reply, DSC_OP_STAT, id, DSC_STATUS_NOT_FOUND, "no such dataset");
+    else
+        answer_json(srv, reply, DSC_OP_STAT, id, json);
+}
+
+void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_header_t *h,
+                         const uint8_t *body) {
+    if (h->flags & DSC_FLAG_RESPONSE) {
+        answer_fatal(srv, reply, h->opcode, h->request_id, DSC_STATUS_BAD_REQUEST,
+                     "a response frame sent to the server");
+        return;
+    }
+    if (!reply->hello && h->opcode != DSC_OP_HELLO) {
+        answer_fatal(srv, reply, h->opcode, h->request_id, DSC_STATUS_BAD_REQUEST,
+                     "HELLO must be the first request");
+        return;
+    }
+    switch (h->opcode) {
+    case DSC_OP_HELLO:
+        handle_hello(srv, reply, h->request_id, body, h->body_len);
+        break;
+    case DSC_OP_PING:
+        answer(srv, reply, DSC_OP_PING, h->request_id, DSC_STATUS_OK, body, h->body_len);
+        break;
+    case DSC_OP_LIST:
+        answer_json(srv, reply, DSC_OP_LIST, h->request_id, dsc_catalog_list_json(srv->cat));
+        break;
+    case DSC_OP_MANIFEST:
+        handle_manifest(srv, reply, h->request_id, body, h->body_len);
+        break;
+    case DSC_OP_GET:
+        handle_get(srv, reply, h->request_id, body, h->body_len);
+        break;
+    case DSC_OP_STAT:
+        handle_stat(srv, reply, h->request_id, body, h->body_len);
+        break;
+    case DSC_OP_WARM:
+    case DSC_OP_EVICT:
+        handle_admin(srv, reply, h->opcode, h->request_id, body, h->body_len);
+        break;
+    case DSC_OP_MEMBERS: {
+        dsc_cluster_t *cluster = dsc__server_cluster(srv);
+        if (cluster == NULL)
+            answer_error(srv, reply, DSC_OP_MEMBERS, h->request_id, DSC_STATUS_UNSUPPORTED,
+                         "this server has no membership");
+        else
+            answer_json(srv, reply, DSC_OP_MEMBERS, h->request_id,
+                        dsc_cluster_members_json(cluster));
+        break;
+    }
+    default:
+        answer_error(srv, reply, h->opcode, h->request_id, DSC_STATUS_UNSUPPORTED,
+                     dsc_opcode_known(h->opcode) ? "operation not supported by this server"
+                                                 : "unknown operation");
+        break;
+    }
+}

@@ -1,0 +1,551 @@
+/* Catalog loading: the I/O threads, whole-shard loads (read, validate, make resident), the
+ * read-through of chunk ranges for shards that get no room (index cache, temporary buffers,
+ * per-chunk checks), and delivery of finished loads to waiters (directly or via their mailbox).
+ * catalog.c queues the work under cat->lock; this file only calls back to evict a shard whose
+ * dataset was retired while it loaded. */
+#include "catalog_int.h"
+#include "protocol.h"
+#include "srvlog.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- whole-shard loads ------------------------------------------------------------------- */
+
+/* Reads and validates one shard file into dst. Returns 0, DSC_ECORRUPT (validation; *why says
+ * what) or an I/O error (-errno). */
+static int read_shard(const dsc_shard_slot_t *s, uint8_t *dst, dsc_shard_view_t *view,
+                      const char **why) {
+    const dsc_manifest_shard_t *meta = s->meta;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", s->ds->dir, meta->file);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        *why = "cannot open";
+        return -errno;
+    }
+    int rc = 0;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        rc = -errno;
+        *why = "cannot stat";
+        goto done;
+    }
+    if ((uint64_t)st.st_size != meta->bytes) {
+        rc = DSC_ECORRUPT;
+        *why = "file size differs from the manifest";
+        goto done;
+    }
+    rc = dsc_pread_full(fd, dst, meta->bytes, 0);
+    if (rc < 0) {
+        *why = rc == DSC_ETRUNCATED ? "file shrank while reading" : "read failed";
+        rc = rc == DSC_ETRUNCATED ? DSC_ECORRUPT : rc;
+        goto done;
+    }
+    if (dsc_checksum(dst, meta->bytes) != meta->checksum) {
+        rc = DSC_ECORRUPT;
+        *why = "whole-file checksum differs from the manifest";
+        goto done;
+    }
+    int prc = dsc_shard_parse(dst, meta->bytes, view);
+    if (prc < 0) {
+        rc = DSC_ECORRUPT;
+        *why = dsc_strerror(prc);
+        goto done;
+    }
+    if (view->header.shard_id != meta->id || view->footer.chunk_count != meta->chunks ||
+        view->header.sample_count != meta->samples ||
+        strcmp(view->header.dataset, s->ds->name) != 0 ||
+        !dsc_schema_equal(&view->header.schema, &s->ds->manifest->schema)) {
+        rc = DSC_ECORRUPT;
+        *why = "shard header does not match the manifest";
+        goto done;
+    }
+done:
+    close(fd);
+    return rc;
+}
+
+static void observe_load_locked(dsc_catalog_t *cat, double seconds) {
+    for (int i = 0; i < DSC_LOAD_BUCKETS; i++)
+        if (seconds <= dsc_load_bucket_bounds[i])
+            cat->hist[i]++;
+    cat->hist_count++;
+    cat->hist_sum += seconds;
+}
+
+static void deliver(dsc_waiter_t *list) {
+    while (list) {
+        dsc_waiter_t *w = list;
+        list = w->next;
+        w->next = NULL;
+        if (w->mailbox)
+            w->mailbox->push(w->mailbox, w);
+        else
+            w->fn(w);
+    }
+}
+
+static void finish_load(dsc_catalog_t *cat, dsc_shard_slot_t *s, int rc, const char *why,
+                        const dsc_shard_view_t *view, double seconds) {
+    pthread_mutex_lock(&cat->lock);
+    dsc_waiter_t *waiters = s->waiters;
+    s->waiters = NULL;
+    int nwait = 0;
+    for (dsc_waiter_t *w = waiters; w; w = w->next)
+        nwait++;
+    if (rc == 0) {
+        atomic_fetch_add_explicit(&cat->loads, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&cat->bytes_loaded, s->meta->bytes, memory_order_relaxed);
+        observe_load_locked(cat, seconds);
+        const uint8_t *base = s->data;
+        dsc_hold_t hold = {.data = base,
+                           .size = s->meta->bytes,
+                           .index = base + (view->index - view->base),
+                           .chunk_count = view->footer.chunk_count};
+        s->index = hold.index;
+        s->chunk_count = hold.chunk_count;
+        s->state = SLOT_RESIDENT;
+        s->ds->cached_shards++;
+        s->ds->cached_bytes += s->meta->bytes;
+        atomic_store(&s->last_use, dsc_now_ns());
+        hold.slot = s;
+        atomic_store_explicit(&s->refs, nwait, memory_order_release);
+        for (dsc_waiter_t *w = waiters; w; w = w->next) {
+            w->status = 0;
+            w->hold = hold;
+        }
+    } else {
+        if (why != NULL) /* NULL: dropped by dsc_catalog_stop_loads, not a failure */
+            atomic_fetch_add_explicit(&cat->load_failures, 1, memory_order_relaxed);
+        dsc_store_free(cat->store, s->data, s->meta->bytes);
+        s->data = NULL;
+        if (rc == DSC_ECORRUPT) {
+            s->state = SLOT_BAD;
+            s->ds->bad_shards++;
+            LOG_ERROR("dataset %s shard %u (%s/%s): %s: marked bad, answered CORRUPT", s->ds->name,
+                      s->meta->id, s->ds->dir, s->meta->file, why);
+        } else {
+            s->state = SLOT_ABSENT;
+            if (why != NULL && !s->logged) {
+                LOG_WARN("dataset %s shard %u (%s/%s): %s: %s", s->ds->name, s->meta->id,
+                         s->ds->dir, s->meta->file, why, strerror(-rc));
+                s->logged = 1;
+            }
+            rc = DSC_EUNAVAIL;
+        }
+        for (dsc_waiter_t *w = waiters; w; w = w->next)
+            w->status = rc;
+    }
+    /* A dataset retired while its shard loaded: nothing will ask for it again. */
+    if (rc == 0 && nwait == 0 && atomic_load(&s->ds->retired))
+        dsc__slot_evict_locked(cat, s);
+    cat->loads_in_flight--;
+    if (cat->loads_in_flight == 0)
+        pthread_cond_broadcast(&cat->idle_cond);
+    pthread_mutex_unlock(&cat->lock);
+    deliver(waiters);
+}
+
+/* ---- read-through of chunk ranges -------------------------------------------------------- */
+
+void dsc__index_drop_locked(dsc_catalog_t *cat, shard_index_t *si) {
+    if (si->slot == NULL)
+        return;
+    if (si->lru_prev)
+        si->lru_prev->lru_next = si->lru_next;
+    else
+        cat->index_head = si->lru_next;
+    if (si->lru_next)
+        si->lru_next->lru_prev = si->lru_prev;
+    else
+        cat->index_tail = si->lru_prev;
+    si->lru_prev = si->lru_next = NULL;
+    si->slot->sindex = NULL;
+    si->slot = NULL;
+    cat->index_bytes -= si->bytes;
+    cat->index_count--;
+    if (--si->refs == 0)
+        free(si);
+}
+
+static void index_release(dsc_catalog_t *cat, shard_index_t *si) {
+    if (si == NULL)
+        return;
+    pthread_mutex_lock(&cat->lock);
+    if (--si->refs == 0)
+        free(si);
+    pthread_mutex_unlock(&cat->lock);
+}
+
+static void index_push_front_locked(dsc_catalog_t *cat, shard_index_t *si) {
+    si->lru_prev = NULL;
+    si->lru_next = cat->index_head;
+    if (cat->index_head)
+        cat->index_head->lru_prev = si;
+    else
+        cat->index_tail = si;
+    cat->index_head = si;
+}
+
+/* Takes a reference on the slot's cached index (moving it to the front), or NULL. */
+static shard_index_t *index_get(dsc_catalog_t *cat, dsc_shard_slot_t *s) {
+    pthread_mutex_lock(&cat->lock);
+    shard_index_t *si = s->sindex;
+    if (si) {
+        si->refs++;
+        if (si != cat->index_head) {
+            si->lru_prev->lru_next = si->lru_next;
+            if (si->lru_next)
+                si->lru_next->lru_prev = si->lru_prev;
+            else
+                cat->index_tail = si->lru_prev;
+            index_push_front_locked(cat, si);
+        }
+    }
+    pthread_mutex_unlock(&cat->lock);
+    return si;
+}
+
+/* Caches a freshly read index for s (the caller keeps its own reference) and trims the cache to
+ * its limit, least recently used first. Returns the index to use: si, or one another thread
+ * cached meanwhile (then si is freed). */
+static shard_index_t *index_install(dsc_catalog_t *cat, dsc_shard_slot_t *s, shard_index_t *si) {
+    pthread_mutex_lock(&cat->lock);
+    if (s->sindex) {
+        free(si);
+        si = s->sindex;
+        si->refs++;
+        pthread_mutex_unlock(&cat->lock);
+        return si;
+    }
+    si->refs = 2;
+    si->slot = s;
+    s->sindex = si;
+    index_push_front_locked(cat, si);
+    cat->index_bytes += si->bytes;
+    cat->index_count++;
+    while (cat->index_bytes > cat->opt.index_cache_limit && cat->index_tail)
+        dsc__index_drop_locked(cat, cat->index_tail);
+    pthread_mutex_unlock(&cat->lock);
+    return si;
+}
+
+/* Reads exactly len bytes at offset. Returns 0, DSC_ECORRUPT (end of file first: the file
+ * shrank under its manifest) or -errno. */
+static int pread_full(int fd, uint8_t *dst, uint64_t len, uint64_t offset) {
+    int rc = dsc_pread_full(fd, dst, len, offset);
+    return rc == DSC_ETRUNCATED ? DSC_ECORRUPT : rc;
+}
+
+/* Reads and validates a shard's header, footer and index from fd against the manifest. Returns
+ * 0 and *out (refs 0, not cached), DSC_ECORRUPT (*why says what: the shard is bad), -errno or
+ * DSC_ENOMEM. Counts the bytes read. */
+static int index_read(dsc_catalog_t *cat, const dsc_shard_slot_t *s, int fd, shard_index_t **out,
+                      const char **why) {
+    const dsc_manifest_shard_t *meta = s->meta;
+    uint64_t size = meta->bytes;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        *why = "cannot stat";
+        return -errno;
+    }
+    if ((uint64_t)st.st_size != size) {
+        *why = "file size differs from the manifest";
+        return DSC_ECORRUPT;
+    }
+    if (size < DSC_SHARD_FOOTER_SIZE) {
+        *why = "shorter than a footer";
+        return DSC_ECORRUPT;
+    }
+    size_t head_len = size > DSC_SHARD_MAX_HEADER ? DSC_SHARD_MAX_HEADER : (size_t)size;
+    uint8_t head[DSC_SHARD_MAX_HEADER];
+    uint8_t foot[DSC_SHARD_FOOTER_SIZE];
+    int rc = pread_full(fd, head, head_len, 0);
+    if (rc == 0)
+        rc = pread_full(fd, foot, DSC_SHARD_FOOTER_SIZE, size - DSC_SHARD_FOOTER_SIZE);
+    if (rc < 0) {
+        *why = rc == DSC_ECORRUPT ? "file shrank while reading" : "read failed";
+        return rc;
+    }
+    atomic_fetch_add_explicit(&cat->read_through_bytes, head_len + DSC_SHARD_FOOTER_SIZE,
+                              memory_order_relaxed);
+    dsc_shard_header_t header;
+    dsc_shard_footer_t footer;
+    if ((rc = dsc_shard_header_decode(head, head_len, &header)) < 0 ||
+        (rc = dsc_shard_footer_decode(foot, &footer)) < 0) {
+        *why = dsc_strerror(rc);
+        return DSC_ECORRUPT;
+    }
+    if (header.shard_id != meta->id || footer.chunk_count != meta->chunks ||
+        header.sample_count != meta->samples || strcmp(header.dataset, s->ds->name) != 0 ||
+        !dsc_schema_equal(&header.schema, &s->ds->manifest->schema)) {
+        *why = "shard header does not match the manifest";
+        return DSC_ECORRUPT;
+    }
+    /* The index must lie between the header and the footer before a byte of it is read;
+     * dsc_shard_check_index then checks its contents (checksum, entries inside the file). */
+    uint64_t index_len = (uint64_t)footer.chunk_count * DSC_CHUNK_ENTRY_SIZE;
+    uint64_t body_end = size - DSC_SHARD_FOOTER_SIZE;
+    if (footer.index_offset < header.header_len || footer.index_offset > body_end ||
+        index_len > body_end - footer.index_offset || footer.chunk_count == 0) {
+        *why = "index outside the file";
+        return DSC_ECORRUPT;
+    }
+    shard_index_t *si = calloc(1, sizeof *si + index_len);
+    if (si == NULL)
+        return DSC_ENOMEM;
+    rc = pread_full(fd, si->entries, index_len, footer.index_offset);
+    if (rc < 0) {
+        free(si);
+        *why = rc == DSC_ECORRUPT ? "file shrank while reading" : "read failed";
+        return rc;
+    }
+    atomic_fetch_add_explicit(&cat->read_through_bytes, index_len, memory_order_relaxed);
+    if ((rc = dsc_shard_check_index(&header, &footer, si->entries, size)) < 0) {
+        free(si);
+        *why = dsc_strerror(rc);
+        return DSC_ECORRUPT;
+    }
+    si->header_len = header.header_len;
+    si->chunk_count = footer.chunk_count;
+    si->index_offset = footer.index_offset;
+    si->bytes = sizeof *si + index_len;
+    *out = si;
+    return 0;
+}
+
+void dsc__tempbuf_free(dsc_tempbuf_t *tb) {
+    if (tb == NULL)
+        return;
+    if (tb->data)
+        munmap(tb->data, tb->map_len);
+    free(tb);
+}
+
+/* Runs one queued read-through on a loader thread and delivers its waiter. */
+static void run_range(dsc_catalog_t *cat, range_load_t *job) {
+    dsc_shard_slot_t *s = job->slot;
+    dsc_waiter_t *w = job->waiter;
+    const dsc_manifest_shard_t *meta = s->meta;
+    shard_index_t *si = NULL;
+    dsc_tempbuf_t *tb = NULL;
+    uint64_t reserved = 0;
+    const char *why = "";
+    int bad_shard = 0, bad_chunk = -1, delivered = 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", s->ds->dir, meta->file);
+    int rc = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+        why = "cannot open";
+        goto done;
+    }
+    si = index_get(cat, s);
+    if (si == NULL) {
+        rc = index_read(cat, s, fd, &si, &why);
+        if (rc < 0) {
+            bad_shard = rc == DSC_ECORRUPT;
+            goto done;
+        }
+        si = index_install(cat, s, si);
+    }
+    /* The manifest's chunk count was checked against the footer when the index was read. */
+    if ((uint64_t)job->first + job->count > si->chunk_count) {
+        rc = DSC_EINVAL;
+        why = "chunk range beyond the shard";
+        goto done;
+    }
+    dsc_chunk_entry_t first, last;
+    dsc_chunk_entry_decode(si->entries + (size_t)job->first * DSC_CHUNK_ENTRY_SIZE, &first);
+    dsc_chunk_entry_decode(
+        si->entries + (size_t)(job->first + job->count - 1) * DSC_CHUNK_ENTRY_SIZE, &last);
+    /* Validated entries lie in file order inside [header_len, index_offset). */
+    uint64_t start = first.offset, end = last.offset + last.stored_len;
+    uint64_t index_len = (uint64_t)si->chunk_count * DSC_CHUNK_ENTRY_SIZE;
+    reserved = end - start + index_len;
+    pthread_mutex_lock(&cat->lock);
+    if (cat->temp_bytes + reserved > cat->opt.temp_limit) {
+        pthread_mutex_unlock(&cat->lock);
+        reserved = 0;
+        rc = DSC_EUNAVAIL; /* a miss under load, not a fault: not logged */
+        goto done;
+    }
+    cat->temp_bytes += reserved;
+    pthread_mutex_unlock(&cat->lock);
+    tb = calloc(1, sizeof *tb);
+    if (tb == NULL) {
+        rc = DSC_ENOMEM;
+        goto done;
+    }
+    tb->map_len = (size_t)((meta->bytes + DSC_STORE_PAGE - 1) & ~(uint64_t)(DSC_STORE_PAGE - 1));
+    void *map = mmap(NULL, tb->map_len, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED) {
+        rc = DSC_ENOMEM;
+        goto done;
+    }
+    tb->data = map;
+    tb->size = reserved;
+    rc = pread_full(fd, tb->data + start, end - start, start);
+    if (rc < 0) {
+        /* A file that shrank under a cached index: drop the index, the next miss revalidates. */
+        why = rc == DSC_ECORRUPT ? "file shrank while reading" : "read failed";
+        pthread_mutex_lock(&cat->lock);
+        if (s->sindex == si)
+            dsc__index_drop_locked(cat, si);
+        pthread_mutex_unlock(&cat->lock);
+        goto done;
+    }
+    atomic_fetch_add_explicit(&cat->read_through_bytes, end - start, memory_order_relaxed);
+    for (uint32_t i = job->first; i < job->first + job->count; i++) {
+        dsc_chunk_entry_t e;
+        dsc_chunk_entry_decode(si->entries + (size_t)i * DSC_CHUNK_ENTRY_SIZE, &e);
+        if (dsc_chunk_verify(&e, tb->data + e.offset) < 0) {
+            rc = DSC_ECORRUPT;
+            bad_chunk = (int)i;
+            why = "stored checksum differs";
+            goto done;
+        }
+    }
+    memcpy(tb->data + si->index_offset, si->entries, index_len);
+    atomic_init(&tb->refs, 1);
+    w->hold = (dsc_hold_t){.temp = tb,
+                           .data = tb->data,
+                           .size = meta->bytes,
+                           .index = tb->data + si->index_offset,
+                           .chunk_count = si->chunk_count};
+    tb = NULL;
+    delivered = 1;
+done:
+    if (fd >= 0)
+        close(fd);
+    index_release(cat, si);
+    dsc__tempbuf_free(tb);
+    pthread_mutex_lock(&cat->lock);
+    if (!delivered)
+        cat->temp_bytes -= reserved;
+    if (rc < 0) {
+        if (rc == DSC_ECORRUPT && bad_shard && s->state == SLOT_ABSENT) {
+            s->state = SLOT_BAD;
+            s->ds->bad_shards++;
+            LOG_ERROR("dataset %s shard %u (%s/%s): %s: marked bad, answered CORRUPT", s->ds->name,
+                      meta->id, s->ds->dir, meta->file, why);
+        } else if (rc == DSC_ECORRUPT) {
+            if (!s->chunk_logged)
+                LOG_WARN("dataset %s shard %u (%s/%s) chunk %u of %u..%u: %s: answered CORRUPT "
+                         "(logged once per shard)",
+                         s->ds->name, meta->id, s->ds->dir, meta->file,
+                         bad_chunk >= 0 ? (unsigned)bad_chunk : job->first, job->first,
+                         job->first + job->count - 1, why);
+            s->chunk_logged = 1;
+        } else if (rc != DSC_ECORRUPT && rc != DSC_EINVAL && rc != DSC_EUNAVAIL &&
+                   rc != DSC_ENOMEM) {
+            if (!s->logged)
+                LOG_WARN("dataset %s shard %u (%s/%s): read-through: %s: %s", s->ds->name, meta->id,
+                         s->ds->dir, meta->file, why, dsc_strerror(rc));
+            s->logged = 1;
+            rc = DSC_EUNAVAIL;
+        }
+        atomic_fetch_add_explicit(&cat->load_failures, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&cat->lock);
+    w->status = rc < 0 ? rc : 0;
+    w->next = NULL;
+    free(job);
+    deliver(w);
+}
+
+int dsc__range_start_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_t *w) {
+    uint32_t first = w->first_chunk, count = w->chunk_count;
+    if (count == 0) {
+        first = 0;
+        count = s->meta->chunks;
+    }
+    if (count == 0 || (uint64_t)first + count > s->meta->chunks)
+        return DSC_EINVAL;
+    if (cat->temp_bytes >= cat->opt.temp_limit)
+        return DSC_EUNAVAIL;
+    range_load_t *job = malloc(sizeof *job);
+    if (job == NULL)
+        return DSC_ENOMEM;
+    *job = (range_load_t){.slot = s, .waiter = w, .first = first, .count = count};
+    if (cat->range_tail)
+        cat->range_tail->next = job;
+    else
+        cat->range_head = job;
+    cat->range_tail = job;
+    atomic_fetch_add_explicit(&cat->read_through, 1, memory_order_relaxed);
+    pthread_cond_signal(&cat->work_cond);
+    return 0;
+}
+
+/* ---- I/O threads ------------------------------------------------------------------------- */
+
+void *dsc__io_thread(void *arg) {
+    dsc_catalog_t *cat = arg;
+    pthread_mutex_lock(&cat->lock);
+    for (;;) {
+        while (!cat->stopping && cat->queue_head == NULL && cat->range_head == NULL)
+            pthread_cond_wait(&cat->work_cond, &cat->lock);
+        if (cat->stopping)
+            break;
+        /* Read-throughs first: a request waits on each, and each is short (a few chunks). */
+        if (cat->range_head) {
+            range_load_t *job = cat->range_head;
+            cat->range_head = job->next;
+            if (cat->range_head == NULL)
+                cat->range_tail = NULL;
+            pthread_mutex_unlock(&cat->lock);
+            run_range(cat, job);
+            pthread_mutex_lock(&cat->lock);
+            continue;
+        }
+        dsc_shard_slot_t *s = cat->queue_head;
+        cat->queue_head = s->queue_next;
+        if (cat->queue_head == NULL)
+            cat->queue_tail = NULL;
+        uint8_t *dst = s->data;
+        int drop = cat->draining;
+        pthread_mutex_unlock(&cat->lock);
+        if (drop) {
+            finish_load(cat, s, DSC_EUNAVAIL, NULL, NULL, 0);
+            pthread_mutex_lock(&cat->lock);
+            continue;
+        }
+        if (cat->test_delay_us)
+            usleep(cat->test_delay_us);
+
+        double t0 = dsc_now_s();
+        dsc_shard_view_t view;
+        const char *why = "";
+        int rc = read_shard(s, dst, &view, &why);
+        finish_load(cat, s, rc, why, &view, dsc_now_s() - t0);
+        pthread_mutex_lock(&cat->lock);
+    }
+    pthread_mutex_unlock(&cat->lock);
+    return NULL;
+}
+
+void dsc__readthrough_free_all(dsc_catalog_t *cat) {
+    while (cat->range_head) {
+        range_load_t *next = cat->range_head->next;
+        free(cat->range_head);
+        cat->range_head = next;
+    }
+    while (cat->index_head) {
+        shard_index_t *next = cat->index_head->lru_next;
+        free(cat->index_head);
+        cat->index_head = next;
+    }
+}

@@ -1,0 +1,70 @@
+/* The reply interface: how request dispatch (dispatch.c) answers on whatever transport carried
+ * the request. dispatch.c never sees a socket; a transport fills a dsc_reply_ops_t once and
+ * embeds a dsc_reply_t in each of its connections.
+ *
+ * tcp.c implements it over libuv: a GET answer is one writev of the frame header + prefix and
+ * of the chunk bytes straight out of the store (no copy), and the shard hold is released when
+ * that write completes. An RDMA transport is one new file (server/rdma.c) implementing the same
+ * table: its get() would send the header + prefix inline and hand the client (address, rkey,
+ * length) descriptors of the chunk runs inside the registered arena, keeping the hold as the
+ * lease until the client acknowledges the transfer or the lease expires; dispatch.c and the
+ * catalog stay as they are. */
+#ifndef DSC_SERVER_REPLY_H
+#define DSC_SERVER_REPLY_H
+
+#include "catalog.h"
+#include "protocol.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dsc_reply dsc_reply_t;
+
+/* A GET answer ready to go out: the request's chunk entries, decoded from the hold's index in
+ * request order, and data_len, the sum of their stored lengths. Dispatch has checked the range
+ * against the hold and the body against the frame limit. Valid during the get() call only. */
+typedef struct dsc_get_answer {
+    uint64_t request_id;
+    const dsc_chunk_entry_t *entries;
+    uint32_t count;
+    uint64_t data_len;
+} dsc_get_answer_t;
+
+/* The operations of one transport. All run on the connection's own thread (its event loop). */
+typedef struct dsc_reply_ops {
+    /* Sends one response frame whose body (len bytes, at most DSC_FRAME_MAX_BODY) is copied.
+     * status != DSC_STATUS_OK makes it an error frame. Dropped when the connection is closing;
+     * out of memory closes the connection (logged). */
+    void (*frame)(dsc_reply_t *reply, uint8_t opcode, uint64_t request_id, uint32_t status,
+                  const void *body, size_t len);
+    /* Sends an error frame (message cut at DSC_ERROR_MAX_MESSAGE), then closes the connection
+     * once its answers have gone out: the request stream is no longer trusted. Counts a
+     * protocol error. */
+    void (*fatal)(dsc_reply_t *reply, uint8_t opcode, uint64_t request_id, uint32_t status,
+                  const char *message);
+    /* Sends a GET answer whose chunk bytes lie at hold->data + entry.offset. Returns 0: the hold
+     * now belongs to the reply, which releases it once the bytes are no longer needed (TCP: the
+     * write completed or failed); DSC_ENOMEM or DSC_EINVAL (the prefix cannot be encoded):
+     * nothing was sent and the hold is still the caller's. */
+    int (*get)(dsc_reply_t *reply, const dsc_get_answer_t *answer, dsc_hold_t *hold);
+    /* A request of this connection starts waiting for a load: keeps the connection alive and
+     * counts the wait against its back-pressure limit until wait_end. */
+    void (*wait_begin)(dsc_reply_t *reply);
+    /* The waiting request has been answered or dropped: reading may resume and the connection
+     * may be freed, so reply must not be used afterwards. */
+    void (*wait_end)(dsc_reply_t *reply);
+    /* Non-zero once the connection is closing (answers would be dropped). */
+    int (*closing)(const dsc_reply_t *reply);
+} dsc_reply_ops_t;
+
+/* One connection's answering side, embedded in the transport's connection object. The
+ * transport sets ops and mailbox; the session flags belong to dispatch.c. */
+struct dsc_reply {
+    const dsc_reply_ops_t *ops;
+    dsc_mailbox_t *mailbox;   /* loads finished for this connection's requests, drained on its
+                                 thread */
+    unsigned hello : 1;       /* a HELLO was answered: other requests are accepted */
+    unsigned view_logged : 1; /* a HELLO with a different members_hash was logged */
+};
+
+#endif

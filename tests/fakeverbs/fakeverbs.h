@@ -1,0 +1,30 @@
+/* Test-only fake libibverbs (libfakeverbs.so): the knobs tests use beside the verbs API. Loaded
+ * through DSC_IBVERBS_LIB; never installed, never linked into a shipped binary. */
+#ifndef DSC_FAKEVERBS_H
+#define DSC_FAKEVERBS_H
+
+/* Environment read when a device is opened (each ibv_open_device / ibv_get_device_list):
+ *   DSC_FAKEVERBS_DEVICES=0        no device at all (default 1: "fakeverbs0")
+ *   DSC_FAKEVERBS_MTU=BYTES        the port's active MTU, 256..4096 (default 4096)
+ *   DSC_FAKEVERBS_PORT=down        the port is DOWN (default ACTIVE)
+ *   DSC_FAKEVERBS_MAX_MR_SIZE=N    device max_mr_size in bytes (default 2^40)
+ *   DSC_FAKEVERBS_MEMLOCK=N        bytes a process may register in all (default unlimited);
+ *                                  beyond it ibv_reg_mr fails with ENOMEM as a real device does
+ *   DSC_FAKEVERBS_DIR=DIR          serve remote READs on DIR/fv-<pid>.sock (works across network
+ *                                  namespaces) instead of the abstract socket @dsc-fakeverbs-<pid>
+ *   DSC_FAKEVERBS_FAULTS=SPEC      fault injection, comma-separated, counts from 1:
+ *       drop_cqe=N      the Nth completion this process would queue is lost
+ *       fail_post=N     the Nth ibv_post_send fails with ENOMEM (*bad_wr = the first WR)
+ *       kill_on_read=N  this process kills itself (SIGKILL) when asked to serve its Nth READ:
+ *                       the requester sees the peer die mid-transfer (IBV_WC_RETRY_EXC_ERR)
+ *
+ * Addressing: GID index 1 of the port is the RoCE v2 GID ::ffff:127.X.Y.Z where X.Y.Z is the
+ * process id (24 bits), so the GID that a real setup exchanges names the process whose memory a
+ * READ reaches; index 0 is a link-local fe80:: GID (RoCE v2 too, as real ports list one), which
+ * is unreachable: traffic to it ends in IBV_WC_RETRY_EXC_ERR, as across a routed network. */
+
+/* Replaces the fault counters of this process (same syntax as DSC_FAKEVERBS_FAULTS; NULL or ""
+ * clears them). Returns 0, or -1 for a spec it does not understand. */
+int fakeverbs_set_faults(const char *spec);
+
+#endif
