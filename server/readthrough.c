@@ -494,7 +494,7 @@ int dsc__range_start_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_
     }
     if (count == 0 || (uint64_t)first + count > s->meta->chunks)
         return DSC_EINVAL;
-    if (cat->temp_bytes >= cat->opt.temp_limit)
+    if (cat->temp_bytes >= cat->opt.temp_limit || cat->draining)
         return DSC_EUNAVAIL;
     range_load_t *job = malloc(sizeof *job);
     if (job == NULL)
@@ -526,8 +526,18 @@ void *dsc__io_thread(void *arg) {
             cat->range_head = job->next;
             if (cat->range_head == NULL)
                 cat->range_tail = NULL;
+            int drop_range = cat->draining;
             pthread_mutex_unlock(&cat->lock);
-            run_range(cat, job);
+            if (drop_range) {
+                /* Stopping: the waiter is answered UNAVAILABLE now instead of after a read. */
+                dsc_waiter_t *w = job->waiter;
+                free(job);
+                w->status = DSC_EUNAVAIL;
+                w->next = NULL;
+                deliver(w);
+            } else {
+                run_range(cat, job);
+            }
             pthread_mutex_lock(&cat->lock);
             continue;
         }

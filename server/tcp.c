@@ -98,7 +98,9 @@ static void conn_process(conn_t *c);
  * write completes), the upper bound of answers still waiting for loads (read-through buffers),
  * and the receive buffer. Kept in srv->held_total as well, for the server-wide bound. */
 static uint64_t conn_held(const conn_t *c) {
-    return c->out_bytes + c->reserved + c->in_cap;
+    /* A closed connection's waiting GETs will pin nothing: their answers are dropped as soon as
+     * they are delivered, so they stop counting against the server-wide bound at once. */
+    return c->out_bytes + (c->closing ? 0 : c->reserved) + c->in_cap;
 }
 
 static void held_update(conn_t *c) {
@@ -312,6 +314,7 @@ static void conn_close(conn_t *c) {
     if (c->closing)
         return;
     c->closing = 1;
+    held_update(c);
     dsc_srv_loop_t *lc = c->lc;
     if (c->peer_counted)
         peer_release(lc->srv, c->peer);

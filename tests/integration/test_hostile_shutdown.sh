@@ -14,17 +14,20 @@ for round in 1 2 3; do
     DSC_TEST_LOAD_DELAY_MS=30 start_server "r$round" --data "$work/ds" --memory 1M --io-threads 2
     addr_var="ADDR_r$round"
     addr=${!addr_var}
+    # The drain client's 40 GETs are read and waiting on loads (30 ms each, 2 I/O threads)
+    # before the churn starts; SIGTERM comes while both are in flight.
+    "$HOSTILE" drain "$addr" sdds "$shards" "$chunks" 40 >"$work/drain.out" 2>&1 &
+    drain=$!
+    pids+=("$drain")
+    wait_line "$work/drain.out" '^sent' 20 || fail "round $round: the drain client did not send"
+    sleep 0.2
     churn=()
     for i in 1 2 3 4; do
         "$HOSTILE" churn "$addr" sdds "$shards" "$chunks" 1000 >/dev/null 2>&1 &
         churn+=("$!")
         pids+=("$!")
     done
-    "$HOSTILE" drain "$addr" sdds "$shards" "$chunks" 40 >"$work/drain.out" 2>&1 &
-    drain=$!
-    pids+=("$drain")
-    wait_line "$work/drain.out" '^sent' 20 || fail "round $round: the drain client did not send"
-    sleep 0.2
+    sleep 0.3
     stop_within "r$round" 40
     drc=0
     wait "$drain" || drc=$?
