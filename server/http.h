@@ -1,10 +1,11 @@
 /* HTTP endpoints of dscached on their own port (libmicrohttpd, its own thread polling with epoll,
  * so descriptors above 1024 are fine): /metrics in the Prometheus text exposition format,
- * /healthz (alive), /readyz (warm-up done). */
+ * /healthz (alive), /readyz (ready to serve: see main.c). */
 #ifndef DSC_SERVER_HTTP_H
 #define DSC_SERVER_HTTP_H
 
 #include "catalog.h"
+#include "cluster.h"
 #include "server.h"
 
 #include <stdatomic.h>
@@ -20,10 +21,14 @@ typedef struct dsc_http dsc_http_t;
 
 typedef struct dsc_http_source {
     dsc_catalog_t *cat;
-    dsc_server_t *server; /* may be NULL */
-    atomic_int *ready;    /* /readyz answers 200 once *ready != 0 */
-    uint32_t max_conns;   /* open HTTP connections at most (0: DSC_HTTP_MAX_CONNS_DEFAULT) */
-    uint32_t timeout_s;   /* idle HTTP connection time-out (0: DSC_HTTP_TIMEOUT_DEFAULT_S) */
+    dsc_server_t *server;   /* may be NULL */
+    dsc_cluster_t *cluster; /* may be NULL: single-node figures for the cluster gauges */
+    /* /readyz and dscache_ready: returns 1 when ready, else 0, writing a one-line reason (no
+     * newline) into why[cap] either way. Called on the HTTP thread. NULL: always ready. */
+    int (*readiness)(void *arg, char *why, size_t cap);
+    void *readiness_arg;
+    uint32_t max_conns; /* open HTTP connections at most (0: DSC_HTTP_MAX_CONNS_DEFAULT) */
+    uint32_t timeout_s; /* idle HTTP connection time-out (0: DSC_HTTP_TIMEOUT_DEFAULT_S) */
 } dsc_http_source_t;
 
 /* Starts serving on host:port (0: a free port). Returns 0 and *out, DSC_EINVAL (host does not

@@ -128,6 +128,21 @@ static int listen_socket(const struct sockaddr *addr, socklen_t len) {
     return fd;
 }
 
+/* SO_REUSEPORT is for this process's own loops only: a port another process already listens on
+ * (another dscached, which would then answer every other connection) is refused. A socket
+ * without SO_REUSEPORT cannot bind a port someone listens on; it is closed before the loops'
+ * sockets bind. Returns 0 or -errno (-EADDRINUSE: taken). */
+static int port_is_free(const struct sockaddr *addr, socklen_t len) {
+    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1, rc = 0;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 || bind(fd, addr, len) != 0)
+        rc = -errno;
+    close(fd);
+    return rc;
+}
+
 int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, dsc_server_t **out) {
     if (cat == NULL || options == NULL || out == NULL || options->threads == 0)
         return DSC_EINVAL;
@@ -143,6 +158,11 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
     socklen_t addr_len = (socklen_t)res->ai_addrlen;
     memcpy(&addr, res->ai_addr, res->ai_addrlen);
     freeaddrinfo(res);
+    if (options->port != 0) {
+        int free_rc = port_is_free((struct sockaddr *)&addr, addr_len);
+        if (free_rc < 0)
+            return free_rc == -EADDRINUSE ? DSC_EADDRINUSE : free_rc;
+    }
 
     dsc_server_t *srv = calloc(1, sizeof *srv);
     if (srv == NULL)

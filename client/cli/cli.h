@@ -20,6 +20,9 @@ int dsc_cmd_get(int argc, char **argv);
 int dsc_cmd_stat(int argc, char **argv);
 int dsc_cmd_bench(int argc, char **argv);
 int dsc_cmd_doctor(int argc, char **argv);
+int dsc_cmd_list(int argc, char **argv);
+int dsc_cmd_warm(int argc, char **argv);
+int dsc_cmd_evict(int argc, char **argv);
 
 /* ---- Helpers (main.c) ------------------------------------------------------------------- */
 

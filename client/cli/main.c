@@ -22,6 +22,9 @@ static const struct {
     {"stat", dsc_cmd_stat, "show a server's store and per-dataset statistics"},
     {"bench", dsc_cmd_bench, "measure loader throughput and data stall against a server"},
     {"doctor", dsc_cmd_doctor, "check whether RDMA can be used on this machine (preflight)"},
+    {"list", dsc_cmd_list, "list the datasets a server serves"},
+    {"warm", dsc_cmd_warm, "load a dataset's shards into a server's store (admin)"},
+    {"evict", dsc_cmd_evict, "drop a dataset's shards from a server's store (admin)"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 
@@ -141,6 +144,14 @@ int dsc_cli_timeout_ms(const char *cmd, const dsc_cli_target_t *target, uint32_t
 }
 
 int dsc_cli_connect(const char *cmd, const char *server, uint32_t timeout_ms, dsc_conn_t **conn) {
+    char host[256];
+    uint16_t port = 0;
+    *conn = NULL;
+    if (dsc_split_hostport(server, host, sizeof host, &port) < 0 || port == 0 || host[0] == '\0')
+        return dsc_cli_fail(cmd,
+                            "--server '%s': not HOST:PORT (a name or IPv4 address and a port "
+                            "1-65535, or [IPv6]:PORT; e.g. 10.0.0.1:7070)",
+                            server);
     int rc = dsc_conn_open_addr(server, timeout_ms, 0, conn);
     if (rc < 0) {
         *conn = NULL;

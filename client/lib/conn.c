@@ -371,6 +371,11 @@ int dsc_conn_fd(const dsc_conn_t *conn) {
     return conn ? conn->fd : -1;
 }
 
+void dsc_conn_shutdown(dsc_conn_t *conn) {
+    if (conn != NULL && conn->fd >= 0)
+        shutdown(conn->fd, SHUT_RDWR);
+}
+
 void dsc_conn_close(dsc_conn_t *conn) {
     if (conn == NULL)
         return;

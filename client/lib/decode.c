@@ -1,6 +1,8 @@
-/* Loader workers: verify + decompress received chunks (dsc_chunk_decode), and collate planned
- * steps into their batch slots once every chunk they need is decoded (then H2D with CUDA). */
-#include "loader_int.h"
+/* Loader decode and collate: verify + decompress received chunks (dsc_chunk_decode), and collate
+ * planned steps into their batch slots once every chunk they need is decoded (then H2D with
+ * CUDA). Calls down only: route.c (refetch of a corrupt chunk), chunks.c, pipeline.c. */
+#include "decode.h"
+#include "route.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -20,11 +22,11 @@ static int decode_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
         return rc;
     }
     size_t cap = 0;
-    uint8_t *raw = dsc__bufpool_get(&loader->pool, ent->raw_len, &cap);
+    uint8_t *raw = dsc__bufpool_get(&loader->cfg.pool, ent->raw_len, &cap);
     if (raw == NULL)
         return DSC_ENOMEM;
     int rc = dsc_chunk_decode(&ent->entry, ent->stored, raw, cap);
-    dsc__bufpool_put(&loader->pool, ent->stored, ent->stored_cap);
+    dsc__bufpool_put(&loader->cfg.pool, ent->stored, ent->stored_cap);
     ent->stored = NULL;
     ent->stored_cap = 0;
     ent->raw = raw;
@@ -39,16 +41,16 @@ static int decode_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
  * for chunks. With shuffle=0 and batches larger than chunks (token streams, large batches) that
  * is most chunks; with shuffled data it never holds, and collate() copies per sample. Under
  * lock. */
-static dsc_slot_t *direct_slot(dsc_loader_t *loader, const dsc_chunk_ent_t *ent) {
+static dsc_batch_slot_t *direct_slot(dsc_loader_t *loader, const dsc_chunk_ent_t *ent) {
     if (!ent->run_ok || ent->refs != ent->samples)
         return NULL;
-    if (ent->run_seq < loader->cons_seq || ent->run_seq >= loader->slot_seq)
+    if (ent->run_seq < loader->cons.cons_seq || ent->run_seq >= loader->sched.slot_seq)
         return NULL;
-    const dsc_step_t *st = &loader->steps[ent->run_seq % loader->step_cap];
+    const dsc_step_t *st = &loader->sched.steps[ent->run_seq % loader->sched.step_cap];
     if (st->seq != ent->run_seq || st->eof || st->state != ST_PLANNED ||
         ent->run_k + (uint64_t)ent->samples > st->count)
         return NULL;
-    return &loader->slots[ent->run_seq % loader->slot_count];
+    return &loader->cons.slots[ent->run_seq % loader->cons.slot_count];
 }
 
 /* Verifies the chunk and puts its samples straight into `slot` at batch position run_k: raw
@@ -57,9 +59,9 @@ static dsc_slot_t *direct_slot(dsc_loader_t *loader, const dsc_chunk_ent_t *ent)
  * this worker's scratch buffer (reused, so it stays cached) and are copied from there. Frees the
  * stored bytes. Unlocked: the entry is placed (no other step can need it) and the slot belongs to
  * its step. Returns 0 or DSC_E*. */
-static int place_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent, dsc_slot_t *slot,
+static int place_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent, dsc_batch_slot_t *slot,
                        uint8_t **scratch, size_t *scratch_cap) {
-    const dsc_schema_t *schema = &loader->manifest->schema;
+    const dsc_schema_t *schema = &loader->cfg.manifest->schema;
     const dsc_chunk_entry_t *e = &ent->entry;
     int rc = 0;
     const uint8_t *raw = NULL;
@@ -70,8 +72,8 @@ static int place_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent, dsc_slot_t *s
         if (rc == 0 && e->raw_checksum != e->stored_checksum)
             rc = DSC_EDATASUM;
         raw = ent->stored;
-    } else if (loader->field_count == 1) {
-        uint8_t *dst = slot->host + loader->field_off[0] +
+    } else if (loader->cfg.field_count == 1) {
+        uint8_t *dst = slot->host + loader->cfg.field_off[0] +
                        (uint64_t)ent->run_k * schema->fields[0].sample_bytes;
         rc = dsc_chunk_decode(e, ent->stored, dst, ent->raw_len);
         rc = rc < 0 ? rc : (uint64_t)rc == ent->raw_len ? 0 : DSC_EDECOMPRESS;
@@ -90,14 +92,14 @@ static int place_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent, dsc_slot_t *s
         raw = *scratch;
     }
     if (rc == 0 && raw != NULL) {
-        for (uint32_t f = 0; f < loader->field_count; f++) {
+        for (uint32_t f = 0; f < loader->cfg.field_count; f++) {
             uint64_t fsb = schema->fields[f].sample_bytes;
-            memcpy(slot->host + loader->field_off[f] + (uint64_t)ent->run_k * fsb,
+            memcpy(slot->host + loader->cfg.field_off[f] + (uint64_t)ent->run_k * fsb,
                    raw + dsc_schema_field_offset(schema, f, ent->samples),
                    (uint64_t)ent->samples * fsb);
         }
     }
-    dsc__bufpool_put(&loader->pool, ent->stored, ent->stored_cap);
+    dsc__bufpool_put(&loader->cfg.pool, ent->stored, ent->stored_cap);
     ent->stored = NULL;
     ent->stored_cap = 0;
     ent->raw = NULL;
@@ -134,11 +136,11 @@ static inline void prefetch_bytes(const uint8_t *p, uint64_t len) {
  * (dataset order) go in one copy; otherwise one copy per sample, with the next samples' sources
  * prefetched, and fixed-size copies for the common small fields (labels, ids). Unlocked: the
  * step's chunks are READY and referenced, the slot is owned by the step. */
-static void collate(dsc_loader_t *loader, const dsc_step_t *st, dsc_slot_t *slot) {
-    const dsc_schema_t *schema = &loader->manifest->schema;
-    for (uint32_t f = 0; f < loader->field_count; f++) {
+static void collate(dsc_loader_t *loader, const dsc_step_t *st, dsc_batch_slot_t *slot) {
+    const dsc_schema_t *schema = &loader->cfg.manifest->schema;
+    for (uint32_t f = 0; f < loader->cfg.field_count; f++) {
         uint64_t fsb = schema->fields[f].sample_bytes;
-        uint8_t *dst = slot->host + loader->field_off[f];
+        uint8_t *dst = slot->host + loader->cfg.field_off[f];
         if (fsb == 8 || fsb == 4) {
             /* Labels and the like: inline loads and stores, no call per sample. */
             for (uint32_t k = 0; k < st->count; k++) {
@@ -174,8 +176,8 @@ static void collate(dsc_loader_t *loader, const dsc_step_t *st, dsc_slot_t *slot
 
 /* A slotted step whose chunks are all decoded, or NULL. Under lock. */
 static dsc_step_t *find_collatable(dsc_loader_t *loader) {
-    for (uint64_t seq = loader->cons_seq; seq < loader->slot_seq; seq++) {
-        dsc_step_t *st = &loader->steps[seq % loader->step_cap];
+    for (uint64_t seq = loader->cons.cons_seq; seq < loader->sched.slot_seq; seq++) {
+        dsc_step_t *st = &loader->sched.steps[seq % loader->sched.step_cap];
         if (st->state != ST_PLANNED || st->eof)
             continue;
         while (st->scan < st->count && st->src[st->scan]->state == CH_READY)
@@ -193,8 +195,8 @@ static uint32_t unref_step(dsc_loader_t *loader, dsc_step_t *st) {
     for (uint32_t k = 0; k < st->count; k++) {
         dsc_chunk_ent_t *ent = st->src[k];
         if (--ent->refs == 0) {
-            dsc__chunk_unlink(loader, ent);
-            dsc__chunk_free(loader, ent);
+            dsc__chunk_unlink(&loader->chunks, ent);
+            dsc__chunk_free(&loader->cfg.pool, ent);
             freed++;
         }
         st->src[k] = NULL;
@@ -210,26 +212,26 @@ int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx) {
      * of L2 instead of memory; and a finished batch is worth more to the trainer than one
      * more decoded chunk. */
     dsc_step_t *st = find_collatable(loader);
-    dsc_chunk_ent_t *ent = st == NULL ? dsc__queue_pop(&loader->decode_queue) : NULL;
+    dsc_chunk_ent_t *ent = st == NULL ? dsc__queue_pop(&loader->work.decode_queue) : NULL;
     if (ent != NULL) {
         ent->state = CH_DECODING;
-        dsc_slot_t *direct = direct_slot(loader, ent);
+        dsc_batch_slot_t *direct = direct_slot(loader, ent);
         if (direct != NULL) {
             /* Counted as a collation: restart() waits for it before reusing the slots. */
             ent->placed = 1;
-            loader->collating++;
+            loader->work.collating++;
         }
         pthread_mutex_unlock(&loader->lock);
         double t0 = dsc_now_s();
         int rc = 0;
         if (direct != NULL) {
-            if (loader->cuda != NULL) {
+            if (loader->cfg.cuda != NULL) {
                 /* The slot's previous batch may still be on its way to the device. */
                 if (!ctx->cuda_bound)
-                    rc = dsc__cuda_bind_thread(loader->cuda);
+                    rc = dsc__cuda_bind_thread(loader->cfg.cuda);
                 ctx->cuda_bound = rc == 0;
                 if (rc == 0)
-                    rc = dsc__cuda_slot_wait_copy(loader->cuda, &direct->ev);
+                    rc = dsc__cuda_slot_wait_copy(loader->cfg.cuda, &direct->ev);
             }
             if (rc == 0)
                 rc = place_chunk(loader, ent, direct, &ctx->scratch, &ctx->scratch_cap);
@@ -240,34 +242,35 @@ int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx) {
         pthread_mutex_lock(&loader->lock);
         if (direct != NULL) {
             if (rc == 0)
-                loader->st.placed_chunks++;
-            if (--loader->collating == 0)
+                loader->stats.st.placed_chunks++;
+            if (--loader->work.collating == 0)
                 pthread_cond_broadcast(&loader->cons_cv);
         }
-        loader->st.decode_seconds += t1 - t0;
-        loader->inflight_used -= ent->raw_len;
+        loader->stats.st.decode_seconds += t1 - t0;
+        loader->fetch.inflight_used -= ent->raw_len;
         pthread_cond_broadcast(&loader->io_cv);
         if (ent->cancelled) {
-            dsc__chunk_free(loader, ent);
+            dsc__chunk_free(&loader->cfg.pool, ent);
             return 1;
         }
         if (rc < 0 && dsc__is_corruption(rc)) {
             /* Damaged at its source: nothing of it was handed out (a slot it was placed into
              * is rewritten before its step is ready); fetch it again from another replica,
              * else the fallback files. */
-            uint32_t from = ent->server;
-            dsc__bufpool_put(&loader->pool, ent->stored, ent->stored_cap);
+            uint32_t from = ent->peer;
+            dsc__bufpool_put(&loader->cfg.pool, ent->stored, ent->stored_cap);
             if (ent->raw_cap)
-                dsc__bufpool_put(&loader->pool, ent->raw, ent->raw_cap);
+                dsc__bufpool_put(&loader->cfg.pool, ent->raw, ent->raw_cap);
             ent->stored = ent->raw = NULL;
             ent->stored_cap = ent->raw_cap = 0;
             ent->placed = 0; /* collate copies it unless it is placed again */
             int s = dsc__chunk_refetch(loader, ent, rc);
             if (s >= 0) {
-                DSC_LOG(&loader->log, DSC_LOG_WARN,
+                DSC_LOG(&loader->cfg.log, DSC_LOG_WARN,
                         "%s shard %u chunk %u from %s: %s (%s); reading it from %s",
-                        loader->dataset, ent->shard, ent->shard_chunk, loader->servers[from].addr,
-                        dsc_strerror(rc), dsc_err_name(rc), loader->servers[s].addr);
+                        loader->cfg.dataset, ent->shard, ent->shard_chunk,
+                        loader->net.peers[from].addr, dsc_strerror(rc), dsc_err_name(rc),
+                        loader->net.peers[s].addr);
                 return 1;
             }
             ent->state = CH_READY; /* owned by the table; never collated: loader failed */
@@ -275,9 +278,9 @@ int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx) {
             return 1;
         }
         if (rc < 0) {
-            DSC_LOG(&loader->log, DSC_LOG_ERROR, "%s shard %u chunk %u from %s: %s",
-                    loader->dataset, ent->shard, ent->shard_chunk,
-                    loader->servers[ent->server].addr, dsc_strerror(rc));
+            DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "%s shard %u chunk %u from %s: %s",
+                    loader->cfg.dataset, ent->shard, ent->shard_chunk,
+                    loader->net.peers[ent->peer].addr, dsc_strerror(rc));
             ent->state = CH_READY; /* owned by the table; never collated: loader failed */
             dsc__loader_fail(loader, rc);
             return 1;
@@ -288,31 +291,31 @@ int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx) {
     if (st == NULL)
         return 0;
     st->state = ST_COLLATING;
-    loader->collating++;
-    dsc_slot_t *slot = &loader->slots[st->seq % loader->slot_count];
+    loader->work.collating++;
+    dsc_batch_slot_t *slot = &loader->cons.slots[st->seq % loader->cons.slot_count];
     pthread_mutex_unlock(&loader->lock);
     int rc = 0;
     double t0 = dsc_now_s();
-    if (loader->cuda != NULL) {
+    if (loader->cfg.cuda != NULL) {
         if (!ctx->cuda_bound)
-            rc = dsc__cuda_bind_thread(loader->cuda);
+            rc = dsc__cuda_bind_thread(loader->cfg.cuda);
         ctx->cuda_bound = rc == 0;
         if (rc == 0)
-            rc = dsc__cuda_slot_wait_copy(loader->cuda, &slot->ev);
+            rc = dsc__cuda_slot_wait_copy(loader->cfg.cuda, &slot->ev);
     }
     if (rc == 0)
         collate(loader, st, slot);
     double t1 = dsc_now_s();
     double h2d_seconds = 0;
     uint64_t h2d_bytes = 0;
-    if (rc == 0 && loader->cuda != NULL)
-        rc = dsc__cuda_slot_copy(loader->cuda, &slot->ev, slot->dev, slot->host, loader->slot_bytes,
-                                 &h2d_seconds, &h2d_bytes);
+    if (rc == 0 && loader->cfg.cuda != NULL)
+        rc = dsc__cuda_slot_copy(loader->cfg.cuda, &slot->ev, slot->dev, slot->host,
+                                 loader->cons.slot_bytes, &h2d_seconds, &h2d_bytes);
     pthread_mutex_lock(&loader->lock);
-    loader->st.collate_seconds += t1 - t0;
-    loader->st.h2d_seconds += h2d_seconds;
-    loader->st.h2d_bytes += h2d_bytes;
-    loader->collating--;
+    loader->stats.st.collate_seconds += t1 - t0;
+    loader->stats.st.h2d_seconds += h2d_seconds;
+    loader->stats.st.h2d_bytes += h2d_bytes;
+    loader->work.collating--;
     uint32_t freed = unref_step(loader, st);
     if (rc < 0)
         dsc__loader_fail(loader, rc);
@@ -320,16 +323,22 @@ int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx) {
     /* Wake only whom it concerns (each wake-up is a futex call and a context switch on a
      * trainer's cores): the consumer when this is the step it waits for (or when restart()
      * waits for collations to end), the scheduler when freed chunks made budget room. */
-    if (st->seq == loader->cons_seq || loader->collating == 0)
+    if (st->seq == loader->cons.cons_seq || loader->work.collating == 0)
         pthread_cond_broadcast(&loader->cons_cv);
     if (freed > 0)
         pthread_cond_broadcast(&loader->sched_cv);
     return 1;
 }
 
+void dsc__decode_push(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
+    ent->state = CH_RECEIVED;
+    dsc__queue_push(&loader->work.decode_queue, ent);
+    dsc__work_signal(loader);
+}
+
 void dsc__work_signal(dsc_loader_t *loader) {
     pthread_cond_signal(&loader->work_cv); /* one worker per unit of work, not all of them */
-    if (loader->consumer_waiting)
+    if (loader->work.consumer_waiting)
         pthread_cond_broadcast(&loader->cons_cv);
 }
 

@@ -1,5 +1,5 @@
 /* Loader statistics: the stats struct, Prometheus text, and the periodic INFO line. */
-#include "loader_int.h"
+#include "stats.h"
 #include "util.h"
 
 #include <stdarg.h>
@@ -8,10 +8,10 @@
 
 /* Copies the counters and fills the derived fields. Under lock. */
 static void snapshot(const dsc_loader_t *loader, dsc_stats_t *s) {
-    *s = loader->st;
+    *s = loader->stats.st;
     s->struct_size = sizeof *s;
     double now = dsc_now_s();
-    s->wall_seconds = now - loader->created_at;
+    s->wall_seconds = now - loader->stats.created_at;
     double busy = s->stall_seconds + s->compute_seconds;
     s->stall_fraction = busy > 0 ? s->stall_seconds / busy : 0;
 }
@@ -63,7 +63,7 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
     snapshot(l, &s);
     pthread_mutex_unlock(&l->lock);
     text_buf_t t = {buf, cap, 0};
-    const char *ds = loader->dataset;
+    const char *ds = loader->cfg.dataset;
     metric(&t, "epoch", "gauge", "Current epoch.", ds, (double)s.epoch);
     metric(&t, "batches_total", "counter", "Batches handed out.", ds, (double)s.batches);
     metric(&t, "samples_total", "counter", "Samples handed out.", ds, (double)s.samples);
@@ -106,20 +106,22 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
 }
 
 void dsc__stats_maybe_log(dsc_loader_t *loader, double now) {
-    double period = loader->opt.stats_log_seconds;
-    if (period <= 0 || now - loader->last_log < period || DSC_LOG_INFO > loader->log.level)
+    double period = loader->cfg.opt.stats_log_seconds;
+    if (period <= 0 || now - loader->stats.last_log < period ||
+        DSC_LOG_INFO > loader->cfg.log.level)
         return;
-    double dt = now - loader->last_log;
-    uint64_t samples = loader->st.samples - loader->last_log_samples;
-    double stall = loader->st.stall_seconds - loader->last_log_stall;
-    double compute = loader->st.compute_seconds - loader->last_log_compute;
+    double dt = now - loader->stats.last_log;
+    uint64_t samples = loader->stats.st.samples - loader->stats.last_log_samples;
+    double stall = loader->stats.st.stall_seconds - loader->stats.last_log_stall;
+    double compute = loader->stats.st.compute_seconds - loader->stats.last_log_compute;
     double busy = stall + compute;
-    DSC_LOG(&loader->log, DSC_LOG_INFO,
-            "loader %s: epoch %llu, %.0f samples/s, %.1f MB/s, stall %.1f%%", loader->dataset,
-            (unsigned long long)loader->st.epoch, samples / dt,
-            samples * (double)loader->sample_bytes / dt / 1e6, busy > 0 ? 100 * stall / busy : 0);
-    loader->last_log = now;
-    loader->last_log_samples = loader->st.samples;
-    loader->last_log_stall = loader->st.stall_seconds;
-    loader->last_log_compute = loader->st.compute_seconds;
+    DSC_LOG(&loader->cfg.log, DSC_LOG_INFO,
+            "loader %s: epoch %llu, %.0f samples/s, %.1f MB/s, stall %.1f%%", loader->cfg.dataset,
+            (unsigned long long)loader->stats.st.epoch, samples / dt,
+            samples * (double)loader->cfg.sample_bytes / dt / 1e6,
+            busy > 0 ? 100 * stall / busy : 0);
+    loader->stats.last_log = now;
+    loader->stats.last_log_samples = loader->stats.st.samples;
+    loader->stats.last_log_stall = loader->stats.st.stall_seconds;
+    loader->stats.last_log_compute = loader->stats.st.compute_seconds;
 }

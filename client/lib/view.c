@@ -1,7 +1,11 @@
 /* Loader cluster view: the member list placement is computed over, kept current while the loader
  * runs (a file: spec re-read when it changes, a dns: spec re-resolved, the view the servers agree
  * on adopted when a HELLO shows another one). Only routing changes, never the plan. */
-#include "loader_int.h"
+#include "view.h"
+#include "dsc_sys.h"
+#include "fetch.h"
+#include "route.h"
+#include "sources.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
@@ -59,43 +63,11 @@ cleanup:
 
 /* ---- Adopting a view ----------------------------------------------------------------------- */
 
-static int slot_find(const dsc_loader_t *loader, const char *addr) {
-    for (uint32_t s = 0; s < loader->server_count; s++)
-        if (strcmp(loader->servers[s].addr, addr) == 0)
+static int peer_find(const dsc_loader_t *loader, const char *addr) {
+    for (uint32_t s = 0; s < loader->net.peer_count; s++)
+        if (strcmp(loader->net.peers[s].addr, addr) == 0)
             return (int)s;
     return -1;
-}
-
-static int by_order(const void *a, const void *b) {
-    const dsc_chunk_ent_t *x = *(dsc_chunk_ent_t *const *)a, *y = *(dsc_chunk_ent_t *const *)b;
-    return x->order < y->order ? -1 : x->order > y->order;
-}
-
-/* Moves every queued chunk to where the current view routes it, in creation order (the order
- * the plan needs them). Under lock. */
-static void reroute_queued(dsc_loader_t *loader) {
-    uint64_t total = loader->servers[DSC__FALLBACK].queue.count;
-    for (uint32_t s = 0; s < loader->server_count; s++)
-        total += loader->servers[s].queue.count;
-    if (total == 0)
-        return;
-    dsc_chunk_ent_t **all = malloc(total * sizeof *all);
-    if (all == NULL)
-        return; /* they stay where they are: those servers still serve them */
-    uint64_t n = 0;
-    for (uint32_t s = 0; s <= DSC__FALLBACK; s++) {
-        if (s >= loader->server_count && s != DSC__FALLBACK)
-            continue;
-        dsc_chunk_ent_t *ent;
-        while ((ent = dsc__queue_pop(&loader->servers[s].queue)) != NULL)
-            all[n++] = ent;
-    }
-    qsort(all, n, sizeof *all, by_order);
-    for (uint64_t i = 0; i < n; i++) {
-        int s = dsc__route_chunk(loader, all[i]);
-        dsc__server_push(loader, s >= 0 ? (uint32_t)s : all[i]->server, all[i]);
-    }
-    free(all);
 }
 
 int dsc__view_adopt(dsc_loader_t *loader, dsc_members_t *members) {
@@ -105,83 +77,80 @@ int dsc__view_adopt(dsc_loader_t *loader, dsc_members_t *members) {
         return DSC_ENOMEM;
     uint32_t added = 0;
     for (uint32_t m = 0; m < count; m++)
-        if (slot_find(loader, members->addrs[m]) < 0)
+        if (peer_find(loader, members->addrs[m]) < 0)
             added++;
-    if (loader->server_count + added > DSC_LOADER_MAX_SERVERS) {
-        DSC_LOG(&loader->log, DSC_LOG_ERROR,
+    if (loader->net.peer_count + added > DSC_LOADER_MAX_PEERS) {
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
                 "cluster view of %u members: more than %u server addresses over the loader's "
                 "life; keeping the current view",
-                count, DSC_LOADER_MAX_SERVERS);
+                count, DSC_LOADER_MAX_PEERS);
         free(map);
         return DSC_ERANGE;
     }
-    /* Allocate every new slot's connections before changing anything. */
-    uint32_t first_new = loader->server_count;
-    for (uint32_t i = 0; i < added; i++) {
-        loader->servers[first_new + i].io = calloc(loader->opt.connections, sizeof(dsc_io_t));
-        if (loader->servers[first_new + i].io == NULL) {
-            for (uint32_t k = 0; k <= i; k++) {
-                free(loader->servers[first_new + k].io);
-                loader->servers[first_new + k].io = NULL;
+    /* Allocate every new peer's connections and source endpoint before changing anything. */
+    uint32_t first_new = loader->net.peer_count;
+    for (uint32_t m = 0, i = 0; m < count; m++) {
+        if (peer_find(loader, members->addrs[m]) >= 0)
+            continue;
+        dsc_peer_t *peer = &loader->net.peers[first_new + i++];
+        peer->source = dsc__source_for_addr(members->addrs[m]);
+        peer->io = calloc(loader->cfg.opt.connections, sizeof(dsc_io_t));
+        if (peer->io == NULL ||
+            peer->source->endpoint_open(&loader->cfg.source_env, members->addrs[m],
+                                        &peer->endpoint) < 0) {
+            for (uint32_t k = 0; k < i; k++) {
+                dsc_peer_t *undo = &loader->net.peers[first_new + k];
+                free(undo->io);
+                undo->io = NULL;
+                if (undo->endpoint != NULL)
+                    undo->source->endpoint_close(undo->endpoint);
+                undo->endpoint = NULL;
+                undo->source = NULL;
             }
             free(map);
             return DSC_ENOMEM;
         }
     }
     uint32_t next_new = first_new;
-    for (uint32_t s = 0; s < loader->server_count; s++)
-        loader->servers[s].member = 0;
+    for (uint32_t s = 0; s < loader->net.peer_count; s++)
+        loader->net.peers[s].member = 0;
     for (uint32_t m = 0; m < count; m++) {
-        int s = slot_find(loader, members->addrs[m]);
+        int s = peer_find(loader, members->addrs[m]);
         if (s < 0) {
-            dsc_server_t *srv = &loader->servers[next_new];
-            memcpy(srv->addr, members->addrs[m], DSC_MEMBER_MAX);
-            srv->used = 1;
-            srv->alive = 1;
-            srv->backoff = 1.0;
+            dsc_peer_t *peer = &loader->net.peers[next_new];
+            memcpy(peer->addr, members->addrs[m], DSC_MEMBER_MAX);
+            peer->used = 1;
+            peer->alive = 1;
+            peer->backoff = 1.0;
             s = (int)next_new++;
-            loader->server_count = next_new;
+            loader->net.peer_count = next_new;
         }
-        loader->servers[s].member = 1;
+        loader->net.peers[s].member = 1;
         map[m] = (uint32_t)s;
     }
-    uint64_t old_hash = loader->view_hash;
-    uint32_t old_count = loader->members.count;
-    dsc_members_free(&loader->members);
-    loader->members = *members;
+    uint64_t old_hash = loader->net.view_hash;
+    uint32_t old_count = loader->net.members.count;
+    dsc_members_free(&loader->net.members);
+    loader->net.members = *members;
     members->count = 0;
     members->addrs = NULL;
-    free(loader->member_slot);
-    loader->member_slot = map;
-    loader->view_hash = dsc_members_hash(&loader->members);
-    loader->view_changes++;
-    if (loader->threads_running) {
-        for (uint32_t s = first_new; s < loader->server_count; s++)
-            if (dsc__server_start(loader, s) < 0)
-                DSC_LOG(&loader->log, DSC_LOG_ERROR, "server %s: cannot start its I/O threads",
-                        loader->servers[s].addr);
-        DSC_LOG(&loader->log, DSC_LOG_INFO,
+    free(loader->net.member_peer);
+    loader->net.member_peer = map;
+    loader->net.view_hash = dsc_members_hash(&loader->net.members);
+    loader->view.changes++;
+    if (loader->net.threads_running) {
+        for (uint32_t s = first_new; s < loader->net.peer_count; s++)
+            if (dsc__peer_start(loader, s) < 0)
+                DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "server %s: cannot start its I/O threads",
+                        loader->net.peers[s].addr);
+        DSC_LOG(&loader->cfg.log, DSC_LOG_INFO,
                 "cluster view changed: %u -> %u servers (%u new), hash %016llx -> %016llx",
                 old_count, count, added, (unsigned long long)old_hash,
-                (unsigned long long)loader->view_hash);
+                (unsigned long long)loader->net.view_hash);
     }
-    reroute_queued(loader);
+    dsc__route_requeue_all(loader);
     pthread_cond_broadcast(&loader->io_cv);
     return 0;
-}
-
-void dsc__view_hello(dsc_loader_t *loader, uint32_t s, uint64_t hash) {
-    loader->servers[s].hello_hash = hash;
-    /* 0: a single server outside any cluster; the client's own list stands. */
-    if (hash == 0 || hash == loader->view_hash)
-        return;
-    if (!loader->view_pending)
-        DSC_LOG(&loader->log, DSC_LOG_INFO,
-                "server %s has cluster view %016llx, ours is %016llx (%u members): asking MEMBERS",
-                loader->servers[s].addr, (unsigned long long)hash,
-                (unsigned long long)loader->view_hash, loader->members.count);
-    loader->view_pending = 1;
-    pthread_cond_broadcast(&loader->view_cv);
 }
 
 /* ---- The view thread ----------------------------------------------------------------------- */
@@ -210,20 +179,20 @@ static void reload_source(view_state_t *vs) {
     dsc_loader_t *loader = vs->loader;
     dsc_members_t fresh = {0};
     pthread_mutex_unlock(&loader->lock);
-    int rc = dsc_members_resolve(loader->servers_spec, &fresh);
+    int rc = dsc_members_resolve(loader->cfg.servers_spec, &fresh);
     pthread_mutex_lock(&loader->lock);
     if (rc < 0) {
         if (rc != vs->last_error)
-            DSC_LOG(&loader->log, DSC_LOG_WARN, "servers \"%s\": %s; keeping the current view",
-                    loader->servers_spec, dsc_strerror(rc));
+            DSC_LOG(&loader->cfg.log, DSC_LOG_WARN, "servers \"%s\": %s; keeping the current view",
+                    loader->cfg.servers_spec, dsc_strerror(rc));
         vs->last_error = rc;
         return;
     }
     vs->last_error = 0;
-    if (!loader->stop && !dsc_members_equal(&fresh, &loader->members)) {
-        DSC_LOG(&loader->log, DSC_LOG_INFO, "servers \"%s\" changed", loader->servers_spec);
+    if (!loader->stop && !dsc_members_equal(&fresh, &loader->net.members)) {
+        DSC_LOG(&loader->cfg.log, DSC_LOG_INFO, "servers \"%s\" changed", loader->cfg.servers_spec);
         if (dsc__view_adopt(loader, &fresh) == 0)
-            loader->view_source_changed = dsc_now_s();
+            loader->view.source_changed = dsc_now_s();
     }
     dsc_members_free(&fresh);
 }
@@ -234,7 +203,7 @@ static dsc_conn_t *view_open(dsc_loader_t *loader, const char *addr, uint64_t vi
     char copy[DSC_MEMBER_MAX];
     snprintf(copy, sizeof copy, "%s", addr);
     uint32_t timeout =
-        loader->opt.timeout_ms < VIEW_TIMEOUT_MS ? loader->opt.timeout_ms : VIEW_TIMEOUT_MS;
+        loader->cfg.opt.timeout_ms < VIEW_TIMEOUT_MS ? loader->cfg.opt.timeout_ms : VIEW_TIMEOUT_MS;
     pthread_mutex_unlock(&loader->lock);
     dsc_conn_t *conn = NULL;
     int rc = dsc_conn_open_addr(copy, timeout, view_hash, &conn);
@@ -243,29 +212,29 @@ static dsc_conn_t *view_open(dsc_loader_t *loader, const char *addr, uint64_t vi
         dsc_conn_close(conn);
         return NULL;
     }
-    loader->view_conn = conn;
+    loader->view.conn = conn;
     return conn;
 }
 
 static void view_close(dsc_loader_t *loader, dsc_conn_t *conn) {
-    loader->view_conn = NULL;
+    loader->view.conn = NULL;
     dsc_conn_close(conn);
 }
 
 /* A HELLO to one live member: notes a differing view. Under lock. */
 static void probe_one(view_state_t *vs) {
     dsc_loader_t *loader = vs->loader;
-    uint32_t n = loader->members.count;
+    uint32_t n = loader->net.members.count;
     for (uint32_t k = 0; k < n; k++) {
-        uint32_t s = loader->member_slot[(vs->probe_next + k) % n];
-        if (!loader->servers[s].alive)
+        uint32_t s = loader->net.member_peer[(vs->probe_next + k) % n];
+        if (!loader->net.peers[s].alive)
             continue;
         vs->probe_next = (vs->probe_next + k + 1) % n;
-        dsc_conn_t *conn = view_open(loader, loader->servers[s].addr, loader->view_hash);
+        dsc_conn_t *conn = view_open(loader, loader->net.peers[s].addr, loader->net.view_hash);
         if (conn != NULL) {
             uint64_t hash = dsc_conn_info(conn)->members_hash;
             view_close(loader, conn);
-            dsc__view_hello(loader, s, hash);
+            dsc__peer_hello(loader, s, hash);
         }
         return;
     }
@@ -292,19 +261,19 @@ static void converge(view_state_t *vs) {
     dsc_loader_t *loader = vs->loader;
     view_addr_t ask[VIEW_ASK_MAX];
     uint32_t ask_count = 0;
-    for (uint32_t s = 0; s < loader->server_count; s++)
-        if (loader->servers[s].hello_hash != 0 &&
-            loader->servers[s].hello_hash != loader->view_hash)
-            add_candidate(ask, &ask_count, loader->servers[s].addr);
-    for (uint32_t m = 0; m < loader->members.count; m++)
-        if (loader->servers[loader->member_slot[m]].alive)
-            add_candidate(ask, &ask_count, loader->members.addrs[m]);
+    for (uint32_t s = 0; s < loader->net.peer_count; s++)
+        if (loader->net.peers[s].hello_hash != 0 &&
+            loader->net.peers[s].hello_hash != loader->net.view_hash)
+            add_candidate(ask, &ask_count, loader->net.peers[s].addr);
+    for (uint32_t m = 0; m < loader->net.members.count; m++)
+        if (loader->net.peers[loader->net.member_peer[m]].alive)
+            add_candidate(ask, &ask_count, loader->net.members.addrs[m]);
     dsc_members_t agreed = {0};
     uint64_t agreed_hash = 0;
     uint32_t answers = 0;
     int disagree = 0;
     for (uint32_t i = 0; i < ask_count && !loader->stop; i++) {
-        dsc_conn_t *conn = view_open(loader, ask[i].addr, loader->view_hash);
+        dsc_conn_t *conn = view_open(loader, ask[i].addr, loader->net.view_hash);
         if (conn == NULL)
             continue;
         pthread_mutex_unlock(&loader->lock);
@@ -321,7 +290,7 @@ static void converge(view_state_t *vs) {
         pthread_mutex_lock(&loader->lock);
         view_close(loader, conn);
         if (rc < 0) {
-            DSC_LOG(&loader->log, DSC_LOG_WARN, "server %s: MEMBERS: %s", ask[i].addr,
+            DSC_LOG(&loader->cfg.log, DSC_LOG_WARN, "server %s: MEMBERS: %s", ask[i].addr,
                     dsc_strerror(rc));
             continue;
         }
@@ -343,15 +312,16 @@ static void converge(view_state_t *vs) {
     }
     if (loader->stop || answers == 0 || disagree) {
         if (disagree)
-            DSC_LOG(&loader->log, DSC_LOG_DEBUG, "servers disagree on the cluster view: retrying");
-    } else if (agreed_hash == loader->view_hash) {
-        loader->view_pending = 0;
-    } else if (dsc_now_s() - loader->view_source_changed >= VIEW_SETTLE_S) {
-        DSC_LOG(&loader->log, DSC_LOG_INFO,
+            DSC_LOG(&loader->cfg.log, DSC_LOG_DEBUG,
+                    "servers disagree on the cluster view: retrying");
+    } else if (agreed_hash == loader->net.view_hash) {
+        loader->view.pending = 0;
+    } else if (dsc_now_s() - loader->view.source_changed >= VIEW_SETTLE_S) {
+        DSC_LOG(&loader->cfg.log, DSC_LOG_INFO,
                 "%u server(s) agree on cluster view %016llx (%u members): adopting it", answers,
                 (unsigned long long)agreed_hash, agreed.count);
         if (dsc__view_adopt(loader, &agreed) == 0)
-            loader->view_pending = 0;
+            loader->view.pending = 0;
     }
     dsc_members_free(&agreed);
 }
@@ -359,7 +329,7 @@ static void converge(view_state_t *vs) {
 void *dsc__view_main(void *arg) {
     view_state_t vs = {.loader = arg};
     dsc_loader_t *loader = vs.loader;
-    const char *spec = loader->servers_spec;
+    const char *spec = loader->cfg.servers_spec;
     vs.kind = strncmp(spec, "file:", 5) == 0 ? 'f' : strncmp(spec, "dns:", 4) == 0 ? 'd' : 'l';
     vs.path = spec + 5;
     if (vs.kind == 'f')
@@ -369,8 +339,8 @@ void *dsc__view_main(void *arg) {
     double next_probe = now + VIEW_PROBE_S, next_dns = now + VIEW_DNS_S, last_converge = 0;
     while (!loader->stop) {
         now = dsc_now_s();
-        if (!(loader->view_pending && now - last_converge >= VIEW_TICK_S))
-            cond_wait_s(&loader->view_cv, &loader->lock, VIEW_TICK_S);
+        if (!(loader->view.pending && now - last_converge >= VIEW_TICK_S))
+            cond_wait_s(&loader->view.cv, &loader->lock, VIEW_TICK_S);
         if (loader->stop)
             break;
         now = dsc_now_s();
@@ -392,11 +362,11 @@ void *dsc__view_main(void *arg) {
             next_dns = now + VIEW_DNS_S;
             reload_source(&vs);
         }
-        if (!loader->stop && !loader->view_pending && now >= next_probe) {
+        if (!loader->stop && !loader->view.pending && now >= next_probe) {
             next_probe = now + VIEW_PROBE_S;
             probe_one(&vs);
         }
-        if (!loader->stop && loader->view_pending && dsc_now_s() - last_converge >= VIEW_TICK_S) {
+        if (!loader->stop && loader->view.pending && dsc_now_s() - last_converge >= VIEW_TICK_S) {
             last_converge = dsc_now_s();
             converge(&vs);
         }

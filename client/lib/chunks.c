@@ -1,0 +1,118 @@
+/* Loader chunk table and queues: hashed lookup by global chunk id, FIFO queues, freeing. Under the
+ * loader's lock; calls only the buffer pool. */
+#include "chunks.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void dsc__queue_push(dsc_chunk_queue_t *q, dsc_chunk_ent_t *ent) {
+    ent->qnext = NULL;
+    if (q->tail)
+        q->tail->qnext = ent;
+    else
+        q->head = ent;
+    q->tail = ent;
+    q->count++;
+    q->bytes += ent->raw_len;
+}
+
+dsc_chunk_ent_t *dsc__queue_pop(dsc_chunk_queue_t *q) {
+    dsc_chunk_ent_t *ent = q->head;
+    if (ent == NULL)
+        return NULL;
+    q->head = ent->qnext;
+    if (q->head == NULL)
+        q->tail = NULL;
+    ent->qnext = NULL;
+    q->count--;
+    q->bytes -= ent->raw_len;
+    return ent;
+}
+
+static uint64_t hash_gid(uint64_t gid) {
+    gid ^= gid >> 33;
+    gid *= 0xFF51AFD7ED558CCDULL;
+    gid ^= gid >> 33;
+    return gid;
+}
+
+int dsc__chunk_table_init(dsc_chunk_table_t *t, uint64_t chunks) {
+    uint64_t buckets = 1024;
+    while (buckets < chunks && buckets < (1u << 20))
+        buckets <<= 1;
+    t->buckets = calloc(buckets, sizeof(dsc_chunk_ent_t *));
+    if (t->buckets == NULL)
+        return DSC_ENOMEM;
+    t->bucket_mask = buckets - 1;
+    t->held_bytes = 0;
+    return 0;
+}
+
+dsc_chunk_ent_t *dsc__chunk_find(const dsc_chunk_table_t *t, uint64_t gid) {
+    dsc_chunk_ent_t *e = t->buckets[hash_gid(gid) & t->bucket_mask];
+    while (e != NULL && (e->gid != gid || e->placed))
+        e = e->hnext;
+    return e;
+}
+
+void dsc__chunk_insert(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent) {
+    uint64_t b = hash_gid(ent->gid) & t->bucket_mask;
+    ent->hnext = t->buckets[b];
+    t->buckets[b] = ent;
+    t->held_bytes += ent->raw_len;
+}
+
+void dsc__chunk_unlink(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent) {
+    dsc_chunk_ent_t **pp = &t->buckets[hash_gid(ent->gid) & t->bucket_mask];
+    while (*pp != NULL && *pp != ent)
+        pp = &(*pp)->hnext;
+    if (*pp == ent) {
+        *pp = ent->hnext;
+        t->held_bytes -= ent->raw_len;
+    }
+    ent->hnext = NULL;
+}
+
+void dsc__chunk_free(dsc_bufpool_t *pool, dsc_chunk_ent_t *ent) {
+    if (ent == NULL)
+        return;
+    dsc__bufpool_put(pool, ent->stored, ent->stored_cap);
+    if (ent->raw_cap)
+        dsc__bufpool_put(pool, ent->raw, ent->raw_cap);
+    free(ent);
+}
+
+void dsc__chunk_table_reset(dsc_chunk_table_t *t, dsc_bufpool_t *pool, uint64_t *inflight_used) {
+    for (uint64_t b = 0; b <= t->bucket_mask; b++) {
+        dsc_chunk_ent_t *e = t->buckets[b];
+        while (e != NULL) {
+            dsc_chunk_ent_t *next = e->hnext;
+            e->hnext = NULL;
+            if (e->state == CH_INFLIGHT || e->state == CH_DECODING) {
+                e->cancelled = 1;
+            } else {
+                if (e->state == CH_RECEIVED)
+                    *inflight_used -= e->raw_len;
+                dsc__chunk_free(pool, e);
+            }
+            e = next;
+        }
+        t->buckets[b] = NULL;
+    }
+    t->held_bytes = 0;
+}
+
+void dsc__chunk_table_free(dsc_chunk_table_t *t, dsc_bufpool_t *pool) {
+    if (t->buckets == NULL)
+        return;
+    for (uint64_t b = 0; b <= t->bucket_mask; b++) {
+        dsc_chunk_ent_t *e = t->buckets[b];
+        while (e != NULL) {
+            dsc_chunk_ent_t *next = e->hnext;
+            dsc__chunk_free(pool, e);
+            e = next;
+        }
+    }
+    free(t->buckets);
+    t->buckets = NULL;
+}

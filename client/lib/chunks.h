@@ -1,0 +1,89 @@
+/* Loader chunk entries, the chunk table (global chunk id -> entry) and the FIFO queues chunks wait
+ * in (per peer for fetching, one for decoding). The bottom of the loader: it calls nothing above
+ * it. Every function here runs under the loader's lock. */
+#ifndef DSC_CHUNKS_H
+#define DSC_CHUNKS_H
+
+#include "dscache.h"
+#include "shard.h"
+#include "slots.h"
+
+#include <stdint.h>
+
+/* Peers the loader can address (members of every view it has held; a peer index is never reused
+ * for another address), plus one for the fallback files (DSC__PEER_FALLBACK). */
+#define DSC_LOADER_MAX_PEERS 256
+#define DSC__PEER_FALLBACK DSC_LOADER_MAX_PEERS
+
+/* Chunk entry states. */
+enum { CH_QUEUED, CH_INFLIGHT, CH_RECEIVED, CH_DECODING, CH_READY };
+
+typedef struct dsc_chunk_ent {
+    uint64_t gid; /* global chunk id (dsc_sample_loc_t.chunk) */
+    uint32_t shard, shard_chunk, samples;
+    uint64_t raw_len;
+    int state;
+    int cancelled; /* dropped by a restart while a thread held it: that thread frees it */
+    uint64_t refs; /* sample needs of planned steps not yet collated */
+    uint32_t peer; /* peer where it is queued or in flight */
+    /* bit i: peer i failed for it or sent it corrupt */
+    uint64_t tried[DSC_LOADER_MAX_PEERS / 64 + 1];
+    uint64_t order;          /* creation order (re-routing keeps it) */
+    dsc_chunk_entry_t entry; /* as received (written by the data source) */
+    uint8_t *stored;         /* stored bytes (from the buffer pool, filled by the data source) */
+    size_t stored_cap;
+    uint8_t *raw;   /* decoded bytes (== stored for raw chunks) */
+    size_t raw_cap; /* 0 when raw aliases stored */
+    /* Direct placement (decode.c): run_ok while every planned need of this chunk is one
+     * in-order run of its samples in step run_seq from batch position run_k; placed once its
+     * samples went straight into that step's slot (raw is then NULL, and the planner no longer
+     * finds the entry: a later need fetches the chunk again). */
+    int run_ok;
+    int placed;
+    uint64_t run_seq;
+    uint32_t run_k;
+    struct dsc_chunk_ent *hnext; /* hash chain */
+    struct dsc_chunk_ent *qnext; /* fetch or decode queue */
+} dsc_chunk_ent_t;
+
+typedef struct dsc_chunk_queue {
+    dsc_chunk_ent_t *head, *tail;
+    uint64_t count;
+    uint64_t bytes; /* raw bytes of the queued entries */
+} dsc_chunk_queue_t;
+
+/* The table of chunk entries planned steps need. */
+typedef struct dsc_chunk_table {
+    dsc_chunk_ent_t **buckets;
+    uint64_t bucket_mask;
+    uint64_t held_bytes; /* raw bytes of the entries in the table */
+} dsc_chunk_table_t;
+
+/* Errors that say the bytes of a chunk are damaged at their source (a server answered CORRUPT,
+ * or the checksum or the lz4 block failed here): another replica or the fallback files may hold
+ * an intact copy. */
+static inline int dsc__is_corruption(int err) {
+    return err == DSC_ECORRUPT || err == DSC_ECHUNKSUM || err == DSC_EDATASUM ||
+           err == DSC_EDECOMPRESS;
+}
+
+void dsc__queue_push(dsc_chunk_queue_t *q, dsc_chunk_ent_t *ent);
+dsc_chunk_ent_t *dsc__queue_pop(dsc_chunk_queue_t *q);
+
+/* Sizes the table for `chunks` chunk ids. Returns 0 or DSC_ENOMEM. */
+int dsc__chunk_table_init(dsc_chunk_table_t *t, uint64_t chunks);
+/* The entry for gid that still holds bytes for later steps, or NULL (placed entries, decoded
+ * straight into a slot, are skipped). */
+dsc_chunk_ent_t *dsc__chunk_find(const dsc_chunk_table_t *t, uint64_t gid);
+void dsc__chunk_insert(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent);
+void dsc__chunk_unlink(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent);
+/* Gives the entry's buffers back to the pool and frees it. NULL is a no-op. */
+void dsc__chunk_free(dsc_bufpool_t *pool, dsc_chunk_ent_t *ent);
+/* Empties the table for a restart: entries a thread holds (in flight or decoding) are marked
+ * cancelled for that thread to free, the others are freed; *inflight_used loses the bytes of
+ * received entries freed here. */
+void dsc__chunk_table_reset(dsc_chunk_table_t *t, dsc_bufpool_t *pool, uint64_t *inflight_used);
+/* Frees every entry and the table (no thread runs any more). */
+void dsc__chunk_table_free(dsc_chunk_table_t *t, dsc_bufpool_t *pool);
+
+#endif

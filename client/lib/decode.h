@@ -1,0 +1,22 @@
+/* Loader decode and collate: the decode threads (and next() when it assists) verify and
+ * decompress received chunks and collate steps into batch slots. Below fetch.c and scheduler.c
+ * (which hand it work), above route.c. */
+#ifndef DSC_DECODE_H
+#define DSC_DECODE_H
+
+#include "pipeline.h"
+
+/* A decode thread (arg: the loader). */
+void *dsc__worker_main(void *arg);
+/* One unit of work, if there is one: collate a step whose chunks are all decoded, else verify +
+ * decode one received chunk. Under lock (released while working). Returns 1 when it did
+ * something, 0 when there was nothing to do. */
+int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx);
+/* A chunk's stored bytes arrived: queue it for decoding (state CH_RECEIVED) and wake a worker.
+ * Under lock. */
+void dsc__decode_push(dsc_loader_t *loader, dsc_chunk_ent_t *ent);
+/* Wakes an idle decode thread for one new unit of work, and next() when it would assist. Under
+ * lock. */
+void dsc__work_signal(dsc_loader_t *loader);
+
+#endif

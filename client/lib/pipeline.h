@@ -1,0 +1,233 @@
+/* The loader's shared state: struct dsc_loader, grouped by the module that owns each part, and
+ * the types its stages share (peers, I/O connections, steps, batch slots). Included by every
+ * loader stage; it calls nothing above it. One mutex (lock) guards everything marked "under
+ * lock"; bulk work (I/O, decoding, copying) runs outside it.
+ *
+ * Pipeline, per step of this rank (a batch, or an end-of-epoch marker), in stream order (seq):
+ *   scheduler.c   plan the step (sample ids -> chunk entries, new chunks routed and queued) while
+ *             the decoded-chunk budget allows; give it slot seq % slot_count once free
+ *   route.c   pick the peer for each chunk (placement over the view, load, fail-over)
+ *   fetch.c   I/O threads: take queued chunks (merging consecutive ones of a shard) within the
+ *             in-flight budgets, hand them to the peer's data source (source.h), queue what
+ *             arrives for decoding
+ *   decode.c  verify + decompress received chunks; collate a slotted step once all its chunks
+ *             are decoded (then H2D with CUDA); drop chunks no planned step needs
+ *   loader.c  next() waits for step cons_seq to be READY (and helps while it waits), hands it
+ *             out, releases the previous one (batch.c)
+ *   view.c    keeps the member list current; only routing changes, never the plan.
+ * See docs/architecture-client.md. */
+#ifndef DSC_PIPELINE_H
+#define DSC_PIPELINE_H
+
+#include "chunks.h"
+#include "conn.h"
+#include "cuda.h"
+#include "dscache.h"
+#include "log.h"
+#include "manifest.h"
+#include "placement.h"
+#include "plan.h"
+#include "slots.h"
+#include "source.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+/* Step states. */
+enum { ST_PLANNED, ST_COLLATING, ST_READY, ST_HANDED };
+
+typedef struct dsc_step {
+    uint64_t seq;
+    uint64_t epoch;
+    uint64_t step;      /* batch number in the epoch */
+    uint64_t pos_after; /* global position once this step is consumed */
+    int eof;            /* end-of-epoch marker */
+    int state;
+    uint32_t count;
+    uint32_t scan; /* samples before this index are known decoded */
+    uint64_t *ids;
+    dsc_chunk_ent_t **src;
+    uint32_t *in_chunk;
+} dsc_step_t;
+
+struct dsc_batch {
+    dsc_loader_t *loader;
+    uint32_t slot;
+    uint32_t samples;
+    uint64_t step;
+    uint64_t seq;
+    uint64_t *indices;
+    int handed; /* between next() and its release */
+};
+
+/* One batch slot: the host (and device) memory a step is collated into. */
+typedef struct dsc_batch_slot {
+    uint8_t *host;
+    size_t host_bytes;
+    int host_cuda; /* host came from cudaHostAlloc */
+    int locked;
+    uint8_t *dev;
+    dsc_cuda_slot_t ev;
+    uint64_t owner; /* seq using it, or SLOT_FREE */
+    dsc_batch_t batch;
+} dsc_batch_slot_t;
+#define SLOT_FREE UINT64_MAX
+
+/* One outstanding request on a connection. */
+#define IO_MAX_OUTSTANDING 64
+
+/* One I/O thread of a peer and its connection to the peer's data source. */
+typedef struct dsc_io {
+    dsc_loader_t *loader;
+    uint32_t peer; /* index in net.peers */
+    pthread_t thread;
+    int started;
+    void *conn; /* the source's connection, NULL while closed */
+    uint64_t next_id;
+    dsc_source_req_t out[IO_MAX_OUTSTANDING]; /* outstanding requests, unordered */
+    uint32_t out_count;
+} dsc_io_t;
+
+/* One peer the loader reads from: a server, or the fallback files (index DSC__PEER_FALLBACK).
+ * Under lock. */
+typedef struct dsc_peer {
+    char addr[DSC_MEMBER_MAX];      /* view.c (set once) */
+    int used;                       /* view.c: the index holds a peer */
+    int member;                     /* view.c: in the current view: chunks are routed here */
+    const dsc_source_ops_t *source; /* view.c / loader.c (set once): how its bytes arrive */
+    void *endpoint;                 /* the source's per-peer state */
+    int alive;                      /* fetch.c: 0 after a failure, until a probe connects */
+    int probing;                    /* fetch.c: one I/O thread is connecting after a failure */
+    double retry_at;                /* fetch.c: monotonic seconds: reconnect not before */
+    double backoff;                 /* fetch.c: seconds until the next probe (1 .. 10) */
+    uint64_t inflight_bytes;        /* fetch.c: raw bytes requested here, not yet received */
+    uint64_t hello_hash;            /* route.c (dsc__peer_hello): view of its last HELLO */
+    dsc_chunk_queue_t queue;        /* route.c pushes, fetch.c pops */
+    dsc_io_t *io;                   /* fetch.c: opt.connections of them */
+    uint32_t io_count; /* fetch.c: I/O threads started: no chunk is routed to a peer without */
+} dsc_peer_t;
+
+/* A decode thread's own state, and that of next() when it assists. */
+typedef struct dsc_worker_ctx {
+    int cuda_bound;
+    uint8_t *scratch; /* decoded multi-field chunks on their way into a slot */
+    size_t scratch_cap;
+} dsc_worker_ctx_t;
+
+struct dsc_loader {
+    /* Owner loader.c (create): configuration, immutable once the threads run. */
+    struct {
+        dsc_loader_options_t opt;
+        char *dataset;
+        char *fallback;
+        dsc_logger_t log;
+        dsc_manifest_t *manifest;
+        uint64_t samples;
+        uint64_t sample_bytes;
+        uint32_t field_count;
+        uint64_t field_off[DSC_MAX_FIELDS]; /* batch.c: offset of field f's array in a slot */
+        uint64_t cache_bytes;
+        char *servers_spec; /* the options' servers string, re-resolved by view.c */
+        dsc_bufpool_t pool; /* thread-safe itself */
+        dsc_cuda_t *cuda;
+        dsc_source_env_t source_env; /* what the data sources see */
+    } cfg;
+
+    /* Owner pipeline.c (error, via dsc__loader_fail) and loader.c (stop, the condition
+     * variables): the lock and the wake-ups every stage shares. */
+    pthread_mutex_t lock;
+    pthread_cond_t sched_cv, io_cv, work_cv, cons_cv;
+    int stop;
+    int error;
+
+    /* Owner view.c (dsc__view_adopt), read by route.c and fetch.c; under lock. */
+    struct {
+        dsc_members_t members; /* the current view: placement is computed over it */
+        uint32_t *member_peer; /* members.count entries: member index -> peer index */
+        uint64_t view_hash;    /* dsc_members_hash(&members) */
+        uint32_t peer_count;   /* server peers in use (0 .. DSC_LOADER_MAX_PEERS) */
+        dsc_peer_t *peers;     /* DSC_LOADER_MAX_PEERS + 1; the last: the fallback files */
+        int threads_running;   /* peers added from now on start their I/O threads at once */
+    } net;
+
+    /* Owner view.c: the view thread. pending is set by route.c (dsc__peer_hello). Under lock. */
+    struct {
+        pthread_t thread;
+        int started;
+        pthread_cond_t cv;
+        int pending;           /* a server answered HELLO with another view: converge */
+        double source_changed; /* when the file / DNS answer last changed the view */
+        uint64_t changes;      /* views adopted since creation */
+        dsc_conn_t *conn;      /* the view thread's connection, shut down by destroy */
+    } view;
+
+    /* Owner chunks.c (the table), filled by scheduler.c, emptied by decode.c and state.c. Under
+     * lock. */
+    dsc_chunk_table_t chunks;
+
+    /* Owner fetch.c: the loader-wide in-flight budget (raw bytes sent for but not yet decoded;
+     * decode.c gives bytes back once decoded). Under lock. */
+    struct {
+        uint64_t inflight_used;
+    } fetch;
+
+    /* Owner decode.c: decode threads, the decode queue (fetch.c pushes), assist. Under lock. */
+    struct {
+        dsc_chunk_queue_t decode_queue;
+        uint32_t collating;   /* collations and placements running (state.c waits for 0) */
+        int assist;           /* next() works while it waits (opt.no_assist == 0, no CUDA) */
+        int consumer_waiting; /* next() sleeps on cons_cv and would assist: new work wakes it */
+        dsc_worker_ctx_t assist_ctx; /* next()'s, used under its call */
+        uint32_t worker_count;
+        pthread_t *workers;
+        uint32_t workers_started;
+    } work;
+
+    /* Owner scheduler.c: the scheduler thread, the step ring and the plan (order, split). Under
+     * lock. */
+    struct {
+        pthread_t thread;
+        int started;
+        dsc_step_t *steps; /* ring of step_cap */
+        uint32_t step_cap;
+        uint64_t plan_seq; /* next seq to plan */
+        uint64_t slot_seq; /* next seq to get a slot */
+        dsc_order_t *order;
+        uint64_t plan_epoch;
+        dsc_split_t plan_split;
+        uint64_t plan_step;
+        uint64_t plan_step_base;
+        uint64_t *fetched; /* bit per global chunk: fetched in the epoch being planned */
+        uint64_t fetched_words;
+        uint64_t order_next; /* next dsc_chunk_ent_t.order */
+    } sched;
+
+    /* Owner batch.c (slots) and loader.c (the consumer's position). Under lock. */
+    struct {
+        uint64_t cons_seq;    /* next seq to hand out */
+        uint64_t retired_seq; /* steps below were released */
+        uint32_t slot_count;
+        dsc_batch_slot_t *slots;
+        size_t slot_bytes;
+        dsc_batch_t *current; /* handed out, not yet released */
+        uint64_t cons_epoch, cons_pos;
+        void *user_stream;
+    } cons;
+
+    /* Owner stats.c (reading, the periodic line); each stage adds to its own counters in st.
+     * Under lock. */
+    struct {
+        dsc_stats_t st;
+        double created_at;
+        double last_return; /* when next() last returned (compute time starts) */
+        double last_log;
+        uint64_t last_log_samples;
+        double last_log_stall, last_log_compute;
+    } stats;
+};
+
+/* Fails the loader with err (the first error wins; logged unless stopping) and wakes every
+ * thread. Under lock. */
+void dsc__loader_fail(dsc_loader_t *loader, int err);
+
+#endif

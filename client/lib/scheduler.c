@@ -1,0 +1,224 @@
+/* Loader scheduler: the thread that plans steps ahead (sample ids -> chunk entries, new chunks
+ * routed and queued for fetching) within the decoded-chunk budget and gives planned steps their
+ * batch slots in stream order. The only user of the epoch order and split (plan.h). Calls down
+ * only: route.c, decode.c (work signal), chunks.c. */
+#include "scheduler.h"
+#include "decode.h"
+#include "route.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Points the plan at position pos of epoch `epoch` (order and split), with no chunk fetched yet
+ * this epoch. Under lock. Returns 0 or DSC_E*. */
+static int plan_from(dsc_loader_t *loader, uint64_t epoch, uint64_t pos) {
+    loader->sched.plan_epoch = epoch;
+    dsc__order_set_epoch(loader->sched.order, epoch);
+    int rc = dsc__split_init(&loader->sched.plan_split, loader->cfg.samples, pos,
+                             loader->cfg.opt.batch_size, loader->cfg.opt.world_size,
+                             loader->cfg.opt.drop_last);
+    loader->sched.plan_step = 0;
+    uint64_t per_step = (uint64_t)loader->cfg.opt.batch_size * loader->cfg.opt.world_size;
+    loader->sched.plan_step_base = pos / per_step;
+    memset(loader->sched.fetched, 0, loader->sched.fetched_words * sizeof(uint64_t));
+    return rc;
+}
+
+/* Plans step plan_seq: the next batch of this rank (its sample ids, each mapped to its chunk; a
+ * chunk not in the table yet is created, routed and queued for fetching), or the end-of-epoch
+ * marker. Every call into the epoch order (plan.h) while streaming is made here and in
+ * plan_from. Under lock. Returns 0 or DSC_E*. */
+static int plan_one(dsc_loader_t *loader) {
+    uint64_t seq = loader->sched.plan_seq;
+    dsc_step_t *st = &loader->sched.steps[seq % loader->sched.step_cap];
+    st->seq = seq;
+    st->state = ST_PLANNED;
+    st->scan = 0;
+    st->epoch = loader->sched.plan_epoch;
+    if (loader->sched.plan_step >= loader->sched.plan_split.steps) {
+        st->eof = 1;
+        st->count = 0;
+        st->step = loader->sched.plan_step_base + loader->sched.plan_step;
+        st->pos_after = 0;
+        plan_from(loader, loader->sched.plan_epoch + 1, 0);
+        loader->sched.plan_seq++;
+        return 0;
+    }
+    uint64_t first;
+    uint32_t count;
+    int rc = dsc__split_step(&loader->sched.plan_split, loader->sched.plan_step,
+                             loader->cfg.opt.rank, &first, &count);
+    if (rc < 0)
+        return rc;
+    st->eof = 0;
+    st->count = count;
+    st->step = loader->sched.plan_step_base + loader->sched.plan_step;
+    for (uint32_t k = 0; k < count; k++) {
+        uint64_t id = dsc__order_at(loader->sched.order, first + k);
+        dsc_sample_loc_t loc;
+        rc = dsc__order_locate(loader->sched.order, id, &loc);
+        if (rc < 0)
+            return rc;
+        dsc_chunk_ent_t *ent = dsc__chunk_find(&loader->chunks, loc.chunk);
+        if (ent == NULL) {
+            ent = calloc(1, sizeof *ent);
+            if (ent == NULL)
+                return DSC_ENOMEM;
+            ent->gid = loc.chunk;
+            ent->shard = loc.shard;
+            ent->shard_chunk = loc.shard_chunk;
+            ent->samples = loc.chunk_samples;
+            ent->raw_len = (uint64_t)loc.chunk_samples * loader->cfg.sample_bytes;
+            ent->state = CH_QUEUED;
+            ent->order = loader->sched.order_next++;
+            /* A chunk fetched a second time this epoch: its first copy was dropped before a
+             * later need was planned (the window's chunks did not fit in cache_bytes). */
+            uint64_t *word = &loader->sched.fetched[loc.chunk / 64];
+            if (*word & (1ull << (loc.chunk % 64)))
+                loader->stats.st.refetches++;
+            *word |= 1ull << (loc.chunk % 64);
+            int peer = dsc__route_chunk(loader, ent);
+            if (peer < 0) {
+                free(ent);
+                DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "no server available for shard %u",
+                        loc.shard);
+                return loader->net.members.count > 1 ? DSC_EALLDOWN : DSC_EUNAVAIL;
+            }
+            dsc__chunk_insert(&loader->chunks, ent);
+            dsc__peer_push(loader, (uint32_t)peer, ent);
+            pthread_cond_broadcast(&loader->io_cv);
+        }
+        /* Direct placement stays possible while all of the chunk's needs form one run, in
+         * chunk order from its first sample, inside this step. */
+        if (ent->refs == 0) {
+            ent->run_ok = loc.in_chunk == 0;
+            ent->run_seq = seq;
+            ent->run_k = k;
+        } else if (ent->run_ok) {
+            ent->run_ok =
+                ent->run_seq == seq && k == ent->run_k + ent->refs && loc.in_chunk == ent->refs;
+        }
+        ent->refs++;
+        st->ids[k] = id;
+        st->src[k] = ent;
+        st->in_chunk[k] = loc.in_chunk;
+    }
+    loader->sched.plan_step++;
+    st->pos_after = dsc__split_position(&loader->sched.plan_split, loader->sched.plan_step);
+    loader->sched.plan_seq++;
+    return 0;
+}
+
+void *dsc__sched_main(void *arg) {
+    dsc_loader_t *loader = arg;
+    pthread_mutex_lock(&loader->lock);
+    while (!loader->stop) {
+        if (loader->error) {
+            pthread_cond_wait(&loader->sched_cv, &loader->lock);
+            continue;
+        }
+        int progress = 0;
+        /* Slots, in stream order. */
+        while (loader->sched.slot_seq < loader->sched.plan_seq) {
+            dsc_batch_slot_t *slot =
+                &loader->cons.slots[loader->sched.slot_seq % loader->cons.slot_count];
+            if (slot->owner != SLOT_FREE)
+                break;
+            slot->owner = loader->sched.slot_seq;
+            dsc_step_t *st = &loader->sched.steps[loader->sched.slot_seq % loader->sched.step_cap];
+            if (st->eof) {
+                st->state = ST_READY;
+                pthread_cond_broadcast(&loader->cons_cv);
+            }
+            loader->sched.slot_seq++;
+            progress = 1;
+            dsc__work_signal(loader); /* one step: one worker collates it */
+        }
+        /* Plan ahead while the ring has room and the decoded-chunk budget allows (always at
+         * least one step beyond what the consumer holds, so the pipeline never stalls). */
+        uint64_t ahead = loader->sched.plan_seq - loader->cons.retired_seq;
+        if (ahead < loader->sched.step_cap &&
+            (loader->chunks.held_bytes < loader->cfg.cache_bytes ||
+             loader->sched.plan_seq <= loader->cons.cons_seq)) {
+            int rc = plan_one(loader);
+            if (rc < 0)
+                dsc__loader_fail(loader, rc);
+            progress = 1;
+        }
+        if (!progress)
+            pthread_cond_wait(&loader->sched_cv, &loader->lock);
+    }
+    pthread_mutex_unlock(&loader->lock);
+    return NULL;
+}
+
+int dsc__sched_init(dsc_loader_t *loader) {
+    const dsc_manifest_t *m = loader->cfg.manifest;
+    const dsc_loader_options_t *o = &loader->cfg.opt;
+    int rc = dsc__order_create(m, o->seed, o->shuffle, o->shuffle_window, &loader->sched.order);
+    if (rc < 0)
+        return rc;
+    uint64_t chunks = dsc__order_chunks(loader->sched.order);
+    rc = dsc__chunk_table_init(&loader->chunks, chunks);
+    if (rc < 0)
+        return rc;
+    loader->sched.fetched_words = (chunks + 63) / 64;
+    loader->sched.fetched = calloc(loader->sched.fetched_words, sizeof(uint64_t));
+    if (loader->sched.fetched == NULL)
+        return DSC_ENOMEM;
+    /* Look-ahead of three shuffle windows: the current window's chunks stay decoded (each is
+     * fetched once) while the next window's are fetched; bounded to about a million sample
+     * records (and by cache_bytes at run time). */
+    uint64_t per_step = (uint64_t)o->batch_size * o->world_size;
+    uint64_t window = o->shuffle ? o->shuffle_window : 1;
+    uint32_t slots = loader->cons.slot_count;
+    uint64_t cap = 3 * ((window + per_step - 1) / per_step) + 2ull * slots + 1;
+    uint64_t limit = (1ull << 20) / o->batch_size;
+    if (cap > limit)
+        cap = limit;
+    if (cap < slots + 1ull)
+        cap = slots + 1ull;
+    loader->sched.step_cap = (uint32_t)cap;
+    loader->sched.steps = calloc(cap, sizeof(dsc_step_t));
+    if (loader->sched.steps == NULL)
+        return DSC_ENOMEM;
+    for (uint64_t i = 0; i < cap; i++) {
+        dsc_step_t *st = &loader->sched.steps[i];
+        st->ids = malloc(o->batch_size * sizeof(uint64_t));
+        st->src = malloc(o->batch_size * sizeof(dsc_chunk_ent_t *));
+        st->in_chunk = malloc(o->batch_size * sizeof(uint32_t));
+        if (!st->ids || !st->src || !st->in_chunk)
+            return DSC_ENOMEM;
+    }
+    return dsc__split_init(&loader->sched.plan_split, loader->cfg.samples, 0, o->batch_size,
+                           o->world_size, o->drop_last);
+}
+
+void dsc__sched_free(dsc_loader_t *loader) {
+    dsc__chunk_table_free(&loader->chunks, &loader->cfg.pool);
+    free(loader->sched.fetched);
+    if (loader->sched.steps != NULL) {
+        for (uint32_t i = 0; i < loader->sched.step_cap; i++) {
+            free(loader->sched.steps[i].ids);
+            free(loader->sched.steps[i].src);
+            free(loader->sched.steps[i].in_chunk);
+        }
+        free(loader->sched.steps);
+    }
+    dsc__order_destroy(loader->sched.order);
+}
+
+int dsc__sched_restart(dsc_loader_t *loader, uint64_t epoch, uint64_t pos) {
+    loader->sched.slot_seq = loader->sched.plan_seq;
+    int rc = plan_from(loader, epoch, pos);
+    pthread_cond_broadcast(&loader->sched_cv);
+    return rc;
+}
+
+uint64_t dsc__sched_epoch_steps(const dsc_loader_t *loader) {
+    dsc_split_t sp;
+    if (dsc__split_init(&sp, loader->cfg.samples, 0, loader->cfg.opt.batch_size,
+                        loader->cfg.opt.world_size, loader->cfg.opt.drop_last) < 0)
+        return 0;
+    return sp.steps;
+}

@@ -1,0 +1,22 @@
+/* Loader scheduler: plans steps ahead (the epoch order of plan.h, chunks routed and queued) and
+ * gives them batch slots in stream order. Above route.c, decode.c and chunks.c, below state.c and
+ * loader.c. */
+#ifndef DSC_SCHEDULER_H
+#define DSC_SCHEDULER_H
+
+#include "pipeline.h"
+
+/* The scheduler thread (arg: the loader). */
+void *dsc__sched_main(void *arg);
+/* Creates the epoch order, the chunk table, the step ring (after cons.slot_count is set) and the
+ * first epoch's split. Returns 0 or DSC_E*; dsc__sched_free undoes a partial init. */
+int dsc__sched_init(dsc_loader_t *loader);
+/* Frees what dsc__sched_init made (no thread runs any more). */
+void dsc__sched_free(dsc_loader_t *loader);
+/* Plans from position pos of epoch `epoch` on (the steps planned so far were dropped by the
+ * caller). Under lock. Returns 0 or DSC_E* (a position the split refuses). */
+int dsc__sched_restart(dsc_loader_t *loader, uint64_t epoch, uint64_t pos);
+/* Steps in an epoch of this rank. */
+uint64_t dsc__sched_epoch_steps(const dsc_loader_t *loader);
+
+#endif

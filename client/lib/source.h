@@ -1,0 +1,92 @@
+/* The loader's data-source interface: how the stored bytes of chunks arrive, behind a table of
+ * functions. The fetch policy (fetch.c: routing, in-flight budgets, merging, fail-over, back-off)
+ * drives a source only through this table and never knows whether the bytes came over TCP, from
+ * local files or otherwise. Implementations: source_tcp.c (pipelined GETs to a dscached, over
+ * conn.c) and source_files.c (the fallback path: shard files read directly).
+ *
+ * Adding a source (e.g. RDMA) is one new file, source_rdma.c, defining `const dsc_source_ops_t
+ * dsc__source_rdma`, plus two lines in the registry, sources.h (its declaration, and its address
+ * test in dsc__source_for_addr). It would implement:
+ *   endpoint_open/close  resolve the peer address, register the loader's buffer pool memory
+ *                        (memory regions) once per peer;
+ *   open                 connect a queue pair, exchange the HELLO (protocol version and view
+ *                        hash) over its control channel;
+ *   submit               post the request's read work requests (or a GET over the control
+ *                        channel naming remote addresses), landing bytes in ent->stored;
+ *   complete             poll the completion queue for one finished request, fill each entry's
+ *                        dsc_chunk_entry_t, return its index in the outstanding array;
+ *   wake                 make a thread blocked in complete() return (destroy);
+ *   close                drain and destroy the queue pair.
+ * The control plane (manifest, cluster view) stays on TCP (conn.c / view.c).
+ *
+ * Threading: an endpoint is shared by the peer's I/O threads; a connection belongs to one I/O
+ * thread. Every function runs without the loader's lock, except wake (under it, from destroy). */
+#ifndef DSC_SOURCE_H
+#define DSC_SOURCE_H
+
+#include "chunks.h"
+#include "log.h"
+#include "manifest.h"
+#include "slots.h"
+
+#include <stdint.h>
+
+/* Consecutive chunks of one shard fetched as one request. */
+#define DSC_SOURCE_MAX_MERGE 16
+
+/* One request: count consecutive chunks of one shard (chunks[0]->shard, from
+ * chunks[0]->shard_chunk). The source fills each entry's stored / stored_cap (from env->pool) and
+ * entry. */
+typedef struct dsc_source_req {
+    uint64_t id;
+    uint32_t count;
+    dsc_chunk_ent_t *chunks[DSC_SOURCE_MAX_MERGE];
+} dsc_source_req_t;
+
+/* What every source may use; owned by the loader, constant while its threads run (manifest is
+ * NULL until it has been fetched, set before any request). */
+typedef struct dsc_source_env {
+    const dsc_logger_t *log;
+    dsc_bufpool_t *pool;
+    const char *dataset;
+    uint32_t timeout_ms;
+    const dsc_manifest_t *manifest;
+} dsc_source_env_t;
+
+typedef struct dsc_source_ops {
+    const char *name;
+    /* Requests one connection may have outstanding (submitted, not completed). */
+    uint32_t max_outstanding;
+    /* 1: the per-peer in-flight bound applies (a remote server shared by many clients); 0: the
+     * source is read one request at a time per thread and needs none. */
+    int peer_bounded;
+    /* Per peer: `addr` (a server address, or the fallback directory). Returns 0 and *out, or
+     * DSC_ENOMEM. */
+    int (*endpoint_open)(const dsc_source_env_t *env, const char *addr, void **out);
+    void (*endpoint_close)(void *endpoint);
+    /* The dataset's manifest from this peer (*out: caller frees with dsc_manifest_free);
+     * *hello_hash: the peer's cluster view (0: none). view_hash is the client's view. Logs its
+     * failures. Returns 0 or DSC_E* (DSC_ENOTFOUND, DSC_EBADMANIFEST, DSC_EBADSCHEMA are
+     * definite answers; connection errors are not). */
+    int (*manifest)(void *endpoint, uint64_t view_hash, dsc_manifest_t **out, uint64_t *hello_hash);
+    /* A connection for one I/O thread; *hello_hash as above. Returns 0 and *out, or a
+     * connection error (DSC_ECONNREFUSED, DSC_ETIMEDOUT, ...). */
+    int (*open)(void *endpoint, uint64_t view_hash, void **out, uint64_t *hello_hash);
+    /* Sends (or records) one request. Returns 0, or an error after which the connection is
+     * unusable. */
+    int (*submit)(void *conn, dsc_source_req_t *req);
+    /* Waits for one of the `count` outstanding requests out[] to finish and receives it. Sets
+     * *index (when the request is known), *wire (stored bytes received) and *conn_bad. Returns
+     * 0; an error for request *index only (*conn_bad 0: DSC_EUNAVAIL and DSC_ECORRUPT mean
+     * another peer may serve it); or, with *conn_bad 1, a connection error (every outstanding
+     * request is lost). */
+    int (*complete)(void *conn, dsc_source_req_t *out, uint32_t count, uint32_t *index,
+                    int *conn_bad, uint64_t *wire);
+    /* Makes a thread blocked in submit or complete on conn return soon with an error. Thread-safe
+     * with respect to them. */
+    void (*wake)(void *conn);
+    /* Closes and frees. NULL is a no-op. */
+    void (*close)(void *conn);
+} dsc_source_ops_t;
+
+#endif

@@ -1,0 +1,234 @@
+/* Data source "tcp": chunks from a dscached server by pipelined GET requests on a blocking TCP
+ * connection (conn.c), received straight into pooled buffers; the manifest by a MANIFEST call. */
+#include "conn.h"
+#include "placement.h"
+#include "source.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct tcp_endpoint {
+    const dsc_source_env_t *env;
+    char addr[DSC_MEMBER_MAX];
+} tcp_endpoint_t;
+
+typedef struct tcp_conn {
+    const tcp_endpoint_t *ep;
+    dsc_conn_t *conn;
+} tcp_conn_t;
+
+static int tcp_endpoint_open(const dsc_source_env_t *env, const char *addr, void **out) {
+    tcp_endpoint_t *ep = calloc(1, sizeof *ep);
+    if (ep == NULL)
+        return DSC_ENOMEM;
+    ep->env = env;
+    snprintf(ep->addr, sizeof ep->addr, "%s", addr);
+    *out = ep;
+    return 0;
+}
+
+static void tcp_endpoint_close(void *endpoint) {
+    free(endpoint);
+}
+
+static int tcp_manifest(void *endpoint, uint64_t view_hash, dsc_manifest_t **out,
+                        uint64_t *hello_hash) {
+    const tcp_endpoint_t *ep = endpoint;
+    const dsc_source_env_t *env = ep->env;
+    *hello_hash = 0;
+    uint8_t req[DSC_MAX_NAME + 8];
+    int req_len = dsc_name_req_encode(env->dataset, req, sizeof req);
+    if (req_len < 0)
+        return req_len;
+    dsc_conn_t *conn = NULL;
+    int r = dsc_conn_open_addr(ep->addr, env->timeout_ms, view_hash, &conn);
+    if (r < 0) {
+        DSC_LOG(env->log, DSC_LOG_WARN, "server %s: %s", ep->addr, dsc_strerror(r));
+        return r;
+    }
+    *hello_hash = dsc_conn_info(conn)->members_hash;
+    uint8_t *body = NULL;
+    size_t len = 0;
+    r = dsc_conn_call(conn, DSC_OP_MANIFEST, req, (size_t)req_len, &body, &len);
+    if (r == 0) {
+        r = dsc_manifest_parse((const char *)body, len, out);
+        if (r < 0)
+            DSC_LOG(env->log, DSC_LOG_ERROR, "server %s: manifest of %s: %s", ep->addr,
+                    env->dataset, dsc_strerror(r));
+    } else {
+        DSC_LOG(env->log, r == DSC_ENOTFOUND ? DSC_LOG_ERROR : DSC_LOG_WARN,
+                "server %s: MANIFEST %s: %s%s%s", ep->addr, env->dataset, dsc_strerror(r),
+                dsc_conn_last_error(conn)[0] ? ": " : "", dsc_conn_last_error(conn));
+    }
+    free(body);
+    dsc_conn_close(conn);
+    return r;
+}
+
+static int tcp_open(void *endpoint, uint64_t view_hash, void **out, uint64_t *hello_hash) {
+    const tcp_endpoint_t *ep = endpoint;
+    tcp_conn_t *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return DSC_ENOMEM;
+    c->ep = ep;
+    int rc = dsc_conn_open_addr(ep->addr, ep->env->timeout_ms, view_hash, &c->conn);
+    if (rc < 0) {
+        free(c);
+        return rc;
+    }
+    *hello_hash = dsc_conn_info(c->conn)->members_hash;
+    *out = c;
+    return 0;
+}
+
+static int tcp_submit(void *conn, dsc_source_req_t *req) {
+    tcp_conn_t *c = conn;
+    const char *dataset = c->ep->env->dataset;
+    dsc_get_req_t get = {
+        .dataset = {dataset, (uint16_t)strlen(dataset)},
+        .shard_id = req->chunks[0]->shard,
+        .first_chunk = req->chunks[0]->shard_chunk,
+        .chunk_count = req->count,
+    };
+    uint8_t body[DSC_MAX_NAME + 32];
+    int len = dsc_get_req_encode(&get, body, sizeof body);
+    return len < 0 ? len : dsc_conn_send(c->conn, DSC_OP_GET, req->id, body, (size_t)len);
+}
+
+/* Reads and discards n body bytes, keeping the first msg_cap - 1 of them (printable) in msg. */
+static int drain(dsc_conn_t *conn, uint64_t n, char *msg, size_t msg_cap) {
+    uint8_t buf[1024];
+    size_t kept = 0;
+    while (n > 0) {
+        size_t take = n < sizeof buf ? (size_t)n : sizeof buf;
+        int rc = dsc_conn_recv_body(conn, buf, take);
+        if (rc < 0)
+            return rc;
+        if (msg != NULL && kept + 1 < msg_cap) {
+            size_t k = take < msg_cap - 1 - kept ? take : msg_cap - 1 - kept;
+            memcpy(msg + kept, buf, k);
+            kept += k;
+        }
+        n -= take;
+    }
+    if (msg != NULL && msg_cap > 0) {
+        msg[kept] = '\0';
+        for (size_t i = 0; i < kept; i++)
+            if (msg[i] < 0x20)
+                msg[i] = ' ';
+    }
+    return 0;
+}
+
+/* Receives the next response (responses may come in any order: a RAM hit overtakes a load)
+ * into its chunks' buffers. */
+static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint32_t *index,
+                        int *conn_bad, uint64_t *wire) {
+    tcp_conn_t *c = conn;
+    const dsc_source_env_t *env = c->ep->env;
+    const char *addr = c->ep->addr;
+    dsc_frame_header_t h;
+    *conn_bad = 1;
+    int rc = dsc_conn_recv_header(c->conn, &h);
+    if (rc < 0)
+        return rc;
+    dsc_source_req_t *req = NULL;
+    for (uint32_t i = 0; i < count; i++)
+        if (out[i].id == h.request_id) {
+            req = &out[i];
+            *index = i;
+        }
+    if (req == NULL || h.opcode != DSC_OP_GET || !(h.flags & DSC_FLAG_RESPONSE)) {
+        DSC_LOG(env->log, DSC_LOG_ERROR,
+                "server %s: response to no outstanding request "
+                "(id %llu, opcode %u)",
+                addr, (unsigned long long)h.request_id, h.opcode);
+        return DSC_EPROTO;
+    }
+    if (h.status != DSC_STATUS_OK) {
+        char msg[256];
+        rc = drain(c->conn, h.body_len, msg, sizeof msg);
+        if (rc < 0)
+            return rc;
+        *conn_bad = 0;
+        rc = dsc_status_to_err(h.status);
+        /* Unavailable or corrupt there: the chunks fail over (an error if nothing is left). */
+        DSC_LOG(env->log, rc == DSC_EUNAVAIL || rc == DSC_ECORRUPT ? DSC_LOG_WARN : DSC_LOG_ERROR,
+                "server %s: GET %s shard %u chunk %u (of %u): %s: %s", addr, env->dataset,
+                req->chunks[0]->shard, req->chunks[0]->shard_chunk, req->count,
+                dsc_status_name(h.status), msg);
+        return rc;
+    }
+    uint8_t prefix[DSC_GET_RESP_PREFIX(DSC_SOURCE_MAX_MERGE)];
+    if (h.body_len < 8)
+        return DSC_EPROTO;
+    rc = dsc_conn_recv_body(c->conn, prefix, 8);
+    if (rc < 0)
+        return rc;
+    int psize = dsc_get_resp_prefix_size(prefix, 8);
+    if (psize < 0 || (uint32_t)psize != DSC_GET_RESP_PREFIX(req->count) ||
+        (uint32_t)psize > h.body_len)
+        return DSC_EPROTO;
+    rc = dsc_conn_recv_body(c->conn, prefix + 8, (size_t)psize - 8);
+    if (rc < 0)
+        return rc;
+    dsc_get_resp_t resp;
+    rc = dsc_get_resp_prefix_decode(prefix, (size_t)psize, h.body_len, &resp);
+    if (rc < 0)
+        return DSC_EPROTO;
+    dsc_get_resp_iter_t it;
+    dsc_get_resp_iter_init(&it, &resp);
+    for (uint32_t i = 0; i < req->count; i++) {
+        dsc_chunk_ent_t *ent = req->chunks[i];
+        dsc_chunk_entry_t e;
+        const uint8_t *unused;
+        if (dsc_get_resp_iter_next(&it, &e, &unused) != 1)
+            return DSC_EPROTO;
+        if (e.sample_count != ent->samples || e.raw_len != ent->raw_len) {
+            DSC_LOG(env->log, DSC_LOG_ERROR,
+                    "server %s: shard %u chunk %u holds %u samples "
+                    "(%u bytes), the manifest says %u",
+                    addr, ent->shard, ent->shard_chunk + i, e.sample_count, e.raw_len,
+                    ent->samples);
+            return DSC_EPROTO;
+        }
+        ent->stored = dsc__bufpool_get(env->pool, e.stored_len, &ent->stored_cap);
+        if (ent->stored == NULL)
+            return DSC_ENOMEM;
+        rc = dsc_conn_recv_body(c->conn, ent->stored, e.stored_len);
+        if (rc < 0)
+            return rc;
+        ent->entry = e;
+        *wire += e.stored_len;
+    }
+    *conn_bad = 0;
+    return 0;
+}
+
+static void tcp_wake(void *conn) {
+    tcp_conn_t *c = conn;
+    dsc_conn_shutdown(c->conn);
+}
+
+static void tcp_close(void *conn) {
+    tcp_conn_t *c = conn;
+    if (c == NULL)
+        return;
+    dsc_conn_close(c->conn);
+    free(c);
+}
+
+const dsc_source_ops_t dsc__source_tcp = {
+    .name = "tcp",
+    .max_outstanding = 64,
+    .peer_bounded = 1,
+    .endpoint_open = tcp_endpoint_open,
+    .endpoint_close = tcp_endpoint_close,
+    .manifest = tcp_manifest,
+    .open = tcp_open,
+    .submit = tcp_submit,
+    .complete = tcp_complete,
+    .wake = tcp_wake,
+    .close = tcp_close,
+};
