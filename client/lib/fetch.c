@@ -237,6 +237,16 @@ static void io_loop(dsc_io_t *io) {
                 break;
             continue; /* re-check the queue: the hello may have taken a while */
         }
+        /* A connection left idle (a trainer evaluating, say) may have been closed by the
+         * server's idle time-out: reopened at once, the peer not counted as failed. */
+        if (io->out_count == 0 && peer->queue.head != NULL && src->idle_closed &&
+            src->idle_closed(io->conn)) {
+            DSC_LOG(&loader->cfg.log, DSC_LOG_DEBUG,
+                    "server %s closed the idle connection: reconnecting", peer->addr);
+            src->close(io->conn);
+            io->conn = NULL;
+            continue;
+        }
         /* Submit what the budgets allow. */
         int rc = 0;
         while (rc == 0 && io->out_count < max_out && !loader->stop) {

@@ -82,6 +82,11 @@ typedef struct dsc_source_ops {
      * request is lost). */
     int (*complete)(void *conn, dsc_source_req_t *out, uint32_t count, uint32_t *index,
                     int *conn_bad, uint64_t *wire);
+    /* Called before the first request after a pause (nothing outstanding): 1 when the peer has
+     * closed the connection meanwhile (a server's idle time-out; it never sends unprompted), so
+     * the caller reopens it quietly instead of failing the peer; else 0. Never blocks. NULL: the
+     * source's connections do not expire. */
+    int (*idle_closed)(void *conn);
     /* Makes a thread blocked in submit or complete on conn return soon with an error. Thread-safe
      * with respect to them. */
     void (*wake)(void *conn);

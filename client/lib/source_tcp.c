@@ -4,6 +4,7 @@
 #include "placement.h"
 #include "source.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,6 +207,13 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
     return 0;
 }
 
+static int tcp_idle_closed(void *conn) {
+    tcp_conn_t *c = conn;
+    struct pollfd pfd = {.fd = dsc_conn_fd(c->conn), .events = POLLIN | POLLRDHUP};
+    /* Nothing is outstanding: any readable byte, EOF or error means the server gave up on it. */
+    return pfd.fd >= 0 && poll(&pfd, 1, 0) == 1 && pfd.revents != 0;
+}
+
 static void tcp_wake(void *conn) {
     tcp_conn_t *c = conn;
     dsc_conn_shutdown(c->conn);
@@ -229,6 +237,7 @@ const dsc_source_ops_t dsc__source_tcp = {
     .open = tcp_open,
     .submit = tcp_submit,
     .complete = tcp_complete,
+    .idle_closed = tcp_idle_closed,
     .wake = tcp_wake,
     .close = tcp_close,
 };
