@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Finding: dscache get/stat must not trust the server. Through a proxy that damages a real
+# Finding: dscache get/stat/list must not trust the server. Through a proxy that damages a real
 # server's answers, get refuses a GET answer with the wrong opcode, the wrong request id, another
 # chunk's data or another shard's chunk (and leaves no output file); against a server that stops
-# answering after HELLO, get and stat give up after --timeout.
+# answering after HELLO, get, stat and list give up after --timeout.
 source "$(dirname "$0")/server_lib.sh"
 source "$(dirname "$0")/hostile_lib.sh"
 
@@ -58,12 +58,14 @@ damaged chunk 'chunk|sample|malformed' --shard 0 --chunks 0:2
 damaged "shard:$last" 'chunk|sample|malformed' --shard 0 --chunks 0:1
 damaged silent 'timed out' --shard 0 --timeout 2
 
-# stat against the silent server gives up after --timeout as well.
+# stat and list against the silent server give up after --timeout as well.
 proxy silent
-t0=$SECONDS
-out=$(timeout 60 "$CLI" stat --server "$PROXY" --timeout 2 2>&1) && rc=0 || rc=$?
-[ "$rc" != 0 ] && [ "$rc" != 124 ] && [ $((SECONDS - t0)) -le 8 ] && grep -q 'timed out' <<<"$out" \
-    && pass "stat gives up after --timeout: $out" || fail "stat vs a silent server: exit $rc: $out"
+for cmd in stat list; do
+    t0=$SECONDS
+    out=$(timeout 60 "$CLI" "$cmd" --server "$PROXY" --timeout 2 2>&1) && rc=0 || rc=$?
+    [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ $((SECONDS - t0)) -le 8 ] && grep -q 'timed out' <<<"$out" \
+        && pass "$cmd gives up after --timeout: $out" || fail "$cmd vs a silent server: exit $rc: $out"
+done
 unproxy
 stop_within a 40
 finish
