@@ -135,10 +135,15 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id,
     pg->chunk_count = req->chunk_count;
     pg->waiter.first_chunk = req->first_chunk; /* a read-through reads only these chunks */
     pg->waiter.chunk_count = req->chunk_count;
-    /* The answer cannot pin more than the shard file (nor exceed a frame): counted as held
-     * while the load runs, so a client that pipelines misses and never reads stops being read
-     * before its read-through buffers pile up. */
-    pg->reserve = meta->bytes < DSC_FRAME_MAX_BODY ? meta->bytes : DSC_FRAME_MAX_BODY;
+    /* What the answer can pin at most, counted as held while the load runs, so a client that
+     * pipelines misses and never reads stops being read before read-through buffers pile up:
+     * the requested chunks at their largest stored size (raw, or lz4's worst case), plus the
+     * index and a page either side, never more than the shard file. */
+    uint64_t chunk_raw =
+        (uint64_t)meta->chunk_samples * dsc_dataset_manifest(ref->ds)->schema.sample_bytes;
+    uint64_t bound = (uint64_t)req->chunk_count * (chunk_raw + chunk_raw / 255 + 16) +
+                     (uint64_t)meta->chunks * DSC_CHUNK_ENTRY_SIZE + 2 * 4096;
+    pg->reserve = bound < meta->bytes ? bound : meta->bytes;
     int rc = dsc_catalog_acquire(srv->cat, ref->slot, &pg->waiter, hold);
     if (rc == 0) {
         reply->ops->wait_begin(reply, pg->reserve);
