@@ -255,8 +255,13 @@ static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
         c->in_cap = c->in ? IN_BUF_INITIAL : 0;
         held_update(c);
     }
+    if (c->in == NULL) { /* out of memory: libuv reports UV_ENOBUFS, the connection closes */
+        buf->base = NULL;
+        buf->len = 0;
+        return;
+    }
     buf->base = (char *)c->in + c->in_len;
-    buf->len = c->in_cap - c->in_len; /* 0 when out of memory: libuv reports UV_ENOBUFS */
+    buf->len = c->in_cap - c->in_len;
 }
 
 /* Room for a frame of `need` bytes (header + body, at most IN_BUF_MAX). Returns 0 or -1. */
@@ -575,7 +580,7 @@ static const dsc_reply_ops_t tcp_reply_ops = {
 static void conn_process(conn_t *c) {
     size_t pos = 0;
     c->batching = 1;
-    while (!c->closing && !c->close_when_idle && !conn_over_limit(c)) {
+    while (c->in != NULL && !c->closing && !c->close_when_idle && !conn_over_limit(c)) {
         dsc_frame_header_t h;
         int rc = dsc_frame_header_decode(c->in + pos, c->in_len - pos, MAX_REQUEST_BODY, &h);
         if (rc == 0)
@@ -852,7 +857,7 @@ void dsc__tcp_drain(dsc_srv_loop_t *lc) {
             uv_read_stop((uv_stream_t *)&c->tcp);
             c->reading = 0;
         }
-        if (!c->close_when_idle && c->reply.hello) {
+        if (!c->close_when_idle && c->reply.hello && c->in != NULL) {
             size_t pos = 0;
             dsc_frame_header_t h;
             c->batching = 1;

@@ -351,7 +351,8 @@ static int probe(const char *addr, const uint8_t *req, size_t len, dsc_frame_hea
 static void check_trailing(const char *addr, uint8_t *req, uint8_t opcode, const uint8_t *body,
                            int n) {
     uint8_t b[160];
-    memcpy(b, body, (size_t)n);
+    if (n > 0)
+        memcpy(b, body, (size_t)n);
     b[n] = 0;
     dsc_frame_header_t h;
     int st = probe(addr, req, frame(req, opcode, 0, 9, b, (uint32_t)n + 1), &h);

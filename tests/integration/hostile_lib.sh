@@ -37,8 +37,8 @@ hmetric() {
     curl -sf --max-time 3 "http://$1/metrics" \
         | awk -v k="$2" '$1 == k { print $2; found = 1 } END { if (!found) print "missing" }'
 }
-conns_at_least() { local v; v=$(hmetric "$1" dscache_connections); [ "$v" != missing ] && [ "$v" -ge "$2" ]; }
-conns_equal() { [ "$(hmetric "$1" dscache_connections)" = "$2" ]; }
+conns_at_least() { local v; v=$(hmetric "$1" dscache_open_connections); [ "$v" != missing ] && [ "$v" -ge "$2" ]; }
+conns_equal() { [ "$(hmetric "$1" dscache_open_connections)" = "$2" ]; }
 
 # stop_within NAME SECONDS: SIGTERM, then a failure (and SIGKILL) unless the server exits 0 within
 # SECONDS.

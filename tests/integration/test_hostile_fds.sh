@@ -40,7 +40,7 @@ echo "CPU after the flood: $used ticks in 2 s ($hz ticks/s)"
 [ "$used" -le $((hz / 2)) ] && pass "idle after the flood ($used ticks in 2 s)" \
     || fail "the server spins after the flood: $used ticks in 2 s"
 until_ok 10 conns_equal "$HTTP_a" 0 && pass "every connection closed" \
-    || fail "connections left: $(hmetric "$HTTP_a" dscache_connections)"
+    || fail "connections left: $(hmetric "$HTTP_a" dscache_open_connections)"
 fds_now=$(ls "/proc/$PID_a/fd" | wc -l)
 [ "$fds_now" -le $((fds_at_start + 2)) ] && pass "descriptors released ($fds_now, $fds_at_start at start)" \
     || fail "descriptors held: $fds_now ($fds_at_start at start)"

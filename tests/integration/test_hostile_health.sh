@@ -43,7 +43,7 @@ wait_line "$work/data.out" '^opened' 60 || fail "data connections were not opene
 grep -q '^opened 2000$' "$work/data.out" && pass "2000 data connections open" \
     || fail "data connections: $(cat "$work/data.out")"
 until_ok 10 conns_at_least "$HTTP_a" 2000 \
-    || fail "the server counts $(hmetric "$HTTP_a" dscache_connections) connections"
+    || fail "the server counts $(hmetric "$HTTP_a" dscache_open_connections) connections"
 check_healthz "2000 data connections"
 
 # 500 idle HTTP connections on top (nothing sent on them).
@@ -70,6 +70,6 @@ kill "$hold_data" 2>/dev/null || true; wait "$hold_data" 2>/dev/null || true
 
 until_ok 20 conns_equal "$HTTP_a" 0 \
     && pass "every data connection closed" \
-    || fail "connections left: $(hmetric "$HTTP_a" dscache_connections)"
+    || fail "connections left: $(hmetric "$HTTP_a" dscache_open_connections)"
 stop_within a 40
 finish

@@ -24,7 +24,7 @@ hold_expect 50 6 dribble 50 "frames dribbled a byte a second closed by the heade
 hold_expect 20 6 hello 20 "idle connections closed by the idle time-out"
 hold_expect 20 1.5 hello 0 "connections idle 1.5 s stay open"
 until_ok 10 conns_equal "$HTTP_a" 0 && pass "every connection closed" \
-    || fail "connections left: $(hmetric "$HTTP_a" dscache_connections)"
+    || fail "connections left: $(hmetric "$HTTP_a" dscache_open_connections)"
 
 # One peer (127.0.0.2 only): 16 connections are served, the 24 beyond are closed at once.
 HOSTILE_SOURCES=1 hold_expect 40 1 hello 24 "one peer's connections beyond 16 refused"
