@@ -156,6 +156,14 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
             "Times a connection stopped being read because its answers queued up.",
             sc->paused_reads);
     gauge(&t, "dscache_open_connections", "Open client connections.", sc->connections);
+    counter(&t, "dscache_connection_timeouts_total",
+            "Connections closed by the header or idle time-out.", sc->timeouts);
+    counter(&t, "dscache_peer_refusals_total",
+            "Connections closed at once because their peer was at --max-conns-per-peer.",
+            sc->peer_refusals);
+    gauge(&t, "dscache_held_bytes",
+          "Bytes held for all connections (queued answers, waiting GETs, receive buffers).",
+          sc->held_bytes);
     gauge(&t, "dscache_store_bytes", "Bytes allocated in the store.", si.used);
     gauge(&t, "dscache_store_capacity_bytes", "Store capacity.", si.capacity);
     gauge(&t, "dscache_cached_shards", "Shards resident in the store.", tot.cached_shards);

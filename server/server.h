@@ -52,6 +52,9 @@ typedef struct dsc_server_counters {
     uint64_t bytes_out;       /* frame bytes written, all opcodes */
     uint64_t protocol_errors; /* connections closed for a bad frame */
     uint64_t paused_reads;    /* times a connection was paused by back-pressure */
+    uint64_t timeouts;        /* connections closed by the header or idle time-out */
+    uint64_t peer_refusals;   /* connections closed at once: their peer was at its limit */
+    uint64_t held_bytes;      /* bytes held for all connections now (--max-out-total) */
 } dsc_server_counters_t;
 void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out);
 

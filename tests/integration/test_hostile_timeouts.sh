@@ -34,6 +34,12 @@ pids+=("$!")
 wait_line "$work/peer.out" '^opened' 10 || true
 out=$(timeout 10 "$TOOL" get "$ADDR_a" tods 0 0 1 2>&1) && grep -q '^OK' <<<"$out" \
     && pass "another peer is served while one is at its limit" || fail "other peer: $out"
+v=$(hmetric "$HTTP_a" dscache_connection_timeouts_total)
+[ "$v" != missing ] && [ "$v" -ge 270 ] && pass "dscache_connection_timeouts_total $v" \
+    || fail "dscache_connection_timeouts_total $v (want >= 270)"
+v=$(hmetric "$HTTP_a" dscache_peer_refusals_total)
+[ "$v" != missing ] && [ "$v" -ge 24 ] && pass "dscache_peer_refusals_total $v" \
+    || fail "dscache_peer_refusals_total $v (want >= 24)"
 grep -qiE 'per.peer|connections from' "$work/server-a.log" \
     && pass "the refusal is logged" || fail "no log line about the per-peer limit"
 stop_within a 40
