@@ -152,6 +152,10 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     counter(&t, "dscache_connections_total", "Connections accepted.", sc->connections_total);
     counter(&t, "dscache_protocol_errors_total", "Connections closed for a bad frame.",
             sc->protocol_errors);
+    counter(&t, "dscache_auth_failures_total",
+            "Requests refused UNAUTHORIZED: failed or missing authentication, or an admin "
+            "operation the role lacks.",
+            sc->auth_failures);
     counter(&t, "dscache_backpressure_pauses_total",
             "Times a connection stopped being read because its answers queued up.",
             sc->paused_reads);
@@ -188,6 +192,17 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     gauge(&t, "dscache_owned_resident_shards", "Owned shards resident in the store.",
           cc.owned_resident);
     dataset_metrics(&t, src->cat);
+
+    add(&t, "# HELP dscache_get_latency_seconds GET answered OK: from the decoded request to the "
+            "answer handed to the transport (a miss includes its load).\n"
+            "# TYPE dscache_get_latency_seconds histogram\n");
+    for (int i = 0; i < DSC_GET_LATENCY_BUCKETS; i++)
+        add(&t, "dscache_get_latency_seconds_bucket{le=\"%g\"} %llu\n", dsc_get_latency_bounds[i],
+            (unsigned long long)sc->get_latency_buckets[i]);
+    add(&t, "dscache_get_latency_seconds_bucket{le=\"+Inf\"} %llu\n",
+        (unsigned long long)sc->get_latency_count);
+    add(&t, "dscache_get_latency_seconds_sum %.9f\n", sc->get_latency_sum_seconds);
+    add(&t, "dscache_get_latency_seconds_count %llu\n", (unsigned long long)sc->get_latency_count);
 
     dsc_load_histogram_t h;
     dsc_catalog_load_histogram(src->cat, &h);

@@ -1,8 +1,10 @@
 /* dscached: the cache server. Options (command line over an optional JSON config file), start-up
  * (store, datasets, listeners, HTTP, cluster membership, warm-up), signals (SIGTERM/SIGINT drain
- * and exit 0, SIGHUP rescans the dataset directories and re-reads the member list). */
+ * and exit 0, SIGHUP rescans the dataset directories and re-reads the member list and the
+ * credential file). */
 #include "catalog.h"
 #include "cluster.h"
+#include "credstore.h"
 #include "http.h"
 #include "server.h"
 #include "srvlog.h"
@@ -46,7 +48,9 @@ typedef struct options {
     const char *advertise;
     uint32_t replicas;
     uint32_t members_refresh;
-    uint32_t ready_timeout; /* seconds; 0: no time-out */
+    uint32_t ready_timeout;    /* seconds; 0: no time-out */
+    const char *auth_file;     /* --auth-file: credentials (docs/security.md) */
+    int allow_anonymous_admin; /* without --auth-file: serve WARM/EVICT anyway */
 } options_t;
 
 static void usage(FILE *f) {
@@ -104,6 +108,13 @@ static void usage(FILE *f) {
         "shard it owns is resident (or the store is full); then 200, and it stays 200\n"
         "(later changes warm in the background). Without --warm: 200 at once.\n"
         "\n"
+        "Security (docs/security.md):\n"
+        "  --auth-file FILE      credentials, one per line: NAME read|admin SECRET [DATASET..];\n"
+        "                        clients must authenticate (HELLO + AUTH, HMAC-SHA-256);\n"
+        "                        re-read on SIGHUP (a bad file keeps the current set)\n"
+        "  --allow-anonymous-admin  without --auth-file, serve WARM/EVICT to anyone\n"
+        "                        (default: refused with UNAUTHORIZED)\n"
+        "\n"
         "  --config FILE         JSON object with the same keys (\"data\": [..], \"listen\",\n"
         "                        \"http\", \"memory\", \"threads\", \"io_threads\", \"warm\",\n"
         "                        \"policy\", \"max_out\", \"max_out_total\",\n"
@@ -111,13 +122,15 @@ static void usage(FILE *f) {
         "                        \"http_max_conns\", \"http_timeout\", \"log_level\", "
         "\"drain_seconds\",\n"
         "                        \"members\", \"members_file\", \"members_refresh\",\n"
-        "                        \"replicas\", \"advertise\"); command-line options override it\n"
+        "                        \"replicas\", \"advertise\", \"auth_file\",\n"
+        "                        \"allow_anonymous_admin\"); command-line options override it\n"
         "  --version             print the version and exit\n"
         "  --help                this text\n"
         "\n"
         "Options take their value as the next argument or after '=' (--replicas=3).\n"
         "Signals: SIGTERM/SIGINT stop accepting, finish in-flight answers and exit 0;\n"
-        "SIGHUP rereads every dataset directory's manifest and the member list.\n");
+        "SIGHUP rereads every dataset directory's manifest, the member list and the "
+        "--auth-file.\n");
 }
 
 static int bad(const char *what, const char *value) {
@@ -225,6 +238,10 @@ static int apply(options_t *o, const char *key, const char *value) {
         if (value[0] == '\0')
             return bad("--members-file", value);
         o->members_file = value;
+    } else if (strcmp(key, "auth_file") == 0) {
+        o->auth_file = value;
+    } else if (strcmp(key, "allow_anonymous_admin") == 0) {
+        o->allow_anonymous_admin = strcmp(value, "1") == 0 || strcmp(value, "true") == 0;
     } else if (strcmp(key, "advertise") == 0) {
         o->advertise = value;
     } else if (strcmp(key, "replicas") == 0) {
@@ -331,6 +348,10 @@ static int parse_args(int argc, char **argv, options_t *o) {
             o->warm = 1;
             continue;
         }
+        if (strcmp(arg, "--allow-anonymous-admin") == 0) {
+            o->allow_anonymous_admin = 1;
+            continue;
+        }
         /* --key=value (the form Kubernetes manifests use) or --key value. */
         const char *eq = strchr(arg, '=');
         const char *value;
@@ -385,6 +406,7 @@ typedef struct control {
     dsc_catalog_t *cat;
     dsc_server_t *server;
     dsc_cluster_t *cluster;
+    dsc_credstore_t *credentials;
     atomic_int warm_done; /* the start-up warm-up finished (or there was none) */
     atomic_int stopping_flag;
     int stopping;
@@ -481,6 +503,14 @@ static void on_hup(uv_signal_t *handle, int signum) {
     LOG_INFO("SIGHUP: rescanning the dataset directories");
     dsc_catalog_rescan(ctl->cat);
     dsc_cluster_reload(ctl->cluster);
+    if (ctl->credentials != NULL) {
+        char err[512];
+        int n = dsc_credstore_reload(ctl->credentials, err, sizeof err);
+        if (n < 0)
+            LOG_ERROR("SIGHUP: credentials not reloaded, keeping the current set: %s", err);
+        else
+            LOG_INFO("SIGHUP: %d credentials loaded", n);
+    }
 }
 
 static void warm_work(uv_work_t *req) {
@@ -567,6 +597,7 @@ int main(int argc, char **argv) {
     dsc_server_t *server = NULL;
     dsc_http_t *http = NULL;
     dsc_cluster_t *cluster = NULL;
+    dsc_credstore_t *credentials = NULL;
     control_t ctl;
     memset(&ctl, 0, sizeof ctl);
     int loop_ready = 0;
@@ -617,6 +648,25 @@ int main(int argc, char **argv) {
             goto done;
         }
     }
+    if (o.auth_file != NULL) {
+        char err[512];
+        if ((rc = dsc_credstore_create(o.auth_file, &credentials, err, sizeof err)) < 0) {
+            LOG_ERROR("--auth-file: %s", err);
+            goto done;
+        }
+        if (o.allow_anonymous_admin)
+            LOG_WARN("--allow-anonymous-admin has no effect with --auth-file");
+        dsc_credset_t *set = dsc_credstore_acquire(credentials);
+        LOG_INFO("authentication required: %u credentials from %s", dsc_credset_count(set),
+                 o.auth_file);
+        dsc_credset_release(set);
+    } else if (o.allow_anonymous_admin) {
+        LOG_WARN("no --auth-file: serving every client anonymously, WARM/EVICT included "
+                 "(--allow-anonymous-admin)");
+    } else {
+        LOG_WARN("no --auth-file: serving every client anonymously; WARM/EVICT refused "
+                 "(docs/security.md)");
+    }
     dsc_server_options_t sopt = {.host = listen_host,
                                  .port = listen_port,
                                  .threads = o.threads,
@@ -626,7 +676,9 @@ int main(int argc, char **argv) {
                                  .idle_timeout_s = o.idle_timeout,
                                  .max_conns_per_peer = o.max_conns_per_peer,
                                  .drain_seconds = o.drain_seconds,
-                                 .name = "dscached"};
+                                 .name = "dscached",
+                                 .credentials = credentials,
+                                 .allow_anonymous_admin = o.allow_anonymous_admin};
     if ((rc = dsc_server_start(cat, &sopt, &server)) < 0) {
         if (rc == DSC_EADDRINUSE)
             LOG_ERROR("cannot listen on %s: the port is already in use (another dscached or "
@@ -644,6 +696,7 @@ int main(int argc, char **argv) {
     ctl.cat = cat;
     ctl.server = server;
     ctl.cluster = cluster;
+    ctl.credentials = credentials;
     atomic_init(&ctl.warm_done, 0);
     atomic_init(&ctl.stopping_flag, 0);
     ctl.want_warm = o.warm;
@@ -711,6 +764,7 @@ done:
         uv_loop_close(&ctl.loop);
     dsc_catalog_destroy(cat);
     dsc_store_destroy(store);
+    dsc_credstore_destroy(credentials); /* after the server: connections hold its sets */
     cJSON_Delete(config_json);
     if (exit_code == 0)
         LOG_INFO("stopped");

@@ -4,6 +4,7 @@
  * finished loads, accepted sockets dealt to the loops in turn, and the stop request. */
 #include "server_int.h"
 #include "srvlog.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -169,9 +170,17 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
         return DSC_ENOMEM;
     srv->cat = cat;
     srv->opt = *options;
+    srv->authz.store = options->credentials;
+    srv->authz.allow_anonymous_admin = options->allow_anonymous_admin;
+    srv->authz.failures = dsc_authfail_create();
+    if (srv->authz.failures == NULL) {
+        free(srv);
+        return DSC_ENOMEM;
+    }
     snprintf(srv->name, sizeof srv->name, "%s", options->name ? options->name : "dscached");
     srv->loops = calloc(options->threads, sizeof *srv->loops);
     if (srv->loops == NULL) {
+        dsc_authfail_destroy(srv->authz.failures);
         free(srv);
         return DSC_ENOMEM;
     }
@@ -276,7 +285,21 @@ void dsc_server_destroy(dsc_server_t *srv) {
     pthread_mutex_destroy(&srv->peer_lock);
     free(srv->peers);
     free(srv->loops);
+    dsc_authfail_destroy(srv->authz.failures);
     free(srv);
+}
+
+const double dsc_get_latency_bounds[DSC_GET_LATENCY_BUCKETS] = {
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0, 5.0};
+
+void dsc__server_count_get_latency(dsc_server_t *srv, uint64_t start_ns) {
+    uint64_t ns = dsc_now_ns() - start_ns;
+    double seconds = (double)ns / 1e9;
+    int b = 0;
+    while (b < DSC_GET_LATENCY_BUCKETS && seconds > dsc_get_latency_bounds[b])
+        b++;
+    atomic_fetch_add_explicit(&srv->get_latency[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&srv->get_latency_sum_ns, ns, memory_order_relaxed);
 }
 
 void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out) {
@@ -292,7 +315,17 @@ void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out) {
     out->timeouts = atomic_load(&s->timeouts);
     out->peer_refusals = atomic_load(&s->peer_refusals);
     out->held_bytes = atomic_load(&s->held_total);
+    out->auth_failures = dsc_authfail_total(s->authz.failures);
     for (int o = 0; o < DSC_SERVER_OPS; o++)
         for (int st = 0; st < DSC_SERVER_STATUSES; st++)
             out->requests[o][st] = atomic_load_explicit(&s->requests[o][st], memory_order_relaxed);
+    uint64_t cumulative = 0;
+    for (int b = 0; b <= DSC_GET_LATENCY_BUCKETS; b++) {
+        cumulative += atomic_load_explicit(&s->get_latency[b], memory_order_relaxed);
+        if (b < DSC_GET_LATENCY_BUCKETS)
+            out->get_latency_buckets[b] = cumulative;
+    }
+    out->get_latency_count = cumulative;
+    out->get_latency_sum_seconds =
+        (double)atomic_load_explicit(&s->get_latency_sum_ns, memory_order_relaxed) / 1e9;
 }

@@ -6,23 +6,27 @@
 
 #include "catalog.h"
 #include "cluster.h"
+#include "credstore.h"
 
 #include <stdint.h>
 
 typedef struct dsc_server dsc_server_t;
 
 typedef struct dsc_server_options {
-    const char *host;            /* listen address (numeric or name) */
-    uint16_t port;               /* 0: pick a free port */
-    uint32_t threads;            /* event loops (>= 1) */
-    uint64_t max_out;            /* per-connection queued response bytes before reads pause */
-    uint32_t drain_seconds;      /* stop: longest wait for in-flight responses (0: 30) */
-    uint64_t max_out_total;      /* bytes held for all connections before reads pause (0: 1 GiB) */
-    uint32_t header_timeout_s;   /* a frame must arrive whole this long after its first byte
-                                    (0: 10; UINT32_MAX: never) */
-    uint32_t idle_timeout_s;     /* close a connection silent this long (0: never) */
-    uint32_t max_conns_per_peer; /* open connections per peer address (0: no limit) */
-    const char *name;            /* server name sent in HELLO */
+    const char *host;             /* listen address (numeric or name) */
+    uint16_t port;                /* 0: pick a free port */
+    uint32_t threads;             /* event loops (>= 1) */
+    uint64_t max_out;             /* per-connection queued response bytes before reads pause */
+    uint32_t drain_seconds;       /* stop: longest wait for in-flight responses (0: 30) */
+    uint64_t max_out_total;       /* bytes held for all connections before reads pause (0: 1 GiB) */
+    uint32_t header_timeout_s;    /* a frame must arrive whole this long after its first byte
+                                     (0: 10; UINT32_MAX: never) */
+    uint32_t idle_timeout_s;      /* close a connection silent this long (0: never) */
+    uint32_t max_conns_per_peer;  /* open connections per peer address (0: no limit) */
+    const char *name;             /* server name sent in HELLO */
+    dsc_credstore_t *credentials; /* --auth-file (not owned, outlives the server); NULL: serve
+                                     anonymously (docs/security.md) */
+    int allow_anonymous_admin;    /* without credentials: serve WARM/EVICT anonymously */
 } dsc_server_options_t;
 
 /* Binds the sockets and starts the loop threads. Returns 0 and *out, DSC_EADDRINUSE,
@@ -45,6 +49,9 @@ void dsc_server_destroy(dsc_server_t *srv);
  * status a dsc_status_t. */
 #define DSC_SERVER_OPS 34
 #define DSC_SERVER_STATUSES 11
+#define DSC_GET_LATENCY_BUCKETS 12
+/* Upper bounds (seconds) of the GET latency histogram's buckets. */
+extern const double dsc_get_latency_bounds[DSC_GET_LATENCY_BUCKETS];
 typedef struct dsc_server_counters {
     uint64_t connections;       /* open now */
     uint64_t connections_total; /* accepted since start */
@@ -55,6 +62,12 @@ typedef struct dsc_server_counters {
     uint64_t timeouts;        /* connections closed by the header or idle time-out */
     uint64_t peer_refusals;   /* connections closed at once: their peer was at its limit */
     uint64_t held_bytes;      /* bytes held for all connections now (--max-out-total) */
+    uint64_t auth_failures;   /* UNAUTHORIZED answers: failed or missing authentication, role */
+    /* GET latency: from the decoded request to the answer handed to the transport (a miss
+     * includes its load). Cumulative counts (<= dsc_get_latency_bounds[i]), count, sum. */
+    uint64_t get_latency_buckets[DSC_GET_LATENCY_BUCKETS];
+    uint64_t get_latency_count;
+    double get_latency_sum_seconds;
 } dsc_server_counters_t;
 void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out);
 

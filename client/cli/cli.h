@@ -66,6 +66,9 @@ int dsc_cli_timeout_ms(const char *cmd, const dsc_cli_target_t *target, uint32_t
  * DSC_CLI_TARGET_OPTIONS. Returns 1 when it was (the caller goes on to the next option), else 0. */
 int dsc_cli_target_option(dsc_cli_target_t *target, int opt, const char *arg);
 
+/* The --auth-file given on the command line (any position), or NULL: then the credential comes
+ * from $DSCACHE_TOKEN_FILE or the Kubernetes default path (client/lib/credential.h). */
+const char *dsc_cli_auth_file(void);
 /* Opens a connection (with HELLO) to server with a timeout of timeout_ms for every wait. Returns
  * DSC_CLI_OK and *conn (the caller closes it with dsc_conn_close), or DSC_CLI_FAIL after
  * printing "dscache CMD: SERVER: <error>" (*conn is then NULL). */

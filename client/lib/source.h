@@ -25,6 +25,7 @@
 #define DSC_SOURCE_H
 
 #include "chunks.h"
+#include "credential.h"
 #include "log.h"
 #include "manifest.h"
 #include "slots.h"
@@ -51,6 +52,7 @@ typedef struct dsc_source_env {
     const char *dataset;
     uint32_t timeout_ms;
     const dsc_manifest_t *manifest;
+    const dsc_credential_t *cred; /* what server connections authenticate with (NULL: none) */
 } dsc_source_env_t;
 
 typedef struct dsc_source_ops {

@@ -100,6 +100,9 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
     metric(&t, "assists_total", "counter",
            "Chunk decodes and step collations done by next() while it waited.", ds,
            (double)s.assists);
+    metric(&t, "epoch_wire_bytes", "gauge",
+           "Bytes fetched for the steps of the last completed epoch.", ds,
+           (double)s.epoch_wire_bytes);
     if (t.len > (size_t)INT32_MAX)
         return DSC_EOVERFLOW;
     return (int)t.len;

@@ -30,14 +30,14 @@ done
 for tool in mmdebstrap umoci; do
     command -v "$tool" >/dev/null || { echo "build-image: $tool is not installed (apt-get install $tool)" >&2; exit 3; }
 done
-version=$(grep -oE 'DSC_VERSION_STRING "[^"]+"' "$root/client/include/dscache.h" | cut -d'"' -f2)
+version=$(grep -oE 'DSC_VERSION_STRING "[^"]+"' "$root/proto/dscache_base.h" | cut -d'"' -f2)
 [ -n "$tag" ] || tag=$version$([ $trainer = 1 ] && echo -trainer || true)
 
 # The runtime libraries of what this build links (ldd), and nothing else: dscached links no
 # RDMA library (the transport is not built into it), so rdma-core stays out.
-pkgs="libuv1,liblz4-1,libxxhash0,libcjson1,libmicrohttpd12"
+pkgs="libuv1,liblz4-1,libxxhash0,libcjson1,libsodium23,libmicrohttpd12"
 if [ $trainer = 1 ]; then
-    pkgs="liblz4-1,libxxhash0,libcjson1,python3-minimal,python3-numpy"
+    pkgs="liblz4-1,libxxhash0,libcjson1,libsodium23,python3-minimal,python3-numpy"
     [ $torch = 0 ] || pkgs="$pkgs,python3-torch"
 fi
 work=$(mktemp -d)

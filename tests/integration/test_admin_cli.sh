@@ -4,13 +4,14 @@
 # a message that says what is expected.
 source "$(dirname "$0")/server_lib.sh"
 
-ver=$(grep -oE 'DSC_VERSION_STRING "[^"]+"' "$DSC_SRC/client/include/dscache.h" | cut -d'"' -f2)
+ver=$(grep -oE 'DSC_VERSION_STRING "[^"]+"' "$DSC_SRC/proto/dscache_base.h" | cut -d'"' -f2)
 [ "$("$SERVER" --version)" = "dscached $ver" ] && pass "dscached --version: $ver" || fail "dscached --version"
 [ "$("$CLI" --version)" = "dscache $ver" ] && pass "dscache --version: $ver" || fail "dscache --version"
 
 make_dataset "$work/ds" adm 3000 lz4
 shards=$(json_get "$(cat "$work/ds/manifest.json")" 'len(j["shards"])')
-start_server a --data "$work/ds" --memory 64M
+# warm and evict are admin operations: anonymous ones need --allow-anonymous-admin.
+start_server a --data "$work/ds" --memory 64M --allow-anonymous-admin
 cached() { json_get "$("$TOOL" call "$ADDR_a" STAT adm)" 'j["datasets"][0]["cached_shards"]'; }
 
 out=$("$CLI" list --server "$ADDR_a")
@@ -45,7 +46,19 @@ rc=0; out=$("$CLI" warm --server "$ADDR_a" 2>&1) || rc=$?
     || fail "warm without --dataset: rc $rc: $out"
 # Metrics: the new series, no name clashes under OpenMetrics (a counter NAME_total beside a
 # series NAME), and promtool's lint where it is installed.
+"$CLI" get --server "$ADDR_a" --dataset adm --shard 0 -o "$work/shard0" >/dev/null \
+    || fail "get shard 0 (for the GET latency histogram)"
+chunks0=$(json_get "$(cat "$work/ds/manifest.json")" 'j["shards"][0]["chunks"]')
 curl -sf "http://$HTTP_a/metrics" >"$work/metrics"
+# GET latency histogram: one observation per GET answered OK (dscache get sends one per chunk
+# or run of chunks), cumulative buckets that never decrease, +Inf equal to the count.
+lat=$(awk -v want="$chunks0" '
+    /^dscache_get_latency_seconds_bucket/ { v = $2 + 0; if (v < last) bad = "decreasing"; last = v
+        if ($1 ~ /le="\+Inf"/) inf = v }
+    /^dscache_get_latency_seconds_count / { count = $2 + 0 }
+    END { if (bad != "") print bad; else if (count < 1 || count > want) print "count " count " for " want " chunks";
+          else if (inf != count) print "+Inf " inf " != count " count; else print "ok " count }' "$work/metrics")
+[[ "$lat" == ok* ]] && pass "dscache_get_latency_seconds: $lat GETs observed" || fail "GET latency histogram: $lat"
 grep -q "^dscache_build_info{version=\"$ver\"} 1$" "$work/metrics" && pass "dscache_build_info $ver" \
     || fail "no dscache_build_info"
 for m in dscache_cluster_members dscache_owned_shards dscache_owned_resident_shards \

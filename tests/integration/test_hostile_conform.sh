@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Finding: the server must enforce exactly the max_body it advertises in HELLO (a PING of
 # max_body bytes is echoed, one byte more is TOO_LARGE), reject trailing bytes on every operation
-# (LIST, MEMBERS, STAT, MANIFEST, GET), and answer a request with a non-zero status and a second
-# HELLO with BAD_REQUEST as proto/PROTOCOL.md says, the connection staying usable.
+# (LIST, MEMBERS, STAT, MANIFEST, GET, EVICT), answer a request with a non-zero status with
+# BAD_REQUEST (the connection staying usable) and a second HELLO as proto/PROTOCOL.md says (it
+# starts over).
 source "$(dirname "$0")/server_lib.sh"
 source "$(dirname "$0")/hostile_lib.sh"
 
