@@ -8,7 +8,7 @@ source "$(dirname "$0")/server_lib.sh"
 source "$(dirname "$0")/hostile_lib.sh"
 
 make_dataset "$work/ds" cfds 500 none
-start_server a --data "$work/ds" --memory 16M
+start_server a --data "$work/ds" --memory 16M --allow-anonymous-admin
 out=$("$HOSTILE" conform "$ADDR_a" 2>&1) && pass "conformance probes" || fail "conformance: $out"
 echo "$out"
 grep -q 'second HELLO' "$DSC_SRC/proto/PROTOCOL.md" && pass "PROTOCOL.md says what a second HELLO gets" \
