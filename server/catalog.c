@@ -152,6 +152,18 @@ static int dataset_create(const char *dir, dsc_dataset_t **out) {
         s->ds = ds;
         s->meta = &m->shards[i];
         s->state = SLOT_ABSENT;
+        /* A FIFO (or device, or directory) in place of a shard would block the I/O thread that
+         * opens it: refused here, once, and answered UNAVAILABLE. A missing file is left to
+         * the load (it may appear before a GET). */
+        char path[4096];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, s->meta->file);
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+            s->refused = 1;
+            LOG_WARN("dataset %s: shard %u file %s is not a regular file: refused (a rescan "
+                     "looks again)",
+                     m->name, i, path);
+        }
     }
     *out = ds;
     return 0;
@@ -270,6 +282,8 @@ int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_t *w
             return 1;
         }
     }
+    if (s->refused)
+        return DSC_EUNAVAIL;
     pthread_mutex_lock(&cat->lock);
     int rc;
     switch (s->state) {

@@ -120,9 +120,10 @@ typedef int (*dsc_shard_filter_fn)(void *arg, const dsc_dataset_t *ds, uint32_t 
  * started. Not on an event loop. */
 int dsc_catalog_warm_some(dsc_catalog_t *cat, dsc_shard_filter_fn keep, void *arg, int no_evict,
                           const char *what, const atomic_int *cancel);
-/* For shutdown: whole-shard loads still queued are dropped (their waiters get DSC_EUNAVAIL, the
- * shards stay absent, nothing is logged); loads already reading finish. Read-throughs go on.
- * Environment, for tests: DSC_TEST_LOAD_DELAY_MS=N pauses N ms before each whole-shard load. */
+/* For shutdown: loads and read-throughs still queued are dropped (their waiters get DSC_EUNAVAIL
+ * at once, the shards stay absent, nothing is logged), and new read-throughs are refused
+ * (DSC_EUNAVAIL); loads already reading finish and are delivered. Environment, for tests:
+ * DSC_TEST_LOAD_DELAY_MS=N pauses N ms before each load and each read-through. */
 void dsc_catalog_stop_loads(dsc_catalog_t *cat);
 /* Writes map[i] = 1 when shard i of ds is resident in the store, else 0, for i < min(count,
  * shards of ds). Returns the number of entries written. Takes the bookkeeping lock once. */

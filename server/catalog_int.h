@@ -49,6 +49,7 @@ struct dsc_shard_slot {
     uint8_t state;
     uint8_t logged;       /* a load failure was logged once */
     uint8_t chunk_logged; /* a read-through chunk failure was logged once */
+    uint8_t refused;      /* the file was not a regular file at scan time: never read */
     uint8_t *data;        /* arena extent while RESIDENT (or the load's target while LOADING) */
     const uint8_t *index;
     uint32_t chunk_count;
@@ -94,7 +95,8 @@ struct dsc_catalog {
     uint32_t loads_in_flight;
     int stopping;
     int draining;           /* dsc_catalog_stop_loads: queued whole-shard loads are dropped */
-    unsigned test_delay_us; /* DSC_TEST_LOAD_DELAY_MS: a pause before each whole-shard load */
+    unsigned test_delay_us; /* DSC_TEST_LOAD_DELAY_MS: a pause before each load (whole-shard
+                               or read-through) */
     pthread_t *threads;
     uint32_t thread_count;
     uint64_t temp_bytes;
@@ -135,5 +137,10 @@ void dsc__readthrough_free_all(dsc_catalog_t *cat);
 
 /* Frees a resident slot's bytes if nobody holds them (cat->lock held). Returns 1 when evicted. */
 int dsc__slot_evict_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s);
+
+/* readthrough.c: opens a shard file for reading without blocking on a FIFO or a device
+ * (O_NONBLOCK) and refuses anything but a regular file. Returns the fd, or DSC_EUNAVAIL (not a
+ * regular file; *why says so) or -errno (*why: "cannot open" / "cannot stat"). */
+int dsc__shard_open(const char *path, const char **why);
 
 #endif

@@ -19,6 +19,7 @@ typedef struct pending_get {
     dsc_reply_t *reply;
     dsc_dataset_t *ds;
     uint64_t request_id;
+    uint64_t reserve;  /* counted against the connection's bounds while it waits */
     uint64_t start_ns; /* when the request was decoded: the latency histogram */
     uint32_t first_chunk, chunk_count;
 } pending_get_t;
@@ -141,9 +142,18 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id,
     pg->chunk_count = req->chunk_count;
     pg->waiter.first_chunk = req->first_chunk; /* a read-through reads only these chunks */
     pg->waiter.chunk_count = req->chunk_count;
+    /* What the answer can pin at most, counted as held while the load runs, so a client that
+     * pipelines misses and never reads stops being read before read-through buffers pile up:
+     * the requested chunks at their largest stored size (raw, or lz4's worst case), plus the
+     * index and a page either side, never more than the shard file. */
+    uint64_t chunk_raw =
+        (uint64_t)meta->chunk_samples * dsc_dataset_manifest(ref->ds)->schema.sample_bytes;
+    uint64_t bound = (uint64_t)req->chunk_count * (chunk_raw + chunk_raw / 255 + 16) +
+                     (uint64_t)meta->chunks * DSC_CHUNK_ENTRY_SIZE + 2 * 4096;
+    pg->reserve = bound < meta->bytes ? bound : meta->bytes;
     int rc = dsc_catalog_acquire(srv->cat, ref->slot, &pg->waiter, hold);
     if (rc == 0) {
-        reply->ops->wait_begin(reply);
+        reply->ops->wait_begin(reply, pg->reserve);
         return 0;
     }
     free(pg);
@@ -216,8 +226,9 @@ static void on_get_loaded(dsc_waiter_t *w) {
         answer_error(pg->srv, reply, DSC_OP_GET, pg->request_id, load_error_status(w->status),
                      load_error_message(w->status));
     }
+    uint64_t reserve = pg->reserve;
     free(pg);
-    reply->ops->wait_end(reply);
+    reply->ops->wait_end(reply, reserve);
 }
 
 static void handle_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
@@ -256,7 +267,7 @@ static void handle_hello(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, con
     }
     dsc_hello_resp_t resp = {.version = (uint16_t)version,
                              .members_hash = dsc_cluster_hello_hash(dsc__server_cluster(srv)),
-                             .max_body = DSC_FRAME_MAX_BODY,
+                             .max_body = DSC_SERVER_MAX_BODY, /* enforced exactly (tcp.c) */
                              .server_name = {srv->name, (uint16_t)strlen(srv->name)}};
     /* Only a clustered server (hash != 0) has a view a client should follow. */
     if (req.members_hash != 0 && resp.members_hash != 0 && req.members_hash != resp.members_hash &&
@@ -393,6 +404,18 @@ void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_
     if (!reply->hello && h->opcode != DSC_OP_HELLO) {
         answer_fatal(srv, reply, h->opcode, h->request_id, DSC_STATUS_BAD_REQUEST,
                      "HELLO must be the first request");
+        return;
+    }
+    /* PROTOCOL.md: requests carry status 0 and empty bodies are empty. The frame boundary is
+     * intact, so the connection stays usable. (A second HELLO starts over: see authz.c.) */
+    if (h->status != DSC_STATUS_OK) {
+        answer_error(srv, reply, h->opcode, h->request_id, DSC_STATUS_BAD_REQUEST,
+                     "a request must carry status 0");
+        return;
+    }
+    if ((h->opcode == DSC_OP_LIST || h->opcode == DSC_OP_MEMBERS) && h->body_len != 0) {
+        answer_error(srv, reply, h->opcode, h->request_id, DSC_STATUS_BAD_REQUEST,
+                     "this request takes an empty body");
         return;
     }
     const char *deny = NULL;

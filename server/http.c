@@ -161,6 +161,14 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
             "Times a connection stopped being read because its answers queued up.",
             sc->paused_reads);
     gauge(&t, "dscache_open_connections", "Open client connections.", sc->connections);
+    counter(&t, "dscache_connection_timeouts_total",
+            "Connections closed by the header or idle time-out.", sc->timeouts);
+    counter(&t, "dscache_peer_refusals_total",
+            "Connections closed at once because their peer was at --max-conns-per-peer.",
+            sc->peer_refusals);
+    gauge(&t, "dscache_held_bytes",
+          "Bytes held for all connections (queued answers, waiting GETs, receive buffers).",
+          sc->held_bytes);
     gauge(&t, "dscache_store_bytes", "Bytes allocated in the store.", si.used);
     gauge(&t, "dscache_store_capacity_bytes", "Store capacity.", si.capacity);
     gauge(&t, "dscache_cached_shards", "Shards resident in the store.", tot.cached_shards);
@@ -227,6 +235,18 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     return t.p;
 }
 
+/* libmicrohttpd's messages (a connection refused at the limit, ...) can come once per hostile
+ * connection: debug level only. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char line[256];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n > 0 && line[n - 1] == '\n')
+        line[--n] = '\0';
+    LOG_DEBUG("http: %s", line);
+}
+
 static enum MHD_Result reply(struct MHD_Connection *connection, unsigned code, char *body,
                              int owned, const char *type) {
     struct MHD_Response *r = MHD_create_response_from_buffer(
@@ -290,12 +310,17 @@ int dsc_http_start(const char *host, uint16_t port, const dsc_http_source_t *sou
         return DSC_ENOMEM;
     }
     http->source = *source;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    /* epoll, not select(): with thousands of data connections open, the HTTP sockets get
+     * descriptors above FD_SETSIZE, which a select()-based daemon refuses. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
     if (res->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    unsigned max_conns = source->max_conns ? source->max_conns : DSC_HTTP_MAX_CONNS_DEFAULT;
+    unsigned timeout_s = source->timeout_s ? source->timeout_s : DSC_HTTP_TIMEOUT_DEFAULT_S;
     http->daemon = MHD_start_daemon(flags, port, NULL, NULL, on_request, http, MHD_OPTION_SOCK_ADDR,
-                                    res->ai_addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
-                                    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+                                    res->ai_addr, MHD_OPTION_CONNECTION_LIMIT, max_conns,
+                                    MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
+                                    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     freeaddrinfo(res);
     if (http->daemon == NULL) {
         free(http);

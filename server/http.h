@@ -1,5 +1,6 @@
-/* HTTP endpoints of dscached on their own port (libmicrohttpd, its own thread): /metrics in the
- * Prometheus text exposition format, /healthz (alive), /readyz (ready to serve: see main.c). */
+/* HTTP endpoints of dscached on their own port (libmicrohttpd, its own thread polling with epoll,
+ * so descriptors above 1024 are fine): /metrics in the Prometheus text exposition format,
+ * /healthz (alive), /readyz (ready to serve: see main.c). */
 #ifndef DSC_SERVER_HTTP_H
 #define DSC_SERVER_HTTP_H
 
@@ -12,6 +13,12 @@
 
 typedef struct dsc_http dsc_http_t;
 
+/* The HTTP server's own bounds, apart from the data port's: a flood of HTTP clients is refused
+ * beyond max_conns, and a connection silent for timeout_s is closed, so /healthz stays
+ * reachable. */
+#define DSC_HTTP_MAX_CONNS_DEFAULT 1024
+#define DSC_HTTP_TIMEOUT_DEFAULT_S 5
+
 typedef struct dsc_http_source {
     dsc_catalog_t *cat;
     dsc_server_t *server;   /* may be NULL */
@@ -20,6 +27,8 @@ typedef struct dsc_http_source {
      * newline) into why[cap] either way. Called on the HTTP thread. NULL: always ready. */
     int (*readiness)(void *arg, char *why, size_t cap);
     void *readiness_arg;
+    uint32_t max_conns; /* open HTTP connections at most (0: DSC_HTTP_MAX_CONNS_DEFAULT) */
+    uint32_t timeout_s; /* idle HTTP connection time-out (0: DSC_HTTP_TIMEOUT_DEFAULT_S) */
 } dsc_http_source_t;
 
 /* Starts serving on host:port (0: a free port). Returns 0 and *out, DSC_EINVAL (host does not

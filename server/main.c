@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -38,6 +39,9 @@ typedef struct options {
     dsc_policy_t policy;
     int log_level;
     uint64_t max_out;
+    uint64_t max_out_total;
+    uint32_t header_timeout, idle_timeout, max_conns_per_peer;
+    uint32_t http_max_conns, http_timeout;
     uint32_t drain_seconds;
     const char *members;      /* member spec: "h:p,...", "file:PATH", "dns:NAME:PORT" */
     const char *members_file; /* --members-file PATH */
@@ -75,6 +79,15 @@ static void usage(FILE *f) {
         "                        lru evicts the least recently used unreferenced shards\n"
         "  --max-out BYTES       queued response bytes per connection before its requests\n"
         "                        stop being read (default 64M)\n"
+        "  --max-out-total BYTES the same bound over all connections (default 1G)\n"
+        "  --header-timeout S    close a connection whose frame is not whole S seconds\n"
+        "                        after its first byte (default 10)\n"
+        "  --idle-timeout S      close a connection silent for S seconds (default 300;\n"
+        "                        0: never)\n"
+        "  --max-conns-per-peer N  data connections per client address (default 1024;\n"
+        "                        0: no limit)\n"
+        "  --http-max-conns N    open HTTP connections (default 1024)\n"
+        "  --http-timeout S      close an idle HTTP connection after S seconds (default 5)\n"
         "  --drain-seconds N     on SIGTERM, longest wait for in-flight answers (default 30)\n"
         "  --port-file FILE      write the bound data port to FILE (temp file + rename)\n"
         "  --http-port-file FILE write the bound HTTP port to FILE\n"
@@ -104,7 +117,10 @@ static void usage(FILE *f) {
         "\n"
         "  --config FILE         JSON object with the same keys (\"data\": [..], \"listen\",\n"
         "                        \"http\", \"memory\", \"threads\", \"io_threads\", \"warm\",\n"
-        "                        \"policy\", \"max_out\", \"log_level\", \"drain_seconds\",\n"
+        "                        \"policy\", \"max_out\", \"max_out_total\",\n"
+        "                        \"header_timeout\", \"idle_timeout\", \"max_conns_per_peer\",\n"
+        "                        \"http_max_conns\", \"http_timeout\", \"log_level\", "
+        "\"drain_seconds\",\n"
         "                        \"members\", \"members_file\", \"members_refresh\",\n"
         "                        \"replicas\", \"advertise\", \"auth_file\",\n"
         "                        \"allow_anonymous_admin\"); command-line options override it\n"
@@ -134,6 +150,27 @@ static int parse_u32(const char *text, uint32_t min, uint32_t max, uint32_t *out
     return 0;
 }
 
+/* Every connection, HTTP socket and shard read takes a descriptor: run with as many as allowed
+ * (the soft limit raised to the hard one), and say how many, since running out is what an
+ * operator sees first under a connection flood. */
+static void raise_nofile_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t was = rl.rlim_cur;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            rl.rlim_cur = was;
+    }
+    if (rl.rlim_cur == RLIM_INFINITY)
+        LOG_INFO("descriptor limit (RLIMIT_NOFILE): unlimited");
+    else
+        LOG_INFO("descriptor limit (RLIMIT_NOFILE): %llu (was %llu, hard limit %llu)",
+                 (unsigned long long)rl.rlim_cur, (unsigned long long)was,
+                 (unsigned long long)rl.rlim_max);
+}
+
 /* Applies one option (from the command line or the config file). */
 static int apply(options_t *o, const char *key, const char *value) {
     if (strcmp(key, "data") == 0) {
@@ -150,6 +187,24 @@ static int apply(options_t *o, const char *key, const char *value) {
     } else if (strcmp(key, "max_out") == 0) {
         if (dsc_parse_size(value, &o->max_out) < 0 || o->max_out == 0)
             return bad("--max-out", value);
+    } else if (strcmp(key, "max_out_total") == 0) {
+        if (dsc_parse_size(value, &o->max_out_total) < 0 || o->max_out_total == 0)
+            return bad("--max-out-total", value);
+    } else if (strcmp(key, "header_timeout") == 0) {
+        if (parse_u32(value, 1, 86400, &o->header_timeout) < 0)
+            return bad("--header-timeout", value);
+    } else if (strcmp(key, "idle_timeout") == 0) {
+        if (parse_u32(value, 0, 86400 * 7, &o->idle_timeout) < 0)
+            return bad("--idle-timeout", value);
+    } else if (strcmp(key, "max_conns_per_peer") == 0) {
+        if (parse_u32(value, 0, 1u << 24, &o->max_conns_per_peer) < 0)
+            return bad("--max-conns-per-peer", value);
+    } else if (strcmp(key, "http_max_conns") == 0) {
+        if (parse_u32(value, 1, 1u << 20, &o->http_max_conns) < 0)
+            return bad("--http-max-conns", value);
+    } else if (strcmp(key, "http_timeout") == 0) {
+        if (parse_u32(value, 1, 86400, &o->http_timeout) < 0)
+            return bad("--http-timeout", value);
     } else if (strcmp(key, "threads") == 0) {
         if (parse_u32(value, 1, 1024, &o->threads) < 0)
             return bad("--threads", value);
@@ -526,6 +581,12 @@ int main(int argc, char **argv) {
     o.threads = cores > 0 ? (uint32_t)cores : 1;
     o.io_threads = 4;
     o.max_out = UINT64_C(64) << 20;
+    o.max_out_total = UINT64_C(1) << 30;
+    o.header_timeout = 10;
+    o.idle_timeout = 300;
+    o.max_conns_per_peer = 1024;
+    o.http_max_conns = DSC_HTTP_MAX_CONNS_DEFAULT;
+    o.http_timeout = DSC_HTTP_TIMEOUT_DEFAULT_S;
     o.drain_seconds = 30;
     o.log_level = DSC_LOG_INFO;
     o.policy = DSC_POLICY_MINIO;
@@ -545,6 +606,7 @@ int main(int argc, char **argv) {
     if (parse_args(argc, argv, &o) < 0)
         goto done;
     dsc__srvlog_level = o.log_level;
+    raise_nofile_limit();
     if (o.dir_count == 0) {
         fprintf(stderr, "dscached: no --data directory given (see --help)\n");
         goto done;
@@ -609,6 +671,10 @@ int main(int argc, char **argv) {
                                  .port = listen_port,
                                  .threads = o.threads,
                                  .max_out = o.max_out,
+                                 .max_out_total = o.max_out_total,
+                                 .header_timeout_s = o.header_timeout,
+                                 .idle_timeout_s = o.idle_timeout,
+                                 .max_conns_per_peer = o.max_conns_per_peer,
                                  .drain_seconds = o.drain_seconds,
                                  .name = "dscached",
                                  .credentials = credentials,
@@ -642,7 +708,9 @@ int main(int argc, char **argv) {
                                  .server = server,
                                  .cluster = cluster,
                                  .readiness = readiness,
-                                 .readiness_arg = &ctl};
+                                 .readiness_arg = &ctl,
+                                 .max_conns = o.http_max_conns,
+                                 .timeout_s = o.http_timeout};
         if ((rc = dsc_http_start(http_host, http_port, &src, &http)) < 0) {
             LOG_ERROR("cannot serve HTTP on %s: %s", o.http, dsc_strerror(rc));
             dsc_server_stop(server);

@@ -21,6 +21,27 @@
 
 /* ---- whole-shard loads ------------------------------------------------------------------- */
 
+int dsc__shard_open(const char *path, const char **why) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        *why = "cannot open";
+        return -errno;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int err = -errno;
+        close(fd);
+        *why = "cannot stat";
+        return err;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        *why = "not a regular file";
+        return DSC_EUNAVAIL;
+    }
+    return fd;
+}
+
 /* Reads and validates one shard file into dst. Returns 0, DSC_ECORRUPT (validation; *why says
  * what) or an I/O error (-errno). */
 static int read_shard(const dsc_shard_slot_t *s, uint8_t *dst, dsc_shard_view_t *view,
@@ -28,11 +49,9 @@ static int read_shard(const dsc_shard_slot_t *s, uint8_t *dst, dsc_shard_view_t 
     const dsc_manifest_shard_t *meta = s->meta;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", s->ds->dir, meta->file);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        *why = "cannot open";
-        return -errno;
-    }
+    int fd = dsc__shard_open(path, why);
+    if (fd < 0)
+        return fd;
     int rc = 0;
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -345,10 +364,11 @@ static void run_range(dsc_catalog_t *cat, range_load_t *job) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", s->ds->dir, meta->file);
     int rc = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (cat->test_delay_us)
+        usleep(cat->test_delay_us);
+    int fd = dsc__shard_open(path, &why);
     if (fd < 0) {
-        rc = -errno;
-        why = "cannot open";
+        rc = fd;
         goto done;
     }
     si = index_get(cat, s);
@@ -474,7 +494,7 @@ int dsc__range_start_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_
     }
     if (count == 0 || (uint64_t)first + count > s->meta->chunks)
         return DSC_EINVAL;
-    if (cat->temp_bytes >= cat->opt.temp_limit)
+    if (cat->temp_bytes >= cat->opt.temp_limit || cat->draining)
         return DSC_EUNAVAIL;
     range_load_t *job = malloc(sizeof *job);
     if (job == NULL)
@@ -506,8 +526,18 @@ void *dsc__io_thread(void *arg) {
             cat->range_head = job->next;
             if (cat->range_head == NULL)
                 cat->range_tail = NULL;
+            int drop_range = cat->draining;
             pthread_mutex_unlock(&cat->lock);
-            run_range(cat, job);
+            if (drop_range) {
+                /* Stopping: the waiter is answered UNAVAILABLE now instead of after a read. */
+                dsc_waiter_t *w = job->waiter;
+                free(job);
+                w->status = DSC_EUNAVAIL;
+                w->next = NULL;
+                deliver(w);
+            } else {
+                run_range(cat, job);
+            }
             pthread_mutex_lock(&cat->lock);
             continue;
         }

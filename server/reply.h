@@ -49,11 +49,13 @@ typedef struct dsc_reply_ops {
      * nothing was sent and the hold is still the caller's. */
     int (*get)(dsc_reply_t *reply, const dsc_get_answer_t *answer, dsc_hold_t *hold);
     /* A request of this connection starts waiting for a load: keeps the connection alive and
-     * counts the wait against its back-pressure limit until wait_end. */
-    void (*wait_begin)(dsc_reply_t *reply);
-    /* The waiting request has been answered or dropped: reading may resume and the connection
-     * may be freed, so reply must not be used afterwards. */
-    void (*wait_end)(dsc_reply_t *reply);
+     * counts the wait, and `reserve` bytes (the most its answer can pin), against the
+     * connection's and the server's memory bounds until wait_end. */
+    void (*wait_begin)(dsc_reply_t *reply, uint64_t reserve);
+    /* The waiting request has been answered or dropped (reserve: as given to wait_begin):
+     * reading may resume and the connection may be freed, so reply must not be used
+     * afterwards. */
+    void (*wait_end)(dsc_reply_t *reply, uint64_t reserve);
     /* Non-zero once the connection is closing (answers would be dropped). */
     int (*closing)(const dsc_reply_t *reply);
 } dsc_reply_ops_t;

@@ -7,6 +7,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stddef.h>
@@ -19,7 +20,8 @@
 /* ---- loops, mailbox, stop -------------------------------------------------------------- */
 
 void dsc__loop_maybe_finish(dsc_srv_loop_t *lc) {
-    if (lc->stopping && lc->conn_count == 0 && !uv_is_closing((uv_handle_t *)&lc->wake)) {
+    if (lc->stopping && lc->conn_count == 0 && lc->waiting == 0 &&
+        !uv_is_closing((uv_handle_t *)&lc->wake)) {
         pthread_mutex_lock(&lc->mb_lock);
         lc->handoff_closed = 1;
         for (uint32_t i = 0; i < lc->handoff_len; i++)
@@ -30,7 +32,22 @@ void dsc__loop_maybe_finish(dsc_srv_loop_t *lc) {
         pthread_mutex_unlock(&lc->mb_lock);
         uv_close((uv_handle_t *)&lc->wake, NULL);
         uv_close((uv_handle_t *)&lc->drain_timer, NULL);
+        uv_close((uv_handle_t *)&lc->tick, NULL);
+        if (lc->reserve_fd >= 0)
+            close(lc->reserve_fd);
+        lc->reserve_fd = -1;
     }
+}
+
+/* Stops accepting: the poll and back-off timer are closed, the listening socket too. */
+static void stop_accepting(dsc_srv_loop_t *lc) {
+    if (!uv_is_closing((uv_handle_t *)&lc->accept_poll))
+        uv_close((uv_handle_t *)&lc->accept_poll, NULL);
+    if (!uv_is_closing((uv_handle_t *)&lc->accept_timer))
+        uv_close((uv_handle_t *)&lc->accept_timer, NULL);
+    if (lc->listen_fd >= 0)
+        close(lc->listen_fd);
+    lc->listen_fd = -1;
 }
 
 static void mailbox_push(dsc_mailbox_t *box, dsc_waiter_t *w) {
@@ -42,8 +59,10 @@ static void mailbox_push(dsc_mailbox_t *box, dsc_waiter_t *w) {
     else
         lc->mb_head = w;
     lc->mb_tail = w;
-    pthread_mutex_unlock(&lc->mb_lock);
+    /* Under the lock: once the waiter is taken the loop may finish and be freed, and it takes
+     * this lock before it does. */
     uv_async_send(&lc->wake);
+    pthread_mutex_unlock(&lc->mb_lock);
 }
 
 static void on_drain_timeout(uv_timer_t *timer) {
@@ -79,7 +98,7 @@ static void on_wake(uv_async_t *async) {
     }
     if (atomic_load(&lc->srv->stop_requested) && !lc->stopping) {
         lc->stopping = 1;
-        uv_close((uv_handle_t *)&lc->listener, NULL);
+        stop_accepting(lc);
         dsc__tcp_drain(lc);
         uint32_t secs = lc->srv->opt.drain_seconds ? lc->srv->opt.drain_seconds : 30;
         uv_timer_start(&lc->drain_timer, on_drain_timeout, (uint64_t)secs * 1000, 0);
@@ -166,6 +185,7 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
         free(srv);
         return DSC_ENOMEM;
     }
+    pthread_mutex_init(&srv->peer_lock, NULL);
     int rc = 0;
     for (uint32_t i = 0; i < options->threads; i++) {
         dsc_srv_loop_t *lc = &srv->loops[i];
@@ -189,8 +209,14 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
                 ((struct sockaddr_in *)&addr)->sin_port = htons(srv->port);
         }
         uv_loop_init(&lc->loop);
-        uv_tcp_init(&lc->loop, &lc->listener);
-        lc->listener.data = lc;
+        lc->listen_fd = fd;
+        lc->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        uv_poll_init_socket(&lc->loop, &lc->accept_poll, fd);
+        lc->accept_poll.data = lc;
+        uv_timer_init(&lc->loop, &lc->accept_timer);
+        lc->accept_timer.data = lc;
+        uv_timer_init(&lc->loop, &lc->tick);
+        lc->tick.data = lc;
         uv_async_init(&lc->loop, &lc->wake, on_wake);
         lc->wake.data = lc;
         uv_timer_init(&lc->loop, &lc->drain_timer);
@@ -198,12 +224,13 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
         pthread_mutex_init(&lc->mb_lock, NULL);
         lc->mailbox.push = mailbox_push;
         srv->loop_count++;
-        if ((rc = uv_tcp_open(&lc->listener, fd)) < 0) {
-            close(fd);
+        if (listen(fd, 1024) != 0) {
+            rc = -errno;
             break;
         }
-        if ((rc = uv_listen((uv_stream_t *)&lc->listener, 1024, dsc__tcp_on_connection)) < 0)
+        if ((rc = uv_poll_start(&lc->accept_poll, UV_READABLE, dsc__tcp_on_acceptable)) < 0)
             break;
+        uv_timer_start(&lc->tick, dsc__tcp_on_tick, DSC_TCP_TICK_MS, DSC_TCP_TICK_MS);
     }
     if (rc == 0) {
         for (uint32_t i = 0; i < srv->loop_count; i++) {
@@ -249,14 +276,15 @@ void dsc_server_destroy(dsc_server_t *srv) {
         } else {
             /* Never ran (start failed): close the handles and let the loop finish them. */
             lc->stopping = 1;
-            if (!uv_is_closing((uv_handle_t *)&lc->listener))
-                uv_close((uv_handle_t *)&lc->listener, NULL);
+            stop_accepting(lc);
             dsc__loop_maybe_finish(lc);
             uv_run(&lc->loop, UV_RUN_DEFAULT);
         }
         uv_loop_close(&lc->loop);
         pthread_mutex_destroy(&lc->mb_lock);
     }
+    pthread_mutex_destroy(&srv->peer_lock);
+    free(srv->peers);
     free(srv->loops);
     dsc_authfail_destroy(srv->authz.failures);
     dsc_jobs_destroy(srv->jobs);
@@ -290,6 +318,9 @@ void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out) {
     out->bytes_out = atomic_load(&s->bytes_out);
     out->protocol_errors = atomic_load(&s->protocol_errors);
     out->paused_reads = atomic_load(&s->paused_reads);
+    out->timeouts = atomic_load(&s->timeouts);
+    out->peer_refusals = atomic_load(&s->peer_refusals);
+    out->held_bytes = atomic_load(&s->held_total);
     out->auth_failures = dsc_authfail_total(s->authz.failures);
     for (int o = 0; o < DSC_SERVER_OPS; o++)
         for (int st = 0; st < DSC_SERVER_STATUSES; st++)

@@ -19,6 +19,11 @@ typedef struct dsc_server_options {
     uint32_t threads;             /* event loops (>= 1) */
     uint64_t max_out;             /* per-connection queued response bytes before reads pause */
     uint32_t drain_seconds;       /* stop: longest wait for in-flight responses (0: 30) */
+    uint64_t max_out_total;       /* bytes held for all connections before reads pause (0: 1 GiB) */
+    uint32_t header_timeout_s;    /* a frame must arrive whole this long after its first byte
+                                     (0: 10; UINT32_MAX: never) */
+    uint32_t idle_timeout_s;      /* close a connection silent this long (0: never) */
+    uint32_t max_conns_per_peer;  /* open connections per peer address (0: no limit) */
     const char *name;             /* server name sent in HELLO */
     dsc_credstore_t *credentials; /* --auth-file (not owned, outlives the server); NULL: serve
                                      anonymously (docs/security.md) */
@@ -55,6 +60,9 @@ typedef struct dsc_server_counters {
     uint64_t bytes_out;       /* frame bytes written, all opcodes */
     uint64_t protocol_errors; /* connections closed for a bad frame */
     uint64_t paused_reads;    /* times a connection was paused by back-pressure */
+    uint64_t timeouts;        /* connections closed by the header or idle time-out */
+    uint64_t peer_refusals;   /* connections closed at once: their peer was at its limit */
+    uint64_t held_bytes;      /* bytes held for all connections now (--max-out-total) */
     uint64_t auth_failures;   /* UNAUTHORIZED answers: failed or missing authentication, role */
     /* GET latency: from the decoded request to the answer handed to the transport (a miss
      * includes its load). Cumulative counts (<= dsc_get_latency_bounds[i]), count, sum. */

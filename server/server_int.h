@@ -16,11 +16,28 @@
 
 typedef struct dsc_tcp_conn dsc_tcp_conn_t;
 
+/* The largest request body accepted, advertised as max_body in HELLO and enforced exactly:
+ * requests are a name and a few integers (PING echoes up to this much). */
+#define DSC_SERVER_MAX_BODY (64u << 10)
+
+/* Open connections of one peer address (tcp.c, under dsc_server.peer_lock). */
+typedef struct dsc_peer_slot {
+    uint8_t addr[16]; /* IPv6, or IPv4-mapped */
+    uint32_t count;   /* 0: free (or a former peer, dropped at the next growth) */
+    uint32_t used;    /* the slot has held an address */
+} dsc_peer_slot_t;
+
 /* One event loop and what it owns. */
 typedef struct dsc_srv_loop {
     dsc_server_t *srv;
     uv_loop_t loop;
-    uv_tcp_t listener;
+    int listen_fd;           /* this loop's SO_REUSEPORT socket, accepted from by accept_poll */
+    uv_poll_t accept_poll;   /* readable listen_fd: accept (tcp.c) */
+    uv_timer_t accept_timer; /* out of descriptors: accepting resumes when it fires */
+    uint32_t accept_backoff_ms;
+    int reserve_fd;   /* a descriptor kept spare, given up to shed connections on EMFILE */
+    uv_timer_t tick;  /* time-outs and the server-wide bound's resumption (tcp.c) */
+    uint32_t waiting; /* this loop's GETs waiting for loads: the loop ends only at 0 */
     uv_async_t wake;
     uv_timer_t drain_timer;
     pthread_t thread;
@@ -46,6 +63,12 @@ struct dsc_server {
     atomic_int stop_requested;
     atomic_uint next_loop; /* round-robin target of the next accepted connection */
     atomic_uint_fast64_t connections, connections_total, bytes_out, protocol_errors, paused_reads;
+    atomic_uint_fast64_t held_total; /* bytes held for all connections (see tcp.c held_update) */
+    atomic_uint_fast64_t timeouts, peer_refusals;
+    pthread_mutex_t peer_lock;
+    dsc_peer_slot_t *peers; /* open-addressing table, peer_cap slots (power of two) */
+    uint32_t peer_cap, peer_used;
+    uint64_t peer_log_ms; /* last time a per-peer refusal was logged (under peer_lock) */
     atomic_uint_fast64_t requests[DSC_SERVER_OPS][DSC_SERVER_STATUSES];
     /* GET latency histogram: per-bucket counts (the last one: above every bound), sum in ns */
     atomic_uint_fast64_t get_latency[DSC_GET_LATENCY_BUCKETS + 1];
@@ -73,14 +96,22 @@ void dsc__server_count_get_latency(dsc_server_t *srv, uint64_t start_ns);
 
 /* ---- server.c ---- */
 
-/* Once a stopping loop has no connections left: closes its wake and timer handles (and the
+/* Once a stopping loop has no connections left and no GET waiting on a load (the catalog's I/O
+ * threads deliver to its mailbox until then): closes its wake and timer handles (and the
  * sockets still handed to it), so that uv_run returns. */
 void dsc__loop_maybe_finish(dsc_srv_loop_t *lc);
 
 /* ---- tcp.c (all on the loop's thread) ---- */
 
-/* The listener's connection callback: accepts and deals the socket to the loops in turn. */
-void dsc__tcp_on_connection(uv_stream_t *listener, int status);
+/* accept_poll's callback: accepts and deals the sockets to the loops in turn; out of
+ * descriptors, sheds the waiting connections and backs off (accept_timer) instead of spinning. */
+void dsc__tcp_on_acceptable(uv_poll_t *poll, int status, int events);
+/* accept_timer's callback: accepting resumes. */
+void dsc__tcp_on_accept_timer(uv_timer_t *timer);
+/* tick's callback (every DSC_TCP_TICK_MS): header and idle time-outs, and connections paused by
+ * the server-wide bound read again once it allows. */
+#define DSC_TCP_TICK_MS 100
+void dsc__tcp_on_tick(uv_timer_t *timer);
 /* Serves a socket that another loop accepted. Takes the fd. */
 void dsc__tcp_adopt(dsc_srv_loop_t *lc, int fd);
 /* Stop: every connection stops reading and closes once its in-flight answers are sent. */

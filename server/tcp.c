@@ -9,6 +9,8 @@
 #include "util.h"
 #include "wire.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -19,9 +21,20 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* Requests are small (a name and a few integers); anything larger is refused with TOO_LARGE. */
-#define MAX_REQUEST_BODY (64u << 10)
-#define IN_BUF_SIZE (MAX_REQUEST_BODY + DSC_FRAME_HEADER_SIZE + 4096)
+/* Requests are small (a name and a few integers); anything larger is refused with TOO_LARGE. The
+ * receive buffer is allocated when bytes arrive (IN_BUF_INITIAL), grown to the frame being
+ * received (at most IN_BUF_MAX) and freed when empty, so an idle connection holds none. */
+#define MAX_REQUEST_BODY DSC_SERVER_MAX_BODY
+#define IN_BUF_INITIAL 4096u
+#define IN_BUF_MAX (MAX_REQUEST_BODY + DSC_FRAME_HEADER_SIZE)
+/* Defaults of the time-outs (dsc_server_options_t) and of the server-wide bound. */
+#define HEADER_TIMEOUT_DEFAULT_S 10
+#define MAX_OUT_TOTAL_DEFAULT (UINT64_C(1) << 30)
+/* Connections accepted per readiness callback, so that one busy listener does not starve the
+ * loop's other work. */
+#define ACCEPT_BATCH 64
+#define ACCEPT_BACKOFF_MIN_MS 100
+#define ACCEPT_BACKOFF_MAX_MS 1000
 /* Misses a connection may have waiting on loads before its reads pause. */
 #define MAX_PENDING_LOADS 1024
 #define INLINE_BUFS 4
@@ -45,15 +58,20 @@ struct dsc_tcp_conn {
     dsc_srv_loop_t *lc;
     dsc_tcp_conn_t *prev, *next;
     uint8_t *in;
-    size_t in_len;
+    size_t in_len, in_cap;
     uint64_t out_bytes;     /* response bytes queued in uv_write and not yet completed */
+    uint64_t reserved;      /* upper bound of the answers of GETs waiting for loads */
+    uint64_t held_counted;  /* this connection's share of srv->held_total */
+    uint64_t last_activity; /* uv_now() of the last byte received or write completed */
+    uint64_t frame_start;   /* uv_now() when the frame being received began (0: none) */
+    uint8_t peer[16];       /* peer address (IPv4-mapped), counted against the per-peer limit */
     uint32_t writes;        /* uv_write requests in flight */
     uint32_t pending_loads; /* GETs waiting for a load */
     out_msg_t *batch_head, *batch_tail; /* responses not yet handed to uv_write */
     uint64_t batch_bytes;
     unsigned batch_bufs;
     int refs; /* 1 for the open handle + writes + pending loads */
-    unsigned closing : 1, reading : 1, close_when_idle : 1, paused : 1;
+    unsigned closing : 1, reading : 1, close_when_idle : 1, paused : 1, peer_counted : 1;
     unsigned batching : 1; /* inside conn_process: submit() collects instead of writing */
 };
 typedef dsc_tcp_conn_t conn_t;
@@ -75,25 +93,190 @@ struct out_msg {
 static void conn_close(conn_t *c);
 static void conn_process(conn_t *c);
 
+/* ---- memory held per connection and in all ---------------------------------------------- */
+
+/* Everything held for a connection: answers queued (their shard bytes stay pinned until the
+ * write completes), the upper bound of answers still waiting for loads (read-through buffers),
+ * and the receive buffer. Kept in srv->held_total as well, for the server-wide bound. */
+static uint64_t conn_held(const conn_t *c) {
+    /* A closed connection's waiting GETs will pin nothing: their answers are dropped as soon as
+     * they are delivered, so they stop counting against the server-wide bound at once. */
+    return c->out_bytes + (c->closing ? 0 : c->reserved) + c->in_cap;
+}
+
+static void held_update(conn_t *c) {
+    uint64_t now = conn_held(c), was = c->held_counted;
+    if (now > was)
+        atomic_fetch_add_explicit(&c->lc->srv->held_total, now - was, memory_order_relaxed);
+    else if (now < was)
+        atomic_fetch_sub_explicit(&c->lc->srv->held_total, was - now, memory_order_relaxed);
+    c->held_counted = now;
+}
+
 static void conn_unref(conn_t *c) {
     if (--c->refs == 0) {
         dsc__authz_conn_close(&c->reply.auth);
         free(c->in);
+        c->in = NULL;
+        c->in_cap = 0;
+        c->out_bytes = c->reserved = 0;
+        held_update(c);
         free(c);
     }
 }
 
+static uint64_t max_out_total(const dsc_server_t *srv) {
+    return srv->opt.max_out_total ? srv->opt.max_out_total : MAX_OUT_TOTAL_DEFAULT;
+}
+
+/* ---- connections per peer address ------------------------------------------------------- */
+
+/* The peer's address as 16 bytes (IPv4 mapped into IPv6); zeros when it cannot be read (then
+ * the connection is not limited). */
+static void peer_key(int fd, uint8_t key[16]) {
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    memset(key, 0, 16);
+    if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0)
+        return;
+    if (sa.ss_family == AF_INET) {
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, &((struct sockaddr_in *)&sa)->sin_addr, 4);
+    } else if (sa.ss_family == AF_INET6) {
+        memcpy(key, &((struct sockaddr_in6 *)&sa)->sin6_addr, 16);
+    }
+}
+
+static int key_unset(const uint8_t key[16]) {
+    static const uint8_t zero[16];
+    return memcmp(key, zero, 16) == 0;
+}
+
+/* The slot of key in a table of cap slots (a power of two): its own, or the free one where it
+ * would go. */
+static dsc_peer_slot_t *peer_find(dsc_peer_slot_t *slots, uint32_t cap, const uint8_t key[16]) {
+    uint32_t h = (uint32_t)dsc_load_u64(key + 8) * 2654435761u ^ (uint32_t)dsc_load_u64(key);
+    for (uint32_t i = 0;; i++) {
+        dsc_peer_slot_t *s = &slots[(h + i) & (cap - 1)];
+        if (!s->used || memcmp(s->addr, key, 16) == 0)
+            return s;
+    }
+}
+
+/* Doubles the table (or rebuilds it at its size), keeping only peers with connections open. */
+static int peer_grow(dsc_server_t *srv) {
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < srv->peer_cap; i++)
+        live += srv->peers[i].count > 0;
+    uint32_t cap = srv->peer_cap ? srv->peer_cap : 64;
+    while (live * 2 >= cap)
+        cap *= 2;
+    dsc_peer_slot_t *slots = calloc(cap, sizeof *slots);
+    if (slots == NULL)
+        return -1;
+    for (uint32_t i = 0; i < srv->peer_cap; i++)
+        if (srv->peers[i].count > 0)
+            *peer_find(slots, cap, srv->peers[i].addr) = srv->peers[i];
+    free(srv->peers);
+    srv->peers = slots;
+    srv->peer_cap = cap;
+    srv->peer_used = live;
+    return 0;
+}
+
+/* Counts a new connection of peer: 1, or 0 when the peer is at max_conns_per_peer (logged at
+ * most once a second). Any thread. */
+static int peer_acquire(dsc_server_t *srv, const uint8_t key[16]) {
+    uint32_t limit = srv->opt.max_conns_per_peer;
+    if (limit == 0 || key_unset(key))
+        return 1;
+    int ok = 1;
+    pthread_mutex_lock(&srv->peer_lock);
+    if ((srv->peer_used + 1) * 2 > srv->peer_cap && peer_grow(srv) < 0) {
+        pthread_mutex_unlock(&srv->peer_lock);
+        return 1; /* out of memory: not limited rather than refused */
+    }
+    dsc_peer_slot_t *s = peer_find(srv->peers, srv->peer_cap, key);
+    if (!s->used) {
+        memcpy(s->addr, key, 16);
+        s->used = 1;
+        srv->peer_used++;
+    }
+    if (s->count >= limit) {
+        ok = 0;
+        atomic_fetch_add_explicit(&srv->peer_refusals, 1, memory_order_relaxed);
+        uint64_t now = uv_hrtime() / 1000000;
+        if (now - srv->peer_log_ms >= 1000 || srv->peer_log_ms == 0) {
+            srv->peer_log_ms = now;
+            char text[INET6_ADDRSTRLEN] = "?";
+            int v4 = key[10] == 0xff && key[11] == 0xff && dsc_load_u64(key) == 0;
+            inet_ntop(v4 ? AF_INET : AF_INET6, v4 ? key + 12 : key, text, sizeof text);
+            LOG_WARN("connections from %s over the per-peer limit (%u): closing new ones", text,
+                     limit);
+        }
+    } else {
+        s->count++;
+    }
+    pthread_mutex_unlock(&srv->peer_lock);
+    return ok;
+}
+
+static void peer_release(dsc_server_t *srv, const uint8_t key[16]) {
+    if (srv->opt.max_conns_per_peer == 0 || key_unset(key))
+        return;
+    pthread_mutex_lock(&srv->peer_lock);
+    if (srv->peer_cap) {
+        dsc_peer_slot_t *s = peer_find(srv->peers, srv->peer_cap, key);
+        if (s->used && s->count > 0)
+            s->count--;
+    }
+    pthread_mutex_unlock(&srv->peer_lock);
+}
+
 /* ---- back-pressure and closing --------------------------------------------------------- */
 
+/* Reads pause while the connection holds more than max_out, or the server more than
+ * max_out_total. A connection that holds nothing (no answer queued, none waiting) may always
+ * send one more request, so a client that reads its answers is never shut out by others. */
 static int conn_over_limit(const conn_t *c) {
-    return c->out_bytes > c->lc->srv->opt.max_out || c->pending_loads >= MAX_PENDING_LOADS;
+    const dsc_server_t *srv = c->lc->srv;
+    if (c->pending_loads >= MAX_PENDING_LOADS)
+        return 1;
+    if (c->out_bytes + c->reserved == 0)
+        return 0;
+    return conn_held(c) > srv->opt.max_out ||
+           atomic_load_explicit(&((dsc_server_t *)srv)->held_total, memory_order_relaxed) >
+               max_out_total(srv);
 }
 
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
     (void)suggested;
     conn_t *c = handle->data;
+    if (c->in == NULL) {
+        c->in = malloc(IN_BUF_INITIAL);
+        c->in_cap = c->in ? IN_BUF_INITIAL : 0;
+        held_update(c);
+    }
+    if (c->in == NULL) { /* out of memory: libuv reports UV_ENOBUFS, the connection closes */
+        buf->base = NULL;
+        buf->len = 0;
+        return;
+    }
     buf->base = (char *)c->in + c->in_len;
-    buf->len = IN_BUF_SIZE - c->in_len;
+    buf->len = c->in_cap - c->in_len;
+}
+
+/* Room for a frame of `need` bytes (header + body, at most IN_BUF_MAX). Returns 0 or -1. */
+static int in_reserve(conn_t *c, size_t need) {
+    if (need <= c->in_cap)
+        return 0;
+    uint8_t *grown = realloc(c->in, need);
+    if (grown == NULL)
+        return -1;
+    c->in = grown;
+    c->in_cap = need;
+    held_update(c);
+    return 0;
 }
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
@@ -101,10 +284,14 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
 static void conn_update_reading(conn_t *c) {
     if (c->closing || c->close_when_idle)
         return;
-    int want = !conn_over_limit(c) && c->in_len < IN_BUF_SIZE;
+    int want = !conn_over_limit(c) && (c->in == NULL || c->in_len < c->in_cap);
     if (want && !c->reading) {
-        if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
+        if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) {
             c->reading = 1;
+            /* The header time-out runs while the client could send: not during a pause. */
+            if (c->in_len > 0)
+                c->frame_start = uv_now(&c->lc->loop);
+        }
     } else if (!want && c->reading) {
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = 0;
@@ -134,7 +321,11 @@ static void conn_close(conn_t *c) {
     if (c->closing)
         return;
     c->closing = 1;
+    held_update(c);
     dsc_srv_loop_t *lc = c->lc;
+    if (c->peer_counted)
+        peer_release(lc->srv, c->peer);
+    c->peer_counted = 0;
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -158,6 +349,7 @@ static void msgs_release(conn_t *c, out_msg_t *m) {
         free(m);
         m = next;
     }
+    held_update(c);
 }
 
 static void on_write(uv_write_t *req, int status) {
@@ -165,6 +357,8 @@ static void on_write(uv_write_t *req, int status) {
     conn_t *c = m->c;
     msgs_release(c, m);
     c->writes--;
+    if (status >= 0)
+        c->last_activity = uv_now(&c->lc->loop);
     if (status < 0)
         conn_close(c); /* peer gone mid-response: the holds are released, nothing else to do */
     else
@@ -236,6 +430,7 @@ static void submit(conn_t *c, out_msg_t *m) {
     c->batch_bufs += m->nbufs;
     c->batch_bytes += m->bytes;
     c->out_bytes += m->bytes;
+    held_update(c);
     atomic_fetch_add_explicit(&c->lc->srv->bytes_out, m->bytes, memory_order_relaxed);
     if (!c->batching)
         conn_flush(c);
@@ -347,17 +542,25 @@ static int reply_get(dsc_reply_t *reply, const dsc_get_answer_t *answer, dsc_hol
     return 0;
 }
 
-static void reply_wait_begin(dsc_reply_t *reply) {
+static void reply_wait_begin(dsc_reply_t *reply, uint64_t reserve) {
     conn_t *c = (conn_t *)reply;
     c->pending_loads++;
+    c->reserved += reserve;
+    c->lc->waiting++;
     c->refs++;
+    held_update(c);
 }
 
-static void reply_wait_end(dsc_reply_t *reply) {
+static void reply_wait_end(dsc_reply_t *reply, uint64_t reserve) {
     conn_t *c = (conn_t *)reply;
+    dsc_srv_loop_t *lc = c->lc;
     c->pending_loads--;
+    c->reserved -= reserve;
+    lc->waiting--;
+    held_update(c);
     conn_resume(c);
     conn_unref(c);
+    dsc__loop_maybe_finish(lc); /* a stopping loop waits for its last load */
 }
 
 static int reply_closing(const dsc_reply_t *reply) {
@@ -379,7 +582,7 @@ static const dsc_reply_ops_t tcp_reply_ops = {
 static void conn_process(conn_t *c) {
     size_t pos = 0;
     c->batching = 1;
-    while (!c->closing && !c->close_when_idle && !conn_over_limit(c)) {
+    while (c->in != NULL && !c->closing && !c->close_when_idle && !conn_over_limit(c)) {
         dsc_frame_header_t h;
         int rc = dsc_frame_header_decode(c->in + pos, c->in_len - pos, MAX_REQUEST_BODY, &h);
         if (rc == 0)
@@ -396,8 +599,16 @@ static void conn_process(conn_t *c) {
             reply_fatal(&c->reply, opcode, id, status, dsc_strerror(rc));
             return;
         }
-        if (c->in_len - pos < DSC_FRAME_HEADER_SIZE + (size_t)h.body_len)
+        if (c->in_len - pos < DSC_FRAME_HEADER_SIZE + (size_t)h.body_len) {
+            if (pos == 0 && in_reserve(c, DSC_FRAME_HEADER_SIZE + (size_t)h.body_len) < 0) {
+                LOG_ERROR("out of memory receiving a request: closing the connection");
+                c->batching = 0;
+                conn_flush(c);
+                conn_close(c);
+                return;
+            }
             break;
+        }
         dsc__dispatch_frame(c->lc->srv, &c->reply, &h, c->in + pos + DSC_FRAME_HEADER_SIZE);
         pos += DSC_FRAME_HEADER_SIZE + h.body_len;
     }
@@ -408,6 +619,17 @@ static void conn_process(conn_t *c) {
     if (pos > 0) {
         memmove(c->in, c->in + pos, c->in_len - pos);
         c->in_len -= pos;
+        c->frame_start = c->in_len > 0 ? uv_now(&c->lc->loop) : 0;
+    }
+    if (c->in_len == 0 && c->in) {
+        free(c->in);
+        c->in = NULL;
+        c->in_cap = 0;
+        held_update(c);
+    } else if (c->in_len > 0 && c->in_len == c->in_cap && c->in_cap < IN_BUF_MAX &&
+               in_reserve(c, c->in_cap * 2 < IN_BUF_MAX ? c->in_cap * 2 : IN_BUF_MAX) < 0) {
+        conn_close(c);
+        return;
     }
     conn_update_reading(c);
 }
@@ -429,7 +651,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
         }
         return;
     }
+    if (c->in_len == 0 && c->reply.hello)
+        c->frame_start = uv_now(&c->lc->loop); /* before HELLO: due since the connection opened */
     c->in_len += (size_t)nread;
+    c->last_activity = uv_now(&c->lc->loop);
     c->refs++; /* conn_process may close c */
     conn_process(c);
     conn_unref(c);
@@ -452,6 +677,7 @@ static void conn_start(conn_t *c) {
     if (lc->conns)
         lc->conns->prev = c;
     lc->conns = c;
+    c->last_activity = c->frame_start = uv_now(&lc->loop); /* HELLO is due from now */
     lc->conn_count++;
     atomic_fetch_add_explicit(&lc->srv->connections, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&lc->srv->connections_total, 1, memory_order_relaxed);
@@ -460,17 +686,13 @@ static void conn_start(conn_t *c) {
 
 static conn_t *conn_new(dsc_srv_loop_t *lc) {
     conn_t *c = calloc(1, sizeof *c);
-    uint8_t *in = malloc(IN_BUF_SIZE);
-    if (c == NULL || in == NULL) {
-        free(c);
-        free(in);
+    if (c == NULL) {
         LOG_ERROR("out of memory accepting a connection: dropping it");
         return NULL;
     }
     c->reply.ops = &tcp_reply_ops;
     c->reply.mailbox = &lc->mailbox;
     c->lc = lc;
-    c->in = in;
     c->refs = 1;
     uv_tcp_init(&lc->loop, &c->tcp);
     c->tcp.data = c;
@@ -478,13 +700,24 @@ static conn_t *conn_new(dsc_srv_loop_t *lc) {
 }
 
 void dsc__tcp_adopt(dsc_srv_loop_t *lc, int fd) {
-    conn_t *c = lc->stopping ? NULL : conn_new(lc);
-    if (c == NULL) {
+    uint8_t peer[16];
+    peer_key(fd, peer);
+    if (lc->stopping || !peer_acquire(lc->srv, peer)) {
         close(fd);
         return;
     }
+    conn_t *c = conn_new(lc);
+    if (c == NULL) {
+        peer_release(lc->srv, peer);
+        close(fd);
+        return;
+    }
+    memcpy(c->peer, peer, sizeof peer);
+    c->peer_counted = 1;
     if (uv_tcp_open(&c->tcp, fd) != 0) {
         close(fd);
+        peer_release(lc->srv, peer);
+        c->peer_counted = 0;
         uv_close((uv_handle_t *)&c->tcp, on_close);
         return;
     }
@@ -514,47 +747,116 @@ static void handoff_push(dsc_srv_loop_t *to, int fd) {
         close(fd);
 }
 
+/* Out of descriptors (EMFILE/ENFILE) or kernel memory: libuv's listener would retry accept at
+ * once, forever, on every loop. Instead the spare descriptor is given up to accept and close the
+ * connections waiting (their clients see a close at once, not a hang), and accepting pauses,
+ * 100 ms doubling to 1 s, while the connections already open go on being served. */
+static void accept_back_off(dsc_srv_loop_t *lc, int err) {
+    if (lc->reserve_fd >= 0) {
+        close(lc->reserve_fd);
+        lc->reserve_fd = -1;
+        for (int i = 0; i < ACCEPT_BATCH; i++) {
+            int fd = accept4(lc->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+            if (fd < 0)
+                break;
+            close(fd);
+        }
+    }
+    lc->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC); /* -1: retried next time */
+    uint32_t delay = lc->accept_backoff_ms ? lc->accept_backoff_ms * 2 : ACCEPT_BACKOFF_MIN_MS;
+    if (delay > ACCEPT_BACKOFF_MAX_MS)
+        delay = ACCEPT_BACKOFF_MAX_MS;
+    if (lc->accept_backoff_ms == 0)
+        LOG_WARN("accept: %s: shedding waiting connections, accepting again in %u ms and "
+                 "backing off up to %u ms while it lasts",
+                 dsc_strerror(-err), delay, (unsigned)ACCEPT_BACKOFF_MAX_MS);
+    lc->accept_backoff_ms = delay;
+    uv_poll_stop(&lc->accept_poll);
+    uv_timer_start(&lc->accept_timer, dsc__tcp_on_accept_timer, delay, 0);
+}
+
+void dsc__tcp_on_accept_timer(uv_timer_t *timer) {
+    dsc_srv_loop_t *lc = timer->data;
+    if (!lc->stopping)
+        uv_poll_start(&lc->accept_poll, UV_READABLE, dsc__tcp_on_acceptable);
+}
+
 /* SO_REUSEPORT spreads connections by a hash of their addresses, which with a few connections
  * often puts two busy ones on one loop while another idles. Whichever listener accepts, the
  * connection goes to the loops in turn. */
-void dsc__tcp_on_connection(uv_stream_t *listener, int status) {
-    dsc_srv_loop_t *lc = listener->data;
+void dsc__tcp_on_acceptable(uv_poll_t *poll, int status, int events) {
+    (void)events;
+    dsc_srv_loop_t *lc = poll->data;
     dsc_server_t *srv = lc->srv;
-    if (status < 0 || lc->stopping)
+    if (lc->stopping)
         return;
-    conn_t *c = conn_new(lc);
-    if (c == NULL) {
-        uv_os_fd_t lfd;
-        if (uv_fileno((uv_handle_t *)listener, &lfd) == 0) {
-            int fd = accept(lfd, NULL, NULL); /* so that the listener does not spin */
-            if (fd >= 0)
-                close(fd);
-        }
+    if (status < 0) {
+        accept_back_off(lc, status);
         return;
     }
-    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
-        uv_close((uv_handle_t *)&c->tcp, on_close);
-        return;
-    }
-    uint32_t target =
-        srv->loop_count > 1
-            ? atomic_fetch_add_explicit(&srv->next_loop, 1, memory_order_relaxed) % srv->loop_count
-            : 0;
-    dsc_srv_loop_t *to = &srv->loops[target];
-    uv_os_fd_t fd;
-    if (to != lc && uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0) {
-        /* The handle belongs to this loop: give the other loop its own descriptor. */
-        int moved = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-        if (moved >= 0) {
-            uv_close((uv_handle_t *)&c->tcp, on_close);
-            handoff_push(to, moved);
+    for (int i = 0; i < ACCEPT_BATCH; i++) {
+        int fd = accept4(lc->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            int err = errno;
+            if (err == EINTR || err == ECONNABORTED || err == EPROTO)
+                continue;
+            if (err != EAGAIN && err != EWOULDBLOCK)
+                accept_back_off(lc, -err);
             return;
         }
-        /* No descriptor to spare: serve it here. */
+        if (lc->accept_backoff_ms) {
+            LOG_INFO("accept: descriptors available again");
+            lc->accept_backoff_ms = 0;
+        }
+        uint32_t target = srv->loop_count > 1 ? atomic_fetch_add_explicit(&srv->next_loop, 1,
+                                                                          memory_order_relaxed) %
+                                                    srv->loop_count
+                                              : 0;
+        dsc_srv_loop_t *to = &srv->loops[target];
+        if (to == lc)
+            dsc__tcp_adopt(lc, fd);
+        else
+            handoff_push(to, fd);
     }
-    conn_start(c);
 }
 
+/* Header and idle time-outs; connections paused only by the server-wide bound read again when
+ * it allows (nothing else would wake them: the bytes were freed on other connections). */
+void dsc__tcp_on_tick(uv_timer_t *timer) {
+    dsc_srv_loop_t *lc = timer->data;
+    dsc_server_t *srv = lc->srv;
+    uint64_t now = uv_now(&lc->loop);
+    uint32_t header_s =
+        srv->opt.header_timeout_s ? srv->opt.header_timeout_s : HEADER_TIMEOUT_DEFAULT_S;
+    uint64_t header_ms = header_s == UINT32_MAX ? 0 : (uint64_t)header_s * 1000;
+    uint64_t idle_ms = (uint64_t)srv->opt.idle_timeout_s * 1000;
+    for (conn_t *c = lc->conns, *next; c; c = next) {
+        next = c->next;
+        if (c->closing)
+            continue;
+        const char *why = NULL;
+        if (header_ms && c->reading && c->frame_start && now - c->frame_start > header_ms)
+            why = c->reply.hello ? "a request not received whole within the header time-out"
+                                 : "no HELLO within the header time-out";
+        else if (idle_ms && c->pending_loads == 0 && now - c->last_activity > idle_ms)
+            why = "idle longer than the idle time-out";
+        if (why) {
+            atomic_fetch_add_explicit(&srv->timeouts, 1, memory_order_relaxed);
+            LOG_DEBUG("closing a connection: %s", why);
+            conn_close(c);
+            continue;
+        }
+        if (!c->reading && !c->close_when_idle) {
+            c->refs++;
+            conn_resume(c);
+            conn_unref(c);
+        }
+    }
+}
+
+/* Stop: requests already received whole (kept in the buffer by back-pressure) are answered
+ * UNAVAILABLE rather than dropped; GETs waiting for loads are answered when the loads are
+ * delivered (the catalog drops queued loads with DSC_EUNAVAIL); then each connection closes. */
 void dsc__tcp_drain(dsc_srv_loop_t *lc) {
     for (conn_t *c = lc->conns, *next; c; c = next) {
         next = c->next;
@@ -562,6 +864,23 @@ void dsc__tcp_drain(dsc_srv_loop_t *lc) {
             uv_read_stop((uv_stream_t *)&c->tcp);
             c->reading = 0;
         }
+        if (!c->close_when_idle && c->reply.hello && c->in != NULL) {
+            size_t pos = 0;
+            dsc_frame_header_t h;
+            c->batching = 1;
+            while (dsc_frame_header_decode(c->in + pos, c->in_len - pos, MAX_REQUEST_BODY, &h) ==
+                       DSC_FRAME_HEADER_SIZE &&
+                   c->in_len - pos >= DSC_FRAME_HEADER_SIZE + (size_t)h.body_len) {
+                static const char msg[] = "server stopping";
+                dsc__server_count_request(lc->srv, h.opcode, DSC_STATUS_UNAVAILABLE);
+                reply_frame(&c->reply, h.opcode, h.request_id, DSC_STATUS_UNAVAILABLE, msg,
+                            sizeof msg - 1);
+                pos += DSC_FRAME_HEADER_SIZE + h.body_len;
+            }
+            c->batching = 0;
+            conn_flush(c);
+        }
+        c->in_len = 0;
         c->close_when_idle = 1;
         conn_maybe_idle_close(c);
     }

@@ -40,18 +40,28 @@ int dsc_cli_parse_size(const char *cmd, const char *option, const char *text, ui
 int dsc_cli_parse_u64(const char *cmd, const char *option, const char *text, uint64_t min,
                       uint64_t max, uint64_t *out);
 
-/* The --server HOST:PORT and --dataset NAME options of the commands that talk to one server:
- * put DSC_CLI_TARGET_OPTIONS in the getopt_long table (needs <getopt.h>; it claims the option
- * values 's' and 'd') and pass each option to dsc_cli_target_option before the command's own. */
+/* The --server HOST:PORT, --dataset NAME and --timeout SECONDS options of the commands that talk
+ * to one server: put DSC_CLI_TARGET_OPTIONS in the getopt_long table (needs <getopt.h>; it claims
+ * the option values 's', 'd' and 'T') and pass each option to dsc_cli_target_option before the
+ * command's own. */
 typedef struct dsc_cli_target {
     const char *server;  /* NULL until --server is given */
     const char *dataset; /* the caller's default until --dataset is given */
+    const char *timeout; /* NULL until --timeout is given (see dsc_cli_timeout_ms) */
 } dsc_cli_target_t;
 
 /* clang-format off */
 #define DSC_CLI_TARGET_OPTIONS \
-    {"server", required_argument, NULL, 's'}, {"dataset", required_argument, NULL, 'd'}
+    {"server", required_argument, NULL, 's'}, {"dataset", required_argument, NULL, 'd'}, \
+    {"timeout", required_argument, NULL, 'T'}
 /* clang-format on */
+
+/* --timeout: the longest wait, in seconds, for the server to connect, accept a request or send
+ * the next bytes of an answer; a server that stays silent longer fails the command. */
+#define DSC_CLI_TIMEOUT_DEFAULT_S 30
+/* The --timeout of target in milliseconds (DSC_CLI_TIMEOUT_DEFAULT_S when not given). Returns 0,
+ * or DSC_EINVAL after printing a usage message (the caller returns DSC_CLI_USAGE). */
+int dsc_cli_timeout_ms(const char *cmd, const dsc_cli_target_t *target, uint32_t *ms);
 
 /* Stores the value of a getopt_long result opt with argument arg in target when it is one of
  * DSC_CLI_TARGET_OPTIONS. Returns 1 when it was (the caller goes on to the next option), else 0. */

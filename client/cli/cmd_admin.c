@@ -27,6 +27,7 @@ static void print_help(const char *cmd) {
                "\n"
                "  --server HOST:PORT   the dscached data port\n"
                "  --json               the server's JSON answer as it is\n"
+               "  --timeout SECONDS    give up when the server is silent that long (default 10)\n"
                "  -h, --help           this text\n");
         return;
     }
@@ -39,6 +40,8 @@ static void print_help(const char *cmd) {
            "  --server HOST:PORT   the dscached data port\n"
            "  --dataset NAME       the dataset\n"
            "  --shard ID           one shard (default: every shard of the dataset)\n"
+           "  --timeout SECONDS    give up when the server is silent that long (default:\n"
+           "                       600 for warm, 10 for evict)\n"
            "  -h, --help           this text\n",
            cmd,
            strcmp(cmd, "warm") == 0
@@ -121,9 +124,12 @@ static int run(int argc, char **argv) {
     } else if (target.dataset != NULL) {
         return dsc_cli_usage(cmd, "--dataset is not an option of list");
     }
+    /* WARM waits for the loads: a long time-out unless --timeout says otherwise. */
+    uint32_t timeout_ms = is_warm ? 600000 : 10000;
+    if (target.timeout && dsc_cli_timeout_ms(cmd, &target, &timeout_ms) < 0)
+        return DSC_CLI_USAGE;
     dsc_conn_t *conn = NULL;
-    /* WARM waits for the loads: a long time-out. */
-    if (dsc_cli_connect(cmd, target.server, is_warm ? 600000 : 10000, &conn) != DSC_CLI_OK)
+    if (dsc_cli_connect(cmd, target.server, timeout_ms, &conn) != DSC_CLI_OK)
         return DSC_CLI_FAIL;
     uint8_t *resp = NULL;
     size_t len = 0;

@@ -17,7 +17,6 @@
 
 #define CMD "get"
 #define GET_DEPTH 8
-#define GET_TIMEOUT_MS 30000
 
 static void print_help(void) {
     printf("usage: dscache get --server HOST:PORT --dataset NAME --shard ID -o FILE\n"
@@ -27,12 +26,15 @@ static void print_help(void) {
            "pipelined GET requests, verifies both checksums of every chunk and decompresses it,\n"
            "and writes the DECODED SAMPLE BYTES in chunk order to FILE: the raw field-major\n"
            "chunk contents (see proto/FORMAT.md), not the shard file itself. The same shard\n"
-           "ingested raw or lz4 gives the same bytes.\n"
+           "ingested raw or lz4 gives the same bytes. Every answer is checked as the loader\n"
+           "checks it (opcode, request id, the chunk's place and sample count against the\n"
+           "manifest, lengths, checksums); a damaged answer fails the command, FILE untouched.\n"
            "\n"
            "  --server HOST:PORT     the dscached data port\n"
            "  --dataset NAME         dataset name\n"
            "  --shard ID             shard id (0-based)\n"
            "  --chunks FIRST:COUNT   only these chunks (default: every chunk of the shard)\n"
+           "  --timeout SECONDS      give up when the server is silent that long (default 30)\n"
            "  -o, --output FILE      output file (written via FILE.tmp + rename)\n"
            "  -h, --help             this text\n");
 }
@@ -60,14 +62,33 @@ static int fetch_manifest(dsc_conn_t *conn, const char *dataset, dsc_manifest_t 
     return rc;
 }
 
-/* Receives one GET answer for chunk (first + request_id), verifies, decodes and writes it at its
- * place in fd. */
-static int receive_one(const char *server, dsc_conn_t *conn, int fd, uint32_t first, uint32_t count,
+/* What the answers must match: the shard's manifest entry and the chunks asked for. */
+typedef struct get_expect {
+    const dsc_manifest_shard_t *shard;
+    uint32_t first, count; /* chunks [first, first + count), request id i asks for first + i */
+    uint32_t sent;         /* requests sent so far (ids 0 .. sent - 1) */
+    uint32_t sample_bytes;
+    uint8_t *answered; /* answered[i]: request i has had its answer */
+} get_expect_t;
+
+/* Receives one GET answer for chunk (first + request_id), checks it against the request and the
+ * manifest as the loader does (opcode, response flag, an outstanding request id, one chunk, its
+ * first sample and sample count, its decoded length, both checksums), decodes it and writes it
+ * at its place in fd. */
+static int receive_one(const char *server, dsc_conn_t *conn, int fd, get_expect_t *ex,
                        uint64_t chunk_raw, uint8_t *raw, size_t raw_cap) {
     dsc_frame_header_t h;
     int rc = dsc_conn_recv_header(conn, &h);
     if (rc < 0)
         return dsc_cli_fail(CMD, "%s: %s", server, dsc_strerror(rc));
+    uint64_t index = h.request_id;
+    if (h.opcode != DSC_OP_GET || !(h.flags & DSC_FLAG_RESPONSE))
+        return dsc_cli_fail(CMD, "%s: unexpected answer (opcode %u, flags 0x%x) to a GET", server,
+                            h.opcode, h.flags);
+    if (index >= ex->sent || ex->answered[index])
+        return dsc_cli_fail(CMD, "%s: answer for request id %llu, which is not outstanding", server,
+                            (unsigned long long)index);
+    ex->answered[index] = 1;
     uint8_t *body = malloc(h.body_len ? h.body_len : 1);
     if (body == NULL)
         return dsc_cli_fail(CMD, "out of memory");
@@ -76,10 +97,9 @@ static int receive_one(const char *server, dsc_conn_t *conn, int fd, uint32_t fi
         return dsc_cli_fail(CMD, "%s: %s", server, dsc_strerror(rc));
     }
     int exit_code = DSC_CLI_FAIL;
-    uint64_t index = h.request_id;
+    uint32_t chunk = ex->first + (uint32_t)index;
     if (h.status != DSC_STATUS_OK) {
-        dsc_cli_fail(CMD, "chunk %llu: server answered %s: %.*s",
-                     (unsigned long long)(first + index), dsc_status_name(h.status),
+        dsc_cli_fail(CMD, "chunk %u: server answered %s: %.*s", chunk, dsc_status_name(h.status),
                      (int)(h.body_len > DSC_ERROR_MAX_MESSAGE ? DSC_ERROR_MAX_MESSAGE : h.body_len),
                      (const char *)body);
         goto done;
@@ -87,14 +107,31 @@ static int receive_one(const char *server, dsc_conn_t *conn, int fd, uint32_t fi
     dsc_get_resp_t resp;
     dsc_chunk_entry_t entry;
     const uint8_t *data;
-    if (index >= count || dsc_get_resp_decode(body, h.body_len, &resp) < 0 ||
-        resp.chunk_count != 1 || dsc_get_resp_chunk(&resp, 0, &entry, &data) < 0) {
+    if (dsc_get_resp_decode(body, h.body_len, &resp) < 0 || resp.chunk_count != 1 ||
+        dsc_get_resp_chunk(&resp, 0, &entry, &data) < 0) {
         dsc_cli_fail(CMD, "malformed answer for request %llu", (unsigned long long)index);
+        goto done;
+    }
+    /* The chunk's place in the shard and its size follow from the manifest: an answer carrying
+     * another chunk (or another shard's) does not fit. */
+    uint64_t first_sample = (uint64_t)chunk * ex->shard->chunk_samples;
+    uint64_t want_samples =
+        ex->shard->samples > first_sample ? ex->shard->samples - first_sample : 0;
+    if (want_samples > ex->shard->chunk_samples)
+        want_samples = ex->shard->chunk_samples;
+    if (entry.first_sample != first_sample || entry.sample_count != want_samples ||
+        entry.raw_len != want_samples * ex->sample_bytes || entry.raw_len > raw_cap) {
+        dsc_cli_fail(CMD,
+                     "shard %u chunk %u: the answer holds samples %llu..+%u (%u bytes), the "
+                     "manifest says %llu..+%llu",
+                     ex->shard->id, chunk, (unsigned long long)entry.first_sample,
+                     entry.sample_count, entry.raw_len, (unsigned long long)first_sample,
+                     (unsigned long long)want_samples);
         goto done;
     }
     rc = dsc_chunk_decode(&entry, data, raw, raw_cap);
     if (rc < 0) {
-        dsc_cli_fail(CMD, "chunk %llu: %s", (unsigned long long)(first + index), dsc_strerror(rc));
+        dsc_cli_fail(CMD, "chunk %u: %s", chunk, dsc_strerror(rc));
         goto done;
     }
     if (pwrite(fd, raw, entry.raw_len, (off_t)(index * chunk_raw)) != (ssize_t)entry.raw_len) {
@@ -148,13 +185,17 @@ int dsc_cmd_get(int argc, char **argv) {
         have_range = 1;
     }
 
+    uint32_t timeout_ms;
+    if (dsc_cli_timeout_ms(CMD, &target, &timeout_ms) < 0)
+        return DSC_CLI_USAGE;
+
     int exit_code = DSC_CLI_FAIL, fd = -1;
     dsc_conn_t *conn = NULL;
     dsc_manifest_t *m = NULL;
-    uint8_t *raw = NULL;
+    uint8_t *raw = NULL, *answered = NULL;
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", output);
-    if (dsc_cli_connect(CMD, server, GET_TIMEOUT_MS, &conn) != DSC_CLI_OK)
+    if (dsc_cli_connect(CMD, server, timeout_ms, &conn) != DSC_CLI_OK)
         goto done;
     int rc;
     if ((rc = fetch_manifest(conn, dataset, &m)) < 0) {
@@ -184,13 +225,19 @@ int dsc_cmd_get(int argc, char **argv) {
         goto done;
     }
     raw = malloc(chunk_raw);
+    answered = calloc(ccount, 1);
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (raw == NULL || fd < 0) {
+    if (raw == NULL || answered == NULL || fd < 0) {
         exit_code =
             dsc_cli_fail(CMD, "%s: %s", raw ? tmp : "buffer", strerror(raw ? errno : ENOMEM));
         goto done;
     }
     uint32_t sent = 0, got = 0, count = (uint32_t)ccount;
+    get_expect_t ex = {.shard = meta,
+                       .first = (uint32_t)cfirst,
+                       .count = count,
+                       .sample_bytes = m->schema.sample_bytes,
+                       .answered = answered};
     while (got < count) {
         while (sent < count && sent - got < GET_DEPTH) {
             dsc_get_req_t req = {.dataset = {dataset, (uint16_t)strlen(dataset)},
@@ -204,9 +251,9 @@ int dsc_cmd_get(int argc, char **argv) {
                 goto done;
             }
             sent++;
+            ex.sent = sent;
         }
-        if (receive_one(server, conn, fd, (uint32_t)cfirst, count, chunk_raw, raw, chunk_raw) !=
-            DSC_CLI_OK)
+        if (receive_one(server, conn, fd, &ex, chunk_raw, raw, chunk_raw) != DSC_CLI_OK)
             goto done;
         got++;
     }
@@ -227,6 +274,7 @@ done:
     if (exit_code != DSC_CLI_OK)
         unlink(tmp);
     free(raw);
+    free(answered);
     dsc_manifest_free(m);
     dsc_conn_close(conn);
     return exit_code;

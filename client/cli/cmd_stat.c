@@ -14,12 +14,13 @@
 #define CMD "stat"
 
 static void print_help(void) {
-    printf("usage: dscache stat --server HOST:PORT [--dataset NAME] [--json]\n"
+    printf("usage: dscache stat --server HOST:PORT [--dataset NAME] [--json] [--timeout S]\n"
            "\n"
            "Prints the server's store use and, per dataset, shards, cached shards and bytes,\n"
            "hits, misses, bytes served and bad shards.\n"
            "\n"
            "  --server HOST:PORT   the dscached data port\n"
+           "  --timeout SECONDS    give up when the server is silent that long (default 30)\n"
            "  --dataset NAME       one dataset only (default: all)\n"
            "  --json               the server's JSON answer as it is\n"
            "  -h, --help           this text\n");
@@ -98,8 +99,11 @@ int dsc_cmd_stat(int argc, char **argv) {
     int n = dsc_name_req_encode(dataset, body, sizeof body);
     if (n < 0)
         return dsc_cli_usage(CMD, "--dataset '%s': not a valid name", dataset);
+    uint32_t timeout_ms;
+    if (dsc_cli_timeout_ms(CMD, &target, &timeout_ms) < 0)
+        return DSC_CLI_USAGE;
     dsc_conn_t *conn = NULL;
-    if (dsc_cli_connect(CMD, server, 10000, &conn) != DSC_CLI_OK)
+    if (dsc_cli_connect(CMD, server, timeout_ms, &conn) != DSC_CLI_OK)
         return DSC_CLI_FAIL;
     uint8_t *resp = NULL;
     size_t len = 0;

@@ -155,9 +155,21 @@ int dsc_cli_target_option(dsc_cli_target_t *target, int opt, const char *arg) {
     case 'd':
         target->dataset = arg;
         return 1;
+    case 'T':
+        target->timeout = arg;
+        return 1;
     default:
         return 0;
     }
+}
+
+int dsc_cli_timeout_ms(const char *cmd, const dsc_cli_target_t *target, uint32_t *ms) {
+    uint64_t seconds = DSC_CLI_TIMEOUT_DEFAULT_S;
+    if (target->timeout &&
+        dsc_cli_parse_u64(cmd, "--timeout", target->timeout, 1, 86400, &seconds) < 0)
+        return DSC_EINVAL;
+    *ms = (uint32_t)(seconds * 1000);
+    return 0;
 }
 
 int dsc_cli_connect(const char *cmd, const char *server, uint32_t timeout_ms, dsc_conn_t **conn) {

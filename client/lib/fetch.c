@@ -243,6 +243,16 @@ static void io_loop(dsc_io_t *io) {
                 break;
             continue; /* re-check the queue: the hello may have taken a while */
         }
+        /* A connection left idle (a trainer evaluating, say) may have been closed by the
+         * server's idle time-out: reopened at once, the peer not counted as failed. */
+        if (io->out_count == 0 && peer->queue.head != NULL && src->idle_closed &&
+            src->idle_closed(io->conn)) {
+            DSC_LOG(&loader->cfg.log, DSC_LOG_DEBUG,
+                    "server %s closed the idle connection: reconnecting", peer->addr);
+            src->close(io->conn);
+            io->conn = NULL;
+            continue;
+        }
         /* Now and then, the job's stall and rate to the server (the peer's first I/O thread). */
         int rc = 0;
         double now = dsc_now_s();

@@ -94,6 +94,11 @@ typedef struct dsc_source_ops {
      * answer, whatever its status. Returns 0, or an error after which the connection is
      * unusable. */
     int (*report)(void *conn, uint64_t id, const uint8_t *body, size_t len);
+    /* Called before the first request after a pause (nothing outstanding): 1 when the peer has
+     * closed the connection meanwhile (a server's idle time-out; it never sends unprompted), so
+     * the caller reopens it quietly instead of failing the peer; else 0. Never blocks. NULL: the
+     * source's connections do not expire. */
+    int (*idle_closed)(void *conn);
     /* Makes a thread blocked in submit or complete on conn return soon with an error. Thread-safe
      * with respect to them. */
     void (*wake)(void *conn);

@@ -5,6 +5,7 @@
 #include "source.h"
 #include "util.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +222,13 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
     return 0;
 }
 
+static int tcp_idle_closed(void *conn) {
+    tcp_conn_t *c = conn;
+    struct pollfd pfd = {.fd = dsc_conn_fd(c->conn), .events = POLLIN | POLLRDHUP};
+    /* Nothing is outstanding: any readable byte, EOF or error means the server gave up on it. */
+    return pfd.fd >= 0 && poll(&pfd, 1, 0) == 1 && pfd.revents != 0;
+}
+
 static void tcp_wake(void *conn) {
     tcp_conn_t *c = conn;
     dsc_conn_shutdown(c->conn);
@@ -250,6 +258,7 @@ const dsc_source_ops_t dsc__source_tcp = {
     .submit = tcp_submit,
     .complete = tcp_complete,
     .report = tcp_report,
+    .idle_closed = tcp_idle_closed,
     .wake = tcp_wake,
     .close = tcp_close,
 };

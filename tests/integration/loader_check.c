@@ -2,7 +2,7 @@
  * batch's bytes equal the dataset's shard files; exactly-once per epoch across ranks; same seed
  * same order; resume and elastic resume; a clear error when the server dies; bounded memory.
  * usage: loader_check MODE --servers S --dataset NAME --dir DATASET_DIR [options]
- *   modes: once | order | resume | elastic | resize | traffic | kill | rss | cache */
+ *   modes: once | order | resume | elastic | resize | traffic | kill | rss | cache | idle */
 #include "dscache.h"
 #include "shard.h"
 #include "testdata.h"
@@ -26,6 +26,7 @@ static uint32_t from_world = 4, to_world = 2, epochs = 4;
 static double max_ratio = 0, min_ratio = 0, max_attributed = 0, max_first = 0;
 static double slow_ms = 0;
 static uint64_t rss_bound_mb = 0;
+static double pause_s = 4;
 static uint64_t batches_ok; /* batches checked so far */
 
 /* The loader's last ERROR and WARN lines, for checks on what it says. */
@@ -787,6 +788,30 @@ static int mode_rss(void) {
     return TEST_DONE();
 }
 
+/* A trainer that stops reading for pause_s (an evaluation) while the server closes idle
+ * connections: the epoch goes on, every batch right, and the loader reports no failed server
+ * (it reconnects quietly). */
+static int mode_idle(void) {
+    dsc_loader_t *l = open_loader(0, 1, 0);
+    int64_t total = (int64_t)dsc_loader_len(l);
+    int64_t first = run(l, 2, NULL, NULL, NULL);
+    CHECK_EQ_INT(first, 2);
+    pthread_mutex_lock(&log_lock);
+    last_warn[0] = last_error[0] = '\0';
+    pthread_mutex_unlock(&log_lock);
+    usleep((useconds_t)(pause_s * 1e6));
+    int64_t rest = run(l, UINT64_MAX, NULL, NULL, NULL);
+    printf("idle: %lld batches, a %.1f s pause, then %lld batches (epoch %lld); warning: '%s'\n",
+           (long long)first, pause_s, (long long)rest, (long long)total, last_warn);
+    CHECK(rest >= 0);
+    CHECK_EQ_INT(first + rest, total);
+    pthread_mutex_lock(&log_lock);
+    CHECK(last_warn[0] == '\0' && last_error[0] == '\0');
+    pthread_mutex_unlock(&log_lock);
+    dsc_loader_destroy(l);
+    return TEST_DONE();
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: loader_check MODE --servers S --dataset N --dir D [...]\n");
@@ -817,6 +842,7 @@ int main(int argc, char **argv) {
         TESTOPT("--max-first", &max_first),
         TESTOPT("--epochs", &epochs),
         TESTOPT("--max-held", &max_held),
+        TESTOPT("--pause-s", &pause_s),
     };
     if (testopt_parse("loader_check", argc, argv, 2, opts, sizeof opts / sizeof opts[0]) != 0)
         return 2;
@@ -842,6 +868,8 @@ int main(int argc, char **argv) {
         return mode_cache();
     if (!strcmp(mode, "hold"))
         return mode_hold();
+    if (!strcmp(mode, "idle"))
+        return mode_idle();
     fprintf(stderr, "loader_check: unknown mode %s\n", mode);
     return 2;
 }
