@@ -1,6 +1,7 @@
 /* /metrics, /healthz, /readyz over libmicrohttpd. */
 #include "http.h"
 #include "protocol.h"
+#include "rdma.h"
 #include "srvlog.h"
 
 #include <microhttpd.h>
@@ -121,6 +122,10 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     gauge(&t, "dscache_shards", "Shards of the datasets served.", tot.shards);
     gauge(&t, "dscache_ready", "1 once warm-up is done.",
           src->ready && atomic_load(src->ready) ? 1 : 0);
+    char *rdma = dsc_rdma_srv_metrics_text(src->server ? dsc_server_rdma(src->server) : NULL);
+    if (rdma != NULL)
+        add(&t, "%s", rdma);
+    free(rdma);
 
     dsc_load_histogram_t h;
     dsc_catalog_load_histogram(src->cat, &h);

@@ -28,6 +28,7 @@ typedef struct dsc_get_answer {
     const dsc_chunk_entry_t *entries;
     uint32_t count;
     uint64_t data_len;
+    uint8_t opcode; /* DSC_OP_GET, or DSC_OP_RDMA_GET: answered by rdma.c with descriptors */
 } dsc_get_answer_t;
 
 /* The operations of one transport. All run on the connection's own thread (its event loop). */
@@ -65,6 +66,8 @@ struct dsc_reply {
                                  thread */
     unsigned hello : 1;       /* a HELLO was answered: other requests are accepted */
     unsigned view_logged : 1; /* a HELLO with a different members_hash was logged */
+    void *loop;               /* the connection's uv_loop_t (timers of rdma.c) */
+    void *rdma;               /* the connection's RDMA state (rdma.c), NULL until RDMA_CONNECT */
 };
 
 #endif

@@ -245,3 +245,7 @@ void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out) {
         for (int st = 0; st < DSC_SERVER_STATUSES; st++)
             out->requests[o][st] = atomic_load_explicit(&s->requests[o][st], memory_order_relaxed);
 }
+
+struct dsc_rdma_srv *dsc_server_rdma(const dsc_server_t *srv) {
+    return srv ? srv->opt.rdma : NULL;
+}

@@ -12,12 +12,13 @@
 typedef struct dsc_server dsc_server_t;
 
 typedef struct dsc_server_options {
-    const char *host;       /* listen address (numeric or name) */
-    uint16_t port;          /* 0: pick a free port */
-    uint32_t threads;       /* event loops (>= 1) */
-    uint64_t max_out;       /* per-connection queued response bytes before reads pause */
-    uint32_t drain_seconds; /* stop: longest wait for in-flight responses (0: 30) */
-    const char *name;       /* server name sent in HELLO */
+    const char *host;          /* listen address (numeric or name) */
+    uint16_t port;             /* 0: pick a free port */
+    uint32_t threads;          /* event loops (>= 1) */
+    uint64_t max_out;          /* per-connection queued response bytes before reads pause */
+    uint32_t drain_seconds;    /* stop: longest wait for in-flight responses (0: 30) */
+    const char *name;          /* server name sent in HELLO */
+    struct dsc_rdma_srv *rdma; /* RDMA transport (rdma.h; not owned), or NULL: TCP only */
 } dsc_server_options_t;
 
 /* Binds the sockets and starts the loop threads. Returns 0 and *out, DSC_EADDRINUSE,
@@ -33,6 +34,8 @@ void dsc_server_stop(dsc_server_t *srv);
  * HELLO carries 0, MEMBERS is answered UNSUPPORTED and STAT has no cluster fields. Any thread;
  * set it before announcing the port. */
 void dsc_server_set_cluster(dsc_server_t *srv, dsc_cluster_t *cluster);
+/* The RDMA transport given in the options (NULL: TCP only). */
+struct dsc_rdma_srv *dsc_server_rdma(const dsc_server_t *srv);
 /* Waits for the loop threads to end (after dsc_server_stop), then frees. NULL is a no-op. */
 void dsc_server_destroy(dsc_server_t *srv);
 

@@ -53,10 +53,15 @@ typedef struct dsc_loader_options {
     uint64_t server_inflight_bytes; /* bound on bytes in flight to any one server, so that a slow
                                        or stalled server cannot hold the whole inflight_bytes
                                        budget (default 0: 2 * inflight_bytes / servers) */
-    int no_assist; /* 0 (default): a next() that has to wait does the waiting batch's work
-                      itself (decode chunks, collate), beside the decode threads, instead of
-                      sleeping; without CUDA only (a CUDA device keeps the caller's thread free of
-                      CUDA calls). 1: next() only waits. */
+    int no_assist;         /* 0 (default): a next() that has to wait does the waiting batch's work
+                              itself (decode chunks, collate), beside the decode threads, instead of
+                              sleeping; without CUDA only (a CUDA device keeps the caller's thread free of
+                              CUDA calls). 1: next() only waits. */
+    const char *transport; /* "tcp", "rdma" or "auto" (NULL: $DSCACHE_TRANSPORT, else "auto").
+                              auto: RDMA READ where this host and the server both can, else TCP,
+                              per connection (one INFO line says which and why); rdma: RDMA or an
+                              error (DSC_EUNAVAIL at create without a usable device). See
+                              docs/rdma.md */
 } dsc_loader_options_t;
 
 /* Fills *options with the defaults above (servers and dataset NULL). */
@@ -150,23 +155,28 @@ typedef struct dsc_stats {
     uint64_t retries;    /* requests re-sent after a failure */
     uint64_t failovers;  /* requests moved to another replica */
     uint64_t checksum_failures;
-    double wall_seconds;    /* since creation */
-    double stall_seconds;   /* consumer time blocked inside next() */
-    double compute_seconds; /* consumer time between next() calls */
-    double stall_fraction;  /* stall / (stall + compute) */
-    double network_seconds; /* summed time waiting on responses */
-    double decode_seconds;  /* summed checksum + decompression time */
-    double collate_seconds; /* summed time copying samples into batch slots */
-    double h2d_seconds;     /* summed host-to-device copy time (CUDA; device time, event to
-                               event), of the copies counted in h2d_bytes */
-    uint64_t placed_chunks; /* chunks verified + decoded straight into a batch slot */
-    uint64_t refetches;     /* chunks fetched again within one epoch: their shuffle window's
-                               chunks did not fit in cache_bytes (see the WARN at create) */
-    uint64_t h2d_bytes;     /* bytes of the host-to-device copies timed in h2d_seconds: a copy
-                               is timed when its slot is filled again, so the last few batches'
-                               copies are not yet in; h2d_bytes / h2d_seconds is the bandwidth */
-    uint64_t assists;       /* units of work (a chunk decoded, a step collated) done by next()
-                               while it waited, beside the decode threads (0 with no_assist) */
+    double wall_seconds;       /* since creation */
+    double stall_seconds;      /* consumer time blocked inside next() */
+    double compute_seconds;    /* consumer time between next() calls */
+    double stall_fraction;     /* stall / (stall + compute) */
+    double network_seconds;    /* summed time waiting on responses */
+    double decode_seconds;     /* summed checksum + decompression time */
+    double collate_seconds;    /* summed time copying samples into batch slots */
+    double h2d_seconds;        /* summed host-to-device copy time (CUDA; device time, event to
+                                  event), of the copies counted in h2d_bytes */
+    uint64_t placed_chunks;    /* chunks verified + decoded straight into a batch slot */
+    uint64_t refetches;        /* chunks fetched again within one epoch: their shuffle window's
+                                  chunks did not fit in cache_bytes (see the WARN at create) */
+    uint64_t h2d_bytes;        /* bytes of the host-to-device copies timed in h2d_seconds: a copy
+                                  is timed when its slot is filled again, so the last few batches'
+                                  copies are not yet in; h2d_bytes / h2d_seconds is the bandwidth */
+    uint64_t assists;          /* units of work (a chunk decoded, a step collated) done by next()
+                                  while it waited, beside the decode threads (0 with no_assist) */
+    uint64_t rdma_connections; /* server connections open now that use RDMA READ */
+    uint64_t tcp_connections;  /* ... that use TCP under transport auto/rdma (fell back) */
+    uint64_t rdma_bytes;       /* stored bytes received by RDMA READ */
+    uint64_t rdma_fallbacks;   /* connections that tried RDMA and fell back to TCP */
+    uint64_t rdma_errors;      /* RDMA connections lost to a failed READ (chunks moved) */
 } dsc_stats_t;
 
 /* Fills *out (out->struct_size must be set). Returns 0 or DSC_EINVAL. Thread-safe. */

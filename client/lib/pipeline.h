@@ -130,7 +130,8 @@ struct dsc_loader {
         char *servers_spec; /* the options' servers string, re-resolved by view.c */
         dsc_bufpool_t pool; /* thread-safe itself */
         dsc_cuda_t *cuda;
-        dsc_source_env_t source_env; /* what the data sources see */
+        dsc_source_env_t source_env;                 /* what the data sources see */
+        dsc_transport_counters_t transport_counters; /* the sources' (source_env.counters) */
     } cfg;
 
     /* Owner pipeline.c (error, via dsc__loader_fail) and loader.c (stop, the condition

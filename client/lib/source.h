@@ -29,6 +29,7 @@
 #include "manifest.h"
 #include "slots.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 /* Consecutive chunks of one shard fetched as one request. */
@@ -43,6 +44,24 @@ typedef struct dsc_source_req {
     dsc_chunk_ent_t *chunks[DSC_SOURCE_MAX_MERGE];
 } dsc_source_req_t;
 
+/* Which transport the connections to servers use (options.transport, DSCACHE_TRANSPORT). */
+typedef enum dsc_transport {
+    DSC_TRANSPORT_TCP = 0,
+    DSC_TRANSPORT_AUTO = 1, /* RDMA where both sides can, else TCP per connection */
+    DSC_TRANSPORT_RDMA = 2, /* RDMA or an error */
+} dsc_transport_t;
+
+/* Per-transport connection and byte counters, written by the sources, read by stats.c. */
+typedef struct dsc_transport_counters {
+    atomic_uint_fast64_t rdma_connections; /* open now over RDMA */
+    atomic_uint_fast64_t tcp_connections;  /* open now over TCP under transport auto */
+    atomic_uint_fast64_t rdma_bytes;       /* chunk bytes received by RDMA READ */
+    atomic_uint_fast64_t rdma_fallbacks;   /* connections that fell back to TCP */
+    atomic_uint_fast64_t rdma_errors;      /* RDMA connections lost to an error completion */
+} dsc_transport_counters_t;
+
+typedef struct dsc_rdma_client dsc_rdma_client_t; /* source_rdma.c */
+
 /* What every source may use; owned by the loader, constant while its threads run (manifest is
  * NULL until it has been fetched, set before any request). */
 typedef struct dsc_source_env {
@@ -51,6 +70,9 @@ typedef struct dsc_source_env {
     const char *dataset;
     uint32_t timeout_ms;
     const dsc_manifest_t *manifest;
+    dsc_transport_t transport;
+    dsc_rdma_client_t *rdma; /* the RDMA device (NULL: none, every connection uses TCP) */
+    dsc_transport_counters_t *counters;
 } dsc_source_env_t;
 
 typedef struct dsc_source_ops {

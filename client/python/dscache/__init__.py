@@ -130,6 +130,7 @@ class _Options(ctypes.Structure):
         ("cache_bytes", ctypes.c_uint64),
         ("server_inflight_bytes", ctypes.c_uint64),
         ("no_assist", ctypes.c_int),
+        ("transport", ctypes.c_char_p),
     ]
 
 
@@ -181,6 +182,11 @@ _STAT_FIELDS = [
     ("refetches", ctypes.c_uint64),
     ("h2d_bytes", ctypes.c_uint64),
     ("assists", ctypes.c_uint64),
+    ("rdma_connections", ctypes.c_uint64),
+    ("tcp_connections", ctypes.c_uint64),
+    ("rdma_bytes", ctypes.c_uint64),
+    ("rdma_fallbacks", ctypes.c_uint64),
+    ("rdma_errors", ctypes.c_uint64),
 ]
 
 
@@ -526,7 +532,9 @@ class Loader:
     --replicas. server_inflight_bytes: bound on bytes in flight to one server (default
     2 * inflight_bytes / servers). assist: a wait for the next batch does that batch's decoding
     and collation in the calling thread (the GIL is released) instead of sleeping (CPU batches
-    only). Iterating yields the rest of the current epoch; the next iteration continues with the
+    only). transport: "tcp", "rdma" or "auto" (None: $DSCACHE_TRANSPORT, else "auto": RDMA READ
+    where this host and the server both can, else TCP per connection; "rdma" fails without it).
+    Iterating yields the rest of the current epoch; the next iteration continues with the
     following epoch (or call set_epoch first).
     """
 
@@ -535,7 +543,7 @@ class Loader:
                  decode_threads=2, connections=2, device="cpu", output="numpy",
                  fallback_path=None, inflight_bytes=None, cache_bytes=None, timeout_ms=5000,
                  replicas=2, copy=False, indices=False, stats_log_seconds=0.0,
-                 server_inflight_bytes=None, assist=True, transform=None):
+                 server_inflight_bytes=None, assist=True, transform=None, transport=None):
         lib = _load()
         self._lib = lib
         self._handle = None
@@ -593,6 +601,9 @@ class Loader:
         if server_inflight_bytes:
             opts.server_inflight_bytes = server_inflight_bytes
         opts.no_assist = 0 if assist else 1
+        if transport is not None and transport not in ("tcp", "rdma", "auto"):
+            raise ValueError("transport must be 'tcp', 'rdma' or 'auto'")
+        opts.transport = transport.encode() if transport else None
         handle = ctypes.c_void_p()
         try:
             _check(lib.dsc_loader_create(ctypes.byref(opts), ctypes.byref(handle)),
@@ -750,7 +761,9 @@ class Loader:
         into a batch slot), refetches (chunks fetched again within an epoch: cache_bytes too
         small for the shuffle window, see the loader's WARN) and h2d_bytes (the bytes of the
         host-to-device copies timed in h2d_seconds: their ratio is the copy bandwidth) and
-        assists (chunk decodes and collations done by next() while it waited)."""
+        assists (chunk decodes and collations done by next() while it waited); rdma_connections
+        and tcp_connections (server connections open now over RDMA READ, and over TCP after a
+        fallback under transport auto), rdma_bytes, rdma_fallbacks and rdma_errors."""
         s = _Stats()
         s.struct_size = ctypes.sizeof(_Stats)
         _check(self._lib.dsc_loader_stats(self._h(), ctypes.byref(s)))
