@@ -281,12 +281,12 @@ int dsc_rdma_srv_create(const dsc_rdma_srv_options_t *options, dsc_store_t *stor
         dsc_verbs_gid_format(rs->dev.gid, gid, sizeof gid);
     double gib = (double)rs->capacity / (double)(UINT64_C(1) << 30);
     LOG_INFO("rdma: on: device %s port %u (%s, MTU %u, GID %s), arena %llu bytes registered "
-             "for remote READ in %u region(s) in %.3f s (%.3f s per GiB; the registered arena is "
+             "for remote READ in %u region(s) in %.3f ms (%.3f ms per GiB; the registered arena is "
              "pinned resident), lease TTL %u ms",
              rs->dev.name, rs->dev.port,
              rs->dev.link_layer == DSC_RDMA_LINK_ETHERNET ? "RoCE" : "InfiniBand",
              dsc_verbs_mtu_bytes(rs->dev.mtu), gid, (unsigned long long)rs->capacity, rs->mr_count,
-             rs->register_seconds, gib > 0 ? rs->register_seconds / gib : 0.0,
+             rs->register_seconds * 1e3, gib > 0 ? rs->register_seconds * 1e3 / gib : 0.0,
              rs->opt.lease_ttl_ms);
     *out = rs;
     return 0;

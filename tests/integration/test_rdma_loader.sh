@@ -23,7 +23,7 @@ make_dataset "$work/raw" rawds 3000 none
 start_server A --data "$work/lz4" --data "$work/raw" --rdma required --memory 64M
 grep -q "rdma: on: device fakeverbs0 port 1 (RoCE, MTU 4096" "$work/server-A.log" ||
     fail "no registration line: $(cat "$work/server-A.log")"
-grep -qE "registered for remote READ in 1 region\(s\) in [0-9.]+ s" "$work/server-A.log" ||
+grep -qE "registered for remote READ in 1 region\(s\) in [0-9.]+ ms" "$work/server-A.log" ||
     fail "registration time not logged"
 
 run_check() { "$CHECK" "$@" >"$work/out.txt" 2>&1 || { cat "$work/out.txt"; fail "rdma_check $*"; }; }
@@ -47,6 +47,22 @@ grep -E "probe READ" <<<"$out"
 grep -qE "probe READ +ok +4096 bytes READ from $ADDR_A over fakeverbs0 .* checksum ok" <<<"$out" ||
     fail "doctor --server: no probe READ: $out"
 pass "dscache doctor --server READs the server's probe region"
+
+# 1b. Bytes outside registered memory are answered inline: read-through buffers (a minio server
+# whose 1 MiB store holds few shards), and chunks across two memory regions (the arena split at a
+# 2 MiB max_mr_size).
+DSC_FAKEVERBS_MAX_MR_SIZE=2097152 start_server M --data "$work/raw" --rdma required --memory 24M
+grep -q "registered for remote READ in 12 region(s)" "$work/server-M.log" ||
+    fail "arena not split at max_mr_size: $(grep 'rdma:' "$work/server-M.log")"
+run_check epoch --servers "$ADDR_M" --dataset rawds --dir "$work/raw" --transport rdma \
+    --expect-rdma 1
+start_server R --data "$work/raw" --rdma required --memory 1M --policy minio
+run_check epoch --servers "$ADDR_R" --dataset rawds --dir "$work/raw" --transport rdma
+inline=$(metric "$HTTP_R" 'dscache_transport_bytes_total{transport="rdma_inline"}')
+echo "read-through bytes answered inline: $inline; split arena inline bytes:" \
+    "$(metric "$HTTP_M" 'dscache_transport_bytes_total{transport="rdma_inline"}')"
+[ "$inline" -gt 0 ] || fail "no read-through answered inline"
+pass "read-through and cross-region chunks answered inline; arena split at max_mr_size"
 
 # 2. TCP and RDMA loaders on one server at once.
 get_ok() {
