@@ -255,6 +255,16 @@ static void rdma_teardown(rdma_conn_t *c) {
         dsc_rdma_qp_fence(c->dev, c->qp);
     c->qp = NULL;
     slab_free(c);
+    /* Events of an arming whose completion was polled before it fired: acknowledged, or the CQ
+     * could not be destroyed. */
+    while (c->ch && c->cq) {
+        struct pollfd p = {.fd = c->ch->fd, .events = POLLIN};
+        struct ibv_cq *ev_cq;
+        void *ev_ctx;
+        if (poll(&p, 1, 0) <= 0 || c->dev->v.get_cq_event(c->ch, &ev_cq, &ev_ctx) != 0)
+            break;
+        c->dev->v.ack_cq_events(ev_cq, 1);
+    }
     if (c->cq)
         c->dev->v.destroy_cq(c->cq);
     c->cq = NULL;
