@@ -14,6 +14,24 @@
 #include <sys/random.h>
 #include <time.h>
 
+/* ThreadSanitizer cannot see that a READ is ordered after the lease was granted (the order goes
+ * through the client process and a socket): granting a lease releases the memory region, and the
+ * fake verbs library's responder acquires it before it copies (tests/fakeverbs). */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DSC_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define DSC_TSAN 1
+#endif
+#ifdef DSC_TSAN
+void __tsan_release(void *addr);
+#define TSAN_RELEASE(p) __tsan_release((void *)(p))
+#else
+#define TSAN_RELEASE(p) ((void)(p))
+#endif
+
 #define DEFAULT_TTL_MS 10000u
 #define DEFAULT_MAX_LEASE_BYTES (UINT64_C(256) << 20)
 #define PROBE_BYTES 4096u
@@ -447,6 +465,7 @@ void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
     uint64_t every = rs->opt.lease_ttl_ms / 4 ? rs->opt.lease_ttl_ms / 4 : 1;
     uv_timer_start(&rc->timer, on_lease_timer, every, every);
     reply->rdma = rc;
+    TSAN_RELEASE(rs->probe_mr);
     atomic_fetch_add(&rs->connections, 1);
     atomic_fetch_add(&rs->connections_total, 1);
     dsc__server_count_request(srv, DSC_OP_RDMA_CONNECT, DSC_STATUS_OK);
@@ -522,6 +541,7 @@ int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_ans
             leased = 0;
             break;
         }
+        TSAN_RELEASE(mr);
         descs[i] = (dsc_rdma_desc_t){.addr = (uint64_t)(uintptr_t)p,
                                      .rkey = mr->rkey,
                                      .len = e->stored_len,
