@@ -2,6 +2,7 @@
  * and decoders. No I/O, no allocation; every decoder is bounds-checked and safe on hostile input.
  */
 #include "protocol.h"
+#include "auth.h"
 #include "wire.h"
 
 #include <string.h>
@@ -125,6 +126,7 @@ int dsc_opcode_known(uint32_t opcode) {
     case DSC_OP_GET:
     case DSC_OP_STAT:
     case DSC_OP_MEMBERS:
+    case DSC_OP_AUTH:
     case DSC_OP_WARM:
     case DSC_OP_EVICT:
     case DSC_OP_RDMA_CONNECT:
@@ -151,6 +153,8 @@ const char *dsc_opcode_name(uint32_t opcode) {
         return "STAT";
     case DSC_OP_MEMBERS:
         return "MEMBERS";
+    case DSC_OP_AUTH:
+        return "AUTH";
     case DSC_OP_WARM:
         return "WARM";
     case DSC_OP_EVICT:
@@ -331,6 +335,11 @@ int dsc_hello_resp_encode(const dsc_hello_resp_t *resp, uint8_t *out, size_t cap
     dsc_wr_u64(&w, resp->members_hash);
     dsc_wr_u32(&w, resp->max_body);
     wr_str(&w, resp->server_name);
+    if (resp->features & DSC_FEATURE_AUTH) {
+        if (resp->server_nonce == NULL)
+            return DSC_EINVAL;
+        dsc_wr_bytes(&w, resp->server_nonce, DSC_AUTH_NONCE_SIZE);
+    }
     return wr_done(&w);
 }
 
@@ -343,6 +352,8 @@ int dsc_hello_resp_decode(const uint8_t *body, size_t len, dsc_hello_resp_t *out
     resp.members_hash = dsc_rd_u64(&r);
     resp.max_body = dsc_rd_u32(&r);
     resp.server_name = rd_str(&r, STR_NAME);
+    resp.server_nonce =
+        (resp.features & DSC_FEATURE_AUTH) ? dsc_rd_bytes(&r, DSC_AUTH_NONCE_SIZE) : NULL;
     int rc = rd_done(&r);
     if (rc < 0)
         return rc;

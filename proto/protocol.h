@@ -31,6 +31,7 @@ typedef enum {
     DSC_OP_GET = 5,
     DSC_OP_STAT = 6,
     DSC_OP_MEMBERS = 7,       /* cluster membership (JSON), see PROTOCOL.md */
+    DSC_OP_AUTH = 8,          /* challenge-response proof after HELLO (proto/auth.h) */
     DSC_OP_WARM = 16,         /* admin */
     DSC_OP_EVICT = 17,        /* admin */
     DSC_OP_RDMA_CONNECT = 32, /* reserved: queue-pair exchange */
@@ -104,6 +105,9 @@ typedef struct dsc_hello_resp {
     uint64_t members_hash;
     uint32_t max_body;
     dsc_str_t server_name;
+    /* With feature bit 0 (DSC_FEATURE_AUTH, proto/auth.h) set: the server's 32-byte nonce,
+     * appended after server_name; NULL otherwise. */
+    const uint8_t *server_nonce;
 } dsc_hello_resp_t;
 
 /* Encoders return bytes written, DSC_ENOSPC (cap too small), or DSC_EINVAL (a value the decoder
@@ -112,7 +116,8 @@ typedef struct dsc_hello_resp {
  * DSC_EBADFRAME (any truncation, trailing bytes or out-of-range value: HELLO min_version 0 or
  * above max_version, a response version 0 or max_body outside [DSC_FRAME_MIN_MAX_BODY,
  * DSC_FRAME_MAX_BODY], a NUL byte inside a name; the auth token is opaque bytes). On error *out
- * is untouched. */
+ * is untouched. A HELLO response with feature bit 0 (authentication) carries a 32-byte server
+ * nonce after server_name (encoding it with server_nonce NULL is DSC_EINVAL). */
 int dsc_hello_req_encode(const dsc_hello_req_t *req, uint8_t *out, size_t cap);
 int dsc_hello_req_decode(const uint8_t *body, size_t len, dsc_hello_req_t *out);
 int dsc_hello_resp_encode(const dsc_hello_resp_t *resp, uint8_t *out, size_t cap);

@@ -464,6 +464,44 @@ done:
     return text;
 }
 
+void dsc_cluster_counts(dsc_cluster_t *cl, dsc_catalog_t *cat, dsc_cluster_counts_t *out) {
+    memset(out, 0, sizeof *out);
+    dsc_cluster_view_t *v = cl ? dsc_cluster_acquire(cl) : NULL;
+    out->clustered = v ? v->clustered : 0;
+    out->members = v && v->clustered ? v->members.count : 1;
+    out->self_member = v && v->clustered ? v->self_index >= 0 : 1;
+    out->known = v && v->clustered ? v->members.count > 0 : 1;
+    char *list = dsc_catalog_list_json(cat);
+    cJSON *root = list ? cJSON_Parse(list) : NULL;
+    free(list);
+    const cJSON *item;
+    cJSON_ArrayForEach(item, root) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(item, "name");
+        if (!cJSON_IsString(name))
+            continue;
+        dsc_dataset_t *ds = dsc_catalog_find(cat, name->valuestring, strlen(name->valuestring));
+        if (ds == NULL)
+            continue;
+        const dsc_manifest_t *m = dsc_dataset_manifest(ds);
+        uint8_t *resident = calloc(m->shard_count + 1, 1);
+        if (resident == NULL)
+            continue;
+        dsc_catalog_resident_map(cat, ds, resident, m->shard_count);
+        for (uint32_t i = 0; i < m->shard_count; i++) {
+            int own = v ? dsc_cluster_owns(v, m->name, i) : 1;
+            out->owned += (uint64_t)own;
+            out->owned_resident += (uint64_t)(own && resident[i]);
+            uint64_t bytes = m->shards[i].bytes;
+            if (own && !resident[i] &&
+                (out->smallest_missing == 0 || bytes < out->smallest_missing))
+                out->smallest_missing = bytes;
+        }
+        free(resident);
+    }
+    cJSON_Delete(root);
+    dsc_cluster_view_release(v);
+}
+
 /* Adds the cluster fields to one dataset object of the STAT answer. Returns 0 or DSC_ENOMEM. */
 static int stat_dataset(const dsc_cluster_view_t *v, dsc_catalog_t *cat, cJSON *obj,
                         uint64_t hello_hash) {

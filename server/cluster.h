@@ -94,6 +94,21 @@ void dsc_cluster_reload(dsc_cluster_t *cl);
  * after which the loop has nothing left of the cluster. Loop thread only, idempotent. */
 void dsc_cluster_stop(dsc_cluster_t *cl);
 
+/* What readiness and the cluster gauges need, in one view. */
+typedef struct dsc_cluster_counts {
+    uint32_t members; /* length of the member list (1 in single-node mode) */
+    int self_member;  /* 1 when this server is in it (always in single-node mode) */
+    int clustered;    /* 0: single-node mode */
+    int known;        /* 0 while a file/DNS list has not been read yet */
+    uint64_t owned;   /* shards owned (primary or replica) over every dataset */
+    uint64_t owned_resident;
+    uint64_t smallest_missing; /* bytes of the smallest owned shard not resident (0: none) */
+} dsc_cluster_counts_t;
+
+/* Fills *out from the current view and the catalog's residency. Thread-safe; O(shards * R *
+ * members). cl NULL: single-node figures over cat. */
+void dsc_cluster_counts(dsc_cluster_t *cl, dsc_catalog_t *cat, dsc_cluster_counts_t *out);
+
 /* MEMBERS body: {"members":["h:p",...],"replicas":R,"hash":"<16 hex>","self":"h:p",
  * "clustered":true|false} (single-node mode: members = [self]). malloc'd, NULL when out of
  * memory. Thread-safe. */

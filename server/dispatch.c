@@ -19,6 +19,7 @@ typedef struct pending_get {
     dsc_reply_t *reply;
     dsc_dataset_t *ds;
     uint64_t request_id;
+    uint64_t start_ns; /* when the request was decoded: the latency histogram */
     uint32_t first_chunk, chunk_count;
     uint8_t opcode; /* DSC_OP_GET or DSC_OP_RDMA_GET */
 } pending_get_t;
@@ -95,11 +96,14 @@ static int refuse(shard_ref_t *ref, uint32_t status, const char *message) {
     return -1;
 }
 
-/* Finds the dataset and the shard (DSC_SHARD_ALL too when all_ok). Returns 0, or -1 with
- * ref->status and ref->message set. */
-static int shard_find(dsc_server_t *srv, dsc_str_t dataset, uint32_t shard_id, int all_ok,
-                      shard_ref_t *ref) {
-    ref->ds = dsc_catalog_find(srv->cat, dataset.ptr, dataset.len);
+/* Finds the dataset and the shard (DSC_SHARD_ALL too when all_ok). A dataset outside the
+ * connection's credential is not found (authz.h). Returns 0, or -1 with ref->status and
+ * ref->message set. */
+static int shard_find(dsc_server_t *srv, const dsc_reply_t *reply, dsc_str_t dataset,
+                      uint32_t shard_id, int all_ok, shard_ref_t *ref) {
+    ref->ds = dsc__authz_may_read(&reply->auth, dataset.ptr, dataset.len)
+                  ? dsc_catalog_find(srv->cat, dataset.ptr, dataset.len)
+                  : NULL;
     if (ref->ds == NULL)
         return refuse(ref, DSC_STATUS_NOT_FOUND, "no such dataset");
     ref->slot = NULL;
@@ -116,8 +120,9 @@ static int shard_find(dsc_server_t *srv, dsc_str_t dataset, uint32_t shard_id, i
  * 0 (a miss: the answer comes from on_get_loaded; the reply counts the wait), or -1 with
  * ref->status and ref->message set. */
 static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, uint64_t id,
-                          const dsc_get_req_t *req, dsc_hold_t *hold, shard_ref_t *ref) {
-    if (shard_find(srv, req->dataset, req->shard_id, 0, ref) < 0)
+                          const dsc_get_req_t *req, uint64_t start_ns, dsc_hold_t *hold,
+                          shard_ref_t *ref) {
+    if (shard_find(srv, reply, req->dataset, req->shard_id, 0, ref) < 0)
         return -1;
     const dsc_manifest_shard_t *meta = &dsc_dataset_manifest(ref->ds)->shards[req->shard_id];
     if (req->chunk_count == 0 || (uint64_t)req->first_chunk + req->chunk_count > meta->chunks)
@@ -133,6 +138,7 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode,
     pg->ds = ref->ds;
     pg->request_id = id;
     pg->opcode = opcode;
+    pg->start_ns = start_ns;
     pg->first_chunk = req->first_chunk;
     pg->chunk_count = req->chunk_count;
     pg->waiter.first_chunk = req->first_chunk; /* a read-through reads only these chunks */
@@ -152,7 +158,8 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode,
 
 /* Answers a GET out of a hold (taken: released here or by the reply). */
 static void send_get(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, uint64_t id,
-                     dsc_dataset_t *ds, dsc_hold_t *hold, uint32_t first, uint32_t count) {
+                     dsc_dataset_t *ds, dsc_hold_t *hold, uint32_t first, uint32_t count,
+                     uint64_t start_ns) {
     if ((uint64_t)first + count > hold->chunk_count) {
         dsc_hold_release(srv->cat, hold);
         answer_error(srv, reply, opcode, id, DSC_STATUS_BAD_REQUEST, "chunk range out of bounds");
@@ -188,6 +195,7 @@ static void send_get(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, uint
         free(entries);
     if (rc == 0) {
         dsc__server_count_request(srv, opcode, DSC_STATUS_OK);
+        dsc__server_count_get_latency(srv, start_ns);
         dsc_dataset_count_served(ds, data_len);
         return;
     }
@@ -213,7 +221,7 @@ static void on_get_loaded(dsc_waiter_t *w) {
             dsc_hold_release(pg->srv->cat, &w->hold);
     } else if (w->status == 0) {
         send_get(pg->srv, reply, pg->opcode, pg->request_id, pg->ds, &w->hold, pg->first_chunk,
-                 pg->chunk_count);
+                 pg->chunk_count, pg->start_ns);
     } else {
         answer_error(pg->srv, reply, pg->opcode, pg->request_id, load_error_status(w->status),
                      load_error_message(w->status));
@@ -224,6 +232,7 @@ static void on_get_loaded(dsc_waiter_t *w) {
 
 static void handle_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
                        size_t len) {
+    uint64_t start_ns = dsc_now_ns();
     dsc_get_req_t req;
     if (dsc_get_req_decode(body, len, &req) < 0) {
         answer_error(srv, reply, DSC_OP_GET, id, DSC_STATUS_BAD_REQUEST, "malformed GET body");
@@ -231,9 +240,10 @@ static void handle_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const
     }
     dsc_hold_t hold;
     shard_ref_t ref;
-    int rc = chunks_acquire(srv, reply, DSC_OP_GET, id, &req, &hold, &ref);
+    int rc = chunks_acquire(srv, reply, DSC_OP_GET, id, &req, start_ns, &hold, &ref);
     if (rc == 1)
-        send_get(srv, reply, DSC_OP_GET, id, ref.ds, &hold, req.first_chunk, req.chunk_count);
+        send_get(srv, reply, DSC_OP_GET, id, ref.ds, &hold, req.first_chunk, req.chunk_count,
+                 start_ns);
     else if (rc < 0)
         answer_error(srv, reply, DSC_OP_GET, id, ref.status, ref.message);
 }
@@ -241,6 +251,7 @@ static void handle_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const
 /* RDMA_GET (rdma.h): releases first, then a GET whose answer carries descriptors. */
 static void handle_rdma_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
                             size_t len) {
+    uint64_t start_ns = dsc_now_ns();
     dsc_rdma_get_req_t req;
     if (dsc_rdma_get_req_decode(body, len, &req) < 0) {
         answer_error(srv, reply, DSC_OP_RDMA_GET, id, DSC_STATUS_BAD_REQUEST,
@@ -258,10 +269,10 @@ static void handle_rdma_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, 
     }
     dsc_hold_t hold;
     shard_ref_t ref;
-    int rc = chunks_acquire(srv, reply, DSC_OP_RDMA_GET, id, &req.get, &hold, &ref);
+    int rc = chunks_acquire(srv, reply, DSC_OP_RDMA_GET, id, &req.get, start_ns, &hold, &ref);
     if (rc == 1)
         send_get(srv, reply, DSC_OP_RDMA_GET, id, ref.ds, &hold, req.get.first_chunk,
-                 req.get.chunk_count);
+                 req.get.chunk_count, start_ns);
     else if (rc < 0)
         answer_error(srv, reply, DSC_OP_RDMA_GET, id, ref.status, ref.message);
 }
@@ -296,7 +307,14 @@ static void handle_hello(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, con
                  (int)req.client_name.len, req.client_name.ptr,
                  (unsigned long long)req.members_hash, (unsigned long long)resp.members_hash);
     }
-    uint8_t out[256];
+    const char *deny = NULL;
+    uint32_t st =
+        dsc__authz_hello(&srv->authz, &reply->auth, &req, (uint16_t)version, &resp, &deny);
+    if (st != DSC_STATUS_OK) {
+        answer_fatal(srv, reply, DSC_OP_HELLO, id, st, deny);
+        return;
+    }
+    uint8_t out[256 + DSC_AUTH_NONCE_SIZE];
     int n = dsc_hello_resp_encode(&resp, out, sizeof out);
     if (n < 0) {
         answer_fatal(srv, reply, DSC_OP_HELLO, id, DSC_STATUS_INTERNAL, "cannot encode HELLO");
@@ -304,6 +322,22 @@ static void handle_hello(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, con
     }
     reply->hello = 1;
     answer(srv, reply, DSC_OP_HELLO, id, DSC_STATUS_OK, out, (size_t)n);
+}
+
+/* AUTH: the client's proof; answered with the server's, or UNAUTHORIZED and closed (one try
+ * per nonce). */
+static void handle_auth(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
+                        size_t len) {
+    uint8_t mac[DSC_AUTH_MAC_SIZE];
+    const char *deny = NULL;
+    uint32_t st = dsc__authz_auth(&srv->authz, &reply->auth, body, len, reply->peer, mac, &deny);
+    if (st == DSC_STATUS_OK)
+        answer(srv, reply, DSC_OP_AUTH, id, DSC_STATUS_OK, mac, sizeof mac);
+    else if (st == DSC_STATUS_UNSUPPORTED)
+        answer_error(srv, reply, DSC_OP_AUTH, id, st, deny);
+    else
+        answer_fatal(srv, reply, DSC_OP_AUTH, id, st, deny);
+    dsc_auth_wipe(mac, sizeof mac);
 }
 
 static void handle_admin(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, uint64_t id,
@@ -314,7 +348,7 @@ static void handle_admin(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, 
         return;
     }
     shard_ref_t ref;
-    if (shard_find(srv, req.dataset, req.shard_id, 1, &ref) < 0) {
+    if (shard_find(srv, reply, req.dataset, req.shard_id, 1, &ref) < 0) {
         answer_error(srv, reply, opcode, id, ref.status, ref.message);
         return;
     }
@@ -333,7 +367,9 @@ static void handle_manifest(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, 
                      "MANIFEST needs a dataset name");
         return;
     }
-    dsc_dataset_t *ds = dsc_catalog_find(srv->cat, name.ptr, name.len);
+    dsc_dataset_t *ds = dsc__authz_may_read(&reply->auth, name.ptr, name.len)
+                            ? dsc_catalog_find(srv->cat, name.ptr, name.len)
+                            : NULL;
     if (ds == NULL) {
         answer_error(srv, reply, DSC_OP_MANIFEST, id, DSC_STATUS_NOT_FOUND, "no such dataset");
         return;
@@ -354,18 +390,21 @@ static void handle_stat(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, cons
         answer_error(srv, reply, DSC_OP_STAT, id, DSC_STATUS_BAD_REQUEST, "malformed STAT body");
         return;
     }
-    int not_found = 0;
-    char *json = dsc_catalog_stat_json(srv->cat, name.ptr, name.len, &not_found);
+    /* An empty name is every dataset: filtered below to what the credential may see. */
+    int not_found = name.len > 0 && !dsc__authz_may_read(&reply->auth, name.ptr, name.len);
+    char *json = not_found ? NULL : dsc_catalog_stat_json(srv->cat, name.ptr, name.len, &not_found);
     dsc_cluster_t *cluster = dsc__server_cluster(srv);
     if (json && cluster) {
         char *full = dsc_cluster_stat_json(cluster, srv->cat, json);
         free(json);
         json = full;
     }
-    if (not_found)
+    if (not_found) {
+        free(json);
         answer_error(srv, reply, DSC_OP_STAT, id, DSC_STATUS_NOT_FOUND, "no such dataset");
-    else
-        answer_json(srv, reply, DSC_OP_STAT, id, json);
+    } else {
+        answer_json(srv, reply, DSC_OP_STAT, id, dsc__authz_filter_json(&reply->auth, json));
+    }
 }
 
 void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_header_t *h,
@@ -380,6 +419,17 @@ void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_
                      "HELLO must be the first request");
         return;
     }
+    const char *deny = NULL;
+    int close_after = 0;
+    uint32_t allowed =
+        dsc__authz_check(&srv->authz, &reply->auth, h->opcode, reply->peer, &deny, &close_after);
+    if (allowed != DSC_STATUS_OK) {
+        if (close_after)
+            answer_fatal(srv, reply, h->opcode, h->request_id, allowed, deny);
+        else
+            answer_error(srv, reply, h->opcode, h->request_id, allowed, deny);
+        return;
+    }
     switch (h->opcode) {
     case DSC_OP_HELLO:
         handle_hello(srv, reply, h->request_id, body, h->body_len);
@@ -387,8 +437,12 @@ void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_
     case DSC_OP_PING:
         answer(srv, reply, DSC_OP_PING, h->request_id, DSC_STATUS_OK, body, h->body_len);
         break;
+    case DSC_OP_AUTH:
+        handle_auth(srv, reply, h->request_id, body, h->body_len);
+        break;
     case DSC_OP_LIST:
-        answer_json(srv, reply, DSC_OP_LIST, h->request_id, dsc_catalog_list_json(srv->cat));
+        answer_json(srv, reply, DSC_OP_LIST, h->request_id,
+                    dsc__authz_filter_json(&reply->auth, dsc_catalog_list_json(srv->cat)));
         break;
     case DSC_OP_MANIFEST:
         handle_manifest(srv, reply, h->request_id, body, h->body_len);

@@ -4,6 +4,7 @@
 #include "rdma.h"
 #include "srvlog.h"
 
+#include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -62,6 +63,48 @@ static void gauge(text_t *t, const char *name, const char *help, uint64_t v) {
         (unsigned long long)v);
 }
 
+static int readiness(const dsc_http_source_t *src, char *why, size_t cap) {
+    if (src->readiness == NULL) {
+        snprintf(why, cap, "ready");
+        return 1;
+    }
+    return src->readiness(src->readiness_arg, why, cap);
+}
+
+/* Per-dataset series from the catalog's STAT JSON (dataset names are [A-Za-z0-9_.-]: safe in a
+ * label value). */
+static void dataset_metrics(text_t *t, dsc_catalog_t *cat) {
+    static const struct {
+        const char *key, *name, *type, *help;
+    } series[] = {
+        {"shards", "dscache_dataset_shards", "gauge", "Shards of the dataset."},
+        {"cached_shards", "dscache_dataset_cached_shards", "gauge",
+         "Shards of the dataset resident in the store."},
+        {"hits", "dscache_dataset_hits_total", "counter", "GETs answered from the store."},
+        {"misses", "dscache_dataset_misses_total", "counter", "GETs that waited for a load."},
+        {"bytes_served", "dscache_dataset_served_bytes_total", "counter",
+         "Shard bytes sent in GET answers."},
+    };
+    int not_found = 0;
+    char *json = dsc_catalog_stat_json(cat, "", 0, &not_found);
+    cJSON *root = json ? cJSON_Parse(json) : NULL;
+    free(json);
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "datasets");
+    for (size_t k = 0; k < sizeof series / sizeof series[0]; k++) {
+        add(t, "# HELP %s %s\n# TYPE %s %s\n", series[k].name, series[k].help, series[k].name,
+            series[k].type);
+        const cJSON *d;
+        cJSON_ArrayForEach(d, list) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(d, "name");
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, series[k].key);
+            if (cJSON_IsString(name) && cJSON_IsNumber(v))
+                add(t, "%s{dataset=\"%s\"} %.0f\n", series[k].name, name->valuestring,
+                    v->valuedouble);
+        }
+    }
+    cJSON_Delete(root);
+}
+
 char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     text_t t = {.cap = 8192};
     t.p = malloc(t.cap);
@@ -110,18 +153,49 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     counter(&t, "dscache_connections_total", "Connections accepted.", sc->connections_total);
     counter(&t, "dscache_protocol_errors_total", "Connections closed for a bad frame.",
             sc->protocol_errors);
+    counter(&t, "dscache_auth_failures_total",
+            "Requests refused UNAUTHORIZED: failed or missing authentication, or an admin "
+            "operation the role lacks.",
+            sc->auth_failures);
     counter(&t, "dscache_backpressure_pauses_total",
             "Times a connection stopped being read because its answers queued up.",
             sc->paused_reads);
-    gauge(&t, "dscache_connections", "Open client connections.", sc->connections);
+    gauge(&t, "dscache_open_connections", "Open client connections.", sc->connections);
     gauge(&t, "dscache_store_bytes", "Bytes allocated in the store.", si.used);
     gauge(&t, "dscache_store_capacity_bytes", "Store capacity.", si.capacity);
     gauge(&t, "dscache_cached_shards", "Shards resident in the store.", tot.cached_shards);
     gauge(&t, "dscache_bad_shards", "Shards that failed validation.", tot.bad_shards);
     gauge(&t, "dscache_datasets", "Datasets served.", tot.datasets);
     gauge(&t, "dscache_shards", "Shards of the datasets served.", tot.shards);
-    gauge(&t, "dscache_ready", "1 once warm-up is done.",
-          src->ready && atomic_load(src->ready) ? 1 : 0);
+    char why[256];
+    gauge(&t, "dscache_ready", "1 when /readyz answers 200 (owned shards resident).",
+          (uint64_t)readiness(src, why, sizeof why));
+    add(&t,
+        "# HELP dscache_build_info Build of this server (always 1).\n"
+        "# TYPE dscache_build_info gauge\n"
+        "dscache_build_info{version=\"%s\"} 1\n",
+        DSC_VERSION_STRING);
+    dsc_cluster_counts_t cc;
+    dsc_cluster_counts(src->cluster, src->cat, &cc);
+    gauge(&t, "dscache_cluster_members", "Servers in the member list (1: single node).",
+          cc.members);
+    gauge(&t, "dscache_cluster_self_member", "1 when this server is in the member list.",
+          (uint64_t)cc.self_member);
+    gauge(&t, "dscache_owned_shards", "Shards this server owns (primary or replica).", cc.owned);
+    gauge(&t, "dscache_owned_resident_shards", "Owned shards resident in the store.",
+          cc.owned_resident);
+    dataset_metrics(&t, src->cat);
+
+    add(&t, "# HELP dscache_get_latency_seconds GET answered OK: from the decoded request to the "
+            "answer handed to the transport (a miss includes its load).\n"
+            "# TYPE dscache_get_latency_seconds histogram\n");
+    for (int i = 0; i < DSC_GET_LATENCY_BUCKETS; i++)
+        add(&t, "dscache_get_latency_seconds_bucket{le=\"%g\"} %llu\n", dsc_get_latency_bounds[i],
+            (unsigned long long)sc->get_latency_buckets[i]);
+    add(&t, "dscache_get_latency_seconds_bucket{le=\"+Inf\"} %llu\n",
+        (unsigned long long)sc->get_latency_count);
+    add(&t, "dscache_get_latency_seconds_sum %.9f\n", sc->get_latency_sum_seconds);
+    add(&t, "dscache_get_latency_seconds_count %llu\n", (unsigned long long)sc->get_latency_count);
     char *rdma = dsc_rdma_srv_metrics_text(src->server ? dsc_server_rdma(src->server) : NULL);
     if (rdma != NULL)
         add(&t, "%s", rdma);
@@ -179,9 +253,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
     if (strcmp(url, "/healthz") == 0)
         return reply(connection, 200, "ok\n", 0, "text/plain");
     if (strcmp(url, "/readyz") == 0) {
-        int ready = http->source.ready && atomic_load(http->source.ready);
-        return reply(connection, ready ? 200 : 503, ready ? "ready\n" : "warming up\n", 0,
-                     "text/plain");
+        char why[256];
+        int ready = readiness(&http->source, why, sizeof why);
+        size_t n = strlen(why);
+        char *body = malloc(n + 2);
+        if (body == NULL)
+            return reply(connection, 500, "out of memory\n", 0, "text/plain");
+        memcpy(body, why, n);
+        memcpy(body + n, "\n", 2);
+        return reply(connection, ready ? 200 : 503, body, 1, "text/plain");
     }
     return reply(connection, 404, "not found\n", 0, "text/plain");
 }

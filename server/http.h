@@ -1,9 +1,10 @@
 /* HTTP endpoints of dscached on their own port (libmicrohttpd, its own thread): /metrics in the
- * Prometheus text exposition format, /healthz (alive), /readyz (warm-up done). */
+ * Prometheus text exposition format, /healthz (alive), /readyz (ready to serve: see main.c). */
 #ifndef DSC_SERVER_HTTP_H
 #define DSC_SERVER_HTTP_H
 
 #include "catalog.h"
+#include "cluster.h"
 #include "server.h"
 
 #include <stdatomic.h>
@@ -13,8 +14,12 @@ typedef struct dsc_http dsc_http_t;
 
 typedef struct dsc_http_source {
     dsc_catalog_t *cat;
-    dsc_server_t *server; /* may be NULL */
-    atomic_int *ready;    /* /readyz answers 200 once *ready != 0 */
+    dsc_server_t *server;   /* may be NULL */
+    dsc_cluster_t *cluster; /* may be NULL: single-node figures for the cluster gauges */
+    /* /readyz and dscache_ready: returns 1 when ready, else 0, writing a one-line reason (no
+     * newline) into why[cap] either way. Called on the HTTP thread. NULL: always ready. */
+    int (*readiness)(void *arg, char *why, size_t cap);
+    void *readiness_arg;
 } dsc_http_source_t;
 
 /* Starts serving on host:port (0: a free port). Returns 0 and *out, DSC_EINVAL (host does not

@@ -1,8 +1,10 @@
 /* dscached: the cache server. Options (command line over an optional JSON config file), start-up
  * (store, datasets, listeners, HTTP, cluster membership, warm-up), signals (SIGTERM/SIGINT drain
- * and exit 0, SIGHUP rescans the dataset directories and re-reads the member list). */
+ * and exit 0, SIGHUP rescans the dataset directories and re-reads the member list and the
+ * credential file). */
 #include "catalog.h"
 #include "cluster.h"
+#include "credstore.h"
 #include "http.h"
 #include "rdma.h"
 #include "server.h"
@@ -12,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -42,6 +45,9 @@ typedef struct options {
     const char *advertise;
     uint32_t replicas;
     uint32_t members_refresh;
+    uint32_t ready_timeout;    /* seconds; 0: no time-out */
+    const char *auth_file;     /* --auth-file: credentials (docs/security.md) */
+    int allow_anonymous_admin; /* without --auth-file: serve WARM/EVICT anyway */
     dsc_rdma_mode_t rdma;
     uint32_t rdma_lease_ttl_ms;
 } options_t;
@@ -62,7 +68,11 @@ static void usage(FILE *f) {
         "  --threads N           event loops, each with its own SO_REUSEPORT socket\n"
         "                        (default: the number of cores)\n"
         "  --io-threads N        threads reading shard files (default 4)\n"
-        "  --warm                load every shard at start-up; /readyz answers 200 after\n"
+        "  --warm                load every shard at start-up; /readyz answers 200 once\n"
+        "                        the shards this server owns are resident (see below)\n"
+        "  --ready-timeout N     with --warm: after N seconds /readyz answers 200 even if\n"
+        "                        owned shards are still missing, saying so (default 0:\n"
+        "                        never)\n"
         "  --policy minio|lru    when the store is full: minio (default) keeps the resident\n"
         "                        set and reads other shards through a temporary buffer;\n"
         "                        lru evicts the least recently used unreferenced shards\n"
@@ -90,17 +100,31 @@ static void usage(FILE *f) {
         "                        (default: the --listen host with the bound port)\n"
         "                        --warm then loads only the shards this server owns\n"
         "                        (primary or replica); other shards are still served\n"
+        "Readiness (--warm): /readyz answers 503 with the reason until the warm-up is\n"
+        "done and, in a cluster, the member list is known, this server is in it and every\n"
+        "shard it owns is resident (or the store is full); then 200, and it stays 200\n"
+        "(later changes warm in the background). Without --warm: 200 at once.\n"
+        "\n"
+        "Security (docs/security.md):\n"
+        "  --auth-file FILE      credentials, one per line: NAME read|admin SECRET [DATASET..];\n"
+        "                        clients must authenticate (HELLO + AUTH, HMAC-SHA-256);\n"
+        "                        re-read on SIGHUP (a bad file keeps the current set)\n"
+        "  --allow-anonymous-admin  without --auth-file, serve WARM/EVICT to anyone\n"
+        "                        (default: refused with UNAUTHORIZED)\n"
         "\n"
         "  --config FILE         JSON object with the same keys (\"data\": [..], \"listen\",\n"
         "                        \"http\", \"memory\", \"threads\", \"io_threads\", \"warm\",\n"
         "                        \"policy\", \"max_out\", \"log_level\", \"drain_seconds\",\n"
         "                        \"members\", \"members_file\", \"members_refresh\",\n"
-        "                        \"replicas\", \"advertise\"); command-line options override it\n"
+        "                        \"replicas\", \"advertise\", \"auth_file\",\n"
+        "                        \"allow_anonymous_admin\"); command-line options override it\n"
+        "  --version             print the version and exit\n"
         "  --help                this text\n"
         "\n"
         "Options take their value as the next argument or after '=' (--replicas=3).\n"
         "Signals: SIGTERM/SIGINT stop accepting, finish in-flight answers and exit 0;\n"
-        "SIGHUP rereads every dataset directory's manifest and the member list.\n");
+        "SIGHUP rereads every dataset directory's manifest, the member list and the "
+        "--auth-file.\n");
 }
 
 static int bad(const char *what, const char *value) {
@@ -169,6 +193,10 @@ static int apply(options_t *o, const char *key, const char *value) {
         if (value[0] == '\0')
             return bad("--members-file", value);
         o->members_file = value;
+    } else if (strcmp(key, "auth_file") == 0) {
+        o->auth_file = value;
+    } else if (strcmp(key, "allow_anonymous_admin") == 0) {
+        o->allow_anonymous_admin = strcmp(value, "1") == 0 || strcmp(value, "true") == 0;
     } else if (strcmp(key, "advertise") == 0) {
         o->advertise = value;
     } else if (strcmp(key, "replicas") == 0) {
@@ -177,6 +205,9 @@ static int apply(options_t *o, const char *key, const char *value) {
     } else if (strcmp(key, "members_refresh") == 0) {
         if (parse_u32(value, 1, 86400, &o->members_refresh) < 0)
             return bad("--members-refresh", value);
+    } else if (strcmp(key, "ready_timeout") == 0) {
+        if (parse_u32(value, 0, 86400 * 7, &o->ready_timeout) < 0)
+            return bad("--ready-timeout (seconds)", value);
     } else if (strcmp(key, "rdma") == 0) {
         if (dsc_rdma_mode_parse(value, &o->rdma) < 0)
             return bad("--rdma (off, auto or required)", value);
@@ -249,6 +280,9 @@ static int parse_args(int argc, char **argv, options_t *o) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             exit(0);
+        } else if (strcmp(argv[i], "--version") == 0) {
+            printf("dscached %s\n", DSC_VERSION_STRING);
+            exit(0);
         }
     for (int i = 1; i < argc; i++) {
         const char *path = NULL;
@@ -273,6 +307,10 @@ static int parse_args(int argc, char **argv, options_t *o) {
             return bad("argument", arg);
         if (strcmp(arg, "--warm") == 0) {
             o->warm = 1;
+            continue;
+        }
+        if (strcmp(arg, "--allow-anonymous-admin") == 0) {
+            o->allow_anonymous_admin = 1;
             continue;
         }
         /* --key=value (the form Kubernetes manifests use) or --key value. */
@@ -329,15 +367,88 @@ typedef struct control {
     dsc_catalog_t *cat;
     dsc_server_t *server;
     dsc_cluster_t *cluster;
-    atomic_int ready;
+    dsc_credstore_t *credentials;
+    atomic_int warm_done; /* the start-up warm-up finished (or there was none) */
+    atomic_int stopping_flag;
     int stopping;
+    /* Readiness (HTTP thread): latched once ready, with the reason it became so. */
+    int want_warm;
+    uint32_t ready_timeout;
+    double started;
+    pthread_mutex_t ready_lock;
+    int ready_latched;
+    char ready_why[256];
 } control_t;
+
+/* The warm-up is done and the smallest owned shard still missing does not fit in the store's
+ * largest free extent: as warm as this store gets (the rest is read through or evicts). */
+static int store_full(const control_t *ctl, const dsc_cluster_counts_t *cc) {
+    dsc_store_info_t si;
+    dsc_store_info(dsc_catalog_store(ctl->cat), &si);
+    return cc->smallest_missing > 0 && si.largest_free < cc->smallest_missing;
+}
+
+/* /readyz (see --help, Readiness): 1 once the start-up warm-up is done and, in a cluster, the
+ * member list is known, this server is in it and every shard it owns is resident (single node:
+ * the warm-up loaded what the store and the policy allow); or once --ready-timeout has passed
+ * (the reason says what was missing). Latched: once ready, ready until stopped. */
+static int readiness(void *arg, char *why, size_t cap) {
+    control_t *ctl = arg;
+    if (atomic_load(&ctl->stopping_flag)) {
+        snprintf(why, cap, "stopping");
+        return 0;
+    }
+    pthread_mutex_lock(&ctl->ready_lock);
+    int ready = ctl->ready_latched;
+    if (ready) {
+        snprintf(why, cap, "%s", ctl->ready_why);
+        pthread_mutex_unlock(&ctl->ready_lock);
+        return 1;
+    }
+    dsc_cluster_counts_t cc;
+    dsc_cluster_counts(ctl->cluster, ctl->cat, &cc);
+    char missing[200] = "";
+    if (!ctl->want_warm)
+        ;
+    else if (!atomic_load(&ctl->warm_done))
+        snprintf(missing, sizeof missing, "warming up: %llu of %llu owned shards resident",
+                 (unsigned long long)cc.owned_resident, (unsigned long long)cc.owned);
+    else if (!cc.known)
+        snprintf(missing, sizeof missing, "member list not known yet");
+    else if (!cc.self_member)
+        snprintf(missing, sizeof missing, "%s is not in the member list (%u members)",
+                 dsc_cluster_self(ctl->cluster), cc.members);
+    else if (cc.clustered && cc.owned_resident < cc.owned && !store_full(ctl, &cc))
+        snprintf(missing, sizeof missing, "warming: %llu of %llu owned shards resident",
+                 (unsigned long long)cc.owned_resident, (unsigned long long)cc.owned);
+    if (missing[0] == '\0') {
+        ready = 1;
+        snprintf(ctl->ready_why, sizeof ctl->ready_why,
+                 "ready: %llu of %llu owned shards resident, %u members%s",
+                 (unsigned long long)cc.owned_resident, (unsigned long long)cc.owned, cc.members,
+                 cc.owned_resident < cc.owned ? " (store full: the rest are read through)" : "");
+    } else if (ctl->ready_timeout > 0 && dsc_now_s() - ctl->started >= ctl->ready_timeout) {
+        ready = 1;
+        snprintf(ctl->ready_why, sizeof ctl->ready_why, "ready: --ready-timeout %us expired; %s",
+                 ctl->ready_timeout, missing);
+    }
+    if (ready) {
+        ctl->ready_latched = 1;
+        LOG_INFO("%s", ctl->ready_why);
+        snprintf(why, cap, "%s", ctl->ready_why);
+    } else {
+        snprintf(why, cap, "not ready: %s", missing);
+    }
+    pthread_mutex_unlock(&ctl->ready_lock);
+    return ready;
+}
 
 static void on_stop_signal(uv_signal_t *handle, int signum) {
     control_t *ctl = handle->data;
     if (ctl->stopping)
         return;
     ctl->stopping = 1;
+    atomic_store(&ctl->stopping_flag, 1);
     LOG_INFO("signal %d: stopping: no new connections, finishing in-flight answers", signum);
     dsc_server_stop(ctl->server);
     dsc_cluster_stop(ctl->cluster);   /* ends a warm-up's wait */
@@ -353,6 +464,14 @@ static void on_hup(uv_signal_t *handle, int signum) {
     LOG_INFO("SIGHUP: rescanning the dataset directories");
     dsc_catalog_rescan(ctl->cat);
     dsc_cluster_reload(ctl->cluster);
+    if (ctl->credentials != NULL) {
+        char err[512];
+        int n = dsc_credstore_reload(ctl->credentials, err, sizeof err);
+        if (n < 0)
+            LOG_ERROR("SIGHUP: credentials not reloaded, keeping the current set: %s", err);
+        else
+            LOG_INFO("SIGHUP: %d credentials loaded", n);
+    }
 }
 
 static void warm_work(uv_work_t *req) {
@@ -365,8 +484,8 @@ static void warm_done(uv_work_t *req, int status) {
     (void)status;
     if (ctl->stopping)
         return; /* the warm-up was cut short by SIGTERM: never ready */
-    atomic_store(&ctl->ready, 1);
-    LOG_INFO("ready");
+    atomic_store(&ctl->warm_done, 1);
+    LOG_INFO("warm-up done");
 }
 
 /* The membership: --members / --members-file, this server's address (--advertise, else the
@@ -435,6 +554,7 @@ int main(int argc, char **argv) {
     dsc_rdma_srv_t *rdma = NULL;
     dsc_http_t *http = NULL;
     dsc_cluster_t *cluster = NULL;
+    dsc_credstore_t *credentials = NULL;
     control_t ctl;
     memset(&ctl, 0, sizeof ctl);
     int loop_ready = 0;
@@ -452,11 +572,17 @@ int main(int argc, char **argv) {
     int listen_off, http_off;
     if (listen_addr(o.listen, listen_host, sizeof listen_host, &listen_port, &listen_off) < 0 ||
         listen_off) {
-        bad("--listen", o.listen);
+        fprintf(stderr,
+                "dscached: invalid --listen '%s': expected HOST:PORT (e.g. 0.0.0.0:7070, "
+                "127.0.0.1:0, [::]:7070)\n",
+                o.listen);
         goto done;
     }
     if (listen_addr(o.http, http_host, sizeof http_host, &http_port, &http_off) < 0) {
-        bad("--http", o.http);
+        fprintf(stderr,
+                "dscached: invalid --http '%s': expected HOST:PORT (e.g. 0.0.0.0:7071) or "
+                "\"off\"\n",
+                o.http);
         goto done;
     }
 
@@ -478,6 +604,25 @@ int main(int argc, char **argv) {
             goto done;
         }
     }
+    if (o.auth_file != NULL) {
+        char err[512];
+        if ((rc = dsc_credstore_create(o.auth_file, &credentials, err, sizeof err)) < 0) {
+            LOG_ERROR("--auth-file: %s", err);
+            goto done;
+        }
+        if (o.allow_anonymous_admin)
+            LOG_WARN("--allow-anonymous-admin has no effect with --auth-file");
+        dsc_credset_t *set = dsc_credstore_acquire(credentials);
+        LOG_INFO("authentication required: %u credentials from %s", dsc_credset_count(set),
+                 o.auth_file);
+        dsc_credset_release(set);
+    } else if (o.allow_anonymous_admin) {
+        LOG_WARN("no --auth-file: serving every client anonymously, WARM/EVICT included "
+                 "(--allow-anonymous-admin)");
+    } else {
+        LOG_WARN("no --auth-file: serving every client anonymously; WARM/EVICT refused "
+                 "(docs/security.md)");
+    }
     dsc_rdma_srv_options_t ropt = {
         .mode = o.rdma, .lease_ttl_ms = o.rdma_lease_ttl_ms, .max_lease_bytes = o.max_out};
     if ((rc = dsc_rdma_srv_create(&ropt, store, &rdma)) < 0)
@@ -488,9 +633,16 @@ int main(int argc, char **argv) {
                                  .threads = o.threads,
                                  .max_out = o.max_out,
                                  .drain_seconds = o.drain_seconds,
-                                 .name = "dscached"};
+                                 .name = "dscached",
+                                 .credentials = credentials,
+                                 .allow_anonymous_admin = o.allow_anonymous_admin};
     if ((rc = dsc_server_start(cat, &sopt, &server)) < 0) {
-        LOG_ERROR("cannot listen on %s: %s", o.listen, dsc_strerror(rc));
+        if (rc == DSC_EADDRINUSE)
+            LOG_ERROR("cannot listen on %s: the port is already in use (another dscached or "
+                      "another program listens there); stop it or choose another --listen",
+                      o.listen);
+        else
+            LOG_ERROR("cannot listen on %s: %s", o.listen, dsc_strerror(rc));
         goto done;
     }
     if ((rc = make_cluster(&o, listen_host, dsc_server_port(server), &cluster)) < 0) {
@@ -501,9 +653,19 @@ int main(int argc, char **argv) {
     ctl.cat = cat;
     ctl.server = server;
     ctl.cluster = cluster;
-    atomic_init(&ctl.ready, 0);
+    ctl.credentials = credentials;
+    atomic_init(&ctl.warm_done, 0);
+    atomic_init(&ctl.stopping_flag, 0);
+    ctl.want_warm = o.warm;
+    ctl.ready_timeout = o.ready_timeout;
+    ctl.started = dsc_now_s();
+    pthread_mutex_init(&ctl.ready_lock, NULL);
     if (!http_off) {
-        dsc_http_source_t src = {.cat = cat, .server = server, .ready = &ctl.ready};
+        dsc_http_source_t src = {.cat = cat,
+                                 .server = server,
+                                 .cluster = cluster,
+                                 .readiness = readiness,
+                                 .readiness_arg = &ctl};
         if ((rc = dsc_http_start(http_host, http_port, &src, &http)) < 0) {
             LOG_ERROR("cannot serve HTTP on %s: %s", o.http, dsc_strerror(rc));
             dsc_server_stop(server);
@@ -544,7 +706,7 @@ int main(int argc, char **argv) {
         ctl.warm_work.data = &ctl;
         uv_queue_work(&ctl.loop, &ctl.warm_work, warm_work, warm_done);
     } else {
-        atomic_store(&ctl.ready, 1);
+        atomic_store(&ctl.warm_done, 1);
     }
     uv_run(&ctl.loop, UV_RUN_DEFAULT);
     exit_code = 0;
@@ -558,6 +720,7 @@ done:
         uv_loop_close(&ctl.loop);
     dsc_catalog_destroy(cat);
     dsc_store_destroy(store);
+    dsc_credstore_destroy(credentials); /* after the server: connections hold its sets */
     cJSON_Delete(config_json);
     if (exit_code == 0)
         LOG_INFO("stopped");

@@ -12,6 +12,7 @@
 #ifndef DSC_SERVER_REPLY_H
 #define DSC_SERVER_REPLY_H
 
+#include "authz.h"
 #include "catalog.h"
 #include "protocol.h"
 
@@ -66,6 +67,9 @@ struct dsc_reply {
                                  thread */
     unsigned hello : 1;       /* a HELLO was answered: other requests are accepted */
     unsigned view_logged : 1; /* a HELLO with a different members_hash was logged */
+    dsc_conn_auth_t auth;     /* authentication state (authz.h), owned by dispatch.c; the
+                                 transport zeroes it and calls dsc__authz_conn_close at free */
+    char peer[64];            /* the client's address, set by the transport (failure logs) */
     void *loop;               /* the connection's uv_loop_t (timers of rdma.c) */
     void *rdma;               /* the connection's RDMA state (rdma.c), NULL until RDMA_CONNECT */
 };

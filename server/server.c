@@ -4,6 +4,7 @@
  * finished loads, accepted sockets dealt to the loops in turn, and the stop request. */
 #include "server_int.h"
 #include "srvlog.h"
+#include "util.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -109,6 +110,21 @@ static int listen_socket(const struct sockaddr *addr, socklen_t len) {
     return fd;
 }
 
+/* SO_REUSEPORT is for this process's own loops only: a port another process already listens on
+ * (another dscached, which would then answer every other connection) is refused. A socket
+ * without SO_REUSEPORT cannot bind a port someone listens on; it is closed before the loops'
+ * sockets bind. Returns 0 or -errno (-EADDRINUSE: taken). */
+static int port_is_free(const struct sockaddr *addr, socklen_t len) {
+    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1, rc = 0;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 || bind(fd, addr, len) != 0)
+        rc = -errno;
+    close(fd);
+    return rc;
+}
+
 int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, dsc_server_t **out) {
     if (cat == NULL || options == NULL || out == NULL || options->threads == 0)
         return DSC_EINVAL;
@@ -124,15 +140,28 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
     socklen_t addr_len = (socklen_t)res->ai_addrlen;
     memcpy(&addr, res->ai_addr, res->ai_addrlen);
     freeaddrinfo(res);
+    if (options->port != 0) {
+        int free_rc = port_is_free((struct sockaddr *)&addr, addr_len);
+        if (free_rc < 0)
+            return free_rc == -EADDRINUSE ? DSC_EADDRINUSE : free_rc;
+    }
 
     dsc_server_t *srv = calloc(1, sizeof *srv);
     if (srv == NULL)
         return DSC_ENOMEM;
     srv->cat = cat;
     srv->opt = *options;
+    srv->authz.store = options->credentials;
+    srv->authz.allow_anonymous_admin = options->allow_anonymous_admin;
+    srv->authz.failures = dsc_authfail_create();
+    if (srv->authz.failures == NULL) {
+        free(srv);
+        return DSC_ENOMEM;
+    }
     snprintf(srv->name, sizeof srv->name, "%s", options->name ? options->name : "dscached");
     srv->loops = calloc(options->threads, sizeof *srv->loops);
     if (srv->loops == NULL) {
+        dsc_authfail_destroy(srv->authz.failures);
         free(srv);
         return DSC_ENOMEM;
     }
@@ -228,7 +257,21 @@ void dsc_server_destroy(dsc_server_t *srv) {
         pthread_mutex_destroy(&lc->mb_lock);
     }
     free(srv->loops);
+    dsc_authfail_destroy(srv->authz.failures);
     free(srv);
+}
+
+const double dsc_get_latency_bounds[DSC_GET_LATENCY_BUCKETS] = {
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0, 5.0};
+
+void dsc__server_count_get_latency(dsc_server_t *srv, uint64_t start_ns) {
+    uint64_t ns = dsc_now_ns() - start_ns;
+    double seconds = (double)ns / 1e9;
+    int b = 0;
+    while (b < DSC_GET_LATENCY_BUCKETS && seconds > dsc_get_latency_bounds[b])
+        b++;
+    atomic_fetch_add_explicit(&srv->get_latency[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&srv->get_latency_sum_ns, ns, memory_order_relaxed);
 }
 
 void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out) {
@@ -241,9 +284,19 @@ void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out) {
     out->bytes_out = atomic_load(&s->bytes_out);
     out->protocol_errors = atomic_load(&s->protocol_errors);
     out->paused_reads = atomic_load(&s->paused_reads);
+    out->auth_failures = dsc_authfail_total(s->authz.failures);
     for (int o = 0; o < DSC_SERVER_OPS; o++)
         for (int st = 0; st < DSC_SERVER_STATUSES; st++)
             out->requests[o][st] = atomic_load_explicit(&s->requests[o][st], memory_order_relaxed);
+    uint64_t cumulative = 0;
+    for (int b = 0; b <= DSC_GET_LATENCY_BUCKETS; b++) {
+        cumulative += atomic_load_explicit(&s->get_latency[b], memory_order_relaxed);
+        if (b < DSC_GET_LATENCY_BUCKETS)
+            out->get_latency_buckets[b] = cumulative;
+    }
+    out->get_latency_count = cumulative;
+    out->get_latency_sum_seconds =
+        (double)atomic_load_explicit(&s->get_latency_sum_ns, memory_order_relaxed) / 1e9;
 }
 
 struct dsc_rdma_srv *dsc_server_rdma(const dsc_server_t *srv) {

@@ -6,19 +6,23 @@
 
 #include "catalog.h"
 #include "cluster.h"
+#include "credstore.h"
 
 #include <stdint.h>
 
 typedef struct dsc_server dsc_server_t;
 
 typedef struct dsc_server_options {
-    const char *host;          /* listen address (numeric or name) */
-    uint16_t port;             /* 0: pick a free port */
-    uint32_t threads;          /* event loops (>= 1) */
-    uint64_t max_out;          /* per-connection queued response bytes before reads pause */
-    uint32_t drain_seconds;    /* stop: longest wait for in-flight responses (0: 30) */
-    const char *name;          /* server name sent in HELLO */
-    struct dsc_rdma_srv *rdma; /* RDMA transport (rdma.h; not owned), or NULL: TCP only */
+    const char *host;             /* listen address (numeric or name) */
+    uint16_t port;                /* 0: pick a free port */
+    uint32_t threads;             /* event loops (>= 1) */
+    uint64_t max_out;             /* per-connection queued response bytes before reads pause */
+    uint32_t drain_seconds;       /* stop: longest wait for in-flight responses (0: 30) */
+    const char *name;             /* server name sent in HELLO */
+    dsc_credstore_t *credentials; /* --auth-file (not owned, outlives the server); NULL: serve
+                                     anonymously (docs/security.md) */
+    int allow_anonymous_admin;    /* without credentials: serve WARM/EVICT anonymously */
+    struct dsc_rdma_srv *rdma;    /* RDMA transport (rdma.h; not owned), or NULL: TCP only */
 } dsc_server_options_t;
 
 /* Binds the sockets and starts the loop threads. Returns 0 and *out, DSC_EADDRINUSE,
@@ -43,6 +47,9 @@ void dsc_server_destroy(dsc_server_t *srv);
  * status a dsc_status_t. */
 #define DSC_SERVER_OPS 34
 #define DSC_SERVER_STATUSES 11
+#define DSC_GET_LATENCY_BUCKETS 12
+/* Upper bounds (seconds) of the GET latency histogram's buckets. */
+extern const double dsc_get_latency_bounds[DSC_GET_LATENCY_BUCKETS];
 typedef struct dsc_server_counters {
     uint64_t connections;       /* open now */
     uint64_t connections_total; /* accepted since start */
@@ -50,6 +57,12 @@ typedef struct dsc_server_counters {
     uint64_t bytes_out;       /* frame bytes written, all opcodes */
     uint64_t protocol_errors; /* connections closed for a bad frame */
     uint64_t paused_reads;    /* times a connection was paused by back-pressure */
+    uint64_t auth_failures;   /* UNAUTHORIZED answers: failed or missing authentication, role */
+    /* GET latency: from the decoded request to the answer handed to the transport (a miss
+     * includes its load). Cumulative counts (<= dsc_get_latency_bounds[i]), count, sum. */
+    uint64_t get_latency_buckets[DSC_GET_LATENCY_BUCKETS];
+    uint64_t get_latency_count;
+    double get_latency_sum_seconds;
 } dsc_server_counters_t;
 void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out);
 

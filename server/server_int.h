@@ -4,6 +4,7 @@
 #ifndef DSC_SERVER_SERVER_INT_H
 #define DSC_SERVER_SERVER_INT_H
 
+#include "authz.h"
 #include "protocol.h"
 #include "reply.h"
 #include "server.h"
@@ -46,7 +47,11 @@ struct dsc_server {
     atomic_uint next_loop; /* round-robin target of the next accepted connection */
     atomic_uint_fast64_t connections, connections_total, bytes_out, protocol_errors, paused_reads;
     atomic_uint_fast64_t requests[DSC_SERVER_OPS][DSC_SERVER_STATUSES];
+    /* GET latency histogram: per-bucket counts (the last one: above every bound), sum in ns */
+    atomic_uint_fast64_t get_latency[DSC_GET_LATENCY_BUCKETS + 1];
+    atomic_uint_fast64_t get_latency_sum_ns;
     _Atomic(dsc_cluster_t *) cluster;
+    dsc_authz_t authz; /* credentials and anonymous policy (authz.h) */
 };
 
 static inline dsc_cluster_t *dsc__server_cluster(dsc_server_t *srv) {
@@ -61,6 +66,9 @@ static inline void dsc__server_count_request(dsc_server_t *srv, uint32_t opcode,
         status = DSC_STATUS_INTERNAL;
     atomic_fetch_add_explicit(&srv->requests[opcode][status], 1, memory_order_relaxed);
 }
+
+/* Counts one GET answered OK that was decoded at start_ns (dsc_now_ns). */
+void dsc__server_count_get_latency(dsc_server_t *srv, uint64_t start_ns);
 
 /* ---- server.c ---- */
 

@@ -77,6 +77,7 @@ static void conn_process(conn_t *c);
 
 static void conn_unref(conn_t *c) {
     if (--c->refs == 0) {
+        dsc__authz_conn_close(&c->reply.auth);
         free(c->in);
         free(c);
     }
@@ -445,6 +446,11 @@ static void conn_start(conn_t *c) {
     int lowat = NOTSENT_LOWAT;
     if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
         setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat); /* best effort */
+    struct sockaddr_storage peer;
+    int peer_len = (int)sizeof peer;
+    snprintf(c->reply.peer, sizeof c->reply.peer, "?");
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&peer, &peer_len) == 0)
+        uv_ip_name((struct sockaddr *)&peer, c->reply.peer, sizeof c->reply.peer);
     c->next = lc->conns;
     if (lc->conns)
         lc->conns->prev = c;

@@ -37,7 +37,7 @@ if [ "${DSC_SKIP_ASAN:-0}" != 1 ]; then
     echo "== tests (ASan+UBSan) and fuzzing (${fuzz_s}s per target) =="
     # Python loads libdscache into an uninstrumented interpreter: those tests run in the
     # release build only.
-    (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -LE python)
+    (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -LE 'python|image')
     print_skips build-asan
 fi
 if [ "${DSC_SKIP_ASAN:-0}" != 1 ] && [ "${DSC_SKIP_TSAN:-0}" != 1 ]; then
@@ -45,7 +45,7 @@ if [ "${DSC_SKIP_ASAN:-0}" != 1 ] && [ "${DSC_SKIP_TSAN:-0}" != 1 ]; then
     CC=clang cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DDSC_TSAN=ON >/dev/null
     cmake --build build-tsan -j "$jobs"
     echo "== tests (ThreadSanitizer) =="
-    (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j "$jobs" -LE python)
+    (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j "$jobs" -LE 'python|image')
     print_skips build-tsan
 fi
 echo "== all tests passed =="

@@ -20,6 +20,9 @@ int dsc_cmd_get(int argc, char **argv);
 int dsc_cmd_stat(int argc, char **argv);
 int dsc_cmd_bench(int argc, char **argv);
 int dsc_cmd_doctor(int argc, char **argv);
+int dsc_cmd_list(int argc, char **argv);
+int dsc_cmd_warm(int argc, char **argv);
+int dsc_cmd_evict(int argc, char **argv);
 
 /* ---- Helpers (main.c) ------------------------------------------------------------------- */
 
@@ -53,6 +56,9 @@ typedef struct dsc_cli_target {
  * DSC_CLI_TARGET_OPTIONS. Returns 1 when it was (the caller goes on to the next option), else 0. */
 int dsc_cli_target_option(dsc_cli_target_t *target, int opt, const char *arg);
 
+/* The --auth-file given on the command line (any position), or NULL: then the credential comes
+ * from $DSCACHE_TOKEN_FILE or the Kubernetes default path (client/lib/credential.h). */
+const char *dsc_cli_auth_file(void);
 /* Opens a connection (with HELLO) to server with a timeout of timeout_ms for every wait. Returns
  * DSC_CLI_OK and *conn (the caller closes it with dsc_conn_close), or DSC_CLI_FAIL after
  * printing "dscache CMD: SERVER: <error>" (*conn is then NULL). */

@@ -28,8 +28,14 @@ static const char *usage_text =
     "  --prefetch N              batch slots prepared ahead (default 4)\n"
     "  --connections N           connections per server (default 2)\n"
     "  --inflight BYTES          in-flight budget (default 64M)\n"
-    "  --cache BYTES             decoded-chunk budget (default 256M)\n"
-    "  --shuffle-window N        samples shuffled together (default 8192)\n"
+    "  --cache BYTES             decoded-chunk budget (default: from the dataset, at least 256M)\n"
+    "  --shuffle-window N        samples shuffled together (default: from the dataset,\n"
+    "                            min(8192, 64 MiB / sample bytes))\n"
+    "  --order local|global      epoch order across ranks (default local; docs/order.md)\n"
+    "  --epochs N                stop after N epochs (counted from the start, the first batch\n"
+    "                            included) instead of after --seconds; prints the bytes received\n"
+    "                            at each epoch's end and those fetched for each epoch's steps\n"
+    "                            (N <= 64 listed)\n"
     "  --no-shuffle              dataset order\n"
     "  --no-assist               next() only waits (default: a waiting next() decodes and\n"
     "                            collates beside the decode threads)\n"
@@ -42,6 +48,7 @@ int dsc_cmd_bench(int argc, char **argv) {
     dsc_loader_options_t o;
     dsc_loader_options_init(&o);
     double seconds = 10, compute_ms = 0;
+    uint64_t max_epochs = 0, epoch_wire[64] = {0}, epoch_attr[64] = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -81,6 +88,16 @@ int dsc_cmd_bench(int argc, char **argv) {
                 o.inflight_bytes = n;
             else
                 o.cache_bytes = n;
+        } else if (strcmp(a, "--order") == 0) {
+            if (strcmp(v, "local") == 0)
+                o.order = DSC_ORDER_LOCAL;
+            else if (strcmp(v, "global") == 0)
+                o.order = DSC_ORDER_GLOBAL;
+            else
+                return dsc_cli_usage(cmd, "--order wants local or global, not '%s'", v);
+        } else if (strcmp(a, "--epochs") == 0) {
+            if (dsc_cli_parse_u64(cmd, a, v, 1, 1u << 20, &max_epochs) < 0)
+                return DSC_CLI_USAGE;
         } else if (strcmp(a, "--seed") == 0) {
             if (dsc_cli_parse_u64(cmd, a, v, 0, UINT64_MAX, &n) < 0)
                 return DSC_CLI_USAGE;
@@ -116,6 +133,7 @@ int dsc_cmd_bench(int argc, char **argv) {
         o.log_level = DSC_LOG_ERROR;
 
     dsc_loader_t *loader = NULL;
+    o.auth_file = dsc_cli_auth_file();
     int rc = dsc_loader_create(&o, &loader);
     if (rc < 0)
         return dsc_cli_fail(cmd, "cannot open %s on %s: %s (%s)", o.dataset, o.servers,
@@ -133,11 +151,24 @@ int dsc_cmd_bench(int argc, char **argv) {
     dsc_loader_stats(loader, &s0);
     double t0 = dsc_now_s();
     uint64_t epochs = 0;
-    while ((rc == 0 || rc == DSC_EOF) && dsc_now_s() - t0 < seconds) {
-        if (rc == 0)
+    if (max_epochs > 0) { /* the whole epochs count, the first batch included */
+        s0.wire_bytes = s0.samples = s0.bytes = s0.batches = 0;
+        t0 = dsc_now_s();
+    }
+    while ((rc == 0 || rc == DSC_EOF) &&
+           (max_epochs > 0 ? epochs < max_epochs : dsc_now_s() - t0 < seconds)) {
+        if (rc == 0) {
             dsc_simulate_step(compute_ms / 1000.0);
-        else
+        } else {
             epochs++;
+            dsc_stats_t se = {.struct_size = sizeof se};
+            dsc_loader_stats(loader, &se);
+            if (max_epochs > 0 && epochs <= 64)
+                epoch_wire[epochs - 1] = se.wire_bytes,
+                                    epoch_attr[epochs - 1] = se.epoch_wire_bytes;
+            if (epochs == max_epochs)
+                break;
+        }
         rc = dsc_loader_next(loader, &batch);
     }
     double wall = dsc_now_s() - t0;
@@ -159,6 +190,17 @@ int dsc_cmd_bench(int argc, char **argv) {
            (unsigned long long)epochs);
     printf("throughput: %.0f samples/s, %.3f GB/s decoded, %.3f GB/s received\n", samples / wall,
            bytes / wall / 1e9, (double)(s1.wire_bytes - s0.wire_bytes) / wall / 1e9);
+    if (max_epochs > 0) {
+        printf("received: %llu bytes in %llu epoch(s), %llu refetches; at each epoch's end:",
+               (unsigned long long)(s1.wire_bytes - s0.wire_bytes), (unsigned long long)epochs,
+               (unsigned long long)s1.refetches);
+        for (uint64_t e = 0; e < epochs && e < 64; e++)
+            printf(" %llu", (unsigned long long)epoch_wire[e]);
+        printf("\nfetched for each epoch's steps:");
+        for (uint64_t e = 0; e < epochs && e < 64; e++)
+            printf(" %llu", (unsigned long long)epoch_attr[e]);
+        printf("\n");
+    }
     printf("stall: %.1f%% (%.2f s waiting in next(), %.2f s computing)\n",
            stall + compute > 0 ? 100 * stall / (stall + compute) : 0.0, stall, compute);
     printf("busy: network %.2f s, decode %.2f s, collate %.2f s; requests %llu, failovers %llu, "

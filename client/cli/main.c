@@ -22,19 +22,50 @@ static const struct {
     {"stat", dsc_cmd_stat, "show a server's store and per-dataset statistics"},
     {"bench", dsc_cmd_bench, "measure loader throughput and data stall against a server"},
     {"doctor", dsc_cmd_doctor, "check whether RDMA can be used on this machine (preflight)"},
+    {"list", dsc_cmd_list, "list the datasets a server serves"},
+    {"warm", dsc_cmd_warm, "load a dataset's shards into a server's store (admin)"},
+    {"evict", dsc_cmd_evict, "drop a dataset's shards from a server's store (admin)"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 
+static const char *auth_file; /* --auth-file, taken out of argv by main */
+
 static void print_usage(FILE *out) {
-    fprintf(out, "usage: dscache COMMAND [OPTIONS] [ARGS]\n"
-                 "       dscache COMMAND --help   (the options of one command)\n"
-                 "       dscache --version\n\n"
-                 "commands:\n");
+    fprintf(out,
+            "usage: dscache COMMAND [OPTIONS] [ARGS]\n"
+            "       dscache COMMAND --help   (the options of one command)\n"
+            "       dscache --version\n\n"
+            "Every command that talks to a server takes --auth-file FILE (a token file:\n"
+            "NAME SECRET); without it $DSCACHE_TOKEN_FILE, else %s when it exists,\n"
+            "else anonymous (docs/security.md).\n\n"
+            "commands:\n",
+            DSC_TOKEN_DEFAULT_PATH);
     for (size_t i = 0; i < COMMAND_COUNT; i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
 }
 
+const char *dsc_cli_auth_file(void) {
+    return auth_file;
+}
+
 int main(int argc, char **argv) {
+    /* --auth-file FILE / --auth-file=FILE anywhere: taken out before the command parses. */
+    int kept = 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--auth-file") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "dscache: --auth-file needs a value\n");
+                return DSC_CLI_USAGE;
+            }
+            auth_file = argv[++i];
+        } else if (strncmp(argv[i], "--auth-file=", 12) == 0) {
+            auth_file = argv[i] + 12;
+        } else {
+            argv[kept++] = argv[i];
+        }
+    }
+    argc = kept;
+    argv[argc] = NULL;
     if (argc < 2) {
         print_usage(stderr);
         return DSC_CLI_USAGE;
@@ -129,9 +160,28 @@ int dsc_cli_target_option(dsc_cli_target_t *target, int opt, const char *arg) {
 }
 
 int dsc_cli_connect(const char *cmd, const char *server, uint32_t timeout_ms, dsc_conn_t **conn) {
-    int rc = dsc_conn_open_addr(server, timeout_ms, 0, conn);
+    char host[256];
+    uint16_t port = 0;
+    *conn = NULL;
+    if (dsc_split_hostport(server, host, sizeof host, &port) < 0 || port == 0 || host[0] == '\0')
+        return dsc_cli_fail(cmd,
+                            "--server '%s': not HOST:PORT (a name or IPv4 address and a port "
+                            "1-65535, or [IPv6]:PORT; e.g. 10.0.0.1:7070)",
+                            server);
+    dsc_credential_t cred;
+    char why[512];
+    int found = dsc__credential_load(auth_file, &cred, why, sizeof why);
+    if (found < 0)
+        return dsc_cli_fail(cmd, "%s", why);
+    int rc = dsc_conn_open_addr_auth(server, timeout_ms, 0, found ? &cred : NULL, conn);
+    dsc__credential_wipe(&cred);
     if (rc < 0) {
         *conn = NULL;
+        if (rc == DSC_EUNAUTH)
+            return dsc_cli_fail(cmd, "%s: %s (%s)", server, dsc_strerror(rc),
+                                found ? "the credential was refused, or the server does not "
+                                        "authenticate"
+                                      : "the server requires a credential: --auth-file");
         return dsc_cli_fail(cmd, "%s: %s", server, dsc_strerror(rc));
     }
     return DSC_CLI_OK;

@@ -32,7 +32,8 @@ typedef struct dsc_loader_options {
     uint32_t rank;             /* this trainer's rank (default 0) */
     uint32_t world_size;       /* number of ranks (default 1) */
     int shuffle;               /* 0: dataset order; 1: shuffled (default 1) */
-    uint32_t shuffle_window;   /* samples shuffled together after chunk shuffle (default 8192) */
+    uint32_t shuffle_window;   /* samples shuffled together after chunk shuffle (default 0: from
+                                  the dataset, min(8192, 64 MiB / sample bytes)) */
     int drop_last;             /* 1: drop the last partial batch and the tail (default 0) */
     uint32_t prefetch_batches; /* batch slots prepared ahead (default 4) */
     uint64_t inflight_bytes;   /* bound on bytes requested but not yet decoded (default 64 MiB) */
@@ -49,7 +50,9 @@ typedef struct dsc_loader_options {
     double stats_log_seconds;       /* > 0: an INFO log line with rates and stall % this often */
     uint64_t cache_bytes;           /* bound on decoded chunk bytes kept for the batches ahead: a
                                        shuffle window's chunks are fetched once while they fit
-                                       (default 256 MiB; 0 = default) */
+                                       (default 0: from the dataset, the larger of 256 MiB and
+                                       what the shuffle window needs, so that nothing is fetched
+                                       twice per epoch; see docs/order.md) */
     uint64_t server_inflight_bytes; /* bound on bytes in flight to any one server, so that a slow
                                        or stalled server cannot hold the whole inflight_bytes
                                        budget (default 0: 2 * inflight_bytes / servers) */
@@ -57,12 +60,26 @@ typedef struct dsc_loader_options {
                               itself (decode chunks, collate), beside the decode threads, instead of
                               sleeping; without CUDA only (a CUDA device keeps the caller's thread free of
                               CUDA calls). 1: next() only waits. */
+    const char *auth_file; /* token file (NAME SECRET) to authenticate with; NULL: the file named
+                              by $DSCACHE_TOKEN_FILE, else /var/run/secrets/dscache/token when it
+                              exists, else anonymous (docs/security.md). Read once by create; an
+                              unreadable or invalid named file fails create with -errno,
+                              DSC_EINVAL or DSC_ETOOLARGE. A loader with a credential refuses
+                              servers that do not authenticate. */
+    int order; /* epoch order across ranks (docs/order.md): DSC_ORDER_LOCAL (default): each
+                  rank reads a contiguous run of the shuffled chunks, so the job receives about
+                  the stored dataset once per epoch at any world size; DSC_ORDER_GLOBAL: one
+                  world-size-independent order cut into rank blocks per step (every rank reads
+                  about the whole dataset per epoch) */
     const char *transport; /* "tcp", "rdma" or "auto" (NULL: $DSCACHE_TRANSPORT, else "auto").
                               auto: RDMA READ where this host and the server both can, else TCP,
                               per connection (one INFO line says which and why); rdma: RDMA or an
                               error (DSC_EUNAVAIL at create without a usable device). See
                               docs/rdma.md */
 } dsc_loader_options_t;
+
+#define DSC_ORDER_LOCAL 0
+#define DSC_ORDER_GLOBAL 1
 
 /* Fills *options with the defaults above (servers and dataset NULL). */
 DSC_EXTERN void dsc_loader_options_init(dsc_loader_options_t *options);
@@ -91,13 +108,14 @@ DSC_EXTERN uint64_t dsc_loader_len(const dsc_loader_t *loader);
 /* Samples in the dataset. */
 DSC_EXTERN uint64_t dsc_loader_dataset_samples(const dsc_loader_t *loader);
 
-/* Loader state for resume: (epoch, global position) in a small versioned byte string that does
- * not depend on the world size, with what the order depends on (seed, dataset size, shuffle,
- * shuffle_window). save returns the bytes written, or the bytes needed when cap is too small
- * (then nothing is written) ; load returns 0, DSC_EINVAL, or DSC_EBADSTATE (damaged, another
- * version, or saved with other order settings: the log names the field) and restarts
- * prefetching from that point. */
-#define DSC_STATE_MAX_BYTES 64
+/* Loader state for resume, a small versioned byte string: the epoch and where it stands (global
+ * order: the global position; local order: the steps done at each world size this epoch), with
+ * what the order depends on (seed, dataset size, shuffle, shuffle_window, order). A state taken
+ * on any rank resumes every rank, on any world size (docs/order.md). save returns the bytes
+ * written, or the bytes needed when cap is too small (then nothing is written) ; load returns 0,
+ * DSC_EINVAL, or DSC_EBADSTATE (damaged, another version, or saved with other order settings: the
+ * log names the field) and restarts prefetching from that point. */
+#define DSC_STATE_MAX_BYTES 192
 DSC_EXTERN int dsc_loader_state_save(const dsc_loader_t *loader, void *buf, size_t cap);
 DSC_EXTERN int dsc_loader_state_load(dsc_loader_t *loader, const void *buf, size_t len);
 
@@ -172,6 +190,10 @@ typedef struct dsc_stats {
                                   copies are not yet in; h2d_bytes / h2d_seconds is the bandwidth */
     uint64_t assists;          /* units of work (a chunk decoded, a step collated) done by next()
                                   while it waited, beside the decode threads (0 with no_assist) */
+    uint64_t epoch_wire_bytes; /* wire bytes fetched for the last completed epoch (the one whose
+                                  end next() last returned): each chunk counts for the epoch of
+                                  the step that first needed it, whenever it arrived (0 before
+                                  the first epoch ends; reset by set_epoch and state_load) */
     uint64_t rdma_connections; /* server connections open now that use RDMA READ */
     uint64_t tcp_connections;  /* ... that use TCP under transport auto/rdma (fell back) */
     uint64_t rdma_bytes;       /* stored bytes received by RDMA READ */

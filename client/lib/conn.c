@@ -1,6 +1,7 @@
 /* Blocking TCP connection to one dscached server (client/lib/conn.h): getaddrinfo, poll-based
  * time-outs, HELLO, buffered frame reads so that small pipelined responses cost few syscalls. */
 #include "conn.h"
+#include "dsc_sys.h"
 #include "util.h"
 
 #include <errno.h>
@@ -272,12 +273,64 @@ int dsc_conn_call(dsc_conn_t *conn, uint8_t opcode, const void *body, size_t bod
     return 0;
 }
 
-static int hello(dsc_conn_t *conn, uint64_t members_hash) {
+static void set_last_error_text(dsc_conn_t *conn, const char *text) {
+    set_last_error(conn, (const uint8_t *)text, strlen(text));
+}
+
+/* The AUTH exchange after a HELLO that granted DSC_FEATURE_AUTH: sends the client's MAC and
+ * checks the server's, so each side proves it knows the secret (PROTOCOL.md, Authentication). */
+static int authenticate(dsc_conn_t *conn, const dsc_credential_t *cred,
+                        const uint8_t client_nonce[DSC_AUTH_NONCE_SIZE],
+                        const uint8_t server_nonce[DSC_AUTH_NONCE_SIZE]) {
+    uint8_t mine[DSC_AUTH_MAC_SIZE], expect[DSC_AUTH_MAC_SIZE];
+    size_t name_len = strlen(cred->name);
+    int rc = dsc_auth_mac(DSC_AUTH_CLIENT, cred->secret, cred->secret_len, conn->info.version,
+                          cred->name, name_len, client_nonce, server_nonce, mine);
+    if (rc == 0)
+        rc = dsc_auth_mac(DSC_AUTH_SERVER, cred->secret, cred->secret_len, conn->info.version,
+                          cred->name, name_len, client_nonce, server_nonce, expect);
+    if (rc < 0)
+        goto done;
+    uint8_t *resp = NULL;
+    size_t resp_len = 0;
+    rc = dsc_conn_call(conn, DSC_OP_AUTH, mine, sizeof mine, &resp, &resp_len);
+    if (rc == 0) {
+        const uint8_t *theirs;
+        if (dsc_auth_mac_decode(resp, resp_len, &theirs) < 0) {
+            rc = fail(conn, DSC_EPROTO);
+        } else if (!dsc_auth_mac_equal(theirs, expect)) {
+            set_last_error_text(conn, "the server did not prove the credential's secret");
+            rc = fail(conn, DSC_EUNAUTH);
+        }
+    }
+    free(resp);
+done:
+    dsc_auth_wipe(mine, sizeof mine);
+    dsc_auth_wipe(expect, sizeof expect);
+    return rc;
+}
+
+static int hello(dsc_conn_t *conn, uint64_t members_hash, const dsc_credential_t *cred) {
     dsc_hello_req_t req = {.min_version = DSC_PROTO_MIN_VERSION,
                            .max_version = DSC_PROTO_VERSION,
                            .members_hash = members_hash,
                            .client_name = {"libdscache", 10}};
-    uint8_t body[256];
+    uint8_t client_nonce[DSC_AUTH_NONCE_SIZE];
+    uint8_t init_body[DSC_AUTH_INIT_MAX];
+    if (cred != NULL) {
+        int rc = dsc_auth_random(client_nonce, sizeof client_nonce);
+        if (rc < 0)
+            return rc;
+        dsc_auth_init_t init = {
+            DSC_AUTH_METHOD_HMAC_SHA256, {cred->name, (uint16_t)strlen(cred->name)}, client_nonce};
+        int n = dsc_auth_init_encode(&init, init_body, sizeof init_body);
+        if (n < 0)
+            return n;
+        req.features |= DSC_FEATURE_AUTH;
+        req.auth.ptr = (const char *)init_body;
+        req.auth.len = (uint16_t)n;
+    }
+    uint8_t body[256 + DSC_AUTH_INIT_MAX];
     int n = dsc_hello_req_encode(&req, body, sizeof body);
     if (n < 0)
         return n;
@@ -290,7 +343,7 @@ static int hello(dsc_conn_t *conn, uint64_t members_hash) {
         return rc;
     dsc_hello_resp_t hr;
     if (dsc_hello_resp_decode(resp, resp_len, &hr) < 0 || hr.version < DSC_PROTO_MIN_VERSION ||
-        hr.version > DSC_PROTO_VERSION) {
+        hr.version > DSC_PROTO_VERSION || (hr.features & ~req.features) != 0) {
         free(resp);
         return DSC_EPROTO;
     }
@@ -302,12 +355,27 @@ static int hello(dsc_conn_t *conn, uint64_t members_hash) {
                           : sizeof conn->info.server_name - 1;
     memcpy(conn->info.server_name, hr.server_name.ptr, name_len);
     conn->info.server_name[name_len] = '\0';
+    if (cred != NULL) {
+        if (hr.server_nonce == NULL) {
+            /* Never fall back to an unauthenticated server: it could be anyone. */
+            set_last_error_text(conn, "the server does not authenticate (no --auth-file) but this "
+                                      "client has a credential");
+            rc = DSC_EUNAUTH;
+        } else {
+            rc = authenticate(conn, cred, client_nonce, hr.server_nonce);
+        }
+    }
     free(resp);
-    return 0;
+    return rc;
 }
 
 int dsc_conn_open(const char *host, uint16_t port, uint32_t timeout_ms, uint64_t members_hash,
                   dsc_conn_t **out) {
+    return dsc_conn_open_auth(host, port, timeout_ms, members_hash, NULL, out);
+}
+
+int dsc_conn_open_auth(const char *host, uint16_t port, uint32_t timeout_ms, uint64_t members_hash,
+                       const dsc_credential_t *cred, dsc_conn_t **out) {
     if (host == NULL || out == NULL)
         return DSC_EINVAL;
     *out = NULL;
@@ -339,7 +407,7 @@ int dsc_conn_open(const char *host, uint16_t port, uint32_t timeout_ms, uint64_t
     conn->rbuf = rbuf;
     conn->timeout_ms = timeout_ms;
     conn->next_id = 1;
-    rc = hello(conn, members_hash);
+    rc = hello(conn, members_hash, cred);
     if (rc < 0) {
         dsc_conn_close(conn);
         return rc;
@@ -350,13 +418,18 @@ int dsc_conn_open(const char *host, uint16_t port, uint32_t timeout_ms, uint64_t
 
 int dsc_conn_open_addr(const char *hostport, uint32_t timeout_ms, uint64_t members_hash,
                        dsc_conn_t **out) {
+    return dsc_conn_open_addr_auth(hostport, timeout_ms, members_hash, NULL, out);
+}
+
+int dsc_conn_open_addr_auth(const char *hostport, uint32_t timeout_ms, uint64_t members_hash,
+                            const dsc_credential_t *cred, dsc_conn_t **out) {
     char host[256];
     uint16_t port;
     if (out != NULL)
         *out = NULL;
     if (dsc_split_hostport(hostport, host, sizeof host, &port) < 0)
         return DSC_EINVAL;
-    return dsc_conn_open(host, port, timeout_ms, members_hash, out);
+    return dsc_conn_open_auth(host, port, timeout_ms, members_hash, cred, out);
 }
 
 const dsc_conn_info_t *dsc_conn_info(const dsc_conn_t *conn) {

@@ -4,6 +4,7 @@
 #ifndef DSC_CONN_H
 #define DSC_CONN_H
 
+#include "credential.h"
 #include "protocol.h"
 
 #include <stddef.h>
@@ -24,6 +25,15 @@ typedef struct dsc_conn_info {
  * not resolve), DSC_EPROTO (bad HELLO answer), DSC_ENOMEM. */
 int dsc_conn_open(const char *host, uint16_t port, uint32_t timeout_ms, uint64_t members_hash,
                   dsc_conn_t **out);
+/* As dsc_conn_open, authenticating with cred (NULL: anonymous) after HELLO: the server proves
+ * the secret too (PROTOCOL.md, Authentication). Also returns DSC_EUNAUTH (wrong credential, or
+ * a server that does not authenticate or fails to prove the secret; dsc_conn_last_error is not
+ * readable then, the reason is the error). cred is only read during the call. */
+int dsc_conn_open_auth(const char *host, uint16_t port, uint32_t timeout_ms, uint64_t members_hash,
+                       const dsc_credential_t *cred, dsc_conn_t **out);
+/* As dsc_conn_open_auth with "HOST:PORT". */
+int dsc_conn_open_addr_auth(const char *hostport, uint32_t timeout_ms, uint64_t members_hash,
+                            const dsc_credential_t *cred, dsc_conn_t **out);
 /* As dsc_conn_open with "HOST:PORT". */
 int dsc_conn_open_addr(const char *hostport, uint32_t timeout_ms, uint64_t members_hash,
                        dsc_conn_t **out);

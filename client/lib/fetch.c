@@ -97,6 +97,7 @@ static void deliver(dsc_io_t *io, dsc_source_req_t *req) {
             dsc__chunk_free(&loader->cfg.pool, ent);
             continue;
         }
+        dsc__epoch_wire_add(loader, ent->epoch, ent->entry.stored_len);
         dsc__decode_push(loader, ent);
     }
     pthread_cond_broadcast(&loader->io_cv); /* the per-peer budget has room again */

@@ -26,7 +26,7 @@ DSC_EXTERN void dsc_loader_options_init(dsc_loader_options_t *options) {
     options->batch_size = 32;
     options->world_size = 1;
     options->shuffle = 1;
-    options->shuffle_window = 8192;
+    options->shuffle_window = 0; /* from the dataset (AUTO_WINDOW_BYTES) */
     options->prefetch_batches = 4;
     options->inflight_bytes = 64ull << 20;
     options->decode_threads = 2;
@@ -35,7 +35,8 @@ DSC_EXTERN void dsc_loader_options_init(dsc_loader_options_t *options) {
     options->timeout_ms = 5000;
     options->replicas = 2;
     options->log_level = DSC_LOG_WARN;
-    options->cache_bytes = DEFAULT_CACHE_BYTES;
+    options->cache_bytes = 0; /* from the dataset (check_cache_budget) */
+    options->order = DSC_ORDER_LOCAL;
 }
 
 /* ---- Create / destroy --------------------------------------------------------------------- */
@@ -74,6 +75,8 @@ static int check_options(const dsc_loader_options_t *o, const dsc_logger_t *log)
         bad = "timeout_ms must be at most an hour (0: the default, 5000)";
     else if (o->device < -1)
         bad = "device must be -1 (host) or a CUDA device index";
+    else if (o->order != DSC_ORDER_LOCAL && o->order != DSC_ORDER_GLOBAL)
+        bad = "order must be DSC_ORDER_LOCAL (0) or DSC_ORDER_GLOBAL (1)";
     if (bad != NULL) {
         DSC_LOG(log, DSC_LOG_ERROR, "invalid loader options: %s", bad);
         return DSC_EINVAL;
@@ -111,6 +114,9 @@ static int start_threads(dsc_loader_t *loader) {
 /* Shuffle windows whose decoded chunks must be held at once for every chunk to be fetched once
  * per epoch (see check_cache_budget). */
 #define WINDOWS_HELD 2
+/* The default shuffle window holds at most 8192 samples and about this many bytes, so that the
+ * default cache (two windows) stays near 256 MiB on any sample size. */
+#define AUTO_WINDOW_BYTES (64ull << 20)
 
 /* Warns when the decoded chunks of the shuffle windows the planner must hold do not fit in
  * cache_bytes. The planner plans steps while held_bytes < cache_bytes, and a chunk is dropped
@@ -121,8 +127,10 @@ static int start_threads(dsc_loader_t *loader) {
  * be collated before w's last step): unless all of w + 1 can be planned then, chunks whose other
  * samples lie in its unplanned rest are dropped and fetched again (stats.refetches). Measured:
  * no refetch from about 1.8 window footprints up, hundreds at 1.5 with a fast consumer. The
- * order is never changed to fit: it stays a pure function of the options. */
+ * order is never changed to fit: it stays a pure function of the options. With cache_bytes 0
+ * (the default) it is set to the larger of DEFAULT_CACHE_BYTES and that need instead. */
 static void check_cache_budget(dsc_loader_t *loader) {
+    int automatic = loader->cfg.opt.cache_bytes == 0;
     const dsc_manifest_t *m = loader->cfg.manifest;
     uint64_t chunk_max = 0;
     for (uint32_t i = 0; i < m->shard_count; i++) {
@@ -136,13 +144,19 @@ static void check_cache_budget(dsc_loader_t *loader) {
     /* The steps that finish a window reach up to one step's span (batch_size * world_size
      * positions) past it. */
     uint64_t per_step = (uint64_t)loader->cfg.opt.batch_size * loader->cfg.opt.world_size;
+    if (dsc__order_is_local(loader)) /* a rank's step spans its own batch only */
+        per_step = loader->cfg.opt.batch_size;
     uint64_t need = WINDOWS_HELD * ((window + per_step) * loader->cfg.sample_bytes + 2 * chunk_max);
-    if (need <= loader->cfg.cache_bytes)
+    if (automatic) { /* the default: never refetch */
+        loader->cfg.opt.cache_bytes = need > DEFAULT_CACHE_BYTES ? need : DEFAULT_CACHE_BYTES;
+        return;
+    }
+    if (need <= loader->cfg.opt.cache_bytes)
         return;
     uint64_t edge = WINDOWS_HELD * (per_step * loader->cfg.sample_bytes + 2 * chunk_max);
-    uint64_t fit = loader->cfg.cache_bytes > edge
-                       ? (loader->cfg.cache_bytes - edge) / WINDOWS_HELD / loader->cfg.sample_bytes
-                       : 0;
+    uint64_t fit = loader->cfg.opt.cache_bytes > edge ? (loader->cfg.opt.cache_bytes - edge) /
+                                                            WINDOWS_HELD / loader->cfg.sample_bytes
+                                                      : 0;
     char lower[160] = "";
     if (loader->cfg.opt.shuffle && fit >= 1)
         snprintf(lower, sizeof lower, " or lower shuffle_window to %llu", (unsigned long long)fit);
@@ -151,10 +165,10 @@ static void check_cache_budget(dsc_loader_t *loader) {
             "samples (+ %llu of a step) of %llu bytes, each with 2 edge chunks of up to %llu "
             "bytes, need %llu bytes of decoded chunks at once, so chunks will be fetched several "
             "times per epoch (see the refetches statistic); raise cache_bytes to %llu%s",
-            (unsigned long long)loader->cfg.cache_bytes, WINDOWS_HELD, (unsigned long long)window,
-            (unsigned long long)per_step, (unsigned long long)loader->cfg.sample_bytes,
-            (unsigned long long)chunk_max, (unsigned long long)need, (unsigned long long)need,
-            lower);
+            (unsigned long long)loader->cfg.opt.cache_bytes, WINDOWS_HELD,
+            (unsigned long long)window, (unsigned long long)per_step,
+            (unsigned long long)loader->cfg.sample_bytes, (unsigned long long)chunk_max,
+            (unsigned long long)need, (unsigned long long)need, lower);
 }
 
 DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader_t **out) {
@@ -170,12 +184,8 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
                                                              : sizeof loader->cfg.opt;
     memcpy(&loader->cfg.opt, options, n);
     loader->cfg.opt.struct_size = sizeof loader->cfg.opt;
-    if (loader->cfg.opt.cache_bytes == 0)
-        loader->cfg.opt.cache_bytes = DEFAULT_CACHE_BYTES;
     if (loader->cfg.opt.timeout_ms == 0)
         loader->cfg.opt.timeout_ms = 5000;
-    if (loader->cfg.opt.shuffle_window == 0)
-        loader->cfg.opt.shuffle_window = 8192;
     dsc__logger_init(&loader->cfg.log, options->log_fn, options->log_ctx, options->log_level);
     pthread_mutex_init(&loader->lock, NULL);
     pthread_cond_init(&loader->sched_cv, NULL);
@@ -185,6 +195,7 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     pthread_cond_init(&loader->view.cv, NULL);
     loader->stats.created_at = loader->stats.last_log = dsc_now_s();
     loader->stats.st.struct_size = sizeof loader->stats.st;
+    dsc__epoch_wire_reset(loader);
     int rc = check_options(&loader->cfg.opt, &loader->cfg.log);
     if (rc < 0)
         goto fail;
@@ -194,13 +205,38 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     loader->cfg.opt.dataset = loader->cfg.dataset;
     loader->cfg.opt.fallback_path = loader->cfg.fallback;
     loader->cfg.opt.servers = NULL; /* the caller's string is not kept */
+    loader->cfg.opt.auth_file = NULL;
     if (loader->cfg.dataset == NULL || (options->fallback_path && loader->cfg.fallback == NULL))
         goto fail;
+    loader->cfg.cred = calloc(1, sizeof *loader->cfg.cred);
+    if (loader->cfg.cred == NULL)
+        goto fail;
+    {
+        /* Read once here (docs/security.md); the buffer is wiped, the secret kept for
+         * reconnects until destroy. */
+        const char *auth_file = options->struct_size > offsetof(dsc_loader_options_t, auth_file)
+                                    ? options->auth_file
+                                    : NULL;
+        char why[512];
+        int found = dsc__credential_load(auth_file, loader->cfg.cred, why, sizeof why);
+        if (found < 0) {
+            DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "%s", why);
+            rc = found;
+            goto fail;
+        }
+        if (found == 0) {
+            free(loader->cfg.cred);
+            loader->cfg.cred = NULL;
+        } else {
+            DSC_LOG(&loader->cfg.log, DSC_LOG_INFO, "authenticating as %s", loader->cfg.cred->name);
+        }
+    }
     loader->cfg.source_env = (dsc_source_env_t){
         .log = &loader->cfg.log,
         .pool = &loader->cfg.pool,
         .dataset = loader->cfg.dataset,
         .timeout_ms = loader->cfg.opt.timeout_ms,
+        .cred = loader->cfg.cred,
         .counters = &loader->cfg.transport_counters,
     };
     /* transport: the option, else $DSCACHE_TRANSPORT, else auto. */
@@ -264,7 +300,9 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     /* Freed chunk buffers are kept for reuse up to the memory the budgets allow anyway: no
      * page faults and munmaps on the hot path. */
     dsc__bufpool_init(&loader->cfg.pool,
-                      (size_t)(loader->cfg.opt.inflight_bytes + loader->cfg.opt.cache_bytes));
+                      (size_t)(loader->cfg.opt.inflight_bytes + (loader->cfg.opt.cache_bytes
+                                                                     ? loader->cfg.opt.cache_bytes
+                                                                     : DEFAULT_CACHE_BYTES)));
 
     rc = dsc__fetch_manifest(loader);
     if (rc < 0)
@@ -273,14 +311,18 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     loader->cfg.samples = m->samples;
     loader->cfg.sample_bytes = m->schema.sample_bytes;
     loader->cfg.field_count = m->schema.field_count;
-    loader->cfg.cache_bytes = loader->cfg.opt.cache_bytes;
     if (loader->cfg.samples == 0 || loader->cfg.sample_bytes == 0) {
         DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "dataset %s is empty", loader->cfg.dataset);
         rc = DSC_EBADMANIFEST;
         goto fail;
     }
+    if (loader->cfg.opt.shuffle_window == 0) { /* a window of at most AUTO_WINDOW_BYTES */
+        uint64_t w = AUTO_WINDOW_BYTES / loader->cfg.sample_bytes;
+        loader->cfg.opt.shuffle_window = (uint32_t)(w >= 8192 ? 8192 : w ? w : 1);
+    }
     loader->cfg.source_env.manifest = m;
     check_cache_budget(loader);
+    loader->cfg.cache_bytes = loader->cfg.opt.cache_bytes;
     if (loader->cfg.opt.device >= 0) {
         rc = dsc__cuda_open(loader->cfg.opt.device, &loader->cfg.log, &loader->cfg.cuda);
         if (rc < 0)
@@ -369,6 +411,8 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
     dsc_members_free(&loader->net.members);
     free(loader->net.member_peer);
     free(loader->cfg.servers_spec);
+    dsc__credential_wipe(loader->cfg.cred);
+    free(loader->cfg.cred);
     free(loader->net.peers);
     if (loader->cfg.pool.max_cached)
         dsc__bufpool_close(&loader->cfg.pool);
@@ -424,7 +468,10 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
             loader->cons.retired_seq = st->seq + 1;
             loader->cons.cons_epoch = st->epoch + 1;
             loader->cons.cons_pos = 0;
+            loader->cons.cons_nhist = 0;
             loader->stats.st.epoch = loader->cons.cons_epoch;
+            const dsc_epoch_wire_t *ew = &loader->stats.epoch_wire[st->epoch % DSC__EPOCH_RING];
+            loader->stats.st.epoch_wire_bytes = ew->epoch == st->epoch ? ew->bytes : 0;
             pthread_cond_broadcast(&loader->sched_cv);
             rc = DSC_EOF;
         } else {

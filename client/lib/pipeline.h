@@ -33,6 +33,17 @@
 #include <pthread.h>
 #include <stdint.h>
 
+/* Order local: cons_pos / pos_after once the epoch's last step is handed out. */
+#define DSC__POS_DONE UINT64_MAX
+
+/* Epochs whose attributed wire bytes are kept (stats.epoch_wire). */
+#define DSC__EPOCH_RING 4
+
+typedef struct dsc_epoch_wire {
+    uint64_t epoch; /* UINT64_MAX: unused */
+    uint64_t bytes;
+} dsc_epoch_wire_t;
+
 /* Step states. */
 enum { ST_PLANNED, ST_COLLATING, ST_READY, ST_HANDED };
 
@@ -40,7 +51,8 @@ typedef struct dsc_step {
     uint64_t seq;
     uint64_t epoch;
     uint64_t step;      /* batch number in the epoch */
-    uint64_t pos_after; /* global position once this step is consumed */
+    uint64_t pos_after; /* global position once this step is consumed (order local: steps done
+                           in the segment, DSC__POS_DONE after its last) */
     int eof;            /* end-of-epoch marker */
     int state;
     uint32_t count;
@@ -127,8 +139,9 @@ struct dsc_loader {
         uint32_t field_count;
         uint64_t field_off[DSC_MAX_FIELDS]; /* batch.c: offset of field f's array in a slot */
         uint64_t cache_bytes;
-        char *servers_spec; /* the options' servers string, re-resolved by view.c */
-        dsc_bufpool_t pool; /* thread-safe itself */
+        char *servers_spec;     /* the options' servers string, re-resolved by view.c */
+        dsc_credential_t *cred; /* server connections authenticate with it (NULL: anonymous) */
+        dsc_bufpool_t pool;     /* thread-safe itself */
         dsc_cuda_t *cuda;
         dsc_source_env_t source_env;                 /* what the data sources see */
         dsc_transport_counters_t transport_counters; /* the sources' (source_env.counters) */
@@ -195,7 +208,12 @@ struct dsc_loader {
         uint64_t slot_seq; /* next seq to get a slot */
         dsc_order_t *order;
         uint64_t plan_epoch;
-        dsc_split_t plan_split;
+        dsc_split_t plan_split;                 /* order global: the split being planned */
+        dsc_local_t plan_local;                 /* order local: the segment being planned */
+        dsc_plan_seg_t hist[DSC_PLAN_MAX_SEGS]; /* order local: this epoch's earlier segments
+                                                   (set by dsc__sched_restart; state.c reads
+                                                   the first cons.cons_nhist) */
+        uint32_t plan_nhist;                    /* ... of them in force for the planner */
         uint64_t plan_step;
         uint64_t plan_step_base;
         uint64_t *fetched; /* bit per global chunk: fetched in the epoch being planned */
@@ -212,6 +230,7 @@ struct dsc_loader {
         size_t slot_bytes;
         dsc_batch_t *current; /* handed out, not yet released */
         uint64_t cons_epoch, cons_pos;
+        uint32_t cons_nhist; /* order local: sched.hist entries before cons_pos's segment */
         void *user_stream;
     } cons;
 
@@ -224,8 +243,35 @@ struct dsc_loader {
         double last_log;
         uint64_t last_log_samples;
         double last_log_stall, last_log_compute;
+        /* Wire bytes received per epoch of the step that first needed each chunk: entry
+         * epoch % DSC__EPOCH_RING (the scheduler plans at most one epoch ahead of the consumer,
+         * so the current and next epochs never share an entry). */
+        dsc_epoch_wire_t epoch_wire[DSC__EPOCH_RING];
     } stats;
 };
+
+/* The epoch order in use is order local (the default) rather than order global. */
+static inline int dsc__order_is_local(const dsc_loader_t *loader) {
+    return loader->cfg.opt.order != DSC_ORDER_GLOBAL;
+}
+
+/* Adds a received chunk's wire bytes to the epoch whose step first needed it. Under lock. */
+static inline void dsc__epoch_wire_add(dsc_loader_t *loader, uint64_t epoch, uint64_t bytes) {
+    dsc_epoch_wire_t *e = &loader->stats.epoch_wire[epoch % DSC__EPOCH_RING];
+    if (e->epoch != epoch) {
+        e->epoch = epoch;
+        e->bytes = 0;
+    }
+    e->bytes += bytes;
+}
+
+/* Forgets every epoch's attributed wire bytes (a restart). Under lock. */
+static inline void dsc__epoch_wire_reset(dsc_loader_t *loader) {
+    for (int i = 0; i < DSC__EPOCH_RING; i++) {
+        loader->stats.epoch_wire[i].epoch = UINT64_MAX;
+        loader->stats.epoch_wire[i].bytes = 0;
+    }
+}
 
 /* Fails the loader with err (the first error wins; logged unless stopping) and wakes every
  * thread. Under lock. */

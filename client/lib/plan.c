@@ -205,6 +205,19 @@ uint64_t dsc__order_chunks(const dsc_order_t *order) {
     return order->chunk_count;
 }
 
+/* Index of the permuted chunk holding S-position pos, searched in [lo, hi) (the caller knows
+ * perm_start[lo] <= pos < perm_start[hi]). */
+static uint64_t perm_index_in(const dsc_order_t *order, uint64_t pos, uint64_t lo, uint64_t hi) {
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (order->perm_start[mid] <= pos)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* Index of the permuted chunk holding S-position pos. */
 static uint64_t perm_index_of(const dsc_order_t *order, uint64_t pos) {
     uint64_t lo = 0, hi = order->chunk_count; /* perm_start[lo] <= pos < perm_start[hi] */
@@ -313,4 +326,158 @@ uint64_t dsc__split_position(const dsc_split_t *split, uint64_t steps_done) {
         return split->samples; /* the tail (dropped or padded) ends the epoch */
     uint64_t pos = split->start + steps_done * split->batch_size * split->world_size;
     return pos < split->samples ? pos : split->samples;
+}
+
+/* ---- Local order ---------------------------------------------------------------------------- */
+
+/* S[pos] with the chunk searched in [klo, khi). */
+static uint64_t stream_at_in(const dsc_order_t *order, uint64_t pos, uint64_t klo, uint64_t khi) {
+    uint64_t k = perm_index_in(order, pos, klo, khi);
+    uint64_t first, count;
+    chunk_span(order, order->perm_chunk[k], &first, &count);
+    return first + (pos - order->perm_start[k]);
+}
+
+uint64_t dsc__order_stream_at(const dsc_order_t *order, uint64_t pos) {
+    uint64_t k = perm_index_of(order, pos);
+    uint64_t first, count;
+    chunk_span(order, order->perm_chunk[k], &first, &count);
+    return first + (pos - order->perm_start[k]);
+}
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+uint64_t dsc__feistel_perm(uint64_t key, uint64_t n, uint64_t x) {
+    if (n <= 1)
+        return 0;
+    unsigned bits = 2;
+    while (bits < 64 && (1ull << bits) < n)
+        bits++;
+    bits += bits & 1u; /* even: two halves of equal width */
+    unsigned half = bits / 2;
+    uint64_t mask = (1ull << half) - 1;
+    do { /* cycle walking: a bijection of [0, 2^bits) restricted to [0, n) stays one */
+        uint64_t l = x >> half, r = x & mask;
+        for (uint64_t round = 0; round < 4; round++) {
+            uint64_t f = mix64(key ^ (round * 0x9E3779B97F4A7C15ULL) ^ (r * 0xD6E8FEB86659FD93ULL));
+            uint64_t nl = r;
+            r = l ^ (f & mask);
+            l = nl;
+        }
+        x = (l << half) | r;
+    } while (x >= n);
+    return x;
+}
+
+/* Index into X_j of position t of rank r's stream at level lv. */
+static uint64_t level_pos(const dsc_local_t *lp, const dsc_local_level_t *lv, uint32_t r,
+                          uint64_t t) {
+    uint64_t lo = (uint64_t)r * lv->q + (r < lv->m ? r : lv->m);
+    uint64_t len = lv->q + (r < lv->m ? 1 : 0);
+    if (t >= len) /* padding: wraps past the rank's run, like DistributedSampler */
+        return (lo + t) % lv->len;
+    if (lp->window == 0)
+        return lo + t;
+    uint64_t w = t / lp->window;
+    uint64_t base = w * lp->window;
+    uint64_t n = len - base < lp->window ? len - base : lp->window;
+    uint64_t s = lv->key ^ ((uint64_t)r * 0xA0761D6478BD642FULL);
+    uint64_t h = dsc__rng_next(&s);
+    s = h ^ (w * 0xE7037ED1A0B428DBULL);
+    uint64_t key = dsc__rng_next(&s);
+    return lo + base + dsc__feistel_perm(key, n, t - base);
+}
+
+int dsc__local_init(dsc_local_t *lp, dsc_order_t *order, uint32_t window, int shuffle,
+                    const dsc_plan_seg_t *hist, uint32_t nhist, uint32_t batch_size,
+                    uint32_t world_size, int drop_last) {
+    if (batch_size == 0 || world_size == 0 || order == NULL || (nhist > 0 && hist == NULL))
+        return DSC_EINVAL;
+    if (nhist >= DSC_PLAN_MAX_SEGS)
+        return DSC_ERANGE;
+    memset(lp, 0, sizeof *lp);
+    lp->order = order;
+    lp->window = shuffle ? (window ? window : DEFAULT_WINDOW) : 0;
+    uint64_t rest = order->samples;
+    for (uint32_t j = 0; j <= nhist; j++) {
+        dsc_local_level_t *lv = &lp->lv[j];
+        uint32_t w = j < nhist ? hist[j].world_size : world_size;
+        if (w == 0)
+            return DSC_EINVAL;
+        lv->len = rest;
+        lv->world = w;
+        lv->q = rest / w;
+        lv->m = (uint32_t)(rest % w);
+        lv->key = rng_seed(order->seed, order->epoch, 3, j);
+        if (j < nhist) {
+            uint64_t b = hist[j].batch_size, k = hist[j].steps;
+            if (b == 0 || k == 0 || k > lv->q / b)
+                return DSC_EINVAL; /* more than every rank's share: not a state of this order */
+            lv->used = k * b;
+            rest -= lv->used * w;
+        }
+    }
+    lp->levels = nhist + 1;
+    lp->batch_size = batch_size;
+    lp->world_size = world_size;
+    lp->drop_last = drop_last ? 1 : 0;
+    lp->per_rank = drop_last ? rest / world_size : (rest + world_size - 1) / world_size;
+    lp->steps =
+        drop_last ? lp->per_rank / batch_size : (lp->per_rank + batch_size - 1) / batch_size;
+    return 0;
+}
+
+int dsc__local_step(const dsc_local_t *lp, uint64_t step, uint32_t rank, uint64_t *first,
+                    uint32_t *count) {
+    if (step >= lp->steps || rank >= lp->world_size)
+        return DSC_ERANGE;
+    uint64_t done = step * lp->batch_size;
+    uint64_t b = lp->per_rank - done;
+    *first = done;
+    *count = (uint32_t)(b < lp->batch_size ? b : lp->batch_size);
+    return 0;
+}
+
+uint64_t dsc__local_at(dsc_local_t *lp, uint32_t rank, uint64_t t) {
+    uint32_t j = lp->levels - 1;
+    uint64_t x = level_pos(lp, &lp->lv[j], rank, t);
+    if (j == 0 && lp->window > 0) {
+        /* One level: the window's samples lie in one S range; its chunks are found once. */
+        const dsc_local_level_t *lv = &lp->lv[0];
+        uint64_t lo = (uint64_t)rank * lv->q + (rank < lv->m ? rank : lv->m);
+        uint64_t len = lv->q + (rank < lv->m ? 1 : 0);
+        if (t < len) {
+            uint64_t base = t / lp->window * lp->window;
+            uint64_t begin = lo + base,
+                     end = lo + (len - base < lp->window ? len : base + lp->window);
+            if (!lp->hint_valid || lp->hint_begin != begin || lp->hint_end != end) {
+                lp->hint_begin = begin;
+                lp->hint_end = end;
+                lp->hint_klo = perm_index_of(lp->order, begin);
+                lp->hint_khi = perm_index_of(lp->order, end - 1) + 1;
+                lp->hint_valid = 1;
+            }
+            return stream_at_in(lp->order, x, lp->hint_klo, lp->hint_khi);
+        }
+    }
+    while (j > 0) {
+        /* x indexes X_j, the concatenation of the unconsumed tails of level j-1's ranks. */
+        const dsc_local_level_t *pv = &lp->lv[--j];
+        uint64_t big = pv->q + 1 - pv->used, small = pv->q - pv->used;
+        uint64_t r, off;
+        if (x < (uint64_t)pv->m * big) {
+            r = x / big;
+            off = x - r * big;
+        } else {
+            uint64_t y = x - (uint64_t)pv->m * big;
+            r = pv->m + y / small; /* small > 0: x < R_j leaves a rank with a tail */
+            off = y - (r - pv->m) * small;
+        }
+        x = level_pos(lp, pv, (uint32_t)r, pv->used + off);
+    }
+    return dsc__order_stream_at(lp->order, x);
 }

@@ -1,6 +1,7 @@
-/* Epoch plan: the global sample order of an epoch (a pure function of seed, epoch and the
- * dataset's chunk layout, independent of the world size) and its split into per-rank batches.
- * No I/O, no threads; each order object is used by one thread at a time. */
+/* Epoch plan: the global order (a pure function of seed, epoch and the dataset's chunk layout,
+ * independent of the world size) with its split into per-rank batches, and the local order
+ * (default: chunk-local rank runs, resizable by segments). No I/O, no threads; each order object
+ * is used by one thread at a time. */
 #ifndef DSC_PLAN_H
 #define DSC_PLAN_H
 
@@ -78,6 +79,81 @@ int dsc__split_step(const dsc_split_t *split, uint64_t step, uint32_t rank, uint
 /* Global position after `steps_done` steps of this split (clamped to N: N means the epoch is
  * complete). */
 uint64_t dsc__split_position(const dsc_split_t *split, uint64_t steps_done);
+
+/* ---- Local order (order = "local", the default) ------------------------------------------
+ * Chunk-local: each rank reads a contiguous run of the epoch's chunk stream S (stage 1 of the
+ * global order above), so the job fetches about the stored dataset once per epoch whatever the
+ * world size. docs/order.md gives the algorithm, the exactly-once argument and resizing.
+ *
+ * A segment is a stretch of an epoch run at one (world size W, batch size B): `steps` steps
+ * done. Level 0 is S (length N). The segment at level j works on the stream X_j (length R_j) of
+ * the samples not consumed by the segments below it:
+ *   - rank r owns X_j[lo(r) : lo(r) + L(r)), lo(r) = r*q + min(r, m), L(r) = q + (r < m),
+ *     q = R_j / W, m = R_j % W;
+ *   - the rank's stream T_r is cut into windows of `window` samples (the last may be shorter),
+ *     each permuted by a keyed Feistel bijection (seed, epoch, level, rank, window):
+ *     T_r[t] = X_j[lo(r) + wperm(t)];
+ *   - per_rank and steps as in the rank split above (drop_last truncates to floor(R_j/W), else
+ *     pads to ceil(R_j/W)); a padded position t >= L(r) takes X_j[(lo(r) + t) mod R_j];
+ *   - step s of rank r is T_r[s*B : min((s+1)*B, per_rank)) (drop_last drops a short one);
+ *   - after k steps (k < steps) every rank has consumed T_r[0 : k*B], and X_{j+1} is the
+ *     concatenation over r of T_r[k*B : L(r)] (R_{j+1} = R_j - W*k*B).
+ * Global step s is the union of every rank's step s. Memory: O(segments); sample lookups are
+ * O(segments + log chunks). */
+#define DSC_PLAN_MAX_SEGS 8
+
+/* A stretch of an epoch done at one world size and batch size. */
+typedef struct dsc_plan_seg {
+    uint32_t world_size;
+    uint32_t batch_size;
+    uint64_t steps; /* steps done by every rank */
+} dsc_plan_seg_t;
+
+typedef struct dsc_local_level {
+    uint64_t len;   /* R_j */
+    uint64_t q;     /* R_j / W */
+    uint64_t used;  /* k * B consumed per rank (history levels only) */
+    uint64_t key;   /* window permutation key of the level */
+    uint32_t world; /* W */
+    uint32_t m;     /* R_j % W */
+} dsc_local_level_t;
+
+typedef struct dsc_local {
+    dsc_order_t *order; /* not owned: gives S (its epoch must stay the one given to init) */
+    uint32_t window;    /* 0: no window permutation (shuffle off) */
+    uint32_t levels;    /* history segments + the current one */
+    dsc_local_level_t lv[DSC_PLAN_MAX_SEGS];
+    uint64_t per_rank; /* of the current segment */
+    uint64_t steps;    /* of the current segment */
+    uint32_t batch_size;
+    uint32_t world_size;
+    int drop_last;
+    /* Chunk range of the window last looked up (one level only): [klo, khi) covers S positions
+     * [begin, end). */
+    int hint_valid;
+    uint64_t hint_begin, hint_end, hint_klo, hint_khi;
+} dsc_local_t;
+
+/* Plans the current segment of epoch dsc__order_epoch(order) after `nhist` history segments
+ * (oldest first, each with steps > 0 and fewer than its segment's steps). window 0 means 8192;
+ * the order's shuffle setting decides whether windows are permuted. Returns 0, DSC_EINVAL (a
+ * zero batch or world size, a history segment with no steps or more than its share: the state is
+ * not one this order produced) or DSC_ERANGE (nhist >= DSC_PLAN_MAX_SEGS). */
+int dsc__local_init(dsc_local_t *lp, dsc_order_t *order, uint32_t window, int shuffle,
+                    const dsc_plan_seg_t *hist, uint32_t nhist, uint32_t batch_size,
+                    uint32_t world_size, int drop_last);
+/* Rank `rank`'s positions at step `step` (< steps): first index into its stream and count.
+ * Returns 0 or DSC_ERANGE. */
+int dsc__local_step(const dsc_local_t *lp, uint64_t step, uint32_t rank, uint64_t *first,
+                    uint32_t *count);
+/* The dataset sample at position t (< per_rank) of rank `rank`'s stream (updates a lookup
+ * hint in *lp: one thread at a time). */
+uint64_t dsc__local_at(dsc_local_t *lp, uint32_t rank, uint64_t t);
+/* The sample at S-position pos (stage 1 of the order: permuted chunks, concatenated). */
+uint64_t dsc__order_stream_at(const dsc_order_t *order, uint64_t pos);
+/* Keyed bijection of [0, n) (n >= 1): 4-round Feistel on the next even power of two, cycle
+ * walking back into range. Exposed for tests. */
+uint64_t dsc__feistel_perm(uint64_t key, uint64_t n, uint64_t x);
 
 /* ---- PRNG (exposed for tests) ---------------------------------------------------------- */
 /* splitmix64 step. */

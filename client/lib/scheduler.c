@@ -9,17 +9,40 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Points the plan at position pos of epoch `epoch` (order and split), with no chunk fetched yet
- * this epoch. Under lock. Returns 0 or DSC_E*. */
+/* Plans the segment of plan_epoch that follows its plan_nhist earlier segments (order local),
+ * or the split from position pos (order global). Under lock. */
+static int plan_init(dsc_loader_t *loader, uint64_t pos) {
+    const dsc_loader_options_t *o = &loader->cfg.opt;
+    if (!dsc__order_is_local(loader))
+        return dsc__split_init(&loader->sched.plan_split, loader->cfg.samples, pos, o->batch_size,
+                               o->world_size, o->drop_last);
+    return dsc__local_init(&loader->sched.plan_local, loader->sched.order, o->shuffle_window,
+                           o->shuffle, loader->sched.hist, loader->sched.plan_nhist, o->batch_size,
+                           o->world_size, o->drop_last);
+}
+
+static uint64_t plan_steps(const dsc_loader_t *loader) {
+    return dsc__order_is_local(loader) ? loader->sched.plan_local.steps
+                                       : loader->sched.plan_split.steps;
+}
+
+/* Points the plan at position pos of epoch `epoch` (order global: a global position; order
+ * local: steps done in the segment after the plan_nhist segments of hist, or DSC__POS_DONE),
+ * with no chunk fetched yet this epoch. Under lock. Returns 0 or DSC_E*. */
 static int plan_from(dsc_loader_t *loader, uint64_t epoch, uint64_t pos) {
     loader->sched.plan_epoch = epoch;
     dsc__order_set_epoch(loader->sched.order, epoch);
-    int rc = dsc__split_init(&loader->sched.plan_split, loader->cfg.samples, pos,
-                             loader->cfg.opt.batch_size, loader->cfg.opt.world_size,
-                             loader->cfg.opt.drop_last);
-    loader->sched.plan_step = 0;
-    uint64_t per_step = (uint64_t)loader->cfg.opt.batch_size * loader->cfg.opt.world_size;
-    loader->sched.plan_step_base = pos / per_step;
+    int rc = plan_init(loader, dsc__order_is_local(loader) ? 0 : pos);
+    if (dsc__order_is_local(loader)) {
+        loader->sched.plan_step = pos == DSC__POS_DONE ? loader->sched.plan_local.steps : pos;
+        loader->sched.plan_step_base = 0;
+        for (uint32_t i = 0; i < loader->sched.plan_nhist; i++)
+            loader->sched.plan_step_base += loader->sched.hist[i].steps;
+    } else {
+        loader->sched.plan_step = 0;
+        uint64_t per_step = (uint64_t)loader->cfg.opt.batch_size * loader->cfg.opt.world_size;
+        loader->sched.plan_step_base = pos / per_step;
+    }
     memset(loader->sched.fetched, 0, loader->sched.fetched_words * sizeof(uint64_t));
     return rc;
 }
@@ -35,26 +58,32 @@ static int plan_one(dsc_loader_t *loader) {
     st->state = ST_PLANNED;
     st->scan = 0;
     st->epoch = loader->sched.plan_epoch;
-    if (loader->sched.plan_step >= loader->sched.plan_split.steps) {
+    if (loader->sched.plan_step >= plan_steps(loader)) {
         st->eof = 1;
         st->count = 0;
         st->step = loader->sched.plan_step_base + loader->sched.plan_step;
         st->pos_after = 0;
-        plan_from(loader, loader->sched.plan_epoch + 1, 0);
+        loader->sched.plan_nhist = 0;
+        plan_from(loader, loader->sched.plan_epoch + 1, 0); /* cannot fail: checked at init */
         loader->sched.plan_seq++;
         return 0;
     }
     uint64_t first;
     uint32_t count;
-    int rc = dsc__split_step(&loader->sched.plan_split, loader->sched.plan_step,
-                             loader->cfg.opt.rank, &first, &count);
+    int local = dsc__order_is_local(loader);
+    int rc = local ? dsc__local_step(&loader->sched.plan_local, loader->sched.plan_step,
+                                     loader->cfg.opt.rank, &first, &count)
+                   : dsc__split_step(&loader->sched.plan_split, loader->sched.plan_step,
+                                     loader->cfg.opt.rank, &first, &count);
     if (rc < 0)
         return rc;
     st->eof = 0;
     st->count = count;
     st->step = loader->sched.plan_step_base + loader->sched.plan_step;
     for (uint32_t k = 0; k < count; k++) {
-        uint64_t id = dsc__order_at(loader->sched.order, first + k);
+        uint64_t id =
+            local ? dsc__local_at(&loader->sched.plan_local, loader->cfg.opt.rank, first + k)
+                  : dsc__order_at(loader->sched.order, first + k);
         dsc_sample_loc_t loc;
         rc = dsc__order_locate(loader->sched.order, id, &loc);
         if (rc < 0)
@@ -71,6 +100,7 @@ static int plan_one(dsc_loader_t *loader) {
             ent->raw_len = (uint64_t)loc.chunk_samples * loader->cfg.sample_bytes;
             ent->state = CH_QUEUED;
             ent->order = loader->sched.order_next++;
+            ent->epoch = st->epoch; /* its wire bytes count for this epoch (stats) */
             /* A chunk fetched a second time this epoch: its first copy was dropped before a
              * later need was planned (the window's chunks did not fit in cache_bytes). */
             uint64_t *word = &loader->sched.fetched[loc.chunk / 64];
@@ -104,7 +134,11 @@ static int plan_one(dsc_loader_t *loader) {
         st->in_chunk[k] = loc.in_chunk;
     }
     loader->sched.plan_step++;
-    st->pos_after = dsc__split_position(&loader->sched.plan_split, loader->sched.plan_step);
+    if (local)
+        st->pos_after =
+            loader->sched.plan_step < plan_steps(loader) ? loader->sched.plan_step : DSC__POS_DONE;
+    else
+        st->pos_after = dsc__split_position(&loader->sched.plan_split, loader->sched.plan_step);
     loader->sched.plan_seq++;
     return 0;
 }
@@ -136,8 +170,12 @@ void *dsc__sched_main(void *arg) {
         }
         /* Plan ahead while the ring has room and the decoded-chunk budget allows (always at
          * least one step beyond what the consumer holds, so the pipeline never stalls). */
+        /* Never more than one epoch ahead of the consumer: planning epoch e + 2 while e is
+         * consumed would fetch its chunks long before they are needed (a rank's share of an
+         * epoch can be far smaller than cache_bytes), on top of e + 1's. */
         uint64_t ahead = loader->sched.plan_seq - loader->cons.retired_seq;
         if (ahead < loader->sched.step_cap &&
+            loader->sched.plan_epoch <= loader->cons.cons_epoch + 1 &&
             (loader->chunks.held_bytes < loader->cfg.cache_bytes ||
              loader->sched.plan_seq <= loader->cons.cons_seq)) {
             int rc = plan_one(loader);
@@ -170,6 +208,8 @@ int dsc__sched_init(dsc_loader_t *loader) {
      * fetched once) while the next window's are fetched; bounded to about a million sample
      * records (and by cache_bytes at run time). */
     uint64_t per_step = (uint64_t)o->batch_size * o->world_size;
+    if (dsc__order_is_local(loader)) /* a step moves through this rank's own run by one batch */
+        per_step = o->batch_size;
     uint64_t window = o->shuffle ? o->shuffle_window : 1;
     uint32_t slots = loader->cons.slot_count;
     uint64_t cap = 3 * ((window + per_step - 1) / per_step) + 2ull * slots + 1;
@@ -190,8 +230,7 @@ int dsc__sched_init(dsc_loader_t *loader) {
         if (!st->ids || !st->src || !st->in_chunk)
             return DSC_ENOMEM;
     }
-    return dsc__split_init(&loader->sched.plan_split, loader->cfg.samples, 0, o->batch_size,
-                           o->world_size, o->drop_last);
+    return plan_from(loader, 0, 0);
 }
 
 void dsc__sched_free(dsc_loader_t *loader) {
@@ -208,10 +247,25 @@ void dsc__sched_free(dsc_loader_t *loader) {
     dsc__order_destroy(loader->sched.order);
 }
 
-int dsc__sched_restart(dsc_loader_t *loader, uint64_t epoch, uint64_t pos) {
+int dsc__sched_restart(dsc_loader_t *loader, uint64_t epoch, const dsc_plan_seg_t *hist,
+                       uint32_t nhist, uint64_t pos) {
     loader->sched.slot_seq = loader->sched.plan_seq;
+    if (nhist > 0)
+        memcpy(loader->sched.hist, hist, nhist * sizeof hist[0]);
+    loader->sched.plan_nhist = nhist;
     int rc = plan_from(loader, epoch, pos);
     pthread_cond_broadcast(&loader->sched_cv);
+    return rc;
+}
+
+int dsc__sched_check_segments(dsc_loader_t *loader, const dsc_plan_seg_t *hist, uint32_t nhist,
+                              uint64_t pos) {
+    const dsc_loader_options_t *o = &loader->cfg.opt;
+    dsc_local_t check;
+    int rc = dsc__local_init(&check, loader->sched.order, o->shuffle_window, o->shuffle, hist,
+                             nhist, o->batch_size, o->world_size, o->drop_last);
+    if (rc == 0 && pos != DSC__POS_DONE && pos > check.steps)
+        rc = DSC_EINVAL;
     return rc;
 }
 

@@ -14,8 +14,17 @@ int dsc__sched_init(dsc_loader_t *loader);
 /* Frees what dsc__sched_init made (no thread runs any more). */
 void dsc__sched_free(dsc_loader_t *loader);
 /* Plans from position pos of epoch `epoch` on (the steps planned so far were dropped by the
- * caller). Under lock. Returns 0 or DSC_E* (a position the split refuses). */
-int dsc__sched_restart(dsc_loader_t *loader, uint64_t epoch, uint64_t pos);
+ * caller). Order global: pos is a global position (hist, nhist unused). Order local: pos is the
+ * steps done in the segment after the nhist earlier segments hist[] of the epoch (checked with
+ * dsc__sched_check_segments), or DSC__POS_DONE. Under lock. Returns 0 or DSC_E* (a position the
+ * plan refuses). */
+int dsc__sched_restart(dsc_loader_t *loader, uint64_t epoch, const dsc_plan_seg_t *hist,
+                       uint32_t nhist, uint64_t pos);
+/* Order local: whether nhist earlier segments hist[] and pos steps done (or DSC__POS_DONE) in
+ * the segment at this loader's world and batch size fit the dataset. Under lock. Returns 0, or
+ * DSC_EINVAL / DSC_ERANGE (not a state this order produces). */
+int dsc__sched_check_segments(dsc_loader_t *loader, const dsc_plan_seg_t *hist, uint32_t nhist,
+                              uint64_t pos);
 /* Steps in an epoch of this rank. */
 uint64_t dsc__sched_epoch_steps(const dsc_loader_t *loader);
 

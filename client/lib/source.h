@@ -25,6 +25,7 @@
 #define DSC_SOURCE_H
 
 #include "chunks.h"
+#include "credential.h"
 #include "log.h"
 #include "manifest.h"
 #include "slots.h"
@@ -70,6 +71,7 @@ typedef struct dsc_source_env {
     const char *dataset;
     uint32_t timeout_ms;
     const dsc_manifest_t *manifest;
+    const dsc_credential_t *cred; /* what server connections authenticate with (NULL: none) */
     dsc_transport_t transport;
     dsc_rdma_client_t *rdma; /* the RDMA device (NULL: none, every connection uses TCP) */
     dsc_transport_counters_t *counters;

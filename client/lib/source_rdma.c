@@ -362,7 +362,7 @@ static int try_rdma(rdma_conn_t *c, uint64_t view_hash, uint64_t *hello_hash, ch
     rdma_endpoint_t *ep = c->ep;
     const dsc_source_env_t *env = ep->env;
     c->dev = &env->rdma->dev;
-    int rc = dsc_conn_open_addr(ep->addr, env->timeout_ms, view_hash, &c->conn);
+    int rc = dsc_conn_open_addr_auth(ep->addr, env->timeout_ms, view_hash, env->cred, &c->conn);
     if (rc < 0) {
         snprintf(why, why_cap, "%s", dsc_strerror(rc));
         return rc; /* a connection error, not an RDMA one */

@@ -42,7 +42,7 @@ static int tcp_manifest(void *endpoint, uint64_t view_hash, dsc_manifest_t **out
     if (req_len < 0)
         return req_len;
     dsc_conn_t *conn = NULL;
-    int r = dsc_conn_open_addr(ep->addr, env->timeout_ms, view_hash, &conn);
+    int r = dsc_conn_open_addr_auth(ep->addr, env->timeout_ms, view_hash, env->cred, &conn);
     if (r < 0) {
         DSC_LOG(env->log, DSC_LOG_WARN, "server %s: %s", ep->addr, dsc_strerror(r));
         return r;
@@ -72,7 +72,8 @@ static int tcp_open(void *endpoint, uint64_t view_hash, void **out, uint64_t *he
     if (c == NULL)
         return DSC_ENOMEM;
     c->ep = ep;
-    int rc = dsc_conn_open_addr(ep->addr, ep->env->timeout_ms, view_hash, &c->conn);
+    int rc =
+        dsc_conn_open_addr_auth(ep->addr, ep->env->timeout_ms, view_hash, ep->env->cred, &c->conn);
     if (rc < 0) {
         free(c);
         return rc;

@@ -106,6 +106,9 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
     metric(&t, "assists_total", "counter",
            "Chunk decodes and step collations done by next() while it waited.", ds,
            (double)s.assists);
+    metric(&t, "epoch_wire_bytes", "gauge",
+           "Bytes fetched for the steps of the last completed epoch.", ds,
+           (double)s.epoch_wire_bytes);
     metric(&t, "rdma_connections", "gauge", "Server connections using RDMA READ now.", ds,
            (double)s.rdma_connections);
     metric(&t, "tcp_connections", "gauge",

@@ -206,7 +206,7 @@ static dsc_conn_t *view_open(dsc_loader_t *loader, const char *addr, uint64_t vi
         loader->cfg.opt.timeout_ms < VIEW_TIMEOUT_MS ? loader->cfg.opt.timeout_ms : VIEW_TIMEOUT_MS;
     pthread_mutex_unlock(&loader->lock);
     dsc_conn_t *conn = NULL;
-    int rc = dsc_conn_open_addr(copy, timeout, view_hash, &conn);
+    int rc = dsc_conn_open_addr_auth(copy, timeout, view_hash, loader->cfg.cred, &conn);
     pthread_mutex_lock(&loader->lock);
     if (rc < 0 || loader->stop) {
         dsc_conn_close(conn);

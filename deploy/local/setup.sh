@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Installs the Debian packages dscache needs to build, test and demo, only those missing.
+# Also installs the offline Kubernetes manifest checker's npm packages (deploy/k8s/check, from its
+# package-lock.json) when node_modules is missing there.
 # Usage: deploy/local/setup.sh [--bench]   (--bench adds memcached and lz4 for tests/bench)
 set -euo pipefail
 pkgs=(cmake make gcc pkg-config clang libclang-rt-14-dev clang-format git
-      libuv1-dev liblz4-dev libxxhash-dev libcjson-dev libmicrohttpd-dev libdlpack-dev
+      libuv1-dev liblz4-dev libxxhash-dev libcjson-dev libmicrohttpd-dev libdlpack-dev libsodium-dev
       libibverbs-dev librdmacm-dev
       python3 python3-numpy python3-torch python3-pip python3-setuptools python3-wheel python3-venv
-      iproute2 procps curl)
+      iproute2 procps curl
+      python3-yaml systemd
+      mmdebstrap umoci)
+# node and npm may come from elsewhere than Debian's nodejs package: only their absence counts.
+command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
+command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 if [ "${1:-}" = "--bench" ]; then
     pkgs+=(memcached lz4 libmemcached-dev)
 fi
@@ -14,14 +21,20 @@ missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-    exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing missing packages: ${missing[*]}"
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "setup: need root to install packages (run as root, or install them: apt-get install ${missing[*]})" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-echo "setup: installing missing packages: ${missing[*]}"
-if [ "$(id -u)" -ne 0 ]; then
-    echo "setup: need root to install packages (run as root, or install them: apt-get install ${missing[*]})" >&2
-    exit 1
+check_dir=$(cd "$(dirname "$0")/../k8s/check" && pwd)
+if [ ! -d "$check_dir/node_modules/kubernetes-models" ] && command -v npm >/dev/null 2>&1; then
+    echo "setup: npm ci in $check_dir (Kubernetes schema checker)"
+    # A failure here only makes the manifest test skip with its reason.
+    (cd "$check_dir" && npm ci --no-audit --no-fund --loglevel=error) ||
+        echo "setup: npm ci failed: the manifest schema test will be skipped" >&2
 fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}"

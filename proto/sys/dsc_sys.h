@@ -21,4 +21,9 @@ int dsc_pread_full(int fd, void *dst, uint64_t len, uint64_t offset);
  * resolve). */
 int dsc_members_resolve(const char *spec, dsc_members_t *out);
 
+/* Fills buf with len bytes from the system's cryptographic random source (libsodium's
+ * randombytes: getrandom(2)), for authentication nonces. Returns 0 or DSC_EIO (the library
+ * failed to initialise). Thread-safe; may block at boot until the kernel's pool is seeded. */
+int dsc_auth_random(uint8_t *buf, size_t len);
+
 #endif

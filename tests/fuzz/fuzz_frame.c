@@ -1,6 +1,7 @@
 /* libFuzzer target: walks the input as a stream of frames (header decode, then the body decoder
  * of its opcode and direction, RDMA_CONNECT and RDMA_GET included) and checks that decoders never
  * crash and that whatever they accept re-encodes to the same bytes. */
+#include "auth.h"
 #include "protocol.h"
 
 #include <stdint.h>
@@ -134,9 +135,26 @@ static void check_body(const dsc_frame_header_t *h, const uint8_t *body, size_t 
                             (v >= req.min_version && v <= req.max_version &&
                              v >= DSC_PROTO_MIN_VERSION && v <= DSC_PROTO_VERSION));
                 same_bytes(dsc_hello_req_encode(&req, scratch, sizeof scratch), body, len);
+                dsc_auth_init_t init;
+                if ((req.features & DSC_FEATURE_AUTH) &&
+                    dsc_auth_init_decode((const uint8_t *)req.auth.ptr, req.auth.len, &init) == 0) {
+                    FUZZ_ASSERT(dsc_auth_name_valid(init.name.ptr, init.name.len));
+                    uint8_t again[DSC_AUTH_INIT_MAX];
+                    int n = dsc_auth_init_encode(&init, again, sizeof again);
+                    FUZZ_ASSERT(n >= 0 && (size_t)n == req.auth.len);
+                    FUZZ_ASSERT(memcmp(again, req.auth.ptr, req.auth.len) == 0);
+                }
             }
         }
         break;
+    case DSC_OP_AUTH: {
+        const uint8_t *mac;
+        if (dsc_auth_mac_decode(body, len, &mac) == 0)
+            FUZZ_ASSERT(len == DSC_AUTH_MAC_SIZE && mac == body);
+        else
+            FUZZ_ASSERT(len != DSC_AUTH_MAC_SIZE);
+        break;
+    }
     case DSC_OP_MANIFEST:
     case DSC_OP_STAT:
         if (!response) {

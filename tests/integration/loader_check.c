@@ -2,22 +2,26 @@
  * batch's bytes equal the dataset's shard files; exactly-once per epoch across ranks; same seed
  * same order; resume and elastic resume; a clear error when the server dies; bounded memory.
  * usage: loader_check MODE --servers S --dataset NAME --dir DATASET_DIR [options]
- *   modes: once | order | resume | elastic | kill | rss | cache */
+ *   modes: once | order | resume | elastic | resize | traffic | kill | rss | cache */
 #include "dscache.h"
 #include "shard.h"
 #include "testdata.h"
 #include "testlib.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char *servers, *dataset, *dir;
 static uint32_t batch = 16, prefetch = 4, threads = 2, window = 0, conns = 2;
 static uint64_t seed = 1, inflight = 0, cache = 0;
-static int shuffle = 1;
+static int shuffle = 1, order = DSC_ORDER_LOCAL;
+static uint32_t from_world = 4, to_world = 2, epochs = 4;
+static double max_ratio = 0, min_ratio = 0, max_attributed = 0, max_first = 0;
 static double slow_ms = 0;
 static uint64_t rss_bound_mb = 0;
 static uint64_t batches_ok; /* batches checked so far */
@@ -50,6 +54,7 @@ static dsc_loader_t *open_loader(uint32_t rank, uint32_t world, int drop_last) {
     o.shuffle = shuffle;
     o.shuffle_window = window;
     o.drop_last = drop_last;
+    o.order = order;
     o.prefetch_batches = prefetch;
     o.decode_threads = threads;
     o.connections = conns;
@@ -396,6 +401,154 @@ static int mode_elastic(void) {
     return TEST_DONE();
 }
 
+/* A job of --from ranks saved (on every rank, states compared) after k steps resumes on --to
+ * ranks: every remaining sample exactly once plus the padding; k mid-epoch, at the first step, at
+ * the last step and at the epoch's end (the resumed epoch is then empty, and the next one is
+ * whole). The batch bytes are checked throughout. */
+static int mode_resize(void) {
+    uint32_t *count = calloc(source.samples, sizeof(uint32_t));
+    dsc_loader_t *l = open_loader(0, from_world, 0);
+    uint64_t steps = dsc_loader_len(l);
+    dsc_loader_destroy(l);
+    const uint64_t points[] = {1, steps / 2, steps - 1, steps};
+    for (size_t p = 0; p < 4; p++) {
+        uint64_t k = points[p];
+        memset(count, 0, source.samples * sizeof(uint32_t));
+        uint8_t state[DSC_STATE_MAX_BYTES], first_state[DSC_STATE_MAX_BYTES];
+        int len = 0;
+        for (uint32_t r = 0; r < from_world; r++) {
+            l = open_loader(r, from_world, 0);
+            CHECK(run(l, k, NULL, NULL, count) == (int64_t)k);
+            len = dsc_loader_state_save(l, state, sizeof state);
+            REQUIRE(len > 0 && len <= DSC_STATE_MAX_BYTES);
+            if (r == 0)
+                memcpy(first_state, state, (size_t)len);
+            else
+                CHECK(memcmp(first_state, state, (size_t)len) == 0); /* same on every rank */
+            dsc_loader_destroy(l);
+        }
+        uint64_t consumed = 0;
+        for (uint64_t i = 0; i < source.samples; i++)
+            consumed += count[i];
+        int64_t resumed_steps = -1;
+        for (uint32_t r = 0; r < to_world; r++) {
+            l = open_loader(r, to_world, 0);
+            REQUIRE(dsc_loader_state_load(l, state, (size_t)len) == 0);
+            int64_t got = run(l, UINT64_MAX, NULL, NULL, count);
+            CHECK(got >= 0);
+            if (r == 0)
+                resumed_steps = got;
+            CHECK_EQ_INT(got, resumed_steps); /* every rank the same number of steps */
+            if (k == steps) {                 /* the next epoch is whole */
+                CHECK_EQ_INT(got, 0);
+                CHECK_EQ_INT(run(l, UINT64_MAX, NULL, NULL, NULL), dsc_loader_len(l));
+            }
+            dsc_loader_destroy(l);
+        }
+        uint64_t missing = 0, dup = 0;
+        for (uint64_t i = 0; i < source.samples; i++) {
+            missing += count[i] == 0;
+            dup += count[i] > 1 ? count[i] - 1 : 0;
+        }
+        uint64_t first_pad =
+            k == steps ? from_world - (source.samples % from_world ?: from_world) : 0;
+        uint64_t rest = source.samples + first_pad - consumed;
+        uint64_t pad = k == steps ? first_pad : (to_world - rest % to_world) % to_world;
+        CHECK(missing == 0);
+        CHECK_EQ_INT(dup, pad);
+        printf("resize %u -> %u after %llu of %llu steps: missing %llu, duplicated %llu "
+               "(padding %llu), resumed for %lld steps\n",
+               from_world, to_world, (unsigned long long)k, (unsigned long long)steps,
+               (unsigned long long)missing, (unsigned long long)dup, (unsigned long long)pad,
+               (long long)resumed_steps);
+    }
+    free(count);
+    return TEST_DONE();
+}
+
+/* Stored bytes of the dataset: its shard files. */
+static uint64_t stored_bytes(void) {
+    DIR *d = opendir(dir);
+    REQUIRE(d != NULL);
+    uint64_t total = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n > 4 && strcmp(e->d_name + n - 4, ".dsc") == 0) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            struct stat stbuf;
+            if (stat(path, &stbuf) == 0)
+                total += (uint64_t)stbuf.st_size;
+        }
+    }
+    closedir(d);
+    return total;
+}
+
+/* 1 + --epochs epochs on each of --to ranks (one loader at a time), summed over ranks, over the
+ * stored size: the bytes received by the end of the first epoch (what the planner fetched ahead
+ * into the second included), bounded by --max-first; the bytes the steps of each epoch caused to be
+ * fetched (stats.epoch_wire_bytes), the largest of them bounded by --max-attributed; the bytes
+ * received per epoch after the first (from its end to the last one's), bounded by --max-ratio (and
+ * from below by --min-ratio, to show what the bound guards against); every sample exactly once plus
+ * the padding. */
+static int mode_traffic(void) {
+    uint32_t *count = calloc(source.samples, sizeof(uint32_t));
+    uint64_t wire = 0, first = 0, refetches = 0;
+    uint64_t *attr = calloc(epochs + 1, sizeof(uint64_t));
+    REQUIRE(count != NULL && attr != NULL);
+    for (uint32_t r = 0; r < to_world; r++) {
+        /* Steady state: the bytes received between the ends of epochs 0 and `epochs` (the
+         * planner prefetches up to one epoch ahead as far as cache_bytes allows, at both ends). */
+        dsc_loader_t *l = open_loader(r, to_world, 0);
+        dsc_stats_t s0 = {.struct_size = sizeof s0}, s1 = {.struct_size = sizeof s1};
+        for (uint32_t e = 0; e <= epochs; e++) {
+            CHECK_EQ_INT(run(l, UINT64_MAX, NULL, NULL, e == 1 ? count : NULL), dsc_loader_len(l));
+            dsc_stats_t *s = e == 0 ? &s0 : &s1;
+            REQUIRE(dsc_loader_stats(l, s) == 0);
+            CHECK_EQ_INT(s->epoch, e + 1);
+            attr[e] += s->epoch_wire_bytes;
+        }
+        first += s0.wire_bytes;
+        wire += (s1.wire_bytes - s0.wire_bytes) / epochs;
+        refetches += s1.refetches;
+        dsc_loader_destroy(l);
+    }
+    uint64_t missing = 0, dup = 0;
+    for (uint64_t i = 0; i < source.samples; i++) {
+        missing += count[i] == 0;
+        dup += count[i] > 1 ? count[i] - 1 : 0;
+    }
+    CHECK(missing == 0);
+    CHECK_EQ_INT(dup, (to_world - source.samples % to_world) % to_world);
+    double size = (double)stored_bytes();
+    double ratio = (double)wire / size, attr_max = 0;
+    printf("order %s, %u ranks: first epoch %.3fx received; fetched for each epoch's steps:",
+           order == DSC_ORDER_GLOBAL ? "global" : "local", to_world, (double)first / size);
+    for (uint32_t e = 0; e <= epochs; e++) {
+        printf(" %.3fx", (double)attr[e] / size);
+        if ((double)attr[e] / size > attr_max)
+            attr_max = (double)attr[e] / size;
+    }
+    printf("; steady state %.3fx received per epoch (%llu bytes), %llu refetches\n", ratio,
+           (unsigned long long)wire, (unsigned long long)refetches);
+    /* Every epoch's steps need every sample once: at least about the stored size is fetched
+     * for the first epoch (chunks split between ranks are fetched by each of them). */
+    CHECK((double)attr[0] / size >= 0.95);
+    if (max_attributed > 0)
+        CHECK(attr_max <= max_attributed);
+    if (max_first > 0)
+        CHECK((double)first / size <= max_first);
+    if (max_ratio > 0)
+        CHECK(ratio <= max_ratio);
+    if (min_ratio > 0)
+        CHECK(ratio >= min_ratio);
+    free(attr);
+    free(count);
+    return TEST_DONE();
+}
+
 /* The script kills the server while this runs slowly: every batch before the error is
  * correct, the error is a clear code, and it stays. */
 static int mode_kill(void) {
@@ -465,13 +618,28 @@ int main(int argc, char **argv) {
     }
     const char *mode = argv[1];
     const testopt_t opts[] = {
-        TESTOPT("--servers", &servers),   TESTOPT("--dataset", &dataset),
-        TESTOPT("--dir", &dir),           TESTOPT("--batch", &batch),
-        TESTOPT("--seed", &seed),         TESTOPT("--window", &window),
-        TESTOPT("--shuffle", &shuffle),   TESTOPT("--prefetch", &prefetch),
-        TESTOPT("--threads", &threads),   TESTOPT("--connections", &conns),
-        TESTOPT("--inflight", &inflight), TESTOPT("--cache", &cache),
-        TESTOPT("--slow-ms", &slow_ms),   TESTOPT("--rss-mb", &rss_bound_mb),
+        TESTOPT("--servers", &servers),
+        TESTOPT("--dataset", &dataset),
+        TESTOPT("--dir", &dir),
+        TESTOPT("--batch", &batch),
+        TESTOPT("--seed", &seed),
+        TESTOPT("--window", &window),
+        TESTOPT("--shuffle", &shuffle),
+        TESTOPT("--prefetch", &prefetch),
+        TESTOPT("--threads", &threads),
+        TESTOPT("--connections", &conns),
+        TESTOPT("--inflight", &inflight),
+        TESTOPT("--cache", &cache),
+        TESTOPT("--slow-ms", &slow_ms),
+        TESTOPT("--rss-mb", &rss_bound_mb),
+        TESTOPT("--order", &order),
+        TESTOPT("--from", &from_world),
+        TESTOPT("--to", &to_world),
+        TESTOPT("--max-ratio", &max_ratio),
+        TESTOPT("--min-ratio", &min_ratio),
+        TESTOPT("--max-attributed", &max_attributed),
+        TESTOPT("--max-first", &max_first),
+        TESTOPT("--epochs", &epochs),
     };
     if (testopt_parse("loader_check", argc, argv, 2, opts, sizeof opts / sizeof opts[0]) != 0)
         return 2;
@@ -487,6 +655,10 @@ int main(int argc, char **argv) {
         return mode_resume();
     if (!strcmp(mode, "elastic"))
         return mode_elastic();
+    if (!strcmp(mode, "resize"))
+        return mode_resize();
+    if (!strcmp(mode, "traffic"))
+        return mode_traffic();
     if (!strcmp(mode, "kill"))
         return mode_kill();
     if (!strcmp(mode, "cache"))

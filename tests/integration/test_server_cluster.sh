@@ -45,12 +45,20 @@ shards=$(json_get "$(cat "$work/ds/manifest.json")" 'len(j["shards"])')
 
 members=$work/members
 for n in a b c; do
-    start_server "$n" --data "$work/ds" --memory 64M --warm --replicas 2 --members-file "$members"
+    START_NO_WAIT=1 start_server "$n" --data "$work/ds" --memory 64M --warm --replicas 2 \
+        --members-file "$members"
 done
 grep -q "no members known yet" "$work/server-a.log" && pass "missing members file: waits, owns nothing" \
     || fail "no warning about the missing members file"
+readyz_a=$(curl -s "http://$HTTP_a/readyz" || true)
+[[ "$readyz_a" == *"member list not known yet"* ]] && pass "no member list yet: not ready ($readyz_a)" \
+    || fail "/readyz before the members file: '$readyz_a'"
 printf '# written once the ports are known\n%s\n%s\n%s\n' "$ADDR_a" "$ADDR_b" "$ADDR_c" >"$members.tmp"
 mv "$members.tmp" "$members"
+for n in a b c; do
+    http_var=HTTP_$n
+    until_ok 30 curl -sf "http://${!http_var}/readyz" || fail "server $n not ready after the members file"
+done
 
 # has_members ADDR N: the server at ADDR lists N members.
 has_members() { [ "$(json_get "$(members_of "$1")" 'len(j["members"])')" = "$2" ]; }
@@ -145,8 +153,12 @@ until_ok 5 grep -q "re-reading members file" "$work/server-a.log" \
 for n in a b c; do stop_server "$n"; [ "$STOP_RC" = 0 ] || fail "server $n exit $STOP_RC"; done
 
 # --key=value (the Kubernetes form), advertise outside the list: owns and warms nothing.
-start_server d --data="$work/ds" --memory=64M --warm --replicas=3 \
+START_NO_WAIT=1 start_server d --data="$work/ds" --memory=64M --warm --replicas=3 \
     --members=127.0.0.1:1,127.0.0.1:2 --advertise=127.0.0.1:3
+until_ok 10 grep -q "warm-up done" "$work/server-d.log" || fail "d: no warm-up"
+readyz_d=$(curl -s "http://$HTTP_d/readyz" || true)
+[[ "$readyz_d" == *"127.0.0.1:3 is not in the member list (2 members)"* ]] \
+    && pass "advertise outside the list: not ready ($readyz_d)" || fail "d /readyz: '$readyz_d'"
 st=$(stat_of "$ADDR_d")
 [ "$(json_get "$st" 'j["cluster"]["self_member"] == False and j["cluster"]["replicas"] == 3 and j["datasets"][0]["owned_shards"] == 0 and j["datasets"][0]["cached_shards"] == 0')" = True ] \
     && pass "advertise outside the list: owns and warms nothing" || fail "d: $st"

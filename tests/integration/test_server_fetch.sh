@@ -69,7 +69,7 @@ served=$(metric "$HTTP_a" dscache_bytes_served_total)
 gets=$(metric "$HTTP_a" 'dscache_requests_total{op="GET",status="OK"}')
 [ "$gets" != missing ] && [ "$gets" -gt 256 ] && pass "metrics: GET OK $gets" || fail "GET OK: $gets"
 for m in dscache_hits_total dscache_misses_total dscache_evictions_total dscache_store_bytes \
-    dscache_store_capacity_bytes dscache_connections dscache_load_seconds_count \
+    dscache_store_capacity_bytes dscache_open_connections dscache_load_seconds_count \
     'dscache_load_seconds_bucket{le="+Inf"}'; do
     [ "$(metric "$HTTP_a" "$m")" != missing ] || fail "metric $m missing"
 done

@@ -11,8 +11,8 @@ echo "$out"
 out=$("$TOOL" conc "$ADDR_a" hostds 256) && pass "$out" || fail "256 connections: $out"
 out=$("$TOOL" fetch "$ADDR_a" hostds "$work/ds" 8) && pass "$out" || fail "fetch: $out"
 kill -0 "$PID_a" && pass "server alive" || fail "server died"
-[ "$(metric "$HTTP_a" dscache_connections)" = 0 ] && pass "every connection closed" \
-    || fail "connections left open: $(metric "$HTTP_a" dscache_connections)"
+[ "$(metric "$HTTP_a" dscache_open_connections)" = 0 ] && pass "every connection closed" \
+    || fail "connections left open: $(metric "$HTTP_a" dscache_open_connections)"
 stop_server a
 [ "$STOP_RC" = 0 ] && pass "exit 0" || fail "exit $STOP_RC"
 finish

@@ -8,7 +8,8 @@ source "$(dirname "$0")/server_lib.sh"
 make_dataset "$work/ds" memds 3000 none
 cached() { json_get "$("$TOOL" call "$1" STAT memds)" "$2"; }
 
-start_server lru --data "$work/ds" --memory 1M --policy lru
+# WARM/EVICT below are admin operations: anonymous ones need --allow-anonymous-admin.
+start_server lru --data "$work/ds" --memory 1M --policy lru --allow-anonymous-admin
 for round in 1 2; do
     out=$("$TOOL" fetch "$ADDR_lru" memds "$work/ds" 8) && pass "lru round $round: $out" \
         || fail "lru fetch: $out"

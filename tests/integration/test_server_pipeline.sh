@@ -13,8 +13,8 @@ for ds in piperaw pipelz; do
     out=$("$CHECK" "$ADDR_a" "$ds" 2>&1) && pass "$ds: pipelined bursts" || fail "$ds: $out"
     echo "$out"
 done
-[ "$(metric "$HTTP_a" dscache_connections)" = 0 ] && pass "every connection closed" \
-    || fail "connections left open: $(metric "$HTTP_a" dscache_connections)"
+[ "$(metric "$HTTP_a" dscache_open_connections)" = 0 ] && pass "every connection closed" \
+    || fail "connections left open: $(metric "$HTTP_a" dscache_open_connections)"
 stop_server a
 [ "$STOP_RC" = 0 ] && pass "exit 0" || fail "exit $STOP_RC"
 finish

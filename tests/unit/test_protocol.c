@@ -214,14 +214,15 @@ static void test_hello(void) {
     dsc_store_u32(buf + 16, 0xFFFF); /* auth len (u16) := 65535; next bytes stay */
     CHECK_EQ_INT(dsc_hello_req_decode(buf, (size_t)n, &got), DSC_EBADFRAME);
 
-    dsc_hello_resp_t resp = {DSC_PROTO_VERSION, 0x5u, 0x1234567890ABCDEFull, DSC_FRAME_MAX_BODY,
-                             str("node-a:7070")};
+    /* Feature bit 0 (authentication) adds a nonce: tests/unit/test_auth.c. */
+    dsc_hello_resp_t resp = {DSC_PROTO_VERSION,  0x4u, 0x1234567890ABCDEFull, DSC_FRAME_MAX_BODY,
+                             str("node-a:7070"), NULL};
     n = dsc_hello_resp_encode(&resp, buf, sizeof buf);
     CHECK_EQ_INT(n, 2 + 4 + 8 + 4 + 2 + 11);
     dsc_hello_resp_t rgot;
     REQUIRE(dsc_hello_resp_decode(buf, (size_t)n, &rgot) == 0);
     CHECK_EQ_INT(rgot.version, DSC_PROTO_VERSION);
-    CHECK(rgot.features == 5);
+    CHECK(rgot.features == 4);
     CHECK(rgot.members_hash == 0x1234567890ABCDEFull);
     CHECK(rgot.max_body == DSC_FRAME_MAX_BODY);
     CHECK(str_eq(rgot.server_name, "node-a:7070"));
@@ -724,9 +725,10 @@ static void test_mapping(void) {
     CHECK_EQ_INT(dsc_err_to_status(DSC_EIO), DSC_STATUS_INTERNAL);
 
     /* Opcodes. */
-    static const uint32_t ops[] = {
-        DSC_OP_HELLO,   DSC_OP_PING, DSC_OP_LIST,  DSC_OP_MANIFEST,     DSC_OP_GET,     DSC_OP_STAT,
-        DSC_OP_MEMBERS, DSC_OP_WARM, DSC_OP_EVICT, DSC_OP_RDMA_CONNECT, DSC_OP_RDMA_GET};
+    static const uint32_t ops[] = {DSC_OP_HELLO,    DSC_OP_PING,         DSC_OP_LIST,
+                                   DSC_OP_MANIFEST, DSC_OP_GET,          DSC_OP_STAT,
+                                   DSC_OP_MEMBERS,  DSC_OP_AUTH,         DSC_OP_WARM,
+                                   DSC_OP_EVICT,    DSC_OP_RDMA_CONNECT, DSC_OP_RDMA_GET};
     int known = 0;
     for (uint32_t op = 0; op < 300; op++) {
         int k = dsc_opcode_known(op);
@@ -786,6 +788,8 @@ static int seed_body_ok(const dsc_frame_header_t *h, const uint8_t *body, size_t
         return response ? len > 0 && body[0] == '[' : len == 0;
     case DSC_OP_MEMBERS:
         return response ? len > 0 && body[0] == '{' : len == 0;
+    case DSC_OP_AUTH:
+        return len == 32; /* a MAC either way (proto/auth.h) */
     case DSC_OP_PING:
         return 1;
     default:

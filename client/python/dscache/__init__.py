@@ -130,6 +130,8 @@ class _Options(ctypes.Structure):
         ("cache_bytes", ctypes.c_uint64),
         ("server_inflight_bytes", ctypes.c_uint64),
         ("no_assist", ctypes.c_int),
+        ("auth_file", ctypes.c_char_p),
+        ("order", ctypes.c_int),
         ("transport", ctypes.c_char_p),
     ]
 
@@ -182,6 +184,7 @@ _STAT_FIELDS = [
     ("refetches", ctypes.c_uint64),
     ("h2d_bytes", ctypes.c_uint64),
     ("assists", ctypes.c_uint64),
+    ("epoch_wire_bytes", ctypes.c_uint64),
     ("rdma_connections", ctypes.c_uint64),
     ("tcp_connections", ctypes.c_uint64),
     ("rdma_bytes", ctypes.c_uint64),
@@ -352,6 +355,9 @@ def _on_log(ctx, level, message):
         sink = _sinks.get(ctx or 0)
         if sink is not None:
             sink.append(text)
+    if level == 1 and "too small for the shuffle window" in text:
+        # Said once, at create: chunks would be fetched several times per epoch.
+        warnings.warn(text, RuntimeWarning, stacklevel=2)
     _log.log(_LEVELS.get(level, logging.DEBUG), "%s", text)
 
 
@@ -532,22 +538,32 @@ class Loader:
     --replicas. server_inflight_bytes: bound on bytes in flight to one server (default
     2 * inflight_bytes / servers). assist: a wait for the next batch does that batch's decoding
     and collation in the calling thread (the GIL is released) instead of sleeping (CPU batches
-    only). transport: "tcp", "rdma" or "auto" (None: $DSCACHE_TRANSPORT, else "auto": RDMA READ
-    where this host and the server both can, else TCP per connection; "rdma" fails without it).
-    Iterating yields the rest of the current epoch; the next iteration continues with the
-    following epoch (or call set_epoch first).
+    only). auth_file: a token file (NAME SECRET) to authenticate with; None takes
+    $DSCACHE_TOKEN_FILE, else /var/run/secrets/dscache/token when it exists, else connects
+    anonymously (docs/security.md). order: "local" (default: each rank reads a contiguous run of the shuffled chunks,
+    so about the stored dataset crosses the network once per epoch at any world size) or
+    "global" (the world-size-independent order; every rank reads about the whole dataset per
+    epoch); see docs/order.md. shuffle_window and cache_bytes default to sizes taken from the
+    dataset, so that no chunk is fetched twice per epoch. transport: "tcp", "rdma" or "auto" (None:
+    $DSCACHE_TRANSPORT, else "auto": RDMA READ where this host and the server both can, else
+    TCP per connection; "rdma" fails without it). Iterating yields the rest of the
+    current epoch; the next iteration continues with the following epoch (or call set_epoch
+    first).
     """
 
     def __init__(self, servers=None, dataset=None, batch_size=32, seed=0, rank=None,
-                 world_size=None, shuffle=True, shuffle_window=8192, drop_last=False, prefetch=4,
+                 world_size=None, shuffle=True, shuffle_window=None, drop_last=False, prefetch=4,
                  decode_threads=2, connections=2, device="cpu", output="numpy",
                  fallback_path=None, inflight_bytes=None, cache_bytes=None, timeout_ms=5000,
                  replicas=2, copy=False, indices=False, stats_log_seconds=0.0,
-                 server_inflight_bytes=None, assist=True, transform=None, transport=None):
+                 server_inflight_bytes=None, assist=True, transform=None, auth_file=None,
+                 order="local", transport=None):
         lib = _load()
         self._lib = lib
         self._handle = None
         self._sink_id = 0
+        if order not in ("local", "global"):
+            raise ValueError("order must be 'local' or 'global'")
         if output not in ("numpy", "torch"):
             raise ValueError("output must be 'numpy' or 'torch'")
         dev = _parse_device(device)
@@ -581,7 +597,9 @@ class Loader:
         opts.rank = rank
         opts.world_size = world_size
         opts.shuffle = 1 if shuffle else 0
-        opts.shuffle_window = shuffle_window
+        if shuffle_window:  # None: sized from the dataset (docs/order.md)
+            opts.shuffle_window = shuffle_window
+        opts.order = 0 if order == "local" else 1
         opts.drop_last = 1 if drop_last else 0
         opts.prefetch_batches = prefetch
         opts.decode_threads = decode_threads
@@ -601,6 +619,7 @@ class Loader:
         if server_inflight_bytes:
             opts.server_inflight_bytes = server_inflight_bytes
         opts.no_assist = 0 if assist else 1
+        opts.auth_file = os.fsencode(auth_file) if auth_file else None
         if transport is not None and transport not in ("tcp", "rdma", "auto"):
             raise ValueError("transport must be 'tcp', 'rdma' or 'auto'")
         opts.transport = transport.encode() if transport else None
@@ -714,11 +733,12 @@ class Loader:
 
     def state_dict(self):
         """{"dscache_state": "<hex>"}: a plain dict of strings (torch.save / torch.load with
-        weights_only=True keep it as is) holding (epoch, global position), independent of the
-        world size; loading it into a loader with another seed, shuffle or shuffle_window raises
+        weights_only=True keep it as is) holding the epoch and where it stands (local order: steps done at each world size this
+        epoch; global: the global position), the same on every rank and resumable on any world
+        size; loading it into a loader with another seed, shuffle, shuffle_window or order raises
         BadState instead of resuming into another order."""
-        buf = ctypes.create_string_buffer(64)
-        n = _check(self._lib.dsc_loader_state_save(self._h(), buf, 64))
+        buf = ctypes.create_string_buffer(192)
+        n = _check(self._lib.dsc_loader_state_save(self._h(), buf, 192))
         return {"dscache_state": buf.raw[:n].hex()}
 
     def load_state_dict(self, state):
@@ -761,9 +781,11 @@ class Loader:
         into a batch slot), refetches (chunks fetched again within an epoch: cache_bytes too
         small for the shuffle window, see the loader's WARN) and h2d_bytes (the bytes of the
         host-to-device copies timed in h2d_seconds: their ratio is the copy bandwidth) and
-        assists (chunk decodes and collations done by next() while it waited); rdma_connections
-        and tcp_connections (server connections open now over RDMA READ, and over TCP after a
-        fallback under transport auto), rdma_bytes, rdma_fallbacks and rdma_errors."""
+        assists (chunk decodes and collations done by next() while it waited) and
+        epoch_wire_bytes (wire bytes fetched for the last completed epoch: each chunk counts for
+        the epoch of the step that first needed it); rdma_connections and tcp_connections (server
+        connections open now over RDMA READ, and over TCP after a fallback under transport
+        auto), rdma_bytes, rdma_fallbacks and rdma_errors."""
         s = _Stats()
         s.struct_size = ctypes.sizeof(_Stats)
         _check(self._lib.dsc_loader_stats(self._h(), ctypes.byref(s)))

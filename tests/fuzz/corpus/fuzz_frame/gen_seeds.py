@@ -11,7 +11,7 @@ import struct
 
 MAGIC = 0x50435344
 RESPONSE = 0x0001
-OP = dict(HELLO=1, PING=2, LIST=3, MANIFEST=4, GET=5, STAT=6, MEMBERS=7, WARM=16, EVICT=17,
+OP = dict(HELLO=1, PING=2, LIST=3, MANIFEST=4, GET=5, STAT=6, MEMBERS=7, AUTH=8, WARM=16, EVICT=17,
           RDMA_CONNECT=32, RDMA_GET=33)
 
 
@@ -103,6 +103,20 @@ def seeds():
     yield "warm_resp", frame(OP["WARM"], struct.pack("<I", 12), 9, RESPONSE)
     yield "evict_req", frame(OP["EVICT"], s("tokens") + struct.pack("<I", 4), 10)
     yield "evict_resp", frame(OP["EVICT"], struct.pack("<I", 1), 10, RESPONSE)
+    # Authentication (PROTOCOL.md, Authentication): auth-init in HELLO, nonce in its answer,
+    # AUTH carrying the client's MAC, its answer the server's MAC or UNAUTHORIZED.
+    auth_init = struct.pack("<BB", 1, 7) + b"trainer" + bytes(range(32))
+    hello_init = struct.pack("<HHIQ", 1, 1, 1, 0) + s(auth_init) + s("libdscache")
+    hello_nonce = (struct.pack("<HIQI", 1, 1, 0, 64 << 20) + s("dscached 127.0.0.1:7070") +
+                   bytes(range(32, 64)))
+    yield "hello_req_auth_init", frame(OP["HELLO"], hello_init, request_id=1)
+    yield "hello_resp_nonce", frame(OP["HELLO"], hello_nonce, 1, RESPONSE)
+    yield "auth_req", frame(OP["AUTH"], bytes.fromhex(
+        "dd7a5169057e7a423276e191e7c9b5171bf10544320bf05913edc7fb477ff910"), 2)
+    yield "auth_resp", frame(OP["AUTH"], bytes.fromhex(
+        "cf55c550c1f23d7c1d457ab0165dffd3dc058a028b89652bc177eeae7459357c"), 2, RESPONSE)
+    yield "auth_unauthorized", frame(OP["AUTH"], b"authentication failed", 2, RESPONSE,
+                                     status=7)
     gid = bytes(10) + b"\xff\xff" + bytes([10, 0, 0, 8])
     yield "rdma_connect_req", frame(OP["RDMA_CONNECT"], qp_info(0x123456, 5, 16, gid, "rxe0"), 11)
     yield "rdma_connect_resp", frame(OP["RDMA_CONNECT"], rdma_connect_resp(), 11, RESPONSE)
