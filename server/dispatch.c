@@ -2,6 +2,7 @@
  * answering through the connection's reply interface (reply.h) without knowing the transport.
  * A GET that misses waits for its load and is answered when the catalog delivers it to the
  * connection's mailbox. */
+#include "rdma.h"
 #include "report.h"
 #include "server_int.h"
 #include "srvlog.h"
@@ -22,6 +23,7 @@ typedef struct pending_get {
     uint64_t reserve;  /* counted against the connection's bounds while it waits */
     uint64_t start_ns; /* when the request was decoded: the latency histogram */
     uint32_t first_chunk, chunk_count;
+    uint8_t opcode; /* DSC_OP_GET or DSC_OP_RDMA_GET */
 } pending_get_t;
 
 static void on_get_loaded(dsc_waiter_t *w);
@@ -119,7 +121,7 @@ static int shard_find(dsc_server_t *srv, const dsc_reply_t *reply, dsc_str_t dat
  * against the manifest and takes a hold on the shard's bytes. Returns 1 (a hit: *hold filled),
  * 0 (a miss: the answer comes from on_get_loaded; the reply counts the wait), or -1 with
  * ref->status and ref->message set. */
-static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id,
+static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, uint64_t id,
                           const dsc_get_req_t *req, uint64_t start_ns, dsc_hold_t *hold,
                           shard_ref_t *ref) {
     if (shard_find(srv, reply, req->dataset, req->shard_id, 0, ref) < 0)
@@ -137,6 +139,7 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id,
     pg->reply = reply;
     pg->ds = ref->ds;
     pg->request_id = id;
+    pg->opcode = opcode;
     pg->start_ns = start_ns;
     pg->first_chunk = req->first_chunk;
     pg->chunk_count = req->chunk_count;
@@ -165,19 +168,19 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id,
 /* ---- GET --------------------------------------------------------------------------------- */
 
 /* Answers a GET out of a hold (taken: released here or by the reply). */
-static void send_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, dsc_dataset_t *ds,
-                     dsc_hold_t *hold, uint32_t first, uint32_t count, uint64_t start_ns) {
+static void send_get(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, uint64_t id,
+                     dsc_dataset_t *ds, dsc_hold_t *hold, uint32_t first, uint32_t count,
+                     uint64_t start_ns) {
     if ((uint64_t)first + count > hold->chunk_count) {
         dsc_hold_release(srv->cat, hold);
-        answer_error(srv, reply, DSC_OP_GET, id, DSC_STATUS_BAD_REQUEST,
-                     "chunk range out of bounds");
+        answer_error(srv, reply, opcode, id, DSC_STATUS_BAD_REQUEST, "chunk range out of bounds");
         return;
     }
     dsc_chunk_entry_t small[16];
     dsc_chunk_entry_t *entries = count <= 16 ? small : malloc(count * sizeof *entries);
     if (entries == NULL) {
         dsc_hold_release(srv->cat, hold);
-        answer_error(srv, reply, DSC_OP_GET, id, DSC_STATUS_INTERNAL, "out of memory");
+        answer_error(srv, reply, opcode, id, DSC_STATUS_INTERNAL, "out of memory");
         return;
     }
     uint64_t data_len = 0;
@@ -189,27 +192,35 @@ static void send_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, dsc_dat
     int rc = 0;
     if (DSC_GET_RESP_PREFIX(count) + data_len > DSC_FRAME_MAX_BODY) {
         rc = DSC_ETOOLARGE;
+    } else if (opcode == DSC_OP_RDMA_GET && dsc__rdma_over_bound(reply, data_len)) {
+        rc = DSC_EBUSY;
     } else {
-        dsc_get_answer_t ans = {
-            .request_id = id, .entries = entries, .count = count, .data_len = data_len};
+        dsc_get_answer_t ans = {.request_id = id,
+                                .entries = entries,
+                                .count = count,
+                                .data_len = data_len,
+                                .opcode = opcode};
         rc = reply->ops->get(reply, &ans, hold);
     }
     if (entries != small)
         free(entries);
     if (rc == 0) {
-        dsc__server_count_request(srv, DSC_OP_GET, DSC_STATUS_OK);
+        dsc__server_count_request(srv, opcode, DSC_STATUS_OK);
         dsc__server_count_get_latency(srv, start_ns);
         dsc_dataset_count_served(ds, data_len);
         return;
     }
     dsc_hold_release(srv->cat, hold);
-    if (rc == DSC_ETOOLARGE)
-        answer_error(srv, reply, DSC_OP_GET, id, DSC_STATUS_TOO_LARGE,
+    if (rc == DSC_EBUSY)
+        answer_error(srv, reply, opcode, id, DSC_STATUS_BUSY,
+                     "RDMA leases over max_lease_bytes: release some first");
+    else if (rc == DSC_ETOOLARGE)
+        answer_error(srv, reply, opcode, id, DSC_STATUS_TOO_LARGE,
                      "response over the frame limit: ask for fewer chunks");
     else if (rc == DSC_ENOMEM)
-        answer_error(srv, reply, DSC_OP_GET, id, DSC_STATUS_INTERNAL, "out of memory");
+        answer_error(srv, reply, opcode, id, DSC_STATUS_INTERNAL, "out of memory");
     else
-        answer_error(srv, reply, DSC_OP_GET, id, DSC_STATUS_INTERNAL, "cannot encode the response");
+        answer_error(srv, reply, opcode, id, DSC_STATUS_INTERNAL, "cannot encode the response");
 }
 
 /* Runs on the connection's thread when a load it waited for has finished. */
@@ -220,10 +231,10 @@ static void on_get_loaded(dsc_waiter_t *w) {
         if (w->status == 0)
             dsc_hold_release(pg->srv->cat, &w->hold);
     } else if (w->status == 0) {
-        send_get(pg->srv, reply, pg->request_id, pg->ds, &w->hold, pg->first_chunk, pg->chunk_count,
-                 pg->start_ns);
+        send_get(pg->srv, reply, pg->opcode, pg->request_id, pg->ds, &w->hold, pg->first_chunk,
+                 pg->chunk_count, pg->start_ns);
     } else {
-        answer_error(pg->srv, reply, DSC_OP_GET, pg->request_id, load_error_status(w->status),
+        answer_error(pg->srv, reply, pg->opcode, pg->request_id, load_error_status(w->status),
                      load_error_message(w->status));
     }
     uint64_t reserve = pg->reserve;
@@ -241,11 +252,41 @@ static void handle_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const
     }
     dsc_hold_t hold;
     shard_ref_t ref;
-    int rc = chunks_acquire(srv, reply, id, &req, start_ns, &hold, &ref);
+    int rc = chunks_acquire(srv, reply, DSC_OP_GET, id, &req, start_ns, &hold, &ref);
     if (rc == 1)
-        send_get(srv, reply, id, ref.ds, &hold, req.first_chunk, req.chunk_count, start_ns);
+        send_get(srv, reply, DSC_OP_GET, id, ref.ds, &hold, req.first_chunk, req.chunk_count,
+                 start_ns);
     else if (rc < 0)
         answer_error(srv, reply, DSC_OP_GET, id, ref.status, ref.message);
+}
+
+/* RDMA_GET (rdma.h): releases first, then a GET whose answer carries descriptors. */
+static void handle_rdma_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
+                            size_t len) {
+    uint64_t start_ns = dsc_now_ns();
+    dsc_rdma_get_req_t req;
+    if (dsc_rdma_get_req_decode(body, len, &req) < 0) {
+        answer_error(srv, reply, DSC_OP_RDMA_GET, id, DSC_STATUS_BAD_REQUEST,
+                     "malformed RDMA_GET body");
+        return;
+    }
+    if (dsc__rdma_release(srv, reply, &req) < 0) {
+        answer_error(srv, reply, DSC_OP_RDMA_GET, id, DSC_STATUS_BAD_REQUEST,
+                     "RDMA_GET before a successful RDMA_CONNECT");
+        return;
+    }
+    if (req.get.chunk_count == 0) { /* release-only */
+        answer(srv, reply, DSC_OP_RDMA_GET, id, DSC_STATUS_OK, NULL, 0);
+        return;
+    }
+    dsc_hold_t hold;
+    shard_ref_t ref;
+    int rc = chunks_acquire(srv, reply, DSC_OP_RDMA_GET, id, &req.get, start_ns, &hold, &ref);
+    if (rc == 1)
+        send_get(srv, reply, DSC_OP_RDMA_GET, id, ref.ds, &hold, req.get.first_chunk,
+                 req.get.chunk_count, start_ns);
+    else if (rc < 0)
+        answer_error(srv, reply, DSC_OP_RDMA_GET, id, ref.status, ref.message);
 }
 
 /* ---- other operations -------------------------------------------------------------------- */
@@ -458,6 +499,12 @@ void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_
     case DSC_OP_WARM:
     case DSC_OP_EVICT:
         handle_admin(srv, reply, h->opcode, h->request_id, body, h->body_len);
+        break;
+    case DSC_OP_RDMA_CONNECT:
+        dsc__rdma_on_connect(srv, reply, h->request_id, body, h->body_len);
+        break;
+    case DSC_OP_RDMA_GET:
+        handle_rdma_get(srv, reply, h->request_id, body, h->body_len);
         break;
     case DSC_OP_MEMBERS: {
         dsc_cluster_t *cluster = dsc__server_cluster(srv);

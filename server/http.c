@@ -1,6 +1,7 @@
 /* /metrics, /healthz, /readyz over libmicrohttpd. */
 #include "http.h"
 #include "protocol.h"
+#include "rdma.h"
 #include "srvlog.h"
 #include "util.h"
 
@@ -204,6 +205,10 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
         (unsigned long long)sc->get_latency_count);
     add(&t, "dscache_get_latency_seconds_sum %.9f\n", sc->get_latency_sum_seconds);
     add(&t, "dscache_get_latency_seconds_count %llu\n", (unsigned long long)sc->get_latency_count);
+    char *rdma = dsc_rdma_srv_metrics_text(src->server ? dsc_server_rdma(src->server) : NULL);
+    if (rdma != NULL)
+        add(&t, "%s", rdma);
+    free(rdma);
 
     dsc_load_histogram_t h;
     dsc_catalog_load_histogram(src->cat, &h);

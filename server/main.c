@@ -6,6 +6,7 @@
 #include "cluster.h"
 #include "credstore.h"
 #include "http.h"
+#include "rdma.h"
 #include "server.h"
 #include "srvlog.h"
 #include "store.h"
@@ -51,6 +52,8 @@ typedef struct options {
     uint32_t ready_timeout;    /* seconds; 0: no time-out */
     const char *auth_file;     /* --auth-file: credentials (docs/security.md) */
     int allow_anonymous_admin; /* without --auth-file: serve WARM/EVICT anyway */
+    dsc_rdma_mode_t rdma;
+    uint32_t rdma_lease_ttl_ms;
 } options_t;
 
 static void usage(FILE *f) {
@@ -92,6 +95,13 @@ static void usage(FILE *f) {
         "  --port-file FILE      write the bound data port to FILE (temp file + rename)\n"
         "  --http-port-file FILE write the bound HTTP port to FILE\n"
         "  --log-level LEVEL     error, warn, info (default) or debug\n"
+        "  --rdma off|auto|required\n"
+        "                        RDMA READ transport (docs/rdma.md): auto (default) offers it\n"
+        "                        when an RDMA device is usable, else TCP only (one INFO line);\n"
+        "                        required makes an unusable device a start-up error. With RDMA\n"
+        "                        the whole --memory arena is registered (pinned) at start-up\n"
+        "  --rdma-lease-ttl-ms N an RDMA lease not released by then fences its connection\n"
+        "                        (default 10000)\n"
         "\n"
         "Cluster (without --members: a single node that owns every shard):\n"
         "  --members LIST        the cluster's servers: HOST:PORT,HOST:PORT,... or\n"
@@ -253,6 +263,12 @@ static int apply(options_t *o, const char *key, const char *value) {
     } else if (strcmp(key, "ready_timeout") == 0) {
         if (parse_u32(value, 0, 86400 * 7, &o->ready_timeout) < 0)
             return bad("--ready-timeout (seconds)", value);
+    } else if (strcmp(key, "rdma") == 0) {
+        if (dsc_rdma_mode_parse(value, &o->rdma) < 0)
+            return bad("--rdma (off, auto or required)", value);
+    } else if (strcmp(key, "rdma_lease_ttl_ms") == 0) {
+        if (parse_u32(value, 1, 3600u * 1000u, &o->rdma_lease_ttl_ms) < 0)
+            return bad("--rdma-lease-ttl-ms", value);
     } else if (strcmp(key, "warm") == 0) {
         o->warm = strcmp(value, "1") == 0 || strcmp(value, "true") == 0;
     } else {
@@ -590,11 +606,13 @@ int main(int argc, char **argv) {
     o.drain_seconds = 30;
     o.log_level = DSC_LOG_INFO;
     o.policy = DSC_POLICY_MINIO;
+    o.rdma = DSC_RDMA_MODE_AUTO;
 
     int exit_code = 1;
     dsc_store_t *store = NULL;
     dsc_catalog_t *cat = NULL;
     dsc_server_t *server = NULL;
+    dsc_rdma_srv_t *rdma = NULL;
     dsc_http_t *http = NULL;
     dsc_cluster_t *cluster = NULL;
     dsc_credstore_t *credentials = NULL;
@@ -667,7 +685,12 @@ int main(int argc, char **argv) {
         LOG_WARN("no --auth-file: serving every client anonymously; WARM/EVICT refused "
                  "(docs/security.md)");
     }
+    dsc_rdma_srv_options_t ropt = {
+        .mode = o.rdma, .lease_ttl_ms = o.rdma_lease_ttl_ms, .max_lease_bytes = o.max_out};
+    if ((rc = dsc_rdma_srv_create(&ropt, store, &rdma)) < 0)
+        goto done;
     dsc_server_options_t sopt = {.host = listen_host,
+                                 .rdma = rdma,
                                  .port = listen_port,
                                  .threads = o.threads,
                                  .max_out = o.max_out,
@@ -759,6 +782,7 @@ done:
     /* HTTP first: its thread reads the server's counters, which destroy frees. */
     dsc_http_stop(http);
     dsc_server_destroy(server);   /* joins the loops once they have drained */
+    dsc_rdma_srv_destroy(rdma);   /* after the loops: every QP is gone */
     dsc_cluster_destroy(cluster); /* after the loops: they read it */
     if (loop_ready)
         uv_loop_close(&ctl.loop);

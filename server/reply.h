@@ -29,6 +29,7 @@ typedef struct dsc_get_answer {
     const dsc_chunk_entry_t *entries;
     uint32_t count;
     uint64_t data_len;
+    uint8_t opcode; /* DSC_OP_GET, or DSC_OP_RDMA_GET: answered by rdma.c with descriptors */
 } dsc_get_answer_t;
 
 /* The operations of one transport. All run on the connection's own thread (its event loop). */
@@ -71,6 +72,8 @@ struct dsc_reply {
     dsc_conn_auth_t auth;     /* authentication state (authz.h), owned by dispatch.c; the
                                  transport zeroes it and calls dsc__authz_conn_close at free */
     char peer[64];            /* the client's address, set by the transport (failure logs) */
+    void *loop;               /* the connection's uv_loop_t (timers of rdma.c) */
+    void *rdma;               /* the connection's RDMA state (rdma.c), NULL until RDMA_CONNECT */
 };
 
 #endif

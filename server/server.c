@@ -335,3 +335,7 @@ void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out) {
     out->get_latency_sum_seconds =
         (double)atomic_load_explicit(&s->get_latency_sum_ns, memory_order_relaxed) / 1e9;
 }
+
+struct dsc_rdma_srv *dsc_server_rdma(const dsc_server_t *srv) {
+    return srv ? srv->opt.rdma : NULL;
+}

@@ -28,6 +28,7 @@ typedef struct dsc_server_options {
     dsc_credstore_t *credentials; /* --auth-file (not owned, outlives the server); NULL: serve
                                      anonymously (docs/security.md) */
     int allow_anonymous_admin;    /* without credentials: serve WARM/EVICT anonymously */
+    struct dsc_rdma_srv *rdma;    /* RDMA transport (rdma.h; not owned), or NULL: TCP only */
 } dsc_server_options_t;
 
 /* Binds the sockets and starts the loop threads. Returns 0 and *out, DSC_EADDRINUSE,
@@ -43,6 +44,8 @@ void dsc_server_stop(dsc_server_t *srv);
  * HELLO carries 0, MEMBERS is answered UNSUPPORTED and STAT has no cluster fields. Any thread;
  * set it before announcing the port. */
 void dsc_server_set_cluster(dsc_server_t *srv, dsc_cluster_t *cluster);
+/* The RDMA transport given in the options (NULL: TCP only). */
+struct dsc_rdma_srv *dsc_server_rdma(const dsc_server_t *srv);
 /* Waits for the loop threads to end (after dsc_server_stop), then frees. NULL is a no-op. */
 void dsc_server_destroy(dsc_server_t *srv);
 

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,7 @@ struct dsc_store {
     uint64_t used;
     uint32_t allocations;
     int hugetlb, locked;
+    atomic_int pinned; /* registered for RDMA: freed pages stay (see dsc_store_set_pinned) */
 };
 
 static uint64_t round_up(uint64_t v, uint64_t a) {
@@ -192,12 +194,16 @@ void dsc_store_free(dsc_store_t *store, uint8_t *ptr, uint64_t size) {
         return;
     uint64_t len = round_up(size, DSC_STORE_PAGE);
     uint64_t off = (uint64_t)(ptr - store->base);
-    /* Give the pages back first (outside the lock: nobody else owns this range now). */
-    if (store->locked)
-        munlock(ptr, len);
-    madvise(ptr, len, MADV_DONTNEED);
-    if (store->locked)
-        mlock2(ptr, len, MLOCK_ONFAULT);
+    /* Give the pages back first (outside the lock: nobody else owns this range now). Not while
+     * the arena is registered for RDMA: the memory region keeps the old physical pages, so after
+     * MADV_DONTNEED the next shard would land on new pages while READs serve the old ones. */
+    if (!atomic_load_explicit(&store->pinned, memory_order_acquire)) {
+        if (store->locked)
+            munlock(ptr, len);
+        madvise(ptr, len, MADV_DONTNEED);
+        if (store->locked)
+            mlock2(ptr, len, MLOCK_ONFAULT);
+    }
     POISON(ptr, len);
 
     pthread_mutex_lock(&store->lock);
@@ -273,4 +279,20 @@ void dsc_store_info(dsc_store_t *store, dsc_store_info_t *out) {
 
 uint8_t *dsc_store_base(const dsc_store_t *store) {
     return store ? store->base : NULL;
+}
+
+uint64_t dsc_store_capacity(const dsc_store_t *store) {
+    return store ? store->capacity : 0;
+}
+
+void dsc_store_set_pinned(dsc_store_t *store, int pinned) {
+    if (store != NULL)
+        atomic_store_explicit(&store->pinned, pinned ? 1 : 0, memory_order_release);
+}
+
+int dsc_store_contains(const dsc_store_t *store, const void *ptr, uint64_t len) {
+    if (store == NULL || ptr == NULL)
+        return 0;
+    uintptr_t p = (uintptr_t)ptr, b = (uintptr_t)store->base;
+    return p >= b && len <= store->capacity && p - b <= store->capacity - len;
 }

@@ -41,5 +41,12 @@ int dsc_store_fits(dsc_store_t *store, uint64_t size);
 void dsc_store_info(dsc_store_t *store, dsc_store_info_t *out);
 /* Arena base and length (for registering the whole arena once, e.g. with RDMA). */
 uint8_t *dsc_store_base(const dsc_store_t *store);
+uint64_t dsc_store_capacity(const dsc_store_t *store);
+/* 1: the arena is registered for RDMA (set before registering, cleared after deregistering):
+ * dsc_store_free then keeps the pages (no munlock/MADV_DONTNEED), only poisoning them for ASan,
+ * because a registered memory region keeps the physical pages it pinned. Any thread. */
+void dsc_store_set_pinned(dsc_store_t *store, int pinned);
+/* 1 when [ptr, ptr + len) lies inside the arena. */
+int dsc_store_contains(const dsc_store_t *store, const void *ptr, uint64_t len);
 
 #endif

@@ -4,6 +4,7 @@
  * loads are outstanding), closing and draining; and the TCP reply (reply.h): a GET answer is a
  * header + prefix buffer and buffers pointing at the shard bytes in the store, whose hold is
  * released when the write completes. Requests themselves are handled by dispatch.c. */
+#include "rdma.h"
 #include "server_int.h"
 #include "srvlog.h"
 #include "util.h"
@@ -326,6 +327,7 @@ static void conn_close(conn_t *c) {
     if (c->peer_counted)
         peer_release(lc->srv, c->peer);
     c->peer_counted = 0;
+    dsc__rdma_on_close(lc->srv, &c->reply); /* its QP is destroyed before its leases drop */
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -499,6 +501,8 @@ static void reply_fatal(dsc_reply_t *reply, uint8_t opcode, uint64_t id, uint32_
  * into the hold: no copy. The hold is released by msgs_release once the write completes. */
 static int reply_get(dsc_reply_t *reply, const dsc_get_answer_t *answer, dsc_hold_t *hold) {
     conn_t *c = (conn_t *)reply;
+    if (answer->opcode == DSC_OP_RDMA_GET)
+        return dsc__rdma_reply_get(c->lc->srv, reply, answer, hold);
     const dsc_chunk_entry_t *entries = answer->entries;
     uint32_t count = answer->count;
     unsigned runs = 0;
@@ -692,6 +696,7 @@ static conn_t *conn_new(dsc_srv_loop_t *lc) {
     }
     c->reply.ops = &tcp_reply_ops;
     c->reply.mailbox = &lc->mailbox;
+    c->reply.loop = &lc->loop;
     c->lc = lc;
     c->refs = 1;
     uv_tcp_init(&lc->loop, &c->tcp);

@@ -86,6 +86,11 @@ typedef struct dsc_loader_options {
                                 [A-Za-z0-9_.:@/-] become '_', cut to 63 bytes; copied at create */
     double report_seconds;   /* seconds between REPORTs of stall and rate to each server
                                 (default 0: 5 s; < 0: never) */
+    const char *transport;   /* "tcp", "rdma" or "auto" (NULL: $DSCACHE_TRANSPORT, else "auto").
+                                auto: RDMA READ where this host and the server both can, else TCP,
+                                per connection (one INFO line says which and why); rdma: RDMA or an
+                                error (DSC_EUNAVAIL at create without a usable device). See
+                                docs/rdma.md */
 } dsc_loader_options_t;
 
 #define DSC_ORDER_LOCAL 0
@@ -254,6 +259,11 @@ typedef struct dsc_stats {
     char bottleneck_server[128];   /* DSC_BOTTLENECK_SERVER: the slow server's HOST:PORT */
     char evidence[256];            /* the figures the verdict used, in words */
     char suggestion[256];          /* the change that would help, in words */
+    uint64_t rdma_connections;     /* server connections open now that use RDMA READ */
+    uint64_t tcp_connections;      /* ... that use TCP under transport auto/rdma (fell back) */
+    uint64_t rdma_bytes;           /* stored bytes received by RDMA READ */
+    uint64_t rdma_fallbacks;       /* connections that tried RDMA and fell back to TCP */
+    uint64_t rdma_errors;          /* RDMA connections lost to a failed READ (chunks moved) */
 } dsc_stats_t;
 /* Indexes of dsc_stats_t.stall_waits. */
 enum {

@@ -367,7 +367,31 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
         .dataset = loader->cfg.dataset,
         .timeout_ms = loader->cfg.opt.timeout_ms,
         .cred = loader->cfg.cred,
+        .counters = &loader->cfg.transport_counters,
     };
+    /* transport: the option, else $DSCACHE_TRANSPORT, else auto. */
+    const char *transport = options->struct_size > offsetof(dsc_loader_options_t, transport)
+                                ? options->transport
+                                : NULL;
+    const char *transport_from = "transport";
+    if (transport == NULL || transport[0] == '\0') {
+        transport = getenv("DSCACHE_TRANSPORT");
+        transport_from = "DSCACHE_TRANSPORT";
+    }
+    if (transport == NULL || transport[0] == '\0')
+        transport = "auto";
+    loader->cfg.opt.transport = NULL; /* the caller's string is not kept */
+    if (dsc__transport_parse(transport, &loader->cfg.source_env.transport) < 0) {
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                "invalid loader options: %s \"%s\" (tcp, rdma or auto)", transport_from, transport);
+        rc = DSC_EINVAL;
+        goto fail;
+    }
+    rc = dsc__rdma_client_open(loader->cfg.source_env.transport, &loader->cfg.log,
+                               &loader->cfg.source_env.rdma);
+    if (rc < 0)
+        goto fail;
+    rc = DSC_ENOMEM;
     loader->net.peers = calloc(DSC_LOADER_MAX_PEERS + 1, sizeof(dsc_peer_t));
     if (loader->net.peers == NULL)
         goto fail;
@@ -516,6 +540,7 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
             if (peer->endpoint != NULL)
                 peer->source->endpoint_close(peer->endpoint);
         }
+    dsc__rdma_client_close(loader->cfg.source_env.rdma); /* after every connection */
     free(loader->work.workers);
     free(loader->work.assist_ctx.scratch);
     dsc__slots_free(loader);

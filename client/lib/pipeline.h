@@ -151,7 +151,8 @@ struct dsc_loader {
         dsc_credential_t *cred; /* server connections authenticate with it (NULL: anonymous) */
         dsc_bufpool_t pool;     /* thread-safe itself */
         dsc_cuda_t *cuda;
-        dsc_source_env_t source_env; /* what the data sources see */
+        dsc_source_env_t source_env;                 /* what the data sources see */
+        dsc_transport_counters_t transport_counters; /* the sources' (source_env.counters) */
     } cfg;
 
     /* Owner pipeline.c (error, via dsc__loader_fail) and loader.c (stop, the condition

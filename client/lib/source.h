@@ -30,6 +30,7 @@
 #include "manifest.h"
 #include "slots.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 /* Consecutive chunks of one shard fetched as one request. */
@@ -48,6 +49,23 @@ typedef struct dsc_source_req {
 
 /* Request ids of REPORTs (report below) carry this bit, GET ids never do. */
 #define DSC_SOURCE_REPORT_ID (1ull << 63)
+/* Which transport the connections to servers use (options.transport, DSCACHE_TRANSPORT). */
+typedef enum dsc_transport {
+    DSC_TRANSPORT_TCP = 0,
+    DSC_TRANSPORT_AUTO = 1, /* RDMA where both sides can, else TCP per connection */
+    DSC_TRANSPORT_RDMA = 2, /* RDMA or an error */
+} dsc_transport_t;
+
+/* Per-transport connection and byte counters, written by the sources, read by stats.c. */
+typedef struct dsc_transport_counters {
+    atomic_uint_fast64_t rdma_connections; /* open now over RDMA */
+    atomic_uint_fast64_t tcp_connections;  /* open now over TCP under transport auto */
+    atomic_uint_fast64_t rdma_bytes;       /* chunk bytes received by RDMA READ */
+    atomic_uint_fast64_t rdma_fallbacks;   /* connections that fell back to TCP */
+    atomic_uint_fast64_t rdma_errors;      /* RDMA connections lost to an error completion */
+} dsc_transport_counters_t;
+
+typedef struct dsc_rdma_client dsc_rdma_client_t; /* source_rdma.c */
 
 /* What every source may use; owned by the loader, constant while its threads run (manifest is
  * NULL until it has been fetched, set before any request). */
@@ -58,6 +76,9 @@ typedef struct dsc_source_env {
     uint32_t timeout_ms;
     const dsc_manifest_t *manifest;
     const dsc_credential_t *cred; /* what server connections authenticate with (NULL: none) */
+    dsc_transport_t transport;
+    dsc_rdma_client_t *rdma; /* the RDMA device (NULL: none, every connection uses TCP) */
+    dsc_transport_counters_t *counters;
 } dsc_source_env_t;
 
 typedef struct dsc_source_ops {

@@ -4,16 +4,18 @@
 #define DSC_SOURCES_H
 
 #include "source.h"
+#include "source_rdma.h"
 
 extern const dsc_source_ops_t dsc__source_tcp;   /* source_tcp.c */
 extern const dsc_source_ops_t dsc__source_files; /* source_files.c: the fallback path */
 
-/* The source that serves a member address: TCP for every address today (a source with addresses
- * of its own, such as "rdma://host:port", adds its test here). The fallback files use
+/* The source that serves a member address: TCP, or with transport auto/rdma the RDMA source
+ * (which falls back to TCP per connection under auto). The fallback files use
  * dsc__source_files. */
-static inline const dsc_source_ops_t *dsc__source_for_addr(const char *addr) {
+static inline const dsc_source_ops_t *dsc__source_for_addr(const dsc_source_env_t *env,
+                                                           const char *addr) {
     (void)addr;
-    return &dsc__source_tcp;
+    return env->transport == DSC_TRANSPORT_TCP ? &dsc__source_tcp : &dsc__source_rdma;
 }
 
 #endif

@@ -25,6 +25,12 @@ static void snapshot(dsc_loader_t *loader, dsc_stats_t *s) {
     memcpy(s->bottleneck_server, v.server, sizeof s->bottleneck_server);
     memcpy(s->evidence, v.evidence, sizeof s->evidence);
     memcpy(s->suggestion, v.suggestion, sizeof s->suggestion);
+    dsc_transport_counters_t *tc = &((dsc_loader_t *)loader)->cfg.transport_counters;
+    s->rdma_connections = atomic_load(&tc->rdma_connections);
+    s->tcp_connections = atomic_load(&tc->tcp_connections);
+    s->rdma_bytes = atomic_load(&tc->rdma_bytes);
+    s->rdma_fallbacks = atomic_load(&tc->rdma_fallbacks);
+    s->rdma_errors = atomic_load(&tc->rdma_errors);
 }
 
 _Static_assert(sizeof(((dsc_stats_t *)0)->evidence) == DSC_VERDICT_TEXT &&
@@ -161,6 +167,17 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
         pthread_mutex_unlock(&l->lock);
     }
     put(&t, "# verdict: %s: %s; %s\n", dsc_bottleneck_name(s.bottleneck), s.evidence, s.suggestion);
+    metric(&t, "rdma_connections", "gauge", "Server connections using RDMA READ now.", ds,
+           (double)s.rdma_connections);
+    metric(&t, "tcp_connections", "gauge",
+           "Server connections that fell back to TCP (transport auto) now.", ds,
+           (double)s.tcp_connections);
+    metric(&t, "rdma_bytes_total", "counter", "Stored bytes received by RDMA READ.", ds,
+           (double)s.rdma_bytes);
+    metric(&t, "rdma_fallbacks_total", "counter", "Connections that fell back from RDMA to TCP.",
+           ds, (double)s.rdma_fallbacks);
+    metric(&t, "rdma_errors_total", "counter", "RDMA connections lost to a failed READ.", ds,
+           (double)s.rdma_errors);
     if (t.len > (size_t)INT32_MAX)
         return DSC_EOVERFLOW;
     return (int)t.len;

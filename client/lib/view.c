@@ -186,7 +186,7 @@ int dsc__view_adopt(dsc_loader_t *loader, dsc_members_t *members) {
         if (peer_find(loader, members->addrs[m]) >= 0)
             continue;
         dsc_peer_t *peer = &loader->net.peers[first_new + i++];
-        peer->source = dsc__source_for_addr(members->addrs[m]);
+        peer->source = dsc__source_for_addr(&loader->cfg.source_env, members->addrs[m]);
         peer->io = calloc(loader->cfg.opt.connections, sizeof(dsc_io_t));
         if (peer->io == NULL ||
             peer->source->endpoint_open(&loader->cfg.source_env, members->addrs[m],

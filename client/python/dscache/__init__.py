@@ -137,6 +137,7 @@ class _Options(ctypes.Structure):
         ("max_held_bytes", ctypes.c_uint64),
         ("job_name", ctypes.c_char_p),
         ("report_seconds", ctypes.c_double),
+        ("transport", ctypes.c_char_p),
     ]
 
 
@@ -197,6 +198,11 @@ _STAT_FIELDS = [
     ("bottleneck_server", ctypes.c_char * 128),
     ("evidence", ctypes.c_char * 256),
     ("suggestion", ctypes.c_char * 256),
+    ("rdma_connections", ctypes.c_uint64),
+    ("tcp_connections", ctypes.c_uint64),
+    ("rdma_bytes", ctypes.c_uint64),
+    ("rdma_fallbacks", ctypes.c_uint64),
+    ("rdma_errors", ctypes.c_uint64),
 ]
 
 # dscache_base.h dsc_bottleneck_t, in order (the numbers are on the wire: append only).
@@ -639,7 +645,10 @@ class Loader:
     epoch); see docs/order.md. shuffle_window and cache_bytes default to sizes taken from the
     dataset, so that no chunk is fetched twice per epoch. job: the job name the loader reports to its servers (default:
     DSCACHE_JOB, else HOST-PID); report_seconds: seconds between those reports (default 5; 0
-    or less: never). Iterating yields the rest of the
+    or less: never).
+    transport: "tcp", "rdma" or "auto" (None:
+    $DSCACHE_TRANSPORT, else "auto": RDMA READ where this host and the server both can, else
+    TCP per connection; "rdma" fails without it). Iterating yields the rest of the
     current epoch; the next iteration continues with the following epoch (or call set_epoch
     first).
     """
@@ -651,7 +660,7 @@ class Loader:
                  replicas=None, copy=False, indices=False, stats_log_seconds=0.0,
                  server_inflight_bytes=None, assist=True, transform=None, max_held_bytes=None,
                  auth_file=None, order="local", job=None,
-                 report_seconds=None):
+                 report_seconds=None, transport=None):
         lib = _load()
         self._lib = lib
         self._handle = None
@@ -720,6 +729,9 @@ class Loader:
             opts.job_name = str(job).encode()
         if report_seconds is not None:
             opts.report_seconds = float(report_seconds) if report_seconds > 0 else -1.0
+        if transport is not None and transport not in ("tcp", "rdma", "auto"):
+            raise ValueError("transport must be 'tcp', 'rdma' or 'auto'")
+        opts.transport = transport.encode() if transport else None
         handle = ctypes.c_void_p()
         try:
             _check(lib.dsc_loader_create(ctypes.byref(opts), ctypes.byref(handle)), None)
@@ -907,7 +919,10 @@ class Loader:
         "unknown" before enough is measured), with bottleneck_server (the slow server's
         HOST:PORT), evidence (the figures used) and suggestion (the change that would help);
         verdict_seconds and verdict_stall_fraction describe its window; stall_waits maps what
-        next() waited on (plan, queued, budget, network, decode, collate) to seconds."""
+        next() waited on (plan, queued, budget, network, decode, collate) to seconds.
+        Transport: rdma_connections and tcp_connections (server
+        connections open now over RDMA READ, and over TCP after a fallback under transport
+        auto), rdma_bytes, rdma_fallbacks and rdma_errors."""
         s = _Stats()
         s.struct_size = ctypes.sizeof(_Stats)
         _check(self._lib.dsc_loader_stats(self._h(), ctypes.byref(s)))

@@ -1,0 +1,27 @@
+/* Data source "rdma" (source_rdma.c): chunks by RDMA READ out of a dscached arena, TCP as the
+ * control channel and as the per-connection fallback; and the loader's RDMA device. */
+#ifndef DSC_SOURCE_RDMA_H
+#define DSC_SOURCE_RDMA_H
+
+#include "source.h"
+
+extern const dsc_source_ops_t dsc__source_rdma;
+extern const dsc_source_ops_t dsc__source_tcp; /* the fallback (source_tcp.c) */
+
+/* The loader's RDMA device for transport auto/rdma. TCP: *out NULL, 0. Auto without a usable
+ * device: *out NULL, 0, one INFO line with the reason. RDMA without one: an ERROR line and
+ * DSC_EUNAVAIL. Calls ibv_fork_init() first unless the kernel makes it unneeded. */
+int dsc__rdma_client_open(dsc_transport_t transport, const dsc_logger_t *log,
+                          dsc_rdma_client_t **out);
+/* After every connection is closed. NULL is a no-op. */
+void dsc__rdma_client_close(dsc_rdma_client_t *rdma);
+/* Parses "tcp" | "rdma" | "auto"; returns 0 or DSC_EINVAL. */
+int dsc__transport_parse(const char *text, dsc_transport_t *out);
+
+/* One RDMA_CONNECT to addr and a READ of its probe region, checked against its checksum (what
+ * `dscache doctor --server` runs). Returns 0 (device: the local device used), or an error with
+ * one sentence in why. */
+int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, char *why, size_t why_cap, char *device,
+                    size_t device_cap);
+
+#endif

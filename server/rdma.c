@@ -1,0 +1,625 @@
+/* The server's RDMA transport (rdma.h): arena registration, RDMA_CONNECT (QP to RTR before the
+ * answer), RDMA_GET descriptors under leases, and the fence (QP destroyed, then holds dropped)
+ * on lease expiry or close. */
+#include "rdma.h"
+#include "rdma_link.h"
+#include "server_int.h"
+#include "shard.h"
+#include "srvlog.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+/* ThreadSanitizer cannot see that a READ is ordered after the lease was granted (the order goes
+ * through the client process and a socket): granting a lease releases the memory region, and the
+ * fake verbs library's responder acquires it before it copies (tests/fakeverbs). */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DSC_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define DSC_TSAN 1
+#endif
+#ifdef DSC_TSAN
+void __tsan_release(void *addr);
+#define TSAN_RELEASE(p) __tsan_release((void *)(p))
+#else
+#define TSAN_RELEASE(p) ((void)(p))
+#endif
+
+#define DEFAULT_TTL_MS 10000u
+#define DEFAULT_MAX_LEASE_BYTES (UINT64_C(256) << 20)
+#define PROBE_BYTES 4096u
+#define SERVER_SEND_WR 4 /* the server only responds to READs: its send queue stays empty */
+
+int dsc_rdma_mode_parse(const char *text, dsc_rdma_mode_t *out) {
+    if (text == NULL)
+        return DSC_EINVAL;
+    if (strcmp(text, "off") == 0)
+        *out = DSC_RDMA_MODE_OFF;
+    else if (strcmp(text, "auto") == 0)
+        *out = DSC_RDMA_MODE_AUTO;
+    else if (strcmp(text, "required") == 0)
+        *out = DSC_RDMA_MODE_REQUIRED;
+    else
+        return DSC_EINVAL;
+    return 0;
+}
+
+struct dsc_rdma_srv {
+    dsc_rdma_srv_options_t opt;
+    atomic_uint_fast64_t connections, connections_total, connect_failures, leases, lease_bytes,
+        leases_total, leases_expired, releases_unknown, rdma_bytes, inline_bytes, busy;
+    uint64_t registered_bytes;
+    double register_seconds;
+#if DSC_HAVE_VERBS_H
+    dsc_rdma_dev_t dev;
+    struct ibv_cq *cq;
+    struct ibv_mr **mrs;
+    uint32_t mr_count;
+    uint64_t piece; /* bytes per MR (the last may be shorter) */
+    uint8_t *base;
+    uint64_t capacity;
+    dsc_store_t *store;
+    uint8_t *probe;
+    struct ibv_mr *probe_mr;
+    uint64_t probe_sum;
+#endif
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void dsc_rdma_srv_counters(const dsc_rdma_srv_t *rs, dsc_rdma_counters_t *out) {
+    memset(out, 0, sizeof *out);
+    if (rs == NULL)
+        return;
+    dsc_rdma_srv_t *r = (dsc_rdma_srv_t *)rs;
+    out->connections = atomic_load(&r->connections);
+    out->connections_total = atomic_load(&r->connections_total);
+    out->connect_failures = atomic_load(&r->connect_failures);
+    out->leases = atomic_load(&r->leases);
+    out->lease_bytes = atomic_load(&r->lease_bytes);
+    out->leases_total = atomic_load(&r->leases_total);
+    out->leases_expired = atomic_load(&r->leases_expired);
+    out->releases_unknown = atomic_load(&r->releases_unknown);
+    out->rdma_bytes = atomic_load(&r->rdma_bytes);
+    out->inline_bytes = atomic_load(&r->inline_bytes);
+    out->busy = atomic_load(&r->busy);
+    out->registered_bytes = r->registered_bytes;
+    out->register_seconds = r->register_seconds;
+}
+
+char *dsc_rdma_srv_metrics_text(const dsc_rdma_srv_t *rs) {
+    dsc_rdma_counters_t c;
+    dsc_rdma_srv_counters(rs, &c);
+    size_t cap = 4096;
+    char *t = malloc(cap);
+    if (t == NULL)
+        return NULL;
+    snprintf(
+        t, cap,
+        "# HELP dscache_rdma_enabled 1 when this server offers RDMA (a device and a registered "
+        "arena).\n# TYPE dscache_rdma_enabled gauge\ndscache_rdma_enabled %d\n"
+        "# HELP dscache_rdma_connections Connections with an RDMA queue pair now.\n"
+        "# TYPE dscache_rdma_connections gauge\ndscache_rdma_connections %llu\n"
+        "# HELP dscache_rdma_connects_total RDMA_CONNECTs that succeeded.\n"
+        "# TYPE dscache_rdma_connects_total counter\ndscache_rdma_connects_total %llu\n"
+        "# HELP dscache_rdma_connect_failures_total RDMA_CONNECTs refused or failed.\n"
+        "# TYPE dscache_rdma_connect_failures_total counter\n"
+        "dscache_rdma_connect_failures_total %llu\n"
+        "# HELP dscache_rdma_leases RDMA leases outstanding (shard holds awaiting release).\n"
+        "# TYPE dscache_rdma_leases gauge\ndscache_rdma_leases %llu\n"
+        "# HELP dscache_rdma_lease_bytes Chunk bytes under outstanding leases.\n"
+        "# TYPE dscache_rdma_lease_bytes gauge\ndscache_rdma_lease_bytes %llu\n"
+        "# HELP dscache_rdma_leases_granted_total Leases granted.\n"
+        "# TYPE dscache_rdma_leases_granted_total counter\ndscache_rdma_leases_granted_total %llu\n"
+        "# HELP dscache_rdma_leases_expired_total Leases not released within the TTL (each "
+        "fenced its connection).\n# TYPE dscache_rdma_leases_expired_total counter\n"
+        "dscache_rdma_leases_expired_total %llu\n"
+        "# HELP dscache_rdma_releases_unknown_total Released lease ids the connection did not "
+        "hold.\n# TYPE dscache_rdma_releases_unknown_total counter\n"
+        "dscache_rdma_releases_unknown_total %llu\n"
+        "# HELP dscache_rdma_busy_total RDMA_GETs refused BUSY (max_lease_bytes).\n"
+        "# TYPE dscache_rdma_busy_total counter\ndscache_rdma_busy_total %llu\n"
+        "# HELP dscache_transport_bytes_total Chunk bytes served, by transport (rdma: granted "
+        "for READ; rdma_inline: RDMA_GET answered inline).\n"
+        "# TYPE dscache_transport_bytes_total counter\n"
+        "dscache_transport_bytes_total{transport=\"rdma\"} %llu\n"
+        "dscache_transport_bytes_total{transport=\"rdma_inline\"} %llu\n"
+        "# HELP dscache_rdma_registered_bytes Arena bytes registered for remote READ.\n"
+        "# TYPE dscache_rdma_registered_bytes gauge\ndscache_rdma_registered_bytes %llu\n",
+        rs != NULL, (unsigned long long)c.connections, (unsigned long long)c.connections_total,
+        (unsigned long long)c.connect_failures, (unsigned long long)c.leases,
+        (unsigned long long)c.lease_bytes, (unsigned long long)c.leases_total,
+        (unsigned long long)c.leases_expired, (unsigned long long)c.releases_unknown,
+        (unsigned long long)c.busy, (unsigned long long)c.rdma_bytes,
+        (unsigned long long)c.inline_bytes, (unsigned long long)c.registered_bytes);
+    return t;
+}
+
+#if !DSC_HAVE_VERBS_H
+
+int dsc_rdma_srv_create(const dsc_rdma_srv_options_t *options, dsc_store_t *store,
+                        dsc_rdma_srv_t **out) {
+    (void)store;
+    *out = NULL;
+    if (options->mode == DSC_RDMA_MODE_OFF)
+        return 0;
+    if (options->mode == DSC_RDMA_MODE_REQUIRED) {
+        LOG_ERROR("--rdma required: built without rdma-core headers (infiniband/verbs.h)");
+        return DSC_EUNAVAIL;
+    }
+    LOG_INFO("rdma: off (built without rdma-core headers); serving over TCP only");
+    return 0;
+}
+void dsc_rdma_srv_destroy(dsc_rdma_srv_t *rs) {
+    free(rs);
+}
+void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
+                          size_t len) {
+    (void)body;
+    (void)len;
+    dsc__server_count_request(srv, DSC_OP_RDMA_CONNECT, DSC_STATUS_UNSUPPORTED);
+    reply->ops->frame(reply, DSC_OP_RDMA_CONNECT, id, DSC_STATUS_UNSUPPORTED, "no RDMA", 7);
+}
+int dsc__rdma_release(dsc_server_t *srv, dsc_reply_t *reply, const dsc_rdma_get_req_t *req) {
+    (void)srv;
+    (void)reply;
+    (void)req;
+    return -1;
+}
+int dsc__rdma_over_bound(dsc_reply_t *reply, uint64_t bytes) {
+    (void)reply;
+    (void)bytes;
+    return 0;
+}
+int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_answer_t *answer,
+                        dsc_hold_t *hold) {
+    (void)srv;
+    (void)reply;
+    (void)answer;
+    (void)hold;
+    return DSC_EINVAL;
+}
+void dsc__rdma_on_close(dsc_server_t *srv, dsc_reply_t *reply) {
+    (void)srv;
+    (void)reply;
+}
+
+#else
+
+static void srv_free(dsc_rdma_srv_t *rs) {
+    if (rs->probe_mr)
+        rs->dev.v.dereg_mr(rs->probe_mr);
+    free(rs->probe);
+    for (uint32_t i = 0; i < rs->mr_count; i++)
+        if (rs->mrs[i])
+            rs->dev.v.dereg_mr(rs->mrs[i]);
+    free(rs->mrs);
+    if (rs->store)
+        dsc_store_set_pinned(rs->store, 0);
+    if (rs->cq)
+        rs->dev.v.destroy_cq(rs->cq);
+    dsc_rdma_dev_close(&rs->dev);
+    free(rs);
+}
+
+/* Registers the arena in pieces of at most max_mr_size (2 MiB multiples). */
+static int register_arena(dsc_rdma_srv_t *rs, char *why, size_t why_cap) {
+    uint64_t piece = rs->dev.max_mr_size ? rs->dev.max_mr_size : rs->capacity;
+    piece -= piece % DSC_STORE_ALIGN;
+    if (piece == 0 || piece > rs->capacity)
+        piece = rs->capacity;
+    rs->piece = piece;
+    uint32_t n = (uint32_t)((rs->capacity + piece - 1) / piece);
+    rs->mrs = calloc(n, sizeof *rs->mrs);
+    if (rs->mrs == NULL) {
+        snprintf(why, why_cap, "out of memory");
+        return DSC_ENOMEM;
+    }
+    dsc_store_set_pinned(rs->store, 1); /* before any page is pinned */
+    double t0 = now_s();
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t off = (uint64_t)i * piece;
+        uint64_t len = rs->capacity - off < piece ? rs->capacity - off : piece;
+        rs->mrs[i] = rs->dev.v.reg_mr(rs->dev.pd, rs->base + off, len,
+                                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+        if (rs->mrs[i] == NULL) {
+            snprintf(why, why_cap,
+                     "cannot register %llu bytes of the arena for RDMA: %s (raise "
+                     "RLIMIT_MEMLOCK to the store size or grant CAP_IPC_LOCK; 'dscache doctor "
+                     "--pin-bytes SIZE' checks it)",
+                     (unsigned long long)len, strerror(errno));
+            return DSC_EUNAVAIL;
+        }
+        rs->mr_count = i + 1;
+    }
+    rs->register_seconds = now_s() - t0;
+    rs->registered_bytes = rs->capacity;
+    return 0;
+}
+
+int dsc_rdma_srv_create(const dsc_rdma_srv_options_t *options, dsc_store_t *store,
+                        dsc_rdma_srv_t **out) {
+    *out = NULL;
+    if (options->mode == DSC_RDMA_MODE_OFF)
+        return 0;
+    dsc_rdma_srv_t *rs = calloc(1, sizeof *rs);
+    if (rs == NULL)
+        return DSC_ENOMEM;
+    rs->opt = *options;
+    if (rs->opt.lease_ttl_ms == 0)
+        rs->opt.lease_ttl_ms = DEFAULT_TTL_MS;
+    if (rs->opt.max_lease_bytes == 0)
+        rs->opt.max_lease_bytes = DEFAULT_MAX_LEASE_BYTES;
+    char why[DSC_VERBS_REASON_MAX + 128] = "";
+    int rc = dsc_rdma_dev_open(&rs->dev, why, sizeof why);
+    if (rc < 0) {
+        free(rs);
+        goto unavailable;
+    }
+    rs->cq = rs->dev.v.create_cq(rs->dev.ctx, 16, NULL, NULL, 0);
+    if (rs->cq == NULL) {
+        snprintf(why, sizeof why, "cannot create a completion queue on %s", rs->dev.name);
+        srv_free(rs);
+        goto unavailable;
+    }
+    rs->store = store;
+    rs->base = dsc_store_base(store);
+    rs->capacity = dsc_store_capacity(store);
+    if ((rc = register_arena(rs, why, sizeof why)) < 0) {
+        srv_free(rs);
+        goto unavailable;
+    }
+    rs->probe = aligned_alloc(PROBE_BYTES, PROBE_BYTES);
+    if (rs->probe != NULL) {
+        if (getrandom(rs->probe, PROBE_BYTES, 0) != (ssize_t)PROBE_BYTES)
+            for (uint32_t i = 0; i < PROBE_BYTES; i++)
+                rs->probe[i] = (uint8_t)(i * 131u + 7u);
+        rs->probe_sum = dsc_checksum(rs->probe, PROBE_BYTES);
+        rs->probe_mr = rs->dev.v.reg_mr(rs->dev.pd, rs->probe, PROBE_BYTES,
+                                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    }
+    if (rs->probe_mr == NULL) {
+        snprintf(why, sizeof why, "cannot register the probe page");
+        srv_free(rs);
+        goto unavailable;
+    }
+    char gid[64] = "-";
+    if (rs->dev.gid_index >= 0)
+        dsc_verbs_gid_format(rs->dev.gid, gid, sizeof gid);
+    double gib = (double)rs->capacity / (double)(UINT64_C(1) << 30);
+    LOG_INFO("rdma: on: device %s port %u (%s, MTU %u, GID %s), arena %llu bytes registered "
+             "for remote READ in %u region(s) in %.3f ms (%.3f ms per GiB; the registered arena is "
+             "pinned resident), lease TTL %u ms",
+             rs->dev.name, rs->dev.port,
+             rs->dev.link_layer == DSC_RDMA_LINK_ETHERNET ? "RoCE" : "InfiniBand",
+             dsc_verbs_mtu_bytes(rs->dev.mtu), gid, (unsigned long long)rs->capacity, rs->mr_count,
+             rs->register_seconds * 1e3, gib > 0 ? rs->register_seconds * 1e3 / gib : 0.0,
+             rs->opt.lease_ttl_ms);
+    *out = rs;
+    return 0;
+unavailable:
+    if (options->mode == DSC_RDMA_MODE_REQUIRED) {
+        LOG_ERROR("--rdma required but RDMA is unavailable: %s", why);
+        return DSC_EUNAVAIL;
+    }
+    LOG_INFO("rdma: off (%s); serving over TCP only", why);
+    return 0;
+}
+
+void dsc_rdma_srv_destroy(dsc_rdma_srv_t *rs) {
+    if (rs != NULL)
+        srv_free(rs);
+}
+
+/* ---- connections ------------------------------------------------------------------------- */
+
+typedef struct lease {
+    struct lease *next;
+    uint64_t id;
+    uint64_t deadline_ms; /* uv_now of the loop */
+    uint64_t bytes;
+    dsc_hold_t hold;
+} lease_t;
+
+typedef struct rconn {
+    uv_timer_t timer; /* first: its close callback frees the rconn */
+    dsc_rdma_srv_t *rs;
+    dsc_server_t *srv;
+    dsc_reply_t *reply;
+    struct ibv_qp *qp;
+    lease_t *head, *tail; /* in grant order, so deadlines ascend */
+    uint64_t next_id;
+    uint64_t bytes;
+} rconn_t;
+
+static void lease_drop(rconn_t *rc, lease_t *l) {
+    dsc_hold_release(rc->srv->cat, &l->hold);
+    rc->bytes -= l->bytes;
+    atomic_fetch_sub(&rc->rs->leases, 1);
+    atomic_fetch_sub(&rc->rs->lease_bytes, l->bytes);
+    free(l);
+}
+
+/* The QP first (after destroy returns the device reads nothing more for it), then the holds. */
+static void fence(rconn_t *rc) {
+    if (rc->qp != NULL) {
+        dsc_rdma_qp_fence(&rc->rs->dev, rc->qp);
+        rc->qp = NULL;
+        atomic_fetch_sub(&rc->rs->connections, 1);
+    }
+    while (rc->head) {
+        lease_t *l = rc->head;
+        rc->head = l->next;
+        lease_drop(rc, l);
+    }
+    rc->tail = NULL;
+}
+
+static void on_timer_closed(uv_handle_t *h) {
+    free(h->data);
+}
+
+static void on_lease_timer(uv_timer_t *t) {
+    rconn_t *rc = t->data;
+    if (rc->head == NULL || rc->head->deadline_ms > uv_now(t->loop))
+        return;
+    uint64_t expired = 0;
+    for (lease_t *l = rc->head; l; l = l->next)
+        if (l->deadline_ms <= uv_now(t->loop))
+            expired++;
+    atomic_fetch_add(&rc->rs->leases_expired, expired);
+    LOG_WARN("rdma: %llu lease(s) not released within %u ms: fencing the connection (queue "
+             "pair destroyed, then its holds dropped)",
+             (unsigned long long)expired, rc->rs->opt.lease_ttl_ms);
+    fence(rc);
+    uv_timer_stop(t);
+    dsc__server_count_request(rc->srv, DSC_OP_RDMA_GET, DSC_STATUS_UNAVAILABLE);
+    rc->reply->ops->fatal(rc->reply, DSC_OP_RDMA_GET, 0, DSC_STATUS_UNAVAILABLE,
+                          "RDMA lease expired: connection fenced");
+}
+
+static void connect_refuse(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, uint32_t status,
+                           const char *msg) {
+    dsc_rdma_srv_t *rs = srv->opt.rdma;
+    if (rs)
+        atomic_fetch_add(&rs->connect_failures, 1);
+    dsc__server_count_request(srv, DSC_OP_RDMA_CONNECT, status);
+    reply->ops->frame(reply, DSC_OP_RDMA_CONNECT, id, status, msg, strlen(msg));
+}
+
+void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
+                          size_t len) {
+    dsc_rdma_srv_t *rs = srv->opt.rdma;
+    if (rs == NULL) {
+        connect_refuse(srv, reply, id, DSC_STATUS_UNSUPPORTED, "RDMA is off on this server");
+        return;
+    }
+    if (reply->rdma != NULL) {
+        connect_refuse(srv, reply, id, DSC_STATUS_BAD_REQUEST,
+                       "a second RDMA_CONNECT on one connection");
+        return;
+    }
+    dsc_rdma_qp_info_t req;
+    if (dsc_rdma_connect_req_decode(body, len, &req) < 0) {
+        connect_refuse(srv, reply, id, DSC_STATUS_BAD_REQUEST, "malformed RDMA_CONNECT body");
+        return;
+    }
+    uint16_t version;
+    uint8_t mtu, rd;
+    if (dsc_rdma_connect_negotiate(&req, rs->dev.link_layer, rs->dev.mtu, rs->dev.max_rd_atomic,
+                                   &version, &mtu, &rd) < 0) {
+        connect_refuse(srv, reply, id, DSC_STATUS_UNAVAILABLE,
+                       "RDMA_CONNECT: link layer or values this server cannot use");
+        return;
+    }
+    rconn_t *rc = calloc(1, sizeof *rc);
+    if (rc == NULL) {
+        connect_refuse(srv, reply, id, DSC_STATUS_INTERNAL, "out of memory");
+        return;
+    }
+    rc->qp = dsc_rdma_qp_create(&rs->dev, rs->cq, SERVER_SEND_WR, IBV_ACCESS_REMOTE_READ);
+    if (rc->qp == NULL || dsc_rdma_qp_rtr(&rs->dev, rc->qp, &req, mtu, rd) < 0) {
+        if (rc->qp)
+            rs->dev.v.destroy_qp(rc->qp);
+        free(rc);
+        connect_refuse(srv, reply, id, DSC_STATUS_UNAVAILABLE,
+                       "RDMA_CONNECT: cannot bring a queue pair to RTR towards this client");
+        return;
+    }
+    dsc_rdma_connect_resp_t resp;
+    memset(&resp, 0, sizeof resp);
+    dsc_rdma_qp_describe(&rs->dev, rc->qp, dsc_rdma_random_psn(), rd, &resp.qp);
+    resp.qp.version = version;
+    resp.qp.mtu = mtu;
+    resp.lease_ttl_ms = rs->opt.lease_ttl_ms;
+    resp.max_lease_bytes = rs->opt.max_lease_bytes;
+    resp.probe = (dsc_rdma_desc_t){.addr = (uint64_t)(uintptr_t)rs->probe,
+                                   .rkey = rs->probe_mr->rkey,
+                                   .len = PROBE_BYTES,
+                                   .checksum = rs->probe_sum};
+    uint8_t out[256];
+    int n = dsc_rdma_connect_resp_encode(&resp, out, sizeof out);
+    if (n < 0) {
+        dsc_rdma_qp_fence(&rs->dev, rc->qp);
+        free(rc);
+        connect_refuse(srv, reply, id, DSC_STATUS_INTERNAL, "cannot encode RDMA_CONNECT");
+        return;
+    }
+    rc->rs = rs;
+    rc->srv = srv;
+    rc->reply = reply;
+    rc->next_id = 1;
+    uv_timer_init(reply->loop, &rc->timer);
+    rc->timer.data = rc;
+    uint64_t every = rs->opt.lease_ttl_ms / 4 ? rs->opt.lease_ttl_ms / 4 : 1;
+    uv_timer_start(&rc->timer, on_lease_timer, every, every);
+    reply->rdma = rc;
+    TSAN_RELEASE(rs->probe_mr);
+    atomic_fetch_add(&rs->connections, 1);
+    atomic_fetch_add(&rs->connections_total, 1);
+    dsc__server_count_request(srv, DSC_OP_RDMA_CONNECT, DSC_STATUS_OK);
+    reply->ops->frame(reply, DSC_OP_RDMA_CONNECT, id, DSC_STATUS_OK, out, (size_t)n);
+}
+
+int dsc__rdma_release(dsc_server_t *srv, dsc_reply_t *reply, const dsc_rdma_get_req_t *req) {
+    (void)srv;
+    rconn_t *rc = reply->rdma;
+    if (rc == NULL)
+        return -1;
+    for (uint16_t i = 0; i < req->release_count; i++) {
+        uint64_t id = dsc_rdma_get_req_release(req, i);
+        lease_t *prev = NULL, *l = rc->head;
+        while (l && l->id != id) {
+            prev = l;
+            l = l->next;
+        }
+        if (l == NULL) {
+            atomic_fetch_add(&rc->rs->releases_unknown, 1);
+            continue;
+        }
+        if (prev)
+            prev->next = l->next;
+        else
+            rc->head = l->next;
+        if (rc->tail == l)
+            rc->tail = prev;
+        lease_drop(rc, l);
+    }
+    return 0;
+}
+
+int dsc__rdma_over_bound(dsc_reply_t *reply, uint64_t bytes) {
+    rconn_t *rc = reply->rdma;
+    if (rc == NULL || rc->head == NULL)
+        return 0; /* one lease always fits */
+    if (rc->bytes + bytes > rc->rs->opt.max_lease_bytes) {
+        atomic_fetch_add(&rc->rs->busy, 1);
+        return 1;
+    }
+    return 0;
+}
+
+/* The MR holding [p, p + len), or NULL (outside the arena, or across two MRs). */
+static struct ibv_mr *mr_of(const dsc_rdma_srv_t *rs, const uint8_t *p, uint64_t len) {
+    if (p < rs->base || len == 0 || (uint64_t)(p - rs->base) > rs->capacity - len)
+        return NULL;
+    uint64_t off = (uint64_t)(p - rs->base);
+    uint64_t i = off / rs->piece;
+    if (i >= rs->mr_count || off + len > (i + 1) * rs->piece)
+        return NULL;
+    return rs->mrs[i];
+}
+
+int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_answer_t *answer,
+                        dsc_hold_t *hold) {
+    rconn_t *rc = reply->rdma;
+    if (rc == NULL)
+        return DSC_EINVAL;
+    dsc_rdma_srv_t *rs = rc->rs;
+    uint32_t count = answer->count;
+    int leased = hold->temp == NULL && rc->qp != NULL;
+    dsc_rdma_desc_t small[16];
+    dsc_rdma_desc_t *descs = count <= 16 ? small : malloc(count * sizeof *descs);
+    if (descs == NULL)
+        return DSC_ENOMEM;
+    for (uint32_t i = 0; i < count && leased; i++) {
+        const dsc_chunk_entry_t *e = &answer->entries[i];
+        const uint8_t *p = hold->data + e->offset;
+        struct ibv_mr *mr = mr_of(rs, p, e->stored_len);
+        if (mr == NULL) {
+            leased = 0;
+            break;
+        }
+        TSAN_RELEASE(mr);
+        descs[i] = (dsc_rdma_desc_t){.addr = (uint64_t)(uintptr_t)p,
+                                     .rkey = mr->rkey,
+                                     .len = e->stored_len,
+                                     .checksum = e->stored_checksum};
+    }
+    int rc_out = 0;
+    if (leased) {
+        lease_t *l = calloc(1, sizeof *l);
+        size_t cap = DSC_RDMA_GET_RESP_SIZE(count);
+        uint8_t *body = malloc(cap);
+        int n = (l && body) ? dsc_rdma_get_resp_encode(rc->next_id, rs->opt.lease_ttl_ms,
+                                                       answer->entries, descs, count, body, cap)
+                            : DSC_ENOMEM;
+        if (n < 0) {
+            free(l);
+            free(body);
+            rc_out = n;
+        } else {
+            l->id = rc->next_id++;
+            l->deadline_ms = uv_now(rc->timer.loop) + rs->opt.lease_ttl_ms;
+            l->bytes = answer->data_len;
+            l->hold = *hold;
+            memset(hold, 0, sizeof *hold);
+            if (rc->tail)
+                rc->tail->next = l;
+            else
+                rc->head = l;
+            rc->tail = l;
+            rc->bytes += l->bytes;
+            atomic_fetch_add(&rs->leases, 1);
+            atomic_fetch_add(&rs->leases_total, 1);
+            atomic_fetch_add(&rs->lease_bytes, l->bytes);
+            atomic_fetch_add(&rs->rdma_bytes, l->bytes);
+            reply->ops->frame(reply, DSC_OP_RDMA_GET, answer->request_id, DSC_STATUS_OK, body,
+                              (size_t)n);
+            free(body);
+        }
+    } else {
+        /* Not in registered memory (a read-through buffer): the bytes go inline. */
+        size_t prefix = DSC_RDMA_GET_RESP_INLINE_PREFIX(count);
+        if (prefix + answer->data_len > DSC_FRAME_MAX_BODY) {
+            if (descs != small)
+                free(descs);
+            return DSC_ETOOLARGE;
+        }
+        uint8_t *body = malloc(prefix + answer->data_len);
+        int n = body ? dsc_rdma_get_resp_inline_prefix_encode(answer->entries, count, body, prefix)
+                     : DSC_ENOMEM;
+        if (n < 0) {
+            free(body);
+            rc_out = n;
+        } else {
+            size_t pos = (size_t)n;
+            for (uint32_t i = 0; i < count; i++) {
+                memcpy(body + pos, hold->data + answer->entries[i].offset,
+                       answer->entries[i].stored_len);
+                pos += answer->entries[i].stored_len;
+            }
+            dsc_hold_release(srv->cat, hold);
+            atomic_fetch_add(&rs->inline_bytes, answer->data_len);
+            reply->ops->frame(reply, DSC_OP_RDMA_GET, answer->request_id, DSC_STATUS_OK, body, pos);
+            free(body);
+        }
+    }
+    if (descs != small)
+        free(descs);
+    return rc_out;
+}
+
+void dsc__rdma_on_close(dsc_server_t *srv, dsc_reply_t *reply) {
+    (void)srv;
+    rconn_t *rc = reply->rdma;
+    if (rc == NULL)
+        return;
+    reply->rdma = NULL;
+    fence(rc);
+    uv_timer_stop(&rc->timer);
+    uv_close((uv_handle_t *)&rc->timer, on_timer_closed);
+}
+
+#endif

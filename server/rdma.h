@@ -1,0 +1,78 @@
+/* The server's RDMA transport (PROTOCOL.md "RDMA"): the arena registered once for remote READ,
+ * one RC queue pair per TCP connection that asked for it (RDMA_CONNECT), and RDMA_GET answered
+ * with (address, rkey, length, checksum) descriptors under leases = the shard hold + a TTL.
+ * A lease that expires, or the connection closing, fences the connection: its QP is moved to ERR
+ * and destroyed first, then its holds are dropped. All per-connection work runs on the
+ * connection's event loop. */
+#ifndef DSC_SERVER_RDMA_H
+#define DSC_SERVER_RDMA_H
+
+#include "reply.h"
+#include "store.h"
+
+#include <stdint.h>
+
+typedef struct dsc_server dsc_server_t;
+typedef struct dsc_rdma_srv dsc_rdma_srv_t;
+
+typedef enum dsc_rdma_mode {
+    DSC_RDMA_MODE_OFF = 0,
+    DSC_RDMA_MODE_AUTO = 1,     /* RDMA when a device is usable, else TCP only (one INFO line) */
+    DSC_RDMA_MODE_REQUIRED = 2, /* no usable device is a start-up error */
+} dsc_rdma_mode_t;
+
+/* Parses "off" | "auto" | "required"; returns 0 or DSC_EINVAL. */
+int dsc_rdma_mode_parse(const char *text, dsc_rdma_mode_t *out);
+
+typedef struct dsc_rdma_srv_options {
+    dsc_rdma_mode_t mode;
+    uint32_t lease_ttl_ms;    /* 0: 10000 */
+    uint64_t max_lease_bytes; /* per connection; 0: 256 MiB */
+} dsc_rdma_srv_options_t;
+
+/* Opens the device and registers the whole arena of `store` (REMOTE_READ, split at the device's
+ * max_mr_size; the store is marked pinned first), logging the registration time. mode off, or
+ * auto without a usable device: returns 0 with *out NULL (auto logs one INFO line with the
+ * reason). required without one: logs an ERROR and returns DSC_EUNAVAIL. */
+int dsc_rdma_srv_create(const dsc_rdma_srv_options_t *options, dsc_store_t *store,
+                        dsc_rdma_srv_t **out);
+/* Deregisters and closes (after the server: no connection may be left). Takes NULL. */
+void dsc_rdma_srv_destroy(dsc_rdma_srv_t *rs);
+
+typedef struct dsc_rdma_counters {
+    uint64_t connections;       /* connections with a QP now */
+    uint64_t connections_total; /* RDMA_CONNECTs that succeeded */
+    uint64_t connect_failures;  /* RDMA_CONNECTs refused or failed */
+    uint64_t leases;            /* leases outstanding now */
+    uint64_t lease_bytes;       /* bytes under them */
+    uint64_t leases_total;      /* granted */
+    uint64_t leases_expired;    /* not released within the TTL (each fenced its connection) */
+    uint64_t releases_unknown;  /* released ids the connection did not hold */
+    uint64_t rdma_bytes;        /* chunk bytes granted for READ */
+    uint64_t inline_bytes;      /* chunk bytes of RDMA_GETs answered inline (read-through) */
+    uint64_t busy;              /* RDMA_GETs refused for max_lease_bytes */
+    uint64_t registered_bytes;
+    double register_seconds;
+} dsc_rdma_counters_t;
+void dsc_rdma_srv_counters(const dsc_rdma_srv_t *rs, dsc_rdma_counters_t *out);
+/* Prometheus text of the counters (malloc'd, caller frees; NULL when out of memory). */
+char *dsc_rdma_srv_metrics_text(const dsc_rdma_srv_t *rs);
+
+/* ---- hooks of the TCP connection (on its loop thread) -------------------------------------- */
+
+/* RDMA_CONNECT on reply's connection: creates the QP, brings it to RTR and answers. */
+void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
+                          size_t len);
+/* The lease ids of an RDMA_GET request: released now. Returns 0, or -1 when the connection has
+ * no RDMA state (the caller answers BAD_REQUEST). */
+int dsc__rdma_release(dsc_server_t *srv, dsc_reply_t *reply, const dsc_rdma_get_req_t *req);
+/* 1 when one more lease of `bytes` would exceed the connection's bound (answer BUSY). */
+int dsc__rdma_over_bound(dsc_reply_t *reply, uint64_t bytes);
+/* Answers an RDMA_GET out of a hold (reply.h's get() contract): descriptors under a new lease,
+ * or inline when the bytes are not in registered memory. */
+int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_answer_t *answer,
+                        dsc_hold_t *hold);
+/* The connection is closing: QP to ERR and destroyed, then every lease's hold dropped. */
+void dsc__rdma_on_close(dsc_server_t *srv, dsc_reply_t *reply);
+
+#endif
