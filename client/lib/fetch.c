@@ -245,7 +245,10 @@ static void io_loop(dsc_io_t *io) {
         }
         /* A connection left idle (a trainer evaluating, say) may have been closed by the
          * server's idle time-out: reopened at once, the peer not counted as failed. */
-        if (io->out_count == 0 && peer->queue.head != NULL && src->idle_closed &&
+        double now = dsc_now_s();
+        int report_due = src->report != NULL && io == &peer->io[0] &&
+                         loader->cfg.opt.report_seconds >= 0 && now >= io->report_due;
+        if (io->out_count == 0 && (peer->queue.head != NULL || report_due) && src->idle_closed &&
             src->idle_closed(io->conn)) {
             DSC_LOG(&loader->cfg.log, DSC_LOG_DEBUG,
                     "server %s closed the idle connection: reconnecting", peer->addr);
@@ -255,9 +258,7 @@ static void io_loop(dsc_io_t *io) {
         }
         /* Now and then, the job's stall and rate to the server (the peer's first I/O thread). */
         int rc = 0;
-        double now = dsc_now_s();
-        if (src->report != NULL && io == &peer->io[0] && loader->cfg.opt.report_seconds >= 0 &&
-            now >= io->report_due) {
+        if (report_due) {
             uint8_t body[DSC_REPORT_MAX_BODY];
             int len = dsc__diag_report_body(loader, now, body, sizeof body);
             io->report_due =

@@ -139,6 +139,12 @@ static void rc_wake(void *conn) {
 static void rc_close(void *conn) {
     dsc__source_tcp.close(conn);
 }
+static int rc_report(void *conn, uint64_t id, const uint8_t *body, size_t len) {
+    return dsc__source_tcp.report(conn, id, body, len);
+}
+static int rc_idle_closed(void *conn) {
+    return dsc__source_tcp.idle_closed(conn);
+}
 
 int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, char *why, size_t why_cap, char *device,
                     size_t device_cap) {
@@ -644,6 +650,8 @@ static int rc_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint32
             break;
         if ((rc = recv_body(c, h.body_len)) < 0)
             return rc;
+        if (h.opcode == DSC_OP_REPORT)
+            continue; /* a REPORT's answer (rc_report; same id bit): dropped, as over TCP */
         if (h.status != DSC_STATUS_OK) {
             DSC_LOG(env->log, DSC_LOG_WARN, "server %s: lease release refused: %s", addr,
                     dsc_status_name(h.status));
@@ -742,6 +750,25 @@ static int rc_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint32
     return 0;
 }
 
+/* REPORTs go over the control connection (or the TCP fallback); rc_complete drops their
+ * answers. */
+static int rc_report(void *conn, uint64_t id, const uint8_t *body, size_t len) {
+    rdma_conn_t *c = conn;
+    if (c->tcp)
+        return dsc__source_tcp.report(c->tcp, id, body, len);
+    return dsc_conn_send(c->conn, DSC_OP_REPORT, id, body, len);
+}
+
+/* The server closed the idle control connection: only a hang-up counts here, since answers to
+ * release-only RDMA_GETs may still be waiting to be read. */
+static int rc_idle_closed(void *conn) {
+    rdma_conn_t *c = conn;
+    if (c->tcp)
+        return dsc__source_tcp.idle_closed(c->tcp);
+    struct pollfd pfd = {.fd = dsc_conn_fd(c->conn), .events = POLLRDHUP};
+    return pfd.fd >= 0 && poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 static void rc_wake(void *conn) {
     rdma_conn_t *c = conn;
     if (c->tcp) {
@@ -826,6 +853,8 @@ const dsc_source_ops_t dsc__source_rdma = {
     .open = rc_open,
     .submit = rc_submit,
     .complete = rc_complete,
+    .report = rc_report,
+    .idle_closed = rc_idle_closed,
     .wake = rc_wake,
     .close = rc_close,
 };
