@@ -98,6 +98,7 @@ check dev "$k8s/overlays/dev" pass
 check production "$k8s/overlays/production" pass
 check production+servicemonitor "$work/with-servicemonitor" pass
 check production+ipc-lock "$work/with-ipc-lock" fail
+check rdma "$k8s/overlays/rdma" fail
 check ingest-job "$k8s/jobs/ingest" pass
 check trainer-example "$k8s/examples/trainer" pass
 exit $fail
