@@ -3,7 +3,10 @@
  * read gathered into one writev), back-pressure (reads pause while too many answer bytes or
  * loads are outstanding), closing and draining; and the TCP reply (reply.h): a GET answer is a
  * header + prefix buffer and buffers pointing at the shard bytes in the store, whose hold is
- * released when the write completes. Requests themselves are handled by dispatch.c. */
+ * released when the write completes. Requests themselves are handled by dispatch.c.
+ * Over 800 lines on purpose: reading, framing, the write queue, back-pressure, time-outs and the
+ * accept back-off share conn_t and its invariants; splitting would expose conn_t to other files.
+ */
 #include "rdma.h"
 #include "server_int.h"
 #include "srvlog.h"

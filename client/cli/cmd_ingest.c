@@ -1,5 +1,8 @@
 /* dscache ingest: turns a token file, .npy arrays or a synthetic generator into a dataset
- * directory (shard files + manifest.json), reading its input in bounded pieces. */
+ * directory (shard files + manifest.json), reading its input in bounded pieces.
+ * Just over 800 lines: the three inputs (tokens, .npy, synthetic) share one bounded writer loop
+ * and its progress report.
+ */
 #include "cli.h"
 #include "dsc_sys.h"
 #include "npy.h"
