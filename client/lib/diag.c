@@ -109,21 +109,12 @@ static void current(dsc_loader_t *loader, dsc_verdict_counters_t *c) {
 /* Decoded bytes two shuffle windows need, and the window that fits (as the create-time check in
  * loader.c computes them). */
 static void cache_figures(dsc_loader_t *loader, uint64_t *need, uint64_t *fit) {
-    const dsc_manifest_t *m = loader->cfg.manifest;
-    uint64_t chunk_max = 0;
-    for (uint32_t i = 0; i < m->shard_count; i++) {
-        uint64_t c = (uint64_t)m->shards[i].chunk_samples * loader->cfg.sample_bytes;
-        if (c > chunk_max)
-            chunk_max = c;
-    }
-    uint64_t window = loader->cfg.opt.shuffle ? loader->cfg.opt.shuffle_window : 0;
-    if (window > loader->cfg.samples)
-        window = loader->cfg.samples;
-    uint64_t per_step = (uint64_t)loader->cfg.opt.batch_size * loader->cfg.opt.world_size;
-    *need = 2 * ((window + per_step) * loader->cfg.sample_bytes + 2 * chunk_max);
-    uint64_t edge = 2 * (per_step * loader->cfg.sample_bytes + 2 * chunk_max);
+    dsc_cache_need_t c;
+    dsc__cache_need(loader, &c);
+    uint64_t edge = c.edge;
+    *need = c.need;
     *fit = loader->cfg.cache_bytes > edge
-               ? (loader->cfg.cache_bytes - edge) / 2 / loader->cfg.sample_bytes
+               ? (loader->cfg.cache_bytes - edge) / DSC__WINDOWS_HELD / loader->cfg.sample_bytes
                : 0;
 }
 

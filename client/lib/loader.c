@@ -225,7 +225,6 @@ static int start_threads(dsc_loader_t *loader) {
 
 /* Shuffle windows whose decoded chunks must be held at once for every chunk to be fetched once
  * per epoch (see check_cache_budget). */
-#define WINDOWS_HELD 2
 /* The default shuffle window holds at most 8192 samples and about this many bytes, so that the
  * default cache (two windows) stays near 256 MiB on any sample size. */
 #define AUTO_WINDOW_BYTES (64ull << 20)
@@ -243,32 +242,19 @@ static int start_threads(dsc_loader_t *loader) {
  * (the default) it is set to the larger of DEFAULT_CACHE_BYTES and that need instead. */
 static void check_cache_budget(dsc_loader_t *loader) {
     int automatic = loader->cfg.opt.cache_bytes == 0;
-    const dsc_manifest_t *m = loader->cfg.manifest;
-    uint64_t chunk_max = 0;
-    for (uint32_t i = 0; i < m->shard_count; i++) {
-        uint64_t c = (uint64_t)m->shards[i].chunk_samples * loader->cfg.sample_bytes;
-        if (c > chunk_max)
-            chunk_max = c;
-    }
-    uint64_t window = loader->cfg.opt.shuffle ? loader->cfg.opt.shuffle_window : 0;
-    if (window > loader->cfg.samples)
-        window = loader->cfg.samples;
-    /* The steps that finish a window reach up to one step's span (batch_size * world_size
-     * positions) past it. */
-    uint64_t per_step = (uint64_t)loader->cfg.opt.batch_size * loader->cfg.opt.world_size;
-    if (dsc__order_is_local(loader)) /* a rank's step spans its own batch only */
-        per_step = loader->cfg.opt.batch_size;
-    uint64_t need = WINDOWS_HELD * ((window + per_step) * loader->cfg.sample_bytes + 2 * chunk_max);
+    dsc_cache_need_t c;
+    dsc__cache_need(loader, &c);
+    uint64_t need = c.need, edge = c.edge;
     if (automatic) { /* the default: never refetch */
         loader->cfg.opt.cache_bytes = need > DEFAULT_CACHE_BYTES ? need : DEFAULT_CACHE_BYTES;
         return;
     }
     if (need <= loader->cfg.opt.cache_bytes)
         return;
-    uint64_t edge = WINDOWS_HELD * (per_step * loader->cfg.sample_bytes + 2 * chunk_max);
-    uint64_t fit = loader->cfg.opt.cache_bytes > edge ? (loader->cfg.opt.cache_bytes - edge) /
-                                                            WINDOWS_HELD / loader->cfg.sample_bytes
-                                                      : 0;
+    uint64_t fit =
+        loader->cfg.opt.cache_bytes > edge
+            ? (loader->cfg.opt.cache_bytes - edge) / DSC__WINDOWS_HELD / loader->cfg.sample_bytes
+            : 0;
     char lower[160] = "";
     if (loader->cfg.opt.shuffle && fit >= 1)
         snprintf(lower, sizeof lower, " or lower shuffle_window to %llu", (unsigned long long)fit);
@@ -277,9 +263,9 @@ static void check_cache_budget(dsc_loader_t *loader) {
             "samples (+ %llu of a step) of %llu bytes, each with 2 edge chunks of up to %llu "
             "bytes, need %llu bytes of decoded chunks at once, so chunks will be fetched several "
             "times per epoch (see the refetches statistic); raise cache_bytes to %llu%s",
-            (unsigned long long)loader->cfg.opt.cache_bytes, WINDOWS_HELD,
-            (unsigned long long)window, (unsigned long long)per_step,
-            (unsigned long long)loader->cfg.sample_bytes, (unsigned long long)chunk_max,
+            (unsigned long long)loader->cfg.opt.cache_bytes, DSC__WINDOWS_HELD,
+            (unsigned long long)c.window, (unsigned long long)c.per_step,
+            (unsigned long long)loader->cfg.sample_bytes, (unsigned long long)c.chunk_max,
             (unsigned long long)need, (unsigned long long)need, lower);
 }
 

@@ -273,6 +273,18 @@ static inline int dsc__order_is_local(const dsc_loader_t *loader) {
     return loader->cfg.opt.order != DSC_ORDER_GLOBAL;
 }
 
+/* Decoded bytes the planner holds at a window boundary: WINDOWS_HELD (2) windows plus the steps
+ * that finish one and two of the largest chunks each (*need); *edge is that figure without the
+ * windows, so (cache_bytes - edge) / 2 / sample_bytes is the window a cache fits. Used by the
+ * create-time check (loader.c) and the cache verdict (diag.c), so both read the same rule. */
+#define DSC__WINDOWS_HELD 2
+typedef struct dsc_cache_need {
+    uint64_t need, edge;       /* bytes, as above */
+    uint64_t window, per_step; /* samples: the shuffle window, one step's span past it */
+    uint64_t chunk_max;        /* bytes of the largest decoded chunk */
+} dsc_cache_need_t;
+void dsc__cache_need(const dsc_loader_t *loader, dsc_cache_need_t *out);
+
 /* Adds a received chunk's wire bytes to the epoch whose step first needed it. Under lock. */
 static inline void dsc__epoch_wire_add(dsc_loader_t *loader, uint64_t epoch, uint64_t bytes) {
     dsc_epoch_wire_t *e = &loader->stats.epoch_wire[epoch % DSC__EPOCH_RING];
