@@ -166,6 +166,8 @@ static int take_request(dsc_io_t *io, dsc_source_req_t *req) {
 static void timed_wait(dsc_loader_t *loader, double seconds) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
+    if (!(seconds > 0))
+        seconds = 0;
     uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)(seconds * 1e9);
     ts.tv_sec += (time_t)(ns / 1000000000u);
     ts.tv_nsec = (long)(ns % 1000000000u);
@@ -246,8 +248,10 @@ static void io_loop(dsc_io_t *io) {
         /* A connection left idle (a trainer evaluating, say) may have been closed by the
          * server's idle time-out: reopened at once, the peer not counted as failed. */
         double now = dsc_now_s();
-        int report_due = src->report != NULL && io == &peer->io[0] &&
-                         loader->cfg.opt.report_seconds >= 0 && now >= io->report_due;
+        /* The job's REPORT goes out from whichever of the peer's I/O threads is connected when
+         * it is due, so that it never waits on one thread that the work happened to skip. */
+        int reports = src->report != NULL && loader->cfg.opt.report_seconds >= 0;
+        int report_due = reports && now >= peer->report_due;
         if (io->out_count == 0 && (peer->queue.head != NULL || report_due) && src->idle_closed &&
             src->idle_closed(io->conn)) {
             DSC_LOG(&loader->cfg.log, DSC_LOG_DEBUG,
@@ -261,10 +265,10 @@ static void io_loop(dsc_io_t *io) {
         if (report_due) {
             uint8_t body[DSC_REPORT_MAX_BODY];
             int len = dsc__diag_report_body(loader, now, body, sizeof body);
-            io->report_due =
+            peer->report_due =
                 now + (loader->cfg.opt.report_seconds > 0 ? loader->cfg.opt.report_seconds
                                                           : DSC_DIAG_REPORT_S);
-            uint64_t id = DSC_SOURCE_REPORT_ID | io->report_seq++;
+            uint64_t id = DSC_SOURCE_REPORT_ID | peer->report_seq++;
             void *conn = io->conn;
             pthread_mutex_unlock(&loader->lock);
             if (len > 0)
@@ -290,7 +294,11 @@ static void io_loop(dsc_io_t *io) {
             continue;
         }
         if (io->out_count == 0) {
-            pthread_cond_wait(&loader->io_cv, &loader->lock);
+            /* Idle but connected: the job keeps reporting while the trainer computes. */
+            if (reports)
+                timed_wait(loader, peer->report_due - now);
+            else
+                pthread_cond_wait(&loader->io_cv, &loader->lock);
             continue;
         }
         pthread_mutex_unlock(&loader->lock);

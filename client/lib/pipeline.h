@@ -103,8 +103,6 @@ typedef struct dsc_io {
     uint64_t next_id;
     dsc_source_req_t out[IO_MAX_OUTSTANDING]; /* outstanding requests, unordered */
     uint32_t out_count;
-    double report_due; /* monotonic seconds: the next REPORT (the peer's first I/O thread) */
-    uint64_t report_seq;
 } dsc_io_t;
 
 /* One peer the loader reads from: a server, or the fallback files (index DSC__PEER_FALLBACK).
@@ -125,6 +123,8 @@ typedef struct dsc_peer {
     dsc_io_t *io;                   /* fetch.c: opt.connections of them */
     uint32_t io_count; /* fetch.c: I/O threads started: no chunk is routed to a peer without */
     int manifest_rc;   /* fetch.c: what its MANIFEST call gave at create (explained there) */
+    double report_due; /* fetch.c: monotonic seconds: the next REPORT (any connected I/O thread) */
+    uint64_t report_seq; /* fetch.c: low bits of the REPORT ids */
 } dsc_peer_t;
 
 /* A decode thread's own state, and that of next() when it assists. */

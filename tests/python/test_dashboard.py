@@ -37,16 +37,19 @@ for _ in range(200):
 addr = "127.0.0.1:" + open(port_file).read().strip()
 http = "127.0.0.1:" + open(http_file).read().strip()
 
+# Eight connections on a one-chunk dataset: most I/O threads never get work, and the job must
+# report all the same (any connected thread sends it), and go on reporting while idle.
 loader = dscache.Loader(servers=addr, dataset="dashds", batch_size=64, job="dashboard-check",
-                        report_seconds=0.2)
+                        report_seconds=0.2, connections=8)
 for _ in loader:
     pass
 time.sleep(0.5)
 for _ in loader:  # a second epoch: reports go out while it runs
     pass
 loader_text = loader.metrics_text()
-loader.close()
+time.sleep(0.8)  # the trainer "computes": no fetch, reports go on
 server_text = urllib.request.urlopen("http://%s/metrics" % http, timeout=10).read().decode()
+loader.close()
 
 
 def exported(text):
@@ -65,6 +68,10 @@ def exported(text):
 names = exported(server_text) | exported(loader_text)
 t.check("dscache_job_stall_fraction" in names, "the server exports the job stall")
 t.check('job="dashboard-check"' in server_text, "the reporting job is in /metrics")
+ages = [float(m) for m in re.findall(
+    r'^dscache_job_report_age_seconds\{job="dashboard-check"[^}]*\} (\S+)$', server_text, re.M)]
+t.check(ages and ages[0] < 0.6,
+        "an idle loader keeps reporting (report age %s s after 0.8 s idle)" % ages)
 t.check("dscache_loader_stall_fraction" in names, "the loader exports its stall")
 
 
