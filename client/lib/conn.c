@@ -444,6 +444,10 @@ int dsc_conn_fd(const dsc_conn_t *conn) {
     return conn ? conn->fd : -1;
 }
 
+size_t dsc_conn_buffered(const dsc_conn_t *conn) {
+    return conn ? conn->rlen - conn->rpos : 0;
+}
+
 void dsc_conn_shutdown(dsc_conn_t *conn) {
     if (conn != NULL && conn->fd >= 0)
         shutdown(conn->fd, SHUT_RDWR);

@@ -59,6 +59,9 @@ int dsc_conn_call(dsc_conn_t *conn, uint8_t opcode, const void *body, size_t bod
 /* The message of the last error response ("" if none). Owned by the connection. */
 const char *dsc_conn_last_error(const dsc_conn_t *conn);
 int dsc_conn_fd(const dsc_conn_t *conn);
+/* Bytes received and buffered but not yet read by dsc_conn_recv_*: when > 0, the next answer
+ * (or its start) is here although the socket may not poll readable. NULL: 0. */
+size_t dsc_conn_buffered(const dsc_conn_t *conn);
 /* Shuts the socket down both ways: a thread blocked in a send or receive on it returns with an
  * error. Safe from another thread; the connection must still be closed. NULL is a no-op. */
 void dsc_conn_shutdown(dsc_conn_t *conn);

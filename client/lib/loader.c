@@ -373,10 +373,6 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
         rc = DSC_EINVAL;
         goto fail;
     }
-    rc = dsc__rdma_client_open(loader->cfg.source_env.transport, &loader->cfg.log,
-                               &loader->cfg.source_env.rdma);
-    if (rc < 0)
-        goto fail;
     rc = DSC_ENOMEM;
     loader->net.peers = calloc(DSC_LOADER_MAX_PEERS + 1, sizeof(dsc_peer_t));
     if (loader->net.peers == NULL)
@@ -439,6 +435,13 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
         loader->cfg.opt.shuffle_window = (uint32_t)(w >= 8192 ? 8192 : w ? w : 1);
     }
     loader->cfg.source_env.manifest = m;
+    /* The RDMA slab is sized by the largest request, so after the manifest (fetched over TCP);
+     * registered before any I/O thread connects. */
+    rc = dsc__rdma_client_open(loader->cfg.source_env.transport,
+                               dsc__rdma_slab_bytes(m, loader->cfg.opt.inflight_bytes),
+                               &loader->cfg.log, &loader->cfg.source_env.rdma);
+    if (rc < 0)
+        goto fail;
     if (loader->net.peer_count > 0)
         dsc__view_learn_replicas(loader);
     else if (loader->cfg.opt.replicas == 0)

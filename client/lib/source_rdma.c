@@ -1,6 +1,7 @@
 /* Data source "rdma": chunks READ by RDMA straight out of a dscached arena. The TCP connection
  * stays the control channel (HELLO, RDMA_CONNECT, RDMA_GET with piggybacked lease releases);
- * each I/O thread owns one RC QP, one CQ with its completion channel and one registered slab.
+ * each I/O thread owns one RC QP and one CQ with its completion channel, and keeps several
+ * requests in READ on it, in regions of the loader's one registered slab (rdma_slab.c).
  * Any failure under transport auto keeps that connection on TCP (source_tcp.c), with a back-off
  * per server before RDMA is tried again.
  * Over 800 lines on purpose: the verbs path and the build without verbs headers share one ops
@@ -10,6 +11,7 @@
 #include "conn.h"
 #include "placement.h"
 #include "rdma_link.h"
+#include "rdma_slab.h"
 #include "util.h"
 
 #include <errno.h>
@@ -24,9 +26,10 @@
 #define INTERNAL_ID (UINT64_C(1) << 63) /* request ids of release-only RDMA_GETs */
 #define CQ_DEPTH 256
 #define SEND_WR 128
-#define BUSY_POLLS 2000 /* ibv_poll_cq tries before sleeping on the completion channel */
+#define BUSY_POLLS 2000      /* ibv_poll_cq tries before sleeping on the completion channel */
+#define ANSWER_POLL_EVERY 16 /* busy polls between looks at the control connection */
+#define MAX_PENDING 64       /* = dsc__source_rdma.max_outstanding */
 #define SLAB_MIN (UINT64_C(4) << 20)
-#define SLAB_ALIGN (UINT64_C(2) << 20)
 #define BACKOFF_FIRST_S 1.0
 #define BACKOFF_MAX_S 60.0
 
@@ -99,12 +102,31 @@ static int ep_manifest(void *endpoint, uint64_t view_hash, dsc_manifest_t **out,
 struct dsc_rdma_client {
     dsc_rdma_dev_t dev;
     dsc_transport_t transport;
+    dsc_rdma_slab_t slab; /* every connection READs into regions of it */
+    struct ibv_mr *mr;    /* the slab, registered once (LOCAL_WRITE) before any connection */
 };
+
+uint64_t dsc__rdma_slab_bytes(const dsc_manifest_t *manifest, uint64_t inflight_bytes) {
+    /* The largest request: DSC_SOURCE_MAX_MERGE chunks of the largest raw size (lz4 stores at
+     * most a little more than raw). */
+    uint64_t chunk = 0;
+    for (uint32_t i = 0; manifest != NULL && i < manifest->shard_count; i++) {
+        uint64_t b = (uint64_t)manifest->shards[i].chunk_samples * manifest->schema.sample_bytes;
+        if (b > chunk)
+            chunk = b;
+    }
+    uint64_t request = DSC_SOURCE_MAX_MERGE * (chunk + chunk / 255 + 64);
+    uint64_t want = inflight_bytes <= UINT64_MAX / 2 ? 2 * inflight_bytes : UINT64_MAX;
+    if (want < 2 * request)
+        want = 2 * request;
+    return want < SLAB_MIN ? SLAB_MIN : want;
+}
 
 #if !DSC_HAVE_VERBS_H
 
-int dsc__rdma_client_open(dsc_transport_t transport, const dsc_logger_t *log,
+int dsc__rdma_client_open(dsc_transport_t transport, uint64_t slab_bytes, const dsc_logger_t *log,
                           dsc_rdma_client_t **out) {
+    (void)slab_bytes;
     *out = NULL;
     if (transport == DSC_TRANSPORT_TCP)
         return 0;
@@ -161,12 +183,45 @@ int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, char *why, size_t why
 
 #else
 
-int dsc__rdma_client_open(dsc_transport_t transport, const dsc_logger_t *log,
+/* Maps and registers the slab once. Returns 0, or DSC_EUNAVAIL with the reason in why. */
+static int client_slab(dsc_rdma_client_t *r, uint64_t bytes, const dsc_logger_t *log, char *why,
+                       size_t why_cap) {
+    int rc = dsc__rdma_slab_init(&r->slab, bytes);
+    if (rc < 0) {
+        snprintf(why, why_cap, "cannot map a %.1f MiB RDMA slab: %s", (double)bytes / 1048576.0,
+                 dsc_strerror(rc));
+        return DSC_EUNAVAIL;
+    }
+    double t0 = dsc_now_s();
+    r->mr = r->dev.v.reg_mr(r->dev.pd, r->slab.base, r->slab.bytes, IBV_ACCESS_LOCAL_WRITE);
+    double ms = (dsc_now_s() - t0) * 1e3;
+    if (r->mr == NULL) {
+        int err = errno;
+        snprintf(why, why_cap,
+                 "cannot register the loader's %.1f MiB RDMA slab: %s; raise RLIMIT_MEMLOCK "
+                 "(ulimit -l; in a container --ulimit memlock=-1) or grant CAP_IPC_LOCK; "
+                 "'dscache doctor --pin-bytes %lluM' checks it",
+                 (double)r->slab.bytes / 1048576.0, strerror(err),
+                 (unsigned long long)((r->slab.bytes + 1048575) >> 20));
+        dsc__rdma_slab_close(&r->slab);
+        return DSC_EUNAVAIL;
+    }
+    DSC_LOG(log, DSC_LOG_INFO,
+            "rdma: loader slab of %.1f MiB (%s) registered once in %.3f ms on %s, shared by every "
+            "connection",
+            (double)r->slab.bytes / 1048576.0,
+            r->slab.hugetlb ? "2 MiB hugetlb pages"
+                            : "normal pages, transparent huge pages requested",
+            ms, r->dev.name);
+    return 0;
+}
+
+int dsc__rdma_client_open(dsc_transport_t transport, uint64_t slab_bytes, const dsc_logger_t *log,
                           dsc_rdma_client_t **out) {
     *out = NULL;
     if (transport == DSC_TRANSPORT_TCP)
         return 0;
-    char why[DSC_VERBS_REASON_MAX + 128] = "";
+    char why[DSC_VERBS_REASON_MAX + 256] = "";
     /* Trainers fork DataLoader workers: registered pages must not be shared copy-on-write,
      * unless the kernel copies DMA-pinned pages on fork itself (IBV_FORK_UNNEEDED). Before any
      * registration. */
@@ -181,13 +236,22 @@ int dsc__rdma_client_open(dsc_transport_t transport, const dsc_logger_t *log,
         return DSC_ENOMEM;
     r->transport = transport;
     int rc = dsc_rdma_dev_open(&r->dev, why, sizeof why);
+    int have_device = 0;
+    if (rc == 0) {
+        have_device = 1;
+        rc = client_slab(r, slab_bytes, log, why, sizeof why);
+        if (rc < 0)
+            dsc_rdma_dev_close(&r->dev);
+    }
     if (rc < 0) {
         free(r);
         if (transport == DSC_TRANSPORT_RDMA) {
             DSC_LOG(log, DSC_LOG_ERROR, "transport rdma: RDMA is unavailable here: %s", why);
             return DSC_EUNAVAIL;
         }
-        DSC_LOG(log, DSC_LOG_INFO, "transport auto: RDMA unavailable (%s); using TCP", why);
+        /* A device that cannot pin the slab is a setup to fix, not an absent device. */
+        DSC_LOG(log, have_device ? DSC_LOG_WARN : DSC_LOG_INFO,
+                "transport auto: RDMA unavailable (%s); using TCP", why);
         return 0;
     }
     *out = r;
@@ -197,73 +261,91 @@ int dsc__rdma_client_open(dsc_transport_t transport, const dsc_logger_t *log,
 void dsc__rdma_client_close(dsc_rdma_client_t *rdma) {
     if (rdma == NULL)
         return;
+    /* Every QP is gone (the caller's contract): nothing can write into the slab any more. */
+    if (rdma->mr)
+        rdma->dev.v.dereg_mr(rdma->mr);
+    dsc__rdma_slab_close(&rdma->slab);
     dsc_rdma_dev_close(&rdma->dev);
     free(rdma);
 }
 
 /* ---- one connection ----------------------------------------------------------------------- */
 
+/* A request answered with a lease: its READ chain waits for slab space (parked) or is posted. */
+typedef struct pending {
+    uint64_t id;
+    uint64_t lease_id;
+    dsc_rdma_slab_region_t region; /* blocks 0: none yet */
+    uint64_t total;                /* bytes READ */
+    uint32_t count;                /* chunks */
+    uint32_t nruns;                /* READ WRs: one per contiguous run */
+    dsc_rdma_desc_t runs[DSC_SOURCE_MAX_MERGE];
+    uint64_t run_off[DSC_SOURCE_MAX_MERGE];   /* in the region */
+    uint64_t chunk_off[DSC_SOURCE_MAX_MERGE]; /* in the region */
+    double answer_at;
+} pending_t;
+
+/* A request finished but not yet returned by rc_complete (which returns one per call). */
+typedef struct finished {
+    uint64_t id;
+    int rc; /* 0, or the request's own error (the server's status) */
+    uint64_t wire;
+    double answer_at;
+} finished_t;
+
 typedef struct rdma_conn {
     rdma_endpoint_t *ep;
     void *tcp;        /* a TCP source connection: every operation goes there (fallback) */
     dsc_conn_t *conn; /* RDMA: the control connection */
     dsc_rdma_dev_t *dev;
+    dsc_rdma_slab_t *slab; /* the loader's (env->rdma) */
+    struct ibv_mr *mr;     /* its registration */
     struct ibv_comp_channel *ch;
     struct ibv_cq *cq;
     struct ibv_qp *qp;
-    uint8_t *slab;
-    size_t slab_cap;
-    struct ibv_mr *mr;
     uint8_t *body;
     size_t body_cap;
     uint32_t lease_ttl_ms;
     uint16_t release_count;
     uint64_t release[DSC_RDMA_MAX_RELEASE];
     uint64_t next_internal;
+    /* Requests in READ, oldest first (RC completes a QP's WRs in order), as a ring. */
+    pending_t reading[MAX_PENDING];
+    uint32_t reading_head, reading_count;
+    uint32_t wr_posted; /* READ WRs posted and not completed (the send queue holds SEND_WR) */
+    pending_t parked;   /* the next answer, waiting for slab space or send-queue room */
+    int has_parked;
+    finished_t done[MAX_PENDING]; /* ring, in completion order */
+    uint32_t done_head, done_count;
+    double progress_at; /* the last completion (or the first post after none was reading) */
+    dsc_rdma_slab_region_t probe;
     atomic_int woken;
     int counted;
     uint64_t view_hash;
 } rdma_conn_t;
 
-static void slab_free(rdma_conn_t *c) {
-    if (c->mr)
-        c->dev->v.dereg_mr(c->mr);
-    if (c->slab)
-        munmap(c->slab, c->slab_cap);
-    c->mr = NULL;
-    c->slab = NULL;
-    c->slab_cap = 0;
+static double timeout_s(const rdma_conn_t *c) {
+    uint32_t ms = c->ep->env->timeout_ms;
+    return (ms ? ms : 5000) / 1000.0;
 }
 
-/* A registered slab of at least `bytes` (hugepage-backed where THP allows), registered once
- * and only replaced when a request needs more. The QP must have no READ outstanding. */
-static int slab_reserve(rdma_conn_t *c, uint64_t bytes) {
-    if (bytes <= c->slab_cap)
-        return 0;
-    slab_free(c);
-    size_t cap = (size_t)((bytes + SLAB_ALIGN - 1) / SLAB_ALIGN * SLAB_ALIGN);
-    void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return DSC_ENOMEM;
-#ifdef MADV_HUGEPAGE
-    madvise(p, cap, MADV_HUGEPAGE);
-#endif
-    c->mr = c->dev->v.reg_mr(c->dev->pd, p, cap, IBV_ACCESS_LOCAL_WRITE);
-    if (c->mr == NULL) {
-        munmap(p, cap);
-        return DSC_EUNAVAIL;
-    }
-    c->slab = p;
-    c->slab_cap = cap;
-    return 0;
-}
-
-/* QP first (no more DMA into the slab after destroy), then the slab and the rest. */
+/* QP first (once ibv_destroy_qp returns nothing lands in the slab any more), then the slab
+ * regions this connection held, then the rest. Leases die with the control connection. */
 static void rdma_teardown(rdma_conn_t *c) {
     if (c->qp)
         dsc_rdma_qp_fence(c->dev, c->qp);
     c->qp = NULL;
-    slab_free(c);
+    if (c->slab != NULL) {
+        for (uint32_t i = 0; i < c->reading_count; i++)
+            dsc__rdma_slab_free(c->slab, &c->reading[(c->reading_head + i) % MAX_PENDING].region);
+        dsc__rdma_slab_free(c->slab, &c->parked.region);
+        dsc__rdma_slab_free(c->slab, &c->probe);
+    }
+    c->reading_count = c->reading_head = 0;
+    c->has_parked = 0;
+    c->done_count = c->done_head = 0;
+    c->wr_posted = 0;
+    c->release_count = 0;
     /* Events of an arming whose completion was polled before it fired: acknowledged, or the CQ
      * could not be destroyed. */
     while (c->ch && c->cq) {
@@ -287,58 +369,19 @@ static void rdma_teardown(rdma_conn_t *c) {
     c->body_cap = 0;
 }
 
-/* Waits for one completion. Busy-polls first, then arms the CQ and sleeps on the completion
- * channel's fd (and the TCP fd for a peer that goes away). Returns 0 (wc filled), or
- * DSC_ETIMEDOUT / DSC_ECLOSED (woken, or the server closed the connection). */
-static int wait_cqe(rdma_conn_t *c, struct ibv_wc *wc) {
-    uint32_t timeout_ms = c->ep->env->timeout_ms;
-    double deadline = dsc_now_s() + (timeout_ms ? timeout_ms : 5000) / 1000.0;
-    for (int i = 0; i < BUSY_POLLS; i++) {
-        int n = ibv_poll_cq(c->cq, 1, wc);
-        if (n != 0)
-            return n < 0 ? DSC_EIO : 0;
-    }
-    for (;;) {
-        if (ibv_req_notify_cq(c->cq, 0) != 0)
-            return DSC_EIO;
-        int n = ibv_poll_cq(c->cq, 1, wc); /* one that arrived before the arming */
-        if (n != 0)
-            return n < 0 ? DSC_EIO : 0;
-        if (atomic_load(&c->woken))
-            return DSC_ECLOSED;
-        double left = deadline - dsc_now_s();
-        if (left <= 0)
-            return DSC_ETIMEDOUT;
-        struct pollfd fds[2] = {{.fd = c->ch->fd, .events = POLLIN},
-                                {.fd = dsc_conn_fd(c->conn), .events = POLLRDHUP}};
-        int wait = left * 1000 > 100 ? 100 : (int)(left * 1000) + 1;
-        int r = poll(fds, 2, wait);
-        if (r < 0 && errno != EINTR)
-            return DSC_EIO;
-        if (r > 0 && (fds[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
-            return DSC_ECLOSED;
-        if (r > 0 && (fds[0].revents & POLLIN)) {
-            struct ibv_cq *ev_cq;
-            void *ev_ctx;
-            if (c->dev->v.get_cq_event(c->ch, &ev_cq, &ev_ctx) == 0)
-                c->dev->v.ack_cq_events(ev_cq, 1);
-        }
-    }
-}
-
-/* Posts READs of n (remote addr, rkey, len) runs into the slab at offsets[i] as one chain,
- * only the last signalled, and waits for it. Returns 0, or an error after which the QP is in
- * ERR (the connection is closed by the caller). */
-static int read_runs(rdma_conn_t *c, const dsc_rdma_desc_t *runs, const uint64_t *offsets,
-                     uint32_t n, const char **what) {
+/* Posts READs of n (remote addr, rkey, len) runs into the slab at offsets[i] as one chain, every
+ * WR carrying wr_id, only the last signalled. Returns 0 or DSC_EIO (after which the QP cannot be
+ * trusted: unsignalled WRs of a partly posted chain are untracked; the caller tears it down). */
+static int post_chain(rdma_conn_t *c, const dsc_rdma_desc_t *runs, const uint64_t *offsets,
+                      uint32_t n, uint64_t wr_id) {
     struct ibv_sge sge[DSC_SOURCE_MAX_MERGE];
     struct ibv_send_wr wr[DSC_SOURCE_MAX_MERGE];
     memset(wr, 0, n * sizeof *wr);
     for (uint32_t i = 0; i < n; i++) {
-        sge[i] = (struct ibv_sge){.addr = (uint64_t)(uintptr_t)(c->slab + offsets[i]),
+        sge[i] = (struct ibv_sge){.addr = (uint64_t)(uintptr_t)(c->slab->base + offsets[i]),
                                   .length = runs[i].len,
                                   .lkey = c->mr->lkey};
-        wr[i].wr_id = i;
+        wr[i].wr_id = wr_id;
         wr[i].sg_list = &sge[i];
         wr[i].num_sge = 1;
         wr[i].opcode = IBV_WR_RDMA_READ;
@@ -348,15 +391,53 @@ static int read_runs(rdma_conn_t *c, const dsc_rdma_desc_t *runs, const uint64_t
         wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
     }
     struct ibv_send_wr *bad = NULL;
-    if (ibv_post_send(c->qp, wr, &bad) != 0) {
+    return ibv_post_send(c->qp, wr, &bad) != 0 ? DSC_EIO : 0;
+}
+
+/* The probe READ: one chain, waited for alone (nothing else is in READ yet). Busy-polls first,
+ * then arms the CQ and sleeps on the completion channel's fd (and the TCP fd for a peer that goes
+ * away). Returns 0, or an error with *what. */
+static int probe_read(rdma_conn_t *c, const dsc_rdma_desc_t *run, uint64_t offset,
+                      const char **what) {
+    if (post_chain(c, run, &offset, 1, 0) < 0) {
         *what = "ibv_post_send failed";
         return DSC_EIO;
     }
+    double deadline = dsc_now_s() + timeout_s(c);
     struct ibv_wc wc;
-    int rc = wait_cqe(c, &wc);
-    if (rc < 0) {
-        *what = rc == DSC_ETIMEDOUT ? "no completion in time" : "connection closed mid-READ";
-        return rc;
+    int n = 0;
+    for (int i = 0; i < BUSY_POLLS && n == 0; i++)
+        n = ibv_poll_cq(c->cq, 1, &wc);
+    while (n == 0) {
+        if (ibv_req_notify_cq(c->cq, 0) != 0) {
+            n = -1;
+            break;
+        }
+        n = ibv_poll_cq(c->cq, 1, &wc); /* one that arrived before the arming */
+        if (n != 0)
+            break;
+        double left = deadline - dsc_now_s();
+        if (atomic_load(&c->woken) || left <= 0) {
+            *what = left <= 0 ? "no completion in time" : "closed";
+            return left <= 0 ? DSC_ETIMEDOUT : DSC_ECLOSED;
+        }
+        struct pollfd fds[2] = {{.fd = c->ch->fd, .events = POLLIN},
+                                {.fd = dsc_conn_fd(c->conn), .events = POLLRDHUP}};
+        int r = poll(fds, 2, left * 1000 > 100 ? 100 : (int)(left * 1000) + 1);
+        if (r > 0 && (fds[1].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+            *what = "connection closed mid-READ";
+            return DSC_ECLOSED;
+        }
+        if (r > 0 && (fds[0].revents & POLLIN)) {
+            struct ibv_cq *ev_cq;
+            void *ev_ctx;
+            if (c->dev->v.get_cq_event(c->ch, &ev_cq, &ev_ctx) == 0)
+                c->dev->v.ack_cq_events(ev_cq, 1);
+        }
+    }
+    if (n < 0) {
+        *what = "ibv_poll_cq failed";
+        return DSC_EIO;
     }
     if (wc.status != IBV_WC_SUCCESS) {
         *what = c->dev->v.wc_status_str(wc.status);
@@ -371,6 +452,8 @@ static int try_rdma(rdma_conn_t *c, uint64_t view_hash, uint64_t *hello_hash, ch
     rdma_endpoint_t *ep = c->ep;
     const dsc_source_env_t *env = ep->env;
     c->dev = &env->rdma->dev;
+    c->slab = &env->rdma->slab;
+    c->mr = env->rdma->mr;
     int rc = dsc_conn_open_addr_auth(ep->addr, env->timeout_ms, view_hash, env->cred, &c->conn);
     if (rc < 0) {
         snprintf(why, why_cap, "%s", dsc_strerror(rc));
@@ -418,32 +501,16 @@ static int try_rdma(rdma_conn_t *c, uint64_t view_hash, uint64_t *hello_hash, ch
         snprintf(why, why_cap, "cannot bring the queue pair to RTS: %s", strerror(-rc));
         return DSC_EUNAVAIL;
     }
-    uint64_t want = SLAB_MIN;
-    if (env->manifest != NULL) {
-        /* The largest request: DSC_SOURCE_MAX_MERGE chunks of the largest raw size (lz4
-         * stores at most a little more than raw). */
-        uint64_t chunk = 0;
-        for (uint32_t i = 0; i < env->manifest->shard_count; i++) {
-            uint64_t b = (uint64_t)env->manifest->shards[i].chunk_samples *
-                         env->manifest->schema.sample_bytes;
-            if (b > chunk)
-                chunk = b;
-        }
-        uint64_t need = DSC_SOURCE_MAX_MERGE * (chunk + chunk / 255 + 64);
-        if (need > want)
-            want = need;
-    }
-    if ((rc = slab_reserve(c, want)) < 0) {
-        snprintf(why, why_cap,
-                 "cannot register a %llu-byte slab: %s (raise RLIMIT_MEMLOCK or grant "
-                 "CAP_IPC_LOCK; 'dscache doctor' checks it)",
-                 (unsigned long long)want, strerror(errno));
+    /* The probe READ, into a region of the loader's slab (this connection holds none yet):
+     * only bytes that arrive intact prove the path. */
+    rc = dsc__rdma_slab_alloc_wait(c->slab, resp.probe.len, dsc_now_s() + timeout_s(c), &c->woken,
+                                   &c->probe);
+    if (rc < 0) {
+        snprintf(why, why_cap, "no room in the RDMA slab for the probe READ: %s", dsc_strerror(rc));
         return DSC_EUNAVAIL;
     }
-    /* The probe READ: only bytes that arrive intact prove the path. */
-    uint64_t zero = 0;
     const char *what = "";
-    rc = read_runs(c, &resp.probe, &zero, 1, &what);
+    rc = probe_read(c, &resp.probe, c->probe.offset, &what);
     if (rc < 0) {
         snprintf(why, why_cap,
                  "the probe READ failed (%s): check routing, GID and PFC "
@@ -451,10 +518,11 @@ static int try_rdma(rdma_conn_t *c, uint64_t view_hash, uint64_t *hello_hash, ch
                  what);
         return DSC_EUNAVAIL;
     }
-    if (dsc_checksum(c->slab, resp.probe.len) != resp.probe.checksum) {
+    if (dsc_checksum(c->slab->base + c->probe.offset, resp.probe.len) != resp.probe.checksum) {
         snprintf(why, why_cap, "the probe READ returned other bytes than the server's");
         return DSC_EUNAVAIL;
     }
+    dsc__rdma_slab_free(c->slab, &c->probe); /* its READ has completed */
     return 0;
 }
 
@@ -592,30 +660,79 @@ static int take_chunk(rdma_conn_t *c, dsc_chunk_ent_t *ent, const dsc_chunk_entr
     return 0;
 }
 
-/* A READ failed (error completion, lost completion, peer gone): the QP is destroyed (no DMA into
- * the slab afterwards) and the control connection closed, which drops this connection's leases
- * on the server. Under transport auto the connection continues over TCP: every outstanding
- * request is sent again as a GET on a new TCP connection and answered there, so each chunk
- * still arrives exactly once; when that fails too (the server is gone), or under transport
- * rdma, it is a connection error and the loader moves the chunks to another replica. */
-static int read_failed(rdma_conn_t *c, dsc_source_req_t *out, uint32_t count, dsc_source_req_t *req,
-                       uint32_t *index, int *conn_bad, uint64_t *wire, const char *what, int rc) {
+/* The outstanding request with this id, or -1. */
+static int64_t find_req(const dsc_source_req_t *out, uint32_t count, uint64_t id) {
+    for (uint32_t i = 0; i < count; i++)
+        if (out[i].id == id)
+            return i;
+    return -1;
+}
+
+/* 1 when the request already has its answer (parked, in READ or finished). */
+static int answered(const rdma_conn_t *c, uint64_t id) {
+    if (c->has_parked && c->parked.id == id)
+        return 1;
+    for (uint32_t i = 0; i < c->reading_count; i++)
+        if (c->reading[(c->reading_head + i) % MAX_PENDING].id == id)
+            return 1;
+    for (uint32_t i = 0; i < c->done_count; i++)
+        if (c->done[(c->done_head + i) % MAX_PENDING].id == id)
+            return 1;
+    return 0;
+}
+
+/* Each request is in one place at a time (unanswered, parked, in READ, finished) and at most
+ * MAX_PENDING are outstanding, so the ring has room. */
+static void finish(rdma_conn_t *c, uint64_t id, int rc, uint64_t wire, double answer_at) {
+    c->done[(c->done_head + c->done_count++) % MAX_PENDING] =
+        (finished_t){.id = id, .rc = rc, .wire = wire, .answer_at = answer_at};
+}
+
+/* Queues a lease for release (only once its READ has completed); a full list goes out now.
+ * Returns 0 or a connection error. */
+static int release_lease(rdma_conn_t *c, uint64_t lease_id) {
+    c->release[c->release_count++] = lease_id;
+    return c->release_count == DSC_RDMA_MAX_RELEASE ? flush_releases(c) : 0;
+}
+
+/* A READ failed (an error completion, a lost completion, none in time, the server gone mid-READ,
+ * a failed post, no slab space in time): the QP is destroyed first (nothing lands in the slab
+ * afterwards), then this connection's slab regions are freed and the control connection closed,
+ * which drops its leases on the server. Every outstanding request, whatever its state
+ * (unanswered, in READ, finished but not yet returned), gives its chunks' buffers back and is
+ * asked again: under transport auto as a GET on a new TCP connection, so each chunk still
+ * arrives exactly once; when that fails too (the server is gone), or under transport rdma, it
+ * is a connection error and the loader moves the chunks to another replica. */
+static int read_failed(rdma_conn_t *c, dsc_source_req_t *out, uint32_t count, uint32_t *index,
+                       int *conn_bad, uint64_t *wire, const char *what, int rc) {
     const dsc_source_env_t *env = c->ep->env;
     int required = env->transport == DSC_TRANSPORT_RDMA;
     count_add(&env->counters->rdma_errors, 1);
-    DSC_LOG(env->log, DSC_LOG_WARN,
-            "server %s: RDMA READ of shard %u chunk %u (of %u) failed: %s; this connection "
-            "continues over %s",
-            c->ep->addr, req->chunks[0]->shard, req->chunks[0]->shard_chunk, req->count, what,
-            required ? "nothing (transport rdma): the chunks move to another connection" : "TCP");
+    const pending_t *first = c->reading_count ? &c->reading[c->reading_head]
+                             : c->has_parked  ? &c->parked
+                                              : NULL;
+    int64_t k = first ? find_req(out, count, first->id) : -1;
+    const char *next =
+        required ? "nothing (transport rdma): the chunks move to another connection" : "TCP";
+    if (k >= 0)
+        DSC_LOG(env->log, DSC_LOG_WARN,
+                "server %s: RDMA READ of shard %u chunk %u (of %u) failed: %s (%u request(s) in "
+                "READ on this connection); this connection continues over %s",
+                c->ep->addr, out[k].chunks[0]->shard, out[k].chunks[0]->shard_chunk, out[k].count,
+                what, c->reading_count, next);
+    else
+        DSC_LOG(env->log, DSC_LOG_WARN,
+                "server %s: RDMA READ failed: %s; this connection continues over %s", c->ep->addr,
+                what, next);
     backoff_failed(c->ep, 0);
-    for (uint32_t i = 0; i < req->count; i++) {
-        dsc_chunk_ent_t *ent = req->chunks[i];
-        dsc__bufpool_put(env->pool, ent->stored, ent->stored_cap);
-        ent->stored = NULL;
-        ent->stored_cap = 0;
-    }
     rdma_teardown(c);
+    for (uint32_t r = 0; r < count; r++)
+        for (uint32_t i = 0; i < out[r].count; i++) {
+            dsc_chunk_ent_t *ent = out[r].chunks[i];
+            dsc__bufpool_put(env->pool, ent->stored, ent->stored_cap);
+            ent->stored = NULL;
+            ent->stored_cap = 0;
+        }
     count_add(&env->counters->rdma_connections, -1);
     c->counted = 0;
     *conn_bad = 1;
@@ -629,62 +746,104 @@ static int read_failed(rdma_conn_t *c, dsc_source_req_t *out, uint32_t count, ds
     }
     count_add(&env->counters->tcp_connections, 1);
     count_add(&env->counters->rdma_fallbacks, 1);
-    for (uint32_t k = 0; k < count; k++)
-        if ((r = dsc__source_tcp.submit(c->tcp, &out[k])) < 0)
+    for (uint32_t q = 0; q < count; q++)
+        if ((r = dsc__source_tcp.submit(c->tcp, &out[q])) < 0)
             return r;
     return dsc__source_tcp.complete(c->tcp, out, count, index, conn_bad, wire);
 }
 
-static int rc_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint32_t *index,
-                       int *conn_bad, uint64_t *wire) {
-    rdma_conn_t *c = conn;
-    if (c->tcp)
-        return dsc__source_tcp.complete(c->tcp, out, count, index, conn_bad, wire);
+/* Takes what the CQ holds. A completion finishes the oldest request in READ (RC completes a QP's
+ * WRs in order): its chunks' bytes are copied out of the slab into their buffers, its region
+ * freed and its lease queued for release. Returns the number of requests finished; a READ
+ * failure (*what set); or a connection error (*what NULL). */
+static int reap(rdma_conn_t *c, dsc_source_req_t *out, uint32_t count, const char **what) {
+    const dsc_source_env_t *env = c->ep->env;
+    struct ibv_wc wc[16];
+    int n = ibv_poll_cq(c->cq, 16, wc);
+    if (n < 0) {
+        *what = "ibv_poll_cq failed";
+        return DSC_EIO;
+    }
+    int finished = 0;
+    for (int i = 0; i < n; i++) {
+        if (wc[i].status != IBV_WC_SUCCESS) {
+            *what = c->dev->v.wc_status_str(wc[i].status);
+            return DSC_EIO;
+        }
+        pending_t *p = &c->reading[c->reading_head];
+        int64_t k = c->reading_count ? find_req(out, count, p->id) : -1;
+        if (k < 0 || wc[i].wr_id != p->id) {
+            /* Only the oldest request's chain can complete next: another completion means
+             * one was lost. */
+            *what = "a completion was lost (a later request's arrived first)";
+            return DSC_EIO;
+        }
+        for (uint32_t j = 0; j < out[k].count; j++) {
+            dsc_chunk_ent_t *ent = out[k].chunks[j];
+            memcpy(ent->stored, c->slab->base + p->region.offset + p->chunk_off[j],
+                   ent->entry.stored_len);
+        }
+        dsc__rdma_slab_free(c->slab, &p->region);
+        c->wr_posted -= p->nruns;
+        count_add(&env->counters->rdma_bytes, (int64_t)p->total);
+        finish(c, p->id, 0, p->total, p->answer_at);
+        uint64_t lease = p->lease_id;
+        c->reading_head = (c->reading_head + 1) % MAX_PENDING;
+        c->reading_count--;
+        c->progress_at = dsc_now_s();
+        finished++;
+        int rc = release_lease(c, lease);
+        if (rc < 0) {
+            *what = NULL;
+            return rc;
+        }
+    }
+    return finished;
+}
+
+/* Reads one answer from the control connection, waiting for it: an internal one is dropped; a
+ * refusal or an inline answer finishes its request; a leased one is parked for its READ (its
+ * chunks get their buffers now). Returns 0 or a connection error. */
+static int read_answer(rdma_conn_t *c, dsc_source_req_t *out, uint32_t count) {
     const dsc_source_env_t *env = c->ep->env;
     const char *addr = c->ep->addr;
-    *conn_bad = 1;
     dsc_frame_header_t h;
-    int rc;
-    for (;;) {
-        rc = dsc_conn_recv_header(c->conn, &h);
-        if (rc < 0)
-            return rc;
-        if (!(h.request_id & INTERNAL_ID))
-            break;
+    int rc = dsc_conn_recv_header(c->conn, &h);
+    if (rc < 0)
+        return rc;
+    double at = dsc_now_s();
+    if (h.request_id & INTERNAL_ID) {
         if ((rc = recv_body(c, h.body_len)) < 0)
             return rc;
         if (h.opcode == DSC_OP_REPORT)
-            continue; /* a REPORT's answer (rc_report; same id bit): dropped, as over TCP */
+            return 0; /* a REPORT's answer (rc_report; same id bit): dropped, as over TCP */
         if (h.status != DSC_STATUS_OK) {
             DSC_LOG(env->log, DSC_LOG_WARN, "server %s: lease release refused: %s", addr,
                     dsc_status_name(h.status));
             return DSC_EPROTO;
         }
+        return 0;
     }
-    dsc_source_req_t *req = NULL;
-    for (uint32_t i = 0; i < count; i++)
-        if (out[i].id == h.request_id) {
-            req = &out[i];
-            *index = i;
-        }
-    if (req == NULL || (h.opcode != DSC_OP_RDMA_GET && h.opcode != DSC_OP_GET) ||
-        !(h.flags & DSC_FLAG_RESPONSE)) {
+    int64_t k = find_req(out, count, h.request_id);
+    if (k < 0 || answered(c, h.request_id) ||
+        (h.opcode != DSC_OP_RDMA_GET && h.opcode != DSC_OP_GET) || !(h.flags & DSC_FLAG_RESPONSE)) {
         DSC_LOG(env->log, DSC_LOG_ERROR,
                 "server %s: response to no outstanding request (id %llu, opcode %u)", addr,
                 (unsigned long long)h.request_id, h.opcode);
         return DSC_EPROTO;
     }
+    dsc_source_req_t *req = &out[k];
     if ((rc = recv_body(c, h.body_len)) < 0)
         return rc;
     if (h.status != DSC_STATUS_OK) {
-        *conn_bad = 0;
         rc = dsc_status_to_err(h.status);
         DSC_LOG(env->log, rc == DSC_EUNAVAIL || rc == DSC_ECORRUPT ? DSC_LOG_WARN : DSC_LOG_ERROR,
                 "server %s: RDMA_GET %s shard %u chunk %u (of %u): %s: %.*s", addr, env->dataset,
                 req->chunks[0]->shard, req->chunks[0]->shard_chunk, req->count,
                 dsc_status_name(h.status), (int)(h.body_len < 200 ? h.body_len : 200),
                 (const char *)c->body);
-        return rc;
+        finish(c, req->id, rc, 0, at);
+        return 0;
     }
     dsc_rdma_get_resp_t resp;
     if (h.body_len == 0 || dsc_rdma_get_resp_decode(c->body, h.body_len, &resp) < 0 ||
@@ -694,6 +853,7 @@ static int rc_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint32
         /* Bytes outside the server's registered memory (a read-through): as a GET. */
         dsc_get_resp_iter_t it;
         dsc_get_resp_iter_init(&it, &resp.inline_resp);
+        uint64_t wire = 0;
         for (uint32_t i = 0; i < req->count; i++) {
             dsc_chunk_entry_t e;
             const uint8_t *bytes;
@@ -702,16 +862,20 @@ static int rc_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint32
             if ((rc = take_chunk(c, req->chunks[i], &e, i)) < 0)
                 return rc;
             memcpy(req->chunks[i]->stored, bytes, e.stored_len);
-            *wire += e.stored_len;
+            wire += e.stored_len;
         }
-        *conn_bad = 0;
+        finish(c, req->id, 0, wire, at);
         return 0;
     }
     /* Leased: one READ per contiguous run of descriptors. */
-    dsc_rdma_desc_t runs[DSC_SOURCE_MAX_MERGE];
-    uint64_t run_off[DSC_SOURCE_MAX_MERGE], chunk_off[DSC_SOURCE_MAX_MERGE];
-    uint32_t nruns = 0;
-    uint64_t total = 0;
+    pending_t *p = &c->parked;
+    p->id = req->id;
+    p->lease_id = resp.lease_id;
+    p->region = (dsc_rdma_slab_region_t){0};
+    p->count = req->count;
+    p->nruns = 0;
+    p->total = 0;
+    p->answer_at = at;
     for (uint32_t i = 0; i < req->count; i++) {
         dsc_chunk_entry_t e;
         dsc_rdma_desc_t d;
@@ -719,38 +883,196 @@ static int rc_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint32
             return DSC_EPROTO;
         if ((rc = take_chunk(c, req->chunks[i], &e, i)) < 0)
             return rc;
-        chunk_off[i] = total;
-        dsc_rdma_desc_t *last = nruns ? &runs[nruns - 1] : NULL;
+        p->chunk_off[i] = p->total;
+        dsc_rdma_desc_t *last = p->nruns ? &p->runs[p->nruns - 1] : NULL;
         if (last && last->rkey == d.rkey && last->addr + last->len == d.addr &&
             (uint64_t)last->len + d.len <= UINT32_MAX) {
             last->len += d.len;
         } else {
-            runs[nruns] = d;
-            run_off[nruns++] = total;
+            p->runs[p->nruns] = d;
+            p->run_off[p->nruns++] = p->total;
         }
-        total += d.len;
+        p->total += d.len;
     }
-    if ((rc = slab_reserve(c, total)) < 0)
-        return rc;
-    const char *what = "";
-    rc = read_runs(c, runs, run_off, nruns, &what);
-    if (rc < 0)
-        return read_failed(c, out, count, req, index, conn_bad, wire, what, rc);
-    for (uint32_t i = 0; i < req->count; i++) {
-        dsc_chunk_ent_t *ent = req->chunks[i];
-        memcpy(ent->stored, c->slab + chunk_off[i], ent->entry.stored_len);
+    if (p->total == 0) { /* nothing to READ */
+        finish(c, p->id, 0, 0, at);
+        return release_lease(c, p->lease_id);
     }
-    *wire += total;
-    count_add(&env->counters->rdma_bytes, (int64_t)total);
-    /* The bytes are here: the lease goes back with the next request, or now when nothing else
-     * is outstanding (an idle connection must not let it expire). */
-    c->release[c->release_count++] = resp.lease_id;
-    if (count == 1 || c->release_count == DSC_RDMA_MAX_RELEASE) {
-        if ((rc = flush_releases(c)) < 0)
+    c->has_parked = 1;
+    return 0;
+}
+
+/* Gives the parked answer a slab region and posts its READ chain. A connection with READs
+ * outstanding only tries (what it holds frees as they complete, and callers holding nothing go
+ * first); one holding nothing waits for room, first come first served, up to the time-out.
+ * Returns 1 (posted), 0 (not now: completions first), or an error with *what. */
+static int place_parked(rdma_conn_t *c, const char **what) {
+    pending_t *p = &c->parked;
+    if (c->reading_count > 0 &&
+        (c->wr_posted + p->nruns > SEND_WR || c->reading_count == MAX_PENDING))
+        return 0;
+    if (p->region.blocks == 0) {
+        int rc = c->reading_count > 0
+                     ? dsc__rdma_slab_try_alloc(c->slab, p->total, &p->region)
+                     : dsc__rdma_slab_alloc_wait(c->slab, p->total, dsc_now_s() + timeout_s(c),
+                                                 &c->woken, &p->region);
+        if (rc == DSC_EAGAIN)
+            return 0;
+        if (rc < 0) {
+            *what = rc == DSC_ETIMEDOUT   ? "no room in the RDMA slab in time"
+                    : rc == DSC_ETOOLARGE ? "a request larger than the RDMA slab"
+                                          : "closed";
             return rc;
+        }
+    }
+    uint64_t off[DSC_SOURCE_MAX_MERGE];
+    for (uint32_t i = 0; i < p->nruns; i++)
+        off[i] = p->region.offset + p->run_off[i];
+    if (post_chain(c, p->runs, off, p->nruns, p->id) < 0) {
+        *what = "ibv_post_send failed"; /* the region stays parked: freed after the QP is gone */
+        return DSC_EIO;
+    }
+    if (c->reading_count == 0)
+        c->progress_at = dsc_now_s();
+    c->reading[(c->reading_head + c->reading_count++) % MAX_PENDING] = *p;
+    c->wr_posted += p->nruns;
+    p->region.blocks = 0; /* moved with it */
+    c->has_parked = 0;
+    return 1;
+}
+
+/* 1 when an answer (or its start) can be read without waiting: buffered, or, when look_at_fd,
+ * the socket polls readable (or hung up: reading it then reports why). */
+static int answer_waiting(rdma_conn_t *c, int look_at_fd) {
+    if (dsc_conn_buffered(c->conn) > 0)
+        return 1;
+    if (!look_at_fd)
+        return 0;
+    struct pollfd p = {.fd = dsc_conn_fd(c->conn), .events = POLLIN};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP | POLLERR));
+}
+
+/* READs are outstanding and nothing else can be done: busy-polls (the caller reaps and looks at
+ * the control connection between tries), then arms the CQ and sleeps on its completion channel's
+ * fd together with the TCP fd (an answer to post, or the server gone), 100 ms at most. Returns 0
+ * (look again), or an error: with *what a READ failure, without it a connection error. */
+static int wait_step(rdma_conn_t *c, dsc_source_req_t *out, uint32_t count, uint32_t *spins,
+                     const char **what) {
+    if (atomic_load(&c->woken)) {
+        *what = NULL;
+        return DSC_ECLOSED;
+    }
+    double deadline = c->progress_at + timeout_s(c);
+    if (*spins < BUSY_POLLS) {
+        if (++*spins % 64 == 0 && dsc_now_s() > deadline) {
+            *what = "no completion in time";
+            return DSC_ETIMEDOUT;
+        }
+        return 0;
+    }
+    if (ibv_req_notify_cq(c->cq, 0) != 0) {
+        *what = "ibv_req_notify_cq failed";
+        return DSC_EIO;
+    }
+    int r = reap(c, out, count, what); /* one that arrived before the arming */
+    if (r != 0) {
+        *spins = 0;
+        return r < 0 ? r : 0;
+    }
+    double left = deadline - dsc_now_s();
+    if (left <= 0) {
+        *what = "no completion in time";
+        return DSC_ETIMEDOUT;
+    }
+    struct pollfd fds[2] = {
+        {.fd = c->ch->fd, .events = POLLIN},
+        {.fd = dsc_conn_fd(c->conn), .events = POLLRDHUP | (c->has_parked ? 0 : POLLIN)}};
+    int n = poll(fds, 2, left * 1000 > 100 ? 100 : (int)(left * 1000) + 1);
+    if (n < 0 && errno != EINTR) {
+        *what = "poll failed";
+        return DSC_EIO;
+    }
+    if (n > 0 && (fds[1].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+        *what = "connection closed mid-READ";
+        return DSC_ECLOSED;
+    }
+    if (n > 0 && (fds[0].revents & POLLIN)) {
+        struct ibv_cq *ev_cq;
+        void *ev_ctx;
+        if (c->dev->v.get_cq_event(c->ch, &ev_cq, &ev_ctx) == 0)
+            c->dev->v.ack_cq_events(ev_cq, 1);
+    }
+    if (n > 0)
+        *spins = 0; /* something arrived: busy-poll again */
+    return 0;
+}
+
+/* Returns the oldest finished request. */
+static int return_finished(rdma_conn_t *c, dsc_source_req_t *out, uint32_t count, uint32_t *index,
+                           int *conn_bad, uint64_t *wire) {
+    finished_t f = c->done[c->done_head];
+    c->done_head = (c->done_head + 1) % MAX_PENDING;
+    c->done_count--;
+    int64_t k = find_req(out, count, f.id);
+    if (k < 0) {
+        DSC_LOG(c->ep->env->log, DSC_LOG_ERROR,
+                "server %s: finished request %llu is not outstanding", c->ep->addr,
+                (unsigned long long)f.id);
+        *conn_bad = 1;
+        return DSC_EPROTO;
+    }
+    *index = (uint32_t)k;
+    out[k].answer_at = f.answer_at;
+    *wire += f.wire;
+    /* The leases of completed READs go back with the next request, or now when nothing else is
+     * outstanding (an idle connection must not let them expire). */
+    if (count == 1 && c->release_count > 0) {
+        int rc = flush_releases(c);
+        if (rc < 0) {
+            *conn_bad = 1;
+            return rc;
+        }
     }
     *conn_bad = 0;
-    return 0;
+    return f.rc;
+}
+
+/* Keeps several requests in READ on the QP: reads the answers that are there, posts each one's
+ * READ chain into a slab region, and returns requests one per call in the order they finish. */
+static int rc_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint32_t *index,
+                       int *conn_bad, uint64_t *wire) {
+    rdma_conn_t *c = conn;
+    if (c->tcp)
+        return dsc__source_tcp.complete(c->tcp, out, count, index, conn_bad, wire);
+    *conn_bad = 1;
+    uint32_t spins = 0;
+    for (;;) {
+        if (c->done_count > 0)
+            return return_finished(c, out, count, index, conn_bad, wire);
+        const char *what = NULL;
+        int rc = 0;
+        if (c->reading_count > 0 && (rc = reap(c, out, count, &what)) > 0) {
+            spins = 0;
+            continue;
+        }
+        if (rc == 0 && !c->has_parked &&
+            (c->reading_count == 0 || answer_waiting(c, spins % ANSWER_POLL_EVERY == 0))) {
+            /* Nothing in READ: block on the control connection as a GET would. */
+            rc = read_answer(c, out, count);
+            if (rc == 0)
+                continue;
+            if (c->reading_count > 0 && rc != DSC_EPROTO && rc != DSC_ENOMEM)
+                what = "the control connection failed mid-READ";
+        } else if (rc == 0 && c->has_parked) {
+            if ((rc = place_parked(c, &what)) > 0)
+                continue;
+        }
+        if (rc == 0 && (rc = wait_step(c, out, count, &spins, &what)) == 0)
+            continue;
+        if (what == NULL || atomic_load(&c->woken))
+            return rc; /* a connection error, or the loader stops */
+        return read_failed(c, out, count, index, conn_bad, wire, what, rc);
+    }
 }
 
 /* REPORTs go over the control connection (or the TCP fallback); rc_complete drops their
@@ -815,7 +1137,7 @@ int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, char *why, size_t why
                             .timeout_ms = timeout_ms,
                             .transport = DSC_TRANSPORT_RDMA,
                             .counters = &counters};
-    int rc = dsc__rdma_client_open(DSC_TRANSPORT_RDMA, &log, &env.rdma);
+    int rc = dsc__rdma_client_open(DSC_TRANSPORT_RDMA, DSC_RDMA_SLAB_ALIGN, &log, &env.rdma);
     if (rc < 0) {
         snprintf(why, why_cap, "%s", last);
         return rc;
@@ -848,7 +1170,7 @@ int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, char *why, size_t why
 
 const dsc_source_ops_t dsc__source_rdma = {
     .name = "rdma",
-    .max_outstanding = 64,
+    .max_outstanding = MAX_PENDING,
     .peer_bounded = 1,
     .endpoint_open = ep_open,
     .endpoint_close = ep_close,

@@ -89,6 +89,7 @@ typedef struct fv_qp {
     uint32_t dest_qpn;
     uint32_t peer_pid; /* 0: the destination GID names no fake NIC (unreachable) */
     uint32_t outstanding;
+    uint32_t signaled_outstanding; /* READ requests: signalled WRs posted, not completed */
     struct fv_qp *next;
 } fv_qp_t;
 
@@ -132,6 +133,10 @@ static char g_sock_dir[200]; /* DSC_FAKEVERBS_DIR, read once when the NIC starts
 /* Fault counters (g_lock). */
 static long g_drop_cqe, g_fail_post, g_kill_on_read;
 static long g_cqe_seen, g_post_seen, g_reads_served;
+
+/* Statistics (g_lock), appended to $DSC_FAKEVERBS_STATS at exit (see fakeverbs.h). */
+static long g_reg_mr_calls;
+static uint32_t g_max_signaled_outstanding;
 
 static struct ibv_device g_device;
 static pthread_once_t g_device_once = PTHREAD_ONCE_INIT;
@@ -411,6 +416,8 @@ static void complete(uint32_t qpn, const fv_work_t *w, enum ibv_wc_status status
         return;
     }
     q->outstanding--;
+    if (w->signaled)
+        q->signaled_outstanding--;
     if (status != IBV_WC_SUCCESS && status != IBV_WC_WR_FLUSH_ERR)
         q->qp.state = IBV_QPS_ERR; /* the first error moves the QP to ERR; the rest flush */
     fv_cq_t *cq = (fv_cq_t *)q->qp.send_cq;
@@ -456,8 +463,19 @@ static void run_work(fv_work_t *w) {
     uint8_t *data = NULL;
     enum ibv_wc_status status = do_read(w->qpn, peer, dest, mtu, w, &data);
     if (status == IBV_WC_SUCCESS) {
-        /* Scatter, re-checking the regions: one deregistered meanwhile is a protection error. */
+        /* Scatter, re-checking the QP and the regions. Once ibv_destroy_qp has returned no more
+         * bytes land (the guarantee a client relies on before reusing the memory), and a QP
+         * moved to ERR meanwhile flushes; a region deregistered meanwhile is a protection
+         * error. */
         pthread_mutex_lock(&g_lock);
+        fv_qp_t *now = qp_find(w->qpn);
+        if (now == NULL || now->qp.state == IBV_QPS_RESET) {
+            pthread_mutex_unlock(&g_lock);
+            free(data);
+            return; /* destroyed or reset: the WR vanishes, no completion */
+        }
+        if (now->qp.state == IBV_QPS_ERR)
+            status = IBV_WC_WR_FLUSH_ERR;
         uint64_t off = 0;
         for (int i = 0; i < w->num_sge && status == IBV_WC_SUCCESS; i++) {
             fv_mr_t *m = mr_by_lkey(w->sge[i].lkey);
@@ -858,6 +876,9 @@ FV_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd) {
 
 FV_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access) {
     fv_context_t *c = (fv_context_t *)pd->context;
+    pthread_mutex_lock(&g_lock);
+    g_reg_mr_calls++;
+    pthread_mutex_unlock(&g_lock);
     /* Remote write/atomic need local write, as the kernel insists. */
     if (((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
          !(access & IBV_ACCESS_LOCAL_WRITE)) ||
@@ -1241,6 +1262,8 @@ static int fv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_
         w->raddr = wr->wr.rdma.remote_addr;
         w->rkey = wr->wr.rdma.rkey;
         q->outstanding++;
+        if (w->signaled && ++q->signaled_outstanding > g_max_signaled_outstanding)
+            g_max_signaled_outstanding = q->signaled_outstanding;
         if (g_work_tail)
             g_work_tail->next = w;
         else
@@ -1316,4 +1339,28 @@ FV_EXPORT const char *ibv_wc_status_str(enum ibv_wc_status status) {
     default:
         return "unknown";
     }
+}
+
+/* ---- Statistics at exit -------------------------------------------------------------------- */
+
+/* One line per process that loaded the library, when DSC_FAKEVERBS_STATS names a file: appended
+ * with one write (O_APPEND), so processes sharing the file do not interleave. */
+__attribute__((destructor)) static void write_stats(void) {
+    const char *path = getenv("DSC_FAKEVERBS_STATS");
+    if (path == NULL || *path == '\0')
+        return;
+    pthread_mutex_lock(&g_lock);
+    long reg = g_reg_mr_calls;
+    uint32_t max_reads = g_max_signaled_outstanding;
+    pthread_mutex_unlock(&g_lock);
+    char line[160];
+    int n = snprintf(line, sizeof line, "fakeverbs pid %ld reg_mr %ld max_qp_read_requests %u\n",
+                     (long)getpid(), reg, max_reads);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0 || n <= 0)
+        return;
+    if (write(fd, line, (size_t)n) != n) {
+        /* Nothing to do at exit: the test reading the file reports the missing line. */
+    }
+    close(fd);
 }

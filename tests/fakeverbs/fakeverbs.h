@@ -17,6 +17,11 @@
  *       fail_post=N     the Nth ibv_post_send fails with ENOMEM (*bad_wr = the first WR)
  *       kill_on_read=N  this process kills itself (SIGKILL) when asked to serve its Nth READ:
  *                       the requester sees the peer die mid-transfer (IBV_WC_RETRY_EXC_ERR)
+ *   DSC_FAKEVERBS_STATS=FILE       at exit (read then), append one line to FILE:
+ *       "fakeverbs pid P reg_mr N max_qp_read_requests M"
+ *                       N: ibv_reg_mr calls of the process (successful or not); M: the most READ
+ *                       requests (signalled WRs: a chain signals only its last) posted and not
+ *                       yet completed on one QP at once. A process killed by a signal writes none.
  *
  * Addressing: GID index 1 of the port is the RoCE v2 GID ::ffff:127.X.Y.Z where X.Y.Z is the
  * process id (24 bits), so the GID that a real setup exchanges names the process whose memory a
