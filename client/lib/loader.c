@@ -436,10 +436,23 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     }
     loader->cfg.source_env.manifest = m;
     /* The RDMA slab is sized by the largest request, so after the manifest (fetched over TCP);
-     * registered before any I/O thread connects. */
-    rc = dsc__rdma_client_open(loader->cfg.source_env.transport,
-                               dsc__rdma_slab_bytes(m, loader->cfg.opt.inflight_bytes),
-                               &loader->cfg.log, &loader->cfg.source_env.rdma);
+     * registered before any I/O thread connects. $DSCACHE_RDMA_SLAB_BYTES overrides the size
+     * (a tight memlock limit), never below twice the largest request. */
+    uint64_t slab_bytes = dsc__rdma_slab_bytes(m, loader->cfg.opt.inflight_bytes);
+    const char *slab_env = getenv("DSCACHE_RDMA_SLAB_BYTES");
+    if (loader->cfg.source_env.transport != DSC_TRANSPORT_TCP && slab_env != NULL &&
+        slab_env[0] != '\0') {
+        if (dsc_parse_size(slab_env, &slab_bytes) < 0) {
+            DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                    "invalid DSCACHE_RDMA_SLAB_BYTES \"%s\" (a size: 64M, 1G, ...)", slab_env);
+            rc = DSC_EINVAL;
+            goto fail;
+        }
+        uint64_t least = dsc__rdma_slab_bytes(m, 0);
+        slab_bytes = slab_bytes < least ? least : slab_bytes;
+    }
+    rc = dsc__rdma_client_open(loader->cfg.source_env.transport, slab_bytes, &loader->cfg.log,
+                               &loader->cfg.source_env.rdma);
     if (rc < 0)
         goto fail;
     if (loader->net.peer_count > 0)

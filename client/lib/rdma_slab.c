@@ -132,6 +132,8 @@ static int take(dsc_rdma_slab_t *s, uint32_t n, dsc_rdma_slab_region_t *out) {
     for (uint32_t i = (uint32_t)at; i < (uint32_t)at + n; i++)
         s->used_bits[i / 64] |= UINT64_C(1) << (i % 64);
     s->used += n;
+    if (s->used > s->peak)
+        s->peak = s->used;
     s->rover = (uint32_t)at + n < s->blocks ? (uint32_t)at + n : 0;
     out->offset = (uint64_t)at * DSC_RDMA_SLAB_BLOCK;
     out->blocks = n;
@@ -163,6 +165,7 @@ int dsc__rdma_slab_try_alloc(dsc_rdma_slab_t *slab, uint64_t bytes, dsc_rdma_sla
         return DSC_ETOOLARGE;
     pthread_mutex_lock(&slab->lock);
     int ok = slab->head == NULL && take(slab, blocks_for(bytes), out);
+    slab->refusals += !ok;
     pthread_mutex_unlock(&slab->lock);
     return ok ? 0 : DSC_EAGAIN;
 }
@@ -178,6 +181,7 @@ int dsc__rdma_slab_alloc_wait(dsc_rdma_slab_t *slab, uint64_t bytes, double dead
         pthread_mutex_unlock(&slab->lock);
         return 0;
     }
+    slab->waits++;
     if (slab->tail)
         slab->tail->next = &me;
     else
@@ -237,9 +241,11 @@ void dsc__rdma_slab_free(dsc_rdma_slab_t *slab, dsc_rdma_slab_region_t *r) {
     r->blocks = 0;
 }
 
-uint64_t dsc__rdma_slab_used(dsc_rdma_slab_t *slab) {
+void dsc__rdma_slab_stats(dsc_rdma_slab_t *slab, dsc_rdma_slab_stats_t *out) {
     pthread_mutex_lock(&slab->lock);
-    uint64_t used = (uint64_t)slab->used * DSC_RDMA_SLAB_BLOCK;
+    out->used_bytes = (uint64_t)slab->used * DSC_RDMA_SLAB_BLOCK;
+    out->peak_bytes = (uint64_t)slab->peak * DSC_RDMA_SLAB_BLOCK;
+    out->waits = slab->waits;
+    out->refusals = slab->refusals;
     pthread_mutex_unlock(&slab->lock);
-    return used;
 }

@@ -25,7 +25,16 @@ typedef struct dsc_rdma_slab {
     uint64_t *used_bits; /* one bit per block, 1 = allocated */
     uint32_t blocks, used, rover;
     dsc_rdma_slab_waiter_t *head, *tail; /* callers holding nothing, served first come first */
+    uint32_t peak;                       /* most blocks in use at once */
+    uint64_t waits, refusals;            /* callers that queued; tries refused */
 } dsc_rdma_slab_t;
+
+/* What the slab went through, for the loader's closing log line and tests. */
+typedef struct dsc_rdma_slab_stats {
+    uint64_t used_bytes, peak_bytes;
+    uint64_t waits;    /* dsc__rdma_slab_alloc_wait calls that had to queue */
+    uint64_t refusals; /* dsc__rdma_slab_try_alloc calls answered DSC_EAGAIN */
+} dsc_rdma_slab_stats_t;
 
 /* One allocation: [offset, offset + blocks * DSC_RDMA_SLAB_BLOCK) of the slab; blocks 0: none. */
 typedef struct dsc_rdma_slab_region {
@@ -55,7 +64,7 @@ int dsc__rdma_slab_alloc_wait(dsc_rdma_slab_t *slab, uint64_t bytes, double dead
 /* Frees the region (nothing may write into it any more) and serves waiters; r->blocks becomes
  * 0. A region of 0 blocks is a no-op. */
 void dsc__rdma_slab_free(dsc_rdma_slab_t *slab, dsc_rdma_slab_region_t *r);
-/* Bytes allocated now (for tests and logs). */
-uint64_t dsc__rdma_slab_used(dsc_rdma_slab_t *slab);
+/* Bytes allocated now, the peak, and the contention counters. */
+void dsc__rdma_slab_stats(dsc_rdma_slab_t *slab, dsc_rdma_slab_stats_t *out);
 
 #endif

@@ -104,6 +104,7 @@ struct dsc_rdma_client {
     dsc_transport_t transport;
     dsc_rdma_slab_t slab; /* every connection READs into regions of it */
     struct ibv_mr *mr;    /* the slab, registered once (LOCAL_WRITE) before any connection */
+    const dsc_logger_t *log;
 };
 
 uint64_t dsc__rdma_slab_bytes(const dsc_manifest_t *manifest, uint64_t inflight_bytes) {
@@ -235,6 +236,7 @@ int dsc__rdma_client_open(dsc_transport_t transport, uint64_t slab_bytes, const 
     if (r == NULL)
         return DSC_ENOMEM;
     r->transport = transport;
+    r->log = log;
     int rc = dsc_rdma_dev_open(&r->dev, why, sizeof why);
     int have_device = 0;
     if (rc == 0) {
@@ -262,6 +264,14 @@ void dsc__rdma_client_close(dsc_rdma_client_t *rdma) {
     if (rdma == NULL)
         return;
     /* Every QP is gone (the caller's contract): nothing can write into the slab any more. */
+    dsc_rdma_slab_stats_t st;
+    dsc__rdma_slab_stats(&rdma->slab, &st);
+    DSC_LOG(rdma->log, DSC_LOG_INFO,
+            "rdma: loader slab: peak %.1f of %.1f MiB in use; %llu wait(s) for room, %llu "
+            "refused tr%s (READs outstanding first)",
+            (double)st.peak_bytes / 1048576.0, (double)rdma->slab.bytes / 1048576.0,
+            (unsigned long long)st.waits, (unsigned long long)st.refusals,
+            st.refusals == 1 ? "y" : "ies");
     if (rdma->mr)
         rdma->dev.v.dereg_mr(rdma->mr);
     dsc__rdma_slab_close(&rdma->slab);

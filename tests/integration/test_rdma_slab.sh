@@ -3,8 +3,10 @@
 # per-process statistics (DSC_FAKEVERBS_STATS): a loader with 2 connections registers exactly one
 # memory region over 2 epochs (one slab shared by its I/O threads), keeps more than one request
 # in READ on a QP at once with default options, and every sample equals the files (raw and lz4);
-# a slab that cannot be registered (the memlock limit) keeps transport auto on TCP with one line
-# naming the fix, and makes transport rdma fail clearly.
+# a slab too small for what 4 connections keep in flight (DSCACHE_RDMA_SLAB_BYTES) makes I/O
+# threads wait for room, without deadlock or a wrong byte; a slab that cannot be registered (the
+# memlock limit) keeps transport auto on TCP with one line naming the fix, and makes transport
+# rdma fail clearly.
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
 CHECK=$DSC_BIN/rdma_check
@@ -16,11 +18,13 @@ if [ -z "$fake" ] || [ ! -f "$fake" ]; then
 fi
 export DSC_IBVERBS_LIB=$fake
 unset DSC_FAKEVERBS_FAULTS DSC_FAKEVERBS_DEVICES DSC_FAKEVERBS_STATS DSC_FAKEVERBS_MEMLOCK \
-    DSCACHE_TRANSPORT
+    DSCACHE_TRANSPORT DSCACHE_RDMA_SLAB_BYTES
 
 make_dataset "$work/raw" rawds 8000 none
 make_dataset "$work/lz4" lz4ds 8000 lz4
-start_server A --data "$work/raw" --data "$work/lz4" --rdma required --memory 64M
+make_dataset "$work/big" bigds 12000 none --shard-size 4M --chunk-size 256K
+start_server A --data "$work/raw" --data "$work/lz4" --data "$work/big" --rdma required \
+    --memory 64M
 
 # stat FILE PID KEY: the value of KEY on the statistics line of process PID.
 stat() {
@@ -29,6 +33,7 @@ stat() {
 }
 
 # 1. One registration per loader, READs pipelined per QP, every sample equal to the files.
+before=$fails
 for ds in raw lz4; do
     stats=$work/stats-$ds.txt
     DSC_FAKEVERBS_STATS=$stats "$CHECK" epoch --servers "$ADDR_A" --dataset ${ds}ds \
@@ -51,11 +56,36 @@ transparent huge pages requested)\) registered once in [0-9.]+ ms" "$work/$ds.tx
         fail "$ds: no slab line (size, pages, registration time)"
 done
 [ "$(metric "$HTTP_A" dscache_rdma_leases)" = 0 ] || fail "leases left after the loaders exited"
-pass "one slab registered per loader (2 connections, 2 epochs); READs of several requests in \
-flight per QP; raw and lz4 byte-exact"
+[ "$fails" = "$before" ] && pass "one slab registered per loader (2 connections, 2 epochs); \
+READs of several requests in flight per QP; raw and lz4 byte-exact"
 
-# 2. The slab cannot be registered (a memlock limit below its size): auto keeps TCP with one
+# 2. A slab of twice the largest request (the least DSCACHE_RDMA_SLAB_BYTES allows; 256 KiB
+# chunks) shared by 4 connections that keep up to 64 requests each: threads wait for room
+# (holders complete their READs first), every sample arrives once and equal to the files.
+before=$fails
+stats=$work/stats-big.txt
+DSCACHE_RDMA_SLAB_BYTES=1 DSC_FAKEVERBS_STATS=$stats "$CHECK" epoch --servers "$ADDR_A" \
+    --dataset bigds --dir "$work/big" --transport rdma --connections 4 --epochs 2 --batch 256 \
+    --expect-rdma 1 >"$work/big.txt" 2>&1 &
+pid=$!
+wait $pid || { cat "$work/big.txt"; fail "epochs through a small slab"; }
+grep -E "^stats:|rdma: loader slab" "$work/big.txt" || true
+[ "$(stat "$stats" $pid reg_mr)" = 1 ] || fail "small slab: not exactly one registration"
+[ "$(stat "$stats" $pid max_qp_read_requests)" -gt 1 ] || fail "small slab: not pipelined"
+line=$(grep -E "rdma: loader slab: peak [0-9.]+ of [0-9.]+ MiB in use; [0-9]+ wait\(s\) for room, \
+[0-9]+ refused" "$work/big.txt" || true)
+[ -n "$line" ] || fail "no slab summary line at destroy"
+size=$(grep -oE "loader slab of [0-9.]+ MiB" "$work/big.txt" | grep -oE "[0-9.]+")
+[ "$size" = "10.0" ] || fail "small slab: $size MiB, wanted 10.0 (twice a 16-chunk request)"
+waits=$(sed -E 's/.* ([0-9]+) wait\(s\) for room, ([0-9]+) refused.*/\1 \2/' <<<"$line")
+[ "$(awk '{ print $1 + $2 }' <<<"$waits")" -gt 0 ] ||
+    fail "the small slab was never short of room (waits, refusals: $waits): nothing exercised"
+[ "$fails" = "$before" ] && pass "4 connections through a 10 MiB slab: waits for room \
+(waits, refused tries: $waits), no deadlock, every sample byte-exact"
+
+# 3. The slab cannot be registered (a memlock limit below its size): auto keeps TCP with one
 # line naming the fix, rdma fails clearly.
+before=$fails
 DSC_FAKEVERBS_MEMLOCK=1048576 "$CHECK" epoch --servers "$ADDR_A" --dataset rawds \
     --dir "$work/raw" --transport auto --expect-rdma 0 >"$work/memlock.txt" 2>&1 ||
     { cat "$work/memlock.txt"; fail "auto with a slab that cannot be registered"; }
@@ -69,5 +99,6 @@ DSC_FAKEVERBS_MEMLOCK=1048576 "$CHECK" create --servers "$ADDR_A" --dataset rawd
     { cat "$work/memlock-rdma.txt"; fail "transport rdma with a slab that cannot be registered"; }
 grep -qE "log ERROR: transport rdma: RDMA is unavailable here: cannot register .*RLIMIT_MEMLOCK" \
     "$work/memlock-rdma.txt" || fail "no clear error: $(cat "$work/memlock-rdma.txt")"
-pass "a slab that cannot be registered: auto uses TCP (one line with the fix), rdma fails clearly"
+[ "$fails" = "$before" ] && pass "a slab that cannot be registered: auto uses TCP (one line with \
+the fix), rdma fails clearly"
 finish

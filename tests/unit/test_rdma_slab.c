@@ -22,6 +22,12 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
+static uint64_t used(dsc_rdma_slab_t *s) {
+    dsc_rdma_slab_stats_t st;
+    dsc__rdma_slab_stats(s, &st);
+    return st.used_bytes;
+}
+
 static void test_basics(void) {
     dsc_rdma_slab_t s;
     CHECK_EQ_INT(dsc__rdma_slab_init(&s, 0), DSC_EINVAL);
@@ -39,7 +45,7 @@ static void test_basics(void) {
     CHECK(a.offset % BLOCK == 0 && b.offset % BLOCK == 0 && c.offset % BLOCK == 0);
     CHECK(a.offset + BLOCK <= b.offset || b.offset + 2 * BLOCK <= a.offset);
     CHECK(b.offset + 2 * BLOCK <= c.offset || c.offset + 3 * BLOCK <= b.offset);
-    CHECK_EQ_INT(dsc__rdma_slab_used(&s), 6 * BLOCK);
+    CHECK_EQ_INT(used(&s), 6 * BLOCK);
     memset(s.base + c.offset, 0xab, 3 * BLOCK); /* writable (and not poisoned under ASan) */
     dsc_rdma_slab_region_t none;
     CHECK_EQ_INT(dsc__rdma_slab_try_alloc(&s, 0, &none), DSC_ETOOLARGE);
@@ -51,7 +57,7 @@ static void test_basics(void) {
     dsc__rdma_slab_free(&s, &a); /* 0 blocks: a no-op */
     dsc__rdma_slab_free(&s, &b);
     dsc__rdma_slab_free(&s, &c);
-    CHECK_EQ_INT(dsc__rdma_slab_used(&s), 0);
+    CHECK_EQ_INT(used(&s), 0);
     dsc__rdma_slab_close(&s);
     dsc__rdma_slab_close(&s); /* closed: a no-op */
 }
@@ -73,7 +79,7 @@ static void test_fragments(void) {
     CHECK_EQ_INT(big.offset, 0);
     dsc__rdma_slab_free(&s, &big);
     dsc__rdma_slab_free(&s, &r[3]);
-    CHECK_EQ_INT(dsc__rdma_slab_used(&s), 0);
+    CHECK_EQ_INT(used(&s), 0);
     dsc__rdma_slab_close(&s);
 }
 
@@ -174,7 +180,7 @@ static void test_timeout_cancel(void) {
     all.offset += BLOCK;
     all.blocks -= 1;
     dsc__rdma_slab_free(&s, &all);
-    CHECK_EQ_INT(dsc__rdma_slab_used(&s), 0);
+    CHECK_EQ_INT(used(&s), 0);
     dsc__rdma_slab_close(&s);
 }
 
@@ -265,7 +271,14 @@ static void test_stress(void) {
     printf("stress: %d threads x %d rounds: %llu waits, %llu refusals, no overlap, no deadlock\n",
            STRESS_THREADS, STRESS_ROUNDS, (unsigned long long)waits, (unsigned long long)refusals);
     CHECK(refusals > 0); /* the slab was contended */
-    CHECK_EQ_INT(dsc__rdma_slab_used(&s), 0);
+    dsc_rdma_slab_stats_t st;
+    dsc__rdma_slab_stats(&s, &st);
+    CHECK_EQ_INT(st.used_bytes, 0);
+    CHECK(st.refusals > 0 && st.refusals <= refusals); /* beside "holding 8 already" */
+    CHECK(st.waits <= waits);                          /* only the waits that had to queue */
+    printf("stress: %llu of the waits queued; peak %llu of %zu bytes in use\n",
+           (unsigned long long)st.waits, (unsigned long long)st.peak_bytes, s.bytes);
+    CHECK(st.peak_bytes > 0 && st.peak_bytes <= s.bytes);
     dsc__rdma_slab_close(&s);
 }
 
