@@ -1,5 +1,5 @@
 /* The loader's RDMA slab (rdma_slab.h): one mapping carved into block-aligned regions with a
- * next-fit bitmap allocator; callers holding nothing wait first come first served, and callers
+ * first-fit bitmap allocator; callers holding nothing wait first come first served, and callers
  * holding regions are refused while anyone waits, so no thread starves and none deadlocks. */
 #include "rdma_slab.h"
 #include "dscache.h"
@@ -117,16 +117,14 @@ static int64_t find_from(const dsc_rdma_slab_t *s, uint32_t from, uint32_t to, u
     return -1;
 }
 
-/* Next fit: from the rover (allocations then circle the slab like a ring, so regions freed in
- * order coalesce ahead of it), else from the start. Under lock. */
+/* First fit: the lowest free run. What is in flight is usually far below the slab's size, so
+ * READs keep landing in the same few pages, warm in cache (and, without a NIC that pins the
+ * whole slab at registration, the rest is never even faulted in). Next fit, circling the slab,
+ * measured 20 % of the loader's CPU time in page clearing through fakeverbs. Under lock. */
 static int take(dsc_rdma_slab_t *s, uint32_t n, dsc_rdma_slab_region_t *out) {
     if (n > s->blocks - s->used)
         return 0;
-    int64_t at = find_from(s, s->rover, s->blocks, n);
-    if (at < 0) {
-        uint32_t to = s->rover + n - 1 < s->blocks ? s->rover + n - 1 : s->blocks;
-        at = find_from(s, 0, to, n);
-    }
+    int64_t at = find_from(s, 0, s->blocks, n);
     if (at < 0)
         return 0;
     for (uint32_t i = (uint32_t)at; i < (uint32_t)at + n; i++)
@@ -134,7 +132,6 @@ static int take(dsc_rdma_slab_t *s, uint32_t n, dsc_rdma_slab_region_t *out) {
     s->used += n;
     if (s->used > s->peak)
         s->peak = s->used;
-    s->rover = (uint32_t)at + n < s->blocks ? (uint32_t)at + n : 0;
     out->offset = (uint64_t)at * DSC_RDMA_SLAB_BLOCK;
     out->blocks = n;
     UNPOISON(s->base + out->offset, (size_t)n * DSC_RDMA_SLAB_BLOCK);

@@ -23,7 +23,7 @@ typedef struct dsc_rdma_slab {
     pthread_mutex_t lock;
     pthread_cond_t cv;
     uint64_t *used_bits; /* one bit per block, 1 = allocated */
-    uint32_t blocks, used, rover;
+    uint32_t blocks, used;
     dsc_rdma_slab_waiter_t *head, *tail; /* callers holding nothing, served first come first */
     uint32_t peak;                       /* most blocks in use at once */
     uint64_t waits, refusals;            /* callers that queued; tries refused */
