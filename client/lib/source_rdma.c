@@ -29,6 +29,9 @@
 #define BUSY_POLLS 2000      /* ibv_poll_cq tries before sleeping on the completion channel */
 #define ANSWER_POLL_EVERY 16 /* busy polls between looks at the control connection */
 #define MAX_PENDING 64       /* = dsc__source_rdma.max_outstanding */
+/* Once asleep (spins == BUSY_POLLS) the control connection and the slab are looked at on every
+ * wake-up. */
+_Static_assert(BUSY_POLLS % ANSWER_POLL_EVERY == 0, "BUSY_POLLS a multiple of ANSWER_POLL_EVERY");
 #define SLAB_MIN (UINT64_C(4) << 20)
 #define BACKOFF_FIRST_S 1.0
 #define BACKOFF_MAX_S 60.0
@@ -1067,13 +1070,17 @@ static int rc_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint32
         }
         if (rc == 0 && !c->has_parked &&
             (c->reading_count == 0 || answer_waiting(c, spins % ANSWER_POLL_EVERY == 0))) {
-            /* Nothing in READ: block on the control connection as a GET would. */
+            /* An answer is there; or nothing is in READ, and this blocks on the control
+             * connection as a GET would. */
             rc = read_answer(c, out, count);
             if (rc == 0)
                 continue;
             if (c->reading_count > 0 && rc != DSC_EPROTO && rc != DSC_ENOMEM)
                 what = "the control connection failed mid-READ";
-        } else if (rc == 0 && c->has_parked) {
+        } else if (rc == 0 && c->has_parked &&
+                   (c->reading_count == 0 || spins % ANSWER_POLL_EVERY == 0)) {
+            /* Holding nothing: wait for room. Else right after a completion (spins 0: this
+             * connection freed room), then now and then (room freed by other connections). */
             if ((rc = place_parked(c, &what)) > 0)
                 continue;
         }

@@ -22,7 +22,7 @@ unset DSC_FAKEVERBS_FAULTS DSC_FAKEVERBS_DEVICES DSC_FAKEVERBS_STATS DSC_FAKEVER
 
 make_dataset "$work/raw" rawds 8000 none
 make_dataset "$work/lz4" lz4ds 8000 lz4
-make_dataset "$work/big" bigds 12000 none --shard-size 4M --chunk-size 256K
+make_dataset "$work/big" bigds 48000 none --shard-size 4M --chunk-size 256K
 start_server A --data "$work/raw" --data "$work/lz4" --data "$work/big" --rdma required \
     --memory 64M
 
