@@ -313,6 +313,7 @@ done:
 static int hello(dsc_conn_t *conn, uint64_t members_hash, const dsc_credential_t *cred) {
     dsc_hello_req_t req = {.min_version = DSC_PROTO_MIN_VERSION,
                            .max_version = DSC_PROTO_VERSION,
+                           .features = DSC_FEATURE_RDMA, /* tell me whether RDMA is offered */
                            .members_hash = members_hash,
                            .client_name = {"libdscache", 10}};
     uint8_t client_nonce[DSC_AUTH_NONCE_SIZE];
@@ -350,6 +351,7 @@ static int hello(dsc_conn_t *conn, uint64_t members_hash, const dsc_credential_t
     conn->info.version = hr.version;
     conn->info.max_body = hr.max_body;
     conn->info.members_hash = hr.members_hash;
+    conn->info.features = hr.features;
     size_t name_len = hr.server_name.len < sizeof conn->info.server_name - 1
                           ? hr.server_name.len
                           : sizeof conn->info.server_name - 1;

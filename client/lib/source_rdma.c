@@ -377,6 +377,13 @@ static int try_rdma(rdma_conn_t *c, uint64_t view_hash, uint64_t *hello_hash, ch
         return rc; /* a connection error, not an RDMA one */
     }
     *hello_hash = dsc_conn_info(c->conn)->members_hash;
+    if (!(dsc_conn_info(c->conn)->features & DSC_FEATURE_RDMA)) {
+        snprintf(why, why_cap,
+                 "the server does not offer RDMA (started with --rdma off, or no "
+                 "device)");
+        *server_refused = 1; /* the long back-off: no RDMA_CONNECT is sent */
+        return DSC_EUNAVAIL;
+    }
     c->ch = c->dev->v.create_comp_channel(c->dev->ctx);
     c->cq = c->ch ? c->dev->v.create_cq(c->dev->ctx, CQ_DEPTH, c, c->ch, 0) : NULL;
     c->qp = c->cq ? dsc_rdma_qp_create(c->dev, c->cq, SEND_WR, 0) : NULL;

@@ -17,6 +17,17 @@
  *       fail_post=N     the Nth ibv_post_send fails with ENOMEM (*bad_wr = the first WR)
  *       kill_on_read=N  this process kills itself (SIGKILL) when asked to serve its Nth READ:
  *                       the requester sees the peer die mid-transfer (IBV_WC_RETRY_EXC_ERR)
+ *       qp_delay_ms=N   every ibv_create_qp takes N ms (a NIC whose firmware is slow to answer)
+ *   DSC_FAKEVERBS_PORT_CTL=FILE    port events on demand: FILE is read every 10 ms and each change of
+ *                                  its first word raises one async event: "down" PORT_ERR,
+ *                                  "active" PORT_ACTIVE, "gid..." GID_CHANGE, "fatal" DEVICE_FATAL
+ *                                  (ibv_query_port's answer does not change)
+ *
+ * Async events behave as libibverbs': the async fd turns readable per queued event; an event read
+ * with ibv_get_async_event and not yet acknowledged keeps its QP alive (ibv_destroy_qp waits for
+ * the ack), and events not read yet are dropped when their QP is destroyed. A READ that breaks
+ * the rkey, access or bounds checks raises IBV_EVENT_QP_ACCESS_ERR on the responder's QP, one with
+ * the wrong path MTU IBV_EVENT_QP_REQ_ERR.
  *
  * Addressing: GID index 1 of the port is the RoCE v2 GID ::ffff:127.X.Y.Z where X.Y.Z is the
  * process id (24 bits), so the GID that a real setup exchanges names the process whose memory a
