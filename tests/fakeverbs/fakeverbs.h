@@ -18,10 +18,10 @@
  *       kill_on_read=N  this process kills itself (SIGKILL) when asked to serve its Nth READ:
  *                       the requester sees the peer die mid-transfer (IBV_WC_RETRY_EXC_ERR)
  *       qp_delay_ms=N   every ibv_create_qp takes N ms (a NIC whose firmware is slow to answer)
- *   DSC_FAKEVERBS_PORT_CTL=FILE    port events on demand: FILE is read every 10 ms and each change of
- *                                  its first word raises one async event: "down" PORT_ERR,
- *                                  "active" PORT_ACTIVE, "gid..." GID_CHANGE, "fatal" DEVICE_FATAL
- *                                  (ibv_query_port's answer does not change)
+ *   DSC_FAKEVERBS_PORT_CTL=FILE    port events on demand: FILE is read every 10 ms and each
+ *                                  change of its first word raises one async event: "down"
+ *                                  PORT_ERR, "active" PORT_ACTIVE, "gid..." GID_CHANGE, "fatal"
+ *                                  DEVICE_FATAL (ibv_query_port's answer does not change)
  *
  * Async events behave as libibverbs': the async fd turns readable per queued event; an event read
  * with ibv_get_async_event and not yet acknowledged keeps its QP alive (ibv_destroy_qp waits for
