@@ -1,6 +1,7 @@
 /* The test-only fake verbs library (tests/fakeverbs) through the dlopen'ed verbs table: RC state
  * machine, READs with byte compare, remote access and bounds errors, a dead peer, flushes after
- * an error, MTU mismatch, the completion channel fd, fault injection, and (under ASan) a READ of
+ * an error, async events (dropped with their QP, acks before destroy, port events on demand), MTU
+ * mismatch, the completion channel fd, fault injection, and (under ASan) a READ of
  * freed memory caught in the serving process. Two nodes: two contexts in this process, or this
  * program re-executed as a peer process ("--peer"). */
 #include "testlib.h"
@@ -19,6 +20,7 @@ int main(void) {
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -442,6 +444,91 @@ static void test_errors(node_t *a, node_t *b) {
     expect_error(a, addr_of(b->buf), rkey, 64, IBV_WC_REM_ACCESS_ERR, "deregistered");
 }
 
+/* Waits up to timeout_ms for the node's async fd to turn readable; 1 when it did. */
+static int async_ready(node_t *n, int timeout_ms) {
+    struct pollfd p = {.fd = n->ctx->async_fd, .events = POLLIN};
+    return poll(&p, 1, timeout_ms) == 1;
+}
+
+static void *ack_later(void *arg) {
+    struct timespec ts = {0, 200 * 1000000L};
+    nanosleep(&ts, NULL);
+    V.ack_async_event(arg);
+    return NULL;
+}
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Async events as libibverbs delivers them: an event nobody read is dropped with its QP; one read
+ * and not acknowledged keeps ibv_destroy_qp waiting until the ack; DSC_FAKEVERBS_PORT_CTL raises
+ * port events on demand. */
+static void test_async_events(node_t *a, node_t *b) {
+    int fd = b->ctx->async_fd;
+    int flags = fcntl(fd, F_GETFL);
+    REQUIRE(flags >= 0 && fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0);
+    struct ibv_async_event ev;
+    while (V.get_async_event(b->ctx, &ev) == 0) /* earlier tests' events */
+        V.ack_async_event(&ev);
+
+    /* Unread when its QP goes: dropped, the fd has nothing more to give. */
+    connect_pair(a, b, IBV_MTU_4096, IBV_MTU_4096);
+    expect_error(a, addr_of(b->buf), b->mr->rkey ^ 0x100, 64, IBV_WC_REM_ACCESS_ERR, "bad rkey");
+    CHECK(async_ready(b, 0));
+    qp_drop(b);
+    errno = 0;
+    CHECK(V.get_async_event(b->ctx, &ev) == -1 && errno == EAGAIN);
+
+    /* Read and not acked: destroy waits for the ack (here 200 ms later, from another thread);
+     * meanwhile the event's QP can be read (its qp_num). */
+    connect_pair(a, b, IBV_MTU_4096, IBV_MTU_4096);
+    expect_error(a, addr_of(b->buf) + BUF_LEN, b->mr->rkey, 64, IBV_WC_REM_ACCESS_ERR, "bounds");
+    REQUIRE(async_ready(b, 5000));
+    REQUIRE(V.get_async_event(b->ctx, &ev) == 0);
+    CHECK(ev.event_type == IBV_EVENT_QP_ACCESS_ERR && ev.element.qp == b->qp &&
+          ev.element.qp->qp_num == b->qp->qp_num);
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, ack_later, &ev) == 0);
+    double t0 = mono_s();
+    qp_drop(b);
+    double waited = mono_s() - t0;
+    pthread_join(t, NULL);
+    printf("destroy_qp waited %.3f s for the event's ack\n", waited);
+    CHECK(waited >= 0.15);
+    CHECK(fcntl(fd, F_SETFL, flags) == 0);
+
+    /* Port events on demand, on a node of their own. */
+    char path[] = "/tmp/fv-port-ctl-XXXXXX";
+    int ctl = mkstemp(path);
+    REQUIRE(ctl >= 0);
+    close(ctl);
+    setenv("DSC_FAKEVERBS_PORT_CTL", path, 1);
+    node_t c;
+    node_open(&c, 0);
+    unsetenv("DSC_FAKEVERBS_PORT_CTL");
+    static const struct {
+        const char *word;
+        enum ibv_event_type type;
+    } steps[] = {{"down", IBV_EVENT_PORT_ERR},
+                 {"gid 1", IBV_EVENT_GID_CHANGE},
+                 {"active", IBV_EVENT_PORT_ACTIVE}};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        FILE *f = fopen(path, "w");
+        REQUIRE(f != NULL);
+        fprintf(f, "%s\n", steps[i].word);
+        fclose(f);
+        REQUIRE(async_ready(&c, 5000));
+        REQUIRE(V.get_async_event(c.ctx, &ev) == 0);
+        CHECK(ev.event_type == steps[i].type && ev.element.port_num == 1);
+        V.ack_async_event(&ev);
+    }
+    node_close(&c); /* stops the watcher */
+    unlink(path);
+}
+
 static void test_mtu(node_t *a) {
     /* A second node whose port runs at 1024 bytes. */
     setenv("DSC_FAKEVERBS_MTU", "1024", 1);
@@ -776,6 +863,7 @@ int main(int argc, char **argv) {
     test_state_machine(&a, &b);
     test_read(&a, &b);
     test_errors(&a, &b);
+    test_async_events(&a, &b);
     test_mtu(&a);
     test_channel(&a, &b);
     test_faults(&a, &b);
