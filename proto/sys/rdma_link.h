@@ -38,7 +38,8 @@ typedef struct dsc_rdma_dev {
     uint16_t lid;
     uint64_t max_mr_size;
     char name[64];
-    atomic_uint_fast64_t gid_validated[DSC_RDMA_MAX_GIDS / 64]; /* bit i: index i passed AH check */
+    /* Bit i: GID index i passed the address-handle check (dsc_rdma_gid_choose). */
+    atomic_uint_fast64_t gid_validated[DSC_RDMA_MAX_GIDS / 64];
 } dsc_rdma_dev_t;
 
 /* ---- GID choice ("RDMA follows TCP") ---------------------------------------------------------
@@ -54,13 +55,14 @@ typedef struct dsc_rdma_dev {
 #define DSC_RDMA_GID_TYPE_ROCE_V1 2 /* never chosen: RoCE v1 is not routable */
 #define DSC_RDMA_GID_TYPE_ROCE_V2 3
 
-/* How a GID matched the local address. */
-#define DSC_RDMA_GID_EXACT 1  /* the GID is the local address */
-#define DSC_RDMA_GID_SUBNET 2 /* the GID is inside the local address's subnet */
-#define DSC_RDMA_GID_LOOPBACK                                                                      \
-    3                         /* a loopback TCP connection (127.0.0.0/8, ::1) with no GID on it:   \
-                                 the peer is this host, any routable local GID reaches it */
-#define DSC_RDMA_GID_FORCED 4 /* $DSC_RDMA_GID_INDEX */
+/* How a GID matched the local address: EXACT the GID is the address; SUBNET it is inside the
+ * address's subnet; LOOPBACK a loopback TCP connection (127.0.0.0/8, ::1) with no GID on it: the
+ * peer is this host, so a routable GID on a local interface reaches it; FORCED by
+ * $DSC_RDMA_GID_INDEX. */
+#define DSC_RDMA_GID_EXACT 1
+#define DSC_RDMA_GID_SUBNET 2
+#define DSC_RDMA_GID_LOOPBACK 3
+#define DSC_RDMA_GID_FORCED 4
 
 typedef struct dsc_rdma_gid_entry {
     int index;    /* in the port's GID table */
@@ -75,10 +77,9 @@ typedef struct dsc_rdma_gid_entry {
  * Only RoCE v2 GIDs (then those of unknown type) are candidates; zero and link-local (fe80::/10)
  * GIDs never are. Order: a GID equal to the address, else the first inside the subnet, else, for a
  * loopback address only (the peer is this host), the first GID marked on_local. Returns the
- * position in gids (>= 0) and
- * *how (DSC_RDMA_GID_EXACT/SUBNET/LOOPBACK; how may be NULL), or DSC_ENOENT with one sentence in
- * why naming the address, its subnet and every GID seen (with type), or DSC_EINVAL (not an IP
- * address). Pure: no I/O, thread-safe. */
+ * position in gids (>= 0) and *how (DSC_RDMA_GID_EXACT/SUBNET/LOOPBACK; how may be NULL), or
+ * DSC_ENOENT with one sentence in why naming the address, its subnet and every GID seen (with
+ * type), or DSC_EINVAL (not an IP address). Pure: no I/O, thread-safe. */
 int dsc_rdma_gid_match(const dsc_rdma_gid_entry_t *gids, int count, const struct sockaddr *local,
                        int prefix_len, int *how, char *why, size_t why_cap);
 
@@ -110,8 +111,8 @@ typedef struct dsc_rdma_gid_choice {
     uint8_t gid[DSC_RDMA_GID_SIZE]; /* sent in RDMA_CONNECT */
     int how;                        /* DSC_RDMA_GID_*; 0 on InfiniBand */
     int off_subnet; /* forced by $DSC_RDMA_GID_INDEX and not on the local subnet: READs may fail */
-    char
-        text[256]; /* for logs: "GID index 2 ::ffff:127.0.4.5, on the subnet of 127.0.0.1/8 (lo)" */
+    /* For logs: "GID index 2 ::ffff:127.0.4.5, on the subnet of 127.0.0.1/8 (lo)". */
+    char text[256];
 } dsc_rdma_gid_choice_t;
 
 /* Loads the verbs library, opens the device ($DSC_RDMA_DEVICE or the first), its first ACTIVE
