@@ -7,6 +7,7 @@
 #include "shard.h"
 #include "srvlog.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@ void __tsan_release(void *addr);
 #define DEFAULT_MAX_LEASE_BYTES (UINT64_C(256) << 20)
 #define PROBE_BYTES 4096u
 #define SERVER_SEND_WR 4 /* the server only responds to READs: its send queue stays empty */
+#define GID_CACHE 16     /* local addresses whose GID choice is kept (and was logged) */
 
 int dsc_rdma_mode_parse(const char *text, dsc_rdma_mode_t *out) {
     if (text == NULL)
@@ -69,6 +71,14 @@ struct dsc_rdma_srv {
     uint8_t *probe;
     struct ibv_mr *probe_mr;
     uint64_t probe_sum;
+    /* GID choice per local address of the TCP connections ("RDMA follows TCP"): chosen and
+     * logged once per address, shared by the loops. */
+    pthread_mutex_t gid_lock;
+    int gid_count;
+    struct {
+        char local[64];
+        dsc_rdma_gid_choice_t choice;
+    } gids[GID_CACHE];
 #endif
 };
 
@@ -257,6 +267,9 @@ int dsc_rdma_srv_create(const dsc_rdma_srv_options_t *options, dsc_store_t *stor
     if (rs == NULL)
         return DSC_ENOMEM;
     rs->opt = *options;
+#if DSC_HAVE_VERBS_H
+    rs->gid_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+#endif
     if (rs->opt.lease_ttl_ms == 0)
         rs->opt.lease_ttl_ms = DEFAULT_TTL_MS;
     if (rs->opt.max_lease_bytes == 0)
@@ -294,11 +307,16 @@ int dsc_rdma_srv_create(const dsc_rdma_srv_options_t *options, dsc_store_t *stor
         srv_free(rs);
         goto unavailable;
     }
-    char gid[64] = "-";
-    if (rs->dev.gid_index >= 0)
-        dsc_verbs_gid_format(rs->dev.gid, gid, sizeof gid);
+    char gid[128] = "LID";
+    if (rs->dev.gid_index >= 0 && getenv(DSC_RDMA_ENV_GID_INDEX) != NULL) {
+        char text[64];
+        snprintf(gid, sizeof gid, "GID index %d %s from %s", rs->dev.gid_index,
+                 dsc_verbs_gid_format(rs->dev.gid, text, sizeof text), DSC_RDMA_ENV_GID_INDEX);
+    } else if (rs->dev.gid_index >= 0) {
+        snprintf(gid, sizeof gid, "GID per connection: the one on its TCP subnet");
+    }
     double gib = (double)rs->capacity / (double)(UINT64_C(1) << 30);
-    LOG_INFO("rdma: on: device %s port %u (%s, MTU %u, GID %s), arena %llu bytes registered "
+    LOG_INFO("rdma: on: device %s port %u (%s, MTU %u, %s), arena %llu bytes registered "
              "for remote READ in %u region(s) in %.3f ms (%.3f ms per GiB; the registered arena is "
              "pinned resident), lease TTL %u ms",
              rs->dev.name, rs->dev.port,
@@ -398,6 +416,47 @@ static void connect_refuse(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, u
     reply->ops->frame(reply, DSC_OP_RDMA_CONNECT, id, status, msg, strlen(msg));
 }
 
+/* The GID for a connection: the one on its TCP connection's subnet, chosen (and logged) once per
+ * local address; a server has few. Returns 0, or an error with why. */
+static int conn_gid(dsc_rdma_srv_t *rs, dsc_reply_t *reply, dsc_rdma_gid_choice_t *out, char *why,
+                    size_t why_cap) {
+    struct sockaddr_storage local;
+    int len = (int)sizeof local;
+    memset(&local, 0, sizeof local);
+    if (reply->tcp == NULL ||
+        uv_tcp_getsockname(reply->tcp, (struct sockaddr *)&local, &len) != 0) {
+        snprintf(why, why_cap, "RDMA_CONNECT: this connection's local address is unknown");
+        return DSC_EUNAVAIL;
+    }
+    char key[64];
+    dsc_rdma_addr_format((struct sockaddr *)&local, key, sizeof key);
+    pthread_mutex_lock(&rs->gid_lock);
+    for (int i = 0; i < rs->gid_count; i++)
+        if (strcmp(rs->gids[i].local, key) == 0) {
+            *out = rs->gids[i].choice;
+            pthread_mutex_unlock(&rs->gid_lock);
+            return 0;
+        }
+    pthread_mutex_unlock(&rs->gid_lock);
+    int rc = dsc_rdma_gid_choose(&rs->dev, &local, out, why, why_cap);
+    if (rc < 0)
+        return rc;
+    int fresh = 1;
+    pthread_mutex_lock(&rs->gid_lock);
+    for (int i = 0; i < rs->gid_count && fresh; i++)
+        fresh = strcmp(rs->gids[i].local, key) != 0; /* another loop was first */
+    if (fresh && rs->gid_count < GID_CACHE) {
+        snprintf(rs->gids[rs->gid_count].local, sizeof rs->gids[0].local, "%s", key);
+        rs->gids[rs->gid_count++].choice = *out;
+    }
+    pthread_mutex_unlock(&rs->gid_lock);
+    if (fresh && out->off_subnet)
+        LOG_WARN("rdma: connections to %s use %s: READs may fail", key, out->text);
+    else if (fresh)
+        LOG_INFO("rdma: connections to %s use %s", key, out->text);
+    return 0;
+}
+
 void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
                           size_t len) {
     dsc_rdma_srv_t *rs = srv->opt.rdma;
@@ -423,13 +482,20 @@ void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
                        "RDMA_CONNECT: link layer or values this server cannot use");
         return;
     }
+    dsc_rdma_gid_choice_t gid;
+    char why[DSC_VERBS_REASON_MAX];
+    if (conn_gid(rs, reply, &gid, why, sizeof why) < 0) {
+        LOG_WARN("rdma: RDMA_CONNECT from %s refused: %s", reply->peer, why);
+        connect_refuse(srv, reply, id, DSC_STATUS_UNAVAILABLE, why);
+        return;
+    }
     rconn_t *rc = calloc(1, sizeof *rc);
     if (rc == NULL) {
         connect_refuse(srv, reply, id, DSC_STATUS_INTERNAL, "out of memory");
         return;
     }
     rc->qp = dsc_rdma_qp_create(&rs->dev, rs->cq, SERVER_SEND_WR, IBV_ACCESS_REMOTE_READ);
-    if (rc->qp == NULL || dsc_rdma_qp_rtr(&rs->dev, rc->qp, &req, mtu, rd) < 0) {
+    if (rc->qp == NULL || dsc_rdma_qp_rtr(&rs->dev, &gid, rc->qp, &req, mtu, rd) < 0) {
         if (rc->qp)
             rs->dev.v.destroy_qp(rc->qp);
         free(rc);
@@ -439,7 +505,7 @@ void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
     }
     dsc_rdma_connect_resp_t resp;
     memset(&resp, 0, sizeof resp);
-    dsc_rdma_qp_describe(&rs->dev, rc->qp, dsc_rdma_random_psn(), rd, &resp.qp);
+    dsc_rdma_qp_describe(&rs->dev, &gid, rc->qp, dsc_rdma_random_psn(), rd, &resp.qp);
     resp.qp.version = version;
     resp.qp.mtu = mtu;
     resp.lease_ttl_ms = rs->opt.lease_ttl_ms;

@@ -167,9 +167,16 @@ static int mode_stale(void) {
     REQUIRE(cq != NULL);
     struct ibv_qp *qp = dsc_rdma_qp_create(&dev, cq, 16, 0);
     REQUIRE(qp != NULL);
+    /* The GID on the control connection's subnet, as the loader picks it. */
+    struct sockaddr_storage local;
+    socklen_t local_len = sizeof local;
+    REQUIRE(getsockname(dsc_conn_fd(conn), (struct sockaddr *)&local, &local_len) == 0);
+    dsc_rdma_gid_choice_t gid;
+    REQUIRE(dsc_rdma_gid_choose(&dev, &local, &gid, why, sizeof why) == 0);
+    printf("stale client: %s\n", gid.text);
     uint32_t psn = dsc_rdma_random_psn();
     dsc_rdma_qp_info_t me;
-    dsc_rdma_qp_describe(&dev, qp, psn, 1, &me);
+    dsc_rdma_qp_describe(&dev, &gid, qp, psn, 1, &me);
     uint8_t req[128];
     int n = dsc_rdma_connect_req_encode(&me, req, sizeof req);
     REQUIRE(n > 0);
@@ -181,7 +188,7 @@ static int mode_stale(void) {
     free(body);
     printf("lease TTL %u ms\n", resp.lease_ttl_ms);
     CHECK_EQ_INT(resp.lease_ttl_ms, ttl_ms);
-    REQUIRE(dsc_rdma_qp_rtr(&dev, qp, &resp.qp, resp.qp.mtu, 1) == 0);
+    REQUIRE(dsc_rdma_qp_rtr(&dev, &gid, qp, &resp.qp, resp.qp.mtu, 1) == 0);
     REQUIRE(dsc_rdma_qp_rts(&dev, qp, psn, resp.qp.rd_atomic) == 0);
     /* One chunk under a lease, then never released. */
     dsc_rdma_get_req_t get = {.get = {.dataset = {dataset, (uint16_t)strlen(dataset)},
