@@ -40,6 +40,7 @@ void __tsan_release(void *addr);
 #define DEFAULT_MAX_LEASE_BYTES (UINT64_C(256) << 20)
 #define PROBE_BYTES 4096u
 #define SERVER_SEND_WR 4 /* the server only responds to READs: its send queue stays empty */
+#define GID_CACHE 16     /* local addresses whose GID choice is kept (and was logged) */
 
 int dsc_rdma_mode_parse(const char *text, dsc_rdma_mode_t *out) {
     if (text == NULL)
@@ -82,6 +83,14 @@ struct dsc_rdma_srv {
     uint8_t *probe;
     struct ibv_mr *probe_mr;
     uint64_t probe_sum;
+    /* GID choice per local address of the TCP connections ("RDMA follows TCP"): chosen and
+     * logged once per address, shared by the loops; forgotten on IBV_EVENT_GID_CHANGE. */
+    pthread_mutex_t gid_lock;
+    int gid_count;
+    struct {
+        char local[64];
+        dsc_rdma_gid_choice_t choice;
+    } gids[GID_CACHE];
     uv_poll_t async_poll; /* the async-event fd, on loop 0 (dsc__rdma_watch) */
     int watching;
     /* Connections with a QP, for QP events (by qp_num): a connection is listed from its answer
@@ -319,6 +328,7 @@ int dsc_rdma_srv_create(const dsc_rdma_srv_options_t *options, dsc_store_t *stor
     if (rs == NULL)
         return DSC_ENOMEM;
     pthread_mutex_init(&rs->qp_lock, NULL);
+    rs->gid_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     rs->opt = *options;
     if (rs->opt.lease_ttl_ms == 0)
         rs->opt.lease_ttl_ms = DEFAULT_TTL_MS;
@@ -358,9 +368,14 @@ int dsc_rdma_srv_create(const dsc_rdma_srv_options_t *options, dsc_store_t *stor
         srv_free(rs);
         goto unavailable;
     }
-    char gid[64] = "-";
-    if (rs->dev.gid_index >= 0)
-        dsc_verbs_gid_format(rs->dev.gid, gid, sizeof gid);
+    char gid[128] = "LID";
+    if (rs->dev.gid_index >= 0 && getenv(DSC_RDMA_ENV_GID_INDEX) != NULL) {
+        char text[64];
+        snprintf(gid, sizeof gid, "GID index %d %s from %s", rs->dev.gid_index,
+                 dsc_verbs_gid_format(rs->dev.gid, text, sizeof text), DSC_RDMA_ENV_GID_INDEX);
+    } else if (rs->dev.gid_index >= 0) {
+        snprintf(gid, sizeof gid, "GID per connection: the one on its TCP subnet");
+    }
     char pieces[128] = "";
     if (rs->mr_count > 1)
         snprintf(pieces, sizeof pieces,
@@ -368,7 +383,7 @@ int dsc_rdma_srv_create(const dsc_rdma_srv_options_t *options, dsc_store_t *stor
                  "to that size never straddle two",
                  (unsigned long long)rs->piece, (unsigned long long)rs->overlap);
     double gib = (double)rs->capacity / (double)(UINT64_C(1) << 30);
-    LOG_INFO("rdma: on: device %s port %u (%s, MTU %u, GID %s), arena %llu bytes registered "
+    LOG_INFO("rdma: on: device %s port %u (%s, MTU %u, %s), arena %llu bytes registered "
              "for remote READ in %u region(s) in %.3f ms (%.3f ms per GiB; the registered arena is "
              "pinned resident), lease TTL %u ms%s",
              rs->dev.name, rs->dev.port,
@@ -610,17 +625,23 @@ static void handle_event(dsc_rdma_srv_t *rs, const struct ibv_async_event *ev) {
                      rs->dev.name, rs->dev.port);
         break;
     case IBV_EVENT_GID_CHANGE:
+        if (ev->element.port_num == rs->dev.port) {
+            /* New connections choose their GID again (and log it); QPs keep theirs. */
+            pthread_mutex_lock(&rs->gid_lock);
+            int known = rs->gid_count;
+            rs->gid_count = 0;
+            pthread_mutex_unlock(&rs->gid_lock);
+            LOG_INFO("rdma: %s on %s port %u: the GID choice of %d local address(es) is "
+                     "forgotten, new connections choose again; queue pairs keep theirs",
+                     event_name(type), rs->dev.name, rs->dev.port, known);
+        }
+        break;
     case IBV_EVENT_LID_CHANGE:
     case IBV_EVENT_PKEY_CHANGE:
     case IBV_EVENT_SM_CHANGE:
     case IBV_EVENT_CLIENT_REREGISTER:
-        if (ev->element.port_num == rs->dev.port) {
-            char gid[64] = "-";
-            if (rs->dev.gid_index >= 0)
-                dsc_verbs_gid_format(rs->dev.gid, gid, sizeof gid);
-            LOG_INFO("rdma: %s on %s port %u (this server keeps GID index %d, %s)",
-                     event_name(type), rs->dev.name, rs->dev.port, rs->dev.gid_index, gid);
-        }
+        if (ev->element.port_num == rs->dev.port)
+            LOG_INFO("rdma: %s on %s port %u", event_name(type), rs->dev.name, rs->dev.port);
         break;
     default:
         LOG_DEBUG("rdma: async event %d on %s", type, rs->dev.name);
@@ -681,6 +702,47 @@ static void connect_refuse(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, u
     reply->ops->frame(reply, DSC_OP_RDMA_CONNECT, id, status, msg, strlen(msg));
 }
 
+/* The GID for a connection: the one on its TCP connection's subnet, chosen (and logged) once per
+ * local address; a server has few. Returns 0, or an error with why. */
+static int conn_gid(dsc_rdma_srv_t *rs, dsc_reply_t *reply, dsc_rdma_gid_choice_t *out, char *why,
+                    size_t why_cap) {
+    struct sockaddr_storage local;
+    int len = (int)sizeof local;
+    memset(&local, 0, sizeof local);
+    if (reply->tcp == NULL ||
+        uv_tcp_getsockname(reply->tcp, (struct sockaddr *)&local, &len) != 0) {
+        snprintf(why, why_cap, "RDMA_CONNECT: this connection's local address is unknown");
+        return DSC_EUNAVAIL;
+    }
+    char key[64];
+    dsc_rdma_addr_format((struct sockaddr *)&local, key, sizeof key);
+    pthread_mutex_lock(&rs->gid_lock);
+    for (int i = 0; i < rs->gid_count; i++)
+        if (strcmp(rs->gids[i].local, key) == 0) {
+            *out = rs->gids[i].choice;
+            pthread_mutex_unlock(&rs->gid_lock);
+            return 0;
+        }
+    pthread_mutex_unlock(&rs->gid_lock);
+    int rc = dsc_rdma_gid_choose(&rs->dev, &local, out, why, why_cap);
+    if (rc < 0)
+        return rc;
+    int fresh = 1;
+    pthread_mutex_lock(&rs->gid_lock);
+    for (int i = 0; i < rs->gid_count && fresh; i++)
+        fresh = strcmp(rs->gids[i].local, key) != 0; /* another loop was first */
+    if (fresh && rs->gid_count < GID_CACHE) {
+        snprintf(rs->gids[rs->gid_count].local, sizeof rs->gids[0].local, "%s", key);
+        rs->gids[rs->gid_count++].choice = *out;
+    }
+    pthread_mutex_unlock(&rs->gid_lock);
+    if (fresh && out->off_subnet)
+        LOG_WARN("rdma: connections to %s use %s: READs may fail", key, out->text);
+    else if (fresh)
+        LOG_INFO("rdma: connections to %s use %s", key, out->text);
+    return 0;
+}
+
 /* An RDMA_CONNECT between the loop and the thread pool. */
 typedef struct connect_job {
     uv_work_t work;
@@ -689,6 +751,7 @@ typedef struct connect_job {
     rconn_t *rc;
     uint64_t id;
     dsc_rdma_qp_info_t remote; /* the client's QP (its device name is not kept) */
+    dsc_rdma_gid_choice_t gid; /* this side's, chosen on the loop (conn_gid) */
     uint16_t version;
     uint8_t mtu, rd;
     struct ibv_qp *qp; /* made by connect_work, NULL when it failed */
@@ -705,7 +768,7 @@ static void connect_work(uv_work_t *work) {
         j->err = errno;
         return;
     }
-    int rc = dsc_rdma_qp_rtr(&rs->dev, j->qp, &j->remote, j->mtu, j->rd);
+    int rc = dsc_rdma_qp_rtr(&rs->dev, &j->gid, j->qp, &j->remote, j->mtu, j->rd);
     if (rc < 0) {
         rs->dev.v.destroy_qp(j->qp);
         j->qp = NULL;
@@ -740,7 +803,7 @@ static void connect_done(uv_work_t *work, int status) {
     }
     dsc_rdma_connect_resp_t resp;
     memset(&resp, 0, sizeof resp);
-    dsc_rdma_qp_describe(&rs->dev, j->qp, dsc_rdma_random_psn(), j->rd, &resp.qp);
+    dsc_rdma_qp_describe(&rs->dev, &j->gid, j->qp, dsc_rdma_random_psn(), j->rd, &resp.qp);
     resp.qp.version = j->version;
     resp.qp.mtu = j->mtu;
     resp.lease_ttl_ms = rs->opt.lease_ttl_ms;
@@ -813,6 +876,13 @@ void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
                        "RDMA_CONNECT: link layer or values this server cannot use");
         return;
     }
+    dsc_rdma_gid_choice_t gid;
+    char why[DSC_VERBS_REASON_MAX];
+    if (conn_gid(rs, reply, &gid, why, sizeof why) < 0) {
+        LOG_WARN("rdma: RDMA_CONNECT from %s refused: %s", reply->peer, why);
+        connect_refuse(srv, reply, id, DSC_STATUS_UNAVAILABLE, why);
+        return;
+    }
     rconn_t *rc = calloc(1, sizeof *rc);
     connect_job_t *j = calloc(1, sizeof *j);
     if (rc == NULL || j == NULL) {
@@ -834,6 +904,7 @@ void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
     j->id = id;
     j->remote = req;
     j->remote.device = (dsc_str_t){NULL, 0}; /* points into the request buffer */
+    j->gid = gid;
     j->version = version;
     j->mtu = mtu;
     j->rd = rd;

@@ -41,6 +41,12 @@ int dsc_conn_open_addr(const char *hostport, uint32_t timeout_ms, uint64_t membe
 /* What HELLO returned. */
 const dsc_conn_info_t *dsc_conn_info(const dsc_conn_t *conn);
 
+/* For a connection with nothing outstanding, without blocking: consumes the answers already
+ * received whose request id has id_bit and whose opcode is `opcode` (answers nobody waits for,
+ * such as REPORT's). Returns 1 when the server closed the connection, it failed, or it holds
+ * anything else (the server gave up on it); 0 when it is usable. */
+int dsc_conn_idle_check(dsc_conn_t *conn, uint64_t id_bit, uint8_t opcode);
+
 /* Sends one request frame (header + body). Returns 0 or DSC_ETIMEDOUT, DSC_EPIPE,
  * DSC_ECONNRESET, DSC_ECLOSED. After an error the connection is unusable: close it. */
 int dsc_conn_send(dsc_conn_t *conn, uint8_t opcode, uint64_t request_id, const void *body,

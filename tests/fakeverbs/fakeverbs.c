@@ -64,6 +64,7 @@ typedef struct fv_context {
     enum ibv_mtu active_mtu;
     enum ibv_port_state port_state;
     uint64_t max_mr_size;
+    int no_loopback_gid; /* DSC_FAKEVERBS_GID_LOOPBACK=off: GID 2 is an empty entry */
 } fv_context_t;
 
 typedef struct fv_channel {
@@ -818,15 +819,29 @@ static int nic_start(void) {
 
 /* ---- Devices and contexts ----------------------------------------------------------------- */
 
+/* The port's GID table (FV_GID_TABLE entries, the last empty), every entry RoCE v2. */
+#define FV_GID_LINK_LOCAL 0 /* fe80::<pid>: link-local, never routable */
+#define FV_GID_DECOY 1      /* ::ffff:10.254.Y.Z: routable, but on no local network */
+#define FV_GID_LOOPBACK 2   /* ::ffff:127.X.Y.Z: the one on the TCP connections' subnet */
+#define FV_GID_USED 3       /* entries that hold a GID */
+
 static void gid_of(uint32_t pid, int index, union ibv_gid *gid) {
     memset(gid, 0, sizeof *gid);
-    if (index == 0) { /* fe80::<pid>, link-local */
+    if (index == FV_GID_LINK_LOCAL) {
         gid->raw[0] = 0xfe;
         gid->raw[1] = 0x80;
         gid->raw[13] = (uint8_t)(pid >> 16);
         gid->raw[14] = (uint8_t)(pid >> 8);
         gid->raw[15] = (uint8_t)pid;
-    } else if (index == 1) { /* ::ffff:127.X.Y.Z, IPv4-mapped RoCE v2 */
+    } else if (index == FV_GID_DECOY) {
+        /* Listed first, as a second RoCE netdev's GID often is on real hosts: whoever picks
+         * "the first routable GID" picks this one, and every READ from or to it fails. */
+        gid->raw[10] = gid->raw[11] = 0xff;
+        gid->raw[12] = 10;
+        gid->raw[13] = 254;
+        gid->raw[14] = (uint8_t)(pid >> 8);
+        gid->raw[15] = (uint8_t)pid;
+    } else if (index == FV_GID_LOOPBACK) {
         gid->raw[10] = gid->raw[11] = 0xff;
         gid->raw[12] = 127;
         gid->raw[13] = (uint8_t)(pid >> 16);
@@ -913,6 +928,8 @@ FV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device) {
     const char *port = getenv("DSC_FAKEVERBS_PORT");
     c->port_state = port != NULL && strcmp(port, "down") == 0 ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
     c->max_mr_size = env_u64("DSC_FAKEVERBS_MAX_MR_SIZE", 1ull << 40);
+    const char *lb = getenv("DSC_FAKEVERBS_GID_LOOPBACK");
+    c->no_loopback_gid = lb != NULL && strcmp(lb, "off") == 0;
     parse_faults(getenv("DSC_FAKEVERBS_FAULTS"));
     port_ctl_start(c);
     return &c->ctx;
@@ -972,21 +989,25 @@ FV_EXPORT int ibv_query_port(struct ibv_context *ibctx, uint8_t port,
     return 0;
 }
 
+/* Whether the port holds GID `index`. */
+static int gid_present(struct ibv_context *ibctx, uint32_t index) {
+    const fv_context_t *c = (const fv_context_t *)ibctx;
+    return index < FV_GID_USED && !(index == FV_GID_LOOPBACK && c->no_loopback_gid);
+}
+
 FV_EXPORT int ibv_query_gid(struct ibv_context *ibctx, uint8_t port, int index,
                             union ibv_gid *gid) {
-    (void)ibctx;
     if (port != 1 || index < 0 || index >= FV_GID_TABLE)
         return -1;
-    gid_of((uint32_t)g_pid, index, gid);
+    gid_of((uint32_t)g_pid, gid_present(ibctx, (uint32_t)index) ? index : FV_GID_USED, gid);
     return 0;
 }
 
 FV_EXPORT int _ibv_query_gid_ex(struct ibv_context *ibctx, uint32_t port, uint32_t index,
                                 struct ibv_gid_entry *entry, uint32_t flags, size_t size) {
-    (void)ibctx;
     if (flags != 0 || size < sizeof *entry || port != 1 || index >= FV_GID_TABLE)
         return EINVAL;
-    if (index > 1)
+    if (!gid_present(ibctx, index))
         return ENODATA; /* an empty table entry */
     memset(entry, 0, sizeof *entry);
     gid_of((uint32_t)g_pid, (int)index, &entry->gid);
@@ -1320,7 +1341,7 @@ FV_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int m
     if (mask & IBV_QP_AV) {
         /* RoCE: every packet carries a GRH, so the address must be global with a valid sgid. */
         if (!attr->ah_attr.is_global || attr->ah_attr.port_num != 1 ||
-            attr->ah_attr.grh.sgid_index > 1)
+            !gid_present(ibqp->context, attr->ah_attr.grh.sgid_index))
             goto invalid;
     }
     if (mask & IBV_QP_ACCESS_FLAGS)
@@ -1445,7 +1466,13 @@ static int fv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_
 /* ---- Address handles, async events, fork, strings ------------------------------------------ */
 
 FV_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr) {
-    if (!attr->is_global || attr->port_num != 1 || attr->grh.sgid_index > 1) {
+    /* As the kernel resolves a RoCE address: a GRH from a GID the port holds, towards a
+     * destination that is routable (a link-local destination has no route here). */
+    const uint8_t *d = attr->grh.dgid.raw;
+    static const uint8_t zero[16];
+    if (pd == NULL || !attr->is_global || attr->port_num != 1 ||
+        !gid_present(pd->context, attr->grh.sgid_index) || memcmp(d, zero, 16) == 0 ||
+        (d[0] == 0xfe && (d[1] & 0xc0) == 0x80)) {
         errno = EINVAL;
         return NULL;
     }

@@ -170,20 +170,30 @@ typedef struct session {
     dsc_conn_t *conn;
     struct ibv_cq *cq;
     struct ibv_qp *qp;
+    dsc_rdma_gid_choice_t gid;
     dsc_rdma_connect_resp_t resp;
     dsc_rdma_desc_t d;
     uint8_t *buf;
     struct ibv_mr *mr;
 } session_t;
 
-/* The RDMA_CONNECT body of a fresh QP on dev (*qp, *psn returned). */
-static int connect_body(dsc_rdma_dev_t *dev, struct ibv_cq *cq, struct ibv_qp **qp, uint32_t *psn,
-                        uint8_t *out, size_t cap) {
+/* The GID on conn's subnet, as the loader picks it. */
+static void conn_gid(dsc_rdma_dev_t *dev, dsc_conn_t *conn, dsc_rdma_gid_choice_t *gid) {
+    struct sockaddr_storage local;
+    socklen_t local_len = sizeof local;
+    char why[600];
+    REQUIRE(getsockname(dsc_conn_fd(conn), (struct sockaddr *)&local, &local_len) == 0);
+    REQUIRE(dsc_rdma_gid_choose(dev, &local, gid, why, sizeof why) == 0);
+}
+
+/* The RDMA_CONNECT body of a fresh QP on dev sending from gid (*qp, *psn returned). */
+static int connect_body(dsc_rdma_dev_t *dev, const dsc_rdma_gid_choice_t *gid, struct ibv_cq *cq,
+                        struct ibv_qp **qp, uint32_t *psn, uint8_t *out, size_t cap) {
     *qp = dsc_rdma_qp_create(dev, cq, 16, 0);
     REQUIRE(*qp != NULL);
     *psn = dsc_rdma_random_psn();
     dsc_rdma_qp_info_t me;
-    dsc_rdma_qp_describe(dev, *qp, *psn, 1, &me);
+    dsc_rdma_qp_describe(dev, gid, *qp, *psn, 1, &me);
     int n = dsc_rdma_connect_req_encode(&me, out, cap);
     REQUIRE(n > 0);
     return n;
@@ -201,14 +211,16 @@ static int session_open(session_t *s) {
     REQUIRE(s->cq != NULL);
     uint32_t psn;
     uint8_t req[128];
-    int n = connect_body(&s->dev, s->cq, &s->qp, &psn, req, sizeof req);
+    conn_gid(&s->dev, s->conn, &s->gid);
+    printf("raw client: %s\n", s->gid.text);
+    int n = connect_body(&s->dev, &s->gid, s->cq, &s->qp, &psn, req, sizeof req);
     uint8_t *body = NULL;
     size_t len = 0;
     REQUIRE(dsc_conn_call(s->conn, DSC_OP_RDMA_CONNECT, req, (size_t)n, &body, &len) == 0);
     REQUIRE(dsc_rdma_connect_resp_decode(body, len, &s->resp) == 0);
     free(body);
     printf("lease TTL %u ms\n", s->resp.lease_ttl_ms);
-    REQUIRE(dsc_rdma_qp_rtr(&s->dev, s->qp, &s->resp.qp, s->resp.qp.mtu, 1) == 0);
+    REQUIRE(dsc_rdma_qp_rtr(&s->dev, &s->gid, s->qp, &s->resp.qp, s->resp.qp.mtu, 1) == 0);
     REQUIRE(dsc_rdma_qp_rts(&s->dev, s->qp, psn, s->resp.qp.rd_atomic) == 0);
     dsc_rdma_get_req_t get = {.get = {.dataset = {dataset, (uint16_t)strlen(dataset)},
                                       .shard_id = 0,
@@ -367,10 +379,12 @@ static int mode_slowconnect(void) {
     struct ibv_qp *qp_a, *qp_dup;
     uint32_t psn;
     uint8_t req[128];
-    int n = connect_body(&dev, cq, &qp_a, &psn, req, sizeof req);
+    dsc_rdma_gid_choice_t gid;
+    conn_gid(&dev, a, &gid);
+    int n = connect_body(&dev, &gid, cq, &qp_a, &psn, req, sizeof req);
     double t0 = now_s();
     REQUIRE(dsc_conn_send(a, DSC_OP_RDMA_CONNECT, 1, req, (size_t)n) == 0);
-    n = connect_body(&dev, cq, &qp_dup, &psn, req, sizeof req);
+    n = connect_body(&dev, &gid, cq, &qp_dup, &psn, req, sizeof req);
     REQUIRE(dsc_conn_send(a, DSC_OP_RDMA_CONNECT, 2, req, (size_t)n) == 0);
     uint8_t *body = NULL;
     size_t len = 0;
@@ -397,7 +411,7 @@ static int mode_slowconnect(void) {
      * were dispatched), then the reset. */
     for (uint32_t i = 0; i < closed; i++) {
         struct ibv_qp *qp;
-        n = connect_body(&dev, cq, &qp, &psn, req, sizeof req);
+        n = connect_body(&dev, &gid, cq, &qp, &psn, req, sizeof req);
         uint8_t out[512];
         dsc_hello_req_t hello = {.min_version = 1, .max_version = DSC_PROTO_VERSION};
         int hn = dsc_hello_req_encode(&hello, out + DSC_FRAME_HEADER_SIZE, 200);
@@ -449,7 +463,9 @@ static int mode_connect(void) {
     struct ibv_qp *qp;
     uint32_t psn;
     uint8_t req[128];
-    int n = connect_body(&dev, cq, &qp, &psn, req, sizeof req);
+    dsc_rdma_gid_choice_t gid;
+    conn_gid(&dev, conn, &gid);
+    int n = connect_body(&dev, &gid, cq, &qp, &psn, req, sizeof req);
     uint8_t *body = NULL;
     size_t len = 0;
     int rc = dsc_conn_call(conn, DSC_OP_RDMA_CONNECT, req, (size_t)n, &body, &len);

@@ -41,6 +41,8 @@ static dsc_verbs_t V;
 static int (*set_faults)(const char *spec);
 
 #define BUF_LEN (1u << 20)
+#define GID_DECOY 1    /* ::ffff:10.254.Y.Z: routable, on no local network, names nobody */
+#define GID_LOOPBACK 2 /* ::ffff:127.X.Y.Z: the one that reaches this process */
 
 typedef struct node {
     struct ibv_context *ctx;
@@ -50,7 +52,7 @@ typedef struct node {
     struct ibv_qp *qp;
     struct ibv_mr *mr;
     uint8_t *buf;
-    union ibv_gid gid; /* index 1: the routable RoCE v2 GID */
+    union ibv_gid gid; /* index GID_LOOPBACK: the RoCE v2 GID that reaches this node */
     enum ibv_mtu active_mtu;
 } node_t;
 
@@ -66,7 +68,7 @@ static void node_open(node_t *n, int with_channel) {
     memset(&port, 0, sizeof port);
     REQUIRE(V.query_port(n->ctx, 1, &port) == 0);
     n->active_mtu = port.active_mtu;
-    REQUIRE(V.query_gid(n->ctx, 1, 1, &n->gid) == 0);
+    REQUIRE(V.query_gid(n->ctx, 1, GID_LOOPBACK, &n->gid) == 0);
     n->pd = V.alloc_pd(n->ctx);
     REQUIRE(n->pd != NULL);
     if (with_channel) {
@@ -136,7 +138,7 @@ static int to_rtr(struct ibv_qp *qp, uint32_t dest_qpn, const union ibv_gid *dgi
     a.min_rnr_timer = 12;
     a.ah_attr.is_global = 1;
     a.ah_attr.grh.dgid = *dgid;
-    a.ah_attr.grh.sgid_index = 1;
+    a.ah_attr.grh.sgid_index = GID_LOOPBACK;
     a.ah_attr.grh.hop_limit = 1;
     a.ah_attr.port_num = 1;
     return V.modify_qp(qp, &a,
@@ -211,7 +213,8 @@ static void test_device(node_t *a) {
     CHECK(V.query_port(a->ctx, 1, &port) == 0);
     CHECK(port.state == IBV_PORT_ACTIVE && port.active_mtu == IBV_MTU_4096 &&
           port.link_layer == IBV_LINK_LAYER_ETHERNET && port.gid_tbl_len >= 2);
-    /* GID 1 is the RoCE v2 GID ::ffff:127.X.Y.Z naming this process; GID 0 is link-local. */
+    /* GID 2 is the RoCE v2 GID ::ffff:127.X.Y.Z naming this process; GID 1 a decoy RoCE v2 GID
+     * ::ffff:10.254.Y.Z; GID 0 is link-local. */
     uint32_t pid = (uint32_t)getpid();
     CHECK(a->gid.raw[10] == 0xff && a->gid.raw[11] == 0xff && a->gid.raw[12] == 127);
     CHECK(((uint32_t)a->gid.raw[13] << 16 | (uint32_t)a->gid.raw[14] << 8 | a->gid.raw[15]) == pid);
@@ -220,9 +223,47 @@ static void test_device(node_t *a) {
     CHECK(V.query_gid(a->ctx, 1, 0, &g0) == 0 && dsc_verbs_gid_unusable(g0.raw));
     REQUIRE(V.query_gid_ex != NULL);
     struct ibv_gid_entry entry;
-    CHECK(V.query_gid_ex(a->ctx, 1, 1, &entry, 0, sizeof entry) == 0);
+    CHECK(V.query_gid_ex(a->ctx, 1, GID_LOOPBACK, &entry, 0, sizeof entry) == 0);
     CHECK(entry.gid_type == IBV_GID_TYPE_ROCE_V2 && memcmp(entry.gid.raw, a->gid.raw, 16) == 0);
+    /* The decoy: routable and RoCE v2, so "the first routable GID" is this one. */
+    union ibv_gid decoy;
+    CHECK(V.query_gid(a->ctx, 1, GID_DECOY, &decoy) == 0 && !dsc_verbs_gid_unusable(decoy.raw));
+    CHECK(decoy.raw[10] == 0xff && decoy.raw[11] == 0xff && decoy.raw[12] == 10 &&
+          decoy.raw[13] == 254 && decoy.raw[14] == (uint8_t)(pid >> 8) &&
+          decoy.raw[15] == (uint8_t)pid);
+    CHECK(V.query_gid_ex(a->ctx, 1, GID_DECOY, &entry, 0, sizeof entry) == 0);
+    CHECK(entry.gid_type == IBV_GID_TYPE_ROCE_V2 && memcmp(entry.gid.raw, decoy.raw, 16) == 0);
+    CHECK(V.query_gid_ex(a->ctx, 1, 0, &entry, 0, sizeof entry) == 0 &&
+          entry.gid_type == IBV_GID_TYPE_ROCE_V2 && dsc_verbs_gid_unusable(entry.gid.raw));
     CHECK(V.query_gid_ex(a->ctx, 1, 3, &entry, 0, sizeof entry) == ENODATA);
+    /* Address handles: from a GID the port holds to a routable destination only. */
+    REQUIRE(V.create_ah != NULL && V.destroy_ah != NULL);
+    struct ibv_ah_attr ah;
+    memset(&ah, 0, sizeof ah);
+    ah.is_global = 1;
+    ah.port_num = 1;
+    ah.grh.hop_limit = 64;
+    for (int sgid = 0; sgid <= 3; sgid++) {
+        ah.grh.sgid_index = (uint8_t)sgid;
+        ah.grh.dgid = a->gid;
+        errno = 0;
+        struct ibv_ah *h = V.create_ah(a->pd, &ah);
+        CHECK(sgid < 3 ? h != NULL : h == NULL && errno == EINVAL);
+        if (h != NULL)
+            CHECK(V.destroy_ah(h) == 0);
+    }
+    ah.grh.sgid_index = GID_LOOPBACK;
+    ah.grh.dgid = g0; /* link-local: no route */
+    errno = 0;
+    CHECK(V.create_ah(a->pd, &ah) == NULL && errno == EINVAL);
+    memset(&ah.grh.dgid, 0, sizeof ah.grh.dgid);
+    CHECK(V.create_ah(a->pd, &ah) == NULL && errno == EINVAL);
+    ah.grh.dgid = decoy; /* routable: the handle is fine, the traffic is what fails */
+    struct ibv_ah *h = V.create_ah(a->pd, &ah);
+    CHECK(h != NULL && V.destroy_ah(h) == 0);
+    ah.grh.dgid = a->gid;
+    ah.is_global = 0; /* RoCE needs the GRH */
+    CHECK(V.create_ah(a->pd, &ah) == NULL && errno == EINVAL);
     CHECK(V.is_fork_initialized != NULL && V.is_fork_initialized() == IBV_FORK_UNNEEDED);
     errno = 0;
     CHECK(V.reg_dmabuf_mr(a->pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE) == NULL &&
@@ -264,7 +305,7 @@ static void test_state_machine(node_t *a, node_t *b) {
     attr.max_dest_rd_atomic = 1;
     attr.ah_attr.is_global = 1;
     attr.ah_attr.grh.dgid = b->gid;
-    attr.ah_attr.grh.sgid_index = 1;
+    attr.ah_attr.grh.sgid_index = GID_LOOPBACK;
     attr.ah_attr.port_num = 1;
     int rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
               IBV_QP_MAX_DEST_RD_ATOMIC;
@@ -276,7 +317,7 @@ static void test_state_machine(node_t *a, node_t *b) {
     attr.ah_attr.is_global = 1;
     attr.ah_attr.grh.sgid_index = 3;
     CHECK(V.modify_qp(a->qp, &attr, rtr | IBV_QP_MIN_RNR_TIMER) == EINVAL);
-    attr.ah_attr.grh.sgid_index = 1;
+    attr.ah_attr.grh.sgid_index = GID_LOOPBACK;
     attr.max_dest_rd_atomic = 17; /* above the device's max_qp_rd_atom */
     CHECK(V.modify_qp(a->qp, &attr, rtr | IBV_QP_MIN_RNR_TIMER) == EINVAL);
     attr.max_dest_rd_atomic = 1;
@@ -434,6 +475,30 @@ static void test_errors(node_t *a, node_t *b) {
     REQUIRE(to_rtr(a->qp, b->qp->qp_num, &link_local, IBV_MTU_4096) == 0);
     REQUIRE(to_rts(a->qp) == 0);
     expect_error(a, addr_of(b->buf), b->mr->rkey, 64, IBV_WC_RETRY_EXC_ERR, "link-local GID");
+
+    /* The decoy GID is routable but names nobody: READs to it run out of retries too. */
+    qp_drop(a);
+    qp_drop(b);
+    qp_create(a);
+    qp_create(b);
+    union ibv_gid decoy;
+    REQUIRE(V.query_gid(b->ctx, 1, GID_DECOY, &decoy) == 0);
+    REQUIRE(to_init(a->qp) == 0 && to_init(b->qp) == 0);
+    REQUIRE(to_rtr(b->qp, a->qp->qp_num, &a->gid, IBV_MTU_4096) == 0);
+    REQUIRE(to_rtr(a->qp, b->qp->qp_num, &decoy, IBV_MTU_4096) == 0);
+    REQUIRE(to_rts(a->qp) == 0);
+    expect_error(a, addr_of(b->buf), b->mr->rkey, 64, IBV_WC_RETRY_EXC_ERR, "decoy GID");
+    /* ... and a responder whose peer described itself by the decoy never answers. */
+    qp_drop(a);
+    qp_drop(b);
+    qp_create(a);
+    qp_create(b);
+    REQUIRE(to_init(a->qp) == 0 && to_init(b->qp) == 0);
+    REQUIRE(to_rtr(b->qp, a->qp->qp_num, &decoy, IBV_MTU_4096) == 0);
+    REQUIRE(to_rtr(a->qp, b->qp->qp_num, &b->gid, IBV_MTU_4096) == 0);
+    REQUIRE(to_rts(a->qp) == 0);
+    expect_error(a, addr_of(b->buf), b->mr->rkey, 64, IBV_WC_RETRY_EXC_ERR,
+                 "peer described by the decoy GID");
 
     /* Deregistered memory is not served any more. */
     connect_pair(a, b, IBV_MTU_4096, IBV_MTU_4096);
