@@ -93,6 +93,10 @@ typedef struct dsc_str {
 } dsc_str_t;
 
 /* HELLO */
+/* HELLO feature bit 1: in a request, the client understands it; in the answer (only to a client
+ * that set it), the server offers RDMA_CONNECT (PROTOCOL.md, RDMA). Bit 0 is DSC_FEATURE_AUTH
+ * (proto/auth.h). Neither changes the HELLO bodies' layout except AUTH's nonce. */
+#define DSC_FEATURE_RDMA 0x00000002u
 typedef struct dsc_hello_req {
     uint16_t min_version, max_version;
     uint32_t features;

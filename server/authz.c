@@ -173,11 +173,12 @@ int dsc__authz_may_read(const dsc_conn_auth_t *ca, const char *dataset, size_t l
     return dsc_cred_may_read(ca->cred, dataset, len);
 }
 
-static void filter_array(const dsc_conn_auth_t *ca, cJSON *array) {
+/* Drops the objects of `array` whose dataset (member `key`) the credential may not read. */
+static void filter_array(const dsc_conn_auth_t *ca, cJSON *array, const char *key) {
     cJSON *item = array ? array->child : NULL;
     while (item != NULL) {
         cJSON *next = item->next;
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(item, "name");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(item, key);
         if (!cJSON_IsString(name) ||
             !dsc__authz_may_read(ca, name->valuestring, strlen(name->valuestring)))
             cJSON_Delete(cJSON_DetachItemViaPointer(array, item));
@@ -193,10 +194,13 @@ char *dsc__authz_filter_json(const dsc_conn_auth_t *ca, char *json) {
     free(json);
     if (root == NULL)
         return NULL;
-    if (cJSON_IsArray(root))
-        filter_array(ca, root);
-    else
-        filter_array(ca, cJSON_GetObjectItemCaseSensitive(root, "datasets"));
+    if (cJSON_IsArray(root)) {
+        filter_array(ca, root, "name");
+    } else {
+        filter_array(ca, cJSON_GetObjectItemCaseSensitive(root, "datasets"), "name");
+        /* STAT's job list: a job on a dataset the credential may not see is not shown either. */
+        filter_array(ca, cJSON_GetObjectItemCaseSensitive(root, "jobs"), "dataset");
+    }
     char *out = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return out;

@@ -59,9 +59,9 @@ uint32_t dsc__authz_check(const dsc_authz_t *az, dsc_conn_auth_t *ca, uint8_t op
  * dataset it may not see is answered NOT_FOUND, as if it did not exist. */
 int dsc__authz_may_read(const dsc_conn_auth_t *ca, const char *dataset, size_t len);
 /* Drops the entries of datasets the connection may not see from a LIST answer (a JSON array of
- * objects with "name") or a STAT answer (its "datasets" array). Takes json (malloc'd) and returns
- * the answer to send (json itself when nothing is restricted; NULL when out of memory, json
- * then freed). */
+ * objects with "name") or a STAT answer (its "datasets" array, and its "jobs" by "dataset"). Takes
+ * json (malloc'd) and returns the answer to send (json itself when nothing is restricted; NULL when
+ * out of memory, json then freed). */
 char *dsc__authz_filter_json(const dsc_conn_auth_t *ca, char *json);
 /* Releases what the connection holds and wipes its nonces. Idempotent. */
 void dsc__authz_conn_close(dsc_conn_auth_t *ca);

@@ -326,6 +326,9 @@ static void handle_hello(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, con
         answer_fatal(srv, reply, DSC_OP_HELLO, id, st, deny);
         return;
     }
+    /* Granted only to a client that asked (older ones would refuse an unknown bit). */
+    if ((req.features & DSC_FEATURE_RDMA) && dsc__rdma_offered(srv->opt.rdma))
+        resp.features |= DSC_FEATURE_RDMA;
     uint8_t out[256 + DSC_AUTH_NONCE_SIZE];
     int n = dsc_hello_resp_encode(&resp, out, sizeof out);
     if (n < 0) {

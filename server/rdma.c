@@ -1,12 +1,16 @@
-/* The server's RDMA transport (rdma.h): arena registration, RDMA_CONNECT (QP to RTR before the
- * answer), RDMA_GET descriptors under leases, and the fence (QP destroyed, then holds dropped)
- * on lease expiry or close. */
+/* The server's RDMA transport (rdma.h): arena registration (overlapping pieces), RDMA_CONNECT (QP
+ * to RTR on the thread pool before the answer), RDMA_GET descriptors under leases, the device's
+ * async events, and the fence (QP destroyed, then holds dropped) on lease expiry, QP error or
+ * close. */
 #include "rdma.h"
 #include "rdma_link.h"
 #include "server_int.h"
 #include "shard.h"
 #include "srvlog.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +40,7 @@ void __tsan_release(void *addr);
 #define DEFAULT_MAX_LEASE_BYTES (UINT64_C(256) << 20)
 #define PROBE_BYTES 4096u
 #define SERVER_SEND_WR 4 /* the server only responds to READs: its send queue stays empty */
+#define GID_CACHE 16     /* local addresses whose GID choice is kept (and was logged) */
 
 int dsc_rdma_mode_parse(const char *text, dsc_rdma_mode_t *out) {
     if (text == NULL)
@@ -51,10 +56,16 @@ int dsc_rdma_mode_parse(const char *text, dsc_rdma_mode_t *out) {
     return 0;
 }
 
+typedef struct rconn rconn_t;
+
 struct dsc_rdma_srv {
     dsc_rdma_srv_options_t opt;
     atomic_uint_fast64_t connections, connections_total, connect_failures, leases, lease_bytes,
-        leases_total, leases_expired, releases_unknown, rdma_bytes, inline_bytes, busy;
+        leases_total, leases_expired, releases_unknown, rdma_bytes, inline_bytes, busy, qp_errors,
+        async_events;
+    /* 0: RDMA offered to new connections; else the event that stopped it (PORT_ERR or
+     * DEVICE_FATAL) until PORT_ACTIVE. Written by the async-event loop, read by every loop. */
+    atomic_int down_event;
     uint64_t registered_bytes;
     double register_seconds;
 #if DSC_HAVE_VERBS_H
@@ -62,13 +73,30 @@ struct dsc_rdma_srv {
     struct ibv_cq *cq;
     struct ibv_mr **mrs;
     uint32_t mr_count;
-    uint64_t piece; /* bytes per MR (the last may be shorter) */
+    /* Piece i covers [i * stride, i * stride + mrs[i]->length): pieces of `piece` bytes that
+     * overlap by `overlap` = piece - stride, so a chunk of up to `overlap` bytes lies whole in
+     * piece floor(offset / stride) (register_arena). One piece: stride = capacity. */
+    uint64_t piece, stride, overlap;
     uint8_t *base;
     uint64_t capacity;
     dsc_store_t *store;
     uint8_t *probe;
     struct ibv_mr *probe_mr;
     uint64_t probe_sum;
+    /* GID choice per local address of the TCP connections ("RDMA follows TCP"): chosen and
+     * logged once per address, shared by the loops; forgotten on IBV_EVENT_GID_CHANGE. */
+    pthread_mutex_t gid_lock;
+    int gid_count;
+    struct {
+        char local[64];
+        dsc_rdma_gid_choice_t choice;
+    } gids[GID_CACHE];
+    uv_poll_t async_poll; /* the async-event fd, on loop 0 (dsc__rdma_watch) */
+    int watching;
+    /* Connections with a QP, for QP events (by qp_num): a connection is listed from its answer
+     * until its fence, which unlists it before it destroys the QP. */
+    pthread_mutex_t qp_lock;
+    rconn_t *qp_list;
 #endif
 };
 
@@ -94,14 +122,21 @@ void dsc_rdma_srv_counters(const dsc_rdma_srv_t *rs, dsc_rdma_counters_t *out) {
     out->rdma_bytes = atomic_load(&r->rdma_bytes);
     out->inline_bytes = atomic_load(&r->inline_bytes);
     out->busy = atomic_load(&r->busy);
+    out->qp_errors = atomic_load(&r->qp_errors);
+    out->async_events = atomic_load(&r->async_events);
+    out->offered = atomic_load(&r->down_event) == 0;
     out->registered_bytes = r->registered_bytes;
     out->register_seconds = r->register_seconds;
+#if DSC_HAVE_VERBS_H
+    out->regions = r->mr_count;
+    out->region_overlap = r->mr_count > 1 ? r->overlap : 0;
+#endif
 }
 
 char *dsc_rdma_srv_metrics_text(const dsc_rdma_srv_t *rs) {
     dsc_rdma_counters_t c;
     dsc_rdma_srv_counters(rs, &c);
-    size_t cap = 4096;
+    size_t cap = 8192;
     char *t = malloc(cap);
     if (t == NULL)
         return NULL;
@@ -136,13 +171,26 @@ char *dsc_rdma_srv_metrics_text(const dsc_rdma_srv_t *rs) {
         "dscache_transport_bytes_total{transport=\"rdma\"} %llu\n"
         "dscache_transport_bytes_total{transport=\"rdma_inline\"} %llu\n"
         "# HELP dscache_rdma_registered_bytes Arena bytes registered for remote READ.\n"
-        "# TYPE dscache_rdma_registered_bytes gauge\ndscache_rdma_registered_bytes %llu\n",
+        "# TYPE dscache_rdma_registered_bytes gauge\ndscache_rdma_registered_bytes %llu\n"
+        "# HELP dscache_rdma_regions Memory regions the arena is registered in (overlapping "
+        "pieces when the device's max_mr_size splits it).\n"
+        "# TYPE dscache_rdma_regions gauge\ndscache_rdma_regions %llu\n"
+        "# HELP dscache_rdma_offered 1 while new connections are offered RDMA (0: RDMA off, or a "
+        "port error or device failure since the last PORT_ACTIVE).\n"
+        "# TYPE dscache_rdma_offered gauge\ndscache_rdma_offered %d\n"
+        "# HELP dscache_rdma_qp_errors_total Connections fenced because the device reported an "
+        "error on their queue pair (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR).\n"
+        "# TYPE dscache_rdma_qp_errors_total counter\ndscache_rdma_qp_errors_total %llu\n"
+        "# HELP dscache_rdma_async_events_total Asynchronous events read from the RDMA device.\n"
+        "# TYPE dscache_rdma_async_events_total counter\ndscache_rdma_async_events_total %llu\n",
         rs != NULL, (unsigned long long)c.connections, (unsigned long long)c.connections_total,
         (unsigned long long)c.connect_failures, (unsigned long long)c.leases,
         (unsigned long long)c.lease_bytes, (unsigned long long)c.leases_total,
         (unsigned long long)c.leases_expired, (unsigned long long)c.releases_unknown,
         (unsigned long long)c.busy, (unsigned long long)c.rdma_bytes,
-        (unsigned long long)c.inline_bytes, (unsigned long long)c.registered_bytes);
+        (unsigned long long)c.inline_bytes, (unsigned long long)c.registered_bytes,
+        (unsigned long long)c.regions, rs != NULL && c.offered, (unsigned long long)c.qp_errors,
+        (unsigned long long)c.async_events);
     return t;
 }
 
@@ -194,6 +242,17 @@ void dsc__rdma_on_close(dsc_server_t *srv, dsc_reply_t *reply) {
     (void)srv;
     (void)reply;
 }
+void dsc__rdma_watch(dsc_rdma_srv_t *rs, void *loop) {
+    (void)rs;
+    (void)loop;
+}
+void dsc__rdma_unwatch(dsc_rdma_srv_t *rs) {
+    (void)rs;
+}
+int dsc__rdma_offered(const dsc_rdma_srv_t *rs) {
+    (void)rs;
+    return 0;
+}
 
 #else
 
@@ -210,17 +269,29 @@ static void srv_free(dsc_rdma_srv_t *rs) {
     if (rs->cq)
         rs->dev.v.destroy_cq(rs->cq);
     dsc_rdma_dev_close(&rs->dev);
+    pthread_mutex_destroy(&rs->qp_lock);
     free(rs);
 }
 
-/* Registers the arena in pieces of at most max_mr_size (2 MiB multiples). */
+/* Registers the arena in pieces of at most max_mr_size (2 MiB multiples). Several pieces overlap
+ * by the largest chunk a shard can hold (DSC_CHUNK_MAX_RAW: a stored chunk is never larger than
+ * its raw size), or by half a piece when pieces are smaller than twice that, so that every chunk
+ * up to the overlap lies whole inside one piece and is served by READ wherever it sits. */
 static int register_arena(dsc_rdma_srv_t *rs, char *why, size_t why_cap) {
     uint64_t piece = rs->dev.max_mr_size ? rs->dev.max_mr_size : rs->capacity;
     piece -= piece % DSC_STORE_ALIGN;
-    if (piece == 0 || piece > rs->capacity)
-        piece = rs->capacity;
+    uint32_t n = 1;
+    if (piece == 0 || piece >= rs->capacity) {
+        piece = rs->stride = rs->capacity;
+        rs->overlap = 0;
+    } else {
+        uint64_t overlap = piece / 2 < DSC_CHUNK_MAX_RAW ? piece / 2 : DSC_CHUNK_MAX_RAW;
+        overlap -= overlap % DSC_STORE_PAGE;
+        rs->overlap = overlap;
+        rs->stride = piece - overlap;
+        n = (uint32_t)(1 + (rs->capacity - piece + rs->stride - 1) / rs->stride);
+    }
     rs->piece = piece;
-    uint32_t n = (uint32_t)((rs->capacity + piece - 1) / piece);
     rs->mrs = calloc(n, sizeof *rs->mrs);
     if (rs->mrs == NULL) {
         snprintf(why, why_cap, "out of memory");
@@ -229,7 +300,7 @@ static int register_arena(dsc_rdma_srv_t *rs, char *why, size_t why_cap) {
     dsc_store_set_pinned(rs->store, 1); /* before any page is pinned */
     double t0 = now_s();
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t off = (uint64_t)i * piece;
+        uint64_t off = (uint64_t)i * rs->stride;
         uint64_t len = rs->capacity - off < piece ? rs->capacity - off : piece;
         rs->mrs[i] = rs->dev.v.reg_mr(rs->dev.pd, rs->base + off, len,
                                       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
@@ -256,6 +327,8 @@ int dsc_rdma_srv_create(const dsc_rdma_srv_options_t *options, dsc_store_t *stor
     dsc_rdma_srv_t *rs = calloc(1, sizeof *rs);
     if (rs == NULL)
         return DSC_ENOMEM;
+    pthread_mutex_init(&rs->qp_lock, NULL);
+    rs->gid_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     rs->opt = *options;
     if (rs->opt.lease_ttl_ms == 0)
         rs->opt.lease_ttl_ms = DEFAULT_TTL_MS;
@@ -264,6 +337,7 @@ int dsc_rdma_srv_create(const dsc_rdma_srv_options_t *options, dsc_store_t *stor
     char why[DSC_VERBS_REASON_MAX + 128] = "";
     int rc = dsc_rdma_dev_open(&rs->dev, why, sizeof why);
     if (rc < 0) {
+        pthread_mutex_destroy(&rs->qp_lock);
         free(rs);
         goto unavailable;
     }
@@ -294,18 +368,29 @@ int dsc_rdma_srv_create(const dsc_rdma_srv_options_t *options, dsc_store_t *stor
         srv_free(rs);
         goto unavailable;
     }
-    char gid[64] = "-";
-    if (rs->dev.gid_index >= 0)
-        dsc_verbs_gid_format(rs->dev.gid, gid, sizeof gid);
+    char gid[128] = "LID";
+    if (rs->dev.gid_index >= 0 && getenv(DSC_RDMA_ENV_GID_INDEX) != NULL) {
+        char text[64];
+        snprintf(gid, sizeof gid, "GID index %d %s from %s", rs->dev.gid_index,
+                 dsc_verbs_gid_format(rs->dev.gid, text, sizeof text), DSC_RDMA_ENV_GID_INDEX);
+    } else if (rs->dev.gid_index >= 0) {
+        snprintf(gid, sizeof gid, "GID per connection: the one on its TCP subnet");
+    }
+    char pieces[128] = "";
+    if (rs->mr_count > 1)
+        snprintf(pieces, sizeof pieces,
+                 "; regions of %llu bytes (max_mr_size) overlapping by %llu bytes, so chunks of up "
+                 "to that size never straddle two",
+                 (unsigned long long)rs->piece, (unsigned long long)rs->overlap);
     double gib = (double)rs->capacity / (double)(UINT64_C(1) << 30);
-    LOG_INFO("rdma: on: device %s port %u (%s, MTU %u, GID %s), arena %llu bytes registered "
+    LOG_INFO("rdma: on: device %s port %u (%s, MTU %u, %s), arena %llu bytes registered "
              "for remote READ in %u region(s) in %.3f ms (%.3f ms per GiB; the registered arena is "
-             "pinned resident), lease TTL %u ms",
+             "pinned resident), lease TTL %u ms%s",
              rs->dev.name, rs->dev.port,
              rs->dev.link_layer == DSC_RDMA_LINK_ETHERNET ? "RoCE" : "InfiniBand",
              dsc_verbs_mtu_bytes(rs->dev.mtu), gid, (unsigned long long)rs->capacity, rs->mr_count,
              rs->register_seconds * 1e3, gib > 0 ? rs->register_seconds * 1e3 / gib : 0.0,
-             rs->opt.lease_ttl_ms);
+             rs->opt.lease_ttl_ms, pieces);
     *out = rs;
     return 0;
 unavailable:
@@ -322,6 +407,10 @@ void dsc_rdma_srv_destroy(dsc_rdma_srv_t *rs) {
         srv_free(rs);
 }
 
+int dsc__rdma_offered(const dsc_rdma_srv_t *rs) {
+    return rs != NULL;
+}
+
 /* ---- connections ------------------------------------------------------------------------- */
 
 typedef struct lease {
@@ -332,16 +421,57 @@ typedef struct lease {
     dsc_hold_t hold;
 } lease_t;
 
-typedef struct rconn {
-    uv_timer_t timer; /* first: its close callback frees the rconn */
+/* A connection's RDMA state, on the connection's loop. Created by RDMA_CONNECT with `connecting`
+ * set (the QP is being made on the thread pool); from the answer on it has its QP, its two
+ * handles (freed when both have closed) and is on rs->qp_list. */
+struct rconn {
+    uv_timer_t timer;       /* the leases' deadlines */
+    uv_async_t event_async; /* a QP event for this connection (from the async-event loop) */
+    int handles_open;
+    int connecting;
     dsc_rdma_srv_t *rs;
     dsc_server_t *srv;
     dsc_reply_t *reply;
     struct ibv_qp *qp;
+    /* On rs->qp_list (under rs->qp_lock); qp_ptr and qp_num do not change while listed. */
+    rconn_t *list_prev, *list_next;
+    int listed;
+    const struct ibv_qp *qp_ptr;
+    uint32_t qp_num;
+    atomic_int qp_event;  /* the event to fence for (0: none), set by the async-event loop */
     lease_t *head, *tail; /* in grant order, so deadlines ascend */
     uint64_t next_id;
     uint64_t bytes;
-} rconn_t;
+};
+
+static void list_add(rconn_t *rc) {
+    dsc_rdma_srv_t *rs = rc->rs;
+    pthread_mutex_lock(&rs->qp_lock);
+    rc->qp_ptr = rc->qp;
+    rc->qp_num = rc->qp->qp_num;
+    rc->list_prev = NULL;
+    rc->list_next = rs->qp_list;
+    if (rs->qp_list)
+        rs->qp_list->list_prev = rc;
+    rs->qp_list = rc;
+    rc->listed = 1;
+    pthread_mutex_unlock(&rs->qp_lock);
+}
+
+static void list_remove(rconn_t *rc) {
+    dsc_rdma_srv_t *rs = rc->rs;
+    pthread_mutex_lock(&rs->qp_lock);
+    if (rc->listed) {
+        if (rc->list_prev)
+            rc->list_prev->list_next = rc->list_next;
+        else
+            rs->qp_list = rc->list_next;
+        if (rc->list_next)
+            rc->list_next->list_prev = rc->list_prev;
+        rc->listed = 0;
+    }
+    pthread_mutex_unlock(&rs->qp_lock);
+}
 
 static void lease_drop(rconn_t *rc, lease_t *l) {
     dsc_hold_release(rc->srv->cat, &l->hold);
@@ -351,9 +481,12 @@ static void lease_drop(rconn_t *rc, lease_t *l) {
     free(l);
 }
 
-/* The QP first (after destroy returns the device reads nothing more for it), then the holds. */
+/* The QP first (after destroy returns the device reads nothing more for it), then the holds.
+ * Unlisted before the destroy: ibv_destroy_qp waits for the acks of events of this QP already
+ * read, and the async-event loop acks only after it let go of the list. */
 static void fence(rconn_t *rc) {
     if (rc->qp != NULL) {
+        list_remove(rc);
         dsc_rdma_qp_fence(&rc->rs->dev, rc->qp);
         rc->qp = NULL;
         atomic_fetch_sub(&rc->rs->connections, 1);
@@ -366,8 +499,19 @@ static void fence(rconn_t *rc) {
     rc->tail = NULL;
 }
 
-static void on_timer_closed(uv_handle_t *h) {
-    free(h->data);
+/* Fences, then closes the connection with one UNAVAILABLE frame (request id 0) once its answers
+ * have gone out: QP destroyed, holds dropped, TCP closed, in that order. */
+static void fence_and_close(rconn_t *rc, const char *message) {
+    fence(rc);
+    uv_timer_stop(&rc->timer);
+    dsc__server_count_request(rc->srv, DSC_OP_RDMA_GET, DSC_STATUS_UNAVAILABLE);
+    rc->reply->ops->fatal(rc->reply, DSC_OP_RDMA_GET, 0, DSC_STATUS_UNAVAILABLE, message);
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+    rconn_t *rc = h->data;
+    if (--rc->handles_open == 0)
+        free(rc);
 }
 
 static void on_lease_timer(uv_timer_t *t) {
@@ -382,12 +526,172 @@ static void on_lease_timer(uv_timer_t *t) {
     LOG_WARN("rdma: %llu lease(s) not released within %u ms: fencing the connection (queue "
              "pair destroyed, then its holds dropped)",
              (unsigned long long)expired, rc->rs->opt.lease_ttl_ms);
-    fence(rc);
-    uv_timer_stop(t);
-    dsc__server_count_request(rc->srv, DSC_OP_RDMA_GET, DSC_STATUS_UNAVAILABLE);
-    rc->reply->ops->fatal(rc->reply, DSC_OP_RDMA_GET, 0, DSC_STATUS_UNAVAILABLE,
-                          "RDMA lease expired: connection fenced");
+    fence_and_close(rc, "RDMA lease expired: connection fenced");
 }
+
+static const char *event_name(int type) {
+    switch (type) {
+    case IBV_EVENT_QP_FATAL:
+        return "IBV_EVENT_QP_FATAL";
+    case IBV_EVENT_QP_REQ_ERR:
+        return "IBV_EVENT_QP_REQ_ERR";
+    case IBV_EVENT_QP_ACCESS_ERR:
+        return "IBV_EVENT_QP_ACCESS_ERR";
+    case IBV_EVENT_PORT_ERR:
+        return "IBV_EVENT_PORT_ERR";
+    case IBV_EVENT_PORT_ACTIVE:
+        return "IBV_EVENT_PORT_ACTIVE";
+    case IBV_EVENT_DEVICE_FATAL:
+        return "IBV_EVENT_DEVICE_FATAL";
+    case IBV_EVENT_GID_CHANGE:
+        return "IBV_EVENT_GID_CHANGE";
+    case IBV_EVENT_LID_CHANGE:
+        return "IBV_EVENT_LID_CHANGE";
+    case IBV_EVENT_PKEY_CHANGE:
+        return "IBV_EVENT_PKEY_CHANGE";
+    case IBV_EVENT_SM_CHANGE:
+        return "IBV_EVENT_SM_CHANGE";
+    case IBV_EVENT_CLIENT_REREGISTER:
+        return "IBV_EVENT_CLIENT_REREGISTER";
+    default:
+        return "an RDMA async event";
+    }
+}
+
+/* On the connection's loop: the device reported an error on its QP (the event is acked). */
+static void on_qp_event(uv_async_t *a) {
+    rconn_t *rc = a->data;
+    int type = atomic_exchange(&rc->qp_event, 0);
+    if (type == 0 || rc->qp == NULL)
+        return;
+    atomic_fetch_add(&rc->rs->qp_errors, 1);
+    LOG_WARN("rdma: %s on the queue pair of %s (QP %u): fencing the connection (queue pair "
+             "destroyed, then its holds dropped, then closed)",
+             event_name(type), rc->reply->peer, rc->qp_num);
+    char message[128];
+    snprintf(message, sizeof message, "RDMA queue pair error (%s): connection fenced",
+             event_name(type));
+    fence_and_close(rc, message);
+}
+
+/* ---- async events (loop 0) ----------------------------------------------------------------- */
+
+/* A QP event: hands it to the QP's connection, found by qp_num on the list. The event is not
+ * acked yet, so its QP still exists (ibv_destroy_qp waits for the ack) and qp_num can be read;
+ * a QP already fenced is no longer listed and the event is dropped. */
+static void qp_event(dsc_rdma_srv_t *rs, const struct ibv_async_event *ev) {
+    const struct ibv_qp *qp = ev->element.qp;
+    uint32_t qp_num = qp ? qp->qp_num : 0;
+    int found = 0;
+    pthread_mutex_lock(&rs->qp_lock);
+    for (rconn_t *rc = rs->qp_list; rc; rc = rc->list_next)
+        if (rc->qp_num == qp_num && rc->qp_ptr == qp) {
+            int expected = 0;
+            atomic_compare_exchange_strong(&rc->qp_event, &expected, (int)ev->event_type);
+            uv_async_send(&rc->event_async); /* listed: its handle is open */
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&rs->qp_lock);
+    if (!found)
+        LOG_DEBUG("rdma: %s on queue pair %u, which is already fenced", event_name(ev->event_type),
+                  qp_num);
+}
+
+static void handle_event(dsc_rdma_srv_t *rs, const struct ibv_async_event *ev) {
+    int type = (int)ev->event_type;
+    switch (ev->event_type) {
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+        qp_event(rs, ev);
+        break;
+    case IBV_EVENT_PORT_ERR:
+    case IBV_EVENT_DEVICE_FATAL: {
+        if (ev->event_type == IBV_EVENT_PORT_ERR && ev->element.port_num != rs->dev.port)
+            break;
+        int was = 0;
+        if (atomic_compare_exchange_strong(&rs->down_event, &was, type))
+            LOG_WARN("rdma: %s on %s port %u: RDMA_CONNECT answered UNAVAILABLE (new connections "
+                     "stay on TCP) until the port is active again; connections with a queue pair "
+                     "keep it",
+                     event_name(type), rs->dev.name, rs->dev.port);
+        break;
+    }
+    case IBV_EVENT_PORT_ACTIVE:
+        if (ev->element.port_num == rs->dev.port && atomic_exchange(&rs->down_event, 0) != 0)
+            LOG_INFO("rdma: IBV_EVENT_PORT_ACTIVE on %s port %u: offering RDMA to new connections "
+                     "again",
+                     rs->dev.name, rs->dev.port);
+        break;
+    case IBV_EVENT_GID_CHANGE:
+        if (ev->element.port_num == rs->dev.port) {
+            /* New connections choose their GID again (and log it); QPs keep theirs. */
+            pthread_mutex_lock(&rs->gid_lock);
+            int known = rs->gid_count;
+            rs->gid_count = 0;
+            pthread_mutex_unlock(&rs->gid_lock);
+            LOG_INFO("rdma: %s on %s port %u: the GID choice of %d local address(es) is "
+                     "forgotten, new connections choose again; queue pairs keep theirs",
+                     event_name(type), rs->dev.name, rs->dev.port, known);
+        }
+        break;
+    case IBV_EVENT_LID_CHANGE:
+    case IBV_EVENT_PKEY_CHANGE:
+    case IBV_EVENT_SM_CHANGE:
+    case IBV_EVENT_CLIENT_REREGISTER:
+        if (ev->element.port_num == rs->dev.port)
+            LOG_INFO("rdma: %s on %s port %u", event_name(type), rs->dev.name, rs->dev.port);
+        break;
+    default:
+        LOG_DEBUG("rdma: async event %d on %s", type, rs->dev.name);
+        break;
+    }
+}
+
+static void on_async_fd(uv_poll_t *poll, int status, int events) {
+    (void)events;
+    dsc_rdma_srv_t *rs = poll->data;
+    if (status < 0) {
+        LOG_ERROR("rdma: the device's async-event fd failed (%s): QP errors are now noticed only "
+                  "when a connection closes or its leases expire",
+                  uv_strerror(status));
+        uv_poll_stop(poll);
+        return;
+    }
+    struct ibv_async_event ev;
+    while (rs->dev.v.get_async_event(rs->dev.ctx, &ev) == 0) {
+        atomic_fetch_add(&rs->async_events, 1);
+        handle_event(rs, &ev);
+        rs->dev.v.ack_async_event(&ev); /* after the QP lookup, before any fence can wait on it */
+    }
+}
+
+void dsc__rdma_watch(dsc_rdma_srv_t *rs, void *loop) {
+    if (rs == NULL || rs->watching)
+        return;
+    int fd = rs->dev.ctx->async_fd;
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
+        uv_poll_init((uv_loop_t *)loop, &rs->async_poll, fd) != 0) {
+        LOG_WARN("rdma: cannot watch the async-event fd of %s: QP errors are noticed only when a "
+                 "connection closes or its leases expire",
+                 rs->dev.name);
+        return;
+    }
+    rs->async_poll.data = rs;
+    rs->watching = 1;
+    uv_poll_start(&rs->async_poll, UV_READABLE, on_async_fd);
+}
+
+void dsc__rdma_unwatch(dsc_rdma_srv_t *rs) {
+    if (rs == NULL || !rs->watching)
+        return;
+    rs->watching = 0;
+    uv_close((uv_handle_t *)&rs->async_poll, NULL); /* rs outlives the loop (rdma.h) */
+}
+
+/* ---- RDMA_CONNECT ------------------------------------------------------------------------ */
 
 static void connect_refuse(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, uint32_t status,
                            const char *msg) {
@@ -396,6 +700,145 @@ static void connect_refuse(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, u
         atomic_fetch_add(&rs->connect_failures, 1);
     dsc__server_count_request(srv, DSC_OP_RDMA_CONNECT, status);
     reply->ops->frame(reply, DSC_OP_RDMA_CONNECT, id, status, msg, strlen(msg));
+}
+
+/* The GID for a connection: the one on its TCP connection's subnet, chosen (and logged) once per
+ * local address; a server has few. Returns 0, or an error with why. */
+static int conn_gid(dsc_rdma_srv_t *rs, dsc_reply_t *reply, dsc_rdma_gid_choice_t *out, char *why,
+                    size_t why_cap) {
+    struct sockaddr_storage local;
+    int len = (int)sizeof local;
+    memset(&local, 0, sizeof local);
+    if (reply->tcp == NULL ||
+        uv_tcp_getsockname(reply->tcp, (struct sockaddr *)&local, &len) != 0) {
+        snprintf(why, why_cap, "RDMA_CONNECT: this connection's local address is unknown");
+        return DSC_EUNAVAIL;
+    }
+    char key[64];
+    dsc_rdma_addr_format((struct sockaddr *)&local, key, sizeof key);
+    pthread_mutex_lock(&rs->gid_lock);
+    for (int i = 0; i < rs->gid_count; i++)
+        if (strcmp(rs->gids[i].local, key) == 0) {
+            *out = rs->gids[i].choice;
+            pthread_mutex_unlock(&rs->gid_lock);
+            return 0;
+        }
+    pthread_mutex_unlock(&rs->gid_lock);
+    int rc = dsc_rdma_gid_choose(&rs->dev, &local, out, why, why_cap);
+    if (rc < 0)
+        return rc;
+    int fresh = 1;
+    pthread_mutex_lock(&rs->gid_lock);
+    for (int i = 0; i < rs->gid_count && fresh; i++)
+        fresh = strcmp(rs->gids[i].local, key) != 0; /* another loop was first */
+    if (fresh && rs->gid_count < GID_CACHE) {
+        snprintf(rs->gids[rs->gid_count].local, sizeof rs->gids[0].local, "%s", key);
+        rs->gids[rs->gid_count++].choice = *out;
+    }
+    pthread_mutex_unlock(&rs->gid_lock);
+    if (fresh && out->off_subnet)
+        LOG_WARN("rdma: connections to %s use %s: READs may fail", key, out->text);
+    else if (fresh)
+        LOG_INFO("rdma: connections to %s use %s", key, out->text);
+    return 0;
+}
+
+/* An RDMA_CONNECT between the loop and the thread pool. */
+typedef struct connect_job {
+    uv_work_t work;
+    dsc_server_t *srv;
+    dsc_reply_t *reply; /* kept alive by wait_begin until connect_done's wait_end */
+    rconn_t *rc;
+    uint64_t id;
+    dsc_rdma_qp_info_t remote; /* the client's QP (its device name is not kept) */
+    dsc_rdma_gid_choice_t gid; /* this side's, chosen on the loop (conn_gid) */
+    uint16_t version;
+    uint8_t mtu, rd;
+    struct ibv_qp *qp; /* made by connect_work, NULL when it failed */
+    int err;
+} connect_job_t;
+
+/* Thread pool: QP creation and INIT -> RTR (milliseconds on some NICs). Touches only the job
+ * and the device, whose fields are read-only once the server runs. */
+static void connect_work(uv_work_t *work) {
+    connect_job_t *j = work->data;
+    dsc_rdma_srv_t *rs = j->srv->opt.rdma;
+    j->qp = dsc_rdma_qp_create(&rs->dev, rs->cq, SERVER_SEND_WR, IBV_ACCESS_REMOTE_READ);
+    if (j->qp == NULL) {
+        j->err = errno;
+        return;
+    }
+    int rc = dsc_rdma_qp_rtr(&rs->dev, &j->gid, j->qp, &j->remote, j->mtu, j->rd);
+    if (rc < 0) {
+        rs->dev.v.destroy_qp(j->qp);
+        j->qp = NULL;
+        j->err = -rc;
+    }
+}
+
+/* Loop: answers, or (the connection closed meanwhile) only destroys the QP. */
+static void connect_done(uv_work_t *work, int status) {
+    (void)status;
+    connect_job_t *j = work->data;
+    dsc_server_t *srv = j->srv;
+    dsc_reply_t *reply = j->reply;
+    dsc_rdma_srv_t *rs = srv->opt.rdma;
+    rconn_t *rc = j->rc;
+    if (reply->ops->closing(reply)) {
+        /* dsc__rdma_on_close let go of rc: nothing of the connection is touched but its count. */
+        if (j->qp)
+            dsc_rdma_qp_fence(&rs->dev, j->qp);
+        atomic_fetch_add(&rs->connect_failures, 1);
+        free(rc);
+        goto done;
+    }
+    reply->rdma = NULL;
+    if (j->qp == NULL) {
+        free(rc);
+        LOG_DEBUG("rdma: RDMA_CONNECT from %s: cannot bring a queue pair to RTR: %s", reply->peer,
+                  strerror(j->err ? j->err : EINVAL));
+        connect_refuse(srv, reply, j->id, DSC_STATUS_UNAVAILABLE,
+                       "RDMA_CONNECT: cannot bring a queue pair to RTR towards this client");
+        goto done;
+    }
+    dsc_rdma_connect_resp_t resp;
+    memset(&resp, 0, sizeof resp);
+    dsc_rdma_qp_describe(&rs->dev, &j->gid, j->qp, dsc_rdma_random_psn(), j->rd, &resp.qp);
+    resp.qp.version = j->version;
+    resp.qp.mtu = j->mtu;
+    resp.lease_ttl_ms = rs->opt.lease_ttl_ms;
+    resp.max_lease_bytes = rs->opt.max_lease_bytes;
+    resp.probe = (dsc_rdma_desc_t){.addr = (uint64_t)(uintptr_t)rs->probe,
+                                   .rkey = rs->probe_mr->rkey,
+                                   .len = PROBE_BYTES,
+                                   .checksum = rs->probe_sum};
+    uint8_t out[256];
+    int n = dsc_rdma_connect_resp_encode(&resp, out, sizeof out);
+    if (n < 0) {
+        dsc_rdma_qp_fence(&rs->dev, j->qp);
+        free(rc);
+        connect_refuse(srv, reply, j->id, DSC_STATUS_INTERNAL, "cannot encode RDMA_CONNECT");
+        goto done;
+    }
+    rc->connecting = 0;
+    rc->qp = j->qp;
+    uv_timer_init(reply->loop, &rc->timer);
+    rc->timer.data = rc;
+    uv_async_init(reply->loop, &rc->event_async, on_qp_event);
+    rc->event_async.data = rc;
+    rc->handles_open = 2;
+    uint64_t every = rs->opt.lease_ttl_ms / 4 ? rs->opt.lease_ttl_ms / 4 : 1;
+    uv_timer_start(&rc->timer, on_lease_timer, every, every);
+    list_add(rc);
+    reply->rdma = rc;
+    TSAN_RELEASE(rs->probe_mr);
+    atomic_fetch_add(&rs->connections, 1);
+    atomic_fetch_add(&rs->connections_total, 1);
+    dsc__server_count_request(srv, DSC_OP_RDMA_CONNECT, DSC_STATUS_OK);
+    reply->ops->frame(reply, DSC_OP_RDMA_CONNECT, j->id, DSC_STATUS_OK, out, (size_t)n);
+done:
+    free(j);
+    reply->ops->wait_end(reply, 0); /* last: the connection may be freed by it */
 }
 
 void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
@@ -415,6 +858,16 @@ void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
         connect_refuse(srv, reply, id, DSC_STATUS_BAD_REQUEST, "malformed RDMA_CONNECT body");
         return;
     }
+    int down = atomic_load(&rs->down_event);
+    if (down != 0) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "RDMA is unavailable on this server for now: %s on %s port %u (until the port "
+                 "is active again); this connection stays on TCP",
+                 event_name(down), rs->dev.name, rs->dev.port);
+        connect_refuse(srv, reply, id, DSC_STATUS_UNAVAILABLE, msg);
+        return;
+    }
     uint16_t version;
     uint8_t mtu, rd;
     if (dsc_rdma_connect_negotiate(&req, rs->dev.link_layer, rs->dev.mtu, rs->dev.max_rd_atomic,
@@ -423,59 +876,55 @@ void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
                        "RDMA_CONNECT: link layer or values this server cannot use");
         return;
     }
+    dsc_rdma_gid_choice_t gid;
+    char why[DSC_VERBS_REASON_MAX];
+    if (conn_gid(rs, reply, &gid, why, sizeof why) < 0) {
+        LOG_WARN("rdma: RDMA_CONNECT from %s refused: %s", reply->peer, why);
+        connect_refuse(srv, reply, id, DSC_STATUS_UNAVAILABLE, why);
+        return;
+    }
     rconn_t *rc = calloc(1, sizeof *rc);
-    if (rc == NULL) {
+    connect_job_t *j = calloc(1, sizeof *j);
+    if (rc == NULL || j == NULL) {
+        free(rc);
+        free(j);
         connect_refuse(srv, reply, id, DSC_STATUS_INTERNAL, "out of memory");
-        return;
-    }
-    rc->qp = dsc_rdma_qp_create(&rs->dev, rs->cq, SERVER_SEND_WR, IBV_ACCESS_REMOTE_READ);
-    if (rc->qp == NULL || dsc_rdma_qp_rtr(&rs->dev, rc->qp, &req, mtu, rd) < 0) {
-        if (rc->qp)
-            rs->dev.v.destroy_qp(rc->qp);
-        free(rc);
-        connect_refuse(srv, reply, id, DSC_STATUS_UNAVAILABLE,
-                       "RDMA_CONNECT: cannot bring a queue pair to RTR towards this client");
-        return;
-    }
-    dsc_rdma_connect_resp_t resp;
-    memset(&resp, 0, sizeof resp);
-    dsc_rdma_qp_describe(&rs->dev, rc->qp, dsc_rdma_random_psn(), rd, &resp.qp);
-    resp.qp.version = version;
-    resp.qp.mtu = mtu;
-    resp.lease_ttl_ms = rs->opt.lease_ttl_ms;
-    resp.max_lease_bytes = rs->opt.max_lease_bytes;
-    resp.probe = (dsc_rdma_desc_t){.addr = (uint64_t)(uintptr_t)rs->probe,
-                                   .rkey = rs->probe_mr->rkey,
-                                   .len = PROBE_BYTES,
-                                   .checksum = rs->probe_sum};
-    uint8_t out[256];
-    int n = dsc_rdma_connect_resp_encode(&resp, out, sizeof out);
-    if (n < 0) {
-        dsc_rdma_qp_fence(&rs->dev, rc->qp);
-        free(rc);
-        connect_refuse(srv, reply, id, DSC_STATUS_INTERNAL, "cannot encode RDMA_CONNECT");
         return;
     }
     rc->rs = rs;
     rc->srv = srv;
     rc->reply = reply;
     rc->next_id = 1;
-    uv_timer_init(reply->loop, &rc->timer);
-    rc->timer.data = rc;
-    uint64_t every = rs->opt.lease_ttl_ms / 4 ? rs->opt.lease_ttl_ms / 4 : 1;
-    uv_timer_start(&rc->timer, on_lease_timer, every, every);
+    rc->connecting = 1; /* a second RDMA_CONNECT meanwhile is refused, RDMA_GETs too */
+    atomic_init(&rc->qp_event, 0);
+    j->work.data = j;
+    j->srv = srv;
+    j->reply = reply;
+    j->rc = rc;
+    j->id = id;
+    j->remote = req;
+    j->remote.device = (dsc_str_t){NULL, 0}; /* points into the request buffer */
+    j->gid = gid;
+    j->version = version;
+    j->mtu = mtu;
+    j->rd = rd;
     reply->rdma = rc;
-    TSAN_RELEASE(rs->probe_mr);
-    atomic_fetch_add(&rs->connections, 1);
-    atomic_fetch_add(&rs->connections_total, 1);
-    dsc__server_count_request(srv, DSC_OP_RDMA_CONNECT, DSC_STATUS_OK);
-    reply->ops->frame(reply, DSC_OP_RDMA_CONNECT, id, DSC_STATUS_OK, out, (size_t)n);
+    reply->ops->wait_begin(reply, 0);
+    if (uv_queue_work(reply->loop, &j->work, connect_work, connect_done) != 0) {
+        reply->rdma = NULL;
+        free(rc);
+        free(j);
+        connect_refuse(srv, reply, id, DSC_STATUS_INTERNAL, "cannot queue the queue pair set-up");
+        reply->ops->wait_end(reply, 0);
+    }
 }
+
+/* ---- RDMA_GET ---------------------------------------------------------------------------- */
 
 int dsc__rdma_release(dsc_server_t *srv, dsc_reply_t *reply, const dsc_rdma_get_req_t *req) {
     (void)srv;
     rconn_t *rc = reply->rdma;
-    if (rc == NULL)
+    if (rc == NULL || rc->connecting)
         return -1;
     for (uint16_t i = 0; i < req->release_count; i++) {
         uint64_t id = dsc_rdma_get_req_release(req, i);
@@ -501,7 +950,7 @@ int dsc__rdma_release(dsc_server_t *srv, dsc_reply_t *reply, const dsc_rdma_get_
 
 int dsc__rdma_over_bound(dsc_reply_t *reply, uint64_t bytes) {
     rconn_t *rc = reply->rdma;
-    if (rc == NULL || rc->head == NULL)
+    if (rc == NULL || rc->connecting || rc->head == NULL)
         return 0; /* one lease always fits */
     if (rc->bytes + bytes > rc->rs->opt.max_lease_bytes) {
         atomic_fetch_add(&rc->rs->busy, 1);
@@ -510,21 +959,31 @@ int dsc__rdma_over_bound(dsc_reply_t *reply, uint64_t bytes) {
     return 0;
 }
 
-/* The MR holding [p, p + len), or NULL (outside the arena, or across two MRs). */
-static struct ibv_mr *mr_of(const dsc_rdma_srv_t *rs, const uint8_t *p, uint64_t len) {
+/* The index of a memory region holding [p, p + len) whole, or -1 (outside the arena, or longer
+ * than the pieces' overlap and across a boundary). `hint` (the previous chunk's region, or -1)
+ * is taken when it fits, so that adjacent chunks share an rkey and the client can merge them. */
+static int mr_index(const dsc_rdma_srv_t *rs, const uint8_t *p, uint64_t len, int hint) {
     if (p < rs->base || len == 0 || (uint64_t)(p - rs->base) > rs->capacity - len)
-        return NULL;
+        return -1;
     uint64_t off = (uint64_t)(p - rs->base);
-    uint64_t i = off / rs->piece;
-    if (i >= rs->mr_count || off + len > (i + 1) * rs->piece)
-        return NULL;
-    return rs->mrs[i];
+    if (hint >= 0 && (uint32_t)hint < rs->mr_count) {
+        uint64_t start = (uint64_t)hint * rs->stride;
+        if (off >= start && off + len <= start + rs->mrs[hint]->length)
+            return hint;
+    }
+    /* The piece that starts last at or before off also ends last among those: if it does not
+     * hold the chunk, none does. */
+    uint64_t i = off / rs->stride;
+    if (i >= rs->mr_count)
+        i = rs->mr_count - 1;
+    uint64_t start = i * rs->stride;
+    return off + len <= start + rs->mrs[i]->length ? (int)i : -1;
 }
 
 int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_answer_t *answer,
                         dsc_hold_t *hold) {
     rconn_t *rc = reply->rdma;
-    if (rc == NULL)
+    if (rc == NULL || rc->connecting)
         return DSC_EINVAL;
     dsc_rdma_srv_t *rs = rc->rs;
     uint32_t count = answer->count;
@@ -533,14 +992,16 @@ int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_ans
     dsc_rdma_desc_t *descs = count <= 16 ? small : malloc(count * sizeof *descs);
     if (descs == NULL)
         return DSC_ENOMEM;
+    int piece = -1;
     for (uint32_t i = 0; i < count && leased; i++) {
         const dsc_chunk_entry_t *e = &answer->entries[i];
         const uint8_t *p = hold->data + e->offset;
-        struct ibv_mr *mr = mr_of(rs, p, e->stored_len);
-        if (mr == NULL) {
+        piece = mr_index(rs, p, e->stored_len, piece);
+        if (piece < 0) {
             leased = 0;
             break;
         }
+        struct ibv_mr *mr = rs->mrs[piece];
         TSAN_RELEASE(mr);
         descs[i] = (dsc_rdma_desc_t){.addr = (uint64_t)(uintptr_t)p,
                                      .rkey = mr->rkey,
@@ -617,9 +1078,12 @@ void dsc__rdma_on_close(dsc_server_t *srv, dsc_reply_t *reply) {
     if (rc == NULL)
         return;
     reply->rdma = NULL;
+    if (rc->connecting)
+        return; /* connect_done sees the connection closing: it destroys the QP and frees rc */
     fence(rc);
     uv_timer_stop(&rc->timer);
-    uv_close((uv_handle_t *)&rc->timer, on_timer_closed);
+    uv_close((uv_handle_t *)&rc->timer, on_handle_closed);
+    uv_close((uv_handle_t *)&rc->event_async, on_handle_closed);
 }
 
 #endif

@@ -1,9 +1,11 @@
-/* The server's RDMA transport (PROTOCOL.md "RDMA"): the arena registered once for remote READ,
- * one RC queue pair per TCP connection that asked for it (RDMA_CONNECT), and RDMA_GET answered
- * with (address, rkey, length, checksum) descriptors under leases = the shard hold + a TTL.
- * A lease that expires, or the connection closing, fences the connection: its QP is moved to ERR
- * and destroyed first, then its holds are dropped. All per-connection work runs on the
- * connection's event loop. */
+/* The server's RDMA transport (PROTOCOL.md "RDMA"): the arena registered once for remote READ
+ * (in overlapping pieces where the device's max_mr_size splits it), one RC queue pair per TCP
+ * connection that asked for it (RDMA_CONNECT, set up on the libuv thread pool), and RDMA_GET
+ * answered with (address, rkey, length, checksum) descriptors under leases = the shard hold + a
+ * TTL. A lease that expires, a QP error reported on the device's async-event fd, or the
+ * connection closing, fences the connection: its QP is moved to ERR and destroyed first, then its
+ * holds are dropped. Per-connection state lives on the connection's event loop; the async events
+ * are read on loop 0 and handed to the owning loop. */
 #ifndef DSC_SERVER_RDMA_H
 #define DSC_SERVER_RDMA_H
 
@@ -51,16 +53,34 @@ typedef struct dsc_rdma_counters {
     uint64_t rdma_bytes;        /* chunk bytes granted for READ */
     uint64_t inline_bytes;      /* chunk bytes of RDMA_GETs answered inline (read-through) */
     uint64_t busy;              /* RDMA_GETs refused for max_lease_bytes */
-    uint64_t registered_bytes;
+    uint64_t qp_errors;         /* connections fenced for a QP error event (QP_FATAL, ...) */
+    uint64_t async_events;      /* async events read from the device */
+    uint64_t offered;           /* 1 while new connections are offered RDMA (no port error) */
+    uint64_t registered_bytes;  /* arena bytes registered */
+    uint64_t regions;           /* memory regions the arena is registered in */
+    uint64_t region_overlap;    /* bytes adjacent regions share (0: one region) */
     double register_seconds;
 } dsc_rdma_counters_t;
 void dsc_rdma_srv_counters(const dsc_rdma_srv_t *rs, dsc_rdma_counters_t *out);
 /* Prometheus text of the counters (malloc'd, caller frees; NULL when out of memory). */
 char *dsc_rdma_srv_metrics_text(const dsc_rdma_srv_t *rs);
 
+/* ---- hooks of the server's event loops ----------------------------------------------------- */
+
+/* Watches the device's async-event fd (set O_NONBLOCK) with a uv_poll_t on `loop` (a uv_loop_t,
+ * before its thread runs). QP errors fence their connection on its own loop; PORT_ERR and
+ * DEVICE_FATAL stop RDMA for new connections until PORT_ACTIVE. Takes NULL rs. */
+void dsc__rdma_watch(dsc_rdma_srv_t *rs, void *loop);
+/* Closes that watch (on the loop's thread, when the loop finishes). Takes NULL rs. */
+void dsc__rdma_unwatch(dsc_rdma_srv_t *rs);
+/* 1 when this server offers RDMA (the HELLO feature bit): started with a usable device. */
+int dsc__rdma_offered(const dsc_rdma_srv_t *rs);
+
 /* ---- hooks of the TCP connection (on its loop thread) -------------------------------------- */
 
-/* RDMA_CONNECT on reply's connection: creates the QP, brings it to RTR and answers. */
+/* RDMA_CONNECT on reply's connection: checks the request here, creates the QP and brings it to
+ * RTR on the libuv thread pool (the connection waits as for a load, reply.h wait_begin), and
+ * answers from the loop; a connection closed meanwhile only gets its QP destroyed. */
 void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
                           size_t len);
 /* The lease ids of an RDMA_GET request: released now. Returns 0, or -1 when the connection has

@@ -73,6 +73,8 @@ struct dsc_reply {
                                  transport zeroes it and calls dsc__authz_conn_close at free */
     char peer[64];            /* the client's address, set by the transport (failure logs) */
     void *loop;               /* the connection's uv_loop_t (timers of rdma.c) */
+    void *tcp;                /* its uv_tcp_t (rdma.c: the local address picks the RoCE GID),
+                                 NULL on a transport without one */
     void *rdma;               /* the connection's RDMA state (rdma.c), NULL until RDMA_CONNECT */
 };
 

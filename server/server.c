@@ -2,6 +2,7 @@
  * socket; start, stop (graceful drain), destroy and counters. Each loop owns its connections
  * (tcp.c); the only cross-thread traffic is a mailbox per loop that loader threads fill with
  * finished loads, accepted sockets dealt to the loops in turn, and the stop request. */
+#include "rdma.h"
 #include "server_int.h"
 #include "srvlog.h"
 #include "util.h"
@@ -33,6 +34,8 @@ void dsc__loop_maybe_finish(dsc_srv_loop_t *lc) {
         uv_close((uv_handle_t *)&lc->wake, NULL);
         uv_close((uv_handle_t *)&lc->drain_timer, NULL);
         uv_close((uv_handle_t *)&lc->tick, NULL);
+        if (lc == &lc->srv->loops[0])
+            dsc__rdma_unwatch(lc->srv->opt.rdma); /* loop 0 watches the RDMA async events */
         if (lc->reserve_fd >= 0)
             close(lc->reserve_fd);
         lc->reserve_fd = -1;
@@ -219,6 +222,8 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
         lc->tick.data = lc;
         uv_async_init(&lc->loop, &lc->wake, on_wake);
         lc->wake.data = lc;
+        if (i == 0)
+            dsc__rdma_watch(options->rdma, &lc->loop);
         uv_timer_init(&lc->loop, &lc->drain_timer);
         lc->drain_timer.data = lc;
         pthread_mutex_init(&lc->mb_lock, NULL);

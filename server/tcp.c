@@ -700,6 +700,7 @@ static conn_t *conn_new(dsc_srv_loop_t *lc) {
     c->reply.ops = &tcp_reply_ops;
     c->reply.mailbox = &lc->mailbox;
     c->reply.loop = &lc->loop;
+    c->reply.tcp = &c->tcp;
     c->lc = lc;
     c->refs = 1;
     uv_tcp_init(&lc->loop, &c->tcp);

@@ -101,7 +101,7 @@ static int find_script(char *out, size_t cap) {
     return out[0] && access(out, R_OK) == 0 ? 0 : -1;
 }
 
-int dsc_bench_plot_finish(dsc_bench_plot_t *plot, const char *cmd) {
+int dsc_bench_plot_finish(dsc_bench_plot_t *plot, const char *cmd, const char *verdict) {
     if (plot->out == NULL)
         return DSC_CLI_FAIL;
     int bad = fclose(plot->out) != 0;
@@ -122,7 +122,11 @@ int dsc_bench_plot_finish(dsc_bench_plot_t *plot, const char *cmd) {
     if (pid < 0)
         return dsc_cli_fail(cmd, "--plot: fork: %s", strerror(errno));
     if (pid == 0) {
-        execlp(python, python, script, plot->csv, plot->png, (char *)NULL);
+        if (verdict != NULL)
+            execlp(python, python, script, plot->csv, plot->png, "--verdict", verdict,
+                   (char *)NULL);
+        else
+            execlp(python, python, script, plot->csv, plot->png, (char *)NULL);
         _exit(127);
     }
     int status = 0;

@@ -21,8 +21,9 @@ typedef struct dsc_bench_plot {
 int dsc_bench_plot_open(dsc_bench_plot_t *plot, const char *cmd, dsc_loader_t *loader, double now);
 /* Adds a point when an interval has passed since the last one. */
 void dsc_bench_plot_sample(dsc_bench_plot_t *plot, dsc_loader_t *loader, double now);
-/* Closes the CSV and runs the plot script. Returns DSC_CLI_OK, or DSC_CLI_FAIL after printing
- * why (matplotlib missing: says how to install it; the CSV stays). */
-int dsc_bench_plot_finish(dsc_bench_plot_t *plot, const char *cmd);
+/* Closes the CSV and runs the plot script, whose footer shows `verdict` (the run's final
+ * verdict, as bench prints it; NULL: the last interval's). Returns DSC_CLI_OK, or DSC_CLI_FAIL
+ * after printing why (matplotlib missing: says how to install it; the CSV stays). */
+int dsc_bench_plot_finish(dsc_bench_plot_t *plot, const char *cmd, const char *verdict);
 
 #endif

@@ -240,10 +240,15 @@ int dsc_cmd_bench(int argc, char **argv) {
            (unsigned long long)(s1.failovers - s0.failovers),
            (unsigned long long)(s1.placed_chunks - s0.placed_chunks),
            (unsigned long long)(s1.assists - s0.assists), o.no_assist ? " (--no-assist)" : "");
-    printf("limit: %s%s%s: %s\n", dsc_bottleneck_name(s1.bottleneck),
-           s1.bottleneck_server[0] ? " " : "", s1.bottleneck_server, s1.evidence);
-    printf("suggestion: %s\n", s1.suggestion);
-    if (plot.png != NULL)
-        return dsc_bench_plot_finish(&plot, cmd);
+    char verdict[sizeof s1.evidence + sizeof s1.suggestion + sizeof s1.bottleneck_server + 64];
+    snprintf(verdict, sizeof verdict, "limit: %s%s%s: %s", dsc_bottleneck_name(s1.bottleneck),
+             s1.bottleneck_server[0] ? " " : "", s1.bottleneck_server, s1.evidence);
+    printf("%s\nsuggestion: %s\n", verdict, s1.suggestion);
+    if (plot.png != NULL) {
+        /* The picture's footer says what the run printed, not the last interval's verdict. */
+        size_t n = strlen(verdict);
+        snprintf(verdict + n, sizeof verdict - n, " - %s", s1.suggestion);
+        return dsc_bench_plot_finish(&plot, cmd, verdict);
+    }
     return DSC_CLI_OK;
 }

@@ -1,15 +1,19 @@
 /* dscache doctor: an RDMA preflight of this machine in one readable block (verbs library,
- * devices, ports, MTU, RoCE v2 GID, locked-memory limit, fork safety, huge pages), each failed
- * check with its fix; with --server, an RDMA_CONNECT to that server and a READ of its probe region.
+ * devices, ports, MTU, RoCE v2 GIDs and their networks, locked-memory limit, fork safety, huge
+ * pages), each failed check with its fix; with --server, the local address and GID a connection
+ * to that server uses, then an RDMA_CONNECT and a READ of its probe region.
  */
 #include "cli.h"
 
+#include "credential.h"
 #include "dscache.h"
+#include "rdma_link.h"
 #include "source_rdma.h"
 #include "util.h"
 #include "verbs.h"
 
 #include <getopt.h>
+#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,16 +27,24 @@
 #define DEFAULT_PIN_BYTES (128ull << 20) /* 2 x the loader's default inflight_bytes (64 MiB) */
 
 static void print_help(void) {
-    printf("usage: dscache doctor [--pin-bytes SIZE] [--server HOST:PORT]\n"
+    printf("usage: dscache doctor [--pin-bytes SIZE] [--server HOST:PORT [--auth-file FILE]]\n"
            "\n"
            "Checks whether RDMA can be used on this machine and prints one line per check;\n"
-           "each failed check says how to fix it.\n"
+           "each failed check says how to fix it. Each routable RoCE v2 GID is listed with the\n"
+           "local interface and subnet it is on: a connection uses the GID on the subnet of\n"
+           "its TCP connection's local address (DSC_RDMA_GID_INDEX forces an index).\n"
            "\n"
            "  --pin-bytes SIZE     bytes this process will register (pin) for RDMA, compared\n"
            "                       with RLIMIT_MEMLOCK (default 128M: twice the loader's\n"
            "                       default inflight_bytes; a server pins its whole arena)\n"
-           "  --server HOST:PORT   connect to this dscached over RDMA (RDMA_CONNECT) and READ\n"
-           "                       its 4 KiB probe region, checked against its checksum\n"
+           "  --server HOST:PORT   say which local address a connection to this dscached\n"
+           "                       leaves from and which GID is on its subnet, then connect\n"
+           "                       over RDMA (RDMA_CONNECT) and READ its 4 KiB probe region,\n"
+           "                       checked against its checksum\n"
+           "  --auth-file FILE     token file (NAME SECRET) the probe authenticates with, for a\n"
+           "                       server started with --auth-file; without it\n"
+           "                       $DSCACHE_TOKEN_FILE, else %s when it exists,\n"
+           "                       else anonymous (as the loader does)\n"
            "  -h, --help           this text\n"
            "\n"
            "The verbs library is libibverbs.so.1, or the file named by DSC_IBVERBS_LIB.\n"
@@ -40,7 +52,8 @@ static void print_help(void) {
            "exit status: 0  every check passed (warnings allowed)\n"
            "             1  the doctor itself failed\n"
            "             2  usage error\n"
-           "             3  RDMA is unavailable here (a check failed); TCP will be used\n");
+           "             3  RDMA is unavailable here (a check failed); TCP will be used\n",
+           DSC_TOKEN_DEFAULT_PATH);
 }
 
 static const struct option long_options[] = {
@@ -178,30 +191,6 @@ static const char *port_state_name(enum ibv_port_state s) {
     }
 }
 
-/* The GID type of one table entry: "RoCE v2", "RoCE v1", "IB", or "" when unknown. */
-static const char *gid_type(const dsc_verbs_t *v, struct ibv_context *ctx, const char *dev,
-                            int port, int index, char *buf, size_t cap) {
-    if (v->query_gid_ex != NULL) {
-        struct ibv_gid_entry e;
-        if (v->query_gid_ex(ctx, (uint32_t)port, (uint32_t)index, &e, 0, sizeof e) == 0)
-            return e.gid_type == IBV_GID_TYPE_ROCE_V2   ? "RoCE v2"
-                   : e.gid_type == IBV_GID_TYPE_ROCE_V1 ? "RoCE v1"
-                                                        : "IB";
-    }
-    /* Older rdma-core: sysfs says it ("RoCE v2" / "IB/RoCE v1"). */
-    char path[256];
-    snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%d/gid_attrs/types/%d", dev, port,
-             index);
-    FILE *f = fopen(path, "r");
-    buf[0] = '\0';
-    if (f != NULL) {
-        if (fgets(buf, (int)cap, f) != NULL)
-            buf[strcspn(buf, "\n")] = '\0';
-        fclose(f);
-    }
-    return strcmp(buf, "RoCE v2") == 0 ? "RoCE v2" : buf;
-}
-
 /* Checks one port; returns 1 when it can carry dscache's RDMA traffic. */
 static int check_port(report_t *r, const dsc_verbs_t *v, struct ibv_context *ctx, const char *dev,
                       int port) {
@@ -246,39 +235,130 @@ static int check_port(report_t *r, const dsc_verbs_t *v, struct ibv_context *ctx
         }
         return ok;
     }
-    /* RoCE: a routable RoCE v2 GID, never the link-local one. */
-    int chosen = -1, link_local = 0;
-    char type_buf[64], chosen_text[64] = "";
-    for (int i = 0; i < pa.gid_tbl_len && i < 256; i++) {
-        union ibv_gid gid;
-        if (v->query_gid(ctx, (uint8_t)port, i, &gid) != 0)
-            continue;
-        static const uint8_t zero[16];
-        if (memcmp(gid.raw, zero, 16) == 0)
-            continue;
-        const char *type = gid_type(v, ctx, dev, port, i, type_buf, sizeof type_buf);
-        if (dsc_verbs_gid_unusable(gid.raw)) {
+    /* RoCE: the routable RoCE v2 GIDs (never a link-local one), each with the local network it
+     * is on: a connection uses the one on its TCP connection's subnet. */
+    dsc_rdma_gid_entry_t table[DSC_RDMA_MAX_GIDS];
+    int n =
+        dsc_rdma_gid_table(v, ctx, dev, (uint8_t)port, pa.gid_tbl_len, table, DSC_RDMA_MAX_GIDS);
+    int routable = 0, on_local = 0, link_local = 0, v1 = 0;
+    for (int i = 0; i < n; i++) {
+        if (dsc_verbs_gid_unusable(table[i].raw)) {
             link_local++;
             continue;
         }
-        if (strcmp(type, "RoCE v2") == 0 && chosen < 0) {
-            chosen = i;
-            dsc_verbs_gid_format(gid.raw, chosen_text, sizeof chosen_text);
+        if (table[i].type != DSC_RDMA_GID_TYPE_ROCE_V2 &&
+            table[i].type != DSC_RDMA_GID_TYPE_UNKNOWN) {
+            v1++;
+            continue;
         }
+        routable++;
+        char text[64], net[128];
+        dsc_verbs_gid_format(table[i].raw, text, sizeof text);
+        int here = dsc_rdma_gid_local_net(table[i].raw, net, sizeof net);
+        on_local += here;
+        line(r, here ? "ok" : "info", "  RoCE v2 GID", NULL, "index %d: %s, %s%s%s", table[i].index,
+             text, here ? "on " : "on no local interface", here ? net : "",
+             table[i].type == DSC_RDMA_GID_TYPE_UNKNOWN ? " (type unknown: taken as RoCE v2)" : "");
     }
-    if (chosen >= 0) {
-        line(r, "ok", "  RoCE v2 GID", NULL, "index %d: %s%s", chosen, chosen_text,
-             link_local ? " (link-local GIDs skipped)" : "");
-    } else {
-        line(r, "FAIL", "  RoCE v2 GID",
+    char skipped[96] = "";
+    if (link_local || v1)
+        snprintf(skipped, sizeof skipped, " (%s%s%s skipped)", link_local ? "link-local GIDs" : "",
+                 link_local && v1 ? " and " : "", v1 ? "RoCE v1 GIDs" : "");
+    if (routable == 0) {
+        line(r, "FAIL", "  RoCE v2 GIDs",
              "give the RDMA netdev an IPv4 (or global IPv6) address on the TCP network; in a "
              "pod, attach the RDMA interface (Multus macvlan/SR-IOV) so its address has a GID",
-             "no routable RoCE v2 GID (%d link-local only): RoCE v2 traffic across a router or "
-             "pod network would fail",
-             link_local);
+             "no routable RoCE v2 GID%s: RoCE v2 traffic across a router or pod network would "
+             "fail",
+             skipped);
         ok = 0;
+    } else if (on_local == 0) {
+        line(r, "WARN", "  RoCE v2 GIDs",
+             "assign an IP on the RDMA netdev in the same subnet as the TCP network; in a pod, "
+             "attach the RDMA netdev (Multus/SR-IOV) so its address is in the pod's network",
+             "%d routable, none on a local interface%s: a connection uses the GID on its TCP "
+             "connection's subnet, and none is",
+             routable, skipped);
+    } else {
+        line(r, "ok", "  RoCE v2 GIDs", NULL,
+             "%d routable, %d on a local interface%s; a connection uses the one on its TCP "
+             "connection's subnet",
+             routable, on_local, skipped);
     }
     return ok;
+}
+
+/* --server: the local address a TCP connection to server leaves from (the kernel's route to it:
+ * a connected UDP socket sends nothing) and the GID on its subnet. Returns 1 when one is. */
+static int check_path(report_t *r, const char *server) {
+    char host[256], port_text[8];
+    uint16_t port = 0;
+    if (dsc_split_hostport(server, host, sizeof host, &port) != 0)
+        return 0;
+    snprintf(port_text, sizeof port_text, "%u", port);
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_DGRAM;
+    int grc = getaddrinfo(host, port_text, &hints, &ai);
+    if (grc != 0) {
+        line(r, "FAIL", "TCP path", "check the name (DNS, /etc/hosts)", "cannot resolve %s: %s",
+             host, gai_strerror(grc));
+        return 0;
+    }
+    struct sockaddr_storage local;
+    socklen_t local_len = sizeof local;
+    int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int ok = fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+             getsockname(fd, (struct sockaddr *)&local, &local_len) == 0;
+    int err = errno;
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(ai);
+    if (!ok) {
+        line(r, "FAIL", "TCP path", "check the routes to the server (ip route get ADDRESS)",
+             "no route to %s: %s", server, strerror(err));
+        return 0;
+    }
+    char addr[64], ifname[32] = "";
+    dsc_rdma_addr_format((struct sockaddr *)&local, addr, sizeof addr);
+    int prefix = dsc_rdma_local_prefix((struct sockaddr *)&local, ifname, sizeof ifname);
+    if (prefix >= 0)
+        line(r, "ok", "TCP path", NULL, "to %s leaves from %s/%d (%s)", server, addr, prefix,
+             ifname);
+    else
+        line(r, "info", "TCP path", NULL, "to %s leaves from %s (on no local interface)", server,
+             addr);
+    dsc_rdma_dev_t dev;
+    char why[1024];
+    if (dsc_rdma_dev_open(&dev, why, sizeof why) < 0) {
+        line(r, "FAIL", "  GID for it", NULL, "%s", why);
+        return 0;
+    }
+    dsc_rdma_gid_choice_t gid;
+    int rc = dsc_rdma_gid_choose(&dev, &local, &gid, why, sizeof why);
+    dsc_rdma_dev_close(&dev);
+    if (rc < 0) {
+        char fix[512], subnet[96];
+        if (prefix >= 0)
+            snprintf(subnet, sizeof subnet, "%s/%d", addr, prefix);
+        else
+            snprintf(subnet, sizeof subnet, "%s", addr);
+        snprintf(fix, sizeof fix,
+                 "assign an IP on the RDMA netdev in the same subnet as %s (ip addr add "
+                 "ADDRESS/PREFIX dev NETDEV), or route this server's TCP traffic over the RDMA "
+                 "netdev",
+                 subnet);
+        line(r, "FAIL", "  GID for it", fix, "%s", why);
+        return 0;
+    }
+    if (gid.off_subnet)
+        line(r, "WARN", "  GID for it",
+             "unset " DSC_RDMA_ENV_GID_INDEX " (the GID on the subnet is then chosen), or set "
+             "it to a GID on that subnet",
+             "%s: READs to this server may fail", gid.text);
+    else
+        line(r, "ok", "  GID for it", NULL, "%s", gid.text);
+    return 1;
 }
 
 static int check_verbs(report_t *r, dsc_verbs_t *v) {
@@ -405,18 +485,44 @@ int dsc_cmd_doctor(int argc, char **argv) {
     check_hugepages(&r);
     dsc_verbs_close(&v);
     if (server != NULL && usable) {
-        char why[1024] = "", device[64] = "";
-        double t0 = dsc_now_s();
-        int prc = dsc__rdma_probe(server, 5000, why, sizeof why, device, sizeof device);
-        if (prc == 0)
-            line(&r, "ok", "probe READ", NULL,
-                 "4096 bytes READ from %s over %s in %.1f ms (connect + READ), checksum ok", server,
-                 device, (dsc_now_s() - t0) * 1e3);
-        else
-            line(&r, "FAIL", "probe READ",
-                 "check the server runs with --rdma auto|required and a device ('rdma: on' in "
-                 "its log), and the routing/GID/PFC between the two hosts",
-                 "%s", why);
+#if DSC_HAVE_VERBS_H
+        check_path(&r, server);
+#endif
+        /* The credential, as the loader finds it (--auth-file, $DSCACHE_TOKEN_FILE, the default
+         * path): a server with --auth-file refuses RDMA_CONNECT from anonymous clients. */
+        dsc_credential_t cred;
+        char why[1024] = "", device[256] = "";
+        const char *auth_file = dsc_cli_auth_file();
+        int found = dsc__credential_load(auth_file, &cred, why, sizeof why);
+        if (found < 0) {
+            line(&r, "FAIL", "credential", "give a readable token file (NAME SECRET)", "%s", why);
+        } else {
+            if (found)
+                line(&r, "info", "credential", NULL, "authenticating as %s (%s)", cred.name,
+                     auth_file != NULL && auth_file[0] != '\0' ? auth_file
+                     : getenv(DSC_TOKEN_ENV) != NULL && getenv(DSC_TOKEN_ENV)[0] != '\0'
+                         ? "$" DSC_TOKEN_ENV
+                         : DSC_TOKEN_DEFAULT_PATH);
+            double t0 = dsc_now_s();
+            int prc = dsc__rdma_probe(server, 5000, found ? &cred : NULL, why, sizeof why, device,
+                                      sizeof device);
+            if (prc == 0)
+                line(&r, "ok", "probe READ", NULL,
+                     "4096 bytes READ from %s over %s in %.1f ms (connect + READ), checksum ok",
+                     server, device, (dsc_now_s() - t0) * 1e3);
+            else if (prc == DSC_EUNAUTH)
+                line(&r, "FAIL", "probe READ",
+                     found ? "the server's --auth-file must list this NAME with this SECRET"
+                           : "the server authenticates: give its token with --auth-file FILE "
+                             "(or $" DSC_TOKEN_ENV ")",
+                     "%s", why);
+            else
+                line(&r, "FAIL", "probe READ",
+                     "check the server runs with --rdma auto|required and a device ('rdma: on' "
+                     "in its log), and the routing/GID/PFC between the two hosts",
+                     "%s", why);
+        }
+        dsc__credential_wipe(&cred);
     } else if (server != NULL) {
         line(&r, "info", "probe READ", NULL, "skipped: no usable RDMA device here");
     }

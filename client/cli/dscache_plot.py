@@ -3,7 +3,8 @@
 throughput over time, the stall over time split by what the loader waited on (the stage
 breakdown), the busy time of each stage, and the loader's verdict.
 
-Usage: dscache_plot.py SERIES.csv OUT.png [--title TEXT]
+Usage: dscache_plot.py SERIES.csv OUT.png [--title TEXT] [--verdict TEXT]
+--verdict: the footer (dscache bench passes its final verdict); default: the last row's.
 Needs matplotlib (Debian: apt-get install python3-matplotlib); without it, exits with status 3
 and says so. Exit 2: bad arguments or an unreadable CSV.
 """
@@ -34,14 +35,16 @@ def column(rows, key):
 
 def main(argv):
     args = [a for a in argv[1:]]
-    title = None
-    if "--title" in args:
-        i = args.index("--title")
-        if i + 1 >= len(args):
-            print("dscache_plot: --title needs a value", file=sys.stderr)
-            return 2
-        title = args[i + 1]
-        del args[i:i + 2]
+    opts = {"--title": None, "--verdict": None}
+    for flag in opts:
+        if flag in args:
+            i = args.index(flag)
+            if i + 1 >= len(args):
+                print("dscache_plot: %s needs a value" % flag, file=sys.stderr)
+                return 2
+            opts[flag] = args[i + 1]
+            del args[i:i + 2]
+    title = opts["--title"]
     if len(args) != 2:
         print(__doc__.strip(), file=sys.stderr)
         return 2
@@ -95,8 +98,11 @@ def main(argv):
     ax3.legend(loc="upper left", fontsize=8, ncol=4)
     ax3.grid(alpha=0.3)
 
-    last = rows[-1]
-    verdict = "limit: %s - %s" % (last.get("bottleneck", "?"), last.get("suggestion", ""))
+    verdict = opts["--verdict"]
+    if verdict is None:
+        last = rows[-1]
+        verdict = "last interval: %s - %s" % (last.get("bottleneck", "?"),
+                                              last.get("suggestion", ""))
     fig.text(0.01, 0.005, verdict[:160], fontsize=8)
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     try:

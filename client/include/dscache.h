@@ -115,7 +115,8 @@ DSC_EXTERN void dsc_loader_options_init(dsc_loader_options_t *options);
  * server tried. */
 DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader_t **out);
 /* Stops the threads and frees everything, including batches still held (their memory, and
- * any DLPack tensor of them: delete those first). NULL is a no-op. */
+ * any DLPack tensor of them: delete those first; a WARN line says how many were still held).
+ * NULL is a no-op. */
 DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader);
 
 /* Returns the next batch of the epoch in *out, waiting while it is being prefetched (that wait

@@ -222,6 +222,38 @@ int dsc_conn_recv_header(dsc_conn_t *conn, dsc_frame_header_t *header) {
     return 0;
 }
 
+int dsc_conn_idle_check(dsc_conn_t *conn, uint64_t id_bit, uint8_t opcode) {
+    if (conn == NULL || conn->broken || conn->rbuf == NULL)
+        return 1;
+    for (;;) {
+        size_t have = conn->rlen - conn->rpos;
+        if (have < CONN_RBUF_SIZE) {
+            memmove(conn->rbuf, conn->rbuf + conn->rpos, have);
+            conn->rpos = 0;
+            conn->rlen = have;
+            ssize_t n = recv(conn->fd, conn->rbuf + have, CONN_RBUF_SIZE - have, MSG_DONTWAIT);
+            if (n == 0)
+                return 1; /* the server closed it */
+            if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                return 1;
+            if (n > 0) {
+                conn->rlen += (size_t)n;
+                have += (size_t)n;
+            }
+        }
+        if (have < DSC_FRAME_HEADER_SIZE)
+            return 0; /* nothing, or the start of an answer still on its way */
+        dsc_frame_header_t h;
+        if (dsc_frame_header_decode(conn->rbuf + conn->rpos, have, DSC_FRAME_MAX_BODY, &h) < 0 ||
+            !(h.flags & DSC_FLAG_RESPONSE) || !(h.request_id & id_bit) || h.opcode != opcode ||
+            DSC_FRAME_HEADER_SIZE + (size_t)h.body_len > CONN_RBUF_SIZE)
+            return 1; /* something else: the server gave up on the connection */
+        if (DSC_FRAME_HEADER_SIZE + (size_t)h.body_len > have)
+            return 0;
+        conn->rpos += DSC_FRAME_HEADER_SIZE + (size_t)h.body_len; /* an answer nobody waits for */
+    }
+}
+
 int dsc_conn_recv_body(dsc_conn_t *conn, void *dst, size_t len) {
     if (conn == NULL || (len && dst == NULL))
         return DSC_EINVAL;
@@ -313,6 +345,7 @@ done:
 static int hello(dsc_conn_t *conn, uint64_t members_hash, const dsc_credential_t *cred) {
     dsc_hello_req_t req = {.min_version = DSC_PROTO_MIN_VERSION,
                            .max_version = DSC_PROTO_VERSION,
+                           .features = DSC_FEATURE_RDMA, /* tell me whether RDMA is offered */
                            .members_hash = members_hash,
                            .client_name = {"libdscache", 10}};
     uint8_t client_nonce[DSC_AUTH_NONCE_SIZE];
@@ -350,6 +383,7 @@ static int hello(dsc_conn_t *conn, uint64_t members_hash, const dsc_credential_t
     conn->info.version = hr.version;
     conn->info.max_body = hr.max_body;
     conn->info.members_hash = hr.members_hash;
+    conn->info.features = hr.features;
     size_t name_len = hr.server_name.len < sizeof conn->info.server_name - 1
                           ? hr.server_name.len
                           : sizeof conn->info.server_name - 1;

@@ -16,6 +16,7 @@ typedef struct dsc_conn_info {
     uint16_t version;      /* negotiated protocol version */
     uint32_t max_body;     /* server's frame body limit */
     uint64_t members_hash; /* server's view of the cluster (0: none) */
+    uint32_t features;     /* HELLO feature bits granted (DSC_FEATURE_AUTH, DSC_FEATURE_RDMA) */
     char server_name[64];
 } dsc_conn_info_t;
 
@@ -39,6 +40,12 @@ int dsc_conn_open_addr(const char *hostport, uint32_t timeout_ms, uint64_t membe
                        dsc_conn_t **out);
 /* What HELLO returned. */
 const dsc_conn_info_t *dsc_conn_info(const dsc_conn_t *conn);
+
+/* For a connection with nothing outstanding, without blocking: consumes the answers already
+ * received whose request id has id_bit and whose opcode is `opcode` (answers nobody waits for,
+ * such as REPORT's). Returns 1 when the server closed the connection, it failed, or it holds
+ * anything else (the server gave up on it); 0 when it is usable. */
+int dsc_conn_idle_check(dsc_conn_t *conn, uint64_t id_bit, uint8_t opcode);
 
 /* Sends one request frame (header + body). Returns 0 or DSC_ETIMEDOUT, DSC_EPIPE,
  * DSC_ECONNRESET, DSC_ECLOSED. After an error the connection is unusable: close it. */

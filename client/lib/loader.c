@@ -501,6 +501,20 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
     if (loader == NULL)
         return;
     pthread_mutex_lock(&loader->lock);
+    /* Batches kept past next() (retained, or DLPack tensors alive) lose their memory now: the
+     * caller hears it, rather than reading freed slots later without a word. */
+    uint32_t kept = 0;
+    for (uint32_t i = 0; loader->cons.slots != NULL && i < loader->cons.slot_count; i++) {
+        const dsc_batch_slot_t *slot = loader->cons.slots[i];
+        if (slot != NULL && slot->refs > (&slot->batch == loader->cons.current ? 1u : 0u))
+            kept++;
+    }
+    if (kept > 0)
+        DSC_LOG(&loader->cfg.log, DSC_LOG_WARN,
+                "loader destroyed while %u batch(es) are still held (retained, or DLPack tensors "
+                "of them alive): their memory is freed now and any view of it is invalid; "
+                "release them (or delete the tensors) before dsc_loader_destroy",
+                kept);
     loader->stop = 1;
     pthread_cond_broadcast(&loader->sched_cv);
     pthread_cond_broadcast(&loader->io_cv);

@@ -64,7 +64,7 @@ typedef struct rdma_endpoint {
     pthread_mutex_t lock;
     double retry_at; /* RDMA is not tried before this (dsc_now_s) */
     double backoff;
-    int logged_rdma, logged_fallback;
+    int logged_rdma, logged_fallback, warned_gid;
 } rdma_endpoint_t;
 
 static int ep_open(const dsc_source_env_t *env, const char *addr, void **out) {
@@ -175,10 +175,11 @@ static int rc_idle_closed(void *conn) {
     return dsc__source_tcp.idle_closed(conn);
 }
 
-int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, char *why, size_t why_cap, char *device,
-                    size_t device_cap) {
+int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, const dsc_credential_t *cred, char *why,
+                    size_t why_cap, char *device, size_t device_cap) {
     (void)addr;
     (void)timeout_ms;
+    (void)cred;
     (void)device;
     (void)device_cap;
     snprintf(why, why_cap, "built without rdma-core headers (infiniband/verbs.h)");
@@ -311,8 +312,9 @@ typedef struct rdma_conn {
     void *tcp;        /* a TCP source connection: every operation goes there (fallback) */
     dsc_conn_t *conn; /* RDMA: the control connection */
     dsc_rdma_dev_t *dev;
-    dsc_rdma_slab_t *slab; /* the loader's (env->rdma) */
-    struct ibv_mr *mr;     /* its registration */
+    dsc_rdma_gid_choice_t gid; /* on the control connection's subnet ("RDMA follows TCP") */
+    dsc_rdma_slab_t *slab;     /* the loader's (env->rdma) */
+    struct ibv_mr *mr;         /* its registration */
     struct ibv_comp_channel *ch;
     struct ibv_cq *cq;
     struct ibv_qp *qp;
@@ -334,6 +336,7 @@ typedef struct rdma_conn {
     dsc_rdma_slab_region_t probe;
     atomic_int woken;
     int counted;
+    int connect_rc; /* what RDMA_CONNECT returned (the probe tells auth failures apart) */
     uint64_t view_hash;
 } rdma_conn_t;
 
@@ -473,6 +476,30 @@ static int try_rdma(rdma_conn_t *c, uint64_t view_hash, uint64_t *hello_hash, ch
         return rc; /* a connection error, not an RDMA one */
     }
     *hello_hash = dsc_conn_info(c->conn)->members_hash;
+    if (!(dsc_conn_info(c->conn)->features & DSC_FEATURE_RDMA)) {
+        snprintf(why, why_cap,
+                 "the server does not offer RDMA (started with --rdma off, or no "
+                 "device)");
+        *server_refused = 1; /* the long back-off: no RDMA_CONNECT is sent */
+        return DSC_EUNAVAIL;
+    }
+    struct sockaddr_storage local;
+    socklen_t local_len = sizeof local;
+    if (getsockname(dsc_conn_fd(c->conn), (struct sockaddr *)&local, &local_len) != 0) {
+        snprintf(why, why_cap, "getsockname on the control connection: %s", strerror(errno));
+        return DSC_EUNAVAIL;
+    }
+    if (dsc_rdma_gid_choose(c->dev, &local, &c->gid, why, why_cap) < 0)
+        return DSC_EUNAVAIL;
+    if (c->gid.off_subnet) {
+        pthread_mutex_lock(&ep->lock);
+        int warn = !ep->warned_gid;
+        ep->warned_gid = 1;
+        pthread_mutex_unlock(&ep->lock);
+        if (warn)
+            DSC_LOG(env->log, DSC_LOG_WARN, "server %s: RDMA from %s: READs may fail", ep->addr,
+                    c->gid.text);
+    }
     c->ch = c->dev->v.create_comp_channel(c->dev->ctx);
     c->cq = c->ch ? c->dev->v.create_cq(c->dev->ctx, CQ_DEPTH, c, c->ch, 0) : NULL;
     c->qp = c->cq ? dsc_rdma_qp_create(c->dev, c->cq, SEND_WR, 0) : NULL;
@@ -483,7 +510,7 @@ static int try_rdma(rdma_conn_t *c, uint64_t view_hash, uint64_t *hello_hash, ch
     }
     uint32_t psn = dsc_rdma_random_psn();
     dsc_rdma_qp_info_t me;
-    dsc_rdma_qp_describe(c->dev, c->qp, psn, c->dev->max_rd_atomic, &me);
+    dsc_rdma_qp_describe(c->dev, &c->gid, c->qp, psn, c->dev->max_rd_atomic, &me);
     uint8_t req[128];
     int n = dsc_rdma_connect_req_encode(&me, req, sizeof req);
     if (n < 0) {
@@ -493,6 +520,7 @@ static int try_rdma(rdma_conn_t *c, uint64_t view_hash, uint64_t *hello_hash, ch
     uint8_t *body = NULL;
     size_t len = 0;
     rc = dsc_conn_call(c->conn, DSC_OP_RDMA_CONNECT, req, (size_t)n, &body, &len);
+    c->connect_rc = rc;
     if (rc < 0) {
         snprintf(why, why_cap, "the server refused RDMA_CONNECT: %s%s%s", dsc_strerror(rc),
                  dsc_conn_last_error(c->conn)[0] ? ": " : "", dsc_conn_last_error(c->conn));
@@ -509,7 +537,7 @@ static int try_rdma(rdma_conn_t *c, uint64_t view_hash, uint64_t *hello_hash, ch
     }
     c->lease_ttl_ms = resp.lease_ttl_ms;
     /* The server is in RTR already; path MTU and READs as it chose. */
-    if ((rc = dsc_rdma_qp_rtr(c->dev, c->qp, &resp.qp, resp.qp.mtu, 1)) < 0 ||
+    if ((rc = dsc_rdma_qp_rtr(c->dev, &c->gid, c->qp, &resp.qp, resp.qp.mtu, 1)) < 0 ||
         (rc = dsc_rdma_qp_rts(c->dev, c->qp, psn, resp.qp.rd_atomic)) < 0) {
         snprintf(why, why_cap, "cannot bring the queue pair to RTS: %s", strerror(-rc));
         return DSC_EUNAVAIL;
@@ -526,9 +554,9 @@ static int try_rdma(rdma_conn_t *c, uint64_t view_hash, uint64_t *hello_hash, ch
     rc = probe_read(c, &resp.probe, c->probe.offset, &what);
     if (rc < 0) {
         snprintf(why, why_cap,
-                 "the probe READ failed (%s): check routing, GID and PFC "
+                 "the probe READ failed (%s) from %s: check routing, GID and PFC "
                  "between this host and the server",
-                 what);
+                 what, c->gid.text);
         return DSC_EUNAVAIL;
     }
     if (dsc_checksum(c->slab->base + c->probe.offset, resp.probe.len) != resp.probe.checksum) {
@@ -571,9 +599,9 @@ static int rc_open(void *endpoint, uint64_t view_hash, void **out, uint64_t *hel
             pthread_mutex_unlock(&ep->lock);
             if (log)
                 DSC_LOG(env->log, DSC_LOG_INFO,
-                        "server %s: transport rdma (device %s, path MTU %u, lease TTL %u ms)",
+                        "server %s: transport rdma (device %s, path MTU %u, lease TTL %u ms, %s)",
                         ep->addr, c->dev->name, dsc_verbs_mtu_bytes(c->qp ? c->dev->mtu : 0),
-                        c->lease_ttl_ms);
+                        c->lease_ttl_ms, c->gid.text);
             count_add(&env->counters->rdma_connections, 1);
             c->counted = 1;
             c->view_hash = view_hash;
@@ -1143,8 +1171,8 @@ static void probe_log(void *ctx, int level, const char *message) {
     snprintf((char *)ctx, 512, "%s", message);
 }
 
-int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, char *why, size_t why_cap, char *device,
-                    size_t device_cap) {
+int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, const dsc_credential_t *cred, char *why,
+                    size_t why_cap, char *device, size_t device_cap) {
     char last[512] = "";
     dsc_logger_t log;
     dsc__logger_init(&log, probe_log, last, DSC_LOG_ERROR);
@@ -1153,7 +1181,8 @@ int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, char *why, size_t why
                             .dataset = "",
                             .timeout_ms = timeout_ms,
                             .transport = DSC_TRANSPORT_RDMA,
-                            .counters = &counters};
+                            .counters = &counters,
+                            .cred = cred};
     int rc = dsc__rdma_client_open(DSC_TRANSPORT_RDMA, DSC_RDMA_SLAB_ALIGN, &log, &env.rdma);
     if (rc < 0) {
         snprintf(why, why_cap, "%s", last);
@@ -1174,7 +1203,9 @@ int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, char *why, size_t why
     int refused = 0;
     rc = try_rdma(c, 0, &hello, why, why_cap, &refused);
     if (rc == 0)
-        snprintf(device, device_cap, "%s", c->dev->name);
+        snprintf(device, device_cap, "%s (%s)", c->dev->name, c->gid.text);
+    else if (rc == DSC_EUNAUTH || c->connect_rc == DSC_EUNAUTH)
+        rc = DSC_EUNAUTH; /* why says it: refused credential, or none given */
     else if (rc != DSC_EUNAVAIL)
         snprintf(why, why_cap, "cannot reach %s over TCP: %s", addr, dsc_strerror(rc));
     rdma_teardown(c);

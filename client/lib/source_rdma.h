@@ -29,9 +29,10 @@ uint64_t dsc__rdma_slab_bytes(const dsc_manifest_t *manifest, uint64_t inflight_
 int dsc__transport_parse(const char *text, dsc_transport_t *out);
 
 /* One RDMA_CONNECT to addr and a READ of its probe region, checked against its checksum (what
- * `dscache doctor --server` runs). Returns 0 (device: the local device used), or an error with
- * one sentence in why. */
-int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, char *why, size_t why_cap, char *device,
-                    size_t device_cap);
+ * `dscache doctor --server` runs), authenticating with cred (NULL: anonymous). Returns 0 (device:
+ * the local device used and its GID choice, "fakeverbs0 (GID index 2 ...)"), or an error with
+ * one sentence in why: DSC_EUNAUTH when the server refused the credential or wants one. */
+int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, const dsc_credential_t *cred, char *why,
+                    size_t why_cap, char *device, size_t device_cap);
 
 #endif

@@ -5,7 +5,6 @@
 #include "source.h"
 #include "util.h"
 
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,9 +223,9 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
 
 static int tcp_idle_closed(void *conn) {
     tcp_conn_t *c = conn;
-    struct pollfd pfd = {.fd = dsc_conn_fd(c->conn), .events = POLLIN | POLLRDHUP};
-    /* Nothing is outstanding: any readable byte, EOF or error means the server gave up on it. */
-    return pfd.fd >= 0 && poll(&pfd, 1, 0) == 1 && pfd.revents != 0;
+    /* Nothing is outstanding: the answers of REPORTs sent while idle are dropped here; any other
+     * byte, EOF or an error means the server gave up on it. */
+    return dsc_conn_idle_check(c->conn, DSC_SOURCE_REPORT_ID, DSC_OP_REPORT);
 }
 
 static void tcp_wake(void *conn) {

@@ -90,8 +90,6 @@ int dsc_verbs_open(dsc_verbs_t *verbs, char *reason, size_t reason_cap) {
     LOAD(modify_qp, "ibv_modify_qp");
     LOAD(query_qp, "ibv_query_qp");
     LOAD(destroy_qp, "ibv_destroy_qp");
-    LOAD(create_ah, "ibv_create_ah");
-    LOAD(destroy_ah, "ibv_destroy_ah");
     LOAD(get_async_event, "ibv_get_async_event");
     LOAD(ack_async_event, "ibv_ack_async_event");
     LOAD(fork_init, "ibv_fork_init");
@@ -99,6 +97,8 @@ int dsc_verbs_open(dsc_verbs_t *verbs, char *reason, size_t reason_cap) {
     LOAD_OPTIONAL(is_fork_initialized, "ibv_is_fork_initialized");
     LOAD_OPTIONAL(query_gid_ex, "_ibv_query_gid_ex");
     LOAD_OPTIONAL(reg_dmabuf_mr, "ibv_reg_dmabuf_mr");
+    LOAD_OPTIONAL(create_ah, "ibv_create_ah");
+    LOAD_OPTIONAL(destroy_ah, "ibv_destroy_ah");
     if (missing != NULL) {
         say(reason, reason_cap,
             "%s (%s) lacks %s: it is not a libibverbs from rdma-core, or too old; install "

@@ -59,8 +59,6 @@ typedef struct dsc_verbs {
     int (*query_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
                     struct ibv_qp_init_attr *init_attr);
     int (*destroy_qp)(struct ibv_qp *qp);
-    struct ibv_ah *(*create_ah)(struct ibv_pd *pd, struct ibv_ah_attr *attr);
-    int (*destroy_ah)(struct ibv_ah *ah);
     int (*get_async_event)(struct ibv_context *context, struct ibv_async_event *event);
     void (*ack_async_event)(struct ibv_async_event *event);
     int (*fork_init)(void);
@@ -71,6 +69,9 @@ typedef struct dsc_verbs {
                         struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size); /* 32 */
     struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t length,
                                     uint64_t iova, int fd, int access); /* rdma-core >= 34 */
+    /* The GID check (rdma_link.c): skipped where a library does not export them. */
+    struct ibv_ah *(*create_ah)(struct ibv_pd *pd, struct ibv_ah_attr *attr);
+    int (*destroy_ah)(struct ibv_ah *ah);
 #endif
 } dsc_verbs_t;
 

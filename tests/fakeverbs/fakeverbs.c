@@ -51,12 +51,20 @@ void __tsan_acquire(void *addr);
 
 /* ---- Objects ------------------------------------------------------------------------------ */
 
+typedef struct fv_async fv_async_t;
+
 typedef struct fv_context {
     struct ibv_context ctx; /* first: handed out as struct ibv_context * */
-    int async_w;            /* write end of the async event pipe (ctx.async_fd reads) */
+    int async_w;            /* write end of the async event pipe: one byte per queued event */
+    fv_async_t *ev_head, *ev_tail; /* async events not read yet (g_async_lock) */
+    pthread_t port_ctl;            /* DSC_FAKEVERBS_PORT_CTL watcher (port_ctl_running) */
+    int port_ctl_running;
+    int port_ctl_stop; /* __atomic */
+    char port_ctl_path[256];
     enum ibv_mtu active_mtu;
     enum ibv_port_state port_state;
     uint64_t max_mr_size;
+    int no_loopback_gid; /* DSC_FAKEVERBS_GID_LOOPBACK=off: GID 2 is an empty entry */
 } fv_context_t;
 
 typedef struct fv_channel {
@@ -90,6 +98,7 @@ typedef struct fv_qp {
     uint32_t peer_pid; /* 0: the destination GID names no fake NIC (unreachable) */
     uint32_t outstanding;
     uint32_t signaled_outstanding; /* READ requests: signalled WRs posted, not completed */
+    uint32_t events_reported; /* async events of this QP read by the application (g_async_lock) */
     struct fv_qp *next;
 } fv_qp_t;
 
@@ -131,7 +140,7 @@ static int g_listen_fd = -1;
 static char g_sock_dir[200]; /* DSC_FAKEVERBS_DIR, read once when the NIC starts */
 
 /* Fault counters (g_lock). */
-static long g_drop_cqe, g_fail_post, g_kill_on_read;
+static long g_drop_cqe, g_fail_post, g_kill_on_read, g_qp_delay_ms;
 static long g_cqe_seen, g_post_seen, g_reads_served;
 
 /* Statistics (g_lock), appended to $DSC_FAKEVERBS_STATS at exit (see fakeverbs.h). */
@@ -154,7 +163,7 @@ static uint64_t env_u64(const char *name, uint64_t dflt) {
 }
 
 static int parse_faults(const char *spec) {
-    long drop = 0, fail = 0, kill_n = 0;
+    long drop = 0, fail = 0, kill_n = 0, qp_delay = 0;
     if (spec != NULL && *spec != '\0') {
         char buf[256];
         snprintf(buf, sizeof buf, "%s", spec);
@@ -173,12 +182,14 @@ static int parse_faults(const char *spec) {
                 fail = n;
             else if (strcmp(tok, "kill_on_read") == 0)
                 kill_n = n;
+            else if (strcmp(tok, "qp_delay_ms") == 0)
+                qp_delay = n;
             else
                 return -1;
         }
     }
     pthread_mutex_lock(&g_lock);
-    g_drop_cqe = drop, g_fail_post = fail, g_kill_on_read = kill_n;
+    g_drop_cqe = drop, g_fail_post = fail, g_kill_on_read = kill_n, g_qp_delay_ms = qp_delay;
     g_cqe_seen = g_post_seen = g_reads_served = 0;
     pthread_mutex_unlock(&g_lock);
     return 0;
@@ -288,14 +299,171 @@ static int fv_req_notify_cq(struct ibv_cq *ibcq, int solicited_only) {
     return 0;
 }
 
+/* Async events as libibverbs delivers them: queued per context, the pipe only signals (one byte
+ * per event). An event read by ibv_get_async_event and not yet acknowledged keeps its QP alive:
+ * ibv_destroy_qp waits for the ack, exactly as rdma-core's does (so an application that destroys
+ * a QP before acking its event hangs here as it would on a NIC); events not read yet are dropped
+ * when their QP is destroyed, as the kernel drops them. */
+struct fv_async {
+    struct ibv_async_event ev;
+    fv_async_t *next;
+};
+static pthread_mutex_t g_async_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int is_qp_event(enum ibv_event_type type) {
+    switch (type) {
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void async_push(fv_context_t *ctx, const struct ibv_async_event *ev) {
+    fv_async_t *a = calloc(1, sizeof *a);
+    if (a == NULL)
+        return; /* lost, as an overflowing event queue loses them */
+    a->ev = *ev;
+    pthread_mutex_lock(&g_async_lock);
+    if (ctx->ev_tail)
+        ctx->ev_tail->next = a;
+    else
+        ctx->ev_head = a;
+    ctx->ev_tail = a;
+    pthread_mutex_unlock(&g_async_lock);
+    char one = 1;
+    if (write(ctx->async_w, &one, 1) != 1) {
+        /* A full pipe: nobody drains the async fd; the event stays queued. */
+    }
+}
+
 static void async_event(fv_context_t *ctx, enum ibv_event_type type, struct ibv_qp *qp) {
     struct ibv_async_event ev;
     memset(&ev, 0, sizeof ev);
     ev.event_type = type;
     ev.element.qp = qp;
-    if (write(ctx->async_w, &ev, sizeof ev) != (ssize_t)sizeof ev) {
-        /* Dropped: nobody drains the async fd. */
+    async_push(ctx, &ev);
+}
+
+static void async_port_event(fv_context_t *ctx, enum ibv_event_type type) {
+    struct ibv_async_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.event_type = type;
+    ev.element.port_num = 1;
+    async_push(ctx, &ev);
+}
+
+/* The next queued event, or NULL (dropped with its QP). A QP event counts as reported. */
+static fv_async_t *async_pop(fv_context_t *ctx) {
+    pthread_mutex_lock(&g_async_lock);
+    fv_async_t *a = ctx->ev_head;
+    if (a != NULL) {
+        ctx->ev_head = a->next;
+        if (ctx->ev_head == NULL)
+            ctx->ev_tail = NULL;
+        if (is_qp_event(a->ev.event_type) && a->ev.element.qp != NULL)
+            ((fv_qp_t *)a->ev.element.qp)->events_reported++;
     }
+    pthread_mutex_unlock(&g_async_lock);
+    return a;
+}
+
+/* Called by ibv_destroy_qp once the QP serves nothing: drops its unread events, then waits until
+ * every event of it that was read has been acknowledged. */
+static void async_forget_qp(fv_qp_t *q) {
+    fv_context_t *ctx = (fv_context_t *)q->qp.context;
+    pthread_mutex_lock(&g_async_lock);
+    fv_async_t **pp = &ctx->ev_head, *last = NULL;
+    while (*pp) {
+        fv_async_t *a = *pp;
+        if (is_qp_event(a->ev.event_type) && a->ev.element.qp == &q->qp) {
+            *pp = a->next;
+            free(a);
+        } else {
+            last = a;
+            pp = &a->next;
+        }
+    }
+    ctx->ev_tail = last;
+    uint32_t reported = q->events_reported;
+    pthread_mutex_unlock(&g_async_lock);
+    pthread_mutex_lock(&q->qp.mutex);
+    while (q->qp.events_completed != reported)
+        pthread_cond_wait(&q->qp.cond, &q->qp.mutex);
+    pthread_mutex_unlock(&q->qp.mutex);
+}
+
+/* DSC_FAKEVERBS_PORT_CTL=FILE: a thread per context reads FILE every 10 ms and raises an event
+ * each time its first word changes: "down" IBV_EVENT_PORT_ERR, "active" IBV_EVENT_PORT_ACTIVE,
+ * "gid" IBV_EVENT_GID_CHANGE, "fatal" IBV_EVENT_DEVICE_FATAL (write "gid 2", "gid 3", ... for
+ * more than one GID change). Only the event is raised: ibv_query_port keeps its answer. */
+static void port_ctl_read(const char *path, char *word, size_t cap) {
+    word[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    if (fgets(word, (int)cap, f) == NULL)
+        word[0] = '\0';
+    fclose(f);
+    word[strcspn(word, "\r\n")] = '\0';
+}
+
+static void *port_ctl_main(void *arg) {
+    fv_context_t *c = arg;
+    char last[64], now[64];
+    port_ctl_read(c->port_ctl_path, last, sizeof last);
+    while (!__atomic_load_n(&c->port_ctl_stop, __ATOMIC_ACQUIRE)) {
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+        port_ctl_read(c->port_ctl_path, now, sizeof now);
+        if (strcmp(now, last) == 0)
+            continue;
+        snprintf(last, sizeof last, "%s", now);
+        if (strncmp(now, "down", 4) == 0)
+            async_port_event(c, IBV_EVENT_PORT_ERR);
+        else if (strncmp(now, "active", 6) == 0)
+            async_port_event(c, IBV_EVENT_PORT_ACTIVE);
+        else if (strncmp(now, "gid", 3) == 0)
+            async_port_event(c, IBV_EVENT_GID_CHANGE);
+        else if (strncmp(now, "fatal", 5) == 0)
+            async_event(c, IBV_EVENT_DEVICE_FATAL, NULL);
+    }
+    return NULL;
+}
+
+static void port_ctl_start(fv_context_t *c) {
+    const char *path = getenv("DSC_FAKEVERBS_PORT_CTL");
+    if (path == NULL || *path == '\0')
+        return;
+    snprintf(c->port_ctl_path, sizeof c->port_ctl_path, "%s", path);
+    c->port_ctl_running = pthread_create(&c->port_ctl, NULL, port_ctl_main, c) == 0;
+}
+
+static void port_ctl_stop(fv_context_t *c) {
+    if (!c->port_ctl_running)
+        return;
+    __atomic_store_n(&c->port_ctl_stop, 1, __ATOMIC_RELEASE);
+    pthread_join(c->port_ctl, NULL);
+    c->port_ctl_running = 0;
+}
+
+/* Frees the events nobody read (ibv_close_device). */
+static void async_drop_all(fv_context_t *c) {
+    pthread_mutex_lock(&g_async_lock);
+    while (c->ev_head) {
+        fv_async_t *a = c->ev_head;
+        c->ev_head = a->next;
+        free(a);
+    }
+    c->ev_tail = NULL;
+    pthread_mutex_unlock(&g_async_lock);
 }
 
 /* ---- The requester: executes posted READs in order ------------------------------------------ */
@@ -599,6 +767,7 @@ static void *responder_main(void *arg) {
 static void atfork_child(void) {
     /* The helper threads do not survive fork: a child that uses verbs starts its own NIC. */
     pthread_mutex_init(&g_lock, NULL);
+    pthread_mutex_init(&g_async_lock, NULL);
     pthread_cond_init(&g_work_cond, NULL);
     g_started = 0;
     if (g_listen_fd >= 0)
@@ -608,8 +777,10 @@ static void atfork_child(void) {
 }
 static void atfork_prepare(void) {
     pthread_mutex_lock(&g_lock);
+    pthread_mutex_lock(&g_async_lock);
 }
 static void atfork_parent(void) {
+    pthread_mutex_unlock(&g_async_lock);
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -666,15 +837,29 @@ static int nic_start(void) {
 
 /* ---- Devices and contexts ----------------------------------------------------------------- */
 
+/* The port's GID table (FV_GID_TABLE entries, the last empty), every entry RoCE v2. */
+#define FV_GID_LINK_LOCAL 0 /* fe80::<pid>: link-local, never routable */
+#define FV_GID_DECOY 1      /* ::ffff:10.254.Y.Z: routable, but on no local network */
+#define FV_GID_LOOPBACK 2   /* ::ffff:127.X.Y.Z: the one on the TCP connections' subnet */
+#define FV_GID_USED 3       /* entries that hold a GID */
+
 static void gid_of(uint32_t pid, int index, union ibv_gid *gid) {
     memset(gid, 0, sizeof *gid);
-    if (index == 0) { /* fe80::<pid>, link-local */
+    if (index == FV_GID_LINK_LOCAL) {
         gid->raw[0] = 0xfe;
         gid->raw[1] = 0x80;
         gid->raw[13] = (uint8_t)(pid >> 16);
         gid->raw[14] = (uint8_t)(pid >> 8);
         gid->raw[15] = (uint8_t)pid;
-    } else if (index == 1) { /* ::ffff:127.X.Y.Z, IPv4-mapped RoCE v2 */
+    } else if (index == FV_GID_DECOY) {
+        /* Listed first, as a second RoCE netdev's GID often is on real hosts: whoever picks
+         * "the first routable GID" picks this one, and every READ from or to it fails. */
+        gid->raw[10] = gid->raw[11] = 0xff;
+        gid->raw[12] = 10;
+        gid->raw[13] = 254;
+        gid->raw[14] = (uint8_t)(pid >> 8);
+        gid->raw[15] = (uint8_t)pid;
+    } else if (index == FV_GID_LOOPBACK) {
         gid->raw[10] = gid->raw[11] = 0xff;
         gid->raw[12] = 127;
         gid->raw[13] = (uint8_t)(pid >> 16);
@@ -761,12 +946,17 @@ FV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device) {
     const char *port = getenv("DSC_FAKEVERBS_PORT");
     c->port_state = port != NULL && strcmp(port, "down") == 0 ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
     c->max_mr_size = env_u64("DSC_FAKEVERBS_MAX_MR_SIZE", 1ull << 40);
+    const char *lb = getenv("DSC_FAKEVERBS_GID_LOOPBACK");
+    c->no_loopback_gid = lb != NULL && strcmp(lb, "off") == 0;
     parse_faults(getenv("DSC_FAKEVERBS_FAULTS"));
+    port_ctl_start(c);
     return &c->ctx;
 }
 
 FV_EXPORT int ibv_close_device(struct ibv_context *ibctx) {
     fv_context_t *c = (fv_context_t *)ibctx;
+    port_ctl_stop(c);
+    async_drop_all(c);
     close(c->ctx.async_fd);
     close(c->async_w);
     pthread_mutex_destroy(&c->ctx.mutex);
@@ -817,21 +1007,25 @@ FV_EXPORT int ibv_query_port(struct ibv_context *ibctx, uint8_t port,
     return 0;
 }
 
+/* Whether the port holds GID `index`. */
+static int gid_present(struct ibv_context *ibctx, uint32_t index) {
+    const fv_context_t *c = (const fv_context_t *)ibctx;
+    return index < FV_GID_USED && !(index == FV_GID_LOOPBACK && c->no_loopback_gid);
+}
+
 FV_EXPORT int ibv_query_gid(struct ibv_context *ibctx, uint8_t port, int index,
                             union ibv_gid *gid) {
-    (void)ibctx;
     if (port != 1 || index < 0 || index >= FV_GID_TABLE)
         return -1;
-    gid_of((uint32_t)g_pid, index, gid);
+    gid_of((uint32_t)g_pid, gid_present(ibctx, (uint32_t)index) ? index : FV_GID_USED, gid);
     return 0;
 }
 
 FV_EXPORT int _ibv_query_gid_ex(struct ibv_context *ibctx, uint32_t port, uint32_t index,
                                 struct ibv_gid_entry *entry, uint32_t flags, size_t size) {
-    (void)ibctx;
     if (flags != 0 || size < sizeof *entry || port != 1 || index >= FV_GID_TABLE)
         return EINVAL;
-    if (index > 1)
+    if (!gid_present(ibctx, index))
         return ENODATA; /* an empty table entry */
     memset(entry, 0, sizeof *entry);
     gid_of((uint32_t)g_pid, (int)index, &entry->gid);
@@ -1047,7 +1241,17 @@ FV_EXPORT void ibv_ack_cq_events(struct ibv_cq *ibcq, unsigned int nevents) {
 
 /* ---- Queue pairs -------------------------------------------------------------------------- */
 
+/* qp_delay_ms=N: QP creation takes N ms, as it can on a real NIC (firmware commands). */
+static void fault_qp_delay(void) {
+    pthread_mutex_lock(&g_lock);
+    long ms = g_qp_delay_ms;
+    pthread_mutex_unlock(&g_lock);
+    if (ms > 0)
+        sleep_ms((int)ms);
+}
+
 FV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *init) {
+    fault_qp_delay();
     if (init->qp_type != IBV_QPT_RC || init->send_cq == NULL || init->recv_cq == NULL ||
         init->srq != NULL || init->cap.max_send_wr < 1 || init->cap.max_send_wr > 4096 ||
         init->cap.max_send_sge > 16 || init->cap.max_recv_sge > 16 ||
@@ -1158,7 +1362,7 @@ FV_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int m
     if (mask & IBV_QP_AV) {
         /* RoCE: every packet carries a GRH, so the address must be global with a valid sgid. */
         if (!attr->ah_attr.is_global || attr->ah_attr.port_num != 1 ||
-            attr->ah_attr.grh.sgid_index > 1)
+            !gid_present(ibqp->context, attr->ah_attr.grh.sgid_index))
             goto invalid;
     }
     if (mask & IBV_QP_ACCESS_FLAGS)
@@ -1212,6 +1416,7 @@ FV_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp) {
             break;
         }
     pthread_mutex_unlock(&g_lock);
+    async_forget_qp(q); /* waits for the acks of its events that were read */
     pthread_mutex_destroy(&q->qp.mutex);
     pthread_cond_destroy(&q->qp.cond);
     free(q);
@@ -1284,7 +1489,13 @@ static int fv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_
 /* ---- Address handles, async events, fork, strings ------------------------------------------ */
 
 FV_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr) {
-    if (!attr->is_global || attr->port_num != 1 || attr->grh.sgid_index > 1) {
+    /* As the kernel resolves a RoCE address: a GRH from a GID the port holds, towards a
+     * destination that is routable (a link-local destination has no route here). */
+    const uint8_t *d = attr->grh.dgid.raw;
+    static const uint8_t zero[16];
+    if (pd == NULL || !attr->is_global || attr->port_num != 1 ||
+        !gid_present(pd->context, attr->grh.sgid_index) || memcmp(d, zero, 16) == 0 ||
+        (d[0] == 0xfe && (d[1] & 0xc0) == 0x80)) {
         errno = EINVAL;
         return NULL;
     }
@@ -1304,12 +1515,29 @@ FV_EXPORT int ibv_destroy_ah(struct ibv_ah *ah) {
 }
 
 FV_EXPORT int ibv_get_async_event(struct ibv_context *ibctx, struct ibv_async_event *event) {
-    ssize_t n = read(ibctx->async_fd, event, sizeof *event);
-    return n == (ssize_t)sizeof *event ? 0 : -1;
+    for (;;) {
+        char one;
+        ssize_t n = read(ibctx->async_fd, &one, 1);
+        if (n != 1)
+            return -1; /* errno EAGAIN on an O_NONBLOCK fd with nothing queued */
+        fv_async_t *a = async_pop((fv_context_t *)ibctx);
+        if (a != NULL) {
+            *event = a->ev;
+            free(a);
+            return 0;
+        }
+        /* That event's QP was destroyed before it was read: dropped; wait for the next. */
+    }
 }
 
 FV_EXPORT void ibv_ack_async_event(struct ibv_async_event *event) {
-    (void)event;
+    if (!is_qp_event(event->event_type) || event->element.qp == NULL)
+        return;
+    struct ibv_qp *qp = event->element.qp;
+    pthread_mutex_lock(&qp->mutex);
+    qp->events_completed++;
+    pthread_cond_broadcast(&qp->cond);
+    pthread_mutex_unlock(&qp->mutex);
 }
 
 FV_EXPORT int ibv_fork_init(void) {

@@ -8,6 +8,8 @@
  *   DSC_FAKEVERBS_MTU=BYTES        the port's active MTU, 256..4096 (default 4096)
  *   DSC_FAKEVERBS_PORT=down        the port is DOWN (default ACTIVE)
  *   DSC_FAKEVERBS_MAX_MR_SIZE=N    device max_mr_size in bytes (default 2^40)
+ *   DSC_FAKEVERBS_GID_LOOPBACK=off GID 2 (the one on 127.0.0.0/8) is an empty entry: no GID is
+ *                                  on the TCP connections' subnet, only the decoy is routable
  *   DSC_FAKEVERBS_MEMLOCK=N        bytes a process may register in all (default unlimited);
  *                                  beyond it ibv_reg_mr fails with ENOMEM as a real device does
  *   DSC_FAKEVERBS_DIR=DIR          serve remote READs on DIR/fv-<pid>.sock (works across network
@@ -17,16 +19,35 @@
  *       fail_post=N     the Nth ibv_post_send fails with ENOMEM (*bad_wr = the first WR)
  *       kill_on_read=N  this process kills itself (SIGKILL) when asked to serve its Nth READ:
  *                       the requester sees the peer die mid-transfer (IBV_WC_RETRY_EXC_ERR)
+ *       qp_delay_ms=N   every ibv_create_qp takes N ms (a NIC whose firmware is slow to answer)
+ *   DSC_FAKEVERBS_PORT_CTL=FILE    port events on demand: FILE is read every 10 ms and each
+ *                                  change of its first word raises one async event: "down"
+ *                                  PORT_ERR, "active" PORT_ACTIVE, "gid..." GID_CHANGE, "fatal"
+ *                                  DEVICE_FATAL (ibv_query_port's answer does not change)
  *   DSC_FAKEVERBS_STATS=FILE       at exit (read then), append one line to FILE:
  *       "fakeverbs pid P reg_mr N max_qp_read_requests M"
  *                       N: ibv_reg_mr calls of the process (successful or not); M: the most READ
  *                       requests (signalled WRs: a chain signals only its last) posted and not
  *                       yet completed on one QP at once. A process killed by a signal writes none.
  *
- * Addressing: GID index 1 of the port is the RoCE v2 GID ::ffff:127.X.Y.Z where X.Y.Z is the
- * process id (24 bits), so the GID that a real setup exchanges names the process whose memory a
- * READ reaches; index 0 is a link-local fe80:: GID (RoCE v2 too, as real ports list one), which
- * is unreachable: traffic to it ends in IBV_WC_RETRY_EXC_ERR, as across a routed network. */
+ * Async events behave as libibverbs': the async fd turns readable per queued event; an event read
+ * with ibv_get_async_event and not yet acknowledged keeps its QP alive (ibv_destroy_qp waits for
+ * the ack), and events not read yet are dropped when their QP is destroyed. A READ that breaks
+ * the rkey, access or bounds checks raises IBV_EVENT_QP_ACCESS_ERR on the responder's QP, one with
+ * the wrong path MTU IBV_EVENT_QP_REQ_ERR.
+ *
+ * Addressing: the port's GID table (4 entries, all RoCE v2 in ibv_query_gid_ex):
+ *   0  fe80::<pid>            link-local (real ports list one): never to be chosen
+ *   1  ::ffff:10.254.Y.Z      a DECOY: routable, but on no local interface (Y.Z: the low 16 bits
+ *                             of the pid), as a second RoCE netdev's GID on another network
+ *   2  ::ffff:127.X.Y.Z       X.Y.Z is the process id (24 bits): on 127.0.0.0/8 (lo), the
+ *                             subnet of every 127.0.0.1 TCP connection, so the GID that a real
+ *                             setup exchanges names the process whose memory a READ reaches
+ *   3  empty (ENODATA)
+ * Traffic to a GID that names no fake NIC (link-local, decoy, anything not 127.X.Y.Z) ends in
+ * IBV_WC_RETRY_EXC_ERR, as across a routed network; a QP whose peer sent from such a GID never
+ * answers either. ibv_create_ah accepts sgid_index 0-2 towards a routable destination, and fails
+ * with EINVAL for any other index or a link-local (or zero) destination. */
 
 /* Replaces the fault counters of this process (same syntax as DSC_FAKEVERBS_FAULTS; NULL or ""
  * clears them). Returns 0, or -1 for a spec it does not understand. */

@@ -724,8 +724,20 @@ static int mode_hold(void) {
     CHECK(b != NULL && verify_batch(l, b) == 0);
     dsc_batch_release(h[1]);
     dsc_batch_release(h[2]);
-    dsc_loader_destroy(l);
+    last_warn[0] = '\0';
+    dsc_loader_destroy(l); /* only next()'s loan of b is left: no warning */
+    CHECK(strstr(last_warn, "still held") == NULL);
     max_held = 0;
+
+    /* Destroyed with a retained batch: said, not silent. */
+    l = open_loader(0, 1, 0);
+    REQUIRE(dsc_loader_next(l, &b) == 0);
+    REQUIRE(dsc_batch_retain(b) == 0);
+    REQUIRE(dsc_loader_next(l, &b) == 0);
+    last_warn[0] = '\0';
+    dsc_loader_destroy(l);
+    printf("destroy with a batch held: %s\n", last_warn);
+    CHECK(strstr(last_warn, "1 batch(es) are still held") != NULL);
 
     /* An older, smaller struct (heap-allocated to its size: ASan sees any read past it). */
     old_options_t *o = malloc(sizeof *o);

@@ -84,8 +84,14 @@ pass "read role: reads, WARM/EVICT UNAUTHORIZED"
 out=$("$AUTH" op "$ADDR_a" "$T_LIM" LIST)
 grep -q authds <<<"$out" && ! grep -q otherds <<<"$out" && pass "limited: LIST shows its dataset only" \
     || fail "limited LIST: $out"
+# A job reading otherds reports to the server; STAT lists it for a credential that sees otherds.
+DSCACHE_TOKEN_FILE="$T_READ" "$CLI" bench --server "$ADDR_a" --dataset otherds --seconds 1 \
+    --job hiddenjob --report-seconds 0.2 >"$work/bench-other.txt" 2>&1 \
+    || fail "bench on otherds: $(cat "$work/bench-other.txt")"
+expect 0 'hiddenjob' "$AUTH" op "$ADDR_a" "$T_READ" STAT
 out=$("$AUTH" op "$ADDR_a" "$T_LIM" STAT)
-grep -q authds <<<"$out" && ! grep -q otherds <<<"$out" && pass "limited: STAT shows its dataset only" \
+grep -q authds <<<"$out" && ! grep -q otherds <<<"$out" && ! grep -q hiddenjob <<<"$out" \
+    && pass "limited: STAT shows its dataset only, and no job on another" \
     || fail "limited STAT: $out"
 expect 0 '^ERR ENOTFOUND' "$AUTH" op "$ADDR_a" "$T_LIM" MANIFEST otherds
 expect 0 '^ERR ENOTFOUND' "$AUTH" op "$ADDR_a" "$T_LIM" GET otherds 0

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # dscache doctor (RDMA preflight): on a machine without an RDMA device it explains that in plain
 # words and exits 3; through DSC_IBVERBS_LIB it loads the test-only fake verbs library and sees
-# its device, ACTIVE port, MTU and RoCE v2 GID (never the link-local one); a down port, no
-# device, a missing or foreign library and a locked-memory limit below the bytes to pin each
-# fail with their fix; usage errors exit 2.
+# its device, ACTIVE port, MTU and RoCE v2 GIDs with their networks (never the link-local one);
+# a down port, no device, a missing or foreign library and a locked-memory limit below the bytes
+# to pin each fail with their fix; usage errors exit 2.
 set -euo pipefail
 DSC_BIN=${DSC_BIN:?DSC_BIN must point at the build bin directory}
 CLI=$DSC_BIN/dscache
@@ -64,7 +64,9 @@ echo "$out"
 for pattern in "verbs library +ok +.*libfakeverbs.so" "devices +ok +1: fakeverbs0" \
     "fakeverbs0 port 1 +ok +state ACTIVE, link layer Ethernet" \
     "active MTU +ok +4096 bytes" \
-    "RoCE v2 GID +ok +index 1: ::ffff:127\.[0-9]+\.[0-9]+\.[0-9]+ \(link-local GIDs skipped\)" \
+    "RoCE v2 GID +ok +index 2: ::ffff:127\.[0-9]+\.[0-9]+\.[0-9]+, on lo 127\.0\.0\.0/8" \
+    "RoCE v2 GID +info +index 1: ::ffff:10\.254\.[0-9]+\.[0-9]+, on no local interface" \
+    "RoCE v2 GIDs +ok +2 routable, 1 on a local interface \(link-local GIDs skipped\)" \
     "max_mr_size 1.0 TiB" "fork safety +ok +not needed" "locked memory +ok" \
     "verdict: RDMA preflight passed"; do
     grep -qE -- "$pattern" <<<"$out" || fail "doctor on fakeverbs lacks /$pattern/"
@@ -75,7 +77,7 @@ grep -q "fe80" <<<"$out" && fail "doctor chose or printed a link-local GID"
 expect_fix 3 "probe READ +FAIL +cannot reach 127.0.0.1:1 over TCP" "check the server runs" \
     "$CLI" doctor --pin-bytes 4K --server 127.0.0.1:1
 # The GID encodes the doctor's own pid: three bytes of 127.X.Y.Z.
-grep -qE "::ffff:127\.0\.0\.0 " <<<"$out" && fail "GID does not encode a pid"
+grep -qE "::ffff:127\.0\.0\.0," <<<"$out" && fail "GID does not encode a pid"
 
 DSC_FAKEVERBS_MTU=1024 expect_fix 0 "active MTU +WARN +1024 bytes" "raise the netdev MTU" \
     "$CLI" doctor --pin-bytes 4K

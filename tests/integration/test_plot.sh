@@ -14,6 +14,15 @@ PYTHONPATH="$work/nompl" DSCACHE_PYTHON="$py" expect 1 \
     "$CLI" bench --server "$ADDR_a" --dataset plotds --seconds 1.5 --plot "$work/none.png"
 [ -s "$work/none.csv" ] && [ ! -e "$work/none.png" ] && pass "no matplotlib: message, CSV kept, no PNG" \
     || fail "no matplotlib: wanted the CSV and no PNG"
+# The footer is the run's final verdict, as bench prints it (a stand-in python records argv).
+printf '#!/bin/sh\nprintf "%%s\\n" "$@" >"%s"\n' "$work/argv.txt" >"$work/argv.sh"
+chmod +x "$work/argv.sh"
+DSCACHE_PYTHON="$work/argv.sh" "$CLI" bench --server "$ADDR_a" --dataset plotds --seconds 1 \
+    --plot "$work/v.png" >"$work/v.txt" 2>&1 || true
+printed="$(grep '^limit: ' "$work/v.txt") - $(sed -n 's/^suggestion: //p' "$work/v.txt")"
+passed=$(sed -n '/^--verdict$/{n;p}' "$work/argv.txt" 2>/dev/null)
+[ -n "$passed" ] && [ "$passed" = "$printed" ] && pass "the plot's footer is the printed verdict" \
+    || fail "footer: passed '$passed', printed '$printed'"
 expect 2 "plot-interval wants seconds" "$CLI" bench --server "$ADDR_a" --dataset plotds \
     --plot "$work/x.png" --plot-interval 0
 

@@ -3,9 +3,11 @@
 # chunk of raw and lz4 datasets read by RDMA READ equals the files; TCP and RDMA loaders on one
 # server at once; EVICT and SIGHUP rescans while READs are outstanding; a client that never
 # releases its lease is fenced (its QP destroyed, the connection closed) while others are served;
-# error completions and a server killed mid-epoch move the chunks, exactly once; auto without a
-# device, or against a server with --rdma off, falls back to TCP with one clear line; required
-# fails clearly (loader and server).
+# error completions and a server killed mid-epoch move the chunks, exactly once; an arena split
+# into overlapping regions serves every chunk by READ; auto without a device, or against a server
+# with --rdma off (whose HELLO does not offer RDMA: no RDMA_CONNECT is sent), falls back to TCP
+# with one clear line; required fails clearly (loader and server). Device events and the QP set-up
+# on the thread pool: test_rdma_events.sh.
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
 CHECK=$DSC_BIN/rdma_check
@@ -48,21 +50,31 @@ grep -qE "probe READ +ok +4096 bytes READ from $ADDR_A over fakeverbs0 .* checks
     fail "doctor --server: no probe READ: $out"
 pass "dscache doctor --server READs the server's probe region"
 
-# 1b. Bytes outside registered memory are answered inline: read-through buffers (a minio server
-# whose 1 MiB store holds few shards), and chunks across two memory regions (the arena split at a
-# 2 MiB max_mr_size).
+# 1b. The arena split at a 2 MiB max_mr_size: 23 regions of 2 MiB overlapping by 1 MiB (a region
+# every MiB), so the chunks that straddle a 2 MiB boundary (packed shards of 32 KiB chunks do; with
+# regions side by side they were answered inline) are READ like every other: no byte inline, the
+# loader's RDMA bytes equal its wire bytes. Read-through buffers (a minio server whose 1 MiB store
+# holds few shards) are outside registered memory and answered inline.
 DSC_FAKEVERBS_MAX_MR_SIZE=2097152 start_server M --data "$work/raw" --rdma required --memory 24M
-grep -q "registered for remote READ in 12 region(s)" "$work/server-M.log" ||
-    fail "arena not split at max_mr_size: $(grep 'rdma:' "$work/server-M.log")"
+grep -q "registered for remote READ in 23 region(s) .* regions of 2097152 bytes (max_mr_size) \
+overlapping by 1048576 bytes" "$work/server-M.log" ||
+    fail "arena not split at max_mr_size into overlapping regions: $(grep 'rdma:' "$work/server-M.log")"
+[ "$(metric "$HTTP_M" dscache_rdma_regions)" = 23 ] || fail "dscache_rdma_regions"
 run_check epoch --servers "$ADDR_M" --dataset rawds --dir "$work/raw" --transport rdma \
-    --expect-rdma 1
+    --expect-rdma 1 --epochs 2
+grep "^stats:" "$work/out.txt"
+read -r rdma_b wire_b < <(sed -nE 's/^stats: .* rdma_bytes ([0-9]+) wire_bytes ([0-9]+) .*/\1 \2/p' \
+    "$work/out.txt")
+[ -n "$rdma_b" ] && [ "$rdma_b" = "$wire_b" ] ||
+    fail "split arena: rdma_bytes $rdma_b != wire_bytes $wire_b (chunks answered inline)"
+split_inline=$(metric "$HTTP_M" 'dscache_transport_bytes_total{transport="rdma_inline"}')
+[ "$split_inline" = 0 ] || fail "split arena: $split_inline bytes answered inline"
 start_server R --data "$work/raw" --rdma required --memory 1M --policy minio
 run_check epoch --servers "$ADDR_R" --dataset rawds --dir "$work/raw" --transport rdma
 inline=$(metric "$HTTP_R" 'dscache_transport_bytes_total{transport="rdma_inline"}')
-echo "read-through bytes answered inline: $inline; split arena inline bytes:" \
-    "$(metric "$HTTP_M" 'dscache_transport_bytes_total{transport="rdma_inline"}')"
+echo "read-through bytes answered inline: $inline; split arena inline bytes: $split_inline"
 [ "$inline" -gt 0 ] || fail "no read-through answered inline"
-pass "read-through and cross-region chunks answered inline; arena split at max_mr_size"
+pass "split arena: overlapping regions, every chunk READ (none inline); read-through inline"
 
 # 2. TCP and RDMA loaders on one server at once.
 get_ok() {
@@ -143,22 +155,37 @@ DSC_FAKEVERBS_DEVICES=0 run_check epoch --servers "$ADDR_A" --dataset rawds --di
 n=$(grep -c "log INFO: transport auto: RDMA unavailable (no RDMA device" "$work/out.txt" || true)
 [ "$n" = 1 ] || fail "wanted one fallback line, got $n: $(cat "$work/out.txt")"
 grep "transport auto" "$work/out.txt"
-# ... and against a server with --rdma off: per connection, one line per server.
+# ... and against a server with --rdma off: HELLO does not offer RDMA, so the loader sends no
+# RDMA_CONNECT at all (the server's counter of them stays where a raw one left it) and says why
+# once per server.
 start_server O --data "$work/raw" --rdma off
 grep -q "rdma: off" "$work/server-O.log" && fail "--rdma off should log nothing about RDMA"
+rdma_connects() {
+    local v
+    v=$(metric "$1" 'dscache_requests_total{op="RDMA_CONNECT",status="UNSUPPORTED"}')
+    [ "$v" = missing ] && v=0
+    echo "$v"
+}
+"$CHECK" hello --servers "$ADDR_O" --dataset rawds | grep -q "rdma 0" || fail "HELLO of --rdma off"
+"$CHECK" hello --servers "$ADDR_A" --dataset rawds | grep -q "rdma 1" || fail "HELLO of --rdma on"
+run_check connect --servers "$ADDR_O" --dataset rawds
+grep -q "connect: .*RDMA is off on this server" "$work/out.txt" || fail "raw RDMA_CONNECT to O"
+[ "$(rdma_connects "$HTTP_O")" = 1 ] || fail "the raw RDMA_CONNECT was not counted"
 run_check epoch --servers "$ADDR_O" --dataset rawds --dir "$work/raw" --transport auto \
     --expect-rdma 0
-n=$(grep -c "transport tcp (RDMA: the server refused RDMA_CONNECT" "$work/out.txt" || true)
+n=$(grep -c "transport tcp (RDMA: the server does not offer RDMA (started with --rdma off, or no \
+device))" "$work/out.txt" || true)
 [ "$n" = 1 ] || fail "wanted one per-server fallback line, got $n: $(cat "$work/out.txt")"
 grep "transport tcp" "$work/out.txt"
-pass "auto falls back to TCP with one clear line (no device; server without RDMA)"
+[ "$(rdma_connects "$HTTP_O")" = 1 ] || fail "the loader sent RDMA_CONNECT to a server without RDMA"
+pass "auto falls back to TCP with one clear line (no device; server without RDMA: no RDMA_CONNECT)"
 
 # 8. required without RDMA fails clearly: the loader at create, the server at start.
 DSC_FAKEVERBS_DEVICES=0 run_check create --servers "$ADDR_A" --dataset rawds --transport rdma
 grep -q "log ERROR: transport rdma: RDMA is unavailable here: no RDMA device" "$work/out.txt" ||
     fail "no clear loader error: $(cat "$work/out.txt")"
 run_check create --servers "$ADDR_O" --dataset rawds --transport rdma --timeout-ms 1000
-grep -q "transport rdma required: the server refused RDMA_CONNECT" "$work/out.txt" ||
+grep -q "transport rdma required: the server does not offer RDMA" "$work/out.txt" ||
     fail "no clear loader error against --rdma off: $(cat "$work/out.txt")"
 rc=0
 DSC_FAKEVERBS_DEVICES=0 "$SERVER" --listen 127.0.0.1:0 --http off --data "$work/raw" \

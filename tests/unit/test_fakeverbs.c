@@ -1,6 +1,7 @@
 /* The test-only fake verbs library (tests/fakeverbs) through the dlopen'ed verbs table: RC state
  * machine, READs with byte compare, remote access and bounds errors, a dead peer, flushes after
- * an error, MTU mismatch, the completion channel fd, fault injection, and (under ASan) a READ of
+ * an error, async events (dropped with their QP, acks before destroy, port events on demand), MTU
+ * mismatch, the completion channel fd, fault injection, and (under ASan) a READ of
  * freed memory caught in the serving process. Two nodes: two contexts in this process, or this
  * program re-executed as a peer process ("--peer"). */
 #include "testlib.h"
@@ -19,6 +20,7 @@ int main(void) {
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -39,6 +41,8 @@ static dsc_verbs_t V;
 static int (*set_faults)(const char *spec);
 
 #define BUF_LEN (1u << 20)
+#define GID_DECOY 1    /* ::ffff:10.254.Y.Z: routable, on no local network, names nobody */
+#define GID_LOOPBACK 2 /* ::ffff:127.X.Y.Z: the one that reaches this process */
 
 typedef struct node {
     struct ibv_context *ctx;
@@ -48,7 +52,7 @@ typedef struct node {
     struct ibv_qp *qp;
     struct ibv_mr *mr;
     uint8_t *buf;
-    union ibv_gid gid; /* index 1: the routable RoCE v2 GID */
+    union ibv_gid gid; /* index GID_LOOPBACK: the RoCE v2 GID that reaches this node */
     enum ibv_mtu active_mtu;
 } node_t;
 
@@ -64,7 +68,7 @@ static void node_open(node_t *n, int with_channel) {
     memset(&port, 0, sizeof port);
     REQUIRE(V.query_port(n->ctx, 1, &port) == 0);
     n->active_mtu = port.active_mtu;
-    REQUIRE(V.query_gid(n->ctx, 1, 1, &n->gid) == 0);
+    REQUIRE(V.query_gid(n->ctx, 1, GID_LOOPBACK, &n->gid) == 0);
     n->pd = V.alloc_pd(n->ctx);
     REQUIRE(n->pd != NULL);
     if (with_channel) {
@@ -134,7 +138,7 @@ static int to_rtr(struct ibv_qp *qp, uint32_t dest_qpn, const union ibv_gid *dgi
     a.min_rnr_timer = 12;
     a.ah_attr.is_global = 1;
     a.ah_attr.grh.dgid = *dgid;
-    a.ah_attr.grh.sgid_index = 1;
+    a.ah_attr.grh.sgid_index = GID_LOOPBACK;
     a.ah_attr.grh.hop_limit = 1;
     a.ah_attr.port_num = 1;
     return V.modify_qp(qp, &a,
@@ -209,7 +213,8 @@ static void test_device(node_t *a) {
     CHECK(V.query_port(a->ctx, 1, &port) == 0);
     CHECK(port.state == IBV_PORT_ACTIVE && port.active_mtu == IBV_MTU_4096 &&
           port.link_layer == IBV_LINK_LAYER_ETHERNET && port.gid_tbl_len >= 2);
-    /* GID 1 is the RoCE v2 GID ::ffff:127.X.Y.Z naming this process; GID 0 is link-local. */
+    /* GID 2 is the RoCE v2 GID ::ffff:127.X.Y.Z naming this process; GID 1 a decoy RoCE v2 GID
+     * ::ffff:10.254.Y.Z; GID 0 is link-local. */
     uint32_t pid = (uint32_t)getpid();
     CHECK(a->gid.raw[10] == 0xff && a->gid.raw[11] == 0xff && a->gid.raw[12] == 127);
     CHECK(((uint32_t)a->gid.raw[13] << 16 | (uint32_t)a->gid.raw[14] << 8 | a->gid.raw[15]) == pid);
@@ -218,9 +223,47 @@ static void test_device(node_t *a) {
     CHECK(V.query_gid(a->ctx, 1, 0, &g0) == 0 && dsc_verbs_gid_unusable(g0.raw));
     REQUIRE(V.query_gid_ex != NULL);
     struct ibv_gid_entry entry;
-    CHECK(V.query_gid_ex(a->ctx, 1, 1, &entry, 0, sizeof entry) == 0);
+    CHECK(V.query_gid_ex(a->ctx, 1, GID_LOOPBACK, &entry, 0, sizeof entry) == 0);
     CHECK(entry.gid_type == IBV_GID_TYPE_ROCE_V2 && memcmp(entry.gid.raw, a->gid.raw, 16) == 0);
+    /* The decoy: routable and RoCE v2, so "the first routable GID" is this one. */
+    union ibv_gid decoy;
+    CHECK(V.query_gid(a->ctx, 1, GID_DECOY, &decoy) == 0 && !dsc_verbs_gid_unusable(decoy.raw));
+    CHECK(decoy.raw[10] == 0xff && decoy.raw[11] == 0xff && decoy.raw[12] == 10 &&
+          decoy.raw[13] == 254 && decoy.raw[14] == (uint8_t)(pid >> 8) &&
+          decoy.raw[15] == (uint8_t)pid);
+    CHECK(V.query_gid_ex(a->ctx, 1, GID_DECOY, &entry, 0, sizeof entry) == 0);
+    CHECK(entry.gid_type == IBV_GID_TYPE_ROCE_V2 && memcmp(entry.gid.raw, decoy.raw, 16) == 0);
+    CHECK(V.query_gid_ex(a->ctx, 1, 0, &entry, 0, sizeof entry) == 0 &&
+          entry.gid_type == IBV_GID_TYPE_ROCE_V2 && dsc_verbs_gid_unusable(entry.gid.raw));
     CHECK(V.query_gid_ex(a->ctx, 1, 3, &entry, 0, sizeof entry) == ENODATA);
+    /* Address handles: from a GID the port holds to a routable destination only. */
+    REQUIRE(V.create_ah != NULL && V.destroy_ah != NULL);
+    struct ibv_ah_attr ah;
+    memset(&ah, 0, sizeof ah);
+    ah.is_global = 1;
+    ah.port_num = 1;
+    ah.grh.hop_limit = 64;
+    for (int sgid = 0; sgid <= 3; sgid++) {
+        ah.grh.sgid_index = (uint8_t)sgid;
+        ah.grh.dgid = a->gid;
+        errno = 0;
+        struct ibv_ah *h = V.create_ah(a->pd, &ah);
+        CHECK(sgid < 3 ? h != NULL : h == NULL && errno == EINVAL);
+        if (h != NULL)
+            CHECK(V.destroy_ah(h) == 0);
+    }
+    ah.grh.sgid_index = GID_LOOPBACK;
+    ah.grh.dgid = g0; /* link-local: no route */
+    errno = 0;
+    CHECK(V.create_ah(a->pd, &ah) == NULL && errno == EINVAL);
+    memset(&ah.grh.dgid, 0, sizeof ah.grh.dgid);
+    CHECK(V.create_ah(a->pd, &ah) == NULL && errno == EINVAL);
+    ah.grh.dgid = decoy; /* routable: the handle is fine, the traffic is what fails */
+    struct ibv_ah *h = V.create_ah(a->pd, &ah);
+    CHECK(h != NULL && V.destroy_ah(h) == 0);
+    ah.grh.dgid = a->gid;
+    ah.is_global = 0; /* RoCE needs the GRH */
+    CHECK(V.create_ah(a->pd, &ah) == NULL && errno == EINVAL);
     CHECK(V.is_fork_initialized != NULL && V.is_fork_initialized() == IBV_FORK_UNNEEDED);
     errno = 0;
     CHECK(V.reg_dmabuf_mr(a->pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE) == NULL &&
@@ -262,7 +305,7 @@ static void test_state_machine(node_t *a, node_t *b) {
     attr.max_dest_rd_atomic = 1;
     attr.ah_attr.is_global = 1;
     attr.ah_attr.grh.dgid = b->gid;
-    attr.ah_attr.grh.sgid_index = 1;
+    attr.ah_attr.grh.sgid_index = GID_LOOPBACK;
     attr.ah_attr.port_num = 1;
     int rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
               IBV_QP_MAX_DEST_RD_ATOMIC;
@@ -274,7 +317,7 @@ static void test_state_machine(node_t *a, node_t *b) {
     attr.ah_attr.is_global = 1;
     attr.ah_attr.grh.sgid_index = 3;
     CHECK(V.modify_qp(a->qp, &attr, rtr | IBV_QP_MIN_RNR_TIMER) == EINVAL);
-    attr.ah_attr.grh.sgid_index = 1;
+    attr.ah_attr.grh.sgid_index = GID_LOOPBACK;
     attr.max_dest_rd_atomic = 17; /* above the device's max_qp_rd_atom */
     CHECK(V.modify_qp(a->qp, &attr, rtr | IBV_QP_MIN_RNR_TIMER) == EINVAL);
     attr.max_dest_rd_atomic = 1;
@@ -433,6 +476,30 @@ static void test_errors(node_t *a, node_t *b) {
     REQUIRE(to_rts(a->qp) == 0);
     expect_error(a, addr_of(b->buf), b->mr->rkey, 64, IBV_WC_RETRY_EXC_ERR, "link-local GID");
 
+    /* The decoy GID is routable but names nobody: READs to it run out of retries too. */
+    qp_drop(a);
+    qp_drop(b);
+    qp_create(a);
+    qp_create(b);
+    union ibv_gid decoy;
+    REQUIRE(V.query_gid(b->ctx, 1, GID_DECOY, &decoy) == 0);
+    REQUIRE(to_init(a->qp) == 0 && to_init(b->qp) == 0);
+    REQUIRE(to_rtr(b->qp, a->qp->qp_num, &a->gid, IBV_MTU_4096) == 0);
+    REQUIRE(to_rtr(a->qp, b->qp->qp_num, &decoy, IBV_MTU_4096) == 0);
+    REQUIRE(to_rts(a->qp) == 0);
+    expect_error(a, addr_of(b->buf), b->mr->rkey, 64, IBV_WC_RETRY_EXC_ERR, "decoy GID");
+    /* ... and a responder whose peer described itself by the decoy never answers. */
+    qp_drop(a);
+    qp_drop(b);
+    qp_create(a);
+    qp_create(b);
+    REQUIRE(to_init(a->qp) == 0 && to_init(b->qp) == 0);
+    REQUIRE(to_rtr(b->qp, a->qp->qp_num, &decoy, IBV_MTU_4096) == 0);
+    REQUIRE(to_rtr(a->qp, b->qp->qp_num, &b->gid, IBV_MTU_4096) == 0);
+    REQUIRE(to_rts(a->qp) == 0);
+    expect_error(a, addr_of(b->buf), b->mr->rkey, 64, IBV_WC_RETRY_EXC_ERR,
+                 "peer described by the decoy GID");
+
     /* Deregistered memory is not served any more. */
     connect_pair(a, b, IBV_MTU_4096, IBV_MTU_4096);
     struct ibv_mr *tmp = V.reg_mr(b->pd, b->buf, 8192, IBV_ACCESS_REMOTE_READ);
@@ -440,6 +507,91 @@ static void test_errors(node_t *a, node_t *b) {
     uint32_t rkey = tmp->rkey;
     CHECK(V.dereg_mr(tmp) == 0);
     expect_error(a, addr_of(b->buf), rkey, 64, IBV_WC_REM_ACCESS_ERR, "deregistered");
+}
+
+/* Waits up to timeout_ms for the node's async fd to turn readable; 1 when it did. */
+static int async_ready(node_t *n, int timeout_ms) {
+    struct pollfd p = {.fd = n->ctx->async_fd, .events = POLLIN};
+    return poll(&p, 1, timeout_ms) == 1;
+}
+
+static void *ack_later(void *arg) {
+    struct timespec ts = {0, 200 * 1000000L};
+    nanosleep(&ts, NULL);
+    V.ack_async_event(arg);
+    return NULL;
+}
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Async events as libibverbs delivers them: an event nobody read is dropped with its QP; one read
+ * and not acknowledged keeps ibv_destroy_qp waiting until the ack; DSC_FAKEVERBS_PORT_CTL raises
+ * port events on demand. */
+static void test_async_events(node_t *a, node_t *b) {
+    int fd = b->ctx->async_fd;
+    int flags = fcntl(fd, F_GETFL);
+    REQUIRE(flags >= 0 && fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0);
+    struct ibv_async_event ev;
+    while (V.get_async_event(b->ctx, &ev) == 0) /* earlier tests' events */
+        V.ack_async_event(&ev);
+
+    /* Unread when its QP goes: dropped, the fd has nothing more to give. */
+    connect_pair(a, b, IBV_MTU_4096, IBV_MTU_4096);
+    expect_error(a, addr_of(b->buf), b->mr->rkey ^ 0x100, 64, IBV_WC_REM_ACCESS_ERR, "bad rkey");
+    CHECK(async_ready(b, 0));
+    qp_drop(b);
+    errno = 0;
+    CHECK(V.get_async_event(b->ctx, &ev) == -1 && errno == EAGAIN);
+
+    /* Read and not acked: destroy waits for the ack (here 200 ms later, from another thread);
+     * meanwhile the event's QP can be read (its qp_num). */
+    connect_pair(a, b, IBV_MTU_4096, IBV_MTU_4096);
+    expect_error(a, addr_of(b->buf) + BUF_LEN, b->mr->rkey, 64, IBV_WC_REM_ACCESS_ERR, "bounds");
+    REQUIRE(async_ready(b, 5000));
+    REQUIRE(V.get_async_event(b->ctx, &ev) == 0);
+    CHECK(ev.event_type == IBV_EVENT_QP_ACCESS_ERR && ev.element.qp == b->qp &&
+          ev.element.qp->qp_num == b->qp->qp_num);
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, ack_later, &ev) == 0);
+    double t0 = mono_s();
+    qp_drop(b);
+    double waited = mono_s() - t0;
+    pthread_join(t, NULL);
+    printf("destroy_qp waited %.3f s for the event's ack\n", waited);
+    CHECK(waited >= 0.15);
+    CHECK(fcntl(fd, F_SETFL, flags) == 0);
+
+    /* Port events on demand, on a node of their own. */
+    char path[] = "/tmp/fv-port-ctl-XXXXXX";
+    int ctl = mkstemp(path);
+    REQUIRE(ctl >= 0);
+    close(ctl);
+    setenv("DSC_FAKEVERBS_PORT_CTL", path, 1);
+    node_t c;
+    node_open(&c, 0);
+    unsetenv("DSC_FAKEVERBS_PORT_CTL");
+    static const struct {
+        const char *word;
+        enum ibv_event_type type;
+    } steps[] = {{"down", IBV_EVENT_PORT_ERR},
+                 {"gid 1", IBV_EVENT_GID_CHANGE},
+                 {"active", IBV_EVENT_PORT_ACTIVE}};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        FILE *f = fopen(path, "w");
+        REQUIRE(f != NULL);
+        fprintf(f, "%s\n", steps[i].word);
+        fclose(f);
+        REQUIRE(async_ready(&c, 5000));
+        REQUIRE(V.get_async_event(c.ctx, &ev) == 0);
+        CHECK(ev.event_type == steps[i].type && ev.element.port_num == 1);
+        V.ack_async_event(&ev);
+    }
+    node_close(&c); /* stops the watcher */
+    unlink(path);
 }
 
 static void test_mtu(node_t *a) {
@@ -776,6 +928,7 @@ int main(int argc, char **argv) {
     test_state_machine(&a, &b);
     test_read(&a, &b);
     test_errors(&a, &b);
+    test_async_events(&a, &b);
     test_mtu(&a);
     test_channel(&a, &b);
     test_faults(&a, &b);

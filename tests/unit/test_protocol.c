@@ -1,5 +1,6 @@
 /* Wire protocol codecs: round trips, every truncation, byte-by-byte reassembly of pipelined
  * frames, rejection of hostile headers and bodies, status/error mapping. */
+#include "auth.h"
 #include "protocol.h"
 #include "report.h"
 #include "testlib.h"
@@ -229,6 +230,21 @@ static void test_hello(void) {
     CHECK(str_eq(rgot.server_name, "node-a:7070"));
     check_truncations("hello_resp", buf, (size_t)n, hello_resp_dec, sizeof(dsc_hello_resp_t));
     check_enospc(&resp, hello_resp_enc, n);
+    /* Feature bit 1 (RDMA offered) changes nothing in the layout: no nonce without bit 0, the
+     * nonce with both. */
+    dsc_hello_resp_t rdma = resp;
+    rdma.features = DSC_FEATURE_RDMA;
+    CHECK_EQ_INT(dsc_hello_resp_encode(&rdma, buf, sizeof buf), 2 + 4 + 8 + 4 + 2 + 11);
+    REQUIRE(dsc_hello_resp_decode(buf, 2 + 4 + 8 + 4 + 2 + 11, &rgot) == 0);
+    CHECK(rgot.features == DSC_FEATURE_RDMA && rgot.server_nonce == NULL);
+    static const uint8_t nonce[DSC_AUTH_NONCE_SIZE] = {7};
+    rdma.features = DSC_FEATURE_RDMA | DSC_FEATURE_AUTH;
+    rdma.server_nonce = nonce;
+    n = dsc_hello_resp_encode(&rdma, buf, sizeof buf);
+    CHECK_EQ_INT(n, 2 + 4 + 8 + 4 + 2 + 11 + DSC_AUTH_NONCE_SIZE);
+    REQUIRE(dsc_hello_resp_decode(buf, (size_t)n, &rgot) == 0);
+    CHECK(rgot.features == (DSC_FEATURE_RDMA | DSC_FEATURE_AUTH) && rgot.server_nonce != NULL &&
+          memcmp(rgot.server_nonce, nonce, sizeof nonce) == 0);
     dsc_hello_resp_t r2 = resp;
     r2.version = 0;
     n = dsc_hello_resp_encode(&r2, buf, sizeof buf);
