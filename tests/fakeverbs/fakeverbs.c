@@ -61,6 +61,7 @@ typedef struct fv_context {
     int port_ctl_running;
     int port_ctl_stop; /* __atomic */
     char port_ctl_path[256];
+    char port_ctl_first[64]; /* the file's first word when the context opened */
     enum ibv_mtu active_mtu;
     enum ibv_port_state port_state;
     uint64_t max_mr_size;
@@ -418,7 +419,7 @@ static void port_ctl_read(const char *path, char *word, size_t cap) {
 static void *port_ctl_main(void *arg) {
     fv_context_t *c = arg;
     char last[64], now[64];
-    port_ctl_read(c->port_ctl_path, last, sizeof last);
+    snprintf(last, sizeof last, "%s", c->port_ctl_first); /* read before the thread started */
     while (!__atomic_load_n(&c->port_ctl_stop, __ATOMIC_ACQUIRE)) {
         struct timespec ts = {0, 10 * 1000000L};
         nanosleep(&ts, NULL);
@@ -443,6 +444,9 @@ static void port_ctl_start(fv_context_t *c) {
     if (path == NULL || *path == '\0')
         return;
     snprintf(c->port_ctl_path, sizeof c->port_ctl_path, "%s", path);
+    /* Read here, not in the thread: a change written right after open, before the thread first
+     * ran, must still raise its event. */
+    port_ctl_read(c->port_ctl_path, c->port_ctl_first, sizeof c->port_ctl_first);
     c->port_ctl_running = pthread_create(&c->port_ctl, NULL, port_ctl_main, c) == 0;
 }
 
