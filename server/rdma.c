@@ -1,7 +1,8 @@
 /* The server's RDMA transport (rdma.h): arena registration (overlapping pieces), RDMA_CONNECT (QP
  * to RTR on the thread pool before the answer), RDMA_GET descriptors under leases, the device's
  * async events, and the fence (QP destroyed, then holds dropped) on lease expiry, QP error or
- * close. */
+ * close. Over 800 lines on purpose: the lease, the fence and the events that trigger it must be
+ * read together to see that no READ can reach freed memory. */
 #include "rdma.h"
 #include "rdma_link.h"
 #include "server_int.h"
