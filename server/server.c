@@ -274,11 +274,14 @@ void dsc_server_set_cluster(dsc_server_t *srv, dsc_cluster_t *cluster) {
 void dsc_server_destroy(dsc_server_t *srv) {
     if (srv == NULL)
         return;
+    /* Every loop thread is joined before any loop's mailbox goes: a loop still accepting hands
+     * sockets to the others (handoff_push takes their mailbox lock) until it sees the stop. */
+    for (uint32_t i = 0; i < srv->loop_count; i++)
+        if (srv->loops[i].thread_started)
+            pthread_join(srv->loops[i].thread, NULL);
     for (uint32_t i = 0; i < srv->loop_count; i++) {
         dsc_srv_loop_t *lc = &srv->loops[i];
-        if (lc->thread_started) {
-            pthread_join(lc->thread, NULL);
-        } else {
+        if (!lc->thread_started) {
             /* Never ran (start failed): close the handles and let the loop finish them. */
             lc->stopping = 1;
             stop_accepting(lc);
