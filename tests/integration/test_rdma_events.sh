@@ -9,15 +9,7 @@
 # lose their QP). Every server stops cleanly: exit 0, no sanitizer report.
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
-CHECK=$DSC_BIN/rdma_check
-[ -x "$CHECK" ] || { echo "SKIP: $CHECK not built"; exit 77; }
-fake=${DSC_FAKEVERBS_LIB:-}
-if [ -z "$fake" ] || [ ! -f "$fake" ]; then
-    echo "SKIP: libfakeverbs not built (no rdma-core headers at build time)"
-    exit 77
-fi
-export DSC_IBVERBS_LIB=$fake
-unset DSC_FAKEVERBS_FAULTS DSC_FAKEVERBS_DEVICES DSC_FAKEVERBS_PORT_CTL DSCACHE_TRANSPORT
+source "$(dirname "$0")/rdma_lib.sh"
 
 make_dataset "$work/raw" rawds 3000 none
 run_check() { "$CHECK" "$@" >"$work/out.txt" 2>&1 || { cat "$work/out.txt"; fail "rdma_check $*"; }; }

@@ -9,16 +9,7 @@
 # and the GIDs seen, and the doctor FAILs with the fix.
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
-CHECK=$DSC_BIN/rdma_check
-[ -x "$CHECK" ] || { echo "SKIP: $CHECK not built"; exit 77; }
-fake=${DSC_FAKEVERBS_LIB:-}
-if [ -z "$fake" ] || [ ! -f "$fake" ]; then
-    echo "SKIP: libfakeverbs not built (no rdma-core headers at build time)"
-    exit 77
-fi
-export DSC_IBVERBS_LIB=$fake
-unset DSC_FAKEVERBS_FAULTS DSC_FAKEVERBS_DEVICES DSC_FAKEVERBS_GID_LOOPBACK DSCACHE_TRANSPORT \
-    DSC_RDMA_GID_INDEX DSCACHE_TOKEN_FILE
+source "$(dirname "$0")/rdma_lib.sh"
 GID_LO='::ffff:127\.[0-9]+\.[0-9]+\.[0-9]+'
 GID_DECOY='::ffff:10\.254\.[0-9]+\.[0-9]+'
 

@@ -10,15 +10,7 @@
 # on the thread pool: test_rdma_events.sh.
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
-CHECK=$DSC_BIN/rdma_check
-[ -x "$CHECK" ] || { echo "SKIP: $CHECK not built"; exit 77; }
-fake=${DSC_FAKEVERBS_LIB:-}
-if [ -z "$fake" ] || [ ! -f "$fake" ]; then
-    echo "SKIP: libfakeverbs not built (no rdma-core headers at build time)"
-    exit 77
-fi
-export DSC_IBVERBS_LIB=$fake
-unset DSC_FAKEVERBS_FAULTS DSC_FAKEVERBS_DEVICES DSCACHE_TRANSPORT
+source "$(dirname "$0")/rdma_lib.sh"
 
 make_dataset "$work/lz4" lz4ds 4000 lz4
 make_dataset "$work/raw" rawds 3000 none

@@ -9,16 +9,7 @@
 # rdma fail clearly.
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
-CHECK=$DSC_BIN/rdma_check
-[ -x "$CHECK" ] || { echo "SKIP: $CHECK not built"; exit 77; }
-fake=${DSC_FAKEVERBS_LIB:-}
-if [ -z "$fake" ] || [ ! -f "$fake" ]; then
-    echo "SKIP: libfakeverbs not built (no rdma-core headers at build time)"
-    exit 77
-fi
-export DSC_IBVERBS_LIB=$fake
-unset DSC_FAKEVERBS_FAULTS DSC_FAKEVERBS_DEVICES DSC_FAKEVERBS_STATS DSC_FAKEVERBS_MEMLOCK \
-    DSCACHE_TRANSPORT DSCACHE_RDMA_SLAB_BYTES
+source "$(dirname "$0")/rdma_lib.sh"
 
 make_dataset "$work/raw" rawds 8000 none
 make_dataset "$work/lz4" lz4ds 8000 lz4
