@@ -3,6 +3,7 @@
 #include "protocol.h"
 #include "rdma.h"
 #include "srvlog.h"
+#include "text.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
@@ -20,48 +21,14 @@ struct dsc_http {
     uint16_t port;
 };
 
-typedef struct text {
-    char *p;
-    size_t len, cap;
-    int failed;
-} text_t;
-
-static void add(text_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void add(text_t *t, const char *fmt, ...) {
-    if (t->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->failed = 1;
-            return;
-        }
-        if ((size_t)n < t->cap - t->len) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = (t->cap + (size_t)n + 1) * 2;
-        char *p = realloc(t->p, cap);
-        if (p == NULL) {
-            t->failed = 1;
-            return;
-        }
-        t->p = p;
-        t->cap = cap;
-    }
+static void counter(dsc_text_t *t, const char *name, const char *help, uint64_t v) {
+    dsc_text_add(t, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
+                 (unsigned long long)v);
 }
 
-static void counter(text_t *t, const char *name, const char *help, uint64_t v) {
-    add(t, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
-        (unsigned long long)v);
-}
-
-static void gauge(text_t *t, const char *name, const char *help, uint64_t v) {
-    add(t, "# HELP %s %s\n# TYPE %s gauge\n%s %llu\n", name, help, name, name,
-        (unsigned long long)v);
+static void gauge(dsc_text_t *t, const char *name, const char *help, uint64_t v) {
+    dsc_text_add(t, "# HELP %s %s\n# TYPE %s gauge\n%s %llu\n", name, help, name, name,
+                 (unsigned long long)v);
 }
 
 static int readiness(const dsc_http_source_t *src, char *why, size_t cap) {
@@ -74,7 +41,7 @@ static int readiness(const dsc_http_source_t *src, char *why, size_t cap) {
 
 /* Per-dataset series from the catalog's STAT JSON (dataset names are [A-Za-z0-9_.-]: safe in a
  * label value). */
-static void dataset_metrics(text_t *t, dsc_catalog_t *cat) {
+static void dataset_metrics(dsc_text_t *t, dsc_catalog_t *cat) {
     static const struct {
         const char *key, *name, *type, *help;
     } series[] = {
@@ -92,22 +59,22 @@ static void dataset_metrics(text_t *t, dsc_catalog_t *cat) {
     free(json);
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "datasets");
     for (size_t k = 0; k < sizeof series / sizeof series[0]; k++) {
-        add(t, "# HELP %s %s\n# TYPE %s %s\n", series[k].name, series[k].help, series[k].name,
-            series[k].type);
+        dsc_text_add(t, "# HELP %s %s\n# TYPE %s %s\n", series[k].name, series[k].help,
+                     series[k].name, series[k].type);
         const cJSON *d;
         cJSON_ArrayForEach(d, list) {
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(d, "name");
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, series[k].key);
             if (cJSON_IsString(name) && cJSON_IsNumber(v))
-                add(t, "%s{dataset=\"%s\"} %.0f\n", series[k].name, name->valuestring,
-                    v->valuedouble);
+                dsc_text_add(t, "%s{dataset=\"%s\"} %.0f\n", series[k].name, name->valuestring,
+                             v->valuedouble);
         }
     }
     cJSON_Delete(root);
 }
 
 char *dsc_http_metrics_text(const dsc_http_source_t *src) {
-    text_t t = {.cap = 8192};
+    dsc_text_t t = {.cap = 8192};
     t.p = malloc(t.cap);
     if (t.p == NULL)
         return NULL;
@@ -125,14 +92,15 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
 
     counter(&t, "dscache_bytes_served_total", "Shard bytes sent in GET answers.", tot.bytes_served);
     counter(&t, "dscache_bytes_out_total", "Frame bytes written, every operation.", sc->bytes_out);
-    add(&t, "# HELP dscache_requests_total Requests answered, by operation and status.\n"
-            "# TYPE dscache_requests_total counter\n");
+    dsc_text_add(&t, "# HELP dscache_requests_total Requests answered, by operation and status.\n"
+                     "# TYPE dscache_requests_total counter\n");
     for (int op = 0; op < DSC_SERVER_OPS; op++)
         for (int st = 0; st < DSC_SERVER_STATUSES; st++)
             if (sc->requests[op][st])
-                add(&t, "dscache_requests_total{op=\"%s\",status=\"%s\"} %llu\n",
-                    op == 0 ? "UNKNOWN" : dsc_opcode_name((uint32_t)op),
-                    dsc_status_name((uint32_t)st), (unsigned long long)sc->requests[op][st]);
+                dsc_text_add(&t, "dscache_requests_total{op=\"%s\",status=\"%s\"} %llu\n",
+                             op == 0 ? "UNKNOWN" : dsc_opcode_name((uint32_t)op),
+                             dsc_status_name((uint32_t)st),
+                             (unsigned long long)sc->requests[op][st]);
     counter(&t, "dscache_hits_total", "GETs answered from the store.", tot.hits);
     counter(&t, "dscache_misses_total", "GETs that waited for a load.", tot.misses);
     counter(&t, "dscache_evictions_total", "Shards evicted from the store.", tot.evictions);
@@ -179,11 +147,11 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     char why[256];
     gauge(&t, "dscache_ready", "1 when /readyz answers 200 (owned shards resident).",
           (uint64_t)readiness(src, why, sizeof why));
-    add(&t,
-        "# HELP dscache_build_info Build of this server (always 1).\n"
-        "# TYPE dscache_build_info gauge\n"
-        "dscache_build_info{version=\"%s\"} 1\n",
-        DSC_VERSION_STRING);
+    dsc_text_add(&t,
+                 "# HELP dscache_build_info Build of this server (always 1).\n"
+                 "# TYPE dscache_build_info gauge\n"
+                 "dscache_build_info{version=\"%s\"} 1\n",
+                 DSC_VERSION_STRING);
     dsc_cluster_counts_t cc;
     dsc_cluster_counts(src->cluster, src->cat, &cc);
     gauge(&t, "dscache_cluster_members", "Servers in the member list (1: single node).",
@@ -195,31 +163,34 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
           cc.owned_resident);
     dataset_metrics(&t, src->cat);
 
-    add(&t, "# HELP dscache_get_latency_seconds GET answered OK: from the decoded request to the "
+    dsc_text_add(
+        &t, "# HELP dscache_get_latency_seconds GET answered OK: from the decoded request to the "
             "answer handed to the transport (a miss includes its load).\n"
             "# TYPE dscache_get_latency_seconds histogram\n");
     for (int i = 0; i < DSC_GET_LATENCY_BUCKETS; i++)
-        add(&t, "dscache_get_latency_seconds_bucket{le=\"%g\"} %llu\n", dsc_get_latency_bounds[i],
-            (unsigned long long)sc->get_latency_buckets[i]);
-    add(&t, "dscache_get_latency_seconds_bucket{le=\"+Inf\"} %llu\n",
-        (unsigned long long)sc->get_latency_count);
-    add(&t, "dscache_get_latency_seconds_sum %.9f\n", sc->get_latency_sum_seconds);
-    add(&t, "dscache_get_latency_seconds_count %llu\n", (unsigned long long)sc->get_latency_count);
+        dsc_text_add(&t, "dscache_get_latency_seconds_bucket{le=\"%g\"} %llu\n",
+                     dsc_get_latency_bounds[i], (unsigned long long)sc->get_latency_buckets[i]);
+    dsc_text_add(&t, "dscache_get_latency_seconds_bucket{le=\"+Inf\"} %llu\n",
+                 (unsigned long long)sc->get_latency_count);
+    dsc_text_add(&t, "dscache_get_latency_seconds_sum %.9f\n", sc->get_latency_sum_seconds);
+    dsc_text_add(&t, "dscache_get_latency_seconds_count %llu\n",
+                 (unsigned long long)sc->get_latency_count);
     char *rdma = dsc_rdma_srv_metrics_text(src->server ? dsc_server_rdma(src->server) : NULL);
     if (rdma != NULL)
-        add(&t, "%s", rdma);
+        dsc_text_add(&t, "%s", rdma);
     free(rdma);
 
     dsc_load_histogram_t h;
     dsc_catalog_load_histogram(src->cat, &h);
-    add(&t, "# HELP dscache_load_seconds Time to read and validate one shard.\n"
-            "# TYPE dscache_load_seconds histogram\n");
+    dsc_text_add(&t, "# HELP dscache_load_seconds Time to read and validate one shard.\n"
+                     "# TYPE dscache_load_seconds histogram\n");
     for (int i = 0; i < DSC_LOAD_BUCKETS; i++)
-        add(&t, "dscache_load_seconds_bucket{le=\"%g\"} %llu\n", dsc_load_bucket_bounds[i],
-            (unsigned long long)h.buckets[i]);
-    add(&t, "dscache_load_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)h.count);
-    add(&t, "dscache_load_seconds_sum %.9f\n", h.sum_seconds);
-    add(&t, "dscache_load_seconds_count %llu\n", (unsigned long long)h.count);
+        dsc_text_add(&t, "dscache_load_seconds_bucket{le=\"%g\"} %llu\n", dsc_load_bucket_bounds[i],
+                     (unsigned long long)h.buckets[i]);
+    dsc_text_add(&t, "dscache_load_seconds_bucket{le=\"+Inf\"} %llu\n",
+                 (unsigned long long)h.count);
+    dsc_text_add(&t, "dscache_load_seconds_sum %.9f\n", h.sum_seconds);
+    dsc_text_add(&t, "dscache_load_seconds_count %llu\n", (unsigned long long)h.count);
     /* Diagnosis: the jobs fed (docs/diagnosis.md) and each dataset's resident fraction. */
     char *jobs = dsc_jobs_metrics_text(dsc_server_jobs(src->server), dsc_now_s());
     int nf = 0;
@@ -227,17 +198,13 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     char *resident = dsc_resident_metrics_text(stat);
     free(stat);
     if (jobs != NULL && resident != NULL)
-        add(&t, "%s%s", jobs, resident);
+        dsc_text_add(&t, "%s%s", jobs, resident);
     else
         t.failed = 1;
     free(jobs);
     free(resident);
     free(sc);
-    if (t.failed) {
-        free(t.p);
-        return NULL;
-    }
-    return t.p;
+    return dsc_text_take(&t);
 }
 
 /* libmicrohttpd's messages (a connection refused at the limit, ...) can come once per hostile

@@ -1,10 +1,10 @@
 /* Job table of a server (jobs.h): the REPORTs of the loaders it feeds, bounded and expiring,
  * rendered for STAT and /metrics. */
 #include "jobs.h"
+#include "text.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,37 +188,6 @@ char *dsc_jobs_json(dsc_jobs_t *jobs, double now) {
     return text;
 }
 
-typedef struct text {
-    char *p;
-    size_t len, cap;
-    int failed;
-} text_t;
-
-__attribute__((format(printf, 2, 3))) static void add(text_t *t, const char *fmt, ...) {
-    while (!t->failed) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->p ? t->p + t->len : NULL, t->p ? t->cap - t->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->failed = 1;
-            return;
-        }
-        if (t->p != NULL && (size_t)n < t->cap - t->len) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = (t->cap + (size_t)n + 1) * 2;
-        char *p = realloc(t->p, cap);
-        if (p == NULL) {
-            t->failed = 1;
-            return;
-        }
-        t->p = p;
-        t->cap = cap;
-    }
-}
-
 /* The job's labels (job names are label-safe by the protocol's rule; so are dataset names). */
 #define LABELS "job=\"%s\",rank=\"%u\",dataset=\"%s\""
 
@@ -227,12 +196,13 @@ char *dsc_jobs_metrics_text(dsc_jobs_t *jobs, double now) {
     dsc_job_info_t *list = live(jobs, now, &n);
     if (list == NULL)
         return NULL;
-    text_t t = {0};
-    add(&t,
-        "# HELP dscache_jobs Training jobs (job, rank) that reported in the last %.0f s.\n"
-        "# TYPE dscache_jobs gauge\ndscache_jobs %u\n",
-        jobs ? jobs->expiry_s : DSC_JOB_EXPIRY_S, n);
-    add(&t,
+    dsc_text_t t = {0};
+    dsc_text_add(&t,
+                 "# HELP dscache_jobs Training jobs (job, rank) that reported in the last %.0f s.\n"
+                 "# TYPE dscache_jobs gauge\ndscache_jobs %u\n",
+                 jobs ? jobs->expiry_s : DSC_JOB_EXPIRY_S, n);
+    dsc_text_add(
+        &t,
         "# HELP dscache_jobs_dropped_total Job entries dropped because the table was full.\n"
         "# TYPE dscache_jobs_dropped_total counter\ndscache_jobs_dropped_total %llu\n",
         (unsigned long long)(jobs ? dsc_jobs_dropped(jobs) : 0));
@@ -245,29 +215,28 @@ char *dsc_jobs_metrics_text(dsc_jobs_t *jobs, double now) {
         {"dscache_job_report_age_seconds", "Seconds since the job's last report."},
     };
     for (size_t k = 0; k < sizeof series / sizeof series[0]; k++) {
-        add(&t, "# HELP %s %s\n# TYPE %s gauge\n", series[k].name, series[k].help, series[k].name);
+        dsc_text_add(&t, "# HELP %s %s\n# TYPE %s gauge\n", series[k].name, series[k].help,
+                     series[k].name);
         for (uint32_t i = 0; i < n; i++) {
             const dsc_job_info_t *j = &list[i];
             double v = k == 0   ? j->stall_fraction
                        : k == 1 ? (double)j->samples_per_s
                        : k == 2 ? (double)j->bytes_per_s
                                 : now - j->last_report;
-            add(&t, "%s{" LABELS "} %.6g\n", series[k].name, j->job, j->rank, j->dataset, v);
+            dsc_text_add(&t, "%s{" LABELS "} %.6g\n", series[k].name, j->job, j->rank, j->dataset,
+                         v);
         }
     }
-    add(&t, "# HELP dscache_job_bottleneck The stage that limits the job now (1 for that stage).\n"
+    dsc_text_add(
+        &t, "# HELP dscache_job_bottleneck The stage that limits the job now (1 for that stage).\n"
             "# TYPE dscache_job_bottleneck gauge\n");
     for (uint32_t i = 0; i < n; i++) {
         const char *stage = dsc_bottleneck_name(list[i].bottleneck);
-        add(&t, "dscache_job_bottleneck{" LABELS ",stage=\"%s\"} 1\n", list[i].job, list[i].rank,
-            list[i].dataset, stage ? stage : "unknown");
+        dsc_text_add(&t, "dscache_job_bottleneck{" LABELS ",stage=\"%s\"} 1\n", list[i].job,
+                     list[i].rank, list[i].dataset, stage ? stage : "unknown");
     }
     free(list);
-    if (t.failed) {
-        free(t.p);
-        return NULL;
-    }
-    return t.p;
+    return dsc_text_take(&t);
 }
 
 char *dsc_jobs_stat_add(dsc_jobs_t *jobs, char *json, double now, uint64_t connections,
@@ -301,23 +270,21 @@ char *dsc_jobs_stat_add(dsc_jobs_t *jobs, char *json, double now, uint64_t conne
 
 char *dsc_resident_metrics_text(const char *stat_json) {
     cJSON *root = stat_json ? cJSON_Parse(stat_json) : NULL;
-    text_t t = {0};
-    add(&t, "# HELP dscache_dataset_resident_fraction Bytes of the dataset resident in this "
-            "server's store / the dataset's size.\n"
-            "# TYPE dscache_dataset_resident_fraction gauge\n");
+    dsc_text_t t = {0};
+    dsc_text_add(&t,
+                 "# HELP dscache_dataset_resident_fraction Bytes of the dataset resident in this "
+                 "server's store / the dataset's size.\n"
+                 "# TYPE dscache_dataset_resident_fraction gauge\n");
     const cJSON *d;
     cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(root, "datasets")) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(d, "name");
         const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(d, "bytes");
         const cJSON *cached = cJSON_GetObjectItemCaseSensitive(d, "cached_bytes");
         if (cJSON_IsString(name) && cJSON_IsNumber(bytes) && cJSON_IsNumber(cached))
-            add(&t, "dscache_dataset_resident_fraction{dataset=\"%s\"} %.6g\n", name->valuestring,
-                bytes->valuedouble > 0 ? cached->valuedouble / bytes->valuedouble : 0.0);
+            dsc_text_add(&t, "dscache_dataset_resident_fraction{dataset=\"%s\"} %.6g\n",
+                         name->valuestring,
+                         bytes->valuedouble > 0 ? cached->valuedouble / bytes->valuedouble : 0.0);
     }
     cJSON_Delete(root);
-    if (t.failed) {
-        free(t.p);
-        return NULL;
-    }
-    return t.p;
+    return dsc_text_take(&t);
 }
