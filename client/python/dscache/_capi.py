@@ -1,0 +1,274 @@
+"""dscache C ABI: ctypes declarations of client/include/dscache.h, the library search and
+load, and the error check every call goes through."""
+
+import ctypes
+import ctypes.util
+import os
+
+from ._errors import _error
+
+_LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("servers", ctypes.c_char_p),
+        ("dataset", ctypes.c_char_p),
+        ("batch_size", ctypes.c_uint32),
+        ("seed", ctypes.c_uint64),
+        ("rank", ctypes.c_uint32),
+        ("world_size", ctypes.c_uint32),
+        ("shuffle", ctypes.c_int),
+        ("shuffle_window", ctypes.c_uint32),
+        ("drop_last", ctypes.c_int),
+        ("prefetch_batches", ctypes.c_uint32),
+        ("inflight_bytes", ctypes.c_uint64),
+        ("decode_threads", ctypes.c_uint32),
+        ("connections", ctypes.c_uint32),
+        ("device", ctypes.c_int),
+        ("timeout_ms", ctypes.c_uint32),
+        ("replicas", ctypes.c_uint32),
+        ("fallback_path", ctypes.c_char_p),
+        ("log_fn", _LOG_FN),
+        ("log_ctx", ctypes.c_void_p),
+        ("log_level", ctypes.c_int),
+        ("stats_log_seconds", ctypes.c_double),
+        ("cache_bytes", ctypes.c_uint64),
+        ("server_inflight_bytes", ctypes.c_uint64),
+        ("no_assist", ctypes.c_int),
+        ("auth_file", ctypes.c_char_p),
+        ("order", ctypes.c_int),
+        ("max_held_bytes", ctypes.c_uint64),
+        ("job_name", ctypes.c_char_p),
+        ("report_seconds", ctypes.c_double),
+        ("transport", ctypes.c_char_p),
+    ]
+
+
+_MAX_DIMS = 8
+
+
+class _FieldInfo(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char * 64),
+        ("dtype", ctypes.c_int),
+        ("ndim", ctypes.c_uint32),
+        ("shape", ctypes.c_int64 * _MAX_DIMS),
+        ("sample_bytes", ctypes.c_uint64),
+    ]
+
+
+class _TensorView(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int),
+        ("ndim", ctypes.c_uint32),
+        ("shape", ctypes.c_int64 * (_MAX_DIMS + 1)),
+        ("bytes", ctypes.c_uint64),
+        ("device", ctypes.c_int),
+    ]
+
+
+_STAT_FIELDS = [
+    ("struct_size", ctypes.c_size_t),
+    ("epoch", ctypes.c_uint64),
+    ("batches", ctypes.c_uint64),
+    ("samples", ctypes.c_uint64),
+    ("bytes", ctypes.c_uint64),
+    ("wire_bytes", ctypes.c_uint64),
+    ("requests", ctypes.c_uint64),
+    ("retries", ctypes.c_uint64),
+    ("failovers", ctypes.c_uint64),
+    ("checksum_failures", ctypes.c_uint64),
+    ("wall_seconds", ctypes.c_double),
+    ("stall_seconds", ctypes.c_double),
+    ("compute_seconds", ctypes.c_double),
+    ("stall_fraction", ctypes.c_double),
+    ("network_seconds", ctypes.c_double),
+    ("decode_seconds", ctypes.c_double),
+    ("collate_seconds", ctypes.c_double),
+    ("h2d_seconds", ctypes.c_double),
+    ("placed_chunks", ctypes.c_uint64),
+    ("refetches", ctypes.c_uint64),
+    ("h2d_bytes", ctypes.c_uint64),
+    ("assists", ctypes.c_uint64),
+    ("epoch_wire_bytes", ctypes.c_uint64),
+    ("slots_added", ctypes.c_uint64),
+    ("bottleneck", ctypes.c_int32),
+    ("verdict_seconds", ctypes.c_double),
+    ("verdict_stall_fraction", ctypes.c_double),
+    ("stall_waits", ctypes.c_double * 6),
+    ("bottleneck_server", ctypes.c_char * 128),
+    ("evidence", ctypes.c_char * 256),
+    ("suggestion", ctypes.c_char * 256),
+    ("rdma_connections", ctypes.c_uint64),
+    ("tcp_connections", ctypes.c_uint64),
+    ("rdma_bytes", ctypes.c_uint64),
+    ("rdma_fallbacks", ctypes.c_uint64),
+    ("rdma_errors", ctypes.c_uint64),
+]
+
+# dscache_base.h dsc_bottleneck_t, in order (the numbers are on the wire: append only).
+BOTTLENECKS = ("unknown", "none", "fetch", "server", "decode", "collate", "h2d", "cache",
+               "inflight")
+# dsc_stats_t.stall_waits, in order.
+STALL_WAITS = ("plan", "queued", "budget", "network", "decode", "collate")
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = _STAT_FIELDS
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
+_DLManagedTensor._fields_ = [
+    ("dl_tensor", _DLTensor),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", _DELETER),
+]
+
+# numpy dtype names by DSC_DTYPE_* (bf16 has no numpy type: its raw bits come as uint16).
+_NP_DTYPES = {1: "uint8", 2: "int8", 3: "uint16", 4: "int16", 5: "uint32", 6: "int32",
+              7: "int64", 8: "float16", 9: "uint16", 10: "float32", 11: "float64"}
+
+_EOF = -4001
+
+_LIB_NAME = "libdscache.so.0"
+
+
+def _candidates():
+    """(description, path or soname) in search order; see the module docstring."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield "bundled", os.path.join(here, "libdscache.so")
+    try:
+        from . import _install  # written by `cmake --install` next to the installed package
+        yield "cmake --install prefix", os.path.join(_install.LIBDIR, _LIB_NAME)
+    except ImportError:
+        pass
+    yield "dynamic linker search path", _LIB_NAME
+    found = ctypes.util.find_library("dscache")
+    if found and found != _LIB_NAME:
+        yield "ldconfig (find_library)", found
+    # client/python/dscache -> <checkout>/build/lib
+    yield "source checkout build tree", os.path.normpath(
+        os.path.join(here, "..", "..", "..", "build", "lib", "libdscache.so"))
+
+
+def _open_library():
+    env = os.environ.get("DSCACHE_LIB")
+    if env:
+        # An explicit choice that fails is an error, never a silent fall-back to another copy.
+        try:
+            return ctypes.CDLL(env), env
+        except OSError as e:
+            raise ImportError("dscache: DSCACHE_LIB=%s cannot be loaded: %s" % (env, e)) from None
+    tried = ["DSCACHE_LIB (not set)"]
+    for what, path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            tried.append("%s: %s (absent)" % (what, path))
+            continue
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            tried.append("%s: %s (%s)" % (what, path, e))
+    raise ImportError("dscache: libdscache not found. Install it (cmake --install, or a wheel "
+                      "that bundles it) or set DSCACHE_LIB=/path/to/libdscache.so. Tried:\n  "
+                      + "\n  ".join(tried))
+
+
+_lib = None
+library_path = None
+
+
+def _load():
+    """The loaded library (loaded at import; ImportError when it cannot be)."""
+    global _lib, library_path
+    if _lib is not None:
+        return _lib
+    lib, path = _open_library()
+    vp, ip, u32, u64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_uint64
+    sig = {
+        "dsc_strerror": (ctypes.c_char_p, [ip]),
+        "dsc_err_name": (ctypes.c_char_p, [ip]),
+        "dsc_version": (ctypes.c_char_p, []),
+        "dsc_loader_options_init2": (ip, [ctypes.POINTER(_Options), ctypes.c_size_t]),
+        "dsc_batch_retain": (ip, [vp]),
+        "dsc_loader_last_error": (ip, [vp, ctypes.c_char_p, ctypes.c_size_t]),
+        "dsc_loader_create": (ip, [ctypes.POINTER(_Options), ctypes.POINTER(vp)]),
+        "dsc_loader_destroy": (None, [vp]),
+        "dsc_loader_next": (ip, [vp, ctypes.POINTER(vp)]),
+        "dsc_batch_release": (None, [vp]),
+        "dsc_loader_set_epoch": (ip, [vp, u64]),
+        "dsc_loader_len": (u64, [vp]),
+        "dsc_loader_dataset_samples": (u64, [vp]),
+        "dsc_loader_state_save": (ip, [vp, vp, ctypes.c_size_t]),
+        "dsc_loader_state_load": (ip, [vp, vp, ctypes.c_size_t]),
+        "dsc_loader_field_count": (u32, [vp]),
+        "dsc_loader_field": (ip, [vp, u32, ctypes.POINTER(_FieldInfo)]),
+        "dsc_loader_set_stream": (ip, [vp, vp]),
+        "dsc_batch_samples": (u32, [vp]),
+        "dsc_batch_step": (u64, [vp]),
+        "dsc_batch_indices": (ctypes.POINTER(ctypes.c_uint64), [vp]),
+        "dsc_batch_field": (ip, [vp, u32, ctypes.POINTER(_TensorView)]),
+        "dsc_batch_dlpack": (ip, [vp, u32, ctypes.POINTER(ctypes.POINTER(_DLManagedTensor))]),
+        "dsc_loader_stats": (ip, [vp, ctypes.POINTER(_Stats)]),
+        "dsc_loader_metrics_text": (ip, [vp, ctypes.c_char_p, ctypes.c_size_t]),
+    }
+    for name, (res, args) in sig.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise ImportError("dscache: %s lacks %s (another version of libdscache?)"
+                              % (path, name)) from None
+        fn.restype = res
+        fn.argtypes = args
+    _lib = lib
+    library_path = path
+    return lib
+
+
+def _last_error(handle):
+    """The library's account of the last failure (handle None: this thread's last create)."""
+    lib = _load()
+    buf = ctypes.create_string_buffer(1024)
+    lib.dsc_loader_last_error(handle, buf, len(buf))
+    return buf.value.decode(errors="replace")
+
+
+def _check(rc, handle=False):
+    """rc, or raises its error; handle (a loader handle, or None for create) adds the library's
+    detail (each server tried and why it failed) to the message."""
+    if rc >= 0:
+        return rc
+    lib = _load()
+    msg = lib.dsc_strerror(rc).decode()
+    if handle is not False:
+        detail = _last_error(handle)
+        if detail:
+            msg = msg + ": " + detail
+    raise _error(rc, msg, lib.dsc_err_name(rc).decode())

@@ -1,0 +1,50 @@
+"""dscache errors: the Error family classes and the mapping from DSC_E* names to them."""
+
+class Error(Exception):
+    """A libdscache error: .code (negative DSC_E* value), .name ("DSC_EUNAVAIL"), message."""
+
+    def __init__(self, code, message, name=None):
+        super().__init__(message)
+        self.code = code
+        self.name = name or "DSC_UNKNOWN"
+
+    def __str__(self):
+        return "%s (%s)" % (self.args[0], self.name)
+
+
+class Unavailable(Error):
+    """No server (or no replica of a shard) answered: network, time-out, servers down."""
+
+
+class NotFound(Error):
+    """The dataset (or a shard, or a fallback file) does not exist."""
+
+
+class Corrupt(Error):
+    """Stored or received data failed a check (checksum, header, manifest, decompression)."""
+
+
+class BadState(Error):
+    """A saved loader state that is damaged or was saved with other order settings."""
+
+
+class InvalidOption(Error, ValueError):
+    """A loader option or argument the library rejects (also a ValueError)."""
+
+
+# DSC_E* names (without "DSC_") by family; codes not listed raise plain Error.
+_FAMILIES = {
+    Unavailable: ("EUNAVAIL", "EALLDOWN", "ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "ECLOSED",
+                  "EPIPE"),
+    NotFound: ("ENOTFOUND", "ENOENT"),
+    Corrupt: ("ECORRUPT", "ECHUNKSUM", "EDATASUM", "EFILESUM", "EDECOMPRESS", "EBADMAGIC",
+              "EBADHEADER", "EBADSCHEMA", "EBADINDEX", "EBADFOOTER", "EBADMANIFEST",
+              "ETRUNCATED"),
+    BadState: ("EBADSTATE",),
+    InvalidOption: ("EINVAL", "ERANGE"),
+}
+_FAMILY_BY_NAME = {"DSC_" + n: cls for cls, names in _FAMILIES.items() for n in names}
+
+
+def _error(code, message, name):
+    return _FAMILY_BY_NAME.get(name, Error)(code, message, name)

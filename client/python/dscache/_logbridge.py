@@ -1,0 +1,70 @@
+"""dscache logging: the C library's log lines go to the Python logger "dscache"."""
+
+import logging
+import os
+import sys
+import threading
+import warnings
+
+from ._capi import _LOG_FN
+
+_log = logging.getLogger("dscache")
+_log.addHandler(logging.NullHandler())  # quiet unless the application configures logging
+
+# One callback for every loader, alive as long as the module; log_ctx is a key into _sinks
+# (the loader's last error lines, for exception messages). The library calls it from its own
+# threads too: ctypes takes the GIL for the call, logging and deque.append are thread-safe.
+
+_LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
+_ENV_LEVELS = {"error": 0, "warn": 1, "warning": 1, "info": 2, "debug": 3}
+_sinks = {}
+_sink_ids = iter(range(1, 1 << 62))
+_sinks_lock = threading.Lock()
+
+
+@_LOG_FN
+def _on_log(ctx, level, message):
+    text = message.decode(errors="replace") if message else ""
+    if level == 1 and text.startswith("loader: replicas "):
+        # Raised in the thread that creates the loader (the check runs inside create).
+        warnings.warn("dscache: " + text, RuntimeWarning, stacklevel=3)
+    if level == 0:
+        sink = _sinks.get(ctx or 0)
+        if sink is not None:
+            sink.append(text)
+    if level == 1 and "too small for the shuffle window" in text:
+        # Said once, at create: chunks would be fetched several times per epoch.
+        warnings.warn(text, RuntimeWarning, stacklevel=2)
+    _log.log(_LEVELS.get(level, logging.DEBUG), "%s", text)
+
+
+_stderr_handler = None
+
+
+def _has_handler(logger):
+    while logger is not None:
+        if any(not isinstance(h, logging.NullHandler) for h in logger.handlers):
+            return True
+        if not logger.propagate:
+            return False
+        logger = logger.parent
+    return False
+
+
+def _c_log_level():
+    """The C library's log_level for the "dscache" logger's effective level, after applying
+    DSCACHE_LOG (which the library applies to a callback's level too)."""
+    global _stderr_handler
+    env = os.environ.get("DSCACHE_LOG", "").strip().lower()
+    if env:
+        lvl = _ENV_LEVELS.get(env, 1)
+        if _log.level == logging.NOTSET or _log.level > _LEVELS[lvl]:
+            _log.setLevel(_LEVELS[lvl])
+        if _stderr_handler is None and not _has_handler(_log):
+            # As the library does without a callback: DSCACHE_LOG alone prints to stderr.
+            _stderr_handler = logging.StreamHandler(sys.stderr)
+            _stderr_handler.setFormatter(logging.Formatter("dscache %(levelname)s: %(message)s"))
+            _log.addHandler(_stderr_handler)
+    eff = _log.getEffectiveLevel()
+    return 3 if eff <= logging.DEBUG else 2 if eff <= logging.INFO else \
+        1 if eff <= logging.WARNING else 0
