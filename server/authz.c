@@ -120,6 +120,25 @@ static int revalidate(const dsc_authz_t *az, dsc_conn_auth_t *ca) {
     dsc_credset_release(ca->set);
     ca->set = set;
     ca->cred = now;
+    ca->revised = 1;
+    return 1;
+}
+
+int dsc__authz_recheck(const dsc_authz_t *az, dsc_conn_auth_t *ca, const char *peer) {
+    if (az->store == NULL || ca->state != DSC_AUTH_STATE_OK || ca->set == NULL)
+        return 0;
+    if (!revalidate(az, ca)) {
+        char reason[160];
+        snprintf(reason, sizeof reason,
+                 "credential \"%s\" removed or changed by a reload: connection closed", ca->name);
+        record_failure(az, peer, reason);
+        drop_credential(ca);
+        ca->state = DSC_AUTH_STATE_FAILED;
+        return -1;
+    }
+    if (!ca->revised)
+        return 0;
+    ca->revised = 0;
     return 1;
 }
 

@@ -35,6 +35,7 @@ typedef struct dsc_conn_auth {
     uint8_t server_nonce[DSC_AUTH_NONCE_SIZE];
     dsc_credset_t *set;     /* held while authenticated */
     const dsc_cred_t *cred; /* inside set */
+    int revised;            /* cred was swapped for its reloaded version (dsc__authz_recheck) */
 } dsc_conn_auth_t;
 
 /* HELLO: with a store and a client asking for DSC_FEATURE_AUTH, grants the feature and puts a
@@ -55,6 +56,14 @@ uint32_t dsc__authz_auth(const dsc_authz_t *az, dsc_conn_auth_t *ca, const uint8
  * PING always pass; unknown opcodes pass (they are answered UNSUPPORTED). */
 uint32_t dsc__authz_check(const dsc_authz_t *az, dsc_conn_auth_t *ca, uint8_t opcode,
                           const char *peer, const char **message, int *close_after);
+/* Revocation at once (called for every connection on each loop tick, ~100 ms): after a reload,
+ * re-checks an authenticated connection's credential. Returns 0 (nothing changed, or the
+ * connection is not authenticated), 1 (the credential is still there with the same secret but
+ * was reloaded, possibly with another dataset list: cred now points at the new one, so requests
+ * see the new list at once; the caller ends what the old list allowed, e.g. RDMA leases), or -1
+ * (removed or its secret changed: the credential is dropped, the failure counted and logged, and
+ * the caller closes the connection). One atomic load when nothing was reloaded. */
+int dsc__authz_recheck(const dsc_authz_t *az, dsc_conn_auth_t *ca, const char *peer);
 /* 1 when the connection may see the dataset (anonymous and unrestricted credentials: all). A
  * dataset it may not see is answered NOT_FOUND, as if it did not exist. */
 int dsc__authz_may_read(const dsc_conn_auth_t *ca, const char *dataset, size_t len);

@@ -35,6 +35,7 @@ struct dsc_credset {
 
 struct dsc_credstore {
     char *path;
+    int refuse_insecure;
     pthread_mutex_t lock;
     dsc_credset_t *current; /* under lock */
     atomic_uint_fast64_t generation;
@@ -58,11 +59,36 @@ static int fail(char *err, size_t err_len, int rc, const char *fmt, const char *
     return rc;
 }
 
-/* Reads the whole file (bounded). Returns its length, or -errno / DSC_ETOOLARGE / DSC_ENOMEM. */
-static long read_file(const char *path, char **out) {
+/* The file's protection (fstat of the descriptor read): "" when fine, else one line in why. */
+static void protection(int fd, const char *path, char *why, size_t why_len) {
+    why[0] = '\0';
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return;
+    unsigned mode = (unsigned)st.st_mode & 0777u;
+    const char *access = (mode & 022u) ? ((mode & 044u) ? "readable and writable" : "writable")
+                                       : "readable";
+    const char *who = (mode & 070u) && (mode & 007u) ? "group and others"
+                      : (mode & 070u)                 ? "group"
+                                                      : "others";
+    if (st.st_uid != geteuid() && st.st_uid != 0)
+        snprintf(why, why_len,
+                 "%s is owned by uid %u, not by this server's user (uid %u) or root: chown it "
+                 "to the server's user and chmod 600",
+                 path, (unsigned)st.st_uid, (unsigned)geteuid());
+    else if (mode & 077u)
+        snprintf(why, why_len, "%s is %s by %s (mode %04o): it holds secrets; chmod 600 %s", path,
+                 access, who, mode, path);
+}
+
+/* Reads the whole file (bounded), its protection into why (may be NULL). Returns its length, or
+ * -errno / DSC_ETOOLARGE / DSC_ENOMEM. */
+static long read_file(const char *path, char **out, char *why, size_t why_len) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
+    if (why != NULL)
+        protection(fd, path, why, why_len);
     char *buf = malloc(MAX_FILE_BYTES + 1);
     if (buf == NULL) {
         close(fd);
@@ -183,12 +209,24 @@ bad:
     return NULL;
 }
 
-static dsc_credset_t *load(const char *path, char *err, size_t err_len, int *rc_out) {
+static dsc_credset_t *load(const char *path, int refuse, char *err, size_t err_len, char *warn,
+                           size_t warn_len, int *rc_out) {
     char *text = NULL;
-    long len = read_file(path, &text);
+    char why[600] = "";
+    long len = read_file(path, &text, why, sizeof why);
     if (len < 0) {
         *rc_out = fail(err, err_len, (int)len, "%s:%zu: %s", path, 0,
                        len == DSC_ETOOLARGE ? "file over 1 MiB" : dsc_strerror((int)len));
+        return NULL;
+    }
+    if (warn != NULL && warn_len > 0)
+        snprintf(warn, warn_len, "%s", why);
+    if (refuse && why[0] != '\0') {
+        dsc_auth_wipe(text, (size_t)len);
+        free(text);
+        if (err != NULL && err_len > 0)
+            snprintf(err, err_len, "refused (--insecure-auth-file refuse): %s", why);
+        *rc_out = DSC_EUNAUTH;
         return NULL;
     }
     dsc_credset_t *set = parse_set(path, text, (size_t)len, err, err_len, rc_out);
@@ -198,11 +236,16 @@ static dsc_credset_t *load(const char *path, char *err, size_t err_len, int *rc_
 }
 
 int dsc_credstore_create(const char *path, dsc_credstore_t **out, char *err, size_t err_len) {
+    return dsc_credstore_open(path, 0, out, err, err_len, NULL, 0);
+}
+
+int dsc_credstore_open(const char *path, int refuse_insecure, dsc_credstore_t **out, char *err,
+                       size_t err_len, char *warn, size_t warn_len) {
     if (path == NULL || out == NULL)
         return DSC_EINVAL;
     *out = NULL;
     int rc = 0;
-    dsc_credset_t *set = load(path, err, err_len, &rc);
+    dsc_credset_t *set = load(path, refuse_insecure, err, err_len, warn, warn_len, &rc);
     if (set == NULL)
         return rc;
     dsc_credstore_t *cs = calloc(1, sizeof *cs);
@@ -214,6 +257,7 @@ int dsc_credstore_create(const char *path, dsc_credstore_t **out, char *err, siz
         return fail(err, err_len, DSC_ENOMEM, "%s:%zu: %s", path, 0, "out of memory");
     }
     cs->path = copy;
+    cs->refuse_insecure = refuse_insecure;
     pthread_mutex_init(&cs->lock, NULL);
     set->generation = 1;
     atomic_init(&cs->generation, 1);
@@ -223,10 +267,15 @@ int dsc_credstore_create(const char *path, dsc_credstore_t **out, char *err, siz
 }
 
 int dsc_credstore_reload(dsc_credstore_t *cs, char *err, size_t err_len) {
+    return dsc_credstore_reload_checked(cs, err, err_len, NULL, 0);
+}
+
+int dsc_credstore_reload_checked(dsc_credstore_t *cs, char *err, size_t err_len, char *warn,
+                                 size_t warn_len) {
     if (cs == NULL)
         return DSC_EINVAL;
     int rc = 0;
-    dsc_credset_t *set = load(cs->path, err, err_len, &rc);
+    dsc_credset_t *set = load(cs->path, cs->refuse_insecure, err, err_len, warn, warn_len, &rc);
     if (set == NULL)
         return rc;
     pthread_mutex_lock(&cs->lock);

@@ -17,6 +17,17 @@ typedef struct dsc_cred dsc_cred_t;
  * per line; duplicate names, an empty set or any bad line reject the whole file). Returns 0 and
  * *out, or DSC_EINVAL / -errno / DSC_ENOMEM with a reason ("FILE:LINE: why") in err. */
 int dsc_credstore_create(const char *path, dsc_credstore_t **out, char *err, size_t err_len);
+/* How the credential file is protected, checked on the descriptor it is read from (as ssh checks
+ * private keys): a file group- or world-readable or -writable, or owned by another user than
+ * this process's (root excepted), gets a one-line warning in `warn` ("FILE is readable by group
+ * and others (mode 0644): chmod 600 FILE"), empty when it is fine. With refuse_insecure such a
+ * file is refused instead (DSC_EUNAUTH, the same line in err). */
+int dsc_credstore_open(const char *path, int refuse_insecure, dsc_credstore_t **out, char *err,
+                       size_t err_len, char *warn, size_t warn_len);
+/* As dsc_credstore_reload, with the file's protection checked as at dsc_credstore_open (the
+ * store's refuse_insecure applies; warn gets the warning, or ""). */
+int dsc_credstore_reload_checked(dsc_credstore_t *cs, char *err, size_t err_len, char *warn,
+                                 size_t warn_len);
 /* Reads the file again and, when it is valid, makes it the current set (connections already
  * authenticated are re-checked on their next request: a removed credential or changed secret
  * ends them). A bad file keeps the current set. Returns the number of credentials, or an error

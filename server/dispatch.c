@@ -199,7 +199,8 @@ static void send_get(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, uint
                                 .entries = entries,
                                 .count = count,
                                 .data_len = data_len,
-                                .opcode = opcode};
+                                .opcode = opcode,
+                                .dataset = dsc_dataset_manifest(ds)->name};
         rc = reply->ops->get(reply, &ans, hold);
     }
     if (entries != small)
@@ -434,7 +435,14 @@ static void handle_report(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
                      "malformed REPORT body");
         return;
     }
-    dsc_jobs_report(srv->jobs, &req, reply->peer, dsc_now_s());
+    /* Within the credential: a job on a dataset it may not read is refused as if absent. */
+    if (!dsc__authz_may_read(&reply->auth, req.dataset.ptr, req.dataset.len)) {
+        dsc_jobs_count_refused(srv->jobs);
+        answer_error(srv, reply, DSC_OP_REPORT, id, DSC_STATUS_NOT_FOUND, "no such dataset");
+        return;
+    }
+    dsc_jobs_report(srv->jobs, &req, reply->peer,
+                    reply->auth.cred ? dsc_cred_name(reply->auth.cred) : NULL, dsc_now_s());
     answer(srv, reply, DSC_OP_REPORT, id, DSC_STATUS_OK, NULL, 0);
 }
 

@@ -161,7 +161,8 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     gauge(&t, "dscache_owned_shards", "Shards this server owns (primary or replica).", cc.owned);
     gauge(&t, "dscache_owned_resident_shards", "Owned shards resident in the store.",
           cc.owned_resident);
-    dataset_metrics(&t, src->cat);
+    if (!src->hide_names)
+        dataset_metrics(&t, src->cat);
 
     dsc_text_add(
         &t, "# HELP dscache_get_latency_seconds GET answered OK: from the decoded request to the "
@@ -192,10 +193,11 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     dsc_text_add(&t, "dscache_load_seconds_sum %.9f\n", h.sum_seconds);
     dsc_text_add(&t, "dscache_load_seconds_count %llu\n", (unsigned long long)h.count);
     /* Diagnosis: the jobs fed (docs/diagnosis.md) and each dataset's resident fraction. */
-    char *jobs = dsc_jobs_metrics_text(dsc_server_jobs(src->server), dsc_now_s());
+    char *jobs =
+        dsc_jobs_metrics_text(dsc_server_jobs(src->server), dsc_now_s(), !src->hide_names);
     int nf = 0;
-    char *stat = dsc_catalog_stat_json(src->cat, "", 0, &nf);
-    char *resident = dsc_resident_metrics_text(stat);
+    char *stat = src->hide_names ? NULL : dsc_catalog_stat_json(src->cat, "", 0, &nf);
+    char *resident = src->hide_names ? strdup("") : dsc_resident_metrics_text(stat);
     free(stat);
     if (jobs != NULL && resident != NULL)
         dsc_text_add(&t, "%s%s", jobs, resident);

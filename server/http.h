@@ -29,6 +29,9 @@ typedef struct dsc_http_source {
     void *readiness_arg;
     uint32_t max_conns; /* open HTTP connections at most (0: DSC_HTTP_MAX_CONNS_DEFAULT) */
     uint32_t timeout_s; /* idle HTTP connection time-out (0: DSC_HTTP_TIMEOUT_DEFAULT_S) */
+    /* --metrics-names hide: /metrics (unauthenticated) leaves out every series labelled with a
+     * dataset or job name (dscache_dataset_*, dscache_job_* per entry). */
+    int hide_names;
 } dsc_http_source_t;
 
 /* Starts serving on host:port (0: a free port). Returns 0 and *out, DSC_EINVAL (host does not

@@ -18,7 +18,8 @@ struct dsc_jobs {
     pthread_mutex_t lock;
     uint32_t capacity;
     double expiry_s;
-    uint64_t dropped;
+    uint32_t per_owner;
+    uint64_t dropped, refused;
     job_ent_t *ents;
 };
 
@@ -30,6 +31,7 @@ int dsc_jobs_create(uint32_t capacity, double expiry_s, dsc_jobs_t **out) {
         return DSC_ENOMEM;
     jobs->capacity = capacity ? capacity : DSC_JOBS_MAX;
     jobs->expiry_s = expiry_s > 0 ? expiry_s : DSC_JOB_EXPIRY_S;
+    jobs->per_owner = DSC_JOBS_PER_OWNER < jobs->capacity ? DSC_JOBS_PER_OWNER : jobs->capacity;
     jobs->ents = calloc(jobs->capacity, sizeof *jobs->ents);
     if (jobs->ents == NULL) {
         free(jobs);
@@ -62,12 +64,59 @@ static void expire(dsc_jobs_t *jobs, double now) {
             jobs->ents[i].used = 0;
 }
 
-int dsc_jobs_report(dsc_jobs_t *jobs, const dsc_report_req_t *req, const char *peer, double now) {
+void dsc_jobs_set_share(dsc_jobs_t *jobs, uint32_t per_owner) {
+    pthread_mutex_lock(&jobs->lock);
+    uint32_t n = per_owner ? per_owner : DSC_JOBS_PER_OWNER;
+    jobs->per_owner = n < jobs->capacity ? n : jobs->capacity;
+    pthread_mutex_unlock(&jobs->lock);
+}
+
+uint32_t dsc_jobs_share(const dsc_jobs_t *jobs) {
+    return jobs->per_owner;
+}
+
+void dsc_jobs_count_refused(dsc_jobs_t *jobs) {
+    pthread_mutex_lock(&jobs->lock);
+    jobs->refused++;
+    pthread_mutex_unlock(&jobs->lock);
+}
+
+uint64_t dsc_jobs_refused(dsc_jobs_t *jobs) {
+    pthread_mutex_lock(&jobs->lock);
+    uint64_t n = jobs->refused;
+    pthread_mutex_unlock(&jobs->lock);
+    return n;
+}
+
+/* Entries of `owner` (under lock). */
+static uint32_t owned(const dsc_jobs_t *jobs, const char *owner) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < jobs->capacity; i++)
+        n += jobs->ents[i].used && strcmp(jobs->ents[i].info.owner, owner) == 0;
+    return n;
+}
+
+/* The least recent entry of `owner` (under lock; NULL: none). */
+static job_ent_t *oldest_of(dsc_jobs_t *jobs, const char *owner) {
+    job_ent_t *o = NULL;
+    for (uint32_t i = 0; i < jobs->capacity; i++) {
+        job_ent_t *e = &jobs->ents[i];
+        if (e->used && strcmp(e->info.owner, owner) == 0 &&
+            (o == NULL || e->info.last_report < o->info.last_report))
+            o = e;
+    }
+    return o;
+}
+
+int dsc_jobs_report(dsc_jobs_t *jobs, const dsc_report_req_t *req, const char *peer,
+                    const char *owner, double now) {
     char name[DSC_REPORT_MAX_JOB + 1];
     copy_str(name, sizeof name, req->job);
+    char who[DSC_JOB_OWNER_MAX];
+    snprintf(who, sizeof who, "%s", owner ? owner : "");
     pthread_mutex_lock(&jobs->lock);
     expire(jobs, now);
-    job_ent_t *slot = NULL, *free_slot = NULL, *oldest = NULL;
+    job_ent_t *slot = NULL, *free_slot = NULL;
     for (uint32_t i = 0; i < jobs->capacity; i++) {
         job_ent_t *e = &jobs->ents[i];
         if (!e->used) {
@@ -75,24 +124,41 @@ int dsc_jobs_report(dsc_jobs_t *jobs, const dsc_report_req_t *req, const char *p
                 free_slot = e;
             continue;
         }
-        if (e->info.rank == req->rank && strcmp(e->info.job, name) == 0) {
+        if (e->info.rank == req->rank && strcmp(e->info.job, name) == 0 &&
+            strcmp(e->info.owner, who) == 0) {
             slot = e;
             break;
         }
-        if (oldest == NULL || e->info.last_report < oldest->info.last_report)
-            oldest = e;
     }
     int dropped = 0;
     if (slot == NULL) {
-        slot = free_slot;
-        if (slot == NULL) {
-            slot = oldest;
+        if (who[0] != '\0' && owned(jobs, who) >= jobs->per_owner) {
+            slot = oldest_of(jobs, who); /* its own share is full: its own least recent goes */
+        } else if (free_slot != NULL) {
+            slot = free_slot;
+        } else {
+            /* Full: the owner holding the most entries gives up its least recent one. */
+            const char *top = NULL;
+            uint32_t top_n = 0;
+            for (uint32_t i = 0; i < jobs->capacity; i++) {
+                uint32_t n = owned(jobs, jobs->ents[i].info.owner);
+                if (n > top_n) {
+                    top_n = n;
+                    top = jobs->ents[i].info.owner;
+                }
+            }
+            char victim[DSC_JOB_OWNER_MAX];
+            snprintf(victim, sizeof victim, "%s", top ? top : "");
+            slot = oldest_of(jobs, victim);
+        }
+        if (slot->used) {
             jobs->dropped++;
             dropped = 1;
         }
         memset(slot, 0, sizeof *slot);
         slot->used = 1;
         memcpy(slot->info.job, name, sizeof name);
+        memcpy(slot->info.owner, who, sizeof who);
         slot->info.rank = req->rank;
         slot->info.first_seen = now;
     }
@@ -191,7 +257,7 @@ char *dsc_jobs_json(dsc_jobs_t *jobs, double now) {
 /* The job's labels (job names are label-safe by the protocol's rule; so are dataset names). */
 #define LABELS "job=\"%s\",rank=\"%u\",dataset=\"%s\""
 
-char *dsc_jobs_metrics_text(dsc_jobs_t *jobs, double now) {
+char *dsc_jobs_metrics_text(dsc_jobs_t *jobs, double now, int names) {
     uint32_t n = 0;
     dsc_job_info_t *list = live(jobs, now, &n);
     if (list == NULL)
@@ -206,6 +272,16 @@ char *dsc_jobs_metrics_text(dsc_jobs_t *jobs, double now) {
         "# HELP dscache_jobs_dropped_total Job entries dropped because the table was full.\n"
         "# TYPE dscache_jobs_dropped_total counter\ndscache_jobs_dropped_total %llu\n",
         (unsigned long long)(jobs ? dsc_jobs_dropped(jobs) : 0));
+    dsc_text_add(&t,
+                 "# HELP dscache_job_reports_refused_total REPORTs refused: their dataset is not "
+                 "one the reporting credential may read.\n"
+                 "# TYPE dscache_job_reports_refused_total counter\n"
+                 "dscache_job_reports_refused_total %llu\n",
+                 (unsigned long long)(jobs ? dsc_jobs_refused(jobs) : 0));
+    if (!names) {
+        free(list);
+        return dsc_text_take(&t);
+    }
     static const struct {
         const char *name, *help;
     } series[] = {

@@ -11,6 +11,8 @@
 #define DSC_JOBS_MAX 64        /* entries, so /metrics labels stay bounded */
 #define DSC_JOB_EXPIRY_S 120.0 /* seconds a job stays listed after its last report (>= 60) */
 #define DSC_JOB_PEER_MAX 64
+#define DSC_JOB_OWNER_MAX 64   /* a credential name (DSC_AUTH_NAME_MAX + 1) */
+#define DSC_JOBS_PER_OWNER 16  /* default share of the table one credential may hold */
 
 typedef struct dsc_jobs dsc_jobs_t;
 
@@ -18,6 +20,7 @@ typedef struct dsc_job_info {
     char job[DSC_REPORT_MAX_JOB + 1];
     char dataset[DSC_MAX_NAME];
     char peer[DSC_JOB_PEER_MAX]; /* the reporting connection's address ("" when unknown) */
+    char owner[DSC_JOB_OWNER_MAX]; /* the reporting credential ("": anonymous service) */
     uint32_t rank, world_size;
     double stall_fraction; /* 0..1 */
     uint64_t samples_per_s, bytes_per_s;
@@ -33,11 +36,23 @@ int dsc_jobs_create(uint32_t capacity, double expiry_s, dsc_jobs_t **out);
 /* NULL is a no-op. */
 void dsc_jobs_destroy(dsc_jobs_t *jobs);
 
-/* Records a decoded report (strings copied) from peer (NULL: unknown) at time now. An entry
- * for the same (job, rank) is updated; else a free or expired entry is used; when the table is
- * full of live jobs the one that reported least recently is dropped (counted in
- * dsc_jobs_dropped). Returns 0, or 1 when another job was dropped for it. O(capacity). */
-int dsc_jobs_report(dsc_jobs_t *jobs, const dsc_report_req_t *req, const char *peer, double now);
+/* Each credential's share of the table: at most `per_owner` entries (0: DSC_JOBS_PER_OWNER;
+ * capped at the capacity). Reports without an owner (anonymous service) are not limited. */
+void dsc_jobs_set_share(dsc_jobs_t *jobs, uint32_t per_owner);
+uint32_t dsc_jobs_share(const dsc_jobs_t *jobs);
+
+/* Records a decoded report (strings copied) from peer (NULL: unknown) under credential owner
+ * (NULL or "": anonymous) at time now. An entry for the same (owner, job, rank) is updated; else
+ * a free or expired entry is used, except that an owner already holding its share replaces its
+ * own least recent entry; when the table is full of live jobs, the least recent entry of the
+ * owner holding the most entries is dropped, so that no credential pushes out the jobs of one
+ * holding fewer than itself (counted in dsc_jobs_dropped). Returns 0, or 1 when another entry
+ * was dropped for it. O(capacity). */
+int dsc_jobs_report(dsc_jobs_t *jobs, const dsc_report_req_t *req, const char *peer,
+                    const char *owner, double now);
+/* Counts a REPORT refused (its dataset is not one the credential may read). */
+void dsc_jobs_count_refused(dsc_jobs_t *jobs);
+uint64_t dsc_jobs_refused(dsc_jobs_t *jobs);
 
 /* Drops expired entries and copies the live ones into out (at most cap), sorted by job name
  * then rank. Returns the number of live entries (may exceed cap: then only cap were copied). */
@@ -52,10 +67,12 @@ double dsc_jobs_expiry(const dsc_jobs_t *jobs);
  * bottleneck (name), verdict, age_s (since the last report), reports. NULL on ENOMEM. */
 char *dsc_jobs_json(dsc_jobs_t *jobs, double now);
 /* The dscache_job_* series in Prometheus text (malloc'd): dscache_jobs, dscache_jobs_dropped_total,
- * and per live entry, labelled {job, rank, dataset}: dscache_job_stall_fraction,
- * dscache_job_samples_per_second, dscache_job_bytes_per_second,
- * dscache_job_report_age_seconds and dscache_job_bottleneck{...,stage} 1. NULL on ENOMEM. */
-char *dsc_jobs_metrics_text(dsc_jobs_t *jobs, double now);
+ * dscache_job_reports_refused_total, and (names != 0) per live entry, labelled {job, rank,
+ * dataset}: dscache_job_stall_fraction, dscache_job_samples_per_second,
+ * dscache_job_bytes_per_second, dscache_job_report_age_seconds and
+ * dscache_job_bottleneck{...,stage} 1. With names 0 (--metrics-names hide) the per-entry series
+ * are left out: no job or dataset name appears. NULL on ENOMEM. */
+char *dsc_jobs_metrics_text(dsc_jobs_t *jobs, double now, int names);
 
 /* STAT answer with the jobs: takes over `json` (a STAT object, freed here) and returns it with
  * "jobs" (dsc_jobs_json) and "server": {"connections", "connections_total"} added (malloc'd), or

@@ -6,6 +6,7 @@
 #include "cluster.h"
 #include "credstore.h"
 #include "http.h"
+#include "jobs.h"
 #include "rdma.h"
 #include "server.h"
 #include "srvlog.h"
@@ -54,6 +55,9 @@ typedef struct options {
     int allow_anonymous_admin; /* without --auth-file: serve WARM/EVICT anyway */
     dsc_rdma_mode_t rdma;
     uint32_t rdma_lease_ttl_ms;
+    int refuse_insecure_auth_file; /* --insecure-auth-file refuse */
+    int metrics_hide_names;        /* --metrics-names hide */
+    uint32_t jobs_per_credential;  /* --jobs-per-credential (0: 16) */
 } options_t;
 
 static void usage(FILE *f) {
@@ -124,6 +128,19 @@ static void usage(FILE *f) {
         "                        re-read on SIGHUP (a bad file keeps the current set)\n"
         "  --allow-anonymous-admin  without --auth-file, serve WARM/EVICT to anyone\n"
         "                        (default: refused with UNAUTHORIZED)\n"
+        "  --insecure-auth-file warn|refuse\n"
+        "                        an --auth-file readable or writable by group or others, or\n"
+        "                        owned by another user: warn (default: one WARN line at start\n"
+        "                        and at each SIGHUP) or refuse it (start-up error; on SIGHUP\n"
+        "                        the current set is kept)\n"
+        "  --metrics-names show|hide\n"
+        "                        /metrics on the --http port is unauthenticated: show\n"
+        "                        (default) labels series with dataset and job names; hide\n"
+        "                        leaves every per-dataset and per-job series out (/healthz\n"
+        "                        and /readyz are unaffected)\n"
+        "  --jobs-per-credential N  REPORTed jobs one credential may hold in the 64-entry job\n"
+        "                        table (default 16); a REPORT for a dataset the credential\n"
+        "                        cannot read is refused (NOT_FOUND) and counted\n"
         "\n"
         "  --config FILE         JSON object with the same keys (\"data\": [..], \"listen\",\n"
         "                        \"http\", \"memory\", \"threads\", \"io_threads\", \"warm\",\n"
@@ -250,6 +267,23 @@ static int apply(options_t *o, const char *key, const char *value) {
         o->members_file = value;
     } else if (strcmp(key, "auth_file") == 0) {
         o->auth_file = value;
+    } else if (strcmp(key, "insecure_auth_file") == 0) {
+        if (strcmp(value, "warn") == 0)
+            o->refuse_insecure_auth_file = 0;
+        else if (strcmp(value, "refuse") == 0)
+            o->refuse_insecure_auth_file = 1;
+        else
+            return bad("--insecure-auth-file (warn or refuse)", value);
+    } else if (strcmp(key, "metrics_names") == 0) {
+        if (strcmp(value, "show") == 0)
+            o->metrics_hide_names = 0;
+        else if (strcmp(value, "hide") == 0)
+            o->metrics_hide_names = 1;
+        else
+            return bad("--metrics-names (show or hide)", value);
+    } else if (strcmp(key, "jobs_per_credential") == 0) {
+        if (parse_u32(value, 1, 64, &o->jobs_per_credential) < 0)
+            return bad("--jobs-per-credential (1..64)", value);
     } else if (strcmp(key, "allow_anonymous_admin") == 0) {
         o->allow_anonymous_admin = strcmp(value, "1") == 0 || strcmp(value, "true") == 0;
     } else if (strcmp(key, "advertise") == 0) {
@@ -520,8 +554,11 @@ static void on_hup(uv_signal_t *handle, int signum) {
     dsc_catalog_rescan(ctl->cat);
     dsc_cluster_reload(ctl->cluster);
     if (ctl->credentials != NULL) {
-        char err[512];
-        int n = dsc_credstore_reload(ctl->credentials, err, sizeof err);
+        char err[768], warn[640];
+        int n = dsc_credstore_reload_checked(ctl->credentials, err, sizeof err, warn, sizeof warn);
+        if (warn[0] != '\0' && n >= 0)
+            LOG_WARN("SIGHUP: --auth-file: %s (--insecure-auth-file refuse makes this an error)",
+                     warn);
         if (n < 0)
             LOG_ERROR("SIGHUP: credentials not reloaded, keeping the current set: %s", err);
         else
@@ -667,11 +704,14 @@ int main(int argc, char **argv) {
         }
     }
     if (o.auth_file != NULL) {
-        char err[512];
-        if ((rc = dsc_credstore_create(o.auth_file, &credentials, err, sizeof err)) < 0) {
+        char err[768], warn[640];
+        if ((rc = dsc_credstore_open(o.auth_file, o.refuse_insecure_auth_file, &credentials, err,
+                                     sizeof err, warn, sizeof warn)) < 0) {
             LOG_ERROR("--auth-file: %s", err);
             goto done;
         }
+        if (warn[0] != '\0')
+            LOG_WARN("--auth-file: %s (--insecure-auth-file refuse makes this an error)", warn);
         if (o.allow_anonymous_admin)
             LOG_WARN("--allow-anonymous-admin has no effect with --auth-file");
         dsc_credset_t *set = dsc_credstore_acquire(credentials);
@@ -716,6 +756,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     dsc_server_set_cluster(server, cluster);
+    dsc_jobs_set_share(dsc_server_jobs(server), o.jobs_per_credential);
     ctl.cat = cat;
     ctl.server = server;
     ctl.cluster = cluster;
@@ -733,7 +774,8 @@ int main(int argc, char **argv) {
                                  .readiness = readiness,
                                  .readiness_arg = &ctl,
                                  .max_conns = o.http_max_conns,
-                                 .timeout_s = o.http_timeout};
+                                 .timeout_s = o.http_timeout,
+                                 .hide_names = o.metrics_hide_names};
         if ((rc = dsc_http_start(http_host, http_port, &src, &http)) < 0) {
             LOG_ERROR("cannot serve HTTP on %s: %s", o.http, dsc_strerror(rc));
             dsc_server_stop(server);

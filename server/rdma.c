@@ -40,7 +40,13 @@ void __tsan_release(void *addr);
 #define DEFAULT_TTL_MS 10000u
 #define DEFAULT_MAX_LEASE_BYTES (UINT64_C(256) << 20)
 #define PROBE_BYTES 4096u
-#define SERVER_SEND_WR 4 /* the server only responds to READs: its send queue stays empty */
+/* The server's send queue carries only memory-window binds and invalidations, posted in chains
+ * of at most CHAIN_WR whose last WR is signalled and waited for before the next chain. */
+#define SERVER_SEND_WR 256
+#define CHAIN_WR 64
+#define SERVER_CQE 256
+#define MAX_WINDOWS 4096 /* windows per connection (leases x runs): beyond it, BUSY */
+#define WAIT_S 2.0       /* a bind or invalidation not completed by then: the QP is fenced */
 #define GID_CACHE 16     /* local addresses whose GID choice is kept (and was logged) */
 
 int dsc_rdma_mode_parse(const char *text, dsc_rdma_mode_t *out) {
@@ -63,7 +69,13 @@ struct dsc_rdma_srv {
     dsc_rdma_srv_options_t opt;
     atomic_uint_fast64_t connections, connections_total, connect_failures, leases, lease_bytes,
         leases_total, leases_expired, releases_unknown, rdma_bytes, inline_bytes, busy, qp_errors,
-        async_events;
+        async_events, windows_bound, windows_invalidated, bind_ns, invalidate_ns, refused_limited,
+        leases_revoked, windows_live;
+    /* 1: READs are confined to leases by type-2 memory windows (the arena's regions grant no
+     * remote access themselves); 0: the device has none (why in no_windows), the regions grant
+     * REMOTE_READ and credentials limited to some datasets are refused RDMA. */
+    int windows;
+    char no_windows[256];
     /* 0: RDMA offered to new connections; else the event that stopped it (PORT_ERR or
      * DEVICE_FATAL) until PORT_ACTIVE. Written by the async-event loop, read by every loop. */
     atomic_int down_event;
@@ -126,6 +138,14 @@ void dsc_rdma_srv_counters(const dsc_rdma_srv_t *rs, dsc_rdma_counters_t *out) {
     out->qp_errors = atomic_load(&r->qp_errors);
     out->async_events = atomic_load(&r->async_events);
     out->offered = atomic_load(&r->down_event) == 0;
+    out->windows = (uint64_t)r->windows;
+    out->windows_bound = atomic_load(&r->windows_bound);
+    out->windows_invalidated = atomic_load(&r->windows_invalidated);
+    out->windows_live = atomic_load(&r->windows_live);
+    out->bind_seconds = (double)atomic_load(&r->bind_ns) / 1e9;
+    out->invalidate_seconds = (double)atomic_load(&r->invalidate_ns) / 1e9;
+    out->refused_limited = atomic_load(&r->refused_limited);
+    out->leases_revoked = atomic_load(&r->leases_revoked);
     out->registered_bytes = r->registered_bytes;
     out->register_seconds = r->register_seconds;
 #if DSC_HAVE_VERBS_H
@@ -192,6 +212,34 @@ char *dsc_rdma_srv_metrics_text(const dsc_rdma_srv_t *rs) {
         (unsigned long long)c.inline_bytes, (unsigned long long)c.registered_bytes,
         (unsigned long long)c.regions, rs != NULL && c.offered, (unsigned long long)c.qp_errors,
         (unsigned long long)c.async_events);
+    size_t used = strlen(t);
+    snprintf(
+        t + used, cap - used,
+        "# HELP dscache_rdma_windows 1 when RDMA READs are confined to leased chunks by type-2 "
+        "memory windows; 0 when the device has none (credentials limited to some datasets are "
+        "then refused RDMA).\n# TYPE dscache_rdma_windows gauge\ndscache_rdma_windows %d\n"
+        "# HELP dscache_rdma_windows_bound Memory windows bound to leased chunks now.\n"
+        "# TYPE dscache_rdma_windows_bound gauge\ndscache_rdma_windows_bound %llu\n"
+        "# HELP dscache_rdma_window_ops_total Memory-window binds and invalidations completed.\n"
+        "# TYPE dscache_rdma_window_ops_total counter\n"
+        "dscache_rdma_window_ops_total{op=\"bind\"} %llu\n"
+        "dscache_rdma_window_ops_total{op=\"invalidate\"} %llu\n"
+        "# HELP dscache_rdma_window_seconds_total Event-loop time spent posting memory-window "
+        "binds and invalidations and waiting for their completions.\n"
+        "# TYPE dscache_rdma_window_seconds_total counter\n"
+        "dscache_rdma_window_seconds_total{op=\"bind\"} %.6f\n"
+        "dscache_rdma_window_seconds_total{op=\"invalidate\"} %.6f\n"
+        "# HELP dscache_rdma_connect_refused_limited_total RDMA_CONNECTs refused because the "
+        "credential is limited to some datasets and the device has no memory windows.\n"
+        "# TYPE dscache_rdma_connect_refused_limited_total counter\n"
+        "dscache_rdma_connect_refused_limited_total %llu\n"
+        "# HELP dscache_rdma_leases_revoked_total Leases ended early because a credential reload "
+        "removed the credential or its access to the lease's dataset.\n"
+        "# TYPE dscache_rdma_leases_revoked_total counter\ndscache_rdma_leases_revoked_total %llu\n",
+        rs != NULL && c.windows, (unsigned long long)c.windows_live,
+        (unsigned long long)c.windows_bound, (unsigned long long)c.windows_invalidated,
+        c.bind_seconds, c.invalidate_seconds, (unsigned long long)c.refused_limited,
+        (unsigned long long)c.leases_revoked);
     return t;
 }
 
@@ -242,6 +290,11 @@ int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_ans
 void dsc__rdma_on_close(dsc_server_t *srv, dsc_reply_t *reply) {
     (void)srv;
     (void)reply;
+}
+void dsc__rdma_revoke(dsc_server_t *srv, dsc_reply_t *reply, int removed) {
+    (void)srv;
+    (void)reply;
+    (void)removed;
 }
 void dsc__rdma_watch(dsc_rdma_srv_t *rs, void *loop) {
     (void)rs;
@@ -303,8 +356,11 @@ static int register_arena(dsc_rdma_srv_t *rs, char *why, size_t why_cap) {
     for (uint32_t i = 0; i < n; i++) {
         uint64_t off = (uint64_t)i * rs->stride;
         uint64_t len = rs->capacity - off < piece ? rs->capacity - off : piece;
-        rs->mrs[i] = rs->dev.v.reg_mr(rs->dev.pd, rs->base + off, len,
-                                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+        /* With windows the regions grant no remote access of their own: a READ reaches the
+         * arena only through a window bound to a lease. */
+        int access = IBV_ACCESS_LOCAL_WRITE |
+                     (rs->windows ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_READ);
+        rs->mrs[i] = rs->dev.v.reg_mr(rs->dev.pd, rs->base + off, len, access);
         if (rs->mrs[i] == NULL) {
             snprintf(why, why_cap,
                      "cannot register %llu bytes of the arena for RDMA: %s (raise "
@@ -347,6 +403,19 @@ int dsc_rdma_srv_create(const dsc_rdma_srv_options_t *options, dsc_store_t *stor
         snprintf(why, sizeof why, "cannot create a completion queue on %s", rs->dev.name);
         srv_free(rs);
         goto unavailable;
+    }
+    /* Type-2 memory windows, proven by allocating one: the capability the confinement needs. */
+    if (rs->dev.mw_type2) {
+        struct ibv_mw *mw = ibv_alloc_mw(rs->dev.pd, IBV_MW_TYPE_2);
+        if (mw != NULL) {
+            ibv_dealloc_mw(mw);
+            rs->windows = 1;
+        } else {
+            snprintf(rs->no_windows, sizeof rs->no_windows,
+                     "ibv_alloc_mw(IBV_MW_TYPE_2) failed on %s: %s", rs->dev.name, strerror(errno));
+        }
+    } else {
+        snprintf(rs->no_windows, sizeof rs->no_windows, "%s", rs->dev.mw_why);
     }
     rs->store = store;
     rs->base = dsc_store_base(store);
@@ -392,6 +461,15 @@ int dsc_rdma_srv_create(const dsc_rdma_srv_options_t *options, dsc_store_t *stor
              dsc_verbs_mtu_bytes(rs->dev.mtu), gid, (unsigned long long)rs->capacity, rs->mr_count,
              rs->register_seconds * 1e3, gib > 0 ? rs->register_seconds * 1e3 / gib : 0.0,
              rs->opt.lease_ttl_ms, pieces);
+    if (rs->windows)
+        LOG_INFO("rdma: READs confined to leased chunks: each lease binds type-2 memory windows "
+                 "to its chunks on its connection's queue pair (IBV_WR_BIND_MW) and invalidates "
+                 "them at release (IBV_WR_LOCAL_INV); the arena's regions grant no remote access");
+    else
+        LOG_WARN("rdma: no memory windows: %s. RDMA READs cannot be confined to leased chunks, so "
+                 "RDMA_CONNECT is refused for credentials limited to some datasets (they stay on "
+                 "TCP); unrestricted credentials read the arena under its region keys",
+                 rs->no_windows);
     *out = rs;
     return 0;
 unavailable:
@@ -414,17 +492,27 @@ int dsc__rdma_offered(const dsc_rdma_srv_t *rs) {
 
 /* ---- connections ------------------------------------------------------------------------- */
 
+/* A memory window of a connection: free (on rc->free_wins) or bound to one run of a lease. */
+typedef struct win {
+    struct win *next;
+    struct ibv_mw *mw;
+    uint32_t rkey; /* of its current (or last) binding: ibv_inc_rkey of the one before */
+} win_t;
+
 typedef struct lease {
     struct lease *next;
     uint64_t id;
     uint64_t deadline_ms; /* uv_now of the loop */
     uint64_t bytes;
     dsc_hold_t hold;
+    char dataset[DSC_MAX_NAME]; /* a reload that takes it from the credential ends the lease */
+    uint32_t nwin;              /* windows bound for it (0 without windows) */
+    win_t **wins;
 } lease_t;
 
 /* A connection's RDMA state, on the connection's loop. Created by RDMA_CONNECT with `connecting`
- * set (the QP is being made on the thread pool); from the answer on it has its QP, its two
- * handles (freed when both have closed) and is on rs->qp_list. */
+ * set (the QP is being made on the thread pool); from the answer on it has its QP and CQ, its
+ * two handles (freed when both have closed) and is on rs->qp_list. */
 struct rconn {
     uv_timer_t timer;       /* the leases' deadlines */
     uv_async_t event_async; /* a QP event for this connection (from the async-event loop) */
@@ -434,6 +522,7 @@ struct rconn {
     dsc_server_t *srv;
     dsc_reply_t *reply;
     struct ibv_qp *qp;
+    struct ibv_cq *cq; /* the completions of its window binds and invalidations */
     /* On rs->qp_list (under rs->qp_lock); qp_ptr and qp_num do not change while listed. */
     rconn_t *list_prev, *list_next;
     int listed;
@@ -443,6 +532,9 @@ struct rconn {
     lease_t *head, *tail; /* in grant order, so deadlines ascend */
     uint64_t next_id;
     uint64_t bytes;
+    win_t *free_wins; /* allocated, not bound */
+    uint32_t wins;    /* allocated in all (free + bound) */
+    uint64_t next_wr; /* wr_id of the next window WR */
 };
 
 static void list_add(rconn_t *rc) {
@@ -474,7 +566,118 @@ static void list_remove(rconn_t *rc) {
     pthread_mutex_unlock(&rs->qp_lock);
 }
 
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Posts `n` window WRs (binds or invalidations) as chains of at most CHAIN_WR, each chain's last
+ * WR signalled, and waits for each chain's completion on the connection's CQ (RC completes a
+ * QP's WRs in order, so the last one's success means every one before it succeeded). Returns 0,
+ * or -1: a failed post, an error completion or none within WAIT_S. The QP is then not to be
+ * trusted: the caller fences the connection. On the loop: microseconds on a NIC (no network
+ * round trip: binds and invalidations are local to the server's HCA). */
+static int post_wait(rconn_t *rc, struct ibv_send_wr *wrs, uint32_t n) {
+    if (rc->qp == NULL || rc->cq == NULL)
+        return -1;
+    for (uint32_t at = 0; at < n; at += CHAIN_WR) {
+        uint32_t k = n - at < CHAIN_WR ? n - at : CHAIN_WR;
+        for (uint32_t i = 0; i < k; i++) {
+            wrs[at + i].next = i + 1 < k ? &wrs[at + i + 1] : NULL;
+            wrs[at + i].wr_id = ++rc->next_wr;
+            wrs[at + i].send_flags = i + 1 < k ? 0 : IBV_SEND_SIGNALED;
+        }
+        uint64_t last = wrs[at + k - 1].wr_id;
+        struct ibv_send_wr *bad = NULL;
+        if (ibv_post_send(rc->qp, &wrs[at], &bad) != 0)
+            return -1;
+        double end = now_s() + WAIT_S;
+        for (uint64_t spins = 0;; spins++) {
+            struct ibv_wc wc[16];
+            int got = ibv_poll_cq(rc->cq, 16, wc);
+            if (got < 0)
+                return -1;
+            int done = 0;
+            for (int i = 0; i < got; i++) {
+                if (wc[i].status != IBV_WC_SUCCESS) {
+                    LOG_WARN("rdma: memory-window %s on the queue pair of %s failed: %s",
+                             wc[i].opcode == IBV_WC_BIND_MW ? "bind" : "invalidation",
+                             rc->reply->peer,
+                             rc->rs->dev.v.wc_status_str(wc[i].status));
+                    return -1;
+                }
+                done |= wc[i].wr_id == last;
+            }
+            if (done)
+                break;
+            if ((spins & 255) == 255) {
+                if (now_s() > end) {
+                    LOG_WARN("rdma: no completion of a memory-window operation on the queue pair "
+                             "of %s within %.0f s",
+                             rc->reply->peer, WAIT_S);
+                    return -1;
+                }
+                sched_yield();
+            }
+        }
+    }
+    return 0;
+}
+
+/* Invalidates the windows of `count` leases (IBV_WR_LOCAL_INV, waited for) and puts them back on
+ * the free list. Returns 0, or -1 (fence the connection: the windows stay with their leases and
+ * are deallocated by the fence, after the QP is gone). */
+static int leases_invalidate(rconn_t *rc, lease_t **leases, uint32_t count) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < count; i++)
+        n += leases[i]->nwin;
+    if (n == 0)
+        return 0;
+    struct ibv_send_wr small[8];
+    struct ibv_send_wr *wrs = n <= 8 ? small : calloc(n, sizeof *wrs);
+    if (wrs == NULL)
+        return -1;
+    memset(wrs, 0, n * sizeof *wrs);
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < count; i++)
+        for (uint32_t w = 0; w < leases[i]->nwin; w++) {
+            wrs[k].opcode = IBV_WR_LOCAL_INV;
+            wrs[k].invalidate_rkey = leases[i]->wins[w]->rkey;
+            k++;
+        }
+    uint64_t t0 = now_ns();
+    int rc_out = post_wait(rc, wrs, n);
+    atomic_fetch_add(&rc->rs->invalidate_ns, now_ns() - t0);
+    if (wrs != small)
+        free(wrs);
+    if (rc_out < 0)
+        return -1;
+    atomic_fetch_add(&rc->rs->windows_invalidated, n);
+    atomic_fetch_sub(&rc->rs->windows_live, n);
+    for (uint32_t i = 0; i < count; i++) {
+        for (uint32_t w = 0; w < leases[i]->nwin; w++) {
+            leases[i]->wins[w]->next = rc->free_wins;
+            rc->free_wins = leases[i]->wins[w];
+        }
+        leases[i]->nwin = 0;
+    }
+    return 0;
+}
+
+static void win_free(rconn_t *rc, win_t *w) {
+    ibv_dealloc_mw(w->mw); /* a window still bound is invalidated with it */
+    free(w);
+    rc->wins--;
+}
+
+/* Drops a lease whose windows were invalidated (or whose QP is gone): its hold last. */
 static void lease_drop(rconn_t *rc, lease_t *l) {
+    for (uint32_t w = 0; w < l->nwin; w++) {
+        win_free(rc, l->wins[w]);
+        atomic_fetch_sub(&rc->rs->windows_live, 1);
+    }
+    free(l->wins);
     dsc_hold_release(rc->srv->cat, &l->hold);
     rc->bytes -= l->bytes;
     atomic_fetch_sub(&rc->rs->leases, 1);
@@ -482,9 +685,9 @@ static void lease_drop(rconn_t *rc, lease_t *l) {
     free(l);
 }
 
-/* The QP first (after destroy returns the device reads nothing more for it), then the holds.
- * Unlisted before the destroy: ibv_destroy_qp waits for the acks of events of this QP already
- * read, and the async-event loop acks only after it let go of the list. */
+/* The QP first (after destroy returns the device reads nothing more for it), then the windows,
+ * then the holds. Unlisted before the destroy: ibv_destroy_qp waits for the acks of events of
+ * this QP already read, and the async-event loop acks only after it let go of the list. */
 static void fence(rconn_t *rc) {
     if (rc->qp != NULL) {
         list_remove(rc);
@@ -498,6 +701,15 @@ static void fence(rconn_t *rc) {
         lease_drop(rc, l);
     }
     rc->tail = NULL;
+    while (rc->free_wins) {
+        win_t *w = rc->free_wins;
+        rc->free_wins = w->next;
+        win_free(rc, w);
+    }
+    if (rc->cq != NULL) {
+        rc->rs->dev.v.destroy_cq(rc->cq);
+        rc->cq = NULL;
+    }
 }
 
 /* Fences, then closes the connection with one UNAVAILABLE frame (request id 0) once its answers
@@ -507,6 +719,39 @@ static void fence_and_close(rconn_t *rc, const char *message) {
     uv_timer_stop(&rc->timer);
     dsc__server_count_request(rc->srv, DSC_OP_RDMA_GET, DSC_STATUS_UNAVAILABLE);
     rc->reply->ops->fatal(rc->reply, DSC_OP_RDMA_GET, 0, DSC_STATUS_UNAVAILABLE, message);
+}
+
+/* Unlinks l from rc's lease list. */
+static void lease_unlink(rconn_t *rc, lease_t *prev, lease_t *l) {
+    if (prev)
+        prev->next = l->next;
+    else
+        rc->head = l->next;
+    if (rc->tail == l)
+        rc->tail = prev;
+    l->next = NULL;
+}
+
+/* Ends the given leases (already unlinked): windows invalidated, then holds dropped; a failed
+ * invalidation fences the connection first (QP destroyed, then every hold dropped). */
+static void leases_end(rconn_t *rc, lease_t **ended, uint32_t n, const char *why) {
+    if (n == 0)
+        return;
+    if (leases_invalidate(rc, ended, n) < 0) {
+        for (uint32_t i = 0; i < n; i++) { /* back on the list: the fence drops them */
+            ended[i]->next = rc->head;
+            rc->head = ended[i];
+            if (rc->tail == NULL)
+                rc->tail = ended[i];
+        }
+        char msg[160];
+        snprintf(msg, sizeof msg, "RDMA memory-window invalidation failed (%s): connection fenced",
+                 why);
+        fence_and_close(rc, msg);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        lease_drop(rc, ended[i]);
 }
 
 static void on_handle_closed(uv_handle_t *h) {
@@ -755,6 +1000,8 @@ typedef struct connect_job {
     dsc_rdma_gid_choice_t gid; /* this side's, chosen on the loop (conn_gid) */
     uint16_t version;
     uint8_t mtu, rd;
+    uint32_t psn;      /* this side's send PSN (the QP goes to RTS for its window WRs) */
+    struct ibv_cq *cq; /* the connection's CQ, made by connect_work */
     struct ibv_qp *qp; /* made by connect_work, NULL when it failed */
     int err;
 } connect_job_t;
@@ -764,17 +1011,47 @@ typedef struct connect_job {
 static void connect_work(uv_work_t *work) {
     connect_job_t *j = work->data;
     dsc_rdma_srv_t *rs = j->srv->opt.rdma;
-    j->qp = dsc_rdma_qp_create(&rs->dev, rs->cq, SERVER_SEND_WR, IBV_ACCESS_REMOTE_READ);
-    if (j->qp == NULL) {
+    j->cq = rs->dev.v.create_cq(rs->dev.ctx, SERVER_CQE, NULL, NULL, 0);
+    if (j->cq == NULL) {
         j->err = errno;
         return;
     }
+    j->qp = dsc_rdma_qp_create(&rs->dev, j->cq, SERVER_SEND_WR, IBV_ACCESS_REMOTE_READ);
+    if (j->qp == NULL) {
+        j->err = errno;
+        goto fail;
+    }
     int rc = dsc_rdma_qp_rtr(&rs->dev, &j->gid, j->qp, &j->remote, j->mtu, j->rd);
+    /* RTS: windows are bound and invalidated by WRs on this QP's send queue. */
+    if (rc == 0 && rs->windows)
+        rc = dsc_rdma_qp_rts(&rs->dev, j->qp, j->psn, j->rd);
     if (rc < 0) {
         rs->dev.v.destroy_qp(j->qp);
         j->qp = NULL;
         j->err = -rc;
+        goto fail;
     }
+    return;
+fail:
+    rs->dev.v.destroy_cq(j->cq);
+    j->cq = NULL;
+}
+
+/* The QP and CQ of a job whose answer is not sent. */
+static void job_discard(dsc_rdma_srv_t *rs, connect_job_t *j) {
+    if (j->qp)
+        dsc_rdma_qp_fence(&rs->dev, j->qp);
+    if (j->cq)
+        rs->dev.v.destroy_cq(j->cq);
+    j->qp = NULL;
+    j->cq = NULL;
+}
+
+/* 1 when the connection may not use RDMA on this server: READs cannot be confined (no windows)
+ * and its credential is limited to some datasets. */
+static int limited_without_windows(const dsc_rdma_srv_t *rs, const dsc_reply_t *reply) {
+    return !rs->windows && reply->auth.state == DSC_AUTH_STATE_OK && reply->auth.cred != NULL &&
+           dsc_cred_dataset_count(reply->auth.cred) > 0;
 }
 
 /* Loop: answers, or (the connection closed meanwhile) only destroys the QP. */
@@ -787,8 +1064,7 @@ static void connect_done(uv_work_t *work, int status) {
     rconn_t *rc = j->rc;
     if (reply->ops->closing(reply)) {
         /* dsc__rdma_on_close let go of rc: nothing of the connection is touched but its count. */
-        if (j->qp)
-            dsc_rdma_qp_fence(&rs->dev, j->qp);
+        job_discard(rs, j);
         atomic_fetch_add(&rs->connect_failures, 1);
         free(rc);
         goto done;
@@ -802,9 +1078,19 @@ static void connect_done(uv_work_t *work, int status) {
                        "RDMA_CONNECT: cannot bring a queue pair to RTR towards this client");
         goto done;
     }
+    if (limited_without_windows(rs, reply)) { /* narrowed by a reload meanwhile */
+        job_discard(rs, j);
+        free(rc);
+        atomic_fetch_add(&rs->refused_limited, 1);
+        connect_refuse(srv, reply, j->id, DSC_STATUS_UNAVAILABLE,
+                       "RDMA_CONNECT refused: this server's device has no memory windows, so "
+                       "READs cannot be confined to leased chunks, and this credential is limited "
+                       "to some datasets; this connection stays on TCP");
+        goto done;
+    }
     dsc_rdma_connect_resp_t resp;
     memset(&resp, 0, sizeof resp);
-    dsc_rdma_qp_describe(&rs->dev, &j->gid, j->qp, dsc_rdma_random_psn(), j->rd, &resp.qp);
+    dsc_rdma_qp_describe(&rs->dev, &j->gid, j->qp, j->psn, j->rd, &resp.qp);
     resp.qp.version = j->version;
     resp.qp.mtu = j->mtu;
     resp.lease_ttl_ms = rs->opt.lease_ttl_ms;
@@ -816,13 +1102,14 @@ static void connect_done(uv_work_t *work, int status) {
     uint8_t out[256];
     int n = dsc_rdma_connect_resp_encode(&resp, out, sizeof out);
     if (n < 0) {
-        dsc_rdma_qp_fence(&rs->dev, j->qp);
+        job_discard(rs, j);
         free(rc);
         connect_refuse(srv, reply, j->id, DSC_STATUS_INTERNAL, "cannot encode RDMA_CONNECT");
         goto done;
     }
     rc->connecting = 0;
     rc->qp = j->qp;
+    rc->cq = j->cq;
     uv_timer_init(reply->loop, &rc->timer);
     rc->timer.data = rc;
     uv_async_init(reply->loop, &rc->event_async, on_qp_event);
@@ -857,6 +1144,16 @@ void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
     dsc_rdma_qp_info_t req;
     if (dsc_rdma_connect_req_decode(body, len, &req) < 0) {
         connect_refuse(srv, reply, id, DSC_STATUS_BAD_REQUEST, "malformed RDMA_CONNECT body");
+        return;
+    }
+    if (limited_without_windows(rs, reply)) {
+        atomic_fetch_add(&rs->refused_limited, 1);
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "RDMA_CONNECT refused: %s, so RDMA READs cannot be confined to leased chunks, "
+                 "and credential \"%s\" is limited to some datasets; this connection stays on TCP",
+                 rs->no_windows, dsc_cred_name(reply->auth.cred));
+        connect_refuse(srv, reply, id, DSC_STATUS_UNAVAILABLE, msg);
         return;
     }
     int down = atomic_load(&rs->down_event);
@@ -909,6 +1206,7 @@ void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
     j->version = version;
     j->mtu = mtu;
     j->rd = rd;
+    j->psn = dsc_rdma_random_psn();
     reply->rdma = rc;
     reply->ops->wait_begin(reply, 0);
     if (uv_queue_work(reply->loop, &j->work, connect_work, connect_done) != 0) {
@@ -927,6 +1225,9 @@ int dsc__rdma_release(dsc_server_t *srv, dsc_reply_t *reply, const dsc_rdma_get_
     rconn_t *rc = reply->rdma;
     if (rc == NULL || rc->connecting)
         return -1;
+    lease_t *small[16];
+    lease_t **ended = req->release_count <= 16 ? small : calloc(req->release_count, sizeof *ended);
+    uint32_t n = 0;
     for (uint16_t i = 0; i < req->release_count; i++) {
         uint64_t id = dsc_rdma_get_req_release(req, i);
         lease_t *prev = NULL, *l = rc->head;
@@ -938,14 +1239,24 @@ int dsc__rdma_release(dsc_server_t *srv, dsc_reply_t *reply, const dsc_rdma_get_
             atomic_fetch_add(&rc->rs->releases_unknown, 1);
             continue;
         }
-        if (prev)
-            prev->next = l->next;
-        else
-            rc->head = l->next;
-        if (rc->tail == l)
-            rc->tail = prev;
-        lease_drop(rc, l);
+        lease_unlink(rc, prev, l);
+        if (ended != NULL) {
+            ended[n++] = l;
+        } else if (leases_invalidate(rc, &l, 1) == 0) { /* out of memory: one at a time */
+            lease_drop(rc, l);
+        } else {
+            l->next = rc->head;
+            rc->head = l;
+            if (rc->tail == NULL)
+                rc->tail = l;
+            fence_and_close(rc, "RDMA memory-window invalidation failed: connection fenced");
+            return 0;
+        }
     }
+    /* One chain of invalidations for every lease released, then their holds. */
+    leases_end(rc, ended, n, "release");
+    if (ended != small)
+        free(ended);
     return 0;
 }
 
@@ -994,22 +1305,123 @@ int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_ans
     if (descs == NULL)
         return DSC_ENOMEM;
     int piece = -1;
+    /* Runs of consecutive chunks in one region: each gets one window (with windows). */
+    uint32_t runs = 0;
+    int run_piece[64];
+    uint64_t run_lo[64], run_hi[64];
+    uint32_t run_of_small[16];
+    uint32_t *run_of = count <= 16 ? run_of_small : malloc(count * sizeof *run_of);
+    if (run_of == NULL) {
+        if (descs != small)
+            free(descs);
+        return DSC_ENOMEM;
+    }
     for (uint32_t i = 0; i < count && leased; i++) {
         const dsc_chunk_entry_t *e = &answer->entries[i];
         const uint8_t *p = hold->data + e->offset;
+        int prev = piece;
         piece = mr_index(rs, p, e->stored_len, piece);
         if (piece < 0) {
             leased = 0;
             break;
         }
+        uint64_t lo = (uint64_t)(uintptr_t)p, hi = lo + e->stored_len;
+        if (runs == 0 || piece != prev) {
+            if (runs == sizeof run_lo / sizeof run_lo[0]) {
+                leased = 0; /* a lease across more than 64 regions: answered inline */
+                break;
+            }
+            run_piece[runs] = piece;
+            run_lo[runs] = lo;
+            run_hi[runs] = hi;
+            runs++;
+        } else {
+            run_lo[runs - 1] = lo < run_lo[runs - 1] ? lo : run_lo[runs - 1];
+            run_hi[runs - 1] = hi > run_hi[runs - 1] ? hi : run_hi[runs - 1];
+        }
+        run_of[i] = runs - 1;
         struct ibv_mr *mr = rs->mrs[piece];
         TSAN_RELEASE(mr);
-        descs[i] = (dsc_rdma_desc_t){.addr = (uint64_t)(uintptr_t)p,
+        descs[i] = (dsc_rdma_desc_t){.addr = lo,
                                      .rkey = mr->rkey,
                                      .len = e->stored_len,
                                      .checksum = e->stored_checksum};
     }
     int rc_out = 0;
+    win_t **wins = NULL;
+    if (leased && rs->windows) {
+        /* One window per run, bound on this connection's QP to exactly the run's bytes (the
+         * leased chunks of one shard file), waited for before the answer names its rkey. */
+        if (rc->wins + runs > MAX_WINDOWS) {
+            atomic_fetch_add(&rs->busy, 1);
+            rc_out = DSC_EBUSY;
+            goto out;
+        }
+        wins = calloc(runs, sizeof *wins);
+        struct ibv_send_wr wrs[64];
+        memset(wrs, 0, sizeof wrs);
+        for (uint32_t r = 0; wins != NULL && r < runs; r++) {
+            win_t *w = rc->free_wins;
+            if (w != NULL) {
+                rc->free_wins = w->next;
+            } else if ((w = calloc(1, sizeof *w)) != NULL) {
+                w->mw = ibv_alloc_mw(rs->dev.pd, IBV_MW_TYPE_2);
+                if (w->mw == NULL) {
+                    free(w);
+                    w = NULL;
+                } else {
+                    w->rkey = w->mw->rkey;
+                    rc->wins++;
+                }
+            }
+            if (w == NULL) {
+                for (uint32_t k = 0; k < r; k++) {
+                    wins[k]->next = rc->free_wins;
+                    rc->free_wins = wins[k];
+                }
+                free(wins);
+                wins = NULL;
+                break;
+            }
+            wins[r] = w;
+            wrs[r].opcode = IBV_WR_BIND_MW;
+            wrs[r].bind_mw.mw = w->mw;
+            wrs[r].bind_mw.rkey = ibv_inc_rkey(w->rkey);
+            wrs[r].bind_mw.bind_info.mr = rs->mrs[run_piece[r]];
+            wrs[r].bind_mw.bind_info.addr = run_lo[r];
+            wrs[r].bind_mw.bind_info.length = run_hi[r] - run_lo[r];
+            wrs[r].bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
+        }
+        if (wins == NULL) {
+            rc_out = DSC_ENOMEM;
+            goto out;
+        }
+        uint64_t t0 = now_ns();
+        int bound = post_wait(rc, wrs, runs);
+        atomic_fetch_add(&rs->bind_ns, now_ns() - t0);
+        if (bound < 0) {
+            /* The QP is broken: the windows go with the fence (QP first, then the windows). */
+            for (uint32_t k = 0; k < runs; k++) {
+                wins[k]->next = rc->free_wins;
+                rc->free_wins = wins[k];
+            }
+            free(wins);
+            if (descs != small)
+                free(descs);
+            if (run_of != run_of_small)
+                free(run_of);
+            fence_and_close(rc, "RDMA memory-window bind failed: connection fenced");
+            return DSC_EINVAL;
+        }
+        for (uint32_t r = 0; r < runs; r++) {
+            wins[r]->rkey = wrs[r].bind_mw.rkey;
+            TSAN_RELEASE(wins[r]->mw);
+        }
+        for (uint32_t i = 0; i < count; i++)
+            descs[i].rkey = wins[run_of[i]]->rkey;
+        atomic_fetch_add(&rs->windows_bound, runs);
+        atomic_fetch_add(&rs->windows_live, runs);
+    }
     if (leased) {
         lease_t *l = calloc(1, sizeof *l);
         size_t cap = DSC_RDMA_GET_RESP_SIZE(count);
@@ -1021,8 +1433,24 @@ int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_ans
             free(l);
             free(body);
             rc_out = n;
+            if (wins != NULL) { /* never named: the windows are invalidated on the way back */
+                lease_t tmp = {.nwin = runs, .wins = wins};
+                lease_t *one = &tmp;
+                if (leases_invalidate(rc, &one, 1) < 0) {
+                    fence_and_close(rc, "RDMA memory-window invalidation failed: connection "
+                                        "fenced");
+                    for (uint32_t k = 0; k < runs; k++) { /* after the QP: safe to free */
+                        win_free(rc, wins[k]);
+                        atomic_fetch_sub(&rs->windows_live, 1);
+                    }
+                }
+                free(wins);
+            }
         } else {
             l->id = rc->next_id++;
+            l->nwin = wins != NULL ? runs : 0;
+            l->wins = wins;
+            snprintf(l->dataset, sizeof l->dataset, "%s", answer->dataset ? answer->dataset : "");
             l->deadline_ms = uv_now(rc->timer.loop) + rs->opt.lease_ttl_ms;
             l->bytes = answer->data_len;
             l->hold = *hold;
@@ -1068,8 +1496,11 @@ int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_ans
             free(body);
         }
     }
+out:
     if (descs != small)
         free(descs);
+    if (run_of != run_of_small)
+        free(run_of);
     return rc_out;
 }
 
@@ -1085,6 +1516,69 @@ void dsc__rdma_on_close(dsc_server_t *srv, dsc_reply_t *reply) {
     uv_timer_stop(&rc->timer);
     uv_close((uv_handle_t *)&rc->timer, on_handle_closed);
     uv_close((uv_handle_t *)&rc->event_async, on_handle_closed);
+}
+
+void dsc__rdma_revoke(dsc_server_t *srv, dsc_reply_t *reply, int removed) {
+    (void)srv;
+    rconn_t *rc = reply->rdma;
+    if (rc == NULL || rc->connecting)
+        return; /* connect_done checks the credential again before it answers */
+    dsc_rdma_srv_t *rs = rc->rs;
+    if (removed) {
+        uint64_t n = 0;
+        for (lease_t *l = rc->head; l; l = l->next)
+            n++;
+        atomic_fetch_add(&rs->leases_revoked, n);
+        fence(rc); /* QP destroyed, windows deallocated, holds dropped; the caller closes */
+        return;
+    }
+    if (limited_without_windows(rs, reply)) {
+        uint64_t n = 0;
+        for (lease_t *l = rc->head; l; l = l->next)
+            n++;
+        atomic_fetch_add(&rs->leases_revoked, n);
+        LOG_WARN("rdma: the credential of %s is now limited to some datasets and this device has "
+                 "no memory windows: fencing its RDMA connection",
+                 reply->peer);
+        fence_and_close(rc, "RDMA ended: the credential is now limited to some datasets and READs "
+                            "cannot be confined on this server: reconnect (TCP)");
+        return;
+    }
+    lease_t *small[16], **ended = small;
+    uint32_t n = 0, cap = 16;
+    for (lease_t *prev = NULL, *l = rc->head, *next; l; l = next) {
+        next = l->next;
+        if (dsc__authz_may_read(&reply->auth, l->dataset, strlen(l->dataset))) {
+            prev = l;
+            continue;
+        }
+        if (n == cap) {
+            lease_t **grown = malloc(2 * cap * sizeof *grown);
+            if (grown == NULL) {
+                fence_and_close(rc, "RDMA ended: the credential lost a dataset (out of memory "
+                                    "while revoking its leases)");
+                if (ended != small)
+                    free(ended);
+                return;
+            }
+            memcpy(grown, ended, n * sizeof *grown);
+            if (ended != small)
+                free(ended);
+            ended = grown;
+            cap *= 2;
+        }
+        lease_unlink(rc, prev, l);
+        ended[n++] = l;
+    }
+    if (n > 0) {
+        atomic_fetch_add(&rs->leases_revoked, n);
+        LOG_INFO("rdma: %u lease(s) of %s on datasets its credential no longer lists: windows "
+                 "invalidated, holds dropped",
+                 n, reply->peer);
+        leases_end(rc, ended, n, "revocation");
+    }
+    if (ended != small)
+        free(ended);
 }
 
 #endif

@@ -56,6 +56,13 @@ typedef struct dsc_rdma_counters {
     uint64_t qp_errors;         /* connections fenced for a QP error event (QP_FATAL, ...) */
     uint64_t async_events;      /* async events read from the device */
     uint64_t offered;           /* 1 while new connections are offered RDMA (no port error) */
+    uint64_t windows;             /* 1: READs confined by memory windows */
+    uint64_t windows_bound;       /* binds completed */
+    uint64_t windows_invalidated; /* invalidations completed */
+    uint64_t windows_live;        /* windows bound now */
+    double bind_seconds, invalidate_seconds; /* loop time spent posting and waiting for them */
+    uint64_t refused_limited;     /* RDMA_CONNECTs refused: limited credential, no windows */
+    uint64_t leases_revoked;      /* leases ended because a reload took their dataset away */
     uint64_t registered_bytes;  /* arena bytes registered */
     uint64_t regions;           /* memory regions the arena is registered in */
     uint64_t region_overlap;    /* bytes adjacent regions share (0: one region) */
@@ -94,5 +101,11 @@ int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_ans
                         dsc_hold_t *hold);
 /* The connection is closing: QP to ERR and destroyed, then every lease's hold dropped. */
 void dsc__rdma_on_close(dsc_server_t *srv, dsc_reply_t *reply);
+/* The connection's credential was removed or changed by a reload (removed != 0: the caller closes
+ * the connection next): its QP is destroyed and its leases dropped now. Else it was narrowed:
+ * every lease on a dataset it may no longer read is invalidated and dropped now (without memory
+ * windows, a credential now limited to some datasets loses RDMA: the connection is fenced and
+ * closed). */
+void dsc__rdma_revoke(dsc_server_t *srv, dsc_reply_t *reply, int removed);
 
 #endif

@@ -855,6 +855,17 @@ void dsc__tcp_on_tick(uv_timer_t *timer) {
             conn_close(c);
             continue;
         }
+        /* Revocation at once: a reload that removed or narrowed this connection's credential. */
+        int access = dsc__authz_recheck(&srv->authz, &c->reply.auth, c->reply.peer);
+        if (access != 0)
+            dsc__rdma_revoke(srv, &c->reply, access < 0); /* QP destroyed / leases ended first */
+        if (access < 0) {
+            static const char msg[] = "credential removed or changed by a reload: connection closed";
+            dsc__server_count_request(srv, DSC_OP_AUTH, DSC_STATUS_UNAUTHORIZED);
+            reply_frame(&c->reply, DSC_OP_AUTH, 0, DSC_STATUS_UNAUTHORIZED, msg, sizeof msg - 1);
+            conn_close(c);
+            continue;
+        }
         if (!c->reading && !c->close_when_idle) {
             c->refs++;
             conn_resume(c);

@@ -437,6 +437,18 @@ int dsc_rdma_dev_open(dsc_rdma_dev_t *dev, char *reason, size_t reason_cap) {
         goto fail;
     }
     dev->max_mr_size = da.max_mr_size;
+    uint64_t caps = (uint64_t)da.device_cap_flags;
+    if (!(caps & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) ||
+        da.max_mw <= 0)
+        snprintf(dev->mw_why, sizeof dev->mw_why,
+                 "%s reports no type-2 memory windows (device_cap_flags 0x%llx lacks "
+                 "MEM_WINDOW_TYPE_2A/2B, max_mw %d)",
+                 dev->name, (unsigned long long)caps, da.max_mw);
+    else if (dev->ctx->ops.alloc_mw == NULL || dev->ctx->ops.dealloc_mw == NULL)
+        snprintf(dev->mw_why, sizeof dev->mw_why,
+                 "the verbs library's provider for %s has no ibv_alloc_mw", dev->name);
+    else
+        dev->mw_type2 = 1;
     int rd = da.max_qp_rd_atom > 0 ? da.max_qp_rd_atom : 1;
     dev->max_rd_atomic = (uint8_t)(rd > 16 ? 16 : rd);
     for (int p = 1; p <= da.phys_port_cnt && dev->port == 0; p++) {

@@ -37,6 +37,12 @@ typedef struct dsc_rdma_dev {
     int gid_tbl_len; /* entries in the port's GID table */
     uint16_t lid;
     uint64_t max_mr_size;
+    /* Memory windows (server/rdma.c confines READs to leases with them): 1 when the device
+     * reports type-2 windows (device_cap_flags MEM_WINDOW_TYPE_2A or _2B, max_mw > 0) and the
+     * library has ibv_alloc_mw (inline through context->ops, so no table entry); else 0 and
+     * mw_why says which is missing. */
+    int mw_type2;
+    char mw_why[256];
     char name[64];
     /* Bit i: GID index i passed the address-handle check (dsc_rdma_gid_choose). */
     atomic_uint_fast64_t gid_validated[DSC_RDMA_MAX_GIDS / 64];

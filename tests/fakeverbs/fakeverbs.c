@@ -67,6 +67,7 @@ typedef struct fv_context {
     enum ibv_port_state port_state;
     uint64_t max_mr_size;
     int no_loopback_gid; /* DSC_FAKEVERBS_GID_LOOPBACK=off: GID 2 is an empty entry */
+    int no_mw;           /* DSC_FAKEVERBS_MW=off: no memory windows (a device without them) */
 } fv_context_t;
 
 typedef struct fv_channel {
@@ -89,6 +90,21 @@ typedef struct fv_mr {
     struct fv_mr *next;
 } fv_mr_t;
 
+/* A type-2 memory window (ibv_alloc_mw): free until an IBV_WR_BIND_MW posted on a QP binds it to
+ * a range of a region with MW_BIND access; then only that QP serves READs under its rkey, within
+ * that range, until an IBV_WR_LOCAL_INV of the rkey (or the QP's destruction, or dealloc) frees
+ * it again. The rkey's low 8 bits are the consumer's key (ibv_inc_rkey), so an old rkey of a
+ * window bound again does not match. */
+typedef struct fv_mw {
+    struct ibv_mw mw;
+    int bound;
+    uint32_t bound_rkey; /* the rkey of the current binding */
+    uint32_t qpn;        /* the QP it is bound through (type 2A/2B: the only one it serves) */
+    uint64_t addr, length;
+    int access;
+    struct fv_mw *next;
+} fv_mw_t;
+
 typedef struct fv_qp {
     struct ibv_qp qp;
     struct ibv_qp_cap cap;
@@ -104,8 +120,15 @@ typedef struct fv_qp {
     struct fv_qp *next;
 } fv_qp_t;
 
-/* A posted READ, queued for the requester thread. */
+/* A posted WR, queued for the requester thread: a READ, or a local bind / invalidation of a
+ * memory window (executed in order with the QP's other WRs, as a NIC does). */
 typedef struct fv_work {
+    enum ibv_wr_opcode opcode;
+    fv_mw_t *mw;         /* BIND_MW: the window, then the binding below */
+    uint32_t new_rkey;   /* BIND_MW: its new rkey; LOCAL_INV: the rkey to invalidate */
+    struct ibv_mr *bind_mr;
+    uint64_t bind_addr, bind_length;
+    int bind_access;
     uint32_t qpn;
     uint64_t wr_id;
     int signaled;
@@ -133,6 +156,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* objects below */
 static pthread_cond_t g_work_cond = PTHREAD_COND_INITIALIZER;
 static fv_mr_t *g_mrs;
 static fv_qp_t *g_qps;
+static fv_mw_t *g_mws;
 static fv_work_t *g_work_head, *g_work_tail;
 static uint32_t g_next_qpn = 0x100, g_next_key = 0x1000, g_next_handle = 1;
 static uint64_t g_registered;
@@ -146,7 +170,7 @@ static long g_drop_cqe, g_fail_post, g_kill_on_read, g_qp_delay_ms;
 static long g_cqe_seen, g_post_seen, g_reads_served;
 
 /* Statistics (g_lock), appended to $DSC_FAKEVERBS_STATS at exit (see fakeverbs.h). */
-static long g_reg_mr_calls;
+static long g_reg_mr_calls, g_binds, g_invalidates;
 static uint32_t g_max_signaled_outstanding;
 
 static struct ibv_device g_device;
@@ -154,6 +178,8 @@ static pthread_once_t g_device_once = PTHREAD_ONCE_INIT;
 
 static int fv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
 static int fv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+static struct ibv_mw *fv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+static int fv_dealloc_mw(struct ibv_mw *mw);
 
 static uint64_t env_u64(const char *name, uint64_t dflt) {
     const char *v = getenv(name);
@@ -494,6 +520,14 @@ static fv_mr_t *mr_by_rkey(uint32_t rkey) {
     return NULL;
 }
 
+/* A window bound under exactly this rkey (g_lock). */
+static fv_mw_t *mw_by_rkey(uint32_t rkey) {
+    for (fv_mw_t *w = g_mws; w; w = w->next)
+        if (w->bound && w->bound_rkey == rkey)
+            return w;
+    return NULL;
+}
+
 /* [addr, addr + len) inside the region, with no wrap-around. */
 static int mr_covers(const fv_mr_t *m, uint64_t addr, uint64_t len) {
     uint64_t base = (uint64_t)(uintptr_t)m->mr.addr;
@@ -581,6 +615,52 @@ static enum ibv_wc_status do_read(uint32_t src_qpn, uint32_t peer_pid, uint32_t 
     return IBV_WC_SUCCESS;
 }
 
+/* A window still in the list (it may have been deallocated since the WR was posted). */
+static int mw_alive(const fv_mw_t *mw) {
+    for (fv_mw_t *w = g_mws; w; w = w->next)
+        if (w == mw)
+            return 1;
+    return 0;
+}
+
+/* BIND_MW or LOCAL_INV on q (g_lock held), as the IB spec's checks: a bind needs a free type-2
+ * window of q's PD, the same window index in the new rkey (only its key byte changes), a region
+ * of that PD with MW_BIND access holding the range, and remote write only over local write; an
+ * invalidation needs a window of q's PD bound under that rkey. Failures are IBV_WC_MW_BIND_ERR. */
+static enum ibv_wc_status local_mw_op(fv_qp_t *q, const fv_work_t *w) {
+    if (w->opcode == IBV_WR_LOCAL_INV) {
+        for (fv_mw_t *m = g_mws; m; m = m->next)
+            if (m->bound && m->bound_rkey == w->new_rkey && m->mw.pd == q->qp.pd) {
+                m->bound = 0;
+                g_invalidates++;
+                return IBV_WC_SUCCESS;
+            }
+        return IBV_WC_MW_BIND_ERR;
+    }
+    fv_mw_t *mw = w->mw;
+    if (!mw_alive(mw) || mw->bound || mw->mw.type != IBV_MW_TYPE_2 || mw->mw.pd != q->qp.pd ||
+        (w->new_rkey & ~0xffu) != (mw->mw.rkey & ~0xffu))
+        return IBV_WC_MW_BIND_ERR;
+    fv_mr_t *r = NULL;
+    for (fv_mr_t *x = g_mrs; x; x = x->next)
+        if (&x->mr == w->bind_mr)
+            r = x;
+    if (r == NULL || r->mr.pd != q->qp.pd || !(r->access & IBV_ACCESS_MW_BIND) ||
+        w->bind_length == 0 || !mr_covers(r, w->bind_addr, w->bind_length) ||
+        ((w->bind_access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+         !(r->access & IBV_ACCESS_LOCAL_WRITE)))
+        return IBV_WC_MW_BIND_ERR;
+    mw->bound = 1;
+    mw->bound_rkey = w->new_rkey;
+    mw->mw.rkey = w->new_rkey;
+    mw->qpn = q->qp.qp_num;
+    mw->addr = w->bind_addr;
+    mw->length = w->bind_length;
+    mw->access = w->bind_access;
+    g_binds++;
+    return IBV_WC_SUCCESS;
+}
+
 static void complete(uint32_t qpn, const fv_work_t *w, enum ibv_wc_status status) {
     pthread_mutex_lock(&g_lock);
     fv_qp_t *q = qp_find(qpn);
@@ -601,8 +681,10 @@ static void complete(uint32_t qpn, const fv_work_t *w, enum ibv_wc_status status
     memset(&wc, 0, sizeof wc);
     wc.wr_id = w->wr_id;
     wc.status = status;
-    wc.opcode = IBV_WC_RDMA_READ;
-    wc.byte_len = status == IBV_WC_SUCCESS ? (uint32_t)w->len : 0;
+    wc.opcode = w->opcode == IBV_WR_BIND_MW     ? IBV_WC_BIND_MW
+                : w->opcode == IBV_WR_LOCAL_INV ? IBV_WC_LOCAL_INV
+                                                : IBV_WC_RDMA_READ;
+    wc.byte_len = status == IBV_WC_SUCCESS && w->opcode == IBV_WR_RDMA_READ ? (uint32_t)w->len : 0;
     wc.qp_num = qpn;
     cq_push(cq, &wc);
 }
@@ -617,6 +699,12 @@ static void run_work(fv_work_t *w) {
     if (q->qp.state == IBV_QPS_ERR) {
         pthread_mutex_unlock(&g_lock);
         complete(w->qpn, w, IBV_WC_WR_FLUSH_ERR);
+        return;
+    }
+    if (w->opcode != IBV_WR_RDMA_READ) {
+        enum ibv_wc_status st = local_mw_op(q, w);
+        pthread_mutex_unlock(&g_lock);
+        complete(w->qpn, w, st);
         return;
     }
     /* Local protection: every SGE inside a region of this PD with LOCAL_WRITE. */
@@ -711,9 +799,19 @@ static int serve_one(int fd) {
         resp.status = IBV_WC_REM_INV_REQ_ERR; /* packets sized for another MTU */
         responder_error(q, IBV_EVENT_QP_REQ_ERR);
     } else {
-        fv_mr_t *m = mr_by_rkey(req.rkey);
-        if (!(q->access & IBV_ACCESS_REMOTE_READ) || m == NULL || m->mr.pd != q->qp.pd ||
-            !(m->access & IBV_ACCESS_REMOTE_READ) || !mr_covers(m, req.raddr, req.len)) {
+        /* The rkey names a bound window (served only through the QP it was bound on, inside its
+         * range) or a region with REMOTE_READ; anything else is a remote access error. */
+        fv_mw_t *w = mw_by_rkey(req.rkey);
+        fv_mr_t *m = w == NULL ? mr_by_rkey(req.rkey) : NULL;
+        int ok = (q->access & IBV_ACCESS_REMOTE_READ) != 0;
+        if (w != NULL)
+            ok = ok && w->qpn == q->qp.qp_num && w->mw.pd == q->qp.pd &&
+                 (w->access & IBV_ACCESS_REMOTE_READ) && req.len <= w->length &&
+                 req.raddr >= w->addr && req.raddr - w->addr <= w->length - req.len;
+        else
+            ok = ok && m != NULL && m->mr.pd == q->qp.pd && (m->access & IBV_ACCESS_REMOTE_READ) &&
+                 mr_covers(m, req.raddr, req.len);
+        if (!ok) {
             resp.status = IBV_WC_REM_ACCESS_ERR;
             responder_error(q, IBV_EVENT_QP_ACCESS_ERR);
         } else {
@@ -722,7 +820,11 @@ static int serve_one(int fd) {
             if (copy == NULL) {
                 resp.status = IBV_WC_REM_OP_ERR;
             } else {
-                FV_TSAN_ACQUIRE(&m->mr); /* the owner released it when it handed out the rkey */
+                /* the owner released it when it handed out the rkey */
+                if (w != NULL)
+                    FV_TSAN_ACQUIRE(&w->mw);
+                else
+                    FV_TSAN_ACQUIRE(&m->mr);
                 memcpy(copy, (const void *)(uintptr_t)req.raddr, req.len);
                 resp.len = req.len;
             }
@@ -942,6 +1044,12 @@ FV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device) {
     c->ctx.ops.req_notify_cq = fv_req_notify_cq;
     c->ctx.ops.post_send = fv_post_send;
     c->ctx.ops.post_recv = fv_post_recv;
+    const char *mw_env = getenv("DSC_FAKEVERBS_MW");
+    c->no_mw = mw_env != NULL && strcmp(mw_env, "off") == 0;
+    if (!c->no_mw) {
+        c->ctx.ops.alloc_mw = fv_alloc_mw; /* ibv_alloc_mw / ibv_dealloc_mw are inline: ops */
+        c->ctx.ops.dealloc_mw = fv_dealloc_mw;
+    }
     int mtu = 0;
     uint64_t bytes = env_u64("DSC_FAKEVERBS_MTU", 4096);
     for (int e = IBV_MTU_256; e <= IBV_MTU_4096; e++)
@@ -988,6 +1096,10 @@ FV_EXPORT int ibv_query_device(struct ibv_context *ibctx, struct ibv_device_attr
     attr->max_qp_rd_atom = 16;
     attr->max_qp_init_rd_atom = 16;
     attr->phys_port_cnt = 1;
+    if (!c->no_mw) {
+        attr->device_cap_flags |= IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+        attr->max_mw = 65536;
+    }
     return 0;
 }
 
@@ -1063,6 +1175,11 @@ FV_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd) {
         }
     for (fv_qp_t *q = g_qps; q; q = q->next)
         if (q->qp.pd == pd) {
+            pthread_mutex_unlock(&g_lock);
+            return EBUSY;
+        }
+    for (fv_mw_t *w = g_mws; w; w = w->next)
+        if (w->mw.pd == pd) {
             pthread_mutex_unlock(&g_lock);
             return EBUSY;
         }
@@ -1420,6 +1537,9 @@ FV_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp) {
             *p = q->next;
             break;
         }
+    for (fv_mw_t *w = g_mws; w; w = w->next)
+        if (w->bound && w->qpn == q->qp.qp_num)
+            w->bound = 0; /* its only QP is gone: nothing can READ through the window */
     pthread_mutex_unlock(&g_lock);
     async_forget_qp(q); /* waits for the acks of its events that were read */
     pthread_mutex_destroy(&q->qp.mutex);
@@ -1444,11 +1564,13 @@ static int fv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_
         return EINVAL;
     }
     for (; wr != NULL; wr = wr->next) {
-        if (wr->opcode != IBV_WR_RDMA_READ || wr->num_sge < 0 ||
-            (uint32_t)wr->num_sge > q->cap.max_send_sge) {
+        int local = wr->opcode == IBV_WR_BIND_MW || wr->opcode == IBV_WR_LOCAL_INV;
+        if ((!local && wr->opcode != IBV_WR_RDMA_READ) || wr->num_sge < 0 ||
+            (uint32_t)wr->num_sge > q->cap.max_send_sge ||
+            (wr->opcode == IBV_WR_BIND_MW && wr->bind_mw.mw == NULL)) {
             pthread_mutex_unlock(&g_lock);
             *bad_wr = wr;
-            return EINVAL; /* only READ is modelled */
+            return EINVAL; /* only READ and the window operations are modelled */
         }
         if (q->outstanding >= q->cap.max_send_wr) {
             pthread_mutex_unlock(&g_lock);
@@ -1461,18 +1583,31 @@ static int fv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_
             *bad_wr = wr;
             return ENOMEM;
         }
+        w->opcode = wr->opcode;
+        if (wr->opcode == IBV_WR_BIND_MW) {
+            w->mw = (fv_mw_t *)wr->bind_mw.mw;
+            w->new_rkey = wr->bind_mw.rkey;
+            w->bind_mr = wr->bind_mw.bind_info.mr;
+            w->bind_addr = wr->bind_mw.bind_info.addr;
+            w->bind_length = wr->bind_mw.bind_info.length;
+            w->bind_access = (int)wr->bind_mw.bind_info.mw_access_flags;
+        } else if (wr->opcode == IBV_WR_LOCAL_INV) {
+            w->new_rkey = wr->invalidate_rkey;
+        }
         w->qpn = q->qp.qp_num;
         w->wr_id = wr->wr_id;
         w->signaled = q->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
-        w->num_sge = wr->num_sge;
-        for (int i = 0; i < wr->num_sge; i++) {
+        w->num_sge = local ? 0 : wr->num_sge;
+        for (int i = 0; i < w->num_sge; i++) {
             w->sge[i] = wr->sg_list[i];
             w->len += wr->sg_list[i].length;
         }
-        w->raddr = wr->wr.rdma.remote_addr;
-        w->rkey = wr->wr.rdma.rkey;
+        if (!local) {
+            w->raddr = wr->wr.rdma.remote_addr;
+            w->rkey = wr->wr.rdma.rkey;
+        }
         q->outstanding++;
-        if (w->signaled && ++q->signaled_outstanding > g_max_signaled_outstanding)
+        if (w->signaled && ++q->signaled_outstanding > g_max_signaled_outstanding && !local)
             g_max_signaled_outstanding = q->signaled_outstanding;
         if (g_work_tail)
             g_work_tail->next = w;
@@ -1483,6 +1618,45 @@ static int fv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_
     pthread_cond_signal(&g_work_cond);
     pthread_mutex_unlock(&g_lock);
     return 0;
+}
+
+/* ibv_alloc_mw (through ops, as verbs.h inlines it): type 2 only, as the device reports. */
+static struct ibv_mw *fv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type) {
+    if (type != IBV_MW_TYPE_2) {
+        errno = EOPNOTSUPP; /* type 1 (ibv_bind_mw) is not modelled */
+        return NULL;
+    }
+    fv_mw_t *w = calloc(1, sizeof *w);
+    if (w == NULL) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    w->mw.context = pd->context;
+    w->mw.pd = pd;
+    w->mw.type = type;
+    pthread_mutex_lock(&g_lock);
+    w->mw.handle = g_next_handle++;
+    /* Window index in the upper 24 bits (mixed with the pid, as region rkeys), key byte 0. */
+    w->mw.rkey = ((g_next_key++ << 8) ^ (((uint32_t)g_pid & 0xff) << 8) ^ 0x3c000000u) & ~0xffu;
+    w->next = g_mws;
+    g_mws = w;
+    pthread_mutex_unlock(&g_lock);
+    return &w->mw;
+}
+
+/* ibv_dealloc_mw: a bound window is invalidated with it. */
+static int fv_dealloc_mw(struct ibv_mw *mw) {
+    pthread_mutex_lock(&g_lock);
+    for (fv_mw_t **p = &g_mws; *p; p = &(*p)->next)
+        if (&(*p)->mw == mw) {
+            fv_mw_t *w = *p;
+            *p = w->next;
+            pthread_mutex_unlock(&g_lock);
+            free(w);
+            return 0;
+        }
+    pthread_mutex_unlock(&g_lock);
+    return EINVAL;
 }
 
 static int fv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr) {
@@ -1569,6 +1743,8 @@ FV_EXPORT const char *ibv_wc_status_str(enum ibv_wc_status status) {
         return "remote operation error";
     case IBV_WC_RETRY_EXC_ERR:
         return "transport retry counter exceeded";
+    case IBV_WC_MW_BIND_ERR:
+        return "memory window bind error";
     default:
         return "unknown";
     }
@@ -1583,12 +1759,14 @@ __attribute__((destructor)) static void write_stats(void) {
     if (path == NULL || *path == '\0')
         return;
     pthread_mutex_lock(&g_lock);
-    long reg = g_reg_mr_calls;
+    long reg = g_reg_mr_calls, binds = g_binds, invs = g_invalidates;
     uint32_t max_reads = g_max_signaled_outstanding;
     pthread_mutex_unlock(&g_lock);
-    char line[160];
-    int n = snprintf(line, sizeof line, "fakeverbs pid %ld reg_mr %ld max_qp_read_requests %u\n",
-                     (long)getpid(), reg, max_reads);
+    char line[200];
+    int n = snprintf(line, sizeof line,
+                     "fakeverbs pid %ld reg_mr %ld max_qp_read_requests %u bind_mw %ld "
+                     "local_inv %ld\n",
+                     (long)getpid(), reg, max_reads, binds, invs);
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0 || n <= 0)
         return;

@@ -10,6 +10,9 @@
  *   DSC_FAKEVERBS_MAX_MR_SIZE=N    device max_mr_size in bytes (default 2^40)
  *   DSC_FAKEVERBS_GID_LOOPBACK=off GID 2 (the one on 127.0.0.0/8) is an empty entry: no GID is
  *                                  on the TCP connections' subnet, only the decoy is routable
+ *   DSC_FAKEVERBS_MW=off           no memory windows: device_cap_flags lacks MEM_WINDOW and
+ *                                  TYPE_2B and ibv_alloc_mw fails with EOPNOTSUPP (default: type-2
+ *                                  windows, bound with IBV_WR_BIND_MW, freed by IBV_WR_LOCAL_INV)
  *   DSC_FAKEVERBS_MEMLOCK=N        bytes a process may register in all (default unlimited);
  *                                  beyond it ibv_reg_mr fails with ENOMEM as a real device does
  *   DSC_FAKEVERBS_DIR=DIR          serve remote READs on DIR/fv-<pid>.sock (works across network
@@ -25,16 +28,25 @@
  *                                  PORT_ERR, "active" PORT_ACTIVE, "gid..." GID_CHANGE, "fatal"
  *                                  DEVICE_FATAL (ibv_query_port's answer does not change)
  *   DSC_FAKEVERBS_STATS=FILE       at exit (read then), append one line to FILE:
- *       "fakeverbs pid P reg_mr N max_qp_read_requests M"
+ *       "fakeverbs pid P reg_mr N max_qp_read_requests M bind_mw B local_inv I"
  *                       N: ibv_reg_mr calls of the process (successful or not); M: the most READ
  *                       requests (signalled WRs: a chain signals only its last) posted and not
- *                       yet completed on one QP at once. A process killed by a signal writes none.
+ *                       yet completed on one QP at once; B, I: windows bound and invalidated
+ *                       successfully. A process killed by a signal writes none.
  *
  * Async events behave as libibverbs': the async fd turns readable per queued event; an event read
  * with ibv_get_async_event and not yet acknowledged keeps its QP alive (ibv_destroy_qp waits for
  * the ack), and events not read yet are dropped when their QP is destroyed. A READ that breaks
  * the rkey, access or bounds checks raises IBV_EVENT_QP_ACCESS_ERR on the responder's QP, one with
  * the wrong path MTU IBV_EVENT_QP_REQ_ERR.
+ *
+ * Memory windows (type 2, as type 2A/2B on a NIC): ibv_alloc_mw hands out a free window; an
+ * IBV_WR_BIND_MW on a QP in RTS binds it (in order with that QP's other WRs, completing
+ * IBV_WC_BIND_MW, or IBV_WC_MW_BIND_ERR moving the QP to ERR) to a range of a region registered
+ * with IBV_ACCESS_MW_BIND; from then on its rkey READs that range, and only through that QP: a
+ * READ under it on another QP, outside the range, or after IBV_WR_LOCAL_INV (or after that QP is
+ * destroyed, or the window deallocated) is a remote access error, exactly as an rkey that names
+ * nothing. A region registered without IBV_ACCESS_REMOTE_READ grants no READ under its own rkey.
  *
  * Addressing: the port's GID table (4 entries, all RoCE v2 in ibv_query_gid_ex):
  *   0  fe80::<pid>            link-local (real ports list one): never to be chosen

@@ -27,10 +27,10 @@ static void test_update_and_expiry(void) {
     REQUIRE(dsc_jobs_create(0, 0, &jobs) == 0);
     CHECK(dsc_jobs_expiry(jobs) == DSC_JOB_EXPIRY_S);
     dsc_report_req_t a0 = report("llama", 0, 250000), a1 = report("llama", 1, 500000);
-    CHECK_EQ_INT(dsc_jobs_report(jobs, &a0, "127.0.0.1:5000", 100.0), 0);
-    CHECK_EQ_INT(dsc_jobs_report(jobs, &a1, NULL, 100.0), 0);
+    CHECK_EQ_INT(dsc_jobs_report(jobs, &a0, "127.0.0.1:5000", NULL, 100.0), 0);
+    CHECK_EQ_INT(dsc_jobs_report(jobs, &a1, NULL, NULL, 100.0), 0);
     a0.stall_ppm = 100000;
-    CHECK_EQ_INT(dsc_jobs_report(jobs, &a0, "127.0.0.1:5000", 110.0), 0); /* update */
+    CHECK_EQ_INT(dsc_jobs_report(jobs, &a0, "127.0.0.1:5000", NULL, 110.0), 0); /* update */
     dsc_job_info_t out[8];
     CHECK_EQ_INT(dsc_jobs_snapshot(jobs, 111.0, out, 8), 2);
     CHECK(strcmp(out[0].job, "llama") == 0 && out[0].rank == 0 && out[1].rank == 1);
@@ -56,7 +56,7 @@ static void test_bounded(void) {
     for (int i = 0; i < 6; i++) {
         snprintf(names[i], sizeof names[i], "job%d", i);
         dsc_report_req_t r = report(names[i], 0, 1000);
-        CHECK_EQ_INT(dsc_jobs_report(jobs, &r, NULL, 10.0 + i), i >= 4);
+        CHECK_EQ_INT(dsc_jobs_report(jobs, &r, NULL, NULL, 10.0 + i), i >= 4);
     }
     CHECK_EQ_INT(dsc_jobs_dropped(jobs), 2);
     dsc_job_info_t out[8];
@@ -71,7 +71,7 @@ static void test_renderings(void) {
     dsc_jobs_t *jobs = NULL;
     REQUIRE(dsc_jobs_create(0, 0, &jobs) == 0);
     dsc_report_req_t r = report("bert/run-1", 2, 333000);
-    dsc_jobs_report(jobs, &r, "10.0.0.9:4242", 50.0);
+    dsc_jobs_report(jobs, &r, "10.0.0.9:4242", NULL, 50.0);
     char *json = dsc_jobs_json(jobs, 53.0);
     REQUIRE(json != NULL);
     cJSON *arr = cJSON_Parse(json);
@@ -84,7 +84,7 @@ static void test_renderings(void) {
     CHECK(cJSON_GetObjectItem(o, "rank")->valueint == 2);
     cJSON_Delete(arr);
     free(json);
-    char *text = dsc_jobs_metrics_text(jobs, 53.0);
+    char *text = dsc_jobs_metrics_text(jobs, 53.0, 1);
     REQUIRE(text != NULL);
     CHECK(strstr(text, "dscache_jobs 1\n") != NULL);
     CHECK(strstr(text,
@@ -94,10 +94,61 @@ static void test_renderings(void) {
                        "stage=\"decode\"} 1\n") != NULL);
     free(text);
     /* Empty table: the gauges are there with no series. */
-    text = dsc_jobs_metrics_text(jobs, 50.0 + DSC_JOB_EXPIRY_S + 1);
+    text = dsc_jobs_metrics_text(jobs, 50.0 + DSC_JOB_EXPIRY_S + 1, 1);
     REQUIRE(text != NULL);
     CHECK(strstr(text, "dscache_jobs 0\n") != NULL);
     CHECK(strstr(text, "dscache_job_stall_fraction{") == NULL);
+    free(text);
+    dsc_jobs_destroy(jobs);
+}
+
+/* Issue 20: one credential reporting 70 jobs pushes no other credential's jobs out; each holds
+ * at most its share; without names the metrics carry no job or dataset label. */
+static void test_share(void) {
+    dsc_jobs_t *jobs = NULL;
+    REQUIRE(dsc_jobs_create(0, 60, &jobs) == 0);
+    CHECK_EQ_INT(dsc_jobs_share(jobs), DSC_JOBS_PER_OWNER);
+    dsc_report_req_t b0 = report("team-b/train", 0, 1000), b1 = report("team-b/train", 1, 1000);
+    CHECK_EQ_INT(dsc_jobs_report(jobs, &b0, NULL, "bob", 1.0), 0);
+    CHECK_EQ_INT(dsc_jobs_report(jobs, &b1, NULL, "bob", 1.0), 0);
+    char name[32];
+    for (int i = 0; i < 70; i++) {
+        snprintf(name, sizeof name, "flood-%d", i);
+        dsc_report_req_t r = report(name, 0, 1000);
+        dsc_jobs_report(jobs, &r, NULL, "alice", 2.0 + i);
+    }
+    dsc_job_info_t out[DSC_JOBS_MAX];
+    uint32_t n = dsc_jobs_snapshot(jobs, 80.0, out, DSC_JOBS_MAX);
+    uint32_t bob = 0, alice = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        bob += strcmp(out[i].owner, "bob") == 0;
+        alice += strcmp(out[i].owner, "alice") == 0;
+    }
+    CHECK_EQ_INT(bob, 2);
+    CHECK_EQ_INT(alice, DSC_JOBS_PER_OWNER);
+    /* alice's newest 16 are the ones kept */
+    int newest = 0;
+    for (uint32_t i = 0; i < n; i++)
+        newest += strcmp(out[i].job, "flood-69") == 0;
+    CHECK_EQ_INT(newest, 1);
+    /* A full table: the owner with the most entries gives way, not the smaller one. */
+    dsc_jobs_set_share(jobs, 64);
+    for (int i = 0; i < 70; i++) {
+        snprintf(name, sizeof name, "again-%d", i);
+        dsc_report_req_t r = report(name, 0, 1000);
+        dsc_jobs_report(jobs, &r, NULL, "alice", 100.0 + i);
+    }
+    n = dsc_jobs_snapshot(jobs, 170.0, out, DSC_JOBS_MAX);
+    CHECK_EQ_INT(n, DSC_JOBS_MAX);
+    bob = 0;
+    for (uint32_t i = 0; i < n; i++)
+        bob += strcmp(out[i].owner, "bob") == 0;
+    CHECK_EQ_INT(bob, 2);
+    dsc_jobs_count_refused(jobs);
+    char *text = dsc_jobs_metrics_text(jobs, 170.0, 0);
+    REQUIRE(text != NULL);
+    CHECK(strstr(text, "dscache_job_reports_refused_total 1\n") != NULL);
+    CHECK(strstr(text, "job=") == NULL && strstr(text, "dataset=") == NULL);
     free(text);
     dsc_jobs_destroy(jobs);
 }
@@ -106,5 +157,6 @@ int main(void) {
     test_update_and_expiry();
     test_bounded();
     test_renderings();
+    test_share();
     return TEST_DONE();
 }
