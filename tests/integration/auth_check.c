@@ -5,12 +5,15 @@
  *   replay ADDR TOKEN                      a good exchange, then its client MAC replayed on a
  *                                          new connection and the server's MAC reflected back
  *   raw ADDR                               requests on a connection that never authenticates
+ *   report ADDR TOKEN DATASET JOB N        N REPORTs (jobs JOB-0 .. JOB-N-1) on one connection;
+ *                                          prints "REPORT ok K refused R [last error]"
  * Exit 0 when the probe ran (the script judges the output), 1 on a local failure. */
 #include "auth.h"
 #include "conn.h"
 #include "credential.h"
 #include "dsc_sys.h"
 #include "protocol.h"
+#include "report.h"
 #include "wire.h"
 
 #include <arpa/inet.h>
@@ -270,9 +273,56 @@ static int cmd_raw(int argc, char **argv) {
     return 0;
 }
 
+static int cmd_report(int argc, char **argv) {
+    if (argc < 7)
+        return die("usage: report ADDR TOKEN DATASET JOB N", 0);
+    dsc_credential_t store, *cred;
+    int rc = load_token(argv[3], &store, &cred);
+    if (rc < 0)
+        return die("token", rc);
+    dsc_conn_t *c = NULL;
+    rc = dsc_conn_open_addr_auth(argv[2], TIMEOUT_MS, 0, cred, &c);
+    dsc__credential_wipe(&store);
+    if (rc < 0) {
+        printf("CONNECT_ERR %s\n", ename(rc));
+        return 0;
+    }
+    uint32_t n = (uint32_t)strtoul(argv[6], NULL, 10), ok = 0, refused = 0;
+    char last[300] = "";
+    for (uint32_t i = 0; i < n; i++) {
+        char job[64];
+        snprintf(job, sizeof job, "%s-%u", argv[5], i);
+        dsc_report_req_t req = {.job = {job, (uint16_t)strlen(job)},
+                                .dataset = {argv[4], (uint16_t)strlen(argv[4])},
+                                .world_size = 1,
+                                .stall_ppm = 1000,
+                                .samples_per_s = 10,
+                                .bytes_per_s = 100};
+        uint8_t body[512];
+        int len = dsc_report_req_encode(&req, body, sizeof body);
+        if (len < 0)
+            return die("encode REPORT", len);
+        uint8_t *resp = NULL;
+        size_t resp_len = 0;
+        rc = dsc_conn_call(c, DSC_OP_REPORT, body, (size_t)len, &resp, &resp_len);
+        free(resp);
+        if (rc == 0) {
+            ok++;
+        } else {
+            refused++;
+            snprintf(last, sizeof last, "%s %s", ename(rc), dsc_conn_last_error(c));
+        }
+    }
+    printf("REPORT ok %u refused %u %s\n", ok, refused, last);
+    dsc_conn_close(c);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2)
-        return die("usage: auth_check op|replay|raw ...", 0);
+        return die("usage: auth_check op|replay|raw|report ...", 0);
+    if (strcmp(argv[1], "report") == 0)
+        return cmd_report(argc, argv);
     if (strcmp(argv[1], "op") == 0)
         return cmd_op(argc, argv);
     if (strcmp(argv[1], "replay") == 0)

@@ -106,7 +106,7 @@ static void test_renderings(void) {
  * at most its share; without names the metrics carry no job or dataset label. */
 static void test_share(void) {
     dsc_jobs_t *jobs = NULL;
-    REQUIRE(dsc_jobs_create(0, 60, &jobs) == 0);
+    REQUIRE(dsc_jobs_create(0, 1000, &jobs) == 0);
     CHECK_EQ_INT(dsc_jobs_share(jobs), DSC_JOBS_PER_OWNER);
     dsc_report_req_t b0 = report("team-b/train", 0, 1000), b1 = report("team-b/train", 1, 1000);
     CHECK_EQ_INT(dsc_jobs_report(jobs, &b0, NULL, "bob", 1.0), 0);
