@@ -13,6 +13,9 @@
  *            --go-file to appear (the script has sent SIGHUP), then measures how long the
  *            removed credential's TCP connection and READs and the narrowed credential's READ of
  *            B keep working (each must end within 1 s).
+ *   latency  --count N: N rounds of one RDMA_GET (one chunk of A, the previous lease released in
+ *            it) and the READ of its chunk: prints the median and p99 round trip (GET + READ),
+ *            for docs/rdma.md's cost of confinement (run against windows and DSC_FAKEVERBS_MW=off).
  * Exit 0 when every check passed, 1 on a failure, 77 without a device. */
 #include "conn.h"
 #include "credential.h"
@@ -29,6 +32,7 @@
 #include <unistd.h>
 
 static const char *servers, *dataset, *other, *token, *admin_token, *other_token, *go_file;
+static uint32_t count = 1000;
 
 #if DSC_HAVE_VERBS_H
 
@@ -346,6 +350,49 @@ static int mode_revoke(void) {
     return TEST_DONE();
 }
 
+static int dbl_cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int mode_latency(void) {
+    session_t s;
+    session_open(&s, token);
+    double *t = calloc(count, sizeof *t);
+    REQUIRE(t != NULL);
+    uint64_t prev = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        uint64_t rel[1] = {prev};
+        dsc_rdma_get_req_t get = {.get = {.dataset = {dataset, (uint16_t)strlen(dataset)},
+                                          .first_chunk = i % 4,
+                                          .chunk_count = 1},
+                                  .release_count = prev ? 1 : 0,
+                                  .release = rel};
+        uint8_t gb[512];
+        int n = dsc_rdma_get_req_encode(&get, gb, sizeof gb);
+        REQUIRE(n > 0);
+        double t0 = now_s();
+        uint8_t *body = NULL;
+        size_t len = 0;
+        REQUIRE(dsc_conn_call(s.conn, DSC_OP_RDMA_GET, gb, (size_t)n, &body, &len) == 0);
+        dsc_rdma_get_resp_t gr;
+        dsc_rdma_desc_t d;
+        dsc_chunk_entry_t e;
+        REQUIRE(dsc_rdma_get_resp_decode(body, len, &gr) == 0 &&
+                dsc_rdma_get_resp_chunk(&gr, 0, &e, &d) == 0);
+        prev = gr.lease_id;
+        free(body);
+        REQUIRE(session_read(&s, d.addr, d.rkey, d.len) == IBV_WC_SUCCESS);
+        t[i] = now_s() - t0;
+    }
+    qsort(t, count, sizeof *t, dbl_cmp);
+    printf("latency: %u rounds of RDMA_GET + READ: median %.1f us, p99 %.1f us\n", count,
+           t[count / 2] * 1e6, t[(size_t)(count * 0.99)] * 1e6);
+    free(t);
+    session_close(&s);
+    return 0;
+}
+
 static int run(const char *mode) {
     char why[600];
     if (dsc_rdma_dev_open(&g_dev, why, sizeof why) < 0) {
@@ -357,6 +404,8 @@ static int run(const char *mode) {
         rc = mode_confine();
     else if (!strcmp(mode, "revoke"))
         rc = mode_revoke();
+    else if (!strcmp(mode, "latency"))
+        rc = mode_latency();
     else
         fprintf(stderr, "rdma_hostile: unknown mode %s\n", mode);
     dsc_rdma_dev_close(&g_dev);
@@ -379,7 +428,7 @@ int main(int argc, char **argv) {
         TESTOPT("--servers", &servers),         TESTOPT("--dataset", &dataset),
         TESTOPT("--other", &other),             TESTOPT("--token", &token),
         TESTOPT("--admin-token", &admin_token), TESTOPT("--other-token", &other_token),
-        TESTOPT("--go-file", &go_file),
+        TESTOPT("--go-file", &go_file),         TESTOPT("--count", &count),
     };
     if (testopt_parse("rdma_hostile", argc, argv, 2, opts, sizeof opts / sizeof opts[0]) != 0)
         return 2;
