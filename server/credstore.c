@@ -66,11 +66,11 @@ static void protection(int fd, const char *path, char *why, size_t why_len) {
     if (fstat(fd, &st) != 0)
         return;
     unsigned mode = (unsigned)st.st_mode & 0777u;
-    const char *access = (mode & 022u) ? ((mode & 044u) ? "readable and writable" : "writable")
-                                       : "readable";
+    const char *access =
+        (mode & 022u) ? ((mode & 044u) ? "readable and writable" : "writable") : "readable";
     const char *who = (mode & 070u) && (mode & 007u) ? "group and others"
-                      : (mode & 070u)                 ? "group"
-                                                      : "others";
+                      : (mode & 070u)                ? "group"
+                                                     : "others";
     if (st.st_uid != geteuid() && st.st_uid != 0)
         snprintf(why, why_len,
                  "%s is owned by uid %u, not by this server's user (uid %u) or root: chown it "

@@ -11,15 +11,15 @@
 #define DSC_JOBS_MAX 64        /* entries, so /metrics labels stay bounded */
 #define DSC_JOB_EXPIRY_S 120.0 /* seconds a job stays listed after its last report (>= 60) */
 #define DSC_JOB_PEER_MAX 64
-#define DSC_JOB_OWNER_MAX 64   /* a credential name (DSC_AUTH_NAME_MAX + 1) */
-#define DSC_JOBS_PER_OWNER 16  /* default share of the table one credential may hold */
+#define DSC_JOB_OWNER_MAX 64  /* a credential name (DSC_AUTH_NAME_MAX + 1) */
+#define DSC_JOBS_PER_OWNER 16 /* default share of the table one credential may hold */
 
 typedef struct dsc_jobs dsc_jobs_t;
 
 typedef struct dsc_job_info {
     char job[DSC_REPORT_MAX_JOB + 1];
     char dataset[DSC_MAX_NAME];
-    char peer[DSC_JOB_PEER_MAX]; /* the reporting connection's address ("" when unknown) */
+    char peer[DSC_JOB_PEER_MAX];   /* the reporting connection's address ("" when unknown) */
     char owner[DSC_JOB_OWNER_MAX]; /* the reporting credential ("": anonymous service) */
     uint32_t rank, world_size;
     double stall_fraction; /* 0..1 */

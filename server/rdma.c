@@ -235,7 +235,8 @@ char *dsc_rdma_srv_metrics_text(const dsc_rdma_srv_t *rs) {
         "dscache_rdma_connect_refused_limited_total %llu\n"
         "# HELP dscache_rdma_leases_revoked_total Leases ended early because a credential reload "
         "removed the credential or its access to the lease's dataset.\n"
-        "# TYPE dscache_rdma_leases_revoked_total counter\ndscache_rdma_leases_revoked_total %llu\n",
+        "# TYPE dscache_rdma_leases_revoked_total counter\ndscache_rdma_leases_revoked_total "
+        "%llu\n",
         rs != NULL && c.windows, (unsigned long long)c.windows_live,
         (unsigned long long)c.windows_bound, (unsigned long long)c.windows_invalidated,
         c.bind_seconds, c.invalidate_seconds, (unsigned long long)c.refused_limited,
@@ -358,8 +359,8 @@ static int register_arena(dsc_rdma_srv_t *rs, char *why, size_t why_cap) {
         uint64_t len = rs->capacity - off < piece ? rs->capacity - off : piece;
         /* With windows the regions grant no remote access of their own: a READ reaches the
          * arena only through a window bound to a lease. */
-        int access = IBV_ACCESS_LOCAL_WRITE |
-                     (rs->windows ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_READ);
+        int access =
+            IBV_ACCESS_LOCAL_WRITE | (rs->windows ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_READ);
         rs->mrs[i] = rs->dev.v.reg_mr(rs->dev.pd, rs->base + off, len, access);
         if (rs->mrs[i] == NULL) {
             snprintf(why, why_cap,
@@ -603,8 +604,7 @@ static int post_wait(rconn_t *rc, struct ibv_send_wr *wrs, uint32_t n) {
                 if (wc[i].status != IBV_WC_SUCCESS) {
                     LOG_WARN("rdma: memory-window %s on the queue pair of %s failed: %s",
                              wc[i].opcode == IBV_WC_BIND_MW ? "bind" : "invalidation",
-                             rc->reply->peer,
-                             rc->rs->dev.v.wc_status_str(wc[i].status));
+                             rc->reply->peer, rc->rs->dev.v.wc_status_str(wc[i].status));
                     return -1;
                 }
                 done |= wc[i].wr_id == last;
@@ -1342,10 +1342,8 @@ int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_ans
         run_of[i] = runs - 1;
         struct ibv_mr *mr = rs->mrs[piece];
         TSAN_RELEASE(mr);
-        descs[i] = (dsc_rdma_desc_t){.addr = lo,
-                                     .rkey = mr->rkey,
-                                     .len = e->stored_len,
-                                     .checksum = e->stored_checksum};
+        descs[i] = (dsc_rdma_desc_t){
+            .addr = lo, .rkey = mr->rkey, .len = e->stored_len, .checksum = e->stored_checksum};
     }
     int rc_out = 0;
     win_t **wins = NULL;

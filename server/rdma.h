@@ -42,30 +42,30 @@ int dsc_rdma_srv_create(const dsc_rdma_srv_options_t *options, dsc_store_t *stor
 void dsc_rdma_srv_destroy(dsc_rdma_srv_t *rs);
 
 typedef struct dsc_rdma_counters {
-    uint64_t connections;       /* connections with a QP now */
-    uint64_t connections_total; /* RDMA_CONNECTs that succeeded */
-    uint64_t connect_failures;  /* RDMA_CONNECTs refused or failed */
-    uint64_t leases;            /* leases outstanding now */
-    uint64_t lease_bytes;       /* bytes under them */
-    uint64_t leases_total;      /* granted */
-    uint64_t leases_expired;    /* not released within the TTL (each fenced its connection) */
-    uint64_t releases_unknown;  /* released ids the connection did not hold */
-    uint64_t rdma_bytes;        /* chunk bytes granted for READ */
-    uint64_t inline_bytes;      /* chunk bytes of RDMA_GETs answered inline (read-through) */
-    uint64_t busy;              /* RDMA_GETs refused for max_lease_bytes */
-    uint64_t qp_errors;         /* connections fenced for a QP error event (QP_FATAL, ...) */
-    uint64_t async_events;      /* async events read from the device */
-    uint64_t offered;           /* 1 while new connections are offered RDMA (no port error) */
+    uint64_t connections;         /* connections with a QP now */
+    uint64_t connections_total;   /* RDMA_CONNECTs that succeeded */
+    uint64_t connect_failures;    /* RDMA_CONNECTs refused or failed */
+    uint64_t leases;              /* leases outstanding now */
+    uint64_t lease_bytes;         /* bytes under them */
+    uint64_t leases_total;        /* granted */
+    uint64_t leases_expired;      /* not released within the TTL (each fenced its connection) */
+    uint64_t releases_unknown;    /* released ids the connection did not hold */
+    uint64_t rdma_bytes;          /* chunk bytes granted for READ */
+    uint64_t inline_bytes;        /* chunk bytes of RDMA_GETs answered inline (read-through) */
+    uint64_t busy;                /* RDMA_GETs refused for max_lease_bytes */
+    uint64_t qp_errors;           /* connections fenced for a QP error event (QP_FATAL, ...) */
+    uint64_t async_events;        /* async events read from the device */
+    uint64_t offered;             /* 1 while new connections are offered RDMA (no port error) */
     uint64_t windows;             /* 1: READs confined by memory windows */
     uint64_t windows_bound;       /* binds completed */
     uint64_t windows_invalidated; /* invalidations completed */
     uint64_t windows_live;        /* windows bound now */
     double bind_seconds, invalidate_seconds; /* loop time spent posting and waiting for them */
-    uint64_t refused_limited;     /* RDMA_CONNECTs refused: limited credential, no windows */
-    uint64_t leases_revoked;      /* leases ended because a reload took their dataset away */
-    uint64_t registered_bytes;  /* arena bytes registered */
-    uint64_t regions;           /* memory regions the arena is registered in */
-    uint64_t region_overlap;    /* bytes adjacent regions share (0: one region) */
+    uint64_t refused_limited;  /* RDMA_CONNECTs refused: limited credential, no windows */
+    uint64_t leases_revoked;   /* leases ended because a reload took their dataset away */
+    uint64_t registered_bytes; /* arena bytes registered */
+    uint64_t regions;          /* memory regions the arena is registered in */
+    uint64_t region_overlap;   /* bytes adjacent regions share (0: one region) */
     double register_seconds;
 } dsc_rdma_counters_t;
 void dsc_rdma_srv_counters(const dsc_rdma_srv_t *rs, dsc_rdma_counters_t *out);

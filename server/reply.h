@@ -29,7 +29,7 @@ typedef struct dsc_get_answer {
     const dsc_chunk_entry_t *entries;
     uint32_t count;
     uint64_t data_len;
-    uint8_t opcode; /* DSC_OP_GET, or DSC_OP_RDMA_GET: answered by rdma.c with descriptors */
+    uint8_t opcode;      /* DSC_OP_GET, or DSC_OP_RDMA_GET: answered by rdma.c with descriptors */
     const char *dataset; /* the dataset's name (rdma.c: a lease ends when a reload takes it) */
 } dsc_get_answer_t;
 

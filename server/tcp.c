@@ -860,7 +860,8 @@ void dsc__tcp_on_tick(uv_timer_t *timer) {
         if (access != 0)
             dsc__rdma_revoke(srv, &c->reply, access < 0); /* QP destroyed / leases ended first */
         if (access < 0) {
-            static const char msg[] = "credential removed or changed by a reload: connection closed";
+            static const char msg[] =
+                "credential removed or changed by a reload: connection closed";
             dsc__server_count_request(srv, DSC_OP_AUTH, DSC_STATUS_UNAUTHORIZED);
             reply_frame(&c->reply, DSC_OP_AUTH, 0, DSC_STATUS_UNAUTHORIZED, msg, sizeof msg - 1);
             conn_close(c);

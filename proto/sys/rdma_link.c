@@ -438,8 +438,7 @@ int dsc_rdma_dev_open(dsc_rdma_dev_t *dev, char *reason, size_t reason_cap) {
     }
     dev->max_mr_size = da.max_mr_size;
     uint64_t caps = (uint64_t)da.device_cap_flags;
-    if (!(caps & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) ||
-        da.max_mw <= 0)
+    if (!(caps & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) || da.max_mw <= 0)
         snprintf(dev->mw_why, sizeof dev->mw_why,
                  "%s reports no type-2 memory windows (device_cap_flags 0x%llx lacks "
                  "MEM_WINDOW_TYPE_2A/2B, max_mw %d)",

@@ -124,8 +124,8 @@ typedef struct fv_qp {
  * memory window (executed in order with the QP's other WRs, as a NIC does). */
 typedef struct fv_work {
     enum ibv_wr_opcode opcode;
-    fv_mw_t *mw;         /* BIND_MW: the window, then the binding below */
-    uint32_t new_rkey;   /* BIND_MW: its new rkey; LOCAL_INV: the rkey to invalidate */
+    fv_mw_t *mw;       /* BIND_MW: the window, then the binding below */
+    uint32_t new_rkey; /* BIND_MW: its new rkey; LOCAL_INV: the rkey to invalidate */
     struct ibv_mr *bind_mr;
     uint64_t bind_addr, bind_length;
     int bind_access;

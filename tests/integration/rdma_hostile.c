@@ -194,8 +194,8 @@ static void expect_fenced(session_t *s, const char *what) {
 }
 
 /* One READ expected to be refused; returns 1 when it was (and the connection was fenced). */
-static void refused_read(session_t *s, const char *what, uint64_t addr, uint32_t rkey,
-                         uint32_t len, uint64_t forbidden_sum) {
+static void refused_read(session_t *s, const char *what, uint64_t addr, uint32_t rkey, uint32_t len,
+                         uint64_t forbidden_sum) {
     memset(s->buf, 0, len);
     int st = session_read(s, addr, rkey, len);
     int leaked = st == IBV_WC_SUCCESS && dsc_checksum(s->buf, len) == forbidden_sum;
@@ -226,8 +226,8 @@ static int mode_confine(void) {
     CHECK(dsc_checksum(s.buf, da.len) == da.checksum);
     printf("leased chunk of A: read, checksum ok (rkey 0x%x)\n", da.rkey);
     /* RDMA_GET of B on this connection is NOT_FOUND, as over TCP. */
-    dsc_rdma_get_req_t get = {.get = {.dataset = {other, (uint16_t)strlen(other)},
-                                      .chunk_count = 1}};
+    dsc_rdma_get_req_t get = {
+        .get = {.dataset = {other, (uint16_t)strlen(other)}, .chunk_count = 1}};
     uint8_t gb[256];
     int n = dsc_rdma_get_req_encode(&get, gb, sizeof gb);
     uint8_t *body = NULL;
@@ -425,10 +425,14 @@ int main(int argc, char **argv) {
         return 2;
     }
     const testopt_t opts[] = {
-        TESTOPT("--servers", &servers),         TESTOPT("--dataset", &dataset),
-        TESTOPT("--other", &other),             TESTOPT("--token", &token),
-        TESTOPT("--admin-token", &admin_token), TESTOPT("--other-token", &other_token),
-        TESTOPT("--go-file", &go_file),         TESTOPT("--count", &count),
+        TESTOPT("--servers", &servers),
+        TESTOPT("--dataset", &dataset),
+        TESTOPT("--other", &other),
+        TESTOPT("--token", &token),
+        TESTOPT("--admin-token", &admin_token),
+        TESTOPT("--other-token", &other_token),
+        TESTOPT("--go-file", &go_file),
+        TESTOPT("--count", &count),
     };
     if (testopt_parse("rdma_hostile", argc, argv, 2, opts, sizeof opts / sizeof opts[0]) != 0)
         return 2;
