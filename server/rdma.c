@@ -535,6 +535,7 @@ struct rconn {
     uint64_t bytes;
     win_t *free_wins; /* allocated, not bound */
     uint32_t wins;    /* allocated in all (free + bound) */
+    uint32_t bound;   /* of which bound to leases */
     uint64_t next_wr; /* wr_id of the next window WR */
 };
 
@@ -655,6 +656,7 @@ static int leases_invalidate(rconn_t *rc, lease_t **leases, uint32_t count) {
         return -1;
     atomic_fetch_add(&rc->rs->windows_invalidated, n);
     atomic_fetch_sub(&rc->rs->windows_live, n);
+    rc->bound -= n;
     for (uint32_t i = 0; i < count; i++) {
         for (uint32_t w = 0; w < leases[i]->nwin; w++) {
             leases[i]->wins[w]->next = rc->free_wins;
@@ -676,6 +678,7 @@ static void lease_drop(rconn_t *rc, lease_t *l) {
     for (uint32_t w = 0; w < l->nwin; w++) {
         win_free(rc, l->wins[w]);
         atomic_fetch_sub(&rc->rs->windows_live, 1);
+        rc->bound--;
     }
     free(l->wins);
     dsc_hold_release(rc->srv->cat, &l->hold);
@@ -1350,7 +1353,7 @@ int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_ans
     if (leased && rs->windows) {
         /* One window per run, bound on this connection's QP to exactly the run's bytes (the
          * leased chunks of one shard file), waited for before the answer names its rkey. */
-        if (rc->wins + runs > MAX_WINDOWS) {
+        if (rc->bound + runs > MAX_WINDOWS) {
             atomic_fetch_add(&rs->busy, 1);
             rc_out = DSC_EBUSY;
             goto out;
@@ -1419,6 +1422,7 @@ int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_ans
             descs[i].rkey = wins[run_of[i]]->rkey;
         atomic_fetch_add(&rs->windows_bound, runs);
         atomic_fetch_add(&rs->windows_live, runs);
+        rc->bound += runs;
     }
     if (leased) {
         lease_t *l = calloc(1, sizeof *l);
@@ -1440,6 +1444,7 @@ int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_ans
                     for (uint32_t k = 0; k < runs; k++) { /* after the QP: safe to free */
                         win_free(rc, wins[k]);
                         atomic_fetch_sub(&rs->windows_live, 1);
+                        rc->bound--;
                     }
                 }
                 free(wins);

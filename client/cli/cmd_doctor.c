@@ -408,6 +408,21 @@ static int check_verbs(report_t *r, dsc_verbs_t *v) {
             line(r, "info", dev, NULL, "fw %s, %u port(s), max_mr_size %s, max_qp_rd_atom %d",
                  da.fw_ver, da.phys_port_cnt, dsc_format_size(da.max_mr_size, a, sizeof a),
                  da.max_qp_rd_atom);
+            /* dscached confines READs to leases with type-2 memory windows (docs/rdma.md). */
+            if ((da.device_cap_flags &
+                 (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) &&
+                da.max_mw > 0 && ctx->ops.alloc_mw != NULL)
+                line(r, "ok", "memory windows", NULL,
+                     "type 2 (max_mw %d): a server here confines RDMA READs to leased chunks",
+                     da.max_mw);
+            else
+                line(r, "WARN", "memory windows",
+                     "a device with type-2 memory windows (ConnectX-4 or later) for limited "
+                     "credentials over RDMA",
+                     "%s has no type-2 memory windows (device_cap_flags 0x%llx, max_mw %d): a "
+                     "server here cannot confine RDMA READs to leased chunks, so it refuses RDMA "
+                     "to credentials limited to some datasets (they use TCP)",
+                     dev, (unsigned long long)da.device_cap_flags, da.max_mw);
             for (int p = 1; p <= da.phys_port_cnt; p++)
                 usable += check_port(r, v, ctx, dev, p);
         }

@@ -64,6 +64,20 @@ curl -sf "http://$HTTP_W/healthz" >/dev/null && curl -sf "http://$HTTP_W/readyz"
     && pass "/healthz and /readyz stay open" || fail "/healthz or /readyz"
 stop_server W
 
+# ---- A credential file owned by another user (needs root to chown it) -------------------
+if [ "$(id -u)" = 0 ]; then
+    cp "$work/creds" "$work/creds-other"
+    chmod 600 "$work/creds-other"
+    chown 65534 "$work/creds-other"
+    start_server O --data "$work/a" --auth-file "$work/creds-other"
+    grep -q "warn.*creds-other is owned by uid 65534, not by this server's user (uid 0)" \
+        "$work/server-O.log" && pass "start: WARN for a file owned by another user" \
+        || fail "no WARN for a file owned by another user"
+    stop_server O
+else
+    echo "SKIP (part): not root, cannot give the credential file another owner"
+fi
+
 # ---- --insecure-auth-file refuse --------------------------------------------------------
 rc=0
 timeout 20 "$SERVER" --listen 127.0.0.1:0 --http off --data "$work/a" --auth-file "$work/creds" \

@@ -60,6 +60,13 @@ stop_server C
 [ "$STOP_RC" = 0 ] || fail "server C exited $STOP_RC"
 ! grep -E "Sanitizer|runtime error" "$work/server-C.log" || fail "sanitizer report in server C"
 
+# The doctor says whether this device can confine READs.
+"$CLI" doctor 2>&1 | grep -q "memory windows *ok *type 2" && pass "doctor: memory windows ok" \
+    || fail "doctor does not report the memory windows"
+DSC_FAKEVERBS_MW=off "$CLI" doctor 2>&1 | grep -q "memory windows *WARN .*cannot confine RDMA READs" \
+    && pass "doctor: no memory windows is a WARN with the consequence" \
+    || fail "doctor does not warn about missing memory windows"
+
 # A device without memory windows: stated at start; RDMA refused to the limited credential only.
 DSC_FAKEVERBS_MW=off start_server N --data "$work/a" --data "$work/b" --auth-file "$work/creds" \
     --rdma required
