@@ -28,10 +28,10 @@
  * (ibv_post_send, ibv_poll_cq, ibv_req_notify_cq, ibv_post_recv) is static inline in verbs.h
  * and goes through context->ops, so it needs no entry here; so do the memory-window calls the
  * server confines READs with (ibv_alloc_mw, ibv_dealloc_mw; binds and invalidations are
- * ibv_post_send WRs), whose presence dsc_rdma_dev_open checks (rdma_link.h mw_type2). Do not use the ibv_query_port and
- * ibv_reg_mr macros of verbs.h with a library loaded this way: call query_port and reg_mr from
- * the table (query_port takes a zeroed struct ibv_port_attr, of which the library fills the
- * classic prefix). */
+ * ibv_post_send WRs), whose presence dsc_rdma_dev_open checks (rdma_link.h mw_type2). Do not use
+ * the ibv_query_port and ibv_reg_mr macros of verbs.h with a library loaded this way: call
+ * query_port and reg_mr from the table (query_port takes a zeroed struct ibv_port_attr, of which
+ * the library fills the classic prefix). */
 typedef struct dsc_verbs {
     void *lib;
     char path[4096]; /* where the library was loaded from (as the dynamic loader resolved it) */
