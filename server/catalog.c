@@ -17,8 +17,10 @@
  * Just over 800 lines: the lock-free hit path, eviction and rescans share the slot state and
  * its memory-ordering rules, which stay private to this file.
  */
-#include "catalog_int.h"
+#include "catalog.h"
+#include "catalog_state.h"
 #include "protocol.h"
+#include "readthrough.h"
 #include "srvlog.h"
 #include "util.h"
 
@@ -31,9 +33,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-const double dsc_load_bucket_bounds[DSC_LOAD_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                         0.05,  0.1,    0.25,  1.0,  5.0};
 
 static void update_table_meta(dsc_catalog_t *cat);
 
@@ -199,22 +198,6 @@ void dsc_dataset_count_served(dsc_dataset_t *ds, uint64_t bytes) {
 }
 
 /* ---- eviction (cat->lock held) ----------------------------------------------------------- */
-
-int dsc__slot_evict_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s) {
-    if (s->state != SLOT_RESIDENT)
-        return 0;
-    int zero = 0;
-    if (!atomic_compare_exchange_strong(&s->refs, &zero, -1))
-        return 0;
-    dsc_store_free(cat->store, s->data, s->meta->bytes);
-    s->data = NULL;
-    s->index = NULL;
-    s->state = SLOT_ABSENT;
-    s->ds->cached_shards--;
-    s->ds->cached_bytes -= s->meta->bytes;
-    atomic_fetch_add_explicit(&cat->evictions, 1, memory_order_relaxed);
-    return 1;
-}
 
 /* Evicts the least recently used unreferenced resident shard of any dataset served. O(shards);
  * evictions are rare next to hits. Returns 1 when one was evicted. */

@@ -1,10 +1,15 @@
-/* Catalog internals shared by catalog.c (datasets, hits, eviction, warm-ups, rescans,
- * statistics) and readthrough.c (loads on the I/O threads, read-throughs, delivery of waiters).
- * Not for other modules: they use catalog.h. */
-#ifndef DSC_SERVER_CATALOG_INT_H
-#define DSC_SERVER_CATALOG_INT_H
+/* The catalog's state, below both of its layers: catalog.c (datasets, hits, eviction, warm-ups,
+ * rescans, statistics) calls readthrough.c (loads on the I/O threads, read-throughs, delivery of
+ * waiters), and both use the structures here and the few operations on them that each needs
+ * (catalog_state.c: a slot's eviction, the index cache's unlinking, temporary buffers, opening
+ * a shard file). Nothing here calls up into either layer. Not for other modules: they use
+ * catalog.h. */
+#ifndef DSC_SERVER_CATALOG_STATE_H
+#define DSC_SERVER_CATALOG_STATE_H
 
-#include "catalog.h"
+#include "catalog_types.h"
+#include "manifest.h"
+#include "store.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -118,29 +123,19 @@ enum {
     LOAD_REQUEST = 1,   /* lru: evict; otherwise give up (the caller reads through) */
     LOAD_WARM_KEEP = 2, /* give up: never evict for it (cluster warm-ups) */
 };
-/* ---- readthrough.c (called by catalog.c) ---- */
+/* ---- catalog_state.c (cat->lock held where the name ends in _locked) ---- */
 
-/* An I/O thread (arg: the catalog): runs queued read-throughs first, then whole-shard loads,
- * until cat->stopping. */
-void *dsc__io_thread(void *arg);
-/* Queues a read-through of the waiter's chunks (cat->lock held). Returns 0, DSC_EINVAL (range
- * beyond the shard), DSC_EUNAVAIL (read-through memory exhausted) or DSC_ENOMEM. */
-int dsc__range_start_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_t *w);
+/* Frees a resident slot's bytes if nobody holds them (cat->lock held). Returns 1 when evicted. */
+int dsc__slot_evict_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s);
 /* Unlinks an index from the cache and drops the cache's reference (cat->lock held). */
 void dsc__index_drop_locked(dsc_catalog_t *cat, shard_index_t *si);
 /* Frees a read-through buffer (its bytes are uncounted by the caller). NULL is a no-op. */
 void dsc__tempbuf_free(dsc_tempbuf_t *tb);
-/* At destroy, after the I/O threads ended: frees queued read-throughs and the index cache. */
-void dsc__readthrough_free_all(dsc_catalog_t *cat);
-
-/* ---- catalog.c (the one call back up, from a finished load) ---- */
-
-/* Frees a resident slot's bytes if nobody holds them (cat->lock held). Returns 1 when evicted. */
-int dsc__slot_evict_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s);
-
-/* readthrough.c: opens a shard file for reading without blocking on a FIFO or a device
- * (O_NONBLOCK) and refuses anything but a regular file. Returns the fd, or DSC_EUNAVAIL (not a
- * regular file; *why says so) or -errno (*why: "cannot open" / "cannot stat"). */
+/* Opens a shard file for reading without blocking on a FIFO or a device (O_NONBLOCK) and
+ * refuses anything but a regular file. Returns the fd, or DSC_EUNAVAIL (not a regular file;
+ * *why says so) or -errno (*why: "cannot open" / "cannot stat"). */
 int dsc__shard_open(const char *path, const char **why);
+/* Upper bounds (seconds) of the load time histogram (also declared in catalog.h for /metrics). */
+extern const double dsc_load_bucket_bounds[DSC_LOAD_BUCKETS];
 
 #endif

@@ -1,9 +1,11 @@
 /* Catalog loading: the I/O threads, whole-shard loads (read, validate, make resident), the
  * read-through of chunk ranges for shards that get no room (index cache, temporary buffers,
  * per-chunk checks), and delivery of finished loads to waiters (directly or via their mailbox).
- * catalog.c queues the work under cat->lock; this file only calls back to evict a shard whose
- * dataset was retired while it loaded. */
-#include "catalog_int.h"
+ * catalog.c queues the work under cat->lock and calls this file (readthrough.h); this file uses
+ * the catalog's state (catalog_state.h) and never calls catalog.c. */
+#include "readthrough.h"
+#include "catalog_state.h"
+#include "dsc_sys.h"
 #include "protocol.h"
 #include "srvlog.h"
 #include "util.h"
@@ -20,27 +22,6 @@
 #include <unistd.h>
 
 /* ---- whole-shard loads ------------------------------------------------------------------- */
-
-int dsc__shard_open(const char *path, const char **why) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        *why = "cannot open";
-        return -errno;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int err = -errno;
-        close(fd);
-        *why = "cannot stat";
-        return err;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        *why = "not a regular file";
-        return DSC_EUNAVAIL;
-    }
-    return fd;
-}
 
 /* Reads and validates one shard file into dst. Returns 0, DSC_ECORRUPT (validation; *why says
  * what) or an I/O error (-errno). */
@@ -176,26 +157,6 @@ static void finish_load(dsc_catalog_t *cat, dsc_shard_slot_t *s, int rc, const c
 }
 
 /* ---- read-through of chunk ranges -------------------------------------------------------- */
-
-void dsc__index_drop_locked(dsc_catalog_t *cat, shard_index_t *si) {
-    if (si->slot == NULL)
-        return;
-    if (si->lru_prev)
-        si->lru_prev->lru_next = si->lru_next;
-    else
-        cat->index_head = si->lru_next;
-    if (si->lru_next)
-        si->lru_next->lru_prev = si->lru_prev;
-    else
-        cat->index_tail = si->lru_prev;
-    si->lru_prev = si->lru_next = NULL;
-    si->slot->sindex = NULL;
-    si->slot = NULL;
-    cat->index_bytes -= si->bytes;
-    cat->index_count--;
-    if (--si->refs == 0)
-        free(si);
-}
 
 static void index_release(dsc_catalog_t *cat, shard_index_t *si) {
     if (si == NULL)
@@ -341,14 +302,6 @@ static int index_read(dsc_catalog_t *cat, const dsc_shard_slot_t *s, int fd, sha
     si->bytes = sizeof *si + index_len;
     *out = si;
     return 0;
-}
-
-void dsc__tempbuf_free(dsc_tempbuf_t *tb) {
-    if (tb == NULL)
-        return;
-    if (tb->data)
-        munmap(tb->data, tb->map_len);
-    free(tb);
 }
 
 /* Runs one queued read-through on a loader thread and delivers its waiter. */
