@@ -2,9 +2,10 @@
  * answering through the connection's reply interface (reply.h) without knowing the transport.
  * A GET that misses waits for its load and is answered when the catalog delivers it to the
  * connection's mailbox. */
+#include "dispatch.h"
 #include "rdma.h"
 #include "report.h"
-#include "server_int.h"
+#include "server_core.h"
 #include "srvlog.h"
 #include "util.h"
 #include "wire.h"
