@@ -1,4 +1,5 @@
-/* dscache stat: a server's statistics (STAT) as a table, or the raw JSON with --json. */
+/* dscache stat: a server's statistics (STAT) as tables (the store, the datasets, the jobs it
+ * feeds), or the raw JSON with --json. */
 #include "cli.h"
 
 #include "conn.h"
@@ -16,8 +17,10 @@
 static void print_help(void) {
     printf("usage: dscache stat --server HOST:PORT [--dataset NAME] [--json] [--timeout S]\n"
            "\n"
-           "Prints the server's store use and, per dataset, shards, cached shards and bytes,\n"
-           "hits, misses, bytes served and bad shards.\n"
+           "Prints the server's store use; per dataset, shards, cached shards and bytes, hits,\n"
+           "misses, bytes served and bad shards (damaged shards are named below the table);\n"
+           "then the jobs it feeds, as their loaders report them (REPORT, every few seconds):\n"
+           "job, rank/world size, dataset, data stall, samples/s and the age of the last report.\n"
            "\n"
            "  --server HOST:PORT   the dscached data port\n"
            "  --timeout SECONDS    give up when the server is silent that long (default 30)\n"
@@ -36,6 +39,29 @@ static const struct option long_options[] = {
 static double num(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+}
+
+static const char *str(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : "?";
+}
+
+/* The jobs table: one line per (job, rank) the server has a report from ("jobs" of STAT). */
+static void print_jobs(const cJSON *jobs) {
+    int n = cJSON_IsArray(jobs) ? cJSON_GetArraySize(jobs) : 0;
+    if (n == 0) {
+        printf("\njobs: none reporting\n");
+        return;
+    }
+    printf("\n%-32s %9s %-24s %7s %11s %8s\n", "JOB", "RANK", "DATASET", "STALL", "SAMPLES/S",
+           "AGE");
+    const cJSON *j;
+    cJSON_ArrayForEach(j, jobs) {
+        char rank[24];
+        snprintf(rank, sizeof rank, "%.0f/%.0f", num(j, "rank"), num(j, "world_size"));
+        printf("%-32s %9s %-24s %6.1f%% %11.0f %7.1fs\n", str(j, "job"), rank, str(j, "dataset"),
+               100.0 * num(j, "stall"), num(j, "samples_per_s"), num(j, "age_s"));
+    }
 }
 
 static int print_table(const char *json, size_t len) {
@@ -67,6 +93,7 @@ static int print_table(const char *json, size_t len) {
             hits + misses > 0 ? 100.0 * hits / (hits + misses) : 0.0,
             dsc_format_size((uint64_t)num(d, "bytes_served"), c, sizeof c), num(d, "bad_shards"));
     }
+    print_jobs(cJSON_GetObjectItemCaseSensitive(root, "jobs"));
     cJSON_Delete(root);
     return DSC_CLI_OK;
 }
