@@ -53,6 +53,15 @@ int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_shard_slot_t *slot, dsc_waiter_t
                         dsc_hold_t *hold);
 /* Drops the reference of a hold (any thread). A zeroed hold is a no-op. */
 void dsc_hold_release(dsc_catalog_t *cat, dsc_hold_t *hold);
+/* The first chunk of [first, first + count) known damaged in the hold's shard (its stored
+ * checksum differs: that chunk is answered CORRUPT while the shard's other chunks are served),
+ * or -1. Lock-free. */
+int64_t dsc_hold_damaged_chunk(const dsc_hold_t *hold, uint32_t first, uint32_t count);
+/* Names the damaged shards of every dataset served into buf (NUL-terminated, cut with "..."):
+ * "DATASET shard N (FILE: D of C chunks, first chunk F)" or "(FILE: whole shard refused)",
+ * comma-separated. *bad (may be NULL): how many of them are refused whole. Returns how many
+ * shards are damaged. For /readyz. */
+uint32_t dsc_catalog_damage_text(dsc_catalog_t *cat, char *buf, size_t cap, uint32_t *bad);
 
 /* Starts loading shard `shard_id` (DSC_SHARD_ALL: every shard) of ds into the store, without
  * evicting under the minio policy. Returns the number of loads started. */
@@ -83,14 +92,19 @@ uint32_t dsc_catalog_resident_map(dsc_catalog_t *cat, dsc_dataset_t *ds, uint8_t
 int dsc_catalog_evict(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id);
 
 /* STAT body: JSON {"store":{...},"datasets":[{...}]} for one dataset (name_len > 0) or all.
+ * Each dataset has "damaged_shards" and "damaged_chunks" (shards served but for their damaged
+ * chunks) and "damaged": [{"shard", "file", "state": "bad" (refused whole) or "chunks"
+ * ("damaged_chunks", "chunks", "first_chunk")}], at most DSC_STAT_MAX_DAMAGED entries.
  * Returns a malloc'd NUL-terminated string, or NULL (out of memory, *not_found set when the
  * named dataset is not served). */
+#define DSC_STAT_MAX_DAMAGED 64
 char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_len, int *not_found);
 /* LIST body: JSON [{"name":..,"shards":..,"samples":..,"bytes":..}, ...]. malloc'd or NULL. */
 char *dsc_catalog_list_json(dsc_catalog_t *cat);
 
 typedef struct dsc_catalog_totals {
     uint64_t datasets, shards, cached_shards, cached_bytes, bad_shards;
+    uint64_t damaged_shards, damaged_chunks; /* served but for chunks damaged on disk */
     uint64_t hits, misses, bytes_served, evictions, loads, load_failures, read_through;
     uint64_t bytes_loaded;       /* disk bytes read by whole-shard loads */
     uint64_t read_through_bytes; /* disk bytes read by read-throughs (chunks, headers, indexes) */

@@ -1,7 +1,7 @@
 /* The catalog's state operations that both of its layers need (catalog_state.h): a resident
  * slot's eviction, the index cache's unlinking, read-through buffers, opening a shard file, the
- * load histogram's bounds. Moved below catalog.c and readthrough.c so that calls go one way:
- * catalog.c -> readthrough.c -> here. */
+ * load histogram's bounds, the per-chunk damage map. Moved below catalog.c and readthrough.c so
+ * that calls go one way: catalog.c -> readthrough.c -> here. */
 #include "catalog_state.h"
 #include "dscache_base.h"
 
@@ -79,4 +79,34 @@ int dsc__shard_open(const char *path, const char **why) {
         return DSC_EUNAVAIL;
     }
     return fd;
+}
+
+int dsc__slot_mark_damaged_locked(dsc_shard_slot_t *s, uint32_t c) {
+    if (c >= s->meta->chunks)
+        return 0;
+    if (s->damage == NULL) {
+        s->damage = calloc(((size_t)s->meta->chunks + 7) / 8, 1);
+        if (s->damage == NULL)
+            return DSC_ENOMEM;
+    }
+    if (s->damage[c / 8] & (1u << (c % 8)))
+        return 0;
+    s->damage[c / 8] |= (uint8_t)(1u << (c % 8));
+    s->damaged++;
+    return 1;
+}
+
+void dsc__slot_set_damage_locked(dsc_shard_slot_t *s, uint8_t *map, uint32_t damaged) {
+    free(s->damage);
+    s->damage = map;
+    s->damaged = map ? damaged : 0;
+}
+
+int64_t dsc__damage_first(const uint8_t *map, uint32_t first, uint32_t count) {
+    if (map == NULL)
+        return -1;
+    for (uint64_t c = first; c < (uint64_t)first + count; c++)
+        if (map[c / 8] & (1u << (c % 8)))
+            return (int64_t)c;
+    return -1;
 }

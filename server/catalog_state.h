@@ -59,6 +59,12 @@ struct dsc_shard_slot {
     const uint8_t *index;
     uint32_t chunk_count;
     shard_index_t *sindex; /* cached header + index for read-throughs, or NULL */
+    /* Chunks known damaged on disk (stored checksum differs), a bit per chunk, or NULL: none
+     * known. Found by a whole-shard load (which then serves the other chunks) or a read-through;
+     * written only while the slot is not RESIDENT (resident holds read it without the lock:
+     * dsc_hold_t.damage), freed with the dataset. damaged: the bits set. */
+    uint8_t *damage;
+    uint32_t damaged;
     dsc_waiter_t *waiters;
     dsc_shard_slot_t *queue_next;
 };
@@ -135,6 +141,14 @@ void dsc__tempbuf_free(dsc_tempbuf_t *tb);
  * refuses anything but a regular file. Returns the fd, or DSC_EUNAVAIL (not a regular file;
  * *why says so) or -errno (*why: "cannot open" / "cannot stat"). */
 int dsc__shard_open(const char *path, const char **why);
+/* Records chunk c of s (< s->meta->chunks) as damaged (cat->lock held, s not RESIDENT). Returns
+ * 1 when newly recorded, 0 when already known, DSC_ENOMEM. */
+int dsc__slot_mark_damaged_locked(dsc_shard_slot_t *s, uint32_t c);
+/* Replaces s's damage map by map (malloc'd, chunk bits; NULL: none) with `damaged` bits set
+ * (cat->lock held, s not RESIDENT). Takes map. */
+void dsc__slot_set_damage_locked(dsc_shard_slot_t *s, uint8_t *map, uint32_t damaged);
+/* The first chunk of [first, first + count) set in map, or -1 (map NULL: -1). */
+int64_t dsc__damage_first(const uint8_t *map, uint32_t first, uint32_t count);
 /* Upper bounds (seconds) of the load time histogram (also declared in catalog.h for /metrics). */
 extern const double dsc_load_bucket_bounds[DSC_LOAD_BUCKETS];
 

@@ -25,6 +25,9 @@ typedef struct dsc_hold {
     uint64_t size;
     const uint8_t *index; /* chunk_count encoded entries inside data */
     uint32_t chunk_count;
+    /* A resident shard with chunks damaged on disk: a bit per chunk (set: its stored checksum
+     * differs, the chunk is answered CORRUPT; dsc_hold_damaged_chunk). NULL: none known. */
+    const uint8_t *damage;
 } dsc_hold_t;
 
 /* Where a finished load is delivered: a mailbox drained by one event loop. push() is called from
@@ -35,8 +38,9 @@ typedef struct dsc_mailbox {
 } dsc_mailbox_t;
 
 /* A request waiting for a shard load. On completion status is 0 and hold holds a reference (the
- * waiter's owner releases it), or status is DSC_ECORRUPT (shard failed validation, or one of
- * the requested chunks did on a read-through), DSC_EUNAVAIL (file unreadable, or read-through
+ * waiter's owner releases it; a requested chunk may still be damaged: see hold.damage), or
+ * status is DSC_ECORRUPT (shard failed validation, or one of the requested chunks did on a
+ * read-through: chunk_damaged), DSC_EUNAVAIL (file unreadable, or read-through
  * memory exhausted) or DSC_ENOMEM. first_chunk/chunk_count name the chunks the request needs:
  * a shard that will not be made resident is read through for those chunks only (chunk_count 0:
  * every chunk). */
@@ -47,6 +51,11 @@ struct dsc_waiter {
     int status;
     dsc_hold_t hold;
     uint32_t first_chunk, chunk_count;
+    /* With status DSC_ECORRUPT from a read-through: chunk_damaged is 1 and damaged_chunk the
+     * first requested chunk whose stored checksum differs (the shard's others are served);
+     * chunk_damaged 0: the shard itself failed validation. */
+    uint8_t chunk_damaged;
+    uint32_t damaged_chunk;
 };
 
 typedef struct dsc_catalog_options {

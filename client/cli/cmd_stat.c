@@ -46,6 +46,32 @@ static const char *str(const cJSON *o, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : "?";
 }
 
+/* Damaged shards by name, below the datasets table ("damaged" of each dataset in STAT). */
+static void print_damaged(const cJSON *datasets) {
+    int any = 0;
+    const cJSON *d;
+    cJSON_ArrayForEach(d, datasets) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(d, "damaged")) {
+            if (!any)
+                printf("\n");
+            any = 1;
+            if (strcmp(str(e, "state"), "bad") == 0)
+                printf("damaged: dataset %s shard %.0f (%s): whole shard refused (failed "
+                       "validation), answered CORRUPT\n",
+                       str(d, "name"), num(e, "shard"), str(e, "file"));
+            else
+                printf("damaged: dataset %s shard %.0f (%s): %.0f of %.0f chunks damaged (first: "
+                       "chunk %.0f), answered CORRUPT; its other chunks are served\n",
+                       str(d, "name"), num(e, "shard"), str(e, "file"), num(e, "damaged_chunks"),
+                       num(e, "chunks"), num(e, "first_chunk"));
+        }
+    }
+    if (any)
+        printf("  loaders read damaged chunks from a replica or fallback_path; repair: re-ingest "
+               "the shard (dscache inspect DIR names the damage)\n");
+}
+
 /* The jobs table: one line per (job, rank) the server has a report from ("jobs" of STAT). */
 static void print_jobs(const cJSON *jobs) {
     int n = cJSON_IsArray(jobs) ? cJSON_GetArraySize(jobs) : 0;
@@ -93,6 +119,7 @@ static int print_table(const char *json, size_t len) {
             hits + misses > 0 ? 100.0 * hits / (hits + misses) : 0.0,
             dsc_format_size((uint64_t)num(d, "bytes_served"), c, sizeof c), num(d, "bad_shards"));
     }
+    print_damaged(list);
     print_jobs(cJSON_GetObjectItemCaseSensitive(root, "jobs"));
     cJSON_Delete(root);
     return DSC_CLI_OK;
