@@ -17,8 +17,10 @@
  * Just over 800 lines: the lock-free hit path, eviction and rescans share the slot state and
  * its memory-ordering rules, which stay private to this file.
  */
-#include "catalog_int.h"
+#include "catalog.h"
+#include "catalog_state.h"
 #include "protocol.h"
+#include "readthrough.h"
 #include "srvlog.h"
 #include "util.h"
 
@@ -31,9 +33,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-const double dsc_load_bucket_bounds[DSC_LOAD_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                         0.05,  0.1,    0.25,  1.0,  5.0};
 
 static void update_table_meta(dsc_catalog_t *cat);
 
@@ -87,6 +86,8 @@ static void dataset_free(dsc_dataset_t *ds) {
         return;
     free(ds->dir);
     free(ds->json);
+    for (uint32_t i = 0; ds->slots != NULL && i < ds->manifest->shard_count; i++)
+        free(ds->slots[i].damage);
     free(ds->slots);
     dsc_manifest_free(ds->manifest);
     free(ds);
@@ -200,22 +201,6 @@ void dsc_dataset_count_served(dsc_dataset_t *ds, uint64_t bytes) {
 
 /* ---- eviction (cat->lock held) ----------------------------------------------------------- */
 
-int dsc__slot_evict_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s) {
-    if (s->state != SLOT_RESIDENT)
-        return 0;
-    int zero = 0;
-    if (!atomic_compare_exchange_strong(&s->refs, &zero, -1))
-        return 0;
-    dsc_store_free(cat->store, s->data, s->meta->bytes);
-    s->data = NULL;
-    s->index = NULL;
-    s->state = SLOT_ABSENT;
-    s->ds->cached_shards--;
-    s->ds->cached_bytes -= s->meta->bytes;
-    atomic_fetch_add_explicit(&cat->evictions, 1, memory_order_relaxed);
-    return 1;
-}
-
 /* Evicts the least recently used unreferenced resident shard of any dataset served. O(shards);
  * evictions are rare next to hits. Returns 1 when one was evicted. */
 static int evict_lru_locked(dsc_catalog_t *cat) {
@@ -278,7 +263,8 @@ int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_t *w
                                  .data = s->data,
                                  .size = s->meta->bytes,
                                  .index = s->index,
-                                 .chunk_count = s->chunk_count};
+                                 .chunk_count = s->chunk_count,
+                                 .damage = s->damage};
             atomic_store_explicit(&s->last_use, dsc_now_ns(), memory_order_relaxed);
             atomic_fetch_add_explicit(&s->ds->hits, 1, memory_order_relaxed);
             return 1;
@@ -569,6 +555,11 @@ static void adopt_locked(dsc_dataset_t *old, dsc_dataset_t *ds) {
         n->data = o->data;
         n->index = o->index;
         n->chunk_count = o->chunk_count;
+        n->damage = o->damage; /* the same file: its damaged chunks stay damaged */
+        n->damaged = o->damaged;
+        n->chunk_logged = o->chunk_logged;
+        o->damage = NULL;
+        o->damaged = 0;
         n->state = SLOT_RESIDENT;
         atomic_store(&n->last_use, atomic_load(&o->last_use));
         o->data = NULL;
@@ -708,6 +699,40 @@ static cJSON *dataset_json_locked(dsc_dataset_t *ds) {
     cJSON_AddNumberToObject(o, "misses", (double)atomic_load(&ds->misses));
     cJSON_AddNumberToObject(o, "bytes_served", (double)atomic_load(&ds->bytes_served));
     cJSON_AddNumberToObject(o, "bad_shards", (double)ds->bad_shards);
+    /* Damaged shards by name: refused whole ("bad") or served but for some chunks. */
+    uint64_t damaged_shards = 0, damaged_chunks = 0;
+    cJSON *list = cJSON_CreateArray();
+    for (uint32_t i = 0; i < ds->manifest->shard_count; i++) {
+        const dsc_shard_slot_t *s = &ds->slots[i];
+        if (s->state != SLOT_BAD && s->damaged == 0)
+            continue;
+        if (s->damaged > 0) {
+            damaged_shards++;
+            damaged_chunks += s->damaged;
+        }
+        if (list == NULL || cJSON_GetArraySize(list) >= DSC_STAT_MAX_DAMAGED)
+            continue;
+        cJSON *d = cJSON_CreateObject();
+        if (d == NULL || !cJSON_AddItemToArray(list, d)) {
+            cJSON_Delete(d);
+            continue;
+        }
+        cJSON_AddNumberToObject(d, "shard", s->meta->id);
+        cJSON_AddStringToObject(d, "file", s->meta->file);
+        if (s->state == SLOT_BAD) {
+            cJSON_AddStringToObject(d, "state", "bad");
+        } else {
+            cJSON_AddStringToObject(d, "state", "chunks");
+            cJSON_AddNumberToObject(d, "damaged_chunks", s->damaged);
+            cJSON_AddNumberToObject(d, "chunks", s->meta->chunks);
+            cJSON_AddNumberToObject(d, "first_chunk",
+                                    (double)dsc__damage_first(s->damage, 0, s->meta->chunks));
+        }
+    }
+    cJSON_AddNumberToObject(o, "damaged_shards", (double)damaged_shards);
+    cJSON_AddNumberToObject(o, "damaged_chunks", (double)damaged_chunks);
+    if (list != NULL && !cJSON_AddItemToObject(o, "damaged", list))
+        cJSON_Delete(list);
     return o;
 }
 
@@ -783,6 +808,10 @@ void dsc_catalog_totals(dsc_catalog_t *cat, dsc_catalog_totals_t *out) {
         out->cached_shards += ds->cached_shards;
         out->cached_bytes += ds->cached_bytes;
         out->bad_shards += ds->bad_shards;
+        for (uint32_t k = 0; k < ds->manifest->shard_count; k++) {
+            out->damaged_shards += ds->slots[k].damaged > 0;
+            out->damaged_chunks += ds->slots[k].damaged;
+        }
         out->hits += atomic_load(&ds->hits);
         out->misses += atomic_load(&ds->misses);
         out->bytes_served += atomic_load(&ds->bytes_served);
@@ -797,6 +826,52 @@ void dsc_catalog_totals(dsc_catalog_t *cat, dsc_catalog_totals_t *out) {
     out->read_through = atomic_load(&cat->read_through);
     out->bytes_loaded = atomic_load(&cat->bytes_loaded);
     out->read_through_bytes = atomic_load(&cat->read_through_bytes);
+}
+
+int64_t dsc_hold_damaged_chunk(const dsc_hold_t *hold, uint32_t first, uint32_t count) {
+    if (hold->damage == NULL || (uint64_t)first + count > hold->chunk_count)
+        return -1;
+    return dsc__damage_first(hold->damage, first, count);
+}
+
+uint32_t dsc_catalog_damage_text(dsc_catalog_t *cat, char *buf, size_t cap, uint32_t *bad) {
+    uint32_t n = 0, whole = 0;
+    size_t used = 0;
+    if (cap > 0)
+        buf[0] = '\0';
+    table_t *t = atomic_load(&cat->table);
+    pthread_mutex_lock(&cat->lock);
+    for (uint32_t d = 0; d < t->count; d++) {
+        const dsc_dataset_t *ds = t->items[d];
+        for (uint32_t i = 0; i < ds->manifest->shard_count; i++) {
+            const dsc_shard_slot_t *s = &ds->slots[i];
+            if (s->state != SLOT_BAD && s->damaged == 0)
+                continue;
+            whole += s->state == SLOT_BAD;
+            char one[DSC_MAX_NAME + 320];
+            if (s->state == SLOT_BAD)
+                snprintf(one, sizeof one, "%s%s shard %u (%s: whole shard refused)", n ? ", " : "",
+                         ds->name, s->meta->id, s->meta->file);
+            else
+                snprintf(one, sizeof one, "%s%s shard %u (%s: %u of %u chunks, first chunk %lld)",
+                         n ? ", " : "", ds->name, s->meta->id, s->meta->file, s->damaged,
+                         s->meta->chunks,
+                         (long long)dsc__damage_first(s->damage, 0, s->meta->chunks));
+            n++;
+            size_t len = strlen(one);
+            if (used + len + 4 < cap) {
+                memcpy(buf + used, one, len + 1);
+                used += len;
+            } else if (used + 4 < cap && (used < 3 || strcmp(buf + used - 3, "...") != 0)) {
+                memcpy(buf + used, "...", 4);
+                used += 3;
+            }
+        }
+    }
+    pthread_mutex_unlock(&cat->lock);
+    if (bad)
+        *bad = whole;
+    return n;
 }
 
 dsc_store_t *dsc_catalog_store(dsc_catalog_t *cat) {

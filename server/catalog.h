@@ -4,63 +4,13 @@
 #ifndef DSC_SERVER_CATALOG_H
 #define DSC_SERVER_CATALOG_H
 
-#include "dsc_sys.h" /* dsc_pread_full, for the shard loads */
+#include "catalog_types.h"
 #include "manifest.h"
 #include "store.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
-
-typedef struct dsc_catalog dsc_catalog_t;
-typedef struct dsc_dataset dsc_dataset_t;
-typedef struct dsc_shard_slot dsc_shard_slot_t;
-typedef struct dsc_tempbuf dsc_tempbuf_t;
-
-typedef enum { DSC_POLICY_MINIO = 0, DSC_POLICY_LRU = 1 } dsc_policy_t;
-
-/* Bytes of one shard held for as long as a response needs them (until the reply releases it; TCP:
- * when the write completes).
- * data + entry.offset is a chunk's stored bytes for every entry of index. A resident shard holds
- * the whole file; a read-through buffer is a mapping as large as the file in which only the
- * chunks the request asked for, and the index, were read (the rest reads as zeros). */
-typedef struct dsc_hold {
-    dsc_shard_slot_t *slot; /* a reference on a resident shard, or NULL */
-    dsc_tempbuf_t *temp;    /* a reference on a read-through buffer, or NULL */
-    const uint8_t *data;    /* the shard file (see above) */
-    uint64_t size;
-    const uint8_t *index; /* chunk_count encoded entries inside data */
-    uint32_t chunk_count;
-} dsc_hold_t;
-
-/* Where a finished load is delivered: a mailbox drained by one event loop. push() is called from
- * loader threads; it must queue the waiter and wake the loop. */
-typedef struct dsc_waiter dsc_waiter_t;
-typedef struct dsc_mailbox {
-    void (*push)(struct dsc_mailbox *box, dsc_waiter_t *waiter);
-} dsc_mailbox_t;
-
-/* A request waiting for a shard load. On completion status is 0 and hold holds a reference (the
- * waiter's owner releases it), or status is DSC_ECORRUPT (shard failed validation, or one of
- * the requested chunks did on a read-through), DSC_EUNAVAIL (file unreadable, or read-through
- * memory exhausted) or DSC_ENOMEM. first_chunk/chunk_count name the chunks the request needs:
- * a shard that will not be made resident is read through for those chunks only (chunk_count 0:
- * every chunk). */
-struct dsc_waiter {
-    dsc_waiter_t *next;
-    dsc_mailbox_t *mailbox; /* NULL: fn runs on the loader thread */
-    void (*fn)(dsc_waiter_t *waiter);
-    int status;
-    dsc_hold_t hold;
-    uint32_t first_chunk, chunk_count;
-};
-
-typedef struct dsc_catalog_options {
-    dsc_policy_t policy;
-    uint32_t io_threads;        /* loader threads (0: 4) */
-    uint64_t temp_limit;        /* bound on read-through bytes in flight (0: 1 GiB) */
-    uint64_t index_cache_limit; /* bound on cached shard indexes for read-through (0: 64 MiB) */
-} dsc_catalog_options_t;
 
 /* Creates an empty catalog over a store (not owned). Returns 0 and *out, or DSC_ENOMEM. */
 int dsc_catalog_create(dsc_store_t *store, const dsc_catalog_options_t *options,
@@ -103,6 +53,15 @@ int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_shard_slot_t *slot, dsc_waiter_t
                         dsc_hold_t *hold);
 /* Drops the reference of a hold (any thread). A zeroed hold is a no-op. */
 void dsc_hold_release(dsc_catalog_t *cat, dsc_hold_t *hold);
+/* The first chunk of [first, first + count) known damaged in the hold's shard (its stored
+ * checksum differs: that chunk is answered CORRUPT while the shard's other chunks are served),
+ * or -1. Lock-free. */
+int64_t dsc_hold_damaged_chunk(const dsc_hold_t *hold, uint32_t first, uint32_t count);
+/* Names the damaged shards of every dataset served into buf (NUL-terminated, cut with "..."):
+ * "DATASET shard N (FILE: D of C chunks, first chunk F)" or "(FILE: whole shard refused)",
+ * comma-separated. *bad (may be NULL): how many of them are refused whole. Returns how many
+ * shards are damaged. For /readyz. */
+uint32_t dsc_catalog_damage_text(dsc_catalog_t *cat, char *buf, size_t cap, uint32_t *bad);
 
 /* Starts loading shard `shard_id` (DSC_SHARD_ALL: every shard) of ds into the store, without
  * evicting under the minio policy. Returns the number of loads started. */
@@ -133,14 +92,19 @@ uint32_t dsc_catalog_resident_map(dsc_catalog_t *cat, dsc_dataset_t *ds, uint8_t
 int dsc_catalog_evict(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id);
 
 /* STAT body: JSON {"store":{...},"datasets":[{...}]} for one dataset (name_len > 0) or all.
+ * Each dataset has "damaged_shards" and "damaged_chunks" (shards served but for their damaged
+ * chunks) and "damaged": [{"shard", "file", "state": "bad" (refused whole) or "chunks"
+ * ("damaged_chunks", "chunks", "first_chunk")}], at most DSC_STAT_MAX_DAMAGED entries.
  * Returns a malloc'd NUL-terminated string, or NULL (out of memory, *not_found set when the
  * named dataset is not served). */
+#define DSC_STAT_MAX_DAMAGED 64
 char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_len, int *not_found);
 /* LIST body: JSON [{"name":..,"shards":..,"samples":..,"bytes":..}, ...]. malloc'd or NULL. */
 char *dsc_catalog_list_json(dsc_catalog_t *cat);
 
 typedef struct dsc_catalog_totals {
     uint64_t datasets, shards, cached_shards, cached_bytes, bad_shards;
+    uint64_t damaged_shards, damaged_chunks; /* served but for chunks damaged on disk */
     uint64_t hits, misses, bytes_served, evictions, loads, load_failures, read_through;
     uint64_t bytes_loaded;       /* disk bytes read by whole-shard loads */
     uint64_t read_through_bytes; /* disk bytes read by read-throughs (chunks, headers, indexes) */
@@ -151,8 +115,7 @@ typedef struct dsc_catalog_totals {
 void dsc_catalog_totals(dsc_catalog_t *cat, dsc_catalog_totals_t *out);
 dsc_store_t *dsc_catalog_store(dsc_catalog_t *cat);
 
-/* Load time histogram (seconds), for /metrics. */
-#define DSC_LOAD_BUCKETS 10
+/* Load time histogram (seconds), for /metrics; the bounds are defined in catalog_state.c. */
 extern const double dsc_load_bucket_bounds[DSC_LOAD_BUCKETS];
 typedef struct dsc_load_histogram {
     uint64_t buckets[DSC_LOAD_BUCKETS]; /* cumulative counts: <= bound */

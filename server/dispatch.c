@@ -2,9 +2,10 @@
  * answering through the connection's reply interface (reply.h) without knowing the transport.
  * A GET that misses waits for its load and is answered when the catalog delivers it to the
  * connection's mailbox. */
+#include "dispatch.h"
 #include "rdma.h"
 #include "report.h"
-#include "server_int.h"
+#include "server_core.h"
 #include "srvlog.h"
 #include "util.h"
 #include "wire.h"
@@ -22,7 +23,7 @@ typedef struct pending_get {
     uint64_t request_id;
     uint64_t reserve;  /* counted against the connection's bounds while it waits */
     uint64_t start_ns; /* when the request was decoded: the latency histogram */
-    uint32_t first_chunk, chunk_count;
+    uint32_t shard_id, first_chunk, chunk_count;
     uint8_t opcode; /* DSC_OP_GET or DSC_OP_RDMA_GET */
 } pending_get_t;
 
@@ -141,6 +142,7 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode,
     pg->request_id = id;
     pg->opcode = opcode;
     pg->start_ns = start_ns;
+    pg->shard_id = req->shard_id;
     pg->first_chunk = req->first_chunk;
     pg->chunk_count = req->chunk_count;
     pg->waiter.first_chunk = req->first_chunk; /* a read-through reads only these chunks */
@@ -167,13 +169,35 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode,
 
 /* ---- GET --------------------------------------------------------------------------------- */
 
+/* A chunk damaged on this server's disk: CORRUPT for the GET that asked for it, with a message
+ * that starts "damaged chunk C" (PROTOCOL.md, GET response); the shard's other chunks are
+ * served. */
+static void answer_damaged(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, uint64_t id,
+                           dsc_dataset_t *ds, uint32_t shard_id, uint32_t chunk) {
+    const dsc_manifest_t *m = dsc_dataset_manifest(ds);
+    char msg[DSC_MAX_NAME + 512];
+    snprintf(msg, sizeof msg,
+             "damaged chunk %u of dataset %s shard %u (file %s) on this server: its stored "
+             "checksum differs; the shard's other chunks are served. Read this chunk from a "
+             "replica or fallback_path; repair: re-ingest the shard (dscache inspect on the "
+             "dataset directory names the damage)",
+             chunk, m->name, shard_id, shard_id < m->shard_count ? m->shards[shard_id].file : "?");
+    answer_error(srv, reply, opcode, id, DSC_STATUS_CORRUPT, msg);
+}
+
 /* Answers a GET out of a hold (taken: released here or by the reply). */
 static void send_get(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, uint64_t id,
-                     dsc_dataset_t *ds, dsc_hold_t *hold, uint32_t first, uint32_t count,
-                     uint64_t start_ns) {
+                     dsc_dataset_t *ds, uint32_t shard_id, dsc_hold_t *hold, uint32_t first,
+                     uint32_t count, uint64_t start_ns) {
     if ((uint64_t)first + count > hold->chunk_count) {
         dsc_hold_release(srv->cat, hold);
         answer_error(srv, reply, opcode, id, DSC_STATUS_BAD_REQUEST, "chunk range out of bounds");
+        return;
+    }
+    int64_t damaged = dsc_hold_damaged_chunk(hold, first, count);
+    if (damaged >= 0) {
+        dsc_hold_release(srv->cat, hold);
+        answer_damaged(srv, reply, opcode, id, ds, shard_id, (uint32_t)damaged);
         return;
     }
     dsc_chunk_entry_t small[16];
@@ -232,8 +256,11 @@ static void on_get_loaded(dsc_waiter_t *w) {
         if (w->status == 0)
             dsc_hold_release(pg->srv->cat, &w->hold);
     } else if (w->status == 0) {
-        send_get(pg->srv, reply, pg->opcode, pg->request_id, pg->ds, &w->hold, pg->first_chunk,
-                 pg->chunk_count, pg->start_ns);
+        send_get(pg->srv, reply, pg->opcode, pg->request_id, pg->ds, pg->shard_id, &w->hold,
+                 pg->first_chunk, pg->chunk_count, pg->start_ns);
+    } else if (w->status == DSC_ECORRUPT && w->chunk_damaged) {
+        answer_damaged(pg->srv, reply, pg->opcode, pg->request_id, pg->ds, pg->shard_id,
+                       w->damaged_chunk);
     } else {
         answer_error(pg->srv, reply, pg->opcode, pg->request_id, load_error_status(w->status),
                      load_error_message(w->status));
@@ -255,8 +282,8 @@ static void handle_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const
     shard_ref_t ref;
     int rc = chunks_acquire(srv, reply, DSC_OP_GET, id, &req, start_ns, &hold, &ref);
     if (rc == 1)
-        send_get(srv, reply, DSC_OP_GET, id, ref.ds, &hold, req.first_chunk, req.chunk_count,
-                 start_ns);
+        send_get(srv, reply, DSC_OP_GET, id, ref.ds, req.shard_id, &hold, req.first_chunk,
+                 req.chunk_count, start_ns);
     else if (rc < 0)
         answer_error(srv, reply, DSC_OP_GET, id, ref.status, ref.message);
 }
@@ -284,8 +311,8 @@ static void handle_rdma_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, 
     shard_ref_t ref;
     int rc = chunks_acquire(srv, reply, DSC_OP_RDMA_GET, id, &req.get, start_ns, &hold, &ref);
     if (rc == 1)
-        send_get(srv, reply, DSC_OP_RDMA_GET, id, ref.ds, &hold, req.get.first_chunk,
-                 req.get.chunk_count, start_ns);
+        send_get(srv, reply, DSC_OP_RDMA_GET, id, ref.ds, req.get.shard_id, &hold,
+                 req.get.first_chunk, req.get.chunk_count, start_ns);
     else if (rc < 0)
         answer_error(srv, reply, DSC_OP_RDMA_GET, id, ref.status, ref.message);
 }

@@ -142,6 +142,10 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     gauge(&t, "dscache_store_capacity_bytes", "Store capacity.", si.capacity);
     gauge(&t, "dscache_cached_shards", "Shards resident in the store.", tot.cached_shards);
     gauge(&t, "dscache_bad_shards", "Shards that failed validation.", tot.bad_shards);
+    gauge(&t, "dscache_damaged_shards",
+          "Shards served but for chunks damaged on disk (answered CORRUPT).", tot.damaged_shards);
+    gauge(&t, "dscache_damaged_chunks", "Chunks known damaged on disk (answered CORRUPT).",
+          tot.damaged_chunks);
     gauge(&t, "dscache_datasets", "Datasets served.", tot.datasets);
     gauge(&t, "dscache_shards", "Shards of the datasets served.", tot.shards);
     char why[256];
@@ -254,7 +258,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
     if (strcmp(url, "/healthz") == 0)
         return reply(connection, 200, "ok\n", 0, "text/plain");
     if (strcmp(url, "/readyz") == 0) {
-        char why[256];
+        char why[1024];
         int ready = readiness(&http->source, why, sizeof why);
         size_t n = strlen(why);
         char *body = malloc(n + 2);

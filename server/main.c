@@ -479,6 +479,19 @@ static int store_full(const control_t *ctl, const dsc_cluster_counts_t *cc) {
     return cc->smallest_missing > 0 && si.largest_free < cc->smallest_missing;
 }
 
+/* Appends the damaged shards, by name, to a readiness reason (not latched: a read-through may
+ * find damage later). */
+static void append_damage(const control_t *ctl, char *why, size_t cap) {
+    char list[768];
+    uint32_t n = dsc_catalog_damage_text(ctl->cat, list, sizeof list, NULL);
+    size_t used = strlen(why);
+    if (n > 0 && used + 1 < cap)
+        snprintf(why + used, cap - used,
+                 "; %u damaged shard%s, answered CORRUPT for the damaged part (re-ingest; dscache "
+                 "inspect names the damage): %s",
+                 n, n == 1 ? "" : "s", list);
+}
+
 /* /readyz (see --help, Readiness): 1 once the start-up warm-up is done and, in a cluster, the
  * member list is known, this server is in it and every shard it owns is resident (single node:
  * the warm-up loaded what the store and the policy allow); or once --ready-timeout has passed
@@ -494,6 +507,7 @@ static int readiness(void *arg, char *why, size_t cap) {
     if (ready) {
         snprintf(why, cap, "%s", ctl->ready_why);
         pthread_mutex_unlock(&ctl->ready_lock);
+        append_damage(ctl, why, cap);
         return 1;
     }
     dsc_cluster_counts_t cc;
@@ -512,12 +526,16 @@ static int readiness(void *arg, char *why, size_t cap) {
     else if (cc.clustered && cc.owned_resident < cc.owned && !store_full(ctl, &cc))
         snprintf(missing, sizeof missing, "warming: %llu of %llu owned shards resident",
                  (unsigned long long)cc.owned_resident, (unsigned long long)cc.owned);
+    /* Shards refused whole (failed validation) never become resident: not a store-full case. */
+    uint32_t bad = 0;
+    (void)dsc_catalog_damage_text(ctl->cat, NULL, 0, &bad);
     if (missing[0] == '\0') {
         ready = 1;
         snprintf(ctl->ready_why, sizeof ctl->ready_why,
                  "ready: %llu of %llu owned shards resident, %u members%s",
                  (unsigned long long)cc.owned_resident, (unsigned long long)cc.owned, cc.members,
-                 cc.owned_resident < cc.owned ? " (store full: the rest are read through)" : "");
+                 cc.owned_resident + bad < cc.owned ? " (store full: the rest are read through)"
+                                                    : "");
     } else if (ctl->ready_timeout > 0 && dsc_now_s() - ctl->started >= ctl->ready_timeout) {
         ready = 1;
         snprintf(ctl->ready_why, sizeof ctl->ready_why, "ready: --ready-timeout %us expired; %s",
@@ -531,6 +549,7 @@ static int readiness(void *arg, char *why, size_t cap) {
         snprintf(why, cap, "not ready: %s", missing);
     }
     pthread_mutex_unlock(&ctl->ready_lock);
+    append_damage(ctl, why, cap);
     return ready;
 }
 

@@ -5,7 +5,7 @@
  * read together to see that no READ can reach freed memory. */
 #include "rdma.h"
 #include "rdma_link.h"
-#include "server_int.h"
+#include "server_core.h"
 #include "shard.h"
 #include "srvlog.h"
 

@@ -1,9 +1,11 @@
 /* Catalog loading: the I/O threads, whole-shard loads (read, validate, make resident), the
  * read-through of chunk ranges for shards that get no room (index cache, temporary buffers,
  * per-chunk checks), and delivery of finished loads to waiters (directly or via their mailbox).
- * catalog.c queues the work under cat->lock; this file only calls back to evict a shard whose
- * dataset was retired while it loaded. */
-#include "catalog_int.h"
+ * catalog.c queues the work under cat->lock and calls this file (readthrough.h); this file uses
+ * the catalog's state (catalog_state.h) and never calls catalog.c. */
+#include "readthrough.h"
+#include "catalog_state.h"
+#include "dsc_sys.h"
 #include "protocol.h"
 #include "srvlog.h"
 #include "util.h"
@@ -21,31 +23,44 @@
 
 /* ---- whole-shard loads ------------------------------------------------------------------- */
 
-int dsc__shard_open(const char *path, const char **why) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        *why = "cannot open";
-        return -errno;
+/* The chunks of a parsed shard whose stored checksum differs: *damage (malloc'd, a bit per
+ * chunk; NULL when none), *damaged (their number), *first (the first of them). Returns 0 or
+ * -ENOMEM. */
+static int chunk_damage(const dsc_shard_view_t *view, uint8_t **damage, uint32_t *damaged,
+                        uint32_t *first) {
+    uint32_t n = view->footer.chunk_count;
+    uint8_t *map = calloc(((size_t)n + 7) / 8, 1);
+    if (map == NULL)
+        return -ENOMEM;
+    uint32_t bad = 0;
+    for (uint32_t c = 0; c < n; c++) {
+        dsc_chunk_entry_t e;
+        dsc_shard_chunk(view, c, &e);
+        const uint8_t *stored = dsc_shard_chunk_data(view, &e);
+        if (stored != NULL && dsc_chunk_verify(&e, stored) == 0)
+            continue;
+        if (bad++ == 0)
+            *first = c;
+        map[c / 8] |= (uint8_t)(1u << (c % 8));
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int err = -errno;
-        close(fd);
-        *why = "cannot stat";
-        return err;
+    if (bad == 0) {
+        free(map);
+        map = NULL;
     }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        *why = "not a regular file";
-        return DSC_EUNAVAIL;
-    }
-    return fd;
+    *damage = map;
+    *damaged = bad;
+    return 0;
 }
 
 /* Reads and validates one shard file into dst. Returns 0, DSC_ECORRUPT (validation; *why says
- * what) or an I/O error (-errno). */
+ * what) or an I/O error (-errno). A file whose whole-file checksum differs but whose header,
+ * index and footer are valid has its chunks verified one by one: when some fail, it is still
+ * served (returns 0) with *damage (malloc'd, a bit per chunk), *damaged and *first_bad naming
+ * them; only when none fails is the shard refused (the damage lies outside the chunks). */
 static int read_shard(const dsc_shard_slot_t *s, uint8_t *dst, dsc_shard_view_t *view,
-                      const char **why) {
+                      const char **why, uint8_t **damage, uint32_t *damaged, uint32_t *first_bad) {
+    *damage = NULL;
+    *damaged = 0;
     const dsc_manifest_shard_t *meta = s->meta;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", s->ds->dir, meta->file);
@@ -70,11 +85,7 @@ static int read_shard(const dsc_shard_slot_t *s, uint8_t *dst, dsc_shard_view_t 
         rc = rc == DSC_ETRUNCATED ? DSC_ECORRUPT : rc;
         goto done;
     }
-    if (dsc_checksum(dst, meta->bytes) != meta->checksum) {
-        rc = DSC_ECORRUPT;
-        *why = "whole-file checksum differs from the manifest";
-        goto done;
-    }
+    int file_sum_bad = dsc_checksum(dst, meta->bytes) != meta->checksum;
     int prc = dsc_shard_parse(dst, meta->bytes, view);
     if (prc < 0) {
         rc = DSC_ECORRUPT;
@@ -88,6 +99,17 @@ static int read_shard(const dsc_shard_slot_t *s, uint8_t *dst, dsc_shard_view_t 
         rc = DSC_ECORRUPT;
         *why = "shard header does not match the manifest";
         goto done;
+    }
+    if (file_sum_bad) {
+        rc = chunk_damage(view, damage, damaged, first_bad);
+        if (rc < 0) {
+            *why = "verifying its chunks";
+            goto done;
+        }
+        if (*damaged == 0) {
+            rc = DSC_ECORRUPT;
+            *why = "whole-file checksum differs from the manifest, every chunk's checksum matches";
+        }
     }
 done:
     close(fd);
@@ -114,8 +136,11 @@ static void deliver(dsc_waiter_t *list) {
     }
 }
 
+/* Delivers a whole-shard load. damage (taken), damaged, first_bad: the chunks found damaged in
+ * a shard loaded anyway (read_shard). */
 static void finish_load(dsc_catalog_t *cat, dsc_shard_slot_t *s, int rc, const char *why,
-                        const dsc_shard_view_t *view, double seconds) {
+                        const dsc_shard_view_t *view, double seconds, uint8_t *damage,
+                        uint32_t damaged, uint32_t first_bad) {
     pthread_mutex_lock(&cat->lock);
     dsc_waiter_t *waiters = s->waiters;
     s->waiters = NULL;
@@ -133,6 +158,17 @@ static void finish_load(dsc_catalog_t *cat, dsc_shard_slot_t *s, int rc, const c
                            .chunk_count = view->footer.chunk_count};
         s->index = hold.index;
         s->chunk_count = hold.chunk_count;
+        dsc__slot_set_damage_locked(s, damage, damaged);
+        damage = NULL;
+        hold.damage = s->damage;
+        if (s->damaged > 0 && !s->chunk_logged) {
+            LOG_WARN("dataset %s shard %u (%s/%s): %u of %u chunks damaged (first: chunk %u): "
+                     "stored checksum differs; those chunks are answered CORRUPT, the others "
+                     "served (logged once per shard)",
+                     s->ds->name, s->meta->id, s->ds->dir, s->meta->file, s->damaged,
+                     hold.chunk_count, first_bad);
+            s->chunk_logged = 1;
+        }
         s->state = SLOT_RESIDENT;
         s->ds->cached_shards++;
         s->ds->cached_bytes += s->meta->bytes;
@@ -172,30 +208,11 @@ static void finish_load(dsc_catalog_t *cat, dsc_shard_slot_t *s, int rc, const c
     if (cat->loads_in_flight == 0)
         pthread_cond_broadcast(&cat->idle_cond);
     pthread_mutex_unlock(&cat->lock);
+    free(damage);
     deliver(waiters);
 }
 
 /* ---- read-through of chunk ranges -------------------------------------------------------- */
-
-void dsc__index_drop_locked(dsc_catalog_t *cat, shard_index_t *si) {
-    if (si->slot == NULL)
-        return;
-    if (si->lru_prev)
-        si->lru_prev->lru_next = si->lru_next;
-    else
-        cat->index_head = si->lru_next;
-    if (si->lru_next)
-        si->lru_next->lru_prev = si->lru_prev;
-    else
-        cat->index_tail = si->lru_prev;
-    si->lru_prev = si->lru_next = NULL;
-    si->slot->sindex = NULL;
-    si->slot = NULL;
-    cat->index_bytes -= si->bytes;
-    cat->index_count--;
-    if (--si->refs == 0)
-        free(si);
-}
 
 static void index_release(dsc_catalog_t *cat, shard_index_t *si) {
     if (si == NULL)
@@ -343,14 +360,6 @@ static int index_read(dsc_catalog_t *cat, const dsc_shard_slot_t *s, int fd, sha
     return 0;
 }
 
-void dsc__tempbuf_free(dsc_tempbuf_t *tb) {
-    if (tb == NULL)
-        return;
-    if (tb->data)
-        munmap(tb->data, tb->map_len);
-    free(tb);
-}
-
 /* Runs one queued read-through on a loader thread and delivers its waiter. */
 static void run_range(dsc_catalog_t *cat, range_load_t *job) {
     dsc_shard_slot_t *s = job->slot;
@@ -462,8 +471,16 @@ done:
             LOG_ERROR("dataset %s shard %u (%s/%s): %s: marked bad, answered CORRUPT", s->ds->name,
                       meta->id, s->ds->dir, meta->file, why);
         } else if (rc == DSC_ECORRUPT) {
+            if (bad_chunk >= 0) {
+                w->chunk_damaged = 1;
+                w->damaged_chunk = (uint32_t)bad_chunk;
+                /* A resident copy was verified whole when it loaded: its map is complete. */
+                if (s->state != SLOT_RESIDENT)
+                    (void)dsc__slot_mark_damaged_locked(s, (uint32_t)bad_chunk);
+            }
             if (!s->chunk_logged)
-                LOG_WARN("dataset %s shard %u (%s/%s) chunk %u of %u..%u: %s: answered CORRUPT "
+                LOG_WARN("dataset %s shard %u (%s/%s): chunk %u damaged (read through for chunks "
+                         "%u..%u): %s; damaged chunks are answered CORRUPT, the others served "
                          "(logged once per shard)",
                          s->ds->name, meta->id, s->ds->dir, meta->file,
                          bad_chunk >= 0 ? (unsigned)bad_chunk : job->first, job->first,
@@ -549,7 +566,7 @@ void *dsc__io_thread(void *arg) {
         int drop = cat->draining;
         pthread_mutex_unlock(&cat->lock);
         if (drop) {
-            finish_load(cat, s, DSC_EUNAVAIL, NULL, NULL, 0);
+            finish_load(cat, s, DSC_EUNAVAIL, NULL, NULL, 0, NULL, 0, 0);
             pthread_mutex_lock(&cat->lock);
             continue;
         }
@@ -559,8 +576,10 @@ void *dsc__io_thread(void *arg) {
         double t0 = dsc_now_s();
         dsc_shard_view_t view;
         const char *why = "";
-        int rc = read_shard(s, dst, &view, &why);
-        finish_load(cat, s, rc, why, &view, dsc_now_s() - t0);
+        uint8_t *damage = NULL;
+        uint32_t damaged = 0, first_bad = 0;
+        int rc = read_shard(s, dst, &view, &why, &damage, &damaged, &first_bad);
+        finish_load(cat, s, rc, why, &view, dsc_now_s() - t0, damage, damaged, first_bad);
         pthread_mutex_lock(&cat->lock);
     }
     pthread_mutex_unlock(&cat->lock);

@@ -1,10 +1,13 @@
 /* The server object: one libuv event loop per thread, each with its own SO_REUSEPORT listening
  * socket; start, stop (graceful drain), destroy and counters. Each loop owns its connections
- * (tcp.c); the only cross-thread traffic is a mailbox per loop that loader threads fill with
- * finished loads, accepted sockets dealt to the loops in turn, and the stop request. */
+ * (tcp.c, called through tcp.h; a loop ends in tcp.c once its connections are gone); the only
+ * cross-thread traffic is a mailbox per loop that loader threads fill with finished loads, accepted
+ * sockets dealt to the loops in turn, and the stop request. */
+#include "server.h"
 #include "rdma.h"
-#include "server_int.h"
+#include "server_core.h"
 #include "srvlog.h"
+#include "tcp.h"
 #include "util.h"
 
 #include <errno.h>
@@ -19,28 +22,6 @@
 #include <unistd.h>
 
 /* ---- loops, mailbox, stop -------------------------------------------------------------- */
-
-void dsc__loop_maybe_finish(dsc_srv_loop_t *lc) {
-    if (lc->stopping && lc->conn_count == 0 && lc->waiting == 0 &&
-        !uv_is_closing((uv_handle_t *)&lc->wake)) {
-        pthread_mutex_lock(&lc->mb_lock);
-        lc->handoff_closed = 1;
-        for (uint32_t i = 0; i < lc->handoff_len; i++)
-            close(lc->handoff[i]);
-        free(lc->handoff);
-        lc->handoff = NULL;
-        lc->handoff_len = lc->handoff_cap = 0;
-        pthread_mutex_unlock(&lc->mb_lock);
-        uv_close((uv_handle_t *)&lc->wake, NULL);
-        uv_close((uv_handle_t *)&lc->drain_timer, NULL);
-        uv_close((uv_handle_t *)&lc->tick, NULL);
-        if (lc == &lc->srv->loops[0])
-            dsc__rdma_unwatch(lc->srv->opt.rdma); /* loop 0 watches the RDMA async events */
-        if (lc->reserve_fd >= 0)
-            close(lc->reserve_fd);
-        lc->reserve_fd = -1;
-    }
-}
 
 /* Stops accepting: the poll and back-off timer are closed, the listening socket too. */
 static void stop_accepting(dsc_srv_loop_t *lc) {
@@ -301,19 +282,6 @@ void dsc_server_destroy(dsc_server_t *srv) {
 
 dsc_jobs_t *dsc_server_jobs(dsc_server_t *srv) {
     return srv ? srv->jobs : NULL;
-}
-
-const double dsc_get_latency_bounds[DSC_GET_LATENCY_BUCKETS] = {
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0, 5.0};
-
-void dsc__server_count_get_latency(dsc_server_t *srv, uint64_t start_ns) {
-    uint64_t ns = dsc_now_ns() - start_ns;
-    double seconds = (double)ns / 1e9;
-    int b = 0;
-    while (b < DSC_GET_LATENCY_BUCKETS && seconds > dsc_get_latency_bounds[b])
-        b++;
-    atomic_fetch_add_explicit(&srv->get_latency[b], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&srv->get_latency_sum_ns, ns, memory_order_relaxed);
 }
 
 void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out) {

@@ -1,35 +1,16 @@
 /* The dscached data server: one libuv event loop per thread, each with its own SO_REUSEPORT
- * listening socket, graceful drain. Inside: server.c (this object, loops, stop), tcp.c
- * (connections, framing, back-pressure, zero-copy GET answers), dispatch.c (requests). */
+ * listening socket, graceful drain. Inside, calls going one way: server.c (this object, loops,
+ * stop) -> tcp.c (connections, framing, back-pressure, zero-copy GET answers; tcp.h) ->
+ * dispatch.c (requests; dispatch.h) -> rdma.c, all over the state in server_core.h. */
 #ifndef DSC_SERVER_SERVER_H
 #define DSC_SERVER_SERVER_H
 
 #include "catalog.h"
 #include "cluster.h"
-#include "credstore.h"
 #include "jobs.h"
+#include "server_types.h"
 
 #include <stdint.h>
-
-typedef struct dsc_server dsc_server_t;
-
-typedef struct dsc_server_options {
-    const char *host;             /* listen address (numeric or name) */
-    uint16_t port;                /* 0: pick a free port */
-    uint32_t threads;             /* event loops (>= 1) */
-    uint64_t max_out;             /* per-connection queued response bytes before reads pause */
-    uint32_t drain_seconds;       /* stop: longest wait for in-flight responses (0: 30) */
-    uint64_t max_out_total;       /* bytes held for all connections before reads pause (0: 1 GiB) */
-    uint32_t header_timeout_s;    /* a frame must arrive whole this long after its first byte
-                                     (0: 10; UINT32_MAX: never) */
-    uint32_t idle_timeout_s;      /* close a connection silent this long (0: never) */
-    uint32_t max_conns_per_peer;  /* open connections per peer address (0: no limit) */
-    const char *name;             /* server name sent in HELLO */
-    dsc_credstore_t *credentials; /* --auth-file (not owned, outlives the server); NULL: serve
-                                     anonymously (docs/security.md) */
-    int allow_anonymous_admin;    /* without credentials: serve WARM/EVICT anonymously */
-    struct dsc_rdma_srv *rdma;    /* RDMA transport (rdma.h; not owned), or NULL: TCP only */
-} dsc_server_options_t;
 
 /* Binds the sockets and starts the loop threads. Returns 0 and *out, DSC_EADDRINUSE,
  * DSC_EINVAL (address does not resolve), DSC_ENOMEM, or -errno from socket calls. */
@@ -51,10 +32,7 @@ void dsc_server_destroy(dsc_server_t *srv);
 
 /* Counters for /metrics. requests[op][status]: op is the opcode (unknown ones counted at 0),
  * status a dsc_status_t. */
-#define DSC_SERVER_OPS 34
-#define DSC_SERVER_STATUSES 11
-#define DSC_GET_LATENCY_BUCKETS 12
-/* Upper bounds (seconds) of the GET latency histogram's buckets. */
+/* Upper bounds (seconds) of the GET latency histogram's buckets (defined in server_core.c). */
 extern const double dsc_get_latency_bounds[DSC_GET_LATENCY_BUCKETS];
 typedef struct dsc_server_counters {
     uint64_t connections;       /* open now */

@@ -7,8 +7,10 @@
  * Over 800 lines on purpose: reading, framing, the write queue, back-pressure, time-outs and the
  * accept back-off share conn_t and its invariants; splitting would expose conn_t to other files.
  */
+#include "tcp.h"
+#include "dispatch.h"
 #include "rdma.h"
-#include "server_int.h"
+#include "server_core.h"
 #include "srvlog.h"
 #include "util.h"
 #include "wire.h"
@@ -910,4 +912,28 @@ void dsc__tcp_drain(dsc_srv_loop_t *lc) {
 void dsc__tcp_close_all(dsc_srv_loop_t *lc) {
     while (lc->conns)
         conn_close(lc->conns);
+}
+
+/* ---- a loop's end -------------------------------------------------------------------------- */
+
+void dsc__loop_maybe_finish(dsc_srv_loop_t *lc) {
+    if (lc->stopping && lc->conn_count == 0 && lc->waiting == 0 &&
+        !uv_is_closing((uv_handle_t *)&lc->wake)) {
+        pthread_mutex_lock(&lc->mb_lock);
+        lc->handoff_closed = 1;
+        for (uint32_t i = 0; i < lc->handoff_len; i++)
+            close(lc->handoff[i]);
+        free(lc->handoff);
+        lc->handoff = NULL;
+        lc->handoff_len = lc->handoff_cap = 0;
+        pthread_mutex_unlock(&lc->mb_lock);
+        uv_close((uv_handle_t *)&lc->wake, NULL);
+        uv_close((uv_handle_t *)&lc->drain_timer, NULL);
+        uv_close((uv_handle_t *)&lc->tick, NULL);
+        if (lc == &lc->srv->loops[0])
+            dsc__rdma_unwatch(lc->srv->opt.rdma); /* loop 0 watches the RDMA async events */
+        if (lc->reserve_fd >= 0)
+            close(lc->reserve_fd);
+        lc->reserve_fd = -1;
+    }
 }

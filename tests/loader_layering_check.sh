@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Layering check of the client library: fails when the module graph of client/lib/*.c/*.h has a
-# cycle. A module is a .c file with its own header (X.c, X.h, X_int.h). Edges: every
+# Layering check of a directory of C modules (client/lib, server/, client/cli): fails when the
+# module graph of DIR/*.c/*.h has a cycle. A module is a .c file with its own header (X.c, X.h,
+# X_int.h; a header without a .c, such as a types-only one, is a module of its own). Edges: every
 # `#include "Y.h"` of a file in the directory, and every header's declaration of a function or
 # object that another module's .c defines (a header declaring module M's functions is M's
 # interface: including it depends on M).

@@ -1,5 +1,6 @@
-/* The dscache command-line tool: one dsc_cmd_<name> per command (each in cmd_<name>.c, listed
- * in the table of main.c) and the small helpers they share. */
+/* The dscache command-line tool: the small helpers its commands share (cli.c), their exit codes
+ * and the command type. The commands themselves are declared in commands.h, for main.c only:
+ * a command includes this header and never calls main.c or another command. */
 #ifndef DSC_CLI_H
 #define DSC_CLI_H
 
@@ -13,19 +14,7 @@ enum { DSC_CLI_OK = 0, DSC_CLI_FAIL = 1, DSC_CLI_USAGE = 2 };
  * "--help" anywhere prints the command's usage to stdout and returns DSC_CLI_OK. */
 typedef int (*dsc_cmd_fn)(int argc, char **argv);
 
-/* ---- Commands (add one line here and one line in main.c's table) ---------------------- */
-int dsc_cmd_ingest(int argc, char **argv);
-int dsc_cmd_inspect(int argc, char **argv);
-int dsc_cmd_get(int argc, char **argv);
-int dsc_cmd_stat(int argc, char **argv);
-int dsc_cmd_bench(int argc, char **argv);
-int dsc_cmd_top(int argc, char **argv);
-int dsc_cmd_doctor(int argc, char **argv);
-int dsc_cmd_list(int argc, char **argv);
-int dsc_cmd_warm(int argc, char **argv);
-int dsc_cmd_evict(int argc, char **argv);
-
-/* ---- Helpers (main.c) ------------------------------------------------------------------- */
+/* ---- Helpers (cli.c) -------------------------------------------------------------------- */
 
 /* Prints "dscache CMD: <message>" and a hint to run "dscache CMD --help" to stderr; returns
  * DSC_CLI_USAGE so a command can `return dsc_cli_usage(...)`. */
@@ -70,6 +59,8 @@ int dsc_cli_target_option(dsc_cli_target_t *target, int opt, const char *arg);
 /* The --auth-file given on the command line (any position), or NULL: then the credential comes
  * from $DSCACHE_TOKEN_FILE or the Kubernetes default path (client/lib/credential.h). */
 const char *dsc_cli_auth_file(void);
+/* Sets it (main.c, which takes --auth-file out of argv before the command parses). */
+void dsc_cli_set_auth_file(const char *path);
 /* Opens a connection (with HELLO) to server with a timeout of timeout_ms for every wait. Returns
  * DSC_CLI_OK and *conn (the caller closes it with dsc_conn_close), or DSC_CLI_FAIL after
  * printing "dscache CMD: SERVER: <error>" (*conn is then NULL). */

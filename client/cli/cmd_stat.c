@@ -1,4 +1,5 @@
-/* dscache stat: a server's statistics (STAT) as a table, or the raw JSON with --json. */
+/* dscache stat: a server's statistics (STAT) as tables (the store, the datasets, the jobs it
+ * feeds), or the raw JSON with --json. */
 #include "cli.h"
 
 #include "conn.h"
@@ -16,8 +17,10 @@
 static void print_help(void) {
     printf("usage: dscache stat --server HOST:PORT [--dataset NAME] [--json] [--timeout S]\n"
            "\n"
-           "Prints the server's store use and, per dataset, shards, cached shards and bytes,\n"
-           "hits, misses, bytes served and bad shards.\n"
+           "Prints the server's store use; per dataset, shards, cached shards and bytes, hits,\n"
+           "misses, bytes served and bad shards (damaged shards are named below the table);\n"
+           "then the jobs it feeds, as their loaders report them (REPORT, every few seconds):\n"
+           "job, rank/world size, dataset, data stall, samples/s and the age of the last report.\n"
            "\n"
            "  --server HOST:PORT   the dscached data port\n"
            "  --timeout SECONDS    give up when the server is silent that long (default 30)\n"
@@ -36,6 +39,55 @@ static const struct option long_options[] = {
 static double num(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+}
+
+static const char *str(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : "?";
+}
+
+/* Damaged shards by name, below the datasets table ("damaged" of each dataset in STAT). */
+static void print_damaged(const cJSON *datasets) {
+    int any = 0;
+    const cJSON *d;
+    cJSON_ArrayForEach(d, datasets) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(d, "damaged")) {
+            if (!any)
+                printf("\n");
+            any = 1;
+            if (strcmp(str(e, "state"), "bad") == 0)
+                printf("damaged: dataset %s shard %.0f (%s): whole shard refused (failed "
+                       "validation), answered CORRUPT\n",
+                       str(d, "name"), num(e, "shard"), str(e, "file"));
+            else
+                printf("damaged: dataset %s shard %.0f (%s): %.0f of %.0f chunks damaged (first: "
+                       "chunk %.0f), answered CORRUPT; its other chunks are served\n",
+                       str(d, "name"), num(e, "shard"), str(e, "file"), num(e, "damaged_chunks"),
+                       num(e, "chunks"), num(e, "first_chunk"));
+        }
+    }
+    if (any)
+        printf("  loaders read damaged chunks from a replica or fallback_path; repair: re-ingest "
+               "the shard (dscache inspect DIR names the damage)\n");
+}
+
+/* The jobs table: one line per (job, rank) the server has a report from ("jobs" of STAT). */
+static void print_jobs(const cJSON *jobs) {
+    int n = cJSON_IsArray(jobs) ? cJSON_GetArraySize(jobs) : 0;
+    if (n == 0) {
+        printf("\njobs: none reporting\n");
+        return;
+    }
+    printf("\n%-32s %9s %-24s %7s %11s %8s\n", "JOB", "RANK", "DATASET", "STALL", "SAMPLES/S",
+           "AGE");
+    const cJSON *j;
+    cJSON_ArrayForEach(j, jobs) {
+        char rank[24];
+        snprintf(rank, sizeof rank, "%.0f/%.0f", num(j, "rank"), num(j, "world_size"));
+        printf("%-32s %9s %-24s %6.1f%% %11.0f %7.1fs\n", str(j, "job"), rank, str(j, "dataset"),
+               100.0 * num(j, "stall"), num(j, "samples_per_s"), num(j, "age_s"));
+    }
 }
 
 static int print_table(const char *json, size_t len) {
@@ -67,6 +119,8 @@ static int print_table(const char *json, size_t len) {
             hits + misses > 0 ? 100.0 * hits / (hits + misses) : 0.0,
             dsc_format_size((uint64_t)num(d, "bytes_served"), c, sizeof c), num(d, "bad_shards"));
     }
+    print_damaged(list);
+    print_jobs(cJSON_GetObjectItemCaseSensitive(root, "jobs"));
     cJSON_Delete(root);
     return DSC_CLI_OK;
 }

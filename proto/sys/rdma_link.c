@@ -240,8 +240,10 @@ static int gid_net_in(const struct ifaddrs *list, const uint8_t gid[16], char *b
         if (buf != NULL) {
             /* The network address: the interface's address with the host bits cleared. */
             uint8_t net[16];
-            int bits;
+            int bits = 128; /* set by addr_as_gid for both families filtered above */
             int v4 = addr_as_gid(ifa->ifa_addr, prefix, net, &bits);
+            if (v4 < 0)
+                continue;
             for (int b = bits; b < 128; b++)
                 net[b / 8] &= (uint8_t) ~(0x80u >> (b % 8));
             char text[INET6_ADDRSTRLEN] = "?";

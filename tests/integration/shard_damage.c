@@ -8,6 +8,9 @@
  *                                        checksum and the manifest's file checksum rewritten to
  *                                        match: a server validates and serves it; the reader's
  *                                        decoded-bytes check fails (DSC_EDATASUM)
+ *        shard_damage chunk DIR SHARD C   one byte flipped in chunk C's stored bytes only (the
+ *                                        header, index and footer stay valid: a server answers
+ *                                        CORRUPT for chunk C and serves the others)
  * Prints the number of chunks damaged. */
 #include "manifest.h"
 #include "shard.h"
@@ -18,11 +21,13 @@
 #include <string.h>
 
 int main(int argc, char **argv) {
-    if (argc != 4 || (strcmp(argv[1], "flip") != 0 && strcmp(argv[1], "silent") != 0)) {
-        fprintf(stderr, "usage: shard_damage flip|silent DIR SHARD\n");
+    int one = argc == 5 && strcmp(argv[1], "chunk") == 0;
+    if (!one && (argc != 4 || (strcmp(argv[1], "flip") != 0 && strcmp(argv[1], "silent") != 0))) {
+        fprintf(stderr, "usage: shard_damage flip|silent DIR SHARD | chunk DIR SHARD CHUNK\n");
         return 2;
     }
     int silent = strcmp(argv[1], "silent") == 0;
+    uint32_t only = one ? (uint32_t)strtoul(argv[4], NULL, 10) : 0;
     const char *dir = argv[2];
     uint32_t shard = (uint32_t)strtoul(argv[3], NULL, 10);
     dsc_manifest_t *m = NULL;
@@ -49,6 +54,8 @@ int main(int argc, char **argv) {
         dsc_chunk_entry_t e;
         dsc_shard_chunk(&view, c, &e);
         uint8_t *stored = buf + e.offset;
+        if (one && c != only)
+            continue;
         if (!silent) {
             stored[e.stored_len / 2] ^= 0x40;
             damaged++;

@@ -143,7 +143,8 @@ static int cmd_fetch(int argc, char **argv) {
     return bad ? 1 : 0;
 }
 
-/* get ADDR DATASET SHARD FIRST COUNT: prints the status name (and the data length). */
+/* get ADDR DATASET SHARD FIRST COUNT: prints the status name (and the data length); geterr, the
+ * same, then an error answer's message on the same line. */
 static int cmd_get(int argc, char **argv) {
     if (argc < 7)
         return die("usage: get ADDR DATASET SHARD FIRST COUNT", 0);
@@ -158,7 +159,11 @@ static int cmd_get(int argc, char **argv) {
     uint8_t *body = NULL;
     if ((rc = recv_frame(c, &h, &body)) < 0)
         return die("recv", rc);
-    printf("%s %u\n", dsc_status_name(h.status), h.body_len);
+    if (strcmp(argv[1], "geterr") == 0 && h.status != DSC_STATUS_OK)
+        printf("%s %u %.*s\n", dsc_status_name(h.status), h.body_len, (int)h.body_len,
+               body ? (const char *)body : "");
+    else
+        printf("%s %u\n", dsc_status_name(h.status), h.body_len);
     free(body);
     dsc_conn_close(c);
     return 0;
@@ -531,13 +536,13 @@ static int cmd_slow(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: srv_client fetch|get|call|hostile|conc|slow ADDR ...\n");
+        fprintf(stderr, "usage: srv_client fetch|get|geterr|call|hostile|conc|slow ADDR ...\n");
         return 2;
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "fetch") == 0)
         return cmd_fetch(argc, argv);
-    if (strcmp(cmd, "get") == 0)
+    if (strcmp(cmd, "get") == 0 || strcmp(cmd, "geterr") == 0)
         return cmd_get(argc, argv);
     if (strcmp(cmd, "call") == 0)
         return cmd_call(argc, argv);

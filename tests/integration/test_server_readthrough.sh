@@ -99,7 +99,7 @@ for c in 2 4; do
 done
 [ "$(json_get "$(stat_a)" 'j["datasets"][0]["bad_shards"]')" = 0 ] \
     && pass "a damaged chunk does not mark the shard bad" || fail "shard marked bad"
-n=$(grep -c "chunk 3 of" "$work/server-a.log" || true)
+n=$(grep -c "chunk 3 damaged (read through" "$work/server-a.log" || true)
 [ "$n" = 1 ] && pass "damaged chunk logged once" || fail "damaged-chunk log lines: $n"
 
 # A damaged index of another non-resident shard, seen after a rescan emptied the index cache:

@@ -2,7 +2,8 @@
 # dscache top against a live cluster on loopback: two dscached, a loader (dscache bench) that
 # reports its job to both. --once prints one frame with both servers, the dataset's resident
 # fraction and the job with its stall and verdict; the live view, driven in tmux (send-keys /
-# capture-pane), refreshes and quits on q. STAT lists the job; /metrics has its series.
+# capture-pane), refreshes and quits on q. STAT lists the job (JSON, and the table of `dscache
+# stat`); /metrics has its series.
 source "$(dirname "$0")/server_lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed (deploy/local/setup.sh)"; exit 77; }
 TMUX_SOCK="dsctop$$"
@@ -26,6 +27,14 @@ until_ok 20 has_job "$ADDR_b" || fail "STAT of server b never listed the job"
 grep -qE '"job":"top-test-job","rank":0,"world_size":1,"dataset":"topds","peer":"127\.0\.0\.1(:[0-9]+)?","stall":[0-9.e-]+' \
     "$work/stat.json" && pass "STAT lists the job with rank, peer and stall" \
     || fail "STAT job entry: $(cat "$work/stat.json")"
+# The table view: the jobs after the datasets, one line per rank with stall, rate and age.
+"$CLI" stat --server "$ADDR_a" >"$work/stat.txt" || fail "stat (table) failed"
+grep -qE '^JOB +RANK +DATASET +STALL +SAMPLES/S +AGE$' "$work/stat.txt" \
+    && grep -qE '^top-test-job +0/1 +topds +[0-9.]+% +[0-9]+ +[0-9.]+s$' "$work/stat.txt" \
+    && [ "$(grep -n '^JOB ' "$work/stat.txt" | cut -d: -f1)" -gt \
+         "$(grep -n '^DATASET ' "$work/stat.txt" | cut -d: -f1)" ] \
+    && pass "stat prints the jobs table (job, rank, dataset, stall, samples/s, age) after the datasets" \
+    || fail "stat table lacks the job: $(cat "$work/stat.txt")"
 metrics=$(curl -sf "http://$HTTP_a/metrics")
 grep -qE '^dscache_job_stall_fraction\{job="top-test-job",rank="0",dataset="topds"\} ' <<<"$metrics" \
     && pass "/metrics: dscache_job_stall_fraction of the job" || fail "/metrics lacks the job's stall"

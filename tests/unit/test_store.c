@@ -372,6 +372,8 @@ static void test_minio_read_through(const char *dir) {
     dsc_store_destroy(store);
 }
 
+/* Shard 1: one byte flipped inside a chunk (header, index, footer intact): resident, that chunk
+ * alone known damaged. Shard 2: truncated: refused whole (marked bad). */
 static void test_corrupt(const char *dir) {
     char path[1024];
     snprintf(path, sizeof path, "%s/shard-1.dsc", dir);
@@ -382,6 +384,9 @@ static void test_corrupt(const char *dir) {
     fseek(f, 5000, SEEK_SET);
     fputc(ch ^ 0x10, f);
     fclose(f);
+    snprintf(path, sizeof path, "%s/shard-2.dsc", dir);
+    struct stat st;
+    REQUIRE(stat(path, &st) == 0 && truncate(path, st.st_size - 100) == 0);
 
     dsc_store_t *store = NULL;
     dsc_catalog_t *cat = NULL;
@@ -392,17 +397,48 @@ static void test_corrupt(const char *dir) {
     dsc_dataset_t *ds = dsc_catalog_find(cat, "bad", 3);
     REQUIRE(ds);
     dsc_hold_t h;
-    CHECK_EQ_INT(get_shard(cat, ds, 1, &h, NULL), DSC_ECORRUPT);
-    CHECK_EQ_INT(get_shard(cat, ds, 1, &h, NULL), DSC_ECORRUPT); /* marked: no second load */
+    /* The chunk holding byte 5000 is the one damaged; every other one verifies. */
+    REQUIRE(get_shard(cat, ds, 1, &h, NULL) == 0);
+    REQUIRE(h.damage != NULL);
+    int64_t bad = -1;
+    for (uint32_t i = 0; i < h.chunk_count; i++) {
+        dsc_chunk_entry_t e;
+        dsc_chunk_entry_decode(h.index + (size_t)i * DSC_CHUNK_ENTRY_SIZE, &e);
+        int damaged = dsc_hold_damaged_chunk(&h, i, 1) == (int64_t)i;
+        CHECK_EQ_INT(damaged, dsc_chunk_verify(&e, h.data + e.offset) < 0);
+        if (e.offset <= 5000 && 5000 < e.offset + e.stored_len)
+            bad = i;
+    }
+    REQUIRE(bad >= 0);
+    CHECK_EQ_INT(dsc_hold_damaged_chunk(&h, 0, h.chunk_count), bad);
+    dsc_hold_release(cat, &h);
+    int hit = 0;
+    REQUIRE(get_shard(cat, ds, 1, &h, &hit) == 0); /* resident: a hit, the map with it */
+    CHECK(hit && dsc_hold_damaged_chunk(&h, (uint32_t)bad, 1) == bad);
+    dsc_hold_release(cat, &h);
+    CHECK_EQ_INT(get_shard(cat, ds, 2, &h, NULL), DSC_ECORRUPT);
+    CHECK_EQ_INT(get_shard(cat, ds, 2, &h, NULL), DSC_ECORRUPT); /* marked: no second load */
     REQUIRE(get_shard(cat, ds, 0, &h, NULL) == 0);
+    CHECK(h.damage == NULL && dsc_hold_damaged_chunk(&h, 0, h.chunk_count) == -1);
     dsc_hold_release(cat, &h);
     dsc_catalog_totals_t t;
     dsc_catalog_totals(cat, &t);
     CHECK_EQ_INT(t.bad_shards, 1);
+    CHECK_EQ_INT(t.damaged_shards, 1);
+    CHECK_EQ_INT(t.damaged_chunks, 1);
     CHECK_EQ_INT(t.load_failures, 1);
+    char text[256];
+    uint32_t whole = 0;
+    CHECK_EQ_INT(dsc_catalog_damage_text(cat, text, sizeof text, &whole), 2);
+    CHECK_EQ_INT(whole, 1);
+    CHECK(strstr(text, "bad shard 1 (shard-1.dsc: 1 of ") != NULL);
+    CHECK(strstr(text, "bad shard 2 (shard-2.dsc: whole shard refused)") != NULL);
+    CHECK_EQ_INT(dsc_catalog_damage_text(cat, text, 8, NULL), 2); /* cut, still terminated */
+    CHECK(strlen(text) < 8);
     int nf = 0;
     char *json = dsc_catalog_stat_json(cat, "bad", 3, &nf);
-    CHECK(json && strstr(json, "\"bad_shards\":1"));
+    CHECK(json && strstr(json, "\"bad_shards\":1") && strstr(json, "\"damaged_chunks\":1") &&
+          strstr(json, "\"state\":\"chunks\"") && strstr(json, "\"state\":\"bad\""));
     free(json);
     CHECK(dsc_catalog_stat_json(cat, "nope", 4, &nf) == NULL && nf == 1);
     dsc_catalog_destroy(cat);

@@ -1,10 +1,15 @@
-/* Catalog internals shared by catalog.c (datasets, hits, eviction, warm-ups, rescans,
- * statistics) and readthrough.c (loads on the I/O threads, read-throughs, delivery of waiters).
- * Not for other modules: they use catalog.h. */
-#ifndef DSC_SERVER_CATALOG_INT_H
-#define DSC_SERVER_CATALOG_INT_H
+/* The catalog's state, below both of its layers: catalog.c (datasets, hits, eviction, warm-ups,
+ * rescans, statistics) calls readthrough.c (loads on the I/O threads, read-throughs, delivery of
+ * waiters), and both use the structures here and the few operations on them that each needs
+ * (catalog_state.c: a slot's eviction, the index cache's unlinking, temporary buffers, opening
+ * a shard file). Nothing here calls up into either layer. Not for other modules: they use
+ * catalog.h. */
+#ifndef DSC_SERVER_CATALOG_STATE_H
+#define DSC_SERVER_CATALOG_STATE_H
 
-#include "catalog.h"
+#include "catalog_types.h"
+#include "manifest.h"
+#include "store.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -54,6 +59,12 @@ struct dsc_shard_slot {
     const uint8_t *index;
     uint32_t chunk_count;
     shard_index_t *sindex; /* cached header + index for read-throughs, or NULL */
+    /* Chunks known damaged on disk (stored checksum differs), a bit per chunk, or NULL: none
+     * known. Found by a whole-shard load (which then serves the other chunks) or a read-through;
+     * written only while the slot is not RESIDENT (resident holds read it without the lock:
+     * dsc_hold_t.damage), freed with the dataset. damaged: the bits set. */
+    uint8_t *damage;
+    uint32_t damaged;
     dsc_waiter_t *waiters;
     dsc_shard_slot_t *queue_next;
 };
@@ -118,29 +129,27 @@ enum {
     LOAD_REQUEST = 1,   /* lru: evict; otherwise give up (the caller reads through) */
     LOAD_WARM_KEEP = 2, /* give up: never evict for it (cluster warm-ups) */
 };
-/* ---- readthrough.c (called by catalog.c) ---- */
+/* ---- catalog_state.c (cat->lock held where the name ends in _locked) ---- */
 
-/* An I/O thread (arg: the catalog): runs queued read-throughs first, then whole-shard loads,
- * until cat->stopping. */
-void *dsc__io_thread(void *arg);
-/* Queues a read-through of the waiter's chunks (cat->lock held). Returns 0, DSC_EINVAL (range
- * beyond the shard), DSC_EUNAVAIL (read-through memory exhausted) or DSC_ENOMEM. */
-int dsc__range_start_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_t *w);
+/* Frees a resident slot's bytes if nobody holds them (cat->lock held). Returns 1 when evicted. */
+int dsc__slot_evict_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s);
 /* Unlinks an index from the cache and drops the cache's reference (cat->lock held). */
 void dsc__index_drop_locked(dsc_catalog_t *cat, shard_index_t *si);
 /* Frees a read-through buffer (its bytes are uncounted by the caller). NULL is a no-op. */
 void dsc__tempbuf_free(dsc_tempbuf_t *tb);
-/* At destroy, after the I/O threads ended: frees queued read-throughs and the index cache. */
-void dsc__readthrough_free_all(dsc_catalog_t *cat);
-
-/* ---- catalog.c (the one call back up, from a finished load) ---- */
-
-/* Frees a resident slot's bytes if nobody holds them (cat->lock held). Returns 1 when evicted. */
-int dsc__slot_evict_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s);
-
-/* readthrough.c: opens a shard file for reading without blocking on a FIFO or a device
- * (O_NONBLOCK) and refuses anything but a regular file. Returns the fd, or DSC_EUNAVAIL (not a
- * regular file; *why says so) or -errno (*why: "cannot open" / "cannot stat"). */
+/* Opens a shard file for reading without blocking on a FIFO or a device (O_NONBLOCK) and
+ * refuses anything but a regular file. Returns the fd, or DSC_EUNAVAIL (not a regular file;
+ * *why says so) or -errno (*why: "cannot open" / "cannot stat"). */
 int dsc__shard_open(const char *path, const char **why);
+/* Records chunk c of s (< s->meta->chunks) as damaged (cat->lock held, s not RESIDENT). Returns
+ * 1 when newly recorded, 0 when already known, DSC_ENOMEM. */
+int dsc__slot_mark_damaged_locked(dsc_shard_slot_t *s, uint32_t c);
+/* Replaces s's damage map by map (malloc'd, chunk bits; NULL: none) with `damaged` bits set
+ * (cat->lock held, s not RESIDENT). Takes map. */
+void dsc__slot_set_damage_locked(dsc_shard_slot_t *s, uint8_t *map, uint32_t damaged);
+/* The first chunk of [first, first + count) set in map, or -1 (map NULL: -1). */
+int64_t dsc__damage_first(const uint8_t *map, uint32_t first, uint32_t count);
+/* Upper bounds (seconds) of the load time histogram (also declared in catalog.h for /metrics). */
+extern const double dsc_load_bucket_bounds[DSC_LOAD_BUCKETS];
 
 #endif

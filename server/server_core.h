@@ -1,13 +1,18 @@
-/* Server internals shared by server.c (the server object, its event loops, mailboxes and stop),
- * tcp.c (connections: accept, read, framing, write queue, back-pressure, the TCP reply) and
- * dispatch.c (request decoding and per-operation handlers). */
-#ifndef DSC_SERVER_SERVER_INT_H
-#define DSC_SERVER_SERVER_INT_H
+/* The server's state, below its layers: server.c (the server object, its event loops, mailboxes
+ * and stop) calls tcp.c (connections: accept, read, framing, write queue, back-pressure, the TCP
+ * reply; tcp.h), which calls dispatch.c (request decoding and per-operation handlers;
+ * dispatch.h); each of them, and rdma.c, uses the structures and counters here. Nothing here
+ * calls up into a layer. Not for other modules: they use server.h. */
+#ifndef DSC_SERVER_SERVER_CORE_H
+#define DSC_SERVER_SERVER_CORE_H
 
 #include "authz.h"
+#include "catalog.h"
+#include "cluster.h"
+#include "jobs.h"
 #include "protocol.h"
 #include "reply.h"
-#include "server.h"
+#include "server_types.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -94,37 +99,7 @@ static inline void dsc__server_count_request(dsc_server_t *srv, uint32_t opcode,
 /* Counts one GET answered OK that was decoded at start_ns (dsc_now_ns). */
 void dsc__server_count_get_latency(dsc_server_t *srv, uint64_t start_ns);
 
-/* ---- server.c ---- */
-
-/* Once a stopping loop has no connections left and no GET waiting on a load (the catalog's I/O
- * threads deliver to its mailbox until then): closes its wake and timer handles (and the
- * sockets still handed to it), so that uv_run returns. */
-void dsc__loop_maybe_finish(dsc_srv_loop_t *lc);
-
-/* ---- tcp.c (all on the loop's thread) ---- */
-
-/* accept_poll's callback: accepts and deals the sockets to the loops in turn; out of
- * descriptors, sheds the waiting connections and backs off (accept_timer) instead of spinning. */
-void dsc__tcp_on_acceptable(uv_poll_t *poll, int status, int events);
-/* accept_timer's callback: accepting resumes. */
-void dsc__tcp_on_accept_timer(uv_timer_t *timer);
-/* tick's callback (every DSC_TCP_TICK_MS): header and idle time-outs, and connections paused by
- * the server-wide bound read again once it allows. */
-#define DSC_TCP_TICK_MS 100
-void dsc__tcp_on_tick(uv_timer_t *timer);
-/* Serves a socket that another loop accepted. Takes the fd. */
-void dsc__tcp_adopt(dsc_srv_loop_t *lc, int fd);
-/* Stop: every connection stops reading and closes once its in-flight answers are sent. */
-void dsc__tcp_drain(dsc_srv_loop_t *lc);
-/* Drain timeout: closes every connection now. */
-void dsc__tcp_close_all(dsc_srv_loop_t *lc);
-
-/* ---- dispatch.c ---- */
-
-/* Handles one request frame (header decoded, body of h->body_len bytes complete) received on
- * reply's connection: answers it through reply->ops now, or for a GET that waits on a load, on
- * the connection's thread once the load is delivered to reply->mailbox. */
-void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_header_t *h,
-                         const uint8_t *body);
+/* Upper bounds (seconds) of the GET latency histogram's buckets (also in server.h). */
+extern const double dsc_get_latency_bounds[DSC_GET_LATENCY_BUCKETS];
 
 #endif

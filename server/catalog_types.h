@@ -1,0 +1,71 @@
+/* The catalog's types shared by its layers (catalog.c, readthrough.c, catalog_state.c) and its
+ * users (dispatch, transports): a hold on a shard's bytes, a waiter for a load and the mailbox
+ * it is delivered to, the options. Types only: no functions, so that it sits below every layer. */
+#ifndef DSC_SERVER_CATALOG_TYPES_H
+#define DSC_SERVER_CATALOG_TYPES_H
+
+#include <stdint.h>
+
+typedef struct dsc_catalog dsc_catalog_t;
+typedef struct dsc_dataset dsc_dataset_t;
+typedef struct dsc_shard_slot dsc_shard_slot_t;
+typedef struct dsc_tempbuf dsc_tempbuf_t;
+
+typedef enum { DSC_POLICY_MINIO = 0, DSC_POLICY_LRU = 1 } dsc_policy_t;
+
+/* Bytes of one shard held for as long as a response needs them (until the reply releases it; TCP:
+ * when the write completes).
+ * data + entry.offset is a chunk's stored bytes for every entry of index. A resident shard holds
+ * the whole file; a read-through buffer is a mapping as large as the file in which only the
+ * chunks the request asked for, and the index, were read (the rest reads as zeros). */
+typedef struct dsc_hold {
+    dsc_shard_slot_t *slot; /* a reference on a resident shard, or NULL */
+    dsc_tempbuf_t *temp;    /* a reference on a read-through buffer, or NULL */
+    const uint8_t *data;    /* the shard file (see above) */
+    uint64_t size;
+    const uint8_t *index; /* chunk_count encoded entries inside data */
+    uint32_t chunk_count;
+    /* A resident shard with chunks damaged on disk: a bit per chunk (set: its stored checksum
+     * differs, the chunk is answered CORRUPT; dsc_hold_damaged_chunk). NULL: none known. */
+    const uint8_t *damage;
+} dsc_hold_t;
+
+/* Where a finished load is delivered: a mailbox drained by one event loop. push() is called from
+ * loader threads; it must queue the waiter and wake the loop. */
+typedef struct dsc_waiter dsc_waiter_t;
+typedef struct dsc_mailbox {
+    void (*push)(struct dsc_mailbox *box, dsc_waiter_t *waiter);
+} dsc_mailbox_t;
+
+/* A request waiting for a shard load. On completion status is 0 and hold holds a reference (the
+ * waiter's owner releases it; a requested chunk may still be damaged: see hold.damage), or
+ * status is DSC_ECORRUPT (shard failed validation, or one of the requested chunks did on a
+ * read-through: chunk_damaged), DSC_EUNAVAIL (file unreadable, or read-through
+ * memory exhausted) or DSC_ENOMEM. first_chunk/chunk_count name the chunks the request needs:
+ * a shard that will not be made resident is read through for those chunks only (chunk_count 0:
+ * every chunk). */
+struct dsc_waiter {
+    dsc_waiter_t *next;
+    dsc_mailbox_t *mailbox; /* NULL: fn runs on the loader thread */
+    void (*fn)(dsc_waiter_t *waiter);
+    int status;
+    dsc_hold_t hold;
+    uint32_t first_chunk, chunk_count;
+    /* With status DSC_ECORRUPT from a read-through: chunk_damaged is 1 and damaged_chunk the
+     * first requested chunk whose stored checksum differs (the shard's others are served);
+     * chunk_damaged 0: the shard itself failed validation. */
+    uint8_t chunk_damaged;
+    uint32_t damaged_chunk;
+};
+
+typedef struct dsc_catalog_options {
+    dsc_policy_t policy;
+    uint32_t io_threads;        /* loader threads (0: 4) */
+    uint64_t temp_limit;        /* bound on read-through bytes in flight (0: 1 GiB) */
+    uint64_t index_cache_limit; /* bound on cached shard indexes for read-through (0: 64 MiB) */
+} dsc_catalog_options_t;
+
+/* Load time histogram (seconds), for /metrics. */
+#define DSC_LOAD_BUCKETS 10
+
+#endif

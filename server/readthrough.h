@@ -1,0 +1,18 @@
+/* Catalog loading (readthrough.c), called by catalog.c: the I/O threads, whole-shard loads and
+ * read-throughs of chunk ranges. It uses the catalog's state (catalog_state.h) and never calls
+ * back into catalog.c. */
+#ifndef DSC_SERVER_READTHROUGH_H
+#define DSC_SERVER_READTHROUGH_H
+
+#include "catalog_types.h"
+
+/* An I/O thread (arg: the catalog): runs queued read-throughs first, then whole-shard loads,
+ * until cat->stopping. */
+void *dsc__io_thread(void *arg);
+/* Queues a read-through of the waiter's chunks (cat->lock held). Returns 0, DSC_EINVAL (range
+ * beyond the shard), DSC_EUNAVAIL (read-through memory exhausted) or DSC_ENOMEM. */
+int dsc__range_start_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_t *w);
+/* At destroy, after the I/O threads ended: frees queued read-throughs and the index cache. */
+void dsc__readthrough_free_all(dsc_catalog_t *cat);
+
+#endif
