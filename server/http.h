@@ -29,6 +29,8 @@ typedef struct dsc_http_source {
     void *readiness_arg;
     uint32_t max_conns; /* open HTTP connections at most (0: DSC_HTTP_MAX_CONNS_DEFAULT) */
     uint32_t timeout_s; /* idle HTTP connection time-out (0: DSC_HTTP_TIMEOUT_DEFAULT_S) */
+    uint16_t data_port; /* the data (TCP protocol) port, sent as X-Dscache-Data-Port in every
+                           answer (0: not sent) */
 } dsc_http_source_t;
 
 /* Starts serving on host:port (0: a free port). Returns 0 and *out, DSC_EINVAL (host does not

@@ -91,6 +91,11 @@ typedef struct dsc_loader_options {
                                 per connection (one INFO line says which and why); rdma: RDMA or an
                                 error (DSC_EUNAVAIL at create without a usable device). See
                                 docs/rdma.md */
+    int ignore_rank_env;     /* 0 (default): create fails with DSC_EINVAL, naming both, when
+                                RANK or WORLD_SIZE is set in the environment (torchrun, Slurm
+                                and MPI launchers) and disagrees with rank / world_size, since
+                                such a process would read another rank's samples (or all of
+                                them); 1: no check, for a process meant to read on its own */
 } dsc_loader_options_t;
 
 #define DSC_ORDER_LOCAL 0

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -494,4 +495,54 @@ void dsc_conn_close(dsc_conn_t *conn) {
         close(conn->fd);
     free(conn->rbuf);
     free(conn);
+}
+
+int dsc_conn_http_probe(const char *hostport, uint32_t timeout_ms, uint16_t *data_port) {
+    char host[256];
+    uint16_t port;
+    *data_port = 0;
+    if (dsc_split_hostport(hostport, host, sizeof host, &port) < 0)
+        return 0;
+    char port_text[8];
+    snprintf(port_text, sizeof port_text, "%u", (unsigned)port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(host, port_text, &hints, &res) != 0 || res == NULL)
+        return 0;
+    int fd = -1;
+    int rc = connect_one(res, timeout_ms, &fd);
+    freeaddrinfo(res);
+    if (rc < 0)
+        return 0;
+    static const char req[] = "GET /healthz HTTP/1.0\r\n\r\n";
+    char buf[1024];
+    size_t have = 0;
+    int http = 0;
+    if (send(fd, req, sizeof req - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof req - 1)) {
+        /* Headers only: enough for the status line and X-Dscache-Data-Port. */
+        while (have + 1 < sizeof buf && wait_fd(fd, POLLIN, timeout_ms) == 0) {
+            ssize_t n = recv(fd, buf + have, sizeof buf - 1 - have, 0);
+            if (n <= 0)
+                break;
+            have += (size_t)n;
+            buf[have] = '\0';
+            if (strstr(buf, "\r\n\r\n") != NULL)
+                break;
+        }
+        buf[have] = '\0';
+        http = have >= 5 && memcmp(buf, "HTTP/", 5) == 0;
+    }
+    close(fd);
+    if (!http)
+        return 0;
+    static const char hdr[] = "\nx-dscache-data-port:";
+    for (char *p = buf; *p; p++) {
+        if (strncasecmp(p, hdr, sizeof hdr - 1) == 0) {
+            unsigned long v = strtoul(p + sizeof hdr - 1, NULL, 10);
+            if (v > 0 && v <= 65535)
+                *data_port = (uint16_t)v;
+            break;
+        }
+    }
+    return 1;
 }

@@ -38,6 +38,11 @@ int dsc_conn_open_addr_auth(const char *hostport, uint32_t timeout_ms, uint64_t 
 /* As dsc_conn_open with "HOST:PORT". */
 int dsc_conn_open_addr(const char *hostport, uint32_t timeout_ms, uint64_t members_hash,
                        dsc_conn_t **out);
+/* After a HELLO that got no answer: asks "HOST:PORT" for GET /healthz over HTTP (bounded by
+ * timeout_ms). Returns 1 when it answers HTTP (a dscached HTTP port, or another web server),
+ * with *data_port the dscached data port its X-Dscache-Data-Port header names (0: none); else
+ * 0. */
+int dsc_conn_http_probe(const char *hostport, uint32_t timeout_ms, uint16_t *data_port);
 /* What HELLO returned. */
 const dsc_conn_info_t *dsc_conn_info(const dsc_conn_t *conn);
 

@@ -165,6 +165,11 @@ struct dsc_loader {
      * (log.c keeps it), or create's explanation per server. Under err_lock. */
     pthread_mutex_t err_lock;
     char err_text[1024];
+    /* Owner pipeline.c (dsc__loader_cause): the failure's account in words, written by the
+     * stage that found it (route.c: a chunk with no intact source left), logged as the one
+     * ERROR line when dsc__loader_fail ends the loader with cause_err. Under lock. */
+    char cause_text[1024];
+    int cause_err;
 
     /* Owner view.c (dsc__view_adopt), read by route.c and fetch.c; under lock. */
     struct {
@@ -306,5 +311,9 @@ static inline void dsc__epoch_wire_reset(dsc_loader_t *loader) {
 /* Fails the loader with err (the first error wins; logged unless stopping) and wakes every
  * thread. Under lock. */
 void dsc__loader_fail(dsc_loader_t *loader, int err);
+/* Notes why the loader is about to fail with err (the caller, or its caller, then calls
+ * dsc__loader_fail(loader, err)): that ERROR line replaces the generic "loader failed" one, so
+ * dsc_loader_last_error gives it. Under lock; the first cause of an unfailed loader wins. */
+void dsc__loader_cause(dsc_loader_t *loader, int err, const char *text);
 
 #endif
