@@ -222,8 +222,9 @@ static void explain_servers(const char *spec, int rc, char *why, size_t cap) {
     if (rc != DSC_EINVAL || strncmp(spec, "file:", 5) == 0)
         return;
     if (strncmp(spec, "dns:", 4) == 0) {
-        snprintf(why, cap, "not dns:NAME:PORT (the data port of dscached --listen, e.g. "
-                           "dns:dscache.default.svc:7070)");
+        snprintf(why, cap,
+                 "not dns:NAME:PORT (the data port of dscached --listen, e.g. "
+                 "dns:dscache.default.svc:7070)");
         return;
     }
     const char *p = spec;
@@ -278,8 +279,7 @@ static int check_rank_env(const dsc_loader_options_t *o, const dsc_logger_t *log
         DSC_LOG(log, DSC_LOG_ERROR,
                 "invalid loader options: environment %s=\"%s\" is not a whole number (the "
                 "launcher's rank / world size; set ignore_rank_env = 1 to ignore it)",
-                has_rank < 0 ? "RANK" : "WORLD_SIZE",
-                getenv(has_rank < 0 ? "RANK" : "WORLD_SIZE"));
+                has_rank < 0 ? "RANK" : "WORLD_SIZE", getenv(has_rank < 0 ? "RANK" : "WORLD_SIZE"));
         return DSC_EINVAL;
     }
     int world_bad = has_world > 0 && env_world != o->world_size;
@@ -296,8 +296,8 @@ static int check_rank_env(const dsc_loader_options_t *o, const dsc_logger_t *log
             "world_size from the environment, or ignore_rank_env = 1 (Python: "
             "ignore_rank_env=True) if it is meant to read as rank %u of %u",
             o->rank, o->world_size, envtext,
-            world_bad && o->world_size < env_world ? " (or every rank the same ones)" : "",
-            o->rank, o->world_size);
+            world_bad && o->world_size < env_world ? " (or every rank the same ones)" : "", o->rank,
+            o->world_size);
     return DSC_EINVAL;
 }
 
@@ -307,8 +307,8 @@ static int check_rank_env(const dsc_loader_options_t *o, const dsc_logger_t *log
 static int check_epoch_size(dsc_loader_t *loader) {
     const dsc_loader_options_t *o = &loader->cfg.opt;
     dsc_split_t sp;
-    int rc = dsc__split_init(&sp, loader->cfg.samples, 0, o->batch_size, o->world_size,
-                             o->drop_last);
+    int rc =
+        dsc__split_init(&sp, loader->cfg.samples, 0, o->batch_size, o->world_size, o->drop_last);
     if (rc < 0)
         return rc;
     if (sp.steps == 0) {
@@ -545,8 +545,7 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
         if (rc < 0) {
             char why[256];
             explain_servers(options->servers, rc, why, sizeof why);
-            DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "servers \"%s\": %s", options->servers,
-                    why);
+            DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "servers \"%s\": %s", options->servers, why);
             goto fail;
         }
         loader->view.changes = 0; /* the first view is not a change */
