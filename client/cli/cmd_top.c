@@ -62,7 +62,7 @@ typedef struct server_view {
 typedef struct job_view {
     char job[80];
     char dataset[64];
-    uint32_t ranks, world_size;
+    uint32_t ranks, world_size, finished; /* finished: ranks whose last report said so */
     double stall_max, stall_sum, sps, age;
     char bottleneck[16];
     char verdict[256];
@@ -184,10 +184,14 @@ static uint32_t collect_jobs(server_view_t *servers, uint32_t count, job_view_t 
         double stall = num(o, "stall");
         v->ranks++;
         v->world_size = (uint32_t)num(o, "world_size");
-        v->stall_sum += stall;
-        v->sps += num(o, "samples_per_s");
         if (num(o, "age_s") < v->age)
             v->age = num(o, "age_s");
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "finished"))) {
+            v->finished++;
+            continue; /* a closed loader reads nothing: not in the rate, stall or suggestion */
+        }
+        v->stall_sum += stall;
+        v->sps += num(o, "samples_per_s");
         if (stall > v->stall_max) {
             v->stall_max = stall;
             snprintf(v->bottleneck, sizeof v->bottleneck, "%s", str(o, "bottleneck"));
@@ -278,9 +282,17 @@ static void draw(FILE *out, server_view_t *servers, uint32_t count, int tty) {
         job_view_t *v = &jobs[g];
         char ranks[24];
         snprintf(ranks, sizeof ranks, "%u/%u", v->ranks, v->world_size);
-        fprintf(out, "%-24s %-12s %7s %7.1f %7.1f %10.0f %-9s %s\n", v->job, v->dataset, ranks,
-                100 * v->stall_sum / v->ranks, 100 * v->stall_max, v->sps, v->bottleneck,
-                v->verdict);
+        if (v->finished == v->ranks) {
+            fprintf(out, "%-24s %-12s %7s %7s %7s %10s %-9s finished %.0f s ago\n", v->job,
+                    v->dataset, ranks, "-", "-", "-", "finished", v->age);
+            continue;
+        }
+        if (v->finished > 0)
+            snprintf(ranks, sizeof ranks, "%u/%u", v->ranks - v->finished, v->world_size);
+        uint32_t live = v->ranks - v->finished;
+        fprintf(out, "%-24s %-12s %7s %7.1f %7.1f %10.0f %-9s %s%s\n", v->job, v->dataset, ranks,
+                100 * v->stall_sum / live, 100 * v->stall_max, v->sps, v->bottleneck, v->verdict,
+                v->finished ? " (some ranks finished)" : "");
     }
     fflush(out);
 }

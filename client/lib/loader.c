@@ -687,7 +687,10 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
                  i++)
                 if (loader->net.peers[p].io[i].started)
                     pthread_join(loader->net.peers[p].io[i].thread, NULL);
-    /* Threads are gone: free what is left (I/O threads freed the cancelled entries they held). */
+    /* Threads are gone: the servers hear that the job finished, then what is left is freed (I/O
+     * threads freed the cancelled entries they held). */
+    if (loader->net.threads_running)
+        dsc__diag_final_report(loader);
     dsc__sched_free(loader);
     dsc__diag_free(loader);
     if (loader->net.peers != NULL)
