@@ -132,14 +132,14 @@ static void explain_damage(dsc_loader_t *loader, const dsc_chunk_ent_t *ent, int
     }
     const dsc_manifest_t *m = loader->cfg.manifest;
     const char *file = m != NULL && ent->shard < m->shard_count ? m->shards[ent->shard].file : "?";
-    const char *what = err == DSC_ECORRUPT ? "its stored copy is damaged (the server's check)"
-                                           : "its bytes failed the loader's check";
+    const char *what = err == DSC_ECORRUPT ? "the stored copy is damaged"
+                                           : "its bytes failed the loader's checksum";
     char text[1024];
     snprintf(text, sizeof text,
-             "dataset %s shard %u (%s) chunk %u: %s (%s) as read from %s, and no other replica "
+             "dataset %s shard %u (%s) chunk %u: %s (%s); read from %s, and no other replica "
              "%sis left to read it from. Fixes: set fallback_path to an intact copy of the "
              "dataset; serve it from more servers with --replicas 2 or more; re-ingest the "
-             "shard (or copy an intact %s over it) and restart or rescan the server; `dscache "
+             "shard (or copy an intact %s over it), then restart the server or SIGHUP it; `dscache "
              "inspect DIR` on the server's copy names every damaged chunk",
              loader->cfg.dataset, ent->shard, file, ent->shard_chunk, what, dsc_err_name(err),
              from[0] ? from : loader->net.peers[ent->peer].addr,
