@@ -54,6 +54,7 @@ def resolve_rank(rank=None, world_size=None, ignore_rank_env=False):
             what = "WORLD_SIZE" if source == "environment" else "get_world_size()"
             rwhat = "RANK" if source == "environment" else "get_rank()"
             given = ", ".join("%s=%d" % (n, g) for n, g, _ in bad)
+            where = "the environment" if source == "environment" else source
             says = ", ".join("%s=%d" % (what if n == "world_size" else rwhat, e)
                              for n, _, e in bad)
             raise InvalidOption(
@@ -61,9 +62,9 @@ def resolve_rank(rank=None, world_size=None, ignore_rank_env=False):
                 "dscache: %s was given but %s has %s: this process would read another rank's "
                 "samples%s. Leave rank and world_size unset to take them from %s, or pass "
                 "ignore_rank_env=True if this process is meant to read as given"
-                % (given, source, says,
+                % (given, where, says,
                    " (or every rank the whole dataset)" if any(n == "world_size" for n, _, _ in bad)
-                   else " (every rank with this rank reads the same ones)", source),
+                   else " (every rank with this rank reads the same ones)", where),
                 "DSC_EINVAL")
     if world_size is not None:
         world, src_w = world_size, "argument"
