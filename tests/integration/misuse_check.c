@@ -23,11 +23,16 @@ int main(int argc, char **argv) {
     uint32_t batch = 32, rank = 0, world = 1, epochs = 1;
     int drop_last = 0, ignore_rank_env = 0;
     const testopt_t opts[] = {
-        TESTOPT("--servers", &servers),     TESTOPT("--dataset", &dataset),
-        TESTOPT("--fallback", &fallback),   TESTOPT("--batch", &batch),
-        TESTOPT("--rank", &rank),           TESTOPT("--world", &world),
-        TESTOPT("--drop-last", &drop_last), TESTOPT("--epochs", &epochs),
-        TESTOPT("--job", &job),             TESTOPT("--ignore-rank-env", &ignore_rank_env),
+        TESTOPT("--servers", &servers),
+        TESTOPT("--dataset", &dataset),
+        TESTOPT("--fallback", &fallback),
+        TESTOPT("--batch", &batch),
+        TESTOPT("--rank", &rank),
+        TESTOPT("--world", &world),
+        TESTOPT("--drop-last", &drop_last),
+        TESTOPT("--epochs", &epochs),
+        TESTOPT("--job", &job),
+        TESTOPT("--ignore-rank-env", &ignore_rank_env),
     };
     if (testopt_parse("misuse_check", argc, argv, 1, opts, sizeof opts / sizeof opts[0]) != 0 ||
         dataset == NULL)
