@@ -529,20 +529,36 @@ int dsc_conn_http_probe(const char *hostport, uint32_t timeout_ms, uint16_t *dat
             if (strstr(buf, "\r\n\r\n") != NULL)
                 break;
         }
-        buf[have] = '\0';
-        http = have >= 5 && memcmp(buf, "HTTP/", 5) == 0;
+        http = dsc_conn_http_answer_parse(buf, have, data_port);
     }
     close(fd);
-    if (!http)
+    return http;
+}
+
+int dsc_conn_http_answer_parse(const char *buf, size_t len, uint16_t *data_port) {
+    *data_port = 0;
+    if (len < 5 || memcmp(buf, "HTTP/", 5) != 0)
         return 0;
+    /* The headers end at the first empty line (or where the bytes end). */
     static const char hdr[] = "\nx-dscache-data-port:";
-    for (char *p = buf; *p; p++) {
-        if (strncasecmp(p, hdr, sizeof hdr - 1) == 0) {
-            unsigned long v = strtoul(p + sizeof hdr - 1, NULL, 10);
-            if (v > 0 && v <= 65535)
-                *data_port = (uint16_t)v;
+    const size_t hl = sizeof hdr - 1;
+    for (size_t i = 0; i + hl <= len; i++) {
+        if (buf[i] == '\n' && i + 1 < len && (buf[i + 1] == '\r' || buf[i + 1] == '\n'))
             break;
+        if (strncasecmp(buf + i, hdr, hl) != 0)
+            continue;
+        size_t k = i + hl;
+        while (k < len && (buf[k] == ' ' || buf[k] == '\t'))
+            k++;
+        unsigned long v = 0;
+        size_t digits = 0;
+        while (k < len && buf[k] >= '0' && buf[k] <= '9' && digits < 6) {
+            v = v * 10 + (unsigned long)(buf[k++] - '0');
+            digits++;
         }
+        if (digits > 0 && v > 0 && v <= 65535)
+            *data_port = (uint16_t)v;
+        break;
     }
     return 1;
 }
