@@ -63,8 +63,8 @@ static void usage(FILE *f) {
         f,
         "usage: dscached --data DIR [--data DIR ...] [options]\n"
         "\n"
-        "Serves datasets (each DIR holds manifest.json and its shard files; the dataset name\n"
-        "comes from the manifest) from RAM over TCP.\n"
+        "Serves datasets (each DIR holds manifest.json and its shard files, as dscache ingest\n"
+        "writes them; the dataset name comes from the manifest) from RAM over TCP.\n"
         "\n"
         "  --data DIR            a dataset directory (repeat for several datasets)\n"
         "  --listen HOST:PORT    data port (default 127.0.0.1:7070; port 0 picks a free one)\n"

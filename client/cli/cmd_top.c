@@ -84,9 +84,15 @@ static void sample(server_view_t *s) {
     s->stat = NULL;
     if (s->conn == NULL) {
         int rc = dsc_conn_open_addr(s->addr, 3000, 0, &s->conn);
+        uint16_t data_port = 0;
         if (rc < 0) {
             s->conn = NULL;
-            snprintf(s->error, sizeof s->error, "%s", dsc_strerror(rc));
+            if ((rc == DSC_ECLOSED || rc == DSC_EPROTO || rc == DSC_ECONNRESET) &&
+                dsc_conn_http_probe(s->addr, 1000, &data_port) && data_port != 0)
+                snprintf(s->error, sizeof s->error, "an HTTP port: the data port is %u",
+                         (unsigned)data_port);
+            else
+                snprintf(s->error, sizeof s->error, "%s", dsc_strerror(rc));
             return;
         }
     }

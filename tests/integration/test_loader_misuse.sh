@@ -6,7 +6,8 @@
 #   - an epoch with no batch for a rank (batch_size over a rank's share with drop_last): create
 #     fails with samples, per rank, batch size and drop_last; a dropped last batch is one WARN
 #     with the samples never seen, once over three epochs;
-#   - a server entry without a port; the HTTP port given as the data port (the data port named);
+#   - a server entry without a port; the HTTP port given as the data port (the data port named,
+#     by the loader and by the CLI);
 #   - a damaged chunk with no other source: one error naming server, dataset, shard file, chunk
 #     and the fixes, with its DSC_E code once;
 #   - dscached --data on a folder without a manifest points at dscache ingest;
@@ -54,7 +55,9 @@ expect 3 'DSC_EINVAL: servers "127.0.0.1": "127.0.0.1" is not HOST:PORT' \
     "$CHECK" --servers 127.0.0.1 --dataset d
 expect 3 "server $HTTP_a: that is dscached's HTTP port .*; the data port is $ADDR_a" \
     "$CHECK" --servers "$HTTP_a" --dataset d
-pass "a server without a port, the HTTP port as data port"
+expect 1 "dscache stat: $HTTP_a: that is dscached's HTTP port .*; the data port is $ADDR_a" \
+    "$CLI" stat --server "$HTTP_a"
+pass "a server without a port, the HTTP port as data port (loader and CLI)"
 
 # ---- a damaged chunk, no other source --------------------------------------------------------
 START_NO_WAIT=1 start_server b --data "$work/flip"
