@@ -775,11 +775,11 @@ int main(int argc, char **argv) {
         dsc_http_source_t src = {.cat = cat,
                                  .server = server,
                                  .cluster = cluster,
+                                 .data_port = dsc_server_port(server),
                                  .readiness = readiness,
                                  .readiness_arg = &ctl,
                                  .max_conns = o.http_max_conns,
-                                 .timeout_s = o.http_timeout,
-                                 .data_port = dsc_server_port(server)};
+                                 .timeout_s = o.http_timeout};
         if ((rc = dsc_http_start(http_host, http_port, &src, &http)) < 0) {
             LOG_ERROR("cannot serve HTTP on %s: %s", o.http, dsc_strerror(rc));
             dsc_server_stop(server);
