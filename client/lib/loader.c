@@ -216,6 +216,79 @@ static int check_options(const dsc_loader_options_t *o, const dsc_logger_t *log)
     return 0;
 }
 
+static int start_threads(dsc_loader_t *loader) {
+    pthread_mutex_lock(&loader->lock);
+    int rc = 0;
+    for (uint32_t s = 0; s < loader->net.peer_count && rc == 0; s++)
+        rc = dsc__peer_start(loader, s);
+    if (rc == 0 && loader->cfg.fallback != NULL)
+        rc = dsc__peer_start(loader, DSC__PEER_FALLBACK);
+    loader->net.threads_running = 1;
+    pthread_mutex_unlock(&loader->lock);
+    if (rc < 0)
+        return rc;
+    for (uint32_t i = 0; i < loader->work.worker_count; i++) {
+        if (pthread_create(&loader->work.workers[i], NULL, dsc__worker_main, loader) != 0)
+            return DSC_ENOMEM;
+        loader->work.workers_started++;
+    }
+    if (pthread_create(&loader->sched.thread, NULL, dsc__sched_main, loader) != 0)
+        return DSC_ENOMEM;
+    loader->sched.started = 1;
+    if (loader->net.peer_count > 0) {
+        if (pthread_create(&loader->view.thread, NULL, dsc__view_main, loader) != 0)
+            return DSC_ENOMEM;
+        loader->view.started = 1;
+    }
+    return 0;
+}
+
+/* Shuffle windows whose decoded chunks must be held at once for every chunk to be fetched once
+ * per epoch (see check_cache_budget). */
+/* The default shuffle window holds at most 8192 samples and about this many bytes, so that the
+ * default cache (two windows) stays near 256 MiB on any sample size. */
+#define AUTO_WINDOW_BYTES (64ull << 20)
+
+/* Warns when the decoded chunks of the shuffle windows the planner must hold do not fit in
+ * cache_bytes. The planner plans steps while held_bytes < cache_bytes, and a chunk is dropped
+ * once the planned steps that need it are collated; a window of W samples holds W * sample_bytes
+ * of whole chunks plus the two chunks it shares with its neighbours. A chunk's last sample in
+ * its window comes near the window's end, so at a window boundary nearly all of window w is
+ * still held while the first steps of w + 1 are planned (and, with prefetch_batches slots, may
+ * be collated before w's last step): unless all of w + 1 can be planned then, chunks whose other
+ * samples lie in its unplanned rest are dropped and fetched again (stats.refetches). Measured:
+ * no refetch from about 1.8 window footprints up, hundreds at 1.5 with a fast consumer. The
+ * order is never changed to fit: it stays a pure function of the options. With cache_bytes 0
+ * (the default) it is set to the larger of DEFAULT_CACHE_BYTES and that need instead. */
+static void check_cache_budget(dsc_loader_t *loader) {
+    int automatic = loader->cfg.opt.cache_bytes == 0;
+    dsc_cache_need_t c;
+    dsc__cache_need(loader, &c);
+    uint64_t need = c.need, edge = c.edge;
+    if (automatic) { /* the default: never refetch */
+        loader->cfg.opt.cache_bytes = need > DEFAULT_CACHE_BYTES ? need : DEFAULT_CACHE_BYTES;
+        return;
+    }
+    if (need <= loader->cfg.opt.cache_bytes)
+        return;
+    uint64_t fit =
+        loader->cfg.opt.cache_bytes > edge
+            ? (loader->cfg.opt.cache_bytes - edge) / DSC__WINDOWS_HELD / loader->cfg.sample_bytes
+            : 0;
+    char lower[160] = "";
+    if (loader->cfg.opt.shuffle && fit >= 1)
+        snprintf(lower, sizeof lower, " or lower shuffle_window to %llu", (unsigned long long)fit);
+    DSC_LOG(&loader->cfg.log, DSC_LOG_WARN,
+            "loader: cache_bytes %llu is too small for the shuffle window: %u windows of %llu "
+            "samples (+ %llu of a step) of %llu bytes, each with 2 edge chunks of up to %llu "
+            "bytes, need %llu bytes of decoded chunks at once, so chunks will be fetched several "
+            "times per epoch (see the refetches statistic); raise cache_bytes to %llu%s",
+            (unsigned long long)loader->cfg.opt.cache_bytes, DSC__WINDOWS_HELD,
+            (unsigned long long)c.window, (unsigned long long)c.per_step,
+            (unsigned long long)loader->cfg.sample_bytes, (unsigned long long)c.chunk_max,
+            (unsigned long long)need, (unsigned long long)need, lower);
+}
+
 /* Why a server list did not parse, in words: the entry without a port, when there is one. */
 static void explain_servers(const char *spec, int rc, char *why, size_t cap) {
     snprintf(why, cap, "%s", dsc_strerror(rc));
@@ -332,79 +405,6 @@ static int check_epoch_size(dsc_loader_t *loader) {
                 (unsigned long long)(loader->cfg.samples - seen),
                 o->shuffle ? " (other ones each epoch)" : " (the same ones every epoch)");
     return 0;
-}
-
-static int start_threads(dsc_loader_t *loader) {
-    pthread_mutex_lock(&loader->lock);
-    int rc = 0;
-    for (uint32_t s = 0; s < loader->net.peer_count && rc == 0; s++)
-        rc = dsc__peer_start(loader, s);
-    if (rc == 0 && loader->cfg.fallback != NULL)
-        rc = dsc__peer_start(loader, DSC__PEER_FALLBACK);
-    loader->net.threads_running = 1;
-    pthread_mutex_unlock(&loader->lock);
-    if (rc < 0)
-        return rc;
-    for (uint32_t i = 0; i < loader->work.worker_count; i++) {
-        if (pthread_create(&loader->work.workers[i], NULL, dsc__worker_main, loader) != 0)
-            return DSC_ENOMEM;
-        loader->work.workers_started++;
-    }
-    if (pthread_create(&loader->sched.thread, NULL, dsc__sched_main, loader) != 0)
-        return DSC_ENOMEM;
-    loader->sched.started = 1;
-    if (loader->net.peer_count > 0) {
-        if (pthread_create(&loader->view.thread, NULL, dsc__view_main, loader) != 0)
-            return DSC_ENOMEM;
-        loader->view.started = 1;
-    }
-    return 0;
-}
-
-/* Shuffle windows whose decoded chunks must be held at once for every chunk to be fetched once
- * per epoch (see check_cache_budget). */
-/* The default shuffle window holds at most 8192 samples and about this many bytes, so that the
- * default cache (two windows) stays near 256 MiB on any sample size. */
-#define AUTO_WINDOW_BYTES (64ull << 20)
-
-/* Warns when the decoded chunks of the shuffle windows the planner must hold do not fit in
- * cache_bytes. The planner plans steps while held_bytes < cache_bytes, and a chunk is dropped
- * once the planned steps that need it are collated; a window of W samples holds W * sample_bytes
- * of whole chunks plus the two chunks it shares with its neighbours. A chunk's last sample in
- * its window comes near the window's end, so at a window boundary nearly all of window w is
- * still held while the first steps of w + 1 are planned (and, with prefetch_batches slots, may
- * be collated before w's last step): unless all of w + 1 can be planned then, chunks whose other
- * samples lie in its unplanned rest are dropped and fetched again (stats.refetches). Measured:
- * no refetch from about 1.8 window footprints up, hundreds at 1.5 with a fast consumer. The
- * order is never changed to fit: it stays a pure function of the options. With cache_bytes 0
- * (the default) it is set to the larger of DEFAULT_CACHE_BYTES and that need instead. */
-static void check_cache_budget(dsc_loader_t *loader) {
-    int automatic = loader->cfg.opt.cache_bytes == 0;
-    dsc_cache_need_t c;
-    dsc__cache_need(loader, &c);
-    uint64_t need = c.need, edge = c.edge;
-    if (automatic) { /* the default: never refetch */
-        loader->cfg.opt.cache_bytes = need > DEFAULT_CACHE_BYTES ? need : DEFAULT_CACHE_BYTES;
-        return;
-    }
-    if (need <= loader->cfg.opt.cache_bytes)
-        return;
-    uint64_t fit =
-        loader->cfg.opt.cache_bytes > edge
-            ? (loader->cfg.opt.cache_bytes - edge) / DSC__WINDOWS_HELD / loader->cfg.sample_bytes
-            : 0;
-    char lower[160] = "";
-    if (loader->cfg.opt.shuffle && fit >= 1)
-        snprintf(lower, sizeof lower, " or lower shuffle_window to %llu", (unsigned long long)fit);
-    DSC_LOG(&loader->cfg.log, DSC_LOG_WARN,
-            "loader: cache_bytes %llu is too small for the shuffle window: %u windows of %llu "
-            "samples (+ %llu of a step) of %llu bytes, each with 2 edge chunks of up to %llu "
-            "bytes, need %llu bytes of decoded chunks at once, so chunks will be fetched several "
-            "times per epoch (see the refetches statistic); raise cache_bytes to %llu%s",
-            (unsigned long long)loader->cfg.opt.cache_bytes, DSC__WINDOWS_HELD,
-            (unsigned long long)c.window, (unsigned long long)c.per_step,
-            (unsigned long long)loader->cfg.sample_bytes, (unsigned long long)c.chunk_max,
-            (unsigned long long)need, (unsigned long long)need, lower);
 }
 
 DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader_t **out) {
