@@ -2,16 +2,12 @@
  * cache need of the shuffle windows. */
 #include "pipeline.h"
 
-#include <stdio.h>
-
 void dsc__loader_fail(dsc_loader_t *loader, int err) {
     if (loader->error == 0 && err < 0) {
         loader->error = err;
         /* Not while stopping: destroy() closes connections under outstanding requests, and
          * what that leaves undone is no failure of the loader's. */
-        if (!loader->stop && loader->cause_err == err && loader->cause_text[0] != '\0')
-            DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "loader failed: %s", loader->cause_text);
-        else if (!loader->stop)
+        if (!loader->stop)
             DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "loader failed: %s (%s)", dsc_strerror(err),
                     dsc_err_name(err));
     }
@@ -19,13 +15,6 @@ void dsc__loader_fail(dsc_loader_t *loader, int err) {
     pthread_cond_broadcast(&loader->sched_cv);
     pthread_cond_broadcast(&loader->io_cv);
     pthread_cond_broadcast(&loader->work_cv);
-}
-
-void dsc__loader_cause(dsc_loader_t *loader, int err, const char *text) {
-    if (loader->error != 0 || loader->cause_err != 0)
-        return;
-    loader->cause_err = err;
-    snprintf(loader->cause_text, sizeof loader->cause_text, "%s", text);
 }
 
 void dsc__cache_need(const dsc_loader_t *loader, dsc_cache_need_t *out) {
@@ -49,4 +38,12 @@ void dsc__cache_need(const dsc_loader_t *loader, dsc_cache_need_t *out) {
     out->chunk_max = chunk_max;
     out->edge = DSC__WINDOWS_HELD * (per_step * loader->cfg.sample_bytes + 2 * chunk_max);
     out->need = out->edge + DSC__WINDOWS_HELD * window * loader->cfg.sample_bytes;
+}
+
+void dsc__loader_fail_with(dsc_loader_t *loader, int err, const char *text) {
+    if (loader->error == 0 && err < 0 && !loader->stop) {
+        loader->error = err;
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "loader failed: %s", text);
+    }
+    dsc__loader_fail(loader, err); /* wakes every thread; the error is set: not logged again */
 }

@@ -165,11 +165,6 @@ struct dsc_loader {
      * (log.c keeps it), or create's explanation per server. Under err_lock. */
     pthread_mutex_t err_lock;
     char err_text[1024];
-    /* Owner pipeline.c (dsc__loader_cause): the failure's account in words, written by the
-     * stage that found it (route.c: a chunk with no intact source left), logged as the one
-     * ERROR line when dsc__loader_fail ends the loader with cause_err. Under lock. */
-    char cause_text[1024];
-    int cause_err;
 
     /* Owner view.c (dsc__view_adopt), read by route.c and fetch.c; under lock. */
     struct {
@@ -290,6 +285,12 @@ typedef struct dsc_cache_need {
 } dsc_cache_need_t;
 void dsc__cache_need(const dsc_loader_t *loader, dsc_cache_need_t *out);
 
+/* dsc__loader_fail with the failure's account in words: `text` is the one ERROR line
+ * ("loader failed: TEXT", what dsc_loader_last_error gives) instead of the generic one. For a
+ * stage that knows what went wrong and what would fix it (route.c: a chunk with no intact
+ * source left). Under lock; a later dsc__loader_fail with the same err is a no-op. */
+void dsc__loader_fail_with(dsc_loader_t *loader, int err, const char *text);
+
 /* Adds a received chunk's wire bytes to the epoch whose step first needed it. Under lock. */
 static inline void dsc__epoch_wire_add(dsc_loader_t *loader, uint64_t epoch, uint64_t bytes) {
     dsc_epoch_wire_t *e = &loader->stats.epoch_wire[epoch % DSC__EPOCH_RING];
@@ -311,9 +312,5 @@ static inline void dsc__epoch_wire_reset(dsc_loader_t *loader) {
 /* Fails the loader with err (the first error wins; logged unless stopping) and wakes every
  * thread. Under lock. */
 void dsc__loader_fail(dsc_loader_t *loader, int err);
-/* Notes why the loader is about to fail with err (the caller, or its caller, then calls
- * dsc__loader_fail(loader, err)): that ERROR line replaces the generic "loader failed" one, so
- * dsc_loader_last_error gives it. Under lock; the first cause of an unfailed loader wins. */
-void dsc__loader_cause(dsc_loader_t *loader, int err, const char *text);
 
 #endif

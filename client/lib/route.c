@@ -116,7 +116,8 @@ static int reroute(dsc_loader_t *loader, dsc_chunk_ent_t *ent, uint32_t failed) 
 }
 
 /* A chunk with no intact source left: where it was read (every source tried), what was wrong
- * and the ways out, as the loader's failure (dsc__loader_cause). Under lock. */
+ * and the ways out, as the loader's failure (dsc__loader_fail_with; the caller's
+ * dsc__loader_fail then finds it failed). Under lock. */
 static void explain_damage(dsc_loader_t *loader, const dsc_chunk_ent_t *ent, int err) {
     char from[512] = "";
     size_t used = 0;
@@ -144,7 +145,7 @@ static void explain_damage(dsc_loader_t *loader, const dsc_chunk_ent_t *ent, int
              loader->cfg.dataset, ent->shard, file, ent->shard_chunk, what, dsc_err_name(err),
              from[0] ? from : loader->net.peers[ent->peer].addr,
              loader->cfg.fallback != NULL ? "or fallback file " : "(no fallback_path) ", file);
-    dsc__loader_cause(loader, err, text);
+    dsc__loader_fail_with(loader, err, text);
 }
 
 int dsc__chunk_refetch(dsc_loader_t *loader, dsc_chunk_ent_t *ent, int err) {
