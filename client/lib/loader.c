@@ -388,8 +388,8 @@ static int check_epoch_size(dsc_loader_t *loader) {
         DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
                 "invalid loader options: an epoch would give each rank no batch: dataset %s has "
                 "%llu samples, %llu per rank over world_size %u, fewer than batch_size %u, and "
-                "drop_last drops the short batch; lower batch_size to at most %llu or set "
-                "drop_last = 0",
+                "drop_last drops the short batch; lower batch_size to at most %llu or turn "
+                "drop_last off",
                 loader->cfg.dataset, (unsigned long long)loader->cfg.samples,
                 (unsigned long long)sp.per_rank, o->world_size, o->batch_size,
                 (unsigned long long)sp.per_rank);

@@ -57,14 +57,18 @@ def resolve_rank(rank=None, world_size=None, ignore_rank_env=False):
             where = "the environment" if source == "environment" else source
             says = ", ".join("%s=%d" % (what if n == "world_size" else rwhat, e)
                              for n, _, e in bad)
+            if any(n == "world_size" for n, _, _ in bad):
+                harm = ("the ranks would not split the dataset as the job's %d ranks should "
+                        "(world_size=1 on every rank: each reads all of it)" % env_world)
+            else:
+                harm = ("this process would read rank %d's samples, which that rank reads too "
+                        "(rank=%d copied onto every rank: each reads the same ones)"
+                        % (rank, rank))
             raise InvalidOption(
                 -22,
-                "dscache: %s was given but %s has %s: this process would read another rank's "
-                "samples%s. Leave rank and world_size unset to take them from %s, or pass "
-                "ignore_rank_env=True if this process is meant to read as given"
-                % (given, where, says,
-                   " (or every rank the whole dataset)" if any(n == "world_size" for n, _, _ in bad)
-                   else " (every rank with this rank reads the same ones)", where),
+                "dscache: %s was given but %s has %s: %s. Leave rank and world_size unset to "
+                "take them from %s, or pass ignore_rank_env=True if this process is meant to "
+                "read as given" % (given, where, says, harm, where),
                 "DSC_EINVAL")
     if world_size is not None:
         world, src_w = world_size, "argument"
