@@ -312,10 +312,15 @@ static void explain_servers(const char *spec, int rc, char *why, size_t cap) {
             for (const char *c = colon ? colon + 1 : p; port_ok && c < p + n; c++)
                 port_ok = *c >= '0' && *c <= '9';
             if (!port_ok) {
+                /* The example keeps the host part: "h:abc" -> h:7070, "h" -> h:7070. */
+                size_t host = n;
+                if (colon != NULL &&
+                    (p[0] == '[' ? colon[-1] == ']' : memchr(p, ':', (size_t)(colon - p)) == NULL))
+                    host = (size_t)(colon - p);
                 snprintf(why, cap,
                          "\"%.*s\" is not HOST:PORT: name each server with its data port (the "
                          "one dscached --listen gives, e.g. %.*s:7070)",
-                         (int)(n > 100 ? 100 : n), p, (int)(n > 100 ? 100 : n), p);
+                         (int)(n > 100 ? 100 : n), p, (int)(host > 100 ? 100 : host), p);
                 return;
             }
         }
@@ -363,14 +368,22 @@ static int check_rank_env(const dsc_loader_options_t *o, const dsc_logger_t *log
     snprintf(envtext, sizeof envtext, "%s%.20s%s%s%.20s", has_rank > 0 ? "RANK=" : "",
              has_rank > 0 ? getenv("RANK") : "", has_rank > 0 && has_world > 0 ? " " : "",
              has_world > 0 ? "WORLD_SIZE=" : "", has_world > 0 ? getenv("WORLD_SIZE") : "");
+    char harm[160];
+    if (world_bad)
+        snprintf(harm, sizeof harm,
+                 "the ranks would not split the dataset as the job's %llu "
+                 "ranks should",
+                 (unsigned long long)env_world);
+    else
+        snprintf(harm, sizeof harm,
+                 "this process would read rank %u's samples, which that rank "
+                 "reads too",
+                 o->rank);
     DSC_LOG(log, DSC_LOG_ERROR,
             "invalid loader options: rank %u / world_size %u disagree with the launcher's "
-            "environment %s: this process would read another rank's samples%s; set rank and "
-            "world_size from the environment, or ignore_rank_env = 1 (Python: "
-            "ignore_rank_env=True) if it is meant to read as rank %u of %u",
-            o->rank, o->world_size, envtext,
-            world_bad && o->world_size < env_world ? " (or every rank the same ones)" : "", o->rank,
-            o->world_size);
+            "environment %s: %s; set rank and world_size from the environment, or "
+            "ignore_rank_env = 1 if this process is meant to read as rank %u of %u",
+            o->rank, o->world_size, envtext, harm, o->rank, o->world_size);
     return DSC_EINVAL;
 }
 
