@@ -47,10 +47,10 @@ static int verdict_valid(dsc_str_t s) {
 }
 
 static int req_valid(const dsc_report_req_t *r) {
-    return r->flags == 0 && dsc_report_job_valid(r->job.ptr, r->job.len) &&
-           dataset_valid(r->dataset) && r->world_size >= 1 && r->rank < r->world_size &&
-           r->stall_ppm <= DSC_REPORT_STALL_ONE && r->bottleneck < DSC_BOTTLENECK_COUNT &&
-           verdict_valid(r->verdict);
+    return (r->flags & ~DSC_REPORT_FLAG_FINISHED) == 0 &&
+           dsc_report_job_valid(r->job.ptr, r->job.len) && dataset_valid(r->dataset) &&
+           r->world_size >= 1 && r->rank < r->world_size && r->stall_ppm <= DSC_REPORT_STALL_ONE &&
+           r->bottleneck < DSC_BOTTLENECK_COUNT && verdict_valid(r->verdict);
 }
 
 static void wr_str(dsc_wr_t *w, dsc_str_t s) {

@@ -12,9 +12,11 @@
 #define DSC_REPORT_MAX_JOB 63         /* bytes of a job name (1..63 of [A-Za-z0-9_.:@/-]) */
 #define DSC_REPORT_MAX_VERDICT 255    /* bytes of the verdict text (UTF-8, no NUL) */
 #define DSC_REPORT_STALL_ONE 1000000u /* stall_ppm of a loader that only waits */
+/* flags: the loader is closing; this is its last report (the job table shows it finished). */
+#define DSC_REPORT_FLAG_FINISHED 1u
 
 typedef struct dsc_report_req {
-    uint32_t flags;         /* 0 */
+    uint32_t flags;         /* 0 or DSC_REPORT_FLAG_FINISHED */
     dsc_str_t job;          /* job name, DSC_REPORT_MAX_JOB bytes at most, label-safe */
     dsc_str_t dataset;      /* dataset the job reads (1..63 bytes of [A-Za-z0-9_.-]) */
     uint32_t rank;          /* < world_size */
@@ -35,9 +37,9 @@ int dsc_report_job_valid(const char *name, size_t len);
 #define DSC_REPORT_MAX_BODY (4 + 2 + DSC_REPORT_MAX_JOB + 2 + DSC_MAX_NAME + 12 + 16 + 1 + 2 + 255)
 int dsc_report_req_encode(const dsc_report_req_t *req, uint8_t *out, size_t cap);
 /* Returns 0 and *out (strings point into body), or DSC_EBADFRAME: truncation, trailing bytes,
- * flags != 0, a bad job name, dataset name or verdict (NUL byte, too long), world_size 0, rank >=
- * world_size, stall_ppm over DSC_REPORT_STALL_ONE, or an unknown bottleneck. On error *out is
- * untouched. The OK response has an empty body. */
+ * flags other than DSC_REPORT_FLAG_FINISHED, a bad job name, dataset name or verdict (NUL byte, too
+ * long), world_size 0, rank >= world_size, stall_ppm over DSC_REPORT_STALL_ONE, or an unknown
+ * bottleneck. On error *out is untouched. The OK response has an empty body. */
 int dsc_report_req_decode(const uint8_t *body, size_t len, dsc_report_req_t *out);
 
 #endif

@@ -224,8 +224,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     LOG_DEBUG("http: %s", line);
 }
 
-static enum MHD_Result reply(struct MHD_Connection *connection, unsigned code, char *body,
-                             int owned, const char *type) {
+static enum MHD_Result reply(const dsc_http_t *http, struct MHD_Connection *connection,
+                             unsigned code, char *body, int owned, const char *type) {
     struct MHD_Response *r = MHD_create_response_from_buffer(
         strlen(body), body, owned ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
     if (r == NULL) {
@@ -234,6 +234,12 @@ static enum MHD_Result reply(struct MHD_Connection *connection, unsigned code, c
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", type);
+    if (http->source.data_port != 0) {
+        /* A loader pointed at this port by mistake names the data port from it. */
+        char port[8];
+        snprintf(port, sizeof port, "%u", (unsigned)http->source.data_port);
+        MHD_add_response_header(r, "X-Dscache-Data-Port", port);
+    }
     enum MHD_Result ret = MHD_queue_response(connection, code, r);
     MHD_destroy_response(r);
     return ret;
@@ -248,27 +254,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *connection, 
     (void)con_cls;
     dsc_http_t *http = cls;
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-        return reply(connection, 405, "method not allowed\n", 0, "text/plain");
+        return reply(http, connection, 405, "method not allowed\n", 0, "text/plain");
     if (strcmp(url, "/metrics") == 0) {
         char *text = dsc_http_metrics_text(&http->source);
         if (text == NULL)
-            return reply(connection, 500, "out of memory\n", 0, "text/plain");
-        return reply(connection, 200, text, 1, "text/plain; version=0.0.4");
+            return reply(http, connection, 500, "out of memory\n", 0, "text/plain");
+        return reply(http, connection, 200, text, 1, "text/plain; version=0.0.4");
     }
     if (strcmp(url, "/healthz") == 0)
-        return reply(connection, 200, "ok\n", 0, "text/plain");
+        return reply(http, connection, 200, "ok\n", 0, "text/plain");
     if (strcmp(url, "/readyz") == 0) {
         char why[1024];
         int ready = readiness(&http->source, why, sizeof why);
         size_t n = strlen(why);
         char *body = malloc(n + 2);
         if (body == NULL)
-            return reply(connection, 500, "out of memory\n", 0, "text/plain");
+            return reply(http, connection, 500, "out of memory\n", 0, "text/plain");
         memcpy(body, why, n);
         memcpy(body + n, "\n", 2);
-        return reply(connection, ready ? 200 : 503, body, 1, "text/plain");
+        return reply(http, connection, ready ? 200 : 503, body, 1, "text/plain");
     }
-    return reply(connection, 404, "not found\n", 0, "text/plain");
+    return reply(http, connection, 404, "not found\n", 0, "text/plain");
 }
 
 int dsc_http_start(const char *host, uint16_t port, const dsc_http_source_t *source,

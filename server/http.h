@@ -23,6 +23,8 @@ typedef struct dsc_http_source {
     dsc_catalog_t *cat;
     dsc_server_t *server;   /* may be NULL */
     dsc_cluster_t *cluster; /* may be NULL: single-node figures for the cluster gauges */
+    uint16_t data_port;     /* the data (TCP protocol) port, sent as X-Dscache-Data-Port in
+                               every answer (0: not sent) */
     /* /readyz and dscache_ready: returns 1 when ready, else 0, writing a one-line reason (no
      * newline) into why[cap] either way. Called on the HTTP thread. NULL: always ready. */
     int (*readiness)(void *arg, char *why, size_t cap);

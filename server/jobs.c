@@ -173,6 +173,7 @@ int dsc_jobs_report(dsc_jobs_t *jobs, const dsc_report_req_t *req, const char *p
     copy_str(info->verdict, sizeof info->verdict, req->verdict);
     info->last_report = now;
     info->reports++;
+    info->finished = (req->flags & DSC_REPORT_FLAG_FINISHED) != 0;
     pthread_mutex_unlock(&jobs->lock);
     return dropped;
 }
@@ -247,6 +248,7 @@ char *dsc_jobs_json(dsc_jobs_t *jobs, double now) {
         cJSON_AddStringToObject(o, "verdict", j->verdict);
         cJSON_AddNumberToObject(o, "age_s", now - j->last_report);
         cJSON_AddNumberToObject(o, "reports", (double)j->reports);
+        cJSON_AddBoolToObject(o, "finished", j->finished);
     }
     char *text = arr ? cJSON_PrintUnformatted(arr) : NULL;
     cJSON_Delete(arr);

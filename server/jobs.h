@@ -28,6 +28,7 @@ typedef struct dsc_job_info {
     char verdict[DSC_REPORT_MAX_VERDICT + 1];
     double first_seen, last_report; /* the clock the caller passes (monotonic seconds) */
     uint64_t reports;
+    int finished; /* the last report had DSC_REPORT_FLAG_FINISHED: the loader closed */
 } dsc_job_info_t;
 
 /* Creates a table of `capacity` entries (1..DSC_JOBS_MAX; 0: DSC_JOBS_MAX) expiring after
@@ -64,7 +65,7 @@ double dsc_jobs_expiry(const dsc_jobs_t *jobs);
 
 /* The live jobs as a JSON array (malloc'd, NUL-terminated): one object per (job, rank) with
  * job, rank, world_size, dataset, peer, stall (fraction), samples_per_s, bytes_per_s,
- * bottleneck (name), verdict, age_s (since the last report), reports. NULL on ENOMEM. */
+ * bottleneck (name), verdict, age_s (since the last report), reports, finished. NULL on ENOMEM. */
 char *dsc_jobs_json(dsc_jobs_t *jobs, double now);
 /* The dscache_job_* series in Prometheus text (malloc'd): dscache_jobs, dscache_jobs_dropped_total,
  * dscache_job_reports_refused_total, and (names != 0) per live entry, labelled {job, rank,

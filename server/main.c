@@ -14,6 +14,7 @@
 #include "util.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -65,8 +67,8 @@ static void usage(FILE *f) {
         f,
         "usage: dscached --data DIR [--data DIR ...] [options]\n"
         "\n"
-        "Serves datasets (each DIR holds manifest.json and its shard files; the dataset name\n"
-        "comes from the manifest) from RAM over TCP.\n"
+        "Serves datasets (each DIR holds manifest.json and its shard files, as dscache ingest\n"
+        "writes them; the dataset name comes from the manifest) from RAM over TCP.\n"
         "\n"
         "  --data DIR            a dataset directory (repeat for several datasets)\n"
         "  --listen HOST:PORT    data port (default 127.0.0.1:7070; port 0 picks a free one)\n"
@@ -603,6 +605,48 @@ static void warm_done(uv_work_t *req, int status) {
 
 /* The membership: --members / --members-file, this server's address (--advertise, else the
  * listen host with the bound port). Returns 0 and *out, or DSC_EINVAL / DSC_ENOMEM (logged). */
+/* A --data directory without a manifest is served once one appears (SIGHUP rescans), which is
+ * right while a dataset is being written and a mistake otherwise: says what the directory holds
+ * and how a dataset directory is made. */
+static void explain_data_dir(const char *dir) {
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, DSC_MANIFEST_FILE);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || stat(path, &st) == 0)
+        return;
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    unsigned shards = 0, files = 0, datasets = 0;
+    char first[256] = "";
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        size_t n = strlen(e->d_name);
+        snprintf(path, sizeof path, "%s/%s/%s", dir, e->d_name, DSC_MANIFEST_FILE);
+        if (stat(path, &st) == 0) {
+            if (datasets++ == 0)
+                snprintf(first, sizeof first, "%s", e->d_name);
+        } else if (n > 4 && strcmp(e->d_name + n - 4, ".dsc") == 0) {
+            shards++;
+        } else {
+            files++;
+        }
+    }
+    closedir(d);
+    if (datasets > 0)
+        LOG_WARN("--data %s is not a dataset directory (no %s) but holds %u dataset "
+                 "director%s: give each one, e.g. --data %s/%s",
+                 dir, DSC_MANIFEST_FILE, datasets, datasets == 1 ? "y" : "ies", dir, first);
+    else
+        LOG_WARN("--data %s has no %s (%u shard files, %u other entries): it is not a dataset "
+                 "directory yet. Write one with `dscache ingest` (npy arrays, token files ...: "
+                 "dscache ingest --help), e.g. dscache ingest npy -o %s "
+                 "image=images.npy; dscached serves it after a rescan (SIGHUP) finds the manifest",
+                 dir, DSC_MANIFEST_FILE, shards, files, dir);
+}
+
 static int make_cluster(const options_t *o, const char *listen_host, uint16_t port,
                         dsc_cluster_t **out) {
     char spec[4096], self[DSC_MEMBER_MAX];
@@ -718,6 +762,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     for (int i = 0; i < o.dir_count; i++) {
+        explain_data_dir(o.dirs[i]);
         rc = dsc_catalog_add_dir(cat, o.dirs[i]);
         if (rc < 0) {
             LOG_ERROR("--data %s: %s", o.dirs[i], dsc_strerror(rc));
@@ -792,6 +837,7 @@ int main(int argc, char **argv) {
         dsc_http_source_t src = {.cat = cat,
                                  .server = server,
                                  .cluster = cluster,
+                                 .data_port = dsc_server_port(server),
                                  .readiness = readiness,
                                  .readiness_arg = &ctl,
                                  .max_conns = o.http_max_conns,

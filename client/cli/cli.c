@@ -117,6 +117,20 @@ int dsc_cli_connect(const char *cmd, const char *server, uint32_t timeout_ms, ds
                                 found ? "the credential was refused, or the server does not "
                                         "authenticate"
                                       : "the server requires a credential: --auth-file");
+        uint16_t data_port = 0;
+        if ((rc == DSC_ECLOSED || rc == DSC_EPROTO || rc == DSC_ECONNRESET || rc == DSC_EBADMAGIC ||
+             rc == DSC_ETIMEDOUT) &&
+            dsc_conn_http_probe(server, 1000, &data_port)) {
+            if (data_port != 0)
+                return dsc_cli_fail(cmd,
+                                    "%s: that is dscached's HTTP port (it answers HTTP, not the "
+                                    "data protocol); the data port is %s:%u",
+                                    server, host, (unsigned)data_port);
+            return dsc_cli_fail(cmd,
+                                "%s: that port answers HTTP, not the dscache data protocol; give "
+                                "the data port (dscached --listen, default 7070)",
+                                server);
+        }
         return dsc_cli_fail(cmd, "%s: %s", server, dsc_strerror(rc));
     }
     return DSC_CLI_OK;

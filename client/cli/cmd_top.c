@@ -30,7 +30,8 @@ static void print_help(void) {
            "A live view of the cluster, refreshed every interval: per server the hit rate,\n"
            "throughput and open connections; per dataset the fraction of its shards resident\n"
            "on some server; per training job (the loaders report to the servers they read\n"
-           "from) its stall, rate, bottleneck and the suggested change. Press q to quit.\n"
+           "from) its stall, rate, bottleneck and the suggested change, or \"finished\" once\n"
+           "its loaders closed. Press q to quit.\n"
            "\n"
            "  --server LIST        dscached data ports, comma-separated (or repeat the option)\n"
            "  --interval SECONDS   refresh period, 0.2..60 (default 1)\n"
@@ -62,7 +63,7 @@ typedef struct server_view {
 typedef struct job_view {
     char job[80];
     char dataset[64];
-    uint32_t ranks, world_size;
+    uint32_t ranks, world_size, finished; /* finished: ranks whose last report said so */
     double stall_max, stall_sum, sps, age;
     char bottleneck[16];
     char verdict[256];
@@ -84,9 +85,15 @@ static void sample(server_view_t *s) {
     s->stat = NULL;
     if (s->conn == NULL) {
         int rc = dsc_conn_open_addr(s->addr, 3000, 0, &s->conn);
+        uint16_t data_port = 0;
         if (rc < 0) {
             s->conn = NULL;
-            snprintf(s->error, sizeof s->error, "%s", dsc_strerror(rc));
+            if ((rc == DSC_ECLOSED || rc == DSC_EPROTO || rc == DSC_ECONNRESET) &&
+                dsc_conn_http_probe(s->addr, 1000, &data_port) && data_port != 0)
+                snprintf(s->error, sizeof s->error, "an HTTP port: the data port is %u",
+                         (unsigned)data_port);
+            else
+                snprintf(s->error, sizeof s->error, "%s", dsc_strerror(rc));
             return;
         }
     }
@@ -184,10 +191,14 @@ static uint32_t collect_jobs(server_view_t *servers, uint32_t count, job_view_t 
         double stall = num(o, "stall");
         v->ranks++;
         v->world_size = (uint32_t)num(o, "world_size");
-        v->stall_sum += stall;
-        v->sps += num(o, "samples_per_s");
         if (num(o, "age_s") < v->age)
             v->age = num(o, "age_s");
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "finished"))) {
+            v->finished++;
+            continue; /* a closed loader reads nothing: not in the rate, stall or suggestion */
+        }
+        v->stall_sum += stall;
+        v->sps += num(o, "samples_per_s");
         if (stall > v->stall_max) {
             v->stall_max = stall;
             snprintf(v->bottleneck, sizeof v->bottleneck, "%s", str(o, "bottleneck"));
@@ -278,9 +289,17 @@ static void draw(FILE *out, server_view_t *servers, uint32_t count, int tty) {
         job_view_t *v = &jobs[g];
         char ranks[24];
         snprintf(ranks, sizeof ranks, "%u/%u", v->ranks, v->world_size);
-        fprintf(out, "%-24s %-12s %7s %7.1f %7.1f %10.0f %-9s %s\n", v->job, v->dataset, ranks,
-                100 * v->stall_sum / v->ranks, 100 * v->stall_max, v->sps, v->bottleneck,
-                v->verdict);
+        if (v->finished == v->ranks) {
+            fprintf(out, "%-24s %-12s %7s %7s %7s %10s %-9s finished %.0f s ago\n", v->job,
+                    v->dataset, ranks, "-", "-", "-", "finished", v->age);
+            continue;
+        }
+        if (v->finished > 0)
+            snprintf(ranks, sizeof ranks, "%u/%u", v->ranks - v->finished, v->world_size);
+        uint32_t live = v->ranks - v->finished;
+        fprintf(out, "%-24s %-12s %7s %7.1f %7.1f %10.0f %-9s %s%s\n", v->job, v->dataset, ranks,
+                100 * v->stall_sum / live, 100 * v->stall_max, v->sps, v->bottleneck, v->verdict,
+                v->finished ? " (some ranks finished)" : "");
     }
     fflush(out);
 }

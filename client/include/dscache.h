@@ -34,7 +34,8 @@ typedef struct dsc_loader_options {
     int shuffle;               /* 0: dataset order; 1: shuffled (default 1) */
     uint32_t shuffle_window;   /* samples shuffled together after chunk shuffle (default 0: from
                                   the dataset, min(8192, 64 MiB / sample bytes)) */
-    int drop_last;             /* 1: drop the last partial batch and the tail (default 0) */
+    int drop_last;             /* 1: drop the last partial batch and the tail (default 0; an
+                                  epoch left with no batch at all is refused by create) */
     uint32_t prefetch_batches; /* batch slots prepared ahead (default 4) */
     uint64_t inflight_bytes;   /* bound on bytes requested but not yet decoded (default 64 MiB) */
     uint32_t decode_threads;   /* checksum + lz4 workers (default 2) */
@@ -82,15 +83,24 @@ typedef struct dsc_loader_options {
                                 pass this bound. One held batch is always allowed. Default 0:
                                 1 GiB (host and, with CUDA, device memory alike) */
     const char *job_name;    /* job name reported to the servers (REPORT, docs/diagnosis.md);
-                                NULL: DSCACHE_JOB, else "HOST-PID". Characters outside
+                                NULL: DSCACHE_JOB, else the launcher's ("torchrun-ID" from
+                                TORCHELASTIC_RUN_ID, "slurm-ID" from SLURM_JOB_ID, the pod
+                                name under Kubernetes), else "HOST-PID". Characters outside
                                 [A-Za-z0-9_.:@/-] become '_', cut to 63 bytes; copied at create */
     double report_seconds;   /* seconds between REPORTs of stall and rate to each server
-                                (default 0: 5 s; < 0: never) */
+                                (default 0: 5 s; < 0: never). dsc_loader_destroy sends a last
+                                one flagged FINISHED to each server reported to (a fresh
+                                connection, at most 1 s each) */
     const char *transport;   /* "tcp", "rdma" or "auto" (NULL: $DSCACHE_TRANSPORT, else "auto").
                                 auto: RDMA READ where this host and the server both can, else TCP,
                                 per connection (one INFO line says which and why); rdma: RDMA or an
                                 error (DSC_EUNAVAIL at create without a usable device). See
                                 docs/rdma.md */
+    int ignore_rank_env;     /* 0 (default): create fails with DSC_EINVAL, naming both, when
+                                RANK or WORLD_SIZE is set in the environment (torchrun, Slurm
+                                and MPI launchers) and disagrees with rank / world_size, since
+                                such a process would read another rank's samples (or all of
+                                them); 1: no check, for a process meant to read on its own */
 } dsc_loader_options_t;
 
 #define DSC_ORDER_LOCAL 0
@@ -109,14 +119,20 @@ DSC_EXTERN void dsc_loader_options_init(dsc_loader_options_t *options);
 /* Connects, fetches the manifest, plans epoch 0 and starts prefetching. Blocks until the
  * manifest is known (bounded by timeout_ms per server). options->struct_size may be that of an
  * older, smaller struct: the fields it lacks take their defaults. Returns 0 and *out, or
- * DSC_EINVAL (bad options, named in the log), DSC_ENOTFOUND (unknown dataset), DSC_EUNAVAIL (no
- * server answered), DSC_ENODEVICE (device >= 0 and no such CUDA device), DSC_ENOMEM. The loader
- * owns every buffer it hands out. On failure dsc_loader_last_error(NULL, ...) says why, per
- * server tried. */
+ * DSC_EINVAL (bad options, named in the log: also rank / world_size disagreeing with RANK /
+ * WORLD_SIZE unless ignore_rank_env, a servers entry that is not HOST:PORT, and an epoch that
+ * gives a rank no batch: drop_last with batch_size over the rank's share; a dropped last batch
+ * is a WARN line instead, once, with the samples each epoch never hands out), DSC_ENOTFOUND
+ * (unknown dataset), DSC_EUNAVAIL (no server answered; one that answers HTTP is named as an
+ * HTTP port, with the data port when it is dscached's), DSC_ENODEVICE (device >= 0 and no such
+ * CUDA device), DSC_ENOMEM. The loader owns every buffer it hands out. On failure
+ * dsc_loader_last_error(NULL, ...) says why, per server tried. */
 DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader_t **out);
 /* Stops the threads and frees everything, including batches still held (their memory, and
  * any DLPack tensor of them: delete those first; a WARN line says how many were still held).
- * NULL is a no-op. */
+ * Before freeing, tells each server it reported to that the job finished (a final REPORT on a
+ * fresh connection: blocks at most min(timeout_ms, 1 s) per server that is up). NULL is a
+ * no-op. */
 DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader);
 
 /* Returns the next batch of the epoch in *out, waiting while it is being prefetched (that wait

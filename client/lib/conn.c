@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -494,4 +495,70 @@ void dsc_conn_close(dsc_conn_t *conn) {
         close(conn->fd);
     free(conn->rbuf);
     free(conn);
+}
+
+int dsc_conn_http_probe(const char *hostport, uint32_t timeout_ms, uint16_t *data_port) {
+    char host[256];
+    uint16_t port;
+    *data_port = 0;
+    if (dsc_split_hostport(hostport, host, sizeof host, &port) < 0)
+        return 0;
+    char port_text[8];
+    snprintf(port_text, sizeof port_text, "%u", (unsigned)port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(host, port_text, &hints, &res) != 0 || res == NULL)
+        return 0;
+    int fd = -1;
+    int rc = connect_one(res, timeout_ms, &fd);
+    freeaddrinfo(res);
+    if (rc < 0)
+        return 0;
+    static const char req[] = "GET /healthz HTTP/1.0\r\n\r\n";
+    char buf[1024];
+    size_t have = 0;
+    int http = 0;
+    if (send(fd, req, sizeof req - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof req - 1)) {
+        /* Headers only: enough for the status line and X-Dscache-Data-Port. */
+        while (have + 1 < sizeof buf && wait_fd(fd, POLLIN, timeout_ms) == 0) {
+            ssize_t n = recv(fd, buf + have, sizeof buf - 1 - have, 0);
+            if (n <= 0)
+                break;
+            have += (size_t)n;
+            buf[have] = '\0';
+            if (strstr(buf, "\r\n\r\n") != NULL)
+                break;
+        }
+        http = dsc_conn_http_answer_parse(buf, have, data_port);
+    }
+    close(fd);
+    return http;
+}
+
+int dsc_conn_http_answer_parse(const char *buf, size_t len, uint16_t *data_port) {
+    *data_port = 0;
+    if (len < 5 || memcmp(buf, "HTTP/", 5) != 0)
+        return 0;
+    /* The headers end at the first empty line (or where the bytes end). */
+    static const char hdr[] = "\nx-dscache-data-port:";
+    const size_t hl = sizeof hdr - 1;
+    for (size_t i = 0; i + hl <= len; i++) {
+        if (buf[i] == '\n' && i + 1 < len && (buf[i + 1] == '\r' || buf[i + 1] == '\n'))
+            break;
+        if (strncasecmp(buf + i, hdr, hl) != 0)
+            continue;
+        size_t k = i + hl;
+        while (k < len && (buf[k] == ' ' || buf[k] == '\t'))
+            k++;
+        unsigned long v = 0;
+        size_t digits = 0;
+        while (k < len && buf[k] >= '0' && buf[k] <= '9' && digits < 6) {
+            v = v * 10 + (unsigned long)(buf[k++] - '0');
+            digits++;
+        }
+        if (digits > 0 && v > 0 && v <= 65535)
+            *data_port = (uint16_t)v;
+        break;
+    }
+    return 1;
 }

@@ -38,6 +38,16 @@ int dsc_conn_open_addr_auth(const char *hostport, uint32_t timeout_ms, uint64_t 
 /* As dsc_conn_open with "HOST:PORT". */
 int dsc_conn_open_addr(const char *hostport, uint32_t timeout_ms, uint64_t members_hash,
                        dsc_conn_t **out);
+/* After a HELLO that got no answer: asks "HOST:PORT" for GET /healthz over HTTP (bounded by
+ * timeout_ms). Returns 1 when it answers HTTP (a dscached HTTP port, or another web server),
+ * with *data_port the dscached data port its X-Dscache-Data-Port header names (0: none); else
+ * 0. */
+int dsc_conn_http_probe(const char *hostport, uint32_t timeout_ms, uint16_t *data_port);
+/* The probe's parser, over the first len bytes of an answer (need not be NUL-terminated, may
+ * be cut anywhere): 1 when they start with "HTTP/", with *data_port from an
+ * X-Dscache-Data-Port header (case-insensitive, before the empty line; 1..65535, else 0); 0
+ * otherwise (*data_port 0). Reads only buf[0..len). */
+int dsc_conn_http_answer_parse(const char *buf, size_t len, uint16_t *data_port);
 /* What HELLO returned. */
 const dsc_conn_info_t *dsc_conn_info(const dsc_conn_t *conn);
 

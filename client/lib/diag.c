@@ -12,11 +12,37 @@
 
 #define SERVER_SLOTS (DSC_LOADER_MAX_PEERS + 1)
 
+/* The launcher's name for the job, the same on every rank where it has one: torchrun's run id
+ * (not its default "none"), Slurm's job id, else the Kubernetes pod name (the host name inside a
+ * pod). Empty when none applies. */
+static void launcher_job(char *out, size_t cap) {
+    const char *v = getenv("TORCHELASTIC_RUN_ID");
+    out[0] = '\0';
+    if (v != NULL && v[0] != '\0' && strcmp(v, "none") != 0) {
+        snprintf(out, cap, "torchrun-%s", v);
+        return;
+    }
+    v = getenv("SLURM_JOB_ID");
+    if (v != NULL && v[0] != '\0') {
+        snprintf(out, cap, "slurm-%s", v);
+        return;
+    }
+    if (getenv("KUBERNETES_SERVICE_HOST") != NULL) {
+        char host[64] = "";
+        if (gethostname(host, sizeof host - 1) == 0 && host[0])
+            snprintf(out, cap, "%s", host);
+    }
+}
+
 static void job_name(dsc_loader_t *loader) {
     const char *src = loader->cfg.opt.job_name;
     if (src == NULL || *src == '\0')
         src = getenv("DSCACHE_JOB");
-    char fallback[64];
+    char fallback[DSC_REPORT_MAX_JOB + 16];
+    if (src == NULL || *src == '\0') {
+        launcher_job(fallback, sizeof fallback);
+        src = fallback;
+    }
     if (src == NULL || *src == '\0') {
         char host[48] = "";
         gethostname(host, sizeof host - 1);
@@ -191,7 +217,7 @@ void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out) {
         *out = d->last;
 }
 
-int dsc__diag_report_body(dsc_loader_t *loader, double now, uint8_t *buf, size_t cap) {
+static int report_body(dsc_loader_t *loader, double now, uint32_t flags, uint8_t *buf, size_t cap) {
     dsc_diag_t *d = &loader->diag;
     dsc__diag_verdict(loader, now, NULL);
     const dsc_diag_snapshot_t *b = &d->base[0];
@@ -200,6 +226,7 @@ int dsc__diag_report_body(dsc_loader_t *loader, double now, uint8_t *buf, size_t
     double bps = window > 0 ? (double)(loader->stats.st.bytes - b->c.bytes) / window : 0;
     double stall = d->last.stall_fraction;
     dsc_report_req_t req = {
+        .flags = flags,
         .job = {d->job, (uint16_t)strlen(d->job)},
         .dataset = {loader->cfg.dataset, (uint16_t)strlen(loader->cfg.dataset)},
         .rank = loader->cfg.opt.rank,
@@ -220,4 +247,37 @@ int dsc__diag_report_body(dsc_loader_t *loader, double now, uint8_t *buf, size_t
     req.verdict.ptr = d->last.suggestion;
     req.verdict.len = (uint16_t)vlen;
     return dsc_report_req_encode(&req, buf, cap);
+}
+
+int dsc__diag_report_body(dsc_loader_t *loader, double now, uint8_t *buf, size_t cap) {
+    return report_body(loader, now, 0, buf, cap);
+}
+
+void dsc__diag_final_report(dsc_loader_t *loader) {
+    if (loader->net.peers == NULL || loader->cfg.opt.report_seconds < 0 ||
+        loader->diag.servers == NULL)
+        return;
+    uint8_t body[DSC_REPORT_MAX_BODY];
+    pthread_mutex_lock(&loader->lock);
+    int len = report_body(loader, dsc_now_s(), DSC_REPORT_FLAG_FINISHED, body, sizeof body);
+    pthread_mutex_unlock(&loader->lock);
+    if (len <= 0)
+        return;
+    uint32_t timeout = loader->cfg.opt.timeout_ms < 1000 ? loader->cfg.opt.timeout_ms : 1000;
+    for (uint32_t p = 0; p < loader->net.peer_count; p++) {
+        const dsc_peer_t *peer = &loader->net.peers[p];
+        if (peer->report_seq == 0 || !peer->alive)
+            continue; /* never reported there, or down: nothing to finish, no wait */
+        dsc_conn_t *conn = NULL;
+        if (dsc_conn_open_addr_auth(peer->addr, timeout, loader->net.view_hash, loader->cfg.cred,
+                                    &conn) < 0)
+            continue;
+        uint8_t *resp = NULL;
+        size_t resp_len = 0;
+        int rc = dsc_conn_call(conn, DSC_OP_REPORT, body, (size_t)len, &resp, &resp_len);
+        DSC_LOG(&loader->cfg.log, DSC_LOG_DEBUG, "final REPORT to %s: %s", peer->addr,
+                rc < 0 ? dsc_strerror(rc) : "ok");
+        free(resp);
+        dsc_conn_close(conn);
+    }
 }

@@ -13,6 +13,7 @@
 #include "util.h"
 #include "view.h"
 
+#include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +74,7 @@ static _Thread_local char create_error[1024];
 static void explain_peer(const dsc_loader_t *loader, const dsc_peer_t *peer, char *buf, size_t cap,
                          size_t *used) {
     int r = peer->manifest_rc;
+    uint16_t data_port = 0;
     char why[640];
     snprintf(why, sizeof why, "%s", dsc_strerror(r));
     if (r == DSC_EUNAVAIL) {
@@ -95,6 +97,24 @@ static void explain_peer(const dsc_loader_t *loader, const dsc_peer_t *peer, cha
             snprintf(why, sizeof why, "host name %s not resolved (%s)", host, gai_strerror(g));
         if (res != NULL)
             freeaddrinfo(res);
+    } else if ((r == DSC_ECLOSED || r == DSC_EPROTO || r == DSC_ECONNRESET || r == DSC_EBADMAGIC ||
+                r == DSC_ETIMEDOUT) &&
+               dsc_conn_http_probe(peer->addr, 1000, &data_port)) {
+        /* No HELLO answer but HTTP: the loader was given the HTTP port. */
+        char host[DSC_MEMBER_MAX];
+        snprintf(host, sizeof host, "%s", peer->addr);
+        char *colon = strrchr(host, ':');
+        if (colon != NULL)
+            *colon = '\0';
+        if (data_port != 0)
+            snprintf(why, sizeof why,
+                     "that is dscached's HTTP port (it answers HTTP, not the data protocol); the "
+                     "data port is %s:%u",
+                     host, (unsigned)data_port);
+        else
+            snprintf(why, sizeof why,
+                     "that port answers HTTP, not the dscache data protocol (an HTTP port?); give "
+                     "the data port, the one dscached --listen gives (default 7070)");
     } else if (r == DSC_EVERSION) {
         snprintf(why, sizeof why, "protocol version not supported (another dscache version?)");
     } else if (r == DSC_ENOTFOUND) {
@@ -269,6 +289,137 @@ static void check_cache_budget(dsc_loader_t *loader) {
             (unsigned long long)need, (unsigned long long)need, lower);
 }
 
+/* Why a server list did not parse, in words: the entry without a port, when there is one. */
+static void explain_servers(const char *spec, int rc, char *why, size_t cap) {
+    snprintf(why, cap, "%s", dsc_strerror(rc));
+    if (rc != DSC_EINVAL || strncmp(spec, "file:", 5) == 0)
+        return;
+    if (strncmp(spec, "dns:", 4) == 0) {
+        snprintf(why, cap,
+                 "not dns:NAME:PORT (the data port of dscached --listen, e.g. "
+                 "dns:dscache.default.svc:7070)");
+        return;
+    }
+    const char *p = spec;
+    while (*p) {
+        size_t n = strcspn(p, ", \t\r\n");
+        if (n > 0 && p[0] != '#') {
+            const char *colon = NULL;
+            for (size_t i = 0; i < n; i++)
+                if (p[i] == ':')
+                    colon = p + i;
+            int port_ok = colon != NULL && colon + 1 < p + n && (p[0] != '[' || colon[-1] == ']');
+            for (const char *c = colon ? colon + 1 : p; port_ok && c < p + n; c++)
+                port_ok = *c >= '0' && *c <= '9';
+            if (!port_ok) {
+                /* The example keeps the host part: "h:abc" -> h:7070, "h" -> h:7070. */
+                size_t host = n;
+                if (colon != NULL &&
+                    (p[0] == '[' ? colon[-1] == ']' : memchr(p, ':', (size_t)(colon - p)) == NULL))
+                    host = (size_t)(colon - p);
+                snprintf(why, cap,
+                         "\"%.*s\" is not HOST:PORT: name each server with its data port (the "
+                         "one dscached --listen gives, e.g. %.*s:7070)",
+                         (int)(n > 100 ? 100 : n), p, (int)(host > 100 ? 100 : host), p);
+                return;
+            }
+        }
+        p += n;
+        while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
+            p++;
+    }
+}
+
+/* An environment integer (RANK, WORLD_SIZE): 1 and *out when set to a whole number, 0 when unset
+ * or empty, -1 when set to something else. */
+static int env_uint(const char *name, uint64_t *out) {
+    const char *v = getenv(name);
+    if (v == NULL || v[0] == '\0')
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || v[0] == '-')
+        return -1;
+    *out = x;
+    return 1;
+}
+
+/* rank / world_size against RANK / WORLD_SIZE of the launcher (torchrun, Slurm and MPI wrappers
+ * set them): a process told it is rank 0 of 1 inside a 2-rank job reads the samples of another
+ * rank (or all of them) without a word otherwise. ignore_rank_env turns the check off. */
+static int check_rank_env(const dsc_loader_options_t *o, const dsc_logger_t *log) {
+    if (o->ignore_rank_env)
+        return 0;
+    uint64_t env_rank = 0, env_world = 0;
+    int has_rank = env_uint("RANK", &env_rank), has_world = env_uint("WORLD_SIZE", &env_world);
+    if (has_rank < 0 || has_world < 0) {
+        DSC_LOG(log, DSC_LOG_ERROR,
+                "invalid loader options: environment %s=\"%s\" is not a whole number (the "
+                "launcher's rank / world size; set ignore_rank_env = 1 to ignore it)",
+                has_rank < 0 ? "RANK" : "WORLD_SIZE", getenv(has_rank < 0 ? "RANK" : "WORLD_SIZE"));
+        return DSC_EINVAL;
+    }
+    int world_bad = has_world > 0 && env_world != o->world_size;
+    int rank_bad = has_rank > 0 && env_rank != o->rank;
+    if (!world_bad && !rank_bad)
+        return 0;
+    char envtext[96];
+    snprintf(envtext, sizeof envtext, "%s%.20s%s%s%.20s", has_rank > 0 ? "RANK=" : "",
+             has_rank > 0 ? getenv("RANK") : "", has_rank > 0 && has_world > 0 ? " " : "",
+             has_world > 0 ? "WORLD_SIZE=" : "", has_world > 0 ? getenv("WORLD_SIZE") : "");
+    char harm[160];
+    if (world_bad)
+        snprintf(harm, sizeof harm,
+                 "the ranks would not split the dataset as the job's %llu "
+                 "ranks should",
+                 (unsigned long long)env_world);
+    else
+        snprintf(harm, sizeof harm,
+                 "this process would read rank %u's samples, which that rank "
+                 "reads too",
+                 o->rank);
+    DSC_LOG(log, DSC_LOG_ERROR,
+            "invalid loader options: rank %u / world_size %u disagree with the launcher's "
+            "environment %s: %s; set rank and world_size from the environment, or "
+            "ignore_rank_env = 1 if this process is meant to read as rank %u of %u",
+            o->rank, o->world_size, envtext, harm, o->rank, o->world_size);
+    return DSC_EINVAL;
+}
+
+/* An epoch that gives a rank no batch at all is a mistake (batch_size larger than a rank's share
+ * with drop_last): refused with the numbers. A dropped last batch is said once, with the samples
+ * each epoch never hands out. */
+static int check_epoch_size(dsc_loader_t *loader) {
+    const dsc_loader_options_t *o = &loader->cfg.opt;
+    dsc_split_t sp;
+    int rc =
+        dsc__split_init(&sp, loader->cfg.samples, 0, o->batch_size, o->world_size, o->drop_last);
+    if (rc < 0)
+        return rc;
+    if (sp.steps == 0) {
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                "invalid loader options: an epoch would give each rank no batch: dataset %s has "
+                "%llu samples, %llu per rank over world_size %u, fewer than batch_size %u, and "
+                "drop_last drops the short batch; lower batch_size to at most %llu or turn "
+                "drop_last off",
+                loader->cfg.dataset, (unsigned long long)loader->cfg.samples,
+                (unsigned long long)sp.per_rank, o->world_size, o->batch_size,
+                (unsigned long long)sp.per_rank);
+        return DSC_EINVAL;
+    }
+    uint64_t seen = sp.steps * o->batch_size * o->world_size;
+    if (o->drop_last && seen < loader->cfg.samples)
+        DSC_LOG(&loader->cfg.log, DSC_LOG_WARN,
+                "loader: drop_last: each epoch hands out %llu of the %llu samples of %s (%llu "
+                "steps of batch %u on %u rank(s)); %llu samples per epoch are never seen%s",
+                (unsigned long long)seen, (unsigned long long)loader->cfg.samples,
+                loader->cfg.dataset, (unsigned long long)sp.steps, o->batch_size, o->world_size,
+                (unsigned long long)(loader->cfg.samples - seen),
+                o->shuffle ? " (other ones each epoch)" : " (the same ones every epoch)");
+    return 0;
+}
+
 DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader_t **out) {
     create_error[0] = '\0';
     if (options == NULL || out == NULL || options->struct_size < OPTIONS_MIN_SIZE) {
@@ -309,6 +460,8 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     loader->stats.st.struct_size = sizeof loader->stats.st;
     dsc__epoch_wire_reset(loader);
     int rc = check_options(&loader->cfg.opt, &loader->cfg.log);
+    if (rc == 0)
+        rc = check_rank_env(&loader->cfg.opt, &loader->cfg.log);
     if (rc < 0)
         goto fail;
     rc = dsc__diag_init(loader, loader->stats.created_at); /* takes the job name while valid */
@@ -403,8 +556,9 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
         }
         dsc_members_free(&members);
         if (rc < 0) {
-            DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "servers \"%s\": %s", options->servers,
-                    dsc_strerror(rc));
+            char why[256];
+            explain_servers(options->servers, rc, why, sizeof why);
+            DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "servers \"%s\": %s", options->servers, why);
             goto fail;
         }
         loader->view.changes = 0; /* the first view is not a change */
@@ -430,6 +584,9 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
         rc = DSC_EBADMANIFEST;
         goto fail;
     }
+    rc = check_epoch_size(loader);
+    if (rc < 0)
+        goto fail;
     if (loader->cfg.opt.shuffle_window == 0) { /* a window of at most AUTO_WINDOW_BYTES */
         uint64_t w = AUTO_WINDOW_BYTES / loader->cfg.sample_bytes;
         loader->cfg.opt.shuffle_window = (uint32_t)(w >= 8192 ? 8192 : w ? w : 1);
@@ -543,7 +700,10 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
                  i++)
                 if (loader->net.peers[p].io[i].started)
                     pthread_join(loader->net.peers[p].io[i].thread, NULL);
-    /* Threads are gone: free what is left (I/O threads freed the cancelled entries they held). */
+    /* Threads are gone: the servers hear that the job finished, then what is left is freed (I/O
+     * threads freed the cancelled entries they held). */
+    if (loader->net.threads_running)
+        dsc__diag_final_report(loader);
     dsc__sched_free(loader);
     dsc__diag_free(loader);
     if (loader->net.peers != NULL)

@@ -39,3 +39,11 @@ void dsc__cache_need(const dsc_loader_t *loader, dsc_cache_need_t *out) {
     out->edge = DSC__WINDOWS_HELD * (per_step * loader->cfg.sample_bytes + 2 * chunk_max);
     out->need = out->edge + DSC__WINDOWS_HELD * window * loader->cfg.sample_bytes;
 }
+
+void dsc__loader_fail_with(dsc_loader_t *loader, int err, const char *text) {
+    if (loader->error == 0 && err < 0 && !loader->stop) {
+        loader->error = err;
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "loader failed: %s", text);
+    }
+    dsc__loader_fail(loader, err); /* wakes every thread; the error is set: not logged again */
+}

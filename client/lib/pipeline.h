@@ -285,6 +285,12 @@ typedef struct dsc_cache_need {
 } dsc_cache_need_t;
 void dsc__cache_need(const dsc_loader_t *loader, dsc_cache_need_t *out);
 
+/* dsc__loader_fail with the failure's account in words: `text` is the one ERROR line
+ * ("loader failed: TEXT", what dsc_loader_last_error gives) instead of the generic one. For a
+ * stage that knows what went wrong and what would fix it (route.c: a chunk with no intact
+ * source left). Under lock; a later dsc__loader_fail with the same err is a no-op. */
+void dsc__loader_fail_with(dsc_loader_t *loader, int err, const char *text);
+
 /* Adds a received chunk's wire bytes to the epoch whose step first needed it. Under lock. */
 static inline void dsc__epoch_wire_add(dsc_loader_t *loader, uint64_t epoch, uint64_t bytes) {
     dsc_epoch_wire_t *e = &loader->stats.epoch_wire[epoch % DSC__EPOCH_RING];

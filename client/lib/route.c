@@ -2,6 +2,7 @@
  * view change, and the per-peer in-flight bound. Under the loader's lock. */
 #include "route.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 /* Consecutive chunks of a shard hash alike in groups of this many, so that they tend to go to
@@ -114,18 +115,46 @@ static int reroute(dsc_loader_t *loader, dsc_chunk_ent_t *ent, uint32_t failed) 
     return p;
 }
 
+/* A chunk with no intact source left: where it was read (every source tried), what was wrong
+ * and the ways out, as the loader's failure (dsc__loader_fail_with; the caller's
+ * dsc__loader_fail then finds it failed). Under lock. */
+static void explain_damage(dsc_loader_t *loader, const dsc_chunk_ent_t *ent, int err) {
+    char from[512] = "";
+    size_t used = 0;
+    for (uint32_t p = 0; p <= DSC__PEER_FALLBACK && used + 1 < sizeof from; p++) {
+        if (p >= loader->net.peer_count && p != DSC__PEER_FALLBACK)
+            continue;
+        if (!(ent->tried[p / 64] & (1ull << (p % 64))))
+            continue;
+        int k = snprintf(from + used, sizeof from - used, "%s%s%s", used ? ", " : "",
+                         p == DSC__PEER_FALLBACK ? "" : "server ", loader->net.peers[p].addr);
+        if (k > 0)
+            used = (size_t)k >= sizeof from - used ? sizeof from - 1 : used + (size_t)k;
+    }
+    const dsc_manifest_t *m = loader->cfg.manifest;
+    const char *file = m != NULL && ent->shard < m->shard_count ? m->shards[ent->shard].file : "?";
+    const char *what = err == DSC_ECORRUPT ? "the stored copy is damaged"
+                                           : "its bytes failed the loader's checksum";
+    char text[1024];
+    snprintf(text, sizeof text,
+             "dataset %s shard %u (%s) chunk %u: %s (%s); read from %s, and no other replica "
+             "%sis left to read it from. Fixes: set fallback_path to an intact copy of the "
+             "dataset; serve it from more servers with --replicas 2 or more; re-ingest the "
+             "shard (or copy an intact %s over it), then restart the server or SIGHUP it; `dscache "
+             "inspect DIR` on the server's copy names every damaged chunk",
+             loader->cfg.dataset, ent->shard, file, ent->shard_chunk, what, dsc_err_name(err),
+             from[0] ? from : loader->net.peers[ent->peer].addr,
+             loader->cfg.fallback != NULL ? "or fallback file " : "(no fallback_path) ", file);
+    dsc__loader_fail_with(loader, err, text);
+}
+
 int dsc__chunk_refetch(dsc_loader_t *loader, dsc_chunk_ent_t *ent, int err) {
     uint32_t failed = ent->peer;
     loader->stats.st.checksum_failures++;
     int p = reroute(loader, ent, failed);
     if (p < 0) {
         if (loader->error == 0 && !loader->stop)
-            DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
-                    "%s shard %u chunk %u: %s from %s, and no other replica%s is left to read "
-                    "it from",
-                    loader->cfg.dataset, ent->shard, ent->shard_chunk, dsc_strerror(err),
-                    loader->net.peers[failed].addr,
-                    loader->cfg.fallback != NULL ? " or fallback file" : " (no fallback_path)");
+            explain_damage(loader, ent, err);
         return err;
     }
     loader->stats.st.failovers++;

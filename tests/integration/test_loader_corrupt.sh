@@ -97,10 +97,10 @@ done
 expect_fail() { # expect_fail NAME ERROR ARGS...
     local name=$1 err=$2; shift 2
     if epoch "$name" --corrupt 1 --expect-error "$err" "$@"; then
-        grep "error: $ds shard 1 chunk .* no other replica" "$work/$name.err" | head -1
-        grep -q "error: $ds shard 1 chunk [0-9]*: .* and no other replica.* is left" \
-            "$work/$name.err" && grep -q "loader failed: .*($err)" "$work/$name.err" \
-            && pass "$name: fails with $err and says why" \
+        grep "error: loader failed: dataset $ds shard 1 " "$work/$name.err" | head -1
+        grep -q "error: loader failed: dataset $ds shard 1 (shard-[0-9]*\.dsc) chunk [0-9]*: .*($err); read from .*, and no other replica.* is left.*Fixes: .*fallback_path" \
+            "$work/$name.err" && [ "$(grep -c 'error: ' "$work/$name.err")" = 1 ] \
+            && pass "$name: fails with $err and says why, in one error line" \
             || { cat "$work/$name.err"; fail "$name: no clear message"; }
     else
         cat "$work/$name.out" "$work/$name.err"

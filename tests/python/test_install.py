@@ -1,11 +1,13 @@
 """Installing the Python package, offline, as users do: (1) `cmake --install` to a temporary
 prefix installs the package too, and it finds that prefix's libdscache with no variable but
-PYTHONPATH (a temporary prefix is not on sys.path); (2) `pip install --no-build-isolation` into a
-venv (--system-site-packages) finds libdscache.so.0 on the dynamic linker's path
-(LD_LIBRARY_PATH=<prefix>/lib, only because a temporary prefix is not a standard library
-directory) and, without it, fails at import listing every place tried; (3) a wheel built with
-DSCACHE_BUNDLE_LIB carries the library and works with no variable at all; (4) a DSCACHE_LIB that
-cannot be loaded is an ImportError naming it. Each installed copy reads a dataset."""
+PYTHONPATH (a temporary prefix is not on sys.path); (2) the README's line, `pip install
+./client/python`, run from the checkout in a fresh venv with build isolation and no index: the
+in-tree backend builds libdscache and the dscache command with CMake and bundles both, so the
+package imports and reads a dataset with no variable at all and `dscache --help` / `dscache
+ingest` run from the venv's bin; (3) a pure-Python wheel (DSCACHE_PURE=1) finds libdscache.so.0
+on the dynamic linker's path and, without it, fails at import listing every place tried; (4) a
+wheel built with DSCACHE_BUNDLE_LIB carries that library; (5) a DSCACHE_LIB that cannot be
+loaded is an ImportError naming it. Each installed copy reads a dataset."""
 import glob
 import os
 import shutil
@@ -22,7 +24,7 @@ import numpy as np  # noqa: E402
 PY = "/usr/bin/python3"
 if not os.path.exists(PY):
     te.skip("/usr/bin/python3 is missing")
-for mod in ("pip", "setuptools", "wheel", "venv"):
+for mod in ("pip", "venv", "ensurepip"):
     if subprocess.run([PY, "-c", "import " + mod], capture_output=True).returncode != 0:
         te.skip("python3 module %s is missing (deploy/local/setup.sh installs python3-%s)"
                 % (mod, mod))
@@ -43,9 +45,13 @@ tmp = env.dir
 N = 321
 vals = np.arange(N * 3, dtype=np.int32).reshape(N, 3)
 data = env.ingest_npy("ids", {"v": vals})
-# Nothing of the source tree or the build tree in the environment of the installed copies.
+# Nothing of the source tree or the build tree in the environment of the installed copies, and
+# no package index nor local wheel folder for pip: nothing can be downloaded.
 clean = {k: v for k, v in os.environ.items()
-         if k not in ("DSCACHE_LIB", "PYTHONPATH", "LD_LIBRARY_PATH", "DSCACHE_BUNDLE_LIB")}
+         if k not in ("DSCACHE_LIB", "PYTHONPATH", "LD_LIBRARY_PATH", "DSCACHE_BUNDLE_LIB",
+                      "DSCACHE_PURE", "DSCACHE_SOURCE_DIR", "DSCACHE_BUILD_DIR", "PIP_FIND_LINKS",
+                      "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")}
+clean.update(PIP_NO_INDEX="1", PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
 USE = ("import dscache, numpy as np\n"
        "l = dscache.Loader(dataset='ids', fallback_path=%r, batch_size=50, seed=1, copy=True)\n"
        "v = np.concatenate([b['v'] for b in l])\n"
@@ -69,9 +75,9 @@ def use(python, what, extra=None):
     return lines[0] if ok else None
 
 
-def pip(python, *args):
+def pip(python, *args, extra=None):
     r = subprocess.run([python, "-m", "pip", "--disable-pip-version-check", "-q"] + list(args),
-                       capture_output=True, text=True, env=clean, cwd=tmp)
+                       capture_output=True, text=True, env=dict(clean, **(extra or {})), cwd=tmp)
     t.check(r.returncode == 0, "pip %s: %s" % (" ".join(args[:2]), r.stderr[-800:]))
     return r.returncode == 0
 
@@ -83,10 +89,11 @@ def source_copy(name):
     return dst
 
 
-def venv(name):
+def venv(name, with_pip=False):
+    """A fresh venv (--system-site-packages: numpy, the dependency, is not downloaded)."""
     path = os.path.join(tmp, name)
-    subprocess.run([PY, "-m", "venv", "--system-site-packages", "--without-pip", path],
-                   check=True, env=clean)
+    subprocess.run([PY, "-m", "venv", "--system-site-packages"]
+                   + ([] if with_pip else ["--without-pip"]) + [path], check=True, env=clean)
     return os.path.join(path, "bin", "python")
 
 
@@ -114,9 +121,42 @@ if pkgs and libs:
     t.check(not glob.glob(os.path.join(os.path.dirname(pkgs[0]), "libdscache.so*")),
             "no library copied into the cmake-installed package")
 
-# ---- (2) pip install into a venv --------------------------------------------------------------
+# ---- (2) the README's line: pip install ./client/python, from the checkout ------------------
+vpy = venv("venv-readme", with_pip=True)
+vbin = os.path.dirname(vpy)
+# The CMake build of the backend goes beside the test build tree (kept: a rerun rebuilds only
+# what changed) instead of the checkout's build/python-wheel; the command is the README's.
+wheel_build = os.path.join(build_dir, "python-wheel-test")
+r = subprocess.run([os.path.join(vbin, "pip"), "install", "./client/python"], capture_output=True,
+                   text=True, cwd=te.SRC, env=dict(clean, DSCACHE_BUILD_DIR=wheel_build))
+t.check(r.returncode == 0, "pip install ./client/python (build isolation, no index): %s %s"
+        % (r.stdout[-600:], r.stderr[-1500:]))
+if r.returncode == 0:
+    got = use(vpy, "pip install ./client/python")
+    t.check(got is not None and got.startswith(os.path.join(tmp, "venv-readme"))
+            and got.endswith(os.path.join("dscache", "libdscache.so")),
+            "it loads the library bundled in the venv's package: %s" % got)
+    cli = os.path.join(vbin, "dscache")
+    r = subprocess.run([cli, "--help"], capture_output=True, text=True, env=clean, cwd=tmp)
+    t.check(r.returncode == 0 and "ingest" in r.stdout,
+            "the venv's dscache --help runs: rc %d %s %s" % (r.returncode, r.stdout[-300:],
+                                                             r.stderr[-300:]))
+    np.save(os.path.join(tmp, "pipv.npy"), vals)
+    out = os.path.join(tmp, "pip-ingested")
+    r = subprocess.run([cli, "ingest", "npy", "-o", out, "--name", "ids",
+                        "v=" + os.path.join(tmp, "pipv.npy")],
+                       capture_output=True, text=True, env=clean, cwd=tmp)
+    t.check(r.returncode == 0 and os.path.exists(os.path.join(out, "manifest.json")),
+            "the venv's dscache ingest npy writes a dataset: %s %s" % (r.stdout[-300:],
+                                                                     r.stderr[-500:]))
+    r = run(vpy, USE.replace(repr(data), repr(out)))
+    t.check(r.returncode == 0 and r.stdout.strip().splitlines()[-1:] == [WANT],
+            "the package reads what its command ingested: %s %s" % (r.stdout[-200:],
+                                                                    r.stderr[-400:]))
+
+# ---- (3) a pure-Python wheel: libdscache from the system --------------------------------------
 vpy = venv("venv-plain")
-if pip(vpy, "install", "--no-index", "--no-build-isolation", "--no-deps", source_copy("src1")):
+if pip(vpy, "install", "--no-deps", source_copy("src1"), extra={"DSCACHE_PURE": "1"}):
     loc = run(vpy, "import importlib.util as u; print(u.find_spec('dscache').origin)")
     t.check(loc.stdout.startswith(os.path.join(tmp, "venv-plain")),
             "pip installed into the venv: %s" % loc.stdout.strip())
@@ -130,10 +170,10 @@ if pip(vpy, "install", "--no-index", "--no-build-isolation", "--no-deps", source
         for place in ("DSCACHE_LIB", "bundled", "dynamic linker search path", "libdscache.so.0"):
             t.check(place in r.stderr, "the ImportError lists %r: %s" % (place, r.stderr[-700:]))
 
-# ---- (3) a wheel that bundles libdscache.so ---------------------------------------------------
+# ---- (4) a wheel that bundles a given libdscache.so ---------------------------------------------------
 dist = os.path.join(tmp, "dist")
 r = subprocess.run([PY, "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-index",
-                    "--no-build-isolation", "--no-deps", source_copy("src2"), "-w", dist],
+                    "--no-deps", source_copy("src2"), "-w", dist],
                    capture_output=True, text=True, cwd=tmp,
                    env=dict(clean, DSCACHE_BUNDLE_LIB=os.path.join(lib_dir, "libdscache.so")))
 t.check(r.returncode == 0, "pip wheel with DSCACHE_BUNDLE_LIB: %s" % r.stderr[-800:])

@@ -1,7 +1,7 @@
 """Rank and world size: processes started with only RANK / WORLD_SIZE set read disjoint parts
-that together cover the dataset; explicit arguments win; world_size=1 under a multi-rank
-environment warns (warnings and the "dscache" logger); plain DDP with two gloo processes on
-loopback takes its ranks from torch.distributed and trains in step."""
+that together cover the dataset; explicit arguments that disagree with the environment are
+refused naming both (InvalidOption), and win with ignore_rank_env=True; plain DDP with two gloo
+processes on loopback takes its ranks from torch.distributed and trains in step."""
 import json
 import os
 import subprocess
@@ -49,23 +49,20 @@ if all(outs):
     t.check(a | b == set(range(N)), "together every sample (%d of %d)" % (len(a | b), N))
     t.check(abs(len(a) - len(b)) <= 32, "balanced: %d / %d" % (len(a), len(b)))
 
-# ---- resolution rules, the world_size=1 warning ---------------------------------------------
+# ---- resolution rules, world_size=1 under WORLD_SIZE=2 refused -------------------------------
 RULES = """
-import json, logging, warnings, dscache
-rec = []
-class H(logging.Handler):
-    def emit(self, r): rec.append(r.getMessage())
-logging.getLogger("dscache").addHandler(H())
+import json, dscache
 out = {}
-out["explicit"] = dscache.resolve_rank(0, 3)[:2]
+out["explicit"] = dscache.resolve_rank(0, 3, ignore_rank_env=True)[:2]
 out["world_only"] = dscache.resolve_rank(None, 2)[:2]
-with warnings.catch_warnings(record=True) as w:
-    warnings.simplefilter("always")
-    l = dscache.Loader(servers=%r, dataset="rds", world_size=1)
-    out["one"] = [l.rank, l.world_size]
-    l.close()
-out["warned"] = [str(x.message) for x in w]
-out["logged"] = [m for m in rec if "world_size=1" in m]
+try:
+    dscache.Loader(servers=%r, dataset="rds", world_size=1)
+    out["refused"] = "accepted"
+except dscache.InvalidOption as e:
+    out["refused"] = str(e)
+l = dscache.Loader(servers=%r, dataset="rds", world_size=1, ignore_rank_env=True)
+out["one"] = [l.rank, l.world_size]
+l.close()
 try:
     dscache.resolve_rank(5, 2)
     out["bad"] = "accepted"
@@ -73,17 +70,18 @@ except ValueError as e:
     out["bad"] = str(e)
 out["cuda"] = [dscache._parse_device("cuda"), dscache._parse_device("cuda:3")]
 print(json.dumps(out))
-""" % addr
+""" % (addr, addr)
 r = subprocess.run([sys.executable, "-c", RULES], capture_output=True, text=True,
                    env=dict(clean, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1"))
 t.check(r.returncode == 0, "rules run: %s" % r.stderr[-400:])
 if r.returncode == 0:
     o = json.loads(r.stdout.strip().splitlines()[-1])
-    t.check(o["explicit"] == [0, 3], "explicit rank/world_size win: %s" % o["explicit"])
+    t.check(o["explicit"] == [0, 3], "ignore_rank_env: explicit rank/world_size win: %s"
+            % o["explicit"])
     t.check(o["world_only"] == [1, 2], "world_size given = environment's: RANK kept")
-    t.check(o["one"] == [0, 1], "world_size=1 is obeyed: %s" % o["one"])
-    t.check(len(o["warned"]) == 1 and "2 ranks" in o["warned"][0], "warned: %s" % o["warned"])
-    t.check(len(o["logged"]) == 1, "and logged: %s" % o["logged"])
+    t.check("world_size=1" in o["refused"] and "WORLD_SIZE=2" in o["refused"],
+            "world_size=1 under WORLD_SIZE=2 refused naming both: %s" % o["refused"])
+    t.check(o["one"] == [0, 1], "world_size=1 with ignore_rank_env is obeyed: %s" % o["one"])
     t.check(o["cuda"] == [1, 3], "device 'cuda' is cuda:LOCAL_RANK, 'cuda:3' is 3: %s"
             % o["cuda"])
     t.check("rank" in o["bad"] and "accepted" != o["bad"], "rank 5 of 2 refused: %s" % o["bad"])

@@ -82,6 +82,18 @@ static void test_renderings(void) {
     CHECK(cJSON_GetObjectItem(o, "stall")->valuedouble > 0.332);
     CHECK(cJSON_GetObjectItem(o, "age_s")->valuedouble == 3.0);
     CHECK(cJSON_GetObjectItem(o, "rank")->valueint == 2);
+    CHECK(cJSON_IsFalse(cJSON_GetObjectItem(o, "finished")));
+    cJSON_Delete(arr);
+    free(json);
+    /* The last report of a closing loader marks the entry finished. */
+    r.flags = DSC_REPORT_FLAG_FINISHED;
+    dsc_jobs_report(jobs, &r, "10.0.0.9:4242", 50.0);
+    r.flags = 0;
+    json = dsc_jobs_json(jobs, 53.0);
+    REQUIRE(json != NULL);
+    arr = cJSON_Parse(json);
+    REQUIRE(cJSON_IsArray(arr) && cJSON_GetArraySize(arr) == 1);
+    CHECK(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(arr, 0), "finished")));
     cJSON_Delete(arr);
     free(json);
     char *text = dsc_jobs_metrics_text(jobs, 53.0, 1);

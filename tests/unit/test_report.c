@@ -88,7 +88,7 @@ static void test_rejections(void) {
         mutation;                                                                                  \
         CHECK_EQ_INT(dsc_report_req_encode(&r, buf, sizeof buf), DSC_EINVAL);                      \
     } while (0)
-    REFUSED(r.flags = 1);
+    REFUSED(r.flags = 2); /* only DSC_REPORT_FLAG_FINISHED is defined */
     REFUSED(r.job = str(""));
     REFUSED(r.job = str("has space"));
     REFUSED(r.job = str("quote\"label"));
@@ -104,8 +104,11 @@ static void test_rejections(void) {
     int n = dsc_report_req_encode(&r, buf, sizeof buf);
     REQUIRE(n > 0);
     size_t off_flags = 0, off_rank = 4 + 2 + 8 + 2 + 5, off_stage = off_rank + 12 + 16;
-    buf[off_flags] = 1;
+    buf[off_flags] = 2;
     CHECK_EQ_INT(dsc_report_req_decode(buf, (size_t)n, &d), DSC_EBADFRAME);
+    buf[off_flags] = DSC_REPORT_FLAG_FINISHED; /* the last report of a closing loader */
+    CHECK_EQ_INT(dsc_report_req_decode(buf, (size_t)n, &d), 0);
+    CHECK(d.flags == DSC_REPORT_FLAG_FINISHED);
     buf[off_flags] = 0;
     buf[off_rank] = 8; /* rank == world_size */
     CHECK_EQ_INT(dsc_report_req_decode(buf, (size_t)n, &d), DSC_EBADFRAME);

@@ -43,6 +43,7 @@ class _Options(ctypes.Structure):
         ("job_name", ctypes.c_char_p),
         ("report_seconds", ctypes.c_double),
         ("transport", ctypes.c_char_p),
+        ("ignore_rank_env", ctypes.c_int),
     ]
 
 
@@ -267,8 +268,13 @@ def _check(rc, handle=False):
         return rc
     lib = _load()
     msg = lib.dsc_strerror(rc).decode()
+    name = lib.dsc_err_name(rc).decode()
     if handle is not False:
         detail = _last_error(handle)
-        if detail:
+        if detail.startswith("loader failed: "):
+            detail = detail[len("loader failed: "):]
+        if detail and (name in detail or detail.startswith(msg)):
+            msg = detail  # the library's account already says what and which code
+        elif detail:
             msg = msg + ": " + detail
-    raise _error(rc, msg, lib.dsc_err_name(rc).decode())
+    raise _error(rc, msg, name)

@@ -9,6 +9,9 @@ class Error(Exception):
         self.name = name or "DSC_UNKNOWN"
 
     def __str__(self):
+        # The code once: a message from the library may name it already.
+        if self.name in self.args[0]:
+            return self.args[0]
         return "%s (%s)" % (self.args[0], self.name)
 
 

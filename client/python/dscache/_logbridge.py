@@ -32,7 +32,8 @@ def _on_log(ctx, level, message):
         sink = _sinks.get(ctx or 0)
         if sink is not None:
             sink.append(text)
-    if level == 1 and "too small for the shuffle window" in text:
+    if level == 1 and ("too small for the shuffle window" in text
+                       or text.startswith("loader: drop_last: ")):
         # Said once, at create: chunks would be fetched several times per epoch.
         warnings.warn(text, RuntimeWarning, stacklevel=2)
     _log.log(_LEVELS.get(level, logging.DEBUG), "%s", text)

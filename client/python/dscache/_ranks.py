@@ -3,9 +3,9 @@ environment; the device argument."""
 
 import os
 import sys
-import warnings
 
-from ._logbridge import _log
+from ._errors import InvalidOption
+
 
 def _env_int(name):
     v = os.environ.get(name)
@@ -29,24 +29,48 @@ def _torch_dist():
     return None
 
 
-def resolve_rank(rank=None, world_size=None):
+def resolve_rank(rank=None, world_size=None, ignore_rank_env=False):
     """(rank, world_size, source): explicit arguments win; else torch.distributed's when it is
     initialised; else the RANK / WORLD_SIZE environment variables (torchrun, Slurm wrappers);
-    else 0 / 1. Warns (warnings.warn and the "dscache" logger) when the environment says there
-    are several ranks but world_size=1 was given: every rank would then read the whole
-    dataset."""
+    else 0 / 1.
+
+    An explicit rank or world_size that disagrees with an initialised torch.distributed (or,
+    without it, with RANK / WORLD_SIZE) raises InvalidOption (a ValueError) naming both: such a
+    process would read another rank's samples, or all of them (rank=0 copied from a
+    single-process example onto every rank of a DDP job). ignore_rank_env=True takes the
+    arguments as given, for a process meant to read on its own."""
     dist = _torch_dist()
     if dist is not None:
         env_rank, env_world, source = dist.get_rank(), dist.get_world_size(), "torch.distributed"
     else:
         env_rank, env_world, source = _env_int("RANK"), _env_int("WORLD_SIZE"), "environment"
+    if not ignore_rank_env and (rank is not None or world_size is not None):
+        bad = []
+        if world_size is not None and env_world is not None and world_size != env_world:
+            bad.append(("world_size", world_size, env_world))
+        if rank is not None and env_rank is not None and rank != env_rank:
+            bad.append(("rank", rank, env_rank))
+        if bad:
+            what = "WORLD_SIZE" if source == "environment" else "get_world_size()"
+            rwhat = "RANK" if source == "environment" else "get_rank()"
+            given = ", ".join("%s=%d" % (n, g) for n, g, _ in bad)
+            where = "the environment" if source == "environment" else source
+            says = ", ".join("%s=%d" % (what if n == "world_size" else rwhat, e)
+                             for n, _, e in bad)
+            if any(n == "world_size" for n, _, _ in bad):
+                harm = ("the ranks would not split the dataset as the job's %d ranks should "
+                        "(world_size=1 on every rank: each reads all of it)" % env_world)
+            else:
+                harm = ("this process would read rank %d's samples, which that rank reads too "
+                        "(rank=%d copied onto every rank: each reads the same ones)"
+                        % (rank, rank))
+            raise InvalidOption(
+                -22,
+                "dscache: %s was given but %s has %s: %s. Leave rank and world_size unset to "
+                "take them from %s, or pass ignore_rank_env=True if this process is meant to "
+                "read as given" % (given, where, says, harm, where),
+                "DSC_EINVAL")
     if world_size is not None:
-        if world_size == 1 and env_world is not None and env_world > 1:
-            msg = ("dscache: world_size=1 was given but %s says %d ranks: every rank will read "
-                   "the whole dataset (leave world_size unset to take it from there)"
-                   % (source, env_world))
-            warnings.warn(msg, RuntimeWarning, stacklevel=3)
-            _log.warning("%s", msg)
         world, src_w = world_size, "argument"
     elif env_world is not None:
         world, src_w = env_world, source

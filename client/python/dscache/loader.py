@@ -35,7 +35,8 @@ class Loader:
 
     servers: "HOST:PORT,..." or a list of "HOST:PORT" (also "dns:NAME:PORT", "file:PATH").
     rank, world_size: None (default) takes them from torch.distributed when initialised, else
-    from RANK / WORLD_SIZE, else 0 / 1 (see resolve_rank). device: "cpu" (host batches),
+    from RANK / WORLD_SIZE, else 0 / 1 (see resolve_rank); explicit values that disagree with
+    those raise InvalidOption naming both, unless ignore_rank_env=True. device: "cpu" (host batches),
     "cuda" / "cuda:N" or a torch.device (batches already on that GPU; needs output="torch";
     "cuda" alone is torch's current device, else LOCAL_RANK). output: "numpy" (dict of numpy
     arrays; bf16 as raw uint16 bits) or "torch" (dict of torch tensors through DLPack).
@@ -71,7 +72,7 @@ class Loader:
                  replicas=None, copy=False, indices=False, stats_log_seconds=0.0,
                  server_inflight_bytes=None, assist=True, transform=None, max_held_bytes=None,
                  auth_file=None, order="local", job=None,
-                 report_seconds=None, transport=None):
+                 report_seconds=None, transport=None, ignore_rank_env=False):
         lib = _load()
         self._lib = lib
         self._handle = None
@@ -89,9 +90,10 @@ class Loader:
             raise ValueError("dataset is required")
         if transform is not None and not callable(transform):
             raise TypeError("transform must be callable")
-        rank, world_size, self.rank_source = resolve_rank(rank, world_size)
+        rank, world_size, self.rank_source = resolve_rank(rank, world_size, ignore_rank_env)
         self.rank, self.world_size = rank, world_size
         self.dataset = dataset
+        self.batch_size = batch_size
         self._output = output
         self._copy = copy
         self._want_indices = indices
@@ -143,6 +145,7 @@ class Loader:
         if transport is not None and transport not in ("tcp", "rdma", "auto"):
             raise ValueError("transport must be 'tcp', 'rdma' or 'auto'")
         opts.transport = transport.encode() if transport else None
+        opts.ignore_rank_env = 1  # resolve_rank checked them, against torch.distributed too
         handle = ctypes.c_void_p()
         try:
             _check(lib.dsc_loader_create(ctypes.byref(opts), ctypes.byref(handle)), None)

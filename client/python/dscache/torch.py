@@ -2,14 +2,18 @@
 
     ds = dscache.torch.Dataset(servers="10.0.0.1:7070", dataset="imagenet", batch_size=256,
                                device=torch.device("cuda", local_rank), transform=normalize)
-    dl = torch.utils.data.DataLoader(ds, batch_size=None)   # batches come made: no collation
+    dl = dscache.torch.DataLoader(ds)   # = DataLoader(ds, batch_size=None): batches come made
     for epoch in range(epochs):
         ds.set_epoch(epoch)
         for batch in dl: ...
 
 dscache prefetches, decodes and collates in its own C threads, so the DataLoader runs with
-num_workers=0 (a worker process raises a RuntimeError saying so) and batch_size=None.
+num_workers=0 (a worker process raises a RuntimeError saying so) and batch_size=None: a
+DataLoader that would batch the batches again (its default batch_size=1 adds a leading
+dimension: [1, 256, 3, 32, 32]) raises a ValueError saying so when iterated.
 """
+
+import sys as _sys
 
 import torch as _torch
 import torch.utils.data as _data
@@ -19,6 +23,55 @@ from . import Loader, resolve_rank  # noqa: F401  (resolve_rank re-exported)
 _WORKERS_MSG = ("dscache.torch.Dataset prefetches and decodes in its own threads and cannot run "
                 "in DataLoader worker processes: use DataLoader(ds, batch_size=None, "
                 "num_workers=0)")
+
+
+_COLLATE_MSG = ("dscache.torch.Dataset yields whole batches, but this DataLoader batches them "
+                "again (batch_size=%s): every tensor would gain a leading dimension of %s "
+                "(e.g. [%s, batch_size, ...] instead of [batch_size, ...]). Use "
+                "dscache.torch.DataLoader(ds) or DataLoader(ds, batch_size=None); the batch "
+                "size is the dataset's batch_size=")
+
+
+def _collating_loader():
+    """The batch size of the DataLoader iterating this dataset when it collates (auto
+    collation: batch_size not None), else None. Looks up the calling frames for torch's
+    DataLoader iterator (or its fetcher), which call iter(dataset) while they are built."""
+    try:
+        frame = _sys._getframe(2)
+    except ValueError:
+        return None
+    base = getattr(getattr(_data, "dataloader", None), "_BaseDataLoaderIter", None)
+    found = None
+    for _ in range(12):
+        if frame is None:
+            break
+        obj = frame.f_locals.get("self")
+        if base is not None and isinstance(obj, base):
+            if getattr(obj, "_auto_collation", False):
+                return getattr(getattr(obj, "_index_sampler", None), "batch_size", "?")
+            return None
+        if obj is not None and type(obj).__name__ == "_IterableDatasetFetcher":
+            if frame.f_locals.get("auto_collation", getattr(obj, "auto_collation", False)):
+                found = "?"
+        frame = frame.f_back
+    return found
+
+
+def DataLoader(dataset, **kwargs):
+    """torch.utils.data.DataLoader over a dscache.torch.Dataset, set as it needs:
+    batch_size=None (the batches come made: no collation, no added dimension) and
+    num_workers=0 (dscache decodes in its own threads). Other keyword arguments (pin_memory,
+    ...) are passed on; another batch_size or num_workers raises ValueError."""
+    if not isinstance(dataset, Dataset):
+        raise TypeError("dscache.torch.DataLoader takes a dscache.torch.Dataset, not %s"
+                        % type(dataset).__name__)
+    for key, want in (("batch_size", None), ("num_workers", 0)):
+        if key in kwargs and kwargs[key] != want:
+            raise ValueError("dscache.torch.DataLoader: %s must be %r (%s=%r given; the batch "
+                             "size is the Dataset's batch_size=%d)"
+                             % (key, want, key, kwargs[key], dataset.loader.batch_size))
+        kwargs[key] = want
+    return _data.DataLoader(dataset, **kwargs)
 
 
 class Dataset(_data.IterableDataset):
@@ -40,6 +93,9 @@ class Dataset(_data.IterableDataset):
     def __iter__(self):
         if _data.get_worker_info() is not None:
             raise RuntimeError(_WORKERS_MSG)
+        bs = _collating_loader()
+        if bs is not None:
+            raise ValueError(_COLLATE_MSG % (bs, bs, bs) + "%d" % self.loader.batch_size)
         return self.loader
 
     def __len__(self):
@@ -78,5 +134,5 @@ class Dataset(_data.IterableDataset):
             self.loader.dataset, self.loader.rank, self.loader.world_size)
 
 
-__all__ = ["Dataset", "resolve_rank"]
+__all__ = ["Dataset", "DataLoader", "resolve_rank"]
 del _torch
