@@ -87,7 +87,7 @@ static void test_renderings(void) {
     free(json);
     /* The last report of a closing loader marks the entry finished. */
     r.flags = DSC_REPORT_FLAG_FINISHED;
-    dsc_jobs_report(jobs, &r, "10.0.0.9:4242", 50.0);
+    dsc_jobs_report(jobs, &r, "10.0.0.9:4242", NULL, 50.0);
     r.flags = 0;
     json = dsc_jobs_json(jobs, 53.0);
     REQUIRE(json != NULL);
