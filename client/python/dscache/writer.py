@@ -94,6 +94,12 @@ class _Field:
         InvalidOption naming the field and the record."""
         import numpy as np
 
+        # The common case first, checked cheaply: an array that is already what the field holds.
+        if isinstance(value, np.ndarray) and value.dtype == self.np_dtype and \
+                value.flags.c_contiguous and (value.shape == self.shape if not self.variable else (
+                    value.ndim == len(self.shape) and value.shape[1:] == self.row_shape)) and \
+                value.dtype.byteorder != ">":
+            return value
         where = "field %r of record %d" % (self.name, position)
         if value is None:
             raise _invalid("%s: None (%s)" % (where, self.spec))
@@ -284,9 +290,10 @@ class Writer:
         values = self._values
         total = 0
         for i, a in enumerate(arrays):
-            values[i].data = a.ctypes.data if a.nbytes else None
-            values[i].bytes = a.nbytes
-            total += a.nbytes
+            nbytes = a.nbytes
+            values[i].data = a.__array_interface__["data"][0] if nbytes else None
+            values[i].bytes = nbytes
+            total += nbytes
         rc = self._lib.dsc_writer_add(h, values, len(arrays))
         if rc < 0:
             raise self._error(rc, h)
