@@ -23,6 +23,8 @@ from . import _capi
 from ._errors import Error, InvalidOption
 
 _EINVAL = -22
+_PENDING_BYTES = 1 << 20  # write() hands records to the library in batches of about this much
+_CHUNK_MAX = 256 << 20  # DSC_CHUNK_MAX_RAW: one sample's bytes must fit one chunk
 
 # dtype names the library takes, with their numpy spelling (bf16: raw bits as uint16).
 _DTYPES = {"u8": "uint8", "i8": "int8", "u16": "uint16", "i16": "int16", "u32": "uint32",
@@ -88,13 +90,35 @@ class _Field:
         self.row_shape = tuple(dims[1:]) if self.variable else None
         self.spec = "%s:%s%s" % (name, code, "" if not dims else "[%s]" % ",".join(
             "?" if d is None else str(d) for d in dims))
+        self.kind = self.np_dtype.kind if code != "bf16" else "x"
+        if self.kind in "iu":
+            info = np.iinfo(self.np_dtype)
+            self.lo, self.hi = int(info.min), int(info.max)
+        self.row_elems = int(np.prod(self.row_shape)) if self.variable else 0
+        self.sample_bytes = 0 if self.variable else int(np.prod(self.shape)) * \
+            self.np_dtype.itemsize
 
     def convert(self, value, position):
         """value as a C-contiguous little-endian array of this field's dtype and shape, or
         InvalidOption naming the field and the record."""
         import numpy as np
 
-        # The common case first, checked cheaply: an array that is already what the field holds.
+        # The common cases first, checked cheaply: a Python number for a scalar field, an array
+        # that is already what the field holds.
+        if not self.shape:
+            t = type(value)
+            if t is int or t is bool:
+                if self.kind == "f":
+                    return value
+                if self.kind in "iu":
+                    if self.lo <= value <= self.hi:
+                        return value
+                    raise _invalid("field %r of record %d: %d does not fit %s (%s)"
+                                   % (self.name, position, value, self.np_dtype.name, self.spec))
+            elif t is float and self.kind == "f":
+                return value
+            elif isinstance(value, np.generic) and value.dtype == self.np_dtype:
+                return value
         if isinstance(value, np.ndarray) and value.dtype == self.np_dtype and \
                 value.flags.c_contiguous and (value.shape == self.shape if not self.variable else (
                     value.ndim == len(self.shape) and value.shape[1:] == self.row_shape)) and \
@@ -235,7 +259,7 @@ class Writer:
         self._progress = sys.stderr.isatty() if progress is None else bool(progress)
         self._start = time.monotonic()
         self._last_draw = 0.0
-        self._values = (_capi._WriterValue * len(self._fields))()
+        self._reset_pending()
 
     # ---- errors and progress ------------------------------------------------------------------
 
@@ -287,18 +311,89 @@ class Writer:
         else:
             raise _invalid("record %d: a dict {field: value} or a tuple in field order, not %s"
                            % (position, type(rec).__name__))
-        values = self._values
-        total = 0
-        for i, a in enumerate(arrays):
-            nbytes = a.nbytes
-            values[i].data = a.__array_interface__["data"][0] if nbytes else None
-            values[i].bytes = nbytes
-            total += nbytes
-        rc = self._lib.dsc_writer_add(h, values, len(arrays))
-        if rc < 0:
-            raise self._error(rc, h)
+        self._stage(arrays, position)
         self.records += 1
-        self.bytes += total
+        if self._pending_count >= self._pending_cap or self._pending_bytes >= _PENDING_BYTES:
+            self._flush()
+
+    # Records from write() are gathered per field (one copy, into reused buffers) and handed to
+    # the library in batches of about 1 MiB: one call per batch instead of one per record.
+
+    def _reset_pending(self):
+        import numpy as np
+
+        fixed = self._fixed_bytes = sum(f.sample_bytes for f in self._fields)
+        self._var_count = sum(f.variable for f in self._fields)
+        self._pending_cap = max(1, min(4096, _PENDING_BYTES // max(fixed, 1)))
+        self._pending = []
+        for f in self._fields:
+            if f.variable:
+                self._pending.append([np.empty(1024 * max(f.row_elems, 1), dtype=f.np_dtype),
+                                      np.zeros(self._pending_cap + 1, dtype=np.int64)])
+            else:
+                self._pending.append(np.empty((self._pending_cap,) + f.shape, dtype=f.np_dtype))
+        self._pending_count = 0
+        self._pending_bytes = 0
+
+    def _stage(self, arrays, position):
+        import numpy as np
+
+        extra = 0
+        if self._var_count:
+            for f, a in zip(self._fields, arrays):
+                if f.variable:
+                    extra += a.nbytes
+        fixed = self._fixed_bytes
+        if fixed + extra + 16 * self._var_count > _CHUNK_MAX:
+            raise Error(-4014, "record %d: %d bytes of variable fields, over what one chunk can "
+                        "hold (%d bytes with the rest of its sample)" % (position, extra,
+                                                                        _CHUNK_MAX),
+                        "DSC_ETOOLARGE")
+        k = self._pending_count
+        for i, (f, a) in enumerate(zip(self._fields, arrays)):
+            if f.variable:
+                vals, offs = self._pending[i]
+                start = int(offs[k])
+                flat = a.reshape(-1)
+                end = start + flat.shape[0]
+                if end > vals.shape[0]:
+                    grown = np.empty(max(end, 2 * vals.shape[0]), dtype=vals.dtype)
+                    grown[:start] = vals[:start]
+                    self._pending[i][0] = vals = grown
+                vals[start:end] = flat
+                offs[k + 1] = end
+            else:
+                self._pending[i][k] = a
+        self._pending_count = k + 1
+        self._pending_bytes += fixed + extra
+        self.bytes += fixed + extra
+
+    def _flush(self):
+        n = self._pending_count
+        if n == 0:
+            return
+        columns = (_capi._WriterColumn * len(self._fields))()
+        keep = []
+        for i, f in enumerate(self._fields):
+            if f.variable:
+                vals, offs = self._pending[i]
+                rows_offs = offs[:n + 1] // max(f.row_elems, 1) if f.row_elems > 1 else offs[:n + 1]
+                keep.append(rows_offs)
+                used = vals[:int(offs[n])]
+                columns[i].data = used.ctypes.data if used.nbytes else None
+                columns[i].bytes = used.nbytes
+                columns[i].offsets = rows_offs.ctypes.data
+            else:
+                used = self._pending[i][:n]
+                columns[i].data = used.ctypes.data
+                columns[i].bytes = used.nbytes
+                columns[i].offsets = None
+        self._pending_count = 0
+        self._pending_bytes = 0
+        rc = self._lib.dsc_writer_add_columns(self._h(), columns, len(self._fields), n)
+        if rc < 0:
+            self.abort()  # the records staged cannot be told apart any more: nothing is kept
+            raise self._error(rc, None)
         if self._progress:
             self._draw()
 
@@ -309,6 +404,7 @@ class Writer:
         import numpy as np
 
         h = self._h()
+        self._flush()
         position = self.records
         if not isinstance(batch, dict) and not hasattr(batch, "keys"):
             raise _invalid("write_batch takes a dict {field: values}")
@@ -375,6 +471,7 @@ class Writer:
         failure (then nothing is left at path)."""
         if self._handle is None:
             return self.stats
+        self._flush()
         h, self._handle = self._handle, None
         st = _capi._WriterStats()
         st.struct_size = ctypes.sizeof(st)
