@@ -332,7 +332,7 @@ typedef struct dsc_stats {
     uint64_t rdma_fallbacks;       /* connections that tried RDMA and fell back to TCP */
     uint64_t rdma_errors;          /* RDMA connections lost to a failed READ (chunks moved) */
     uint64_t truncated_samples;    /* samples of padded variable fields cut to their max_len
-                                      (counted per field and batch handed out) */
+                                      (counted per field, in the batches handed out) */
 } dsc_stats_t;
 /* Indexes of dsc_stats_t.stall_waits. */
 enum {

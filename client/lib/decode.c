@@ -443,7 +443,7 @@ int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx) {
                                  loader->cons.slot_bytes, &h2d_seconds, &h2d_bytes);
     pthread_mutex_lock(&loader->lock);
     loader->stats.st.collate_seconds += t1 - t0;
-    loader->stats.st.truncated_samples += truncated;
+    slot->truncated = truncated; /* counted when handed out */
     loader->stats.st.h2d_seconds += h2d_seconds;
     loader->stats.st.h2d_bytes += h2d_bytes;
     loader->work.collating--;

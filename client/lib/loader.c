@@ -874,6 +874,7 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
             loader->stats.st.batches++;
             loader->stats.st.samples += st->count;
             loader->stats.st.bytes += batch_bytes(loader, slot, st->count);
+            loader->stats.st.truncated_samples += slot->truncated;
             if (loader->cfg.cuda != NULL) {
                 rc = dsc__cuda_slot_hand_out(loader->cfg.cuda, &slot->ev, loader->cons.user_stream);
                 if (rc < 0)

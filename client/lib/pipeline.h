@@ -105,6 +105,7 @@ typedef struct dsc_batch_slot {
     dsc_batch_t batch;
     uint64_t var_rows[DSC_MAX_FIELDS]; /* variable fields of the collated batch: values mode, its
                                           total rows; padded, L (rows per sample) */
+    uint64_t truncated; /* samples of it cut to a max_len */
 } dsc_batch_slot_t;
 #define SLOT_FREE UINT64_MAX
 
