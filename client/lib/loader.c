@@ -230,15 +230,33 @@ static void pad_encode(int dtype, double value, uint8_t out[8]) {
     } u;
     memset(&u, 0, sizeof u);
     switch (dtype) {
-    case DSC_DTYPE_U8: u.u8 = (uint8_t)value; break;
-    case DSC_DTYPE_I8: u.i8 = (int8_t)value; break;
-    case DSC_DTYPE_U16: u.u16 = (uint16_t)value; break;
-    case DSC_DTYPE_I16: u.i16 = (int16_t)value; break;
-    case DSC_DTYPE_U32: u.u32 = (uint32_t)value; break;
-    case DSC_DTYPE_I32: u.i32 = (int32_t)value; break;
-    case DSC_DTYPE_I64: u.i64 = (int64_t)value; break;
-    case DSC_DTYPE_F32: u.f32 = (float)value; break;
-    case DSC_DTYPE_F64: u.f64 = value; break;
+    case DSC_DTYPE_U8:
+        u.u8 = (uint8_t)value;
+        break;
+    case DSC_DTYPE_I8:
+        u.i8 = (int8_t)value;
+        break;
+    case DSC_DTYPE_U16:
+        u.u16 = (uint16_t)value;
+        break;
+    case DSC_DTYPE_I16:
+        u.i16 = (int16_t)value;
+        break;
+    case DSC_DTYPE_U32:
+        u.u32 = (uint32_t)value;
+        break;
+    case DSC_DTYPE_I32:
+        u.i32 = (int32_t)value;
+        break;
+    case DSC_DTYPE_I64:
+        u.i64 = (int64_t)value;
+        break;
+    case DSC_DTYPE_F32:
+        u.f32 = (float)value;
+        break;
+    case DSC_DTYPE_F64:
+        u.f64 = value;
+        break;
     case DSC_DTYPE_BF16: {
         float f = (float)value;
         uint32_t bits;
@@ -264,7 +282,8 @@ static void pad_encode(int dtype, double value, uint8_t out[8]) {
             u.u16 = (uint16_t)(sign | (uint32_t)exp << 10 | mant);
         break;
     }
-    default: break;
+    default:
+        break;
     }
     memcpy(out, &u, 8);
 }
@@ -292,8 +311,8 @@ static int setup_var_fields(dsc_loader_t *loader, const dsc_loader_options_t *op
     }
     const dsc_field_options_t *fo = NULL;
     uint32_t fo_count = 0;
-    if (options->struct_size >= offsetof(dsc_loader_options_t, field_option_count) +
-                                    sizeof options->field_option_count) {
+    if (options->struct_size >=
+        offsetof(dsc_loader_options_t, field_option_count) + sizeof options->field_option_count) {
         fo = options->field_options;
         fo_count = options->field_option_count;
     }
@@ -301,8 +320,7 @@ static int setup_var_fields(dsc_loader_t *loader, const dsc_loader_options_t *op
     loader->cfg.opt.field_option_count = 0;
     if (fo_count > 0 && fo == NULL) {
         DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
-                "invalid loader options: field_option_count %u with field_options NULL",
-                fo_count);
+                "invalid loader options: field_option_count %u with field_options NULL", fo_count);
         return DSC_EINVAL;
     }
     size_t stride = fo_count > 0 ? fo[0].struct_size : 0;
@@ -360,8 +378,8 @@ static int setup_var_fields(dsc_loader_t *loader, const dsc_loader_options_t *op
             v->budget = explicit_budget[f];
             v->budget_from = "set by max_bytes";
         } else {
-            uint64_t exact = vs->bytes_max <= VAR_BUDGET_EXACT / batch ? batch * vs->bytes_max
-                                                                        : UINT64_MAX;
+            uint64_t exact =
+                vs->bytes_max <= VAR_BUDGET_EXACT / batch ? batch * vs->bytes_max : UINT64_MAX;
             if (exact <= VAR_BUDGET_EXACT) {
                 v->budget = exact;
                 v->budget_from = "the default: batch_size x the manifest's bytes_max";

@@ -105,7 +105,7 @@ typedef struct dsc_batch_slot {
     dsc_batch_t batch;
     uint64_t var_rows[DSC_MAX_FIELDS]; /* variable fields of the collated batch: values mode, its
                                           total rows; padded, L (rows per sample) */
-    uint64_t truncated; /* samples of it cut to a max_len */
+    uint64_t truncated;                /* samples of it cut to a max_len */
 } dsc_batch_slot_t;
 #define SLOT_FREE UINT64_MAX
 
@@ -164,8 +164,8 @@ struct dsc_loader {
         uint64_t samples;
         uint64_t sample_bytes;
         uint32_t field_count;
-        uint64_t field_off[DSC_MAX_FIELDS]; /* batch.c: offset of field f's array in a slot
-                                               (a variable field: its values or padded array) */
+        uint64_t field_off[DSC_MAX_FIELDS];  /* batch.c: offset of field f's array in a slot
+                                                (a variable field: its values or padded array) */
         dsc_var_field_t var[DSC_MAX_FIELDS]; /* loader.c (create): variable-length fields */
         uint32_t var_count;                  /* fields with var[f].is_var */
         uint64_t cache_bytes;

@@ -132,8 +132,8 @@ static int gen(const char *dir, const char *name, uint64_t samples, int codec) {
     }
     m->field_stats[F_TOK] = (dsc_manifest_field_stats_t){tok_total, tok_max, tok_max * 4,
                                                          (double)tok_total * 4 / (double)samples};
-    m->field_stats[F_MEL] = (dsc_manifest_field_stats_t){
-        mel_total, mel_max, mel_max * 4 * MEL_COLS, (double)mel_total * 320 / (double)samples};
+    m->field_stats[F_MEL] = (dsc_manifest_field_stats_t){mel_total, mel_max, mel_max * 4 * MEL_COLS,
+                                                         (double)mel_total * 320 / (double)samples};
     for (uint32_t s = 0; s < shards; s++) {
         uint64_t first = (uint64_t)s * SHARD_SAMPLES;
         uint64_t count = samples - first < SHARD_SAMPLES ? samples - first : SHARD_SAMPLES;
@@ -156,7 +156,7 @@ static int gen(const char *dir, const char *name, uint64_t samples, int codec) {
             memset(&e, 0, sizeof e);
             const void *stored = NULL;
             REQUIRE(dsc_chunk_encode(codec, 0, raw, raw_len, enc, dsc_chunk_encode_bound(cap), &e,
-                                   &stored) == 0);
+                                     &stored) == 0);
             e.offset = at;
             e.first_sample = c;
             e.sample_count = n;
@@ -254,8 +254,7 @@ static dsc_loader_t *open_loader(uint32_t rank, uint32_t world, uint32_t batch, 
 }
 
 /* Checks every field of one batch against the formulas; marks its samples in seen. */
-static void check_batch(dsc_batch_t *b, const mode_t_ *md, uint32_t *seen,
-                        uint64_t *truncated) {
+static void check_batch(dsc_batch_t *b, const mode_t_ *md, uint32_t *seen, uint64_t *truncated) {
     uint32_t n = dsc_batch_samples(b);
     const uint64_t *idx = dsc_batch_indices(b);
     dsc_field_view_t v[F_COUNT];
@@ -280,7 +279,7 @@ static void check_batch(dsc_batch_t *b, const mode_t_ *md, uint32_t *seen,
         REQUIRE(to != NULL && mo != NULL && to[0] == 0 && mo[0] == 0);
         REQUIRE(v[F_TOK].values.ndim == 1 && v[F_TOK].values.shape[0] == to[n]);
         REQUIRE(v[F_MEL].values.ndim == 2 && v[F_MEL].values.shape[0] == mo[n] &&
-              v[F_MEL].values.shape[1] == MEL_COLS);
+                v[F_MEL].values.shape[1] == MEL_COLS);
         const int32_t *tok = v[F_TOK].values.data;
         const float *mel = v[F_MEL].values.data;
         for (uint32_t k = 0; k < n; k++) {
@@ -316,7 +315,8 @@ static void check_batch(dsc_batch_t *b, const mode_t_ *md, uint32_t *seen,
         REQUIRE((uint64_t)tl[k] == want);
         tmax = tl[k] > tmax ? tl[k] : tmax;
         for (int64_t j = 0; j < tL; j++)
-            REQUIRE(tok[k * tL + j] == (j < tl[k] ? tok_at(i, (uint64_t)j) : (int32_t)md->pad_value));
+            REQUIRE(tok[k * tL + j] ==
+                    (j < tl[k] ? tok_at(i, (uint64_t)j) : (int32_t)md->pad_value));
         REQUIRE((uint64_t)ml[k] == mel_rows(i));
         mmax = ml[k] > mmax ? ml[k] : mmax;
         for (int64_t r = 0; r < mL; r++)
@@ -408,7 +408,7 @@ static void check_too_large(void) {
     dsc_loader_last_error(l, why, sizeof why);
     fprintf(stderr, "expected error: %s\n", why);
     REQUIRE(strstr(why, dataset) != NULL && strstr(why, "sample ") != NULL &&
-          strstr(why, "max_bytes") != NULL && strstr(why, "'tok'") != NULL);
+            strstr(why, "max_bytes") != NULL && strstr(why, "'tok'") != NULL);
     REQUIRE(dsc_loader_next(l, &b) == DSC_ETOOLARGE); /* the loader stays failed */
     dsc_loader_destroy(l);
     /* Options naming no variable field are refused at create. */

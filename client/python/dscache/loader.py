@@ -386,7 +386,8 @@ class Loader:
         host-to-device copies timed in h2d_seconds: their ratio is the copy bandwidth) and
         assists (chunk decodes and collations done by next() while it waited) and
         epoch_wire_bytes (wire bytes fetched for the last completed epoch: each chunk counts for
-        the epoch of the step that first needed it).
+        the epoch of the step that first needed it) and truncated_samples (samples of padded
+        variable-length fields cut to their max_len).
 
         The verdict (docs/diagnosis.md): bottleneck names what limits the job over the last
         5-10 s ("none", "fetch", "server", "decode", "collate", "h2d", "cache", "inflight", or
