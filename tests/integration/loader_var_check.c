@@ -5,7 +5,8 @@
  * offsets and padded, each sample once per epoch at 2 ranks, across a resume, and that a batch
  * over its budget fails with an error naming the dataset, the sample and the option.
  * usage: loader_var_check gen DIR NAME SAMPLES CODEC(raw|lz4)
- *        loader_var_check check --dataset NAME [--servers S] [--fallback DIR] [--samples N] */
+ *        loader_var_check check --dataset NAME [--servers S] [--fallback DIR] [--samples N]
+ *                               [--expect-rdma 1] */
 #include "dscache.h"
 #include "manifest.h"
 #include "shard.h"
@@ -198,6 +199,7 @@ static int gen(const char *dir, const char *name, uint64_t samples, int codec) {
 
 static const char *servers, *fallback, *dataset;
 static uint64_t samples = 200;
+static int expect_rdma; /* --expect-rdma 1: chunks arrive by RDMA READ */
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_error[1024];
@@ -342,6 +344,10 @@ static void check_epoch(const mode_t_ *md, uint32_t batch) {
         dsc_stats_t st = {.struct_size = sizeof st};
         REQUIRE(dsc_loader_stats(l, &st) == 0);
         counted += st.truncated_samples;
+        /* transport rdma: READ or an error, never TCP (READs for prefetched steps of the next
+         * epoch may still be under way: rdma_bytes is not compared with wire_bytes). */
+        if (expect_rdma)
+            REQUIRE(st.rdma_bytes > 0 && st.rdma_connections > 0 && st.tcp_connections == 0);
         dsc_loader_destroy(l);
     }
     uint64_t extra = 0;
@@ -442,6 +448,8 @@ int main(int argc, char **argv) {
             fallback = argv[i + 1];
         else if (strcmp(argv[i], "--dataset") == 0)
             dataset = argv[i + 1];
+        else if (strcmp(argv[i], "--expect-rdma") == 0)
+            expect_rdma = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--samples") == 0)
             samples = strtoull(argv[i + 1], NULL, 10);
     }

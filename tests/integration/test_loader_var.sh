@@ -15,4 +15,15 @@ start_server --data "$work/varz" --data "$work/varr"
 "$DSC_BIN/loader_var_check" check --dataset varr --samples 131 --servers "127.0.0.1:$port"
 # The files source: no server at all.
 "$DSC_BIN/loader_var_check" check --dataset varz --samples 200 --fallback "$work/varz"
+# RDMA READ through the test-only fake verbs library: the same decode and collation.
+fake=${DSC_FAKEVERBS_LIB:-}
+if [ -n "$fake" ] && [ -f "$fake" ]; then
+    export DSC_IBVERBS_LIB=$fake
+    unset DSC_FAKEVERBS_FAULTS DSC_FAKEVERBS_DEVICES DSCACHE_RDMA_SLAB_BYTES
+    start_server --data "$work/varz" --rdma required
+    DSCACHE_TRANSPORT=rdma "$DSC_BIN/loader_var_check" check --dataset varz --samples 200 \
+        --servers "127.0.0.1:$port" --expect-rdma 1
+else
+    echo "SKIP (part): libfakeverbs not built: the RDMA run is left out"
+fi
 echo ok
