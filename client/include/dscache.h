@@ -226,7 +226,9 @@ typedef struct dsc_tensor_view {
     void *data;                      /* host or device pointer (see device) */
     int dtype;                       /* DSC_DTYPE_* */
     uint32_t ndim;                   /* 1 + the field's ndim */
-    int64_t shape[DSC_MAX_DIMS + 1]; /* [samples_in_batch, ...field shape] */
+    int64_t shape[DSC_MAX_DIMS + 1]; /* [samples_in_batch, ...field shape]; a variable-length
+                                        field: [total_rows, ...row shape], or padded
+                                        [samples_in_batch, L, ...row shape] */
     uint64_t bytes;
     int device; /* -1 host memory, >= 0 CUDA device index */
 } dsc_tensor_view_t;

@@ -203,11 +203,15 @@ static int expect_rdma; /* --expect-rdma 1: chunks arrive by RDMA READ */
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_error[1024];
+static uint64_t slot_bytes; /* from the create INFO line "... N slots of B bytes" */
 static void on_log(void *ctx, int level, const char *message) {
     (void)ctx;
     pthread_mutex_lock(&log_lock);
     if (level == DSC_LOG_ERROR)
         snprintf(last_error, sizeof last_error, "%s", message);
+    const char *slots = strstr(message, " slots of ");
+    if (level == DSC_LOG_INFO && slots != NULL)
+        slot_bytes = strtoull(slots + 10, NULL, 10);
     pthread_mutex_unlock(&log_lock);
 }
 
@@ -231,6 +235,7 @@ static dsc_loader_t *open_loader(uint32_t rank, uint32_t world, uint32_t batch, 
     o.world_size = world;
     o.shuffle_window = 40;
     o.log_fn = on_log;
+    o.log_level = DSC_LOG_INFO;
     o.timeout_ms = 2000;
     dsc_field_options_t fo[2];
     REQUIRE(dsc_field_options_init(&fo[0], sizeof fo[0]) == 0);
@@ -456,6 +461,16 @@ int main(int argc, char **argv) {
     REQUIRE(dataset != NULL && (servers != NULL || fallback != NULL));
     mode_t_ values = {0};
     check_epoch(&values, 8);
+    /* The slot's room (docs/loader.md#variable-length-fields), regions rounded to 256 bytes:
+     * img 8 x 48 -> 512, label 8 x 8 -> 256, tok offsets 9 x 8 -> 256 + its default budget 8 x
+     * bytes_max (12 rows of 4) -> 512, mel offsets 256 + 8 x 4 rows of 320 = 10240. */
+    fprintf(stderr, "slot bytes %llu\n", (unsigned long long)slot_bytes);
+    REQUIRE(slot_bytes == 512 + 256 + 256 + 512 + 256 + 10240);
+    mode_t_ cut4 = {.pad = 1, .max_len = 4};
+    dsc_loader_destroy(open_loader(0, 1, 8, &cut4, 0));
+    /* padded: tok 8 x 8 lengths -> 256 + 8 x max_len 4 x 4 -> 256; mel 256 + 8 x rows_max 4 x
+     * 320. */
+    REQUIRE(slot_bytes == 512 + 256 + 256 + 256 + 256 + 10240);
     check_epoch(&values, 1);
     mode_t_ padded = {.pad = 1, .pad_value = -7};
     check_epoch(&padded, 8);
