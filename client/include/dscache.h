@@ -116,8 +116,10 @@ typedef struct dsc_field_options {
     double pad_value;   /* padded: the value of the rows past a sample's end (converted to the
                            field's dtype; default 0) */
     uint64_t max_len;   /* padded: rows kept per sample, longer ones truncated (counted in
-                           dsc_stats_t.truncated_samples); 0: no limit (the manifest's rows_max
-                           sizes the slot; a longer sample fails next() with DSC_ETOOLARGE) */
+                           dsc_stats_t.truncated_samples); 0: no limit. The slot has room for
+                           the smaller of max_len and the manifest's rows_max rows per sample;
+                           a sample longer than that room (a manifest that understates rows_max)
+                           fails next() with DSC_ETOOLARGE */
 } dsc_field_options_t;
 /* Fills *options with the defaults above (name NULL) and struct_size = size. Returns 0 or
  * DSC_EINVAL (NULL, or size smaller than the first version of the struct). */

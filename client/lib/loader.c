@@ -360,9 +360,11 @@ static int setup_var_fields(dsc_loader_t *loader, const dsc_loader_options_t *op
         const char *name = schema->fields[f].name;
         const dsc_manifest_field_stats_t *vs = &m->field_stats[f];
         if (v->pad) {
-            /* Room per sample: max_len rows, else the largest sample the manifest knows (at
-             * least one row, so that an all-empty field still has a region). */
-            v->lcap = v->max_len ? v->max_len : vs->rows_max ? vs->rows_max : 1;
+            /* Room per sample: the largest sample the manifest knows, or max_len rows when
+             * fewer (at least one row, so that an all-empty field still has a region). */
+            v->lcap = vs->rows_max ? vs->rows_max : 1;
+            if (v->max_len && v->max_len < v->lcap)
+                v->lcap = v->max_len;
             if (v->lcap > DSC__SLOT_FIELD_MAX / batch / v->row_bytes) {
                 DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
                         "dataset %s: padded field '%s': %llu rows of %llu bytes for each of %llu "
