@@ -112,6 +112,10 @@ static size_t chunk_build(uint64_t first, uint32_t n, uint8_t *out) {
     return at;
 }
 
+/* gen ... bad: chunk 1 of shard 0 is written with its tok offsets out of order (checksums
+ * computed over the bad bytes, so only the layout check can tell). */
+static int bad_layout;
+
 static int gen(const char *dir, const char *name, uint64_t samples, int codec) {
     char path[4096];
     snprintf(path, sizeof path, "mkdir -p '%s'", dir);
@@ -153,6 +157,13 @@ static int gen(const char *dir, const char *name, uint64_t samples, int codec) {
         for (uint64_t c = 0; c < count; c += CHUNK_SAMPLES, chunks++) {
             uint32_t n = (uint32_t)(count - c < CHUNK_SAMPLES ? count - c : CHUNK_SAMPLES);
             size_t raw_len = chunk_build(first + c, n, raw);
+            if (bad_layout && s == 0 && chunks == 1) {
+                /* tok's offsets follow the fixed part (48 + 8 bytes a sample): offsets[1] =
+                 * offsets[n] > offsets[2]. */
+                uint8_t *tok_off = raw + (size_t)n * 56;
+                REQUIRE(dsc_load_u64(tok_off + 16) < dsc_load_u64(tok_off + (size_t)n * 8));
+                memcpy(tok_off + 8, tok_off + (size_t)n * 8, 8);
+            }
             dsc_chunk_entry_t e;
             memset(&e, 0, sizeof e);
             const void *stored = NULL;
@@ -203,12 +214,16 @@ static int expect_rdma; /* --expect-rdma 1: chunks arrive by RDMA READ */
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_error[1024];
+static int named_chunk; /* an ERROR line named the damaged chunk and that no copy is left */
 static uint64_t slot_bytes; /* from the create INFO line "... N slots of B bytes" */
 static void on_log(void *ctx, int level, const char *message) {
     (void)ctx;
     pthread_mutex_lock(&log_lock);
     if (level == DSC_LOG_ERROR)
         snprintf(last_error, sizeof last_error, "%s", message);
+    if (level == DSC_LOG_ERROR && strstr(message, "shard 0 chunk 1: ") != NULL &&
+        strstr(message, "no other replica") != NULL)
+        named_chunk = 1;
     const char *slots = strstr(message, " slots of ");
     if (level == DSC_LOG_INFO && slots != NULL)
         slot_bytes = strtoull(slots + 10, NULL, 10);
@@ -438,11 +453,44 @@ static void check_too_large(void) {
     REQUIRE(dsc_loader_create(&o, &l) == DSC_EINVAL);
 }
 
+/* A chunk whose offsets are out of order (its checksums intact): with a good copy left (the
+ * fallback files), read from there and every batch is right; with none, next() fails with
+ * DSC_ECORRUPT and an error naming the chunk. Never a wrong batch. */
+static void check_corrupt(void) {
+    mode_t_ md = {0};
+    uint32_t *seen = calloc(samples, sizeof *seen);
+    uint64_t unused = 0;
+    dsc_loader_t *l = open_loader(0, 1, 8, &md, 0);
+    dsc_batch_t *b;
+    int rc;
+    while ((rc = dsc_loader_next(l, &b)) == 0)
+        check_batch(b, &md, seen, &unused);
+    dsc_stats_t st = {.struct_size = sizeof st};
+    REQUIRE(dsc_loader_stats(l, &st) == 0);
+    char why[1024];
+    dsc_loader_last_error(l, why, sizeof why);
+    dsc_loader_destroy(l);
+    if (servers != NULL && fallback != NULL) {
+        /* The server's copy is bad, the files' good: moved there, every sample once. */
+        REQUIRE(rc == DSC_EOF);
+        REQUIRE(st.failovers >= 1 && st.checksum_failures >= 1);
+        for (uint64_t i = 0; i < samples; i++)
+            REQUIRE(seen[i] == 1);
+    } else {
+        fprintf(stderr, "expected error: %s\n", why);
+        REQUIRE(rc == DSC_ECORRUPT && named_chunk);
+    }
+    free(seen);
+}
+
 int main(int argc, char **argv) {
-    if (argc >= 6 && strcmp(argv[1], "gen") == 0)
+    if (argc >= 6 && strcmp(argv[1], "gen") == 0) {
+        bad_layout = argc >= 7 && strcmp(argv[6], "bad") == 0;
         return gen(argv[2], argv[3], strtoull(argv[4], NULL, 10),
                    strcmp(argv[5], "raw") == 0 ? DSC_CODEC_RAW : DSC_CODEC_LZ4);
-    if (argc < 2 || strcmp(argv[1], "check") != 0) {
+    }
+    int corrupt = argc >= 2 && strcmp(argv[1], "corrupt") == 0;
+    if (argc < 2 || (strcmp(argv[1], "check") != 0 && !corrupt)) {
         fprintf(stderr, "usage: loader_var_check gen DIR NAME SAMPLES raw|lz4 | check ...\n");
         return 2;
     }
@@ -459,6 +507,11 @@ int main(int argc, char **argv) {
             samples = strtoull(argv[i + 1], NULL, 10);
     }
     REQUIRE(dataset != NULL && (servers != NULL || fallback != NULL));
+    if (corrupt) {
+        check_corrupt();
+        printf("ok\n");
+        return 0;
+    }
     mode_t_ values = {0};
     check_epoch(&values, 8);
     /* The slot's room (docs/loader.md#variable-length-fields), regions rounded to 256 bytes:
