@@ -214,7 +214,7 @@ static int expect_rdma; /* --expect-rdma 1: chunks arrive by RDMA READ */
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_error[1024];
-static int named_chunk; /* an ERROR line named the damaged chunk and that no copy is left */
+static int named_chunk;     /* an ERROR line named the damaged chunk and that no copy is left */
 static uint64_t slot_bytes; /* from the create INFO line "... N slots of B bytes" */
 static void on_log(void *ctx, int level, const char *message) {
     (void)ctx;
