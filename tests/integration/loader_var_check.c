@@ -235,6 +235,7 @@ typedef struct mode {
     uint64_t max_len;
     uint64_t tok_budget; /* 0: default */
     double pad_value;
+    int in_order; /* shuffle 0: runs of consecutive samples of a chunk */
 } mode_t_;
 
 static dsc_loader_t *open_loader(uint32_t rank, uint32_t world, uint32_t batch, const mode_t_ *md,
@@ -249,6 +250,7 @@ static dsc_loader_t *open_loader(uint32_t rank, uint32_t world, uint32_t batch, 
     o.rank = rank;
     o.world_size = world;
     o.shuffle_window = 40;
+    o.shuffle = !md->in_order;
     o.log_fn = on_log;
     o.log_level = DSC_LOG_INFO;
     o.timeout_ms = 2000;
@@ -422,8 +424,8 @@ static void check_resume(void) {
 
 /* A tok budget of 5 rows (20 bytes) per batch: the batch that needs more fails next() with
  * DSC_ETOOLARGE and an error that names the dataset, a sample and max_bytes. */
-static void check_too_large(void) {
-    mode_t_ md = {.tok_budget = 20};
+static void check_too_large(int in_order) {
+    mode_t_ md = {.tok_budget = 20, .in_order = in_order};
     dsc_loader_t *l = open_loader(0, 1, 8, &md, 0);
     dsc_batch_t *b;
     int rc;
@@ -529,8 +531,11 @@ int main(int argc, char **argv) {
     check_epoch(&padded, 8);
     mode_t_ cut = {.pad = 1, .max_len = 4};
     check_epoch(&cut, 8);
+    mode_t_ runs = {.in_order = 1};
+    check_epoch(&runs, 8);
     check_resume();
-    check_too_large();
+    check_too_large(0);
+    check_too_large(1);
     printf("ok\n");
     return dsc_test_failures ? 1 : 0;
 }
