@@ -213,8 +213,9 @@ DSC_EXTERN int dsc_field_options_init(dsc_field_options_t *options, size_t size)
  * (any one sample fits) and 4 x B x bytes_mean (a batch four times the mean size fits). */
 #define VAR_BUDGET_EXACT (64ull << 20)
 
-/* pad_value in the field's dtype (bf16 / f16: the nearest of the float's upper half; f16 from
- * the f32 bits, round-to-nearest not attempted beyond truncation). */
+/* pad_value in the field's dtype, little-endian in out. Integers: truncated toward zero,
+ * wrapped to the width; bf16: the f32's upper half (truncated); f16: exact for zero, infinities
+ * and values whose f32 mantissa fits 10 bits (small integers, halves), else truncated. */
 static void pad_encode(int dtype, double value, uint8_t out[8]) {
     memset(out, 0, 8);
     union {
@@ -229,27 +230,33 @@ static void pad_encode(int dtype, double value, uint8_t out[8]) {
         double f64;
     } u;
     memset(&u, 0, sizeof u);
+    /* Integers through int64 (a double out of an integer type's range is undefined in C):
+     * saturated at the int64 range, NaN as 0, then wrapped to the dtype's width. */
+    int64_t iv = value != value                 ? 0
+                 : value >= 9.2233720368547e18  ? INT64_MAX
+                 : value <= -9.2233720368547e18 ? INT64_MIN
+                                                : (int64_t)value;
     switch (dtype) {
     case DSC_DTYPE_U8:
-        u.u8 = (uint8_t)value;
+        u.u8 = (uint8_t)iv;
         break;
     case DSC_DTYPE_I8:
-        u.i8 = (int8_t)value;
+        u.i8 = (int8_t)iv;
         break;
     case DSC_DTYPE_U16:
-        u.u16 = (uint16_t)value;
+        u.u16 = (uint16_t)iv;
         break;
     case DSC_DTYPE_I16:
-        u.i16 = (int16_t)value;
+        u.i16 = (int16_t)iv;
         break;
     case DSC_DTYPE_U32:
-        u.u32 = (uint32_t)value;
+        u.u32 = (uint32_t)iv;
         break;
     case DSC_DTYPE_I32:
-        u.i32 = (int32_t)value;
+        u.i32 = (int32_t)iv;
         break;
     case DSC_DTYPE_I64:
-        u.i64 = (int64_t)value;
+        u.i64 = iv;
         break;
     case DSC_DTYPE_F32:
         u.f32 = (float)value;
