@@ -213,6 +213,18 @@ DSC_EXTERN int dsc_field_options_init(dsc_field_options_t *options, size_t size)
  * (any one sample fits) and 4 x B x bytes_mean (a batch four times the mean size fits). */
 #define VAR_BUDGET_EXACT (64ull << 20)
 
+uint64_t dsc__var_default_budget(uint64_t batch, uint64_t bytes_max, double bytes_mean,
+                                 int *exact) {
+    *exact = bytes_max <= VAR_BUDGET_EXACT / batch;
+    if (*exact)
+        return batch * bytes_max;
+    double four = 4.0 * (double)batch * bytes_mean;
+    uint64_t b = bytes_max > VAR_BUDGET_EXACT ? bytes_max : VAR_BUDGET_EXACT;
+    if (four > (double)b)
+        b = four < (double)DSC__SLOT_FIELD_MAX ? (uint64_t)four : DSC__SLOT_FIELD_MAX;
+    return b;
+}
+
 /* pad_value in the field's dtype, little-endian in out. Integers: truncated toward zero,
  * wrapped to the width; bf16: the f32's upper half (truncated); f16: exact for zero, infinities
  * and values whose f32 mantissa fits 10 bits (small integers, halves), else truncated. */
@@ -300,7 +312,6 @@ static void pad_encode(int dtype, double value, uint8_t out[8]) {
  * bounding every slot region (docs/loader.md#variable-length-fields). Returns 0 or DSC_EINVAL
  * (an option naming no variable field, a budget too small for one row, a slot past
  * DSC__SLOT_FIELD_MAX). */
-#define DSC__SLOT_FIELD_MAX (16ull << 30)
 static int setup_var_fields(dsc_loader_t *loader, const dsc_loader_options_t *options) {
     const dsc_manifest_t *m = loader->cfg.manifest;
     const dsc_schema_t *schema = &m->schema;
@@ -387,22 +398,11 @@ static int setup_var_fields(dsc_loader_t *loader, const dsc_loader_options_t *op
             v->budget = explicit_budget[f];
             v->budget_from = "set by max_bytes";
         } else {
-            uint64_t exact =
-                vs->bytes_max <= VAR_BUDGET_EXACT / batch ? batch * vs->bytes_max : UINT64_MAX;
-            if (exact <= VAR_BUDGET_EXACT) {
-                v->budget = exact;
-                v->budget_from = "the default: batch_size x the manifest's bytes_max";
-            } else {
-                double four = 4.0 * (double)batch * vs->bytes_mean;
-                uint64_t b = VAR_BUDGET_EXACT;
-                if (vs->bytes_max > b)
-                    b = vs->bytes_max;
-                if (four > (double)b)
-                    b = four < (double)DSC__SLOT_FIELD_MAX ? (uint64_t)four : DSC__SLOT_FIELD_MAX;
-                v->budget = b;
-                v->budget_from = "the default: the largest of 64 MiB, the manifest's bytes_max "
-                                 "and 4 x batch_size x its bytes_mean";
-            }
+            int exact = 0;
+            v->budget = dsc__var_default_budget(batch, vs->bytes_max, vs->bytes_mean, &exact);
+            v->budget_from = exact ? "the default: batch_size x the manifest's bytes_max"
+                                   : "the default: the largest of 64 MiB, the manifest's "
+                                     "bytes_max and 4 x batch_size x its bytes_mean";
         }
         /* Row-aligned, so that the values region holds whole rows; the default at least one
          * row (a field whose samples are all empty). */
