@@ -208,23 +208,6 @@ DSC_EXTERN int dsc_field_options_init(dsc_field_options_t *options, size_t size)
     return 0;
 }
 
-/* The default values budget per batch of a variable field: B x bytes_max (every batch fits)
- * while that is at most VAR_BUDGET_EXACT; beyond, the largest of VAR_BUDGET_EXACT, bytes_max
- * (any one sample fits) and 4 x B x bytes_mean (a batch four times the mean size fits). */
-#define VAR_BUDGET_EXACT (64ull << 20)
-
-uint64_t dsc__var_default_budget(uint64_t batch, uint64_t bytes_max, double bytes_mean,
-                                 int *exact) {
-    *exact = bytes_max <= VAR_BUDGET_EXACT / batch;
-    if (*exact)
-        return batch * bytes_max;
-    double four = 4.0 * (double)batch * bytes_mean;
-    uint64_t b = bytes_max > VAR_BUDGET_EXACT ? bytes_max : VAR_BUDGET_EXACT;
-    if (four > (double)b)
-        b = four < (double)DSC__SLOT_FIELD_MAX ? (uint64_t)four : DSC__SLOT_FIELD_MAX;
-    return b;
-}
-
 /* pad_value in the field's dtype, little-endian in out. Integers: truncated toward zero,
  * wrapped to the width; bf16: the f32's upper half (truncated); f16: exact for zero, infinities
  * and values whose f32 mantissa fits 10 bits (small integers, halves), else truncated. */
