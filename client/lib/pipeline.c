@@ -1,5 +1,5 @@
-/* Loader shared state: failing the loader (the first error wins, every thread wakes) and the
- * cache need of the shuffle windows. */
+/* Loader shared state: failing the loader (the first error wins, every thread wakes), the
+ * cache need of the shuffle windows and the default budget of a variable-length field. */
 #include "pipeline.h"
 
 static void fail(dsc_loader_t *loader, int err, int logged) {
