@@ -46,16 +46,16 @@ def ingest(path):
                     "label=" + work + "/label.npy"], check=True, stdout=subprocess.DEVNULL)
 
 def batches(path):
-    img = np.load(work + "/image.npy", mmap_mode="r")
-    lab = np.load(work + "/label.npy", mmap_mode="r")
+    img = np.asarray(np.load(work + "/image.npy", mmap_mode="r"))  # plain views: no memmap cost per row
+    lab = np.asarray(np.load(work + "/label.npy", mmap_mode="r"))
     step = (1 << 20) // (3 * 64 * 64)
     with dscache.Writer(path, fields=fields, progress=False) as w:
         for i in range(0, len(lab), step):
             w.write_batch({"image": img[i:i + step], "label": lab[i:i + step]})
 
 def records(path):
-    img = np.load(work + "/image.npy", mmap_mode="r")
-    lab = np.load(work + "/label.npy", mmap_mode="r")
+    img = np.asarray(np.load(work + "/image.npy", mmap_mode="r"))  # plain views: no memmap cost per row
+    lab = np.asarray(np.load(work + "/label.npy", mmap_mode="r"))
     with dscache.Writer(path, fields=fields, progress=False) as w:
         for i in range(len(lab)):
             w.write({"image": img[i], "label": lab[i]})

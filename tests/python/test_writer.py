@@ -178,6 +178,26 @@ except KeyboardInterrupt:
     pass
 t.check(not os.path.exists(os.path.join(env.dir, "boom")), "exception inside with left boom/")
 t.check(not any(n.startswith(".") for n in os.listdir(env.dir)), "temporary directory left")
+# progress=True draws a progress line on stderr (by default only when stderr is a terminal).
+import io  # noqa: E402
+saved, sys.stderr = sys.stderr, io.StringIO()
+try:
+    with dscache.Writer(os.path.join(env.dir, "prog"), fields={"a": "u8[]"}, progress=True) as w:
+        for i in range(10):
+            w.write({"a": b"x" * i})
+    drawn = sys.stderr.getvalue()
+finally:
+    sys.stderr = saved
+t.check("writing " in drawn and "10 records" in drawn, "progress line: %r" % drawn)
+saved, sys.stderr = sys.stderr, io.StringIO()
+try:
+    with dscache.Writer(os.path.join(env.dir, "quiet"), fields={"a": "u8[]"}) as w:
+        w.write({"a": b"x"})
+    drawn = sys.stderr.getvalue()
+finally:
+    sys.stderr = saved
+t.check(drawn == "", "no progress line when stderr is not a terminal: %r" % drawn)
+
 # An existing path is refused (not overwritten).
 try:
     dscache.Writer(path, fields={"a": "u8"})
