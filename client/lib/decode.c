@@ -165,32 +165,39 @@ static inline void prefetch_var(const dsc_step_t *st, uint32_t f, uint64_t rb, u
                    (var_offset(ent, f, st->in_chunk[k] + 1) - o0) * rb);
 }
 
-/* A batch holds more of variable field f than its slot has room for: fails the collation with
- * an ERROR line naming the dataset, the sample and the option to raise. Unlocked (the log takes
- * its own lock). Returns DSC_ETOOLARGE. */
-static int var_too_large(dsc_loader_t *loader, const dsc_step_t *st, uint32_t f, uint32_t k,
-                         uint64_t rows, uint64_t used) {
+/* A batch holds more of variable field f than its slot has room for: records which sample
+ * and how much in the step (dsc__step_error_log tells it when next() reaches the step). Unlocked
+ * (the step belongs to its collation). Returns DSC_ETOOLARGE. */
+static int var_too_large(dsc_step_t *st, uint32_t f, uint32_t k, uint64_t rows, uint64_t used) {
+    st->err_field = f;
+    st->err_k = k;
+    st->err_rows = rows;
+    st->err_used = used;
+    return DSC_ETOOLARGE;
+}
+
+void dsc__step_error_log(dsc_loader_t *loader, const dsc_step_t *st) {
+    uint32_t f = st->err_field;
     const dsc_var_field_t *v = &loader->cfg.var[f];
     const char *name = loader->cfg.manifest->schema.fields[f].name;
-    unsigned long long id = (unsigned long long)st->ids[k];
+    unsigned long long id = (unsigned long long)st->ids[st->err_k];
+    unsigned long long rows = (unsigned long long)st->err_rows;
     if (v->pad)
         DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
                 "dataset %s: sample %llu has %llu rows of field '%s', more than the %llu the "
                 "batch slot holds per sample (the manifest's rows_max): set max_len for '%s' "
                 "(Python max_len={\"%s\": N}) to truncate, or check the dataset's manifest",
-                loader->cfg.dataset, id, (unsigned long long)rows, name,
-                (unsigned long long)v->lcap, name, name);
+                loader->cfg.dataset, id, rows, name, (unsigned long long)v->lcap, name, name);
     else
         DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
                 "dataset %s: sample %llu: field '%s' needs %llu bytes (%llu rows), and batch %llu "
                 "holds %llu bytes of it before this sample; the field's budget is %llu bytes "
                 "per batch (%s): raise max_bytes for '%s' (Python max_bytes={\"%s\": N}, C "
                 "dsc_field_options_t.max_bytes) to at least %llu",
-                loader->cfg.dataset, id, name, (unsigned long long)(rows * v->row_bytes),
-                (unsigned long long)rows, (unsigned long long)st->step, (unsigned long long)used,
+                loader->cfg.dataset, id, name, rows * v->row_bytes, rows,
+                (unsigned long long)st->step, (unsigned long long)st->err_used,
                 (unsigned long long)v->budget, v->budget_from, name, name,
-                (unsigned long long)(used + rows * v->row_bytes));
-    return DSC_ETOOLARGE;
+                (unsigned long long)(st->err_used + rows * v->row_bytes));
 }
 
 /* Collates variable field f of a step: values mode, each sample's rows one after the other into
@@ -199,8 +206,8 @@ static int var_too_large(dsc_loader_t *loader, const dsc_step_t *st, uint32_t f,
  * end filled with pad_value. The one per-field step of collate a later transform (a decoder of
  * encoded bytes, say) would replace. Unlocked, as collate. Returns 0 or DSC_ETOOLARGE; adds the
  * samples cut to max_len to *truncated. */
-static int collate_var(dsc_loader_t *loader, const dsc_step_t *st, dsc_batch_slot_t *slot,
-                       uint32_t f, uint64_t *truncated) {
+static int collate_var(dsc_loader_t *loader, dsc_step_t *st, dsc_batch_slot_t *slot, uint32_t f,
+                       uint64_t *truncated) {
     const dsc_var_field_t *v = &loader->cfg.var[f];
     uint64_t rb = v->row_bytes;
     uint8_t *values = slot->host + loader->cfg.field_off[f];
@@ -229,7 +236,7 @@ static int collate_var(dsc_loader_t *loader, const dsc_step_t *st, dsc_batch_slo
                 if ((rows + next - o0) * rb > v->budget) {
                     if (run > 0)
                         break; /* copy the run so far; the sample fails on its own */
-                    return var_too_large(loader, st, f, k, next - end, rows * rb);
+                    return var_too_large(st, f, k, next - end, rows * rb);
                 }
                 aux[k + run + 1] = (int64_t)(rows + next - o0);
                 end = next;
@@ -261,7 +268,7 @@ static int collate_var(dsc_loader_t *loader, const dsc_step_t *st, dsc_batch_slo
             (*truncated)++;
         }
         if (n > v->lcap)
-            return var_too_large(loader, st, f, k, n, 0);
+            return var_too_large(st, f, k, n, 0);
         aux[k] = (int64_t)n;
         longest = n > longest ? n : longest;
     }
@@ -294,7 +301,7 @@ static int collate_var(dsc_loader_t *loader, const dsc_step_t *st, dsc_batch_slo
  * (dataset order) go in one copy; otherwise one copy per sample, with the next samples' sources
  * prefetched, and fixed-size copies for the common small fields (labels, ids). Unlocked: the
  * step's chunks are READY and referenced, the slot is owned by the step. */
-static int collate(dsc_loader_t *loader, const dsc_step_t *st, dsc_batch_slot_t *slot,
+static int collate(dsc_loader_t *loader, dsc_step_t *st, dsc_batch_slot_t *slot,
                    uint64_t *truncated) {
     const dsc_schema_t *schema = &loader->cfg.manifest->schema;
     for (uint32_t f = 0; f < loader->cfg.field_count; f++) {
@@ -486,7 +493,7 @@ int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx) {
     loader->work.collating--;
     uint32_t freed = unref_step(loader, st);
     if (rc == DSC_ETOOLARGE)
-        dsc__loader_fail_logged(loader, rc); /* var_too_large said which sample and option */
+        st->error = rc; /* next() fails there, saying which sample and option */
     else if (rc < 0)
         dsc__loader_fail(loader, rc);
     st->state = ST_READY;

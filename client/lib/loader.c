@@ -856,6 +856,13 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
     double t1 = dsc_now_s();
     loader->stats.st.stall_seconds += t1 - t0;
     dsc__diag_blame(loader, cause, cause_peer, t1 - mark);
+    if (rc == 0 && st->error < 0) {
+        /* This batch could not be collated: the loader fails here, the batches before it
+         * handed out, with the line that says why as its last error. */
+        rc = st->error;
+        dsc__step_error_log(loader, st);
+        dsc__loader_fail_logged(loader, rc);
+    }
     if (rc == 0) {
         dsc_batch_slot_t *slot = loader->cons.slots[st->slot];
         loader->cons.cons_seq++;

@@ -59,6 +59,11 @@ typedef struct dsc_step {
     uint32_t count;
     uint32_t slot; /* index in cons.slots once slotted (seq < sched.slot_seq) */
     uint32_t scan; /* samples before this index are known decoded */
+    int error;     /* a collation that failed for this step alone (DSC_ETOOLARGE: a variable
+                      field over its slot room): next() logs it and fails the loader with it
+                      when it reaches the step, after handing out the steps before */
+    uint32_t err_field, err_k;   /* ... the field and the batch position of the sample */
+    uint64_t err_rows, err_used; /* ... its rows, and the field's bytes before it */
     uint64_t *ids;
     dsc_chunk_ent_t **src;
     uint32_t *in_chunk;

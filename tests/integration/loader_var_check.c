@@ -467,19 +467,42 @@ static void check_resume(void) {
     free(seen);
 }
 
-/* A tok budget of 5 rows (20 bytes) per batch: the batch that needs more fails next() with
- * DSC_ETOOLARGE and an error that names the dataset, a sample and max_bytes. */
+/* A tok budget too small for some batch: the batches before it are handed out whole, then
+ * next() fails with DSC_ETOOLARGE and an error that names the dataset, a sample the consumer
+ * never got, and max_bytes. */
 static void check_too_large(int in_order) {
-    mode_t_ md = {.tok_budget = 20, .in_order = in_order};
+    /* Shuffled: 5 rows, which the first batch already passes. In order: 59 rows, which batches
+     * 0..11 hold (at most 56 rows each) and batch 12 (samples 96..103, 60 rows) does not. */
+    uint64_t budget = in_order ? 59 * 4 : 20;
+    mode_t_ md = {.tok_budget = budget, .in_order = in_order};
     dsc_loader_t *l = open_loader(0, 1, 8, &md, 0);
     dsc_batch_t *b;
     int rc;
+    uint32_t *seen = calloc(samples, sizeof *seen);
+    uint64_t handed = 0;
     while ((rc = dsc_loader_next(l, &b)) == 0) {
+        /* The batches before the failing one come whole, each within the budget. */
+        dsc_field_view_t v = {.struct_size = sizeof v};
+        REQUIRE(dsc_batch_field_view(b, F_TOK, &v) == 0);
+        REQUIRE((uint64_t)v.offsets[dsc_batch_samples(b)] * 4 <= budget);
+        for (uint32_t k = 0; k < dsc_batch_samples(b); k++)
+            seen[dsc_batch_indices(b)[k]] = 1;
+        handed++;
     }
     REQUIRE(rc == DSC_ETOOLARGE);
+    REQUIRE(!in_order || handed == 12);
     char why[1024];
     dsc_loader_last_error(l, why, sizeof why);
-    fprintf(stderr, "expected error: %s\n", why);
+    fprintf(stderr, "expected error (after %llu batches): %s\n", (unsigned long long)handed, why);
+    /* The sample named is one the consumer never got. */
+    const char *at = strstr(why, ": sample ");
+    REQUIRE(at != NULL);
+    uint64_t named = strtoull(at + 9, NULL, 10);
+    REQUIRE(named < samples && !seen[named] && tok_rows(named) * 4 > 0);
+    char batch_no[64]; /* the batch next() failed at, the first not handed out */
+    snprintf(batch_no, sizeof batch_no, "and batch %llu holds", (unsigned long long)handed);
+    REQUIRE(strstr(why, batch_no) != NULL);
+    free(seen);
     REQUIRE(strstr(why, dataset) != NULL && strstr(why, "sample ") != NULL &&
             strstr(why, "max_bytes") != NULL && strstr(why, "'tok'") != NULL);
     REQUIRE(dsc_loader_next(l, &b) == DSC_ETOOLARGE); /* the loader stays failed */
