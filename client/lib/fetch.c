@@ -11,8 +11,6 @@
 
 #include <time.h>
 
-/* Stored bytes merged into one request at most. */
-#define MERGE_MAX_BYTES (8u << 20)
 /* Back-off between probes of a failed peer: 1 s, doubling up to this. */
 #define BACKOFF_MAX_S 10.0
 
@@ -95,12 +93,16 @@ static void deliver(dsc_io_t *io, dsc_source_req_t *req) {
     loader->diag.c.chunks_fetched += req->count;
     for (uint32_t i = 0; i < req->count; i++) {
         dsc_chunk_ent_t *ent = req->chunks[i];
-        loader->net.peers[io->peer].inflight_bytes -= ent->raw_len;
+        loader->net.peers[io->peer].inflight_bytes -= ent->charged;
         if (ent->cancelled) {
-            loader->fetch.inflight_used -= ent->raw_len;
+            loader->fetch.inflight_used -= ent->charged;
             dsc__chunk_free(&loader->cfg.pool, ent);
             continue;
         }
+        /* Variable-length fields: the planner's estimate gives way to the exact size (the
+         * in-flight charge stays until decoded). */
+        if (ent->raw_min && ent->entry.raw_len != ent->raw_len)
+            dsc__chunk_resize(&loader->chunks, ent, ent->entry.raw_len);
         dsc__epoch_wire_add(loader, ent->epoch, ent->entry.stored_len);
         dsc__decode_push(loader, ent);
     }
@@ -113,8 +115,8 @@ static void request_failed(dsc_io_t *io, dsc_source_req_t *req, int err) {
     dsc_loader_t *loader = io->loader;
     for (uint32_t i = 0; i < req->count; i++) {
         dsc_chunk_ent_t *ent = req->chunks[i];
-        loader->fetch.inflight_used -= ent->raw_len;
-        loader->net.peers[io->peer].inflight_bytes -= ent->raw_len;
+        loader->fetch.inflight_used -= ent->charged;
+        loader->net.peers[io->peer].inflight_bytes -= ent->charged;
         dsc__bufpool_put(&loader->cfg.pool, ent->stored, ent->stored_cap);
         ent->stored = NULL;
         ent->stored_cap = 0;
@@ -141,18 +143,21 @@ static int take_request(dsc_io_t *io, dsc_source_req_t *req) {
     if (peer->inflight_bytes > 0 && peer->inflight_bytes + q->head->raw_len > peer_budget)
         return 0;
     req->count = 0;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0; /* merge cost: raw_len, or for variable fields the chunk's bound */
+    const dsc_manifest_t *m = loader->cfg.manifest;
     do {
         dsc_chunk_ent_t *ent = dsc__queue_pop(q);
         ent->state = CH_INFLIGHT;
-        loader->fetch.inflight_used += ent->raw_len;
-        peer->inflight_bytes += ent->raw_len;
-        bytes += ent->raw_len;
+        ent->charged = ent->raw_len;
+        loader->fetch.inflight_used += ent->charged;
+        peer->inflight_bytes += ent->charged;
+        bytes += ent->raw_min ? dsc__chunk_raw_bound(m, ent->shard) : ent->raw_len;
         req->chunks[req->count++] = ent;
         dsc_chunk_ent_t *next = q->head;
         if (next == NULL || next->shard != ent->shard ||
             next->shard_chunk != ent->shard_chunk + 1 || req->count == DSC_SOURCE_MAX_MERGE ||
-            bytes + next->raw_len > MERGE_MAX_BYTES ||
+            bytes + (next->raw_min ? dsc__chunk_raw_bound(m, next->shard) : next->raw_len) >
+                DSC_SOURCE_MERGE_MAX_BYTES ||
             loader->fetch.inflight_used + next->raw_len > budget ||
             peer->inflight_bytes + next->raw_len > peer_budget)
             break;

@@ -1,13 +1,13 @@
-/* Loader shared state: failing the loader (the first error wins, every thread wakes) and the
- * cache need of the shuffle windows. */
+/* Loader shared state: failing the loader (the first error wins, every thread wakes), the
+ * cache need of the shuffle windows and the default budget of a variable-length field. */
 #include "pipeline.h"
 
-void dsc__loader_fail(dsc_loader_t *loader, int err) {
+static void fail(dsc_loader_t *loader, int err, int logged) {
     if (loader->error == 0 && err < 0) {
         loader->error = err;
         /* Not while stopping: destroy() closes connections under outstanding requests, and
          * what that leaves undone is no failure of the loader's. */
-        if (!loader->stop)
+        if (!loader->stop && !logged)
             DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "loader failed: %s (%s)", dsc_strerror(err),
                     dsc_err_name(err));
     }
@@ -17,11 +17,19 @@ void dsc__loader_fail(dsc_loader_t *loader, int err) {
     pthread_cond_broadcast(&loader->work_cv);
 }
 
+void dsc__loader_fail(dsc_loader_t *loader, int err) {
+    fail(loader, err, 0);
+}
+
+void dsc__loader_fail_logged(dsc_loader_t *loader, int err) {
+    fail(loader, err, 1);
+}
+
 void dsc__cache_need(const dsc_loader_t *loader, dsc_cache_need_t *out) {
     const dsc_manifest_t *m = loader->cfg.manifest;
     uint64_t chunk_max = 0;
     for (uint32_t i = 0; i < m->shard_count; i++) {
-        uint64_t c = (uint64_t)m->shards[i].chunk_samples * loader->cfg.sample_bytes;
+        uint64_t c = dsc__chunk_raw_estimate(m, m->shards[i].chunk_samples);
         if (c > chunk_max)
             chunk_max = c;
     }
@@ -46,4 +54,21 @@ void dsc__loader_fail_with(dsc_loader_t *loader, int err, const char *text) {
         DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "loader failed: %s", text);
     }
     dsc__loader_fail(loader, err); /* wakes every thread; the error is set: not logged again */
+}
+
+/* The default values budget per batch of a variable field: B x bytes_max (every batch fits)
+ * while that is at most VAR_BUDGET_EXACT; beyond, the largest of VAR_BUDGET_EXACT, bytes_max
+ * (any one sample fits) and 4 x B x bytes_mean (a batch four times the mean size fits). */
+#define VAR_BUDGET_EXACT (64ull << 20)
+
+uint64_t dsc__var_default_budget(uint64_t batch, uint64_t bytes_max, double bytes_mean,
+                                 int *exact) {
+    *exact = bytes_max <= VAR_BUDGET_EXACT / batch;
+    if (*exact)
+        return batch * bytes_max;
+    double four = 4.0 * (double)batch * bytes_mean;
+    uint64_t b = bytes_max > VAR_BUDGET_EXACT ? bytes_max : VAR_BUDGET_EXACT;
+    if (four > (double)b)
+        b = four < (double)DSC__SLOT_FIELD_MAX ? (uint64_t)four : DSC__SLOT_FIELD_MAX;
+    return b;
 }
