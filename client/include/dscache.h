@@ -104,11 +104,11 @@ typedef struct dsc_loader_options {
      * 0: every variable field as values + offsets, with the default budget. */
     const struct dsc_field_options *field_options;
     uint32_t field_option_count;
-    int ignore_rank_env;     /* 0 (default): create fails with DSC_EINVAL, naming both, when
-                                RANK or WORLD_SIZE is set in the environment (torchrun, Slurm
-                                and MPI launchers) and disagrees with rank / world_size, since
-                                such a process would read another rank's samples (or all of
-                                them); 1: no check, for a process meant to read on its own */
+    int ignore_rank_env; /* 0 (default): create fails with DSC_EINVAL, naming both, when
+                            RANK or WORLD_SIZE is set in the environment (torchrun, Slurm
+                            and MPI launchers) and disagrees with rank / world_size, since
+                            such a process would read another rank's samples (or all of
+                            them); 1: no check, for a process meant to read on its own */
 } dsc_loader_options_t;
 
 /* How one variable-length field is handed out (dsc_loader_options_t.field_options). */
