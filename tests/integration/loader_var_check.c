@@ -266,8 +266,8 @@ static void on_log(void *ctx, int level, const char *message) {
     pthread_mutex_lock(&log_lock);
     if (level == DSC_LOG_ERROR)
         snprintf(last_error, sizeof last_error, "%s", message);
-    if (level == DSC_LOG_ERROR && strstr(message, "shard 0 chunk 1: ") != NULL &&
-        strstr(message, "no other replica") != NULL)
+    if (level == DSC_LOG_ERROR && strstr(message, "shard 0 (") != NULL &&
+        strstr(message, " chunk 1: ") != NULL && strstr(message, "no other replica") != NULL)
         named_chunk = 1;
     const char *slots = strstr(message, " slots of ");
     if (level == DSC_LOG_INFO && slots != NULL)
