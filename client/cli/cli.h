@@ -15,6 +15,11 @@ typedef int (*dsc_cmd_fn)(int argc, char **argv);
 
 /* ---- Commands (add one line here and one line in main.c's table) ---------------------- */
 int dsc_cmd_ingest(int argc, char **argv);
+/* ingest's forms for other formats (ingest_wds.c, ingest_megatron.c, ingest_mds.c; argv[0] is
+ * the form's name), dispatched by dsc_cmd_ingest */
+int dsc_cmd_ingest_webdataset(int argc, char **argv);
+int dsc_cmd_ingest_megatron(int argc, char **argv);
+int dsc_cmd_ingest_mds(int argc, char **argv);
 int dsc_cmd_inspect(int argc, char **argv);
 int dsc_cmd_get(int argc, char **argv);
 int dsc_cmd_stat(int argc, char **argv);

@@ -283,6 +283,11 @@ uint64_t dsc_wds_reader_skipped_files(const dsc_wds_reader_t *r) {
     return r->skipped_files;
 }
 
+uint64_t dsc_wds_reader_position(const dsc_wds_reader_t *r) {
+    la_int64_t n = archive_filter_bytes(r->archive, -1);
+    return n > 0 ? (uint64_t)n : 0;
+}
+
 void dsc_wds_reader_close(dsc_wds_reader_t *r) {
     if (r == NULL)
         return;

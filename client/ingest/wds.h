@@ -57,6 +57,8 @@ const char *dsc_wds_reader_key(const dsc_wds_reader_t *reader);
 /* Bytes of file data read so far and files skipped (no key/extension form, not regular). */
 uint64_t dsc_wds_reader_bytes(const dsc_wds_reader_t *reader);
 uint64_t dsc_wds_reader_skipped_files(const dsc_wds_reader_t *reader);
+/* Bytes consumed from the underlying file or buffer so far (for progress). */
+uint64_t dsc_wds_reader_position(const dsc_wds_reader_t *reader);
 /* Closes and frees; NULL is a no-op. */
 void dsc_wds_reader_close(dsc_wds_reader_t *reader);
 
