@@ -3,7 +3,9 @@
 # for --compress none, lz4 and lz4hc on a ~500 MB dataset in a temporary directory (removed at
 # the end), printed as a table; with the lz4 tool installed, `lz4 -b` figures on one chunk of
 # the same data for reference.
-# Usage: tests/bench/bench_ingest.sh [BUILD_DIR]    (default build/; BENCH_MB=500, BENCH_TMP=/tmp)
+# Then the other formats (webdataset, megatron, mds) beside a plain copy of their source bytes.
+# Usage: tests/bench/bench_ingest.sh [BUILD_DIR]    (default build/; BENCH_MB=500, BENCH_TMP=/tmp,
+#        BENCH_FORMAT_MB=100, BENCH_FORMATS_ONLY=1 to run only the formats)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
@@ -15,6 +17,7 @@ samples=$((mb * 1000000 / sample_bytes))
 work=$(mktemp -d "${BENCH_TMP:-/tmp}/bench_ingest.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
+if [ "${BENCH_FORMATS_ONLY:-0}" != 1 ]; then # BENCH_FORMATS_ONLY=1: only the section below
 echo "dscache ingest synthetic: $samples samples of $sample_bytes bytes ($((samples * sample_bytes / 1000000)) MB raw), chunk 1M, shard 64M, $(nproc) cores"
 printf '%-12s %10s %10s %7s %8s %9s\n' compress "raw MB" "stored MB" ratio seconds "MB/s"
 for mode in none lz4 lz4hc; do
@@ -49,6 +52,7 @@ if command -v lz4 >/dev/null 2>&1 && [ -s "$work/chunk.bin" ]; then
         printf 'lz4 -b%-3s %s\n' "$level" \
             "$(lz4 -b"$level" -i2 "$work/chunk.bin" 2>&1 | tr '\r' '\n' | grep 'MB/s' | tail -1 | sed 's/^.*: *//')"
     done
+fi
 fi
 
 # ---- other formats: webdataset, megatron, mds (issue 18) ------------------------------------
