@@ -215,8 +215,11 @@ int ingest_run_begin(const char *cmd, const ingest_options_t *opt, const ingest_
                      uint32_t count, const char *meta_json, uint64_t source_bytes,
                      ingest_run_t **out) {
     *out = NULL;
-    if (count == 0 || count > INGEST_MAX_FIELDS)
+    if (count == 0)
         return dsc_cli_fail(cmd, "no field to ingest");
+    if (count > DSC_MAX_FIELDS)
+        return dsc_cli_fail(cmd, "%u fields, more than the %d a dataset holds: select some with "
+                            "--field", count, DSC_MAX_FIELDS);
     ingest_run_t *run = calloc(1, sizeof *run);
     if (run == NULL)
         return dsc_cli_fail(cmd, "%s", dsc_strerror(DSC_ENOMEM));
