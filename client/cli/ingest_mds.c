@@ -22,9 +22,12 @@ static void print_help(void) {
         "  int, int8..int64, uint8..uint32, float16/32/64   a scalar of that type (int: i64)\n"
         "  uint64                       i64, bits unchanged (dscache has no u64; a note says so)\n"
         "  ndarray:DTYPE:D0,D1,...      a fixed-shape array DTYPE[D0,D1,...]\n"
+        "  ndarray, ndarray:DTYPE       dtype and shape stored per sample: DTYPE[shape] when\n"
+        "                               all agree, else DTYPE[?,...] (a variable leading\n"
+        "                               dimension; dtype and later dimensions must agree)\n"
         "  bytes, str, jpeg, png, pil, pkl, json, str_int, str_float, str_decimal\n"
         "                               u8[]: the encoded bytes as stored (str: UTF-8 text)\n"
-        "An ndarray without a fixed dtype and shape, and other encodings, are refused.\n"
+        "Other encodings are refused.\n"
         "\n"
         "      --field COLUMN[:NAME]   ingest only these columns (repeat; in this order),\n"
         "                              optionally renamed\n"
@@ -82,6 +85,54 @@ static int load_shard(const char *dir, const dsc_mds_shard_info_t *info, uint8_t
     return 0;
 }
 
+/* A dynamic ndarray column's common dtype and shape, found by a first pass over the shards. */
+typedef struct dyn_ref {
+    int have, dtype, same_shape;
+    uint32_t ndim;
+    uint64_t shape[DSC_MDS_MAX_DIMS];
+} dyn_ref_t;
+
+/* Checks a dynamic ndarray value against its reference (when there is one); fills *out with the
+ * array's values. final: against the settled field (fixed shape included). Returns 0 or 1 (bad,
+ * why says what). */
+static int check_dynamic(const dsc_mds_column_t *col, const dyn_ref_t *ref,
+                         const ingest_field_t *field, int final, const dsc_mds_value_t *v,
+                         ingest_value_t *out, dyn_ref_t *seen, char *why, size_t why_len) {
+    int dtype;
+    uint32_t ndim;
+    uint64_t shape[DSC_MDS_MAX_DIMS], off;
+    const char *problem;
+    if (dsc_mds_ndarray(col, v->data, v->bytes, &dtype, &ndim, shape, &off, &problem) < 0) {
+        snprintf(why, why_len, "column '%s': %s", col->name, problem);
+        return 1;
+    }
+    if (ref->have) {
+        int differ = dtype != ref->dtype || ndim != ref->ndim;
+        for (uint32_t i = 1; !differ && i < ndim; i++)
+            differ = shape[i] != ref->shape[i];
+        if (final && !differ && field->dims[0] != 0)
+            differ = shape[0] != field->dims[0];
+        if (differ) {
+            snprintf(why, why_len,
+                     "column '%s': a %s array of %u dimensions, earlier samples have %s with %u "
+                     "(and the same dimensions after the first)",
+                     col->name, dsc_dtype_name(dtype), ndim, dsc_dtype_name(ref->dtype),
+                     ref->ndim);
+            return 1;
+        }
+    }
+    if (out != NULL) {
+        out->data = v->data + off;
+        out->bytes = v->bytes - off;
+    }
+    if (seen != NULL) {
+        seen->dtype = dtype;
+        seen->ndim = ndim;
+        memcpy(seen->shape, shape, sizeof shape);
+    }
+    return 0;
+}
+
 int dsc_cmd_ingest_mds(int argc, char **argv) {
     static const struct option options[] = {
         INGEST_COMMON_OPTIONS, {"field", required_argument, NULL, 2001}, {NULL, 0, NULL, 0}};
@@ -136,6 +187,9 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
     uint32_t column_of[INGEST_MAX_FIELDS];
     ingest_field_t fields[INGEST_MAX_FIELDS];
     uint32_t field_count = selected_count ? selected_count : index.column_count;
+    int have_dynamic = 0;
+    dyn_ref_t refs[INGEST_MAX_FIELDS];
+    memset(refs, 0, sizeof refs);
     memset(fields, 0, sizeof fields);
     for (uint32_t f = 0; f < field_count; f++) {
         char column[64] = "", rename[64] = "";
@@ -169,12 +223,83 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
             field->ndim = mc->ndim;
             for (uint32_t i = 0; i < mc->ndim; i++)
                 field->dims[i] = mc->dims[i];
+        } else if (mc->kind == DSC_MDS_NDARRAY_DYN) {
+            have_dynamic = 1; /* dtype and shape settled by the first pass */
         }
         for (uint32_t g = 0; g < f; g++)
             if (strcmp(fields[g].name, field->name) == 0) {
                 exit_code = dsc_cli_usage(CMD, "two fields named '%s'", field->name);
                 goto cleanup;
             }
+    }
+    if (have_dynamic) { /* first pass: the dynamic ndarrays' dtype and shape */
+        for (uint32_t s = 0; s < index.shard_count; s++) {
+            char path[4096 + 256], why[512];
+            size_t raw_len = 0;
+            const char *problem = NULL;
+            dsc_mds_shard_t shard;
+            rc = load_shard(dir, &index.shards[s], &raw, &raw_len, path, sizeof path, why,
+                            sizeof why);
+            if (rc == 0)
+                rc = dsc_mds_shard_open(raw, raw_len, index.shards[s].samples, &shard, &problem);
+            if (rc < 0) {
+                free(raw);
+                raw = NULL;
+                if (opt.skip_bad)
+                    continue; /* the second pass counts it */
+                dsc_cli_fail(CMD, "%s: shard %u: %s (--skip-bad skips bad samples)", path, s,
+                             problem ? problem : why);
+                goto cleanup;
+            }
+            for (uint32_t i = 0; i < shard.samples; i++) {
+                dsc_mds_value_t values[DSC_MDS_MAX_COLUMNS];
+                dyn_ref_t seen[INGEST_MAX_FIELDS];
+                int bad = dsc_mds_sample(&shard, &index, i, values, &problem) < 0;
+                if (bad)
+                    snprintf(why, sizeof why, "%s", problem);
+                for (uint32_t f = 0; !bad && f < field_count; f++) {
+                    const dsc_mds_column_t *col = &index.columns[column_of[f]];
+                    if (col->kind == DSC_MDS_NDARRAY_DYN)
+                        bad = check_dynamic(col, &refs[f], &fields[f], 0, &values[column_of[f]],
+                                            NULL, &seen[f], why, sizeof why);
+                }
+                if (bad) {
+                    if (opt.skip_bad)
+                        continue;
+                    dsc_cli_fail(CMD, "%s: sample %u: %s (--skip-bad skips bad samples)", path, i,
+                                 why);
+                    goto cleanup;
+                }
+                for (uint32_t f = 0; f < field_count; f++) {
+                    if (index.columns[column_of[f]].kind != DSC_MDS_NDARRAY_DYN)
+                        continue;
+                    if (!refs[f].have) {
+                        refs[f] = seen[f];
+                        refs[f].have = 1;
+                        refs[f].same_shape = 1;
+                    } else if (seen[f].shape[0] != refs[f].shape[0]) {
+                        refs[f].same_shape = 0;
+                    }
+                }
+            }
+            free(raw);
+            raw = NULL;
+        }
+        for (uint32_t f = 0; f < field_count; f++) {
+            if (index.columns[column_of[f]].kind != DSC_MDS_NDARRAY_DYN)
+                continue;
+            if (!refs[f].have) {
+                dsc_cli_fail(CMD, "%s: column '%s': no good sample to learn its dtype and shape",
+                             index_path, index.columns[column_of[f]].name);
+                goto cleanup;
+            }
+            fields[f].dtype = refs[f].dtype;
+            fields[f].ndim = refs[f].ndim;
+            for (uint32_t i = 0; i < refs[f].ndim; i++)
+                fields[f].dims[i] = refs[f].shape[i];
+            if (!refs[f].same_shape)
+                fields[f].dims[0] = 0;
+        }
     }
     uint64_t source_bytes = 0;
     for (uint32_t s = 0; s < index.shard_count; s++)
@@ -190,7 +315,7 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
     uint64_t done = 0, ordinal = 0;
     for (uint32_t s = 0; s < index.shard_count; s++) {
         const dsc_mds_shard_info_t *info = &index.shards[s];
-        char path[4096 + 256], why[256], who[96];
+        char path[4096 + 256], why[512], who[96];
         size_t raw_len = 0;
         snprintf(who, sizeof who, "shard %u (%llu samples)", s,
                  (unsigned long long)info->samples);
@@ -219,9 +344,21 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
                 continue;
             }
             ingest_value_t out[INGEST_MAX_FIELDS];
-            for (uint32_t f = 0; f < field_count; f++) {
+            int bad = 0;
+            for (uint32_t f = 0; f < field_count && !bad; f++) {
+                const dsc_mds_column_t *col = &index.columns[column_of[f]];
                 out[f].data = values[column_of[f]].data;
                 out[f].bytes = values[column_of[f]].bytes;
+                if (col->kind == DSC_MDS_NDARRAY_DYN)
+                    bad = check_dynamic(col, &refs[f], &fields[f], 1, &values[column_of[f]],
+                                        &out[f], NULL, why, sizeof why);
+            }
+            if (bad) {
+                snprintf(who, sizeof who, "sample %u (dataset sample %llu)", i,
+                         (unsigned long long)ordinal);
+                if (ingest_run_bad(run, path, who, 1, "%s", why) != 0)
+                    goto cleanup;
+                continue;
             }
             if (ingest_run_add(run, out) != 0)
                 goto cleanup;

@@ -63,20 +63,32 @@ static int classify(dsc_mds_column_t *c, char *why, size_t why_len) {
         c->size = (uint64_t)dsc_dtype_size(dtype);
         return 0;
     }
+    if (strcmp(e, "ndarray") == 0) {
+        c->kind = DSC_MDS_NDARRAY_DYN;
+        c->dtype = 0;
+        c->size = 0;
+        return 0;
+    }
     if (strncmp(e, "ndarray:", 8) == 0) {
         char dtype_name[16];
         const char *p = e + 8, *colon = strchr(p, ':');
-        if (colon == NULL || (size_t)(colon - p) >= sizeof dtype_name)
-            goto dynamic;
-        memcpy(dtype_name, p, (size_t)(colon - p));
-        dtype_name[colon - p] = '\0';
+        size_t name_len = colon ? (size_t)(colon - p) : strlen(p);
+        if (name_len >= sizeof dtype_name)
+            return fail(why, why_len, DSC_ENOTSUP, "ndarray dtype in '%s' is unknown", e);
+        memcpy(dtype_name, p, name_len);
+        dtype_name[name_len] = '\0';
         dtype = scalar_dtype(dtype_name);
         if (dtype == 0 || strcmp(dtype_name, "int") == 0)
             return fail(why, why_len, DSC_ENOTSUP, "ndarray dtype '%s' is not one of int8..int64, "
                         "uint8..uint64, float16/32/64", dtype_name);
-        c->kind = DSC_MDS_NDARRAY;
         c->dtype = dtype;
         c->u64_as_i64 = strcmp(dtype_name, "uint64") == 0;
+        if (colon == NULL) { /* a fixed dtype, the shape stored per value */
+            c->kind = DSC_MDS_NDARRAY_DYN;
+            c->size = 0;
+            return 0;
+        }
+        c->kind = DSC_MDS_NDARRAY;
         uint64_t elements = 1;
         p = colon + 1;
         c->ndim = 0;
@@ -94,17 +106,11 @@ static int classify(dsc_mds_column_t *c, char *why, size_t why_len) {
             p = *end == ',' ? end + 1 : end;
         }
         if (c->ndim == 0)
-            goto dynamic;
+            return fail(why, why_len, DSC_ENOTSUP, "ndarray shape in '%s' is empty", e);
         c->size = elements * (uint64_t)dsc_dtype_size(dtype);
         return 0;
     }
-    if (strcmp(e, "ndarray") == 0)
-        goto dynamic;
     return fail(why, why_len, DSC_ENOTSUP, "unknown encoding '%s'", e);
-dynamic:
-    return fail(why, why_len, DSC_ENOTSUP,
-                "encoding '%s': only an ndarray with a fixed dtype and shape "
-                "(ndarray:DTYPE:D0,D1,...) is supported", e);
 }
 
 /* A plain file name: no '/', not empty, "." or "..". */
@@ -373,5 +379,82 @@ int dsc_mds_sample(const dsc_mds_shard_t *shard, const dsc_mds_index_t *index, u
         *problem = "bytes left after the last column";
         return DSC_ECORRUPT;
     }
+    return 0;
+}
+
+static int value_dtype(unsigned code) {
+    switch (code) {
+    case 8:
+        return DSC_DTYPE_U8;
+    case 9:
+        return DSC_DTYPE_I8;
+    case 16:
+        return DSC_DTYPE_U16;
+    case 17:
+        return DSC_DTYPE_I16;
+    case 18:
+        return DSC_DTYPE_F16;
+    case 32:
+        return DSC_DTYPE_U32;
+    case 33:
+        return DSC_DTYPE_I32;
+    case 34:
+        return DSC_DTYPE_F32;
+    case 64:
+    case 65:
+        return DSC_DTYPE_I64;
+    case 66:
+        return DSC_DTYPE_F64;
+    default:
+        return 0;
+    }
+}
+
+int dsc_mds_ndarray(const dsc_mds_column_t *column, const uint8_t *data, uint64_t len, int *dtype,
+                    uint32_t *ndim, uint64_t shape[DSC_MDS_MAX_DIMS], uint64_t *values_off,
+                    const char **problem) {
+    uint64_t at = 0;
+    *problem = NULL;
+    *dtype = column->dtype;
+    if (*dtype == 0) {
+        if (len < 1 || (*dtype = value_dtype(data[0])) == 0) {
+            *problem = "ndarray: missing or unknown dtype code";
+            return DSC_ECORRUPT;
+        }
+        at = 1;
+    }
+    if (at >= len) {
+        *problem = "ndarray: missing its shape";
+        return DSC_ECORRUPT;
+    }
+    unsigned byte = data[at++];
+    *ndim = byte >> 2;
+    unsigned width = 1u << (byte & 3);
+    if (*ndim < 1 || *ndim > DSC_MDS_MAX_DIMS) {
+        *problem = "ndarray: 0 or more than 8 dimensions";
+        return DSC_ECORRUPT;
+    }
+    if (len - at < (uint64_t)*ndim * width) {
+        *problem = "ndarray: shorter than its shape";
+        return DSC_ECORRUPT;
+    }
+    uint64_t elements = 1;
+    for (uint32_t i = 0; i < *ndim; i++) {
+        uint64_t d = 0;
+        for (unsigned b = width; b-- > 0;)
+            d = d << 8 | data[at + b];
+        at += width;
+        if (d == 0 || d > UINT32_MAX || elements > UINT64_MAX / 16 / d) {
+            *problem = "ndarray: a zero or oversized dimension";
+            return DSC_ECORRUPT;
+        }
+        shape[i] = d;
+        elements *= d;
+    }
+    if (len - at != elements * (uint64_t)dsc_dtype_size(*dtype)) {
+        *problem = "ndarray: values disagree with the shape";
+        return DSC_ECORRUPT;
+    }
+    *values_off = at;
     return 0;
 }

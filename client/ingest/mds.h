@@ -15,13 +15,14 @@ typedef enum {
     DSC_MDS_BYTES = 1, /* bytes, str, jpeg, png, pil, pkl, json, str_int/float/decimal: u8[] */
     DSC_MDS_SCALAR,    /* int, int8..int64, uint8..uint64, float16/32/64: one value */
     DSC_MDS_NDARRAY,   /* ndarray:DTYPE:D0,D1,...: a fixed-shape array */
+    DSC_MDS_NDARRAY_DYN, /* ndarray or ndarray:DTYPE: dtype and/or shape stored per value */
 } dsc_mds_kind_t;
 
 typedef struct dsc_mds_column {
     char name[64];
     char encoding[64];
     int kind;          /* dsc_mds_kind_t */
-    int dtype;         /* DSC_DTYPE_* (DSC_DTYPE_U8 for bytes) */
+    int dtype;         /* DSC_DTYPE_* (DSC_DTYPE_U8 for bytes; 0: a dynamic ndarray's dtype) */
     int u64_as_i64;    /* uint64 stored as i64, bits unchanged (dscache has no u64) */
     uint32_t ndim;     /* ndarray only */
     uint32_t dims[DSC_MDS_MAX_DIMS];
@@ -83,5 +84,16 @@ typedef struct dsc_mds_value {
  * range) or DSC_ECORRUPT (sizes disagree with the sample's length; *problem says which). */
 int dsc_mds_sample(const dsc_mds_shard_t *shard, const dsc_mds_index_t *index, uint32_t i,
                    dsc_mds_value_t *values, const char **problem);
+
+/* The header of a dynamic ndarray value (encoding "ndarray" or "ndarray:DTYPE"): a dtype code
+ * byte when the encoding names none (8 uint8, 9 int8, 16 uint16, 17 int16, 18 float16, 32
+ * uint32, 33 int32, 34 float32, 64 uint64, 65 int64, 66 float64), a byte ndim << 2 | width
+ * (shape values of 1, 2, 4 or 8 bytes), ndim shape values, then the array's values. Returns 0
+ * with *dtype (DSC_DTYPE_*; uint64 as i64), *ndim (1..DSC_MDS_MAX_DIMS), shape and *values_off;
+ * DSC_ECORRUPT when it does not parse or the values are not prod(shape) x itemsize bytes
+ * (*problem says which). Pure; never reads outside data[0..len). */
+int dsc_mds_ndarray(const dsc_mds_column_t *column, const uint8_t *data, uint64_t len, int *dtype,
+                    uint32_t *ndim, uint64_t shape[DSC_MDS_MAX_DIMS], uint64_t *values_off,
+                    const char **problem);
 
 #endif

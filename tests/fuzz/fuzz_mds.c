@@ -1,6 +1,7 @@
 /* libFuzzer target for the MosaicML MDS reader: the input is parsed as an index.json and, with a
  * fixed index of every column kind, as a decompressed shard; nothing reads out of bounds and
  * every accepted sample's column values lie inside the sample. */
+#include "dscache_base.h"
 #include "mds.h"
 
 #include <stdint.h>
@@ -10,9 +11,9 @@
 static const char fixed_index[] =
     "{\"version\":2,\"shards\":[{\"format\":\"mds\",\"version\":2,\"compression\":null,"
     "\"samples\":3,\"raw_data\":{\"basename\":\"shard.00000.mds\",\"bytes\":1},\"zip_data\":null,"
-    "\"column_names\":[\"a\",\"b\",\"c\",\"d\"],"
-    "\"column_encodings\":[\"bytes\",\"int\",\"ndarray:int16:2,3\",\"str\"],"
-    "\"column_sizes\":[null,8,12,null]}]}";
+    "\"column_names\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\"],"
+    "\"column_encodings\":[\"bytes\",\"int\",\"ndarray:int16:2,3\",\"str\",\"ndarray\","
+    "\"ndarray:uint16\"],\"column_sizes\":[null,8,12,null,null,null]}]}";
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *buf = malloc(size ? size : 1);
@@ -47,6 +48,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         abort();
                 if (values[1].bytes != 8 || values[2].bytes != 12)
                     abort();
+                for (uint32_t c = 4; c < 6; c++) {
+                    int dtype;
+                    uint32_t ndim;
+                    uint64_t shape[DSC_MDS_MAX_DIMS], off;
+                    if (dsc_mds_ndarray(&fixed.columns[c], values[c].data, values[c].bytes,
+                                        &dtype, &ndim, shape, &off, &problem) == 0) {
+                        uint64_t n = (uint64_t)dsc_dtype_size(dtype);
+                        for (uint32_t d = 0; d < ndim; d++)
+                            n *= shape[d];
+                        if (off > values[c].bytes || values[c].bytes - off != n || ndim == 0)
+                            abort();
+                    } else if (problem == NULL) {
+                        abort();
+                    }
+                }
             } else if (problem == NULL) {
                 abort();
             }

@@ -60,7 +60,7 @@ def main(argv):
     elif kind == "mds":
         src = S.mds_samples(int(args[0]))
         for col in S.MDS_COLUMNS:
-            same(col, field(d, col), [S.mds_encode(col, s[col]) for s in src])
+            same(col, field(d, col), [S.mds_stored(col, s[col]) for s in src])
     for b in bad:
         print(b)
     return 1 if bad else 0

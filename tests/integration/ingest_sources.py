@@ -124,7 +124,7 @@ def write_megatron(prefix, docs=40, dtype="uint16", damage=None, seed=2):
 
 MDS_COLUMNS = {"image": "jpeg", "label": "int", "small": "uint8", "score": "float32",
                "text": "str", "blob": "bytes", "vec": "ndarray:int16:2,3", "half": "float16",
-               "big": "int64", "count": "uint32"}
+               "big": "int64", "count": "uint32", "feat": "ndarray:float32", "any": "ndarray"}
 MDS_SIZES = {"int": 8, "uint8": 1, "float32": 4, "ndarray:int16:2,3": 12, "float16": 2,
              "int64": 8, "uint32": 4}
 
@@ -145,11 +145,35 @@ def mds_samples(n, seed=3):
             "half": np.float16(rng.standard_normal()),
             "big": np.int64(rng.integers(-2**62, 2**62)),
             "count": np.uint32(rng.integers(0, 2**32)),
+            "feat": rng.standard_normal((int(rng.integers(1, 5)), 3)).astype(np.float32),
+            "any": rng.integers(-9, 9, int(rng.integers(1, 300))).astype(np.int32),
         })
     return out
 
 
+NDARRAY_DTYPE_CODES = {"uint8": 8, "int8": 9, "uint16": 16, "int16": 17, "float16": 18,
+                       "uint32": 32, "int32": 33, "float32": 34, "uint64": 64, "int64": 65,
+                       "float64": 66}
+
+
 def mds_encode(name, value):
+    """The bytes MDSWriter stores for column `name` (Streaming's NDArray layout for a dynamic
+    ndarray: [dtype code] [ndim << 2 | shape width] [shape] [values])."""
+    if isinstance(value, bytes):
+        return value
+    enc = MDS_COLUMNS[name]
+    if enc in ("ndarray", "ndarray:" + value.dtype.name):
+        head = b"" if enc != "ndarray" else bytes([NDARRAY_DTYPE_CODES[value.dtype.name]])
+        shape = np.array(value.shape, np.int64)
+        width = 0 if shape.max() < 256 else 1 if shape.max() < 65536 else 2
+        head += bytes([(value.ndim << 2) | width])
+        head += shape.astype(["uint8", "uint16", "uint32"][width]).tobytes()
+        return head + value.tobytes()
+    return np.asarray(value).tobytes()
+
+
+def mds_stored(name, value):
+    """What dscache stores for that column: the encoded bytes, or an ndarray's values."""
     if isinstance(value, bytes):
         return value
     return np.asarray(value).tobytes()

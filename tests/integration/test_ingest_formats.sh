@@ -80,7 +80,7 @@ dump "$work/ds-mds" "$work/d-mds"
 check mds "$work/d-mds" 60 && pass "mds: raw shards"
 if command -v zstd >/dev/null 2>&1; then
     "$PY" "$HERE/ingest_sources.py" mds "$work/mdsz" --samples 60 --zstd
-    expect 0 "schema: big:i64,blob:u8\[\],count:u32,half:f16,image:u8\[\],label:i64,score:f32,small:u8,text:u8\[\],vec:i16\[2,3\]" \
+    expect 0 "schema: any:i32\[\],big:i64,blob:u8\[\],count:u32,feat:f32\[\?,3\],half:f16,image:u8\[\],label:i64,score:f32,small:u8,text:u8\[\],vec:i16\[2,3\]" \
         "$CLI" ingest mds -o "$work/ds-mdsz" "$work/mdsz"
     dump "$work/ds-mdsz" "$work/d-mdsz"
     check mds "$work/d-mdsz" 60 && pass "mds: zstd shards"

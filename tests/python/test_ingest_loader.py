@@ -107,5 +107,7 @@ for i, b, k in each("mds"):
     ok = ok and np.array_equal(np_(b["vec"])[k], s["vec"])
     ok = ok and np_(b["score"])[k].tobytes() == s["score"].tobytes()
     ok = ok and int(np_(b["count"])[k]) == int(s["count"])
+    ok = ok and np.array_equal(var(b, "feat", k), s["feat"])
+    ok = ok and np.array_equal(var(b, "any", k), s["any"])
 t.check(ok and seen == set(range(40)), "mds: every sample once, columns equal")
 sys.exit(t.done())

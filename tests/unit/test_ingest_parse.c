@@ -272,7 +272,8 @@ static void test_mds(void) {
         const char *from, *to;
         int rc;
     } edits[] = {
-        {"\"ndarray:uint8:2,2\"", "\"ndarray\"", DSC_ENOTSUP},
+        {"\"ndarray:uint8:2,2\"", "\"ndarray\"", DSC_EBADMANIFEST}, /* declared size 4 */
+        {"\"ndarray:uint8:2,2\"", "\"ndarray:complex64:2,2\"", DSC_ENOTSUP},
         {"\"zstd:7\"", "\"gz\"", DSC_ENOTSUP},
         {"[null, 8, 4]", "[null, 8, 5]", DSC_EBADMANIFEST},
         {"shard.00000.mds\"", "../x.mds\"", DSC_EBADMANIFEST},
@@ -293,10 +294,43 @@ static void test_mds(void) {
         CHECK(dsc_mds_index_parse(index_json, len, &index, err, sizeof err) < 0);
 }
 
+static void test_mds_ndarray(void) {
+    dsc_mds_column_t dyn, typed;
+    memset(&dyn, 0, sizeof dyn);
+    memset(&typed, 0, sizeof typed);
+    dyn.kind = typed.kind = DSC_MDS_NDARRAY_DYN;
+    typed.dtype = DSC_DTYPE_I16;
+    /* "ndarray": int32 (33), 2 dims of u8 width, shape 2x1, 8 value bytes */
+    const uint8_t a[] = {33, 2 << 2 | 0, 2, 1, 1, 0, 0, 0, 2, 0, 0, 0};
+    int dtype;
+    uint32_t ndim;
+    uint64_t shape[DSC_MDS_MAX_DIMS], off;
+    const char *problem;
+    CHECK(dsc_mds_ndarray(&dyn, a, sizeof a, &dtype, &ndim, shape, &off, &problem) == 0);
+    CHECK(dtype == DSC_DTYPE_I32 && ndim == 2 && shape[0] == 2 && shape[1] == 1 && off == 4);
+    for (size_t len = 0; len < sizeof a; len++) /* every truncation refused with a reason */
+        CHECK(dsc_mds_ndarray(&dyn, a, len, &dtype, &ndim, shape, &off, &problem) ==
+                  DSC_ECORRUPT && problem != NULL);
+    /* "ndarray:int16": no dtype byte; a u16-wide shape of 3 */
+    const uint8_t b[] = {1 << 2 | 1, 3, 0, 1, 0, 2, 0, 3, 0};
+    CHECK(dsc_mds_ndarray(&typed, b, sizeof b, &dtype, &ndim, shape, &off, &problem) == 0);
+    CHECK(dtype == DSC_DTYPE_I16 && ndim == 1 && shape[0] == 3 && off == 3);
+    const uint8_t zero_dim[] = {33, 1 << 2, 0};
+    CHECK(dsc_mds_ndarray(&dyn, zero_dim, sizeof zero_dim, &dtype, &ndim, shape, &off,
+                          &problem) == DSC_ECORRUPT);
+    const uint8_t bad_code[] = {7, 1 << 2, 1, 0};
+    CHECK(dsc_mds_ndarray(&dyn, bad_code, sizeof bad_code, &dtype, &ndim, shape, &off,
+                          &problem) == DSC_ECORRUPT);
+    const uint8_t nine_dims[] = {8, 9 << 2};
+    CHECK(dsc_mds_ndarray(&dyn, nine_dims, sizeof nine_dims, &dtype, &ndim, shape, &off,
+                          &problem) == DSC_ECORRUPT);
+}
+
 int main(void) {
     test_wds_rules();
     test_wds_grouping();
     test_mmidx();
     test_mds();
+    test_mds_ndarray();
     TEST_DONE();
 }
