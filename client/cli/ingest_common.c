@@ -14,10 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef INGEST_HAVE_WRITER
-#define INGEST_HAVE_WRITER 0
-#endif
-
 #define BAD_NAMED_MAX 10
 
 struct ingest_run {
@@ -25,9 +21,7 @@ struct ingest_run {
     ingest_options_t opt;
     uint32_t field_count;
     ingest_field_t fields[INGEST_MAX_FIELDS];
-#if INGEST_HAVE_WRITER
-    dsc_writer_t *writer;
-#endif
+    dsc_writer_t *writer; /* NULL with --dry-run */
     uint64_t samples, skipped, bad_named, value_bytes, source_done;
     dsc_cli_progress_t progress;
     char notes[2048];
@@ -37,7 +31,7 @@ struct ingest_run {
 void ingest_options_init(ingest_options_t *opt) {
     memset(opt, 0, sizeof *opt);
     opt->compress = "lz4";
-    opt->level = 9;
+    opt->level = 0; /* the writer's default (9) */
     opt->shard_bytes = 64ull << 20;
     opt->chunk_bytes = 1u << 20;
 }
@@ -233,27 +227,26 @@ int ingest_run_begin(const char *cmd, const ingest_options_t *opt, const ingest_
     fflush(stdout);
     (void)meta_json;
     if (!opt->dry_run) {
-#if INGEST_HAVE_WRITER
         dsc_writer_options_t wopt;
         dsc_writer_options_init(&wopt, sizeof wopt);
         wopt.path = opt->out_dir;
         wopt.name = opt->name;
         wopt.fields = spec;
         wopt.compress = opt->compress;
-        wopt.level = opt->level;
+        wopt.level = strcmp(opt->compress, "lz4hc") == 0 ? opt->level : 0;
         wopt.shard_bytes = opt->shard_bytes;
         wopt.chunk_bytes = (uint32_t)opt->chunk_bytes;
         wopt.threads = opt->threads;
         wopt.meta_json = meta_json;
         int rc = dsc_writer_create(&wopt, &run->writer);
         if (rc < 0) {
+            char why[512] = "";
+            dsc_writer_last_error(NULL, why, sizeof why);
             free(run);
-            return dsc_cli_fail(cmd, "cannot create %s: %s", opt->out_dir, dsc_strerror(rc));
+            return dsc_cli_fail(cmd, "cannot create %s: %s%s%s", opt->out_dir,
+                                rc == -EEXIST ? "it exists already" : dsc_strerror(rc),
+                                why[0] ? ": " : "", why);
         }
-#else
-        free(run);
-        return dsc_cli_fail(cmd, "this build has no dataset writer yet (use --dry-run)");
-#endif
     }
     dsc_cli_progress_init(&run->progress, cmd, source_bytes);
     *out = run;
@@ -263,7 +256,6 @@ int ingest_run_begin(const char *cmd, const ingest_options_t *opt, const ingest_
 int ingest_run_add(ingest_run_t *run, const ingest_value_t *values) {
     for (uint32_t i = 0; i < run->field_count; i++)
         run->value_bytes += values[i].bytes;
-#if INGEST_HAVE_WRITER
     if (run->writer != NULL) {
         dsc_writer_value_t v[INGEST_MAX_FIELDS];
         for (uint32_t i = 0; i < run->field_count; i++) {
@@ -279,7 +271,6 @@ int ingest_run_add(ingest_run_t *run, const ingest_value_t *values) {
                                 dsc_strerror(rc), why[0] ? ": " : "", why);
         }
     }
-#endif
     run->samples++;
     return 0;
 }
@@ -344,7 +335,6 @@ int ingest_run_finish(ingest_run_t *run) {
         ingest_run_abort(run);
         return exit_code;
     }
-#if INGEST_HAVE_WRITER
     if (run->writer != NULL) {
         dsc_writer_stats_t stats;
         memset(&stats, 0, sizeof stats);
@@ -353,13 +343,14 @@ int ingest_run_finish(ingest_run_t *run) {
         run->writer = NULL;
         seconds = dsc_cli_progress_done(&run->progress);
         if (rc < 0) {
-            exit_code = dsc_cli_fail(run->cmd, "finishing %s: %s", run->opt.out_dir,
-                                     dsc_strerror(rc));
+            char why[512] = "";
+            dsc_writer_last_error(NULL, why, sizeof why);
+            exit_code = dsc_cli_fail(run->cmd, "finishing %s: %s%s%s", run->opt.out_dir,
+                                     dsc_strerror(rc), why[0] ? ": " : "", why);
             free(run);
             return exit_code;
         }
     }
-#endif
     double mb = (double)run->source_done / 1e6;
     printf("%s %llu samples, skipped %llu, source %.2f MB, values %.2f MB, %.2f s, %.1f MB/s%s%s\n",
            run->opt.dry_run ? "checked" : "ingested", (unsigned long long)run->samples,
@@ -374,8 +365,6 @@ void ingest_run_abort(ingest_run_t *run) {
     if (run == NULL)
         return;
     dsc_cli_progress_done(&run->progress);
-#if INGEST_HAVE_WRITER
     dsc_writer_abort(run->writer);
-#endif
     free(run);
 }

@@ -233,7 +233,8 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
             }
     }
     if (have_dynamic) { /* first pass: the dynamic ndarrays' dtype and shape */
-        for (uint32_t s = 0; s < index.shard_count; s++) {
+        uint64_t first_of_shard = 0;
+        for (uint32_t s = 0; s < index.shard_count; first_of_shard += index.shards[s++].samples) {
             char path[4096 + 256], why[512];
             size_t raw_len = 0;
             const char *problem = NULL;
@@ -247,7 +248,8 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
                 raw = NULL;
                 if (opt.skip_bad)
                     continue; /* the second pass counts it */
-                dsc_cli_fail(CMD, "%s: shard %u: %s (--skip-bad skips bad samples)", path, s,
+                dsc_cli_fail(CMD, "%s: shard %u (%llu samples): %s (--skip-bad skips bad samples)",
+                             path, s, (unsigned long long)index.shards[s].samples,
                              problem ? problem : why);
                 goto cleanup;
             }
@@ -266,8 +268,10 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
                 if (bad) {
                     if (opt.skip_bad)
                         continue;
-                    dsc_cli_fail(CMD, "%s: sample %u: %s (--skip-bad skips bad samples)", path, i,
-                                 why);
+                    dsc_cli_fail(CMD,
+                                 "%s: sample %u (dataset sample %llu): %s (--skip-bad skips bad "
+                                 "samples)",
+                                 path, i, (unsigned long long)(first_of_shard + i), why);
                     goto cleanup;
                 }
                 for (uint32_t f = 0; f < field_count; f++) {
