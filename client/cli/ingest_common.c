@@ -131,8 +131,8 @@ void ingest_field_spec(const ingest_field_t *f, char *buf, size_t len) {
 }
 
 static int name_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '.' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == '-';
 }
 
 int ingest_name_valid(const char *name) {
@@ -212,8 +212,10 @@ int ingest_run_begin(const char *cmd, const ingest_options_t *opt, const ingest_
     if (count == 0)
         return dsc_cli_fail(cmd, "no field to ingest");
     if (count > DSC_MAX_FIELDS)
-        return dsc_cli_fail(cmd, "%u fields, more than the %d a dataset holds: select some with "
-                            "--field", count, DSC_MAX_FIELDS);
+        return dsc_cli_fail(cmd,
+                            "%u fields, more than the %d a dataset holds: select some with "
+                            "--field",
+                            count, DSC_MAX_FIELDS);
     ingest_run_t *run = calloc(1, sizeof *run);
     if (run == NULL)
         return dsc_cli_fail(cmd, "%s", dsc_strerror(DSC_ENOMEM));
@@ -267,8 +269,8 @@ int ingest_run_add(ingest_run_t *run, const ingest_value_t *values) {
             char why[512] = "";
             dsc_writer_last_error(run->writer, why, sizeof why);
             dsc_cli_progress_done(&run->progress);
-            return dsc_cli_fail(run->cmd, "writing %s: %s%s%s", run->opt.out_dir,
-                                dsc_strerror(rc), why[0] ? ": " : "", why);
+            return dsc_cli_fail(run->cmd, "writing %s: %s%s%s", run->opt.out_dir, dsc_strerror(rc),
+                                why[0] ? ": " : "", why);
         }
     }
     run->samples++;

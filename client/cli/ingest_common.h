@@ -46,19 +46,19 @@ typedef struct ingest_options {
     {"dry-run", no_argument, NULL, 1008}, {"help", no_argument, NULL, 'h'}
 /* clang-format on */
 #define INGEST_COMMON_HELP                                                                         \
-    "Common options:\n"                                                                           \
+    "Common options:\n"                                                                            \
     "  -o, --output DIR       dataset directory to create (must not exist; it appears only when\n" \
-    "                         complete)\n"                                                        \
-    "      --name NAME        dataset name (default: DIR's base name)\n"                          \
-    "      --compress C       none, lz4 or lz4hc (default lz4)\n"                                 \
-    "      --level N          lz4hc level (default 9)\n"                                          \
-    "      --shard-size BYTES decoded bytes per shard file (default 64M)\n"                       \
-    "      --chunk-size BYTES decoded bytes per chunk (default 1M)\n"                             \
-    "      --threads N        compression threads (default: the cores)\n"                         \
-    "      --skip-bad         skip a bad sample (counted in the summary, the first ones named)\n" \
-    "                         instead of failing on it\n"                                         \
-    "      --dry-run          read and check every sample, print the schema and the summary,\n"   \
-    "                         write nothing (no -o needed)\n"                                     \
+    "                         complete)\n"                                                         \
+    "      --name NAME        dataset name (default: DIR's base name)\n"                           \
+    "      --compress C       none, lz4 or lz4hc (default lz4)\n"                                  \
+    "      --level N          lz4hc level (default 9)\n"                                           \
+    "      --shard-size BYTES decoded bytes per shard file (default 64M)\n"                        \
+    "      --chunk-size BYTES decoded bytes per chunk (default 1M)\n"                              \
+    "      --threads N        compression threads (default: the cores)\n"                          \
+    "      --skip-bad         skip a bad sample (counted in the summary, the first ones named)\n"  \
+    "                         instead of failing on it\n"                                          \
+    "      --dry-run          read and check every sample, print the schema and the summary,\n"    \
+    "                         write nothing (no -o needed)\n"                                      \
     "  -h, --help             this text\n"
 
 void ingest_options_init(ingest_options_t *opt);

@@ -116,8 +116,7 @@ static int check_dynamic(const dsc_mds_column_t *col, const dyn_ref_t *ref,
             snprintf(why, why_len,
                      "column '%s': a %s array of %u dimensions, earlier samples have %s with %u "
                      "(and the same dimensions after the first)",
-                     col->name, dsc_dtype_name(dtype), ndim, dsc_dtype_name(ref->dtype),
-                     ref->ndim);
+                     col->name, dsc_dtype_name(dtype), ndim, dsc_dtype_name(ref->dtype), ref->ndim);
             return 1;
         }
     }
@@ -307,8 +306,8 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
     }
     uint64_t source_bytes = 0;
     for (uint32_t s = 0; s < index.shard_count; s++)
-        source_bytes += index.shards[s].zstd ? index.shards[s].zip_bytes
-                                             : index.shards[s].raw_bytes;
+        source_bytes +=
+            index.shards[s].zstd ? index.shards[s].zip_bytes : index.shards[s].raw_bytes;
     if (ingest_run_begin(CMD, &opt, fields, field_count, NULL, source_bytes, &run) != 0)
         goto cleanup;
     for (uint32_t f = 0; f < field_count; f++)
@@ -321,8 +320,7 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
         const dsc_mds_shard_info_t *info = &index.shards[s];
         char path[4096 + 256], why[512], who[96];
         size_t raw_len = 0;
-        snprintf(who, sizeof who, "shard %u (%llu samples)", s,
-                 (unsigned long long)info->samples);
+        snprintf(who, sizeof who, "shard %u (%llu samples)", s, (unsigned long long)info->samples);
         rc = load_shard(dir, info, &raw, &raw_len, path, sizeof path, why, sizeof why);
         dsc_mds_shard_t shard;
         const char *problem = NULL;

@@ -98,8 +98,10 @@ static int parse_field_option(plan_t *plan, const char *arg) {
     snprintf(w->ext, sizeof w->ext, "%s", copy);
     snprintf(w->field.name, sizeof w->field.name, "%s", name && name[0] ? name : copy);
     if (!ingest_name_valid(w->field.name))
-        return dsc_cli_usage(CMD, "--field '%s': '%s' is not a valid field name "
-                             "(1-63 of A-Z a-z 0-9 _ . -)", arg, w->field.name);
+        return dsc_cli_usage(CMD,
+                             "--field '%s': '%s' is not a valid field name "
+                             "(1-63 of A-Z a-z 0-9 _ . -)",
+                             arg, w->field.name);
     if (type == NULL || strcmp(type, "auto") == 0)
         w->type = T_AUTO;
     else if (strcmp(type, "npy") == 0)
@@ -111,7 +113,8 @@ static int parse_field_option(plan_t *plan, const char *arg) {
     else
         return dsc_cli_usage(CMD, "--field '%s': TYPE is auto, npy, int or bytes", arg);
     for (uint32_t i = 0; i < plan->count; i++)
-        if (strcmp(plan->f[i].ext, w->ext) == 0 || strcmp(plan->f[i].field.name, w->field.name) == 0)
+        if (strcmp(plan->f[i].ext, w->ext) == 0 ||
+            strcmp(plan->f[i].field.name, w->field.name) == 0)
             return dsc_cli_usage(CMD, "--field '%s': extension or name given twice", arg);
     plan->count++;
     return 0;
@@ -166,8 +169,8 @@ static void note_ignored(plan_t *plan, const dsc_wds_sample_t *s) {
 /* Checks one sample against the plan. pass 1 (final == 0): the data may be a prefix, the plan's
  * references are updated when the sample is good (commit). pass 2 (final == 1): values are
  * filled (int_values holds the decoded labels). Returns 0 good, 1 bad (why says what). */
-static int check_sample(plan_t *plan, const dsc_wds_sample_t *s, int final,
-                        ingest_value_t *values, int64_t *int_values, char *why, size_t why_len) {
+static int check_sample(plan_t *plan, const dsc_wds_sample_t *s, int final, ingest_value_t *values,
+                        int64_t *int_values, char *why, size_t why_len) {
     dsc_npy_header_t headers[INGEST_MAX_FIELDS];
     if (s->duplicate != NULL) {
         snprintf(why, why_len, "two files with extension '%s'", s->duplicate);
@@ -316,8 +319,7 @@ static int tar_failure(ingest_run_t *run, const ingest_options_t *opt, const cha
         return dsc_cli_fail(CMD, "%s: %s: %s (%s; --skip-bad keeps what precedes it)", tar, who,
                             why, dsc_strerror(rc));
     }
-    return ingest_run_bad(run, tar, who, key[0] ? 1 : 0, "%s; the rest of this tar is lost",
-                          why);
+    return ingest_run_bad(run, tar, who, key[0] ? 1 : 0, "%s; the rest of this tar is lost", why);
 }
 
 int dsc_cmd_ingest_webdataset(int argc, char **argv) {

@@ -29,14 +29,14 @@ static const struct {
     const char *name;
     int dtype;
 } scalars[] = {
-    {"int", DSC_DTYPE_I64},     {"int8", DSC_DTYPE_I8},       {"int16", DSC_DTYPE_I16},
-    {"int32", DSC_DTYPE_I32},   {"int64", DSC_DTYPE_I64},     {"uint8", DSC_DTYPE_U8},
-    {"uint16", DSC_DTYPE_U16},  {"uint32", DSC_DTYPE_U32},    {"uint64", DSC_DTYPE_I64},
-    {"float16", DSC_DTYPE_F16}, {"float32", DSC_DTYPE_F32},   {"float64", DSC_DTYPE_F64},
+    {"int", DSC_DTYPE_I64},     {"int8", DSC_DTYPE_I8},     {"int16", DSC_DTYPE_I16},
+    {"int32", DSC_DTYPE_I32},   {"int64", DSC_DTYPE_I64},   {"uint8", DSC_DTYPE_U8},
+    {"uint16", DSC_DTYPE_U16},  {"uint32", DSC_DTYPE_U32},  {"uint64", DSC_DTYPE_I64},
+    {"float16", DSC_DTYPE_F16}, {"float32", DSC_DTYPE_F32}, {"float64", DSC_DTYPE_F64},
 };
 
-static const char *const byte_encodings[] = {"bytes", "str", "jpeg", "png", "pil", "pkl",
-                                             "json", "str_int", "str_float", "str_decimal"};
+static const char *const byte_encodings[] = {
+    "bytes", "str", "jpeg", "png", "pil", "pkl", "json", "str_int", "str_float", "str_decimal"};
 
 static int scalar_dtype(const char *name) {
     for (size_t i = 0; i < sizeof scalars / sizeof scalars[0]; i++)
@@ -79,8 +79,10 @@ static int classify(dsc_mds_column_t *c, char *why, size_t why_len) {
         dtype_name[name_len] = '\0';
         dtype = scalar_dtype(dtype_name);
         if (dtype == 0 || strcmp(dtype_name, "int") == 0)
-            return fail(why, why_len, DSC_ENOTSUP, "ndarray dtype '%s' is not one of int8..int64, "
-                        "uint8..uint64, float16/32/64", dtype_name);
+            return fail(why, why_len, DSC_ENOTSUP,
+                        "ndarray dtype '%s' is not one of int8..int64, "
+                        "uint8..uint64, float16/32/64",
+                        dtype_name);
         c->dtype = dtype;
         c->u64_as_i64 = strcmp(dtype_name, "uint64") == 0;
         if (colon == NULL) { /* a fixed dtype, the shape stored per value */
@@ -97,8 +99,10 @@ static int classify(dsc_mds_column_t *c, char *why, size_t why_len) {
             unsigned long long d = strtoull(p, &end, 10);
             if (end == p || d == 0 || d > UINT32_MAX || (*end != ',' && *end != '\0') ||
                 c->ndim == DSC_MDS_MAX_DIMS)
-                return fail(why, why_len, DSC_ENOTSUP, "ndarray shape in '%s' is not 1 to %d "
-                            "dimensions >= 1", e, DSC_MDS_MAX_DIMS);
+                return fail(why, why_len, DSC_ENOTSUP,
+                            "ndarray shape in '%s' is not 1 to %d "
+                            "dimensions >= 1",
+                            e, DSC_MDS_MAX_DIMS);
             if (elements > UINT64_MAX / 16 / d)
                 return fail(why, why_len, DSC_ENOTSUP, "ndarray shape in '%s' is too large", e);
             elements *= d;
@@ -159,8 +163,8 @@ static int parse_columns(const cJSON *shard, uint32_t s, dsc_mds_index_t *out, c
                     "shard %u: 1 to %d columns with as many encodings and sizes expected", s,
                     DSC_MDS_MAX_COLUMNS);
     if (s > 0 && (uint32_t)n != out->column_count)
-        return fail(err, err_len, DSC_EBADMANIFEST, "shard %u: %d columns, shard 0 has %u", s,
-                    n, out->column_count);
+        return fail(err, err_len, DSC_EBADMANIFEST, "shard %u: %d columns, shard 0 has %u", s, n,
+                    out->column_count);
     for (int i = 0; i < n; i++) {
         dsc_mds_column_t c;
         memset(&c, 0, sizeof c);
@@ -168,8 +172,8 @@ static int parse_columns(const cJSON *shard, uint32_t s, dsc_mds_index_t *out, c
             c.name[0] == '\0')
             return fail(err, err_len, DSC_EBADMANIFEST, "shard %u: column %d: bad name", s, i);
         if (copy_string(c.encoding, sizeof c.encoding, cJSON_GetArrayItem(encs, i)) < 0)
-            return fail(err, err_len, DSC_EBADMANIFEST, "shard %u: column '%s': bad encoding",
-                        s, c.name);
+            return fail(err, err_len, DSC_EBADMANIFEST, "shard %u: column '%s': bad encoding", s,
+                        c.name);
         char why[160];
         int rc = classify(&c, why, sizeof why);
         if (rc < 0)
@@ -240,8 +244,9 @@ int dsc_mds_index_parse(const char *json, size_t len, dsc_mds_index_t *out, char
         const cJSON *sv = cJSON_GetObjectItemCaseSensitive(shard, "version");
         if (!cJSON_IsObject(shard) || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "mds") ||
             !cJSON_IsNumber(sv) || sv->valuedouble != 2) {
-            rc = fail(err, err_len, cJSON_IsString(fmt) && strcmp(fmt->valuestring, "mds")
-                                        ? DSC_ENOTSUP : DSC_EBADMANIFEST,
+            rc = fail(err, err_len,
+                      cJSON_IsString(fmt) && strcmp(fmt->valuestring, "mds") ? DSC_ENOTSUP
+                                                                             : DSC_EBADMANIFEST,
                       "shard %u: not an MDS version 2 shard (format \"mds\", version 2)", s);
             goto cleanup;
         }
@@ -249,9 +254,8 @@ int dsc_mds_index_parse(const char *json, size_t len, dsc_mds_index_t *out, char
             rc = fail(err, err_len, DSC_EBADMANIFEST, "shard %u: bad \"samples\"", s);
             goto cleanup;
         }
-        if (parse_file_info(cJSON_GetObjectItemCaseSensitive(shard, "raw_data"),
-                            info->raw_basename, sizeof info->raw_basename,
-                            &info->raw_bytes) < 0) {
+        if (parse_file_info(cJSON_GetObjectItemCaseSensitive(shard, "raw_data"), info->raw_basename,
+                            sizeof info->raw_basename, &info->raw_bytes) < 0) {
             rc = fail(err, err_len, DSC_EBADMANIFEST, "shard %u: bad \"raw_data\"", s);
             goto cleanup;
         }

@@ -12,21 +12,21 @@
 
 /* How a column's bytes become a dscache field. */
 typedef enum {
-    DSC_MDS_BYTES = 1, /* bytes, str, jpeg, png, pil, pkl, json, str_int/float/decimal: u8[] */
-    DSC_MDS_SCALAR,    /* int, int8..int64, uint8..uint64, float16/32/64: one value */
-    DSC_MDS_NDARRAY,   /* ndarray:DTYPE:D0,D1,...: a fixed-shape array */
+    DSC_MDS_BYTES = 1,   /* bytes, str, jpeg, png, pil, pkl, json, str_int/float/decimal: u8[] */
+    DSC_MDS_SCALAR,      /* int, int8..int64, uint8..uint64, float16/32/64: one value */
+    DSC_MDS_NDARRAY,     /* ndarray:DTYPE:D0,D1,...: a fixed-shape array */
     DSC_MDS_NDARRAY_DYN, /* ndarray or ndarray:DTYPE: dtype and/or shape stored per value */
 } dsc_mds_kind_t;
 
 typedef struct dsc_mds_column {
     char name[64];
     char encoding[64];
-    int kind;          /* dsc_mds_kind_t */
-    int dtype;         /* DSC_DTYPE_* (DSC_DTYPE_U8 for bytes; 0: a dynamic ndarray's dtype) */
-    int u64_as_i64;    /* uint64 stored as i64, bits unchanged (dscache has no u64) */
-    uint32_t ndim;     /* ndarray only */
+    int kind;       /* dsc_mds_kind_t */
+    int dtype;      /* DSC_DTYPE_* (DSC_DTYPE_U8 for bytes; 0: a dynamic ndarray's dtype) */
+    int u64_as_i64; /* uint64 stored as i64, bits unchanged (dscache has no u64) */
+    uint32_t ndim;  /* ndarray only */
     uint32_t dims[DSC_MDS_MAX_DIMS];
-    uint64_t size;     /* fixed bytes per sample, or 0 when variable (a u32 size precedes) */
+    uint64_t size; /* fixed bytes per sample, or 0 when variable (a u32 size precedes) */
 } dsc_mds_column_t;
 
 typedef struct dsc_mds_shard_info {
@@ -34,7 +34,7 @@ typedef struct dsc_mds_shard_info {
     uint64_t raw_bytes;
     char zip_basename[256]; /* "" when stored raw */
     uint64_t zip_bytes;
-    int zstd;               /* 1 when zip_basename holds zstd data */
+    int zstd; /* 1 when zip_basename holds zstd data */
     uint64_t samples;
 } dsc_mds_shard_info_t;
 

@@ -70,8 +70,9 @@ int dsc_mmidx_parse(const uint8_t *buf, size_t len, dsc_mmidx_t *out) {
     else if (rest - arrays == sequences && sequences > 0)
         out->multimodal = 1;
     else
-        return reject(out, DSC_EBADHEADER, "bytes after the document index (size disagrees with "
-                                           "the counts)");
+        return reject(out, DSC_EBADHEADER,
+                      "bytes after the document index (size disagrees with "
+                      "the counts)");
     if (doc_entries == 0)
         return reject(out, DSC_EBADHEADER, "empty document index (it holds at least one entry, 0)");
     out->sequences = sequences;

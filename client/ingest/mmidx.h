@@ -11,11 +11,11 @@
 #define DSC_MMIDX_HEADER_BYTES 34 /* magic 9, version u64, dtype code u8, two u64 counts */
 
 typedef struct dsc_mmidx {
-    int dtype;             /* DSC_DTYPE_* of a token */
-    uint32_t item_bytes;   /* bytes per token */
-    uint64_t sequences;    /* sequence count */
-    uint64_t documents;    /* documents (the document index holds documents + 1 entries) */
-    int multimodal;        /* 1 when a mode byte per sequence follows the document index */
+    int dtype;                /* DSC_DTYPE_* of a token */
+    uint32_t item_bytes;      /* bytes per token */
+    uint64_t sequences;       /* sequence count */
+    uint64_t documents;       /* documents (the document index holds documents + 1 entries) */
+    int multimodal;           /* 1 when a mode byte per sequence follows the document index */
     const uint8_t *lengths;   /* sequences x i32 little-endian, tokens per sequence */
     const uint8_t *pointers;  /* sequences x i64, byte offset of each sequence in the .bin */
     const uint8_t *doc_index; /* (documents + 1) x i64, first sequence of each document */

@@ -60,7 +60,7 @@ typedef struct member_slot {
 struct dsc_wds_reader {
     struct archive *archive;
     uint64_t prefix_limit;
-    int error;        /* sticky */
+    int error; /* sticky */
     char message[512];
     /* the sample being built */
     char key[DSC_WDS_MAX_NAME + 1];
@@ -161,8 +161,8 @@ static int add_member(dsc_wds_reader_t *r, const char *ext, uint64_t size) {
     slot->data_off = r->data_used;
     uint64_t got = 0;
     while (got < keep) {
-        la_ssize_t n = archive_read_data(r->archive, r->data + r->data_used + got,
-                                         (size_t)(keep - got));
+        la_ssize_t n =
+            archive_read_data(r->archive, r->data + r->data_used + got, (size_t)(keep - got));
         if (n < 0)
             return archive_failure(r, "reading a file");
         if (n == 0)

@@ -30,11 +30,11 @@ typedef struct dsc_wds_member {
 } dsc_wds_member_t;
 
 typedef struct dsc_wds_sample {
-    const char *key;          /* NUL-terminated */
-    uint64_t ordinal;         /* 0-based sample number within this tar */
-    uint32_t member_count;    /* >= 1 */
+    const char *key;       /* NUL-terminated */
+    uint64_t ordinal;      /* 0-based sample number within this tar */
+    uint32_t member_count; /* >= 1 */
     dsc_wds_member_t *members;
-    const char *duplicate;    /* an extension seen twice in this sample, else NULL */
+    const char *duplicate; /* an extension seen twice in this sample, else NULL */
 } dsc_wds_sample_t;
 
 typedef struct dsc_wds_reader dsc_wds_reader_t;

@@ -52,8 +52,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     int dtype;
                     uint32_t ndim;
                     uint64_t shape[DSC_MDS_MAX_DIMS], off;
-                    if (dsc_mds_ndarray(&fixed.columns[c], values[c].data, values[c].bytes,
-                                        &dtype, &ndim, shape, &off, &problem) == 0) {
+                    if (dsc_mds_ndarray(&fixed.columns[c], values[c].data, values[c].bytes, &dtype,
+                                        &ndim, shape, &off, &problem) == 0) {
                         uint64_t n = (uint64_t)dsc_dtype_size(dtype);
                         for (uint32_t d = 0; d < ndim; d++)
                             n *= shape[d];

@@ -71,8 +71,8 @@ int main(int argc, char **argv) {
                 for (uint32_t f = 0; f < m->schema.field_count; f++) {
                     const uint8_t *data;
                     uint64_t bytes;
-                    if ((rc = dsc_chunk_sample(&layout, &view.header.schema, f, j, &data,
-                                               &bytes)) < 0)
+                    if ((rc = dsc_chunk_sample(&layout, &view.header.schema, f, j, &data, &bytes)) <
+                        0)
                         goto chunk_error;
                     uint8_t le[8];
                     for (int b = 0; b < 8; b++)

@@ -20,7 +20,10 @@ static size_t tar_add(uint8_t *out, size_t at, const char *name, const void *dat
     snprintf((char *)h + 124, 12, "%011o", (unsigned)len);
     memcpy(h + 136, "00000000000", 11);
     h[156] = '0';
-    memcpy(h + 257, "ustar\0" "00", 8);
+    memcpy(h + 257,
+           "ustar\0"
+           "00",
+           8);
     memset(h + 148, ' ', 8);
     unsigned sum = 0;
     for (int i = 0; i < 512; i++)
@@ -48,8 +51,7 @@ static void test_wds_rules(void) {
     int64_t v;
     CHECK(dsc_wds_parse_int((const uint8_t *)"42", 2, &v) == 0 && v == 42);
     CHECK(dsc_wds_parse_int((const uint8_t *)" -7\n", 4, &v) == 0 && v == -7);
-    CHECK(dsc_wds_parse_int((const uint8_t *)"9223372036854775807", 19, &v) == 0 &&
-          v == INT64_MAX);
+    CHECK(dsc_wds_parse_int((const uint8_t *)"9223372036854775807", 19, &v) == 0 && v == INT64_MAX);
     CHECK(dsc_wds_parse_int((const uint8_t *)"-9223372036854775808", 20, &v) == 0 &&
           v == INT64_MIN);
     CHECK(dsc_wds_parse_int((const uint8_t *)"9223372036854775808", 19, &v) == DSC_EINVAL);
@@ -68,7 +70,7 @@ static void test_wds_grouping(void) {
     at = tar_add(tar, at, "README", "x", 1); /* no extension: skipped */
     at = tar_add(tar, at, "b.jpg", "KK", 2);
     at = tar_add(tar, at, "b.cls", "2", 1);
-    at = tar_add(tar, at, "b.cls", "3", 1); /* a duplicate extension */
+    at = tar_add(tar, at, "b.cls", "3", 1);     /* a duplicate extension */
     at = tar_add(tar, at, "a.txt", "again", 5); /* a key seen before, not adjacent: a new sample */
     memset(tar + at, 0, 1024);
     size_t full = at + 1024;
@@ -215,8 +217,8 @@ static void test_mds(void) {
     char err[256];
     REQUIRE(dsc_mds_index_parse(index_json, strlen(index_json), &index, err, sizeof err) == 0);
     CHECK(index.column_count == 3 && index.shard_count == 1 && index.samples == 2);
-    CHECK(index.shards[0].zstd == 1 && strcmp(index.shards[0].zip_basename,
-                                              "shard.00000.mds.zstd") == 0);
+    CHECK(index.shards[0].zstd == 1 &&
+          strcmp(index.shards[0].zip_basename, "shard.00000.mds.zstd") == 0);
     CHECK(index.columns[0].kind == DSC_MDS_BYTES && index.columns[0].size == 0);
     CHECK(index.columns[1].dtype == DSC_DTYPE_I64 && index.columns[1].size == 8);
     CHECK(index.columns[2].kind == DSC_MDS_NDARRAY && index.columns[2].ndim == 2 &&
@@ -309,18 +311,18 @@ static void test_mds_ndarray(void) {
     CHECK(dsc_mds_ndarray(&dyn, a, sizeof a, &dtype, &ndim, shape, &off, &problem) == 0);
     CHECK(dtype == DSC_DTYPE_I32 && ndim == 2 && shape[0] == 2 && shape[1] == 1 && off == 4);
     for (size_t len = 0; len < sizeof a; len++) /* every truncation refused with a reason */
-        CHECK(dsc_mds_ndarray(&dyn, a, len, &dtype, &ndim, shape, &off, &problem) ==
-                  DSC_ECORRUPT && problem != NULL);
+        CHECK(dsc_mds_ndarray(&dyn, a, len, &dtype, &ndim, shape, &off, &problem) == DSC_ECORRUPT &&
+              problem != NULL);
     /* "ndarray:int16": no dtype byte; a u16-wide shape of 3 */
     const uint8_t b[] = {1 << 2 | 1, 3, 0, 1, 0, 2, 0, 3, 0};
     CHECK(dsc_mds_ndarray(&typed, b, sizeof b, &dtype, &ndim, shape, &off, &problem) == 0);
     CHECK(dtype == DSC_DTYPE_I16 && ndim == 1 && shape[0] == 3 && off == 3);
     const uint8_t zero_dim[] = {33, 1 << 2, 0};
-    CHECK(dsc_mds_ndarray(&dyn, zero_dim, sizeof zero_dim, &dtype, &ndim, shape, &off,
-                          &problem) == DSC_ECORRUPT);
+    CHECK(dsc_mds_ndarray(&dyn, zero_dim, sizeof zero_dim, &dtype, &ndim, shape, &off, &problem) ==
+          DSC_ECORRUPT);
     const uint8_t bad_code[] = {7, 1 << 2, 1, 0};
-    CHECK(dsc_mds_ndarray(&dyn, bad_code, sizeof bad_code, &dtype, &ndim, shape, &off,
-                          &problem) == DSC_ECORRUPT);
+    CHECK(dsc_mds_ndarray(&dyn, bad_code, sizeof bad_code, &dtype, &ndim, shape, &off, &problem) ==
+          DSC_ECORRUPT);
     const uint8_t nine_dims[] = {8, 9 << 2};
     CHECK(dsc_mds_ndarray(&dyn, nine_dims, sizeof nine_dims, &dtype, &ndim, shape, &off,
                           &problem) == DSC_ECORRUPT);
