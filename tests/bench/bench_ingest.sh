@@ -56,9 +56,10 @@ fi
 fi
 
 # ---- other formats: webdataset, megatron, mds (issue 18) ------------------------------------
-# Each source (~BENCH_FORMAT_MB MB, default 100, written here by Python) is ingested with
-# --compress none and with lz4; the reference is a plain copy of the same source bytes (cat to a
-# file in the same directory) in the same run. MB/s counts source bytes; "per core" divides by
+# Each source (~BENCH_FORMAT_MB MB, default 100, written here by Python) is read alone (--dry-run:
+# the reader, nothing written) and ingested with --compress none and with lz4; the references are
+# a plain copy of the same source bytes (cat to a file in the same directory) and the same copy
+# followed by an fsync of it (the writer fsyncs its shards) in the same run. MB/s counts source bytes; "per core" divides by
 # the command's CPU seconds (user + sys) instead of the wall time.
 fmt_mb=${BENCH_FORMAT_MB:-100}
 py=${DSC_PYTHON:-/usr/bin/python3}
@@ -143,17 +144,25 @@ timed() {
         printf "%-34s %9.1f %8.2f %9.1f %12.1f\n", l, b / 1e6, $1, b / 1e6 / $1, b / 1e6 / cpu }' "$work/time"
 }
 sum_bytes() { cat "$@" | wc -c; }
+copies() { # LABEL BYTES FILES...: the two reference rows
+    local label=$1 bytes=$2; shift 2
+    timed "copy (cat) of $label" "$bytes" sh -c 'f=$1; shift; cat "$@" >"$f"' sh "$work/copy.bin" "$@"
+    timed "copy + fsync of $label" "$bytes" sh -c 'f=$1; shift; cat "$@" >"$f" && sync "$f"' sh \
+        "$work/copy.bin" "$@"
+}
 echo
 echo "other formats: source MB as read; MB/s = source bytes / wall s; per core = / CPU s"
 printf '%-34s %9s %8s %9s %12s\n' path "source MB" seconds "MB/s" "MB/s/core"
 w=$(sum_bytes "$work"/wds/*.tar)
-timed "copy (cat) of the tars" "$w" sh -c "cat $work/wds/*.tar >$work/copy.bin"
+copies "the tars" "$w" "$work"/wds/*.tar
+timed "webdataset --dry-run (reader)" "$w" "$cli" ingest webdataset --dry-run "$work"/wds/*.tar
 for c in none lz4; do
     timed "webdataset --compress $c" "$w" "$cli" ingest webdataset -o "$work/o-wds-$c" \
         --compress "$c" "$work"/wds/*.tar
 done
 m=$(sum_bytes "$work/meg.bin" "$work/meg.idx")
-timed "copy (cat) of .bin + .idx" "$m" sh -c "cat $work/meg.bin $work/meg.idx >$work/copy.bin"
+copies ".bin + .idx" "$m" "$work/meg.bin" "$work/meg.idx"
+timed "megatron --dry-run (index only)" "$m" "$cli" ingest megatron --dry-run "$work/meg"
 for c in none lz4; do
     timed "megatron docs --compress $c" "$m" "$cli" ingest megatron -o "$work/o-meg-$c" \
         --compress "$c" "$work/meg"
@@ -162,7 +171,8 @@ timed "megatron --seq-len 2048 lz4" "$m" "$cli" ingest megatron -o "$work/o-meg-
     --seq-len 2048 "$work/meg"
 for d in mds mdsz; do
     b=$(sum_bytes "$work/$d"/shard.*)
-    timed "copy (cat) of $d shards" "$b" sh -c "cat $work/$d/shard.* >$work/copy.bin"
+    copies "$d shards" "$b" "$work/$d"/shard.*
+    timed "$d --dry-run (reader)" "$b" "$cli" ingest mds --dry-run "$work/$d"
     for c in none lz4; do
         timed "$d --compress $c" "$b" "$cli" ingest mds -o "$work/o-$d-$c" --compress "$c" \
             "$work/$d"
