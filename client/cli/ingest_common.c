@@ -157,6 +157,30 @@ int ingest_sanitize_name(char *name) {
     return 0;
 }
 
+static void append(char *buf, size_t cap, size_t *at, const char *piece) {
+    size_t need = strlen(piece);
+    if (*at + need >= cap)
+        return;
+    memcpy(buf + *at, piece, need + 1);
+    *at += need;
+}
+
+void ingest_json_string(char *buf, size_t cap, size_t *at, const char *s) {
+    char tmp[8];
+    append(buf, cap, at, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            snprintf(tmp, sizeof tmp, "\\%c", c);
+        else if (c < 0x20 || c >= 0x80)
+            snprintf(tmp, sizeof tmp, "\\u%04x", c);
+        else
+            snprintf(tmp, sizeof tmp, "%c", c);
+        append(buf, cap, at, tmp);
+    }
+    append(buf, cap, at, "\"");
+}
+
 int ingest_read_file(const char *path, uint8_t **out, size_t *len) {
     *out = NULL;
     *len = 0;
@@ -227,7 +251,6 @@ int ingest_run_begin(const char *cmd, const ingest_options_t *opt, const ingest_
     build_spec(fields, count, spec, sizeof spec);
     printf("schema: %s\n", spec);
     fflush(stdout);
-    (void)meta_json;
     if (!opt->dry_run) {
         dsc_writer_options_t wopt;
         dsc_writer_options_init(&wopt, sizeof wopt);

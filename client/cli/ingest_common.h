@@ -106,6 +106,10 @@ int ingest_name_valid(const char *name);
  * become '_'. Returns 0, or DSC_EINVAL when empty. */
 int ingest_sanitize_name(char *name);
 
+/* Appends s as a JSON string (quoted, escaped; bytes >= 0x80 as \u00XX) at buf + *at, within cap
+ * bytes; stops (keeping buf NUL-terminated) when full. */
+void ingest_json_string(char *buf, size_t cap, size_t *at, const char *s);
+
 /* Reads a whole file into a fresh buffer (*len bytes, *out to free). Returns 0 or -errno. */
 int ingest_read_file(const char *path, uint8_t **out, size_t *len);
 

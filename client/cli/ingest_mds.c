@@ -308,7 +308,23 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
     for (uint32_t s = 0; s < index.shard_count; s++)
         source_bytes +=
             index.shards[s].zstd ? index.shards[s].zip_bytes : index.shards[s].raw_bytes;
-    if (ingest_run_begin(CMD, &opt, fields, field_count, NULL, source_bytes, &run) != 0)
+    /* meta: each field's MDS encoding, e.g. {"source": "mds", "encodings": {"image": "jpeg"}} */
+    char meta[16384];
+    size_t at = 0;
+    snprintf(meta, sizeof meta, "{\"source\": \"mds\", \"encodings\": {");
+    at = strlen(meta);
+    for (uint32_t f = 0; f < field_count; f++) {
+        ingest_json_string(meta, sizeof meta, &at, fields[f].name);
+        snprintf(meta + at, sizeof meta - at, ": ");
+        at += strlen(meta + at);
+        ingest_json_string(meta, sizeof meta, &at, index.columns[column_of[f]].encoding);
+        if (f + 1 < field_count) {
+            snprintf(meta + at, sizeof meta - at, ", ");
+            at += strlen(meta + at);
+        }
+    }
+    snprintf(meta + at, sizeof meta - at, "}}");
+    if (ingest_run_begin(CMD, &opt, fields, field_count, meta, source_bytes, &run) != 0)
         goto cleanup;
     for (uint32_t f = 0; f < field_count; f++)
         if (index.columns[column_of[f]].u64_as_i64)

@@ -170,7 +170,16 @@ int dsc_cmd_ingest_megatron(int argc, char **argv) {
     field.dtype = idx.dtype;
     field.ndim = 1;
     field.dims[0] = seq_len ? seq_len + 1 : 0;
-    if (ingest_run_begin(CMD, &opt, &field, 1, NULL, bin_map.len, &run) != 0)
+    /* meta: the source and its layout, e.g. {"source": "megatron", "documents": 1000} */
+    char meta[256];
+    if (seq_len)
+        snprintf(meta, sizeof meta,
+                 "{\"source\": \"megatron\", \"documents\": %llu, \"seq_len\": %llu}",
+                 (unsigned long long)idx.documents, (unsigned long long)seq_len);
+    else
+        snprintf(meta, sizeof meta, "{\"source\": \"megatron\", \"documents\": %llu}",
+                 (unsigned long long)idx.documents);
+    if (ingest_run_begin(CMD, &opt, &field, 1, meta, bin_map.len, &run) != 0)
         goto cleanup;
     if (covered_end < bin_map.len && past_end == 0) {
         if (!opt.skip_bad) {

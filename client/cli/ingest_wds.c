@@ -378,7 +378,9 @@ int dsc_cmd_ingest_webdataset(int argc, char **argv) {
 
     /* pass 1: schema and bad samples, nothing written */
     char why[1024];
-    uint64_t good = 0, skipped_files = 0;
+    uint64_t good = 0, skipped_files = 0, scanned = 0;
+    dsc_cli_progress_t scan;
+    dsc_cli_progress_init(&scan, "scan", source_bytes);
     for (int t = 0; t < tar_count; t++) {
         dsc_wds_reader_t *r = NULL;
         int rc = dsc_wds_reader_open_file(tars[t], SCAN_PREFIX, &r);
@@ -391,6 +393,7 @@ int dsc_cmd_ingest_webdataset(int argc, char **argv) {
             }
             if (check_sample(plan, s, 0, NULL, NULL, why, sizeof why) != 0) {
                 if (!opt.skip_bad) {
+                    dsc_cli_progress_done(&scan);
                     dsc_cli_fail(CMD, "%s: sample %s: %s (--skip-bad skips bad samples)", tars[t],
                                  s->key, why);
                     dsc_wds_reader_close(r);
@@ -399,13 +402,19 @@ int dsc_cmd_ingest_webdataset(int argc, char **argv) {
                 continue;
             }
             good++;
+            dsc_cli_progress_update(&scan, scanned + dsc_wds_reader_position(r));
         }
+        struct stat st;
+        scanned += stat(tars[t], &st) == 0 ? (uint64_t)st.st_size : 0;
+        if (rc < 0 && !opt.skip_bad)
+            dsc_cli_progress_done(&scan);
         if (rc < 0 && tar_failure(NULL, &opt, tars[t], r, rc) != 0) {
             dsc_wds_reader_close(r);
             goto cleanup_plan;
         }
         dsc_wds_reader_close(r);
     }
+    dsc_cli_progress_done(&scan);
     if (plan->count == 0 || good == 0) {
         dsc_cli_fail(CMD, "no good sample in the %d tar(s)", tar_count);
         goto cleanup_plan;
@@ -437,7 +446,25 @@ int dsc_cmd_ingest_webdataset(int argc, char **argv) {
 
     /* pass 2: write */
     ingest_run_t *run = NULL;
-    if (ingest_run_begin(CMD, &opt, fields, plan->count, NULL, source_bytes, &run) != 0)
+    /* meta: where each field came from, e.g. {"source": "webdataset", "extensions": {"image":
+     * "jpg"}} (a loader that decodes images can tell the encoding from it) */
+    char meta[16384];
+    size_t at = 0;
+    meta[0] = '\0';
+    snprintf(meta, sizeof meta, "{\"source\": \"webdataset\", \"extensions\": {");
+    at = strlen(meta);
+    for (uint32_t f = 0; f < plan->count; f++) {
+        ingest_json_string(meta, sizeof meta, &at, plan->f[f].field.name);
+        snprintf(meta + at, sizeof meta - at, ": ");
+        at += strlen(meta + at);
+        ingest_json_string(meta, sizeof meta, &at, plan->f[f].ext);
+        if (f + 1 < plan->count) {
+            snprintf(meta + at, sizeof meta - at, ", ");
+            at += strlen(meta + at);
+        }
+    }
+    snprintf(meta + at, sizeof meta - at, "}}");
+    if (ingest_run_begin(CMD, &opt, fields, plan->count, meta, source_bytes, &run) != 0)
         goto cleanup_plan;
     uint64_t done_before = 0;
     for (int t = 0; t < tar_count; t++) {

@@ -45,6 +45,11 @@ expect 0 "schema: image:u8\[\],label:i64$" \
     "$work/wds/shard-000.tar" "$work/wds/shard-001.tar"
 dump "$work/ds-sel" "$work/d-sel"
 check wds "$work/d-sel" 50 jpg:image cls:label && pass "webdataset: --field selection, renaming"
+meta() { # DATASET: the manifest's meta object, compact
+    "$PY" -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1] + "/manifest.json")).get("meta"), sort_keys=True))' "$1"
+}
+[ "$(meta "$work/ds-sel")" = '{"extensions": {"image": "jpg", "label": "cls"}, "source": "webdataset"}' ] ||
+    fail "webdataset meta: $(meta "$work/ds-sel")"
 [ ! -e "$work/d-sel/npy.bin" ] || fail "a field not selected was written"
 # a gzip-compressed tar reads the same
 gzip -c "$work/wds/shard-000.tar" >"$work/wds/shard-000.tar.gz"
@@ -68,12 +73,15 @@ expect 0 "schema: tokens:u16\[17\]" \
     "$CLI" ingest megatron -o "$work/ds-meg-seq" --seq-len 16 "$work/meg-uint16"
 dump "$work/ds-meg-seq" "$work/d-meg-seq"
 check megatron "$work/d-meg-seq" 40 uint16 16 && pass "megatron: --seq-len 16 windows of 17"
+[ "$(meta "$work/ds-meg-seq")" = '{"documents": 40, "seq_len": 16, "source": "megatron"}' ] ||
+    fail "megatron meta: $(meta "$work/ds-meg-seq")"
 
 # ---- MDS: raw and zstd shards, every column kind ---------------------------------------------
 "$PY" "$HERE/ingest_sources.py" mds "$work/mds" --samples 60
 expect 0 "ingested 60 samples, skipped 0" "$CLI" ingest mds -o "$work/ds-mds" "$work/mds"
 dump "$work/ds-mds" "$work/d-mds"
 check mds "$work/d-mds" 60 && pass "mds: raw shards"
+meta "$work/ds-mds" | grep -q '"image": "jpeg".*"source": "mds"' || fail "mds meta: $(meta "$work/ds-mds")"
 if command -v zstd >/dev/null 2>&1; then
     "$PY" "$HERE/ingest_sources.py" mds "$work/mdsz" --samples 60 --zstd
     expect 0 "schema: any:i32\[\],big:i64,blob:u8\[\],count:u32,feat:f32\[\?,3\],half:f16,image:u8\[\],label:i64,score:f32,small:u8,text:u8\[\],vec:i16\[2,3\]" \
