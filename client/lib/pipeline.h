@@ -91,6 +91,15 @@ typedef struct dsc_var_field {
     const char *budget_from; /* how budget was set, for the error text */
 } dsc_var_field_t;
 
+/* The most slot bytes one variable field may take (its budget, or B x lcap rows padded). */
+#define DSC__SLOT_FIELD_MAX (16ull << 30)
+
+/* The default values budget per batch of a variable field (docs/loader.md#variable-length-fields):
+ * batch x bytes_max (*exact = 1: every batch fits) while that is at most 64 MiB, else the largest
+ * of 64 MiB, bytes_max and 4 x batch x bytes_mean (at most DSC__SLOT_FIELD_MAX; *exact = 0).
+ * batch >= 1. Pure (pipeline.c). */
+uint64_t dsc__var_default_budget(uint64_t batch, uint64_t bytes_max, double bytes_mean, int *exact);
+
 /* One batch slot: the host (and device) memory a step is collated into. */
 typedef struct dsc_batch_slot {
     uint8_t *host;

@@ -186,7 +186,7 @@ static int run_once(const char *dir, const char *name, int pad, run_t *out) {
 }
 
 int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0) {
             printf("usage: bench_loader_var [--samples N (40000)] [--mean-len L (256)] [--batch B "
@@ -207,7 +207,10 @@ int main(int argc, char **argv) {
             reps = (uint32_t)atoi(v);
         else if (strcmp(a, "--epochs") == 0)
             epochs = (uint32_t)atoi(v);
-        i++;
+        else {
+            fprintf(stderr, "bench_loader_var: unknown option %s (--help)\n", a);
+            return 2;
+        }
     }
     if (reps < 1 || reps > BENCH_MAX_REPS || mean_len < 1 || samples < batch) {
         fprintf(stderr, "bench_loader_var: bad sizes\n");

@@ -4,7 +4,8 @@
  * that batches from a real server (or the fallback files) hold exactly those bytes, as values +
  * offsets and padded, each sample once per epoch at 2 ranks, across a resume, and that a batch
  * over its budget fails with an error naming the dataset, the sample and the option.
- * usage: loader_var_check gen DIR NAME SAMPLES CODEC(raw|lz4)
+ * usage: loader_var_check gen DIR NAME SAMPLES CODEC(raw|lz4) [bad]
+ *        loader_var_check write DIR NAME SAMPLES lz4|none   (the same through dsc_writer_*)
  *        loader_var_check check --dataset NAME [--servers S] [--fallback DIR] [--samples N]
  *                               [--expect-rdma 1] */
 #include "dscache.h"
@@ -203,6 +204,50 @@ static int gen(const char *dir, const char *name, uint64_t samples, int codec) {
     free(raw);
     free(enc);
     free(file);
+    return 0;
+}
+
+/* The same dataset through the public writer (dsc_writer_*, field order tok, mel, img, label as
+ * the schema above), small chunks and shards so that batches span several of each. */
+static int gen_writer(const char *dir, const char *name, uint64_t samples, const char *compress) {
+    dsc_writer_options_t o;
+    REQUIRE(dsc_writer_options_init(&o, sizeof o) == 0);
+    o.path = dir;
+    o.name = name;
+    o.fields = "tok:i32[],mel:f32[?,80],img:u8[3,4,4],label:i64";
+    o.compress = compress;
+    o.chunk_bytes = 4096;
+    o.shard_bytes = 32768;
+    o.threads = 2;
+    dsc_writer_t *w = NULL;
+    int rc = dsc_writer_create(&o, &w);
+    if (rc < 0) {
+        char why[512];
+        dsc_writer_last_error(NULL, why, sizeof why);
+        fprintf(stderr, "writer: %s (%s)\n", dsc_strerror(rc), why);
+    }
+    REQUIRE(rc == 0);
+    int32_t tok[16];
+    float mel[8 * MEL_COLS];
+    uint8_t img[48];
+    for (uint64_t i = 0; i < samples; i++) {
+        for (uint64_t j = 0; j < tok_rows(i); j++)
+            tok[j] = tok_at(i, j);
+        for (uint64_t r = 0; r < mel_rows(i); r++)
+            for (uint32_t c = 0; c < MEL_COLS; c++)
+                mel[r * MEL_COLS + c] = mel_at(i, r, c);
+        for (uint32_t b = 0; b < 48; b++)
+            img[b] = img_at(i, b);
+        int64_t label = label_at(i);
+        dsc_writer_value_t v[F_COUNT] = {
+            {tok, tok_rows(i) * 4},
+            {mel, mel_rows(i) * 4 * MEL_COLS},
+            {img, 48},
+            {&label, 8},
+        };
+        REQUIRE(dsc_writer_add(w, v, F_COUNT) == 0);
+    }
+    REQUIRE(dsc_writer_finish(w, NULL) == 0);
     return 0;
 }
 
@@ -491,6 +536,8 @@ int main(int argc, char **argv) {
         return gen(argv[2], argv[3], strtoull(argv[4], NULL, 10),
                    strcmp(argv[5], "raw") == 0 ? DSC_CODEC_RAW : DSC_CODEC_LZ4);
     }
+    if (argc >= 6 && strcmp(argv[1], "write") == 0)
+        return gen_writer(argv[2], argv[3], strtoull(argv[4], NULL, 10), argv[5]);
     int corrupt = argc >= 2 && strcmp(argv[1], "corrupt") == 0;
     if (argc < 2 || (strcmp(argv[1], "check") != 0 && !corrupt)) {
         fprintf(stderr, "usage: loader_var_check gen DIR NAME SAMPLES raw|lz4 | check ...\n");

@@ -11,9 +11,11 @@ source "$(dirname "$0")/loader_env.sh"
 
 "$DSC_BIN/loader_var_check" gen "$work/varz" varz 200 lz4
 "$DSC_BIN/loader_var_check" gen "$work/varr" varr 131 raw
-start_server --data "$work/varz" --data "$work/varr"
+"$DSC_BIN/loader_var_check" write "$work/varw" varw 300 lz4 # the public writer, dsc_writer_*
+start_server --data "$work/varz" --data "$work/varr" --data "$work/varw"
 "$DSC_BIN/loader_var_check" check --dataset varz --samples 200 --servers "127.0.0.1:$port"
 "$DSC_BIN/loader_var_check" check --dataset varr --samples 131 --servers "127.0.0.1:$port"
+"$DSC_BIN/loader_var_check" check --dataset varw --samples 300 --servers "127.0.0.1:$port"
 # The files source: no server at all.
 "$DSC_BIN/loader_var_check" check --dataset varz --samples 200 --fallback "$work/varz"
 # A chunk whose offsets are out of order but whose checksums hold: the layout check catches it;
