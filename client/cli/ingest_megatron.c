@@ -229,7 +229,7 @@ int dsc_cmd_ingest_megatron(int argc, char **argv) {
             uint64_t off, bytes;
             if (count == 1) {
                 dsc_mmidx_sequence(&idx, first, bin_map.len, &off, &bytes);
-                value.data = bin_map.data + off;
+                value.data = bytes ? bin_map.data + off : NULL; /* an empty .bin maps nothing */
                 value.bytes = bytes;
             } else {
                 if (doc_bytes > scratch_cap) {

@@ -117,9 +117,21 @@ static int classify(dsc_mds_column_t *c, char *why, size_t why_len) {
     return fail(why, why_len, DSC_ENOTSUP, "unknown encoding '%s'", e);
 }
 
-/* A plain file name: no '/', not empty, "." or "..". */
+/* A relative path inside the dataset directory: not empty, not absolute, no "." or ".."
+ * component (merged indexes name shards as "SUBDIR/shard.00000.mds"). */
 static int plain_name(const char *s) {
-    return s[0] != '\0' && strchr(s, '/') == NULL && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+    if (s[0] == '\0' || s[0] == '/')
+        return 0;
+    for (const char *p = s; *p;) {
+        const char *slash = strchr(p, '/');
+        size_t n = slash ? (size_t)(slash - p) : strlen(p);
+        if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+            return 0;
+        p += n + (slash != NULL);
+        if (slash != NULL && *p == '\0')
+            return 0; /* a trailing slash */
+    }
+    return 1;
 }
 
 static int copy_string(char *dst, size_t cap, const cJSON *item) {

@@ -48,7 +48,7 @@ typedef struct dsc_mds_index {
 
 /* Parses an index.json held in json[0..len) (need not be NUL-terminated). Every shard must be
  * format "mds" version 2 with the same column names, encodings and sizes; compression null or
- * "zstd[:LEVEL]"; basenames plain file names (no '/', not "." or ".."). Returns 0 and fills
+ * "zstd[:LEVEL]"; basenames relative paths without "." or ".." components. Returns 0 and fills
  * *out (free with dsc_mds_index_free), DSC_EBADMANIFEST (malformed or inconsistent),
  * DSC_ENOTSUP (an encoding or a compression this reader does not take), DSC_ENOMEM. On errors
  * err (when non-NULL) says what and where, e.g. "shard 3: column 'x': encoding 'ndarray' needs

@@ -257,6 +257,17 @@ static void test_mds(void) {
     put32(shard + off0, 1); /* one byte left over */
     CHECK(dsc_mds_sample(&s, &index, 0, v, &problem) == DSC_ECORRUPT);
     dsc_mds_index_free(&index);
+    /* a merged index names shards in subdirectories */
+    {
+        char merged[sizeof index_json + 16];
+        const char *at_name = strstr(index_json, "\"shard.00000.mds\"");
+        REQUIRE(at_name != NULL);
+        snprintf(merged, sizeof merged, "%.*s\"train/shard.00000.mds\"%s",
+                 (int)(at_name - index_json), index_json, at_name + strlen("\"shard.00000.mds\""));
+        CHECK(dsc_mds_index_parse(merged, strlen(merged), &index, err, sizeof err) == 0);
+        CHECK(strcmp(index.shards[0].raw_basename, "train/shard.00000.mds") == 0);
+        dsc_mds_index_free(&index);
+    }
 
     /* index problems */
     const char *bad[] = {
@@ -279,6 +290,9 @@ static void test_mds(void) {
         {"\"zstd:7\"", "\"gz\"", DSC_ENOTSUP},
         {"[null, 8, 4]", "[null, 8, 5]", DSC_EBADMANIFEST},
         {"shard.00000.mds\"", "../x.mds\"", DSC_EBADMANIFEST},
+        {"shard.00000.mds\"", "a/./x.mds\"", DSC_EBADMANIFEST},
+        {"shard.00000.mds\"", "/etc/x.mds\"", DSC_EBADMANIFEST},
+        {"shard.00000.mds\"", "a/\"", DSC_EBADMANIFEST},
         {"\"int\"", "\"pkl2\"", DSC_ENOTSUP},
     };
     for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
