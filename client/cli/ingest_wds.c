@@ -420,6 +420,7 @@ int dsc_cmd_ingest_webdataset(int argc, char **argv) {
         goto cleanup_plan;
     }
     ingest_field_t fields[INGEST_MAX_FIELDS];
+    int txt_as_int[INGEST_MAX_FIELDS] = {0};
     for (uint32_t f = 0; f < plan->count; f++) {
         wfield_t *w = &plan->f[f];
         ingest_field_t *field = &w->field;
@@ -433,6 +434,7 @@ int dsc_cmd_ingest_webdataset(int argc, char **argv) {
                 field->dims[0] = 0;
         } else if (w->resolved == T_INT && !(w->txt_auto && !w->all_int)) {
             field->dtype = DSC_DTYPE_I64;
+            txt_as_int[f] = w->txt_auto;
         } else {
             w->resolved = T_BYTES;
             w->txt_auto = 0;
@@ -466,6 +468,13 @@ int dsc_cmd_ingest_webdataset(int argc, char **argv) {
     snprintf(meta + at, sizeof meta - at, "}}");
     if (ingest_run_begin(CMD, &opt, fields, plan->count, meta, source_bytes, &run) != 0)
         goto cleanup_plan;
+    for (uint32_t f = 0; f < plan->count; f++)
+        if (txt_as_int[f])
+            ingest_run_note(run,
+                            "every .%s holds an integer: field '%s' is i64 (--field %s:%s:bytes "
+                            "keeps the text)",
+                            plan->f[f].ext, plan->f[f].field.name, plan->f[f].ext,
+                            plan->f[f].field.name);
     uint64_t done_before = 0;
     for (int t = 0; t < tar_count; t++) {
         dsc_wds_reader_t *r = NULL;

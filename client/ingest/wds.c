@@ -196,7 +196,8 @@ static void finish_sample(dsc_wds_reader_t *r, const dsc_wds_sample_t **out) {
     r->sample.duplicate = NULL;
     for (uint32_t i = 0; i < r->count; i++) {
         r->members[i].ext = r->names + r->slots[i].ext_off;
-        r->members[i].data = r->data ? r->data + r->slots[i].data_off : NULL;
+        static const uint8_t empty[1];
+        r->members[i].data = r->data ? r->data + r->slots[i].data_off : empty;
         r->members[i].size = r->slots[i].size;
         r->members[i].held = r->slots[i].held;
         for (uint32_t j = 0; j < i && r->sample.duplicate == NULL; j++)
