@@ -195,6 +195,7 @@ static int parse_columns(const cJSON *shard, uint32_t s, dsc_mds_index_t *out, c
         if (cJSON_IsNull(size))
             declared = 0;
         else if (!cJSON_IsNumber(size) || size->valuedouble < 1 ||
+                 size->valuedouble > 9007199254740992.0 ||
                  size->valuedouble != (double)(uint64_t)size->valuedouble)
             return fail(err, err_len, DSC_EBADMANIFEST, "shard %u: column '%s': bad size", s,
                         c.name);
