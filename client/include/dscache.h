@@ -456,7 +456,7 @@ DSC_EXTERN int dsc_writer_create(const dsc_writer_options_t *options, dsc_writer
 DSC_EXTERN int dsc_writer_add(dsc_writer_t *w, const dsc_writer_value_t *values, uint32_t count);
 /* Appends `samples` samples given per field (columns[i] for schema field i, count == the field
  * count): the same as samples calls of dsc_writer_add, with the same errors, checked for all the
- * samples before any is added (on DSC_EINVAL none is). */
+ * samples before any is added (on DSC_EINVAL and DSC_ETOOLARGE none is). */
 DSC_EXTERN int dsc_writer_add_columns(dsc_writer_t *w, const dsc_writer_column_t *columns,
                                       uint32_t count, uint64_t samples);
 /* Why the last failing call on w failed, e.g. "field 'image' of sample 12: 3000 bytes, expected

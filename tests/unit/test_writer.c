@@ -19,6 +19,8 @@
 
 static char root[] = "/tmp/dsc_test_writer_XXXXXX";
 
+static void remove_tree(const char *dir);
+
 /* Sample i: ids i32[] of i % 7 values, mel f32[?,80] of (i * 3) % 4 rows, image u8[3,32,32],
  * label i64. */
 static uint32_t ids_len(uint64_t i) {
@@ -408,6 +410,29 @@ static void test_errors(void) {
     CHECK(!exists(path));
     CHECK_EQ_INT(hidden_entries(), 0);
     dsc_writer_abort(NULL);
+
+    /* The same through add_columns: refused before any sample of the batch is added. */
+    options(&o, path);
+    REQUIRE(dsc_writer_create(&o, &w) == 0);
+    int64_t ids_off[3] = {0, 0, 0}, mel_off[3] = {0, 1, 900000}; /* 288 MB in sample 1 */
+    int64_t labels[2] = {7, 8};
+    static uint8_t images[2 * 3072];
+    dsc_writer_column_t big[4] = {{NULL, 0, ids_off},
+                                  {s.mel, 900000ull * 320, mel_off},
+                                  {images, sizeof images, NULL},
+                                  {labels, sizeof labels, NULL}};
+    CHECK_EQ_INT(dsc_writer_add_columns(w, big, 4, 2), DSC_ETOOLARGE);
+    dsc_writer_last_error(w, why, sizeof why);
+    CHECK(strstr(why, "sample 1:") != NULL);
+    mel_off[2] = 1;
+    big[1].bytes = 320;
+    REQUIRE(dsc_writer_add_columns(w, big, 4, 2) == 0);
+    REQUIRE(dsc_writer_finish(w, NULL) == 0);
+    dsc_manifest_t *m = NULL;
+    REQUIRE(dsc_manifest_load(path, &m) == 0);
+    CHECK_EQ_INT(m->samples, 2);
+    dsc_manifest_free(m);
+    remove_tree(path);
 
     /* finish without samples: an error, and nothing left. */
     options(&o, path);
