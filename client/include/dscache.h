@@ -214,6 +214,10 @@ typedef struct dsc_field_info {
                                     (one step of the leading dimension) */
 } dsc_field_info_t;
 DSC_EXTERN uint32_t dsc_loader_field_count(const dsc_loader_t *loader);
+/* The dataset manifest's "meta" object (free JSON the writer stored, e.g. {"classes": ["cat",
+ * "dog"]} from an image folder) as compact JSON text, owned by the loader and valid until
+ * dsc_loader_destroy; NULL when the manifest has none (or loader is NULL). Thread-safe. */
+DSC_EXTERN const char *dsc_loader_meta(const dsc_loader_t *loader);
 /* Returns 0, or DSC_ERANGE for a field index out of range. */
 DSC_EXTERN int dsc_loader_field(const dsc_loader_t *loader, uint32_t field, dsc_field_info_t *out);
 

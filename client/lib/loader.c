@@ -913,6 +913,10 @@ DSC_EXTERN uint32_t dsc_loader_field_count(const dsc_loader_t *loader) {
     return loader ? loader->cfg.field_count : 0;
 }
 
+DSC_EXTERN const char *dsc_loader_meta(const dsc_loader_t *loader) {
+    return loader ? loader->cfg.manifest->meta_json : NULL;
+}
+
 DSC_EXTERN int dsc_loader_field(const dsc_loader_t *loader, uint32_t field, dsc_field_info_t *out) {
     if (loader == NULL || out == NULL || field >= loader->cfg.field_count)
         return DSC_ERANGE;

@@ -30,7 +30,7 @@ records = [{"input_ids": rng.integers(0, 50000, int(rng.integers(0, 40)), dtype=
             "label": i % 7} for i in range(120)]
 hf_dir = os.path.join(env.dir, "hf")
 with dscache.Writer(hf_dir, name="hf", fields={"input_ids": "i32[]", "label": "i64"},
-                    chunk_bytes=2048) as w:
+                    chunk_bytes=2048, meta={"classes": ["cat", "dog"]}) as w:
     for rec in records:
         w.write(rec)
 _, addr = env.start_server(ds_dir, hf_dir)
@@ -81,6 +81,7 @@ def check_values(batch, what):
 
 # ---- numpy, values + offsets, zero-copy ------------------------------------------------------
 ld = loader()
+t.check(ld.meta is None, "no meta in the manifest: Loader.meta is None")
 t.check(ld.fields[0] == ("tok", "int32", (None,)) and ld.fields[1] == ("mel", "float32",
                                                                        (None, 80)),
         "fields show the variable dimension as None: %r" % (ld.fields[:2],))
@@ -166,6 +167,7 @@ for pad in (None, {"input_ids": 0}):
                     got = b["input_ids"][k, :b["input_ids_lengths"][k]]
                     ok = ok and not b["input_ids"][k, len(want):].any()
                 ok = ok and np.array_equal(got, want) and b["label"][k] == records[i]["label"]
+        t.check(ld.meta == {"classes": ["cat", "dog"]}, "Loader.meta: %r" % (ld.meta,))
         t.check(ok and sorted(seen) == list(range(len(records))),
                 "dscache.Writer dataset (%s): every record once, equal"
                 % ("padded" if pad else "values + offsets"))

@@ -306,6 +306,7 @@ def _load():
         "dsc_loader_state_save": (ip, [vp, vp, ctypes.c_size_t]),
         "dsc_loader_state_load": (ip, [vp, vp, ctypes.c_size_t]),
         "dsc_loader_field_count": (u32, [vp]),
+        "dsc_loader_meta": (ctypes.c_char_p, [vp]),
         "dsc_loader_field": (ip, [vp, u32, ctypes.POINTER(_FieldInfo)]),
         "dsc_loader_set_stream": (ip, [vp, vp]),
         "dsc_batch_samples": (u32, [vp]),
