@@ -5,6 +5,7 @@
  */
 #include "cli.h"
 #include "dsc_sys.h"
+#include "ingest_forms.h"
 #include "manifest.h"
 #include "npy.h"
 #include "util.h"
@@ -29,6 +30,7 @@ static void print_help(void) {
         "       dscache ingest npy       -o OUT_DIR [OPTIONS] NAME=FILE.npy [NAME=FILE.npy ...]\n"
         "       dscache ingest synthetic -o OUT_DIR --samples N --field NAME:DTYPE[:DIMxDIM...]\n"
         "                                [--field ...] [--seed S] [OPTIONS]\n"
+        "       dscache ingest webdataset|megatron|mds ...   (each FORM --help)\n"
         "\n"
         "Writes a dataset directory: shard-00000.dsc, shard-00001.dsc, ... and manifest.json.\n"
         "\n"
@@ -590,6 +592,13 @@ int dsc_cmd_ingest(int argc, char **argv) {
     uint64_t level = 9, seq_len = 0, samples = 0, seed = 0;
     int have_seq_len = 0, have_samples = 0, have_seed = 0;
 
+    /* the readers of other formats live in ingest_wds.c, ingest_megatron.c, ingest_mds.c */
+    if (argc >= 2 && strcmp(argv[1], "webdataset") == 0)
+        return dsc_cmd_ingest_webdataset(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "megatron") == 0)
+        return dsc_cmd_ingest_megatron(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "mds") == 0)
+        return dsc_cmd_ingest_mds(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             print_help();

@@ -26,6 +26,7 @@ deps_of() {
 }
 {
     deps_of "$build/bin/dscached"
+    deps_of "$build/bin/dscache" # libarchive and zstd (ingest webdataset, mds)
     deps_of "$build/lib/libdscache.so"
 } | sort -u | while read -r lib; do cp -L "$lib" "$out/deps/"; done
 

@@ -1,0 +1,116 @@
+/* What the ingest readers of other formats (webdataset, megatron, mds) share: the common
+ * options, the schema they declare, the sink their samples go to (the dataset writer, or
+ * nothing with --dry-run), bad-sample accounting for --skip-bad, progress and the summary. */
+#ifndef DSC_CLI_INGEST_COMMON_H
+#define DSC_CLI_INGEST_COMMON_H
+
+#include "cli.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define INGEST_MAX_FIELDS 64
+#define INGEST_MAX_DIMS 8
+
+/* One declared field: name:dtype[dims], dims[0] == 0 when the leading dimension varies. */
+typedef struct ingest_field {
+    char name[64];
+    int dtype;
+    uint32_t ndim; /* 0: a scalar */
+    uint64_t dims[INGEST_MAX_DIMS];
+} ingest_field_t;
+
+/* One value of a sample, as the writer takes it. */
+typedef struct ingest_value {
+    const void *data;
+    uint64_t bytes;
+} ingest_value_t;
+
+typedef struct ingest_options {
+    const char *out_dir;
+    const char *name;
+    const char *compress;
+    int level;
+    uint64_t shard_bytes, chunk_bytes;
+    uint32_t threads;
+    int skip_bad;
+    int dry_run;
+} ingest_options_t;
+
+/* clang-format off */
+#define INGEST_COMMON_OPTIONS \
+    {"output", required_argument, NULL, 'o'}, {"name", required_argument, NULL, 1001}, \
+    {"compress", required_argument, NULL, 1002}, {"level", required_argument, NULL, 1003}, \
+    {"shard-size", required_argument, NULL, 1004}, {"chunk-size", required_argument, NULL, 1005}, \
+    {"threads", required_argument, NULL, 1006}, {"skip-bad", no_argument, NULL, 1007}, \
+    {"dry-run", no_argument, NULL, 1008}, {"help", no_argument, NULL, 'h'}
+/* clang-format on */
+#define INGEST_COMMON_HELP                                                                         \
+    "Common options:\n"                                                                            \
+    "  -o, --output DIR       dataset directory to create (must not exist; it appears only when\n" \
+    "                         complete)\n"                                                         \
+    "      --name NAME        dataset name (default: DIR's base name)\n"                           \
+    "      --compress C       none, lz4 or lz4hc (default lz4)\n"                                  \
+    "      --level N          lz4hc level (default 9)\n"                                           \
+    "      --shard-size BYTES decoded bytes per shard file (default 64M)\n"                        \
+    "      --chunk-size BYTES decoded bytes per chunk (default 1M)\n"                              \
+    "      --threads N        compression threads (default: the cores)\n"                          \
+    "      --skip-bad         skip a bad sample (counted in the summary, the first ones named)\n"  \
+    "                         instead of failing on it\n"                                          \
+    "      --dry-run          read and check every sample, print the schema and the summary,\n"    \
+    "                         write nothing (no -o needed)\n"                                      \
+    "  -h, --help             this text\n"
+
+void ingest_options_init(ingest_options_t *opt);
+/* Handles a getopt_long result of INGEST_COMMON_OPTIONS. Returns 1 (handled), 0 (not one of
+ * them) or DSC_EINVAL after printing a usage message (the caller returns DSC_CLI_USAGE). */
+int ingest_common_option(const char *cmd, ingest_options_t *opt, int c, const char *arg);
+/* Checks the combination (-o given unless --dry-run). Returns 0 or DSC_EINVAL (message printed). */
+int ingest_options_check(const char *cmd, const ingest_options_t *opt);
+
+/* "name:dtype[d0,d1]" ("?" for a variable d0, nothing for a scalar) into buf. */
+void ingest_field_spec(const ingest_field_t *f, char *buf, size_t len);
+/* Bytes of one row (one step of dims[0]; the whole value for a scalar) and, for a fixed field,
+ * of the whole value; 0 for a variable field's value. */
+uint64_t ingest_field_row_bytes(const ingest_field_t *f);
+uint64_t ingest_field_fixed_bytes(const ingest_field_t *f);
+int ingest_field_variable(const ingest_field_t *f);
+
+typedef struct ingest_run ingest_run_t;
+
+/* Starts a run: prints the schema line, creates the writer (not with --dry-run). source_bytes:
+ * the inputs' total size, for the progress bar. Returns 0 and *out or DSC_CLI_FAIL (printed). */
+int ingest_run_begin(const char *cmd, const ingest_options_t *opt, const ingest_field_t *fields,
+                     uint32_t count, const char *meta_json, uint64_t source_bytes,
+                     ingest_run_t **out);
+/* Adds one sample (values[i] for fields[i]). Returns 0 or DSC_CLI_FAIL (printed). */
+int ingest_run_add(ingest_run_t *run, const ingest_value_t *values);
+/* A bad sample: with --skip-bad counts it (naming the first 10 on stderr) and returns 0; without,
+ * prints "dscache CMD: FILE: sample WHO: WHY" and returns DSC_CLI_FAIL. count: samples lost
+ * (a damaged MDS shard loses all of its samples at once). */
+int ingest_run_bad(ingest_run_t *run, const char *file, const char *who, uint64_t count,
+                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Source bytes consumed so far (progress). */
+void ingest_run_progress(ingest_run_t *run, uint64_t source_done);
+/* Prints a note line ("dscache CMD: note: ...") once the run is over, e.g. ignored files. */
+void ingest_run_note(ingest_run_t *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Finishes the dataset and prints the summary: samples, skipped, source bytes, MB/s. Returns
+ * DSC_CLI_OK or DSC_CLI_FAIL. Frees run. A run with no sample at all fails. */
+int ingest_run_finish(ingest_run_t *run);
+/* Removes what was written; frees run. NULL is a no-op. */
+void ingest_run_abort(ingest_run_t *run);
+
+/* 1 when name is a valid dataset or field name (1..63 of [A-Za-z0-9_.-]), else 0. */
+int ingest_name_valid(const char *name);
+/* Maps a field name to a valid dscache name in place ([A-Za-z0-9_.-], 1..63): other bytes
+ * become '_'. Returns 0, or DSC_EINVAL when empty. */
+int ingest_sanitize_name(char *name);
+
+/* Appends s as a JSON string (quoted, escaped; bytes >= 0x80 as \u00XX) at buf + *at, within cap
+ * bytes; stops (keeping buf NUL-terminated) when full. */
+void ingest_json_string(char *buf, size_t cap, size_t *at, const char *s);
+
+/* Reads a whole file into a fresh buffer (*len bytes, *out to free). Returns 0 or -errno. */
+int ingest_read_file(const char *path, uint8_t **out, size_t *len);
+
+#endif

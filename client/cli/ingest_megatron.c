@@ -1,0 +1,292 @@
+/* dscache ingest megatron: a Megatron-LM / NeMo indexed dataset (PREFIX.idx + PREFIX.bin) into a
+ * dataset: one sample per document (a variable-length token field) or packed --seq-len windows. */
+#include "ingest_common.h"
+#include "mmidx.h"
+
+#include "dscache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CMD "ingest megatron"
+
+static void print_help(void) {
+    printf("usage: dscache ingest megatron -o OUT_DIR [--seq-len N] [--field NAME] [OPTIONS] "
+           "PREFIX\n"
+           "\n"
+           "Reads a Megatron-LM / NeMo indexed dataset, PREFIX.idx (the MMIDIDX index: token\n"
+           "dtype, sequence lengths and byte offsets, document boundaries) and PREFIX.bin (the\n"
+           "tokens), and writes a dataset with one token field (default name \"tokens\", the\n"
+           "index's dtype):\n"
+           "  default        one sample per document: the tokens of its sequences, concatenated,\n"
+           "                 as a variable-length field (e.g. tokens:u16[])\n"
+           "  --seq-len N    the documents' tokens in order, cut into disjoint windows of N+1\n"
+           "                 tokens (input and shifted target, as `ingest tokens`): a fixed field\n"
+           "                 of shape [N+1]; the tail shorter than a window is dropped and\n"
+           "                 reported\n"
+           "      --field NAME   name of the token field (default tokens)\n"
+           "\n"
+           "The .idx is checked whole before anything is written: a header, counts or document\n"
+           "index that do not add up, and a sequence that runs past the end of PREFIX.bin, are\n"
+           "errors naming the file and the document; with --skip-bad such documents are skipped\n"
+           "and counted. Bytes of PREFIX.bin that no sequence covers are an error too (a note\n"
+           "with --skip-bad).\n"
+           "\n" INGEST_COMMON_HELP "\n"
+           "Prints a progress bar when stderr is a terminal and a one-line summary at the end.\n"
+           "Exit codes: 0 done, 1 failed (input or I/O error), 2 bad arguments.\n");
+}
+
+typedef struct mapped {
+    const uint8_t *data;
+    size_t len;
+} mapped_t;
+
+static int map_file(const char *path, mapped_t *m) {
+    m->data = NULL;
+    m->len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return dsc_cli_fail(CMD, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        close(fd);
+        return dsc_cli_fail(CMD, "%s: %s", path, strerror(errno));
+    }
+    m->len = (size_t)st.st_size;
+    if (m->len > 0) {
+        void *p = mmap(NULL, m->len, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            close(fd);
+            return dsc_cli_fail(CMD, "%s: mmap: %s", path, strerror(errno));
+        }
+        madvise(p, m->len, MADV_SEQUENTIAL);
+        m->data = p;
+    }
+    close(fd);
+    return 0;
+}
+
+static void unmap_file(mapped_t *m) {
+    if (m->data != NULL)
+        munmap((void *)m->data, m->len);
+    m->data = NULL;
+}
+
+int dsc_cmd_ingest_megatron(int argc, char **argv) {
+    static const struct option options[] = {INGEST_COMMON_OPTIONS,
+                                            {"seq-len", required_argument, NULL, 2001},
+                                            {"field", required_argument, NULL, 2002},
+                                            {NULL, 0, NULL, 0}};
+    ingest_options_t opt;
+    ingest_options_init(&opt);
+    uint64_t seq_len = 0;
+    const char *field_name = "tokens";
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "o:h", options, NULL)) != -1) {
+        int handled = ingest_common_option(CMD, &opt, c, optarg);
+        if (handled < 0)
+            return DSC_CLI_USAGE;
+        if (handled)
+            continue;
+        switch (c) {
+        case 'h':
+            print_help();
+            return DSC_CLI_OK;
+        case 2001:
+            if (dsc_cli_parse_u64(CMD, "--seq-len", optarg, 1, 1u << 26, &seq_len) < 0)
+                return DSC_CLI_USAGE;
+            break;
+        case 2002:
+            field_name = optarg;
+            break;
+        default:
+            return dsc_cli_usage(CMD, "unknown option");
+        }
+    }
+    if (optind != argc - 1)
+        return dsc_cli_usage(CMD, "expected one PREFIX (of PREFIX.idx and PREFIX.bin)");
+    if (ingest_options_check(CMD, &opt) < 0)
+        return DSC_CLI_USAGE;
+    const char *prefix = argv[optind];
+    char idx_path[4096], bin_path[4096];
+    snprintf(idx_path, sizeof idx_path, "%s.idx", prefix);
+    snprintf(bin_path, sizeof bin_path, "%s.bin", prefix);
+
+    int exit_code = DSC_CLI_FAIL;
+    mapped_t idx_map = {0}, bin_map = {0};
+    ingest_run_t *run = NULL;
+    uint8_t *scratch = NULL;
+    size_t scratch_cap = 0;
+    if (map_file(idx_path, &idx_map) != 0 || map_file(bin_path, &bin_map) != 0)
+        goto cleanup;
+    dsc_mmidx_t idx;
+    int rc = dsc_mmidx_parse(idx_map.data, idx_map.len, &idx);
+    if (rc < 0) {
+        dsc_cli_fail(CMD, "%s: %s (%s)", idx_path, idx.problem, dsc_strerror(rc));
+        goto cleanup;
+    }
+    if (idx.documents == 0) {
+        dsc_cli_fail(CMD, "%s: the index holds no document", idx_path);
+        goto cleanup;
+    }
+    /* the sizes the index promises against the .bin, before anything is written */
+    uint64_t covered_end = 0, past_end = 0;
+    for (uint64_t s = 0; s < idx.sequences; s++) {
+        uint64_t off, bytes;
+        if (dsc_mmidx_sequence(&idx, s, bin_map.len, &off, &bytes) < 0) {
+            past_end++;
+            continue;
+        }
+        if (off + bytes > covered_end)
+            covered_end = off + bytes;
+    }
+
+    if (past_end > 0 && !opt.skip_bad) { /* name the first bad document before writing */
+        for (uint64_t d = 0; d < idx.documents; d++) {
+            uint64_t first, count, off, bytes;
+            dsc_mmidx_document(&idx, d, &first, &count);
+            for (uint64_t s = first; s < first + count; s++)
+                if (dsc_mmidx_sequence(&idx, s, bin_map.len, &off, &bytes) < 0) {
+                    dsc_cli_fail(CMD,
+                                 "%s: document %llu: sequence %llu runs past the end of %s (%zu "
+                                 "bytes): the index and the data disagree (%llu sequences do; "
+                                 "--skip-bad skips their documents)",
+                                 idx_path, (unsigned long long)d, (unsigned long long)s, bin_path,
+                                 bin_map.len, (unsigned long long)past_end);
+                    goto cleanup;
+                }
+        }
+    }
+    ingest_field_t field;
+    memset(&field, 0, sizeof field);
+    snprintf(field.name, sizeof field.name, "%s", field_name);
+    field.dtype = idx.dtype;
+    field.ndim = 1;
+    field.dims[0] = seq_len ? seq_len + 1 : 0;
+    /* meta: the source and its layout, e.g. {"source": "megatron", "documents": 1000} */
+    char meta[256];
+    if (seq_len)
+        snprintf(meta, sizeof meta,
+                 "{\"source\": \"megatron\", \"documents\": %llu, \"seq_len\": %llu}",
+                 (unsigned long long)idx.documents, (unsigned long long)seq_len);
+    else
+        snprintf(meta, sizeof meta, "{\"source\": \"megatron\", \"documents\": %llu}",
+                 (unsigned long long)idx.documents);
+    if (ingest_run_begin(CMD, &opt, &field, 1, meta, bin_map.len, &run) != 0)
+        goto cleanup;
+    if (covered_end < bin_map.len && past_end == 0) {
+        if (!opt.skip_bad) {
+            dsc_cli_fail(CMD,
+                         "%s: %llu bytes after the end of the last sequence of %s (the index "
+                         "and the data disagree; --skip-bad ingests what the index covers)",
+                         bin_path, (unsigned long long)(bin_map.len - covered_end), idx_path);
+            goto cleanup;
+        }
+        ingest_run_note(run, "%s: %llu bytes after the last sequence were not ingested", bin_path,
+                        (unsigned long long)(bin_map.len - covered_end));
+    }
+    uint64_t window_bytes = seq_len ? (seq_len + 1) * idx.item_bytes : 0;
+    uint64_t window_used = 0, done_bytes = 0;
+    if (seq_len) {
+        scratch = malloc((size_t)window_bytes);
+        scratch_cap = (size_t)window_bytes;
+        if (scratch == NULL) {
+            dsc_cli_fail(CMD, "%s", dsc_strerror(DSC_ENOMEM));
+            goto cleanup;
+        }
+    }
+    for (uint64_t d = 0; d < idx.documents; d++) {
+        uint64_t first, count, doc_bytes = 0;
+        dsc_mmidx_document(&idx, d, &first, &count);
+        int bad = 0;
+        for (uint64_t s = first; s < first + count; s++) {
+            uint64_t off, bytes;
+            if (dsc_mmidx_sequence(&idx, s, bin_map.len, &off, &bytes) < 0) {
+                char who[64];
+                snprintf(who, sizeof who, "document %llu", (unsigned long long)d);
+                if (ingest_run_bad(run, idx_path, who, 1,
+                                   "sequence %llu runs past the end of %s (%zu bytes): the index "
+                                   "and the data disagree",
+                                   (unsigned long long)s, bin_path, bin_map.len) != 0)
+                    goto cleanup;
+                bad = 1;
+                break;
+            }
+            doc_bytes += bytes;
+        }
+        if (bad) {
+            continue;
+        }
+        if (seq_len == 0) {
+            ingest_value_t value;
+            uint64_t off, bytes;
+            if (count == 1) {
+                dsc_mmidx_sequence(&idx, first, bin_map.len, &off, &bytes);
+                value.data = bytes ? bin_map.data + off : NULL; /* an empty .bin maps nothing */
+                value.bytes = bytes;
+            } else {
+                if (doc_bytes > scratch_cap) {
+                    uint8_t *grown = realloc(scratch, (size_t)doc_bytes);
+                    if (grown == NULL) {
+                        dsc_cli_fail(CMD, "%s", dsc_strerror(DSC_ENOMEM));
+                        goto cleanup;
+                    }
+                    scratch = grown;
+                    scratch_cap = (size_t)doc_bytes;
+                }
+                uint64_t at = 0;
+                for (uint64_t s = first; s < first + count; s++) {
+                    dsc_mmidx_sequence(&idx, s, bin_map.len, &off, &bytes);
+                    memcpy(scratch + at, bin_map.data + off, (size_t)bytes);
+                    at += bytes;
+                }
+                value.data = scratch;
+                value.bytes = doc_bytes;
+            }
+            if (ingest_run_add(run, &value) != 0)
+                goto cleanup;
+        } else {
+            for (uint64_t s = first; s < first + count; s++) {
+                uint64_t off, bytes;
+                dsc_mmidx_sequence(&idx, s, bin_map.len, &off, &bytes);
+                while (bytes > 0) {
+                    uint64_t take = window_bytes - window_used;
+                    if (take > bytes)
+                        take = bytes;
+                    memcpy(scratch + window_used, bin_map.data + off, (size_t)take);
+                    window_used += take;
+                    off += take;
+                    bytes -= take;
+                    if (window_used == window_bytes) {
+                        ingest_value_t value = {scratch, window_bytes};
+                        if (ingest_run_add(run, &value) != 0)
+                            goto cleanup;
+                        window_used = 0;
+                    }
+                }
+            }
+        }
+        done_bytes += doc_bytes;
+        ingest_run_progress(run, done_bytes);
+    }
+    if (seq_len && window_used > 0)
+        ingest_run_note(run, "dropped the last %llu tokens (shorter than a window of %llu)",
+                        (unsigned long long)(window_used / idx.item_bytes),
+                        (unsigned long long)(seq_len + 1));
+    exit_code = ingest_run_finish(run);
+    run = NULL;
+
+cleanup:
+    ingest_run_abort(run);
+    free(scratch);
+    unmap_file(&idx_map);
+    unmap_file(&bin_map);
+    return exit_code;
+}
