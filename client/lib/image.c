@@ -1,7 +1,8 @@
 /* Image codec: JPEG / PNG / WebP bytes -> RGB u8, one crop + resize + flip, CHW or HWC.
- * Decoders: TurboJPEG (libjpeg-turbo), libpng's simplified API, libwebp. Resize: stb_image_resize
- * (triangle filter, support widened when shrinking: the same kernel as PIL's BILINEAR). */
+ * Decoders: TurboJPEG (libjpeg-turbo), libpng's simplified API, libwebp. Resize: resample.c
+ * (PIL's BILINEAR algorithm, fixed point). */
 #include "image.h"
+#include "resample.h"
 
 #include "dscache.h"
 
@@ -14,24 +15,6 @@
 #include <turbojpeg.h>
 #include <webp/decode.h>
 
-/* stb_image_resize is one header (Debian's libstb-dev); its implementation is compiled here so
- * that its one allocation per call comes from the context's scratch and nothing more is linked. */
-#define STBIR_MALLOC(size, context) image_scratch((dsc_image_ctx_t *)(context), (size))
-#define STBIR_FREE(ptr, context) ((void)(ptr), (void)(context))
-#define STBIR_ASSERT(x) ((void)0)
-#define STB_IMAGE_RESIZE_STATIC
-#define STB_IMAGE_RESIZE_IMPLEMENTATION
-struct dsc_image_ctx;
-static void *image_scratch(struct dsc_image_ctx *ctx, size_t size);
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-parameter"
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#include <stb_image_resize.h>
-#pragma GCC diagnostic pop
-
 #define ERR_LEN 160
 
 struct dsc_image_ctx {
@@ -42,24 +25,9 @@ struct dsc_image_ctx {
     size_t pixels_cap;
     uint8_t *resized; /* the resized crop, RGB HWC */
     size_t resized_cap;
-    uint8_t *scratch; /* stb_image_resize's working memory */
-    size_t scratch_cap;
-    int scratch_failed;
+    dsc_resample_scratch_t resample;
     char error[ERR_LEN];
 };
-
-static void *image_scratch(struct dsc_image_ctx *ctx, size_t size) {
-    if (size > ctx->scratch_cap) {
-        uint8_t *p = realloc(ctx->scratch, size);
-        if (!p) {
-            ctx->scratch_failed = 1;
-            return NULL;
-        }
-        ctx->scratch = p;
-        ctx->scratch_cap = size;
-    }
-    return ctx->scratch;
-}
 
 static int grow(uint8_t **buf, size_t *cap, size_t need) {
     if (need <= *cap)
@@ -159,7 +127,7 @@ void dsc__image_ctx_destroy(dsc_image_ctx_t *ctx) {
         tjDestroy(ctx->tj_encode);
     free(ctx->pixels);
     free(ctx->resized);
-    free(ctx->scratch);
+    dsc__resample_scratch_free(&ctx->resample);
     free(ctx);
 }
 
@@ -436,31 +404,24 @@ static int decode_for(dsc_image_ctx_t *ctx, const void *data, size_t len, int fo
 }
 
 /* Resizes the region (x, y, bw, bh) of ctx->pixels (sw x sh RGB) to ow x oh RGB into dst. The
- * resizer sees only the whole pixels the region touches (as PIL's crop, then resize): its edges
- * are clamped there, and it converts no column outside them. */
+ * resampler sees only the whole pixels the region touches, as PIL's crop then resize does. */
 static int resize_region(dsc_image_ctx_t *ctx, uint32_t sw, uint32_t sh, double x, double y,
                          double bw, double bh, uint8_t *dst, uint32_t ow, uint32_t oh) {
-    double x0 = floor(x), y0 = floor(y);
+    double x0 = fmax(0, floor(x)), y0 = fmax(0, floor(y));
     double x1 = fmin(sw, ceil(x + bw - 1e-9)), y1 = fmin(sh, ceil(y + bh - 1e-9));
-    if (x0 < 0)
-        x0 = 0;
-    if (y0 < 0)
-        y0 = 0;
     if (x1 <= x0)
-        x1 = x0 + 1;
+        x1 = fmin(sw, x0 + 1);
     if (y1 <= y0)
-        y1 = y0 + 1;
-    int iw = (int)(x1 - x0), ih = (int)(y1 - y0);
+        y1 = fmin(sh, y0 + 1);
+    uint32_t iw = (uint32_t)(x1 - x0), ih = (uint32_t)(y1 - y0);
     const uint8_t *src = ctx->pixels + ((size_t)y0 * sw + (size_t)x0) * 3;
-    float s0 = (float)((x - x0) / iw), t0 = (float)((y - y0) / ih);
-    float s1 = (float)((x + bw - x0) / iw), t1 = (float)((y + bh - y0) / ih);
-    ctx->scratch_failed = 0;
-    if (!stbir_resize_region(src, iw, ih, (int)sw * 3, dst, (int)ow, (int)oh, (int)ow * 3,
-                             STBIR_TYPE_UINT8, 3, STBIR_ALPHA_CHANNEL_NONE, 0, STBIR_EDGE_CLAMP,
-                             STBIR_EDGE_CLAMP, STBIR_FILTER_TRIANGLE, STBIR_FILTER_TRIANGLE,
-                             STBIR_COLORSPACE_LINEAR, ctx, s0, t0, s1, t1))
-        return ctx->scratch_failed ? DSC_ENOMEM : fail(ctx, "resize failed");
-    return 0;
+    double bx0 = fmax(0, x - x0), by0 = fmax(0, y - y0);
+    double bx1 = fmin(iw, x + bw - x0), by1 = fmin(ih, y + bh - y0);
+    if (bx1 <= bx0 || by1 <= by0)
+        return fail(ctx, "empty crop");
+    int rc = dsc__resample_rgb(&ctx->resample, src, iw, ih, (size_t)sw * 3, bx0, by0, bx1, by1, dst,
+                               ow, oh);
+    return rc == DSC_EINVAL ? fail(ctx, "resize: bad box") : rc;
 }
 
 int dsc__image_decode(dsc_image_ctx_t *ctx, const void *data, size_t len,
