@@ -13,7 +13,8 @@
 #include <cjson/cJSON.h>
 
 #define MANIFEST_FORMAT "dscache-manifest"
-#define MANIFEST_VERSION 1
+#define MANIFEST_VERSION 1            /* fixed-shape fields only */
+#define MANIFEST_VERSION_VAR 2        /* at least one variable field */
 #define EXACT_DOUBLE_MAX (1ull << 53) /* larger integers are written as "0x..." strings */
 /* Smallest possible shard file: the smallest header (51 bytes) and the footer. */
 #define SHARD_MIN_BYTES (51 + DSC_SHARD_FOOTER_SIZE)
@@ -35,6 +36,7 @@ void dsc_manifest_free(dsc_manifest_t *manifest) {
     if (manifest == NULL)
         return;
     free(manifest->shards);
+    free(manifest->meta_json);
     free(manifest);
 }
 
@@ -48,6 +50,23 @@ void dsc_manifest_finish(dsc_manifest_t *manifest) {
     }
     manifest->samples = samples;
     manifest->bytes = bytes;
+}
+
+uint64_t dsc_manifest_chunk_bound(const dsc_manifest_t *manifest, uint32_t chunk_samples) {
+    const dsc_schema_t *schema = &manifest->schema;
+    uint64_t bound = dsc_schema_chunk_min(schema, chunk_samples);
+    for (uint32_t f = 0; f < schema->field_count && f < DSC_MAX_FIELDS; f++) {
+        uint64_t rows;
+        if (!schema->fields[f].variable)
+            continue;
+        if (__builtin_mul_overflow(manifest->field_stats[f].bytes_max, (uint64_t)chunk_samples,
+                                   &rows) ||
+            __builtin_add_overflow(bound, rows, &bound))
+            return DSC_CHUNK_MAX_RAW;
+    }
+    if (schema->var_count > 0 && bound > DSC_CHUNK_MAX_RAW)
+        return DSC_CHUNK_MAX_RAW;
+    return bound;
 }
 
 int64_t dsc_manifest_find_sample(const dsc_manifest_t *manifest, uint64_t sample) {
@@ -160,6 +179,34 @@ static const char *get_string(const cJSON *object, const char *key) {
     return cJSON_IsString(item) ? item->valuestring : NULL;
 }
 
+/* A non-negative finite number. */
+static int get_double(const cJSON *object, const char *key, double *out) {
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(object, key);
+    if (!cJSON_IsNumber(item) || !(item->valuedouble >= 0.0 && item->valuedouble <= 1e300))
+        return -1;
+    *out = item->valuedouble;
+    return 0;
+}
+
+/* The size statistics of variable field `field` (of a finished schema) over `samples` samples. */
+static int parse_field_stats(const cJSON *item, const dsc_field_t *field, uint64_t samples,
+                             dsc_manifest_field_stats_t *stats) {
+    if (get_u64(item, "rows_total", UINT64_MAX, &stats->rows_total) < 0 ||
+        get_u64(item, "rows_max", UINT64_MAX, &stats->rows_max) < 0 ||
+        get_u64(item, "bytes_max", UINT64_MAX, &stats->bytes_max) < 0 ||
+        get_double(item, "bytes_mean", &stats->bytes_mean) < 0)
+        return DSC_EBADMANIFEST;
+    uint64_t bytes, most;
+    if (__builtin_mul_overflow(stats->rows_max, field->row_bytes, &bytes) ||
+        bytes != stats->bytes_max || stats->rows_max > stats->rows_total)
+        return DSC_EBADMANIFEST;
+    if (!__builtin_mul_overflow(stats->rows_max, samples, &most) && stats->rows_total > most)
+        return DSC_EBADMANIFEST; /* more rows than samples * the largest sample */
+    if (stats->bytes_mean > (double)stats->bytes_max)
+        return DSC_EBADMANIFEST;
+    return 0;
+}
+
 static int parse_schema(const cJSON *array, dsc_schema_t *schema) {
     if (!cJSON_IsArray(array))
         return DSC_EBADMANIFEST;
@@ -193,6 +240,10 @@ static int parse_schema(const cJSON *array, dsc_schema_t *schema) {
         uint32_t d = 0;
         const cJSON *dim;
         cJSON_ArrayForEach(dim, shape) {
+            if (d == 0 && cJSON_IsNull(dim)) { /* a variable leading dimension */
+                field->shape[d++] = DSC_DIM_VARIABLE;
+                continue;
+            }
             double v = cJSON_IsNumber(dim) ? dim->valuedouble : -1.0;
             if (!(v >= 1.0 && v <= (double)UINT32_MAX) || (double)(uint32_t)v != v)
                 return DSC_EBADSCHEMA;
@@ -223,7 +274,7 @@ static int parse_shard(const cJSON *item, uint32_t position, const dsc_schema_t 
         return DSC_EBADMANIFEST;
     /* The same rules a shard header obeys (proto/FORMAT.md). */
     if (shard->chunk_samples == 0 ||
-        (uint64_t)shard->chunk_samples * schema->sample_bytes > DSC_CHUNK_MAX_RAW)
+        dsc_schema_chunk_min(schema, shard->chunk_samples) > DSC_CHUNK_MAX_RAW)
         return DSC_EBADMANIFEST;
     uint64_t chunks =
         shard->samples / shard->chunk_samples + (shard->samples % shard->chunk_samples != 0);
@@ -256,7 +307,7 @@ static int parse_document(const char *text, size_t len, dsc_manifest_t **out) {
     uint64_t version;
     if (get_u64(root, "version", UINT32_MAX, &version) < 0)
         goto cleanup;
-    if (version != MANIFEST_VERSION) {
+    if (version != MANIFEST_VERSION && version != MANIFEST_VERSION_VAR) {
         rc = DSC_EVERSION;
         goto cleanup;
     }
@@ -279,10 +330,29 @@ static int parse_document(const char *text, size_t len, dsc_manifest_t **out) {
     if (name == NULL || !name_ok(name, DSC_MAX_NAME - 1))
         goto cleanup;
     memcpy(manifest->name, name, strlen(name) + 1);
-    rc = parse_schema(cJSON_GetObjectItemCaseSensitive(root, "schema"), &manifest->schema);
+    const cJSON *schema_json = cJSON_GetObjectItemCaseSensitive(root, "schema");
+    rc = parse_schema(schema_json, &manifest->schema);
     if (rc < 0)
         goto cleanup;
+    /* Version 1 readers know no variable dimension; version 2 is written only when there is
+     * one (so the text stays canonical). */
+    if (version == MANIFEST_VERSION && manifest->schema.var_count > 0) {
+        rc = DSC_EBADSCHEMA;
+        goto cleanup;
+    }
     rc = DSC_EBADMANIFEST;
+    if (version == MANIFEST_VERSION_VAR && manifest->schema.var_count == 0)
+        goto cleanup;
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "meta");
+    if (meta != NULL) {
+        if (!cJSON_IsObject(meta))
+            goto cleanup;
+        manifest->meta_json = cJSON_PrintUnformatted(meta);
+        if (manifest->meta_json == NULL) {
+            rc = DSC_ENOMEM;
+            goto cleanup;
+        }
+    }
     uint32_t position = 0;
     uint64_t samples = 0, bytes = 0;
     const cJSON *item;
@@ -305,6 +375,15 @@ static int parse_document(const char *text, size_t len, dsc_manifest_t **out) {
     if (get_u64(root, "sample_bytes", UINT64_MAX, &sample_bytes) < 0 ||
         sample_bytes != manifest->schema.sample_bytes)
         goto cleanup;
+    for (uint32_t f = 0; f < manifest->schema.field_count; f++) {
+        const dsc_field_t *field = &manifest->schema.fields[f];
+        if (!field->variable)
+            continue;
+        rc = parse_field_stats(cJSON_GetArrayItem(schema_json, (int)f), field, manifest->samples,
+                               &manifest->field_stats[f]);
+        if (rc < 0)
+            goto cleanup;
+    }
     *out = manifest;
     manifest = NULL;
     rc = 0;
@@ -351,8 +430,10 @@ char *dsc_manifest_to_json(const dsc_manifest_t *manifest) {
     cJSON *root = cJSON_CreateObject();
     if (root == NULL)
         return NULL;
+    int variable = manifest->schema.var_count > 0;
     int ok = cJSON_AddStringToObject(root, "format", MANIFEST_FORMAT) != NULL &&
-             cJSON_AddNumberToObject(root, "version", MANIFEST_VERSION) != NULL &&
+             cJSON_AddNumberToObject(root, "version",
+                                     variable ? MANIFEST_VERSION_VAR : MANIFEST_VERSION) != NULL &&
              cJSON_AddStringToObject(root, "name", manifest->name) != NULL &&
              add_u64(root, "sample_bytes", manifest->schema.sample_bytes) &&
              add_u64(root, "samples", manifest->samples);
@@ -373,10 +454,18 @@ char *dsc_manifest_to_json(const dsc_manifest_t *manifest) {
         cJSON *shape = ok ? cJSON_AddArrayToObject(object, "shape") : NULL;
         ok = shape != NULL;
         for (uint32_t d = 0; ok && d < field->ndim && d < DSC_MAX_DIMS; d++) {
-            cJSON *dim = cJSON_CreateNumber((double)field->shape[d]);
+            cJSON *dim = d == 0 && field->variable ? cJSON_CreateNull()
+                                                   : cJSON_CreateNumber((double)field->shape[d]);
             ok = dim != NULL && cJSON_AddItemToArray(shape, dim);
             if (!ok)
                 cJSON_Delete(dim);
+        }
+        if (ok && field->variable) {
+            const dsc_manifest_field_stats_t *st = &manifest->field_stats[i];
+            ok = add_u64(object, "rows_total", st->rows_total) &&
+                 add_u64(object, "rows_max", st->rows_max) &&
+                 add_u64(object, "bytes_max", st->bytes_max) &&
+                 cJSON_AddNumberToObject(object, "bytes_mean", st->bytes_mean) != NULL;
         }
     }
     cJSON *shards = ok ? cJSON_AddArrayToObject(root, "shards") : NULL;
@@ -400,10 +489,36 @@ char *dsc_manifest_to_json(const dsc_manifest_t *manifest) {
              add_u64(object, "chunk_samples", shard->chunk_samples) &&
              cJSON_AddStringToObject(object, "checksum", checksum) != NULL;
     }
+    if (ok && manifest->meta_json != NULL) {
+        cJSON *meta = cJSON_Parse(manifest->meta_json);
+        ok = cJSON_IsObject(meta) && cJSON_AddItemToObject(root, "meta", meta);
+        if (!ok)
+            cJSON_Delete(meta);
+    }
     if (ok)
         text = cJSON_Print(root);
     cJSON_Delete(root);
     return text;
+}
+
+int dsc_manifest_set_meta(dsc_manifest_t *manifest, const char *json) {
+    if (manifest == NULL)
+        return DSC_EINVAL;
+    char *copy = NULL;
+    if (json != NULL) {
+        cJSON *meta = cJSON_Parse(json);
+        if (!cJSON_IsObject(meta)) {
+            cJSON_Delete(meta);
+            return DSC_EINVAL;
+        }
+        copy = cJSON_PrintUnformatted(meta);
+        cJSON_Delete(meta);
+        if (copy == NULL)
+            return DSC_ENOMEM;
+    }
+    free(manifest->meta_json);
+    manifest->meta_json = copy;
+    return 0;
 }
 
 /* ---- Files -------------------------------------------------------------------------------- */
@@ -480,7 +595,7 @@ int dsc_manifest_save(const char *dir, const dsc_manifest_t *manifest) {
     dsc_manifest_t *check = NULL;
     char *text = dsc_manifest_to_json(manifest);
     if (text == NULL)
-        return DSC_ENOMEM;
+        return manifest->meta_json != NULL ? DSC_EINVAL : DSC_ENOMEM;
     size_t len = strlen(text);
     /* Never write a manifest that the readers would reject. */
     rc = dsc_manifest_parse(text, len, &check);

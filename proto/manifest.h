@@ -23,9 +23,22 @@ typedef struct dsc_manifest_shard {
     uint64_t first_sample;  /* derived: dataset-wide index of its first sample */
 } dsc_manifest_shard_t;
 
+/* Size statistics of a variable field over the whole dataset (manifest version 2). */
+typedef struct dsc_manifest_field_stats {
+    uint64_t rows_total; /* rows of every sample together */
+    uint64_t rows_max;   /* the largest sample, in rows */
+    uint64_t bytes_max;  /* the largest sample, in bytes (== rows_max * row_bytes) */
+    double bytes_mean;   /* mean sample size in bytes (0..bytes_max) */
+} dsc_manifest_field_stats_t;
+
 typedef struct dsc_manifest {
     char name[DSC_MAX_NAME];
     dsc_schema_t schema;
+    /* field_stats[f] for each variable field f of schema (zero for fixed fields). */
+    dsc_manifest_field_stats_t field_stats[DSC_MAX_FIELDS];
+    /* The top-level "meta" object as compact JSON text (malloc'd, owned by the manifest, freed by
+     * dsc_manifest_free), or NULL when the manifest has none. */
+    char *meta_json;
     uint64_t samples; /* derived: sum of the shards' samples */
     uint64_t bytes;   /* derived: sum of the shards' file sizes */
     uint32_t shard_count;
@@ -34,10 +47,14 @@ typedef struct dsc_manifest {
 
 /* Parses a manifest from JSON text (need not be NUL-terminated). Returns 0 and *out (free with
  * dsc_manifest_free), DSC_EBADMANIFEST (syntax, a missing or wrong-typed field, ids out of
- * order, chunk counts inconsistent with samples), DSC_EVERSION (a manifest version other than
- * 1), DSC_EBADSCHEMA, DSC_ETOOLARGE, DSC_ENOMEM. */
+ * order, chunk counts inconsistent with samples, size statistics missing or inconsistent, a
+ * "meta" that is not an object, version 2 without a variable field), DSC_EVERSION (a manifest
+ * version other than 1 and 2), DSC_EBADSCHEMA (also: a variable dimension in version 1),
+ * DSC_ETOOLARGE, DSC_ENOMEM. */
 int dsc_manifest_parse(const char *json, size_t len, dsc_manifest_t **out);
-/* Serializes to JSON (malloc'd, NUL-terminated; caller frees) or NULL on ENOMEM. */
+/* Serializes to JSON (malloc'd, NUL-terminated; caller frees): version 1 when the schema has no
+ * variable field (the same text as before version 2 existed, plus "meta" when set), else version
+ * 2 with the field statistics. NULL on ENOMEM or when meta_json is not a JSON object. */
 char *dsc_manifest_to_json(const dsc_manifest_t *manifest);
 /* Reads and parses DIR/manifest.json: as dsc_manifest_parse, plus DSC_ENOENT / DSC_EIO. */
 int dsc_manifest_load(const char *dir, dsc_manifest_t **out);
@@ -46,8 +63,16 @@ int dsc_manifest_load(const char *dir, dsc_manifest_t **out);
 int dsc_manifest_save(const char *dir, const dsc_manifest_t *manifest);
 /* Allocates an empty manifest with room for shard_count shards (zeroed). NULL on ENOMEM. */
 dsc_manifest_t *dsc_manifest_alloc(uint32_t shard_count);
+/* Sets manifest->meta_json to a copy of json (a JSON object; NULL clears it). Returns 0,
+ * DSC_EINVAL (not a JSON object), DSC_ENOMEM. */
+int dsc_manifest_set_meta(dsc_manifest_t *manifest, const char *json);
 /* Recomputes the derived fields (first_sample, samples, bytes). */
 void dsc_manifest_finish(dsc_manifest_t *manifest);
+/* Upper bound on the decoded size of a chunk of `chunk_samples` samples: exact for a schema
+ * without variable fields (chunk_samples * sample_bytes), else the offset tables plus
+ * chunk_samples times the largest sample of each variable field (field_stats), never more than
+ * DSC_CHUNK_MAX_RAW. For sizing buffers before a chunk is read. */
+uint64_t dsc_manifest_chunk_bound(const dsc_manifest_t *manifest, uint32_t chunk_samples);
 /* Shard holding dataset-wide sample `sample` (binary search); -1 when out of range. */
 int64_t dsc_manifest_find_sample(const dsc_manifest_t *manifest, uint64_t sample);
 /* NULL is a no-op. */

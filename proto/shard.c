@@ -46,6 +46,7 @@ int dsc_schema_finish(dsc_schema_t *schema) {
     if (schema == NULL || schema->field_count < 1 || schema->field_count > DSC_MAX_FIELDS)
         return DSC_EBADSCHEMA;
     uint64_t total = 0;
+    uint32_t var_count = 0;
     for (uint32_t i = 0; i < schema->field_count; i++) {
         dsc_field_t *field = &schema->fields[i];
         size_t len = name_len(field->name);
@@ -57,25 +58,53 @@ int dsc_schema_finish(dsc_schema_t *schema) {
         int elem = dsc_dtype_size(field->dtype);
         if (elem <= 0 || field->ndim > DSC_MAX_DIMS)
             return DSC_EBADSCHEMA;
-        uint64_t bytes = (uint64_t)elem;
+        int variable = field->ndim >= 1 && field->shape[0] == DSC_DIM_VARIABLE;
+        uint64_t row = (uint64_t)elem; /* dtype size * prod(shape[1..ndim)) */
         for (uint32_t d = 0; d < DSC_MAX_DIMS; d++) {
             if (d >= field->ndim) {
                 field->shape[d] = 0; /* unused dims are zero, so equal schemas compare equal */
                 continue;
             }
+            if (d == 0)
+                continue;
             if (field->shape[d] == 0)
-                return DSC_EBADSCHEMA;
-            if (__builtin_mul_overflow(bytes, (uint64_t)field->shape[d], &bytes) ||
-                bytes > UINT32_MAX)
+                return DSC_EBADSCHEMA; /* only the leading dimension may be variable */
+            if (__builtin_mul_overflow(row, (uint64_t)field->shape[d], &row) || row > UINT32_MAX)
                 return DSC_EOVERFLOW;
         }
+        uint64_t bytes = 0;
+        if (!variable) {
+            bytes = row;
+            if (field->ndim >= 1 &&
+                (__builtin_mul_overflow(bytes, (uint64_t)field->shape[0], &bytes) ||
+                 bytes > UINT32_MAX))
+                return DSC_EOVERFLOW;
+        }
+        field->row_bytes = row;
         field->sample_bytes = bytes;
+        field->variable = (uint8_t)variable;
+        var_count += (uint32_t)variable;
         total += bytes; /* at most 16 * 2^32: cannot wrap */
     }
     if (total > UINT32_MAX)
         return DSC_EOVERFLOW;
     schema->sample_bytes = total;
+    schema->var_count = var_count;
     return 0;
+}
+
+int dsc_schema_version(const dsc_schema_t *schema) {
+    return schema->var_count > 0 ? DSC_SHARD_VERSION_VAR : DSC_SHARD_VERSION;
+}
+
+uint64_t dsc_schema_chunk_min(const dsc_schema_t *schema, uint64_t samples) {
+    uint64_t fixed, table, tables, total;
+    if (__builtin_mul_overflow(samples, schema->sample_bytes, &fixed) ||
+        __builtin_add_overflow(samples, 1, &table) ||
+        __builtin_mul_overflow(table, (uint64_t)8 * schema->var_count, &tables) ||
+        __builtin_add_overflow(fixed, schema->var_count ? tables : 0, &total))
+        return UINT64_MAX;
+    return total;
 }
 
 int dsc_schema_equal(const dsc_schema_t *a, const dsc_schema_t *b) {
@@ -99,7 +128,7 @@ uint64_t dsc_schema_field_offset(const dsc_schema_t *schema, uint32_t field, uin
     if (end > DSC_MAX_FIELDS)
         end = DSC_MAX_FIELDS;
     for (uint32_t i = 0; i < end; i++)
-        offset += schema->fields[i].sample_bytes * samples;
+        offset += schema->fields[i].sample_bytes * samples; /* 0 for variable fields */
     return offset;
 }
 
@@ -134,8 +163,9 @@ static int header_fields_valid(const dsc_shard_header_t *header) {
         return 0;
     if (expected_chunks(header) > UINT32_MAX)
         return 0;
-    /* A full chunk must fit the decoder's bound (and so a u32 raw_len). */
-    return (uint64_t)header->chunk_samples * header->schema.sample_bytes <= DSC_CHUNK_MAX_RAW;
+    /* A full chunk must fit the decoder's bound (and so a u32 raw_len): its fixed part and, in
+     * version 2, its offset tables (the rows come on top, checked per chunk). */
+    return dsc_schema_chunk_min(&header->schema, header->chunk_samples) <= DSC_CHUNK_MAX_RAW;
 }
 
 int dsc_shard_header_encode(const dsc_shard_header_t *header, uint8_t *out, size_t cap) {
@@ -154,7 +184,7 @@ int dsc_shard_header_encode(const dsc_shard_header_t *header, uint8_t *out, size
     dsc_wr_t w;
     dsc_wr_init(&w, out, cap);
     dsc_wr_bytes(&w, DSC_SHARD_MAGIC, 8);
-    dsc_wr_u16(&w, DSC_SHARD_VERSION);
+    dsc_wr_u16(&w, (uint16_t)dsc_schema_version(&schema));
     dsc_wr_u16(&w, checked.flags);
     dsc_wr_u32(&w, (uint32_t)size);
     dsc_wr_u64(&w, checked.shard_id);
@@ -189,7 +219,7 @@ int dsc_shard_header_decode(const uint8_t *buf, size_t len, dsc_shard_header_t *
     if (len < 16)
         return DSC_ETRUNCATED;
     uint16_t version = (uint16_t)(buf[8] | buf[9] << 8);
-    if (version != DSC_SHARD_VERSION)
+    if (version != DSC_SHARD_VERSION && version != DSC_SHARD_VERSION_VAR)
         return DSC_EVERSION;
     uint32_t header_len = dsc_load_u32(buf + 12);
     if (header_len < HEADER_MIN || header_len > DSC_SHARD_MAX_HEADER)
@@ -245,6 +275,13 @@ int dsc_shard_header_decode(const uint8_t *buf, size_t len, dsc_shard_header_t *
     int rc = dsc_schema_finish(&h.schema);
     if (rc < 0)
         return rc;
+    /* Version 1 knows no variable dimension (a zero dimension is invalid there, as it always
+     * was); version 2 is only written for a schema that has one, so the encoding stays
+     * canonical. */
+    if (h.version == DSC_SHARD_VERSION && h.schema.var_count > 0)
+        return DSC_EBADSCHEMA;
+    if (h.version == DSC_SHARD_VERSION_VAR && h.schema.var_count == 0)
+        return DSC_EBADHEADER;
     if (!header_fields_valid(&h))
         return DSC_EBADHEADER;
     *out = h;
@@ -324,7 +361,7 @@ int dsc_shard_check_index(const dsc_shard_header_t *header, const dsc_shard_foot
     if (dsc_checksum(index, index_len) != footer->index_checksum)
         return DSC_EBADINDEX;
 
-    uint64_t sample_bytes = header->schema.sample_bytes;
+    int variable = header->schema.var_count > 0;
     uint64_t next_sample = 0;
     uint64_t prev_end = header->header_len;
     for (uint32_t i = 0; i < footer->chunk_count; i++) {
@@ -339,7 +376,12 @@ int dsc_shard_check_index(const dsc_shard_header_t *header, const dsc_shard_foot
         uint64_t want = left < header->chunk_samples ? left : header->chunk_samples;
         if (e.sample_count == 0 || e.sample_count != want)
             return DSC_EBADINDEX;
-        if ((uint64_t)e.raw_len != e.sample_count * sample_bytes) /* <= DSC_CHUNK_MAX_RAW */
+        /* Version 1: exactly the samples' bytes. Version 2: at least the fixed part and the
+         * offset tables (the exact size needs the decoded offsets: dsc_chunk_layout). Both are
+         * <= DSC_CHUNK_MAX_RAW by header_fields_valid. */
+        uint64_t least = dsc_schema_chunk_min(&header->schema, e.sample_count);
+        if (variable ? (e.raw_len < least || e.raw_len > DSC_CHUNK_MAX_RAW)
+                     : (uint64_t)e.raw_len != least)
             return DSC_EBADINDEX;
         if (e.codec == DSC_CODEC_RAW) {
             if (e.stored_len != e.raw_len || e.stored_checksum != e.raw_checksum)
@@ -403,6 +445,90 @@ const uint8_t *dsc_shard_chunk_data(const dsc_shard_view_t *view, const dsc_chun
     if (e->offset > view->size || e->stored_len > view->size - e->offset)
         return NULL;
     return view->base + e->offset;
+}
+
+/* ---- Decoded chunk layout ---------------------------------------------------------------- */
+
+int dsc_chunk_layout(const dsc_schema_t *schema, uint32_t samples, const void *raw,
+                     uint64_t raw_len, dsc_chunk_layout_t *out) {
+    if (schema == NULL || out == NULL || (raw == NULL && raw_len > 0) || samples == 0 ||
+        schema->field_count < 1 || schema->field_count > DSC_MAX_FIELDS)
+        return DSC_EINVAL;
+    uint64_t least = dsc_schema_chunk_min(schema, samples);
+    if (least == UINT64_MAX || raw_len < least)
+        return DSC_EBADINDEX;
+    if (schema->var_count == 0 && raw_len != least)
+        return DSC_EBADINDEX;
+    const uint8_t *base = raw;
+    dsc_chunk_layout_t layout;
+    memset(&layout, 0, sizeof layout);
+    layout.samples = samples;
+    layout.field_count = schema->field_count;
+    uint64_t pos = 0; /* pos <= raw_len throughout */
+    for (uint32_t f = 0; f < schema->field_count; f++) {
+        const dsc_field_t *field = &schema->fields[f];
+        if (field->variable)
+            continue;
+        uint64_t bytes = field->sample_bytes * samples; /* <= least <= raw_len */
+        layout.fields[f].values = base + pos;
+        layout.fields[f].bytes = bytes;
+        pos += bytes;
+    }
+    for (uint32_t f = 0; f < schema->field_count; f++) {
+        const dsc_field_t *field = &schema->fields[f];
+        if (!field->variable)
+            continue;
+        uint64_t table = ((uint64_t)samples + 1) * 8;
+        if (raw_len - pos < table)
+            return DSC_ECORRUPT; /* an earlier field's rows took the room of this table */
+        const uint8_t *offsets = base + pos;
+        pos += table;
+        if (dsc_load_u64(offsets) != 0)
+            return DSC_ECORRUPT;
+        uint64_t prev = 0;
+        for (uint32_t i = 1; i <= samples; i++) {
+            uint64_t next = dsc_load_u64(offsets + (size_t)i * 8);
+            if (next < prev)
+                return DSC_ECORRUPT;
+            prev = next;
+        }
+        uint64_t bytes;
+        if (__builtin_mul_overflow(prev, field->row_bytes, &bytes) || bytes > raw_len - pos)
+            return DSC_ECORRUPT;
+        layout.fields[f].offsets = offsets;
+        layout.fields[f].rows = prev;
+        layout.fields[f].values = base + pos;
+        layout.fields[f].bytes = bytes;
+        pos += bytes;
+    }
+    if (pos != raw_len)
+        return DSC_ECORRUPT;
+    *out = layout;
+    return 0;
+}
+
+uint64_t dsc_chunk_offset(const dsc_chunk_layout_t *layout, uint32_t field, uint32_t i) {
+    if (field >= layout->field_count || field >= DSC_MAX_FIELDS || i > layout->samples ||
+        layout->fields[field].offsets == NULL)
+        return 0;
+    return dsc_load_u64(layout->fields[field].offsets + (size_t)i * 8);
+}
+
+int dsc_chunk_sample(const dsc_chunk_layout_t *layout, const dsc_schema_t *schema, uint32_t field,
+                     uint32_t i, const uint8_t **data, uint64_t *bytes) {
+    if (field >= layout->field_count || field >= DSC_MAX_FIELDS || i >= layout->samples)
+        return DSC_ERANGE;
+    const dsc_chunk_field_t *cf = &layout->fields[field];
+    const dsc_field_t *f = &schema->fields[field];
+    if (cf->offsets == NULL) {
+        *data = cf->values + (uint64_t)i * f->sample_bytes;
+        *bytes = f->sample_bytes;
+        return 0;
+    }
+    uint64_t lo = dsc_chunk_offset(layout, field, i), hi = dsc_chunk_offset(layout, field, i + 1);
+    *data = cf->values + lo * f->row_bytes;
+    *bytes = (hi - lo) * f->row_bytes;
+    return 0;
 }
 
 /* ---- Chunk codec ------------------------------------------------------------------------ */

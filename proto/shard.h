@@ -10,7 +10,8 @@
 
 #define DSC_SHARD_MAGIC "DSCSHRD1"     /* 8 bytes at offset 0 */
 #define DSC_SHARD_END_MAGIC "DSCSHEND" /* last 8 bytes of the file */
-#define DSC_SHARD_VERSION 1
+#define DSC_SHARD_VERSION 1            /* every field of a fixed shape */
+#define DSC_SHARD_VERSION_VAR 2        /* at least one field with a variable leading dimension */
 #define DSC_SHARD_FOOTER_SIZE 32
 #define DSC_CHUNK_ENTRY_SIZE 48
 #define DSC_SHARD_MAX_HEADER 8192      /* bound on header_len */
@@ -18,28 +19,44 @@
 
 enum { DSC_CODEC_RAW = 0, DSC_CODEC_LZ4 = 1 };
 
-/* One field of a sample: fixed dtype and shape. */
+/* shape[0] of a field whose leading dimension varies from sample to sample (format version 2). */
+#define DSC_DIM_VARIABLE 0u
+
+/* One field of a sample: dtype and shape; the leading dimension may be variable. */
 typedef struct dsc_field {
-    char name[DSC_MAX_NAME]; /* NUL-terminated, 1..63 bytes of [A-Za-z0-9_.-] */
-    uint8_t dtype;           /* DSC_DTYPE_* */
-    uint8_t ndim;            /* 0..DSC_MAX_DIMS (0 = scalar) */
-    uint32_t shape[DSC_MAX_DIMS];
-    uint64_t sample_bytes; /* derived by dsc_schema_finish: dtype size * prod(shape) */
+    char name[DSC_MAX_NAME];      /* NUL-terminated, 1..63 bytes of [A-Za-z0-9_.-] */
+    uint8_t dtype;                /* DSC_DTYPE_* */
+    uint8_t ndim;                 /* 0..DSC_MAX_DIMS (0 = scalar) */
+    uint32_t shape[DSC_MAX_DIMS]; /* shape[0] == DSC_DIM_VARIABLE: variable rows (ndim >= 1) */
+    /* Derived by dsc_schema_finish: */
+    uint64_t sample_bytes; /* dtype size * prod(shape); 0 for a variable field */
+    uint64_t row_bytes;    /* dtype size * prod(shape[1..ndim)): one step of the leading dim */
+    uint8_t variable;      /* 1 when shape[0] == DSC_DIM_VARIABLE */
 } dsc_field_t;
 
 typedef struct dsc_schema {
     uint32_t field_count; /* 1..DSC_MAX_FIELDS */
     dsc_field_t fields[DSC_MAX_FIELDS];
-    uint64_t sample_bytes; /* derived: sum of the fields' sample_bytes */
+    uint64_t sample_bytes; /* derived: sum of the fixed fields' sample_bytes (the fixed part) */
+    uint32_t var_count;    /* derived: fields with a variable leading dimension */
 } dsc_schema_t;
 
-/* Validates names (non-empty, allowed characters, unique), dtypes, dims (each >= 1) and fills
- * the derived sizes. Returns 0, DSC_EBADSCHEMA, or DSC_EOVERFLOW (a sample over 2^32 bytes). */
+/* Validates names (non-empty, allowed characters, unique), dtypes, dims (each >= 1, except a
+ * leading DSC_DIM_VARIABLE) and fills the derived sizes. Returns 0, DSC_EBADSCHEMA, or
+ * DSC_EOVERFLOW (a fixed sample or a row over 2^32 - 1 bytes). */
 int dsc_schema_finish(dsc_schema_t *schema);
+/* Shard format version a finished schema is written with: DSC_SHARD_VERSION_VAR when it has a
+ * variable field, else DSC_SHARD_VERSION. */
+int dsc_schema_version(const dsc_schema_t *schema);
+/* Smallest decoded chunk of `samples` samples: the fixed part plus, per variable field, its
+ * (samples + 1) offsets (no rows). UINT64_MAX on overflow. For a schema without variable fields
+ * it is the chunk's exact size. */
+uint64_t dsc_schema_chunk_min(const dsc_schema_t *schema, uint64_t samples);
 /* 1 when both schemas have the same fields, dtypes and shapes, else 0. */
 int dsc_schema_equal(const dsc_schema_t *a, const dsc_schema_t *b);
-/* Byte offset of field `field` inside a decoded chunk of `samples` samples. Chunks are
- * field-major: field 0 of every sample, then field 1 of every sample, ... */
+/* Byte offset of fixed field `field` inside a decoded chunk of `samples` samples. Chunks are
+ * field-major: fixed field 0 of every sample, then fixed field 1 of every sample, ...; the
+ * variable fields' sections follow the fixed part (their places: dsc_chunk_layout). */
 uint64_t dsc_schema_field_offset(const dsc_schema_t *schema, uint32_t field, uint64_t samples);
 
 typedef struct dsc_shard_header {
@@ -57,7 +74,7 @@ typedef struct dsc_chunk_entry {
     uint64_t offset;       /* file offset of the stored bytes */
     uint64_t first_sample; /* index of its first sample within the shard */
     uint32_t stored_len;   /* bytes in the file */
-    uint32_t raw_len;      /* decoded bytes == sample_count * schema.sample_bytes */
+    uint32_t raw_len;      /* decoded bytes: version 1 == sample_count * schema.sample_bytes */
     uint32_t sample_count;
     uint8_t codec;            /* DSC_CODEC_* */
     uint64_t stored_checksum; /* XXH3-64 of the stored bytes */
@@ -119,6 +136,43 @@ int dsc_chunk_verify(const dsc_chunk_entry_t *entry, const void *stored);
  * and verifies the decoded checksum. dst_cap must be >= entry->raw_len. Returns raw_len, or
  * DSC_ECHUNKSUM, DSC_EDECOMPRESS, DSC_EDATASUM, DSC_ENOSPC, DSC_EBADINDEX (unknown codec). */
 int dsc_chunk_decode(const dsc_chunk_entry_t *entry, const void *stored, void *dst, size_t dst_cap);
+
+/* ---- Decoded chunk layout (format version 2) ---------------------------------------------- */
+
+/* One field of a decoded chunk: pointers into the caller's buffer. */
+typedef struct dsc_chunk_field {
+    const uint8_t *values; /* fixed: samples * sample_bytes bytes; variable: rows * row_bytes */
+    uint64_t bytes;        /* bytes at values */
+    /* Variable fields only (NULL / 0 for fixed ones): samples + 1 little-endian u64 row offsets,
+     * not aligned (read them with dsc_chunk_offset); offsets[0] == 0, non-decreasing. */
+    const uint8_t *offsets;
+    uint64_t rows; /* offsets[samples] */
+} dsc_chunk_field_t;
+
+typedef struct dsc_chunk_layout {
+    uint32_t samples;
+    uint32_t field_count;
+    dsc_chunk_field_t fields[DSC_MAX_FIELDS];
+} dsc_chunk_layout_t;
+
+/* Locates every field inside a decoded chunk of `samples` samples (raw_len bytes at raw) and
+ * checks its layout: the fixed part, then per variable field (samples + 1) offsets starting at 0,
+ * non-decreasing, and offsets[samples] * row_bytes value bytes, ending exactly at raw_len. Works
+ * for version-1 schemas too (then raw_len must be samples * sample_bytes). Pure; reads only
+ * [raw, raw + raw_len); all arithmetic overflow-checked; O(samples * variable fields). Returns 0
+ * and *out (pointers into raw), DSC_EINVAL (NULL argument, samples 0, unfinished schema),
+ * DSC_EBADINDEX (raw_len smaller than dsc_schema_chunk_min, or not equal to it for a schema
+ * without variable fields), DSC_ECORRUPT (offsets[0] != 0, decreasing offsets, or rows that do
+ * not end exactly at raw_len). */
+int dsc_chunk_layout(const dsc_schema_t *schema, uint32_t samples, const void *raw,
+                     uint64_t raw_len, dsc_chunk_layout_t *out);
+/* Row offset `i` (0..samples) of variable field `field` of a checked layout; 0 for a fixed field
+ * or an index out of range. */
+uint64_t dsc_chunk_offset(const dsc_chunk_layout_t *layout, uint32_t field, uint32_t i);
+/* Sample `i` of field `field` of a checked layout with row_bytes / sample_bytes from schema:
+ * *data and *bytes. Returns 0 or DSC_ERANGE. */
+int dsc_chunk_sample(const dsc_chunk_layout_t *layout, const dsc_schema_t *schema, uint32_t field,
+                     uint32_t i, const uint8_t **data, uint64_t *bytes);
 
 /* Worst-case stored size for raw_len decoded bytes, for sizing the encoder's buffer. */
 size_t dsc_chunk_encode_bound(size_t raw_len);

@@ -150,7 +150,7 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode,
      * the requested chunks at their largest stored size (raw, or lz4's worst case), plus the
      * index and a page either side, never more than the shard file. */
     uint64_t chunk_raw =
-        (uint64_t)meta->chunk_samples * dsc_dataset_manifest(ref->ds)->schema.sample_bytes;
+        dsc_manifest_chunk_bound(dsc_dataset_manifest(ref->ds), meta->chunk_samples);
     uint64_t bound = (uint64_t)req->chunk_count * (chunk_raw + chunk_raw / 255 + 16) +
                      (uint64_t)meta->chunks * DSC_CHUNK_ENTRY_SIZE + 2 * 4096;
     pg->reserve = bound < meta->bytes ? bound : meta->bytes;

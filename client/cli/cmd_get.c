@@ -25,8 +25,10 @@ static void print_help(void) {
            "Fetches the chunks of one shard (all of them, or COUNT chunks from FIRST) with\n"
            "pipelined GET requests, verifies both checksums of every chunk and decompresses it,\n"
            "and writes the DECODED SAMPLE BYTES in chunk order to FILE: the raw field-major\n"
-           "chunk contents (see proto/FORMAT.md), not the shard file itself. The same shard\n"
-           "ingested raw or lz4 gives the same bytes. Every answer is checked as the loader\n"
+           "chunk contents (see proto/FORMAT.md), not the shard file itself; for a dataset with\n"
+           "variable-length fields each chunk's offsets and values too, its layout checked. The\n"
+           "same shard ingested raw or lz4 gives the same bytes. Every answer is checked as the "
+           "loader\n"
            "checks it (opcode, request id, the chunk's place and sample count against the\n"
            "manifest, lengths, checksums); a damaged answer fails the command, FILE untouched.\n"
            "\n"
@@ -67,8 +69,9 @@ typedef struct get_expect {
     const dsc_manifest_shard_t *shard;
     uint32_t first, count; /* chunks [first, first + count), request id i asks for first + i */
     uint32_t sent;         /* requests sent so far (ids 0 .. sent - 1) */
-    uint32_t sample_bytes;
+    const dsc_schema_t *schema;
     uint8_t *answered; /* answered[i]: request i has had its answer */
+    uint64_t written;  /* variable fields: bytes written so far (chunks arrive in order) */
 } get_expect_t;
 
 /* Receives one GET answer for chunk (first + request_id), checks it against the request and the
@@ -119,8 +122,10 @@ static int receive_one(const char *server, dsc_conn_t *conn, int fd, get_expect_
         ex->shard->samples > first_sample ? ex->shard->samples - first_sample : 0;
     if (want_samples > ex->shard->chunk_samples)
         want_samples = ex->shard->chunk_samples;
-    if (entry.first_sample != first_sample || entry.sample_count != want_samples ||
-        entry.raw_len != want_samples * ex->sample_bytes || entry.raw_len > raw_cap) {
+    uint64_t least = want_samples ? dsc_schema_chunk_min(ex->schema, want_samples) : 1;
+    int size_ok = ex->schema->var_count ? entry.raw_len >= least : entry.raw_len == least;
+    if (entry.first_sample != first_sample || entry.sample_count != want_samples || !size_ok ||
+        entry.raw_len > raw_cap) {
         dsc_cli_fail(CMD,
                      "shard %u chunk %u: the answer holds samples %llu..+%u (%u bytes), the "
                      "manifest says %llu..+%llu",
@@ -134,10 +139,21 @@ static int receive_one(const char *server, dsc_conn_t *conn, int fd, get_expect_
         dsc_cli_fail(CMD, "chunk %u: %s", chunk, dsc_strerror(rc));
         goto done;
     }
-    if (pwrite(fd, raw, entry.raw_len, (off_t)(index * chunk_raw)) != (ssize_t)entry.raw_len) {
+    dsc_chunk_layout_t layout;
+    rc = dsc_chunk_layout(ex->schema, entry.sample_count, raw, entry.raw_len, &layout);
+    if (rc < 0) {
+        dsc_cli_fail(CMD, "shard %u chunk %u: decoded layout: %s", ex->shard->id, chunk,
+                     dsc_strerror(rc));
+        goto done;
+    }
+    /* Fixed fields: every chunk has its place; variable ones: one request at a time, so the
+     * answers come in order and follow each other. */
+    off_t at = ex->schema->var_count ? (off_t)ex->written : (off_t)(index * chunk_raw);
+    if (pwrite(fd, raw, entry.raw_len, at) != (ssize_t)entry.raw_len) {
         dsc_cli_fail(CMD, "write: %s", strerror(errno));
         goto done;
     }
+    ex->written += entry.raw_len;
     exit_code = DSC_CLI_OK;
 done:
     free(body);
@@ -218,7 +234,9 @@ int dsc_cmd_get(int argc, char **argv) {
                                  (unsigned long long)shard, meta->chunks, cfirst, ccount);
         goto done;
     }
-    uint64_t chunk_raw = (uint64_t)meta->chunk_samples * m->schema.sample_bytes;
+    /* The largest decoded chunk (exact without variable fields, from the size statistics with). */
+    uint64_t chunk_raw = dsc_manifest_chunk_bound(m, meta->chunk_samples);
+    uint32_t depth = m->schema.var_count ? 1 : GET_DEPTH;
     if (chunk_raw == 0 || chunk_raw > DSC_CHUNK_MAX_RAW) {
         exit_code = dsc_cli_fail(CMD, "manifest: chunk size %llu out of range",
                                  (unsigned long long)chunk_raw);
@@ -236,10 +254,10 @@ int dsc_cmd_get(int argc, char **argv) {
     get_expect_t ex = {.shard = meta,
                        .first = (uint32_t)cfirst,
                        .count = count,
-                       .sample_bytes = m->schema.sample_bytes,
+                       .schema = &m->schema,
                        .answered = answered};
     while (got < count) {
-        while (sent < count && sent - got < GET_DEPTH) {
+        while (sent < count && sent - got < depth) {
             dsc_get_req_t req = {.dataset = {dataset, (uint16_t)strlen(dataset)},
                                  .shard_id = (uint32_t)shard,
                                  .first_chunk = (uint32_t)cfirst + sent,

@@ -25,8 +25,10 @@ static void print_help(void) {
         "Loads DIR/manifest.json and checks every shard file it lists: file size and whole-file\n"
         "checksum against the manifest, header, index and footer, that the header's dataset,\n"
         "schema, shard id and sample counts agree with the manifest, and every chunk (stored\n"
-        "checksum, decompression, decoded checksum). Prints the dataset's summary, or one line\n"
-        "per problem naming the shard file, the chunk and the kind of damage.\n"
+        "checksum, decompression, decoded checksum, and for variable-length fields the decoded\n"
+        "offsets). Prints the dataset's summary (a variable dimension shows as ?, with the\n"
+        "field's size statistics, checked against the samples), or one line per problem naming\n"
+        "the shard file, the chunk and the kind of damage.\n"
         "\n"
         "Options:\n"
         "  -q, --quiet   print problems only (nothing when the dataset is sound)\n"
@@ -46,6 +48,8 @@ typedef struct inspect_state {
     uint64_t raw_bytes;
     uint64_t stored_bytes;
     uint64_t chunks;
+    uint64_t rows_total[DSC_MAX_FIELDS]; /* variable fields: rows seen in the chunks */
+    uint64_t rows_max[DSC_MAX_FIELDS];
 } inspect_state_t;
 
 /* One problem: a line on stdout (or stderr with --json: stdout stays one JSON document) and,
@@ -179,6 +183,23 @@ static uint64_t check_shard(inspect_state_t *st, const dsc_manifest_t *m, uint32
             report(st, ms->file, i, rc, "%s", dsc_strerror(rc));
             continue;
         }
+        dsc_chunk_layout_t layout;
+        rc = dsc_chunk_layout(&h->schema, e.sample_count, *scratch, e.raw_len, &layout);
+        if (rc < 0) {
+            report(st, ms->file, i, rc, "decoded layout: %s", dsc_strerror(rc));
+            continue;
+        }
+        for (uint32_t f = 0; f < h->schema.field_count; f++) {
+            if (!h->schema.fields[f].variable)
+                continue;
+            st->rows_total[f] += layout.fields[f].rows;
+            for (uint32_t k = 0; k < e.sample_count; k++) {
+                uint64_t rows =
+                    dsc_chunk_offset(&layout, f, k + 1) - dsc_chunk_offset(&layout, f, k);
+                if (rows > st->rows_max[f])
+                    st->rows_max[f] = rows;
+            }
+        }
         samples += e.sample_count;
         st->chunks++;
         st->raw_bytes += e.raw_len;
@@ -196,7 +217,7 @@ cleanup:
     return st->problems - before;
 }
 
-static cJSON *schema_json(const dsc_schema_t *schema) {
+static cJSON *schema_json(const dsc_schema_t *schema, const dsc_manifest_field_stats_t *stats) {
     cJSON *fields = cJSON_CreateArray();
     for (uint32_t f = 0; fields != NULL && f < schema->field_count; f++) {
         const dsc_field_t *field = &schema->fields[f];
@@ -210,9 +231,20 @@ static cJSON *schema_json(const dsc_schema_t *schema) {
         cJSON_AddStringToObject(item, "name", field->name);
         cJSON_AddStringToObject(item, "dtype", dsc_dtype_name(field->dtype));
         for (uint32_t d = 0; d < field->ndim; d++)
-            cJSON_AddItemToArray(shape, cJSON_CreateNumber(field->shape[d]));
+            cJSON_AddItemToArray(shape, d == 0 && field->variable
+                                            ? cJSON_CreateNull()
+                                            : cJSON_CreateNumber(field->shape[d]));
         cJSON_AddItemToObject(item, "shape", shape);
         cJSON_AddNumberToObject(item, "sample_bytes", (double)field->sample_bytes);
+        if (field->variable) {
+            const dsc_manifest_field_stats_t *fs = &stats[f];
+            cJSON_AddBoolToObject(item, "variable", 1);
+            cJSON_AddNumberToObject(item, "row_bytes", (double)field->row_bytes);
+            cJSON_AddNumberToObject(item, "rows_total", (double)fs->rows_total);
+            cJSON_AddNumberToObject(item, "rows_max", (double)fs->rows_max);
+            cJSON_AddNumberToObject(item, "bytes_max", (double)fs->bytes_max);
+            cJSON_AddNumberToObject(item, "bytes_mean", fs->bytes_mean);
+        }
         cJSON_AddItemToArray(fields, item);
     }
     return fields;
@@ -222,8 +254,12 @@ static void format_shape(const dsc_field_t *field, char *buf, size_t cap) {
     size_t n = 0;
     buf[0] = '\0';
     n += (size_t)snprintf(buf, cap, "[");
-    for (uint32_t d = 0; d < field->ndim && n < cap; d++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s%u", d ? ", " : "", field->shape[d]);
+    for (uint32_t d = 0; d < field->ndim && n < cap; d++) {
+        if (d == 0 && field->variable)
+            n += (size_t)snprintf(buf + n, cap - n, "?");
+        else
+            n += (size_t)snprintf(buf + n, cap - n, "%s%u", d ? ", " : "", field->shape[d]);
+    }
     if (n < cap)
         snprintf(buf + n, cap - n, "]");
 }
@@ -231,14 +267,30 @@ static void format_shape(const dsc_field_t *field, char *buf, size_t cap) {
 static void print_summary(const inspect_state_t *st, const dsc_manifest_t *m) {
     char text[32];
     printf("dataset   %s (%s)\n", m->name, st->dir);
-    printf("samples   %llu of %llu bytes\n", (unsigned long long)m->samples,
-           (unsigned long long)m->schema.sample_bytes);
+    if (m->schema.var_count == 0)
+        printf("samples   %llu of %llu bytes\n", (unsigned long long)m->samples,
+               (unsigned long long)m->schema.sample_bytes);
+    else
+        printf("samples   %llu of %llu fixed bytes + %u variable field(s) (format version 2)\n",
+               (unsigned long long)m->samples, (unsigned long long)m->schema.sample_bytes,
+               m->schema.var_count);
     for (uint32_t f = 0; f < m->schema.field_count; f++) {
         const dsc_field_t *field = &m->schema.fields[f];
         char shape[160];
         format_shape(field, shape, sizeof shape);
-        printf("field     %-16s %-5s %s\n", field->name, dsc_dtype_name(field->dtype), shape);
+        if (!field->variable) {
+            printf("field     %-16s %-5s %s\n", field->name, dsc_dtype_name(field->dtype), shape);
+            continue;
+        }
+        const dsc_manifest_field_stats_t *fs = &m->field_stats[f];
+        printf("field     %-16s %-5s %-12s variable: %llu rows of %llu bytes, largest sample %llu "
+               "rows (%llu bytes), mean %.1f bytes\n",
+               field->name, dsc_dtype_name(field->dtype), shape, (unsigned long long)fs->rows_total,
+               (unsigned long long)field->row_bytes, (unsigned long long)fs->rows_max,
+               (unsigned long long)fs->bytes_max, fs->bytes_mean);
     }
+    if (m->meta_json != NULL)
+        printf("meta      %.200s%s\n", m->meta_json, strlen(m->meta_json) > 200 ? " ..." : "");
     printf("shards    %u, %llu chunks\n", m->shard_count, (unsigned long long)st->chunks);
     printf("raw       %s\n", dsc_format_size(st->raw_bytes, text, sizeof text));
     printf("stored    %s (files %s), ratio %.2f\n",
@@ -322,12 +374,27 @@ int dsc_cmd_inspect(int argc, char **argv) {
             }
         }
     }
+    /* The size statistics must describe the samples (a loader sizes its buffers by them). */
+    for (uint32_t f = 0; f < manifest->schema.field_count && st.problems == 0; f++) {
+        const dsc_manifest_field_stats_t *fs = &manifest->field_stats[f];
+        if (manifest->schema.fields[f].variable &&
+            (fs->rows_total != st.rows_total[f] || fs->rows_max != st.rows_max[f]))
+            report(&st, DSC_MANIFEST_FILE, -1, DSC_EBADMANIFEST,
+                   "field '%s': manifest says %llu rows (largest %llu), the chunks hold %llu "
+                   "(largest %llu)",
+                   manifest->schema.fields[f].name, (unsigned long long)fs->rows_total,
+                   (unsigned long long)fs->rows_max, (unsigned long long)st.rows_total[f],
+                   (unsigned long long)st.rows_max[f]);
+    }
     if (st.json) {
         cJSON_AddStringToObject(doc, "name", manifest->name);
         cJSON_AddStringToObject(doc, "dir", st.dir);
         cJSON_AddNumberToObject(doc, "samples", (double)manifest->samples);
         cJSON_AddNumberToObject(doc, "sample_bytes", (double)manifest->schema.sample_bytes);
-        cJSON_AddItemToObject(doc, "fields", schema_json(&manifest->schema));
+        cJSON_AddNumberToObject(doc, "version", manifest->schema.var_count ? 2 : 1);
+        cJSON_AddItemToObject(doc, "fields", schema_json(&manifest->schema, manifest->field_stats));
+        if (manifest->meta_json != NULL)
+            cJSON_AddItemToObject(doc, "meta", cJSON_Parse(manifest->meta_json));
         cJSON_AddNumberToObject(doc, "shard_count", manifest->shard_count);
         cJSON_AddNumberToObject(doc, "chunks", (double)st.chunks);
         cJSON_AddNumberToObject(doc, "raw_bytes", (double)st.raw_bytes);

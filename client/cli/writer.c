@@ -87,7 +87,7 @@ int dsc_shard_writer_open(const char *path, const dsc_shard_header_t *header, in
         return DSC_ENOMEM;
     w->fd = -1;
     w->header = *header;
-    w->header.version = DSC_SHARD_VERSION;
+    w->header.version = (uint16_t)dsc_schema_version(&w->header.schema);
     w->codec = codec;
     w->level = level;
     w->path = str_printf("%s%s", path, "");

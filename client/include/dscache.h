@@ -1,5 +1,6 @@
 /* dscache.h: the one public header of libdscache, the dscache client library.
- * A loader streams fixed-shape training batches from dscached servers (or shard files),
+ * A loader streams training batches (fixed-shape and variable-length fields) from dscached
+ * servers (or shard files),
  * prefetched into pinned memory and, with CUDA, onto the GPU ahead of need. */
 #ifndef DSCACHE_H
 #define DSCACHE_H
@@ -91,7 +92,38 @@ typedef struct dsc_loader_options {
                                 per connection (one INFO line says which and why); rdma: RDMA or an
                                 error (DSC_EUNAVAIL at create without a usable device). See
                                 docs/rdma.md */
+    /* Variable-length fields (docs/loader.md#variable-length-fields): per-field output and
+     * memory settings, field_option_count entries read with the stride of the first entry's
+     * struct_size (so that an older, smaller dsc_field_options_t still works). Copied at
+     * create. An entry naming no field, or a fixed field, fails create with DSC_EINVAL. NULL /
+     * 0: every variable field as values + offsets, with the default budget. */
+    const struct dsc_field_options *field_options;
+    uint32_t field_option_count;
 } dsc_loader_options_t;
+
+/* How one variable-length field is handed out (dsc_loader_options_t.field_options). */
+typedef struct dsc_field_options {
+    size_t struct_size; /* sizeof(dsc_field_options_t): lets the struct grow */
+    const char *name;   /* the field (a variable-length one) */
+    uint64_t max_bytes; /* values mode: the field's value bytes one batch may hold, i.e. the
+                           slot's values region (0: the default, B x the manifest's bytes_max
+                           when that is at most 64 MiB, else the largest of 64 MiB, bytes_max
+                           and 4 x B x bytes_mean). A batch needing more fails next() with
+                           DSC_ETOOLARGE and an ERROR line naming the dataset, the sample and
+                           this option; nothing is truncated */
+    int pad;            /* 1: padded output [B, L, ...] (L: the batch's longest sample, at most
+                           max_len) plus lengths; 0 (default): values + offsets */
+    double pad_value;   /* padded: the value of the rows past a sample's end (converted to the
+                           field's dtype; default 0) */
+    uint64_t max_len;   /* padded: rows kept per sample, longer ones truncated (counted in
+                           dsc_stats_t.truncated_samples); 0: no limit. The slot has room for
+                           the smaller of max_len and the manifest's rows_max rows per sample;
+                           a sample longer than that room (a manifest that understates rows_max)
+                           fails next() with DSC_ETOOLARGE */
+} dsc_field_options_t;
+/* Fills *options with the defaults above (name NULL) and struct_size = size. Returns 0 or
+ * DSC_EINVAL (NULL, or size smaller than the first version of the struct). */
+DSC_EXTERN int dsc_field_options_init(dsc_field_options_t *options, size_t size);
 
 #define DSC_ORDER_LOCAL 0
 #define DSC_ORDER_GLOBAL 1
@@ -176,8 +208,10 @@ typedef struct dsc_field_info {
     char name[DSC_MAX_NAME];
     int dtype;
     uint32_t ndim;
-    int64_t shape[DSC_MAX_DIMS]; /* per-sample shape */
-    uint64_t sample_bytes;
+    int64_t shape[DSC_MAX_DIMS]; /* per-sample shape; a variable-length field's leading
+                                    dimension is -1 (e.g. i32[] -> [-1], f32[?,80] -> [-1, 80]) */
+    uint64_t sample_bytes;       /* bytes per sample; a variable-length field: bytes per row
+                                    (one step of the leading dimension) */
 } dsc_field_info_t;
 DSC_EXTERN uint32_t dsc_loader_field_count(const dsc_loader_t *loader);
 /* Returns 0, or DSC_ERANGE for a field index out of range. */
@@ -194,10 +228,37 @@ typedef struct dsc_tensor_view {
     void *data;                      /* host or device pointer (see device) */
     int dtype;                       /* DSC_DTYPE_* */
     uint32_t ndim;                   /* 1 + the field's ndim */
-    int64_t shape[DSC_MAX_DIMS + 1]; /* [samples_in_batch, ...field shape] */
+    int64_t shape[DSC_MAX_DIMS + 1]; /* [samples_in_batch, ...field shape]; a variable-length
+                                        field: [total_rows, ...row shape], or padded
+                                        [samples_in_batch, L, ...row shape] */
     uint64_t bytes;
     int device; /* -1 host memory, >= 0 CUDA device index */
 } dsc_tensor_view_t;
+
+/* One field of a batch, fixed or variable-length. */
+enum {
+    DSC_FIELD_FIXED = 0,  /* values: [B, ...shape] */
+    DSC_FIELD_VALUES = 1, /* variable, values + offsets: values [total_rows, ...row shape] (1-D
+                             for scalar rows), offsets B + 1 int64 row offsets (the Arrow
+                             layout: sample k is rows offsets[k] .. offsets[k + 1] - 1) */
+    DSC_FIELD_PADDED = 2  /* variable, padded: values [B, L, ...row shape], L the batch's longest
+                             sample (after max_len), rows past lengths[k] hold pad_value;
+                             lengths B int64 rows per sample */
+};
+typedef struct dsc_field_view {
+    size_t struct_size;       /* set by the caller to sizeof(dsc_field_view_t) */
+    int kind;                 /* DSC_FIELD_* */
+    dsc_tensor_view_t values; /* as dsc_batch_field() gives it */
+    const int64_t *offsets;   /* DSC_FIELD_VALUES: B + 1 entries, else NULL */
+    const int64_t *lengths;   /* DSC_FIELD_PADDED: B entries, else NULL */
+    int64_t rows;             /* variable fields: rows in values (total_rows, or B x L) */
+} dsc_field_view_t;
+/* Fills *out (out->struct_size must be set; a smaller, older struct gets only its fields) with
+ * a view of one field of the batch: zero-copy pointers into the batch's slot, valid as long as
+ * the batch (host or device memory alike, as values.device says). Returns 0, DSC_ERANGE (no
+ * such field) or DSC_EINVAL (NULL, or struct_size too small). Thread-safe. */
+DSC_EXTERN int dsc_batch_field_view(const dsc_batch_t *batch, uint32_t field,
+                                    dsc_field_view_t *out);
 
 /* Samples in this batch (== batch_size except possibly the last batch of an epoch). */
 DSC_EXTERN uint32_t dsc_batch_samples(const dsc_batch_t *batch);
@@ -205,7 +266,9 @@ DSC_EXTERN uint32_t dsc_batch_samples(const dsc_batch_t *batch);
 DSC_EXTERN uint64_t dsc_batch_step(const dsc_batch_t *batch);
 /* The dataset-wide sample indices of this batch, in batch order (owned by the batch). */
 DSC_EXTERN const uint64_t *dsc_batch_indices(const dsc_batch_t *batch);
-/* Returns 0 with a view of one field, or DSC_ERANGE. Valid as long as the batch. */
+/* Returns 0 with a view of one field, or DSC_ERANGE. Valid as long as the batch. A
+ * variable-length field gives its values (see dsc_batch_field_view for the offsets or lengths
+ * beside them). */
 DSC_EXTERN int dsc_batch_field(const dsc_batch_t *batch, uint32_t field, dsc_tensor_view_t *out);
 /* A DLPack tensor over the same memory (kDLCPU or kDLCUDA). The caller owns the returned
  * DLManagedTensor and calls its deleter; the tensor holds a reference to the batch (as
@@ -214,6 +277,13 @@ DSC_EXTERN int dsc_batch_field(const dsc_batch_t *batch, uint32_t field, dsc_ten
  * given back) or DSC_ENOMEM. */
 struct DLManagedTensor;
 DSC_EXTERN int dsc_batch_dlpack(dsc_batch_t *batch, uint32_t field, struct DLManagedTensor **out);
+/* The same for one part of a field: DSC_PART_VALUES (what dsc_batch_dlpack gives),
+ * DSC_PART_OFFSETS (a variable field in values mode: int64 [B + 1]) or DSC_PART_LENGTHS (a
+ * padded field: int64 [B]). Returns as dsc_batch_dlpack, and DSC_ERANGE for a part the field
+ * does not have. */
+enum { DSC_PART_VALUES = 0, DSC_PART_OFFSETS = 1, DSC_PART_LENGTHS = 2 };
+DSC_EXTERN int dsc_batch_dlpack_part(dsc_batch_t *batch, uint32_t field, int part,
+                                     struct DLManagedTensor **out);
 
 /* ---- Statistics ---------------------------------------------------------------------------- */
 typedef struct dsc_stats {
@@ -265,6 +335,8 @@ typedef struct dsc_stats {
     uint64_t rdma_bytes;           /* stored bytes received by RDMA READ */
     uint64_t rdma_fallbacks;       /* connections that tried RDMA and fell back to TCP */
     uint64_t rdma_errors;          /* RDMA connections lost to a failed READ (chunks moved) */
+    uint64_t truncated_samples;    /* samples of padded variable fields cut to their max_len
+                                      (counted per field, in the batches handed out) */
 } dsc_stats_t;
 /* Indexes of dsc_stats_t.stall_waits. */
 enum {

@@ -49,13 +49,25 @@ static void slot_free(dsc_loader_t *loader, dsc_batch_slot_t *s) {
     free(s);
 }
 
+static uint64_t align_up(uint64_t bytes) {
+    return (bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
+}
+
 int dsc__slots_alloc(dsc_loader_t *loader) {
     uint64_t off = 0;
+    uint64_t batch = loader->cfg.opt.batch_size;
     for (uint32_t f = 0; f < loader->cfg.field_count; f++) {
+        dsc_var_field_t *v = &loader->cfg.var[f];
+        uint64_t bytes = loader->cfg.manifest->schema.fields[f].sample_bytes * batch;
+        if (v->is_var) {
+            /* Offsets (B + 1) or lengths (B), int64, then the values: the field's budget, or
+             * B x lcap rows padded. lcap and budget are bounded at create (loader.c). */
+            v->aux_off = off;
+            off += align_up((batch + (v->pad ? 0 : 1)) * sizeof(int64_t));
+            bytes = v->pad ? batch * v->lcap * v->row_bytes : v->budget;
+        }
         loader->cfg.field_off[f] = off;
-        uint64_t bytes =
-            loader->cfg.manifest->schema.fields[f].sample_bytes * loader->cfg.opt.batch_size;
-        off += (bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
+        off += align_up(bytes);
     }
     loader->cons.slot_bytes = off;
     uint32_t count = loader->cons.slot_count;
@@ -217,20 +229,38 @@ DSC_EXTERN const uint64_t *dsc_batch_indices(const dsc_batch_t *batch) {
     return batch ? batch->indices : NULL;
 }
 
+/* Where slot memory at byte offset off is for the caller: host, or device with CUDA. */
+static void *slot_ptr(const dsc_loader_t *loader, const dsc_batch_slot_t *slot, uint64_t off) {
+    return (loader->cfg.cuda != NULL ? slot->dev : slot->host) + off;
+}
+
 DSC_EXTERN int dsc_batch_field(const dsc_batch_t *batch, uint32_t field, dsc_tensor_view_t *out) {
     if (batch == NULL || out == NULL || field >= batch->loader->cfg.field_count)
         return DSC_ERANGE;
     const dsc_loader_t *loader = batch->loader;
     const dsc_field_t *f = &loader->cfg.manifest->schema.fields[field];
+    const dsc_var_field_t *v = &loader->cfg.var[field];
     const dsc_batch_slot_t *slot = slot_of(batch);
     memset(out, 0, sizeof *out);
     out->name = f->name;
     out->dtype = f->dtype;
-    out->ndim = 1u + f->ndim;
-    out->shape[0] = batch->samples;
-    for (uint32_t d = 0; d < f->ndim; d++)
-        out->shape[d + 1] = f->shape[d];
-    out->bytes = f->sample_bytes * batch->samples;
+    if (v->is_var) {
+        /* Values: [total_rows, ...row shape], or padded [B, L, ...row shape]. */
+        uint32_t d0 = 0;
+        if (v->pad)
+            out->shape[d0++] = batch->samples;
+        out->shape[d0++] = (int64_t)slot->var_rows[field];
+        for (uint32_t d = 1; d < f->ndim; d++)
+            out->shape[d0++] = f->shape[d];
+        out->ndim = d0;
+        out->bytes = slot->var_rows[field] * v->row_bytes * (v->pad ? batch->samples : 1u);
+    } else {
+        out->ndim = 1u + f->ndim;
+        out->shape[0] = batch->samples;
+        for (uint32_t d = 0; d < f->ndim; d++)
+            out->shape[d + 1] = f->shape[d];
+        out->bytes = f->sample_bytes * batch->samples;
+    }
     if (loader->cfg.cuda != NULL) {
         out->data = slot->dev + loader->cfg.field_off[field];
         out->device = loader->cfg.opt.device;
@@ -238,6 +268,36 @@ DSC_EXTERN int dsc_batch_field(const dsc_batch_t *batch, uint32_t field, dsc_ten
         out->data = slot->host + loader->cfg.field_off[field];
         out->device = -1;
     }
+    return 0;
+}
+
+DSC_EXTERN int dsc_batch_field_view(const dsc_batch_t *batch, uint32_t field,
+                                    dsc_field_view_t *out) {
+    if (batch == NULL || out == NULL ||
+        out->struct_size < offsetof(dsc_field_view_t, rows) + sizeof out->rows)
+        return DSC_EINVAL;
+    dsc_field_view_t v;
+    memset(&v, 0, sizeof v);
+    int rc = dsc_batch_field(batch, field, &v.values);
+    if (rc < 0)
+        return rc;
+    const dsc_loader_t *loader = batch->loader;
+    const dsc_var_field_t *var = &loader->cfg.var[field];
+    const dsc_batch_slot_t *slot = slot_of(batch);
+    v.kind = !var->is_var ? DSC_FIELD_FIXED : var->pad ? DSC_FIELD_PADDED : DSC_FIELD_VALUES;
+    if (var->is_var) {
+        const int64_t *aux = slot_ptr(loader, slot, var->aux_off);
+        if (var->pad) {
+            v.lengths = aux;
+            v.rows = (int64_t)slot->var_rows[field] * batch->samples;
+        } else {
+            v.offsets = aux;
+            v.rows = (int64_t)slot->var_rows[field];
+        }
+    }
+    size_t caller = out->struct_size;
+    memcpy(out, &v, caller < sizeof v ? caller : sizeof v);
+    out->struct_size = caller;
     return 0;
 }
 
@@ -282,12 +342,27 @@ static int dlpack_dtype(int dtype, DLDataType *out) {
 }
 
 DSC_EXTERN int dsc_batch_dlpack(dsc_batch_t *batch, uint32_t field, struct DLManagedTensor **out) {
+    return dsc_batch_dlpack_part(batch, field, DSC_PART_VALUES, out);
+}
+
+DSC_EXTERN int dsc_batch_dlpack_part(dsc_batch_t *batch, uint32_t field, int part,
+                                     struct DLManagedTensor **out) {
     dsc_tensor_view_t view;
     if (out == NULL)
         return DSC_EINVAL;
     int rc = dsc_batch_field(batch, field, &view);
     if (rc < 0)
         return rc;
+    if (part != DSC_PART_VALUES) {
+        const dsc_var_field_t *var = &batch->loader->cfg.var[field];
+        if (!var->is_var || part != (var->pad ? DSC_PART_LENGTHS : DSC_PART_OFFSETS))
+            return DSC_ERANGE;
+        view.data = slot_ptr(batch->loader, slot_of(batch), var->aux_off);
+        view.dtype = DSC_DTYPE_I64;
+        view.ndim = 1;
+        view.shape[0] = batch->samples + (var->pad ? 0 : 1);
+        view.bytes = (uint64_t)view.shape[0] * sizeof(int64_t);
+    }
     dlpack_holder_t *h = calloc(1, sizeof *h);
     if (h == NULL)
         return DSC_ENOMEM;

@@ -73,12 +73,48 @@ void dsc__chunk_unlink(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent) {
     ent->hnext = NULL;
 }
 
+uint64_t dsc__chunk_raw_estimate(const dsc_manifest_t *m, uint64_t samples) {
+    const dsc_schema_t *schema = &m->schema;
+    uint64_t least = dsc_schema_chunk_min(schema, samples);
+    if (schema->var_count == 0)
+        return least;
+    double mean = 0;
+    for (uint32_t f = 0; f < schema->field_count; f++)
+        if (schema->fields[f].variable)
+            mean += m->field_stats[f].bytes_mean;
+    double est = (double)least + mean * (double)samples;
+    return est < (double)DSC_CHUNK_MAX_RAW ? (uint64_t)est : DSC_CHUNK_MAX_RAW;
+}
+
+uint64_t dsc__chunk_raw_bound(const dsc_manifest_t *m, uint32_t shard) {
+    const dsc_schema_t *schema = &m->schema;
+    uint64_t samples = m->shards[shard].chunk_samples;
+    uint64_t bound = dsc_schema_chunk_min(schema, samples);
+    for (uint32_t f = 0; f < schema->field_count && bound < DSC_CHUNK_MAX_RAW; f++) {
+        uint64_t bytes_max = m->field_stats[f].bytes_max;
+        if (!schema->fields[f].variable)
+            continue;
+        if (bytes_max > DSC_CHUNK_MAX_RAW)
+            return DSC_CHUNK_MAX_RAW;
+        bound += samples * bytes_max; /* < 2^32 * 2^28: no wrap */
+    }
+    return bound < DSC_CHUNK_MAX_RAW ? bound : DSC_CHUNK_MAX_RAW;
+}
+
+void dsc__chunk_resize(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent, uint64_t raw_len) {
+    /* Every entry that is not cancelled is in the table (the caller's), so held_bytes holds
+     * its raw_len. */
+    t->held_bytes = t->held_bytes - ent->raw_len + raw_len;
+    ent->raw_len = raw_len;
+}
+
 void dsc__chunk_free(dsc_bufpool_t *pool, dsc_chunk_ent_t *ent) {
     if (ent == NULL)
         return;
     dsc__bufpool_put(pool, ent->stored, ent->stored_cap);
     if (ent->raw_cap)
         dsc__bufpool_put(pool, ent->raw, ent->raw_cap);
+    free(ent->layout);
     free(ent);
 }
 
@@ -92,7 +128,7 @@ void dsc__chunk_table_reset(dsc_chunk_table_t *t, dsc_bufpool_t *pool, uint64_t 
                 e->cancelled = 1;
             } else {
                 if (e->state == CH_RECEIVED)
-                    *inflight_used -= e->raw_len;
+                    *inflight_used -= e->charged;
                 dsc__chunk_free(pool, e);
             }
             e = next;

@@ -5,6 +5,7 @@
 #define DSC_CHUNKS_H
 
 #include "dscache.h"
+#include "manifest.h"
 #include "shard.h"
 #include "slots.h"
 
@@ -21,7 +22,14 @@ enum { CH_QUEUED, CH_INFLIGHT, CH_RECEIVED, CH_DECODING, CH_READY };
 typedef struct dsc_chunk_ent {
     uint64_t gid; /* global chunk id (dsc_sample_loc_t.chunk) */
     uint32_t shard, shard_chunk, samples;
-    uint64_t raw_len;
+    uint64_t raw_len; /* decoded bytes; a dataset with variable-length fields: an estimate
+                         (from the manifest's mean sizes) until the chunk's entry arrives
+                         (fetch.c deliver sets the exact figure, dsc__chunk_resize) */
+    uint64_t raw_min; /* variable-length fields: the least raw_len its layout allows; 0:
+                         raw_len is exact (fixed-size fields only) */
+    uint64_t charged; /* raw bytes charged to the in-flight budgets while it is in flight */
+    dsc_chunk_layout_t *layout; /* variable-length fields, once decoded: each field's place in
+                                   raw, checked (decode.c; malloc'd, freed with the entry) */
     int state;
     int cancelled; /* dropped by a restart while a thread held it: that thread frees it */
     uint64_t refs; /* sample needs of planned steps not yet collated */
@@ -68,6 +76,23 @@ static inline int dsc__is_corruption(int err) {
            err == DSC_EDECOMPRESS;
 }
 
+/* Whether a chunk entry received for ent has a decoded size its dataset allows: exactly
+ * raw_len for fixed-size fields, else at least the layout's minimum (the layout itself is
+ * validated once decoded). */
+static inline int dsc__chunk_raw_len_ok(const dsc_chunk_ent_t *ent, uint64_t raw_len) {
+    return ent->raw_min ? raw_len >= ent->raw_min && raw_len <= DSC_CHUNK_MAX_RAW
+                        : raw_len == ent->raw_len;
+}
+
+/* Decoded bytes of a chunk of `samples` samples: exact without variable-length fields; with
+ * them the planner's estimate, each variable field at the manifest's bytes_mean per sample
+ * (its offsets included), never below the layout's minimum. */
+uint64_t dsc__chunk_raw_estimate(const dsc_manifest_t *m, uint64_t samples);
+/* The most decoded bytes a chunk of shard `shard` can hold: exact without variable-length
+ * fields; with them each variable field at the manifest's bytes_max per sample (at most
+ * DSC_CHUNK_MAX_RAW). For sizing buffers that must hold any chunk (the RDMA slab). */
+uint64_t dsc__chunk_raw_bound(const dsc_manifest_t *m, uint32_t shard);
+
 void dsc__queue_push(dsc_chunk_queue_t *q, dsc_chunk_ent_t *ent);
 dsc_chunk_ent_t *dsc__queue_pop(dsc_chunk_queue_t *q);
 
@@ -78,6 +103,8 @@ int dsc__chunk_table_init(dsc_chunk_table_t *t, uint64_t chunks);
 dsc_chunk_ent_t *dsc__chunk_find(const dsc_chunk_table_t *t, uint64_t gid);
 void dsc__chunk_insert(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent);
 void dsc__chunk_unlink(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent);
+/* Sets the entry's raw_len (its exact size, once known), keeping held_bytes true. */
+void dsc__chunk_resize(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent, uint64_t raw_len);
 /* Gives the entry's buffers back to the pool and frees it. NULL is a no-op. */
 void dsc__chunk_free(dsc_bufpool_t *pool, dsc_chunk_ent_t *ent);
 /* Empties the table for a restart: entries a thread holds (in flight or decoding) are marked

@@ -4,9 +4,28 @@
 #include "decode.h"
 #include "route.h"
 #include "util.h"
+#include "wire.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* A dataset with variable-length fields: locates each field in the decoded chunk and checks
+ * its layout (proto's validator: offsets in order, rows ending exactly at raw_len), keeping the
+ * result in ent->layout for collate. Unlocked (the entry is being decoded by this thread).
+ * Returns 0, DSC_ENOMEM, or the validator's DSC_EBADINDEX / DSC_ECORRUPT (then another replica
+ * is asked: its copy may be intact). */
+static int check_layout(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
+    if (loader->cfg.var_count == 0)
+        return 0;
+    if (ent->layout == NULL) {
+        ent->layout = malloc(sizeof *ent->layout);
+        if (ent->layout == NULL)
+            return DSC_ENOMEM;
+    }
+    int rc = dsc_chunk_layout(&loader->cfg.manifest->schema, ent->samples, ent->raw, ent->raw_len,
+                              ent->layout);
+    return rc == DSC_EBADINDEX ? DSC_ECORRUPT : rc;
+}
 
 /* Verifies and decodes one chunk. Raw chunks are used where they were received. Unlocked. */
 static int decode_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
@@ -19,7 +38,7 @@ static int decode_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
             rc = DSC_EDATASUM;
         ent->raw = ent->stored;
         ent->raw_cap = 0;
-        return rc;
+        return rc < 0 ? rc : check_layout(loader, ent);
     }
     size_t cap = 0;
     uint8_t *raw = dsc__bufpool_get(&loader->cfg.pool, ent->raw_len, &cap);
@@ -33,7 +52,7 @@ static int decode_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
     ent->raw_cap = cap;
     if (rc >= 0 && (uint64_t)rc != ent->raw_len)
         rc = DSC_EDECOMPRESS;
-    return rc < 0 ? rc : 0;
+    return rc < 0 ? rc : check_layout(loader, ent);
 }
 
 /* The slot a received chunk can go straight into, or NULL: every planned need of the chunk is
@@ -42,7 +61,9 @@ static int decode_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
  * is most chunks; with shuffled data it never holds, and collate() copies per sample. Under
  * lock. */
 static dsc_batch_slot_t *direct_slot(dsc_loader_t *loader, const dsc_chunk_ent_t *ent) {
-    if (!ent->run_ok || ent->refs != ent->samples)
+    /* Variable-length fields are packed per batch (their offsets depend on the other samples
+     * of the batch): collate() places them. */
+    if (!ent->run_ok || ent->refs != ent->samples || loader->cfg.var_count > 0)
         return NULL;
     if (ent->run_seq < loader->cons.cons_seq || ent->run_seq >= loader->sched.slot_seq)
         return NULL;
@@ -131,14 +152,121 @@ static inline void prefetch_bytes(const uint8_t *p, uint64_t len) {
         __builtin_prefetch(p + off, 0, 3);
 }
 
+/* Row offset i of variable field f of a decoded chunk. */
+static inline uint64_t var_offset(const dsc_chunk_ent_t *ent, uint32_t f, uint32_t i) {
+    return dsc_load_u64(ent->layout->fields[f].offsets + (uint64_t)i * 8);
+}
+
+/* A batch holds more of variable field f than its slot has room for: fails the collation with
+ * an ERROR line naming the dataset, the sample and the option to raise. Unlocked (the log takes
+ * its own lock). Returns DSC_ETOOLARGE. */
+static int var_too_large(dsc_loader_t *loader, const dsc_step_t *st, uint32_t f, uint32_t k,
+                         uint64_t rows, uint64_t used) {
+    const dsc_var_field_t *v = &loader->cfg.var[f];
+    const char *name = loader->cfg.manifest->schema.fields[f].name;
+    unsigned long long id = (unsigned long long)st->ids[k];
+    if (v->pad)
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                "dataset %s: sample %llu has %llu rows of field '%s', more than the %llu the "
+                "batch slot holds per sample (the manifest's rows_max): set max_len for '%s' "
+                "(Python max_len={\"%s\": N}) to truncate, or check the dataset's manifest",
+                loader->cfg.dataset, id, (unsigned long long)rows, name,
+                (unsigned long long)v->lcap, name, name);
+    else
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                "dataset %s: sample %llu: field '%s' needs %llu bytes (%llu rows), and batch %llu "
+                "holds %llu bytes of it before this sample; the field's budget is %llu bytes "
+                "per batch (%s): raise max_bytes for '%s' (Python max_bytes={\"%s\": N}, C "
+                "dsc_field_options_t.max_bytes) to at least %llu",
+                loader->cfg.dataset, id, name, (unsigned long long)(rows * v->row_bytes),
+                (unsigned long long)rows, (unsigned long long)st->step, (unsigned long long)used,
+                (unsigned long long)v->budget, v->budget_from, name, name,
+                (unsigned long long)(used + rows * v->row_bytes));
+    return DSC_ETOOLARGE;
+}
+
+/* Collates variable field f of a step: values mode, each sample's rows one after the other into
+ * the values region and their int64 row offsets (B + 1, Arrow) beside them; padded, the lengths
+ * and a [B, L, ...] array, L the batch's longest sample (after max_len), rows past a sample's
+ * end filled with pad_value. The one per-field step of collate a later transform (a decoder of
+ * encoded bytes, say) would replace. Unlocked, as collate. Returns 0 or DSC_ETOOLARGE; adds the
+ * samples cut to max_len to *truncated. */
+static int collate_var(dsc_loader_t *loader, const dsc_step_t *st, dsc_batch_slot_t *slot,
+                       uint32_t f, uint64_t *truncated) {
+    const dsc_var_field_t *v = &loader->cfg.var[f];
+    uint64_t rb = v->row_bytes;
+    uint8_t *values = slot->host + loader->cfg.field_off[f];
+    int64_t *aux = (int64_t *)(void *)(slot->host + v->aux_off);
+    if (!v->pad) {
+        uint64_t rows = 0;
+        aux[0] = 0;
+        for (uint32_t k = 0; k < st->count; k++) {
+            const dsc_chunk_ent_t *ent = st->src[k];
+            uint32_t i = st->in_chunk[k];
+            uint64_t o0 = var_offset(ent, f, i), n = var_offset(ent, f, i + 1) - o0;
+            /* n * rb cannot wrap: the layout check bounded the rows by the chunk's bytes. */
+            if ((rows + n) * rb > v->budget)
+                return var_too_large(loader, st, f, k, n, rows * rb);
+            memcpy(values + rows * rb, ent->layout->fields[f].values + o0 * rb, n * rb);
+            rows += n;
+            aux[k + 1] = (int64_t)rows;
+        }
+        slot->var_rows[f] = rows;
+        return 0;
+    }
+    uint64_t longest = 0;
+    for (uint32_t k = 0; k < st->count; k++) {
+        const dsc_chunk_ent_t *ent = st->src[k];
+        uint32_t i = st->in_chunk[k];
+        uint64_t n = var_offset(ent, f, i + 1) - var_offset(ent, f, i);
+        if (v->max_len && n > v->max_len) {
+            n = v->max_len;
+            (*truncated)++;
+        }
+        if (n > v->lcap)
+            return var_too_large(loader, st, f, k, n, 0);
+        aux[k] = (int64_t)n;
+        longest = n > longest ? n : longest;
+    }
+    uint64_t stride = longest * rb;
+    size_t elem = (size_t)dsc_dtype_size(loader->cfg.manifest->schema.fields[f].dtype);
+    for (uint32_t k = 0; k < st->count; k++) {
+        const dsc_chunk_ent_t *ent = st->src[k];
+        uint64_t o0 = var_offset(ent, f, st->in_chunk[k]);
+        uint8_t *dst = values + (uint64_t)k * stride;
+        uint64_t have = (uint64_t)aux[k] * rb;
+        memcpy(dst, ent->layout->fields[f].values + o0 * rb, have);
+        if (have < stride) {
+            int zero = 1;
+            for (size_t b = 0; b < elem; b++)
+                zero &= v->pad_bytes[b] == 0;
+            if (zero) {
+                memset(dst + have, 0, stride - have);
+            } else {
+                for (uint64_t b = have; b < stride; b += elem)
+                    memcpy(dst + b, v->pad_bytes, elem);
+            }
+        }
+    }
+    slot->var_rows[f] = longest;
+    return 0;
+}
+
 /* Copies a step's samples into its slot: for each field, sample k of the batch comes from
  * sample in_chunk[k] of its (field-major) chunk. Runs of consecutive samples of one chunk
  * (dataset order) go in one copy; otherwise one copy per sample, with the next samples' sources
  * prefetched, and fixed-size copies for the common small fields (labels, ids). Unlocked: the
  * step's chunks are READY and referenced, the slot is owned by the step. */
-static void collate(dsc_loader_t *loader, const dsc_step_t *st, dsc_batch_slot_t *slot) {
+static int collate(dsc_loader_t *loader, const dsc_step_t *st, dsc_batch_slot_t *slot,
+                   uint64_t *truncated) {
     const dsc_schema_t *schema = &loader->cfg.manifest->schema;
     for (uint32_t f = 0; f < loader->cfg.field_count; f++) {
+        if (loader->cfg.var[f].is_var) {
+            int rc = collate_var(loader, st, slot, f, truncated);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
         uint64_t fsb = schema->fields[f].sample_bytes;
         uint8_t *dst = slot->host + loader->cfg.field_off[f];
         if (fsb == 8 || fsb == 4) {
@@ -172,6 +300,7 @@ static void collate(dsc_loader_t *loader, const dsc_step_t *st, dsc_batch_slot_t
             k += run;
         }
     }
+    return 0;
 }
 
 /* A slotted step whose chunks are all decoded, or NULL. Under lock. */
@@ -247,7 +376,7 @@ int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx) {
                 pthread_cond_broadcast(&loader->cons_cv);
         }
         loader->stats.st.decode_seconds += t1 - t0;
-        loader->fetch.inflight_used -= ent->raw_len;
+        loader->fetch.inflight_used -= ent->charged;
         pthread_cond_broadcast(&loader->io_cv);
         if (ent->cancelled) {
             dsc__chunk_free(&loader->cfg.pool, ent);
@@ -303,8 +432,9 @@ int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx) {
         if (rc == 0)
             rc = dsc__cuda_slot_wait_copy(loader->cfg.cuda, &slot->ev);
     }
+    uint64_t truncated = 0;
     if (rc == 0)
-        collate(loader, st, slot);
+        rc = collate(loader, st, slot, &truncated);
     double t1 = dsc_now_s();
     double h2d_seconds = 0;
     uint64_t h2d_bytes = 0;
@@ -313,11 +443,14 @@ int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx) {
                                  loader->cons.slot_bytes, &h2d_seconds, &h2d_bytes);
     pthread_mutex_lock(&loader->lock);
     loader->stats.st.collate_seconds += t1 - t0;
+    slot->truncated = truncated; /* counted when handed out */
     loader->stats.st.h2d_seconds += h2d_seconds;
     loader->stats.st.h2d_bytes += h2d_bytes;
     loader->work.collating--;
     uint32_t freed = unref_step(loader, st);
-    if (rc < 0)
+    if (rc == DSC_ETOOLARGE)
+        dsc__loader_fail_logged(loader, rc); /* var_too_large said which sample and option */
+    else if (rc < 0)
         dsc__loader_fail(loader, rc);
     st->state = ST_READY;
     /* Wake only whom it concerns (each wake-up is a futex call and a context switch on a

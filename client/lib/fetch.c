@@ -95,12 +95,16 @@ static void deliver(dsc_io_t *io, dsc_source_req_t *req) {
     loader->diag.c.chunks_fetched += req->count;
     for (uint32_t i = 0; i < req->count; i++) {
         dsc_chunk_ent_t *ent = req->chunks[i];
-        loader->net.peers[io->peer].inflight_bytes -= ent->raw_len;
+        loader->net.peers[io->peer].inflight_bytes -= ent->charged;
         if (ent->cancelled) {
-            loader->fetch.inflight_used -= ent->raw_len;
+            loader->fetch.inflight_used -= ent->charged;
             dsc__chunk_free(&loader->cfg.pool, ent);
             continue;
         }
+        /* Variable-length fields: the planner's estimate gives way to the exact size (the
+         * in-flight charge stays until decoded). */
+        if (ent->raw_min && ent->entry.raw_len != ent->raw_len)
+            dsc__chunk_resize(&loader->chunks, ent, ent->entry.raw_len);
         dsc__epoch_wire_add(loader, ent->epoch, ent->entry.stored_len);
         dsc__decode_push(loader, ent);
     }
@@ -113,8 +117,8 @@ static void request_failed(dsc_io_t *io, dsc_source_req_t *req, int err) {
     dsc_loader_t *loader = io->loader;
     for (uint32_t i = 0; i < req->count; i++) {
         dsc_chunk_ent_t *ent = req->chunks[i];
-        loader->fetch.inflight_used -= ent->raw_len;
-        loader->net.peers[io->peer].inflight_bytes -= ent->raw_len;
+        loader->fetch.inflight_used -= ent->charged;
+        loader->net.peers[io->peer].inflight_bytes -= ent->charged;
         dsc__bufpool_put(&loader->cfg.pool, ent->stored, ent->stored_cap);
         ent->stored = NULL;
         ent->stored_cap = 0;
@@ -145,8 +149,9 @@ static int take_request(dsc_io_t *io, dsc_source_req_t *req) {
     do {
         dsc_chunk_ent_t *ent = dsc__queue_pop(q);
         ent->state = CH_INFLIGHT;
-        loader->fetch.inflight_used += ent->raw_len;
-        peer->inflight_bytes += ent->raw_len;
+        ent->charged = ent->raw_len;
+        loader->fetch.inflight_used += ent->charged;
+        peer->inflight_bytes += ent->charged;
         bytes += ent->raw_len;
         req->chunks[req->count++] = ent;
         dsc_chunk_ent_t *next = q->head;

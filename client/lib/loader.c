@@ -196,6 +196,224 @@ static int check_options(const dsc_loader_options_t *o, const dsc_logger_t *log)
     return 0;
 }
 
+DSC_EXTERN int dsc_field_options_init(dsc_field_options_t *options, size_t size) {
+    if (options == NULL || size < offsetof(dsc_field_options_t, max_len) + sizeof(uint64_t))
+        return DSC_EINVAL;
+    dsc_field_options_t full;
+    memset(&full, 0, sizeof full);
+    full.struct_size = size;
+    memcpy(options, &full, size < sizeof full ? size : sizeof full);
+    if (size > sizeof full)
+        memset((char *)options + sizeof full, 0, size - sizeof full);
+    return 0;
+}
+
+/* The default values budget per batch of a variable field: B x bytes_max (every batch fits)
+ * while that is at most VAR_BUDGET_EXACT; beyond, the largest of VAR_BUDGET_EXACT, bytes_max
+ * (any one sample fits) and 4 x B x bytes_mean (a batch four times the mean size fits). */
+#define VAR_BUDGET_EXACT (64ull << 20)
+
+/* pad_value in the field's dtype (bf16 / f16: the nearest of the float's upper half; f16 from
+ * the f32 bits, round-to-nearest not attempted beyond truncation). */
+static void pad_encode(int dtype, double value, uint8_t out[8]) {
+    memset(out, 0, 8);
+    union {
+        uint8_t u8;
+        int8_t i8;
+        uint16_t u16;
+        int16_t i16;
+        uint32_t u32;
+        int32_t i32;
+        int64_t i64;
+        float f32;
+        double f64;
+    } u;
+    memset(&u, 0, sizeof u);
+    switch (dtype) {
+    case DSC_DTYPE_U8:
+        u.u8 = (uint8_t)value;
+        break;
+    case DSC_DTYPE_I8:
+        u.i8 = (int8_t)value;
+        break;
+    case DSC_DTYPE_U16:
+        u.u16 = (uint16_t)value;
+        break;
+    case DSC_DTYPE_I16:
+        u.i16 = (int16_t)value;
+        break;
+    case DSC_DTYPE_U32:
+        u.u32 = (uint32_t)value;
+        break;
+    case DSC_DTYPE_I32:
+        u.i32 = (int32_t)value;
+        break;
+    case DSC_DTYPE_I64:
+        u.i64 = (int64_t)value;
+        break;
+    case DSC_DTYPE_F32:
+        u.f32 = (float)value;
+        break;
+    case DSC_DTYPE_F64:
+        u.f64 = value;
+        break;
+    case DSC_DTYPE_BF16: {
+        float f = (float)value;
+        uint32_t bits;
+        memcpy(&bits, &f, 4);
+        u.u16 = (uint16_t)(bits >> 16);
+        break;
+    }
+    case DSC_DTYPE_F16: {
+        /* Exact for 0, +-1, +-inf and small integers, which is what padding uses. */
+        float f = (float)value;
+        uint32_t bits;
+        memcpy(&bits, &f, 4);
+        uint32_t sign = (bits >> 16) & 0x8000u;
+        int32_t exp = (int32_t)((bits >> 23) & 0xff) - 127 + 15;
+        uint32_t mant = (bits >> 13) & 0x3ffu;
+        if (((bits >> 23) & 0xff) == 0)
+            u.u16 = (uint16_t)sign;
+        else if (exp >= 31)
+            u.u16 = (uint16_t)(sign | 0x7c00u);
+        else if (exp <= 0)
+            u.u16 = (uint16_t)sign;
+        else
+            u.u16 = (uint16_t)(sign | (uint32_t)exp << 10 | mant);
+        break;
+    }
+    default:
+        break;
+    }
+    memcpy(out, &u, 8);
+}
+
+/* Settles each variable-length field's output mode and slot room from the caller's
+ * field_options (read here, during create, and not kept) and the manifest's size statistics,
+ * bounding every slot region (docs/loader.md#variable-length-fields). Returns 0 or DSC_EINVAL
+ * (an option naming no variable field, a budget too small for one row, a slot past
+ * DSC__SLOT_FIELD_MAX). */
+#define DSC__SLOT_FIELD_MAX (16ull << 30)
+static int setup_var_fields(dsc_loader_t *loader, const dsc_loader_options_t *options) {
+    const dsc_manifest_t *m = loader->cfg.manifest;
+    const dsc_schema_t *schema = &m->schema;
+    uint64_t batch = loader->cfg.opt.batch_size;
+    loader->cfg.var_count = 0;
+    for (uint32_t f = 0; f < schema->field_count; f++) {
+        const dsc_field_t *fd = &schema->fields[f];
+        dsc_var_field_t *v = &loader->cfg.var[f];
+        memset(v, 0, sizeof *v);
+        if (!fd->variable)
+            continue;
+        v->is_var = 1;
+        v->row_bytes = fd->row_bytes;
+        loader->cfg.var_count++;
+    }
+    const dsc_field_options_t *fo = NULL;
+    uint32_t fo_count = 0;
+    if (options->struct_size >=
+        offsetof(dsc_loader_options_t, field_option_count) + sizeof options->field_option_count) {
+        fo = options->field_options;
+        fo_count = options->field_option_count;
+    }
+    loader->cfg.opt.field_options = NULL; /* the caller's array is not kept */
+    loader->cfg.opt.field_option_count = 0;
+    if (fo_count > 0 && fo == NULL) {
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                "invalid loader options: field_option_count %u with field_options NULL", fo_count);
+        return DSC_EINVAL;
+    }
+    size_t stride = fo_count > 0 ? fo[0].struct_size : 0;
+    if (fo_count > 0 && stride < offsetof(dsc_field_options_t, max_len) + sizeof(uint64_t)) {
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                "invalid loader options: field_options[0].struct_size %zu (use "
+                "dsc_field_options_init)",
+                stride);
+        return DSC_EINVAL;
+    }
+    uint64_t explicit_budget[DSC_MAX_FIELDS] = {0};
+    for (uint32_t i = 0; i < fo_count; i++) {
+        const dsc_field_options_t *o =
+            (const dsc_field_options_t *)(const void *)((const char *)fo + i * stride);
+        uint32_t f = 0;
+        while (o->name != NULL && f < schema->field_count &&
+               strcmp(schema->fields[f].name, o->name) != 0)
+            f++;
+        if (o->name == NULL || f == schema->field_count || !loader->cfg.var[f].is_var) {
+            DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                    "invalid loader options: field options for %s%s%s: dataset %s has no "
+                    "variable-length field of that name",
+                    o->name ? "'" : "", o->name ? o->name : "(no name)", o->name ? "'" : "",
+                    loader->cfg.dataset);
+            return DSC_EINVAL;
+        }
+        dsc_var_field_t *v = &loader->cfg.var[f];
+        v->pad = o->pad != 0;
+        v->max_len = o->max_len;
+        pad_encode(schema->fields[f].dtype, o->pad_value, v->pad_bytes);
+        explicit_budget[f] = o->max_bytes;
+    }
+    for (uint32_t f = 0; f < schema->field_count; f++) {
+        dsc_var_field_t *v = &loader->cfg.var[f];
+        if (!v->is_var)
+            continue;
+        const char *name = schema->fields[f].name;
+        const dsc_manifest_field_stats_t *vs = &m->field_stats[f];
+        if (v->pad) {
+            /* Room per sample: the largest sample the manifest knows, or max_len rows when
+             * fewer (at least one row, so that an all-empty field still has a region). */
+            v->lcap = vs->rows_max ? vs->rows_max : 1;
+            if (v->max_len && v->max_len < v->lcap)
+                v->lcap = v->max_len;
+            if (v->lcap > DSC__SLOT_FIELD_MAX / batch / v->row_bytes) {
+                DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                        "dataset %s: padded field '%s': %llu rows of %llu bytes for each of %llu "
+                        "samples is over %llu bytes per batch slot; set a smaller max_len",
+                        loader->cfg.dataset, name, (unsigned long long)v->lcap,
+                        (unsigned long long)v->row_bytes, (unsigned long long)batch,
+                        (unsigned long long)DSC__SLOT_FIELD_MAX);
+                return DSC_EINVAL;
+            }
+            continue;
+        }
+        if (explicit_budget[f]) {
+            v->budget = explicit_budget[f];
+            v->budget_from = "set by max_bytes";
+        } else {
+            uint64_t exact =
+                vs->bytes_max <= VAR_BUDGET_EXACT / batch ? batch * vs->bytes_max : UINT64_MAX;
+            if (exact <= VAR_BUDGET_EXACT) {
+                v->budget = exact;
+                v->budget_from = "the default: batch_size x the manifest's bytes_max";
+            } else {
+                double four = 4.0 * (double)batch * vs->bytes_mean;
+                uint64_t b = VAR_BUDGET_EXACT;
+                if (vs->bytes_max > b)
+                    b = vs->bytes_max;
+                if (four > (double)b)
+                    b = four < (double)DSC__SLOT_FIELD_MAX ? (uint64_t)four : DSC__SLOT_FIELD_MAX;
+                v->budget = b;
+                v->budget_from = "the default: the largest of 64 MiB, the manifest's bytes_max "
+                                 "and 4 x batch_size x its bytes_mean";
+            }
+        }
+        /* Row-aligned, so that the values region holds whole rows; the default at least one
+         * row (a field whose samples are all empty). */
+        v->budget = v->budget / v->row_bytes * v->row_bytes;
+        if (v->budget == 0 && !explicit_budget[f])
+            v->budget = v->row_bytes;
+        if (v->budget == 0 || v->budget > DSC__SLOT_FIELD_MAX) {
+            DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                    "invalid loader options: max_bytes of field '%s' must hold one row (%llu "
+                    "bytes) and be at most %llu",
+                    name, (unsigned long long)v->row_bytes,
+                    (unsigned long long)DSC__SLOT_FIELD_MAX);
+            return DSC_EINVAL;
+        }
+    }
+    return 0;
+}
+
 static int start_threads(dsc_loader_t *loader) {
     pthread_mutex_lock(&loader->lock);
     int rc = 0;
@@ -423,8 +641,12 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     }
     const dsc_manifest_t *m = loader->cfg.manifest;
     loader->cfg.samples = m->samples;
-    loader->cfg.sample_bytes = m->schema.sample_bytes;
     loader->cfg.field_count = m->schema.field_count;
+    rc = setup_var_fields(loader, options);
+    if (rc < 0)
+        goto fail;
+    /* Decoded bytes per sample, for the budgets: variable fields count their mean size. */
+    loader->cfg.sample_bytes = dsc__chunk_raw_estimate(m, 1);
     if (loader->cfg.samples == 0 || loader->cfg.sample_bytes == 0) {
         DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "dataset %s is empty", loader->cfg.dataset);
         rc = DSC_EBADMANIFEST;
@@ -584,6 +806,19 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
 
 /* ---- Consumer ------------------------------------------------------------------------------ */
 
+/* Decoded bytes of a collated batch of `count` samples in slot. */
+static uint64_t batch_bytes(const dsc_loader_t *loader, const dsc_batch_slot_t *slot,
+                            uint32_t count) {
+    const dsc_schema_t *schema = &loader->cfg.manifest->schema;
+    uint64_t bytes = (uint64_t)count * schema->sample_bytes; /* the fixed fields */
+    for (uint32_t f = 0; loader->cfg.var_count > 0 && f < schema->field_count; f++) {
+        const dsc_var_field_t *v = &loader->cfg.var[f];
+        if (v->is_var)
+            bytes += slot->var_rows[f] * v->row_bytes * (v->pad ? count : 1u);
+    }
+    return bytes;
+}
+
 DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
     if (loader == NULL || out == NULL)
         return DSC_EINVAL;
@@ -658,7 +893,8 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
             loader->stats.st.epoch = st->epoch;
             loader->stats.st.batches++;
             loader->stats.st.samples += st->count;
-            loader->stats.st.bytes += (uint64_t)st->count * loader->cfg.sample_bytes;
+            loader->stats.st.bytes += batch_bytes(loader, slot, st->count);
+            loader->stats.st.truncated_samples += slot->truncated;
             if (loader->cfg.cuda != NULL) {
                 rc = dsc__cuda_slot_hand_out(loader->cfg.cuda, &slot->ev, loader->cons.user_stream);
                 if (rc < 0)
@@ -698,6 +934,10 @@ DSC_EXTERN int dsc_loader_field(const dsc_loader_t *loader, uint32_t field, dsc_
     for (uint32_t d = 0; d < f->ndim; d++)
         out->shape[d] = f->shape[d];
     out->sample_bytes = f->sample_bytes;
+    if (f->variable) {
+        out->shape[0] = -1;
+        out->sample_bytes = f->row_bytes;
+    }
     return 0;
 }
 

@@ -2,12 +2,12 @@
  * cache need of the shuffle windows. */
 #include "pipeline.h"
 
-void dsc__loader_fail(dsc_loader_t *loader, int err) {
+static void fail(dsc_loader_t *loader, int err, int logged) {
     if (loader->error == 0 && err < 0) {
         loader->error = err;
         /* Not while stopping: destroy() closes connections under outstanding requests, and
          * what that leaves undone is no failure of the loader's. */
-        if (!loader->stop)
+        if (!loader->stop && !logged)
             DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "loader failed: %s (%s)", dsc_strerror(err),
                     dsc_err_name(err));
     }
@@ -17,11 +17,19 @@ void dsc__loader_fail(dsc_loader_t *loader, int err) {
     pthread_cond_broadcast(&loader->work_cv);
 }
 
+void dsc__loader_fail(dsc_loader_t *loader, int err) {
+    fail(loader, err, 0);
+}
+
+void dsc__loader_fail_logged(dsc_loader_t *loader, int err) {
+    fail(loader, err, 1);
+}
+
 void dsc__cache_need(const dsc_loader_t *loader, dsc_cache_need_t *out) {
     const dsc_manifest_t *m = loader->cfg.manifest;
     uint64_t chunk_max = 0;
     for (uint32_t i = 0; i < m->shard_count; i++) {
-        uint64_t c = (uint64_t)m->shards[i].chunk_samples * loader->cfg.sample_bytes;
+        uint64_t c = dsc__chunk_raw_estimate(m, m->shards[i].chunk_samples);
         if (c > chunk_max)
             chunk_max = c;
     }

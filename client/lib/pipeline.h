@@ -75,6 +75,22 @@ struct dsc_batch {
                    dsc_batch_release() */
 };
 
+/* A variable-length field's settings and slot layout (loader.c fills the settings at create,
+ * batch.c the offsets; immutable once the threads run). Its slot regions: offsets (values mode:
+ * B + 1 int64) or lengths (padded: B int64) at aux_off, the values (values mode: budget bytes;
+ * padded: B x lcap rows) at field_off. */
+typedef struct dsc_var_field {
+    int is_var;
+    int pad;                 /* padded output */
+    uint64_t row_bytes;      /* bytes of one row (one step of the leading dimension) */
+    uint64_t budget;         /* values mode: value bytes a batch may hold */
+    uint64_t max_len;        /* padded: rows kept per sample (0: none) */
+    uint64_t lcap;           /* padded: rows per sample the slot has room for */
+    uint8_t pad_bytes[8];    /* padded: pad_value in the field's dtype */
+    uint64_t aux_off;        /* offsets / lengths region in a slot */
+    const char *budget_from; /* how budget was set, for the error text */
+} dsc_var_field_t;
+
 /* One batch slot: the host (and device) memory a step is collated into. */
 typedef struct dsc_batch_slot {
     uint8_t *host;
@@ -87,6 +103,9 @@ typedef struct dsc_batch_slot {
     uint32_t refs;  /* references to its handed-out batch (next()'s, dsc_batch_retain()'s,
                        DLPack tensors'): the slot is not reused before they are all gone */
     dsc_batch_t batch;
+    uint64_t var_rows[DSC_MAX_FIELDS]; /* variable fields of the collated batch: values mode, its
+                                          total rows; padded, L (rows per sample) */
+    uint64_t truncated;                /* samples of it cut to a max_len */
 } dsc_batch_slot_t;
 #define SLOT_FREE UINT64_MAX
 
@@ -145,7 +164,10 @@ struct dsc_loader {
         uint64_t samples;
         uint64_t sample_bytes;
         uint32_t field_count;
-        uint64_t field_off[DSC_MAX_FIELDS]; /* batch.c: offset of field f's array in a slot */
+        uint64_t field_off[DSC_MAX_FIELDS];  /* batch.c: offset of field f's array in a slot
+                                                (a variable field: its values or padded array) */
+        dsc_var_field_t var[DSC_MAX_FIELDS]; /* loader.c (create): variable-length fields */
+        uint32_t var_count;                  /* fields with var[f].is_var */
         uint64_t cache_bytes;
         char *servers_spec;     /* the options' servers string, re-resolved by view.c */
         dsc_credential_t *cred; /* server connections authenticate with it (NULL: anonymous) */
@@ -306,5 +328,8 @@ static inline void dsc__epoch_wire_reset(dsc_loader_t *loader) {
 /* Fails the loader with err (the first error wins; logged unless stopping) and wakes every
  * thread. Under lock. */
 void dsc__loader_fail(dsc_loader_t *loader, int err);
+/* The same for a failure whose cause was just logged at ERROR: that line stays the loader's
+ * last error (dsc_loader_last_error), naming what to change. Under lock. */
+void dsc__loader_fail_logged(dsc_loader_t *loader, int err);
 
 #endif

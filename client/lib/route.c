@@ -136,8 +136,8 @@ int dsc__chunk_refetch(dsc_loader_t *loader, dsc_chunk_ent_t *ent, int err) {
 int dsc__chunk_requeue(dsc_loader_t *loader, dsc_chunk_ent_t *ent, uint32_t failed, int err,
                        int sent) {
     if (sent) {
-        loader->fetch.inflight_used -= ent->raw_len;
-        loader->net.peers[failed].inflight_bytes -= ent->raw_len;
+        loader->fetch.inflight_used -= ent->charged;
+        loader->net.peers[failed].inflight_bytes -= ent->charged;
     }
     dsc__bufpool_put(&loader->cfg.pool, ent->stored, ent->stored_cap);
     ent->stored = NULL;

@@ -97,7 +97,10 @@ static int plan_one(dsc_loader_t *loader) {
             ent->shard = loc.shard;
             ent->shard_chunk = loc.shard_chunk;
             ent->samples = loc.chunk_samples;
-            ent->raw_len = (uint64_t)loc.chunk_samples * loader->cfg.sample_bytes;
+            ent->raw_len = dsc__chunk_raw_estimate(loader->cfg.manifest, loc.chunk_samples);
+            if (loader->cfg.var_count > 0) /* an estimate until it arrives */
+                ent->raw_min =
+                    dsc_schema_chunk_min(&loader->cfg.manifest->schema, loc.chunk_samples);
             ent->state = CH_QUEUED;
             ent->order = loader->sched.order_next++;
             ent->epoch = st->epoch; /* its wire bytes count for this epoch (stats) */

@@ -197,7 +197,7 @@ static int files_complete(void *conn, dsc_source_req_t *out, uint32_t count, uin
         const file_shard_t *f = &ep->shards[ent->shard];
         dsc_chunk_entry_t e;
         dsc_chunk_entry_decode(f->index + (size_t)ent->shard_chunk * DSC_CHUNK_ENTRY_SIZE, &e);
-        if (e.sample_count != ent->samples || e.raw_len != ent->raw_len)
+        if (e.sample_count != ent->samples || !dsc__chunk_raw_len_ok(ent, e.raw_len))
             return DSC_EBADINDEX;
         ent->stored = dsc__bufpool_get(ep->env->pool, e.stored_len, &ent->stored_cap);
         if (ent->stored == NULL)

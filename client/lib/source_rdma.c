@@ -115,7 +115,7 @@ uint64_t dsc__rdma_slab_bytes(const dsc_manifest_t *manifest, uint64_t inflight_
      * most a little more than raw). */
     uint64_t chunk = 0;
     for (uint32_t i = 0; manifest != NULL && i < manifest->shard_count; i++) {
-        uint64_t b = (uint64_t)manifest->shards[i].chunk_samples * manifest->schema.sample_bytes;
+        uint64_t b = dsc__chunk_raw_bound(manifest, i); /* variable fields: at bytes_max */
         if (b > chunk)
             chunk = b;
     }
@@ -687,7 +687,7 @@ static int recv_body(rdma_conn_t *c, uint32_t len) {
 static int take_chunk(rdma_conn_t *c, dsc_chunk_ent_t *ent, const dsc_chunk_entry_t *e,
                       uint32_t i) {
     const dsc_source_env_t *env = c->ep->env;
-    if (e->sample_count != ent->samples || e->raw_len != ent->raw_len) {
+    if (e->sample_count != ent->samples || !dsc__chunk_raw_len_ok(ent, e->raw_len)) {
         DSC_LOG(env->log, DSC_LOG_ERROR,
                 "server %s: shard %u chunk %u holds %u samples (%u bytes), the manifest says %u",
                 c->ep->addr, ent->shard, ent->shard_chunk + i, e->sample_count, e->raw_len,

@@ -200,7 +200,7 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
         const uint8_t *unused;
         if (dsc_get_resp_iter_next(&it, &e, &unused) != 1)
             return DSC_EPROTO;
-        if (e.sample_count != ent->samples || e.raw_len != ent->raw_len) {
+        if (e.sample_count != ent->samples || !dsc__chunk_raw_len_ok(ent, e.raw_len)) {
             DSC_LOG(env->log, DSC_LOG_ERROR,
                     "server %s: shard %u chunk %u holds %u samples "
                     "(%u bytes), the manifest says %u",

@@ -178,6 +178,9 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
            ds, (double)s.rdma_fallbacks);
     metric(&t, "rdma_errors_total", "counter", "RDMA connections lost to a failed READ.", ds,
            (double)s.rdma_errors);
+    metric(&t, "truncated_samples_total", "counter",
+           "Samples of padded variable-length fields cut to their max_len.", ds,
+           (double)s.truncated_samples);
     if (t.len > (size_t)INT32_MAX)
         return DSC_EOVERFLOW;
     return (int)t.len;

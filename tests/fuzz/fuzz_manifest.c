@@ -29,6 +29,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_ASSERT(dsc_schema_equal(&first->schema, &second->schema));
     FUZZ_ASSERT(first->schema.sample_bytes == second->schema.sample_bytes);
     FUZZ_ASSERT(first->samples == second->samples && first->bytes == second->bytes);
+    FUZZ_ASSERT(first->schema.var_count == second->schema.var_count);
+    FUZZ_ASSERT(memcmp(first->field_stats, second->field_stats, sizeof first->field_stats) == 0);
+    FUZZ_ASSERT((first->meta_json == NULL) == (second->meta_json == NULL));
+    FUZZ_ASSERT(first->meta_json == NULL || strcmp(first->meta_json, second->meta_json) == 0);
     FUZZ_ASSERT(first->shard_count == second->shard_count);
     FUZZ_ASSERT(memcmp(first->shards, second->shards, first->shard_count * sizeof *first->shards) ==
                 0);

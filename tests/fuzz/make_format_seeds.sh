@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Regenerates the seed corpora of fuzz_shard (small valid shards, written by the shard unit test)
-# and fuzz_manifest (small valid manifests). Usage: make_format_seeds.sh PATH/TO/test_shard
+# Regenerates the seed corpora of fuzz_shard (small valid shards, written by the shard unit tests:
+# version 1 by test_shard, version 2 by test_shard_v2 beside it) and fuzz_manifest (small valid
+# manifests). Usage: make_format_seeds.sh PATH/TO/test_shard
 set -euo pipefail
 test_shard=${1:?usage: $0 PATH/TO/test_shard}
 here=$(cd "$(dirname "$0")" && pwd)
 "$test_shard" --write-corpus "$here/corpus/fuzz_shard"
+"${test_shard}_v2" --write-corpus "$here/corpus/fuzz_shard"
 
 out=$here/corpus/fuzz_manifest
 mkdir -p "$out"
@@ -30,5 +32,19 @@ cat >"$out/every-dtype.json" <<'JSON'
            {"name":"i","dtype":"bf16","shape":[]},{"name":"j","dtype":"f32","shape":[]},
            {"name":"k","dtype":"float64","shape":[1,1,1,1,1,1,1,1]}],
  "shards":[{"id":0,"file":"s.dsc","samples":5,"bytes":1000,"chunks":3,"chunk_samples":2,"checksum":"0123456789ABCDEF"}]}
+JSON
+cat >"$out/variable.json" <<'JSON'
+{"format":"dscache-manifest","version":2,"name":"sft","sample_bytes":8,"samples":30,
+ "schema":[{"name":"input_ids","dtype":"i32","shape":[null],"rows_total":300,"rows_max":40,"bytes_max":160,"bytes_mean":40},
+           {"name":"label","dtype":"i64","shape":[]},
+           {"name":"mel","dtype":"f32","shape":[null,80],"rows_total":10,"rows_max":3,"bytes_max":960,"bytes_mean":106.66666666666667}],
+ "meta":{"classes":["cat","dog"],"n":2},
+ "shards":[{"id":0,"file":"shard-00000.dsc","samples":30,"bytes":4096,"chunks":4,"chunk_samples":8,"checksum":"0123456789abcdef"}]}
+JSON
+cat >"$out/meta-v1.json" <<'JSON'
+{"format":"dscache-manifest","version":1,"name":"img","sample_bytes":3080,"samples":2,
+ "schema":[{"name":"image","dtype":"u8","shape":[3,32,32]},{"name":"label","dtype":"i64","shape":[]}],
+ "meta":{"classes":["a","b"],"nested":{"x":[1,2.5,null,true]}},
+ "shards":[{"id":0,"file":"s.dsc","samples":2,"bytes":9000,"chunks":1,"chunk_samples":2,"checksum":"0123456789abcdef"}]}
 JSON
 echo "wrote $(ls "$out" | wc -l) manifest seeds to $out"

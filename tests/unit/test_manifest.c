@@ -110,7 +110,9 @@ static void test_invalid(void) {
     CASE("}]}", "}]}{}", DSC_EBADMANIFEST);
     CASE("\"dscache-manifest\"", "\"dscache-manifes\"", DSC_EBADMANIFEST);
     CASE("\"format\"", "\"formats\"", DSC_EBADMANIFEST);
-    CASE("\"version\":1", "\"version\":2", DSC_EVERSION);
+    CASE("\"version\":1", "\"version\":3", DSC_EVERSION);
+    /* Version 2 is for a schema with a variable field only (tests/unit/test_manifest_v2.c). */
+    CASE("\"version\":1", "\"version\":2", DSC_EBADMANIFEST);
     CASE("\"version\":1", "\"version\":\"1\"", DSC_EBADMANIFEST);
     CASE("\"version\":1", "\"version\":true", DSC_EBADMANIFEST);
     CASE("\"name\":\"demo\"", "\"name\":\"de/mo\"", DSC_EBADMANIFEST);

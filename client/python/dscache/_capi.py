@@ -43,6 +43,19 @@ class _Options(ctypes.Structure):
         ("job_name", ctypes.c_char_p),
         ("report_seconds", ctypes.c_double),
         ("transport", ctypes.c_char_p),
+        ("field_options", ctypes.c_void_p),
+        ("field_option_count", ctypes.c_uint32),
+    ]
+
+
+class _FieldOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("name", ctypes.c_char_p),
+        ("max_bytes", ctypes.c_uint64),
+        ("pad", ctypes.c_int),
+        ("pad_value", ctypes.c_double),
+        ("max_len", ctypes.c_uint64),
     ]
 
 
@@ -68,6 +81,23 @@ class _TensorView(ctypes.Structure):
         ("shape", ctypes.c_int64 * (_MAX_DIMS + 1)),
         ("bytes", ctypes.c_uint64),
         ("device", ctypes.c_int),
+    ]
+
+
+# dsc_field_view_t.kind
+_FIELD_FIXED, _FIELD_VALUES, _FIELD_PADDED = 0, 1, 2
+# dsc_batch_dlpack_part parts
+_PART_VALUES, _PART_OFFSETS, _PART_LENGTHS = 0, 1, 2
+
+
+class _FieldView(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("kind", ctypes.c_int),
+        ("values", _TensorView),
+        ("offsets", ctypes.c_void_p),
+        ("lengths", ctypes.c_void_p),
+        ("rows", ctypes.c_int64),
     ]
 
 
@@ -108,6 +138,7 @@ _STAT_FIELDS = [
     ("rdma_bytes", ctypes.c_uint64),
     ("rdma_fallbacks", ctypes.c_uint64),
     ("rdma_errors", ctypes.c_uint64),
+    ("truncated_samples", ctypes.c_uint64),
 ]
 
 # dscache_base.h dsc_bottleneck_t, in order (the numbers are on the wire: append only).
@@ -236,6 +267,10 @@ def _load():
         "dsc_batch_indices": (ctypes.POINTER(ctypes.c_uint64), [vp]),
         "dsc_batch_field": (ip, [vp, u32, ctypes.POINTER(_TensorView)]),
         "dsc_batch_dlpack": (ip, [vp, u32, ctypes.POINTER(ctypes.POINTER(_DLManagedTensor))]),
+        "dsc_batch_field_view": (ip, [vp, u32, ctypes.POINTER(_FieldView)]),
+        "dsc_batch_dlpack_part": (ip, [vp, u32, ctypes.c_int,
+                                       ctypes.POINTER(ctypes.POINTER(_DLManagedTensor))]),
+        "dsc_field_options_init": (ip, [ctypes.POINTER(_FieldOptions), ctypes.c_size_t]),
         "dsc_loader_stats": (ip, [vp, ctypes.POINTER(_Stats)]),
         "dsc_loader_metrics_text": (ip, [vp, ctypes.c_char_p, ctypes.c_size_t]),
     }

@@ -10,8 +10,10 @@ import weakref
 
 from ._arrays import (_Hold, _HostArray, _PyCapsule_New, _capsule_destructor,
                       _dlpack_track, _torch_from_dlpack)
-from ._capi import (BOTTLENECKS, STALL_WAITS, _EOF, _NP_DTYPES, _STAT_FIELDS, _DLManagedTensor,
-                    _FieldInfo, _Options, _Stats, _TensorView, _check, _load)
+from ._capi import (BOTTLENECKS, STALL_WAITS, _EOF, _FIELD_PADDED, _FIELD_VALUES, _NP_DTYPES,
+                    _PART_LENGTHS, _PART_OFFSETS, _PART_VALUES, _STAT_FIELDS, _DLManagedTensor,
+                    _FieldInfo, _FieldOptions, _FieldView, _Options, _Stats, _TensorView, _check,
+                    _load)
 from ._errors import BadState, Error
 from ._logbridge import _c_log_level, _on_log, _sink_ids, _sinks, _sinks_lock
 from ._ranks import _parse_device, resolve_rank
@@ -62,6 +64,14 @@ class Loader:
     TCP per connection; "rdma" fails without it). Iterating yields the rest of the
     current epoch; the next iteration continues with the following epoch (or call set_epoch
     first).
+
+    Variable-length fields (docs/loader.md#variable-length-fields): by default batch[f] holds
+    the batch's values concatenated ([total_rows, ...]) and batch[f + "_offsets"] int64 B + 1
+    row offsets. pad={f: value} gives batch[f] as [B, L, ...] padded with value to the
+    batch's longest sample and batch[f + "_lengths"] int64 [B]; max_len={f: L} (padded fields
+    only) truncates longer samples (counted in stats()["truncated_samples"]). max_bytes={f: N}
+    sets the bytes of f one batch may hold (default from the dataset's size statistics); a
+    batch needing more raises Error DSC_ETOOLARGE naming the sample, never truncating.
     """
 
     def __init__(self, servers=None, dataset=None, batch_size=32, seed=0, rank=None,
@@ -71,7 +81,7 @@ class Loader:
                  replicas=None, copy=False, indices=False, stats_log_seconds=0.0,
                  server_inflight_bytes=None, assist=True, transform=None, max_held_bytes=None,
                  auth_file=None, order="local", job=None,
-                 report_seconds=None, transport=None):
+                 report_seconds=None, transport=None, pad=None, max_len=None, max_bytes=None):
         lib = _load()
         self._lib = lib
         self._handle = None
@@ -143,6 +153,10 @@ class Loader:
         if transport is not None and transport not in ("tcp", "rdma", "auto"):
             raise ValueError("transport must be 'tcp', 'rdma' or 'auto'")
         opts.transport = transport.encode() if transport else None
+        field_opts = _field_options(lib, pad, max_len, max_bytes)
+        if field_opts is not None:
+            opts.field_options = ctypes.cast(field_opts, ctypes.c_void_p)
+            opts.field_option_count = len(field_opts)
         handle = ctypes.c_void_p()
         try:
             _check(lib.dsc_loader_create(ctypes.byref(opts), ctypes.byref(handle)), None)
@@ -157,7 +171,8 @@ class Loader:
             info = _FieldInfo()
             _check(lib.dsc_loader_field(handle, f, ctypes.byref(info)))
             self._fields.append((info.name.decode(), info.dtype,
-                                 tuple(info.shape[d] for d in range(info.ndim))))
+                                 tuple(None if info.shape[d] < 0 else info.shape[d]
+                                       for d in range(info.ndim))))
         self._batch = ctypes.c_void_p()
         self._holds = 0           # batch references alive in Python (_Hold objects)
         self._close_pending = False
@@ -235,6 +250,11 @@ class Loader:
         n = self._lib.dsc_batch_samples(batch)
         ref = None
         for f, (name, dtype, shape) in enumerate(self._fields):
+            if shape and shape[0] is None:
+                if ref is None and self._output != "torch" and not self._copy:
+                    ref = _Hold(self, batch.value)
+                self._convert_var(batch, f, name, dtype, n, ref, out)
+                continue
             if self._output == "torch":
                 managed = ctypes.POINTER(_DLManagedTensor)()
                 # The tensor holds a reference to the batch (its slot), dropped by its deleter.
@@ -265,6 +285,48 @@ class Loader:
                 index = torch.from_numpy(index.astype(np.int64))
             out["__index__"] = index
         return out
+
+    def _tensor(self, batch, f, part):
+        managed = ctypes.POINTER(_DLManagedTensor)()
+        # The tensor holds a reference to the batch (its slot), dropped by its deleter.
+        _check(self._lib.dsc_batch_dlpack_part(batch, f, part, ctypes.byref(managed)))
+        _dlpack_track(managed, _Hold(self, None))
+        capsule = _PyCapsule_New(ctypes.cast(managed, ctypes.c_void_p), b"dltensor",
+                                 ctypes.cast(_capsule_destructor, ctypes.c_void_p))
+        t = _torch_from_dlpack(capsule)
+        return t.clone() if self._copy else t
+
+    def _convert_var(self, batch, f, name, dtype, n, ref, out):
+        """A variable-length field: values + offsets, or padded values + lengths."""
+        import numpy as np
+        fv = _FieldView()
+        fv.struct_size = ctypes.sizeof(_FieldView)
+        _check(self._lib.dsc_batch_field_view(batch, f, ctypes.byref(fv)))
+        if fv.kind == _FIELD_PADDED:
+            aux_name, aux_part, aux_ptr, aux_len = name + "_lengths", _PART_LENGTHS, fv.lengths, n
+        else:
+            aux_name, aux_part, aux_ptr, aux_len = (name + "_offsets", _PART_OFFSETS, fv.offsets,
+                                                    n + 1)
+        if self._output == "torch":
+            out[name] = self._tensor(batch, f, _PART_VALUES)
+            out[aux_name] = self._tensor(batch, f, aux_part)
+            return
+        view = fv.values
+        vshape = tuple(view.shape[d] for d in range(view.ndim))
+        np_dtype = np.dtype(_NP_DTYPES[dtype])
+        i64 = np.dtype(np.int64)
+        if self._copy or ref is None:
+            def take(ptr, nbytes, shp, dt):
+                if not nbytes:
+                    return np.zeros(shp, dtype=dt)
+                buf = (ctypes.c_uint8 * nbytes).from_address(ptr)
+                return np.frombuffer(buf, dtype=dt).reshape(shp).copy()
+            out[name] = take(view.data, view.bytes, vshape, np_dtype)
+            out[aux_name] = take(aux_ptr, aux_len * 8, (aux_len,), i64)
+            return
+        out[name] = (np.asarray(_HostArray(ref, view.data, vshape, np_dtype)) if view.bytes
+                     else np.zeros(vshape, dtype=np_dtype))
+        out[aux_name] = np.asarray(_HostArray(ref, aux_ptr, (aux_len,), i64))
 
     # -- epochs and resume --
     def set_epoch(self, epoch):
@@ -301,7 +363,8 @@ class Loader:
     # -- information --
     @property
     def fields(self):
-        """[(name, dtype name, per-sample shape)]"""
+        """[(name, dtype name, per-sample shape)]; a variable-length field's leading dimension
+        is None (e.g. (None,) for i32[], (None, 80) for f32[?,80])."""
         return [(n, _NP_DTYPES[d] if d != 9 else "bfloat16", s) for n, d, s in self._fields]
 
     @property
@@ -323,7 +386,8 @@ class Loader:
         host-to-device copies timed in h2d_seconds: their ratio is the copy bandwidth) and
         assists (chunk decodes and collations done by next() while it waited) and
         epoch_wire_bytes (wire bytes fetched for the last completed epoch: each chunk counts for
-        the epoch of the step that first needed it).
+        the epoch of the step that first needed it) and truncated_samples (samples of padded
+        variable-length fields cut to their max_len).
 
         The verdict (docs/diagnosis.md): bottleneck names what limits the job over the last
         5-10 s ("none", "fetch", "server", "decode", "collate", "h2d", "cache", "inflight", or
@@ -357,3 +421,34 @@ class Loader:
         buf = ctypes.create_string_buffer(need + 1)
         _check(self._lib.dsc_loader_metrics_text(self._h(), buf, need + 1))
         return buf.value.decode()
+
+
+def _field_options(lib, pad, max_len, max_bytes):
+    """The dsc_field_options_t array for pad / max_len / max_bytes (dicts keyed by field name),
+    or None when none is given. The library checks that each names a variable-length field."""
+    pad, max_len, max_bytes = pad or {}, max_len or {}, max_bytes or {}
+    for arg, d in (("pad", pad), ("max_len", max_len), ("max_bytes", max_bytes)):
+        if not isinstance(d, dict):
+            raise TypeError("%s must be a dict {field name: value}" % arg)
+    for name, length in max_len.items():
+        if name not in pad:
+            raise ValueError("max_len[%r]: max_len applies to padded fields; give pad={%r: "
+                             "value} too" % (name, name))
+        if int(length) < 1:
+            raise ValueError("max_len[%r] must be >= 1" % name)
+    for name, n in max_bytes.items():
+        if int(n) < 1:
+            raise ValueError("max_bytes[%r] must be >= 1" % name)
+    names = list(dict.fromkeys(list(pad) + list(max_bytes)))
+    if not names:
+        return None
+    arr = (_FieldOptions * len(names))()
+    for i, name in enumerate(names):
+        _check(lib.dsc_field_options_init(ctypes.byref(arr[i]), ctypes.sizeof(_FieldOptions)))
+        arr[i].name = str(name).encode()
+        if name in pad:
+            arr[i].pad = 1
+            arr[i].pad_value = float(pad[name])
+            arr[i].max_len = int(max_len.get(name, 0))
+        arr[i].max_bytes = int(max_bytes.get(name, 0))
+    return arr
