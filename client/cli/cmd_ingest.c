@@ -5,6 +5,7 @@
  */
 #include "cli.h"
 #include "dsc_sys.h"
+#include "manifest.h"
 #include "npy.h"
 #include "util.h"
 #include "writer.h"
@@ -202,31 +203,18 @@ static int fill_synthetic(source_t *src, uint64_t first, uint64_t count, uint8_t
 
 /* ---- Output directory --------------------------------------------------------------------- */
 
-static int is_shard_file(const char *name) {
-    size_t n = strlen(name);
-    return strncmp(name, "shard-", 6) == 0 && ((n > 10 && strcmp(name + n - 4, ".dsc") == 0) ||
-                                               (n > 14 && strcmp(name + n - 8, ".dsc.tmp") == 0));
-}
-
-/* Creates dir (and its parents) or checks it may be written: empty, holding a dataset (whose
- * manifest and shard files are removed first), or --force. Returns an exit code. */
-static int prepare_dir(const char *dir, int force) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return dsc_cli_fail(CMD, "%s: path too long", dir);
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST)
-            return dsc_cli_fail(CMD, "cannot create %s: %s", path, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(path, 0755) != 0 && errno != EEXIST)
-        return dsc_cli_fail(CMD, "cannot create %s: %s", path, strerror(errno));
+/* Checks that dir may be written: missing (the writer creates it), empty, holding a dataset
+ * (the writer replaces its manifest and shard files when it finishes), or --force. Sets
+ * *exists. Returns an exit code. */
+static int check_dir(const char *dir, int force, int *exists) {
+    *exists = 0;
     DIR *d = opendir(dir);
-    if (d == NULL)
+    if (d == NULL) {
+        if (errno == ENOENT)
+            return DSC_CLI_OK;
         return dsc_cli_fail(CMD, "cannot open output directory %s: %s", dir, strerror(errno));
+    }
+    *exists = 1;
     int entries = 0, has_manifest = 0;
     struct dirent *ent;
     while ((ent = readdir(d)) != NULL) {
@@ -236,33 +224,12 @@ static int prepare_dir(const char *dir, int force) {
         if (strcmp(ent->d_name, DSC_MANIFEST_FILE) == 0)
             has_manifest = 1;
     }
-    if (entries > 0 && !has_manifest && !force) {
-        closedir(d);
+    closedir(d);
+    if (entries > 0 && !has_manifest && !force)
         return dsc_cli_fail(CMD,
                             "%s is not empty and holds no dataset (no %s); refusing to write "
                             "into it (use --force)",
                             dir, DSC_MANIFEST_FILE);
-    }
-    /* Remove the old manifest first, so an interrupted ingest never leaves a manifest that
-     * names a mix of old and new shards. */
-    rewinddir(d);
-    snprintf(path, sizeof path, "%s/%s", dir, DSC_MANIFEST_FILE);
-    if (has_manifest && unlink(path) != 0) {
-        int err = errno;
-        closedir(d);
-        return dsc_cli_fail(CMD, "cannot remove %s: %s", path, strerror(err));
-    }
-    while ((ent = readdir(d)) != NULL) {
-        if (!is_shard_file(ent->d_name))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
-        if (unlink(path) != 0 && errno != ENOENT) {
-            int err = errno;
-            closedir(d);
-            return dsc_cli_fail(CMD, "cannot remove %s: %s", path, strerror(err));
-        }
-    }
-    closedir(d);
     return DSC_CLI_OK;
 }
 
@@ -278,55 +245,56 @@ typedef struct ingest_options {
     int force;
 } ingest_options_t;
 
+static void on_progress(void *ctx, uint64_t samples, uint64_t raw_bytes, uint64_t stored_bytes) {
+    (void)samples;
+    (void)stored_bytes;
+    dsc_cli_progress_update(ctx, raw_bytes);
+}
+
+/* Reads the source in pieces of about 1 MiB and hands them to the library's writer
+ * (dsc_writer_add_columns), which compresses on every core and finishes atomically. */
 static int run_ingest(const ingest_options_t *opt, source_t *src) {
-    int rc, exit_code = DSC_CLI_FAIL;
-    dsc_dataset_writer_t *writer = NULL;
+    int rc, exit_code = DSC_CLI_FAIL, exists = 0;
+    dsc_writer_t *writer = NULL;
     uint8_t *bufs[MAX_INPUTS] = {0};
     dsc_cli_progress_t progress = {0};
-    char name_buf[DSC_MAX_NAME];
-    const char *name = opt->name;
-    if (name == NULL) {
-        char dir_copy[4096];
-        snprintf(dir_copy, sizeof dir_copy, "%s", opt->out_dir);
-        size_t n = strlen(dir_copy);
-        while (n > 1 && dir_copy[n - 1] == '/')
-            dir_copy[--n] = '\0';
-        snprintf(name_buf, sizeof name_buf, "%s", basename(dir_copy));
-        name = name_buf;
-        if (!dsc_name_valid(name))
-            return dsc_cli_usage(CMD,
-                                 "the output directory's name '%s' is not a valid dataset name "
-                                 "(1-63 of A-Z a-z 0-9 _ . -): pass --name",
-                                 basename(dir_copy));
+    char fields[MAX_INPUTS * 160] = "";
+    for (uint32_t f = 0; f < src->schema.field_count; f++) {
+        size_t n = strlen(fields);
+        if (f > 0)
+            fields[n++] = ',';
+        if (dsc__writer_format_field(&src->schema.fields[f], fields + n, sizeof fields - n) < 0)
+            return dsc_cli_fail(CMD, "field list too long");
     }
-    dsc_dataset_writer_options_t wopt;
-    memset(&wopt, 0, sizeof wopt);
-    wopt.dir = opt->out_dir;
-    wopt.name = name;
-    wopt.schema = src->schema;
-    wopt.total_samples = src->samples;
-    wopt.shard_bytes = opt->shard_bytes;
-    wopt.chunk_bytes = opt->chunk_bytes;
-    wopt.codec = opt->codec;
-    wopt.level = opt->level;
-
-    /* plan first (writes nothing), so a dataset that cannot be written leaves no trace */
-    rc = dsc_dataset_writer_create(&wopt, &writer);
-    if (rc < 0) {
-        if (rc == DSC_ETOOLARGE)
-            return dsc_cli_fail(CMD,
-                                "a sample is over %u bytes or there would be more than %u "
-                                "shards (raise --shard-size)",
-                                DSC_CHUNK_MAX_RAW, DSC_MAX_SHARDS);
-        return dsc_cli_fail(CMD, "cannot plan the dataset: %s", dsc_strerror(rc));
-    }
-    rc = prepare_dir(opt->out_dir, opt->force);
-    if (rc != DSC_CLI_OK) {
-        dsc_dataset_writer_abort(writer);
+    rc = check_dir(opt->out_dir, opt->force, &exists);
+    if (rc != DSC_CLI_OK)
         return rc;
+    dsc_writer_options_t wopt;
+    dsc_writer_options_init(&wopt, sizeof wopt);
+    wopt.path = opt->out_dir;
+    wopt.name = opt->name;
+    wopt.fields = fields;
+    wopt.compress = opt->codec == DSC_CODEC_RAW ? "none" : opt->level > 0 ? "lz4hc" : "lz4";
+    wopt.level = opt->level;
+    wopt.shard_bytes = opt->shard_bytes;
+    wopt.chunk_bytes = (uint32_t)opt->chunk_bytes;
+    wopt.progress_fn = on_progress;
+    wopt.progress_ctx = &progress;
+    wopt.replace = exists;
+    rc = dsc_writer_create(&wopt, &writer);
+    if (rc < 0) {
+        char why[512];
+        dsc_writer_last_error(NULL, why, sizeof why);
+        if (opt->name == NULL && strstr(why, "not a valid dataset name") != NULL)
+            return dsc_cli_usage(CMD, "%s: pass --name", why);
+        return dsc_cli_fail(CMD, "cannot write %s: %s", opt->out_dir, why);
     }
-    const dsc_schema_t *schema = dsc_dataset_writer_schema(writer);
-    uint64_t batch = dsc_dataset_writer_chunk_samples(writer);
+    const dsc_schema_t *schema = &src->schema;
+    uint64_t batch = schema->sample_bytes ? (1ull << 20) / schema->sample_bytes : 1;
+    if (batch == 0)
+        batch = 1;
+    if (batch > src->samples)
+        batch = src->samples;
     for (uint32_t f = 0; f < schema->field_count; f++) {
         bufs[f] = malloc((size_t)(batch * schema->fields[f].sample_bytes));
         if (bufs[f] == NULL) {
@@ -339,21 +307,26 @@ static int run_ingest(const ingest_options_t *opt, source_t *src) {
         uint64_t count = src->samples - first < batch ? src->samples - first : batch;
         if (src->fill(src, first, count, bufs) < 0)
             goto cleanup;
-        rc = dsc_dataset_writer_add(writer, (const void *const *)bufs, count);
+        dsc_writer_column_t columns[MAX_INPUTS];
+        for (uint32_t f = 0; f < schema->field_count; f++)
+            columns[f] =
+                (dsc_writer_column_t){bufs[f], count * schema->fields[f].sample_bytes, NULL};
+        rc = dsc_writer_add_columns(writer, columns, schema->field_count, count);
         if (rc < 0) {
-            dsc_cli_fail(CMD, "writing shards in %s: %s", opt->out_dir, dsc_strerror(rc));
+            char why[512];
+            dsc_writer_last_error(writer, why, sizeof why);
+            dsc_cli_fail(CMD, "writing shards for %s: %s", opt->out_dir, why);
             goto cleanup;
         }
-        uint64_t raw_done, stored_done;
-        dsc_dataset_writer_progress(writer, &raw_done, &stored_done);
-        dsc_cli_progress_update(&progress, raw_done);
     }
-    dsc_dataset_stats_t stats;
-    rc = dsc_dataset_writer_finish(writer, &stats);
+    dsc_writer_stats_t stats = {.struct_size = sizeof stats};
+    rc = dsc_writer_finish(writer, &stats);
     writer = NULL;
     double seconds = dsc_cli_progress_done(&progress);
     if (rc < 0) {
-        dsc_cli_fail(CMD, "finishing %s: %s", opt->out_dir, dsc_strerror(rc));
+        char why[512];
+        dsc_writer_last_error(NULL, why, sizeof why);
+        dsc_cli_fail(CMD, "finishing %s: %s", opt->out_dir, why);
         goto cleanup;
     }
     char raw_text[32], stored_text[32];
@@ -369,7 +342,7 @@ static int run_ingest(const ingest_options_t *opt, source_t *src) {
 cleanup:
     if (writer != NULL) {
         dsc_cli_progress_done(&progress);
-        dsc_dataset_writer_abort(writer);
+        dsc_writer_abort(writer);
     }
     for (uint32_t f = 0; f < MAX_INPUTS; f++)
         free(bufs[f]);
@@ -438,7 +411,7 @@ static int setup_npy_input(source_t *src, uint32_t f, const char *arg) {
                              DSC_MAX_NAME - 1);
     memcpy(field->name, arg, name_len);
     field->name[name_len] = '\0';
-    if (!dsc_name_valid(field->name))
+    if (!dsc__name_valid(field->name))
         return dsc_cli_usage(CMD, "'%s': field name must be 1-63 of A-Z a-z 0-9 _ . -", arg);
     for (uint32_t g = 0; g < f; g++)
         if (strcmp(src->schema.fields[g].name, field->name) == 0)
@@ -530,7 +503,7 @@ static int parse_field_spec(source_t *src, const char *spec) {
     char *dims = strchr(dtype_text, ':');
     if (dims != NULL)
         *dims++ = '\0';
-    if (!dsc_name_valid(copy))
+    if (!dsc__name_valid(copy))
         return dsc_cli_usage(CMD, "--field '%s': name must be 1-63 of A-Z a-z 0-9 _ . -", spec);
     for (uint32_t g = 0; g < f; g++)
         if (strcmp(src->schema.fields[g].name, copy) == 0)
@@ -649,7 +622,7 @@ int dsc_cmd_ingest(int argc, char **argv) {
             break;
         case OPT_NAME:
             opt.name = optarg;
-            if (!dsc_name_valid(optarg)) {
+            if (!dsc__name_valid(optarg)) {
                 dsc_cli_usage(CMD, "--name '%s': use 1-63 of A-Z a-z 0-9 _ . -", optarg);
                 goto cleanup;
             }

@@ -1,7 +1,7 @@
 /* dscache.h: the one public header of libdscache, the dscache client library.
  * A loader streams training batches (fixed-shape and variable-length fields) from dscached
- * servers (or shard files),
- * prefetched into pinned memory and, with CUDA, onto the GPU ahead of need. */
+ * servers (or shard files), prefetched into pinned memory and, with CUDA, onto the GPU ahead of
+ * need; a writer turns samples into a dataset directory. */
 #ifndef DSCACHE_H
 #define DSCACHE_H
 
@@ -354,6 +354,127 @@ DSC_EXTERN int dsc_loader_stats(const dsc_loader_t *loader, dsc_stats_t *out);
  * as dscache_loader_bottleneck{stage} 1 and a "# verdict:" comment line). Returns the
  * length written (without NUL), or the length needed when cap is too small. Thread-safe. */
 DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, size_t cap);
+
+/* ---- Writer ---------------------------------------------------------------------------------
+ * Turns samples into a dataset directory (shard files + manifest.json, proto/FORMAT.md;
+ * docs/ingest.md). Fields are given as specs "name:dtype[dims]": "label:i64" (scalar),
+ * "image:u8[3,32,32]" (fixed), "input_ids:i32[]" (a variable number of elements; same as
+ * "[?]"), "mel:f32[?,80]" (a variable number of rows of 80). Only the leading dimension may be
+ * variable; a dataset with a variable field is written as format version 2, one without as
+ * version 1, byte for byte as before version 2 existed.
+ *
+ * Chunks are compressed on `threads` threads while the caller adds samples; chunks are written
+ * in order; memory is bounded by the chunks in flight (about 2 * threads + 2 chunks of
+ * chunk_bytes, whatever the dataset's size). Everything is written under a hidden temporary
+ * directory beside path (".NAME.tmp-PID-N"), every file fsync'd, the manifest last, and the
+ * directory renamed to path by finish: path appears complete or not at all. abort, a failed
+ * finish and any error remove the temporary directory; a process killed mid-way leaves only
+ * that hidden directory, without a manifest, which no server loads.
+ *
+ * One writer is used by one thread at a time (the library's threads are its own). */
+typedef struct dsc_writer dsc_writer_t;
+/* Called on the caller's thread from add/finish after each chunk is written: samples added so
+ * far, their decoded bytes, and the stored bytes written. */
+typedef void (*dsc_writer_progress_fn)(void *ctx, uint64_t samples, uint64_t raw_bytes,
+                                       uint64_t stored_bytes);
+
+typedef struct dsc_writer_options {
+    size_t struct_size;    /* sizeof(dsc_writer_options_t): lets the struct grow */
+    const char *path;      /* dataset directory to create (must not exist yet, unless replace);
+                              missing parent directories are created */
+    const char *name;      /* dataset name ([A-Za-z0-9_.-], 1..63); NULL: path's last component */
+    const char *fields;    /* "input_ids:i32[],label:i64,image:u8[3,32,32]" (1..16 fields) */
+    const char *compress;  /* "lz4" (default, NULL), "lz4hc" or "none"; a chunk that does not
+                              shrink is stored raw */
+    int level;             /* lz4hc level 1..12 (0: the default 9); only with "lz4hc" */
+    uint64_t shard_bytes;  /* target decoded bytes per shard file (0: 64 MiB) */
+    uint32_t chunk_bytes;  /* target decoded bytes per chunk, the unit of transfer (0: 1 MiB;
+                              at most 256 MiB). Every chunk of a dataset holds the same number of
+                              samples (from the first chunk: chunk_bytes / its mean sample size,
+                              at least 1) except a shard's last */
+    uint32_t threads;      /* compression threads (0: the cores online, at most 64) */
+    const char *meta_json; /* a JSON object stored as the manifest's "meta", or NULL */
+    dsc_writer_progress_fn progress_fn; /* NULL: none */
+    void *progress_ctx;
+    dsc_log_fn log_fn; /* NULL: quiet (or DSCACHE_LOG) */
+    void *log_ctx;
+    int log_level; /* default DSC_LOG_WARN */
+    int replace;   /* 0 (default): path must not exist. 1: path may be an existing directory:
+                      finish removes its manifest.json (first) and shard-*.dsc files, moves the
+                      new shards in and the manifest last; other files there are kept */
+} dsc_writer_options_t;
+
+/* One field's value in dsc_writer_add: `bytes` bytes at data, in the field's dtype, C order,
+ * little-endian. data may be NULL when bytes is 0. */
+typedef struct dsc_writer_value {
+    const void *data;
+    uint64_t bytes;
+} dsc_writer_value_t;
+
+/* One field of many samples in dsc_writer_add_columns. Fixed field: samples * sample_bytes bytes
+ * at data, sample after sample (one C-contiguous [samples, ...shape] array); offsets NULL.
+ * Variable field: the rows of every sample back to back at data (bytes in all) and offsets,
+ * samples + 1 row offsets into them (offsets[0] == 0, non-decreasing, offsets[samples] * row
+ * bytes == bytes: the Arrow list layout, counted in rows). */
+typedef struct dsc_writer_column {
+    const void *data;
+    uint64_t bytes;
+    const int64_t *offsets;
+} dsc_writer_column_t;
+
+typedef struct dsc_writer_stats {
+    size_t struct_size; /* set by the caller to sizeof(dsc_writer_stats_t) */
+    uint64_t samples;
+    uint32_t shards;
+    uint64_t chunks;
+    uint64_t raw_bytes;    /* decoded chunk bytes (offset tables included) */
+    uint64_t stored_bytes; /* chunk bytes as stored */
+    uint64_t file_bytes;   /* shard files: headers, indexes and footers included */
+    double seconds;        /* from create to the end of finish */
+} dsc_writer_stats_t;
+
+/* Fills *options with the defaults above (path, fields NULL) and sets struct_size =
+ * struct_size: pass sizeof *options. Returns 0, or DSC_EINVAL (NULL, or struct_size smaller
+ * than this first version of the struct). */
+DSC_EXTERN int dsc_writer_options_init(dsc_writer_options_t *options, size_t struct_size);
+/* Parses the field specs, checks the options, creates the hidden temporary directory beside
+ * path and starts the compression threads. Nothing appears at path before finish. Returns 0 and
+ * *out (the caller ends it with dsc_writer_finish or dsc_writer_abort), or DSC_EINVAL (a bad
+ * option or field spec: dsc_writer_last_error(NULL, ...) says which), -EEXIST (path exists and
+ * replace is 0), -ENOTDIR (replace and path is not a directory), DSC_ENOMEM, or -errno from
+ * creating the directories. Blocks for the mkdir only. */
+DSC_EXTERN int dsc_writer_create(const dsc_writer_options_t *options, dsc_writer_t **out);
+/* Appends one sample: values[i] for schema field i, count == the field count. A fixed field's
+ * bytes must equal its sample bytes; a variable field's must be a multiple of its row bytes (0
+ * allowed: an empty sample). The bytes are copied before the call returns. Blocks while the
+ * chunks in flight are at their bound (compression behind) and while finished chunks are
+ * written. Returns 0, or DSC_EINVAL (count or a value does not match the schema: the sample is
+ * not added and the writer stays usable), DSC_ETOOLARGE (the sample alone would make a chunk
+ * over 256 MiB; not added, still usable), DSC_EOVERFLOW (more than 2^64 - 1 rows), DSC_ENOMEM or
+ * -errno from a write (then only dsc_writer_abort is left). dsc_writer_last_error names the
+ * field and the sample's position ("field 'image' of sample 12: 3000 bytes, expected 3072"). */
+DSC_EXTERN int dsc_writer_add(dsc_writer_t *w, const dsc_writer_value_t *values, uint32_t count);
+/* Appends `samples` samples given per field (columns[i] for schema field i, count == the field
+ * count): the same as samples calls of dsc_writer_add, with the same errors, checked for all the
+ * samples before any is added (on DSC_EINVAL none is). */
+DSC_EXTERN int dsc_writer_add_columns(dsc_writer_t *w, const dsc_writer_column_t *columns,
+                                      uint32_t count, uint64_t samples);
+/* Why the last failing call on w failed, e.g. "field 'image' of sample 12: 3000 bytes, expected
+ * 3072"; w NULL: the calling thread's last failed dsc_writer_create or dsc_writer_finish (w is
+ * gone then). Writes at most len bytes
+ * (NUL-terminated; "" when none) and returns the length of the whole text. */
+DSC_EXTERN int dsc_writer_last_error(const dsc_writer_t *w, char *buf, size_t len);
+/* Flushes the last chunk, waits for the compression threads, writes the last shard, the
+ * manifest last, fsyncs, and renames the temporary directory to path (atomic: path appears
+ * complete). Fills *stats when non-NULL (stats->struct_size set by the caller). Frees w
+ * whatever it returns; on failure nothing is left at path (with replace, the old dataset may be
+ * gone) nor in the temporary directory. Returns 0, DSC_EINVAL (no sample was added, or an
+ * earlier write failed), -EEXIST (path appeared meanwhile), DSC_ENOMEM or -errno; then
+ * dsc_writer_last_error(NULL, ...) says why. */
+DSC_EXTERN int dsc_writer_finish(dsc_writer_t *w, dsc_writer_stats_t *stats);
+/* Stops the threads, removes everything written (the temporary directory) and frees w; nothing
+ * appears at path. NULL is a no-op. */
+DSC_EXTERN void dsc_writer_abort(dsc_writer_t *w);
 
 #ifdef __cplusplus
 }
