@@ -24,6 +24,8 @@ int dsc_cmd_doctor(int argc, char **argv);
 int dsc_cmd_list(int argc, char **argv);
 int dsc_cmd_warm(int argc, char **argv);
 int dsc_cmd_evict(int argc, char **argv);
+/* "ingest images" (ingest_images.c), dispatched by dsc_cmd_ingest: argv[0] is "images". */
+int dsc_ingest_images(int argc, char **argv);
 
 /* ---- Helpers (main.c) ------------------------------------------------------------------- */
 
