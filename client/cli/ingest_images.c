@@ -38,6 +38,8 @@ static void print_help(void) {
         "                       (shrunk to N, aspect kept)\n"
         "      --quality Q      ... re-encoded as JPEG at quality Q (1..100; default 90 with\n"
         "                       --max-side), every image\n"
+        "      --no-verify      ... stored after a header check only, without decoding them\n"
+        "                       (faster; a damaged image then fails in the loader instead)\n"
         "  --size H[xW]         image:u8[3,H,W]: decoded, the shorter side resized to cover HxW\n"
         "                       (PIL's BILINEAR kernel), center-cropped (W defaults to H)\n"
         "\n"
@@ -251,6 +253,7 @@ typedef struct job_options {
     uint32_t height, width; /* --size */
     uint32_t max_side;      /* --max-side (0: none) */
     int quality;            /* --quality (0: none) */
+    int no_verify;          /* --no-verify: --encoded bytes stored without a decode */
 } job_options_t;
 
 typedef struct result {
@@ -340,6 +343,9 @@ static void process(dsc_image_ctx_t *ctx, const job_options_t *opt, const image_
                                             &r->data, &r->len);
             free(rgb);
             free(bytes);
+        } else if (rc == 0 && opt->no_verify) {
+            r->data = bytes;
+            r->len = len;
         } else if (rc == 0) {
             /* kept as it is, once it is known to decode (a JPEG at 1/8 scale: the entropy
              * decoder still reads every byte, so a truncated file fails here) */
@@ -484,6 +490,7 @@ int dsc_ingest_images(int argc, char **argv) {
                                               {"skip-bad", no_argument, NULL, 'k'},
                                               {"force", no_argument, NULL, 'f'},
                                               {"help", no_argument, NULL, 'h'},
+                                              {"no-verify", no_argument, NULL, 'V'},
                                               {NULL, 0, NULL, 0}};
     const char *out_dir = NULL, *name = NULL, *compress = NULL;
     uint64_t level = 9, shard_bytes = 64ull << 20, chunk_bytes = 1ull << 20, threads = 0, v;
@@ -544,6 +551,9 @@ int dsc_ingest_images(int argc, char **argv) {
         case 'k':
             skip_bad = 1;
             break;
+        case 'V':
+            opt.no_verify = 1;
+            break;
         case 'f':
             force = 1;
             break;
@@ -562,8 +572,8 @@ int dsc_ingest_images(int argc, char **argv) {
         return dsc_cli_usage(CMD, "-o OUT_DIR is required");
     if (opt.encoded == have_size)
         return dsc_cli_usage(CMD, "give one of --encoded or --size H[xW]");
-    if (!opt.encoded && (opt.max_side || opt.quality))
-        return dsc_cli_usage(CMD, "--max-side and --quality apply to --encoded only");
+    if (!opt.encoded && (opt.max_side || opt.quality || opt.no_verify))
+        return dsc_cli_usage(CMD, "--max-side, --quality and --no-verify apply to --encoded only");
     if (level_given && (!compress || strcmp(compress, "lz4hc") != 0))
         return dsc_cli_usage(CMD, "--level applies to --compress lz4hc only");
     if (!compress)

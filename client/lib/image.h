@@ -4,6 +4,8 @@
 #ifndef DSC_IMAGE_H
 #define DSC_IMAGE_H
 
+#include "dscache.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,16 +16,7 @@ typedef enum dsc_image_format {
     DSC_IMAGE_WEBP = 3,
 } dsc_image_format_t;
 
-typedef enum dsc_image_crop {
-    DSC_IMAGE_CROP_CENTER = 0,         /* the largest centred box of the output's aspect */
-    DSC_IMAGE_CROP_RANDOM_RESIZED = 1, /* torchvision RandomResizedCrop (docs/order.md) */
-    DSC_IMAGE_CROP_NONE = 2,           /* the whole image, resized to the output (aspect lost) */
-} dsc_image_crop_t;
-
-typedef enum dsc_image_layout {
-    DSC_IMAGE_LAYOUT_CHW = 0, /* [3, H, W] */
-    DSC_IMAGE_LAYOUT_HWC = 1, /* [H, W, 3] */
-} dsc_image_layout_t;
+/* dsc_image_crop_t and dsc_image_layout_t: dscache.h. */
 
 /* What one decoded sample becomes. dsc__image_spec_init gives the defaults: 224x224, center,
  * scale [0.08, 1], ratio [3/4, 4/3], no flip, CHW. */
