@@ -6,8 +6,14 @@
 
 #include "dscache.h"
 
+#include <stdio.h> /* before jpeglib.h, which needs FILE */
+
+#include <jerror.h>
+#include <jpeglib.h>
+
 #include <math.h>
 #include <png.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -344,6 +350,109 @@ static int jpeg_decode(dsc_image_ctx_t *ctx, const void *data, size_t len, int d
     return 0;
 }
 
+/* ---- JPEG, only the crop: libjpeg's API (jpeg_crop_scanline, jpeg_skip_scanlines) ------ */
+
+typedef struct jpeg_fail {
+    struct jpeg_error_mgr mgr;
+    jmp_buf jump;
+    char message[JMSG_LENGTH_MAX];
+} jpeg_fail_t;
+
+static void jpeg_on_error(j_common_ptr cinfo) {
+    jpeg_fail_t *f = (jpeg_fail_t *)(void *)cinfo->err;
+    f->mgr.format_message(cinfo, f->message);
+    longjmp(f->jump, 1);
+}
+
+/* A progressive file of more scans than any encoder writes is refused (TurboJPEG's
+ * TJFLAG_LIMITSCANS): each scan re-reads the coefficients, so a crafted file costs quadratic
+ * time otherwise. */
+static void jpeg_on_progress(j_common_ptr cinfo) {
+    j_decompress_ptr d = (j_decompress_ptr)(void *)cinfo;
+    if (d->is_decompressor && d->input_scan_number > 500) {
+        jpeg_fail_t *f = (jpeg_fail_t *)(void *)cinfo->err;
+        snprintf(f->message, sizeof f->message, "more than 500 scans");
+        longjmp(f->jump, 1);
+    }
+}
+
+/* Warnings (level -1) are recovered damage, accepted as PIL accepts them, except a missing end:
+ * a truncated file fails as with TurboJPEG above. Trace messages (level >= 0) are dropped. */
+static void jpeg_on_message(j_common_ptr cinfo, int level) {
+    if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF)
+        jpeg_on_error(cinfo);
+}
+
+/* Decodes the rows and columns of the full-size box at 1/denom into ctx->pixels: the scaled
+ * image is *sw x *sh; the buffer holds its columns [*ox, *ox + *pw) and rows [*oy, *oy + *ph)
+ * (rows below the crop are never decoded, rows above are entropy-decoded only, columns outside
+ * the iMCU columns the crop touches are skipped). Returns 0, DSC_EDECODE or DSC_ENOMEM. */
+static int jpeg_decode_crop(dsc_image_ctx_t *ctx, const void *data, size_t len, int denom,
+                            const dsc_image_box_t *box, uint32_t full_w, uint32_t full_h,
+                            uint32_t *sw, uint32_t *sh, uint32_t *ox, uint32_t *oy, uint32_t *pw,
+                            uint32_t *ph) {
+    struct jpeg_decompress_struct cinfo;
+    jpeg_fail_t fail_mgr;
+    memset(&cinfo, 0, sizeof cinfo);
+    cinfo.err = jpeg_std_error(&fail_mgr.mgr);
+    fail_mgr.mgr.error_exit = jpeg_on_error;
+    fail_mgr.mgr.emit_message = jpeg_on_message;
+    fail_mgr.message[0] = 0;
+    volatile int rc = 0;
+    if (setjmp(fail_mgr.jump)) {
+        jpeg_destroy_decompress(&cinfo);
+        return rc ? rc : fail(ctx, "jpeg: %s", fail_mgr.message[0] ? fail_mgr.message : "?");
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, data, (unsigned long)len);
+    jpeg_read_header(&cinfo, TRUE);
+    if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+        jpeg_destroy_decompress(&cinfo);
+        return fail(ctx, "jpeg: CMYK/YCCK images are not supported");
+    }
+    cinfo.out_color_space = JCS_RGB;
+    cinfo.scale_num = 1;
+    cinfo.scale_denom = (unsigned)denom;
+    struct jpeg_progress_mgr progress = {.progress_monitor = jpeg_on_progress};
+    cinfo.progress = &progress;
+    jpeg_start_decompress(&cinfo);
+    *sw = cinfo.output_width;
+    *sh = cinfo.output_height;
+    double fx = (double)*sw / full_w, fy = (double)*sh / full_h;
+    uint32_t x0 = (uint32_t)fmax(0, floor(box->x * fx));
+    uint32_t x1 = (uint32_t)fmin(*sw, ceil((box->x + box->w) * fx));
+    uint32_t y0 = (uint32_t)fmax(0, floor(box->y * fy));
+    uint32_t y1 = (uint32_t)fmin(*sh, ceil((box->y + box->h) * fy));
+    if (x1 <= x0)
+        x1 = x0 + 1 <= *sw ? x0 + 1 : *sw;
+    if (y1 <= y0)
+        y1 = y0 + 1 <= *sh ? y0 + 1 : *sh;
+    JDIMENSION xoff = x0, width = x1 - x0;
+    if (width < *sw)
+        jpeg_crop_scanline(&cinfo, &xoff, &width);
+    *ox = xoff;
+    *pw = width;
+    *oy = y0;
+    *ph = y1 - y0;
+    size_t row = (size_t)width * 3;
+    if (grow(&ctx->pixels, &ctx->pixels_cap, row * *ph) < 0) {
+        rc = DSC_ENOMEM;
+        longjmp(fail_mgr.jump, 1);
+    }
+    if (y0 > 0 && jpeg_skip_scanlines(&cinfo, y0) != y0)
+        longjmp(fail_mgr.jump, 1);
+    while (cinfo.output_scanline < y1) {
+        JSAMPROW rows[1] = {ctx->pixels + (size_t)(cinfo.output_scanline - y0) * row};
+        if (jpeg_read_scanlines(&cinfo, rows, 1) != 1) {
+            snprintf(fail_mgr.message, sizeof fail_mgr.message, "no more scanlines");
+            longjmp(fail_mgr.jump, 1);
+        }
+    }
+    jpeg_abort_decompress(&cinfo);
+    jpeg_destroy_decompress(&cinfo);
+    return 0;
+}
+
 static int png_decode(dsc_image_ctx_t *ctx, const void *data, size_t len, uint32_t *w,
                       uint32_t *h) {
     png_image image;
@@ -439,12 +548,20 @@ int dsc__image_decode(dsc_image_ctx_t *ctx, const void *data, size_t len,
     dsc__image_plan(spec, full_w, full_h, seed, epoch, index, &box);
     if (box_out)
         *box_out = box;
-    uint32_t sw, sh;
-    rc = decode_for(ctx, data, len, format, &box, spec->width, spec->height, full_w, full_h, &sw,
-                    &sh);
+    uint32_t sw, sh, ox = 0, oy = 0, pw, ph;
+    if (format == DSC_IMAGE_JPEG) {
+        int d = jpeg_denominator(box.w, box.h, spec->width, spec->height);
+        rc =
+            jpeg_decode_crop(ctx, data, len, d, &box, full_w, full_h, &sw, &sh, &ox, &oy, &pw, &ph);
+    } else {
+        rc = decode_for(ctx, data, len, format, &box, spec->width, spec->height, full_w, full_h,
+                        &sw, &sh);
+        pw = sw;
+        ph = sh;
+    }
     if (rc < 0)
         return rc;
-    /* The box in the decoded (possibly DCT-scaled) image's pixels. */
+    /* The box in the decoded (possibly DCT-scaled) buffer's pixels. */
     double fx = (double)sw / full_w, fy = (double)sh / full_h;
     uint32_t ow = spec->width, oh = spec->height;
     size_t plane = (size_t)ow * oh;
@@ -455,7 +572,8 @@ int dsc__image_decode(dsc_image_ctx_t *ctx, const void *data, size_t len,
             return DSC_ENOMEM;
         dst = ctx->resized;
     }
-    rc = resize_region(ctx, sw, sh, box.x * fx, box.y * fy, box.w * fx, box.h * fy, dst, ow, oh);
+    rc = resize_region(ctx, pw, ph, box.x * fx - ox, box.y * fy - oy, box.w * fx, box.h * fy, dst,
+                       ow, oh);
     if (rc < 0 || direct)
         return rc;
     if (spec->layout == DSC_IMAGE_LAYOUT_HWC) { /* flipped */
