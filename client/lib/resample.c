@@ -1,7 +1,9 @@
 /* Separable fixed-point resampling of RGB u8 (Pillow's ImagingResample with the bilinear
  * filter): per output column/row a window of source pixels and its normalised weights, a
  * horizontal pass over the rows the vertical pass needs, clipped to u8, then the vertical pass. */
-#pragma GCC optimize("O3")
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3") /* the vertical pass vectorises at O3 */
+#endif
 #include "resample.h"
 
 #include "dscache.h"
