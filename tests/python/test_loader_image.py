@@ -141,6 +141,20 @@ with make(decode={"image": dscache.Image(size=(S, S), crop="random_resized", fli
             np.array_equal(np.asarray(batch["image"][0]).transpose(2, 0, 1), e0[i0]),
             "hwc is the transpose of chw")
 
+# torch output: a [B, 3, S, S] uint8 tensor through DLPack, the same pixels
+try:
+    import torch  # noqa: F401
+    with make(output="torch") as ld:
+        ld.set_epoch(0)
+        batch = next(iter(ld))
+        img = batch["image"]
+        i0 = int(batch["__index__"][0])
+        t.check(tuple(img.shape[1:]) == (3, S, S) and str(img.dtype) == "torch.uint8" and
+                np.array_equal(img[0].numpy(), e0[i0]), "torch batch %s %s" % (img.shape,
+                                                                             img.dtype))
+except ImportError:
+    print("torch missing: torch output not checked")
+
 # a corrupt JPEG: DecodeError naming dataset, shard and sample; or a counted zero image
 bad_root = os.path.join(env.dir, "bad-src")
 folder(bad_root, 12, corrupt="000a.jpg")
