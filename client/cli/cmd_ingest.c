@@ -67,6 +67,10 @@ static void print_help(void) {
         "      --seed S           generator seed (default 0)\n"
         "  -h, --help             this text\n"
         "\n"
+        "Compresses on every core (the library's writer, docs/ingest.md) and writes under a\n"
+        "hidden temporary directory beside OUT_DIR, renamed (or, into an existing directory,\n"
+        "moved in, the manifest last) when complete: an interrupted ingest leaves OUT_DIR as it\n"
+        "was. Python records (variable-length fields too): dscache.Writer.\n"
         "Prints a progress bar when stderr is a terminal and a one-line summary at the end.\n"
         "Exit codes: 0 done, 1 failed (input or I/O error), 2 bad arguments.\n");
 }

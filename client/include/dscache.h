@@ -246,6 +246,10 @@ typedef struct dsc_field_info {
                                     (one step of the leading dimension) */
 } dsc_field_info_t;
 DSC_EXTERN uint32_t dsc_loader_field_count(const dsc_loader_t *loader);
+/* The dataset manifest's "meta" object (free JSON the writer stored, e.g. {"classes": ["cat",
+ * "dog"]} from an image folder) as compact JSON text, owned by the loader and valid until
+ * dsc_loader_destroy; NULL when the manifest has none (or loader is NULL). Thread-safe. */
+DSC_EXTERN const char *dsc_loader_meta(const dsc_loader_t *loader);
 /* Returns 0, or DSC_ERANGE for a field index out of range. */
 DSC_EXTERN int dsc_loader_field(const dsc_loader_t *loader, uint32_t field, dsc_field_info_t *out);
 
@@ -493,7 +497,7 @@ DSC_EXTERN int dsc_writer_create(const dsc_writer_options_t *options, dsc_writer
 DSC_EXTERN int dsc_writer_add(dsc_writer_t *w, const dsc_writer_value_t *values, uint32_t count);
 /* Appends `samples` samples given per field (columns[i] for schema field i, count == the field
  * count): the same as samples calls of dsc_writer_add, with the same errors, checked for all the
- * samples before any is added (on DSC_EINVAL none is). */
+ * samples before any is added (on DSC_EINVAL and DSC_ETOOLARGE none is). */
 DSC_EXTERN int dsc_writer_add_columns(dsc_writer_t *w, const dsc_writer_column_t *columns,
                                       uint32_t count, uint64_t samples);
 /* Why the last failing call on w failed, e.g. "field 'image' of sample 12: 3000 bytes, expected

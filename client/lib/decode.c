@@ -157,32 +157,47 @@ static inline uint64_t var_offset(const dsc_chunk_ent_t *ent, uint32_t f, uint32
     return dsc_load_u64(ent->layout->fields[f].offsets + (uint64_t)i * 8);
 }
 
-/* A batch holds more of variable field f than its slot has room for: fails the collation with
- * an ERROR line naming the dataset, the sample and the option to raise. Unlocked (the log takes
- * its own lock). Returns DSC_ETOOLARGE. */
-static int var_too_large(dsc_loader_t *loader, const dsc_step_t *st, uint32_t f, uint32_t k,
-                         uint64_t rows, uint64_t used) {
+/* Prefetches the first bytes of sample k's rows of variable field f. */
+static inline void prefetch_var(const dsc_step_t *st, uint32_t f, uint64_t rb, uint32_t k) {
+    const dsc_chunk_ent_t *ent = st->src[k];
+    uint64_t o0 = var_offset(ent, f, st->in_chunk[k]);
+    prefetch_bytes(ent->layout->fields[f].values + o0 * rb,
+                   (var_offset(ent, f, st->in_chunk[k] + 1) - o0) * rb);
+}
+
+/* A batch holds more of variable field f than its slot has room for: records which sample
+ * and how much in the step (dsc__step_error_log tells it when next() reaches the step). Unlocked
+ * (the step belongs to its collation). Returns DSC_ETOOLARGE. */
+static int var_too_large(dsc_step_t *st, uint32_t f, uint32_t k, uint64_t rows, uint64_t used) {
+    st->err_field = f;
+    st->err_k = k;
+    st->err_rows = rows;
+    st->err_used = used;
+    return DSC_ETOOLARGE;
+}
+
+void dsc__step_error_log(dsc_loader_t *loader, const dsc_step_t *st) {
+    uint32_t f = st->err_field;
     const dsc_var_field_t *v = &loader->cfg.var[f];
     const char *name = loader->cfg.manifest->schema.fields[f].name;
-    unsigned long long id = (unsigned long long)st->ids[k];
+    unsigned long long id = (unsigned long long)st->ids[st->err_k];
+    unsigned long long rows = (unsigned long long)st->err_rows;
     if (v->pad)
         DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
                 "dataset %s: sample %llu has %llu rows of field '%s', more than the %llu the "
                 "batch slot holds per sample (the manifest's rows_max): set max_len for '%s' "
                 "(Python max_len={\"%s\": N}) to truncate, or check the dataset's manifest",
-                loader->cfg.dataset, id, (unsigned long long)rows, name,
-                (unsigned long long)v->lcap, name, name);
+                loader->cfg.dataset, id, rows, name, (unsigned long long)v->lcap, name, name);
     else
         DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
                 "dataset %s: sample %llu: field '%s' needs %llu bytes (%llu rows), and batch %llu "
                 "holds %llu bytes of it before this sample; the field's budget is %llu bytes "
                 "per batch (%s): raise max_bytes for '%s' (Python max_bytes={\"%s\": N}, C "
                 "dsc_field_options_t.max_bytes) to at least %llu",
-                loader->cfg.dataset, id, name, (unsigned long long)(rows * v->row_bytes),
-                (unsigned long long)rows, (unsigned long long)st->step, (unsigned long long)used,
+                loader->cfg.dataset, id, name, rows * v->row_bytes, rows,
+                (unsigned long long)st->step, (unsigned long long)st->err_used,
                 (unsigned long long)v->budget, v->budget_from, name, name,
-                (unsigned long long)(used + rows * v->row_bytes));
-    return DSC_ETOOLARGE;
+                (unsigned long long)(st->err_used + rows * v->row_bytes));
 }
 
 /* Collates variable field f of a step: values mode, each sample's rows one after the other into
@@ -191,25 +206,54 @@ static int var_too_large(dsc_loader_t *loader, const dsc_step_t *st, uint32_t f,
  * end filled with pad_value. The one per-field step of collate a later transform (a decoder of
  * encoded bytes, say) would replace. Unlocked, as collate. Returns 0 or DSC_ETOOLARGE; adds the
  * samples cut to max_len to *truncated. */
-static int collate_var(dsc_loader_t *loader, const dsc_step_t *st, dsc_batch_slot_t *slot,
-                       uint32_t f, uint64_t *truncated) {
+static int collate_var(dsc_loader_t *loader, dsc_step_t *st, dsc_batch_slot_t *slot, uint32_t f,
+                       uint64_t *truncated) {
     const dsc_var_field_t *v = &loader->cfg.var[f];
     uint64_t rb = v->row_bytes;
     uint8_t *values = slot->host + loader->cfg.field_off[f];
     int64_t *aux = (int64_t *)(void *)(slot->host + v->aux_off);
     if (!v->pad) {
+        /* As for fixed fields: runs of consecutive samples of one chunk in one copy, the
+         * samples PREFETCH_SAMPLES ahead prefetched (shuffled data misses the caches). */
         uint64_t rows = 0;
         aux[0] = 0;
-        for (uint32_t k = 0; k < st->count; k++) {
+        for (uint32_t k = PREFETCH_SAMPLES; k < st->count && k < 2 * PREFETCH_SAMPLES; k++)
+            __builtin_prefetch(
+                st->src[k]->layout->fields[f].offsets + (uint64_t)st->in_chunk[k] * 8, 0, 3);
+        for (uint32_t k = 0; k < st->count && k < PREFETCH_SAMPLES; k++)
+            prefetch_var(st, f, rb, k);
+        uint32_t k = 0;
+        while (k < st->count) {
             const dsc_chunk_ent_t *ent = st->src[k];
             uint32_t i = st->in_chunk[k];
-            uint64_t o0 = var_offset(ent, f, i), n = var_offset(ent, f, i + 1) - o0;
-            /* n * rb cannot wrap: the layout check bounded the rows by the chunk's bytes. */
-            if ((rows + n) * rb > v->budget)
-                return var_too_large(loader, st, f, k, n, rows * rb);
-            memcpy(values + rows * rb, ent->layout->fields[f].values + o0 * rb, n * rb);
-            rows += n;
-            aux[k + 1] = (int64_t)rows;
+            uint64_t o0 = var_offset(ent, f, i);
+            uint32_t run = 0;
+            uint64_t end = o0;
+            while (k + run < st->count && st->src[k + run] == ent &&
+                   st->in_chunk[k + run] == i + run) {
+                uint64_t next = var_offset(ent, f, i + run + 1);
+                /* Rows cannot wrap: the layout check bounded them by the chunk's bytes. */
+                if ((rows + next - o0) * rb > v->budget) {
+                    if (run > 0)
+                        break; /* copy the run so far; the sample fails on its own */
+                    return var_too_large(st, f, k, next - end, rows * rb);
+                }
+                aux[k + run + 1] = (int64_t)(rows + next - o0);
+                end = next;
+                run++;
+            }
+            if (k + run + PREFETCH_SAMPLES - 1 < st->count)
+                prefetch_var(st, f, rb, k + run + PREFETCH_SAMPLES - 1);
+            /* The offsets of the samples after those: without them the prefetch above would
+             * wait for their miss first. */
+            uint32_t far = k + run + 2 * PREFETCH_SAMPLES - 1;
+            if (far < st->count)
+                __builtin_prefetch(st->src[far]->layout->fields[f].offsets +
+                                       (uint64_t)st->in_chunk[far] * 8,
+                                   0, 3);
+            memcpy(values + rows * rb, ent->layout->fields[f].values + o0 * rb, (end - o0) * rb);
+            rows += end - o0;
+            k += run;
         }
         slot->var_rows[f] = rows;
         return 0;
@@ -224,7 +268,7 @@ static int collate_var(dsc_loader_t *loader, const dsc_step_t *st, dsc_batch_slo
             (*truncated)++;
         }
         if (n > v->lcap)
-            return var_too_large(loader, st, f, k, n, 0);
+            return var_too_large(st, f, k, n, 0);
         aux[k] = (int64_t)n;
         longest = n > longest ? n : longest;
     }
@@ -304,7 +348,7 @@ static int collate_image(dsc_loader_t *loader, dsc_worker_ctx_t *ctx, const dsc_
  * (dataset order) go in one copy; otherwise one copy per sample, with the next samples' sources
  * prefetched, and fixed-size copies for the common small fields (labels, ids). Unlocked: the
  * step's chunks are READY and referenced, the slot is owned by the step. */
-static int collate(dsc_loader_t *loader, dsc_worker_ctx_t *ctx, const dsc_step_t *st,
+static int collate(dsc_loader_t *loader, dsc_worker_ctx_t *ctx, dsc_step_t *st,
                    dsc_batch_slot_t *slot, uint64_t *truncated, uint64_t *decode_errors,
                    double *image_seconds) {
     const dsc_schema_t *schema = &loader->cfg.manifest->schema;
@@ -507,8 +551,10 @@ int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx) {
     loader->stats.st.h2d_bytes += h2d_bytes;
     loader->work.collating--;
     uint32_t freed = unref_step(loader, st);
-    if (rc == DSC_ETOOLARGE || rc == DSC_EDECODE)
-        dsc__loader_fail_logged(loader, rc); /* var_too_large / collate_image said which */
+    if (rc == DSC_ETOOLARGE)
+        st->error = rc; /* next() fails there, saying which sample and option */
+    else if (rc == DSC_EDECODE)
+        dsc__loader_fail_logged(loader, rc); /* collate_image said which image */
     else if (rc < 0)
         dsc__loader_fail(loader, rc);
     st->state = ST_READY;

@@ -6,6 +6,9 @@
 
 #include "pipeline.h"
 
+/* Logs at ERROR why the step's collation failed (st->error DSC_ETOOLARGE: which sample of
+ * which variable field, how many bytes, the option to raise), as next() reaches it. Under lock. */
+void dsc__step_error_log(dsc_loader_t *loader, const dsc_step_t *st);
 /* A decode thread (arg: the loader). */
 void *dsc__worker_main(void *arg);
 /* One unit of work, if there is one: collate a step whose chunks are all decoded, else verify +

@@ -11,8 +11,6 @@
 
 #include <time.h>
 
-/* Stored bytes merged into one request at most. */
-#define MERGE_MAX_BYTES (8u << 20)
 /* Back-off between probes of a failed peer: 1 s, doubling up to this. */
 #define BACKOFF_MAX_S 10.0
 
@@ -145,19 +143,21 @@ static int take_request(dsc_io_t *io, dsc_source_req_t *req) {
     if (peer->inflight_bytes > 0 && peer->inflight_bytes + q->head->raw_len > peer_budget)
         return 0;
     req->count = 0;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0; /* merge cost: raw_len, or for variable fields the chunk's bound */
+    const dsc_manifest_t *m = loader->cfg.manifest;
     do {
         dsc_chunk_ent_t *ent = dsc__queue_pop(q);
         ent->state = CH_INFLIGHT;
         ent->charged = ent->raw_len;
         loader->fetch.inflight_used += ent->charged;
         peer->inflight_bytes += ent->charged;
-        bytes += ent->raw_len;
+        bytes += ent->raw_min ? dsc__chunk_raw_bound(m, ent->shard) : ent->raw_len;
         req->chunks[req->count++] = ent;
         dsc_chunk_ent_t *next = q->head;
         if (next == NULL || next->shard != ent->shard ||
             next->shard_chunk != ent->shard_chunk + 1 || req->count == DSC_SOURCE_MAX_MERGE ||
-            bytes + next->raw_len > MERGE_MAX_BYTES ||
+            bytes + (next->raw_min ? dsc__chunk_raw_bound(m, next->shard) : next->raw_len) >
+                DSC_SOURCE_MERGE_MAX_BYTES ||
             loader->fetch.inflight_used + next->raw_len > budget ||
             peer->inflight_bytes + next->raw_len > peer_budget)
             break;

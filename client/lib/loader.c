@@ -215,13 +215,9 @@ DSC_EXTERN int dsc_field_options_init(dsc_field_options_t *options, size_t size)
     return 0;
 }
 
-/* The default values budget per batch of a variable field: B x bytes_max (every batch fits)
- * while that is at most VAR_BUDGET_EXACT; beyond, the largest of VAR_BUDGET_EXACT, bytes_max
- * (any one sample fits) and 4 x B x bytes_mean (a batch four times the mean size fits). */
-#define VAR_BUDGET_EXACT (64ull << 20)
-
-/* pad_value in the field's dtype (bf16 / f16: the nearest of the float's upper half; f16 from
- * the f32 bits, round-to-nearest not attempted beyond truncation). */
+/* pad_value in the field's dtype, little-endian in out. Integers: truncated toward zero,
+ * wrapped to the width; bf16: the f32's upper half (truncated); f16: exact for zero, infinities
+ * and values whose f32 mantissa fits 10 bits (small integers, halves), else truncated. */
 static void pad_encode(int dtype, double value, uint8_t out[8]) {
     memset(out, 0, 8);
     union {
@@ -236,27 +232,33 @@ static void pad_encode(int dtype, double value, uint8_t out[8]) {
         double f64;
     } u;
     memset(&u, 0, sizeof u);
+    /* Integers through int64 (a double out of an integer type's range is undefined in C):
+     * saturated at the int64 range, NaN as 0, then wrapped to the dtype's width. */
+    int64_t iv = value != value                 ? 0
+                 : value >= 9.2233720368547e18  ? INT64_MAX
+                 : value <= -9.2233720368547e18 ? INT64_MIN
+                                                : (int64_t)value;
     switch (dtype) {
     case DSC_DTYPE_U8:
-        u.u8 = (uint8_t)value;
+        u.u8 = (uint8_t)iv;
         break;
     case DSC_DTYPE_I8:
-        u.i8 = (int8_t)value;
+        u.i8 = (int8_t)iv;
         break;
     case DSC_DTYPE_U16:
-        u.u16 = (uint16_t)value;
+        u.u16 = (uint16_t)iv;
         break;
     case DSC_DTYPE_I16:
-        u.i16 = (int16_t)value;
+        u.i16 = (int16_t)iv;
         break;
     case DSC_DTYPE_U32:
-        u.u32 = (uint32_t)value;
+        u.u32 = (uint32_t)iv;
         break;
     case DSC_DTYPE_I32:
-        u.i32 = (int32_t)value;
+        u.i32 = (int32_t)iv;
         break;
     case DSC_DTYPE_I64:
-        u.i64 = (int64_t)value;
+        u.i64 = iv;
         break;
     case DSC_DTYPE_F32:
         u.f32 = (float)value;
@@ -295,13 +297,6 @@ static void pad_encode(int dtype, double value, uint8_t out[8]) {
     memcpy(out, &u, 8);
 }
 
-/* Settles each variable-length field's output mode and slot room from the caller's
- * field_options (read here, during create, and not kept) and the manifest's size statistics,
- * bounding every slot region (docs/loader.md#variable-length-fields). Returns 0 or DSC_EINVAL
- * (an option naming no variable field, a budget too small for one row, a slot past
- * DSC__SLOT_FIELD_MAX). */
-#define DSC__SLOT_FIELD_MAX (16ull << 30)
-
 /* A u8[] field decoded as an image (dsc_field_options_t.image): its spec, checked. Returns 0 or
  * DSC_EINVAL (a field of another type, a bad size, crop, range or layout). */
 static int setup_image_field(dsc_loader_t *loader, uint32_t f, const dsc_field_options_t *o) {
@@ -338,6 +333,11 @@ static int setup_image_field(dsc_loader_t *loader, uint32_t f, const dsc_field_o
     return 0;
 }
 
+/* Settles each variable-length field's output mode and slot room from the caller's
+ * field_options (read here, during create, and not kept) and the manifest's size statistics,
+ * bounding every slot region (docs/loader.md#variable-length-fields). Returns 0 or DSC_EINVAL
+ * (an option naming no variable field, a budget too small for one row, a slot past
+ * DSC__SLOT_FIELD_MAX). */
 static int setup_var_fields(dsc_loader_t *loader, const dsc_loader_options_t *options) {
     const dsc_manifest_t *m = loader->cfg.manifest;
     const dsc_schema_t *schema = &m->schema;
@@ -430,22 +430,11 @@ static int setup_var_fields(dsc_loader_t *loader, const dsc_loader_options_t *op
             v->budget = explicit_budget[f];
             v->budget_from = "set by max_bytes";
         } else {
-            uint64_t exact =
-                vs->bytes_max <= VAR_BUDGET_EXACT / batch ? batch * vs->bytes_max : UINT64_MAX;
-            if (exact <= VAR_BUDGET_EXACT) {
-                v->budget = exact;
-                v->budget_from = "the default: batch_size x the manifest's bytes_max";
-            } else {
-                double four = 4.0 * (double)batch * vs->bytes_mean;
-                uint64_t b = VAR_BUDGET_EXACT;
-                if (vs->bytes_max > b)
-                    b = vs->bytes_max;
-                if (four > (double)b)
-                    b = four < (double)DSC__SLOT_FIELD_MAX ? (uint64_t)four : DSC__SLOT_FIELD_MAX;
-                v->budget = b;
-                v->budget_from = "the default: the largest of 64 MiB, the manifest's bytes_max "
-                                 "and 4 x batch_size x its bytes_mean";
-            }
+            int exact = 0;
+            v->budget = dsc__var_default_budget(batch, vs->bytes_max, vs->bytes_mean, &exact);
+            v->budget_from = exact ? "the default: batch_size x the manifest's bytes_max"
+                                   : "the default: the largest of 64 MiB, the manifest's "
+                                     "bytes_max and 4 x batch_size x its bytes_mean";
         }
         /* Row-aligned, so that the values region holds whole rows; the default at least one
          * row (a field whose samples are all empty). */
@@ -919,6 +908,13 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
     double t1 = dsc_now_s();
     loader->stats.st.stall_seconds += t1 - t0;
     dsc__diag_blame(loader, cause, cause_peer, t1 - mark);
+    if (rc == 0 && st->error < 0) {
+        /* This batch could not be collated: the loader fails here, the batches before it
+         * handed out, with the line that says why as its last error. */
+        rc = st->error;
+        dsc__step_error_log(loader, st);
+        dsc__loader_fail_logged(loader, rc);
+    }
     if (rc == 0) {
         dsc_batch_slot_t *slot = loader->cons.slots[st->slot];
         loader->cons.cons_seq++;
@@ -975,6 +971,10 @@ DSC_EXTERN uint64_t dsc_loader_dataset_samples(const dsc_loader_t *loader) {
 
 DSC_EXTERN uint32_t dsc_loader_field_count(const dsc_loader_t *loader) {
     return loader ? loader->cfg.field_count : 0;
+}
+
+DSC_EXTERN const char *dsc_loader_meta(const dsc_loader_t *loader) {
+    return loader ? loader->cfg.manifest->meta_json : NULL;
 }
 
 DSC_EXTERN int dsc_loader_field(const dsc_loader_t *loader, uint32_t field, dsc_field_info_t *out) {

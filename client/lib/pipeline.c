@@ -1,5 +1,5 @@
-/* Loader shared state: failing the loader (the first error wins, every thread wakes) and the
- * cache need of the shuffle windows. */
+/* Loader shared state: failing the loader (the first error wins, every thread wakes), the
+ * cache need of the shuffle windows and the default budget of a variable-length field. */
 #include "pipeline.h"
 
 static void fail(dsc_loader_t *loader, int err, int logged) {
@@ -46,4 +46,21 @@ void dsc__cache_need(const dsc_loader_t *loader, dsc_cache_need_t *out) {
     out->chunk_max = chunk_max;
     out->edge = DSC__WINDOWS_HELD * (per_step * loader->cfg.sample_bytes + 2 * chunk_max);
     out->need = out->edge + DSC__WINDOWS_HELD * window * loader->cfg.sample_bytes;
+}
+
+/* The default values budget per batch of a variable field: B x bytes_max (every batch fits)
+ * while that is at most VAR_BUDGET_EXACT; beyond, the largest of VAR_BUDGET_EXACT, bytes_max
+ * (any one sample fits) and 4 x B x bytes_mean (a batch four times the mean size fits). */
+#define VAR_BUDGET_EXACT (64ull << 20)
+
+uint64_t dsc__var_default_budget(uint64_t batch, uint64_t bytes_max, double bytes_mean,
+                                 int *exact) {
+    *exact = bytes_max <= VAR_BUDGET_EXACT / batch;
+    if (*exact)
+        return batch * bytes_max;
+    double four = 4.0 * (double)batch * bytes_mean;
+    uint64_t b = bytes_max > VAR_BUDGET_EXACT ? bytes_max : VAR_BUDGET_EXACT;
+    if (four > (double)b)
+        b = four < (double)DSC__SLOT_FIELD_MAX ? (uint64_t)four : DSC__SLOT_FIELD_MAX;
+    return b;
 }

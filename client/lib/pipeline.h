@@ -60,6 +60,11 @@ typedef struct dsc_step {
     uint32_t count;
     uint32_t slot; /* index in cons.slots once slotted (seq < sched.slot_seq) */
     uint32_t scan; /* samples before this index are known decoded */
+    int error;     /* a collation that failed for this step alone (DSC_ETOOLARGE: a variable
+                      field over its slot room): next() logs it and fails the loader with it
+                      when it reaches the step, after handing out the steps before */
+    uint32_t err_field, err_k;   /* ... the field and the batch position of the sample */
+    uint64_t err_rows, err_used; /* ... its rows, and the field's bytes before it */
     uint64_t *ids;
     dsc_chunk_ent_t **src;
     uint32_t *in_chunk;
@@ -95,6 +100,15 @@ typedef struct dsc_var_field {
     int image_fill;          /* on_decode_error = fill */
     dsc_image_spec_t spec;
 } dsc_var_field_t;
+
+/* The most slot bytes one variable field may take (its budget, or B x lcap rows padded). */
+#define DSC__SLOT_FIELD_MAX (16ull << 30)
+
+/* The default values budget per batch of a variable field (docs/loader.md#variable-length-fields):
+ * batch x bytes_max (*exact = 1: every batch fits) while that is at most 64 MiB, else the largest
+ * of 64 MiB, bytes_max and 4 x batch x bytes_mean (at most DSC__SLOT_FIELD_MAX; *exact = 0).
+ * batch >= 1. Pure (pipeline.c). */
+uint64_t dsc__var_default_budget(uint64_t batch, uint64_t bytes_max, double bytes_mean, int *exact);
 
 /* One batch slot: the host (and device) memory a step is collated into. */
 typedef struct dsc_batch_slot {

@@ -56,6 +56,7 @@ static int plan_one(dsc_loader_t *loader) {
     dsc_step_t *st = &loader->sched.steps[seq % loader->sched.step_cap];
     st->seq = seq;
     st->state = ST_PLANNED;
+    st->error = 0;
     st->scan = 0;
     st->epoch = loader->sched.plan_epoch;
     if (loader->sched.plan_step >= plan_steps(loader)) {

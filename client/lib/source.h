@@ -35,6 +35,11 @@
 
 /* Consecutive chunks of one shard fetched as one request. */
 #define DSC_SOURCE_MAX_MERGE 16
+/* Decoded bytes merged into one request at most, unless one chunk alone is larger (fetch.c).
+ * Chunks of variable-length fields count at the most they can hold (dsc__chunk_raw_bound), so
+ * that a request's real size stays within max(this, one chunk's bound): what the RDMA slab is
+ * sized by. */
+#define DSC_SOURCE_MERGE_MAX_BYTES (8u << 20)
 
 /* One request: count consecutive chunks of one shard (chunks[0]->shard, from
  * chunks[0]->shard_chunk). The source fills each entry's stored / stored_cap (from env->pool) and

@@ -112,14 +112,21 @@ struct dsc_rdma_client {
 
 uint64_t dsc__rdma_slab_bytes(const dsc_manifest_t *manifest, uint64_t inflight_bytes) {
     /* The largest request: DSC_SOURCE_MAX_MERGE chunks of the largest raw size (lz4 stores at
-     * most a little more than raw). */
+     * most a little more than raw). Variable-length fields: merges stop at
+     * DSC_SOURCE_MERGE_MAX_BYTES counted at each chunk's bound (fetch.c), so a request holds at
+     * most the larger of that and one chunk's bound (its samples at the manifest's bytes_max). */
     uint64_t chunk = 0;
     for (uint32_t i = 0; manifest != NULL && i < manifest->shard_count; i++) {
-        uint64_t b = dsc__chunk_raw_bound(manifest, i); /* variable fields: at bytes_max */
+        uint64_t b = dsc__chunk_raw_bound(manifest, i);
         if (b > chunk)
             chunk = b;
     }
     uint64_t request = DSC_SOURCE_MAX_MERGE * (chunk + chunk / 255 + 64);
+    if (manifest != NULL && manifest->schema.var_count > 0) {
+        uint64_t most = chunk > DSC_SOURCE_MERGE_MAX_BYTES ? chunk : DSC_SOURCE_MERGE_MAX_BYTES;
+        uint64_t merged = most + most / 255 + 64 * DSC_SOURCE_MAX_MERGE;
+        request = merged < request ? merged : request;
+    }
     uint64_t want = inflight_bytes <= UINT64_MAX / 2 ? 2 * inflight_bytes : UINT64_MAX;
     if (want < 2 * request)
         want = 2 * request;

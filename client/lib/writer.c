@@ -697,8 +697,10 @@ static int drain(dsc_writer_t *w, int wait_one, int until_all) {
         job->state = JOB_FREE;
         w->next_write++;
         pthread_mutex_unlock(&w->lock);
-        if (rc < 0)
+        if (rc < 0) {
+            w->failed = 1; /* a shard is incomplete: nothing more can be added */
             return rc;
+        }
         wait_one = 0;
     }
 }
@@ -954,6 +956,23 @@ DSC_EXTERN int dsc_writer_add_columns(dsc_writer_t *w, const dsc_writer_column_t
             return DSC_EINVAL;
         }
     }
+    /* A sample too large for any chunk is refused before any sample is added. */
+    uint64_t room = DSC_CHUNK_MAX_RAW - dsc_schema_chunk_min(&w->schema, 1);
+    for (uint64_t k = 0; w->schema.var_count > 0 && k < samples; k++) {
+        uint64_t bytes = 0;
+        for (uint32_t f = 0; f < count; f++)
+            if (w->schema.fields[f].variable)
+                bytes += (uint64_t)(columns[f].offsets[k + 1] - columns[f].offsets[k]) *
+                         w->schema.fields[f].row_bytes; /* each <= the column's bytes */
+        if (bytes > room) {
+            set_error(w,
+                      "sample %llu: %llu bytes of variable fields, over what one chunk can hold "
+                      "(%u bytes with the rest of its sample)",
+                      (unsigned long long)(w->samples + k), (unsigned long long)bytes,
+                      DSC_CHUNK_MAX_RAW);
+            return DSC_ETOOLARGE;
+        }
+    }
     int rc = 0;
     if (w->schema.var_count == 0 && w->chunk_samples != 0) {
         /* Fixed fields only: whole runs per field, no per-sample work. */
@@ -1129,15 +1148,15 @@ DSC_EXTERN int dsc_writer_create(const dsc_writer_options_t *options, dsc_writer
         }
         w->meta_json = probe.meta_json;
     }
+    if (dsc_schema_chunk_min(&w->schema, 1) > DSC_CHUNK_MAX_RAW) {
+        set_error(NULL, "a sample's fixed fields take %llu bytes, over the %u bytes of a chunk",
+                  (unsigned long long)w->schema.sample_bytes, DSC_CHUNK_MAX_RAW);
+        rc = DSC_EINVAL;
+        goto fail;
+    }
     /* Fixed fields only: the chunk's sample count is known now (as the ingest CLI always had). */
     if (w->schema.var_count == 0) {
         uint64_t sb = w->schema.sample_bytes;
-        if (sb > DSC_CHUNK_MAX_RAW) {
-            set_error(NULL, "a sample of %llu bytes is over the %u bytes of a chunk",
-                      (unsigned long long)sb, DSC_CHUNK_MAX_RAW);
-            rc = DSC_EINVAL;
-            goto fail;
-        }
         uint64_t cs = w->chunk_bytes / sb;
         if (cs == 0)
             cs = 1;

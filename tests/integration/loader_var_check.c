@@ -4,7 +4,8 @@
  * that batches from a real server (or the fallback files) hold exactly those bytes, as values +
  * offsets and padded, each sample once per epoch at 2 ranks, across a resume, and that a batch
  * over its budget fails with an error naming the dataset, the sample and the option.
- * usage: loader_var_check gen DIR NAME SAMPLES CODEC(raw|lz4)
+ * usage: loader_var_check gen DIR NAME SAMPLES CODEC(raw|lz4) [bad]
+ *        loader_var_check write DIR NAME SAMPLES lz4|none   (the same through dsc_writer_*)
  *        loader_var_check check --dataset NAME [--servers S] [--fallback DIR] [--samples N]
  *                               [--expect-rdma 1] */
 #include "dscache.h"
@@ -112,6 +113,10 @@ static size_t chunk_build(uint64_t first, uint32_t n, uint8_t *out) {
     return at;
 }
 
+/* gen ... bad: chunk 1 of shard 0 is written with its tok offsets out of order (checksums
+ * computed over the bad bytes, so only the layout check can tell). */
+static int bad_layout;
+
 static int gen(const char *dir, const char *name, uint64_t samples, int codec) {
     char path[4096];
     snprintf(path, sizeof path, "mkdir -p '%s'", dir);
@@ -153,6 +158,13 @@ static int gen(const char *dir, const char *name, uint64_t samples, int codec) {
         for (uint64_t c = 0; c < count; c += CHUNK_SAMPLES, chunks++) {
             uint32_t n = (uint32_t)(count - c < CHUNK_SAMPLES ? count - c : CHUNK_SAMPLES);
             size_t raw_len = chunk_build(first + c, n, raw);
+            if (bad_layout && s == 0 && chunks == 1) {
+                /* tok's offsets follow the fixed part (48 + 8 bytes a sample): offsets[1] =
+                 * offsets[n] > offsets[2]. */
+                uint8_t *tok_off = raw + (size_t)n * 56;
+                REQUIRE(dsc_load_u64(tok_off + 16) < dsc_load_u64(tok_off + (size_t)n * 8));
+                memcpy(tok_off + 8, tok_off + (size_t)n * 8, 8);
+            }
             dsc_chunk_entry_t e;
             memset(&e, 0, sizeof e);
             const void *stored = NULL;
@@ -195,6 +207,50 @@ static int gen(const char *dir, const char *name, uint64_t samples, int codec) {
     return 0;
 }
 
+/* The same dataset through the public writer (dsc_writer_*, field order tok, mel, img, label as
+ * the schema above), small chunks and shards so that batches span several of each. */
+static int gen_writer(const char *dir, const char *name, uint64_t samples, const char *compress) {
+    dsc_writer_options_t o;
+    REQUIRE(dsc_writer_options_init(&o, sizeof o) == 0);
+    o.path = dir;
+    o.name = name;
+    o.fields = "tok:i32[],mel:f32[?,80],img:u8[3,4,4],label:i64";
+    o.compress = compress;
+    o.chunk_bytes = 4096;
+    o.shard_bytes = 32768;
+    o.threads = 2;
+    dsc_writer_t *w = NULL;
+    int rc = dsc_writer_create(&o, &w);
+    if (rc < 0) {
+        char why[512];
+        dsc_writer_last_error(NULL, why, sizeof why);
+        fprintf(stderr, "writer: %s (%s)\n", dsc_strerror(rc), why);
+    }
+    REQUIRE(rc == 0);
+    int32_t tok[16];
+    float mel[8 * MEL_COLS];
+    uint8_t img[48];
+    for (uint64_t i = 0; i < samples; i++) {
+        for (uint64_t j = 0; j < tok_rows(i); j++)
+            tok[j] = tok_at(i, j);
+        for (uint64_t r = 0; r < mel_rows(i); r++)
+            for (uint32_t c = 0; c < MEL_COLS; c++)
+                mel[r * MEL_COLS + c] = mel_at(i, r, c);
+        for (uint32_t b = 0; b < 48; b++)
+            img[b] = img_at(i, b);
+        int64_t label = label_at(i);
+        dsc_writer_value_t v[F_COUNT] = {
+            {tok, tok_rows(i) * 4},
+            {mel, mel_rows(i) * 4 * MEL_COLS},
+            {img, 48},
+            {&label, 8},
+        };
+        REQUIRE(dsc_writer_add(w, v, F_COUNT) == 0);
+    }
+    REQUIRE(dsc_writer_finish(w, NULL) == 0);
+    return 0;
+}
+
 /* ---- Checks --------------------------------------------------------------------------------- */
 
 static const char *servers, *fallback, *dataset;
@@ -203,12 +259,16 @@ static int expect_rdma; /* --expect-rdma 1: chunks arrive by RDMA READ */
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_error[1024];
+static int named_chunk;     /* an ERROR line named the damaged chunk and that no copy is left */
 static uint64_t slot_bytes; /* from the create INFO line "... N slots of B bytes" */
 static void on_log(void *ctx, int level, const char *message) {
     (void)ctx;
     pthread_mutex_lock(&log_lock);
     if (level == DSC_LOG_ERROR)
         snprintf(last_error, sizeof last_error, "%s", message);
+    if (level == DSC_LOG_ERROR && strstr(message, "shard 0 chunk 1: ") != NULL &&
+        strstr(message, "no other replica") != NULL)
+        named_chunk = 1;
     const char *slots = strstr(message, " slots of ");
     if (level == DSC_LOG_INFO && slots != NULL)
         slot_bytes = strtoull(slots + 10, NULL, 10);
@@ -220,6 +280,7 @@ typedef struct mode {
     uint64_t max_len;
     uint64_t tok_budget; /* 0: default */
     double pad_value;
+    int in_order; /* shuffle 0: runs of consecutive samples of a chunk */
 } mode_t_;
 
 static dsc_loader_t *open_loader(uint32_t rank, uint32_t world, uint32_t batch, const mode_t_ *md,
@@ -234,6 +295,7 @@ static dsc_loader_t *open_loader(uint32_t rank, uint32_t world, uint32_t batch, 
     o.rank = rank;
     o.world_size = world;
     o.shuffle_window = 40;
+    o.shuffle = !md->in_order;
     o.log_fn = on_log;
     o.log_level = DSC_LOG_INFO;
     o.timeout_ms = 2000;
@@ -405,19 +467,42 @@ static void check_resume(void) {
     free(seen);
 }
 
-/* A tok budget of 5 rows (20 bytes) per batch: the batch that needs more fails next() with
- * DSC_ETOOLARGE and an error that names the dataset, a sample and max_bytes. */
-static void check_too_large(void) {
-    mode_t_ md = {.tok_budget = 20};
+/* A tok budget too small for some batch: the batches before it are handed out whole, then
+ * next() fails with DSC_ETOOLARGE and an error that names the dataset, a sample the consumer
+ * never got, and max_bytes. */
+static void check_too_large(int in_order) {
+    /* Shuffled: 5 rows, which the first batch already passes. In order: 59 rows, which batches
+     * 0..11 hold (at most 56 rows each) and batch 12 (samples 96..103, 60 rows) does not. */
+    uint64_t budget = in_order ? 59 * 4 : 20;
+    mode_t_ md = {.tok_budget = budget, .in_order = in_order};
     dsc_loader_t *l = open_loader(0, 1, 8, &md, 0);
     dsc_batch_t *b;
     int rc;
+    uint32_t *seen = calloc(samples, sizeof *seen);
+    uint64_t handed = 0;
     while ((rc = dsc_loader_next(l, &b)) == 0) {
+        /* The batches before the failing one come whole, each within the budget. */
+        dsc_field_view_t v = {.struct_size = sizeof v};
+        REQUIRE(dsc_batch_field_view(b, F_TOK, &v) == 0);
+        REQUIRE((uint64_t)v.offsets[dsc_batch_samples(b)] * 4 <= budget);
+        for (uint32_t k = 0; k < dsc_batch_samples(b); k++)
+            seen[dsc_batch_indices(b)[k]] = 1;
+        handed++;
     }
     REQUIRE(rc == DSC_ETOOLARGE);
+    REQUIRE(!in_order || handed == 12);
     char why[1024];
     dsc_loader_last_error(l, why, sizeof why);
-    fprintf(stderr, "expected error: %s\n", why);
+    fprintf(stderr, "expected error (after %llu batches): %s\n", (unsigned long long)handed, why);
+    /* The sample named is one the consumer never got. */
+    const char *at = strstr(why, ": sample ");
+    REQUIRE(at != NULL);
+    uint64_t named = strtoull(at + 9, NULL, 10);
+    REQUIRE(named < samples && !seen[named] && tok_rows(named) * 4 > 0);
+    char batch_no[64]; /* the batch next() failed at, the first not handed out */
+    snprintf(batch_no, sizeof batch_no, "and batch %llu holds", (unsigned long long)handed);
+    REQUIRE(strstr(why, batch_no) != NULL);
+    free(seen);
     REQUIRE(strstr(why, dataset) != NULL && strstr(why, "sample ") != NULL &&
             strstr(why, "max_bytes") != NULL && strstr(why, "'tok'") != NULL);
     REQUIRE(dsc_loader_next(l, &b) == DSC_ETOOLARGE); /* the loader stays failed */
@@ -438,11 +523,46 @@ static void check_too_large(void) {
     REQUIRE(dsc_loader_create(&o, &l) == DSC_EINVAL);
 }
 
+/* A chunk whose offsets are out of order (its checksums intact): with a good copy left (the
+ * fallback files), read from there and every batch is right; with none, next() fails with
+ * DSC_ECORRUPT and an error naming the chunk. Never a wrong batch. */
+static void check_corrupt(void) {
+    mode_t_ md = {0};
+    uint32_t *seen = calloc(samples, sizeof *seen);
+    uint64_t unused = 0;
+    dsc_loader_t *l = open_loader(0, 1, 8, &md, 0);
+    dsc_batch_t *b;
+    int rc;
+    while ((rc = dsc_loader_next(l, &b)) == 0)
+        check_batch(b, &md, seen, &unused);
+    dsc_stats_t st = {.struct_size = sizeof st};
+    REQUIRE(dsc_loader_stats(l, &st) == 0);
+    char why[1024];
+    dsc_loader_last_error(l, why, sizeof why);
+    dsc_loader_destroy(l);
+    if (servers != NULL && fallback != NULL) {
+        /* The server's copy is bad, the files' good: moved there, every sample once. */
+        REQUIRE(rc == DSC_EOF);
+        REQUIRE(st.failovers >= 1 && st.checksum_failures >= 1);
+        for (uint64_t i = 0; i < samples; i++)
+            REQUIRE(seen[i] == 1);
+    } else {
+        fprintf(stderr, "expected error: %s\n", why);
+        REQUIRE(rc == DSC_ECORRUPT && named_chunk);
+    }
+    free(seen);
+}
+
 int main(int argc, char **argv) {
-    if (argc >= 6 && strcmp(argv[1], "gen") == 0)
+    if (argc >= 6 && strcmp(argv[1], "gen") == 0) {
+        bad_layout = argc >= 7 && strcmp(argv[6], "bad") == 0;
         return gen(argv[2], argv[3], strtoull(argv[4], NULL, 10),
                    strcmp(argv[5], "raw") == 0 ? DSC_CODEC_RAW : DSC_CODEC_LZ4);
-    if (argc < 2 || strcmp(argv[1], "check") != 0) {
+    }
+    if (argc >= 6 && strcmp(argv[1], "write") == 0)
+        return gen_writer(argv[2], argv[3], strtoull(argv[4], NULL, 10), argv[5]);
+    int corrupt = argc >= 2 && strcmp(argv[1], "corrupt") == 0;
+    if (argc < 2 || (strcmp(argv[1], "check") != 0 && !corrupt)) {
         fprintf(stderr, "usage: loader_var_check gen DIR NAME SAMPLES raw|lz4 | check ...\n");
         return 2;
     }
@@ -459,6 +579,11 @@ int main(int argc, char **argv) {
             samples = strtoull(argv[i + 1], NULL, 10);
     }
     REQUIRE(dataset != NULL && (servers != NULL || fallback != NULL));
+    if (corrupt) {
+        check_corrupt();
+        printf("ok\n");
+        return 0;
+    }
     mode_t_ values = {0};
     check_epoch(&values, 8);
     /* The slot's room (docs/loader.md#variable-length-fields), regions rounded to 256 bytes:
@@ -476,8 +601,11 @@ int main(int argc, char **argv) {
     check_epoch(&padded, 8);
     mode_t_ cut = {.pad = 1, .max_len = 4};
     check_epoch(&cut, 8);
+    mode_t_ runs = {.in_order = 1};
+    check_epoch(&runs, 8);
     check_resume();
-    check_too_large();
+    check_too_large(0);
+    check_too_large(1);
     printf("ok\n");
     return dsc_test_failures ? 1 : 0;
 }

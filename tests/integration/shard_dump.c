@@ -1,5 +1,7 @@
 /* Test helper: decodes every sample of a dataset directory and writes one file per field,
- * OUT_DIR/<field>.bin, holding that field of sample 0, 1, 2, ... back to back (numpy order). */
+ * OUT_DIR/<field>.bin, holding that field of sample 0, 1, 2, ... back to back (numpy order). A
+ * variable-length field also gets OUT_DIR/<field>.offsets.bin: samples + 1 int64 row offsets
+ * into <field>.bin, dataset-wide (each chunk's layout is checked with dsc_chunk_layout). */
 #include "manifest.h"
 #include "shard.h"
 #include "testdata.h"
@@ -21,7 +23,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     int status = 1;
-    FILE *out[DSC_MAX_FIELDS] = {0};
+    FILE *out[DSC_MAX_FIELDS] = {0}, *offs[DSC_MAX_FIELDS] = {0};
+    uint64_t rows_done[DSC_MAX_FIELDS] = {0};
     uint8_t *raw = NULL;
     uint8_t *file = NULL;
     uint64_t samples = 0;
@@ -32,6 +35,15 @@ int main(int argc, char **argv) {
         if (out[f] == NULL) {
             fprintf(stderr, "shard_dump: %s: %s\n", path, strerror(errno));
             goto cleanup;
+        }
+        if (m->schema.fields[f].variable) {
+            snprintf(path, sizeof path, "%s/%s.offsets.bin", argv[2], m->schema.fields[f].name);
+            offs[f] = fopen(path, "wb");
+            int64_t zero = 0;
+            if (offs[f] == NULL || fwrite(&zero, 8, 1, offs[f]) != 1) {
+                fprintf(stderr, "shard_dump: %s: %s\n", path, strerror(errno));
+                goto cleanup;
+            }
         }
     }
     for (uint32_t s = 0; s < m->shard_count; s++) {
@@ -65,13 +77,23 @@ int main(int argc, char **argv) {
             rc = dsc_chunk_decode(&e, dsc_shard_chunk_data(&view, &e), raw, e.raw_len);
             if (rc < 0)
                 goto chunk_error;
+            dsc_chunk_layout_t layout;
+            if ((rc = dsc_chunk_layout(&m->schema, e.sample_count, raw, e.raw_len, &layout)) < 0)
+                goto chunk_error;
             for (uint32_t f = 0; f < m->schema.field_count; f++) {
-                uint64_t off = dsc_schema_field_offset(&m->schema, f, e.sample_count);
-                size_t n = (size_t)(e.sample_count * m->schema.fields[f].sample_bytes);
-                if (fwrite(raw + off, 1, n, out[f]) != n) {
+                const dsc_chunk_field_t *cf = &layout.fields[f];
+                if (fwrite(cf->values, 1, (size_t)cf->bytes, out[f]) != cf->bytes) {
                     fprintf(stderr, "shard_dump: write failed\n");
                     goto cleanup;
                 }
+                for (uint32_t k = 1; offs[f] != NULL && k <= e.sample_count; k++) {
+                    int64_t at = (int64_t)(rows_done[f] + dsc_chunk_offset(&layout, f, k));
+                    if (fwrite(&at, 8, 1, offs[f]) != 1) {
+                        fprintf(stderr, "shard_dump: write failed\n");
+                        goto cleanup;
+                    }
+                }
+                rows_done[f] += cf->rows;
             }
             samples += e.sample_count;
             continue;
@@ -85,7 +107,7 @@ int main(int argc, char **argv) {
 
 cleanup:
     for (uint32_t f = 0; f < DSC_MAX_FIELDS; f++)
-        if (out[f] != NULL && fclose(out[f]) != 0)
+        if ((out[f] != NULL && fclose(out[f]) != 0) || (offs[f] != NULL && fclose(offs[f]) != 0))
             status = 1;
     free(raw);
     free(file);

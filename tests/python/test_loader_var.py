@@ -3,7 +3,7 @@ dataset (tok i32[], mel f32[?,80], img u8[3,4,4], label i64) written by loader_v
 whose every value is a function of the sample index. numpy and torch outputs, values + offsets
 (zero-copy views of the slot) and padded (pad=, max_len= truncating, counted in stats), 2 ranks
 each sample once, and the error naming dataset, sample and option for a sample over its
-max_bytes budget."""
+max_bytes budget; and a dataset written by dscache.Writer from a list of dicts."""
 import os
 import subprocess
 import sys
@@ -23,7 +23,17 @@ N = 150
 ds_dir = os.path.join(env.dir, "pvar")
 subprocess.run([os.path.join(te.BIN, "loader_var_check"), "gen", ds_dir, "pvar", str(N), "lz4"],
                check=True)
-_, addr = env.start_server(ds_dir)
+# The user's path too: dscache.Writer on a list of dicts with a variable-length input_ids (the
+# Hugging Face five lines), served beside it.
+rng = np.random.default_rng(5)
+records = [{"input_ids": rng.integers(0, 50000, int(rng.integers(0, 40)), dtype=np.int32),
+            "label": i % 7} for i in range(120)]
+hf_dir = os.path.join(env.dir, "hf")
+with dscache.Writer(hf_dir, name="hf", fields={"input_ids": "i32[]", "label": "i64"},
+                    chunk_bytes=2048, meta={"classes": ["cat", "dog"]}) as w:
+    for rec in records:
+        w.write(rec)
+_, addr = env.start_server(ds_dir, hf_dir)
 
 
 # The formulas of loader_var_check.c.
@@ -71,6 +81,7 @@ def check_values(batch, what):
 
 # ---- numpy, values + offsets, zero-copy ------------------------------------------------------
 ld = loader()
+t.check(ld.meta is None, "no meta in the manifest: Loader.meta is None")
 t.check(ld.fields[0] == ("tok", "int32", (None,)) and ld.fields[1] == ("mel", "float32",
                                                                        (None, 80)),
         "fields show the variable dimension as None: %r" % (ld.fields[:2],))
@@ -138,6 +149,28 @@ else:
         t.check(b["tok"].shape == (len(idx), int(tl.max())) and
                 all(torch.equal(b["tok"][k, :int(tl[k])], torch.from_numpy(tok(i)))
                     for k, i in enumerate(idx)), "torch padded")
+
+# ---- dscache.Writer's dataset: values + offsets and padded equal the records ---------------
+for pad in (None, {"input_ids": 0}):
+    with dscache.Loader(servers=addr, dataset="hf", batch_size=16, seed=4, indices=True,
+                        pad=pad) as ld:
+        seen, ok = [], True
+        for b in ld:
+            idx = [int(i) for i in b["__index__"]]
+            seen += idx
+            for k, i in enumerate(idx):
+                want = records[i]["input_ids"]
+                if pad is None:
+                    o = b["input_ids_offsets"]
+                    got = b["input_ids"][o[k]:o[k + 1]]
+                else:
+                    got = b["input_ids"][k, :b["input_ids_lengths"][k]]
+                    ok = ok and not b["input_ids"][k, len(want):].any()
+                ok = ok and np.array_equal(got, want) and b["label"][k] == records[i]["label"]
+        t.check(ld.meta == {"classes": ["cat", "dog"]}, "Loader.meta: %r" % (ld.meta,))
+        t.check(ok and sorted(seen) == list(range(len(records))),
+                "dscache.Writer dataset (%s): every record once, equal"
+                % ("padded" if pad else "values + offsets"))
 
 # ---- a sample over the budget: a clear error, never a silent truncation ----------------------
 with loader(max_bytes={"tok": 16}) as ld:

@@ -8,6 +8,10 @@
         for batch in loader:          # dict: field name -> array [B, ...field shape]
             train_step(batch["image"], batch["label"])
 
+    with dscache.Writer("data/mine", fields={"input_ids": "i32[]", "label": "i64"}) as w:
+        for rec in records:           # dicts of arrays, lists, scalars (see dscache.Writer)
+            w.write(rec)
+
 Batches are zero-copy views of the loader's batch slots, and each batch keeps its slot until
 the last array or tensor of it is freed: keeping batches (one-ahead prefetch, gradient
 accumulation) is safe, and the loader adds slots while you hold them, up to max_held_bytes
@@ -32,16 +36,19 @@ prints to stderr when the application configured no logging handler).
 
 # The package by concern: _capi (ctypes declarations, library search and load), _errors (the
 # error families), _logbridge (C log lines -> logging), _ranks (rank, world size, device),
-# _arrays (DLPack and numpy views), loader (Loader); torch (dscache.torch) on top.
+# _arrays (DLPack and numpy views), loader (Loader, Image), writer (Writer); torch
+# (dscache.torch) on top.
 from ._errors import BadState, Corrupt, DecodeError, Error, InvalidOption, NotFound, Unavailable
 from . import _capi
 from ._capi import BOTTLENECKS, STALL_WAITS, _load, _Options, _Stats  # noqa: F401 (public; private ones for tests)
 from ._ranks import _parse_device, resolve_rank  # noqa: F401
 from .loader import Image, Loader
+from .writer import Writer
 
 __version__ = "0.1.0"
-__all__ = ["Loader", "Error", "Unavailable", "NotFound", "Corrupt", "BadState",
-           "InvalidOption", "DecodeError", "Image", "resolve_rank", "__version__", "library_path"]
+__all__ = ["Loader", "Writer", "Image", "Error", "Unavailable", "NotFound", "Corrupt",
+           "BadState", "InvalidOption", "DecodeError", "resolve_rank", "__version__",
+           "library_path"]
 
 # A batch owns its slot until its last array / tensor is freed (see docs/python.md): batches
 # may be kept past the next one, zero-copy.
@@ -51,7 +58,7 @@ _load()  # at import: a missing library is reported here, with every place tried
 library_path = _capi.library_path
 
 # The public classes say they are dscache's, wherever they are defined.
-for _cls in (Loader, Image, Error, Unavailable, NotFound, Corrupt, BadState, InvalidOption,
-             DecodeError):
+for _cls in (Loader, Writer, Image, Error, Unavailable, NotFound, Corrupt, BadState,
+             InvalidOption, DecodeError):
     _cls.__module__ = "dscache"
 del _cls

@@ -70,6 +70,52 @@ class _FieldOptions(ctypes.Structure):
 
 _MAX_DIMS = 8
 
+_WRITER_PROGRESS_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64,
+                                       ctypes.c_uint64)
+
+
+class _WriterOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("path", ctypes.c_char_p),
+        ("name", ctypes.c_char_p),
+        ("fields", ctypes.c_char_p),
+        ("compress", ctypes.c_char_p),
+        ("level", ctypes.c_int),
+        ("shard_bytes", ctypes.c_uint64),
+        ("chunk_bytes", ctypes.c_uint32),
+        ("threads", ctypes.c_uint32),
+        ("meta_json", ctypes.c_char_p),
+        ("progress_fn", _WRITER_PROGRESS_FN),
+        ("progress_ctx", ctypes.c_void_p),
+        ("log_fn", _LOG_FN),
+        ("log_ctx", ctypes.c_void_p),
+        ("log_level", ctypes.c_int),
+        ("replace", ctypes.c_int),
+    ]
+
+
+class _WriterValue(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("bytes", ctypes.c_uint64)]
+
+
+class _WriterColumn(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("bytes", ctypes.c_uint64),
+                ("offsets", ctypes.c_void_p)]
+
+
+class _WriterStats(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("samples", ctypes.c_uint64),
+        ("shards", ctypes.c_uint32),
+        ("chunks", ctypes.c_uint64),
+        ("raw_bytes", ctypes.c_uint64),
+        ("stored_bytes", ctypes.c_uint64),
+        ("file_bytes", ctypes.c_uint64),
+        ("seconds", ctypes.c_double),
+    ]
+
 
 class _FieldInfo(ctypes.Structure):
     _fields_ = [
@@ -271,6 +317,7 @@ def _load():
         "dsc_loader_state_save": (ip, [vp, vp, ctypes.c_size_t]),
         "dsc_loader_state_load": (ip, [vp, vp, ctypes.c_size_t]),
         "dsc_loader_field_count": (u32, [vp]),
+        "dsc_loader_meta": (ctypes.c_char_p, [vp]),
         "dsc_loader_field": (ip, [vp, u32, ctypes.POINTER(_FieldInfo)]),
         "dsc_loader_set_stream": (ip, [vp, vp]),
         "dsc_batch_samples": (u32, [vp]),
@@ -284,6 +331,13 @@ def _load():
         "dsc_field_options_init": (ip, [ctypes.POINTER(_FieldOptions), ctypes.c_size_t]),
         "dsc_loader_stats": (ip, [vp, ctypes.POINTER(_Stats)]),
         "dsc_loader_metrics_text": (ip, [vp, ctypes.c_char_p, ctypes.c_size_t]),
+        "dsc_writer_options_init": (ip, [ctypes.POINTER(_WriterOptions), ctypes.c_size_t]),
+        "dsc_writer_create": (ip, [ctypes.POINTER(_WriterOptions), ctypes.POINTER(vp)]),
+        "dsc_writer_add": (ip, [vp, ctypes.POINTER(_WriterValue), u32]),
+        "dsc_writer_add_columns": (ip, [vp, ctypes.POINTER(_WriterColumn), u32, u64]),
+        "dsc_writer_last_error": (ip, [vp, ctypes.c_char_p, ctypes.c_size_t]),
+        "dsc_writer_finish": (ip, [vp, ctypes.POINTER(_WriterStats)]),
+        "dsc_writer_abort": (None, [vp]),
     }
     for name, (res, args) in sig.items():
         try:

@@ -4,6 +4,7 @@ stats)."""
 import atexit
 import collections
 import ctypes
+import json
 import os
 import threading
 import weakref
@@ -367,6 +368,13 @@ class Loader:
         """[(name, dtype name, per-sample shape)]; a variable-length field's leading dimension
         is None (e.g. (None,) for i32[], (None, 80) for f32[?,80])."""
         return [(n, _NP_DTYPES[d] if d != 9 else "bfloat16", s) for n, d, s in self._fields]
+
+    @property
+    def meta(self):
+        """The dataset manifest's "meta" object (what the writer stored, e.g. {"classes": [...]}
+        from an image folder) as a dict, or None when it has none."""
+        text = self._lib.dsc_loader_meta(self._h())
+        return json.loads(text.decode()) if text else None
 
     @property
     def dataset_samples(self):
