@@ -405,7 +405,7 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
  * version 1, byte for byte as before version 2 existed.
  *
  * Chunks are compressed on `threads` threads while the caller adds samples; chunks are written
- * in order; memory is bounded by the chunks in flight (about 2 * threads + 2 chunks of
+ * in order; memory is bounded by the chunks in flight (2 * threads + 2 chunks of about
  * chunk_bytes, whatever the dataset's size). Everything is written under a hidden temporary
  * directory beside path (".NAME.tmp-PID-N"), every file fsync'd, the manifest last, and the
  * directory renamed to path by finish: path appears complete or not at all. abort, a failed
@@ -430,9 +430,10 @@ typedef struct dsc_writer_options {
     int level;             /* lz4hc level 1..12 (0: the default 9); only with "lz4hc" */
     uint64_t shard_bytes;  /* target decoded bytes per shard file (0: 64 MiB) */
     uint32_t chunk_bytes;  /* target decoded bytes per chunk, the unit of transfer (0: 1 MiB;
-                              at most 256 MiB). Every chunk of a dataset holds the same number of
-                              samples (from the first chunk: chunk_bytes / its mean sample size,
-                              at least 1) except a shard's last */
+                              at most 256 MiB). Every chunk of a shard holds the same number of
+                              samples except its last (fixed fields: chunk_bytes / sample bytes;
+                              variable: from the shard's first chunk); with variable fields a
+                              chunk stays under 4 * chunk_bytes unless one sample is larger */
     uint32_t threads;      /* compression threads (0: the cores online, at most 64) */
     const char *meta_json; /* a JSON object stored as the manifest's "meta", or NULL */
     dsc_writer_progress_fn progress_fn; /* NULL: none */

@@ -45,6 +45,7 @@ typedef struct job {
     uint8_t *dst;
     size_t dst_cap;
     uint32_t samples;
+    uint32_t chunk_samples; /* of the shard it belongs to */
     int last_in_shard;
     int state;
     int rc;
@@ -82,7 +83,7 @@ struct dsc_writer {
     column_buf_t cols[DSC_MAX_FIELDS];
     uint32_t fill;          /* samples in it */
     uint64_t fill_values;   /* bytes of variable rows in it */
-    uint32_t chunk_samples; /* 0 until the first chunk fixes it */
+    uint32_t chunk_samples; /* of the shard being cut; 0 until its first chunk fixes it */
     /* Shard being cut (at submit time). */
     uint64_t cut_raw;
 
@@ -107,6 +108,7 @@ struct dsc_writer {
     uint32_t shard_index;
     uint64_t offset;
     uint64_t shard_samples;
+    uint32_t shard_chunk_samples; /* of the shard being written */
     dsc_chunk_entry_t *entries;
     uint32_t entry_count, entry_cap;
     size_t header_size;
@@ -573,7 +575,7 @@ static int close_shard(dsc_writer_t *w) {
     /* A dataset of one chunk says so (chunk_samples == its samples), as it always was written. */
     header.chunk_samples = w->finishing && w->shard_count == 0 && w->entry_count == 1
                                ? (uint32_t)w->shard_samples
-                               : w->chunk_samples;
+                               : w->shard_chunk_samples;
     snprintf(header.dataset, sizeof header.dataset, "%s", w->name);
     header.schema = w->schema;
     uint8_t head[DSC_SHARD_MAX_HEADER];
@@ -646,8 +648,11 @@ static int write_job(dsc_writer_t *w, job_t *job) {
         set_error(w, "compressing chunk: %s", dsc_strerror(rc));
         return rc;
     }
-    if (w->fd < 0 && (rc = open_shard(w)) < 0)
-        return rc;
+    if (w->fd < 0) {
+        if ((rc = open_shard(w)) < 0)
+            return rc;
+        w->shard_chunk_samples = job->chunk_samples;
+    }
     size_t cap = w->entry_cap;
     if ((rc = grow((void **)&w->entries, &cap, (size_t)w->entry_count + 1, sizeof *w->entries)) < 0)
         return rc;
@@ -760,7 +765,12 @@ static int emit_chunk(dsc_writer_t *w, int last) {
     if (last)
         w->cut_raw = 0;
     job->last_in_shard = last;
+    job->chunk_samples = w->chunk_samples;
     job->rc = 0;
+    /* With variable fields each shard plans its chunks anew from its first chunk, so a dataset
+     * whose samples grow (or shrink) keeps chunks near chunk_bytes. */
+    if (last && w->schema.var_count > 0)
+        w->chunk_samples = 0;
     for (uint32_t f = 0; f < w->schema.field_count; f++)
         w->cols[f].len = 0;
     w->fill = 0;
@@ -819,10 +829,13 @@ static int append_sample(dsc_writer_t *w, const dsc_writer_value_t *values) {
     for (uint32_t f = 0; f < w->schema.field_count; f++)
         if (w->schema.fields[f].variable && values[f].bytes > DSC_CHUNK_MAX_RAW)
             values_bytes = UINT64_MAX;
-    /* A chunk never passes 256 MiB: close it early (as its shard's last, the only chunk that
-     * may be short) when this sample would take it over. */
-    if (w->fill > 0 &&
-        (values_bytes == UINT64_MAX || fill_size(w, 1, values_bytes) > DSC_CHUNK_MAX_RAW)) {
+    /* A chunk never passes 256 MiB, and with variable fields not 4 * chunk_bytes either (unless
+     * one sample alone does): close it early, as its shard's last (the only chunk that may be
+     * short), when this sample would take it over; the next shard plans its chunks anew. */
+    uint64_t limit = DSC_CHUNK_MAX_RAW;
+    if (w->schema.var_count > 0 && 4 * w->chunk_bytes < limit)
+        limit = 4 * w->chunk_bytes;
+    if (w->fill > 0 && (values_bytes == UINT64_MAX || fill_size(w, 1, values_bytes) > limit)) {
         int last = w->chunk_samples != 0 && w->fill < w->chunk_samples;
         if ((rc = emit_chunk(w, last)) < 0)
             return rc;
