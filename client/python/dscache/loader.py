@@ -73,6 +73,13 @@ class Loader:
     only) truncates longer samples (counted in stats()["truncated_samples"]). max_bytes={f: N}
     sets the bytes of f one batch may hold (default from the dataset's size statistics); a
     batch needing more raises Error DSC_ETOOLARGE naming the sample, never truncating.
+
+    Image decode (docs/loader.md#image-decode): decode={f: dscache.Image(size=(224, 224),
+    crop="random_resized", flip=True)} decodes a u8[] field of JPEG/PNG/WebP bytes in the
+    decode threads into batch[f] uint8 [B, 3, H, W] ([B, H, W, 3] with layout="hwc"); the crop
+    and flip are a pure function of (seed, epoch, sample index). An image that does not decode
+    raises DecodeError naming dataset, shard and sample, or with on_decode_error="fill" is a
+    zero image counted in stats()["decode_errors"].
     """
 
     def __init__(self, servers=None, dataset=None, batch_size=32, seed=0, rank=None,
