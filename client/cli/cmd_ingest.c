@@ -31,6 +31,8 @@ static void print_help(void) {
         "       dscache ingest synthetic -o OUT_DIR --samples N --field NAME:DTYPE[:DIMxDIM...]\n"
         "                                [--field ...] [--seed S] [OPTIONS]\n"
         "       dscache ingest webdataset|megatron|mds ...   (each FORM --help)\n"
+        "       dscache ingest images    DIR -o OUT_DIR (--encoded | --size H[xW]) [OPTIONS]\n"
+        "                                (an ImageFolder tree: dscache ingest images --help)\n"
         "\n"
         "Writes a dataset directory: shard-00000.dsc, shard-00001.dsc, ... and manifest.json.\n"
         "\n"
@@ -599,6 +601,8 @@ int dsc_cmd_ingest(int argc, char **argv) {
         return dsc_cmd_ingest_megatron(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "mds") == 0)
         return dsc_cmd_ingest_mds(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "images") == 0) /* ingest_images.c */
+        return dsc_ingest_images(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             print_help();

@@ -130,7 +130,39 @@ typedef struct dsc_field_options {
                            the smaller of max_len and the manifest's rows_max rows per sample;
                            a sample longer than that room (a manifest that understates rows_max)
                            fails next() with DSC_ETOOLARGE */
+    /* Image decode (docs/loader.md#image-decode): with image = 1 a u8[] field holding JPEG,
+     * PNG or WebP bytes is decoded in the decode threads and handed out as a fixed u8 field,
+     * [B, 3, H, W] (DSC_IMAGE_LAYOUT_CHW) or [B, H, W, 3] (HWC); pad, max_len and max_bytes do
+     * not apply. The crop and flip of a sample are a pure function of (seed, epoch, sample
+     * index) (docs/order.md#image-augmentation). */
+    int image;             /* 1: decode; 0 (default): the bytes as they are */
+    uint32_t image_height; /* output size, 1..8192 (default 224) */
+    uint32_t image_width;  /* (default 224) */
+    int image_crop;        /* DSC_IMAGE_CROP_CENTER (default), _RANDOM_RESIZED or _NONE */
+    double image_scale[2]; /* random_resized: area fraction range (default 0.08, 1) */
+    double image_ratio[2]; /* random_resized: aspect (w/h) range (default 3/4, 4/3) */
+    int image_flip;        /* 1: horizontal flip with probability 1/2 (default 0) */
+    int image_layout;      /* DSC_IMAGE_LAYOUT_CHW (default) or DSC_IMAGE_LAYOUT_HWC */
+    int on_decode_error;   /* DSC_DECODE_ERROR_FAIL (default): an image that does not decode
+                              fails next() with DSC_EDECODE and an ERROR line naming the
+                              dataset, shard and sample; DSC_DECODE_ERROR_FILL: a zero image,
+                              counted in dsc_stats_t.decode_errors */
 } dsc_field_options_t;
+
+/* dsc_field_options_t.image_crop: "center" (the largest centred box of the output's aspect,
+ * i.e. resize the shorter side then center-crop: evaluation), "random_resized" (torchvision's
+ * RandomResizedCrop), "none" (the whole image resized to the output). */
+typedef enum dsc_image_crop {
+    DSC_IMAGE_CROP_CENTER = 0,
+    DSC_IMAGE_CROP_RANDOM_RESIZED = 1,
+    DSC_IMAGE_CROP_NONE = 2,
+} dsc_image_crop_t;
+typedef enum dsc_image_layout {
+    DSC_IMAGE_LAYOUT_CHW = 0, /* [3, H, W] per sample */
+    DSC_IMAGE_LAYOUT_HWC = 1, /* [H, W, 3] per sample */
+} dsc_image_layout_t;
+#define DSC_DECODE_ERROR_FAIL 0
+#define DSC_DECODE_ERROR_FILL 1
 /* Fills *options with the defaults above (name NULL) and struct_size = size. Returns 0 or
  * DSC_EINVAL (NULL, or size smaller than the first version of the struct). */
 DSC_EXTERN int dsc_field_options_init(dsc_field_options_t *options, size_t size);
@@ -357,6 +389,11 @@ typedef struct dsc_stats {
     uint64_t rdma_errors;          /* RDMA connections lost to a failed READ (chunks moved) */
     uint64_t truncated_samples;    /* samples of padded variable fields cut to their max_len
                                       (counted per field, in the batches handed out) */
+    uint64_t decode_errors;        /* images that did not decode, handed out as zero images
+                                      (on_decode_error = DSC_DECODE_ERROR_FILL; in the batches
+                                      handed out) */
+    double image_seconds;          /* decode-thread seconds spent decoding images (part of
+                                      collate_seconds) */
 } dsc_stats_t;
 /* Indexes of dsc_stats_t.stall_waits. */
 enum {

@@ -59,7 +59,9 @@ int dsc__slots_alloc(dsc_loader_t *loader) {
     for (uint32_t f = 0; f < loader->cfg.field_count; f++) {
         dsc_var_field_t *v = &loader->cfg.var[f];
         uint64_t bytes = loader->cfg.manifest->schema.fields[f].sample_bytes * batch;
-        if (v->is_var) {
+        if (v->image) {
+            bytes = batch * 3 * v->spec.height * v->spec.width; /* decoded: fixed, no offsets */
+        } else if (v->is_var) {
             /* Offsets (B + 1) or lengths (B), int64, then the values: the field's budget, or
              * B x lcap rows padded. lcap and budget are bounded at create (loader.c). */
             v->aux_off = off;
@@ -244,7 +246,15 @@ DSC_EXTERN int dsc_batch_field(const dsc_batch_t *batch, uint32_t field, dsc_ten
     memset(out, 0, sizeof *out);
     out->name = f->name;
     out->dtype = f->dtype;
-    if (v->is_var) {
+    if (v->image) {
+        int hwc = v->spec.layout == DSC_IMAGE_LAYOUT_HWC;
+        out->ndim = 4;
+        out->shape[0] = batch->samples;
+        out->shape[1] = hwc ? v->spec.height : 3;
+        out->shape[2] = hwc ? v->spec.width : v->spec.height;
+        out->shape[3] = hwc ? 3 : v->spec.width;
+        out->bytes = (uint64_t)batch->samples * 3 * v->spec.height * v->spec.width;
+    } else if (v->is_var) {
         /* Values: [total_rows, ...row shape], or padded [B, L, ...row shape]. */
         uint32_t d0 = 0;
         if (v->pad)
@@ -284,8 +294,10 @@ DSC_EXTERN int dsc_batch_field_view(const dsc_batch_t *batch, uint32_t field,
     const dsc_loader_t *loader = batch->loader;
     const dsc_var_field_t *var = &loader->cfg.var[field];
     const dsc_batch_slot_t *slot = slot_of(batch);
-    v.kind = !var->is_var ? DSC_FIELD_FIXED : var->pad ? DSC_FIELD_PADDED : DSC_FIELD_VALUES;
-    if (var->is_var) {
+    v.kind = !var->is_var || var->image ? DSC_FIELD_FIXED
+             : var->pad                 ? DSC_FIELD_PADDED
+                                        : DSC_FIELD_VALUES;
+    if (var->is_var && !var->image) {
         const int64_t *aux = slot_ptr(loader, slot, var->aux_off);
         if (var->pad) {
             v.lengths = aux;
@@ -355,7 +367,7 @@ DSC_EXTERN int dsc_batch_dlpack_part(dsc_batch_t *batch, uint32_t field, int par
         return rc;
     if (part != DSC_PART_VALUES) {
         const dsc_var_field_t *var = &batch->loader->cfg.var[field];
-        if (!var->is_var || part != (var->pad ? DSC_PART_LENGTHS : DSC_PART_OFFSETS))
+        if (!var->is_var || var->image || part != (var->pad ? DSC_PART_LENGTHS : DSC_PART_OFFSETS))
             return DSC_ERANGE;
         view.data = slot_ptr(batch->loader, slot_of(batch), var->aux_off);
         view.dtype = DSC_DTYPE_I64;

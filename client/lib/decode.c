@@ -296,15 +296,71 @@ static int collate_var(dsc_loader_t *loader, dsc_step_t *st, dsc_batch_slot_t *s
     return 0;
 }
 
+/* Decodes image field f of a step into its slot: each sample's encoded bytes (a u8[] field) into
+ * a 3 x H x W image, cropped and flipped by (seed, epoch, sample index) (image.c). An image that
+ * does not decode is a zero image counted in *errors with on_decode_error = fill, else an ERROR
+ * line naming dataset, shard, chunk and sample and DSC_EDECODE. Unlocked, as collate. Returns 0,
+ * DSC_EDECODE or DSC_ENOMEM. */
+static int collate_image(dsc_loader_t *loader, dsc_worker_ctx_t *ctx, const dsc_step_t *st,
+                         dsc_batch_slot_t *slot, uint32_t f, uint64_t *errors) {
+    const dsc_var_field_t *v = &loader->cfg.var[f];
+    if (ctx->image == NULL) {
+        int rc = dsc__image_ctx_create(NULL, &ctx->image);
+        if (rc < 0)
+            return rc;
+    }
+    size_t bytes = (size_t)v->spec.height * v->spec.width * 3;
+    uint8_t *dst = slot->host + loader->cfg.field_off[f];
+    for (uint32_t k = 0; k < st->count; k++) {
+        const dsc_chunk_ent_t *ent = st->src[k];
+        uint32_t i = st->in_chunk[k];
+        uint64_t o0 = var_offset(ent, f, i), n = var_offset(ent, f, i + 1) - o0;
+        uint8_t *out = dst + (size_t)k * bytes;
+        int rc = dsc__image_decode(ctx->image, ent->layout->fields[f].values + o0, n, &v->spec,
+                                   loader->cfg.opt.seed, st->epoch, st->ids[k], out, bytes, NULL);
+        if (rc == 0)
+            continue;
+        if (rc == DSC_ENOMEM)
+            return rc;
+        if (v->image_fill) {
+            memset(out, 0, bytes);
+            (*errors)++;
+            DSC_LOG(&loader->cfg.log, DSC_LOG_DEBUG,
+                    "dataset %s: shard %u chunk %u sample %llu: field '%s': %s (%s): a zero image",
+                    loader->cfg.dataset, ent->shard, ent->shard_chunk,
+                    (unsigned long long)st->ids[k], loader->cfg.manifest->schema.fields[f].name,
+                    dsc_strerror(rc), dsc__image_error(ctx->image));
+            continue;
+        }
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                "dataset %s: shard %u chunk %u sample %llu: field '%s' (%llu bytes): %s (%s); "
+                "on_decode_error=\"fill\" hands out a zero image instead",
+                loader->cfg.dataset, ent->shard, ent->shard_chunk, (unsigned long long)st->ids[k],
+                loader->cfg.manifest->schema.fields[f].name, (unsigned long long)n,
+                dsc_strerror(rc), dsc__image_error(ctx->image));
+        return DSC_EDECODE;
+    }
+    return 0;
+}
+
 /* Copies a step's samples into its slot: for each field, sample k of the batch comes from
  * sample in_chunk[k] of its (field-major) chunk. Runs of consecutive samples of one chunk
  * (dataset order) go in one copy; otherwise one copy per sample, with the next samples' sources
  * prefetched, and fixed-size copies for the common small fields (labels, ids). Unlocked: the
  * step's chunks are READY and referenced, the slot is owned by the step. */
-static int collate(dsc_loader_t *loader, dsc_step_t *st, dsc_batch_slot_t *slot,
-                   uint64_t *truncated) {
+static int collate(dsc_loader_t *loader, dsc_worker_ctx_t *ctx, dsc_step_t *st,
+                   dsc_batch_slot_t *slot, uint64_t *truncated, uint64_t *decode_errors,
+                   double *image_seconds) {
     const dsc_schema_t *schema = &loader->cfg.manifest->schema;
     for (uint32_t f = 0; f < loader->cfg.field_count; f++) {
+        if (loader->cfg.var[f].image) {
+            double t0 = dsc_now_s();
+            int rc = collate_image(loader, ctx, st, slot, f, decode_errors);
+            *image_seconds += dsc_now_s() - t0;
+            if (rc < 0)
+                return rc;
+            continue;
+        }
         if (loader->cfg.var[f].is_var) {
             int rc = collate_var(loader, st, slot, f, truncated);
             if (rc < 0)
@@ -476,9 +532,10 @@ int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx) {
         if (rc == 0)
             rc = dsc__cuda_slot_wait_copy(loader->cfg.cuda, &slot->ev);
     }
-    uint64_t truncated = 0;
+    uint64_t truncated = 0, decode_errors = 0;
+    double image_seconds = 0;
     if (rc == 0)
-        rc = collate(loader, st, slot, &truncated);
+        rc = collate(loader, ctx, st, slot, &truncated, &decode_errors, &image_seconds);
     double t1 = dsc_now_s();
     double h2d_seconds = 0;
     uint64_t h2d_bytes = 0;
@@ -488,12 +545,16 @@ int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx) {
     pthread_mutex_lock(&loader->lock);
     loader->stats.st.collate_seconds += t1 - t0;
     slot->truncated = truncated; /* counted when handed out */
+    slot->decode_errors = decode_errors;
+    loader->stats.st.image_seconds += image_seconds;
     loader->stats.st.h2d_seconds += h2d_seconds;
     loader->stats.st.h2d_bytes += h2d_bytes;
     loader->work.collating--;
     uint32_t freed = unref_step(loader, st);
     if (rc == DSC_ETOOLARGE)
         st->error = rc; /* next() fails there, saying which sample and option */
+    else if (rc == DSC_EDECODE)
+        dsc__loader_fail_logged(loader, rc); /* collate_image said which image */
     else if (rc < 0)
         dsc__loader_fail(loader, rc);
     st->state = ST_READY;
@@ -528,5 +589,6 @@ void *dsc__worker_main(void *arg) {
             pthread_cond_wait(&loader->work_cv, &loader->lock);
     pthread_mutex_unlock(&loader->lock);
     free(ctx.scratch);
+    dsc__image_ctx_destroy(ctx.image);
     return NULL;
 }

@@ -128,6 +128,7 @@ static void current(dsc_loader_t *loader, dsc_verdict_counters_t *c) {
     c->wire_bytes = loader->stats.st.wire_bytes;
     c->decode_seconds = loader->stats.st.decode_seconds;
     c->collate_seconds = loader->stats.st.collate_seconds;
+    c->image_seconds = loader->stats.st.image_seconds;
     c->h2d_seconds = loader->stats.st.h2d_seconds;
     c->refetches = loader->stats.st.refetches;
 }
@@ -179,6 +180,7 @@ void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out) {
     dl->wire_bytes = cur.wire_bytes - b->c.wire_bytes;
     dl->decode_seconds = cur.decode_seconds - b->c.decode_seconds;
     dl->collate_seconds = cur.collate_seconds - b->c.collate_seconds;
+    dl->image_seconds = cur.image_seconds - b->c.image_seconds;
     dl->h2d_seconds = cur.h2d_seconds - b->c.h2d_seconds;
     dl->chunks_fetched = cur.chunks_fetched - b->c.chunks_fetched;
     dl->refetches = cur.refetches - b->c.refetches;

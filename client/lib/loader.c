@@ -222,6 +222,13 @@ DSC_EXTERN int dsc_field_options_init(dsc_field_options_t *options, size_t size)
     dsc_field_options_t full;
     memset(&full, 0, sizeof full);
     full.struct_size = size;
+    dsc_image_spec_t spec;
+    dsc__image_spec_init(&spec);
+    full.image_height = spec.height;
+    full.image_width = spec.width;
+    full.image_crop = spec.crop;
+    memcpy(full.image_scale, spec.scale, sizeof full.image_scale);
+    memcpy(full.image_ratio, spec.ratio, sizeof full.image_ratio);
     memcpy(options, &full, size < sizeof full ? size : sizeof full);
     if (size > sizeof full)
         memset((char *)options + sizeof full, 0, size - sizeof full);
@@ -310,6 +317,42 @@ static void pad_encode(int dtype, double value, uint8_t out[8]) {
     memcpy(out, &u, 8);
 }
 
+/* A u8[] field decoded as an image (dsc_field_options_t.image): its spec, checked. Returns 0 or
+ * DSC_EINVAL (a field of another type, a bad size, crop, range or layout). */
+static int setup_image_field(dsc_loader_t *loader, uint32_t f, const dsc_field_options_t *o) {
+    const dsc_field_t *fd = &loader->cfg.manifest->schema.fields[f];
+    dsc_var_field_t *v = &loader->cfg.var[f];
+    if (fd->dtype != DSC_DTYPE_U8 || fd->ndim != 1) {
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                "invalid loader options: image decode of field '%s' (dataset %s): only a u8[] "
+                "field (encoded bytes) can be decoded",
+                fd->name, loader->cfg.dataset);
+        return DSC_EINVAL;
+    }
+    dsc__image_spec_init(&v->spec);
+    v->spec.height = o->image_height;
+    v->spec.width = o->image_width;
+    v->spec.crop = o->image_crop;
+    memcpy(v->spec.scale, o->image_scale, sizeof v->spec.scale);
+    memcpy(v->spec.ratio, o->image_ratio, sizeof v->spec.ratio);
+    v->spec.flip = o->image_flip != 0;
+    v->spec.layout = o->image_layout;
+    if (dsc__image_spec_check(&v->spec) < 0 || (o->on_decode_error != DSC_DECODE_ERROR_FAIL &&
+                                                o->on_decode_error != DSC_DECODE_ERROR_FILL)) {
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                "invalid loader options: image decode of field '%s': size %ux%u (1..8192 each), "
+                "crop %d, scale [%g, %g] (0 < lo <= hi <= 1), ratio [%g, %g] (0 < lo <= hi), "
+                "layout %d, on_decode_error %d",
+                fd->name, o->image_height, o->image_width, o->image_crop, o->image_scale[0],
+                o->image_scale[1], o->image_ratio[0], o->image_ratio[1], o->image_layout,
+                o->on_decode_error);
+        return DSC_EINVAL;
+    }
+    v->image = 1;
+    v->image_fill = o->on_decode_error == DSC_DECODE_ERROR_FILL;
+    return 0;
+}
+
 /* Settles each variable-length field's output mode and slot room from the caller's
  * field_options (read here, during create, and not kept) and the manifest's size statistics,
  * bounding every slot region (docs/loader.md#variable-length-fields). Returns 0 or DSC_EINVAL
@@ -369,6 +412,12 @@ static int setup_var_fields(dsc_loader_t *loader, const dsc_loader_options_t *op
             return DSC_EINVAL;
         }
         dsc_var_field_t *v = &loader->cfg.var[f];
+        if (stride >= offsetof(dsc_field_options_t, on_decode_error) + sizeof(int) && o->image) {
+            int rc = setup_image_field(loader, f, o);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
         v->pad = o->pad != 0;
         v->max_len = o->max_len;
         pad_encode(schema->fields[f].dtype, o->pad_value, v->pad_bytes);
@@ -376,7 +425,7 @@ static int setup_var_fields(dsc_loader_t *loader, const dsc_loader_options_t *op
     }
     for (uint32_t f = 0; f < schema->field_count; f++) {
         dsc_var_field_t *v = &loader->cfg.var[f];
-        if (!v->is_var)
+        if (!v->is_var || v->image)
             continue;
         const char *name = schema->fields[f].name;
         const dsc_manifest_field_stats_t *vs = &m->field_stats[f];
@@ -931,6 +980,7 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
     dsc__rdma_client_close(loader->cfg.source_env.rdma); /* after every connection */
     free(loader->work.workers);
     free(loader->work.assist_ctx.scratch);
+    dsc__image_ctx_destroy(loader->work.assist_ctx.image);
     dsc__slots_free(loader);
     dsc__cuda_close(loader->cfg.cuda);
     dsc_manifest_free(loader->cfg.manifest);
@@ -963,7 +1013,9 @@ static uint64_t batch_bytes(const dsc_loader_t *loader, const dsc_batch_slot_t *
     uint64_t bytes = (uint64_t)count * schema->sample_bytes; /* the fixed fields */
     for (uint32_t f = 0; loader->cfg.var_count > 0 && f < schema->field_count; f++) {
         const dsc_var_field_t *v = &loader->cfg.var[f];
-        if (v->is_var)
+        if (v->image)
+            bytes += (uint64_t)count * v->spec.height * v->spec.width * 3;
+        else if (v->is_var)
             bytes += slot->var_rows[f] * v->row_bytes * (v->pad ? count : 1u);
     }
     return bytes;
@@ -1052,6 +1104,7 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
             loader->stats.st.samples += st->count;
             loader->stats.st.bytes += batch_bytes(loader, slot, st->count);
             loader->stats.st.truncated_samples += slot->truncated;
+            loader->stats.st.decode_errors += slot->decode_errors;
             if (loader->cfg.cuda != NULL) {
                 rc = dsc__cuda_slot_hand_out(loader->cfg.cuda, &slot->ev, loader->cons.user_stream);
                 if (rc < 0)
@@ -1095,7 +1148,15 @@ DSC_EXTERN int dsc_loader_field(const dsc_loader_t *loader, uint32_t field, dsc_
     for (uint32_t d = 0; d < f->ndim; d++)
         out->shape[d] = f->shape[d];
     out->sample_bytes = f->sample_bytes;
-    if (f->variable) {
+    const dsc_var_field_t *v = &loader->cfg.var[field];
+    if (v->image) { /* handed out decoded: a fixed u8 field */
+        int hwc = v->spec.layout == DSC_IMAGE_LAYOUT_HWC;
+        out->ndim = 3;
+        out->shape[0] = hwc ? v->spec.height : 3;
+        out->shape[1] = hwc ? v->spec.width : v->spec.height;
+        out->shape[2] = hwc ? 3 : v->spec.width;
+        out->sample_bytes = 3ull * v->spec.height * v->spec.width;
+    } else if (f->variable) {
         out->shape[0] = -1;
         out->sample_bytes = f->row_bytes;
     }

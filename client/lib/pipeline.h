@@ -23,6 +23,7 @@
 #include "conn.h"
 #include "cuda.h"
 #include "dscache.h"
+#include "image.h"
 #include "log.h"
 #include "manifest.h"
 #include "placement.h"
@@ -94,6 +95,10 @@ typedef struct dsc_var_field {
     uint8_t pad_bytes[8];    /* padded: pad_value in the field's dtype */
     uint64_t aux_off;        /* offsets / lengths region in a slot */
     const char *budget_from; /* how budget was set, for the error text */
+    int image;               /* decoded as an image: a fixed [B, 3, H, W] / [B, H, W, 3] region
+                                at field_off, no offsets (image.c, decode.c collate_image) */
+    int image_fill;          /* on_decode_error = fill */
+    dsc_image_spec_t spec;
 } dsc_var_field_t;
 
 /* The most slot bytes one variable field may take (its budget, or B x lcap rows padded). */
@@ -120,6 +125,7 @@ typedef struct dsc_batch_slot {
     uint64_t var_rows[DSC_MAX_FIELDS]; /* variable fields of the collated batch: values mode, its
                                           total rows; padded, L (rows per sample) */
     uint64_t truncated;                /* samples of it cut to a max_len */
+    uint64_t decode_errors;            /* images of it filled with zeros */
 } dsc_batch_slot_t;
 #define SLOT_FREE UINT64_MAX
 
@@ -163,7 +169,8 @@ typedef struct dsc_peer {
 /* A decode thread's own state, and that of next() when it assists. */
 typedef struct dsc_worker_ctx {
     int cuda_bound;
-    uint8_t *scratch; /* decoded multi-field chunks on their way into a slot */
+    dsc_image_ctx_t *image; /* the thread's image decoder, made on first use */
+    uint8_t *scratch;       /* decoded multi-field chunks on their way into a slot */
     size_t scratch_cap;
 } dsc_worker_ctx_t;
 

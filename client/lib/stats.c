@@ -181,6 +181,12 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
     metric(&t, "truncated_samples_total", "counter",
            "Samples of padded variable-length fields cut to their max_len.", ds,
            (double)s.truncated_samples);
+    metric(&t, "decode_errors_total", "counter",
+           "Images that did not decode, handed out as zero images (on_decode_error fill).", ds,
+           (double)s.decode_errors);
+    metric(&t, "image_seconds_total", "counter",
+           "Summed image decode time in the decode threads (part of collate).", ds,
+           s.image_seconds);
     if (t.len > (size_t)INT32_MAX)
         return DSC_EOVERFLOW;
     return (int)t.len;

@@ -198,18 +198,32 @@ void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
         (worker_util >= 0.9 && cpu_side > 0.25 * fetch_side)) {
         /* The stage named is the one the threads spend their time on: a step whose chunks are
          * decoded may wait for its collation only because the threads are decoding others. */
-        int decode = d->decode_seconds >= d->collate_seconds;
+        /* Image decoding (the decode stage, Loader(decode=...)) runs inside collation but is
+         * decode work: it counts for decode, and says so. */
+        double image = d->image_seconds, copy = d->collate_seconds - image;
+        int decode = d->decode_seconds + image >= copy;
+        int images = image > d->decode_seconds && decode;
+        char images_text[48] = "";
+        if (image > 0)
+            snprintf(images_text, sizeof images_text, ", %.2f s of it image decoding", image);
         set(out, decode ? DSC_BOTTLENECK_DECODE : DSC_BOTTLENECK_COLLATE);
         text(out->evidence, sizeof out->evidence,
              "stall %.1f%%; %.0f%% of it waits on the decode threads, which spend most of their "
-             "time on %s: busy %.0f%% (%u thread%s: %.2f s decode + %.2f s collate in %.1f s)%s",
+             "time on %s: busy %.0f%% (%u thread%s: %.2f s decode + %.2f s collate%s in %.1f "
+             "s)%s",
              sf, 100 * share(cpu_side, d->stall_seconds),
-             decode ? "checksum + decompression" : "collation", 100 * worker_util, threads,
-             threads == 1 ? "" : "s", d->decode_seconds, d->collate_seconds, window,
+             images   ? "image decoding"
+             : decode ? "checksum + decompression"
+                      : "collation",
+             100 * worker_util, threads, threads == 1 ? "" : "s", d->decode_seconds,
+             d->collate_seconds, images_text, window,
              in->assist ? "" : "; next() does not help (no_assist)");
         uint32_t more = threads * 2;
-        text(out->suggestion, sizeof out->suggestion, "raise decode_threads from %u to %u%s%s",
+        text(out->suggestion, sizeof out->suggestion, "raise decode_threads from %u to %u%s%s%s",
              threads, more, decode ? "" : " (collation runs on the decode threads)",
+             images ? ", or store the images smaller (dscache ingest images --encoded --max-side "
+                      "N) so that each decodes faster"
+                    : "",
              in->assist ? "" : ", and leave no_assist at 0 so that next() works while it waits");
         return;
     }

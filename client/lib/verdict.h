@@ -44,6 +44,7 @@ typedef struct dsc_verdict_counters {
     double stall_seconds, compute_seconds;
     uint64_t batches, samples, bytes, wire_bytes;
     double decode_seconds, collate_seconds, h2d_seconds;
+    double image_seconds;    /* image decoding, part of collate_seconds (decode stage, image.c) */
     uint64_t chunks_fetched; /* chunks received (first fetches and refetches) */
     uint64_t refetches;
     double wait[DSC_WAIT_COUNT]; /* stall split by what next() waited on */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU checks, for a machine with an NVIDIA GPU, CUDA runtime and torch with CUDA (not run by
 # ctest's default labels): builds (or takes a --prebuilt tree, see tests/gpu/bundle.sh), runs
-# the CUDA unit test and the Python CUDA test (batch bytes on the device equal the source), then
+# the CUDA unit test, the nvJPEG test (skips, saying why, without libnvjpeg) and the Python CUDA
+# test (batch bytes on the device equal the source), then
 # measures host-to-device bandwidth through the loader (its own stream, pinned slots, events)
 # against cudaMemcpy from pinned memory (torch), and runs the demo trainer on the GPU fed by
 # dscache and by the pread baseline.
@@ -26,7 +27,7 @@ fi
     { echo "SKIP: torch ($py) sees no CUDA device here"; exit 77; }
 if [ "$prebuilt" = 0 ]; then
     cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-    cmake --build "$build" -j "$(nproc)" --target dscache dscache_cli dscached test_cuda >/dev/null
+    cmake --build "$build" -j "$(nproc)" --target dscache dscache_cli dscached test_cuda test_nvjpeg >/dev/null
 fi
 for f in bin/dscache bin/dscached bin/test_cuda lib/libdscache.so; do
     [ -e "$build/$f" ] || { echo "run_gpu_checks: $build/$f is missing" >&2; exit 1; }
@@ -37,6 +38,14 @@ export PYTHONPATH=$root/client/python PYTHONUNBUFFERED=1
 failed=""
 echo "== test_cuda (C)"
 "$build/bin/test_cuda" || failed="$failed test_cuda"
+echo "== test_nvjpeg (nvJPEG decode into device memory against the CPU decode, mean |diff| <= 3)"
+if [ -x "$build/bin/test_nvjpeg" ]; then
+    rc=0
+    "$build/bin/test_nvjpeg" || rc=$?
+    [ "$rc" = 0 ] || [ "$rc" = 77 ] || failed="$failed test_nvjpeg"
+else
+    echo "test_nvjpeg is not in $build (an older bundle): not run"
+fi
 echo "== test_cuda.py (device bytes equal the source)"
 "$py" "$root/tests/python/test_cuda.py" || failed="$failed test_cuda.py"
 

@@ -66,6 +66,15 @@ int main(void) {
     CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_COLLATE);
     HAS(v.suggestion, "raise decode_threads from 1 to 2 (collation");
 
+    /* Image decode (Loader decode=): counted in collate_seconds, named decode. */
+    in.delta.image_seconds = 3.6;
+    v = run(&in);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_DECODE);
+    HAS(v.evidence, "image decoding");
+    HAS(v.evidence, "3.60 s of it image decoding");
+    HAS(v.suggestion, "--max-side");
+    in.delta.image_seconds = 0;
+
     /* Cache: refetches, with the sizes of the suggestion. */
     in = base();
     in.delta.stall_seconds = 1;

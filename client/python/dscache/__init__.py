@@ -28,25 +28,27 @@ LD_LIBRARY_PATH, ld.so.cache, /usr/lib...); the build tree (build/lib) of the so
 holding this package.
 
 Errors raise dscache.Error (with .code, the negative DSC_E* value, and .name) or one of its
-family subclasses: Unavailable, NotFound, Corrupt, BadState, InvalidOption. The library's log
+family subclasses: Unavailable, NotFound, Corrupt, BadState, InvalidOption, DecodeError (an
+image of Loader(decode=...) that does not decode). The library's log
 lines go to the Python logger "dscache"; DSCACHE_LOG=error|warn|info|debug sets its level (and
 prints to stderr when the application configured no logging handler).
 """
 
 # The package by concern: _capi (ctypes declarations, library search and load), _errors (the
 # error families), _logbridge (C log lines -> logging), _ranks (rank, world size, device),
-# _arrays (DLPack and numpy views), loader (Loader), writer (Writer); torch (dscache.torch) on
-# top.
-from ._errors import BadState, Corrupt, Error, InvalidOption, NotFound, Unavailable
+# _arrays (DLPack and numpy views), loader (Loader, Image), writer (Writer); torch
+# (dscache.torch) on top.
+from ._errors import BadState, Corrupt, DecodeError, Error, InvalidOption, NotFound, Unavailable
 from . import _capi
 from ._capi import BOTTLENECKS, STALL_WAITS, _load, _Options, _Stats  # noqa: F401 (public; private ones for tests)
 from ._ranks import _parse_device, resolve_rank  # noqa: F401
-from .loader import Loader
+from .loader import Image, Loader
 from .writer import Writer
 
 __version__ = "0.1.0"
-__all__ = ["Loader", "Writer", "Error", "Unavailable", "NotFound", "Corrupt", "BadState",
-           "InvalidOption", "resolve_rank", "__version__", "library_path"]
+__all__ = ["Loader", "Writer", "Image", "Error", "Unavailable", "NotFound", "Corrupt",
+           "BadState", "InvalidOption", "DecodeError", "resolve_rank", "__version__",
+           "library_path"]
 
 # A batch owns its slot until its last array / tensor is freed (see docs/python.md): batches
 # may be kept past the next one, zero-copy.
@@ -56,6 +58,7 @@ _load()  # at import: a missing library is reported here, with every place tried
 library_path = _capi.library_path
 
 # The public classes say they are dscache's, wherever they are defined.
-for _cls in (Loader, Writer, Error, Unavailable, NotFound, Corrupt, BadState, InvalidOption):
+for _cls in (Loader, Writer, Image, Error, Unavailable, NotFound, Corrupt, BadState,
+             InvalidOption, DecodeError):
     _cls.__module__ = "dscache"
 del _cls

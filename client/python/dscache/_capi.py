@@ -57,6 +57,15 @@ class _FieldOptions(ctypes.Structure):
         ("pad", ctypes.c_int),
         ("pad_value", ctypes.c_double),
         ("max_len", ctypes.c_uint64),
+        ("image", ctypes.c_int),
+        ("image_height", ctypes.c_uint32),
+        ("image_width", ctypes.c_uint32),
+        ("image_crop", ctypes.c_int),
+        ("image_scale", ctypes.c_double * 2),
+        ("image_ratio", ctypes.c_double * 2),
+        ("image_flip", ctypes.c_int),
+        ("image_layout", ctypes.c_int),
+        ("on_decode_error", ctypes.c_int),
     ]
 
 
@@ -186,6 +195,8 @@ _STAT_FIELDS = [
     ("rdma_fallbacks", ctypes.c_uint64),
     ("rdma_errors", ctypes.c_uint64),
     ("truncated_samples", ctypes.c_uint64),
+    ("decode_errors", ctypes.c_uint64),
+    ("image_seconds", ctypes.c_double),
 ]
 
 # dscache_base.h dsc_bottleneck_t, in order (the numbers are on the wire: append only).

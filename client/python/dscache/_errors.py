@@ -31,6 +31,11 @@ class BadState(Error):
     """A saved loader state that is damaged or was saved with other order settings."""
 
 
+class DecodeError(Error):
+    """An image of a decoded field (Loader(decode=...)) did not decode: the message names the
+    dataset, shard and sample."""
+
+
 class InvalidOption(Error, ValueError):
     """A loader option or argument the library rejects (also a ValueError)."""
 
@@ -44,6 +49,7 @@ _FAMILIES = {
               "EBADHEADER", "EBADSCHEMA", "EBADINDEX", "EBADFOOTER", "EBADMANIFEST",
               "ETRUNCATED"),
     BadState: ("EBADSTATE",),
+    DecodeError: ("EDECODE",),
     InvalidOption: ("EINVAL", "ERANGE"),
 }
 _FAMILY_BY_NAME = {"DSC_" + n: cls for cls, names in _FAMILIES.items() for n in names}

@@ -74,6 +74,13 @@ class Loader:
     only) truncates longer samples (counted in stats()["truncated_samples"]). max_bytes={f: N}
     sets the bytes of f one batch may hold (default from the dataset's size statistics); a
     batch needing more raises Error DSC_ETOOLARGE naming the sample, never truncating.
+
+    Image decode (docs/loader.md#image-decode): decode={f: dscache.Image(size=(224, 224),
+    crop="random_resized", flip=True)} decodes a u8[] field of JPEG/PNG/WebP bytes in the
+    decode threads into batch[f] uint8 [B, 3, H, W] ([B, H, W, 3] with layout="hwc"); the crop
+    and flip are a pure function of (seed, epoch, sample index). An image that does not decode
+    raises DecodeError naming dataset, shard and sample, or with on_decode_error="fill" is a
+    zero image counted in stats()["decode_errors"].
     """
 
     def __init__(self, servers=None, dataset=None, batch_size=32, seed=0, rank=None,
@@ -84,7 +91,7 @@ class Loader:
                  server_inflight_bytes=None, assist=True, transform=None, max_held_bytes=None,
                  auth_file=None, order="local", job=None,
                  report_seconds=None, transport=None, pad=None, max_len=None, max_bytes=None,
-                 ignore_rank_env=False):
+                 decode=None, on_decode_error="raise", ignore_rank_env=False):
         lib = _load()
         self._lib = lib
         self._handle = None
@@ -157,7 +164,7 @@ class Loader:
         if transport is not None and transport not in ("tcp", "rdma", "auto"):
             raise ValueError("transport must be 'tcp', 'rdma' or 'auto'")
         opts.transport = transport.encode() if transport else None
-        field_opts = _field_options(lib, pad, max_len, max_bytes)
+        field_opts = _field_options(lib, pad, max_len, max_bytes, decode, on_decode_error)
         if field_opts is not None:
             opts.field_options = ctypes.cast(field_opts, ctypes.c_void_p)
             opts.field_option_count = len(field_opts)
@@ -435,13 +442,52 @@ class Loader:
         return buf.value.decode()
 
 
-def _field_options(lib, pad, max_len, max_bytes):
-    """The dsc_field_options_t array for pad / max_len / max_bytes (dicts keyed by field name),
-    or None when none is given. The library checks that each names a variable-length field."""
-    pad, max_len, max_bytes = pad or {}, max_len or {}, max_bytes or {}
-    for arg, d in (("pad", pad), ("max_len", max_len), ("max_bytes", max_bytes)):
+class Image:
+    """Decode of a u8[] field holding JPEG, PNG or WebP bytes, in the loader's decode threads
+    (Loader(decode={"image": Image(...)})): batch[field] becomes uint8 [B, 3, H, W] (layout
+    "chw") or [B, H, W, 3] ("hwc"). crop: "center" (resize the shorter side, center-crop),
+    "random_resized" (torchvision RandomResizedCrop with scale and ratio), "none" (resize to
+    size); flip: horizontal flip with probability 1/2. The crop and flip of a sample are a pure
+    function of (seed, epoch, sample index): identical across a resume or a world-size change,
+    different across epochs (docs/order.md#image-augmentation)."""
+
+    _CROPS = {"center": 0, "random_resized": 1, "none": 2}
+    _LAYOUTS = {"chw": 0, "hwc": 1}
+
+    def __init__(self, size=(224, 224), crop="center", scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
+                 flip=False, layout="chw"):
+        if isinstance(size, int):
+            size = (size, size)
+        self.size = (int(size[0]), int(size[1]))
+        if crop not in self._CROPS:
+            raise ValueError("crop must be 'center', 'random_resized' or 'none'")
+        if layout not in self._LAYOUTS:
+            raise ValueError("layout must be 'chw' or 'hwc'")
+        self.crop, self.layout, self.flip = crop, layout, bool(flip)
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.ratio = (float(ratio[0]), float(ratio[1]))
+
+    def __repr__(self):
+        return ("Image(size=%r, crop=%r, scale=%r, ratio=%r, flip=%r, layout=%r)"
+                % (self.size, self.crop, self.scale, self.ratio, self.flip, self.layout))
+
+
+def _field_options(lib, pad, max_len, max_bytes, decode=None, on_decode_error="raise"):
+    """The dsc_field_options_t array for pad / max_len / max_bytes / decode (dicts keyed by field
+    name), or None when none is given. The library checks that each names a variable-length
+    field."""
+    pad, max_len, max_bytes, decode = pad or {}, max_len or {}, max_bytes or {}, decode or {}
+    for arg, d in (("pad", pad), ("max_len", max_len), ("max_bytes", max_bytes),
+                   ("decode", decode)):
         if not isinstance(d, dict):
             raise TypeError("%s must be a dict {field name: value}" % arg)
+    if on_decode_error not in ("raise", "fill"):
+        raise ValueError("on_decode_error must be 'raise' or 'fill'")
+    for name, spec in decode.items():
+        if not isinstance(spec, Image):
+            raise TypeError("decode[%r] must be a dscache.Image" % name)
+        if name in pad or name in max_bytes:
+            raise ValueError("decode[%r]: a decoded field takes no pad or max_bytes" % name)
     for name, length in max_len.items():
         if name not in pad:
             raise ValueError("max_len[%r]: max_len applies to padded fields; give pad={%r: "
@@ -451,7 +497,7 @@ def _field_options(lib, pad, max_len, max_bytes):
     for name, n in max_bytes.items():
         if int(n) < 1:
             raise ValueError("max_bytes[%r] must be >= 1" % name)
-    names = list(dict.fromkeys(list(pad) + list(max_bytes)))
+    names = list(dict.fromkeys(list(pad) + list(max_bytes) + list(decode)))
     if not names:
         return None
     arr = (_FieldOptions * len(names))()
@@ -463,4 +509,14 @@ def _field_options(lib, pad, max_len, max_bytes):
             arr[i].pad_value = float(pad[name])
             arr[i].max_len = int(max_len.get(name, 0))
         arr[i].max_bytes = int(max_bytes.get(name, 0))
+        if name in decode:
+            im = decode[name]
+            arr[i].image = 1
+            arr[i].image_height, arr[i].image_width = im.size
+            arr[i].image_crop = Image._CROPS[im.crop]
+            arr[i].image_scale[0], arr[i].image_scale[1] = im.scale
+            arr[i].image_ratio[0], arr[i].image_ratio[1] = im.ratio
+            arr[i].image_flip = 1 if im.flip else 0
+            arr[i].image_layout = Image._LAYOUTS[im.layout]
+            arr[i].on_decode_error = 1 if on_decode_error == "fill" else 0
     return arr

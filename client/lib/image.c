@@ -1,0 +1,669 @@
+/* Image codec: JPEG / PNG / WebP bytes -> RGB u8, one crop + resize + flip, CHW or HWC.
+ * Decoders: TurboJPEG (libjpeg-turbo), libpng's simplified API, libwebp. Resize: resample.c
+ * (PIL's BILINEAR algorithm, fixed point). */
+#include "image.h"
+#include "resample.h"
+
+#include "dscache.h"
+
+#include <stdio.h> /* before jpeglib.h, which needs FILE */
+
+#include <jerror.h>
+#include <jpeglib.h>
+
+#include <math.h>
+#include <png.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+#include <webp/decode.h>
+
+#define ERR_LEN 160
+
+struct dsc_image_ctx {
+    tjhandle tj_decode;
+    tjhandle tj_encode;
+    dsc_image_limits_t limits;
+    uint8_t *pixels; /* the decoded source, RGB HWC */
+    size_t pixels_cap;
+    uint8_t *resized; /* the resized crop, RGB HWC */
+    size_t resized_cap;
+    dsc_resample_scratch_t resample;
+    char error[ERR_LEN];
+};
+
+static int grow(uint8_t **buf, size_t *cap, size_t need) {
+    if (need <= *cap)
+        return 0;
+    uint8_t *p = realloc(*buf, need);
+    if (!p)
+        return DSC_ENOMEM;
+    *buf = p;
+    *cap = need;
+    return 0;
+}
+
+__attribute__((format(printf, 2, 3))) static int fail(dsc_image_ctx_t *ctx, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->error, sizeof ctx->error, fmt, ap);
+    va_end(ap);
+    return DSC_EDECODE;
+}
+
+void dsc__image_spec_init(dsc_image_spec_t *spec) {
+    memset(spec, 0, sizeof *spec);
+    spec->height = spec->width = 224;
+    spec->crop = DSC_IMAGE_CROP_CENTER;
+    spec->scale[0] = 0.08;
+    spec->scale[1] = 1.0;
+    spec->ratio[0] = 3.0 / 4.0;
+    spec->ratio[1] = 4.0 / 3.0;
+    spec->layout = DSC_IMAGE_LAYOUT_CHW;
+}
+
+int dsc__image_spec_check(const dsc_image_spec_t *spec) {
+    if (!spec || spec->height < 1 || spec->height > 8192 || spec->width < 1 || spec->width > 8192)
+        return DSC_EINVAL;
+    if (spec->crop < DSC_IMAGE_CROP_CENTER || spec->crop > DSC_IMAGE_CROP_NONE)
+        return DSC_EINVAL;
+    if (spec->layout != DSC_IMAGE_LAYOUT_CHW && spec->layout != DSC_IMAGE_LAYOUT_HWC)
+        return DSC_EINVAL;
+    if (spec->crop == DSC_IMAGE_CROP_RANDOM_RESIZED &&
+        !(spec->scale[0] > 0 && spec->scale[0] <= spec->scale[1] && spec->scale[1] <= 1 &&
+          spec->ratio[0] > 0 && spec->ratio[0] <= spec->ratio[1] && isfinite(spec->ratio[1])))
+        return DSC_EINVAL;
+    return 0;
+}
+
+int dsc__image_sniff(const void *data, size_t len) {
+    const uint8_t *p = data;
+    if (len >= 3 && p[0] == 0xFF && p[1] == 0xD8 && p[2] == 0xFF)
+        return DSC_IMAGE_JPEG;
+    if (len >= 8 && memcmp(p, "\x89PNG\r\n\x1a\n", 8) == 0)
+        return DSC_IMAGE_PNG;
+    if (len >= 12 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBP", 4) == 0)
+        return DSC_IMAGE_WEBP;
+    return DSC_IMAGE_UNKNOWN;
+}
+
+const char *dsc__image_format_name(int format) {
+    switch (format) {
+    case DSC_IMAGE_JPEG:
+        return "jpeg";
+    case DSC_IMAGE_PNG:
+        return "png";
+    case DSC_IMAGE_WEBP:
+        return "webp";
+    default:
+        return "unknown";
+    }
+}
+
+int dsc__image_ctx_create(const dsc_image_limits_t *limits, dsc_image_ctx_t **out) {
+    dsc_image_ctx_t *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return DSC_ENOMEM;
+    ctx->limits.max_pixels = 64ull << 20;
+    ctx->limits.max_side = 32768;
+    if (limits) {
+        if (limits->max_pixels)
+            ctx->limits.max_pixels = limits->max_pixels;
+        if (limits->max_side)
+            ctx->limits.max_side = limits->max_side;
+    }
+    ctx->tj_decode = tjInitDecompress();
+    if (!ctx->tj_decode) {
+        free(ctx);
+        return DSC_ENOMEM;
+    }
+    *out = ctx;
+    return 0;
+}
+
+void dsc__image_ctx_destroy(dsc_image_ctx_t *ctx) {
+    if (!ctx)
+        return;
+    if (ctx->tj_decode)
+        tjDestroy(ctx->tj_decode);
+    if (ctx->tj_encode)
+        tjDestroy(ctx->tj_encode);
+    free(ctx->pixels);
+    free(ctx->resized);
+    dsc__resample_scratch_free(&ctx->resample);
+    free(ctx);
+}
+
+const char *dsc__image_error(const dsc_image_ctx_t *ctx) {
+    return ctx->error;
+}
+
+static int check_size(dsc_image_ctx_t *ctx, const char *what, uint64_t w, uint64_t h) {
+    if (w < 1 || h < 1)
+        return fail(ctx, "%s: empty image (%llux%llu)", what, (unsigned long long)w,
+                    (unsigned long long)h);
+    if (w > ctx->limits.max_side || h > ctx->limits.max_side || w * h > ctx->limits.max_pixels)
+        return fail(ctx, "%s: %llux%llu is over the limit (%u per side, %llu pixels)", what,
+                    (unsigned long long)w, (unsigned long long)h, ctx->limits.max_side,
+                    (unsigned long long)ctx->limits.max_pixels);
+    return 0;
+}
+
+/* ---- Headers ---------------------------------------------------------------------------- */
+
+/* A TurboJPEG handle that failed part-way through a header can refuse the next, valid file
+ * ("Bogus DQT index", libjpeg-turbo 2.1): a failed handle is replaced. Returns DSC_EDECODE, or
+ * DSC_ENOMEM when no new handle could be made (the next call retries). */
+static int tj_reset(dsc_image_ctx_t *ctx) {
+    if (ctx->tj_decode)
+        tjDestroy(ctx->tj_decode);
+    ctx->tj_decode = tjInitDecompress();
+    return ctx->tj_decode ? DSC_EDECODE : DSC_ENOMEM;
+}
+
+static int jpeg_header(dsc_image_ctx_t *ctx, const void *data, size_t len, uint32_t *w,
+                       uint32_t *h) {
+    int width, height, subsamp, colorspace;
+    if (!ctx->tj_decode && !(ctx->tj_decode = tjInitDecompress()))
+        return DSC_ENOMEM;
+    if (len > 0xFFFFFFFFul)
+        return fail(ctx, "jpeg: %zu bytes is too large", len);
+    if (tjDecompressHeader3(ctx->tj_decode, data, (unsigned long)len, &width, &height, &subsamp,
+                            &colorspace) != 0) {
+        fail(ctx, "jpeg: %s", tjGetErrorStr2(ctx->tj_decode));
+        return tj_reset(ctx);
+    }
+    if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK)
+        return fail(ctx, "jpeg: CMYK/YCCK images are not supported");
+    *w = (uint32_t)width;
+    *h = (uint32_t)height;
+    return check_size(ctx, "jpeg", *w, *h);
+}
+
+static int png_header(dsc_image_ctx_t *ctx, png_image *image, const void *data, size_t len) {
+    memset(image, 0, sizeof *image);
+    image->version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_memory(image, data, len)) {
+        int rc = fail(ctx, "png: %s", image->message);
+        png_image_free(image);
+        return rc;
+    }
+    int rc = check_size(ctx, "png", image->width, image->height);
+    if (rc < 0)
+        png_image_free(image);
+    return rc;
+}
+
+static int webp_header(dsc_image_ctx_t *ctx, const void *data, size_t len, uint32_t *w,
+                       uint32_t *h) {
+    WebPBitstreamFeatures features;
+    if (WebPGetFeatures(data, len, &features) != VP8_STATUS_OK)
+        return fail(ctx, "webp: not a valid WebP header");
+    if (features.has_animation)
+        return fail(ctx, "webp: animated images are not supported");
+    *w = (uint32_t)features.width;
+    *h = (uint32_t)features.height;
+    return check_size(ctx, "webp", *w, *h);
+}
+
+int dsc__image_info(dsc_image_ctx_t *ctx, const void *data, size_t len, int *format,
+                    uint32_t *width, uint32_t *height) {
+    ctx->error[0] = 0;
+    int fmt = dsc__image_sniff(data, len);
+    *format = fmt;
+    switch (fmt) {
+    case DSC_IMAGE_JPEG:
+        return jpeg_header(ctx, data, len, width, height);
+    case DSC_IMAGE_WEBP:
+        return webp_header(ctx, data, len, width, height);
+    case DSC_IMAGE_PNG: {
+        png_image image;
+        int rc = png_header(ctx, &image, data, len);
+        if (rc < 0)
+            return rc;
+        *width = image.width;
+        *height = image.height;
+        png_image_free(&image);
+        return 0;
+    }
+    default:
+        return fail(ctx, "not a JPEG, PNG or WebP image (%zu bytes, first byte 0x%02x)", len,
+                    len ? ((const uint8_t *)data)[0] : 0);
+    }
+}
+
+/* ---- The keyed draws (docs/order.md, "Image augmentation") ----------------------------- */
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+#define IMAGE_TAG 0x494D414745ull /* "IMAGE" */
+#define GOLDEN 0x9E3779B97F4A7C15ull
+
+static uint64_t draw(uint64_t key, uint64_t k) {
+    return mix64(key + (k + 1) * GOLDEN);
+}
+static double draw_unit(uint64_t key, uint64_t k) { /* [0, 1) */
+    return (double)(draw(key, k) >> 11) * 0x1.0p-53;
+}
+static uint64_t draw_below(uint64_t key, uint64_t k, uint64_t n) { /* [0, n) */
+    return (uint64_t)(((unsigned __int128)draw(key, k) * n) >> 64);
+}
+
+void dsc__image_plan(const dsc_image_spec_t *spec, uint32_t src_w, uint32_t src_h, uint64_t seed,
+                     uint64_t epoch, uint64_t index, dsc_image_box_t *box) {
+    uint64_t key = mix64(mix64(mix64(seed ^ IMAGE_TAG) ^ epoch) ^ index);
+    double W = src_w, H = src_h;
+    box->flip = spec->flip ? (int)(draw(key, 40) >> 63) : 0;
+    if (spec->crop == DSC_IMAGE_CROP_NONE) {
+        box->x = box->y = 0;
+        box->w = W;
+        box->h = H;
+        return;
+    }
+    if (spec->crop == DSC_IMAGE_CROP_CENTER) {
+        /* The largest box of the output's aspect: what "resize the shorter side, then center
+         * crop" keeps, without rounding the intermediate size. */
+        double aspect = (double)spec->width / spec->height;
+        double w = W, h = W / aspect;
+        if (h > H) {
+            h = H;
+            w = H * aspect;
+        }
+        box->w = w;
+        box->h = h;
+        box->x = (W - w) / 2;
+        box->y = (H - h) / 2;
+        return;
+    }
+    /* torchvision RandomResizedCrop.get_params: 10 tries, then the centred fallback. */
+    double area = W * H, log_lo = log(spec->ratio[0]), log_hi = log(spec->ratio[1]);
+    for (uint64_t t = 0; t < 10; t++) {
+        double target =
+            area * (spec->scale[0] + (spec->scale[1] - spec->scale[0]) * draw_unit(key, 4 * t));
+        double aspect = exp(log_lo + (log_hi - log_lo) * draw_unit(key, 4 * t + 1));
+        double w = round(sqrt(target * aspect)), h = round(sqrt(target / aspect));
+        if (w > 0 && w <= W && h > 0 && h <= H) {
+            box->y = (double)draw_below(key, 4 * t + 2, (uint64_t)(H - h) + 1);
+            box->x = (double)draw_below(key, 4 * t + 3, (uint64_t)(W - w) + 1);
+            box->w = w;
+            box->h = h;
+            return;
+        }
+    }
+    double in_ratio = W / H, w = W, h = H;
+    if (in_ratio < spec->ratio[0]) {
+        h = round(w / spec->ratio[0]);
+    } else if (in_ratio > spec->ratio[1]) {
+        w = round(h * spec->ratio[1]);
+    }
+    if (h < 1)
+        h = 1;
+    if (w < 1)
+        w = 1;
+    box->w = w;
+    box->h = h;
+    box->x = floor((W - w) / 2);
+    box->y = floor((H - h) / 2);
+}
+
+/* ---- Full decodes into ctx->pixels ------------------------------------------------------ */
+
+/* The largest DCT denominator (1, 2, 4, 8) at which the region w x h still has at least
+ * need_w x need_h pixels. TurboJPEG's scaled size is ceil(size * 1/d). */
+static int jpeg_denominator(double w, double h, uint32_t need_w, uint32_t need_h) {
+    int d = 8;
+    while (d > 1 && (w / d < need_w || h / d < need_h))
+        d /= 2;
+    return d;
+}
+
+/* Decodes into ctx->pixels at 1/denom: *w x *h RGB. */
+static int jpeg_decode(dsc_image_ctx_t *ctx, const void *data, size_t len, int denom, uint32_t *w,
+                       uint32_t *h) {
+    uint32_t full_w, full_h;
+    int rc = jpeg_header(ctx, data, len, &full_w, &full_h);
+    if (rc < 0)
+        return rc;
+    uint32_t sw = (uint32_t)TJSCALED(full_w, ((tjscalingfactor){1, denom}));
+    uint32_t sh = (uint32_t)TJSCALED(full_h, ((tjscalingfactor){1, denom}));
+    if (grow(&ctx->pixels, &ctx->pixels_cap, (size_t)sw * sh * 3) < 0)
+        return DSC_ENOMEM;
+    if (tjDecompress2(ctx->tj_decode, data, (unsigned long)len, ctx->pixels, (int)sw, (int)sw * 3,
+                      (int)sh, TJPF_RGB, TJFLAG_LIMITSCANS) != 0) {
+        /* A warning (corrupt data the decoder recovered from) is accepted, except a missing
+         * end: a truncated file, which PIL refuses too. */
+        const char *msg = tjGetErrorStr2(ctx->tj_decode);
+        if (tjGetErrorCode(ctx->tj_decode) != TJERR_WARNING || strstr(msg, "Premature end")) {
+            fail(ctx, "jpeg: %s", msg);
+            return tj_reset(ctx);
+        }
+    }
+    *w = sw;
+    *h = sh;
+    return 0;
+}
+
+/* ---- JPEG, only the crop: libjpeg's API (jpeg_crop_scanline, jpeg_skip_scanlines) ------ */
+
+typedef struct jpeg_fail {
+    struct jpeg_error_mgr mgr;
+    jmp_buf jump;
+    char message[JMSG_LENGTH_MAX];
+} jpeg_fail_t;
+
+static void jpeg_on_error(j_common_ptr cinfo) {
+    jpeg_fail_t *f = (jpeg_fail_t *)(void *)cinfo->err;
+    f->mgr.format_message(cinfo, f->message);
+    longjmp(f->jump, 1);
+}
+
+/* A progressive file of more scans than any encoder writes is refused (TurboJPEG's
+ * TJFLAG_LIMITSCANS): each scan re-reads the coefficients, so a crafted file costs quadratic
+ * time otherwise. */
+static void jpeg_on_progress(j_common_ptr cinfo) {
+    j_decompress_ptr d = (j_decompress_ptr)(void *)cinfo;
+    if (d->is_decompressor && d->input_scan_number > 500) {
+        jpeg_fail_t *f = (jpeg_fail_t *)(void *)cinfo->err;
+        snprintf(f->message, sizeof f->message, "more than 500 scans");
+        longjmp(f->jump, 1);
+    }
+}
+
+/* Warnings (level -1) are recovered damage, accepted as PIL accepts them, except a missing end:
+ * a truncated file fails as with TurboJPEG above. Trace messages (level >= 0) are dropped. */
+static void jpeg_on_message(j_common_ptr cinfo, int level) {
+    if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF)
+        jpeg_on_error(cinfo);
+}
+
+/* Decodes the rows and columns of the full-size box at 1/denom into ctx->pixels: the scaled
+ * image is *sw x *sh; the buffer holds its columns [*ox, *ox + *pw) and rows [*oy, *oy + *ph)
+ * (rows below the crop are never decoded, rows above are entropy-decoded only, columns outside
+ * the iMCU columns the crop touches are skipped). Returns 0, DSC_EDECODE or DSC_ENOMEM. */
+static int jpeg_decode_crop(dsc_image_ctx_t *ctx, const void *data, size_t len, int denom,
+                            const dsc_image_box_t *box, uint32_t full_w, uint32_t full_h,
+                            uint32_t *sw, uint32_t *sh, uint32_t *ox, uint32_t *oy, uint32_t *pw,
+                            uint32_t *ph) {
+    struct jpeg_decompress_struct cinfo;
+    jpeg_fail_t fail_mgr;
+    memset(&cinfo, 0, sizeof cinfo);
+    cinfo.err = jpeg_std_error(&fail_mgr.mgr);
+    fail_mgr.mgr.error_exit = jpeg_on_error;
+    fail_mgr.mgr.emit_message = jpeg_on_message;
+    fail_mgr.message[0] = 0;
+    volatile int rc = 0;
+    if (setjmp(fail_mgr.jump)) {
+        jpeg_destroy_decompress(&cinfo);
+        return rc ? rc : fail(ctx, "jpeg: %s", fail_mgr.message[0] ? fail_mgr.message : "?");
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, data, (unsigned long)len);
+    jpeg_read_header(&cinfo, TRUE);
+    if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+        jpeg_destroy_decompress(&cinfo);
+        return fail(ctx, "jpeg: CMYK/YCCK images are not supported");
+    }
+    cinfo.out_color_space = JCS_RGB;
+    cinfo.scale_num = 1;
+    cinfo.scale_denom = (unsigned)denom;
+    struct jpeg_progress_mgr progress = {.progress_monitor = jpeg_on_progress};
+    cinfo.progress = &progress;
+    jpeg_start_decompress(&cinfo);
+    *sw = cinfo.output_width;
+    *sh = cinfo.output_height;
+    double fx = (double)*sw / full_w, fy = (double)*sh / full_h;
+    uint32_t x0 = (uint32_t)fmax(0, floor(box->x * fx));
+    uint32_t x1 = (uint32_t)fmin(*sw, ceil((box->x + box->w) * fx));
+    uint32_t y0 = (uint32_t)fmax(0, floor(box->y * fy));
+    uint32_t y1 = (uint32_t)fmin(*sh, ceil((box->y + box->h) * fy));
+    if (x1 <= x0)
+        x1 = x0 + 1 <= *sw ? x0 + 1 : *sw;
+    if (y1 <= y0)
+        y1 = y0 + 1 <= *sh ? y0 + 1 : *sh;
+    JDIMENSION xoff = x0, width = x1 - x0;
+    if (width < *sw)
+        jpeg_crop_scanline(&cinfo, &xoff, &width);
+    *ox = xoff;
+    *pw = width;
+    *oy = y0;
+    *ph = y1 - y0;
+    size_t row = (size_t)width * 3;
+    if (grow(&ctx->pixels, &ctx->pixels_cap, row * *ph) < 0) {
+        rc = DSC_ENOMEM;
+        longjmp(fail_mgr.jump, 1);
+    }
+    if (y0 > 0 && jpeg_skip_scanlines(&cinfo, y0) != y0)
+        longjmp(fail_mgr.jump, 1);
+    while (cinfo.output_scanline < y1) {
+        JSAMPROW rows[1] = {ctx->pixels + (size_t)(cinfo.output_scanline - y0) * row};
+        if (jpeg_read_scanlines(&cinfo, rows, 1) != 1) {
+            snprintf(fail_mgr.message, sizeof fail_mgr.message, "no more scanlines");
+            longjmp(fail_mgr.jump, 1);
+        }
+    }
+    jpeg_abort_decompress(&cinfo);
+    jpeg_destroy_decompress(&cinfo);
+    return 0;
+}
+
+static int png_decode(dsc_image_ctx_t *ctx, const void *data, size_t len, uint32_t *w,
+                      uint32_t *h) {
+    png_image image;
+    int rc = png_header(ctx, &image, data, len);
+    if (rc < 0)
+        return rc;
+    image.format = PNG_FORMAT_RGB;
+    if (grow(&ctx->pixels, &ctx->pixels_cap, (size_t)image.width * image.height * 3) < 0) {
+        png_image_free(&image);
+        return DSC_ENOMEM;
+    }
+    /* Alpha is composited on black (PIL's convert("RGB") drops it: docs/ingest.md). */
+    png_color background = {0, 0, 0};
+    if (!png_image_finish_read(&image, &background, ctx->pixels, 0, NULL)) {
+        rc = fail(ctx, "png: %s", image.message);
+        png_image_free(&image);
+        return rc;
+    }
+    *w = image.width;
+    *h = image.height;
+    png_image_free(&image);
+    return 0;
+}
+
+static int webp_decode(dsc_image_ctx_t *ctx, const void *data, size_t len, uint32_t *w,
+                       uint32_t *h) {
+    int rc = webp_header(ctx, data, len, w, h);
+    if (rc < 0)
+        return rc;
+    size_t bytes = (size_t)*w * *h * 3;
+    if (grow(&ctx->pixels, &ctx->pixels_cap, bytes) < 0)
+        return DSC_ENOMEM;
+    if (!WebPDecodeRGBInto(data, len, ctx->pixels, bytes, (int)*w * 3))
+        return fail(ctx, "webp: the image data does not decode");
+    return 0;
+}
+
+/* Decodes into ctx->pixels, choosing the JPEG scale from the box (in full-size pixels) and the
+ * output it must cover. Returns the scale factor applied (sw / full_w) in *factor_x/y. */
+static int decode_for(dsc_image_ctx_t *ctx, const void *data, size_t len, int format,
+                      const dsc_image_box_t *box, uint32_t need_w, uint32_t need_h, uint32_t full_w,
+                      uint32_t full_h, uint32_t *w, uint32_t *h) {
+    switch (format) {
+    case DSC_IMAGE_JPEG: {
+        int d = jpeg_denominator(box->w, box->h, need_w, need_h);
+        return jpeg_decode(ctx, data, len, d, w, h);
+    }
+    case DSC_IMAGE_PNG:
+        return png_decode(ctx, data, len, w, h);
+    case DSC_IMAGE_WEBP:
+        return webp_decode(ctx, data, len, w, h);
+    default:
+        break;
+    }
+    (void)full_w;
+    (void)full_h;
+    return fail(ctx, "not a JPEG, PNG or WebP image");
+}
+
+/* Resizes the region (x, y, bw, bh) of ctx->pixels (sw x sh RGB) to ow x oh RGB into dst. The
+ * resampler sees only the whole pixels the region touches, as PIL's crop then resize does. */
+static int resize_region(dsc_image_ctx_t *ctx, uint32_t sw, uint32_t sh, double x, double y,
+                         double bw, double bh, uint8_t *dst, uint32_t ow, uint32_t oh) {
+    double x0 = fmax(0, floor(x)), y0 = fmax(0, floor(y));
+    double x1 = fmin(sw, ceil(x + bw - 1e-9)), y1 = fmin(sh, ceil(y + bh - 1e-9));
+    if (x1 <= x0)
+        x1 = fmin(sw, x0 + 1);
+    if (y1 <= y0)
+        y1 = fmin(sh, y0 + 1);
+    uint32_t iw = (uint32_t)(x1 - x0), ih = (uint32_t)(y1 - y0);
+    const uint8_t *src = ctx->pixels + ((size_t)y0 * sw + (size_t)x0) * 3;
+    double bx0 = fmax(0, x - x0), by0 = fmax(0, y - y0);
+    double bx1 = fmin(iw, x + bw - x0), by1 = fmin(ih, y + bh - y0);
+    if (bx1 <= bx0 || by1 <= by0)
+        return fail(ctx, "empty crop");
+    int rc = dsc__resample_rgb(&ctx->resample, src, iw, ih, (size_t)sw * 3, bx0, by0, bx1, by1, dst,
+                               ow, oh);
+    return rc == DSC_EINVAL ? fail(ctx, "resize: bad box") : rc;
+}
+
+int dsc__image_decode(dsc_image_ctx_t *ctx, const void *data, size_t len,
+                      const dsc_image_spec_t *spec, uint64_t seed, uint64_t epoch, uint64_t index,
+                      uint8_t *out, size_t out_len, dsc_image_box_t *box_out) {
+    if (dsc__image_spec_check(spec) < 0 || !out ||
+        out_len != (size_t)spec->width * spec->height * 3)
+        return DSC_EINVAL;
+    int format;
+    uint32_t full_w, full_h;
+    int rc = dsc__image_info(ctx, data, len, &format, &full_w, &full_h);
+    if (rc < 0)
+        return rc;
+    dsc_image_box_t box;
+    dsc__image_plan(spec, full_w, full_h, seed, epoch, index, &box);
+    if (box_out)
+        *box_out = box;
+    uint32_t sw, sh, ox = 0, oy = 0, pw, ph;
+    if (format == DSC_IMAGE_JPEG) {
+        int d = jpeg_denominator(box.w, box.h, spec->width, spec->height);
+        rc =
+            jpeg_decode_crop(ctx, data, len, d, &box, full_w, full_h, &sw, &sh, &ox, &oy, &pw, &ph);
+    } else {
+        rc = decode_for(ctx, data, len, format, &box, spec->width, spec->height, full_w, full_h,
+                        &sw, &sh);
+        pw = sw;
+        ph = sh;
+    }
+    if (rc < 0)
+        return rc;
+    /* The box in the decoded (possibly DCT-scaled) buffer's pixels. */
+    double fx = (double)sw / full_w, fy = (double)sh / full_h;
+    uint32_t ow = spec->width, oh = spec->height;
+    size_t plane = (size_t)ow * oh;
+    int direct = spec->layout == DSC_IMAGE_LAYOUT_HWC && !box.flip;
+    uint8_t *dst = out;
+    if (!direct) {
+        if (grow(&ctx->resized, &ctx->resized_cap, plane * 3) < 0)
+            return DSC_ENOMEM;
+        dst = ctx->resized;
+    }
+    rc = resize_region(ctx, pw, ph, box.x * fx - ox, box.y * fy - oy, box.w * fx, box.h * fy, dst,
+                       ow, oh);
+    if (rc < 0 || direct)
+        return rc;
+    if (spec->layout == DSC_IMAGE_LAYOUT_HWC) { /* flipped */
+        for (uint32_t r = 0; r < oh; r++) {
+            const uint8_t *src = dst + (size_t)r * ow * 3;
+            uint8_t *row = out + (size_t)r * ow * 3;
+            for (uint32_t c = 0; c < ow; c++)
+                memcpy(row + (size_t)c * 3, src + (size_t)(ow - 1 - c) * 3, 3);
+        }
+        return 0;
+    }
+    uint8_t *r_plane = out, *g_plane = out + plane, *b_plane = out + 2 * plane;
+    for (uint32_t r = 0; r < oh; r++) {
+        const uint8_t *src = dst + (size_t)r * ow * 3;
+        size_t base = (size_t)r * ow;
+        if (box.flip) {
+            for (uint32_t c = 0; c < ow; c++) {
+                const uint8_t *p = src + (size_t)(ow - 1 - c) * 3;
+                r_plane[base + c] = p[0];
+                g_plane[base + c] = p[1];
+                b_plane[base + c] = p[2];
+            }
+        } else {
+            for (uint32_t c = 0; c < ow; c++) {
+                const uint8_t *p = src + (size_t)c * 3;
+                r_plane[base + c] = p[0];
+                g_plane[base + c] = p[1];
+                b_plane[base + c] = p[2];
+            }
+        }
+    }
+    return 0;
+}
+
+int dsc__image_decode_rgb(dsc_image_ctx_t *ctx, const void *data, size_t len, uint32_t max_side,
+                          uint8_t **rgb, uint32_t *width, uint32_t *height) {
+    int format;
+    uint32_t full_w, full_h;
+    int rc = dsc__image_info(ctx, data, len, &format, &full_w, &full_h);
+    if (rc < 0)
+        return rc;
+    uint32_t ow = full_w, oh = full_h;
+    uint32_t longer = full_w > full_h ? full_w : full_h;
+    if (max_side && longer > max_side) {
+        double f = (double)max_side / longer;
+        ow = (uint32_t)fmax(1, round(full_w * f));
+        oh = (uint32_t)fmax(1, round(full_h * f));
+    }
+    dsc_image_box_t box = {0, 0, full_w, full_h, 0};
+    uint32_t sw, sh;
+    rc = decode_for(ctx, data, len, format, &box, ow, oh, full_w, full_h, &sw, &sh);
+    if (rc < 0)
+        return rc;
+    uint8_t *buf = malloc((size_t)ow * oh * 3);
+    if (!buf)
+        return DSC_ENOMEM;
+    if (sw == ow && sh == oh) {
+        memcpy(buf, ctx->pixels, (size_t)ow * oh * 3);
+    } else {
+        rc = resize_region(ctx, sw, sh, 0, 0, sw, sh, buf, ow, oh);
+        if (rc < 0) {
+            free(buf);
+            return rc;
+        }
+    }
+    *rgb = buf;
+    *width = ow;
+    *height = oh;
+    return 0;
+}
+
+int dsc__image_encode_jpeg(dsc_image_ctx_t *ctx, const uint8_t *rgb, uint32_t width,
+                           uint32_t height, int quality, uint8_t **jpeg, size_t *jpeg_len) {
+    ctx->error[0] = 0;
+    if (!rgb || width < 1 || height < 1 || width > 65500 || height > 65500 || quality < 1 ||
+        quality > 100)
+        return DSC_EINVAL;
+    if (!ctx->tj_encode && !(ctx->tj_encode = tjInitCompress()))
+        return DSC_ENOMEM;
+    unsigned long size = tjBufSize((int)width, (int)height, TJSAMP_420);
+    uint8_t *buf = malloc(size);
+    if (!buf)
+        return DSC_ENOMEM;
+    unsigned long out_size = size;
+    if (tjCompress2(ctx->tj_encode, rgb, (int)width, (int)width * 3, (int)height, TJPF_RGB, &buf,
+                    &out_size, TJSAMP_420, quality, TJFLAG_NOREALLOC) != 0) {
+        free(buf);
+        return fail(ctx, "jpeg encode: %s", tjGetErrorStr2(ctx->tj_encode));
+    }
+    *jpeg = buf;
+    *jpeg_len = out_size;
+    return 0;
+}

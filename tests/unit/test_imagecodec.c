@@ -1,0 +1,279 @@
+/* Image codec: format sniffing, JPEG/PNG/WebP decode of images made here, crop geometry
+ * (torchvision RandomResizedCrop rules, fallback), keyed determinism, flip, layouts, limits, and
+ * every prefix of a valid file (an error or a decode, never a crash). */
+#include "image.h"
+#include "testlib.h"
+
+#include "dscache.h"
+
+#include <math.h>
+#include <png.h>
+#include <webp/encode.h>
+
+#define SW 320
+#define SH 240
+
+/* A smooth RGB test picture: red follows x, green y, blue a slow wave. */
+static uint8_t *picture(void) {
+    uint8_t *p = malloc(SW * SH * 3);
+    REQUIRE(p);
+    for (int y = 0; y < SH; y++)
+        for (int x = 0; x < SW; x++) {
+            uint8_t *q = p + ((size_t)y * SW + x) * 3;
+            q[0] = (uint8_t)(x * 255 / (SW - 1));
+            q[1] = (uint8_t)(y * 255 / (SH - 1));
+            q[2] = (uint8_t)(128 + 100 * sin(x / 20.0));
+        }
+    return p;
+}
+
+static uint8_t *make_png(const uint8_t *rgb, size_t *len) {
+    png_image image;
+    memset(&image, 0, sizeof image);
+    image.version = PNG_IMAGE_VERSION;
+    image.width = SW;
+    image.height = SH;
+    image.format = PNG_FORMAT_RGB;
+    png_alloc_size_t size = 0;
+    REQUIRE(png_image_write_to_memory(&image, NULL, &size, 0, rgb, 0, NULL));
+    uint8_t *buf = malloc(size);
+    REQUIRE(buf && png_image_write_to_memory(&image, buf, &size, 0, rgb, 0, NULL));
+    *len = size;
+    return buf;
+}
+
+static double mean_abs_diff(const uint8_t *a, const uint8_t *b, size_t n) {
+    double sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += abs((int)a[i] - (int)b[i]);
+    return sum / n;
+}
+
+static dsc_image_spec_t spec_of(int crop, uint32_t h, uint32_t w, int flip, int layout) {
+    dsc_image_spec_t spec;
+    dsc__image_spec_init(&spec);
+    spec.crop = crop;
+    spec.height = h;
+    spec.width = w;
+    spec.flip = flip;
+    spec.layout = layout;
+    return spec;
+}
+
+static void test_sniff(const uint8_t *jpeg, size_t jlen, const uint8_t *png, size_t plen,
+                       const uint8_t *webp, size_t wlen) {
+    CHECK_EQ_INT(dsc__image_sniff(jpeg, jlen), DSC_IMAGE_JPEG);
+    CHECK_EQ_INT(dsc__image_sniff(png, plen), DSC_IMAGE_PNG);
+    CHECK_EQ_INT(dsc__image_sniff(webp, wlen), DSC_IMAGE_WEBP);
+    CHECK_EQ_INT(dsc__image_sniff("GIF89a", 6), DSC_IMAGE_UNKNOWN);
+    CHECK_EQ_INT(dsc__image_sniff(jpeg, 2), DSC_IMAGE_UNKNOWN);
+    CHECK(strcmp(dsc__image_format_name(DSC_IMAGE_WEBP), "webp") == 0);
+}
+
+/* `none` at the source size returns the source; every format within its codec's loss. */
+static void test_decode_formats(dsc_image_ctx_t *ctx, const uint8_t *rgb, const uint8_t *jpeg,
+                                size_t jlen, const uint8_t *png, size_t plen, const uint8_t *webp,
+                                size_t wlen) {
+    dsc_image_spec_t spec = spec_of(DSC_IMAGE_CROP_NONE, SH, SW, 0, DSC_IMAGE_LAYOUT_HWC);
+    size_t n = SW * SH * 3;
+    uint8_t *out = malloc(n);
+    REQUIRE(out);
+    CHECK_EQ_INT(dsc__image_decode(ctx, png, plen, &spec, 0, 0, 0, out, n, NULL), 0);
+    CHECK(memcmp(out, rgb, n) == 0); /* PNG is lossless and the resize an identity */
+    CHECK_EQ_INT(dsc__image_decode(ctx, webp, wlen, &spec, 0, 0, 0, out, n, NULL), 0);
+    CHECK(memcmp(out, rgb, n) == 0); /* lossless WebP */
+    CHECK_EQ_INT(dsc__image_decode(ctx, jpeg, jlen, &spec, 0, 0, 0, out, n, NULL), 0);
+    CHECK(mean_abs_diff(out, rgb, n) < 2.0);
+    int format;
+    uint32_t w, h;
+    CHECK_EQ_INT(dsc__image_info(ctx, jpeg, jlen, &format, &w, &h), 0);
+    CHECK(format == DSC_IMAGE_JPEG && w == SW && h == SH);
+    /* wrong output size */
+    CHECK_EQ_INT(dsc__image_decode(ctx, png, plen, &spec, 0, 0, 0, out, n - 1, NULL), DSC_EINVAL);
+    free(out);
+}
+
+/* A JPEG decoded at a DCT scale (64x48 out of 320x240: 1/4) stays close to the PNG path. */
+static void test_dct_scale(dsc_image_ctx_t *ctx, const uint8_t *jpeg, size_t jlen,
+                           const uint8_t *png, size_t plen) {
+    dsc_image_spec_t spec = spec_of(DSC_IMAGE_CROP_NONE, 48, 64, 0, DSC_IMAGE_LAYOUT_CHW);
+    size_t n = 64 * 48 * 3;
+    uint8_t a[64 * 48 * 3], b[64 * 48 * 3];
+    CHECK_EQ_INT(dsc__image_decode(ctx, jpeg, jlen, &spec, 0, 0, 0, a, n, NULL), 0);
+    CHECK_EQ_INT(dsc__image_decode(ctx, png, plen, &spec, 0, 0, 0, b, n, NULL), 0);
+    CHECK(mean_abs_diff(a, b, n) < 2.5);
+    /* CHW: the red plane grows left to right */
+    CHECK(a[63] > a[0] + 150);
+    /* the green plane grows top to bottom */
+    CHECK(a[64 * 48 + 47 * 64] > a[64 * 48] + 150);
+}
+
+static void test_center_and_layouts(dsc_image_ctx_t *ctx, const uint8_t *png, size_t plen) {
+    dsc_image_box_t box;
+    dsc_image_spec_t chw = spec_of(DSC_IMAGE_CROP_CENTER, 32, 32, 0, DSC_IMAGE_LAYOUT_CHW);
+    dsc_image_spec_t hwc = spec_of(DSC_IMAGE_CROP_CENTER, 32, 32, 0, DSC_IMAGE_LAYOUT_HWC);
+    uint8_t a[32 * 32 * 3], b[32 * 32 * 3];
+    CHECK_EQ_INT(dsc__image_decode(ctx, png, plen, &chw, 0, 0, 0, a, sizeof a, &box), 0);
+    CHECK(box.w == SH && box.h == SH && box.x == (SW - SH) / 2.0 && box.y == 0);
+    CHECK_EQ_INT(dsc__image_decode(ctx, png, plen, &hwc, 0, 0, 0, b, sizeof b, NULL), 0);
+    int same = 1;
+    for (int c = 0; c < 3; c++)
+        for (int i = 0; i < 32 * 32; i++)
+            same &= a[c * 32 * 32 + i] == b[i * 3 + c];
+    CHECK(same);
+}
+
+static int box_eq(const dsc_image_box_t *a, const dsc_image_box_t *b) {
+    return a->x == b->x && a->y == b->y && a->w == b->w && a->h == b->h && a->flip == b->flip;
+}
+
+/* Keyed: a pure function of (seed, epoch, index); epochs, indices and seeds differ. */
+static void test_plan(void) {
+    dsc_image_spec_t spec = spec_of(DSC_IMAGE_CROP_RANDOM_RESIZED, 224, 224, 1, 0);
+    dsc_image_box_t a, b;
+    int differ_epoch = 0, differ_seed = 0, flips = 0;
+    for (uint64_t i = 0; i < 200; i++) {
+        dsc__image_plan(&spec, 500, 375, 7, 3, i, &a);
+        dsc__image_plan(&spec, 500, 375, 7, 3, i, &b);
+        CHECK(box_eq(&a, &b));
+        /* inside the image, whole pixels, torchvision's bounds on area and aspect */
+        CHECK(a.x >= 0 && a.y >= 0 && a.x + a.w <= 500 && a.y + a.h <= 375);
+        CHECK(a.w == floor(a.w) && a.h == floor(a.h) && a.x == floor(a.x));
+        double area = a.w * a.h / (500.0 * 375.0), ratio = a.w / a.h;
+        /* rounding w and h moves area and aspect a little past the drawn values */
+        CHECK(area > 0.08 * 0.97 && area <= 1.0);
+        CHECK(ratio > 0.75 * 0.97 && ratio < 4.0 / 3.0 * 1.03);
+        flips += a.flip;
+        dsc__image_plan(&spec, 500, 375, 7, 4, i, &b);
+        differ_epoch += !box_eq(&a, &b);
+        dsc__image_plan(&spec, 500, 375, 8, 3, i, &b);
+        differ_seed += !box_eq(&a, &b);
+    }
+    CHECK(differ_epoch > 190 && differ_seed > 190);
+    CHECK(flips > 70 && flips < 130); /* p = 1/2 */
+    /* the fallback: no box of aspect in [1, 1] with area >= 0.9 fits a 1000x10 image */
+    spec.scale[0] = 0.9;
+    spec.ratio[0] = spec.ratio[1] = 1.0;
+    dsc__image_plan(&spec, 1000, 10, 1, 0, 0, &a);
+    CHECK(a.w == 10 && a.h == 10 && a.x == 495 && a.y == 0);
+    /* none and center ignore the keys (but flip does not) */
+    spec = spec_of(DSC_IMAGE_CROP_NONE, 8, 8, 0, 0);
+    dsc__image_plan(&spec, 100, 50, 1, 2, 3, &a);
+    CHECK(a.x == 0 && a.y == 0 && a.w == 100 && a.h == 50 && a.flip == 0);
+}
+
+/* A flipped sample is the mirror of the unflipped one with the same box. */
+static void test_flip(dsc_image_ctx_t *ctx, const uint8_t *png, size_t plen) {
+    dsc_image_spec_t with = spec_of(DSC_IMAGE_CROP_RANDOM_RESIZED, 24, 40, 1, 0);
+    dsc_image_spec_t without = with;
+    without.flip = 0;
+    uint8_t a[24 * 40 * 3], b[24 * 40 * 3];
+    dsc_image_box_t box;
+    uint64_t index = 0;
+    for (; index < 64; index++) {
+        dsc__image_plan(&with, SW, SH, 5, 0, index, &box);
+        if (box.flip)
+            break;
+    }
+    REQUIRE(box.flip);
+    CHECK_EQ_INT(dsc__image_decode(ctx, png, plen, &with, 5, 0, index, a, sizeof a, NULL), 0);
+    CHECK_EQ_INT(dsc__image_decode(ctx, png, plen, &without, 5, 0, index, b, sizeof b, NULL), 0);
+    int mirrored = 1;
+    for (int c = 0; c < 3; c++)
+        for (int y = 0; y < 24; y++)
+            for (int x = 0; x < 40; x++)
+                mirrored &= a[(c * 24 + y) * 40 + x] == b[(c * 24 + y) * 40 + 39 - x];
+    CHECK(mirrored);
+    CHECK(memcmp(a, b, sizeof a) != 0);
+}
+
+static void test_bad(dsc_image_ctx_t *ctx, const uint8_t *jpeg, size_t jlen, const uint8_t *png,
+                     size_t plen, const uint8_t *webp, size_t wlen) {
+    dsc_image_spec_t spec = spec_of(DSC_IMAGE_CROP_RANDOM_RESIZED, 16, 16, 1, 0);
+    uint8_t out[16 * 16 * 3];
+    CHECK_EQ_INT(dsc__image_decode(ctx, "hello", 5, &spec, 0, 0, 0, out, sizeof out, NULL),
+                 DSC_EDECODE);
+    CHECK(strstr(dsc__image_error(ctx), "not a JPEG") != NULL);
+    /* a JPEG cut in half: "Premature end" */
+    CHECK_EQ_INT(dsc__image_decode(ctx, jpeg, jlen / 2, &spec, 0, 0, 0, out, sizeof out, NULL),
+                 DSC_EDECODE);
+    CHECK(strncmp(dsc__image_error(ctx), "jpeg:", 5) == 0);
+    /* every prefix of each format: a decode or DSC_EDECODE, nothing else */
+    const uint8_t *files[3] = {jpeg, png, webp};
+    size_t lens[3] = {jlen, plen, wlen};
+    for (int f = 0; f < 3; f++) {
+        int bad = 0;
+        for (size_t n = 0; n < lens[f]; n += 1 + n / 64) {
+            uint8_t *copy = malloc(n ? n : 1); /* exact size: ASan sees an overread */
+            REQUIRE(copy);
+            memcpy(copy, files[f], n);
+            int rc = dsc__image_decode(ctx, copy, n, &spec, 0, 0, n, out, sizeof out, NULL);
+            bad += rc != 0 && rc != DSC_EDECODE;
+            if (n < 8)
+                CHECK_EQ_INT(rc, DSC_EDECODE);
+            free(copy);
+        }
+        CHECK_EQ_INT(bad, 0);
+    }
+    /* limits */
+    dsc_image_limits_t limits = {.max_pixels = 1000, .max_side = 0};
+    dsc_image_ctx_t *small = NULL;
+    REQUIRE(dsc__image_ctx_create(&limits, &small) == 0);
+    CHECK_EQ_INT(dsc__image_decode(small, png, plen, &spec, 0, 0, 0, out, sizeof out, NULL),
+                 DSC_EDECODE);
+    CHECK(strstr(dsc__image_error(small), "over the limit") != NULL);
+    dsc__image_ctx_destroy(small);
+    dsc__image_ctx_destroy(NULL);
+    /* specs */
+    spec.scale[0] = 0;
+    CHECK_EQ_INT(dsc__image_spec_check(&spec), DSC_EINVAL);
+    spec = spec_of(DSC_IMAGE_CROP_NONE, 0, 16, 0, 0);
+    CHECK_EQ_INT(dsc__image_spec_check(&spec), DSC_EINVAL);
+    CHECK(strcmp(dsc_err_name(DSC_EDECODE), "DSC_EDECODE") == 0);
+}
+
+static void test_rgb_and_reencode(dsc_image_ctx_t *ctx, const uint8_t *jpeg, size_t jlen) {
+    uint8_t *rgb = NULL, *again = NULL;
+    uint32_t w = 0, h = 0;
+    CHECK_EQ_INT(dsc__image_decode_rgb(ctx, jpeg, jlen, 100, &rgb, &w, &h), 0);
+    if (!rgb)
+        fprintf(stderr, "decode_rgb: %s\n", dsc__image_error(ctx));
+    CHECK(w == 100 && h == 75);
+    size_t len = 0;
+    CHECK_EQ_INT(dsc__image_encode_jpeg(ctx, rgb, w, h, 80, &again, &len), 0);
+    int format;
+    uint32_t w2, h2;
+    CHECK_EQ_INT(dsc__image_info(ctx, again, len, &format, &w2, &h2), 0);
+    CHECK(format == DSC_IMAGE_JPEG && w2 == 100 && h2 == 75);
+    CHECK_EQ_INT(dsc__image_encode_jpeg(ctx, rgb, w, h, 0, &again, &len), DSC_EINVAL);
+    free(rgb);
+    free(again);
+}
+
+int main(void) {
+    uint8_t *rgb = picture();
+    dsc_image_ctx_t *ctx = NULL;
+    REQUIRE(dsc__image_ctx_create(NULL, &ctx) == 0);
+    uint8_t *jpeg = NULL, *webp = NULL;
+    size_t jlen = 0, plen = 0;
+    REQUIRE(dsc__image_encode_jpeg(ctx, rgb, SW, SH, 95, &jpeg, &jlen) == 0);
+    uint8_t *png = make_png(rgb, &plen);
+    size_t wlen = WebPEncodeLosslessRGB(rgb, SW, SH, SW * 3, &webp);
+    REQUIRE(wlen > 0);
+
+    test_sniff(jpeg, jlen, png, plen, webp, wlen);
+    test_decode_formats(ctx, rgb, jpeg, jlen, png, plen, webp, wlen);
+    test_dct_scale(ctx, jpeg, jlen, png, plen);
+    test_center_and_layouts(ctx, png, plen);
+    test_plan();
+    test_flip(ctx, png, plen);
+    test_bad(ctx, jpeg, jlen, png, plen, webp, wlen);
+    test_rgb_and_reencode(ctx, jpeg, jlen);
+
+    WebPFree(webp);
+    free(png);
+    free(jpeg);
+    free(rgb);
+    dsc__image_ctx_destroy(ctx);
+    return TEST_DONE();
+}
