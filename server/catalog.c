@@ -25,6 +25,7 @@
 #include "util.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -119,6 +120,9 @@ void dsc_catalog_destroy(dsc_catalog_t *cat) {
     for (uint32_t i = 0; i < cat->dir_count; i++)
         free(cat->dirs[i]);
     free(cat->dirs);
+    for (uint32_t i = 0; i < cat->root_count; i++)
+        free(cat->roots[i]);
+    free(cat->roots);
     pthread_mutex_destroy(&cat->lock);
     pthread_mutex_destroy(&cat->rescan_lock);
     pthread_cond_destroy(&cat->work_cond);
@@ -572,18 +576,113 @@ static void adopt_locked(dsc_dataset_t *old, dsc_dataset_t *ds) {
     }
 }
 
+static void free_dirs(char **dirs, uint32_t n) {
+    for (uint32_t i = 0; dirs != NULL && i < n; i++)
+        free(dirs[i]);
+    free(dirs);
+}
+
+static int push_dir(char ***dirs, uint32_t *n, uint32_t *cap, const char *path) {
+    if (*n == *cap) {
+        uint32_t ncap = *cap ? *cap * 2 : 16;
+        char **grown = realloc(*dirs, ncap * sizeof *grown);
+        if (grown == NULL)
+            return DSC_ENOMEM;
+        *dirs = grown;
+        *cap = ncap;
+    }
+    if (((*dirs)[*n] = strdup(path)) == NULL)
+        return DSC_ENOMEM;
+    (*n)++;
+    return 0;
+}
+
+/* The directories a rescan reads (under rescan_lock): the --data ones first, then every
+ * subdirectory of each --data-root whose name does not start with '.' (a writer's hidden
+ * temporary directory is not a dataset until renamed), in name order. */
+static int collect_dirs(dsc_catalog_t *cat, char ***out, uint32_t *count) {
+    char **dirs = NULL;
+    uint32_t n = 0, cap = 0;
+    int rc = 0;
+    for (uint32_t i = 0; rc == 0 && i < cat->dir_count; i++)
+        rc = push_dir(&dirs, &n, &cap, cat->dirs[i]);
+    for (uint32_t r = 0; rc == 0 && r < cat->root_count; r++) {
+        struct dirent **names = NULL;
+        int k = scandir(cat->roots[r], &names, NULL, alphasort);
+        if (k < 0) {
+            LOG_WARN("rescan: --data-root %s: %s: its datasets are not served", cat->roots[r],
+                     strerror(errno));
+            continue;
+        }
+        for (int j = 0; j < k; j++) {
+            char path[4096];
+            struct stat st;
+            if (rc == 0 && names[j]->d_name[0] != '.' &&
+                snprintf(path, sizeof path, "%s/%s", cat->roots[r], names[j]->d_name) <
+                    (int)sizeof path &&
+                stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+                rc = push_dir(&dirs, &n, &cap, path);
+            free(names[j]);
+        }
+        free(names);
+    }
+    if (rc < 0) {
+        free_dirs(dirs, n);
+        return rc;
+    }
+    *out = dirs;
+    *count = n;
+    return 0;
+}
+
+int dsc_catalog_add_root(dsc_catalog_t *cat, const char *root) {
+    struct stat st;
+    if (stat(root, &st) != 0 || !S_ISDIR(st.st_mode))
+        return DSC_ENOENT;
+    pthread_mutex_lock(&cat->rescan_lock);
+    char **roots = realloc(cat->roots, (cat->root_count + 1) * sizeof *roots);
+    char *copy = strdup(root);
+    if (roots)
+        cat->roots = roots;
+    if (roots == NULL || copy == NULL) {
+        free(copy);
+        pthread_mutex_unlock(&cat->rescan_lock);
+        return DSC_ENOMEM;
+    }
+    cat->roots[cat->root_count++] = copy;
+    pthread_mutex_unlock(&cat->rescan_lock);
+    LOG_INFO("--data-root %s: every subdirectory with a complete %s is a dataset", root,
+             DSC_MANIFEST_FILE);
+    int rc = dsc_catalog_rescan_quiet(cat, 1);
+    return rc < 0 ? rc : 0;
+}
+
+uint32_t dsc_catalog_roots(dsc_catalog_t *cat, const char ***roots) {
+    *roots = (const char **)cat->roots;
+    return cat->root_count;
+}
+
 int dsc_catalog_rescan(dsc_catalog_t *cat) {
+    return dsc_catalog_rescan_quiet(cat, 0);
+}
+
+int dsc_catalog_rescan_quiet(dsc_catalog_t *cat, int quiet) {
     pthread_mutex_lock(&cat->rescan_lock);
     table_t *cur = atomic_load(&cat->table);
-    table_t *next = calloc(1, sizeof *next + cat->dir_count * sizeof(dsc_dataset_t *));
+    char **cand = NULL;
+    uint32_t cand_count = 0, explicit_count = cat->dir_count;
+    int crc = collect_dirs(cat, &cand, &cand_count);
+    table_t *next = crc < 0 ? NULL : calloc(1, sizeof *next + cand_count * sizeof(dsc_dataset_t *));
     if (next == NULL) {
+        free_dirs(cand, cand_count);
         pthread_mutex_unlock(&cat->rescan_lock);
         LOG_ERROR("rescan: out of memory");
         return DSC_ENOMEM;
     }
     dsc_dataset_t *fresh = NULL; /* created by this rescan, linked through all_next */
-    for (uint32_t d = 0; d < cat->dir_count; d++) {
-        const char *dir = cat->dirs[d];
+    uint32_t fresh_count = 0;
+    for (uint32_t d = 0; d < cand_count; d++) {
+        const char *dir = cand[d];
         dsc_dataset_t *old = NULL;
         for (uint32_t i = 0; i < cur->count; i++)
             if (strcmp(cur->items[i]->dir, dir) == 0)
@@ -591,6 +690,10 @@ int dsc_catalog_rescan(dsc_catalog_t *cat) {
         dsc_dataset_t *ds = NULL;
         int rc = dataset_create(dir, &ds);
         if (rc < 0) {
+            /* Under a --data-root, a directory without its manifest yet is still being written
+             * (the manifest is written last): quietly not served until it is complete. */
+            if (d >= explicit_count && rc == DSC_ENOENT && old == NULL)
+                continue;
             LOG_WARN("rescan: %s: %s: dataset %s", dir, dsc_strerror(rc),
                      old ? "dropped" : "not served");
             continue;
@@ -622,6 +725,7 @@ int dsc_catalog_rescan(dsc_catalog_t *cat) {
             }
             ds->all_next = fresh;
             fresh = ds;
+            fresh_count++;
         }
         next->items[next->count++] = ds;
     }
@@ -645,14 +749,23 @@ int dsc_catalog_rescan(dsc_catalog_t *cat) {
             kept |= next->items[j] == old;
         if (kept)
             continue;
+        int replaced = 0;
+        for (uint32_t j = 0; j < next->count; j++)
+            replaced |= strcmp(next->items[j]->name, old->name) == 0;
+        if (!replaced)
+            LOG_INFO("rescan: dataset %s removed (%s): no longer listed; answers in flight finish",
+                     old->name, old->dir);
         atomic_store(&old->retired, 1);
         for (uint32_t k = 0; k < old->manifest->shard_count; k++)
             dsc__slot_evict_locked(cat, &old->slots[k]);
     }
     pthread_mutex_unlock(&cat->lock);
     int count = (int)next->count;
+    int changed = fresh_count > 0 || next->count != cur->count;
+    free_dirs(cand, cand_count);
     pthread_mutex_unlock(&cat->rescan_lock);
-    LOG_INFO("rescan: %d datasets served", count);
+    if (changed || !quiet)
+        LOG_INFO("rescan: %d datasets served", count);
     return count;
 }
 

@@ -29,6 +29,16 @@ int dsc_catalog_add_dir(dsc_catalog_t *cat, const char *dir);
  * cached shards. The read-through index cache is emptied (files may have been rewritten). Returns
  * the number of datasets served afterwards. Not on an event loop. */
 int dsc_catalog_rescan(dsc_catalog_t *cat);
+/* dsc_catalog_rescan; quiet: the "N datasets served" line only when the table changed (the
+ * root watcher's rescans). */
+int dsc_catalog_rescan_quiet(dsc_catalog_t *cat, int quiet);
+/* Adds a --data-root directory (at start-up, before any rescan thread runs): every subdirectory
+ * whose name does not start with '.' and that holds a complete manifest is a dataset, found by
+ * each rescan; one without a manifest yet is ignored until it has one. Scans it at once.
+ * Returns 0, DSC_ENOENT (not a directory) or DSC_ENOMEM. */
+int dsc_catalog_add_root(dsc_catalog_t *cat, const char *root);
+/* The --data-root directories (owned by the catalog, fixed after start-up). Returns the count. */
+uint32_t dsc_catalog_roots(dsc_catalog_t *cat, const char ***roots);
 
 /* Looks a dataset up by name (not NUL-terminated). The pointer stays valid until destroy (a
  * dataset dropped by a rescan is only retired). Lock-free. NULL when not served. */

@@ -97,6 +97,8 @@ struct dsc_catalog {
     dsc_dataset_t *all;
     char **dirs;
     uint32_t dir_count;
+    char **roots; /* --data-root: every subdirectory with a manifest is a dataset */
+    uint32_t root_count;
     atomic_uint_fast64_t table_meta_bytes; /* their metadata bytes, see update_table_meta */
     pthread_mutex_t rescan_lock; /* serialises add_dir/rescan (file I/O outside cat->lock) */
 

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# --data-root: a dataset written into the root while the server runs (a hidden temporary
+# directory renamed into place) is listed and served within 10 s with no SIGHUP; a directory
+# without its manifest yet is ignored until it has one; a removed dataset stops being listed
+# and served (NOT_FOUND) once gone.
+source "$(dirname "$0")/server_lib.sh"
+
+root=$work/root
+mkdir -p "$root"
+make_dataset "$root/first" first 300 none
+start_server a --data-root "$root" --memory 64M
+$CLI list --server "$ADDR_a" | grep -q '^first ' && pass "start-up: first listed" \
+    || fail "first not listed at start-up"
+
+# Written under a hidden name, renamed into the root: served within 10 s, without SIGHUP.
+make_dataset "$root/.second.tmp" second 300 lz4
+mv "$root/.second.tmp" "$root/second"
+t0=$(date +%s%N)
+until_ok 10 sh -c "'$CLI' list --server '$ADDR_a' | grep -q '^second '" \
+    || fail "second not listed within 10 s of its rename"
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+out=$("$TOOL" get "$ADDR_a" second 0 0 1)
+[ "${out%% *}" = OK ] && pass "renamed-in dataset listed after ${ms} ms and served: $out" \
+    || fail "GET second: $out"
+
+# A directory whose manifest is not there yet is ignored; once the manifest lands it is served.
+make_dataset "$work/third-src" third 300 none
+mkdir "$root/third"
+cp "$work/third-src"/*.dsc "$root/third/"
+sleep 1.5
+$CLI list --server "$ADDR_a" | grep -q '^third ' && fail "third listed without a manifest"
+pass "a directory without its manifest is not listed"
+cp "$work/third-src/manifest.json" "$root/third/.m.tmp" && mv "$root/third/.m.tmp" "$root/third/manifest.json"
+until_ok 10 sh -c "'$CLI' list --server '$ADDR_a' | grep -q '^third '" \
+    && pass "third listed once its manifest is written" || fail "third not listed after its manifest"
+
+# Removed: no longer listed, GETs answered NOT_FOUND.
+rm -rf "$root/first"
+until_ok 10 sh -c "! '$CLI' list --server '$ADDR_a' | grep -q '^first '" \
+    && pass "removed dataset no longer listed" || fail "first still listed after rm -rf"
+out=$("$TOOL" get "$ADDR_a" first 0 0 1)
+[ "${out%% *}" = NOT_FOUND ] && pass "removed dataset: GET $out" || fail "GET first after removal: $out"
+grep -q "dataset first removed" "$work/server-a.log" && pass "removal logged" || fail "no removal line"
+grep -q "SIGHUP" "$work/server-a.log" && fail "a SIGHUP was logged"
+stop_server a
+[ "$STOP_RC" = 0 ] || fail "server exit $STOP_RC"
+finish
