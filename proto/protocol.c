@@ -35,6 +35,8 @@ const char *dsc_status_name(uint32_t status) {
         return "INTERNAL";
     case DSC_STATUS_UNSUPPORTED:
         return "UNSUPPORTED";
+    case DSC_STATUS_CHANGED:
+        return "CHANGED";
     default:
         return "UNKNOWN";
     }
@@ -62,6 +64,8 @@ int dsc_status_to_err(uint32_t status) {
         return DSC_EUNAUTH;
     case DSC_STATUS_UNSUPPORTED:
         return DSC_ENOTSUP;
+    case DSC_STATUS_CHANGED:
+        return DSC_ECHANGED;
     default:
         return DSC_ESERVER; /* INTERNAL and statuses from a newer peer */
     }
@@ -114,6 +118,8 @@ uint32_t dsc_err_to_status(int err) {
         return DSC_STATUS_UNAUTHORIZED;
     case DSC_ENOTSUP:
         return DSC_STATUS_UNSUPPORTED;
+    case DSC_ECHANGED:
+        return DSC_STATUS_CHANGED;
     default:
         return DSC_STATUS_INTERNAL;
     }
@@ -436,9 +442,20 @@ static int get_range_ok(uint32_t first_chunk, uint32_t chunk_count) {
            (uint64_t)first_chunk + chunk_count <= (uint64_t)UINT32_MAX + 1;
 }
 
+uint64_t dsc_dataset_version(const void *manifest_json, size_t len) {
+    const uint8_t *p = manifest_json;
+    uint64_t h = UINT64_C(14695981039346656037);
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= UINT64_C(1099511628211);
+    }
+    return h ? h : 1;
+}
+
 int dsc_get_req_encode(const dsc_get_req_t *req, uint8_t *out, size_t cap) {
     if (!str_valid(req->dataset) || !dataset_ok(req->dataset) ||
-        !get_range_ok(req->first_chunk, req->chunk_count) || req->flags != 0)
+        !get_range_ok(req->first_chunk, req->chunk_count) ||
+        (req->flags & ~DSC_GET_FLAG_VERSION) != 0)
         return DSC_EINVAL;
     dsc_wr_t w;
     dsc_wr_init(&w, out, cap);
@@ -447,6 +464,8 @@ int dsc_get_req_encode(const dsc_get_req_t *req, uint8_t *out, size_t cap) {
     dsc_wr_u32(&w, req->first_chunk);
     dsc_wr_u32(&w, req->chunk_count);
     dsc_wr_u32(&w, req->flags);
+    if (req->flags & DSC_GET_FLAG_VERSION)
+        dsc_wr_u64(&w, req->version);
     return wr_done(&w);
 }
 
@@ -459,11 +478,12 @@ int dsc_get_req_decode(const uint8_t *body, size_t len, dsc_get_req_t *out) {
     req.first_chunk = dsc_rd_u32(&r);
     req.chunk_count = dsc_rd_u32(&r);
     req.flags = dsc_rd_u32(&r);
+    req.version = (req.flags & DSC_GET_FLAG_VERSION) ? dsc_rd_u64(&r) : 0;
     int rc = rd_done(&r);
     if (rc < 0)
         return rc;
     if (!dataset_ok(req.dataset) || !get_range_ok(req.first_chunk, req.chunk_count) ||
-        req.flags != 0)
+        (req.flags & ~DSC_GET_FLAG_VERSION) != 0)
         return DSC_EBADFRAME;
     *out = req;
     return 0;
@@ -734,7 +754,7 @@ int dsc_rdma_get_req_encode(const dsc_rdma_get_req_t *req, uint8_t *out, size_t 
             req->release_count == 0)
             return DSC_EINVAL;
     } else if (!dataset_ok(g->dataset) || !get_range_ok(g->first_chunk, g->chunk_count) ||
-               g->flags != 0) {
+               (g->flags & ~DSC_GET_FLAG_VERSION) != 0) {
         return DSC_EINVAL;
     }
     dsc_wr_t w;
@@ -744,6 +764,8 @@ int dsc_rdma_get_req_encode(const dsc_rdma_get_req_t *req, uint8_t *out, size_t 
     dsc_wr_u32(&w, g->first_chunk);
     dsc_wr_u32(&w, g->chunk_count);
     dsc_wr_u32(&w, g->flags);
+    if (g->flags & DSC_GET_FLAG_VERSION)
+        dsc_wr_u64(&w, g->version);
     dsc_wr_u16(&w, req->release_count);
     for (uint16_t i = 0; i < req->release_count; i++)
         dsc_wr_u64(&w, req->release[i]);
@@ -760,6 +782,7 @@ int dsc_rdma_get_req_decode(const uint8_t *body, size_t len, dsc_rdma_get_req_t 
     g->first_chunk = dsc_rd_u32(&r);
     g->chunk_count = dsc_rd_u32(&r);
     g->flags = dsc_rd_u32(&r);
+    g->version = (g->flags & DSC_GET_FLAG_VERSION) ? dsc_rd_u64(&r) : 0;
     req.release_count = dsc_rd_u16(&r);
     req.release = NULL;
     req.release_wire = NULL;
@@ -778,7 +801,7 @@ int dsc_rdma_get_req_decode(const uint8_t *body, size_t len, dsc_rdma_get_req_t 
             req.release_count == 0)
             return DSC_EBADFRAME;
     } else if (!dataset_ok(g->dataset) || !get_range_ok(g->first_chunk, g->chunk_count) ||
-               g->flags != 0) {
+               (g->flags & ~DSC_GET_FLAG_VERSION) != 0) {
         return DSC_EBADFRAME;
     }
     if (req.release_count == 0)

@@ -51,6 +51,7 @@ typedef enum {
     DSC_STATUS_BUSY = 8,
     DSC_STATUS_INTERNAL = 9,
     DSC_STATUS_UNSUPPORTED = 10,
+    DSC_STATUS_CHANGED = 11, /* the GET named a dataset version the server no longer serves */
 } dsc_status_t;
 
 /* "OK", "NOT_FOUND", ... or "UNKNOWN". */
@@ -97,6 +98,9 @@ typedef struct dsc_str {
  * that set it), the server offers RDMA_CONNECT (PROTOCOL.md, RDMA). Bit 0 is DSC_FEATURE_AUTH
  * (proto/auth.h). Neither changes the HELLO bodies' layout except AUTH's nonce. */
 #define DSC_FEATURE_RDMA 0x00000002u
+/* HELLO feature bit 2: the server checks the dataset version a GET names (DSC_GET_FLAG_VERSION)
+ * and answers CHANGED when the dataset was replaced (PROTOCOL.md, Dataset versions). */
+#define DSC_FEATURE_DATASET_VERSION 0x00000004u
 typedef struct dsc_hello_req {
     uint16_t min_version, max_version;
     uint32_t features;
@@ -149,8 +153,16 @@ typedef struct dsc_get_req {
     uint32_t shard_id;
     uint32_t first_chunk;
     uint32_t chunk_count; /* 1..DSC_GET_MAX_CHUNKS */
-    uint32_t flags;       /* 0 */
+    uint32_t flags;       /* 0 or DSC_GET_FLAG_VERSION */
+    uint64_t version;     /* with DSC_GET_FLAG_VERSION: the dataset version (on the wire after
+                             flags), else 0 */
 } dsc_get_req_t;
+/* GET flag bit 0: a u64 dataset version follows the flags; the server answers CHANGED unless it
+ * serves that version of the dataset. */
+#define DSC_GET_FLAG_VERSION 0x00000001u
+/* A dataset's version: FNV-1a 64 of its MANIFEST response body (the manifest as
+ * dsc_manifest_to_json writes it), never 0. */
+uint64_t dsc_dataset_version(const void *manifest_json, size_t len);
 int dsc_get_req_encode(const dsc_get_req_t *req, uint8_t *out, size_t cap);
 int dsc_get_req_decode(const uint8_t *body, size_t len, dsc_get_req_t *out);
 

@@ -152,6 +152,7 @@ static int dataset_create(const char *dir, dsc_dataset_t **out) {
         return DSC_ENOMEM;
     }
     ds->json_len = strlen(ds->json);
+    ds->version = dsc_dataset_version(ds->json, ds->json_len);
     for (uint32_t i = 0; i < m->shard_count; i++) {
         dsc_shard_slot_t *s = &ds->slots[i];
         atomic_init(&s->refs, -1);
@@ -197,6 +198,10 @@ const char *dsc_dataset_manifest_json(const dsc_dataset_t *ds, size_t *len) {
 
 dsc_shard_slot_t *dsc_dataset_shard_slot(dsc_dataset_t *ds, uint32_t id) {
     return id < ds->manifest->shard_count ? &ds->slots[id] : NULL;
+}
+
+uint64_t dsc_dataset_version_of(const dsc_dataset_t *ds) {
+    return ds->version;
 }
 
 void dsc_dataset_count_served(dsc_dataset_t *ds, uint64_t bytes) {
@@ -798,6 +803,13 @@ static void update_table_meta(dsc_catalog_t *cat) {
     atomic_store_explicit(&cat->table_meta_bytes, total, memory_order_relaxed);
 }
 
+/* "version": the dataset version as 16 lower-case hex digits (PROTOCOL.md). */
+static void add_version(cJSON *o, const dsc_dataset_t *ds) {
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)ds->version);
+    cJSON_AddStringToObject(o, "version", hex);
+}
+
 static cJSON *dataset_json_locked(dsc_dataset_t *ds) {
     cJSON *o = cJSON_CreateObject();
     if (o == NULL)
@@ -806,6 +818,7 @@ static cJSON *dataset_json_locked(dsc_dataset_t *ds) {
     cJSON_AddNumberToObject(o, "shards", ds->manifest->shard_count);
     cJSON_AddNumberToObject(o, "samples", (double)ds->manifest->samples);
     cJSON_AddNumberToObject(o, "bytes", (double)ds->manifest->bytes);
+    add_version(o, ds);
     cJSON_AddNumberToObject(o, "cached_shards", (double)ds->cached_shards);
     cJSON_AddNumberToObject(o, "cached_bytes", (double)ds->cached_bytes);
     cJSON_AddNumberToObject(o, "hits", (double)atomic_load(&ds->hits));
@@ -903,6 +916,7 @@ char *dsc_catalog_list_json(dsc_catalog_t *cat) {
         cJSON_AddNumberToObject(o, "shards", ds->manifest->shard_count);
         cJSON_AddNumberToObject(o, "samples", (double)ds->manifest->samples);
         cJSON_AddNumberToObject(o, "bytes", (double)ds->manifest->bytes);
+        add_version(o, ds);
         cJSON_AddItemToArray(list, o);
     }
     char *text = cJSON_PrintUnformatted(list);

@@ -48,6 +48,8 @@ const dsc_manifest_t *dsc_dataset_manifest(const dsc_dataset_t *ds);
 const char *dsc_dataset_manifest_json(const dsc_dataset_t *ds, size_t *len);
 /* Shard `id`, or NULL. */
 dsc_shard_slot_t *dsc_dataset_shard_slot(dsc_dataset_t *ds, uint32_t id);
+/* The dataset's version: dsc_dataset_version of its manifest JSON (PROTOCOL.md). */
+uint64_t dsc_dataset_version_of(const dsc_dataset_t *ds);
 /* Counts bytes sent for this dataset (STAT, metrics). */
 void dsc_dataset_count_served(dsc_dataset_t *ds, uint64_t bytes);
 

@@ -76,6 +76,7 @@ struct dsc_dataset {
     char *json;
     size_t json_len;
     dsc_shard_slot_t *slots;
+    uint64_t version; /* dsc_dataset_version of json */
     atomic_int retired;
     atomic_uint_fast64_t hits, misses, bytes_served;
     /* Under cat->lock: */

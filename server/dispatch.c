@@ -91,6 +91,7 @@ typedef struct shard_ref {
     dsc_shard_slot_t *slot; /* NULL for DSC_SHARD_ALL */
     uint32_t status;
     const char *message;
+    char changed[DSC_MAX_NAME + 160]; /* the CHANGED message */
 } shard_ref_t;
 
 static int refuse(shard_ref_t *ref, uint32_t status, const char *message) {
@@ -127,6 +128,15 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode,
                           shard_ref_t *ref) {
     if (shard_find(srv, reply, req->dataset, req->shard_id, 0, ref) < 0)
         return -1;
+    if ((req->flags & DSC_GET_FLAG_VERSION) && req->version != dsc_dataset_version_of(ref->ds)) {
+        /* Replaced since the loader read its manifest: never a batch of the other version. */
+        snprintf(ref->changed, sizeof ref->changed,
+                 "dataset %s changed: the request names version %016llx, this server now "
+                 "serves version %016llx; read the manifest again and start over",
+                 dsc_dataset_manifest(ref->ds)->name, (unsigned long long)req->version,
+                 (unsigned long long)dsc_dataset_version_of(ref->ds));
+        return refuse(ref, DSC_STATUS_CHANGED, ref->changed);
+    }
     const dsc_manifest_shard_t *meta = &dsc_dataset_manifest(ref->ds)->shards[req->shard_id];
     if (req->chunk_count == 0 || (uint64_t)req->first_chunk + req->chunk_count > meta->chunks)
         return refuse(ref, DSC_STATUS_BAD_REQUEST, "chunk range out of bounds");
@@ -357,6 +367,8 @@ static void handle_hello(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, con
     /* Granted only to a client that asked (older ones would refuse an unknown bit). */
     if ((req.features & DSC_FEATURE_RDMA) && dsc__rdma_offered(srv->opt.rdma))
         resp.features |= DSC_FEATURE_RDMA;
+    if (req.features & DSC_FEATURE_DATASET_VERSION)
+        resp.features |= DSC_FEATURE_DATASET_VERSION;
     uint8_t out[256 + DSC_AUTH_NONCE_SIZE];
     int n = dsc_hello_resp_encode(&resp, out, sizeof out);
     if (n < 0) {

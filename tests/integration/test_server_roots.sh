@@ -41,6 +41,26 @@ until_ok 10 sh -c "! '$CLI' list --server '$ADDR_a' | grep -q '^first '" \
 out=$("$TOOL" get "$ADDR_a" first 0 0 1)
 [ "${out%% *}" = NOT_FOUND ] && pass "removed dataset: GET $out" || fail "GET first after removal: $out"
 grep -q "dataset first removed" "$work/server-a.log" && pass "removal logged" || fail "no removal line"
+
+# Replaced in place: a loader names the version it read (the MANIFEST answer's hash); after the
+# swap its GETs are answered CHANGED (DSC_ECHANGED), never with the new version's chunks.
+v1=$("$TOOL" call "$ADDR_a" VERSION second)
+out=$(SRV_CLIENT_VERSION=$v1 "$TOOL" get "$ADDR_a" second 0 0 1)
+[ "${out%% *}" = OK ] && pass "GET naming the served version $v1: $out" || fail "GET v1: $out"
+make_dataset "$root/.second.new" second 600 none
+mv "$root/second" "$root/.second.old" && mv "$root/.second.new" "$root/second"
+until_ok 10 sh -c "[ \"\$('$TOOL' call '$ADDR_a' VERSION second)\" != '$v1' ]" \
+    || fail "second's version did not change after the swap"
+v2=$("$TOOL" call "$ADDR_a" VERSION second)
+out=$(SRV_CLIENT_VERSION=$v1 "$TOOL" geterr "$ADDR_a" second 0 0 1)
+case $out in
+CHANGED*"version $v1"*"version $v2"*) pass "GET naming the old version after the swap: ${out:0:120}" ;;
+*) fail "GET v1 after the swap: $out" ;;
+esac
+out=$(SRV_CLIENT_VERSION=$v2 "$TOOL" get "$ADDR_a" second 0 0 1)
+[ "${out%% *}" = OK ] && pass "GET naming the new version $v2: $out" || fail "GET v2: $out"
+"$TOOL" call "$ADDR_a" LIST | grep -q "\"version\":\"$v2\"" && pass "LIST shows version $v2" \
+    || fail "LIST without version $v2"
 grep -q "SIGHUP" "$work/server-a.log" && fail "a SIGHUP was logged"
 stop_server a
 [ "$STOP_RC" = 0 ] || fail "server exit $STOP_RC"
