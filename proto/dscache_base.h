@@ -73,7 +73,7 @@ extern "C" {
     XX(ECLOSED, -4026, "connection closed")                                                        \
     XX(EBADREQ, -4027, "bad request (rejected by the server)")                                     \
     XX(EFILESUM, -4028, "shard file checksum mismatch")                                            \
-    XX(EHELD, -4029, "batches held by the caller would exceed max_held_bytes")                    \
+    XX(EHELD, -4029, "batches held by the caller would exceed max_held_bytes")                     \
     XX(ECHANGED, -4040, "dataset changed on the server since it was opened")
 
 typedef enum {
