@@ -138,6 +138,7 @@ int dsc_opcode_known(uint32_t opcode) {
     case DSC_OP_REPORT:
     case DSC_OP_WARM:
     case DSC_OP_EVICT:
+    case DSC_OP_POLICY:
     case DSC_OP_RDMA_CONNECT:
     case DSC_OP_RDMA_GET:
         return 1;
@@ -170,6 +171,8 @@ const char *dsc_opcode_name(uint32_t opcode) {
         return "WARM";
     case DSC_OP_EVICT:
         return "EVICT";
+    case DSC_OP_POLICY:
+        return "POLICY";
     case DSC_OP_RDMA_CONNECT:
         return "RDMA_CONNECT";
     case DSC_OP_RDMA_GET:
@@ -430,6 +433,39 @@ int dsc_shard_req_decode(const uint8_t *body, size_t len, dsc_shard_req_t *out) 
     if (rc < 0)
         return rc;
     if (!dataset_ok(req.dataset))
+        return DSC_EBADFRAME;
+    *out = req;
+    return 0;
+}
+
+static int policy_ok(const dsc_policy_req_t *req) {
+    return dataset_ok(req->dataset) && req->action >= DSC_POLICY_OP_PIN &&
+           req->action <= DSC_POLICY_OP_LIMIT &&
+           (req->action == DSC_POLICY_OP_LIMIT || req->bytes == 0);
+}
+
+int dsc_policy_req_encode(const dsc_policy_req_t *req, uint8_t *out, size_t cap) {
+    if (!str_valid(req->dataset) || !policy_ok(req))
+        return DSC_EINVAL;
+    dsc_wr_t w;
+    dsc_wr_init(&w, out, cap);
+    wr_str(&w, req->dataset);
+    dsc_wr_u8(&w, req->action);
+    dsc_wr_u64(&w, req->bytes);
+    return wr_done(&w);
+}
+
+int dsc_policy_req_decode(const uint8_t *body, size_t len, dsc_policy_req_t *out) {
+    dsc_rd_t r;
+    dsc_rd_init(&r, body, len);
+    dsc_policy_req_t req;
+    req.dataset = rd_str(&r, STR_NAME);
+    req.action = dsc_rd_u8(&r);
+    req.bytes = dsc_rd_u64(&r);
+    int rc = rd_done(&r);
+    if (rc < 0)
+        return rc;
+    if (!policy_ok(&req))
         return DSC_EBADFRAME;
     *out = req;
     return 0;

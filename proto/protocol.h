@@ -35,6 +35,7 @@ typedef enum {
     DSC_OP_REPORT = 9,        /* a loader's job, stall and rate (proto/report.h) */
     DSC_OP_WARM = 16,         /* admin */
     DSC_OP_EVICT = 17,        /* admin */
+    DSC_OP_POLICY = 18,       /* admin: pin, unpin or limit a dataset's memory */
     DSC_OP_RDMA_CONNECT = 32, /* reserved: queue-pair exchange */
     DSC_OP_RDMA_GET = 33,     /* reserved: (address, rkey, length) descriptors */
 } dsc_opcode_t;
@@ -146,6 +147,17 @@ typedef struct dsc_shard_req {
 } dsc_shard_req_t;
 int dsc_shard_req_encode(const dsc_shard_req_t *req, uint8_t *out, size_t cap);
 int dsc_shard_req_decode(const uint8_t *body, size_t len, dsc_shard_req_t *out);
+
+/* POLICY: name + u8 action (DSC_POLICY_OP_*) + u64 bytes (LIMIT: the cap, 0 removes it; else 0).
+ * Response: u32 shards affected (loads started by PIN, evictions by LIMIT). */
+enum { DSC_POLICY_OP_PIN = 1, DSC_POLICY_OP_UNPIN = 2, DSC_POLICY_OP_LIMIT = 3 };
+typedef struct dsc_policy_req {
+    dsc_str_t dataset;
+    uint8_t action;
+    uint64_t bytes;
+} dsc_policy_req_t;
+int dsc_policy_req_encode(const dsc_policy_req_t *req, uint8_t *out, size_t cap);
+int dsc_policy_req_decode(const uint8_t *body, size_t len, dsc_policy_req_t *out);
 
 /* GET: chunks [first_chunk, first_chunk + chunk_count) of one shard. */
 typedef struct dsc_get_req {

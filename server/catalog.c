@@ -36,6 +36,8 @@
 #include <unistd.h>
 
 static void update_table_meta(dsc_catalog_t *cat);
+static void policy_apply_locked(dsc_catalog_t *cat, dsc_dataset_t *ds);
+static int enforce_limit_locked(dsc_catalog_t *cat, dsc_dataset_t *ds);
 
 int dsc_catalog_create(dsc_store_t *store, const dsc_catalog_options_t *options,
                        dsc_catalog_t **out) {
@@ -123,6 +125,7 @@ void dsc_catalog_destroy(dsc_catalog_t *cat) {
     for (uint32_t i = 0; i < cat->root_count; i++)
         free(cat->roots[i]);
     free(cat->roots);
+    free(cat->policies);
     pthread_mutex_destroy(&cat->lock);
     pthread_mutex_destroy(&cat->rescan_lock);
     pthread_cond_destroy(&cat->work_cond);
@@ -210,14 +213,17 @@ void dsc_dataset_count_served(dsc_dataset_t *ds, uint64_t bytes) {
 
 /* ---- eviction (cat->lock held) ----------------------------------------------------------- */
 
-/* Evicts the least recently used unreferenced resident shard of any dataset served. O(shards);
- * evictions are rare next to hits. Returns 1 when one was evicted. */
-static int evict_lru_locked(dsc_catalog_t *cat) {
+/* Evicts the least recently used unreferenced resident shard of any unpinned dataset served
+ * (only: of that dataset alone, pinned or not). O(shards); evictions are rare next to hits.
+ * Returns 1 when one was evicted. */
+static int evict_lru_locked(dsc_catalog_t *cat, dsc_dataset_t *only) {
     table_t *t = atomic_load(&cat->table);
     dsc_shard_slot_t *victim = NULL;
     uint64_t oldest = UINT64_MAX;
     for (uint32_t d = 0; d < t->count; d++) {
         dsc_dataset_t *ds = t->items[d];
+        if (only ? ds != only : ds->pinned)
+            continue;
         for (uint32_t i = 0; i < ds->manifest->shard_count; i++) {
             dsc_shard_slot_t *s = &ds->slots[i];
             if (s->state != SLOT_RESIDENT || atomic_load(&s->refs) != 0)
@@ -234,14 +240,32 @@ static int evict_lru_locked(dsc_catalog_t *cat) {
 
 /* ---- loading (the I/O threads in readthrough.c run them) -------------------------------- */
 
+/* A dataset's resident and loading bytes (cat->lock held). O(shards): only datasets with a
+ * limit ask. */
+static uint64_t committed_bytes_locked(const dsc_dataset_t *ds) {
+    uint64_t loading = 0;
+    for (uint32_t i = 0; i < ds->manifest->shard_count; i++)
+        if (ds->slots[i].state == SLOT_LOADING)
+            loading += ds->slots[i].meta->bytes;
+    return ds->cached_bytes + loading;
+}
+
 /* Allocates the shard's extent in the store and queues a whole-shard load (how: LOAD_*).
  * Returns 1 queued, 0 not (no room), or <0. */
 static int start_load_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, int how) {
     uint64_t size = s->meta->bytes;
     uint8_t *dst = NULL;
+    dsc_dataset_t *ds = s->ds;
+    int may_evict = cat->opt.policy == DSC_POLICY_LRU && how != LOAD_WARM_KEEP;
+    if (ds->limit > 0) {
+        /* Within the dataset's limit (lru: by evicting its own least recently used shards). */
+        while (committed_bytes_locked(ds) + size > ds->limit)
+            if (!may_evict || !evict_lru_locked(cat, ds))
+                return 0;
+    }
     int rc = dsc_store_alloc(cat->store, size, &dst);
-    while (rc == DSC_ENOSPC && cat->opt.policy == DSC_POLICY_LRU && how != LOAD_WARM_KEEP &&
-           evict_lru_locked(cat))
+    /* A pinned dataset's loads make room whatever the policy; nobody evicts a pinned one. */
+    while (rc == DSC_ENOSPC && (may_evict || ds->pinned) && evict_lru_locked(cat, NULL))
         rc = dsc_store_alloc(cat->store, size, &dst);
     if (rc == DSC_ENOSPC)
         return 0;
@@ -460,7 +484,7 @@ int dsc_catalog_evict(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id) 
         return 0;
     int evicted = 0;
     pthread_mutex_lock(&cat->lock);
-    for (uint32_t i = first; i < end; i++)
+    for (uint32_t i = first; i < end && !ds->pinned; i++)
         evicted += dsc__slot_evict_locked(cat, &ds->slots[i]);
     pthread_mutex_unlock(&cat->lock);
     return evicted;
@@ -533,6 +557,9 @@ int dsc_catalog_add_dir(dsc_catalog_t *cat, const char *dir) {
     t->items[cur->count] = ds;
     ds->all_next = cat->all;
     cat->all = ds;
+    pthread_mutex_lock(&cat->lock);
+    policy_apply_locked(cat, ds);
+    pthread_mutex_unlock(&cat->lock);
     LOG_INFO("dataset %s: %u shards, %llu samples, %llu bytes (%s)", ds->name,
              ds->manifest->shard_count, (unsigned long long)ds->manifest->samples,
              (unsigned long long)ds->manifest->bytes, dir);
@@ -728,6 +755,12 @@ int dsc_catalog_rescan_quiet(dsc_catalog_t *cat, int quiet) {
                 adopt_locked(old, ds);
                 pthread_mutex_unlock(&cat->lock);
             }
+            pthread_mutex_lock(&cat->lock);
+            policy_apply_locked(cat, ds);
+            enforce_limit_locked(cat, ds); /* what adopt_locked moved over */
+            pthread_mutex_unlock(&cat->lock);
+            if (ds->pinned) /* a pinned dataset stays resident, in its new version too */
+                dsc_catalog_warm(cat, ds, DSC_SHARD_ALL);
             ds->all_next = fresh;
             fresh = ds;
             fresh_count++;
@@ -774,6 +807,66 @@ int dsc_catalog_rescan_quiet(dsc_catalog_t *cat, int quiet) {
     return count;
 }
 
+/* ---- memory per dataset ------------------------------------------------------------------ */
+
+static struct dsc_policy_entry *policy_find_locked(dsc_catalog_t *cat, const char *name,
+                                                   size_t len) {
+    for (uint32_t i = 0; i < cat->policy_count; i++)
+        if (strlen(cat->policies[i].name) == len && memcmp(cat->policies[i].name, name, len) == 0)
+            return &cat->policies[i];
+    return NULL;
+}
+
+/* Gives a dataset just created the pin and limit set for its name (cat->lock held). */
+static void policy_apply_locked(dsc_catalog_t *cat, dsc_dataset_t *ds) {
+    const struct dsc_policy_entry *p = policy_find_locked(cat, ds->name, strlen(ds->name));
+    ds->pinned = p ? p->pinned : 0;
+    ds->limit = p ? p->limit : 0;
+}
+
+/* Evicts ds's least recently used unreferenced shards until its bytes are within its limit
+ * (cat->lock held). Returns the number evicted. */
+static int enforce_limit_locked(dsc_catalog_t *cat, dsc_dataset_t *ds) {
+    int n = 0;
+    while (ds->limit > 0 && ds->cached_bytes > ds->limit && evict_lru_locked(cat, ds))
+        n++;
+    return n;
+}
+
+int dsc_catalog_set_policy(dsc_catalog_t *cat, const char *name, size_t name_len, int op,
+                           uint64_t bytes) {
+    if (name_len == 0 || name_len >= DSC_MAX_NAME || op < DSC_POLICY_PIN || op > DSC_POLICY_LIMIT)
+        return DSC_EINVAL;
+    pthread_mutex_lock(&cat->lock);
+    struct dsc_policy_entry *p = policy_find_locked(cat, name, name_len);
+    if (p == NULL) {
+        struct dsc_policy_entry *grown =
+            realloc(cat->policies, (cat->policy_count + 1) * sizeof *grown);
+        if (grown == NULL) {
+            pthread_mutex_unlock(&cat->lock);
+            return DSC_ENOMEM;
+        }
+        cat->policies = grown;
+        p = &cat->policies[cat->policy_count++];
+        memset(p, 0, sizeof *p);
+        memcpy(p->name, name, name_len);
+    }
+    if (op == DSC_POLICY_LIMIT)
+        p->limit = bytes;
+    else
+        p->pinned = op == DSC_POLICY_PIN;
+    dsc_dataset_t *ds = dsc_catalog_find(cat, name, name_len);
+    int affected = 0;
+    if (ds != NULL) {
+        policy_apply_locked(cat, ds);
+        affected = enforce_limit_locked(cat, ds);
+    }
+    pthread_mutex_unlock(&cat->lock);
+    if (ds != NULL && op == DSC_POLICY_PIN)
+        affected = dsc_catalog_warm(cat, ds, DSC_SHARD_ALL);
+    return affected;
+}
+
 /* ---- statistics -------------------------------------------------------------------------- */
 
 /* Bookkeeping bytes (cat->lock held): the catalog, its tables, every dataset created (manifest,
@@ -810,7 +903,9 @@ static void add_version(cJSON *o, const dsc_dataset_t *ds) {
     cJSON_AddStringToObject(o, "version", hex);
 }
 
-static cJSON *dataset_json_locked(dsc_dataset_t *ds) {
+/* share: the most this dataset may hold now (its limit, else the store less what pinned
+ * datasets hold). */
+static cJSON *dataset_json_locked(dsc_dataset_t *ds, uint64_t share) {
     cJSON *o = cJSON_CreateObject();
     if (o == NULL)
         return NULL;
@@ -825,6 +920,9 @@ static cJSON *dataset_json_locked(dsc_dataset_t *ds) {
     cJSON_AddNumberToObject(o, "misses", (double)atomic_load(&ds->misses));
     cJSON_AddNumberToObject(o, "bytes_served", (double)atomic_load(&ds->bytes_served));
     cJSON_AddNumberToObject(o, "bad_shards", (double)ds->bad_shards);
+    cJSON_AddNumberToObject(o, "pinned", ds->pinned);
+    cJSON_AddNumberToObject(o, "limit_bytes", (double)ds->limit);
+    cJSON_AddNumberToObject(o, "share_bytes", (double)share);
     /* Damaged shards by name: refused whole ("bad") or served but for some chunks. */
     uint64_t damaged_shards = 0, damaged_chunks = 0;
     cJSON *list = cJSON_CreateArray();
@@ -895,9 +993,19 @@ char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_le
     cJSON_AddNumberToObject(store, "index_cache_bytes", (double)cat->index_bytes);
     cJSON_AddNumberToObject(store, "index_cache_entries", (double)cat->index_count);
     cJSON_AddNumberToObject(store, "metadata_bytes", (double)metadata_bytes_locked(cat));
+    uint64_t pinned_bytes = 0;
     for (uint32_t i = 0; i < t->count; i++)
-        if (only == NULL || t->items[i] == only)
-            cJSON_AddItemToArray(list, dataset_json_locked(t->items[i]));
+        pinned_bytes += t->items[i]->pinned ? t->items[i]->cached_bytes : 0;
+    for (uint32_t i = 0; i < t->count; i++) {
+        dsc_dataset_t *ds = t->items[i];
+        if (only != NULL && ds != only)
+            continue;
+        uint64_t others = pinned_bytes - (ds->pinned ? ds->cached_bytes : 0);
+        uint64_t share = si.capacity > others ? si.capacity - others : 0;
+        if (ds->limit > 0 && ds->limit < share)
+            share = ds->limit;
+        cJSON_AddItemToArray(list, dataset_json_locked(ds, share));
+    }
     pthread_mutex_unlock(&cat->lock);
     char *text = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);

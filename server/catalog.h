@@ -100,8 +100,23 @@ void dsc_catalog_stop_loads(dsc_catalog_t *cat);
  * shards of ds). Returns the number of entries written. Takes the bookkeeping lock once. */
 uint32_t dsc_catalog_resident_map(dsc_catalog_t *cat, dsc_dataset_t *ds, uint8_t *map,
                                   uint32_t count);
-/* Drops resident shards that no response holds. Returns the number evicted. */
+/* Drops resident shards that no response holds (a pinned dataset's are kept: unpin it first).
+ * Returns the number evicted. */
 int dsc_catalog_evict(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id);
+
+/* Memory per dataset, by name (the dataset need not be served yet: the setting waits for it,
+ * and survives rescans and replacements):
+ *   DSC_POLICY_PIN    the dataset stays resident: its shards are never evicted to make room
+ *                     (LRU, another dataset's warm-up, EVICT), its loads evict unpinned shards
+ *                     whatever the policy, and it is warmed now;
+ *   DSC_POLICY_UNPIN  back to the common rules;
+ *   DSC_POLICY_LIMIT  its resident and loading bytes stay <= bytes (0: no limit); shards over a
+ *                     new limit are evicted now (least recently used first), a miss beyond it is
+ *                     read through (lru: evicts the dataset's own shards first).
+ * Returns the shards affected (loads started, or evicted), DSC_EINVAL, DSC_ENOMEM. */
+enum { DSC_POLICY_PIN = 1, DSC_POLICY_UNPIN = 2, DSC_POLICY_LIMIT = 3 };
+int dsc_catalog_set_policy(dsc_catalog_t *cat, const char *name, size_t name_len, int op,
+                           uint64_t bytes);
 
 /* STAT body: JSON {"store":{...},"datasets":[{...}]} for one dataset (name_len > 0) or all.
  * Each dataset has "damaged_shards" and "damaged_chunks" (shards served but for their damaged

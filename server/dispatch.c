@@ -414,6 +414,46 @@ static void handle_admin(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, 
     answer(srv, reply, opcode, id, DSC_STATUS_OK, out, sizeof out);
 }
 
+/* POLICY: pin, unpin or limit a dataset's memory (admin; logged with who asked). The dataset
+ * need not be served yet (a --data-root may bring it later); one the credential may not read
+ * is not found. */
+static void handle_policy(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
+                          size_t len) {
+    dsc_policy_req_t req;
+    if (dsc_policy_req_decode(body, len, &req) < 0) {
+        answer_error(srv, reply, DSC_OP_POLICY, id, DSC_STATUS_BAD_REQUEST,
+                     "malformed POLICY body");
+        return;
+    }
+    if (!dsc__authz_may_read(&reply->auth, req.dataset.ptr, req.dataset.len)) {
+        answer_error(srv, reply, DSC_OP_POLICY, id, DSC_STATUS_NOT_FOUND, "no such dataset");
+        return;
+    }
+    int op = req.action == DSC_POLICY_OP_PIN     ? DSC_POLICY_PIN
+             : req.action == DSC_POLICY_OP_UNPIN ? DSC_POLICY_UNPIN
+                                                 : DSC_POLICY_LIMIT;
+    int n = dsc_catalog_set_policy(srv->cat, req.dataset.ptr, req.dataset.len, op, req.bytes);
+    if (n < 0) {
+        answer_error(srv, reply, DSC_OP_POLICY, id, dsc_err_to_status(n), dsc_strerror(n));
+        return;
+    }
+    char what[48];
+    if (op == DSC_POLICY_LIMIT && req.bytes > 0)
+        snprintf(what, sizeof what, "limited to %llu bytes", (unsigned long long)req.bytes);
+    else
+        snprintf(what, sizeof what, "%s",
+                 op == DSC_POLICY_PIN     ? "pinned"
+                 : op == DSC_POLICY_UNPIN ? "unpinned"
+                                          : "limit removed");
+    LOG_INFO("admin: dataset %.*s %s by %s from %s (%d shards %s)", (int)req.dataset.len,
+             req.dataset.ptr, what,
+             reply->auth.cred ? dsc_cred_name(reply->auth.cred) : "anonymous", reply->peer, n,
+             op == DSC_POLICY_PIN ? "loading" : "evicted");
+    uint8_t out[4];
+    dsc_store_u32(out, (uint32_t)n);
+    answer(srv, reply, DSC_OP_POLICY, id, DSC_STATUS_OK, out, sizeof out);
+}
+
 static void handle_manifest(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
                             size_t len) {
     dsc_str_t name;
@@ -549,6 +589,9 @@ void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_
     case DSC_OP_WARM:
     case DSC_OP_EVICT:
         handle_admin(srv, reply, h->opcode, h->request_id, body, h->body_len);
+        break;
+    case DSC_OP_POLICY:
+        handle_policy(srv, reply, h->request_id, body, h->body_len);
         break;
     case DSC_OP_RDMA_CONNECT:
         dsc__rdma_on_connect(srv, reply, h->request_id, body, h->body_len);

@@ -33,6 +33,10 @@ typedef struct options {
     int dir_count;
     const char *roots[MAX_DIRS]; /* --data-root */
     int root_count;
+    const char *pins[MAX_DIRS]; /* --pin DATASET */
+    int pin_count;
+    const char *limits[MAX_DIRS]; /* --limit DATASET=BYTES */
+    int limit_count;
     char listen[256];
     char http[256];
     uint64_t memory;
@@ -72,6 +76,11 @@ static void usage(FILE *f) {
         "comes from the manifest) from RAM over TCP.\n"
         "\n"
         "  --data DIR            a dataset directory (repeat for several datasets)\n"
+        "  --pin DATASET         keep DATASET resident (repeatable; also later, live:\n"
+        "                        dscache pin/unpin): its shards are never evicted to make\n"
+        "                        room and it is loaded at start, evicting unpinned shards\n"
+        "  --limit DATASET=BYTES cap DATASET's resident bytes (repeatable; live: dscache\n"
+        "                        limit); misses beyond it are read through\n"
         "  --data-root DIR       every subdirectory of DIR holding a complete manifest.json\n"
         "                        is a dataset (repeatable); datasets written there or removed\n"
         "                        are picked up within seconds (inotify; SIGHUP as fallback);\n"
@@ -151,7 +160,8 @@ static void usage(FILE *f) {
         "                        cannot read is refused (NOT_FOUND) and counted\n"
         "\n"
         "  --config FILE         JSON object with the same keys (\"data\": [..],\n"
-        "                        \"data_root\": [..], \"listen\",\n"
+        "                        \"data_root\": [..], \"pin\": [..], \"limit\":\n"
+        "                        [\"DATASET=BYTES\", ..], \"listen\",\n"
         "                        \"http\", \"memory\", \"threads\", \"io_threads\", \"warm\",\n"
         "                        \"policy\", \"max_out\", \"max_out_total\",\n"
         "                        \"header_timeout\", \"idle_timeout\", \"max_conns_per_peer\",\n"
@@ -216,6 +226,17 @@ static int apply(options_t *o, const char *key, const char *value) {
         if (o->dir_count == MAX_DIRS)
             return bad("--data (too many directories)", value);
         o->dirs[o->dir_count++] = value;
+    } else if (strcmp(key, "pin") == 0) {
+        if (o->pin_count == MAX_DIRS || value[0] == '\0' || strlen(value) >= DSC_MAX_NAME)
+            return bad("--pin (a dataset name)", value);
+        o->pins[o->pin_count++] = value;
+    } else if (strcmp(key, "limit") == 0) {
+        const char *eq = strchr(value, '=');
+        uint64_t bytes;
+        if (o->limit_count == MAX_DIRS || eq == NULL || eq == value || eq - value >= DSC_MAX_NAME ||
+            dsc_parse_size(eq + 1, &bytes) < 0)
+            return bad("--limit (DATASET=BYTES)", value);
+        o->limits[o->limit_count++] = value;
     } else if (strcmp(key, "data_root") == 0) {
         if (o->root_count == MAX_DIRS || value[0] == '\0')
             return bad("--data-root", value);
@@ -740,6 +761,19 @@ int main(int argc, char **argv) {
             LOG_ERROR("--data %s: %s", o.dirs[i], dsc_strerror(rc));
             goto done;
         }
+    }
+    for (int i = 0; i < o.limit_count; i++) {
+        const char *eq = strchr(o.limits[i], '=');
+        uint64_t bytes = 0;
+        (void)dsc_parse_size(eq + 1, &bytes); /* checked by apply() */
+        dsc_catalog_set_policy(cat, o.limits[i], (size_t)(eq - o.limits[i]), DSC_POLICY_LIMIT,
+                               bytes);
+        LOG_INFO("dataset %.*s: limited to %llu bytes (--limit)", (int)(eq - o.limits[i]),
+                 o.limits[i], (unsigned long long)bytes);
+    }
+    for (int i = 0; i < o.pin_count; i++) {
+        dsc_catalog_set_policy(cat, o.pins[i], strlen(o.pins[i]), DSC_POLICY_PIN, 0);
+        LOG_INFO("dataset %s: pinned (--pin)", o.pins[i]);
     }
     for (int i = 0; i < o.root_count; i++) {
         if ((rc = dsc_catalog_add_root(cat, o.roots[i])) < 0) {

@@ -351,6 +351,22 @@ static void test_get_req(void) {
     CHECK(dsc_dataset_version("{}", 2) != dsc_dataset_version("{ }", 3));
     CHECK(dsc_dataset_version("", 0) != 0);
 
+    /* POLICY: round trip; bad actions, a PIN with bytes, truncations refused. */
+    dsc_policy_req_t pol = {str("ds"), DSC_POLICY_OP_LIMIT, 12345678901ull}, pgot;
+    n = dsc_policy_req_encode(&pol, buf, sizeof buf);
+    CHECK_EQ_INT(n, 2 + 2 + 1 + 8);
+    REQUIRE(dsc_policy_req_decode(buf, (size_t)n, &pgot) == 0);
+    CHECK(str_eq(pgot.dataset, "ds") && pgot.action == DSC_POLICY_OP_LIMIT &&
+          pgot.bytes == 12345678901ull);
+    for (int cut = 0; cut < n; cut++)
+        CHECK(dsc_policy_req_decode(buf, (size_t)cut, &pgot) < 0);
+    buf[4] = 4; /* action 4 */
+    CHECK_EQ_INT(dsc_policy_req_decode(buf, (size_t)n, &pgot), DSC_EBADFRAME);
+    buf[4] = DSC_POLICY_OP_PIN; /* PIN with bytes != 0 */
+    CHECK_EQ_INT(dsc_policy_req_decode(buf, (size_t)n, &pgot), DSC_EBADFRAME);
+    dsc_policy_req_t badpin = {str("ds"), DSC_POLICY_OP_PIN, 1};
+    CHECK_EQ_INT(dsc_policy_req_encode(&badpin, buf, sizeof buf), DSC_EINVAL);
+
     /* The last chunk index a u32 can name is reachable, one past it is not. */
     dsc_get_req_t edge = {str("ds"), 0, UINT32_MAX, 1, 0, 0};
     n = dsc_get_req_encode(&edge, buf, sizeof buf);
@@ -757,10 +773,10 @@ static void test_mapping(void) {
     CHECK_EQ_INT(dsc_err_to_status(DSC_EIO), DSC_STATUS_INTERNAL);
 
     /* Opcodes. */
-    static const uint32_t ops[] = {DSC_OP_HELLO, DSC_OP_PING,  DSC_OP_LIST,         DSC_OP_MANIFEST,
-                                   DSC_OP_GET,   DSC_OP_STAT,  DSC_OP_MEMBERS,      DSC_OP_AUTH,
-                                   DSC_OP_WARM,  DSC_OP_EVICT, DSC_OP_RDMA_CONNECT, DSC_OP_RDMA_GET,
-                                   DSC_OP_REPORT};
+    static const uint32_t ops[] = {
+        DSC_OP_HELLO,        DSC_OP_PING,     DSC_OP_LIST,   DSC_OP_MANIFEST, DSC_OP_GET,
+        DSC_OP_STAT,         DSC_OP_MEMBERS,  DSC_OP_AUTH,   DSC_OP_WARM,     DSC_OP_EVICT,
+        DSC_OP_RDMA_CONNECT, DSC_OP_RDMA_GET, DSC_OP_REPORT, DSC_OP_POLICY};
     int known = 0;
     for (uint32_t op = 0; op < 300; op++) {
         int k = dsc_opcode_known(op);
@@ -815,6 +831,10 @@ static int seed_body_ok(const dsc_frame_header_t *h, const uint8_t *body, size_t
     case DSC_OP_EVICT: {
         dsc_shard_req_t req;
         return response ? len == 4 : dsc_shard_req_decode(body, len, &req) == 0;
+    }
+    case DSC_OP_POLICY: {
+        dsc_policy_req_t req;
+        return response ? len == 4 : dsc_policy_req_decode(body, len, &req) == 0;
     }
     case DSC_OP_LIST:
         return response ? len > 0 && body[0] == '[' : len == 0;
