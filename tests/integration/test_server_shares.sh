@@ -72,6 +72,7 @@ grep -q "admin: dataset hot pinned by anonymous" "$work/server-s.log" && \
     grep -q "admin: dataset big limited to 1048576 bytes" "$work/server-s.log" \
     && pass "POLICY operations logged" || fail "POLICY not logged"
 stop_server s
+[ "$STOP_RC" = 0 ] || fail "server s exit $STOP_RC"
 
 # From the command line (the config file takes the same keys), and refused to anonymous clients.
 start_server t --data "$work/a" --data "$work/b" --memory 4M --pin hot --limit big=512K
@@ -83,4 +84,5 @@ until_ok 10 sh -c "'$TOOL' call '$ADDR_t' STAT hot | grep -q '\"cached_bytes\":$
 out=$($CLI unpin --server "$ADDR_t" hot 2>&1) && fail "anonymous unpin accepted: $out"
 case $out in *nauthori*|*refused*) pass "anonymous POLICY refused: ${out:0:100}" ;; *) fail "unpin: $out" ;; esac
 stop_server t
+[ "$STOP_RC" = 0 ] || fail "server t exit $STOP_RC"
 finish
