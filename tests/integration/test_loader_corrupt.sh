@@ -5,8 +5,10 @@
 #   server path:  a flipped byte: that server answers CORRUPT, the loader reads the chunks from
 #                 the other replica;
 #   client path:  a silently damaged copy (the lz4 blocks decode to wrong bytes under correct
-#                 stored checksums: the server validates and serves it): the decoded-bytes check
-#                 fails in the loader, which reads the chunks from the other replica;
+#                 stored checksums, and a manifest rewritten to match): beside an intact replica
+#                 it is another dataset version, answered CHANGED, and the loader reads the chunks
+#                 from the other replica; served alone, the decoded-bytes check fails in the
+#                 loader, which reads the fallback files;
 # each run: every sample exactly once with the bytes of the intact files (cluster_check),
 # checksum_failures and failovers > 0, a WARN naming server, shard and chunk. With a single
 # damaged server: the fallback files serve the chunks; without fallback_path the loader fails
@@ -66,16 +68,20 @@ else
     fail "epoch with a CORRUPT replica"
 fi
 
-# Client path: d serves silently damaged chunks; the loader's decoded-bytes check catches them.
+# Replica path: d's silently damaged copy comes with a rewritten manifest (file checksum), so d
+# serves another version of the dataset than the loader read from c: d answers CHANGED
+# (PROTOCOL.md, Dataset versions) and the loader reads those chunks from c, before any damaged
+# byte arrives. (The decoded-bytes check itself is exercised by server f below.)
 pair c "$work/good" d "$work/silent" "$work/members2"
-if epoch silent --servers "file:$work/members2" --corrupt 1; then
+if epoch silent --servers "file:$work/members2"; then
     cat "$work/silent.out"
     check_exactly_once "$samples" 1 "$work/ids.silent" \
-        && pass "chunks failing the checksum here: exactly once, bytes of the intact files" \
-        || fail "checksum failures: not exactly once"
-    grep -q "warn: $ds shard 1 chunk [0-9]* from ${ADDR[d]}: .*(DSC_EDATASUM); reading it from ${ADDR[c]}" \
-        "$work/silent.err" && pass "WARN names server, shard and chunk, and the new source" \
-        || { cat "$work/silent.err"; fail "no WARN line for the checksum failure"; }
+        && pass "replica with another manifest: exactly once, bytes of the intact files" \
+        || fail "replica with another manifest: not exactly once"
+    grep -Eq "failovers [1-9]" "$work/silent.out" \
+        && grep -q "warn: server ${ADDR[d]}: GET $ds shard [0-9]* chunk [0-9]* (of [0-9]*): CHANGED" \
+            "$work/silent.err" && pass "WARN names the server answering CHANGED; chunks failed over" \
+        || { cat "$work/silent.err"; fail "no CHANGED failover for the replica with another manifest"; }
 else
     cat "$work/silent.out" "$work/silent.err"
     fail "epoch with a silently damaged replica"

@@ -2,7 +2,8 @@
 # --data-root: a dataset written into the root while the server runs (a hidden temporary
 # directory renamed into place) is listed and served within 10 s with no SIGHUP; a directory
 # without its manifest yet is ignored until it has one; a removed dataset stops being listed
-# and served (NOT_FOUND) once gone.
+# and served (NOT_FOUND) once gone. A dataset replaced in place: GETs naming the old version
+# are answered CHANGED, and a running C loader stops with DSC_ECHANGED.
 source "$(dirname "$0")/server_lib.sh"
 
 root=$work/root
@@ -61,6 +62,27 @@ out=$(SRV_CLIENT_VERSION=$v2 "$TOOL" get "$ADDR_a" second 0 0 1)
 [ "${out%% *}" = OK ] && pass "GET naming the new version $v2: $out" || fail "GET v2: $out"
 "$TOOL" call "$ADDR_a" LIST | grep -q "\"version\":\"$v2\"" && pass "LIST shows version $v2" \
     || fail "LIST without version $v2"
+
+# The C loader names the version it read: a dataset swapped under a running job stops it with
+# DSC_ECHANGED (its client cache is kept small so that it keeps asking the server).
+"$CLI" ingest synthetic -o "$root/swap" --name swap --samples 20000 --field x:u8:2048 \
+    --compress none --shard-size 1M --chunk-size 64K >/dev/null
+"$CLI" ingest synthetic -o "$root/.swap.new" --name swap --samples 20000 --field x:u8:2048 \
+    --compress none --shard-size 1M --chunk-size 64K --seed 7 >/dev/null
+until_ok 10 sh -c "'$CLI' list --server '$ADDR_a' | grep -q '^swap '" || fail "swap not listed"
+bench_rc=0
+"$CLI" bench --server "$ADDR_a" --dataset swap --seconds 8 --compute-ms 2 --cache 8M \
+    >"$work/bench.out" 2>&1 &
+bench=$!
+pids+=("$bench")
+sleep 2
+mv "$root/swap" "$root/.swap.old" && mv "$root/.swap.new" "$root/swap"
+wait "$bench" || bench_rc=$?
+if [ "$bench_rc" != 0 ] && grep -q "DSC_ECHANGED" "$work/bench.out"; then
+    pass "loader on the old version stopped: $(grep -m1 ECHANGED "$work/bench.out")"
+else
+    fail "loader across the swap: rc $bench_rc: $(tail -3 "$work/bench.out")"
+fi
 grep -q "SIGHUP" "$work/server-a.log" && fail "a SIGHUP was logged"
 stop_server a
 [ "$STOP_RC" = 0 ] || fail "server exit $STOP_RC"
