@@ -758,8 +758,9 @@ int dsc_catalog_rescan_quiet(dsc_catalog_t *cat, int quiet) {
             pthread_mutex_lock(&cat->lock);
             policy_apply_locked(cat, ds);
             enforce_limit_locked(cat, ds); /* what adopt_locked moved over */
+            int pinned = ds->pinned;
             pthread_mutex_unlock(&cat->lock);
-            if (ds->pinned) /* a pinned dataset stays resident, in its new version too */
+            if (pinned) /* a pinned dataset stays resident, in its new version too */
                 dsc_catalog_warm(cat, ds, DSC_SHARD_ALL);
             ds->all_next = fresh;
             fresh = ds;
