@@ -840,6 +840,10 @@ int dsc_catalog_set_policy(dsc_catalog_t *cat, const char *name, size_t name_len
         return DSC_EINVAL;
     pthread_mutex_lock(&cat->lock);
     struct dsc_policy_entry *p = policy_find_locked(cat, name, name_len);
+    if (p == NULL && cat->policy_count >= DSC_MAX_POLICIES) {
+        pthread_mutex_unlock(&cat->lock);
+        return DSC_ENOSPC;
+    }
     if (p == NULL) {
         struct dsc_policy_entry *grown =
             realloc(cat->policies, (cat->policy_count + 1) * sizeof *grown);
