@@ -14,8 +14,11 @@
  * (an invalid one marks the slot BAD), then the chunks' contiguous byte range is read into a
  * mapping as large as the file (only the touched pages cost memory, and data + entry.offset
  * stays valid for the sender) and every chunk's stored checksum is verified.
- * Just over 800 lines: the lock-free hit path, eviction and rescans share the slot state and
- * its memory-ordering rules, which stay private to this file.
+ * Pins and limits per dataset (dsc_catalog_set_policy) steer the same eviction: a pinned
+ * dataset's shards are never victims for another's load, a limited dataset's loads evict its own.
+ * About 1100 lines: the lock-free hit path, eviction, pins and limits and rescans (--data and
+ * --data-root directories) share the slot state and its memory-ordering rules, which stay
+ * private to this file.
  */
 #include "catalog.h"
 #include "catalog_state.h"
