@@ -778,11 +778,27 @@ int dsc_catalog_rescan_quiet(dsc_catalog_t *cat, int quiet) {
         cat->all = fresh;
         fresh = n;
     }
-    publish(cat, next);
+    int same = fresh_count == 0 && next->count == cur->count;
+    for (uint32_t i = 0; same && i < next->count; i++)
+        same = next->items[i] == cur->items[i];
+    if (same) {
+        /* Nothing changed (the periodic and watcher rescans, mostly): no new table, so none is
+         * retired; a SIGHUP still empties the index cache (a file may have been rewritten). */
+        free(next);
+        next = cur;
+        if (!quiet) {
+            pthread_mutex_lock(&cat->lock);
+            while (cat->index_head)
+                dsc__index_drop_locked(cat, cat->index_head);
+            pthread_mutex_unlock(&cat->lock);
+        }
+    } else {
+        publish(cat, next);
+    }
     /* Datasets no longer in the table are retired: free what nobody holds now, the rest when
      * its last reference goes. Cached indexes go too: a file may have been rewritten. */
     pthread_mutex_lock(&cat->lock);
-    while (cat->index_head)
+    while (!same && cat->index_head)
         dsc__index_drop_locked(cat, cat->index_head);
     for (uint32_t i = 0; i < cur->count; i++) {
         dsc_dataset_t *old = cur->items[i];
@@ -803,7 +819,7 @@ int dsc_catalog_rescan_quiet(dsc_catalog_t *cat, int quiet) {
     }
     pthread_mutex_unlock(&cat->lock);
     int count = (int)next->count;
-    int changed = fresh_count > 0 || next->count != cur->count;
+    int changed = !same;
     free_dirs(cand, cand_count);
     pthread_mutex_unlock(&cat->rescan_lock);
     if (changed || !quiet)

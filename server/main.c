@@ -33,6 +33,7 @@ typedef struct options {
     int dir_count;
     const char *roots[MAX_DIRS]; /* --data-root */
     int root_count;
+    uint32_t root_interval;     /* --data-root-interval (seconds; 0: none) */
     const char *pins[MAX_DIRS]; /* --pin DATASET */
     int pin_count;
     const char *limits[MAX_DIRS]; /* --limit DATASET=BYTES */
@@ -86,6 +87,9 @@ static void usage(FILE *f) {
         "                        are picked up within seconds (inotify; SIGHUP as fallback);\n"
         "                        names starting with '.' are skipped (a writer's temporary\n"
         "                        directory); --data is then optional\n"
+        "  --data-root-interval S  also rescan the roots every S seconds (default 10; 0:\n"
+        "                        never): inotify does not see changes made on another\n"
+        "                        machine of a network file system\n"
         "  --listen HOST:PORT    data port (default 127.0.0.1:7070; port 0 picks a free one)\n"
         "  --http HOST:PORT      /metrics, /healthz, /readyz (default 127.0.0.1:7071;\n"
         "                        port 0 picks a free one; \"off\" or \"0\" disables HTTP)\n"
@@ -160,7 +164,8 @@ static void usage(FILE *f) {
         "                        cannot read is refused (NOT_FOUND) and counted\n"
         "\n"
         "  --config FILE         JSON object with the same keys (\"data\": [..],\n"
-        "                        \"data_root\": [..], \"pin\": [..], \"limit\":\n"
+        "                        \"data_root\": [..], \"data_root_interval\",\n"
+        "                        \"pin\": [..], \"limit\":\n"
         "                        [\"DATASET=BYTES\", ..], \"listen\",\n"
         "                        \"http\", \"memory\", \"threads\", \"io_threads\", \"warm\",\n"
         "                        \"policy\", \"max_out\", \"max_out_total\",\n"
@@ -237,6 +242,9 @@ static int apply(options_t *o, const char *key, const char *value) {
             dsc_parse_size(eq + 1, &bytes) < 0)
             return bad("--limit (DATASET=BYTES)", value);
         o->limits[o->limit_count++] = value;
+    } else if (strcmp(key, "data_root_interval") == 0) {
+        if (parse_u32(value, 0, 86400, &o->root_interval) < 0)
+            return bad("--data-root-interval (seconds)", value);
     } else if (strcmp(key, "data_root") == 0) {
         if (o->root_count == MAX_DIRS || value[0] == '\0')
             return bad("--data-root", value);
@@ -688,6 +696,7 @@ int main(int argc, char **argv) {
     snprintf(o.listen, sizeof o.listen, "127.0.0.1:7070");
     snprintf(o.http, sizeof o.http, "127.0.0.1:7071");
     o.memory = UINT64_C(1) << 30;
+    o.root_interval = 10;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     o.threads = cores > 0 ? (uint32_t)cores : 1;
     o.io_threads = 4;
@@ -887,7 +896,7 @@ int main(int argc, char **argv) {
     uv_signal_start(&ctl.sigterm, on_stop_signal, SIGTERM);
     uv_signal_start(&ctl.sigint, on_stop_signal, SIGINT);
     uv_signal_start(&ctl.sighup, on_hup, SIGHUP);
-    if ((rc = dsc_rootwatch_start(cat, &rootwatch)) < 0)
+    if ((rc = dsc_rootwatch_start(cat, o.root_interval, &rootwatch)) < 0)
         LOG_ERROR("--data-root: cannot watch: %s (SIGHUP rescans)", dsc_strerror(rc));
     if ((rc = dsc_cluster_start(cluster, &ctl.loop, cat)) < 0)
         LOG_ERROR("cluster: cannot start the membership refresh: %s (the list stays as read)",

@@ -28,8 +28,9 @@
 
 struct dsc_rootwatch {
     dsc_catalog_t *cat;
-    int fd;
-    int *root_wd; /* watch descriptor of each root */
+    int fd;               /* inotify, or -1 */
+    uint64_t interval_ns; /* periodic rescan (0: none) */
+    int *root_wd;         /* watch descriptor of each root */
     uint32_t root_count;
     atomic_int stop;
     pthread_t thread;
@@ -70,11 +71,12 @@ static int relevant(const dsc_rootwatch_t *w, const struct inotify_event *ev) {
 static void *watch_thread(void *arg) {
     dsc_rootwatch_t *w = arg;
     uint64_t first = 0, last = 0; /* ns of the first and latest relevant event not yet rescanned */
+    uint64_t scanned = dsc_now_ns();
     _Alignas(struct inotify_event) char buf[16384];
     while (!atomic_load(&w->stop)) {
         struct pollfd p = {.fd = w->fd, .events = POLLIN};
-        int pr = poll(&p, 1, first ? 100 : 500);
-        if (pr > 0) {
+        int pr = poll(&p, 1, first ? 100 : 500); /* fd -1: a plain wait */
+        if (pr > 0 && w->fd >= 0) {
             ssize_t len;
             while ((len = read(w->fd, buf, sizeof buf)) > 0) {
                 for (char *q = buf; q < buf + len;) {
@@ -89,17 +91,20 @@ static void *watch_thread(void *arg) {
             }
         }
         uint64_t now = dsc_now_ns();
-        if (first && (now - last >= QUIET_NS || now - first >= MAX_WAIT_NS)) {
+        int periodic = w->interval_ns > 0 && now - scanned >= w->interval_ns;
+        if (periodic || (first && (now - last >= QUIET_NS || now - first >= MAX_WAIT_NS))) {
             first = last = 0;
-            LOG_DEBUG("--data-root changed: rescanning");
+            scanned = now;
+            LOG_DEBUG("--data-root: rescanning (%s)", periodic ? "periodic" : "changed");
             dsc_catalog_rescan_quiet(w->cat, 1);
-            watch_subdirs(w);
+            if (w->fd >= 0)
+                watch_subdirs(w);
         }
     }
     return NULL;
 }
 
-int dsc_rootwatch_start(dsc_catalog_t *cat, dsc_rootwatch_t **out) {
+int dsc_rootwatch_start(dsc_catalog_t *cat, uint32_t interval_s, dsc_rootwatch_t **out) {
     *out = NULL;
     const char **roots;
     uint32_t n = dsc_catalog_roots(cat, &roots);
@@ -115,26 +120,32 @@ int dsc_rootwatch_start(dsc_catalog_t *cat, dsc_rootwatch_t **out) {
     w->cat = cat;
     w->root_wd = wds;
     w->root_count = n;
+    w->interval_ns = (uint64_t)interval_s * 1000000000ull;
     atomic_init(&w->stop, 0);
-    w->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    if (w->fd < 0) {
-        LOG_WARN("--data-root: inotify unavailable (%s): datasets added or removed are picked "
-                 "up on SIGHUP only",
-                 strerror(errno));
-        free(wds);
-        free(w);
-        return 0;
+    /* DSC_TEST_NO_INOTIFY=1, for tests: behave as where inotify is unavailable. */
+    const char *no_inotify = getenv("DSC_TEST_NO_INOTIFY");
+    if (no_inotify != NULL && strcmp(no_inotify, "1") == 0) {
+        w->fd = -1;
+        errno = ENOSYS;
+    } else {
+        w->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     }
-    for (uint32_t i = 0; i < n; i++) {
+    if (w->fd < 0)
+        LOG_WARN("--data-root: inotify unavailable (%s): datasets added or removed are picked "
+                 "up by the rescan every %u s (--data-root-interval) or on SIGHUP",
+                 strerror(errno), interval_s);
+    for (uint32_t i = 0; w->fd >= 0 && i < n; i++) {
         wds[i] = inotify_add_watch(w->fd, roots[i], ROOT_MASK);
         if (wds[i] < 0)
-            LOG_WARN("--data-root %s: cannot watch (%s): changes there are picked up on SIGHUP "
-                     "only",
+            LOG_WARN("--data-root %s: cannot watch (%s): changes there are picked up by the "
+                     "periodic rescan or on SIGHUP",
                      roots[i], strerror(errno));
     }
-    watch_subdirs(w);
+    if (w->fd >= 0)
+        watch_subdirs(w);
     if (pthread_create(&w->thread, NULL, watch_thread, w) != 0) {
-        close(w->fd);
+        if (w->fd >= 0)
+            close(w->fd);
         free(wds);
         free(w);
         return DSC_ENOMEM;
@@ -150,7 +161,8 @@ void dsc_rootwatch_stop(dsc_rootwatch_t *w) {
         return;
     atomic_store(&w->stop, 1);
     pthread_join(w->thread, NULL);
-    close(w->fd);
+    if (w->fd >= 0)
+        close(w->fd);
     free(w->root_wd);
     free(w);
 }

@@ -7,12 +7,17 @@
 
 #include "catalog.h"
 
+#include <stdint.h>
+
 typedef struct dsc_rootwatch dsc_rootwatch_t;
 
-/* Starts watching every root of cat (none: *out NULL, returns 0). Returns 0 and *out, or
- * DSC_ENOMEM; without inotify it logs a WARN (changes are then picked up on SIGHUP only) and
- * returns 0 with *out NULL. */
-int dsc_rootwatch_start(dsc_catalog_t *cat, dsc_rootwatch_t **out);
+/* Starts watching every root of cat (none: *out NULL, returns 0), and rescans every
+ * interval_s seconds besides (0: never): inotify sees only this machine's changes, so on a
+ * network file system written from elsewhere (a Kubernetes ReadWriteMany volume) the periodic
+ * rescan is what finds them. Returns 0 and *out, or DSC_ENOMEM; without inotify it logs a WARN
+ * and relies on the periodic rescan and SIGHUP. */
+int dsc_rootwatch_start(dsc_catalog_t *cat, uint32_t interval_s, dsc_rootwatch_t **out);
+/* Environment, for tests: DSC_TEST_NO_INOTIFY=1 acts as if inotify were unavailable. */
 /* Stops the thread (within half a second) and frees. NULL is a no-op. */
 void dsc_rootwatch_stop(dsc_rootwatch_t *w);
 

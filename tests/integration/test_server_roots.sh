@@ -3,7 +3,8 @@
 # directory renamed into place) is listed and served within 10 s with no SIGHUP; a directory
 # without its manifest yet is ignored until it has one; a removed dataset stops being listed
 # and served (NOT_FOUND) once gone. A dataset replaced in place: GETs naming the old version
-# are answered CHANGED, and a running C loader stops with DSC_ECHANGED.
+# are answered CHANGED, and a running C loader stops with DSC_ECHANGED. Without inotify, the
+# periodic rescan finds new datasets.
 source "$(dirname "$0")/server_lib.sh"
 
 root=$work/root
@@ -86,4 +87,18 @@ fi
 grep -q "SIGHUP" "$work/server-a.log" && fail "a SIGHUP was logged"
 stop_server a
 [ "$STOP_RC" = 0 ] || fail "server exit $STOP_RC"
+
+# Where inotify sees nothing (a network file system written from another machine; simulated by
+# DSC_TEST_NO_INOTIFY=1), the periodic rescan (--data-root-interval) picks a dataset up.
+root2=$work/root2
+mkdir -p "$root2"
+DSC_TEST_NO_INOTIFY=1 start_server b --data-root "$root2" --data-root-interval 1 --memory 16M
+grep -q "inotify unavailable" "$work/server-b.log" && pass "without inotify: WARN at start" \
+    || fail "no inotify WARN"
+make_dataset "$root2/late" late 300 none
+until_ok 5 sh -c "'$CLI' list --server '$ADDR_b' | grep -q '^late '" \
+    && pass "without inotify: the periodic rescan serves a new dataset" \
+    || fail "late not listed by the periodic rescan"
+stop_server b
+[ "$STOP_RC" = 0 ] || fail "server b exit $STOP_RC"
 finish
