@@ -74,7 +74,8 @@ extern "C" {
     XX(EBADREQ, -4027, "bad request (rejected by the server)")                                     \
     XX(EFILESUM, -4028, "shard file checksum mismatch")                                            \
     XX(EHELD, -4029, "batches held by the caller would exceed max_held_bytes")                     \
-    XX(EDECODE, -4040, "image does not decode")
+    XX(EDECODE, -4040, "image does not decode")                                                    \
+    XX(ECHANGED, -4050, "dataset changed on the server since it was opened")
 
 typedef enum {
 #define DSC_ERR_ENUM_(name, value, msg) DSC_##name = (value),

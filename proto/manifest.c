@@ -1,6 +1,7 @@
 /* Dataset manifest (proto/FORMAT.md): JSON codec with cJSON, whole-manifest validation, atomic
  * save and load of DIR/manifest.json, sample-to-shard lookup. */
 #include "manifest.h"
+#include "protocol.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -411,6 +412,8 @@ int dsc_manifest_parse(const char *json, size_t len, dsc_manifest_t **out) {
     text[len] = '\0';
     int rc = parse_document(text, len, out);
     free(text);
+    if (rc == 0)
+        (*out)->version = dsc_dataset_version(json, len);
     return rc;
 }
 

@@ -43,6 +43,10 @@ typedef struct dsc_manifest {
     uint64_t bytes;   /* derived: sum of the shards' file sizes */
     uint32_t shard_count;
     dsc_manifest_shard_t *shards; /* shard_count entries, owned by the manifest */
+    /* dsc_dataset_version (protocol.h) of the JSON text it was parsed from: for a manifest
+     * received in a MANIFEST answer, the version a loader names in its GETs; 0 when built in
+     * memory. Not part of the JSON. */
+    uint64_t version;
 } dsc_manifest_t;
 
 /* Parses a manifest from JSON text (need not be NUL-terminated). Returns 0 and *out (free with

@@ -35,6 +35,8 @@ const char *dsc_status_name(uint32_t status) {
         return "INTERNAL";
     case DSC_STATUS_UNSUPPORTED:
         return "UNSUPPORTED";
+    case DSC_STATUS_CHANGED:
+        return "CHANGED";
     default:
         return "UNKNOWN";
     }
@@ -62,6 +64,8 @@ int dsc_status_to_err(uint32_t status) {
         return DSC_EUNAUTH;
     case DSC_STATUS_UNSUPPORTED:
         return DSC_ENOTSUP;
+    case DSC_STATUS_CHANGED:
+        return DSC_ECHANGED;
     default:
         return DSC_ESERVER; /* INTERNAL and statuses from a newer peer */
     }
@@ -114,6 +118,8 @@ uint32_t dsc_err_to_status(int err) {
         return DSC_STATUS_UNAUTHORIZED;
     case DSC_ENOTSUP:
         return DSC_STATUS_UNSUPPORTED;
+    case DSC_ECHANGED:
+        return DSC_STATUS_CHANGED;
     default:
         return DSC_STATUS_INTERNAL;
     }
@@ -132,6 +138,7 @@ int dsc_opcode_known(uint32_t opcode) {
     case DSC_OP_REPORT:
     case DSC_OP_WARM:
     case DSC_OP_EVICT:
+    case DSC_OP_POLICY:
     case DSC_OP_RDMA_CONNECT:
     case DSC_OP_RDMA_GET:
         return 1;
@@ -164,6 +171,8 @@ const char *dsc_opcode_name(uint32_t opcode) {
         return "WARM";
     case DSC_OP_EVICT:
         return "EVICT";
+    case DSC_OP_POLICY:
+        return "POLICY";
     case DSC_OP_RDMA_CONNECT:
         return "RDMA_CONNECT";
     case DSC_OP_RDMA_GET:
@@ -429,6 +438,39 @@ int dsc_shard_req_decode(const uint8_t *body, size_t len, dsc_shard_req_t *out) 
     return 0;
 }
 
+static int policy_ok(const dsc_policy_req_t *req) {
+    return dataset_ok(req->dataset) && req->action >= DSC_POLICY_OP_PIN &&
+           req->action <= DSC_POLICY_OP_LIMIT &&
+           (req->action == DSC_POLICY_OP_LIMIT || req->bytes == 0);
+}
+
+int dsc_policy_req_encode(const dsc_policy_req_t *req, uint8_t *out, size_t cap) {
+    if (!str_valid(req->dataset) || !policy_ok(req))
+        return DSC_EINVAL;
+    dsc_wr_t w;
+    dsc_wr_init(&w, out, cap);
+    wr_str(&w, req->dataset);
+    dsc_wr_u8(&w, req->action);
+    dsc_wr_u64(&w, req->bytes);
+    return wr_done(&w);
+}
+
+int dsc_policy_req_decode(const uint8_t *body, size_t len, dsc_policy_req_t *out) {
+    dsc_rd_t r;
+    dsc_rd_init(&r, body, len);
+    dsc_policy_req_t req;
+    req.dataset = rd_str(&r, STR_NAME);
+    req.action = dsc_rd_u8(&r);
+    req.bytes = dsc_rd_u64(&r);
+    int rc = rd_done(&r);
+    if (rc < 0)
+        return rc;
+    if (!policy_ok(&req))
+        return DSC_EBADFRAME;
+    *out = req;
+    return 0;
+}
+
 /* ---- GET ---------------------------------------------------------------------------------- */
 
 static int get_range_ok(uint32_t first_chunk, uint32_t chunk_count) {
@@ -436,9 +478,20 @@ static int get_range_ok(uint32_t first_chunk, uint32_t chunk_count) {
            (uint64_t)first_chunk + chunk_count <= (uint64_t)UINT32_MAX + 1;
 }
 
+uint64_t dsc_dataset_version(const void *manifest_json, size_t len) {
+    const uint8_t *p = manifest_json;
+    uint64_t h = UINT64_C(14695981039346656037);
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= UINT64_C(1099511628211);
+    }
+    return h ? h : 1;
+}
+
 int dsc_get_req_encode(const dsc_get_req_t *req, uint8_t *out, size_t cap) {
     if (!str_valid(req->dataset) || !dataset_ok(req->dataset) ||
-        !get_range_ok(req->first_chunk, req->chunk_count) || req->flags != 0)
+        !get_range_ok(req->first_chunk, req->chunk_count) ||
+        (req->flags & ~DSC_GET_FLAG_VERSION) != 0)
         return DSC_EINVAL;
     dsc_wr_t w;
     dsc_wr_init(&w, out, cap);
@@ -447,6 +500,8 @@ int dsc_get_req_encode(const dsc_get_req_t *req, uint8_t *out, size_t cap) {
     dsc_wr_u32(&w, req->first_chunk);
     dsc_wr_u32(&w, req->chunk_count);
     dsc_wr_u32(&w, req->flags);
+    if (req->flags & DSC_GET_FLAG_VERSION)
+        dsc_wr_u64(&w, req->version);
     return wr_done(&w);
 }
 
@@ -459,11 +514,12 @@ int dsc_get_req_decode(const uint8_t *body, size_t len, dsc_get_req_t *out) {
     req.first_chunk = dsc_rd_u32(&r);
     req.chunk_count = dsc_rd_u32(&r);
     req.flags = dsc_rd_u32(&r);
+    req.version = (req.flags & DSC_GET_FLAG_VERSION) ? dsc_rd_u64(&r) : 0;
     int rc = rd_done(&r);
     if (rc < 0)
         return rc;
     if (!dataset_ok(req.dataset) || !get_range_ok(req.first_chunk, req.chunk_count) ||
-        req.flags != 0)
+        (req.flags & ~DSC_GET_FLAG_VERSION) != 0)
         return DSC_EBADFRAME;
     *out = req;
     return 0;
@@ -734,7 +790,7 @@ int dsc_rdma_get_req_encode(const dsc_rdma_get_req_t *req, uint8_t *out, size_t 
             req->release_count == 0)
             return DSC_EINVAL;
     } else if (!dataset_ok(g->dataset) || !get_range_ok(g->first_chunk, g->chunk_count) ||
-               g->flags != 0) {
+               (g->flags & ~DSC_GET_FLAG_VERSION) != 0) {
         return DSC_EINVAL;
     }
     dsc_wr_t w;
@@ -744,6 +800,8 @@ int dsc_rdma_get_req_encode(const dsc_rdma_get_req_t *req, uint8_t *out, size_t 
     dsc_wr_u32(&w, g->first_chunk);
     dsc_wr_u32(&w, g->chunk_count);
     dsc_wr_u32(&w, g->flags);
+    if (g->flags & DSC_GET_FLAG_VERSION)
+        dsc_wr_u64(&w, g->version);
     dsc_wr_u16(&w, req->release_count);
     for (uint16_t i = 0; i < req->release_count; i++)
         dsc_wr_u64(&w, req->release[i]);
@@ -760,6 +818,7 @@ int dsc_rdma_get_req_decode(const uint8_t *body, size_t len, dsc_rdma_get_req_t 
     g->first_chunk = dsc_rd_u32(&r);
     g->chunk_count = dsc_rd_u32(&r);
     g->flags = dsc_rd_u32(&r);
+    g->version = (g->flags & DSC_GET_FLAG_VERSION) ? dsc_rd_u64(&r) : 0;
     req.release_count = dsc_rd_u16(&r);
     req.release = NULL;
     req.release_wire = NULL;
@@ -778,7 +837,7 @@ int dsc_rdma_get_req_decode(const uint8_t *body, size_t len, dsc_rdma_get_req_t 
             req.release_count == 0)
             return DSC_EBADFRAME;
     } else if (!dataset_ok(g->dataset) || !get_range_ok(g->first_chunk, g->chunk_count) ||
-               g->flags != 0) {
+               (g->flags & ~DSC_GET_FLAG_VERSION) != 0) {
         return DSC_EBADFRAME;
     }
     if (req.release_count == 0)

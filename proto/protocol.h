@@ -35,6 +35,7 @@ typedef enum {
     DSC_OP_REPORT = 9,        /* a loader's job, stall and rate (proto/report.h) */
     DSC_OP_WARM = 16,         /* admin */
     DSC_OP_EVICT = 17,        /* admin */
+    DSC_OP_POLICY = 18,       /* admin: pin, unpin or limit a dataset's memory */
     DSC_OP_RDMA_CONNECT = 32, /* reserved: queue-pair exchange */
     DSC_OP_RDMA_GET = 33,     /* reserved: (address, rkey, length) descriptors */
 } dsc_opcode_t;
@@ -51,6 +52,7 @@ typedef enum {
     DSC_STATUS_BUSY = 8,
     DSC_STATUS_INTERNAL = 9,
     DSC_STATUS_UNSUPPORTED = 10,
+    DSC_STATUS_CHANGED = 11, /* the GET named a dataset version the server no longer serves */
 } dsc_status_t;
 
 /* "OK", "NOT_FOUND", ... or "UNKNOWN". */
@@ -97,6 +99,9 @@ typedef struct dsc_str {
  * that set it), the server offers RDMA_CONNECT (PROTOCOL.md, RDMA). Bit 0 is DSC_FEATURE_AUTH
  * (proto/auth.h). Neither changes the HELLO bodies' layout except AUTH's nonce. */
 #define DSC_FEATURE_RDMA 0x00000002u
+/* HELLO feature bit 2: the server checks the dataset version a GET names (DSC_GET_FLAG_VERSION)
+ * and answers CHANGED when the dataset was replaced (PROTOCOL.md, Dataset versions). */
+#define DSC_FEATURE_DATASET_VERSION 0x00000004u
 typedef struct dsc_hello_req {
     uint16_t min_version, max_version;
     uint32_t features;
@@ -143,14 +148,33 @@ typedef struct dsc_shard_req {
 int dsc_shard_req_encode(const dsc_shard_req_t *req, uint8_t *out, size_t cap);
 int dsc_shard_req_decode(const uint8_t *body, size_t len, dsc_shard_req_t *out);
 
+/* POLICY: name + u8 action (DSC_POLICY_OP_*) + u64 bytes (LIMIT: the cap, 0 removes it; else 0).
+ * Response: u32 shards affected (loads started by PIN, evictions by LIMIT). */
+enum { DSC_POLICY_OP_PIN = 1, DSC_POLICY_OP_UNPIN = 2, DSC_POLICY_OP_LIMIT = 3 };
+typedef struct dsc_policy_req {
+    dsc_str_t dataset;
+    uint8_t action;
+    uint64_t bytes;
+} dsc_policy_req_t;
+int dsc_policy_req_encode(const dsc_policy_req_t *req, uint8_t *out, size_t cap);
+int dsc_policy_req_decode(const uint8_t *body, size_t len, dsc_policy_req_t *out);
+
 /* GET: chunks [first_chunk, first_chunk + chunk_count) of one shard. */
 typedef struct dsc_get_req {
     dsc_str_t dataset;
     uint32_t shard_id;
     uint32_t first_chunk;
     uint32_t chunk_count; /* 1..DSC_GET_MAX_CHUNKS */
-    uint32_t flags;       /* 0 */
+    uint32_t flags;       /* 0 or DSC_GET_FLAG_VERSION */
+    uint64_t version;     /* with DSC_GET_FLAG_VERSION: the dataset version (on the wire after
+                             flags), else 0 */
 } dsc_get_req_t;
+/* GET flag bit 0: a u64 dataset version follows the flags; the server answers CHANGED unless it
+ * serves that version of the dataset. */
+#define DSC_GET_FLAG_VERSION 0x00000001u
+/* A dataset's version: FNV-1a 64 of its MANIFEST response body (the manifest as
+ * dsc_manifest_to_json writes it), never 0. */
+uint64_t dsc_dataset_version(const void *manifest_json, size_t len);
 int dsc_get_req_encode(const dsc_get_req_t *req, uint8_t *out, size_t cap);
 int dsc_get_req_decode(const uint8_t *body, size_t len, dsc_get_req_t *out);
 

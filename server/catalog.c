@@ -14,8 +14,11 @@
  * (an invalid one marks the slot BAD), then the chunks' contiguous byte range is read into a
  * mapping as large as the file (only the touched pages cost memory, and data + entry.offset
  * stays valid for the sender) and every chunk's stored checksum is verified.
- * Just over 800 lines: the lock-free hit path, eviction and rescans share the slot state and
- * its memory-ordering rules, which stay private to this file.
+ * Pins and limits per dataset (dsc_catalog_set_policy) steer the same eviction: a pinned
+ * dataset's shards are never victims for another's load, a limited dataset's loads evict its own.
+ * About 1100 lines: the lock-free hit path, eviction, pins and limits and rescans (--data and
+ * --data-root directories) share the slot state and its memory-ordering rules, which stay
+ * private to this file.
  */
 #include "catalog.h"
 #include "catalog_state.h"
@@ -25,6 +28,7 @@
 #include "util.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -35,6 +39,8 @@
 #include <unistd.h>
 
 static void update_table_meta(dsc_catalog_t *cat);
+static void policy_apply_locked(dsc_catalog_t *cat, dsc_dataset_t *ds);
+static int enforce_limit_locked(dsc_catalog_t *cat, dsc_dataset_t *ds);
 
 int dsc_catalog_create(dsc_store_t *store, const dsc_catalog_options_t *options,
                        dsc_catalog_t **out) {
@@ -119,6 +125,10 @@ void dsc_catalog_destroy(dsc_catalog_t *cat) {
     for (uint32_t i = 0; i < cat->dir_count; i++)
         free(cat->dirs[i]);
     free(cat->dirs);
+    for (uint32_t i = 0; i < cat->root_count; i++)
+        free(cat->roots[i]);
+    free(cat->roots);
+    free(cat->policies);
     pthread_mutex_destroy(&cat->lock);
     pthread_mutex_destroy(&cat->rescan_lock);
     pthread_cond_destroy(&cat->work_cond);
@@ -148,6 +158,7 @@ static int dataset_create(const char *dir, dsc_dataset_t **out) {
         return DSC_ENOMEM;
     }
     ds->json_len = strlen(ds->json);
+    ds->version = dsc_dataset_version(ds->json, ds->json_len);
     for (uint32_t i = 0; i < m->shard_count; i++) {
         dsc_shard_slot_t *s = &ds->slots[i];
         atomic_init(&s->refs, -1);
@@ -195,20 +206,27 @@ dsc_shard_slot_t *dsc_dataset_shard_slot(dsc_dataset_t *ds, uint32_t id) {
     return id < ds->manifest->shard_count ? &ds->slots[id] : NULL;
 }
 
+uint64_t dsc_dataset_version_of(const dsc_dataset_t *ds) {
+    return ds->version;
+}
+
 void dsc_dataset_count_served(dsc_dataset_t *ds, uint64_t bytes) {
     atomic_fetch_add_explicit(&ds->bytes_served, bytes, memory_order_relaxed);
 }
 
 /* ---- eviction (cat->lock held) ----------------------------------------------------------- */
 
-/* Evicts the least recently used unreferenced resident shard of any dataset served. O(shards);
- * evictions are rare next to hits. Returns 1 when one was evicted. */
-static int evict_lru_locked(dsc_catalog_t *cat) {
+/* Evicts the least recently used unreferenced resident shard of any unpinned dataset served
+ * (only: of that dataset alone, pinned or not). O(shards); evictions are rare next to hits.
+ * Returns 1 when one was evicted. */
+static int evict_lru_locked(dsc_catalog_t *cat, dsc_dataset_t *only) {
     table_t *t = atomic_load(&cat->table);
     dsc_shard_slot_t *victim = NULL;
     uint64_t oldest = UINT64_MAX;
     for (uint32_t d = 0; d < t->count; d++) {
         dsc_dataset_t *ds = t->items[d];
+        if (only ? ds != only : ds->pinned)
+            continue;
         for (uint32_t i = 0; i < ds->manifest->shard_count; i++) {
             dsc_shard_slot_t *s = &ds->slots[i];
             if (s->state != SLOT_RESIDENT || atomic_load(&s->refs) != 0)
@@ -225,14 +243,32 @@ static int evict_lru_locked(dsc_catalog_t *cat) {
 
 /* ---- loading (the I/O threads in readthrough.c run them) -------------------------------- */
 
+/* A dataset's resident and loading bytes (cat->lock held). O(shards): only datasets with a
+ * limit ask. */
+static uint64_t committed_bytes_locked(const dsc_dataset_t *ds) {
+    uint64_t loading = 0;
+    for (uint32_t i = 0; i < ds->manifest->shard_count; i++)
+        if (ds->slots[i].state == SLOT_LOADING)
+            loading += ds->slots[i].meta->bytes;
+    return ds->cached_bytes + loading;
+}
+
 /* Allocates the shard's extent in the store and queues a whole-shard load (how: LOAD_*).
  * Returns 1 queued, 0 not (no room), or <0. */
 static int start_load_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, int how) {
     uint64_t size = s->meta->bytes;
     uint8_t *dst = NULL;
+    dsc_dataset_t *ds = s->ds;
+    int may_evict = cat->opt.policy == DSC_POLICY_LRU && how != LOAD_WARM_KEEP;
+    if (ds->limit > 0) {
+        /* Within the dataset's limit (lru: by evicting its own least recently used shards). */
+        while (committed_bytes_locked(ds) + size > ds->limit)
+            if (!may_evict || !evict_lru_locked(cat, ds))
+                return 0;
+    }
     int rc = dsc_store_alloc(cat->store, size, &dst);
-    while (rc == DSC_ENOSPC && cat->opt.policy == DSC_POLICY_LRU && how != LOAD_WARM_KEEP &&
-           evict_lru_locked(cat))
+    /* A pinned dataset's loads make room whatever the policy; nobody evicts a pinned one. */
+    while (rc == DSC_ENOSPC && (may_evict || ds->pinned) && evict_lru_locked(cat, NULL))
         rc = dsc_store_alloc(cat->store, size, &dst);
     if (rc == DSC_ENOSPC)
         return 0;
@@ -451,7 +487,7 @@ int dsc_catalog_evict(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id) 
         return 0;
     int evicted = 0;
     pthread_mutex_lock(&cat->lock);
-    for (uint32_t i = first; i < end; i++)
+    for (uint32_t i = first; i < end && !ds->pinned; i++)
         evicted += dsc__slot_evict_locked(cat, &ds->slots[i]);
     pthread_mutex_unlock(&cat->lock);
     return evicted;
@@ -524,6 +560,9 @@ int dsc_catalog_add_dir(dsc_catalog_t *cat, const char *dir) {
     t->items[cur->count] = ds;
     ds->all_next = cat->all;
     cat->all = ds;
+    pthread_mutex_lock(&cat->lock);
+    policy_apply_locked(cat, ds);
+    pthread_mutex_unlock(&cat->lock);
     LOG_INFO("dataset %s: %u shards, %llu samples, %llu bytes (%s)", ds->name,
              ds->manifest->shard_count, (unsigned long long)ds->manifest->samples,
              (unsigned long long)ds->manifest->bytes, dir);
@@ -572,18 +611,113 @@ static void adopt_locked(dsc_dataset_t *old, dsc_dataset_t *ds) {
     }
 }
 
+static void free_dirs(char **dirs, uint32_t n) {
+    for (uint32_t i = 0; dirs != NULL && i < n; i++)
+        free(dirs[i]);
+    free(dirs);
+}
+
+static int push_dir(char ***dirs, uint32_t *n, uint32_t *cap, const char *path) {
+    if (*n == *cap) {
+        uint32_t ncap = *cap ? *cap * 2 : 16;
+        char **grown = realloc(*dirs, ncap * sizeof *grown);
+        if (grown == NULL)
+            return DSC_ENOMEM;
+        *dirs = grown;
+        *cap = ncap;
+    }
+    if (((*dirs)[*n] = strdup(path)) == NULL)
+        return DSC_ENOMEM;
+    (*n)++;
+    return 0;
+}
+
+/* The directories a rescan reads (under rescan_lock): the --data ones first, then every
+ * subdirectory of each --data-root whose name does not start with '.' (a writer's hidden
+ * temporary directory is not a dataset until renamed), in name order. */
+static int collect_dirs(dsc_catalog_t *cat, char ***out, uint32_t *count) {
+    char **dirs = NULL;
+    uint32_t n = 0, cap = 0;
+    int rc = 0;
+    for (uint32_t i = 0; rc == 0 && i < cat->dir_count; i++)
+        rc = push_dir(&dirs, &n, &cap, cat->dirs[i]);
+    for (uint32_t r = 0; rc == 0 && r < cat->root_count; r++) {
+        struct dirent **names = NULL;
+        int k = scandir(cat->roots[r], &names, NULL, alphasort);
+        if (k < 0) {
+            LOG_WARN("rescan: --data-root %s: %s: its datasets are not served", cat->roots[r],
+                     strerror(errno));
+            continue;
+        }
+        for (int j = 0; j < k; j++) {
+            char path[4096];
+            struct stat st;
+            if (rc == 0 && names[j]->d_name[0] != '.' &&
+                snprintf(path, sizeof path, "%s/%s", cat->roots[r], names[j]->d_name) <
+                    (int)sizeof path &&
+                stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+                rc = push_dir(&dirs, &n, &cap, path);
+            free(names[j]);
+        }
+        free(names);
+    }
+    if (rc < 0) {
+        free_dirs(dirs, n);
+        return rc;
+    }
+    *out = dirs;
+    *count = n;
+    return 0;
+}
+
+int dsc_catalog_add_root(dsc_catalog_t *cat, const char *root) {
+    struct stat st;
+    if (stat(root, &st) != 0 || !S_ISDIR(st.st_mode))
+        return DSC_ENOENT;
+    pthread_mutex_lock(&cat->rescan_lock);
+    char **roots = realloc(cat->roots, (cat->root_count + 1) * sizeof *roots);
+    char *copy = strdup(root);
+    if (roots)
+        cat->roots = roots;
+    if (roots == NULL || copy == NULL) {
+        free(copy);
+        pthread_mutex_unlock(&cat->rescan_lock);
+        return DSC_ENOMEM;
+    }
+    cat->roots[cat->root_count++] = copy;
+    pthread_mutex_unlock(&cat->rescan_lock);
+    LOG_INFO("--data-root %s: every subdirectory with a complete %s is a dataset", root,
+             DSC_MANIFEST_FILE);
+    int rc = dsc_catalog_rescan_quiet(cat, 1);
+    return rc < 0 ? rc : 0;
+}
+
+uint32_t dsc_catalog_roots(dsc_catalog_t *cat, const char ***roots) {
+    *roots = (const char **)cat->roots;
+    return cat->root_count;
+}
+
 int dsc_catalog_rescan(dsc_catalog_t *cat) {
+    return dsc_catalog_rescan_quiet(cat, 0);
+}
+
+int dsc_catalog_rescan_quiet(dsc_catalog_t *cat, int quiet) {
     pthread_mutex_lock(&cat->rescan_lock);
     table_t *cur = atomic_load(&cat->table);
-    table_t *next = calloc(1, sizeof *next + cat->dir_count * sizeof(dsc_dataset_t *));
+    char **cand = NULL;
+    uint32_t cand_count = 0, explicit_count = cat->dir_count;
+    int crc = collect_dirs(cat, &cand, &cand_count);
+    table_t *next = crc < 0 ? NULL : calloc(1, sizeof *next + cand_count * sizeof(dsc_dataset_t *));
     if (next == NULL) {
+        free_dirs(cand, cand_count);
         pthread_mutex_unlock(&cat->rescan_lock);
         LOG_ERROR("rescan: out of memory");
         return DSC_ENOMEM;
     }
     dsc_dataset_t *fresh = NULL; /* created by this rescan, linked through all_next */
-    for (uint32_t d = 0; d < cat->dir_count; d++) {
-        const char *dir = cat->dirs[d];
+    uint32_t fresh_count = 0;
+    for (uint32_t d = 0; d < cand_count; d++) {
+        const char *dir = cand[d];
         dsc_dataset_t *old = NULL;
         for (uint32_t i = 0; i < cur->count; i++)
             if (strcmp(cur->items[i]->dir, dir) == 0)
@@ -591,6 +725,10 @@ int dsc_catalog_rescan(dsc_catalog_t *cat) {
         dsc_dataset_t *ds = NULL;
         int rc = dataset_create(dir, &ds);
         if (rc < 0) {
+            /* Under a --data-root, a directory without its manifest yet is still being written
+             * (the manifest is written last): quietly not served until it is complete. */
+            if (d >= explicit_count && rc == DSC_ENOENT && old == NULL)
+                continue;
             LOG_WARN("rescan: %s: %s: dataset %s", dir, dsc_strerror(rc),
                      old ? "dropped" : "not served");
             continue;
@@ -620,8 +758,16 @@ int dsc_catalog_rescan(dsc_catalog_t *cat) {
                 adopt_locked(old, ds);
                 pthread_mutex_unlock(&cat->lock);
             }
+            pthread_mutex_lock(&cat->lock);
+            policy_apply_locked(cat, ds);
+            enforce_limit_locked(cat, ds); /* what adopt_locked moved over */
+            int pinned = ds->pinned;
+            pthread_mutex_unlock(&cat->lock);
+            if (pinned) /* a pinned dataset stays resident, in its new version too */
+                dsc_catalog_warm(cat, ds, DSC_SHARD_ALL);
             ds->all_next = fresh;
             fresh = ds;
+            fresh_count++;
         }
         next->items[next->count++] = ds;
     }
@@ -632,11 +778,27 @@ int dsc_catalog_rescan(dsc_catalog_t *cat) {
         cat->all = fresh;
         fresh = n;
     }
-    publish(cat, next);
+    int same = fresh_count == 0 && next->count == cur->count;
+    for (uint32_t i = 0; same && i < next->count; i++)
+        same = next->items[i] == cur->items[i];
+    if (same) {
+        /* Nothing changed (the periodic and watcher rescans, mostly): no new table, so none is
+         * retired; a SIGHUP still empties the index cache (a file may have been rewritten). */
+        free(next);
+        next = cur;
+        if (!quiet) {
+            pthread_mutex_lock(&cat->lock);
+            while (cat->index_head)
+                dsc__index_drop_locked(cat, cat->index_head);
+            pthread_mutex_unlock(&cat->lock);
+        }
+    } else {
+        publish(cat, next);
+    }
     /* Datasets no longer in the table are retired: free what nobody holds now, the rest when
      * its last reference goes. Cached indexes go too: a file may have been rewritten. */
     pthread_mutex_lock(&cat->lock);
-    while (cat->index_head)
+    while (!same && cat->index_head)
         dsc__index_drop_locked(cat, cat->index_head);
     for (uint32_t i = 0; i < cur->count; i++) {
         dsc_dataset_t *old = cur->items[i];
@@ -645,15 +807,88 @@ int dsc_catalog_rescan(dsc_catalog_t *cat) {
             kept |= next->items[j] == old;
         if (kept)
             continue;
+        int replaced = 0;
+        for (uint32_t j = 0; j < next->count; j++)
+            replaced |= strcmp(next->items[j]->name, old->name) == 0;
+        if (!replaced)
+            LOG_INFO("rescan: dataset %s removed (%s): no longer listed; answers in flight finish",
+                     old->name, old->dir);
         atomic_store(&old->retired, 1);
         for (uint32_t k = 0; k < old->manifest->shard_count; k++)
             dsc__slot_evict_locked(cat, &old->slots[k]);
     }
     pthread_mutex_unlock(&cat->lock);
     int count = (int)next->count;
+    int changed = !same;
+    free_dirs(cand, cand_count);
     pthread_mutex_unlock(&cat->rescan_lock);
-    LOG_INFO("rescan: %d datasets served", count);
+    if (changed || !quiet)
+        LOG_INFO("rescan: %d datasets served", count);
     return count;
+}
+
+/* ---- memory per dataset ------------------------------------------------------------------ */
+
+static struct dsc_policy_entry *policy_find_locked(dsc_catalog_t *cat, const char *name,
+                                                   size_t len) {
+    for (uint32_t i = 0; i < cat->policy_count; i++)
+        if (strlen(cat->policies[i].name) == len && memcmp(cat->policies[i].name, name, len) == 0)
+            return &cat->policies[i];
+    return NULL;
+}
+
+/* Gives a dataset just created the pin and limit set for its name (cat->lock held). */
+static void policy_apply_locked(dsc_catalog_t *cat, dsc_dataset_t *ds) {
+    const struct dsc_policy_entry *p = policy_find_locked(cat, ds->name, strlen(ds->name));
+    ds->pinned = p ? p->pinned : 0;
+    ds->limit = p ? p->limit : 0;
+}
+
+/* Evicts ds's least recently used unreferenced shards until its bytes are within its limit
+ * (cat->lock held). Returns the number evicted. */
+static int enforce_limit_locked(dsc_catalog_t *cat, dsc_dataset_t *ds) {
+    int n = 0;
+    while (ds->limit > 0 && ds->cached_bytes > ds->limit && evict_lru_locked(cat, ds))
+        n++;
+    return n;
+}
+
+int dsc_catalog_set_policy(dsc_catalog_t *cat, const char *name, size_t name_len, int op,
+                           uint64_t bytes) {
+    if (name_len == 0 || name_len >= DSC_MAX_NAME || op < DSC_POLICY_PIN || op > DSC_POLICY_LIMIT)
+        return DSC_EINVAL;
+    pthread_mutex_lock(&cat->lock);
+    struct dsc_policy_entry *p = policy_find_locked(cat, name, name_len);
+    if (p == NULL && cat->policy_count >= DSC_MAX_POLICIES) {
+        pthread_mutex_unlock(&cat->lock);
+        return DSC_ENOSPC;
+    }
+    if (p == NULL) {
+        struct dsc_policy_entry *grown =
+            realloc(cat->policies, (cat->policy_count + 1) * sizeof *grown);
+        if (grown == NULL) {
+            pthread_mutex_unlock(&cat->lock);
+            return DSC_ENOMEM;
+        }
+        cat->policies = grown;
+        p = &cat->policies[cat->policy_count++];
+        memset(p, 0, sizeof *p);
+        memcpy(p->name, name, name_len);
+    }
+    if (op == DSC_POLICY_LIMIT)
+        p->limit = bytes;
+    else
+        p->pinned = op == DSC_POLICY_PIN;
+    dsc_dataset_t *ds = dsc_catalog_find(cat, name, name_len);
+    int affected = 0;
+    if (ds != NULL) {
+        policy_apply_locked(cat, ds);
+        affected = enforce_limit_locked(cat, ds);
+    }
+    pthread_mutex_unlock(&cat->lock);
+    if (ds != NULL && op == DSC_POLICY_PIN)
+        affected = dsc_catalog_warm(cat, ds, DSC_SHARD_ALL);
+    return affected;
 }
 
 /* ---- statistics -------------------------------------------------------------------------- */
@@ -685,7 +920,16 @@ static void update_table_meta(dsc_catalog_t *cat) {
     atomic_store_explicit(&cat->table_meta_bytes, total, memory_order_relaxed);
 }
 
-static cJSON *dataset_json_locked(dsc_dataset_t *ds) {
+/* "version": the dataset version as 16 lower-case hex digits (PROTOCOL.md). */
+static void add_version(cJSON *o, const dsc_dataset_t *ds) {
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)ds->version);
+    cJSON_AddStringToObject(o, "version", hex);
+}
+
+/* share: the most this dataset may hold now (its limit, else the store less what pinned
+ * datasets hold). */
+static cJSON *dataset_json_locked(dsc_dataset_t *ds, uint64_t share) {
     cJSON *o = cJSON_CreateObject();
     if (o == NULL)
         return NULL;
@@ -693,12 +937,16 @@ static cJSON *dataset_json_locked(dsc_dataset_t *ds) {
     cJSON_AddNumberToObject(o, "shards", ds->manifest->shard_count);
     cJSON_AddNumberToObject(o, "samples", (double)ds->manifest->samples);
     cJSON_AddNumberToObject(o, "bytes", (double)ds->manifest->bytes);
+    add_version(o, ds);
     cJSON_AddNumberToObject(o, "cached_shards", (double)ds->cached_shards);
     cJSON_AddNumberToObject(o, "cached_bytes", (double)ds->cached_bytes);
     cJSON_AddNumberToObject(o, "hits", (double)atomic_load(&ds->hits));
     cJSON_AddNumberToObject(o, "misses", (double)atomic_load(&ds->misses));
     cJSON_AddNumberToObject(o, "bytes_served", (double)atomic_load(&ds->bytes_served));
     cJSON_AddNumberToObject(o, "bad_shards", (double)ds->bad_shards);
+    cJSON_AddNumberToObject(o, "pinned", ds->pinned);
+    cJSON_AddNumberToObject(o, "limit_bytes", (double)ds->limit);
+    cJSON_AddNumberToObject(o, "share_bytes", (double)share);
     /* Damaged shards by name: refused whole ("bad") or served but for some chunks. */
     uint64_t damaged_shards = 0, damaged_chunks = 0;
     cJSON *list = cJSON_CreateArray();
@@ -769,9 +1017,19 @@ char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_le
     cJSON_AddNumberToObject(store, "index_cache_bytes", (double)cat->index_bytes);
     cJSON_AddNumberToObject(store, "index_cache_entries", (double)cat->index_count);
     cJSON_AddNumberToObject(store, "metadata_bytes", (double)metadata_bytes_locked(cat));
+    uint64_t pinned_bytes = 0;
     for (uint32_t i = 0; i < t->count; i++)
-        if (only == NULL || t->items[i] == only)
-            cJSON_AddItemToArray(list, dataset_json_locked(t->items[i]));
+        pinned_bytes += t->items[i]->pinned ? t->items[i]->cached_bytes : 0;
+    for (uint32_t i = 0; i < t->count; i++) {
+        dsc_dataset_t *ds = t->items[i];
+        if (only != NULL && ds != only)
+            continue;
+        uint64_t others = pinned_bytes - (ds->pinned ? ds->cached_bytes : 0);
+        uint64_t share = si.capacity > others ? si.capacity - others : 0;
+        if (ds->limit > 0 && ds->limit < share)
+            share = ds->limit;
+        cJSON_AddItemToArray(list, dataset_json_locked(ds, share));
+    }
     pthread_mutex_unlock(&cat->lock);
     char *text = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
@@ -790,6 +1048,7 @@ char *dsc_catalog_list_json(dsc_catalog_t *cat) {
         cJSON_AddNumberToObject(o, "shards", ds->manifest->shard_count);
         cJSON_AddNumberToObject(o, "samples", (double)ds->manifest->samples);
         cJSON_AddNumberToObject(o, "bytes", (double)ds->manifest->bytes);
+        add_version(o, ds);
         cJSON_AddItemToArray(list, o);
     }
     char *text = cJSON_PrintUnformatted(list);

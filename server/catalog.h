@@ -29,6 +29,16 @@ int dsc_catalog_add_dir(dsc_catalog_t *cat, const char *dir);
  * cached shards. The read-through index cache is emptied (files may have been rewritten). Returns
  * the number of datasets served afterwards. Not on an event loop. */
 int dsc_catalog_rescan(dsc_catalog_t *cat);
+/* dsc_catalog_rescan; quiet: the "N datasets served" line only when the table changed (the
+ * root watcher's rescans). */
+int dsc_catalog_rescan_quiet(dsc_catalog_t *cat, int quiet);
+/* Adds a --data-root directory (at start-up, before any rescan thread runs): every subdirectory
+ * whose name does not start with '.' and that holds a complete manifest is a dataset, found by
+ * each rescan; one without a manifest yet is ignored until it has one. Scans it at once.
+ * Returns 0, DSC_ENOENT (not a directory) or DSC_ENOMEM. */
+int dsc_catalog_add_root(dsc_catalog_t *cat, const char *root);
+/* The --data-root directories (owned by the catalog, fixed after start-up). Returns the count. */
+uint32_t dsc_catalog_roots(dsc_catalog_t *cat, const char ***roots);
 
 /* Looks a dataset up by name (not NUL-terminated). The pointer stays valid until destroy (a
  * dataset dropped by a rescan is only retired). Lock-free. NULL when not served. */
@@ -38,6 +48,8 @@ const dsc_manifest_t *dsc_dataset_manifest(const dsc_dataset_t *ds);
 const char *dsc_dataset_manifest_json(const dsc_dataset_t *ds, size_t *len);
 /* Shard `id`, or NULL. */
 dsc_shard_slot_t *dsc_dataset_shard_slot(dsc_dataset_t *ds, uint32_t id);
+/* The dataset's version: dsc_dataset_version of its manifest JSON (PROTOCOL.md). */
+uint64_t dsc_dataset_version_of(const dsc_dataset_t *ds);
 /* Counts bytes sent for this dataset (STAT, metrics). */
 void dsc_dataset_count_served(dsc_dataset_t *ds, uint64_t bytes);
 
@@ -88,8 +100,25 @@ void dsc_catalog_stop_loads(dsc_catalog_t *cat);
  * shards of ds). Returns the number of entries written. Takes the bookkeeping lock once. */
 uint32_t dsc_catalog_resident_map(dsc_catalog_t *cat, dsc_dataset_t *ds, uint8_t *map,
                                   uint32_t count);
-/* Drops resident shards that no response holds. Returns the number evicted. */
+/* Drops resident shards that no response holds (a pinned dataset's are kept: unpin it first).
+ * Returns the number evicted. */
 int dsc_catalog_evict(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id);
+
+/* Memory per dataset, by name (the dataset need not be served yet: the setting waits for it,
+ * and survives rescans and replacements):
+ *   DSC_POLICY_PIN    the dataset stays resident: its shards are never evicted to make room
+ *                     (LRU, another dataset's warm-up, EVICT), its loads evict unpinned shards
+ *                     whatever the policy, and it is warmed now;
+ *   DSC_POLICY_UNPIN  back to the common rules;
+ *   DSC_POLICY_LIMIT  its resident and loading bytes stay <= bytes (0: no limit); shards over a
+ *                     new limit are evicted now (least recently used first), a miss beyond it is
+ *                     read through (lru: evicts the dataset's own shards first).
+ * Returns the shards affected (loads started, or evicted), DSC_EINVAL, DSC_ENOMEM, DSC_ENOSPC
+ * (DSC_MAX_POLICIES names have settings already). */
+enum { DSC_POLICY_PIN = 1, DSC_POLICY_UNPIN = 2, DSC_POLICY_LIMIT = 3 };
+#define DSC_MAX_POLICIES 4096
+int dsc_catalog_set_policy(dsc_catalog_t *cat, const char *name, size_t name_len, int op,
+                           uint64_t bytes);
 
 /* STAT body: JSON {"store":{...},"datasets":[{...}]} for one dataset (name_len > 0) or all.
  * Each dataset has "damaged_shards" and "damaged_chunks" (shards served but for their damaged

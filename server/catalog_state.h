@@ -76,10 +76,13 @@ struct dsc_dataset {
     char *json;
     size_t json_len;
     dsc_shard_slot_t *slots;
+    uint64_t version; /* dsc_dataset_version of json */
     atomic_int retired;
     atomic_uint_fast64_t hits, misses, bytes_served;
     /* Under cat->lock: */
     uint64_t cached_shards, cached_bytes, bad_shards;
+    uint8_t pinned;          /* stays resident: never evicted to make room, loads evict for it */
+    uint64_t limit;          /* cap on resident + loading bytes (0: none) */
     dsc_dataset_t *all_next; /* every dataset ever created, freed at destroy */
 };
 
@@ -97,6 +100,16 @@ struct dsc_catalog {
     dsc_dataset_t *all;
     char **dirs;
     uint32_t dir_count;
+    char **roots; /* --data-root: every subdirectory with a manifest is a dataset */
+    uint32_t root_count;
+    /* Pins and limits by dataset name (dsc_catalog_set_policy), applied to every dataset of
+     * that name a rescan creates; under lock. */
+    struct dsc_policy_entry {
+        char name[DSC_MAX_NAME];
+        uint8_t pinned;
+        uint64_t limit;
+    } * policies;
+    uint32_t policy_count;
     atomic_uint_fast64_t table_meta_bytes; /* their metadata bytes, see update_table_meta */
     pthread_mutex_t rescan_lock; /* serialises add_dir/rescan (file I/O outside cat->lock) */
 

@@ -91,6 +91,7 @@ typedef struct shard_ref {
     dsc_shard_slot_t *slot; /* NULL for DSC_SHARD_ALL */
     uint32_t status;
     const char *message;
+    char changed[DSC_MAX_NAME + 160]; /* the CHANGED message */
 } shard_ref_t;
 
 static int refuse(shard_ref_t *ref, uint32_t status, const char *message) {
@@ -127,6 +128,15 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode,
                           shard_ref_t *ref) {
     if (shard_find(srv, reply, req->dataset, req->shard_id, 0, ref) < 0)
         return -1;
+    if ((req->flags & DSC_GET_FLAG_VERSION) && req->version != dsc_dataset_version_of(ref->ds)) {
+        /* Replaced since the loader read its manifest: never a batch of the other version. */
+        snprintf(ref->changed, sizeof ref->changed,
+                 "dataset %s changed: the request names version %016llx, this server now "
+                 "serves version %016llx; read the manifest again and start over",
+                 dsc_dataset_manifest(ref->ds)->name, (unsigned long long)req->version,
+                 (unsigned long long)dsc_dataset_version_of(ref->ds));
+        return refuse(ref, DSC_STATUS_CHANGED, ref->changed);
+    }
     const dsc_manifest_shard_t *meta = &dsc_dataset_manifest(ref->ds)->shards[req->shard_id];
     if (req->chunk_count == 0 || (uint64_t)req->first_chunk + req->chunk_count > meta->chunks)
         return refuse(ref, DSC_STATUS_BAD_REQUEST, "chunk range out of bounds");
@@ -357,6 +367,8 @@ static void handle_hello(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, con
     /* Granted only to a client that asked (older ones would refuse an unknown bit). */
     if ((req.features & DSC_FEATURE_RDMA) && dsc__rdma_offered(srv->opt.rdma))
         resp.features |= DSC_FEATURE_RDMA;
+    if (req.features & DSC_FEATURE_DATASET_VERSION)
+        resp.features |= DSC_FEATURE_DATASET_VERSION;
     uint8_t out[256 + DSC_AUTH_NONCE_SIZE];
     int n = dsc_hello_resp_encode(&resp, out, sizeof out);
     if (n < 0) {
@@ -400,6 +412,46 @@ static void handle_admin(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, 
     uint8_t out[4];
     dsc_store_u32(out, (uint32_t)(n < 0 ? 0 : n));
     answer(srv, reply, opcode, id, DSC_STATUS_OK, out, sizeof out);
+}
+
+/* POLICY: pin, unpin or limit a dataset's memory (admin; logged with who asked). The dataset
+ * need not be served yet (a --data-root may bring it later); one the credential may not read
+ * is not found. */
+static void handle_policy(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
+                          size_t len) {
+    dsc_policy_req_t req;
+    if (dsc_policy_req_decode(body, len, &req) < 0) {
+        answer_error(srv, reply, DSC_OP_POLICY, id, DSC_STATUS_BAD_REQUEST,
+                     "malformed POLICY body");
+        return;
+    }
+    if (!dsc__authz_may_read(&reply->auth, req.dataset.ptr, req.dataset.len)) {
+        answer_error(srv, reply, DSC_OP_POLICY, id, DSC_STATUS_NOT_FOUND, "no such dataset");
+        return;
+    }
+    int op = req.action == DSC_POLICY_OP_PIN     ? DSC_POLICY_PIN
+             : req.action == DSC_POLICY_OP_UNPIN ? DSC_POLICY_UNPIN
+                                                 : DSC_POLICY_LIMIT;
+    int n = dsc_catalog_set_policy(srv->cat, req.dataset.ptr, req.dataset.len, op, req.bytes);
+    if (n < 0) {
+        answer_error(srv, reply, DSC_OP_POLICY, id, dsc_err_to_status(n), dsc_strerror(n));
+        return;
+    }
+    char what[48];
+    if (op == DSC_POLICY_LIMIT && req.bytes > 0)
+        snprintf(what, sizeof what, "limited to %llu bytes", (unsigned long long)req.bytes);
+    else
+        snprintf(what, sizeof what, "%s",
+                 op == DSC_POLICY_PIN     ? "pinned"
+                 : op == DSC_POLICY_UNPIN ? "unpinned"
+                                          : "limit removed");
+    LOG_INFO("admin: dataset %.*s %s by %s from %s (%d shards %s)", (int)req.dataset.len,
+             req.dataset.ptr, what,
+             reply->auth.cred ? dsc_cred_name(reply->auth.cred) : "anonymous", reply->peer, n,
+             op == DSC_POLICY_PIN ? "loading" : "evicted");
+    uint8_t out[4];
+    dsc_store_u32(out, (uint32_t)n);
+    answer(srv, reply, DSC_OP_POLICY, id, DSC_STATUS_OK, out, sizeof out);
 }
 
 static void handle_manifest(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
@@ -537,6 +589,9 @@ void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_
     case DSC_OP_WARM:
     case DSC_OP_EVICT:
         handle_admin(srv, reply, h->opcode, h->request_id, body, h->body_len);
+        break;
+    case DSC_OP_POLICY:
+        handle_policy(srv, reply, h->request_id, body, h->body_len);
         break;
     case DSC_OP_RDMA_CONNECT:
         dsc__rdma_on_connect(srv, reply, h->request_id, body, h->body_len);

@@ -52,6 +52,12 @@ static void dataset_metrics(dsc_text_t *t, dsc_catalog_t *cat) {
         {"misses", "dscache_dataset_misses_total", "counter", "GETs that waited for a load."},
         {"bytes_served", "dscache_dataset_served_bytes_total", "counter",
          "Shard bytes sent in GET answers."},
+        {"cached_bytes", "dscache_dataset_resident_bytes", "gauge",
+         "Bytes of the dataset resident in the store."},
+        {"share_bytes", "dscache_dataset_share_bytes", "gauge",
+         "The most the dataset may hold now: its limit, else the store less other pinned "
+         "datasets' bytes."},
+        {"pinned", "dscache_dataset_pinned", "gauge", "1 when the dataset is pinned."},
     };
     int not_found = 0;
     char *json = dsc_catalog_stat_json(cat, "", 0, &not_found);

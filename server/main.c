@@ -8,6 +8,7 @@
 #include "http.h"
 #include "jobs.h"
 #include "rdma.h"
+#include "rootwatch.h"
 #include "server.h"
 #include "srvlog.h"
 #include "store.h"
@@ -32,6 +33,13 @@
 typedef struct options {
     const char *dirs[MAX_DIRS];
     int dir_count;
+    const char *roots[MAX_DIRS]; /* --data-root */
+    int root_count;
+    uint32_t root_interval;     /* --data-root-interval (seconds; 0: none) */
+    const char *pins[MAX_DIRS]; /* --pin DATASET */
+    int pin_count;
+    const char *limits[MAX_DIRS]; /* --limit DATASET=BYTES */
+    int limit_count;
     char listen[256];
     char http[256];
     uint64_t memory;
@@ -65,12 +73,25 @@ typedef struct options {
 static void usage(FILE *f) {
     fprintf(
         f,
-        "usage: dscached --data DIR [--data DIR ...] [options]\n"
+        "usage: dscached --data DIR [--data DIR ...] [--data-root DIR ...] [options]\n"
         "\n"
         "Serves datasets (each DIR holds manifest.json and its shard files, as dscache ingest\n"
         "writes them; the dataset name comes from the manifest) from RAM over TCP.\n"
         "\n"
         "  --data DIR            a dataset directory (repeat for several datasets)\n"
+        "  --pin DATASET         keep DATASET resident (repeatable; also later, live:\n"
+        "                        dscache pin/unpin): its shards are never evicted to make\n"
+        "                        room and it is loaded at start, evicting unpinned shards\n"
+        "  --limit DATASET=BYTES cap DATASET's resident bytes (repeatable; live: dscache\n"
+        "                        limit); misses beyond it are read through\n"
+        "  --data-root DIR       every subdirectory of DIR holding a complete manifest.json\n"
+        "                        is a dataset (repeatable); datasets written there or removed\n"
+        "                        are picked up within seconds (inotify; SIGHUP as fallback);\n"
+        "                        names starting with '.' are skipped (a writer's temporary\n"
+        "                        directory); --data is then optional\n"
+        "  --data-root-interval S  also rescan the roots every S seconds (default 10; 0:\n"
+        "                        never): inotify does not see changes made on another\n"
+        "                        machine of a network file system\n"
         "  --listen HOST:PORT    data port (default 127.0.0.1:7070; port 0 picks a free one)\n"
         "  --http HOST:PORT      /metrics, /healthz, /readyz (default 127.0.0.1:7071;\n"
         "                        port 0 picks a free one; \"off\" or \"0\" disables HTTP)\n"
@@ -144,7 +165,10 @@ static void usage(FILE *f) {
         "                        table (default 16); a REPORT for a dataset the credential\n"
         "                        cannot read is refused (NOT_FOUND) and counted\n"
         "\n"
-        "  --config FILE         JSON object with the same keys (\"data\": [..], \"listen\",\n"
+        "  --config FILE         JSON object with the same keys (\"data\": [..],\n"
+        "                        \"data_root\": [..], \"data_root_interval\",\n"
+        "                        \"pin\": [..], \"limit\":\n"
+        "                        [\"DATASET=BYTES\", ..], \"listen\",\n"
         "                        \"http\", \"memory\", \"threads\", \"io_threads\", \"warm\",\n"
         "                        \"policy\", \"max_out\", \"max_out_total\",\n"
         "                        \"header_timeout\", \"idle_timeout\", \"max_conns_per_peer\",\n"
@@ -160,7 +184,8 @@ static void usage(FILE *f) {
         "\n"
         "Options take their value as the next argument or after '=' (--replicas=3).\n"
         "Signals: SIGTERM/SIGINT stop accepting, finish in-flight answers and exit 0;\n"
-        "SIGHUP rereads every dataset directory's manifest, the member list and the "
+        "SIGHUP rereads every dataset directory's manifest (and lists the --data-root ones),\n"
+        "the member list and the "
         "--auth-file.\n");
 }
 
@@ -208,6 +233,24 @@ static int apply(options_t *o, const char *key, const char *value) {
         if (o->dir_count == MAX_DIRS)
             return bad("--data (too many directories)", value);
         o->dirs[o->dir_count++] = value;
+    } else if (strcmp(key, "pin") == 0) {
+        if (o->pin_count == MAX_DIRS || value[0] == '\0' || strlen(value) >= DSC_MAX_NAME)
+            return bad("--pin (a dataset name)", value);
+        o->pins[o->pin_count++] = value;
+    } else if (strcmp(key, "limit") == 0) {
+        const char *eq = strchr(value, '=');
+        uint64_t bytes;
+        if (o->limit_count == MAX_DIRS || eq == NULL || eq == value || eq - value >= DSC_MAX_NAME ||
+            dsc_parse_size(eq + 1, &bytes) < 0)
+            return bad("--limit (DATASET=BYTES)", value);
+        o->limits[o->limit_count++] = value;
+    } else if (strcmp(key, "data_root_interval") == 0) {
+        if (parse_u32(value, 0, 86400, &o->root_interval) < 0)
+            return bad("--data-root-interval (seconds)", value);
+    } else if (strcmp(key, "data_root") == 0) {
+        if (o->root_count == MAX_DIRS || value[0] == '\0')
+            return bad("--data-root", value);
+        o->roots[o->root_count++] = value;
     } else if (strcmp(key, "listen") == 0) {
         snprintf(o->listen, sizeof o->listen, "%s", value);
     } else if (strcmp(key, "http") == 0) {
@@ -393,7 +436,7 @@ static int parse_args(int argc, char **argv, options_t *o) {
         }
     }
     /* Directories given on the command line replace those of the config file. */
-    int cli_dirs = 0;
+    int cli_dirs = 0, cli_roots = 0;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strncmp(arg, "--", 2) != 0)
@@ -429,6 +472,8 @@ static int parse_args(int argc, char **argv, options_t *o) {
                 *p = '_';
         if (strcmp(key, "data") == 0 && cli_dirs++ == 0)
             o->dir_count = 0;
+        if (strcmp(key, "data_root") == 0 && cli_roots++ == 0)
+            o->root_count = 0;
         int rc = apply(o, key, value);
         if (rc < 0)
             return rc;
@@ -695,6 +740,7 @@ int main(int argc, char **argv) {
     snprintf(o.listen, sizeof o.listen, "127.0.0.1:7070");
     snprintf(o.http, sizeof o.http, "127.0.0.1:7071");
     o.memory = UINT64_C(1) << 30;
+    o.root_interval = 10;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     o.threads = cores > 0 ? (uint32_t)cores : 1;
     o.io_threads = 4;
@@ -718,6 +764,7 @@ int main(int argc, char **argv) {
     dsc_http_t *http = NULL;
     dsc_cluster_t *cluster = NULL;
     dsc_credstore_t *credentials = NULL;
+    dsc_rootwatch_t *rootwatch = NULL;
     control_t ctl;
     memset(&ctl, 0, sizeof ctl);
     int loop_ready = 0;
@@ -727,7 +774,7 @@ int main(int argc, char **argv) {
         goto done;
     dsc__srvlog_level = o.log_level;
     raise_nofile_limit();
-    if (o.dir_count == 0) {
+    if (o.dir_count == 0 && o.root_count == 0) {
         fprintf(stderr, "dscached: no --data directory given (see --help)\n");
         goto done;
     }
@@ -766,6 +813,26 @@ int main(int argc, char **argv) {
         rc = dsc_catalog_add_dir(cat, o.dirs[i]);
         if (rc < 0) {
             LOG_ERROR("--data %s: %s", o.dirs[i], dsc_strerror(rc));
+            goto done;
+        }
+    }
+    for (int i = 0; i < o.limit_count; i++) {
+        const char *eq = strchr(o.limits[i], '=');
+        uint64_t bytes = 0;
+        (void)dsc_parse_size(eq + 1, &bytes); /* checked by apply() */
+        dsc_catalog_set_policy(cat, o.limits[i], (size_t)(eq - o.limits[i]), DSC_POLICY_LIMIT,
+                               bytes);
+        LOG_INFO("dataset %.*s: limited to %llu bytes (--limit)", (int)(eq - o.limits[i]),
+                 o.limits[i], (unsigned long long)bytes);
+    }
+    for (int i = 0; i < o.pin_count; i++) {
+        dsc_catalog_set_policy(cat, o.pins[i], strlen(o.pins[i]), DSC_POLICY_PIN, 0);
+        LOG_INFO("dataset %s: pinned (--pin)", o.pins[i]);
+    }
+    for (int i = 0; i < o.root_count; i++) {
+        if ((rc = dsc_catalog_add_root(cat, o.roots[i])) < 0) {
+            LOG_ERROR("--data-root %s: %s", o.roots[i],
+                      rc == DSC_ENOENT ? "not a directory" : dsc_strerror(rc));
             goto done;
         }
     }
@@ -875,6 +942,8 @@ int main(int argc, char **argv) {
     uv_signal_start(&ctl.sigterm, on_stop_signal, SIGTERM);
     uv_signal_start(&ctl.sigint, on_stop_signal, SIGINT);
     uv_signal_start(&ctl.sighup, on_hup, SIGHUP);
+    if ((rc = dsc_rootwatch_start(cat, o.root_interval, &rootwatch)) < 0)
+        LOG_ERROR("--data-root: cannot watch: %s (SIGHUP rescans)", dsc_strerror(rc));
     if ((rc = dsc_cluster_start(cluster, &ctl.loop, cat)) < 0)
         LOG_ERROR("cluster: cannot start the membership refresh: %s (the list stays as read)",
                   dsc_strerror(rc));
@@ -890,9 +959,10 @@ int main(int argc, char **argv) {
 done:
     /* HTTP first: its thread reads the server's counters, which destroy frees. */
     dsc_http_stop(http);
-    dsc_server_destroy(server);   /* joins the loops once they have drained */
-    dsc_rdma_srv_destroy(rdma);   /* after the loops: every QP is gone */
-    dsc_cluster_destroy(cluster); /* after the loops: they read it */
+    dsc_rootwatch_stop(rootwatch); /* its rescans touch the catalog */
+    dsc_server_destroy(server);    /* joins the loops once they have drained */
+    dsc_rdma_srv_destroy(rdma);    /* after the loops: every QP is gone */
+    dsc_cluster_destroy(cluster);  /* after the loops: they read it */
     if (loop_ready)
         uv_loop_close(&ctl.loop);
     dsc_catalog_destroy(cat);

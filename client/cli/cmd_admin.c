@@ -4,12 +4,14 @@
 
 #include "conn.h"
 #include "protocol.h"
+#include "util.h"
 
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const struct option long_options[] = {
     DSC_CLI_TARGET_OPTIONS,
@@ -45,8 +47,10 @@ static void print_help(const char *cmd) {
            "  -h, --help           this text\n",
            cmd,
            strcmp(cmd, "warm") == 0
-               ? "Loads shards into the server's store and waits until they are resident;\n"
-                 "prints how many were loaded."
+               ? "Loads shards into the server's store and waits until they are resident\n"
+                 "(a progress bar on a terminal; it stops waiting once nothing has changed for\n"
+                 "3 s: store full or the dataset's limit reached); prints how many loads it\n"
+                 "started."
                : "Drops shards from the server's store (a shard in use by an answer is dropped\n"
                  "once that answer is sent); prints how many were dropped.");
 }
@@ -71,6 +75,60 @@ static int print_list(const char *cmd, const char *json, size_t len) {
     }
     cJSON_Delete(root);
     return DSC_CLI_OK;
+}
+
+/* STAT of one dataset: its shards and how many are resident. Returns 0 or DSC_E*. */
+static int resident_of(dsc_conn_t *conn, const char *dataset, double *cached, double *shards) {
+    uint8_t body[DSC_MAX_NAME + 8];
+    int n = dsc_name_req_encode(dataset, body, sizeof body);
+    if (n < 0)
+        return n;
+    uint8_t *resp = NULL;
+    size_t len = 0;
+    int rc = dsc_conn_call(conn, DSC_OP_STAT, body, (size_t)n, &resp, &len);
+    if (rc < 0)
+        return rc;
+    cJSON *root = cJSON_ParseWithLength((const char *)resp, len);
+    free(resp);
+    const cJSON *d = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "datasets"), 0);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(d, "cached_shards");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(d, "shards");
+    rc = cJSON_IsNumber(c) && cJSON_IsNumber(t) ? 0 : DSC_EPROTO;
+    if (rc == 0) {
+        *cached = c->valuedouble;
+        *shards = t->valuedouble;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* After WARM of a whole dataset: waits until every shard is resident, or nothing has changed for
+ * 3 s (store full, or the dataset's limit reached: the rest is read through), or timeout_ms;
+ * a progress bar on stderr when it is a terminal. Prints a line when not all became resident. */
+static void wait_resident(dsc_conn_t *conn, const char *dataset, uint32_t timeout_ms) {
+    double cached = 0, shards = 0, last = -1, t0 = dsc_now_s(), changed = t0;
+    int tty = isatty(STDERR_FILENO);
+    while (resident_of(conn, dataset, &cached, &shards) == 0) {
+        double now = dsc_now_s();
+        if (cached != last) {
+            last = cached;
+            changed = now;
+        }
+        if (tty) {
+            int filled = shards > 0 ? (int)(30 * cached / shards) : 30;
+            fprintf(stderr, "\rwarming %s [%.*s%*s] %.0f/%.0f shards", dataset, filled,
+                    "==============================", 30 - filled, "", cached, shards);
+        }
+        if (cached >= shards || now - changed >= 3 || (now - t0) * 1000 >= timeout_ms)
+            break;
+        usleep(200 * 1000);
+    }
+    if (tty)
+        fprintf(stderr, "\n");
+    if (cached < shards)
+        printf("%s: %.0f of %.0f shards resident (store full or the dataset's limit reached: "
+               "the rest are read through)\n",
+               dataset, cached, shards);
 }
 
 /* argv[0] is "list", "warm" or "evict". */
@@ -154,6 +212,9 @@ static int run(int argc, char **argv) {
             snprintf(which, sizeof which, "shard %u", shard);
         printf("%s (%s): %u shard%s %s\n", target.dataset, which, count, count == 1 ? "" : "s",
                is_warm ? "loaded" : "dropped");
+        fflush(stdout);
+        if (is_warm && shard == DSC_SHARD_ALL)
+            wait_resident(conn, target.dataset, timeout_ms);
         exit_code = DSC_CLI_OK;
     }
     free(resp);

@@ -46,6 +46,26 @@ static const char *str(const cJSON *o, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : "?";
 }
 
+/* Memory per dataset: resident bytes against its share (its limit, else the store less what
+ * pinned datasets hold), the limit, and whether it is pinned (dscache pin|unpin|limit). */
+static void print_memory(const cJSON *list) {
+    printf("\n%-24s %12s %12s %12s %6s\n", "MEMORY", "RESIDENT", "SHARE", "LIMIT", "PINNED");
+    const cJSON *d;
+    cJSON_ArrayForEach(d, list) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(d, "name");
+        char a[32], b[32], c[32];
+        double limit = num(d, "limit_bytes");
+        if (limit > 0)
+            dsc_format_size((uint64_t)limit, c, sizeof c);
+        else
+            snprintf(c, sizeof c, "none");
+        printf("%-24s %12s %12s %12s %6s\n", cJSON_IsString(name) ? name->valuestring : "?",
+               dsc_format_size((uint64_t)num(d, "cached_bytes"), a, sizeof a),
+               dsc_format_size((uint64_t)num(d, "share_bytes"), b, sizeof b), c,
+               num(d, "pinned") > 0 ? "yes" : "no");
+    }
+}
+
 /* Damaged shards by name, below the datasets table ("damaged" of each dataset in STAT). */
 static void print_damaged(const cJSON *datasets) {
     int any = 0;
@@ -119,6 +139,7 @@ static int print_table(const char *json, size_t len) {
             hits + misses > 0 ? 100.0 * hits / (hits + misses) : 0.0,
             dsc_format_size((uint64_t)num(d, "bytes_served"), c, sizeof c), num(d, "bad_shards"));
     }
+    print_memory(list);
     print_damaged(list);
     print_jobs(cJSON_GetObjectItemCaseSensitive(root, "jobs"));
     cJSON_Delete(root);

@@ -24,6 +24,9 @@ static const struct {
     {"list", dsc_cmd_list, "list the datasets a server serves"},
     {"warm", dsc_cmd_warm, "load a dataset's shards into a server's store (admin)"},
     {"evict", dsc_cmd_evict, "drop a dataset's shards from a server's store (admin)"},
+    {"pin", dsc_cmd_pin, "keep a dataset resident on a server (admin)"},
+    {"unpin", dsc_cmd_unpin, "undo pin (admin)"},
+    {"limit", dsc_cmd_limit, "cap a dataset's resident bytes on a server (admin)"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 

@@ -346,7 +346,8 @@ done:
 static int hello(dsc_conn_t *conn, uint64_t members_hash, const dsc_credential_t *cred) {
     dsc_hello_req_t req = {.min_version = DSC_PROTO_MIN_VERSION,
                            .max_version = DSC_PROTO_VERSION,
-                           .features = DSC_FEATURE_RDMA, /* tell me whether RDMA is offered */
+                           .features = DSC_FEATURE_RDMA | /* tell me whether RDMA is offered */
+                                       DSC_FEATURE_DATASET_VERSION, /* and versions checked */
                            .members_hash = members_hash,
                            .client_name = {"libdscache", 10}};
     uint8_t client_nonce[DSC_AUTH_NONCE_SIZE];

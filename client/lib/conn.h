@@ -16,7 +16,8 @@ typedef struct dsc_conn_info {
     uint16_t version;      /* negotiated protocol version */
     uint32_t max_body;     /* server's frame body limit */
     uint64_t members_hash; /* server's view of the cluster (0: none) */
-    uint32_t features;     /* HELLO feature bits granted (DSC_FEATURE_AUTH, DSC_FEATURE_RDMA) */
+    uint32_t features;     /* HELLO feature bits granted (DSC_FEATURE_AUTH, DSC_FEATURE_RDMA,
+                              DSC_FEATURE_DATASET_VERSION) */
     char server_name[64];
 } dsc_conn_info_t;
 

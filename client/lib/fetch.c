@@ -330,9 +330,11 @@ static void io_loop(dsc_io_t *io) {
         vs->responses++;
         dsc_source_req_t done = io->out[index]; /* swap-remove: the array is unordered */
         io->out[index] = io->out[--io->out_count];
-        if (rc == DSC_EUNAVAIL || rc == DSC_ECORRUPT) {
-            /* Busy or not loaded there, or its copy is damaged: try another replica (a corrupt
-             * chunk then the fallback files), never the same peer again for these chunks. */
+        if (rc == DSC_EUNAVAIL || rc == DSC_ECORRUPT || rc == DSC_ECHANGED) {
+            /* Busy or not loaded there, or its copy is damaged, or it serves another version of
+             * the dataset (a member not yet, or no longer, on the manifest this loader read):
+             * try another replica (a corrupt chunk then the fallback files), never the same peer
+             * again for these chunks. */
             for (uint32_t i = 0; i < done.count; i++) {
                 int r = dsc__chunk_requeue(loader, done.chunks[i], io->peer, rc, 1);
                 if (r < 0)

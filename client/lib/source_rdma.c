@@ -676,6 +676,12 @@ static int rc_submit(void *conn, dsc_source_req_t *req) {
         .first_chunk = req->chunks[0]->shard_chunk,
         .chunk_count = req->count,
     };
+    const dsc_manifest_t *m = c->ep->env->manifest; /* as tcp_submit: the version read */
+    if (m != NULL && m->version != 0 &&
+        (dsc_conn_info(c->conn)->features & DSC_FEATURE_DATASET_VERSION)) {
+        get.flags = DSC_GET_FLAG_VERSION;
+        get.version = m->version;
+    }
     return send_get(c, req->id, &get);
 }
 

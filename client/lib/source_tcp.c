@@ -93,6 +93,14 @@ static int tcp_submit(void *conn, dsc_source_req_t *req) {
         .first_chunk = req->chunks[0]->shard_chunk,
         .chunk_count = req->count,
     };
+    /* A server that checks versions answers CHANGED (DSC_ECHANGED) once the dataset it serves is
+     * no longer the one whose manifest this loader read: never chunks of another version. */
+    const dsc_manifest_t *m = c->ep->env->manifest;
+    if (m != NULL && m->version != 0 &&
+        (dsc_conn_info(c->conn)->features & DSC_FEATURE_DATASET_VERSION)) {
+        get.flags = DSC_GET_FLAG_VERSION;
+        get.version = m->version;
+    }
     uint8_t body[DSC_MAX_NAME + 32];
     int len = dsc_get_req_encode(&get, body, sizeof body);
     return len < 0 ? len : dsc_conn_send(c->conn, DSC_OP_GET, req->id, body, (size_t)len);
@@ -168,8 +176,11 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
             return rc;
         *conn_bad = 0;
         rc = dsc_status_to_err(h.status);
-        /* Unavailable or corrupt there: the chunks fail over (an error if nothing is left). */
-        DSC_LOG(env->log, rc == DSC_EUNAVAIL || rc == DSC_ECORRUPT ? DSC_LOG_WARN : DSC_LOG_ERROR,
+        /* Unavailable, corrupt or another dataset version there: the chunks fail over (an error
+         * if nothing is left). */
+        DSC_LOG(env->log,
+                rc == DSC_EUNAVAIL || rc == DSC_ECORRUPT || rc == DSC_ECHANGED ? DSC_LOG_WARN
+                                                                               : DSC_LOG_ERROR,
                 "server %s: GET %s shard %u chunk %u (of %u): %s: %s", addr, env->dataset,
                 req->chunks[0]->shard, req->chunks[0]->shard_chunk, req->count,
                 dsc_status_name(h.status), msg);

@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     uint8_t get64[128], get1m[128];
-    dsc_get_req_t g = {{"rtt64k", 6}, 0, 0, 1, 0};
+    dsc_get_req_t g = {{"rtt64k", 6}, 0, 0, 1, 0, 0};
     int n64 = dsc_get_req_encode(&g, get64, sizeof get64);
     g.dataset = (dsc_str_t){"rtt1m", 5};
     int n1m = dsc_get_req_encode(&g, get1m, sizeof get1m);

@@ -176,6 +176,15 @@ static void check_body(const dsc_frame_header_t *h, const uint8_t *body, size_t 
                 same_bytes(dsc_shard_req_encode(&req, scratch, sizeof scratch), body, len);
         }
         break;
+    case DSC_OP_POLICY:
+        if (!response) {
+            dsc_policy_req_t req;
+            if (dsc_policy_req_decode(body, len, &req) == 0) {
+                FUZZ_ASSERT(req.action >= DSC_POLICY_OP_PIN && req.action <= DSC_POLICY_OP_LIMIT);
+                same_bytes(dsc_policy_req_encode(&req, scratch, sizeof scratch), body, len);
+            }
+        }
+        break;
     case DSC_OP_GET:
         if (response) {
             check_get_resp(body, len);

@@ -48,6 +48,12 @@ static int send_get(dsc_conn_t *c, uint64_t id, const char *ds, uint32_t shard, 
                          .shard_id = shard,
                          .first_chunk = first,
                          .chunk_count = count};
+    /* SRV_CLIENT_VERSION=HEX: the GET names that dataset version (DSC_GET_FLAG_VERSION). */
+    const char *version = getenv("SRV_CLIENT_VERSION");
+    if (version != NULL && version[0] != '\0') {
+        req.flags = DSC_GET_FLAG_VERSION;
+        req.version = strtoull(version, NULL, 16);
+    }
     uint8_t body[128];
     int n = dsc_get_req_encode(&req, body, sizeof body);
     if (n < 0)
@@ -170,7 +176,7 @@ static int cmd_get(int argc, char **argv) {
 }
 
 /* call ADDR OP [NAME [SHARD]]: STAT / LIST / MANIFEST / WARM / EVICT; prints the body (u32 for
- * WARM/EVICT) or the error status. */
+ * WARM/EVICT) or the error status. VERSION NAME: the dataset version of its MANIFEST answer. */
 static int cmd_call(int argc, char **argv) {
     if (argc < 4)
         return die("usage: call ADDR OP [NAME [SHARD]]", 0);
@@ -182,7 +188,7 @@ static int cmd_call(int argc, char **argv) {
     uint8_t body[256];
     int n = 0;
     uint8_t opcode;
-    if (strcmp(op, "STAT") == 0 || strcmp(op, "MANIFEST") == 0) {
+    if (strcmp(op, "STAT") == 0 || strcmp(op, "MANIFEST") == 0 || strcmp(op, "VERSION") == 0) {
         opcode = op[0] == 'S' ? DSC_OP_STAT : DSC_OP_MANIFEST;
         n = dsc_name_req_encode(name, body, sizeof body);
     } else if (strcmp(op, "LIST") == 0) {
@@ -205,6 +211,8 @@ static int cmd_call(int argc, char **argv) {
         printf("error %s: %s\n", dsc_err_name(rc), dsc_conn_last_error(c));
     } else if (opcode == DSC_OP_WARM || opcode == DSC_OP_EVICT) {
         printf("%u\n", len == 4 ? dsc_load_u32(resp) : 0xFFFFFFFFu);
+    } else if (strcmp(op, "VERSION") == 0) { /* the dataset version of the MANIFEST answer */
+        printf("%016llx\n", (unsigned long long)dsc_dataset_version(resp, len));
     } else {
         printf("%s\n", resp);
     }

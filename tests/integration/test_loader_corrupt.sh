@@ -5,8 +5,10 @@
 #   server path:  a flipped byte: that server answers CORRUPT, the loader reads the chunks from
 #                 the other replica;
 #   client path:  a silently damaged copy (the lz4 blocks decode to wrong bytes under correct
-#                 stored checksums: the server validates and serves it): the decoded-bytes check
-#                 fails in the loader, which reads the chunks from the other replica;
+#                 stored checksums, and a manifest rewritten to match): beside an intact replica
+#                 it is another dataset version, answered CHANGED, and the loader reads the chunks
+#                 from the intact replica; served alone, the decoded-bytes check fails in the
+#                 loader, which reads the fallback files;
 # each run: every sample exactly once with the bytes of the intact files (cluster_check),
 # checksum_failures and failovers > 0, a WARN naming server, shard and chunk. With a single
 # damaged server: the fallback files serve the chunks; without fallback_path the loader fails
@@ -66,19 +68,35 @@ else
     fail "epoch with a CORRUPT replica"
 fi
 
-# Client path: d serves silently damaged chunks; the loader's decoded-bytes check catches them.
-pair c "$work/good" d "$work/silent" "$work/members2"
-if epoch silent --servers "file:$work/members2" --corrupt 1; then
+# Replica path: the silently damaged copy comes with a rewritten manifest (its file checksum),
+# so beside the intact replica it is another dataset version (PROTOCOL.md, Dataset versions).
+# The loader reads the manifest from the first member in address order: that one gets the
+# intact files, the other the damaged copy, which then answers CHANGED, and the loader reads its
+# chunks from the intact replica before any damaged byte arrives. (The decoded-bytes check
+# itself is exercised by server f below.) Both start on empty directories and are filled once
+# their ports, hence their order, are known.
+mkdir -p "$work/pc" "$work/pd"
+pair c "$work/pc" d "$work/pd" "$work/members2"
+if [[ "${ADDR[c]}" < "${ADDR[d]}" ]]; then first=c second=d; else first=d second=c; fi
+cp "$work/good"/* "$work/p$first/"
+cp "$work/silent"/* "$work/p$second/"
+kill -HUP "${PID[c]}" "${PID[d]}"
+for n in c d; do
+    until_ok 10 sh -c "'$DSC_BIN/srv_client' call '${ADDR[$n]}' LIST | grep -q '\"$ds\"'" \
+        || fail "server $n does not list $ds after SIGHUP"
+done
+if epoch silent --servers "file:$work/members2"; then
     cat "$work/silent.out"
     check_exactly_once "$samples" 1 "$work/ids.silent" \
-        && pass "chunks failing the checksum here: exactly once, bytes of the intact files" \
-        || fail "checksum failures: not exactly once"
-    grep -q "warn: $ds shard 1 chunk [0-9]* from ${ADDR[d]}: .*(DSC_EDATASUM); reading it from ${ADDR[c]}" \
-        "$work/silent.err" && pass "WARN names server, shard and chunk, and the new source" \
-        || { cat "$work/silent.err"; fail "no WARN line for the checksum failure"; }
+        && pass "replica with another manifest: exactly once, bytes of the intact files" \
+        || fail "replica with another manifest: not exactly once"
+    grep -Eq "failovers [1-9]" "$work/silent.out" &&
+        grep -q "warn: server ${ADDR[$second]}: GET $ds shard [0-9]* chunk [0-9]* (of [0-9]*): CHANGED" \
+            "$work/silent.err" && pass "WARN names the replica answering CHANGED; its chunks failed over" \
+        || { cat "$work/silent.err"; fail "no CHANGED failover for the replica with another manifest"; }
 else
     cat "$work/silent.out" "$work/silent.err"
-    fail "epoch with a silently damaged replica"
+    fail "epoch beside a replica with another manifest"
 fi
 
 # One damaged server: the fallback files serve what it cannot; without them, a clear error.

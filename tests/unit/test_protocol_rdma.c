@@ -202,7 +202,7 @@ static void test_get_req(void) {
     uint64_t ids[3] = {1, 0x8000000000000001ull, 42};
     dsc_rdma_get_req_t req;
     memset(&req, 0, sizeof req);
-    req.get = (dsc_get_req_t){{"imagenet", 8}, 3, 10, 4, 0};
+    req.get = (dsc_get_req_t){{"imagenet", 8}, 3, 10, 4, 0, 0};
     req.release_count = 3;
     req.release = ids;
     int n = dsc_rdma_get_req_encode(&req, body, sizeof body);

@@ -12,7 +12,7 @@ import struct
 MAGIC = 0x50435344
 RESPONSE = 0x0001
 OP = dict(HELLO=1, PING=2, LIST=3, MANIFEST=4, GET=5, STAT=6, MEMBERS=7, AUTH=8, WARM=16, EVICT=17,
-          RDMA_CONNECT=32, RDMA_GET=33)
+          POLICY=18, RDMA_CONNECT=32, RDMA_GET=33)
 
 
 def frame(opcode, body=b"", request_id=1, flags=0, status=0, version=1):
@@ -103,6 +103,11 @@ def seeds():
     yield "warm_resp", frame(OP["WARM"], struct.pack("<I", 12), 9, RESPONSE)
     yield "evict_req", frame(OP["EVICT"], s("tokens") + struct.pack("<I", 4), 10)
     yield "evict_resp", frame(OP["EVICT"], struct.pack("<I", 1), 10, RESPONSE)
+    yield "policy_req", frame(OP["POLICY"], s("imagenet") + struct.pack("<BQ", 3, 1 << 30), 15)
+    yield "policy_resp", frame(OP["POLICY"], struct.pack("<I", 3), 15, RESPONSE)
+    yield "get_req_version", frame(OP["GET"], s("imagenet") + struct.pack("<IIIIQ", 3, 0, 2, 1,
+                                                                          0x0123456789ABCDEF), 16)
+    yield "get_changed", frame(OP["GET"], b"dataset imagenet changed", 16, RESPONSE, status=11)
     # Authentication (PROTOCOL.md, Authentication): auth-init in HELLO, nonce in its answer,
     # AUTH carrying the client's MAC, its answer the server's MAC or UNAUTHORIZED.
     auth_init = struct.pack("<BB", 1, 7) + b"trainer" + bytes(range(32))
