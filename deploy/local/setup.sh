@@ -6,7 +6,7 @@
 set -euo pipefail
 pkgs=(cmake make gcc pkg-config clang libclang-rt-14-dev clang-format git
       libuv1-dev liblz4-dev libxxhash-dev libcjson-dev libmicrohttpd-dev libdlpack-dev libsodium-dev
-      libibverbs-dev librdmacm-dev
+      libibverbs-dev librdmacm-dev libfuse3-dev fuse3 liburing-dev
       python3 python3-numpy python3-torch python3-pip python3-setuptools python3-wheel python3-venv
       iproute2 procps curl
       python3-yaml systemd
