@@ -81,7 +81,8 @@ run_row() {
     local rb0 rb1 out
     rb0=$(( $(metric "$http" dscache_read_through_bytes_total) + $(metric "$http" dscache_loaded_bytes_total) ))
     out=$("$BIN/dscache" bench --server "$addr" --dataset slow --batch-size $batch \
-        --compute-ms $step_ms --seconds "$seconds" --cache 64M 2>&1) || true
+        --compute-ms $step_ms --seconds "$seconds" --cache 64M --report-seconds 1 2>&1) || true
+    [ -n "${BENCH_VERBOSE:-}" ] && grep -E "^(limit|suggestion)" <<<"$out" >&2
     rb1=$(( $(metric "$http" dscache_read_through_bytes_total) + $(metric "$http" dscache_loaded_bytes_total) ))
     kill -TERM "$srv" 2>/dev/null; wait "$srv" 2>/dev/null || true
     fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -uz "$mnt"

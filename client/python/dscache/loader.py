@@ -326,7 +326,7 @@ class Loader:
         the epoch of the step that first needed it).
 
         The verdict (docs/diagnosis.md): bottleneck names what limits the job over the last
-        5-10 s ("none", "fetch", "server", "decode", "collate", "h2d", "cache", "inflight", or
+        5-10 s ("none", "fetch", "server", "decode", "collate", "h2d", "cache", "inflight", "storage", or
         "unknown" before enough is measured), with bottleneck_server (the slow server's
         HOST:PORT), evidence (the figures used) and suggestion (the change that would help);
         verdict_seconds and verdict_stall_fraction describe its window; stall_waits maps what
