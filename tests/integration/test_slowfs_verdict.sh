@@ -29,10 +29,11 @@ grep -qE '[0-9]+% of the GETs missed the servers. RAM' <<<"$limit" && pass "evid
     || fail "evidence lacks the miss share: $limit"
 grep -qE 'it delivered [0-9.]+ MB/s' <<<"$limit" && grep -qE 'zero stall needs [0-9.]+ MB/s' <<<"$limit" \
     && pass "evidence: the rate obtained and the one needed" || fail "evidence lacks the rates: $limit"
-# The rate obtained is the cap's (30 MB/s, within 25%); the rate needed is above it.
+# The rate obtained is at most the cap (30 MB/s; 25% slack for the clock) and at least half of it
+# (a slower, sanitized build reads less); the rate needed is well above it.
 got=$(sed -nE 's/.*it delivered ([0-9.]+) MB\/s.*/\1/p' <<<"$limit")
 need=$(sed -nE 's/.*zero stall needs ([0-9.]+) MB\/s.*/\1/p' <<<"$limit")
-awk -v g="${got:-0}" -v n="${need:-0}" 'BEGIN { exit !(g > 22 && g < 38 && n > 1.5 * g) }' \
+awk -v g="${got:-0}" -v n="${need:-0}" 'BEGIN { exit !(g >= 15 && g <= 37.5 && n > 1.5 * g) }' \
     && pass "storage delivered $got MB/s (cap 30), zero stall needs $need MB/s" \
     || fail "rates: delivered ${got:-?} MB/s, needed ${need:-?} MB/s (cap 30 MB/s)"
 grep -qE 'of RAM' <<<"$sugg" && grep -qE '[0-9.]+ MB/s' <<<"$sugg" \
