@@ -60,6 +60,11 @@ for m in dscache_backing_reads_total dscache_backing_queue_depth dscache_backing
     dscache_backing_latency_seconds; do
     [ "$(metric "$HTTP_a" $m)" != missing ] || fail "/metrics lacks $m"
 done
+# dscache top shows the server's backing read latency (about slowfs's 30 ms, or more when paced).
+top=$("$CLI" top --server "$ADDR_a" --once 2>&1 || true)
+lat=$(awk -v a="$ADDR_a" '$1 == a { print $(NF - 1) }' <<<"$top")
+grep -q 'BACK ms' <<<"$top" && awk -v l="${lat:-0}" 'BEGIN { exit !(l >= 25) }' \
+    && pass "dscache top: backing latency $lat ms" || fail "dscache top backing latency '$lat': $top"
 stop_server a
 umount_slowfs
 counters=$(grep '^slowfs:' "$work/slowfs.log" || true)
