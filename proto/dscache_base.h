@@ -137,8 +137,9 @@ typedef enum {
     DSC_BOTTLENECK_H2D = 6,      /* host-to-device copies */
     DSC_BOTTLENECK_CACHE = 7,    /* refetches: cache_bytes too small for the shuffle window */
     DSC_BOTTLENECK_INFLIGHT = 8, /* the in-flight byte budget */
+    DSC_BOTTLENECK_STORAGE = 9,  /* misses read from the servers' backing storage */
 } dsc_bottleneck_t;
-#define DSC_BOTTLENECK_COUNT 9
+#define DSC_BOTTLENECK_COUNT 10
 
 /* "unknown", "none", "fetch", "server", "decode", "collate", "h2d", "cache", "inflight"; NULL
  * for a value outside the list. */

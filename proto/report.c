@@ -7,7 +7,8 @@
 
 DSC_EXTERN const char *dsc_bottleneck_name(int bottleneck) {
     static const char *const names[DSC_BOTTLENECK_COUNT] = {
-        "unknown", "none", "fetch", "server", "decode", "collate", "h2d", "cache", "inflight",
+        "unknown", "none", "fetch", "server",   "decode",
+        "collate", "h2d",  "cache", "inflight", "storage",
     };
     if (bottleneck < 0 || bottleneck >= DSC_BOTTLENECK_COUNT)
         return NULL;
@@ -108,4 +109,48 @@ int dsc_report_req_decode(const uint8_t *body, size_t len, dsc_report_req_t *out
         return DSC_EBADFRAME;
     *out = req;
     return 0;
+}
+
+int dsc_report_resp_encode(const dsc_report_resp_t *resp, uint8_t *out, size_t cap) {
+    if (resp == NULL || resp->flags != 0)
+        return DSC_EINVAL;
+    dsc_wr_t w;
+    dsc_wr_init(&w, out, cap);
+    dsc_wr_u32(&w, resp->flags);
+    dsc_wr_u32(&w, resp->backing_pool);
+    dsc_wr_u64(&w, resp->hits);
+    dsc_wr_u64(&w, resp->misses);
+    dsc_wr_u64(&w, resp->backing_bytes);
+    dsc_wr_u64(&w, resp->backing_busy_us);
+    dsc_wr_u64(&w, resp->backing_wait_us);
+    dsc_wr_u64(&w, resp->backing_rate);
+    dsc_wr_u64(&w, resp->store_capacity);
+    dsc_wr_u32(&w, resp->backing_latency_us);
+    dsc_wr_u32(&w, resp->backing_running);
+    return w.bad ? DSC_ENOSPC : (int)w.pos;
+}
+
+int dsc_report_resp_decode(const uint8_t *body, size_t len, dsc_report_resp_t *out) {
+    if (len == 0)
+        return 0;
+    if (body == NULL || len < DSC_REPORT_RESP_SIZE)
+        return DSC_EBADFRAME;
+    dsc_rd_t r;
+    dsc_rd_init(&r, body, DSC_REPORT_RESP_SIZE);
+    dsc_report_resp_t v;
+    v.flags = dsc_rd_u32(&r);
+    v.backing_pool = dsc_rd_u32(&r);
+    v.hits = dsc_rd_u64(&r);
+    v.misses = dsc_rd_u64(&r);
+    v.backing_bytes = dsc_rd_u64(&r);
+    v.backing_busy_us = dsc_rd_u64(&r);
+    v.backing_wait_us = dsc_rd_u64(&r);
+    v.backing_rate = dsc_rd_u64(&r);
+    v.store_capacity = dsc_rd_u64(&r);
+    v.backing_latency_us = dsc_rd_u32(&r);
+    v.backing_running = dsc_rd_u32(&r);
+    if (r.bad || r.pos != r.len || v.flags != 0)
+        return DSC_EBADFRAME;
+    *out = v;
+    return 1;
 }

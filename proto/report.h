@@ -39,7 +39,32 @@ int dsc_report_req_encode(const dsc_report_req_t *req, uint8_t *out, size_t cap)
 /* Returns 0 and *out (strings point into body), or DSC_EBADFRAME: truncation, trailing bytes,
  * flags other than DSC_REPORT_FLAG_FINISHED, a bad job name, dataset name or verdict (NUL byte, too
  * long), world_size 0, rank >= world_size, stall_ppm over DSC_REPORT_STALL_ONE, or an unknown
- * bottleneck. On error *out is untouched. The OK response has an empty body. */
+ * bottleneck. On error *out is untouched. The OK response's body is empty or a
+ * dsc_report_resp_t (below). */
 int dsc_report_req_decode(const uint8_t *body, size_t len, dsc_report_req_t *out);
+
+/* The OK answer to a REPORT: what the server knows that the loader's verdict needs (the backing
+ * store behind its misses; proto/PROTOCOL.md "REPORT response"). Counters are cumulative since
+ * the server started (the loader takes differences); the rest is the state now. A server
+ * without these figures answers an empty body. */
+typedef struct dsc_report_resp {
+    uint32_t flags;              /* 0 */
+    uint32_t backing_pool;       /* --backing-reads: read-throughs it keeps in flight at most */
+    uint64_t hits, misses;       /* GETs answered from RAM / that waited for a backing read */
+    uint64_t backing_bytes;      /* bytes read from the backing store (loads, read-throughs) */
+    uint64_t backing_busy_us;    /* sum of the backing reads' durations, microseconds */
+    uint64_t backing_wait_us;    /* time reads waited for --backing-rate, microseconds */
+    uint64_t backing_rate;       /* --backing-rate, bytes/s (0: none) */
+    uint64_t store_capacity;     /* --memory, bytes */
+    uint32_t backing_latency_us; /* one backing read's latency now (moving average) */
+    uint32_t backing_running;    /* backing reads running now */
+} dsc_report_resp_t;
+#define DSC_REPORT_RESP_SIZE 72
+/* Writes DSC_REPORT_RESP_SIZE bytes. Returns DSC_REPORT_RESP_SIZE or DSC_ENOSPC. */
+int dsc_report_resp_encode(const dsc_report_resp_t *resp, uint8_t *out, size_t cap);
+/* Returns 1 and *out, 0 for an empty body (an older server: nothing known), or DSC_EBADFRAME
+ * (1..DSC_REPORT_RESP_SIZE - 1 bytes, or flags != 0). Bytes after the first
+ * DSC_REPORT_RESP_SIZE are fields of later versions, ignored. On error *out is untouched. */
+int dsc_report_resp_decode(const uint8_t *body, size_t len, dsc_report_resp_t *out);
 
 #endif

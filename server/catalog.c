@@ -66,16 +66,21 @@ int dsc_catalog_create(dsc_store_t *store, const dsc_catalog_options_t *options,
         cat->opt.temp_limit = UINT64_C(1) << 30;
     if (cat->opt.index_cache_limit == 0)
         cat->opt.index_cache_limit = UINT64_C(64) << 20;
+    if (cat->opt.backing_reads == 0)
+        cat->opt.backing_reads = 32;
     atomic_init(&cat->table, empty);
     update_table_meta(cat);
     pthread_mutex_init(&cat->lock, NULL);
     pthread_mutex_init(&cat->rescan_lock, NULL);
     pthread_cond_init(&cat->work_cond, NULL);
     pthread_cond_init(&cat->idle_cond, NULL);
-    cat->threads = calloc(cat->opt.io_threads, sizeof *cat->threads);
+    pthread_cond_init(&cat->range_cond, NULL);
+    /* io_threads whole-shard loaders, then backing_reads read-through readers (readthrough.c). */
+    uint32_t nthreads = cat->opt.io_threads + cat->opt.backing_reads;
+    cat->threads = calloc(nthreads, sizeof *cat->threads);
     if (cat->threads == NULL)
         goto fail;
-    for (uint32_t i = 0; i < cat->opt.io_threads; i++) {
+    for (uint32_t i = 0; i < nthreads; i++) {
         if (pthread_create(&cat->threads[i], NULL, dsc__io_thread, cat) != 0)
             goto fail;
         cat->thread_count++;
@@ -105,6 +110,7 @@ void dsc_catalog_destroy(dsc_catalog_t *cat) {
     pthread_mutex_lock(&cat->lock);
     cat->stopping = 1;
     pthread_cond_broadcast(&cat->work_cond);
+    pthread_cond_broadcast(&cat->range_cond);
     pthread_mutex_unlock(&cat->lock);
     for (uint32_t i = 0; i < cat->thread_count; i++)
         pthread_join(cat->threads[i], NULL);
@@ -133,6 +139,7 @@ void dsc_catalog_destroy(dsc_catalog_t *cat) {
     pthread_mutex_destroy(&cat->rescan_lock);
     pthread_cond_destroy(&cat->work_cond);
     pthread_cond_destroy(&cat->idle_cond);
+    pthread_cond_destroy(&cat->range_cond);
     free(cat);
 }
 
@@ -466,6 +473,7 @@ void dsc_catalog_stop_loads(dsc_catalog_t *cat) {
     pthread_mutex_lock(&cat->lock);
     cat->draining = 1;
     pthread_cond_broadcast(&cat->work_cond);
+    pthread_cond_broadcast(&cat->range_cond);
     pthread_cond_broadcast(&cat->idle_cond); /* a warm-up's wait re-checks its cancel flag */
     pthread_mutex_unlock(&cat->lock);
 }
@@ -1017,6 +1025,7 @@ char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_le
     cJSON_AddNumberToObject(store, "index_cache_bytes", (double)cat->index_bytes);
     cJSON_AddNumberToObject(store, "index_cache_entries", (double)cat->index_count);
     cJSON_AddNumberToObject(store, "metadata_bytes", (double)metadata_bytes_locked(cat));
+    dsc__backing_json_locked(cat, store);
     uint64_t pinned_bytes = 0;
     for (uint32_t i = 0; i < t->count; i++)
         pinned_bytes += t->items[i]->pinned ? t->items[i]->cached_bytes : 0;
@@ -1078,6 +1087,7 @@ void dsc_catalog_totals(dsc_catalog_t *cat, dsc_catalog_totals_t *out) {
     out->index_cache_bytes = cat->index_bytes;
     out->index_cache_entries = cat->index_count;
     out->metadata_bytes = metadata_bytes_locked(cat);
+    dsc__backing_totals_locked(cat, &out->backing);
     pthread_mutex_unlock(&cat->lock);
     out->evictions = atomic_load(&cat->evictions);
     out->loads = atomic_load(&cat->loads);

@@ -138,8 +138,9 @@ typedef struct dsc_catalog_totals {
     uint64_t bytes_loaded;       /* disk bytes read by whole-shard loads */
     uint64_t read_through_bytes; /* disk bytes read by read-throughs (chunks, headers, indexes) */
     uint64_t index_cache_bytes, index_cache_entries; /* the read-through index cache now */
-    uint64_t metadata_bytes; /* bookkeeping memory: catalog, tables, datasets (manifest, JSON,
-                                slots), index cache; not the shard bytes themselves */
+    uint64_t metadata_bytes;      /* bookkeeping memory: catalog, tables, datasets (manifest, JSON,
+                                     slots), index cache; not the shard bytes themselves */
+    dsc_backing_totals_t backing; /* read-throughs from backing storage (catalog_types.h) */
 } dsc_catalog_totals_t;
 void dsc_catalog_totals(dsc_catalog_t *cat, dsc_catalog_totals_t *out);
 dsc_store_t *dsc_catalog_store(dsc_catalog_t *cat);

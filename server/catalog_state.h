@@ -43,6 +43,7 @@ typedef struct range_load {
     dsc_waiter_t *waiter;
     uint32_t first, count;
     struct range_load *next;
+    struct range_load *merged; /* jobs of the same shard read with this one (coalesced) */
 } range_load_t;
 
 struct dsc_shard_slot {
@@ -124,7 +125,16 @@ struct dsc_catalog {
     pthread_t *threads;
     uint32_t thread_count;
     uint64_t temp_bytes;
-    range_load_t *range_head, *range_tail;  /* queued read-throughs, served before whole loads */
+    range_load_t *range_head, *range_tail; /* queued read-throughs (the backing readers) */
+    /* Backing reads (readthrough.c): threads started so far (the first opt.io_threads load
+     * whole shards, the next opt.backing_reads read through), read-throughs queued and running,
+     * the --backing-rate pacer, and totals (under lock). */
+    pthread_cond_t range_cond;
+    uint32_t roles_started;
+    uint32_t range_queued, range_running, range_running_max;
+    double pace_next;
+    uint64_t backing_reads, backing_coalesced;
+    double backing_read_seconds, backing_wait_seconds, backing_latency_ewma;
     shard_index_t *index_head, *index_tail; /* index cache, most recently used first */
     uint64_t index_bytes, index_count;
 

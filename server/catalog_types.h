@@ -63,7 +63,18 @@ typedef struct dsc_catalog_options {
     uint32_t io_threads;        /* loader threads (0: 4) */
     uint64_t temp_limit;        /* bound on read-through bytes in flight (0: 1 GiB) */
     uint64_t index_cache_limit; /* bound on cached shard indexes for read-through (0: 64 MiB) */
+    uint32_t backing_reads;     /* read-throughs in flight to backing storage (0: 32) */
+    uint64_t backing_rate;      /* cap on backing read bytes/s, loads included (0: none) */
 } dsc_catalog_options_t;
+
+/* Backing reads (read-throughs): done, coalesced into another, seconds spent reading and
+ * waiting for --backing-rate, the latency now (EWMA of one read, s), queued and running now,
+ * the most running at once, the pool size and the rate cap (bytes/s, 0: none). */
+typedef struct dsc_backing_totals {
+    uint64_t reads, coalesced;
+    double read_seconds, wait_seconds, latency;
+    uint64_t queued, running, running_max, pool, rate;
+} dsc_backing_totals_t;
 
 /* Load time histogram (seconds), for /metrics. */
 #define DSC_LOAD_BUCKETS 10

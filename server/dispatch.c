@@ -7,6 +7,7 @@
 #include "report.h"
 #include "server_core.h"
 #include "srvlog.h"
+#include "store.h"
 #include "util.h"
 #include "wire.h"
 
@@ -522,7 +523,28 @@ static void handle_report(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
     }
     dsc_jobs_report(srv->jobs, &req, reply->peer,
                     reply->auth.cred ? dsc_cred_name(reply->auth.cred) : NULL, dsc_now_s());
-    answer(srv, reply, DSC_OP_REPORT, id, DSC_STATUS_OK, NULL, 0);
+    /* The answer tells the loader about this server's misses and backing store (its verdict
+     * names the store when that is the limit). */
+    dsc_catalog_totals_t tot;
+    dsc_catalog_totals(srv->cat, &tot);
+    dsc_store_info_t si;
+    dsc_store_info(dsc_catalog_store(srv->cat), &si);
+    dsc_report_resp_t resp = {
+        .backing_pool = (uint32_t)tot.backing.pool,
+        .hits = tot.hits,
+        .misses = tot.misses,
+        .backing_bytes = tot.read_through_bytes + tot.bytes_loaded,
+        .backing_busy_us = (uint64_t)(tot.backing.read_seconds * 1e6),
+        .backing_wait_us = (uint64_t)(tot.backing.wait_seconds * 1e6),
+        .backing_rate = tot.backing.rate,
+        .store_capacity = si.capacity,
+        .backing_latency_us =
+            tot.backing.latency * 1e6 < 4e9 ? (uint32_t)(tot.backing.latency * 1e6) : UINT32_MAX,
+        .backing_running = (uint32_t)tot.backing.running,
+    };
+    uint8_t body_out[DSC_REPORT_RESP_SIZE];
+    int n = dsc_report_resp_encode(&resp, body_out, sizeof body_out);
+    answer(srv, reply, DSC_OP_REPORT, id, DSC_STATUS_OK, body_out, n > 0 ? (size_t)n : 0);
 }
 
 void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_header_t *h,

@@ -120,6 +120,29 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
             tot.read_through_bytes);
     counter(&t, "dscache_loaded_bytes_total", "Disk bytes read by whole-shard loads.",
             tot.bytes_loaded);
+    counter(&t, "dscache_backing_reads_total",
+            "Backing reads by read-throughs (chunk ranges, coalesced; shard indexes).",
+            tot.backing.reads);
+    counter(&t, "dscache_backing_coalesced_total",
+            "Read-throughs served by another one's backing read (adjacent chunk ranges).",
+            tot.backing.coalesced);
+    dsc_text_add(&t,
+                 "# HELP dscache_backing_read_seconds_total Seconds spent in backing reads.\n"
+                 "# TYPE dscache_backing_read_seconds_total counter\n"
+                 "dscache_backing_read_seconds_total %.6f\n"
+                 "# HELP dscache_backing_rate_wait_seconds_total Seconds reads waited for "
+                 "--backing-rate.\n"
+                 "# TYPE dscache_backing_rate_wait_seconds_total counter\n"
+                 "dscache_backing_rate_wait_seconds_total %.6f\n"
+                 "# HELP dscache_backing_latency_seconds One backing read's latency now (moving "
+                 "average).\n"
+                 "# TYPE dscache_backing_latency_seconds gauge\n"
+                 "dscache_backing_latency_seconds %.6f\n",
+                 tot.backing.read_seconds, tot.backing.wait_seconds, tot.backing.latency);
+    gauge(&t, "dscache_backing_queue_depth", "Read-throughs queued for a backing reader now.",
+          tot.backing.queued);
+    gauge(&t, "dscache_backing_in_flight", "Backing reads running now (of --backing-reads).",
+          tot.backing.running);
     gauge(&t, "dscache_metadata_bytes",
           "Bookkeeping memory: tables, manifests, slots, the read-through index cache.",
           tot.metadata_bytes);

@@ -54,10 +54,11 @@ typedef struct server_view {
     char error[160];
     double at;
     /* Totals of the previous sample, for rates. */
-    double prev_hits, prev_misses, prev_served, prev_at;
+    double prev_hits, prev_misses, prev_served, prev_backing, prev_at;
     int have_prev;
-    /* Figures shown. */
-    double hit_rate, mbps, connections;
+    /* Figures shown: backing_mbps and backing_ms are what the server reads from its backing
+     * store (loads and read-throughs) and one read's latency (-1: not reported). */
+    double hit_rate, mbps, connections, backing_mbps, backing_ms;
 } server_view_t;
 
 typedef struct job_view {
@@ -126,6 +127,14 @@ static void sample(server_view_t *s) {
     }
     const cJSON *srv = cJSON_GetObjectItemCaseSensitive(s->stat, "server");
     s->connections = num(srv, "connections");
+    const cJSON *store = cJSON_GetObjectItemCaseSensitive(s->stat, "store");
+    const cJSON *backing = cJSON_GetObjectItemCaseSensitive(store, "backing");
+    double backed = num(store, "read_through_bytes") + num(store, "bytes_loaded");
+    s->backing_ms = cJSON_IsObject(backing) ? num(backing, "latency_ms") : -1;
+    s->backing_mbps = s->have_prev && s->at > s->prev_at
+                          ? (backed - s->prev_backing) / (s->at - s->prev_at) / 1e6
+                          : 0;
+    s->prev_backing = backed;
     if (s->have_prev && s->at > s->prev_at) {
         /* Over the last interval; with no GET in it, since the server started. */
         double dh = hits - s->prev_hits, dm = misses - s->prev_misses;
@@ -216,13 +225,14 @@ static void draw(FILE *out, server_view_t *servers, uint32_t count, int tty) {
     strftime(stamp, sizeof stamp, "%H:%M:%S", localtime(&now));
     fprintf(out, "dscache top - %s - %u server%s%s\n\n", stamp, count, count == 1 ? "" : "s",
             tty ? " - q quits" : "");
-    fprintf(out, "%-24s %7s %10s %6s %10s %s\n", "SERVER", "HIT%", "MB/s", "CONNS", "STORE",
-            "STATUS");
+    fprintf(out, "%-24s %7s %10s %6s %10s %10s %8s %s\n", "SERVER", "HIT%", "MB/s", "CONNS",
+            "STORE", "BACK MB/s", "BACK ms", "STATUS");
     char a[32];
     for (uint32_t i = 0; i < count; i++) {
         server_view_t *s = &servers[i];
         if (s->stat == NULL) {
-            fprintf(out, "%-24s %7s %10s %6s %10s %s\n", s->addr, "-", "-", "-", "-", s->error);
+            fprintf(out, "%-24s %7s %10s %6s %10s %10s %8s %s\n", s->addr, "-", "-", "-", "-", "-",
+                    "-", s->error);
             continue;
         }
         const cJSON *store = cJSON_GetObjectItemCaseSensitive(s->stat, "store");
@@ -231,8 +241,14 @@ static void draw(FILE *out, server_view_t *servers, uint32_t count, int tty) {
             snprintf(hit, sizeof hit, "-");
         else
             snprintf(hit, sizeof hit, "%.1f", 100 * s->hit_rate);
-        fprintf(out, "%-24s %7s %10.1f %6.0f %10s %s\n", s->addr, hit, s->mbps, s->connections,
-                dsc_format_size((uint64_t)num(store, "used"), a, sizeof a), "up");
+        char lat[16];
+        if (s->backing_ms < 0)
+            snprintf(lat, sizeof lat, "-");
+        else
+            snprintf(lat, sizeof lat, "%.1f", s->backing_ms);
+        fprintf(out, "%-24s %7s %10.1f %6.0f %10s %10.1f %8s %s\n", s->addr, hit, s->mbps,
+                s->connections, dsc_format_size((uint64_t)num(store, "used"), a, sizeof a),
+                s->backing_mbps, lat, "up");
     }
     /* Datasets: shards resident on at least one server (from the shard maps when the servers
      * are clustered, else the largest per-server count). */

@@ -224,6 +224,13 @@ int dsc_conn_recv_header(dsc_conn_t *conn, dsc_frame_header_t *header) {
 }
 
 int dsc_conn_idle_check(dsc_conn_t *conn, uint64_t id_bit, uint8_t opcode) {
+    return dsc_conn_idle_check_cb(conn, id_bit, opcode, NULL, NULL);
+}
+
+int dsc_conn_idle_check_cb(dsc_conn_t *conn, uint64_t id_bit, uint8_t opcode,
+                           void (*seen)(void *arg, const dsc_frame_header_t *h,
+                                        const uint8_t *body),
+                           void *arg) {
     if (conn == NULL || conn->broken || conn->rbuf == NULL)
         return 1;
     for (;;) {
@@ -251,6 +258,8 @@ int dsc_conn_idle_check(dsc_conn_t *conn, uint64_t id_bit, uint8_t opcode) {
             return 1; /* something else: the server gave up on the connection */
         if (DSC_FRAME_HEADER_SIZE + (size_t)h.body_len > have)
             return 0;
+        if (seen != NULL)
+            seen(arg, &h, conn->rbuf + conn->rpos + DSC_FRAME_HEADER_SIZE);
         conn->rpos += DSC_FRAME_HEADER_SIZE + (size_t)h.body_len; /* an answer nobody waits for */
     }
 }

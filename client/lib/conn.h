@@ -57,6 +57,11 @@ const dsc_conn_info_t *dsc_conn_info(const dsc_conn_t *conn);
  * such as REPORT's). Returns 1 when the server closed the connection, it failed, or it holds
  * anything else (the server gave up on it); 0 when it is usable. */
 int dsc_conn_idle_check(dsc_conn_t *conn, uint64_t id_bit, uint8_t opcode);
+/* The same, handing each consumed answer (header, body) to seen(arg, ...) first (NULL: none). */
+int dsc_conn_idle_check_cb(dsc_conn_t *conn, uint64_t id_bit, uint8_t opcode,
+                           void (*seen)(void *arg, const dsc_frame_header_t *h,
+                                        const uint8_t *body),
+                           void *arg);
 
 /* Sends one request frame (header + body). Returns 0 or DSC_ETIMEDOUT, DSC_EPIPE,
  * DSC_ECONNRESET, DSC_ECLOSED. After an error the connection is unusable: close it. */

@@ -199,6 +199,28 @@ void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out) {
             .wait_seconds = a->wait_seconds - z->wait_seconds,
             .stall_seconds = a->stall_seconds - z->stall_seconds,
         };
+        /* Two answers of the server's with its figures: the one the window starts with, or
+         * (none there yet: a young loader) the newer base's. */
+        const dsc_verdict_server_t *zb = z;
+        if (!z->have_backing && d->base[1].servers != NULL && d->base[1].servers[s].have_backing)
+            zb = &d->base[1].servers[s];
+        z = zb;
+        if (a->have_backing && z->have_backing && a->backing_at > z->backing_at &&
+            a->srv_hits >= z->srv_hits && a->srv_misses >= z->srv_misses &&
+            a->backing_bytes >= z->backing_bytes) {
+            dsc_verdict_server_t *v = &servers[n];
+            v->have_backing = 1;
+            v->backing_at = a->backing_at - z->backing_at;
+            v->srv_hits = a->srv_hits - z->srv_hits;
+            v->srv_misses = a->srv_misses - z->srv_misses;
+            v->backing_bytes = a->backing_bytes - z->backing_bytes;
+            v->backing_busy_s = a->backing_busy_s - z->backing_busy_s;
+            v->backing_wait_s = a->backing_wait_s - z->backing_wait_s;
+            v->backing_rate = a->backing_rate;
+            v->store_capacity = a->store_capacity;
+            v->backing_pool = a->backing_pool;
+            v->backing_latency_us = a->backing_latency_us;
+        }
         addrs[n++] = loader->net.peers[s].addr;
     }
     in.servers = servers;

@@ -323,6 +323,20 @@ static void io_loop(dsc_io_t *io) {
         vs->recv_seconds += t1 - t0;
         vs->wait_seconds += answer_at > t0 ? answer_at - t0 : 0;
         vs->bytes += wire;
+        dsc_report_resp_t ra;
+        if (src->report_answer != NULL && io->conn != NULL && src->report_answer(io->conn, &ra)) {
+            vs->have_backing = 1;
+            vs->backing_at = t1;
+            vs->srv_hits = ra.hits;
+            vs->srv_misses = ra.misses;
+            vs->backing_bytes = ra.backing_bytes;
+            vs->backing_busy_s = (double)ra.backing_busy_us / 1e6;
+            vs->backing_wait_s = (double)ra.backing_wait_us / 1e6;
+            vs->backing_rate = ra.backing_rate;
+            vs->store_capacity = ra.store_capacity;
+            vs->backing_pool = ra.backing_pool;
+            vs->backing_latency_us = ra.backing_latency_us;
+        }
         if (rc < 0 && conn_bad) {
             conn_failed(io, rc);
             continue;

@@ -28,9 +28,11 @@
 #include "credential.h"
 #include "log.h"
 #include "manifest.h"
+#include "report.h"
 #include "slots.h"
 
 #include <stdatomic.h>
+
 #include <stdint.h>
 
 /* Consecutive chunks of one shard fetched as one request. */
@@ -120,6 +122,9 @@ typedef struct dsc_source_ops {
      * answer, whatever its status. Returns 0, or an error after which the connection is
      * unusable. */
     int (*report)(void *conn, uint64_t id, const uint8_t *body, size_t len);
+    /* Optional: 1 and *out when a REPORT answer with the server's figures (proto/report.h
+     * dsc_report_resp_t) arrived on conn since the last call; else 0. Never blocks. */
+    int (*report_answer)(void *conn, dsc_report_resp_t *out);
     /* Called before the first request after a pause (nothing outstanding): 1 when the peer has
      * closed the connection meanwhile (a server's idle time-out; it never sends unprompted), so
      * the caller reopens it quietly instead of failing the peer; else 0. Never blocks. NULL: the

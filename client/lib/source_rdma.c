@@ -181,6 +181,9 @@ static int rc_report(void *conn, uint64_t id, const uint8_t *body, size_t len) {
 static int rc_idle_closed(void *conn) {
     return dsc__source_tcp.idle_closed(conn);
 }
+static int rc_report_answer(void *conn, dsc_report_resp_t *out) {
+    return dsc__source_tcp.report_answer(conn, out);
+}
 
 int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, const dsc_credential_t *cred, char *why,
                     size_t why_cap, char *device, size_t device_cap) {
@@ -1142,6 +1145,13 @@ static int rc_report(void *conn, uint64_t id, const uint8_t *body, size_t len) {
     return dsc_conn_send(c->conn, DSC_OP_REPORT, id, body, len);
 }
 
+/* The figures of a REPORT answer: kept by the TCP fallback; over RDMA's control connection
+ * rc_complete drops the answers (the verdict then lacks the servers' backing figures). */
+static int rc_report_answer(void *conn, dsc_report_resp_t *out) {
+    rdma_conn_t *c = conn;
+    return c->tcp ? dsc__source_tcp.report_answer(c->tcp, out) : 0;
+}
+
 /* The server closed the idle control connection: only a hang-up counts here, since answers to
  * release-only RDMA_GETs may still be waiting to be read. */
 static int rc_idle_closed(void *conn) {
@@ -1240,6 +1250,7 @@ const dsc_source_ops_t dsc__source_rdma = {
     .submit = rc_submit,
     .complete = rc_complete,
     .report = rc_report,
+    .report_answer = rc_report_answer,
     .idle_closed = rc_idle_closed,
     .wake = rc_wake,
     .close = rc_close,

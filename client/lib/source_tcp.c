@@ -17,6 +17,8 @@ typedef struct tcp_endpoint {
 typedef struct tcp_conn {
     const tcp_endpoint_t *ep;
     dsc_conn_t *conn;
+    dsc_report_resp_t answer; /* the latest REPORT answer's figures (tcp_report_answer) */
+    int answer_new;
 } tcp_conn_t;
 
 static int tcp_endpoint_open(const dsc_source_env_t *env, const char *addr, void **out) {
@@ -147,7 +149,17 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
      * which only costs the report. */
     while ((h.request_id & DSC_SOURCE_REPORT_ID) && h.opcode == DSC_OP_REPORT &&
            (h.flags & DSC_FLAG_RESPONSE)) {
-        rc = drain(c->conn, h.body_len, NULL, 0);
+        /* An OK answer may carry the server's figures (dsc_report_resp_t): kept for the
+         * verdict; anything else in it is dropped. */
+        uint8_t ab[256];
+        if (h.status == DSC_STATUS_OK && h.body_len >= DSC_REPORT_RESP_SIZE &&
+            h.body_len <= sizeof ab) {
+            rc = dsc_conn_recv_body(c->conn, ab, h.body_len);
+            if (rc == 0 && dsc_report_resp_decode(ab, h.body_len, &c->answer) == 1)
+                c->answer_new = 1;
+        } else {
+            rc = drain(c->conn, h.body_len, NULL, 0);
+        }
         if (rc == 0)
             rc = dsc_conn_recv_header(c->conn, &h);
         if (rc < 0)
@@ -232,11 +244,18 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
     return 0;
 }
 
+/* A REPORT answer consumed while idle: its figures are kept as in tcp_complete. */
+static void keep_answer(void *arg, const dsc_frame_header_t *h, const uint8_t *body) {
+    tcp_conn_t *c = arg;
+    if (h->status == DSC_STATUS_OK && dsc_report_resp_decode(body, h->body_len, &c->answer) == 1)
+        c->answer_new = 1;
+}
+
 static int tcp_idle_closed(void *conn) {
     tcp_conn_t *c = conn;
     /* Nothing is outstanding: the answers of REPORTs sent while idle are dropped here; any other
      * byte, EOF or an error means the server gave up on it. */
-    return dsc_conn_idle_check(c->conn, DSC_SOURCE_REPORT_ID, DSC_OP_REPORT);
+    return dsc_conn_idle_check_cb(c->conn, DSC_SOURCE_REPORT_ID, DSC_OP_REPORT, keep_answer, c);
 }
 
 static void tcp_wake(void *conn) {
@@ -250,6 +269,15 @@ static void tcp_close(void *conn) {
         return;
     dsc_conn_close(c->conn);
     free(c);
+}
+
+static int tcp_report_answer(void *conn, dsc_report_resp_t *out) {
+    tcp_conn_t *c = conn;
+    if (!c->answer_new)
+        return 0;
+    *out = c->answer;
+    c->answer_new = 0;
+    return 1;
 }
 
 static int tcp_report(void *conn, uint64_t id, const uint8_t *body, size_t len) {
@@ -268,6 +296,7 @@ const dsc_source_ops_t dsc__source_tcp = {
     .submit = tcp_submit,
     .complete = tcp_complete,
     .report = tcp_report,
+    .report_answer = tcp_report_answer,
     .idle_closed = tcp_idle_closed,
     .wake = tcp_wake,
     .close = tcp_close,

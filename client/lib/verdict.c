@@ -115,6 +115,76 @@ static int slow_server(const dsc_verdict_input_t *in, double fetch_stall, dsc_ve
     return 1;
 }
 
+/* The servers' backing storage is the limit: the stall waits on chunks (fetch side), a share of
+ * the GETs missed the servers' RAM, and the store was busy all the window (a backing read always
+ * in flight, or reads waiting for --backing-rate). Zero stall needs the store to deliver what it
+ * delivered divided by (1 - stall): the loader would then run that much faster. */
+static int storage(const dsc_verdict_input_t *in, double fetch_stall, dsc_verdict_t *out) {
+    double span = 0, busy = 0, wait = 0, bytes = 0, lat_us = 0;
+    uint64_t hits = 0, misses = 0, capacity = 0, rate = 0, pool = 0;
+    uint32_t with = 0;
+    for (uint32_t i = 0; in->servers != NULL && i < in->server_count; i++) {
+        const dsc_verdict_server_t *s = &in->servers[i];
+        if (!s->have_backing || !(s->backing_at > 0))
+            continue;
+        with++;
+        /* Rates per server summed: each over its own span between two answers. */
+        bytes += (double)s->backing_bytes / s->backing_at;
+        busy += s->backing_busy_s / s->backing_at;
+        wait += s->backing_wait_s / s->backing_at;
+        span += s->backing_at;
+        hits += s->srv_hits;
+        misses += s->srv_misses;
+        capacity += s->store_capacity;
+        rate += s->backing_rate;
+        pool += s->backing_pool;
+        lat_us += s->backing_latency_us;
+    }
+    if (with == 0 || hits + misses == 0)
+        return 0;
+    double miss = (double)misses / (double)(hits + misses);
+    double stall = out->stall_fraction;
+    int throttled = wait >= 0.5 * with;
+    if (fetch_stall < 0.5 * in->delta.stall_seconds || miss < DSC_VERDICT_MISS_SHARE ||
+        (busy < DSC_VERDICT_STORE_BUSY * with && !throttled) || stall >= 0.999)
+        return 0;
+    double need = bytes / (1 - stall);
+    double window = in->window_seconds > 0 ? in->window_seconds : 1e-9;
+    double demand = (double)in->delta.wire_bytes / window / (1 - stall);
+    set(out, DSC_BOTTLENECK_STORAGE);
+    text(out->evidence, sizeof out->evidence,
+         "stall %.1f%%; %.0f%% of the GETs missed the servers' RAM and were read from storage: "
+         "it delivered %.1f MB/s (%.1f ms per read, %.1f reads in flight of %llu), zero stall "
+         "needs %.1f MB/s of %.1f MB/s demanded (%u server%s)",
+         100 * stall, 100 * miss, bytes / 1e6, lat_us / with / 1e3, busy, (unsigned long long)pool,
+         need / 1e6, demand / 1e6, with, with == 1 ? "" : "s");
+    /* RAM that would lower the misses to what the store delivers now: the cached share must
+     * rise from 1 - miss to 1 - miss * (1 - stall), the dataset being capacity / (1 - miss). */
+    double ram = miss < 1 ? (double)capacity / (1 - miss) * (1 - miss * (1 - stall)) : 0;
+    char have[32], want[32];
+    dsc__verdict_bytes(capacity, have, sizeof have);
+    dsc__verdict_bytes(round_mib((uint64_t)ram), want, sizeof want);
+    if (throttled)
+        text(out->suggestion, sizeof out->suggestion,
+             "--backing-rate holds the servers to %.1f MB/s: raise it to %.1f MB/s if the store "
+             "can give that, or give the servers %s of RAM (now %s)",
+             (double)rate / 1e6, need / 1e6, want, have);
+    else if (busy >= 0.8 * (double)pool)
+        text(out->suggestion, sizeof out->suggestion,
+             "every backing reader is busy: zero stall needs %.1f MB/s from storage; if it has "
+             "that bandwidth raise --backing-reads from %llu to %llu, else give the servers %s of "
+             "RAM (now %s)",
+             need / 1e6, (unsigned long long)pool / with, (unsigned long long)pool / with * 2, want,
+             have);
+    else
+        text(out->suggestion, sizeof out->suggestion,
+             "storage is the limit: backing bandwidth of %.1f MB/s (now %.1f), or %s of RAM "
+             "across the servers (now %s) so that fewer GETs miss",
+             need / 1e6, bytes / 1e6, want, have);
+    (void)span;
+    return 1;
+}
+
 void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
     memset(out, 0, sizeof *out);
     const dsc_verdict_counters_t *d = &in->delta;
@@ -227,6 +297,10 @@ void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
              in->assist ? "" : ", and leave no_assist at 0 so that next() works while it waits");
         return;
     }
+
+    /* Misses read from the servers' backing storage. */
+    if (storage(in, fetch_side, out))
+        return;
 
     /* One server much slower than the others. */
     if (slow_server(in, fetch_side, out))

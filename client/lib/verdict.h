@@ -37,6 +37,16 @@ typedef struct dsc_verdict_server {
     double recv_seconds;  /* I/O threads' time waiting for and reading its answers */
     double wait_seconds;  /* of which: waiting for an answer's first bytes (header) */
     double stall_seconds; /* consumer stall blamed on chunks queued or in flight there */
+    /* From the server's REPORT answers (proto/report.h dsc_report_resp_t; have_backing 0: none
+     * received yet, or, in a window difference, not two of them): cumulative as sent, when
+     * received (backing_at, monotonic s), and the state then. In a difference the counters and
+     * backing_at are differences, the state is the newer answer's. */
+    int have_backing;
+    double backing_at;
+    uint64_t srv_hits, srv_misses, backing_bytes;
+    double backing_busy_s, backing_wait_s;
+    uint64_t backing_rate, store_capacity;
+    uint32_t backing_pool, backing_latency_us;
 } dsc_verdict_server_t;
 
 /* Cumulative counters the loader keeps (under its lock). */
@@ -84,6 +94,11 @@ typedef struct dsc_verdict {
 #define DSC_VERDICT_MIN_BUSY 0.2
 /* Refetches above this share of the chunks received make the verdict DSC_BOTTLENECK_CACHE. */
 #define DSC_VERDICT_REFETCH_SHARE 0.05
+/* Storage is the limit when at least this share of the servers' GETs missed their RAM ... */
+#define DSC_VERDICT_MISS_SHARE 0.1
+/* ... and their backing readers had on average this many reads in flight per server (or reads
+ * waited for --backing-rate half the time). */
+#define DSC_VERDICT_STORE_BUSY 1.0
 /* A server is "slow" when its seconds per byte are this many times the others' median. */
 #define DSC_VERDICT_SLOW_RATIO 3.0
 

@@ -134,6 +134,8 @@ static void test_names(void) {
     CHECK(strcmp(dsc_bottleneck_name(DSC_BOTTLENECK_NONE), "none") == 0);
     CHECK(strcmp(dsc_bottleneck_name(DSC_BOTTLENECK_SERVER), "server") == 0);
     CHECK(strcmp(dsc_bottleneck_name(DSC_BOTTLENECK_INFLIGHT), "inflight") == 0);
+    CHECK(strcmp(dsc_bottleneck_name(DSC_BOTTLENECK_STORAGE), "storage") == 0);
+    CHECK_EQ_INT(DSC_BOTTLENECK_STORAGE, 9); /* on the wire: append only */
     CHECK(dsc_bottleneck_name(-1) == NULL);
     CHECK(dsc_bottleneck_name(DSC_BOTTLENECK_COUNT) == NULL);
     for (int b = 0; b < DSC_BOTTLENECK_COUNT; b++)
@@ -145,7 +147,40 @@ static void test_names(void) {
     CHECK(!dsc_report_job_valid("a\nb", 3));
 }
 
+/* The answer's figures: round trip, an empty body (older server), short bodies refused, later
+ * fields after the first DSC_REPORT_RESP_SIZE bytes ignored, flags must be 0. */
+static void test_answer(void) {
+    dsc_report_resp_t r = {.backing_pool = 32,
+                           .hits = 1,
+                           .misses = 2,
+                           .backing_bytes = 3,
+                           .backing_busy_us = 4,
+                           .backing_wait_us = 5,
+                           .backing_rate = 6,
+                           .store_capacity = UINT64_C(1) << 40,
+                           .backing_latency_us = 7,
+                           .backing_running = 8};
+    uint8_t buf[DSC_REPORT_RESP_SIZE + 8];
+    memset(buf, 0xEE, sizeof buf);
+    CHECK_EQ_INT(dsc_report_resp_encode(&r, buf, sizeof buf), DSC_REPORT_RESP_SIZE);
+    CHECK_EQ_INT(dsc_report_resp_encode(&r, buf, DSC_REPORT_RESP_SIZE - 1), DSC_ENOSPC);
+    dsc_report_resp_t d;
+    memset(&d, 0, sizeof d);
+    CHECK_EQ_INT(dsc_report_resp_decode(buf, DSC_REPORT_RESP_SIZE, &d), 1);
+    CHECK(memcmp(&d, &r, sizeof d) == 0);
+    memset(&d, 0, sizeof d);
+    CHECK_EQ_INT(dsc_report_resp_decode(buf, sizeof buf, &d), 1); /* trailing: a later version */
+    CHECK(d.store_capacity == r.store_capacity && d.backing_running == 8);
+    CHECK_EQ_INT(dsc_report_resp_decode(buf, 0, &d), 0);
+    CHECK_EQ_INT(dsc_report_resp_decode(NULL, 0, &d), 0);
+    for (size_t n = 1; n < DSC_REPORT_RESP_SIZE; n++)
+        CHECK_EQ_INT(dsc_report_resp_decode(buf, n, &d), DSC_EBADFRAME);
+    buf[0] = 1; /* flags */
+    CHECK_EQ_INT(dsc_report_resp_decode(buf, DSC_REPORT_RESP_SIZE, &d), DSC_EBADFRAME);
+}
+
 int main(void) {
+    test_answer();
     test_round_trip();
     test_rejections();
     test_names();

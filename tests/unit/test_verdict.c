@@ -151,6 +151,63 @@ int main(void) {
     in.delta.h2d_seconds = 4.5;
     CHECK_EQ_INT(run(&in).bottleneck, DSC_BOTTLENECK_H2D);
 
+    /* Storage: the stall waits on the network, 75% of the server's GETs missed its RAM and its
+     * backing readers had 20 reads in flight on average; it delivered 150 MB/s over a 5 s span
+     * with a 40% stall, so zero stall needs 250 MB/s. */
+    in = base();
+    in.delta.stall_seconds = 2.667; /* 40% of 6.667 s */
+    in.delta.wait[DSC_WAIT_NETWORK] = 2.5;
+    in.delta.wire_bytes = 900000000;
+    dsc_verdict_server_t st = {.bytes = 900000000,
+                               .responses = 900,
+                               .recv_seconds = 5,
+                               .wait_seconds = 0.5,
+                               .have_backing = 1,
+                               .backing_at = 5,
+                               .srv_hits = 250,
+                               .srv_misses = 750,
+                               .backing_bytes = 750000000,
+                               .backing_busy_s = 100,
+                               .store_capacity = 64u << 20,
+                               .backing_pool = 32,
+                               .backing_latency_us = 20000};
+    in.servers = &st;
+    in.server_addrs = addr1;
+    in.server_count = 1;
+    v = run(&in);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_STORAGE);
+    HAS(v.evidence, "75% of the GETs missed");
+    HAS(v.evidence, "it delivered 150.0 MB/s");
+    HAS(v.evidence, "20.0 ms per read, 20.0 reads in flight of 32");
+    HAS(v.evidence, "zero stall needs 250.0 MB/s");
+    HAS(v.suggestion, "backing bandwidth of 250.0 MB/s (now 150.0)");
+    /* RAM: the dataset is 64 MiB / 0.25 = 256 MiB; the cached share must reach
+     * 1 - 0.75 x 0.6 = 55%: 141 MiB. */
+    HAS(v.suggestion, "141 MiB of RAM across the servers (now 64 MiB)");
+    /* Every reader busy: more readers, if the store has the bandwidth. */
+    st.backing_busy_s = 5 * 30;
+    HAS(run(&in).suggestion, "raise --backing-reads from 32 to 64");
+    /* Reads held back by --backing-rate. */
+    st.backing_busy_s = 0.5;
+    st.backing_wait_s = 4;
+    st.backing_rate = 150000000;
+    v = run(&in);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_STORAGE);
+    HAS(v.suggestion, "--backing-rate holds the servers to 150.0 MB/s: raise it to 250.0 MB/s");
+    /* A store that idles (under one read in flight, no rate waits) is not the limit; nor are
+     * misses at 5%, nor a server that sent no figures (an older one). */
+    st.backing_wait_s = 0;
+    CHECK(run(&in).bottleneck != DSC_BOTTLENECK_STORAGE);
+    st.backing_busy_s = 100;
+    st.srv_hits = 950;
+    st.srv_misses = 50;
+    CHECK(run(&in).bottleneck != DSC_BOTTLENECK_STORAGE);
+    st.srv_hits = 250;
+    st.srv_misses = 750;
+    CHECK_EQ_INT(run(&in).bottleneck, DSC_BOTTLENECK_STORAGE);
+    st.have_backing = 0;
+    CHECK(run(&in).bottleneck != DSC_BOTTLENECK_STORAGE);
+
     char buf[32];
     CHECK(strcmp(dsc__verdict_bytes(640u << 20, buf, sizeof buf), "640 MiB") == 0);
     CHECK(strcmp(dsc__verdict_bytes(1536u << 20, buf, sizeof buf), "1.5 GiB") == 0);

@@ -201,7 +201,7 @@ _STAT_FIELDS = [
 
 # dscache_base.h dsc_bottleneck_t, in order (the numbers are on the wire: append only).
 BOTTLENECKS = ("unknown", "none", "fetch", "server", "decode", "collate", "h2d", "cache",
-               "inflight")
+               "inflight", "storage")
 # dsc_stats_t.stall_waits, in order.
 STALL_WAITS = ("plan", "queued", "budget", "network", "decode", "collate")
 

@@ -409,9 +409,9 @@ class Loader:
         variable-length fields cut to their max_len).
 
         The verdict (docs/diagnosis.md): bottleneck names what limits the job over the last
-        5-10 s ("none", "fetch", "server", "decode", "collate", "h2d", "cache", "inflight", or
-        "unknown" before enough is measured), with bottleneck_server (the slow server's
-        HOST:PORT), evidence (the figures used) and suggestion (the change that would help);
+        5-10 s ("none", "fetch", "server", "decode", "collate", "h2d", "cache", "inflight",
+        "storage", or "unknown" before enough is measured), with bottleneck_server (the slow
+        server's HOST:PORT), evidence (the figures used) and suggestion (the change that would help);
         verdict_seconds and verdict_stall_fraction describe its window; stall_waits maps what
         next() waited on (plan, queued, budget, network, decode, collate) to seconds.
         Transport: rdma_connections and tcp_connections (server
