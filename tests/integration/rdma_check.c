@@ -118,7 +118,7 @@ static int mode_epoch(void) {
            (unsigned long long)st.failovers, (unsigned long long)st.retries);
     printf("throughput: %.1f MB/s of batch bytes (%llu bytes in %.3f s, %u epoch(s))\n",
            secs > 0 ? (double)bytes / secs / 1e6 : 0.0, (unsigned long long)bytes, secs, epochs);
-    char text[16384];
+    static char text[1 << 16]; /* the metrics text grows with servers, fields, verdict */
     int tl = dsc_loader_metrics_text(l, text, sizeof text);
     CHECK(tl > 0 && strstr(text, "dscache_loader_rdma_bytes_total") != NULL);
     if (expect_rdma == 1) {
