@@ -82,6 +82,7 @@ typedef struct fv_cq {
     int cap, head, count;
     int armed, overrun;
     unsigned events_sent, events_acked;
+    int pushing; /* completions being pushed outside g_lock (g_lock): destroy waits for 0 */
 } fv_cq_t;
 
 typedef struct fv_mr {
@@ -154,6 +155,8 @@ typedef struct fv_resp {
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* objects below */
 static pthread_cond_t g_work_cond = PTHREAD_COND_INITIALIZER;
+/* Signalled when a CQ's pushing count drops (ibv_destroy_cq waits for it). */
+static pthread_cond_t g_push_cond = PTHREAD_COND_INITIALIZER;
 static fv_mr_t *g_mrs;
 static fv_qp_t *g_qps;
 static fv_mw_t *g_mws;
@@ -674,9 +677,14 @@ static void complete(uint32_t qpn, const fv_work_t *w, enum ibv_wc_status status
     if (status != IBV_WC_SUCCESS && status != IBV_WC_WR_FLUSH_ERR)
         q->qp.state = IBV_QPS_ERR; /* the first error moves the QP to ERR; the rest flush */
     fv_cq_t *cq = (fv_cq_t *)q->qp.send_cq;
-    pthread_mutex_unlock(&g_lock);
-    if (!w->signaled && status == IBV_WC_SUCCESS)
+    if (!w->signaled && status == IBV_WC_SUCCESS) {
+        pthread_mutex_unlock(&g_lock);
         return;
+    }
+    /* The push runs outside g_lock: the QP may be destroyed meanwhile, and then the CQ; the
+     * count keeps the CQ alive until the push is done. */
+    cq->pushing++;
+    pthread_mutex_unlock(&g_lock);
     struct ibv_wc wc;
     memset(&wc, 0, sizeof wc);
     wc.wr_id = w->wr_id;
@@ -687,6 +695,10 @@ static void complete(uint32_t qpn, const fv_work_t *w, enum ibv_wc_status status
     wc.byte_len = status == IBV_WC_SUCCESS && w->opcode == IBV_WR_RDMA_READ ? (uint32_t)w->len : 0;
     wc.qp_num = qpn;
     cq_push(cq, &wc);
+    pthread_mutex_lock(&g_lock);
+    cq->pushing--;
+    pthread_cond_broadcast(&g_push_cond);
+    pthread_mutex_unlock(&g_lock);
 }
 
 static void run_work(fv_work_t *w) {
@@ -876,6 +888,7 @@ static void atfork_child(void) {
     pthread_mutex_init(&g_lock, NULL);
     pthread_mutex_init(&g_async_lock, NULL);
     pthread_cond_init(&g_work_cond, NULL);
+    pthread_cond_init(&g_push_cond, NULL);
     g_started = 0;
     if (g_listen_fd >= 0)
         close(g_listen_fd);
@@ -1326,6 +1339,8 @@ FV_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq) {
             pthread_mutex_unlock(&g_lock);
             return EBUSY;
         }
+    while (cq->pushing > 0) /* a completion of a QP destroyed a moment ago, still on its way */
+        pthread_cond_wait(&g_push_cond, &g_lock);
     pthread_mutex_lock(&cq->lock);
     /* A real destroy waits for every event to be acknowledged; refusing is kinder to tests. */
     int unacked = cq->events_sent != cq->events_acked;
