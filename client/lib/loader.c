@@ -1028,6 +1028,10 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
     pthread_mutex_lock(&loader->lock);
     if (loader->stats.last_return > 0)
         loader->stats.st.compute_seconds += t0 - loader->stats.last_return;
+    if (loader->cons.want_epoch < loader->cons.cons_epoch) { /* the next epoch is asked for */
+        loader->cons.want_epoch = loader->cons.cons_epoch;
+        pthread_cond_broadcast(&loader->sched_cv);
+    }
     dsc__batch_release_current(loader);
     int rc = 0;
     dsc_step_t *st = NULL;

@@ -274,6 +274,13 @@ struct dsc_loader {
         uint64_t *fetched; /* bit per global chunk: fetched in the epoch being planned */
         uint64_t fetched_words;
         uint64_t order_next; /* next dsc_chunk_ent_t.order */
+        /* Look-ahead into an epoch the consumer has not asked for yet (plan_epoch >
+         * cons.want_epoch): only the chunks of its first ahead_limit steps are fetched (at most
+         * inflight_bytes of them past its first step); the others wait here, in plan order, not
+         * routed (state CH_QUEUED, peer UINT32_MAX), until next() asks for that epoch. */
+        dsc_chunk_queue_t deferred;
+        uint64_t ahead_steps; /* steps of plan_epoch planned while it was not asked for */
+        uint64_t ahead_bytes; /* raw bytes of the chunks those steps queued for fetching */
     } sched;
 
     /* Owner batch.c (slots) and loader.c (the consumer's position). Under lock. */
@@ -287,6 +294,9 @@ struct dsc_loader {
         size_t slot_bytes;
         dsc_batch_t *current; /* handed out, not yet released */
         uint64_t cons_epoch, cons_pos;
+        uint64_t want_epoch; /* the epoch next() was last called for (cons_epoch at its call; a
+                                restart's epoch): the scheduler fetches only what hides latency
+                                of any later epoch (sched.deferred) */
         uint32_t cons_nhist; /* order local: sched.hist entries before cons_pos's segment */
         void *user_stream;
     } cons;

@@ -44,7 +44,68 @@ static int plan_from(dsc_loader_t *loader, uint64_t epoch, uint64_t pos) {
         loader->sched.plan_step_base = pos / per_step;
     }
     memset(loader->sched.fetched, 0, loader->sched.fetched_words * sizeof(uint64_t));
+    loader->sched.ahead_steps = 0;
+    loader->sched.ahead_bytes = 0;
     return rc;
+}
+
+/* Steps of an epoch the consumer has not asked for yet whose chunks are fetched ahead: what
+ * hides the fetch latency at the epoch boundary, i.e. the steps the consumer takes during one
+ * mean answer time (network_seconds / requests, over its mean step, stall included), plus the
+ * step it asks for first: at least 2, at most the step ring (before anything was measured:
+ * prefetch_batches). Not cache_bytes: a rank's next epoch fetched whole is a whole extra share
+ * of the dataset for a job that stops after this epoch (docs/order.md, "Network bytes"). Under
+ * lock. */
+static uint64_t ahead_limit(const dsc_loader_t *loader) {
+    const dsc_stats_t *s = &loader->stats.st;
+    if (s->requests == 0 || s->batches == 0)
+        return loader->cons.slot_count > 2 ? loader->cons.slot_count : 2;
+    double answer = s->network_seconds / (double)s->requests;
+    double step = (s->compute_seconds + s->stall_seconds) / (double)s->batches;
+    double steps = step > 0 ? 1.0 + answer / step : (double)loader->sched.step_cap;
+    if (steps >= (double)loader->sched.step_cap)
+        return loader->sched.step_cap;
+    uint64_t limit = (uint64_t)steps + 1; /* rounded up */
+    return limit > 2 ? limit : 2;
+}
+
+/* Queues a new chunk entry for fetching, or, past the look-ahead of an epoch not asked for yet,
+ * keeps it in sched.deferred. Under lock. Returns 0, or DSC_EALLDOWN / DSC_EUNAVAIL (no server
+ * for it; ent is not freed). */
+static int queue_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent, int ahead) {
+    if (ahead) {
+        int defer = loader->sched.deferred.count > 0 ||
+                    loader->sched.ahead_steps >= ahead_limit(loader) ||
+                    (loader->sched.ahead_steps > 0 &&
+                     loader->sched.ahead_bytes + ent->raw_len > loader->cfg.opt.inflight_bytes);
+        if (defer) {
+            ent->peer = UINT32_MAX;
+            ent->state = CH_QUEUED;
+            dsc__queue_push(&loader->sched.deferred, ent);
+            return 0;
+        }
+        loader->sched.ahead_bytes += ent->raw_len;
+    }
+    int peer = dsc__route_chunk(loader, ent);
+    if (peer < 0) {
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "no server available for shard %u", ent->shard);
+        return loader->net.members.count > 1 ? DSC_EALLDOWN : DSC_EUNAVAIL;
+    }
+    dsc__peer_push(loader, (uint32_t)peer, ent);
+    pthread_cond_broadcast(&loader->io_cv);
+    return 0;
+}
+
+/* The consumer asked for the epoch the deferred chunks are for: they are routed and queued, in
+ * plan order. Under lock. Returns 0 or DSC_E*. */
+static int release_deferred(dsc_loader_t *loader) {
+    dsc_chunk_ent_t *ent;
+    while ((ent = dsc__queue_pop(&loader->sched.deferred)) != NULL) {
+        int rc = queue_chunk(loader, ent, 0);
+        if (rc < 0)
+            return rc; /* ent stays in the table, freed with it */
+    }
+    return 0;
 }
 
 /* Plans step plan_seq: the next batch of this rank (its sample ids, each mapped to its chunk; a
@@ -111,16 +172,12 @@ static int plan_one(dsc_loader_t *loader) {
             if (*word & (1ull << (loc.chunk % 64)))
                 loader->stats.st.refetches++;
             *word |= 1ull << (loc.chunk % 64);
-            int peer = dsc__route_chunk(loader, ent);
-            if (peer < 0) {
+            rc = queue_chunk(loader, ent, st->epoch > loader->cons.want_epoch);
+            if (rc < 0) {
                 free(ent);
-                DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "no server available for shard %u",
-                        loc.shard);
-                return loader->net.members.count > 1 ? DSC_EALLDOWN : DSC_EUNAVAIL;
+                return rc;
             }
             dsc__chunk_insert(&loader->chunks, ent);
-            dsc__peer_push(loader, (uint32_t)peer, ent);
-            pthread_cond_broadcast(&loader->io_cv);
         }
         /* Direct placement stays possible while all of the chunk's needs form one run, in
          * chunk order from its first sample, inside this step. */
@@ -138,6 +195,8 @@ static int plan_one(dsc_loader_t *loader) {
         st->in_chunk[k] = loc.in_chunk;
     }
     loader->sched.plan_step++;
+    if (st->epoch > loader->cons.want_epoch)
+        loader->sched.ahead_steps++;
     if (local)
         st->pos_after =
             loader->sched.plan_step < plan_steps(loader) ? loader->sched.plan_step : DSC__POS_DONE;
@@ -156,6 +215,14 @@ void *dsc__sched_main(void *arg) {
             continue;
         }
         int progress = 0;
+        /* next() asked for the epoch whose chunks past the look-ahead were held back. */
+        if (loader->sched.deferred.count > 0 &&
+            loader->sched.deferred.head->epoch <= loader->cons.want_epoch) {
+            int rc = release_deferred(loader);
+            if (rc < 0)
+                dsc__loader_fail(loader, rc);
+            progress = 1;
+        }
         /* Slots, in stream order: any free one (slots held by the caller's batches stay). */
         while (loader->sched.slot_seq < loader->sched.plan_seq) {
             uint32_t free_slot = UINT32_MAX;
@@ -177,12 +244,15 @@ void *dsc__sched_main(void *arg) {
         }
         /* Plan ahead while the ring has room and the decoded-chunk budget allows (always at
          * least one step beyond what the consumer holds, so the pipeline never stalls). */
-        /* Never more than one epoch ahead of the consumer: planning epoch e + 2 while e is
-         * consumed would fetch its chunks long before they are needed (a rank's share of an
-         * epoch can be far smaller than cache_bytes), on top of e + 1's. */
+        /* Never more than one epoch ahead of the epoch next() was called for: planning epoch
+         * e + 2 while e is consumed would fetch its chunks long before they are needed (a rank's
+         * share of an epoch can be far smaller than cache_bytes), on top of e + 1's. Of e + 1,
+         * only the chunks of its first steps are fetched before next() asks for it
+         * (queue_chunk); the rest of the plan is made (each chunk's needs counted, so nothing is
+         * fetched twice) and waits. */
         uint64_t ahead = loader->sched.plan_seq - loader->cons.retired_seq;
         if (ahead < loader->sched.step_cap &&
-            loader->sched.plan_epoch <= loader->cons.cons_epoch + 1 &&
+            loader->sched.plan_epoch <= loader->cons.want_epoch + 1 &&
             (loader->chunks.held_bytes < loader->cfg.cache_bytes ||
              loader->sched.plan_seq <= loader->cons.cons_seq)) {
             int rc = plan_one(loader);
@@ -260,6 +330,8 @@ int dsc__sched_restart(dsc_loader_t *loader, uint64_t epoch, const dsc_plan_seg_
     if (nhist > 0)
         memcpy(loader->sched.hist, hist, nhist * sizeof hist[0]);
     loader->sched.plan_nhist = nhist;
+    memset(&loader->sched.deferred, 0, sizeof loader->sched.deferred); /* freed with the table */
+    loader->cons.want_epoch = epoch;
     int rc = plan_from(loader, epoch, pos);
     pthread_cond_broadcast(&loader->sched_cv);
     return rc;

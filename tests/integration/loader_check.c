@@ -2,7 +2,8 @@
  * batch's bytes equal the dataset's shard files; exactly-once per epoch across ranks; same seed
  * same order; resume and elastic resume; a clear error when the server dies; bounded memory.
  * usage: loader_check MODE --servers S --dataset NAME --dir DATASET_DIR [options]
- *   modes: once | order | resume | elastic | resize | traffic | kill | rss | cache | idle */
+ *   modes: once | order | resume | elastic | resize | traffic | oneepoch | boundary | kill | rss |
+ *          cache | idle */
 #include "dscache.h"
 #include "shard.h"
 #include "testdata.h"
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char *servers, *dataset, *dir;
@@ -554,6 +556,103 @@ static int mode_traffic(void) {
     return TEST_DONE();
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A one-epoch job: each of --to ranks (one loader at a time) runs one epoch with a --slow-ms
+ * step, then waits --pause-s (what a job does after its last epoch: a checkpoint) before it is
+ * destroyed. The bytes all ranks received, over the stored size, are at most --max-first: the
+ * look-ahead into the epoch nobody asks for is bounded by what hides latency, not by
+ * cache_bytes. Every sample exactly once plus the padding. */
+static int mode_oneepoch(void) {
+    uint32_t *count = calloc(source.samples, sizeof(uint32_t));
+    REQUIRE(count != NULL);
+    uint64_t wire = 0, refetches = 0;
+    for (uint32_t r = 0; r < to_world; r++) {
+        dsc_loader_t *l = open_loader(r, to_world, 0);
+        CHECK_EQ_INT(run(l, UINT64_MAX, NULL, NULL, count), dsc_loader_len(l));
+        usleep((useconds_t)(pause_s * 1e6));
+        dsc_stats_t s = {.struct_size = sizeof s};
+        REQUIRE(dsc_loader_stats(l, &s) == 0);
+        wire += s.wire_bytes;
+        refetches += s.refetches;
+        dsc_loader_destroy(l);
+    }
+    uint64_t missing = 0, dup = 0;
+    for (uint64_t i = 0; i < source.samples; i++) {
+        missing += count[i] == 0;
+        dup += count[i] > 1 ? count[i] - 1 : 0;
+    }
+    CHECK(missing == 0);
+    CHECK_EQ_INT(dup, (to_world - source.samples % to_world) % to_world);
+    double size = (double)stored_bytes();
+    printf("one epoch, %u ranks, step %.1f ms, pause %.2f s: %.3fx the stored size received "
+           "(%llu of %.0f bytes), %llu refetches\n",
+           to_world, slow_ms, pause_s, (double)wire / size, (unsigned long long)wire, size,
+           (unsigned long long)refetches);
+    CHECK((double)wire / size >= 0.95);
+    if (max_first > 0)
+        CHECK((double)wire / size <= max_first);
+    free(count);
+    return TEST_DONE();
+}
+
+/* The epoch boundary: rank 0 of --to runs 1 + --epochs epochs with a --slow-ms step. The time
+ * next() blocks over the first 8 steps of each epoch after the first, summed, against the same
+ * figure over 8 steps in the middle of the epoch; both at most --max-ratio step times (the
+ * boundary costs no more than a few ms of stall: the next epoch's first steps were fetched
+ * ahead). No refetch. */
+static int mode_boundary(void) {
+    dsc_loader_t *l = open_loader(0, to_world, 0);
+    int64_t len = dsc_loader_len(l);
+    REQUIRE(len >= 24);
+    double worst_start = 0, worst_mid = 0, total_start = 0;
+    for (uint32_t e = 0; e <= epochs; e++) {
+        double start = 0, mid = 0;
+        int64_t k = 0;
+        for (;;) {
+            dsc_batch_t *b;
+            double t0 = now_s();
+            int rc = dsc_loader_next(l, &b);
+            double waited = now_s() - t0;
+            if (rc == DSC_EOF)
+                break;
+            REQUIRE(rc == 0);
+            verify_batch(l, b);
+            if (k < 8)
+                start += waited;
+            else if (k >= len / 2 && k < len / 2 + 8)
+                mid += waited;
+            k++;
+            usleep((useconds_t)(slow_ms * 1000));
+        }
+        CHECK_EQ_INT(k, len);
+        printf("epoch %u: first 8 steps blocked %.2f ms, 8 mid-epoch steps %.2f ms\n", e,
+               start * 1e3, mid * 1e3);
+        if (e > 0) {
+            worst_start = start > worst_start ? start : worst_start;
+            total_start += start;
+        }
+        worst_mid = mid > worst_mid ? mid : worst_mid;
+    }
+    dsc_stats_t s = {.struct_size = sizeof s};
+    REQUIRE(dsc_loader_stats(l, &s) == 0);
+    printf("boundary: worst %.2f ms (mean %.2f ms) over the first 8 steps of epochs 1..%u, worst "
+           "%.2f ms mid-epoch; step %.1f ms; stall %.2f%%, %llu refetches\n",
+           worst_start * 1e3, total_start * 1e3 / epochs, epochs, worst_mid * 1e3, slow_ms,
+           s.stall_fraction * 100, (unsigned long long)s.refetches);
+    CHECK_EQ_INT(s.refetches, 0);
+    if (max_ratio > 0) {
+        CHECK(worst_start <= max_ratio * slow_ms * 1e-3);
+        CHECK(worst_mid <= max_ratio * slow_ms * 1e-3);
+    }
+    dsc_loader_destroy(l);
+    return TEST_DONE();
+}
+
 /* The script kills the server while this runs slowly: every batch before the error is
  * correct, the error is a clear code, and it stays. */
 static int mode_kill(void) {
@@ -874,6 +973,10 @@ int main(int argc, char **argv) {
         return mode_resize();
     if (!strcmp(mode, "traffic"))
         return mode_traffic();
+    if (!strcmp(mode, "oneepoch"))
+        return mode_oneepoch();
+    if (!strcmp(mode, "boundary"))
+        return mode_boundary();
     if (!strcmp(mode, "kill"))
         return mode_kill();
     if (!strcmp(mode, "cache"))

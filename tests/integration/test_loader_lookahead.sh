@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Look-ahead across epochs bounded by need (issue 21): a one-epoch job of 8 ranks on a dataset
+# larger than 8 x cache_bytes receives at most 1.1x the stored dataset, although each rank's
+# cache could hold most of its next epoch's run (before: 1.3x here, up to 2x where batches
+# span a rank's windows); and a multi-epoch job does not stall at the epoch boundary for it (the
+# next epoch's first steps are fetched ahead, the rest when next() asks for that epoch), with no
+# chunk fetched twice.
+set -euo pipefail
+source "$(dirname "$0")/loader_env.sh"
+
+# 24,000 x 3 KiB (72 MiB decoded, 28 MB stored in 32 KiB chunks); cache_bytes 6 MiB: 8 ranks
+# hold 48 MiB, under the dataset, and each holds the two 256-sample windows it needs.
+make_ds la --samples 24000 --field x:u8:3072 --compress lz4 --chunk-size 32K --shard-size 4M
+start_server --data "$work/la"
+check() {
+    "$DSC_BIN/loader_check" "$@" --servers "127.0.0.1:$port" --dataset la --dir "$work/la" \
+        --window 256 --cache 6291456 --to 8
+}
+check oneepoch --batch 16 --slow-ms 0.5 --pause-s 0.1 --max-first 1.1
+check oneepoch --batch 64 --slow-ms 0.5 --pause-s 0.1 --max-first 1.1
+# 5 ms steps, 3 epochs on rank 0 of 8: the first 8 steps of each later epoch block at most
+# 2 steps' time in all, as do 8 steps mid-epoch; no refetch.
+check boundary --batch 16 --slow-ms 5 --epochs 2 --max-ratio 2
+echo ok
