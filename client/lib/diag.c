@@ -147,6 +147,11 @@ static void cache_figures(dsc_loader_t *loader, uint64_t *need, uint64_t *fit) {
 
 void dsc__diag_tick(dsc_loader_t *loader, double now) {
     dsc_diag_t *d = &loader->diag;
+    if (!d->started && loader->stats.st.batches > 0) { /* the start-up ends here */
+        d->started = 1;
+        d->startup_stall = loader->stats.st.stall_seconds;
+        memcpy(d->startup_wait, d->c.wait, sizeof d->startup_wait);
+    }
     if (d->servers == NULL || now - d->base[1].at < DSC_DIAG_WINDOW_S)
         return;
     dsc_verdict_server_t *keep = d->base[0].servers;
@@ -186,6 +191,11 @@ void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out) {
     dl->refetches = cur.refetches - b->c.refetches;
     for (int i = 0; i < DSC_WAIT_COUNT; i++)
         dl->wait[i] = cur.wait[i] - b->c.wait[i];
+    if (d->started && b->c.batches == 0) { /* the window holds the wait for the first batch */
+        in.startup_stall = d->startup_stall - b->c.stall_seconds;
+        for (int i = 0; i < DSC_WAIT_COUNT; i++)
+            in.startup_wait[i] = d->startup_wait[i] - b->c.wait[i];
+    }
     /* Servers in slot order; the verdict names them by address. */
     static _Thread_local dsc_verdict_server_t servers[SERVER_SLOTS];
     static _Thread_local const char *addrs[SERVER_SLOTS];

@@ -185,13 +185,45 @@ static int storage(const dsc_verdict_input_t *in, double fetch_stall, dsc_verdic
     return 1;
 }
 
+/* Fills *out (the window less the start-up) and returns the start-up's seconds left out:
+ * the wait for the loader's first batch says what a cold start costs (connections, the first
+ * chunks, all of them misses), not what limits the job once it runs. */
+static double leave_out_startup(const dsc_verdict_input_t *in, dsc_verdict_counters_t *out) {
+    *out = in->delta;
+    double startup = in->startup_stall;
+    if (!(startup > 0))
+        return 0;
+    if (startup > out->stall_seconds)
+        startup = out->stall_seconds;
+    out->stall_seconds -= startup;
+    for (int i = 0; i < DSC_WAIT_COUNT; i++) {
+        double w = in->startup_wait[i] > 0 ? in->startup_wait[i] : 0;
+        out->wait[i] = out->wait[i] > w ? out->wait[i] - w : 0;
+    }
+    return startup;
+}
+
 void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
     memset(out, 0, sizeof *out);
-    const dsc_verdict_counters_t *d = &in->delta;
+    dsc_verdict_counters_t steady;
+    double startup = leave_out_startup(in, &steady);
+    const dsc_verdict_counters_t *d = &steady;
+    dsc_verdict_input_t rules = *in; /* what the rules below read: the window less the start-up */
+    rules.delta = steady;
+    in = &rules;
     double busy = d->stall_seconds + d->compute_seconds;
     double window = in->window_seconds > 0 ? in->window_seconds : 1e-9;
     out->stall_fraction = share(d->stall_seconds, busy);
     double sps = (double)d->samples / window;
+    if (startup > 0 && busy < DSC_VERDICT_MIN_BUSY) {
+        set(out, DSC_BOTTLENECK_UNKNOWN);
+        text(out->evidence, sizeof out->evidence,
+             "start-up: %.2f s waiting for the first batch, then %.2f s of stall + compute (at "
+             "least %.1f s needed)",
+             startup, busy, DSC_VERDICT_MIN_BUSY);
+        text(out->suggestion, sizeof out->suggestion, "wait for a few steps");
+        return;
+    }
     if (busy < DSC_VERDICT_MIN_BUSY) {
         set(out, DSC_BOTTLENECK_UNKNOWN);
         text(out->evidence, sizeof out->evidence,
@@ -202,9 +234,18 @@ void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
     }
     if (out->stall_fraction < DSC_VERDICT_STALL_MIN) {
         set(out, DSC_BOTTLENECK_NONE);
-        text(out->evidence, sizeof out->evidence,
-             "stall %.2f%% (%.3f s of %.1f s of steps); %.0f samples/s", 100 * out->stall_fraction,
-             d->stall_seconds, busy, sps);
+        if (startup > 0 && share(startup + d->stall_seconds, busy + startup) >= DSC_VERDICT_STALL_MIN)
+            /* A limit named here would be a false alarm: a short run whose start-up (every
+             * chunk a miss, read from storage) makes the window's stall. */
+            text(out->evidence, sizeof out->evidence,
+                 "stall %.2f%% (%.3f s of %.1f s of steps) after the first batch, which waited "
+                 "%.2f s (start-up: %.1f%% of the window with it); %.0f samples/s",
+                 100 * out->stall_fraction, d->stall_seconds, busy, startup,
+                 100 * share(startup + d->stall_seconds, busy + startup), sps);
+        else
+            text(out->evidence, sizeof out->evidence,
+                 "stall %.2f%% (%.3f s of %.1f s of steps); %.0f samples/s",
+                 100 * out->stall_fraction, d->stall_seconds, busy, sps);
         text(out->suggestion, sizeof out->suggestion,
              "nothing to change: the trainer is the limit, the loader keeps ahead of it");
         return;

@@ -63,6 +63,12 @@ typedef struct dsc_verdict_counters {
 typedef struct dsc_verdict_input {
     double window_seconds;        /* wall time the differences cover */
     dsc_verdict_counters_t delta; /* counter differences over the window */
+    /* The loader's start-up, when the window holds it: next()'s wait for the first batch
+     * (connections, the first chunks, every one a miss on a cold cache), in seconds and split
+     * by cause as delta.wait is. Part of delta; the rules leave it out (it says nothing about
+     * what limits the job once it runs), and the evidence says so. */
+    double startup_stall;
+    double startup_wait[DSC_WAIT_COUNT];
     /* Options and facts of the loader. */
     uint32_t decode_threads;
     uint32_t connections; /* per server */
@@ -112,6 +118,9 @@ typedef struct dsc_diag_snapshot {
 
 typedef struct dsc_diag {
     char job[64];                  /* label-safe job name (option, DSCACHE_JOB, host-pid) */
+    int started;                   /* the first batch was handed out */
+    double startup_stall;          /* stall_seconds then: the wait for the first batch */
+    double startup_wait[DSC_WAIT_COUNT]; /* ... split by cause */
     dsc_verdict_counters_t c;      /* live counters beside loader->st (under the loader lock) */
     dsc_verdict_server_t *servers; /* live, per server slot */
     dsc_diag_snapshot_t base[2];   /* base[0] older: the window starts there */
