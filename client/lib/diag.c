@@ -162,6 +162,18 @@ void dsc__diag_tick(dsc_loader_t *loader, double now) {
     memcpy(keep, d->servers, SERVER_SLOTS * sizeof *keep);
 }
 
+double dsc__diag_recent_stall(const dsc_loader_t *loader) {
+    const dsc_diag_t *d = &loader->diag;
+    const dsc_diag_snapshot_t *b = &d->base[0];
+    double stall = loader->stats.st.stall_seconds - b->c.stall_seconds;
+    double compute = loader->stats.st.compute_seconds - b->c.compute_seconds;
+    if (d->started && b->c.batches == 0)
+        stall -= d->startup_stall - b->c.stall_seconds;
+    if (stall < 0)
+        stall = 0;
+    return stall + compute >= DSC_VERDICT_MIN_BUSY ? stall / (stall + compute) : 0;
+}
+
 void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out) {
     dsc_diag_t *d = &loader->diag;
     if (d->servers == NULL) {

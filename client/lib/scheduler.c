@@ -4,6 +4,7 @@
  * only: route.c, decode.c (work signal), chunks.c. */
 #include "scheduler.h"
 #include "decode.h"
+#include "diag.h"
 #include "route.h"
 
 #include <stdlib.h>
@@ -73,6 +74,12 @@ static uint64_t ahead_limit(const dsc_loader_t *loader) {
  * keeps it in sched.deferred. Under lock. Returns 0, or DSC_EALLDOWN / DSC_EUNAVAIL (no server
  * for it; ent is not freed). */
 static int queue_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent, int ahead) {
+    /* A loader that stalls now is short of fetch time (a store at its bandwidth): holding the
+     * next epoch back would idle the fetch path and stall at the boundary, so it looks ahead as
+     * far as cache_bytes allows (what is already deferred stays in order behind). */
+    if (ahead && loader->sched.deferred.count == 0 &&
+        dsc__diag_recent_stall(loader) >= DSC_VERDICT_STALL_MIN)
+        ahead = 0;
     if (ahead) {
         int defer = loader->sched.deferred.count > 0 ||
                     loader->sched.ahead_steps >= ahead_limit(loader) ||
