@@ -117,9 +117,9 @@ typedef struct dsc_diag_snapshot {
 } dsc_diag_snapshot_t;
 
 typedef struct dsc_diag {
-    char job[64];                  /* label-safe job name (option, DSCACHE_JOB, host-pid) */
-    int started;                   /* the first batch was handed out */
-    double startup_stall;          /* stall_seconds then: the wait for the first batch */
+    char job[64];                        /* label-safe job name (option, DSCACHE_JOB, host-pid) */
+    int started;                         /* the first batch was handed out */
+    double startup_stall;                /* stall_seconds then: the wait for the first batch */
     double startup_wait[DSC_WAIT_COUNT]; /* ... split by cause */
     dsc_verdict_counters_t c;      /* live counters beside loader->st (under the loader lock) */
     dsc_verdict_server_t *servers; /* live, per server slot */
