@@ -234,7 +234,8 @@ void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
     }
     if (out->stall_fraction < DSC_VERDICT_STALL_MIN) {
         set(out, DSC_BOTTLENECK_NONE);
-        if (startup > 0 && share(startup + d->stall_seconds, busy + startup) >= DSC_VERDICT_STALL_MIN)
+        if (startup > 0 &&
+            share(startup + d->stall_seconds, busy + startup) >= DSC_VERDICT_STALL_MIN)
             /* A limit named here would be a false alarm: a short run whose start-up (every
              * chunk a miss, read from storage) makes the window's stall. */
             text(out->evidence, sizeof out->evidence,
