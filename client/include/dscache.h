@@ -375,7 +375,8 @@ typedef struct dsc_stats {
     /* The verdict (docs/diagnosis.md): what limits the job over the last 5-10 s. */
     int32_t bottleneck;            /* DSC_BOTTLENECK_* (dscache_base.h; dsc_bottleneck_name) */
     double verdict_seconds;        /* the window the verdict covers */
-    double verdict_stall_fraction; /* stall / (stall + compute) over that window */
+    double verdict_stall_fraction; /* stall / (stall + compute) over that window (the wait
+                                      for the first batch left out) */
     double stall_waits[6];         /* stall since creation by what next() waited on: the step not
                                       planned yet, a chunk queued, the in-flight budget full, a
                                       chunk in flight, decode, collation (DSC_STALL_WAIT_*) */

@@ -29,7 +29,8 @@ void dsc__diag_blame(dsc_loader_t *loader, int cause, uint32_t server, double se
 void dsc__diag_tick(dsc_loader_t *loader, double now);
 /* The stall fraction over the verdict's window (the wait for the first batch left out), or 0
  * with under DSC_VERDICT_MIN_BUSY seconds of steps measured. For the scheduler: a loader that
- * stalls is short of fetch time, and looks ahead as far as cache_bytes allows. Under lock. */
+ * stalls is short of fetch time, and looks ahead into the next epoch as far as cache_bytes
+ * allows. Under lock. */
 double dsc__diag_recent_stall(const dsc_loader_t *loader);
 /* Rotates the window when due and computes the verdict over it into loader->diag.last (and
  * *out when not NULL). Under lock. */

@@ -571,6 +571,7 @@ static int mode_oneepoch(void) {
     uint32_t *count = calloc(source.samples, sizeof(uint32_t));
     REQUIRE(count != NULL);
     uint64_t wire = 0, refetches = 0;
+    double worst_stall = 0; /* a rank stalling 5% or more looks ahead as far as cache_bytes */
     for (uint32_t r = 0; r < to_world; r++) {
         dsc_loader_t *l = open_loader(r, to_world, 0);
         CHECK_EQ_INT(run(l, UINT64_MAX, NULL, NULL, count), dsc_loader_len(l));
@@ -579,6 +580,7 @@ static int mode_oneepoch(void) {
         REQUIRE(dsc_loader_stats(l, &s) == 0);
         wire += s.wire_bytes;
         refetches += s.refetches;
+        worst_stall = s.stall_fraction > worst_stall ? s.stall_fraction : worst_stall;
         dsc_loader_destroy(l);
     }
     uint64_t missing = 0, dup = 0;
@@ -590,9 +592,9 @@ static int mode_oneepoch(void) {
     CHECK_EQ_INT(dup, (to_world - source.samples % to_world) % to_world);
     double size = (double)stored_bytes();
     printf("one epoch, %u ranks, step %.1f ms, pause %.2f s: %.3fx the stored size received "
-           "(%llu of %.0f bytes), %llu refetches\n",
+           "(%llu of %.0f bytes), %llu refetches; worst rank's stall %.1f%%\n",
            to_world, slow_ms, pause_s, (double)wire / size, (unsigned long long)wire, size,
-           (unsigned long long)refetches);
+           (unsigned long long)refetches, 100 * worst_stall);
     CHECK((double)wire / size >= 0.95);
     if (max_first > 0)
         CHECK((double)wire / size <= max_first);

@@ -16,8 +16,8 @@ check() {
     "$DSC_BIN/loader_check" "$@" --servers "127.0.0.1:$port" --dataset la --dir "$work/la" \
         --window 256 --cache 6291456 --to 8
 }
-check oneepoch --batch 16 --slow-ms 0.5 --pause-s 0.1 --max-first 1.1
-check oneepoch --batch 64 --slow-ms 0.5 --pause-s 0.1 --max-first 1.1
+check oneepoch --batch 16 --slow-ms 2 --pause-s 0.1 --max-first 1.1
+check oneepoch --batch 64 --slow-ms 2 --pause-s 0.1 --max-first 1.1
 # 5 ms steps, 3 epochs on rank 0 of 8: the first 8 steps of each later epoch block at most
 # 2 steps' time in all, as do 8 steps mid-epoch; no refetch.
 check boundary --batch 16 --slow-ms 5 --epochs 2 --max-ratio 2
