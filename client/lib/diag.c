@@ -162,16 +162,26 @@ void dsc__diag_tick(dsc_loader_t *loader, double now) {
     memcpy(keep, d->servers, SERVER_SLOTS * sizeof *keep);
 }
 
-double dsc__diag_recent_stall(const dsc_loader_t *loader) {
+double dsc__diag_recent_fetch_stall(const dsc_loader_t *loader) {
+    static const int fetch_side[] = {DSC_WAIT_PLAN, DSC_WAIT_QUEUED, DSC_WAIT_BUDGET,
+                                     DSC_WAIT_NETWORK};
     const dsc_diag_t *d = &loader->diag;
     const dsc_diag_snapshot_t *b = &d->base[0];
+    int startup = d->started && b->c.batches == 0; /* the window holds the first batch's wait */
     double stall = loader->stats.st.stall_seconds - b->c.stall_seconds;
     double compute = loader->stats.st.compute_seconds - b->c.compute_seconds;
-    if (d->started && b->c.batches == 0)
+    double fetch = 0;
+    for (size_t i = 0; i < sizeof fetch_side / sizeof fetch_side[0]; i++) {
+        int w = fetch_side[i];
+        fetch += d->c.wait[w] - b->c.wait[w] - (startup ? d->startup_wait[w] - b->c.wait[w] : 0);
+    }
+    if (startup)
         stall -= d->startup_stall - b->c.stall_seconds;
     if (stall < 0)
         stall = 0;
-    return stall + compute >= DSC_VERDICT_MIN_BUSY ? stall / (stall + compute) : 0;
+    if (fetch < 0)
+        fetch = 0;
+    return stall + compute >= DSC_VERDICT_MIN_BUSY ? fetch / (stall + compute) : 0;
 }
 
 void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out) {

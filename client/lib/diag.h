@@ -27,11 +27,12 @@ void dsc__diag_blame(dsc_loader_t *loader, int cause, uint32_t server, double se
 /* Starts a new window base when the newer one is DSC_DIAG_WINDOW_S old (next() calls it, so
  * that the window follows the job even when nobody asks for the verdict). Under lock. */
 void dsc__diag_tick(dsc_loader_t *loader, double now);
-/* The stall fraction over the verdict's window (the wait for the first batch left out), or 0
+/* The share of the steps' time over the verdict's window that next() waited on fetching (the
+ * wait causes plan, queued, budget and network; the wait for the first batch left out), or 0
  * with under DSC_VERDICT_MIN_BUSY seconds of steps measured. For the scheduler: a loader that
- * stalls is short of fetch time, and looks ahead into the next epoch as far as cache_bytes
- * allows. Under lock. */
-double dsc__diag_recent_stall(const dsc_loader_t *loader);
+ * waits on its fetches is short of fetch time, and looks ahead into the next epoch as far as
+ * cache_bytes allows. Under lock. */
+double dsc__diag_recent_fetch_stall(const dsc_loader_t *loader);
 /* Rotates the window when due and computes the verdict over it into loader->diag.last (and
  * *out when not NULL). Under lock. */
 void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out);

@@ -70,19 +70,20 @@ static uint64_t ahead_limit(const dsc_loader_t *loader) {
     return limit > 2 ? limit : 2;
 }
 
-/* The stall fraction (verdict window) from which the next epoch is fetched ahead whole. */
+/* The share of the consumer's time waiting on fetches (verdict window) from which the next
+ * epoch is fetched ahead as far as cache_bytes allows. */
 #define LOOKAHEAD_STALL 0.05
 
 /* Queues a new chunk entry for fetching, or, past the look-ahead of an epoch not asked for yet,
  * keeps it in sched.deferred. Under lock. Returns 0, or DSC_EALLDOWN / DSC_EUNAVAIL (no server
  * for it; ent is not freed). */
 static int queue_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent, int ahead) {
-    /* A loader that stalls now (LOOKAHEAD_STALL or more) is short of fetch time (a store at
-     * its bandwidth): holding the next epoch back would idle the fetch path at the end of this
-     * one and stall at the boundary, so it looks ahead as far as cache_bytes allows (what is
-     * already deferred stays in order behind). */
+    /* A loader that waits on its fetches now (LOOKAHEAD_STALL of its time or more) is short of
+     * fetch time (a store at its bandwidth): holding the next epoch back would idle the fetch path
+     * at the end of this one and stall at the boundary, so it looks ahead as far as cache_bytes
+     * allows (what is already deferred stays in order behind). */
     if (ahead && loader->sched.deferred.count == 0 &&
-        dsc__diag_recent_stall(loader) >= LOOKAHEAD_STALL)
+        dsc__diag_recent_fetch_stall(loader) >= LOOKAHEAD_STALL)
         ahead = 0;
     if (ahead) {
         int defer = loader->sched.deferred.count > 0 ||
