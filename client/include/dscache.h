@@ -109,6 +109,12 @@ typedef struct dsc_loader_options {
                             and MPI launchers) and disagrees with rank / world_size, since
                             such a process would read another rank's samples (or all of
                             them); 1: no check, for a process meant to read on its own */
+    uint64_t epochs;     /* epochs the job runs, counted from epoch 0 (0, the default: no limit).
+                            Nothing of epoch `epochs` or later is planned or fetched, so the last
+                            epoch's look-ahead fetches nothing for an epoch that never comes (a
+                            one-epoch job receives its share once); next() ends each pass there at
+                            once with DSC_EOF. Without it the loader fetches the next epoch's first
+                            steps ahead (docs/order.md, "Network bytes") */
 } dsc_loader_options_t;
 
 /* How one variable-length field is handed out (dsc_loader_options_t.field_options). */

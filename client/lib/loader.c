@@ -1055,6 +1055,11 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
             st = &loader->sched.steps[loader->cons.cons_seq % loader->sched.step_cap];
             if (st->state == ST_READY)
                 break;
+        } else if (loader->cfg.opt.epochs > 0 &&
+                   loader->cons.cons_epoch >= loader->cfg.opt.epochs &&
+                   loader->cons.cons_seq >= loader->sched.plan_seq) {
+            rc = DSC_EOF; /* past the job's last epoch (options.epochs): every pass is empty */
+            break;
         }
         double now = dsc_now_s();
         dsc__diag_blame(loader, cause, cause_peer, now - mark);

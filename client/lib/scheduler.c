@@ -263,8 +263,10 @@ void *dsc__sched_main(void *arg) {
          * (queue_chunk); the rest of the plan is made (each chunk's needs counted, so nothing is
          * fetched twice) and waits. */
         uint64_t ahead = loader->sched.plan_seq - loader->cons.retired_seq;
+        uint64_t last = loader->cfg.opt.epochs; /* 0: no last epoch */
         if (ahead < loader->sched.step_cap &&
             loader->sched.plan_epoch <= loader->cons.want_epoch + 1 &&
+            (last == 0 || loader->sched.plan_epoch < last) &&
             (loader->chunks.held_bytes < loader->cfg.cache_bytes ||
              loader->sched.plan_seq <= loader->cons.cons_seq)) {
             int rc = plan_one(loader);

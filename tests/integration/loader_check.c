@@ -22,7 +22,7 @@
 
 static const char *servers, *dataset, *dir;
 static uint32_t batch = 16, prefetch = 4, threads = 2, window = 0, conns = 2;
-static uint64_t seed = 1, inflight = 0, cache = 0, max_held = 0;
+static uint64_t seed = 1, inflight = 0, cache = 0, max_held = 0, job_epochs = 0;
 static int shuffle = 1, order = DSC_ORDER_LOCAL;
 static uint32_t from_world = 4, to_world = 2, epochs = 4;
 static double max_ratio = 0, min_ratio = 0, max_attributed = 0, max_first = 0;
@@ -70,6 +70,7 @@ static dsc_loader_t *open_loader(uint32_t rank, uint32_t world, int drop_last) {
         o.inflight_bytes = inflight;
     if (cache)
         o.cache_bytes = cache;
+    o.epochs = job_epochs;
     if (max_held)
         o.max_held_bytes = max_held;
     dsc_loader_t *l = NULL;
@@ -562,11 +563,11 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* A one-epoch job: each of --to ranks (one loader at a time) runs one epoch with a --slow-ms
- * step, then waits --pause-s (what a job does after its last epoch: a checkpoint) before it is
- * destroyed. The bytes all ranks received, over the stored size, are at most --max-first: the
- * look-ahead into the epoch nobody asks for is bounded by what hides latency, not by
- * cache_bytes. Every sample exactly once plus the padding. */
+/* A one-epoch job: each of --to ranks (one loader at a time; options.epochs = --job-epochs)
+ * runs one epoch with a --slow-ms step, then waits --pause-s (what a job does after its last epoch:
+ * a checkpoint) before it is destroyed. The bytes all ranks received, over the stored size, are at
+ * most --max-first: the look-ahead into the epoch nobody asks for is bounded by what hides latency,
+ * not by cache_bytes. Every sample exactly once plus the padding. */
 static int mode_oneepoch(void) {
     uint32_t *count = calloc(source.samples, sizeof(uint32_t));
     REQUIRE(count != NULL);
@@ -576,6 +577,8 @@ static int mode_oneepoch(void) {
         dsc_loader_t *l = open_loader(r, to_world, 0);
         CHECK_EQ_INT(run(l, UINT64_MAX, NULL, NULL, count), dsc_loader_len(l));
         usleep((useconds_t)(pause_s * 1e6));
+        if (job_epochs == 1) /* options.epochs: the next pass is empty */
+            CHECK_EQ_INT(run(l, UINT64_MAX, NULL, NULL, NULL), 0);
         dsc_stats_t s = {.struct_size = sizeof s};
         REQUIRE(dsc_loader_stats(l, &s) == 0);
         wire += s.wire_bytes;
@@ -956,6 +959,7 @@ int main(int argc, char **argv) {
         TESTOPT("--epochs", &epochs),
         TESTOPT("--max-held", &max_held),
         TESTOPT("--pause-s", &pause_s),
+        TESTOPT("--job-epochs", &job_epochs),
     };
     if (testopt_parse("loader_check", argc, argv, 2, opts, sizeof opts / sizeof opts[0]) != 0)
         return 2;

@@ -4,7 +4,7 @@
 # cache could hold most of its next epoch's run (before: 1.3x here, up to 2x where batches
 # span a rank's windows); and a multi-epoch job does not stall at the epoch boundary for it (the
 # next epoch's first steps are fetched ahead, the rest when next() asks for that epoch), with no
-# chunk fetched twice.
+# chunk fetched twice. With options.epochs = 1 nothing past the epoch is fetched at all.
 set -euo pipefail
 source "$(dirname "$0")/loader_env.sh"
 
@@ -23,6 +23,9 @@ step=2
 if [ "${DSC_SANITIZE:-OFF}" = ON ] || [ "${DSC_TSAN:-OFF}" = ON ]; then step=6; fi
 check oneepoch --batch 16 --slow-ms $step --pause-s 0.1 --max-first 1.1
 check oneepoch --batch 64 --slow-ms $step --pause-s 0.1 --max-first 1.1
+# A job that says it runs one epoch (options.epochs = 1) fetches nothing past it, even where a
+# step spans a whole window (batch 256: 1.16x without the option): each chunk about once.
+check oneepoch --batch 256 --slow-ms $step --pause-s 0.1 --job-epochs 1 --max-first 1.01
 # 5 ms steps, 3 epochs on rank 0 of 8: the first 8 steps of each later epoch block at most
 # 2 steps' time in all, as do 8 steps mid-epoch; no refetch.
 check boundary --batch 16 --slow-ms 5 --epochs 2 --max-ratio 2

@@ -127,6 +127,20 @@ except dscache.Error as e:
     t.check(e.name == "DSC_EBADSTATE", "bad state -> DSC_EBADSTATE, got %s" % e.name)
 b.close()
 
+# ---- epochs=: a job's last epoch fetches nothing past it -------------------------------------
+one = dscache.Loader(servers=addr, dataset="pyds", batch_size=16, seed=9, indices=True, epochs=1)
+first = [x["__index__"].tolist() for x in one]
+t.check(first == full, "epochs=1: the first epoch is the same as without the option")
+t.check([x for x in one] == [], "epochs=1: a second pass yields nothing")
+one.set_epoch(3)
+t.check([x for x in one] == [], "epochs=1: set_epoch past the last epoch yields nothing")
+one.close()
+try:
+    dscache.Loader(servers=addr, dataset="pyds", epochs=-1)
+    t.check(False, "epochs=-1 accepted")
+except ValueError:
+    pass
+
 # ---- errors become exceptions ---------------------------------------------------------------
 try:
     dscache.Loader(servers=addr, dataset="no-such-dataset")

@@ -46,6 +46,7 @@ class _Options(ctypes.Structure):
         ("field_options", ctypes.c_void_p),
         ("field_option_count", ctypes.c_uint32),
         ("ignore_rank_env", ctypes.c_int),
+        ("epochs", ctypes.c_uint64),
     ]
 
 

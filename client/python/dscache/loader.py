@@ -65,7 +65,9 @@ class Loader:
     $DSCACHE_TRANSPORT, else "auto": RDMA READ where this host and the server both can, else
     TCP per connection; "rdma" fails without it). Iterating yields the rest of the
     current epoch; the next iteration continues with the following epoch (or call set_epoch
-    first).
+    first). epochs: the epochs the job runs (None or 0: no limit); nothing past the last one
+    is fetched (a one-epoch job receives its share once, not the next epoch's first steps too),
+    and iterating past it yields nothing.
 
     Variable-length fields (docs/loader.md#variable-length-fields): by default batch[f] holds
     the batch's values concatenated ([total_rows, ...]) and batch[f + "_offsets"] int64 B + 1
@@ -91,7 +93,7 @@ class Loader:
                  server_inflight_bytes=None, assist=True, transform=None, max_held_bytes=None,
                  auth_file=None, order="local", job=None,
                  report_seconds=None, transport=None, pad=None, max_len=None, max_bytes=None,
-                 decode=None, on_decode_error="raise", ignore_rank_env=False):
+                 decode=None, on_decode_error="raise", ignore_rank_env=False, epochs=None):
         lib = _load()
         self._lib = lib
         self._handle = None
@@ -169,6 +171,10 @@ class Loader:
             opts.field_options = ctypes.cast(field_opts, ctypes.c_void_p)
             opts.field_option_count = len(field_opts)
         opts.ignore_rank_env = 1  # resolve_rank checked them, against torch.distributed too
+        if epochs is not None:
+            if int(epochs) < 0:
+                raise ValueError("epochs must be >= 0 (0 or None: no limit)")
+            opts.epochs = int(epochs)
         handle = ctypes.c_void_p()
         try:
             _check(lib.dsc_loader_create(ctypes.byref(opts), ctypes.byref(handle)), None)
