@@ -42,10 +42,12 @@ pids+=($!)
 for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.05; done
 port=$(cat "$work/port")
 
-# ratio BIN BATCH: the one-epoch job's bytes over the stored size.
+# ratio BIN BATCH [ARGS]: the one-epoch job's bytes over the stored size.
 ratio() {
-    "$1/loader_check" oneepoch --servers "127.0.0.1:$port" --dataset la --dir "$work/la" \
-        --window 256 --cache 6291456 --to 8 --batch "$2" --slow-ms 2 --pause-s 0.1 |
+    local bin=$1 b=$2
+    shift 2
+    "$bin/loader_check" oneepoch --servers "127.0.0.1:$port" --dataset la --dir "$work/la" \
+        --window 256 --cache 6291456 --to 8 --batch "$b" --slow-ms 2 --pause-s 0.1 "$@" |
         sed -nE 's/.*: ([0-9.]+x) the stored size.*/\1/p'
 }
 # boundary BIN: "worst / mean ms over the first 8 steps; worst ms mid-epoch; stall".
@@ -69,6 +71,12 @@ for b in 16 64 256; do
         echo "| one epoch, batch $b: bytes received / stored | $(ratio "$BIN" $b) |"
     fi
 done
+# options.epochs = 1 (only this build has it).
+if [ -n "$REF_BIN" ]; then
+    echo "| one epoch, batch 256, epochs = 1 | - | $(ratio "$BIN" 256 --job-epochs 1) |"
+else
+    echo "| one epoch, batch 256, epochs = 1 | $(ratio "$BIN" 256 --job-epochs 1) |"
+fi
 if [ -n "$REF_BIN" ]; then
     echo "| 5 ms step, batch 16: first 8 steps of epochs 1..3 blocked (worst / mean) \| 8 mid-epoch steps \| stall | $(boundary "$REF_BIN") | $(boundary "$BIN") |"
 else
