@@ -1,7 +1,7 @@
 /* Loader scheduler: the thread that plans steps ahead (sample ids -> chunk entries, new chunks
  * routed and queued for fetching) within the decoded-chunk budget and gives planned steps their
  * batch slots in stream order. The only user of the epoch order and split (plan.h). Calls down
- * only: route.c, decode.c (work signal), chunks.c. */
+ * only: route.c, decode.c (work signal), chunks.c, diag.c (how much next() waits on fetches). */
 #include "scheduler.h"
 #include "decode.h"
 #include "diag.h"
