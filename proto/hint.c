@@ -25,7 +25,8 @@ static void range_read(const uint8_t *p, dsc_hint_range_t *out) {
 }
 
 int dsc_hint_req_encode(const dsc_hint_req_t *req, uint8_t *out, size_t cap) {
-    if (req == NULL || req->ranges == NULL || !head_valid(req->flags, req->dataset, req->range_count))
+    if (req == NULL || req->ranges == NULL ||
+        !head_valid(req->flags, req->dataset, req->range_count))
         return DSC_EINVAL;
     for (uint32_t i = 0; i < req->range_count; i++)
         if (!range_valid(&req->ranges[i]))

@@ -10,12 +10,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DSC_HINT_MAX_RANGES 1024      /* ranges in one HINT */
-#define DSC_HINT_MAX_RANGE_CHUNKS 64  /* chunks in one range */
-#define DSC_HINT_MAX_DUE_MS 600000u   /* a range due later than 10 minutes is not a hint */
-#define DSC_HINT_RANGE_SIZE 16        /* bytes of one encoded range */
+#define DSC_HINT_MAX_RANGES 1024     /* ranges in one HINT */
+#define DSC_HINT_MAX_RANGE_CHUNKS 64 /* chunks in one range */
+#define DSC_HINT_MAX_DUE_MS 600000u  /* a range due later than 10 minutes is not a hint */
+#define DSC_HINT_RANGE_SIZE 16       /* bytes of one encoded range */
 /* Largest body: flags, hinter, dataset string, count, ranges. */
-#define DSC_HINT_MAX_BODY (4 + 8 + 2 + (DSC_MAX_NAME - 1) + 4 + DSC_HINT_MAX_RANGES * DSC_HINT_RANGE_SIZE)
+#define DSC_HINT_MAX_BODY                                                                          \
+    (4 + 8 + 2 + (DSC_MAX_NAME - 1) + 4 + DSC_HINT_MAX_RANGES * DSC_HINT_RANGE_SIZE)
 
 /* Chunks [first_chunk, first_chunk + chunk_count) of shard shard_id, asked for in about due_ms
  * milliseconds from when the HINT is sent. */

@@ -31,9 +31,9 @@ static void test_round_trip(void) {
     CHECK_EQ_INT(buf[12], 5);
     CHECK(memcmp(buf + 14, "c4-en", 5) == 0);
     CHECK_EQ_INT(buf[19], 3);
-    CHECK_EQ_INT(buf[23], 7);  /* range 0 shard */
-    CHECK_EQ_INT(buf[27], 2);  /* first chunk */
-    CHECK_EQ_INT(buf[31], 3);  /* chunk count */
+    CHECK_EQ_INT(buf[23], 7); /* range 0 shard */
+    CHECK_EQ_INT(buf[27], 2); /* first chunk */
+    CHECK_EQ_INT(buf[31], 3); /* chunk count */
     dsc_hint_req_t d;
     CHECK_EQ_INT(dsc_hint_req_decode(buf, (size_t)n, &d), 0);
     CHECK(d.hinter == r.hinter && d.range_count == 3 && d.dataset.len == 5 &&

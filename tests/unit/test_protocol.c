@@ -1,8 +1,8 @@
 /* Wire protocol codecs: round trips, every truncation, byte-by-byte reassembly of pipelined
  * frames, rejection of hostile headers and bodies, status/error mapping. */
 #include "auth.h"
-#include "protocol.h"
 #include "hint.h"
+#include "protocol.h"
 #include "report.h"
 #include "testlib.h"
 #include "wire.h"
@@ -777,7 +777,7 @@ static void test_mapping(void) {
     static const uint32_t ops[] = {
         DSC_OP_HELLO,        DSC_OP_PING,     DSC_OP_LIST,   DSC_OP_MANIFEST, DSC_OP_GET,
         DSC_OP_STAT,         DSC_OP_MEMBERS,  DSC_OP_AUTH,   DSC_OP_WARM,     DSC_OP_EVICT,
-        DSC_OP_RDMA_CONNECT, DSC_OP_RDMA_GET, DSC_OP_REPORT, DSC_OP_POLICY, DSC_OP_HINT};
+        DSC_OP_RDMA_CONNECT, DSC_OP_RDMA_GET, DSC_OP_REPORT, DSC_OP_POLICY,   DSC_OP_HINT};
     int known = 0;
     for (uint32_t op = 0; op < 300; op++) {
         int k = dsc_opcode_known(op);
