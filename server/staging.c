@@ -37,6 +37,8 @@ typedef struct stage_ent {
     uint64_t bytes;  /* charged to the staging area (estimate while reading, then exact) */
     int hinted;      /* named by a hint (not just a GET's single-flight read) */
     int served;      /* GETs served from it */
+    double done_at;  /* ST_READY: when every hinter was served (0: not yet); it then lingers,
+                        first to go when read-ahead needs room, for a job a little behind */
     uint8_t nhinters;
     uint64_t hinters[STAGE_HINTERS];
     uint8_t left[64];              /* per chunk: GETs still expected (one per hinter) */
@@ -133,6 +135,31 @@ static void count_served(stage_ent_t *e, uint32_t first, uint32_t count) {
             e->left[c - e->first]--;
 }
 
+/* e (ST_READY) was served to every hinter that named it (cat->lock held): a range only GETs
+ * read (single-flight) goes at once; a hinted one lingers until read-ahead needs its room or its
+ * TTL passes, so that a job reading the same order a little later is served from it too. */
+static void finished_locked(dsc_catalog_t *cat, stage_ent_t *e, double now) {
+    if (!e->hinted) {
+        ent_free_locked(cat, e);
+        return;
+    }
+    if (e->done_at == 0)
+        e->done_at = now;
+}
+
+/* Frees the range that finished longest ago, to make room (cat->lock held). Returns 1 when one
+ * was freed. */
+static int evict_done_locked(dsc_catalog_t *cat) {
+    stage_ent_t *oldest = NULL;
+    for (stage_ent_t *e = cat->staging->all; e; e = e->next)
+        if (e->state == ST_READY && e->done_at > 0 && (!oldest || e->done_at < oldest->done_at))
+            oldest = e;
+    if (oldest == NULL)
+        return 0;
+    ent_free_locked(cat, oldest);
+    return 1;
+}
+
 static uint64_t estimate(const dsc_shard_slot_t *s, uint32_t count) {
     uint32_t chunks = s->meta->chunks ? s->meta->chunks : 1;
     return s->meta->bytes / chunks * count + (uint64_t)chunks * 48;
@@ -209,6 +236,9 @@ void dsc__staging_pump_locked(dsc_catalog_t *cat, double now) {
             ent_free_locked(cat, e); /* loaded or refused meanwhile: GETs go the usual way */
             continue;
         }
+        while (st->bytes + estimate(e->slot, e->count) > cat->opt.staging_memory &&
+               evict_done_locked(cat)) {
+        }
         if (st->bytes + estimate(e->slot, e->count) > cat->opt.staging_memory)
             break; /* full: staged ranges leave as they are served or expire */
         if (start_read_locked(cat, e) < 0)
@@ -241,6 +271,7 @@ int dsc__staging_hint_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, uint64_t h
                     e->left[c - e->first]++;
         }
         e->hinted = 1;
+        e->done_at = 0; /* a new hinter: it waits for this one too */
         if (e->state == ST_READY && e->expires < now + cat->opt.staging_ttl_ms / 1e3)
             e->expires = now + cat->opt.staging_ttl_ms / 1e3;
         st->tot.accepted++;
@@ -292,7 +323,7 @@ int dsc__staging_acquire_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_wai
         count_served(e, w->first_chunk, w->chunk_count);
         st->tot.hits++;
         if (all_served(e)) {
-            ent_free_locked(cat, e);
+            finished_locked(cat, e, dsc_now_s());
             dsc__staging_pump_locked(cat, dsc_now_s());
         }
         return 1;
@@ -372,8 +403,10 @@ static void staged_done(dsc_waiter_t *own) {
         w->next = list;
         list = w;
     }
-    if (own->status != 0 || all_served(e))
+    if (own->status != 0)
         ent_free_locked(cat, e);
+    else if (all_served(e))
+        finished_locked(cat, e, dsc_now_s());
     dsc__staging_pump_locked(cat, dsc_now_s());
     pthread_mutex_unlock(&cat->lock);
     while (list) {
