@@ -13,8 +13,7 @@ static int range_valid(const dsc_hint_range_t *r) {
 
 static int head_valid(uint32_t flags, dsc_str_t dataset, uint32_t range_count) {
     return flags == 0 && dataset.ptr != NULL && dataset.len >= 1 && dataset.len < DSC_MAX_NAME &&
-           memchr(dataset.ptr, '\0', dataset.len) == NULL && range_count >= 1 &&
-           range_count <= DSC_HINT_MAX_RANGES;
+           memchr(dataset.ptr, '\0', dataset.len) == NULL && range_count <= DSC_HINT_MAX_RANGES;
 }
 
 static void range_read(const uint8_t *p, dsc_hint_range_t *out) {
@@ -25,7 +24,7 @@ static void range_read(const uint8_t *p, dsc_hint_range_t *out) {
 }
 
 int dsc_hint_req_encode(const dsc_hint_req_t *req, uint8_t *out, size_t cap) {
-    if (req == NULL || req->ranges == NULL ||
+    if (req == NULL || (req->ranges == NULL && req->range_count > 0) ||
         !head_valid(req->flags, req->dataset, req->range_count))
         return DSC_EINVAL;
     for (uint32_t i = 0; i < req->range_count; i++)

@@ -31,7 +31,7 @@ typedef struct dsc_hint_req {
     uint32_t flags;       /* 0 (reserved) */
     uint64_t hinter;      /* the loader's id, the same in every HINT it sends (0: anonymous) */
     dsc_str_t dataset;    /* 1..63 bytes, no NUL */
-    uint32_t range_count; /* 1..DSC_HINT_MAX_RANGES */
+    uint32_t range_count; /* 0..DSC_HINT_MAX_RANGES (0: names the connection's loader only) */
     /* Encode: the ranges (range_count of them), in the order the loader will ask for them.
      * Decode: NULL; the ranges are read from raw with dsc_hint_range_at. */
     const dsc_hint_range_t *ranges;
@@ -43,7 +43,7 @@ typedef struct dsc_hint_req {
 int dsc_hint_req_encode(const dsc_hint_req_t *req, uint8_t *out, size_t cap);
 /* Returns 0 and *out (dataset and raw point into body), or DSC_EBADFRAME: truncation, trailing
  * bytes, flags other than 0, a dataset name that is empty, too long or holds a NUL, a
- * range_count of 0 or above DSC_HINT_MAX_RANGES, or a range out of bounds (chunk_count 0 or
+ * range_count above DSC_HINT_MAX_RANGES, or a range out of bounds (chunk_count 0 or
  * above DSC_HINT_MAX_RANGE_CHUNKS, first_chunk + chunk_count above 2^32, due_ms above
  * DSC_HINT_MAX_DUE_MS). On error *out is untouched. */
 int dsc_hint_req_decode(const uint8_t *body, size_t len, dsc_hint_req_t *out);

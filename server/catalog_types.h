@@ -56,6 +56,9 @@ struct dsc_waiter {
      * chunk_damaged 0: the shard itself failed validation. */
     uint8_t chunk_damaged;
     uint32_t damaged_chunk;
+    /* The loader asking (its HINT id on this connection, 0: unknown): read-ahead serves a
+     * staged range once per loader that announced it (staging.h). */
+    uint64_t hinter;
 };
 
 typedef struct dsc_catalog_options {

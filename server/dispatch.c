@@ -159,6 +159,7 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode,
     pg->chunk_count = req->chunk_count;
     pg->waiter.first_chunk = req->first_chunk; /* a read-through reads only these chunks */
     pg->waiter.chunk_count = req->chunk_count;
+    pg->waiter.hinter = reply->hinter;
     /* What the answer can pin at most, counted as held while the load runs, so a client that
      * pipelines misses and never reads stops being read before read-through buffers pile up:
      * the requested chunks at their largest stored size (raw, or lz4's worst case), plus the
@@ -569,6 +570,7 @@ static void handle_hint(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, cons
         answer_error(srv, reply, DSC_OP_HINT, id, DSC_STATUS_NOT_FOUND, "no such dataset");
         return;
     }
+    reply->hinter = req.hinter; /* this connection's GETs are that loader's */
     uint8_t out[DSC_HINT_RESP_SIZE];
     int n = dsc_hint_resp_encode(dsc_catalog_hint(srv->cat, ds, req.hinter, &req), out, sizeof out);
     answer(srv, reply, DSC_OP_HINT, id, DSC_STATUS_OK, out, n > 0 ? (size_t)n : 0);

@@ -21,6 +21,7 @@
 #define STAGE_HINTERS 8
 /* Ranges tracked at once (hinted, reading, staged): bounds the bookkeeping and each lookup. */
 #define STAGE_MAX_ENTRIES 8192
+
 /* Hinted ranges whose due time passed this long ago are dropped unread (the GET came first or
  * the loader went away). */
 #define STAGE_PENDING_GRACE_S 2.0
@@ -39,9 +40,12 @@ typedef struct stage_ent {
     int served;      /* GETs served from it */
     double done_at;  /* ST_READY: when every hinter was served (0: not yet); it then lingers,
                         first to go when read-ahead needs room, for a job a little behind */
+    /* Who announced it: per hinter, the chunks it named (want) and those a GET of its own
+     * connection was served (got), a bit per chunk from `first`. A range is served once per
+     * hinter: its second pass over it (the next epoch) reads through as without staging. */
     uint8_t nhinters;
     uint64_t hinters[STAGE_HINTERS];
-    uint8_t left[64];              /* per chunk: GETs still expected (one per hinter) */
+    uint64_t want[STAGE_HINTERS], got[STAGE_HINTERS];
     dsc_waiter_t own;              /* the read's waiter (its result) */
     dsc_waiter_t *waiting;         /* GETs waiting for the read */
     dsc_hold_t hold;               /* ST_READY: the range's reference on the read-through buffer */
@@ -59,7 +63,22 @@ struct dsc_staging {
     dsc_staging_totals_t tot; /* counters */
 };
 
-_Static_assert(DSC_HINT_MAX_RANGE_CHUNKS <= 64, "left[] holds one byte per chunk of a range");
+_Static_assert(DSC_HINT_MAX_RANGE_CHUNKS <= 64, "a range's chunks fit a 64-bit mask");
+#define STAGE_MAX_CHUNKS 64
+
+/* The bits of chunks [first, first + count) of e. */
+static uint64_t chunk_mask(const stage_ent_t *e, uint32_t first, uint32_t count) {
+    uint32_t lo = first - e->first;
+    uint64_t bits = count >= 64 ? ~UINT64_C(0) : (UINT64_C(1) << count) - 1;
+    return bits << lo;
+}
+
+static int hinter_index(const stage_ent_t *e, uint64_t hinter) {
+    for (int i = 0; i < e->nhinters; i++)
+        if (e->hinters[i] == hinter)
+            return i;
+    return -1;
+}
 
 int dsc__staging_create(dsc_catalog_t *cat) {
     if (cat->opt.staging_memory == 0)
@@ -121,23 +140,24 @@ static void ent_free_locked(dsc_catalog_t *cat, stage_ent_t *e) {
 }
 
 static int all_served(const stage_ent_t *e) {
-    for (uint32_t i = 0; i < e->count; i++)
-        if (e->left[i])
+    for (int i = 0; i < e->nhinters; i++)
+        if (e->want[i] & ~e->got[i])
             return 0;
     return 1;
 }
 
-/* Counts one GET of [first, first + count) served by e. */
-static void count_served(stage_ent_t *e, uint32_t first, uint32_t count) {
+/* Counts one GET of [first, first + count) by `hinter` served by e. */
+static void count_served(stage_ent_t *e, uint64_t hinter, uint32_t first, uint32_t count) {
     e->served++;
-    for (uint32_t c = first; c < first + count; c++)
-        if (e->left[c - e->first])
-            e->left[c - e->first]--;
+    int i = hinter_index(e, hinter);
+    if (i >= 0)
+        e->got[i] |= chunk_mask(e, first, count);
 }
 
 /* e (ST_READY) was served to every hinter that named it (cat->lock held): a range only GETs
- * read (single-flight) goes at once; a hinted one lingers until read-ahead needs its room or its
- * TTL passes, so that a job reading the same order a little later is served from it too. */
+ * read (single-flight) goes at once; a hinted one lingers, first to go when read-ahead needs its
+ * room, at most its TTL, so that another job reading the same order a little later (whose HINT
+ * came after the first job's GETs) is served from it too. */
 static void finished_locked(dsc_catalog_t *cat, stage_ent_t *e, double now) {
     if (!e->hinted) {
         ent_free_locked(cat, e);
@@ -186,7 +206,7 @@ static int start_read_locked(dsc_catalog_t *cat, stage_ent_t *e) {
 static stage_ent_t *ent_new_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, uint32_t first,
                                    uint32_t count) {
     struct dsc_staging *st = cat->staging;
-    if (st->entries >= STAGE_MAX_ENTRIES || count > sizeof((stage_ent_t *)0)->left)
+    if (st->entries >= STAGE_MAX_ENTRIES || count > STAGE_MAX_CHUNKS)
         return NULL;
     stage_ent_t *e = calloc(1, sizeof *e);
     if (e == NULL)
@@ -261,17 +281,20 @@ int dsc__staging_hint_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, uint64_t h
             continue;
         if (first < e->first || first + count > e->first + e->count)
             return 0; /* overlaps a range staged differently: its GETs go the usual way */
-        for (uint32_t i = 0; i < e->nhinters; i++)
-            if (e->hinters[i] == hinter && hinter != 0)
-                return 1; /* said again */
-        if (e->nhinters < STAGE_HINTERS) {
-            e->hinters[e->nhinters++] = hinter;
-            for (uint32_t c = first; c < first + count; c++)
-                if (e->left[c - e->first] < UINT8_MAX)
-                    e->left[c - e->first]++;
+        uint64_t mask = chunk_mask(e, first, count);
+        int i = hinter_index(e, hinter);
+        if (i >= 0 && (e->got[i] & mask) == mask)
+            return 0; /* its second pass (the next epoch): read through, as without staging */
+        if (i >= 0 && (e->want[i] & mask) == mask)
+            return 1; /* said again */
+        if (i < 0 && e->nhinters < STAGE_HINTERS) {
+            i = e->nhinters++;
+            e->hinters[i] = hinter;
         }
+        if (i >= 0)
+            e->want[i] |= mask;
         e->hinted = 1;
-        e->done_at = 0; /* a new hinter: it waits for this one too */
+        e->done_at = 0; /* a new hinter, or more of its chunks: waited for too */
         if (e->state == ST_READY && e->expires < now + cat->opt.staging_ttl_ms / 1e3)
             e->expires = now + cat->opt.staging_ttl_ms / 1e3;
         st->tot.accepted++;
@@ -289,7 +312,7 @@ int dsc__staging_hint_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, uint64_t h
     e->hinted = 1;
     e->hinters[0] = hinter;
     e->nhinters = 1;
-    memset(e->left, 1, count);
+    e->want[0] = chunk_mask(e, first, count);
     e->deadline = now + due_ms / 1e3;
     stage_ent_t **p = &st->pending;
     while (*p && (*p)->deadline <= e->deadline)
@@ -318,9 +341,12 @@ int dsc__staging_acquire_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_wai
     if (e == NULL)
         return DSC__STAGE_NONE;
     if (e->state == ST_READY) {
+        int i = hinter_index(e, w->hinter);
+        if (i >= 0 && (e->got[i] & chunk_mask(e, w->first_chunk, w->chunk_count)) != 0)
+            return DSC__STAGE_NONE; /* its second pass: staging is no cache between epochs */
         *hold = e->hold;
         atomic_fetch_add(&e->hold.temp->refs, 1);
-        count_served(e, w->first_chunk, w->chunk_count);
+        count_served(e, w->hinter, w->first_chunk, w->chunk_count);
         st->tot.hits++;
         if (all_served(e)) {
             finished_locked(cat, e, dsc_now_s());
@@ -337,8 +363,7 @@ int dsc__staging_acquire_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_wai
 }
 
 int dsc__staging_read_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_t *w) {
-    if (cat->staging == NULL || w->chunk_count == 0 ||
-        w->chunk_count > sizeof((stage_ent_t *)0)->left ||
+    if (cat->staging == NULL || w->chunk_count == 0 || w->chunk_count > STAGE_MAX_CHUNKS ||
         (uint64_t)w->first_chunk + w->chunk_count > s->meta->chunks)
         return dsc__range_start_locked(cat, s, w);
     for (stage_ent_t *o = s->staged; o; o = o->slot_next)
@@ -388,7 +413,7 @@ static void staged_done(dsc_waiter_t *own) {
             w->status = 0;
             w->hold = e->hold;
             atomic_fetch_add(&e->hold.temp->refs, 1);
-            count_served(e, w->first_chunk, w->chunk_count);
+            count_served(e, w->hinter, w->first_chunk, w->chunk_count);
         } else if (w->first_chunk == e->first && w->chunk_count == e->count) {
             w->status = own->status;
             w->chunk_damaged = own->chunk_damaged;

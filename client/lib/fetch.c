@@ -81,6 +81,18 @@ static int hints_on(dsc_loader_t *loader) {
     return loader->fetch.hints > 0;
 }
 
+/* A HINT body of n ranges (0: it only names this connection's loader). Returns its length, or 0. */
+static int hint_encode(dsc_loader_t *loader, const dsc_hint_range_t *ranges, uint32_t n,
+                       uint8_t *out, size_t cap) {
+    const char *dataset = loader->cfg.dataset;
+    dsc_hint_req_t req = {.hinter = loader->fetch.hinter,
+                          .dataset = {dataset, (uint16_t)strlen(dataset)},
+                          .range_count = n,
+                          .ranges = n > 0 ? ranges : NULL};
+    int len = dsc_hint_req_encode(&req, out, cap);
+    return len > 0 ? len : 0;
+}
+
 /* Builds a HINT body naming the chunks queued for io's peer that were not named yet, grouped as
  * take_request will merge them, each with when it should be asked for (the bytes queued before
  * it at the peer's rate so far), up to HINT_WINDOW_S ahead. Marks them hinted. Under lock.
@@ -130,13 +142,7 @@ static int hint_body(dsc_io_t *io, double now, uint8_t *out, size_t cap) {
     }
     if (n == 0)
         return 0;
-    const char *dataset = loader->cfg.dataset;
-    dsc_hint_req_t req = {.hinter = loader->fetch.hinter,
-                          .dataset = {dataset, (uint16_t)strlen(dataset)},
-                          .range_count = n,
-                          .ranges = ranges};
-    int len = dsc_hint_req_encode(&req, out, cap);
-    return len > 0 ? len : 0;
+    return hint_encode(loader, ranges, n, out, cap);
 }
 
 /* ---- I/O threads --------------------------------------------------------------------------- */
@@ -307,6 +313,7 @@ static int connect_peer(dsc_io_t *io) {
         return -1;
     }
     io->conn = conn;
+    io->hint_named = 0;
     if (!peer->alive) {
         DSC_LOG(&loader->cfg.log, DSC_LOG_INFO, "server %s is back", peer->addr);
         pthread_cond_broadcast(&loader->io_cv);
@@ -375,12 +382,21 @@ static void io_loop(dsc_io_t *io) {
         /* Now and then, what is queued for this server and not yet announced (HINT): it reads
          * the chunks it does not hold ahead of the GETs. Advisory: a server without read-ahead
          * answers UNSUPPORTED and is not told again. */
-        if (src->hint != NULL && !peer->hints_off && now >= peer->hint_due &&
-            peer->queue.head != NULL && hints_on(loader)) {
+        int hint_now = now >= peer->hint_due && peer->queue.head != NULL;
+        if (src->hint != NULL && !peer->hints_off && (hint_now || !io->hint_named) &&
+            hints_on(loader)) {
             static _Thread_local uint8_t hbody[DSC_HINT_MAX_BODY];
-            peer->hint_due = now + HINT_INTERVAL_S;
-            int len = hint_body(io, now, hbody, sizeof hbody);
+            int len = 0;
+            if (hint_now) {
+                peer->hint_due = now + HINT_INTERVAL_S;
+                len = hint_body(io, now, hbody, sizeof hbody);
+            }
+            /* Each connection says once whose GETs it carries, so that the server serves a
+             * staged range once per loader that announced it. */
+            if (len == 0 && !io->hint_named)
+                len = hint_encode(loader, NULL, 0, hbody, sizeof hbody);
             if (len > 0) {
+                io->hint_named = 1;
                 uint64_t id = DSC_SOURCE_REPORT_ID | peer->report_seq++;
                 void *conn = io->conn;
                 pthread_mutex_unlock(&loader->lock);

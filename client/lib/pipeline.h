@@ -142,6 +142,7 @@ typedef struct dsc_io {
     uint64_t next_id;
     dsc_source_req_t out[IO_MAX_OUTSTANDING]; /* outstanding requests, unordered */
     uint32_t out_count;
+    int hint_named; /* fetch.c: a HINT went out on this connection (its GETs are this loader's) */
 } dsc_io_t;
 
 /* One peer the loader reads from: a server, or the fallback files (index DSC__PEER_FALLBACK).

@@ -88,9 +88,15 @@ static void test_rejections(void) {
     CHECK_EQ_INT(dsc_hint_req_encode(&r, buf, sizeof buf), DSC_EINVAL);
     r.dataset = (dsc_str_t){"a\0b", 3};
     CHECK_EQ_INT(dsc_hint_req_encode(&r, buf, sizeof buf), DSC_EINVAL);
+    /* No ranges: it only names the connection's loader. */
     r = sample();
     r.range_count = 0;
-    CHECK_EQ_INT(dsc_hint_req_encode(&r, buf, sizeof buf), DSC_EINVAL);
+    r.ranges = NULL;
+    int n0 = dsc_hint_req_encode(&r, buf, sizeof buf);
+    CHECK_EQ_INT(n0, 4 + 8 + 2 + 5 + 4);
+    CHECK_EQ_INT(dsc_hint_req_decode(buf, (size_t)n0, &d), 0);
+    CHECK(d.range_count == 0 && d.hinter == r.hinter);
+    r = sample();
     r.range_count = DSC_HINT_MAX_RANGES + 1;
     CHECK_EQ_INT(dsc_hint_req_encode(&r, buf, sizeof buf), DSC_EINVAL);
     const dsc_hint_range_t cases[] = {

@@ -28,6 +28,7 @@ SEEDS = {
     "hint_many": body(42, "imagenet", [(i % 5, i * 3, 1 + i % 16, 20 * i) for i in range(40)]),
     "hint_edges": body(0, "x", [(0xFFFFFFFF, 0xFFFFFFC0, 64, 600000), (0, 0, 1, 0)]),
     "hint_answer": struct.pack("<I", 3),
+    "hint_identify": body(99, "imagenet", []),
 }
 
 
