@@ -279,12 +279,18 @@ int dsc__staging_hint_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, uint64_t h
     for (stage_ent_t *e = s->staged; e; e = e->slot_next) {
         if (first + count <= e->first || first >= e->first + e->count)
             continue;
+        int own = hinter_index(e, hinter);
+        if (own >= 0 && e->state == ST_READY &&
+            (e->got[own] & chunk_mask(e, e->first, e->count)) != 0) {
+            /* Its second pass (the next epoch) over a range it was served: staging is no cache
+             * between passes, so the old copy goes and the range is read again (shared anew). */
+            ent_free_locked(cat, e);
+            break;
+        }
         if (first < e->first || first + count > e->first + e->count)
             return 0; /* overlaps a range staged differently: its GETs go the usual way */
         uint64_t mask = chunk_mask(e, first, count);
-        int i = hinter_index(e, hinter);
-        if (i >= 0 && (e->got[i] & mask) == mask)
-            return 0; /* its second pass (the next epoch): read through, as without staging */
+        int i = own;
         if (i >= 0 && (e->want[i] & mask) == mask)
             return 1; /* said again */
         if (i < 0 && e->nhinters < STAGE_HINTERS) {
@@ -342,8 +348,11 @@ int dsc__staging_acquire_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_wai
         return DSC__STAGE_NONE;
     if (e->state == ST_READY) {
         int i = hinter_index(e, w->hinter);
-        if (i >= 0 && (e->got[i] & chunk_mask(e, w->first_chunk, w->chunk_count)) != 0)
-            return DSC__STAGE_NONE; /* its second pass: staging is no cache between epochs */
+        if (i >= 0 && (e->got[i] & chunk_mask(e, w->first_chunk, w->chunk_count)) != 0) {
+            /* Its second pass: staging is no cache between epochs; read again, as without. */
+            ent_free_locked(cat, e);
+            return DSC__STAGE_NONE;
+        }
         *hold = e->hold;
         atomic_fetch_add(&e->hold.temp->refs, 1);
         count_served(e, w->hinter, w->first_chunk, w->chunk_count);
@@ -376,6 +385,13 @@ int dsc__staging_read_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter
     if (rc < 0) {
         ent_free_locked(cat, e);
         return rc;
+    }
+    if (w->hinter != 0) {
+        /* A hinting loader's GET is its hint too: the range lingers for other jobs once served. */
+        e->hinted = 1;
+        e->nhinters = 1;
+        e->hinters[0] = w->hinter;
+        e->want[0] = chunk_mask(e, e->first, e->count);
     }
     w->next = NULL;
     e->waiting = w;
