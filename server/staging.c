@@ -26,7 +26,8 @@
  * the loader went away). */
 #define STAGE_PENDING_GRACE_S 2.0
 
-enum { ST_PENDING = 0, ST_READING, ST_READY };
+/* ST_DETACHED: off the deadline list, about to be freed. */
+enum { ST_PENDING = 0, ST_READING, ST_READY, ST_DETACHED };
 
 typedef struct stage_ent {
     dsc_catalog_t *cat;
@@ -232,14 +233,23 @@ static void sweep_locked(dsc_catalog_t *cat, double now) {
     if (now - st->last_sweep < 0.1)
         return;
     st->last_sweep = now;
+    /* Expired hints leave the deadline list in one pass (not one search each). */
+    for (stage_ent_t **p = &st->pending; *p;) {
+        stage_ent_t *e = *p;
+        if (now < e->deadline + STAGE_PENDING_GRACE_S) {
+            p = &e->pnext;
+            continue;
+        }
+        *p = e->pnext;
+        st->npending--;
+        st->tot.expired++;
+        e->state = ST_DETACHED;
+        ent_free_locked(cat, e);
+    }
     for (stage_ent_t *e = st->all, *next; e; e = next) {
         next = e->next;
-        if (e->state == ST_READY && now >= e->expires) {
+        if (e->state == ST_READY && now >= e->expires)
             ent_free_locked(cat, e);
-        } else if (e->state == ST_PENDING && now >= e->deadline + STAGE_PENDING_GRACE_S) {
-            st->tot.expired++;
-            ent_free_locked(cat, e);
-        }
     }
 }
 
