@@ -136,6 +136,7 @@ int dsc_opcode_known(uint32_t opcode) {
     case DSC_OP_MEMBERS:
     case DSC_OP_AUTH:
     case DSC_OP_REPORT:
+    case DSC_OP_HINT:
     case DSC_OP_WARM:
     case DSC_OP_EVICT:
     case DSC_OP_POLICY:
@@ -167,6 +168,8 @@ const char *dsc_opcode_name(uint32_t opcode) {
         return "AUTH";
     case DSC_OP_REPORT:
         return "REPORT";
+    case DSC_OP_HINT:
+        return "HINT";
     case DSC_OP_WARM:
         return "WARM";
     case DSC_OP_EVICT:

@@ -33,6 +33,7 @@ typedef enum {
     DSC_OP_MEMBERS = 7,       /* cluster membership (JSON), see PROTOCOL.md */
     DSC_OP_AUTH = 8,          /* challenge-response proof after HELLO (proto/auth.h) */
     DSC_OP_REPORT = 9,        /* a loader's job, stall and rate (proto/report.h) */
+    DSC_OP_HINT = 10,         /* chunk ranges a loader will ask for next (proto/hint.h) */
     DSC_OP_WARM = 16,         /* admin */
     DSC_OP_EVICT = 17,        /* admin */
     DSC_OP_POLICY = 18,       /* admin: pin, unpin or limit a dataset's memory */

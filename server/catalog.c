@@ -25,6 +25,7 @@
 #include "protocol.h"
 #include "readthrough.h"
 #include "srvlog.h"
+#include "staging.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
@@ -68,6 +69,11 @@ int dsc_catalog_create(dsc_store_t *store, const dsc_catalog_options_t *options,
         cat->opt.index_cache_limit = UINT64_C(64) << 20;
     if (cat->opt.backing_reads == 0)
         cat->opt.backing_reads = 32;
+    if (dsc__staging_create(cat) < 0) {
+        free(cat);
+        free(empty);
+        return DSC_ENOMEM;
+    }
     atomic_init(&cat->table, empty);
     update_table_meta(cat);
     pthread_mutex_init(&cat->lock, NULL);
@@ -117,6 +123,7 @@ void dsc_catalog_destroy(dsc_catalog_t *cat) {
     free(cat->threads);
     /* Arena bytes go with the store; queued read-throughs are dropped (nothing waits now). */
     dsc__readthrough_free_all(cat);
+    dsc__staging_destroy(cat);
     while (cat->all) {
         dsc_dataset_t *next = cat->all->all_next;
         dataset_free(cat->all);
@@ -331,13 +338,22 @@ int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_t *w
         rc = 0;
         break;
     default:
-        rc = start_load_locked(cat, s, LOAD_REQUEST);
+        /* Read ahead for a hint, or being read for another GET (staging.c). */
+        rc = dsc__staging_acquire_locked(cat, s, waiter, hold);
         if (rc == 1) {
-            waiter->next = NULL;
-            s->waiters = waiter;
-            rc = 0;
-        } else if (rc == 0) {
-            rc = dsc__range_start_locked(cat, s, waiter); /* no room: read the chunks through */
+            atomic_fetch_add_explicit(&s->ds->hits, 1, memory_order_relaxed);
+            pthread_mutex_unlock(&cat->lock);
+            return 1;
+        }
+        if (rc == DSC__STAGE_NONE) {
+            rc = start_load_locked(cat, s, LOAD_REQUEST);
+            if (rc == 1) {
+                waiter->next = NULL;
+                s->waiters = waiter;
+                rc = 0;
+            } else if (rc == 0) {
+                rc = dsc__staging_read_locked(cat, s, waiter); /* no room: read them through */
+            }
         }
         if (rc == 0)
             atomic_fetch_add_explicit(&s->ds->misses, 1, memory_order_relaxed);
@@ -345,6 +361,30 @@ int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_t *w
     }
     pthread_mutex_unlock(&cat->lock);
     return rc;
+}
+
+int dsc_catalog_staging_on(const dsc_catalog_t *cat) {
+    return cat->staging != NULL;
+}
+
+uint32_t dsc_catalog_hint(dsc_catalog_t *cat, dsc_dataset_t *ds, uint64_t hinter,
+                          const dsc_hint_req_t *req) {
+    if (cat->staging == NULL)
+        return 0;
+    uint32_t accepted = 0;
+    double now = dsc_now_s();
+    pthread_mutex_lock(&cat->lock);
+    for (uint32_t i = 0; i < req->range_count; i++) {
+        dsc_hint_range_t r;
+        dsc_hint_range_at(req, i, &r);
+        if (r.shard_id >= ds->manifest->shard_count)
+            continue;
+        accepted += (uint32_t)dsc__staging_hint_locked(cat, &ds->slots[r.shard_id], hinter,
+                                                       r.first_chunk, r.chunk_count, r.due_ms, now);
+    }
+    dsc__staging_pump_locked(cat, now);
+    pthread_mutex_unlock(&cat->lock);
+    return accepted;
 }
 
 void dsc_hold_release(dsc_catalog_t *cat, dsc_hold_t *hold) {
@@ -1026,6 +1066,7 @@ char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_le
     cJSON_AddNumberToObject(store, "index_cache_entries", (double)cat->index_count);
     cJSON_AddNumberToObject(store, "metadata_bytes", (double)metadata_bytes_locked(cat));
     dsc__backing_json_locked(cat, store);
+    dsc__staging_json_locked(cat, store);
     uint64_t pinned_bytes = 0;
     for (uint32_t i = 0; i < t->count; i++)
         pinned_bytes += t->items[i]->pinned ? t->items[i]->cached_bytes : 0;
@@ -1088,6 +1129,7 @@ void dsc_catalog_totals(dsc_catalog_t *cat, dsc_catalog_totals_t *out) {
     out->index_cache_entries = cat->index_count;
     out->metadata_bytes = metadata_bytes_locked(cat);
     dsc__backing_totals_locked(cat, &out->backing);
+    dsc__staging_totals_locked(cat, &out->staging);
     pthread_mutex_unlock(&cat->lock);
     out->evictions = atomic_load(&cat->evictions);
     out->loads = atomic_load(&cat->loads);

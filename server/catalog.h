@@ -5,6 +5,7 @@
 #define DSC_SERVER_CATALOG_H
 
 #include "catalog_types.h"
+#include "hint.h"
 #include "manifest.h"
 #include "store.h"
 
@@ -63,6 +64,14 @@ void dsc_dataset_count_served(dsc_dataset_t *ds, uint64_t bytes);
  * checksum verified before delivery. */
 int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_shard_slot_t *slot, dsc_waiter_t *waiter,
                         dsc_hold_t *hold);
+/* 1 when read-ahead is on (options.staging_memory > 0). */
+int dsc_catalog_staging_on(const dsc_catalog_t *cat);
+/* A HINT's ranges of ds (proto/hint.h) from `hinter`: each non-resident range that fits is read
+ * ahead in deadline order into the staging area (staging.h). Skips what it cannot stage (unknown
+ * shards, ranges beyond a shard, resident shards, a full area). Takes the bookkeeping lock once;
+ * never blocks on I/O. Returns the ranges accepted (0 when read-ahead is off). */
+uint32_t dsc_catalog_hint(dsc_catalog_t *cat, dsc_dataset_t *ds, uint64_t hinter,
+                          const dsc_hint_req_t *req);
 /* Drops the reference of a hold (any thread). A zeroed hold is a no-op. */
 void dsc_hold_release(dsc_catalog_t *cat, dsc_hold_t *hold);
 /* The first chunk of [first, first + count) known damaged in the hold's shard (its stored
@@ -141,6 +150,7 @@ typedef struct dsc_catalog_totals {
     uint64_t metadata_bytes;      /* bookkeeping memory: catalog, tables, datasets (manifest, JSON,
                                      slots), index cache; not the shard bytes themselves */
     dsc_backing_totals_t backing; /* read-throughs from backing storage (catalog_types.h) */
+    dsc_staging_totals_t staging; /* read-ahead (catalog_types.h) */
 } dsc_catalog_totals_t;
 void dsc_catalog_totals(dsc_catalog_t *cat, dsc_catalog_totals_t *out);
 dsc_store_t *dsc_catalog_store(dsc_catalog_t *cat);

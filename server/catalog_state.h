@@ -68,6 +68,7 @@ struct dsc_shard_slot {
     uint32_t damaged;
     dsc_waiter_t *waiters;
     dsc_shard_slot_t *queue_next;
+    struct stage_ent *staged; /* staging.c: the shard's staged or hinted ranges */
 };
 
 struct dsc_dataset {
@@ -137,6 +138,8 @@ struct dsc_catalog {
     double backing_read_seconds, backing_wait_seconds, backing_latency_ewma;
     shard_index_t *index_head, *index_tail; /* index cache, most recently used first */
     uint64_t index_bytes, index_count;
+
+    struct dsc_staging *staging; /* staging.c (read-ahead), under lock */
 
     atomic_uint_fast64_t evictions, loads, load_failures, read_through, bytes_loaded;
     atomic_uint_fast64_t read_through_bytes;

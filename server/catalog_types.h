@@ -56,6 +56,9 @@ struct dsc_waiter {
      * chunk_damaged 0: the shard itself failed validation. */
     uint8_t chunk_damaged;
     uint32_t damaged_chunk;
+    /* The loader asking (its HINT id on this connection, 0: unknown): read-ahead serves a
+     * staged range once per loader that announced it (staging.h). */
+    uint64_t hinter;
 };
 
 typedef struct dsc_catalog_options {
@@ -65,6 +68,8 @@ typedef struct dsc_catalog_options {
     uint64_t index_cache_limit; /* bound on cached shard indexes for read-through (0: 64 MiB) */
     uint32_t backing_reads;     /* read-throughs in flight to backing storage (0: 32) */
     uint64_t backing_rate;      /* cap on backing read bytes/s, loads included (0: none) */
+    uint64_t staging_memory;    /* read-ahead staging area, bytes (0: no read-ahead, staging.h) */
+    uint32_t staging_ttl_ms;    /* how long a staged range waits for its GETs (0: 30 s) */
 } dsc_catalog_options_t;
 
 /* Backing reads (read-throughs): done, coalesced into another, seconds spent reading and
@@ -75,6 +80,18 @@ typedef struct dsc_backing_totals {
     double read_seconds, wait_seconds, latency;
     uint64_t queued, running, running_max, pool, rate;
 } dsc_backing_totals_t;
+
+/* Read-ahead staging (staging.h): hinted ranges received, accepted, staged (read ahead) and
+ * their bytes, GETs served from a staged range (hits) or that waited for a read already under
+ * way (joined), staged ranges dropped before any GET used them (and their bytes), hinted ranges
+ * that expired before they could be read; now: staged bytes (reading included), ranges staged,
+ * ranges waiting to be read, reads running; the limits. */
+typedef struct dsc_staging_totals {
+    uint64_t hints, accepted, staged, staged_bytes_total, hits, joined;
+    uint64_t dropped_unused, dropped_unused_bytes, expired;
+    uint64_t bytes, entries, pending, reading;
+    uint64_t memory, ttl_ms;
+} dsc_staging_totals_t;
 
 /* Load time histogram (seconds), for /metrics. */
 #define DSC_LOAD_BUCKETS 10

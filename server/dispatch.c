@@ -3,6 +3,7 @@
  * A GET that misses waits for its load and is answered when the catalog delivers it to the
  * connection's mailbox. */
 #include "dispatch.h"
+#include "hint.h"
 #include "rdma.h"
 #include "report.h"
 #include "server_core.h"
@@ -158,6 +159,7 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode,
     pg->chunk_count = req->chunk_count;
     pg->waiter.first_chunk = req->first_chunk; /* a read-through reads only these chunks */
     pg->waiter.chunk_count = req->chunk_count;
+    pg->waiter.hinter = reply->hinter;
     /* What the answer can pin at most, counted as held while the load runs, so a client that
      * pipelines misses and never reads stops being read before read-through buffers pile up:
      * the requested chunks at their largest stored size (raw, or lz4's worst case), plus the
@@ -547,6 +549,33 @@ static void handle_report(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
     answer(srv, reply, DSC_OP_REPORT, id, DSC_STATUS_OK, body_out, n > 0 ? (size_t)n : 0);
 }
 
+/* HINT: chunk ranges a loader will ask for next, read ahead into the staging area (staging.h). */
+static void handle_hint(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
+                        size_t len) {
+    if (!dsc_catalog_staging_on(srv->cat)) {
+        answer_error(srv, reply, DSC_OP_HINT, id, DSC_STATUS_UNSUPPORTED,
+                     "read-ahead is off on this server (--staging-memory 0)");
+        return;
+    }
+    dsc_hint_req_t req;
+    if (dsc_hint_req_decode(body, len, &req) < 0) {
+        answer_error(srv, reply, DSC_OP_HINT, id, DSC_STATUS_BAD_REQUEST, "malformed HINT body");
+        return;
+    }
+    /* Within the credential: a dataset it may not read is refused as if absent. */
+    dsc_dataset_t *ds = dsc__authz_may_read(&reply->auth, req.dataset.ptr, req.dataset.len)
+                            ? dsc_catalog_find(srv->cat, req.dataset.ptr, req.dataset.len)
+                            : NULL;
+    if (ds == NULL) {
+        answer_error(srv, reply, DSC_OP_HINT, id, DSC_STATUS_NOT_FOUND, "no such dataset");
+        return;
+    }
+    reply->hinter = req.hinter; /* this connection's GETs are that loader's */
+    uint8_t out[DSC_HINT_RESP_SIZE];
+    int n = dsc_hint_resp_encode(dsc_catalog_hint(srv->cat, ds, req.hinter, &req), out, sizeof out);
+    answer(srv, reply, DSC_OP_HINT, id, DSC_STATUS_OK, out, n > 0 ? (size_t)n : 0);
+}
+
 void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_header_t *h,
                          const uint8_t *body) {
     if (h->flags & DSC_FLAG_RESPONSE) {
@@ -607,6 +636,9 @@ void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_
         break;
     case DSC_OP_REPORT:
         handle_report(srv, reply, h->request_id, body, h->body_len);
+        break;
+    case DSC_OP_HINT:
+        handle_hint(srv, reply, h->request_id, body, h->body_len);
         break;
     case DSC_OP_WARM:
     case DSC_OP_EVICT:

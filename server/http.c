@@ -143,6 +143,34 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
           tot.backing.queued);
     gauge(&t, "dscache_backing_in_flight", "Backing reads running now (of --backing-reads).",
           tot.backing.running);
+    counter(&t, "dscache_staging_hints_total", "Chunk ranges received in HINTs (read-ahead).",
+            tot.staging.hints);
+    counter(&t, "dscache_staging_accepted_total",
+            "Hinted ranges accepted for read-ahead (not resident, room in the staging area).",
+            tot.staging.accepted);
+    counter(&t, "dscache_staging_staged_total", "Hinted ranges read ahead into the staging area.",
+            tot.staging.staged);
+    counter(&t, "dscache_staging_staged_bytes_total", "Bytes read ahead into the staging area.",
+            tot.staging.staged_bytes_total);
+    counter(&t, "dscache_staging_hits_total", "GETs answered from a staged range.",
+            tot.staging.hits);
+    counter(&t, "dscache_staging_joined_total",
+            "GETs that waited for a backing read of their chunks already under way.",
+            tot.staging.joined);
+    counter(&t, "dscache_staging_dropped_unused_total",
+            "Staged ranges dropped (TTL) before any GET asked for them.",
+            tot.staging.dropped_unused);
+    counter(&t, "dscache_staging_dropped_unused_bytes_total",
+            "Bytes of staged ranges dropped before any GET asked for them.",
+            tot.staging.dropped_unused_bytes);
+    counter(&t, "dscache_staging_expired_total",
+            "Hinted ranges dropped unread: due too long ago (the staging area was full).",
+            tot.staging.expired);
+    gauge(&t, "dscache_staging_bytes",
+          "Bytes in the staging area now (staged, and reads under way), of --staging-memory.",
+          tot.staging.bytes);
+    gauge(&t, "dscache_staging_pending", "Hinted ranges waiting to be read ahead now.",
+          tot.staging.pending);
     gauge(&t, "dscache_metadata_bytes",
           "Bookkeeping memory: tables, manifests, slots, the read-through index cache.",
           tot.metadata_bytes);

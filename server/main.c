@@ -47,6 +47,8 @@ typedef struct options {
     uint32_t io_threads;
     uint32_t backing_reads;
     uint64_t backing_rate;
+    uint64_t staging_memory; /* --staging-memory (UINT64_MAX: the default) */
+    uint32_t staging_ttl;    /* --staging-ttl, seconds */
     int warm;
     const char *port_file;
     const char *http_port_file;
@@ -108,6 +110,14 @@ static void usage(FILE *f) {
         "  --backing-rate BYTES  cap on the bytes/s this server reads from the backing\n"
         "                        storage (read-throughs and loads), suffixes K M G\n"
         "                        (default: none)\n"
+        "  --staging-memory BYTES  read-ahead staging area, apart from --memory: chunk\n"
+        "                        ranges loaders announce (HINT) are read from the backing\n"
+        "                        storage ahead of their GETs into it, and kept until every\n"
+        "                        loader that announced them was served (default 256M;\n"
+        "                        0: no read-ahead, HINT answered UNSUPPORTED, and GETs of\n"
+        "                        chunks already being read no longer wait for that read)\n"
+        "  --staging-ttl S       a staged range not asked for within S seconds is dropped\n"
+        "                        (default 30)\n"
         "  --warm                load every shard at start-up; /readyz answers 200 once\n"
         "                        the shards this server owns are resident (see below)\n"
         "  --ready-timeout N     with --warm: after N seconds /readyz answers 200 even if\n"
@@ -179,7 +189,8 @@ static void usage(FILE *f) {
         "                        \"pin\": [..], \"limit\":\n"
         "                        [\"DATASET=BYTES\", ..], \"listen\",\n"
         "                        \"http\", \"memory\", \"threads\", \"io_threads\",\n"
-        "                        \"backing_reads\", \"backing_rate\", \"warm\",\n"
+        "                        \"backing_reads\", \"backing_rate\", \"staging_memory\",\n"
+        "                        \"staging_ttl\", \"warm\",\n"
         "                        \"policy\", \"max_out\", \"max_out_total\",\n"
         "                        \"header_timeout\", \"idle_timeout\", \"max_conns_per_peer\",\n"
         "                        \"http_max_conns\", \"http_timeout\", \"log_level\", "
@@ -301,6 +312,12 @@ static int apply(options_t *o, const char *key, const char *value) {
     } else if (strcmp(key, "backing_rate") == 0) {
         if (dsc_parse_size(value, &o->backing_rate) < 0 || o->backing_rate == 0)
             return bad("--backing-rate", value);
+    } else if (strcmp(key, "staging_memory") == 0) {
+        if (dsc_parse_size(value, &o->staging_memory) < 0)
+            return bad("--staging-memory", value);
+    } else if (strcmp(key, "staging_ttl") == 0) {
+        if (parse_u32(value, 1, 86400, &o->staging_ttl) < 0)
+            return bad("--staging-ttl", value);
     } else if (strcmp(key, "drain_seconds") == 0) {
         if (parse_u32(value, 1, 86400, &o->drain_seconds) < 0)
             return bad("--drain-seconds", value);
@@ -756,6 +773,8 @@ int main(int argc, char **argv) {
     snprintf(o.listen, sizeof o.listen, "127.0.0.1:7070");
     snprintf(o.http, sizeof o.http, "127.0.0.1:7071");
     o.memory = UINT64_C(1) << 30;
+    o.staging_memory = UINT64_MAX;
+    o.staging_ttl = 30;
     o.root_interval = 10;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     o.threads = cores > 0 ? (uint32_t)cores : 1;
@@ -819,10 +838,13 @@ int main(int argc, char **argv) {
                   dsc_strerror(rc));
         goto done;
     }
-    dsc_catalog_options_t copt = {.policy = o.policy,
-                                  .io_threads = o.io_threads,
-                                  .backing_reads = o.backing_reads,
-                                  .backing_rate = o.backing_rate};
+    dsc_catalog_options_t copt = {
+        .policy = o.policy,
+        .io_threads = o.io_threads,
+        .backing_reads = o.backing_reads,
+        .backing_rate = o.backing_rate,
+        .staging_memory = o.staging_memory == UINT64_MAX ? UINT64_C(256) << 20 : o.staging_memory,
+        .staging_ttl_ms = o.staging_ttl * 1000u};
     if ((rc = dsc_catalog_create(store, &copt, &cat)) < 0) {
         LOG_ERROR("cannot create the catalog: %s", dsc_strerror(rc));
         goto done;

@@ -77,6 +77,8 @@ struct dsc_reply {
     void *tcp;                /* its uv_tcp_t (rdma.c: the local address picks the RoCE GID),
                                  NULL on a transport without one */
     void *rdma;               /* the connection's RDMA state (rdma.c), NULL until RDMA_CONNECT */
+    uint64_t hinter;          /* dispatch.c: the hinter id of this connection's last HINT (its
+                                 GETs are counted for that loader's read-ahead), 0: none */
 };
 
 #endif

@@ -37,6 +37,7 @@ typedef struct dsc_chunk_ent {
     /* bit i: peer i failed for it or sent it corrupt */
     uint64_t tried[DSC_LOADER_MAX_PEERS / 64 + 1];
     uint64_t order;          /* creation order (re-routing keeps it) */
+    int hinted;              /* fetch.c: named in a HINT to its peer (read-ahead) */
     uint64_t epoch;          /* epoch of the step that first needed it (per-epoch wire bytes) */
     dsc_chunk_entry_t entry; /* as received (written by the data source) */
     uint8_t *stored;         /* stored bytes (from the buffer pool, filled by the data source) */

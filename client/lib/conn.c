@@ -253,7 +253,8 @@ int dsc_conn_idle_check_cb(dsc_conn_t *conn, uint64_t id_bit, uint8_t opcode,
             return 0; /* nothing, or the start of an answer still on its way */
         dsc_frame_header_t h;
         if (dsc_frame_header_decode(conn->rbuf + conn->rpos, have, DSC_FRAME_MAX_BODY, &h) < 0 ||
-            !(h.flags & DSC_FLAG_RESPONSE) || !(h.request_id & id_bit) || h.opcode != opcode ||
+            !(h.flags & DSC_FLAG_RESPONSE) || !(h.request_id & id_bit) ||
+            (h.opcode != opcode && !(opcode == DSC_OP_REPORT && h.opcode == DSC_OP_HINT)) ||
             DSC_FRAME_HEADER_SIZE + (size_t)h.body_len > CONN_RBUF_SIZE)
             return 1; /* something else: the server gave up on the connection */
         if (DSC_FRAME_HEADER_SIZE + (size_t)h.body_len > have)

@@ -54,8 +54,9 @@ const dsc_conn_info_t *dsc_conn_info(const dsc_conn_t *conn);
 
 /* For a connection with nothing outstanding, without blocking: consumes the answers already
  * received whose request id has id_bit and whose opcode is `opcode` (answers nobody waits for,
- * such as REPORT's). Returns 1 when the server closed the connection, it failed, or it holds
- * anything else (the server gave up on it); 0 when it is usable. */
+ * such as REPORT's; with DSC_OP_REPORT, HINT's too: both are advisory). Returns 1 when the server
+ * closed the connection, it failed, or it holds anything else (the server gave up on it); 0 when it
+ * is usable. */
 int dsc_conn_idle_check(dsc_conn_t *conn, uint64_t id_bit, uint8_t opcode);
 /* The same, handing each consumed answer (header, body) to seen(arg, ...) first (NULL: none). */
 int dsc_conn_idle_check_cb(dsc_conn_t *conn, uint64_t id_bit, uint8_t opcode,

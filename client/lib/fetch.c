@@ -5,11 +5,15 @@
 #include "fetch.h"
 #include "decode.h"
 #include "diag.h"
+#include "hint.h"
 #include "report.h"
 #include "route.h"
 #include "util.h"
 
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Back-off between probes of a failed peer: 1 s, doubling up to this. */
 #define BACKOFF_MAX_S 10.0
@@ -48,6 +52,97 @@ int dsc__fetch_manifest(dsc_loader_t *loader) {
         DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "no server answered for dataset %s",
                 loader->cfg.dataset);
     return rc;
+}
+
+/* ---- Read-ahead hints ------------------------------------------------------------------------ */
+
+/* A HINT at most this often per peer, naming what is queued for it up to this far ahead. */
+#define HINT_INTERVAL_S 0.1
+#define HINT_WINDOW_S 4.0
+/* Queued chunks looked at per HINT (the queue's head is mostly hinted already). */
+#define HINT_SCAN_MAX 8192
+/* Until the peer's rate is known, the bytes per second due times are reckoned at. */
+#define HINT_RATE_GUESS (100.0 * 1e6)
+
+/* Whether this loader sends hints: on unless DSCACHE_HINTS=0 (decided once). Under lock. */
+static int hints_on(dsc_loader_t *loader) {
+    if (loader->fetch.hints == 0) {
+        const char *v = getenv("DSCACHE_HINTS");
+        loader->fetch.hints = v != NULL && strcmp(v, "0") == 0 ? -1 : 1;
+        /* A per-loader id the server counts hinters by: not a secret, just distinct. */
+        uint64_t x = dsc_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)loader;
+        x ^= x >> 33;
+        x *= 0xff51afd7ed558ccdull;
+        x ^= x >> 33;
+        loader->fetch.hinter = x ? x : 1;
+        if (loader->fetch.hints < 0)
+            DSC_LOG(&loader->cfg.log, DSC_LOG_DEBUG, "read-ahead hints off (DSCACHE_HINTS=0)");
+    }
+    return loader->fetch.hints > 0;
+}
+
+/* A HINT body of n ranges (0: it only names this connection's loader). Returns its length, or 0. */
+static int hint_encode(dsc_loader_t *loader, const dsc_hint_range_t *ranges, uint32_t n,
+                       uint8_t *out, size_t cap) {
+    const char *dataset = loader->cfg.dataset;
+    dsc_hint_req_t req = {.hinter = loader->fetch.hinter,
+                          .dataset = {dataset, (uint16_t)strlen(dataset)},
+                          .range_count = n,
+                          .ranges = n > 0 ? ranges : NULL};
+    int len = dsc_hint_req_encode(&req, out, cap);
+    return len > 0 ? len : 0;
+}
+
+/* Builds a HINT body naming the chunks queued for io's peer that were not named yet, grouped as
+ * take_request will merge them, each with when it should be asked for (the bytes queued before
+ * it at the peer's rate so far), up to HINT_WINDOW_S ahead. Marks them hinted. Under lock.
+ * Returns the body's length, or 0 when there is nothing new to say. */
+static int hint_body(dsc_io_t *io, double now, uint8_t *out, size_t cap) {
+    dsc_loader_t *loader = io->loader;
+    dsc_peer_t *peer = &loader->net.peers[io->peer];
+    static _Thread_local dsc_hint_range_t ranges[DSC_HINT_MAX_RANGES];
+    if (loader->fetch.hint_t0 == 0)
+        loader->fetch.hint_t0 = now;
+    double elapsed = now - loader->fetch.hint_t0;
+    const dsc_verdict_server_t *vs = &loader->diag.servers[io->peer];
+    double rate = elapsed > 1.0 && vs->bytes > 0 ? (double)vs->bytes / elapsed : HINT_RATE_GUESS;
+    uint64_t ahead = peer->inflight_bytes;
+    uint32_t n = 0, scanned = 0;
+    dsc_chunk_ent_t *ent = peer->queue.head;
+    while (ent != NULL && n < DSC_HINT_MAX_RANGES && scanned < HINT_SCAN_MAX) {
+        double due = (double)ahead / rate;
+        if (due > HINT_WINDOW_S)
+            break;
+        /* A run of consecutive chunks of one shard, as take_request merges them. */
+        dsc_chunk_ent_t *run = ent;
+        uint32_t count = 0, fresh = 0;
+        do {
+            fresh += !ent->hinted;
+            ahead += ent->raw_len;
+            count++;
+            scanned++;
+            dsc_chunk_ent_t *next = ent->qnext;
+            int more = next != NULL && next->shard == ent->shard &&
+                       next->shard_chunk == ent->shard_chunk + 1 && count < DSC_SOURCE_MAX_MERGE &&
+                       count < DSC_HINT_MAX_RANGE_CHUNKS && next->hinted == run->hinted;
+            ent = next;
+            if (!more)
+                break;
+        } while (1);
+        if (fresh == 0)
+            continue;
+        for (dsc_chunk_ent_t *e = run; e != ent; e = e->qnext)
+            e->hinted = 1;
+        uint32_t due_ms =
+            due * 1e3 < DSC_HINT_MAX_DUE_MS ? (uint32_t)(due * 1e3) : DSC_HINT_MAX_DUE_MS;
+        ranges[n++] = (dsc_hint_range_t){.shard_id = run->shard,
+                                         .first_chunk = run->shard_chunk,
+                                         .chunk_count = count,
+                                         .due_ms = due_ms};
+    }
+    if (n == 0)
+        return 0;
+    return hint_encode(loader, ranges, n, out, cap);
 }
 
 /* ---- I/O threads --------------------------------------------------------------------------- */
@@ -218,6 +313,7 @@ static int connect_peer(dsc_io_t *io) {
         return -1;
     }
     io->conn = conn;
+    io->hint_named = 0;
     if (!peer->alive) {
         DSC_LOG(&loader->cfg.log, DSC_LOG_INFO, "server %s is back", peer->addr);
         pthread_cond_broadcast(&loader->io_cv);
@@ -283,6 +379,34 @@ static void io_loop(dsc_io_t *io) {
                 conn_failed(io, rc);
             continue; /* the lock was released: re-check stop, the view and the queue */
         }
+        /* Now and then, what is queued for this server and not yet announced (HINT): it reads
+         * the chunks it does not hold ahead of the GETs. Advisory: a server without read-ahead
+         * answers UNSUPPORTED and is not told again. */
+        int hint_now = now >= peer->hint_due && peer->queue.head != NULL;
+        if (src->hint != NULL && !peer->hints_off && (hint_now || !io->hint_named) &&
+            hints_on(loader)) {
+            static _Thread_local uint8_t hbody[DSC_HINT_MAX_BODY];
+            int len = 0;
+            if (hint_now) {
+                peer->hint_due = now + HINT_INTERVAL_S;
+                len = hint_body(io, now, hbody, sizeof hbody);
+            }
+            /* Each connection says once whose GETs it carries, so that the server serves a
+             * staged range once per loader that announced it. */
+            if (len == 0 && !io->hint_named)
+                len = hint_encode(loader, NULL, 0, hbody, sizeof hbody);
+            if (len > 0) {
+                io->hint_named = 1;
+                uint64_t id = DSC_SOURCE_REPORT_ID | peer->report_seq++;
+                void *conn = io->conn;
+                pthread_mutex_unlock(&loader->lock);
+                rc = src->hint(conn, id, hbody, (size_t)len);
+                pthread_mutex_lock(&loader->lock);
+                if (rc < 0)
+                    conn_failed(io, rc);
+                continue;
+            }
+        }
         /* Submit what the budgets allow. */
         while (rc == 0 && io->out_count < max_out && !loader->stop) {
             dsc_source_req_t *req = &io->out[io->out_count];
@@ -336,6 +460,13 @@ static void io_loop(dsc_io_t *io) {
             vs->store_capacity = ra.store_capacity;
             vs->backing_pool = ra.backing_pool;
             vs->backing_latency_us = ra.backing_latency_us;
+        }
+        if (src->hint_refused != NULL && io->conn != NULL && src->hint_refused(io->conn) &&
+            !peer->hints_off) {
+            peer->hints_off = 1;
+            DSC_LOG(&loader->cfg.log, DSC_LOG_INFO,
+                    "server %s has no read-ahead (HINT answered UNSUPPORTED): not sending it hints",
+                    peer->addr);
         }
         if (rc < 0 && conn_bad) {
             conn_failed(io, rc);

@@ -142,6 +142,7 @@ typedef struct dsc_io {
     uint64_t next_id;
     dsc_source_req_t out[IO_MAX_OUTSTANDING]; /* outstanding requests, unordered */
     uint32_t out_count;
+    int hint_named; /* fetch.c: a HINT went out on this connection (its GETs are this loader's) */
 } dsc_io_t;
 
 /* One peer the loader reads from: a server, or the fallback files (index DSC__PEER_FALLBACK).
@@ -164,6 +165,8 @@ typedef struct dsc_peer {
     int manifest_rc;   /* fetch.c: what its MANIFEST call gave at create (explained there) */
     double report_due; /* fetch.c: monotonic seconds: the next REPORT (any connected I/O thread) */
     uint64_t report_seq; /* fetch.c: low bits of the REPORT ids */
+    double hint_due;     /* fetch.c: monotonic seconds: the next HINT may go out */
+    int hints_off;       /* fetch.c: the server answered a HINT UNSUPPORTED: no more */
 } dsc_peer_t;
 
 /* A decode thread's own state, and that of next() when it assists. */
@@ -238,6 +241,11 @@ struct dsc_loader {
      * decode.c gives bytes back once decoded). Under lock. */
     struct {
         uint64_t inflight_used;
+        /* Read-ahead hints (HINT): 0 not decided yet, 1 on, -1 off (DSCACHE_HINTS=0); the
+         * loader's hinter id; when the first hint went out (for the rate estimate). */
+        int hints;
+        uint64_t hinter;
+        double hint_t0;
     } fetch;
 
     /* Owner decode.c: decode threads, the decode queue (fetch.c pushes), assist. Under lock. */

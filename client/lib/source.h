@@ -122,6 +122,13 @@ typedef struct dsc_source_ops {
      * answer, whatever its status. Returns 0, or an error after which the connection is
      * unusable. */
     int (*report)(void *conn, uint64_t id, const uint8_t *body, size_t len);
+    /* Optional (NULL: no read-ahead hints): sends a HINT request (body from proto/hint.h) with
+     * request id `id` (DSC_SOURCE_REPORT_ID set); complete() drops its answer. Returns 0, or an
+     * error after which the connection is unusable. */
+    int (*hint)(void *conn, uint64_t id, const uint8_t *body, size_t len);
+    /* Optional: 1 once a HINT was answered UNSUPPORTED on conn (the server has no read-ahead)
+     * since the last call; else 0. Never blocks. */
+    int (*hint_refused)(void *conn);
     /* Optional: 1 and *out when a REPORT answer with the server's figures (proto/report.h
      * dsc_report_resp_t) arrived on conn since the last call; else 0. Never blocks. */
     int (*report_answer)(void *conn, dsc_report_resp_t *out);

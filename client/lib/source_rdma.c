@@ -184,6 +184,12 @@ static int rc_idle_closed(void *conn) {
 static int rc_report_answer(void *conn, dsc_report_resp_t *out) {
     return dsc__source_tcp.report_answer(conn, out);
 }
+static int rc_hint(void *conn, uint64_t id, const uint8_t *body, size_t len) {
+    return dsc__source_tcp.hint(conn, id, body, len);
+}
+static int rc_hint_refused(void *conn) {
+    return dsc__source_tcp.hint_refused(conn);
+}
 
 int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, const dsc_credential_t *cred, char *why,
                     size_t why_cap, char *device, size_t device_cap) {
@@ -872,8 +878,8 @@ static int read_answer(rdma_conn_t *c, dsc_source_req_t *out, uint32_t count) {
     if (h.request_id & INTERNAL_ID) {
         if ((rc = recv_body(c, h.body_len)) < 0)
             return rc;
-        if (h.opcode == DSC_OP_REPORT)
-            return 0; /* a REPORT's answer (rc_report; same id bit): dropped, as over TCP */
+        if (h.opcode == DSC_OP_REPORT || h.opcode == DSC_OP_HINT)
+            return 0; /* a REPORT's or HINT's answer (same id bit): dropped, as over TCP */
         if (h.status != DSC_STATUS_OK) {
             DSC_LOG(env->log, DSC_LOG_WARN, "server %s: lease release refused: %s", addr,
                     dsc_status_name(h.status));
@@ -1152,6 +1158,19 @@ static int rc_report_answer(void *conn, dsc_report_resp_t *out) {
     return c->tcp ? dsc__source_tcp.report_answer(c->tcp, out) : 0;
 }
 
+/* HINTs (read-ahead) go where REPORTs go; over RDMA's control connection rc_complete drops their
+ * answers, so an UNSUPPORTED one is only seen over the TCP fallback. */
+static int rc_hint(void *conn, uint64_t id, const uint8_t *body, size_t len) {
+    rdma_conn_t *c = conn;
+    if (c->tcp)
+        return dsc__source_tcp.hint(c->tcp, id, body, len);
+    return dsc_conn_send(c->conn, DSC_OP_HINT, id, body, len);
+}
+static int rc_hint_refused(void *conn) {
+    rdma_conn_t *c = conn;
+    return c->tcp ? dsc__source_tcp.hint_refused(c->tcp) : 0;
+}
+
 /* The server closed the idle control connection: only a hang-up counts here, since answers to
  * release-only RDMA_GETs may still be waiting to be read. */
 static int rc_idle_closed(void *conn) {
@@ -1251,6 +1270,8 @@ const dsc_source_ops_t dsc__source_rdma = {
     .complete = rc_complete,
     .report = rc_report,
     .report_answer = rc_report_answer,
+    .hint = rc_hint,
+    .hint_refused = rc_hint_refused,
     .idle_closed = rc_idle_closed,
     .wake = rc_wake,
     .close = rc_close,

@@ -19,6 +19,7 @@ typedef struct tcp_conn {
     dsc_conn_t *conn;
     dsc_report_resp_t answer; /* the latest REPORT answer's figures (tcp_report_answer) */
     int answer_new;
+    int hint_refused; /* a HINT was answered UNSUPPORTED (tcp_hint_refused) */
 } tcp_conn_t;
 
 static int tcp_endpoint_open(const dsc_source_env_t *env, const char *addr, void **out) {
@@ -147,13 +148,17 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
         return rc;
     /* Answers to REPORTs (tcp_report) are dropped: a server without REPORT answers UNSUPPORTED,
      * which only costs the report. */
-    while ((h.request_id & DSC_SOURCE_REPORT_ID) && h.opcode == DSC_OP_REPORT &&
+    while ((h.request_id & DSC_SOURCE_REPORT_ID) &&
+           (h.opcode == DSC_OP_REPORT || h.opcode == DSC_OP_HINT) &&
            (h.flags & DSC_FLAG_RESPONSE)) {
+        /* A HINT's answer only matters when it says the server has no read-ahead. */
+        if (h.opcode == DSC_OP_HINT && h.status == DSC_STATUS_UNSUPPORTED)
+            c->hint_refused = 1;
         /* An OK answer may carry the server's figures (dsc_report_resp_t): kept for the
          * verdict; anything else in it is dropped. */
         uint8_t ab[256];
-        if (h.status == DSC_STATUS_OK && h.body_len >= DSC_REPORT_RESP_SIZE &&
-            h.body_len <= sizeof ab) {
+        if (h.opcode == DSC_OP_REPORT && h.status == DSC_STATUS_OK &&
+            h.body_len >= DSC_REPORT_RESP_SIZE && h.body_len <= sizeof ab) {
             rc = dsc_conn_recv_body(c->conn, ab, h.body_len);
             if (rc == 0 && dsc_report_resp_decode(ab, h.body_len, &c->answer) == 1)
                 c->answer_new = 1;
@@ -247,14 +252,19 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
 /* A REPORT answer consumed while idle: its figures are kept as in tcp_complete. */
 static void keep_answer(void *arg, const dsc_frame_header_t *h, const uint8_t *body) {
     tcp_conn_t *c = arg;
+    if (h->opcode == DSC_OP_HINT) {
+        if (h->status == DSC_STATUS_UNSUPPORTED)
+            c->hint_refused = 1;
+        return;
+    }
     if (h->status == DSC_STATUS_OK && dsc_report_resp_decode(body, h->body_len, &c->answer) == 1)
         c->answer_new = 1;
 }
 
 static int tcp_idle_closed(void *conn) {
     tcp_conn_t *c = conn;
-    /* Nothing is outstanding: the answers of REPORTs sent while idle are dropped here; any other
-     * byte, EOF or an error means the server gave up on it. */
+    /* Nothing is outstanding: the answers of REPORTs (and HINTs) sent while idle are dropped here;
+     * any other byte, EOF or an error means the server gave up on it. */
     return dsc_conn_idle_check_cb(c->conn, DSC_SOURCE_REPORT_ID, DSC_OP_REPORT, keep_answer, c);
 }
 
@@ -285,6 +295,18 @@ static int tcp_report(void *conn, uint64_t id, const uint8_t *body, size_t len) 
     return dsc_conn_send(c->conn, DSC_OP_REPORT, id, body, len);
 }
 
+static int tcp_hint(void *conn, uint64_t id, const uint8_t *body, size_t len) {
+    tcp_conn_t *c = conn;
+    return dsc_conn_send(c->conn, DSC_OP_HINT, id, body, len);
+}
+
+static int tcp_hint_refused(void *conn) {
+    tcp_conn_t *c = conn;
+    int refused = c->hint_refused;
+    c->hint_refused = 0;
+    return refused;
+}
+
 const dsc_source_ops_t dsc__source_tcp = {
     .name = "tcp",
     .max_outstanding = 64,
@@ -297,6 +319,8 @@ const dsc_source_ops_t dsc__source_tcp = {
     .complete = tcp_complete,
     .report = tcp_report,
     .report_answer = tcp_report_answer,
+    .hint = tcp_hint,
+    .hint_refused = tcp_hint_refused,
     .idle_closed = tcp_idle_closed,
     .wake = tcp_wake,
     .close = tcp_close,

@@ -11,6 +11,9 @@
 #   --full: C/D {1, 0.5, 0.25} x cap {0.8, 1.2, 2}x x latency {0.1, 5, 20, 50} ms
 #   --row CD:MULT:LAT_MS: only this row (repeatable), e.g. --row 0.25:1.2:20
 #   --ref-bin DIR: also run each row with the dscached in DIR (the reference), side by side
+#   --jobs N: N jobs with the same seed and options at once (read-ahead shares their backing
+#     reads); adds "storage reads": backing bytes / the bytes one job's misses need
+#   --no-readahead: the server without read-ahead (--staging-memory 0), loaders without hints
 # Needs /dev/fuse and fusermount3; everything started is stopped by PID on exit.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,6 +21,8 @@ BIN=${DSC_BIN:-$here/../../build/bin}
 REF_BIN=
 seconds=8
 full=0
+jobs=1
+readahead=1
 rows=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -26,7 +31,9 @@ while [ $# -gt 0 ]; do
     --seconds) seconds=$2; shift ;;
     --bin) BIN=$2; shift ;;
     --ref-bin) REF_BIN=$2; shift ;;
-    -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --jobs) jobs=$2; shift ;;
+    --no-readahead) readahead=0 ;;
+    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -70,9 +77,11 @@ run_row() {
     pids+=("$sfs")
     for _ in $(seq 1 100); do [ -f "$mnt/manifest.json" ] && break; sleep 0.05; done
     rm -f "$work/port" "$work/hport"
+        local extra=()
+    [ "$readahead" = 1 ] || extra=(--staging-memory 0)
     "$bin/dscached" --data "$mnt" --listen 127.0.0.1:0 --http 127.0.0.1:0 --port-file "$work/port" \
         --http-port-file "$work/hport" --memory "$mem" --warm --policy minio --threads 2 \
-        >"$work/server.log" 2>&1 &
+        "${extra[@]}" >"$work/server.log" 2>&1 &
     local srv=$!
     pids+=("$srv")
     for _ in $(seq 1 600); do [ -s "$work/hport" ] && break; sleep 0.1; done
@@ -80,31 +89,59 @@ run_row() {
     for _ in $(seq 1 1200); do curl -sf "http://$http/readyz" >/dev/null && break; sleep 0.1; done
     local rb0 rb1 out
     rb0=$(( $(metric "$http" dscache_read_through_bytes_total) + $(metric "$http" dscache_loaded_bytes_total) ))
-    out=$("$BIN/dscache" bench --server "$addr" --dataset slow --batch-size $batch \
-        --compute-ms $step_ms --seconds "$seconds" --cache 64M --report-seconds 1 2>&1) || true
+        local hints=1 k jp=()
+    [ "$readahead" = 1 ] || hints=0
+    for k in $(seq 2 "$jobs"); do
+        DSCACHE_HINTS=$hints "$BIN/dscache" bench --server "$addr" --dataset slow \
+            --batch-size $batch --compute-ms $step_ms --seconds "$seconds" --cache 64M \
+            --report-seconds 1 --job "job$k" >"$work/job$k.out" 2>&1 &
+        jp+=("$!")
+        pids+=("$!")
+    done
+    out=$(DSCACHE_HINTS=$hints "$BIN/dscache" bench --server "$addr" --dataset slow \
+        --batch-size $batch --compute-ms $step_ms --seconds "$seconds" --cache 64M \
+        --report-seconds 1 --job job1 2>&1) || true
+    for k in "${jp[@]}"; do wait "$k" 2>/dev/null || true; done
     [ -n "${BENCH_VERBOSE:-}" ] && grep -E "^(limit|suggestion)" <<<"$out" >&2
     rb1=$(( $(metric "$http" dscache_read_through_bytes_total) + $(metric "$http" dscache_loaded_bytes_total) ))
+        [ -n "${BENCH_VERBOSE:-}" ] && curl -sf "http://$http/metrics" | grep -E '^dscache_(staging|backing_coalesced|read_through)' >&2
     kill -TERM "$srv" 2>/dev/null; wait "$srv" 2>/dev/null || true
     fusermount3 -u "$mnt" 2>/dev/null || fusermount3 -uz "$mnt"
     wait "$sfs" 2>/dev/null || true
-    local stall gbps verdict
+    local stall gbps verdict recv share=""
+    if [ "$jobs" -gt 1 ]; then
+        # Storage reads: backing bytes over what the job that received most needed from storage.
+        # (the job that went fastest: its decoded bytes x the miss share)
+        recv=$(for f in "$work"/job*.out; do sed -nE 's/^throughput: .* ([0-9.]+) GB\/s decoded.*/\1/p' "$f"; done
+            sed -nE 's/^throughput: .* ([0-9.]+) GB\/s decoded.*/\1/p' <<<"$out")
+        recv=$(sort -g <<<"$recv" | tail -1)
+        share=$(awk -v b="$((rb1 - rb0))" -v g="${recv:-0}" -v c="$cd" -v t="$seconds" \
+            'BEGIN { printf " | %.2fx", ((g > 0 && c < 1) ? b / (g * 1e9 * t * (1 - c)) : 0) }')
+        for f in "$work"/job*.out; do
+            share="$share, other job: $(sed -nE 's/^stall: ([0-9.]+)%.*/\1/p' "$f")% stall"
+        done
+        rm -f "$work"/job*.out
+    fi
     stall=$(sed -nE 's/^stall: ([0-9.]+)%.*/\1/p' <<<"$out")
     gbps=$(sed -nE 's/^throughput: .* ([0-9.]+) GB\/s decoded.*/\1/p' <<<"$out")
     verdict=$(sed -nE 's/^limit: ([a-z_]+).*/\1/p' <<<"$out")
     awk -v s="${stall:-nan}" -v g="${gbps:-0}" -v q="$demand" -v r0="$rb0" -v r1="$rb1" \
         -v t="$seconds" -v v="${verdict:-?}" \
-        'BEGIN { printf "%s%% | %.0f%% | %.0f MB/s | %s", s, 100 * g * 1e9 / q, (r1 - r0) / t / 1e6, v }'
+        -v sh="$share" \
+        'BEGIN { printf "%s%% | %.0f%% | %.0f MB/s | %s%s", s, 100 * g * 1e9 / q, (r1 - r0) / t / 1e6, v, sh }'
 }
 
 if [ "$full" = 1 ]; then cds="1 0.5 0.25" mults="0.8 1.2 2" lats="0.1 5 20 50"
 else cds="0.25" mults="0.8 1.2" lats="0.1 20 50"; fi
-echo "dataset $((D / 1000000)) MB, demand $((demand / 1000000)) MB/s (batch $batch x $sample_bytes B per ${step_ms} ms step), ${seconds} s per row, $(nproc) cores"
+echo "dataset $((D / 1000000)) MB, demand $((demand / 1000000)) MB/s (batch $batch x $sample_bytes B per ${step_ms} ms step), ${seconds} s per row, $(nproc) cores, $jobs job(s), read-ahead $([ "$readahead" = 1 ] && echo on || echo off)"
+sharecol="" sharesep=""
+[ "$jobs" -gt 1 ] && sharecol=" storage reads (x one job's misses), other jobs |" sharesep="---|"
 if [ -n "$REF_BIN" ]; then
     echo "| C/D | cap (x bound) | latency | bound | throughput allowed | reference: stall, throughput, backing used, verdict | stall | throughput | backing used | verdict |"
     echo "|---|---|---|---|---|---|---|---|---|---|"
 else
-    echo "| C/D | cap (x bound) | latency | bound | throughput allowed | stall | throughput | backing used | verdict |"
-    echo "|---|---|---|---|---|---|---|---|---|"
+    echo "| C/D | cap (x bound) | latency | bound | throughput allowed | stall | throughput | backing used | verdict |$sharecol"
+    echo "|---|---|---|---|---|---|---|---|---|$sharesep"
 fi
 if [ ${#rows[@]} -eq 0 ]; then
     for cd in $cds; do for m in $mults; do for l in $lats; do rows+=("$cd:$m:$l"); done; done; done

@@ -1,5 +1,6 @@
 /* Authentication probes for tests/integration/test_auth.sh, against a real dscached:
- *   op ADDR TOKEN|- OP [DATASET [SHARD]]   one request under a credential (or anonymously);
+ *   op ADDR TOKEN|- OP [DATASET [SHARD]]   one request under a credential (or anonymously; OP
+ *                                          HINT: chunk 0 of SHARD);
  *                                          prints "OK <body>" / "ERR <name> <message>" /
  *                                          "CONNECT_ERR <name>"
  *   replay ADDR TOKEN                      a good exchange, then its client MAC replayed on a
@@ -12,6 +13,7 @@
 #include "conn.h"
 #include "credential.h"
 #include "dsc_sys.h"
+#include "hint.h"
 #include "protocol.h"
 #include "report.h"
 #include "wire.h"
@@ -78,6 +80,13 @@ static int encode_op(int argc, char **argv, int at, uint8_t *body, int *len) {
         *len = dsc_get_req_encode(&req, body, 256);
         return DSC_OP_GET;
     }
+    if (strcmp(op, "HINT") == 0) { /* chunk 0 of the shard, due now */
+        dsc_hint_range_t r = {.shard_id = shard == DSC_SHARD_ALL ? 0 : shard, .chunk_count = 1};
+        dsc_hint_req_t req = {
+            .hinter = 7, .dataset = {name, (uint16_t)strlen(name)}, .range_count = 1, .ranges = &r};
+        *len = dsc_hint_req_encode(&req, body, 256);
+        return DSC_OP_HINT;
+    }
     if (strcmp(op, "WARM") == 0 || strcmp(op, "EVICT") == 0) {
         dsc_shard_req_t req = {.dataset = {name, (uint16_t)strlen(name)}, .shard_id = shard};
         *len = dsc_shard_req_encode(&req, body, 256);
@@ -89,7 +98,7 @@ static int encode_op(int argc, char **argv, int at, uint8_t *body, int *len) {
 static void print_answer(dsc_conn_t *c, int opcode, int rc, const uint8_t *resp, size_t len) {
     if (rc < 0)
         printf("ERR %s %s\n", ename(rc), dsc_conn_last_error(c));
-    else if (opcode == DSC_OP_WARM || opcode == DSC_OP_EVICT)
+    else if (opcode == DSC_OP_WARM || opcode == DSC_OP_EVICT || opcode == DSC_OP_HINT)
         printf("OK %u\n", len == 4 ? dsc_load_u32(resp) : 0xFFFFFFFFu);
     else if (opcode == DSC_OP_GET)
         printf("OK %zu bytes\n", len);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 20, the parts without RDMA: a REPORT for a dataset the credential cannot read is refused
-# (NOT_FOUND, as for an absent dataset), counted and not listed; one credential reporting 70 jobs
+# (NOT_FOUND, as for an absent dataset), counted and not listed (a HINT likewise); one credential reporting 70 jobs
 # keeps at most its share (16) and pushes out none of another credential's jobs; --metrics-names
 # hide keeps every dataset and job name off the unauthenticated /metrics (default show), while
 # /healthz and /readyz stay open; a credential file readable by others gets a WARN at start and
@@ -26,6 +26,10 @@ start_server P --data "$work/a" --data "$work/b" --auth-file "$work/creds"
 ! grep -q "auth-file.*readable" "$work/server-P.log" || fail "WARN for a mode-600 file"
 expect 0 '^REPORT ok 2 refused 0' "$AUTH" report "$ADDR_P" "$work/tok-b" dsb bjob 2
 expect 0 '^REPORT ok 0 refused 3 ENOTFOUND' "$AUTH" report "$ADDR_P" "$work/tok-lim" dsb sneaky 3
+# A HINT (read-ahead) within the credential too: NOT_FOUND outside it, UNAUTHORIZED anonymously.
+expect 0 '^OK [0-9]+$' "$AUTH" op "$ADDR_P" "$work/tok-lim" HINT dsa 0
+expect 0 '^ERR ENOTFOUND' "$AUTH" op "$ADDR_P" "$work/tok-lim" HINT dsb 0
+expect 0 '^ERR EUNAUTH' "$AUTH" op "$ADDR_P" - HINT dsa 0
 [ "$(value "$HTTP_P" dscache_job_reports_refused_total)" = 3 ] \
     && pass "REPORTs for a dataset the credential cannot read: refused and counted" \
     || fail "refused REPORTs not counted"

@@ -1,6 +1,7 @@
 /* Wire protocol codecs: round trips, every truncation, byte-by-byte reassembly of pipelined
  * frames, rejection of hostile headers and bodies, status/error mapping. */
 #include "auth.h"
+#include "hint.h"
 #include "protocol.h"
 #include "report.h"
 #include "testlib.h"
@@ -776,7 +777,7 @@ static void test_mapping(void) {
     static const uint32_t ops[] = {
         DSC_OP_HELLO,        DSC_OP_PING,     DSC_OP_LIST,   DSC_OP_MANIFEST, DSC_OP_GET,
         DSC_OP_STAT,         DSC_OP_MEMBERS,  DSC_OP_AUTH,   DSC_OP_WARM,     DSC_OP_EVICT,
-        DSC_OP_RDMA_CONNECT, DSC_OP_RDMA_GET, DSC_OP_REPORT, DSC_OP_POLICY};
+        DSC_OP_RDMA_CONNECT, DSC_OP_RDMA_GET, DSC_OP_REPORT, DSC_OP_POLICY,   DSC_OP_HINT};
     int known = 0;
     for (uint32_t op = 0; op < 300; op++) {
         int k = dsc_opcode_known(op);
@@ -845,6 +846,12 @@ static int seed_body_ok(const dsc_frame_header_t *h, const uint8_t *body, size_t
     case DSC_OP_REPORT: {
         dsc_report_req_t req;
         return response ? len == 0 : dsc_report_req_decode(body, len, &req) == 0;
+    }
+    case DSC_OP_HINT: {
+        dsc_hint_req_t req;
+        uint32_t accepted;
+        return response ? dsc_hint_resp_decode(body, len, &accepted) == 0
+                        : dsc_hint_req_decode(body, len, &req) == 0;
     }
     case DSC_OP_PING:
         return 1;
