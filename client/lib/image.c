@@ -29,8 +29,6 @@ struct dsc_image_ctx {
     dsc_image_limits_t limits;
     uint8_t *pixels; /* the decoded source, RGB HWC */
     size_t pixels_cap;
-    uint8_t *resized; /* the resized crop, RGB HWC */
-    size_t resized_cap;
     dsc_resample_scratch_t resample;
     char error[ERR_LEN];
 };
@@ -132,7 +130,6 @@ void dsc__image_ctx_destroy(dsc_image_ctx_t *ctx) {
     if (ctx->tj_encode)
         tjDestroy(ctx->tj_encode);
     free(ctx->pixels);
-    free(ctx->resized);
     dsc__resample_scratch_free(&ctx->resample);
     free(ctx);
 }
@@ -512,10 +509,12 @@ static int decode_for(dsc_image_ctx_t *ctx, const void *data, size_t len, int fo
     return fail(ctx, "not a JPEG, PNG or WebP image");
 }
 
-/* Resizes the region (x, y, bw, bh) of ctx->pixels (sw x sh RGB) to ow x oh RGB into dst. The
- * resampler sees only the whole pixels the region touches, as PIL's crop then resize does. */
+/* Resizes the region (x, y, bw, bh) of ctx->pixels (sw x sh RGB) to ow x oh into dst, planar
+ * (CHW) or not, mirrored or not. The resampler sees only the whole pixels the region touches, as
+ * PIL's crop then resize does. */
 static int resize_region(dsc_image_ctx_t *ctx, uint32_t sw, uint32_t sh, double x, double y,
-                         double bw, double bh, uint8_t *dst, uint32_t ow, uint32_t oh) {
+                         double bw, double bh, uint8_t *dst, uint32_t ow, uint32_t oh, int planar,
+                         int flip) {
     double x0 = fmax(0, floor(x)), y0 = fmax(0, floor(y));
     double x1 = fmin(sw, ceil(x + bw - 1e-9)), y1 = fmin(sh, ceil(y + bh - 1e-9));
     if (x1 <= x0)
@@ -528,8 +527,8 @@ static int resize_region(dsc_image_ctx_t *ctx, uint32_t sw, uint32_t sh, double 
     double bx1 = fmin(iw, x + bw - x0), by1 = fmin(ih, y + bh - y0);
     if (bx1 <= bx0 || by1 <= by0)
         return fail(ctx, "empty crop");
-    int rc = dsc__resample_rgb(&ctx->resample, src, iw, ih, (size_t)sw * 3, bx0, by0, bx1, by1, dst,
-                               ow, oh);
+    int rc = dsc__resample_rgb_to(&ctx->resample, src, iw, ih, (size_t)sw * 3, bx0, by0, bx1, by1,
+                                  dst, ow, oh, planar, flip);
     return rc == DSC_EINVAL ? fail(ctx, "resize: bad box") : rc;
 }
 
@@ -561,51 +560,11 @@ int dsc__image_decode(dsc_image_ctx_t *ctx, const void *data, size_t len,
     }
     if (rc < 0)
         return rc;
-    /* The box in the decoded (possibly DCT-scaled) buffer's pixels. */
+    /* The box in the decoded (possibly DCT-scaled) buffer's pixels; the resampler writes the
+     * layout and the flip itself. */
     double fx = (double)sw / full_w, fy = (double)sh / full_h;
-    uint32_t ow = spec->width, oh = spec->height;
-    size_t plane = (size_t)ow * oh;
-    int direct = spec->layout == DSC_IMAGE_LAYOUT_HWC && !box.flip;
-    uint8_t *dst = out;
-    if (!direct) {
-        if (grow(&ctx->resized, &ctx->resized_cap, plane * 3) < 0)
-            return DSC_ENOMEM;
-        dst = ctx->resized;
-    }
-    rc = resize_region(ctx, pw, ph, box.x * fx - ox, box.y * fy - oy, box.w * fx, box.h * fy, dst,
-                       ow, oh);
-    if (rc < 0 || direct)
-        return rc;
-    if (spec->layout == DSC_IMAGE_LAYOUT_HWC) { /* flipped */
-        for (uint32_t r = 0; r < oh; r++) {
-            const uint8_t *src = dst + (size_t)r * ow * 3;
-            uint8_t *row = out + (size_t)r * ow * 3;
-            for (uint32_t c = 0; c < ow; c++)
-                memcpy(row + (size_t)c * 3, src + (size_t)(ow - 1 - c) * 3, 3);
-        }
-        return 0;
-    }
-    uint8_t *r_plane = out, *g_plane = out + plane, *b_plane = out + 2 * plane;
-    for (uint32_t r = 0; r < oh; r++) {
-        const uint8_t *src = dst + (size_t)r * ow * 3;
-        size_t base = (size_t)r * ow;
-        if (box.flip) {
-            for (uint32_t c = 0; c < ow; c++) {
-                const uint8_t *p = src + (size_t)(ow - 1 - c) * 3;
-                r_plane[base + c] = p[0];
-                g_plane[base + c] = p[1];
-                b_plane[base + c] = p[2];
-            }
-        } else {
-            for (uint32_t c = 0; c < ow; c++) {
-                const uint8_t *p = src + (size_t)c * 3;
-                r_plane[base + c] = p[0];
-                g_plane[base + c] = p[1];
-                b_plane[base + c] = p[2];
-            }
-        }
-    }
-    return 0;
+    return resize_region(ctx, pw, ph, box.x * fx - ox, box.y * fy - oy, box.w * fx, box.h * fy, out,
+                         spec->width, spec->height, spec->layout == DSC_IMAGE_LAYOUT_CHW, box.flip);
 }
 
 int dsc__image_decode_rgb(dsc_image_ctx_t *ctx, const void *data, size_t len, uint32_t max_side,
@@ -633,7 +592,7 @@ int dsc__image_decode_rgb(dsc_image_ctx_t *ctx, const void *data, size_t len, ui
     if (sw == ow && sh == oh) {
         memcpy(buf, ctx->pixels, (size_t)ow * oh * 3);
     } else {
-        rc = resize_region(ctx, sw, sh, 0, 0, sw, sh, buf, ow, oh);
+        rc = resize_region(ctx, sw, sh, 0, 0, sw, sh, buf, ow, oh, 0, 0);
         if (rc < 0) {
             free(buf);
             return rc;
