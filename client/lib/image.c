@@ -23,7 +23,19 @@
 
 #define ERR_LEN 160
 
+typedef struct jpeg_fail {
+    struct jpeg_error_mgr mgr;
+    jmp_buf jump;
+    char message[JMSG_LENGTH_MAX];
+} jpeg_fail_t;
+
 struct dsc_image_ctx {
+    /* libjpeg's decompressor, created on the first JPEG and reused (jpeg_abort_decompress
+     * between images keeps its permanent allocations): the crop decode's path */
+    struct jpeg_decompress_struct jpeg;
+    jpeg_fail_t jpeg_fail;
+    struct jpeg_progress_mgr jpeg_progress;
+    int jpeg_ready;
     tjhandle tj_decode;
     tjhandle tj_encode;
     dsc_image_limits_t limits;
@@ -125,6 +137,8 @@ int dsc__image_ctx_create(const dsc_image_limits_t *limits, dsc_image_ctx_t **ou
 void dsc__image_ctx_destroy(dsc_image_ctx_t *ctx) {
     if (!ctx)
         return;
+    if (ctx->jpeg_ready)
+        jpeg_destroy_decompress(&ctx->jpeg);
     if (ctx->tj_decode)
         tjDestroy(ctx->tj_decode);
     if (ctx->tj_encode)
@@ -349,12 +363,6 @@ static int jpeg_decode(dsc_image_ctx_t *ctx, const void *data, size_t len, int d
 
 /* ---- JPEG, only the crop: libjpeg's API (jpeg_crop_scanline, jpeg_skip_scanlines) ------ */
 
-typedef struct jpeg_fail {
-    struct jpeg_error_mgr mgr;
-    jmp_buf jump;
-    char message[JMSG_LENGTH_MAX];
-} jpeg_fail_t;
-
 static void jpeg_on_error(j_common_ptr cinfo) {
     jpeg_fail_t *f = (jpeg_fail_t *)(void *)cinfo->err;
     f->mgr.format_message(cinfo, f->message);
@@ -380,42 +388,58 @@ static void jpeg_on_message(j_common_ptr cinfo, int level) {
         jpeg_on_error(cinfo);
 }
 
-/* Decodes the rows and columns of the full-size box at 1/denom into ctx->pixels: the scaled
- * image is *sw x *sh; the buffer holds its columns [*ox, *ox + *pw) and rows [*oy, *oy + *ph)
- * (rows below the crop are never decoded, rows above are entropy-decoded only, columns outside
- * the iMCU columns the crop touches are skipped). Returns 0, DSC_EDECODE or DSC_ENOMEM. */
-static int jpeg_decode_crop(dsc_image_ctx_t *ctx, const void *data, size_t len, int denom,
-                            const dsc_image_box_t *box, uint32_t full_w, uint32_t full_h,
-                            uint32_t *sw, uint32_t *sh, uint32_t *ox, uint32_t *oy, uint32_t *pw,
-                            uint32_t *ph) {
-    struct jpeg_decompress_struct cinfo;
-    jpeg_fail_t fail_mgr;
-    memset(&cinfo, 0, sizeof cinfo);
-    cinfo.err = jpeg_std_error(&fail_mgr.mgr);
-    fail_mgr.mgr.error_exit = jpeg_on_error;
-    fail_mgr.mgr.emit_message = jpeg_on_message;
-    fail_mgr.message[0] = 0;
+/* Reads the header (once), plans the crop (dsc__image_plan: *box, the full size in *full_w x
+ * *full_h), and decodes the box's rows and columns at the smallest DCT scale 1/d that covers it
+ * into ctx->pixels: the scaled image is *sw x *sh; the buffer holds its columns [*ox, *ox + *pw)
+ * and rows [*oy, *oy + *ph) (rows below the crop are never decoded, rows above are
+ * entropy-decoded only, columns outside the iMCU columns the crop touches are skipped).
+ * Returns 0, DSC_EDECODE or DSC_ENOMEM. */
+static int jpeg_decode_planned(dsc_image_ctx_t *ctx, const void *data, size_t len,
+                               const dsc_image_spec_t *spec, uint64_t seed, uint64_t epoch,
+                               uint64_t index, dsc_image_box_t *box, uint32_t *full_w,
+                               uint32_t *full_h, uint32_t *sw, uint32_t *sh, uint32_t *ox,
+                               uint32_t *oy, uint32_t *pw, uint32_t *ph) {
+    if (len > 0xFFFFFFFFul)
+        return fail(ctx, "jpeg: %zu bytes is too large", len);
+    j_decompress_ptr cinfo = &ctx->jpeg;
+    jpeg_fail_t *jf = &ctx->jpeg_fail;
+    if (!ctx->jpeg_ready) {
+        memset(cinfo, 0, sizeof *cinfo);
+        cinfo->err = jpeg_std_error(&jf->mgr);
+        jf->mgr.error_exit = jpeg_on_error;
+        jf->mgr.emit_message = jpeg_on_message;
+        if (setjmp(jf->jump)) /* out of memory in jpeg_create_decompress */
+            return DSC_ENOMEM;
+        jpeg_create_decompress(cinfo);
+        ctx->jpeg_progress.progress_monitor = jpeg_on_progress;
+        ctx->jpeg_ready = 1;
+    }
+    jf->message[0] = 0;
     volatile int rc = 0;
-    if (setjmp(fail_mgr.jump)) {
-        jpeg_destroy_decompress(&cinfo);
-        return rc ? rc : fail(ctx, "jpeg: %s", fail_mgr.message[0] ? fail_mgr.message : "?");
+    if (setjmp(jf->jump)) {
+        jpeg_abort_decompress(cinfo);
+        return rc ? rc : fail(ctx, "jpeg: %s", jf->message[0] ? jf->message : "?");
     }
-    jpeg_create_decompress(&cinfo);
-    jpeg_mem_src(&cinfo, data, (unsigned long)len);
-    jpeg_read_header(&cinfo, TRUE);
-    if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
-        jpeg_destroy_decompress(&cinfo);
-        return fail(ctx, "jpeg: CMYK/YCCK images are not supported");
+    jpeg_mem_src(cinfo, data, (unsigned long)len);
+    jpeg_read_header(cinfo, TRUE);
+    if (cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK) {
+        rc = fail(ctx, "jpeg: CMYK/YCCK images are not supported");
+        longjmp(jf->jump, 1);
     }
-    cinfo.out_color_space = JCS_RGB;
-    cinfo.scale_num = 1;
-    cinfo.scale_denom = (unsigned)denom;
-    struct jpeg_progress_mgr progress = {.progress_monitor = jpeg_on_progress};
-    cinfo.progress = &progress;
-    jpeg_start_decompress(&cinfo);
-    *sw = cinfo.output_width;
-    *sh = cinfo.output_height;
-    double fx = (double)*sw / full_w, fy = (double)*sh / full_h;
+    *full_w = cinfo->image_width;
+    *full_h = cinfo->image_height;
+    if ((rc = check_size(ctx, "jpeg", *full_w, *full_h)) < 0)
+        longjmp(jf->jump, 1);
+    dsc__image_plan(spec, *full_w, *full_h, seed, epoch, index, box);
+    cinfo->out_color_space = JCS_RGB;
+    cinfo->dct_method = JDCT_ISLOW;
+    cinfo->scale_num = 1;
+    cinfo->scale_denom = (unsigned)jpeg_denominator(box->w, box->h, spec->width, spec->height);
+    cinfo->progress = &ctx->jpeg_progress;
+    jpeg_start_decompress(cinfo);
+    *sw = cinfo->output_width;
+    *sh = cinfo->output_height;
+    double fx = (double)*sw / *full_w, fy = (double)*sh / *full_h;
     uint32_t x0 = (uint32_t)fmax(0, floor(box->x * fx));
     uint32_t x1 = (uint32_t)fmin(*sw, ceil((box->x + box->w) * fx));
     uint32_t y0 = (uint32_t)fmax(0, floor(box->y * fy));
@@ -426,7 +450,7 @@ static int jpeg_decode_crop(dsc_image_ctx_t *ctx, const void *data, size_t len, 
         y1 = y0 + 1 <= *sh ? y0 + 1 : *sh;
     JDIMENSION xoff = x0, width = x1 - x0;
     if (width < *sw)
-        jpeg_crop_scanline(&cinfo, &xoff, &width);
+        jpeg_crop_scanline(cinfo, &xoff, &width);
     *ox = xoff;
     *pw = width;
     *oy = y0;
@@ -434,19 +458,23 @@ static int jpeg_decode_crop(dsc_image_ctx_t *ctx, const void *data, size_t len, 
     size_t row = (size_t)width * 3;
     if (grow(&ctx->pixels, &ctx->pixels_cap, row * *ph) < 0) {
         rc = DSC_ENOMEM;
-        longjmp(fail_mgr.jump, 1);
+        longjmp(jf->jump, 1);
     }
-    if (y0 > 0 && jpeg_skip_scanlines(&cinfo, y0) != y0)
-        longjmp(fail_mgr.jump, 1);
-    while (cinfo.output_scanline < y1) {
-        JSAMPROW rows[1] = {ctx->pixels + (size_t)(cinfo.output_scanline - y0) * row};
-        if (jpeg_read_scanlines(&cinfo, rows, 1) != 1) {
-            snprintf(fail_mgr.message, sizeof fail_mgr.message, "no more scanlines");
-            longjmp(fail_mgr.jump, 1);
+    if (y0 > 0 && jpeg_skip_scanlines(cinfo, y0) != y0)
+        longjmp(jf->jump, 1);
+    while (cinfo->output_scanline < y1) {
+        JSAMPROW rows[16];
+        JDIMENSION want = y1 - cinfo->output_scanline;
+        if (want > 16)
+            want = 16;
+        for (JDIMENSION r = 0; r < want; r++)
+            rows[r] = ctx->pixels + (size_t)(cinfo->output_scanline + r - y0) * row;
+        if (jpeg_read_scanlines(cinfo, rows, want) < 1) {
+            snprintf(jf->message, sizeof jf->message, "no more scanlines");
+            longjmp(jf->jump, 1);
         }
     }
-    jpeg_abort_decompress(&cinfo);
-    jpeg_destroy_decompress(&cinfo);
+    jpeg_abort_decompress(cinfo); /* the rows below the crop are never decoded */
     return 0;
 }
 
@@ -538,21 +566,19 @@ int dsc__image_decode(dsc_image_ctx_t *ctx, const void *data, size_t len,
     if (dsc__image_spec_check(spec) < 0 || !out ||
         out_len != (size_t)spec->width * spec->height * 3)
         return DSC_EINVAL;
-    int format;
-    uint32_t full_w, full_h;
-    int rc = dsc__image_info(ctx, data, len, &format, &full_w, &full_h);
-    if (rc < 0)
-        return rc;
+    int format = dsc__image_sniff(data, len);
+    uint32_t full_w, full_h, sw, sh, ox = 0, oy = 0, pw, ph;
     dsc_image_box_t box;
-    dsc__image_plan(spec, full_w, full_h, seed, epoch, index, &box);
-    if (box_out)
-        *box_out = box;
-    uint32_t sw, sh, ox = 0, oy = 0, pw, ph;
+    int rc;
+    ctx->error[0] = 0;
     if (format == DSC_IMAGE_JPEG) {
-        int d = jpeg_denominator(box.w, box.h, spec->width, spec->height);
-        rc =
-            jpeg_decode_crop(ctx, data, len, d, &box, full_w, full_h, &sw, &sh, &ox, &oy, &pw, &ph);
+        rc = jpeg_decode_planned(ctx, data, len, spec, seed, epoch, index, &box, &full_w, &full_h,
+                                 &sw, &sh, &ox, &oy, &pw, &ph);
     } else {
+        rc = dsc__image_info(ctx, data, len, &format, &full_w, &full_h);
+        if (rc < 0)
+            return rc;
+        dsc__image_plan(spec, full_w, full_h, seed, epoch, index, &box);
         rc = decode_for(ctx, data, len, format, &box, spec->width, spec->height, full_w, full_h,
                         &sw, &sh);
         pw = sw;
@@ -560,6 +586,8 @@ int dsc__image_decode(dsc_image_ctx_t *ctx, const void *data, size_t len,
     }
     if (rc < 0)
         return rc;
+    if (box_out)
+        *box_out = box;
     /* The box in the decoded (possibly DCT-scaled) buffer's pixels; the resampler writes the
      * layout and the flip itself. */
     double fx = (double)sw / full_w, fy = (double)sh / full_h;
