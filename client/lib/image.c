@@ -36,6 +36,7 @@ struct dsc_image_ctx {
     jpeg_fail_t jpeg_fail;
     struct jpeg_progress_mgr jpeg_progress;
     int jpeg_ready;
+    J_DCT_METHOD jpeg_dct; /* JDCT_IFAST, or JDCT_ISLOW with DSCACHE_JPEG_DCT=accurate */
     tjhandle tj_decode;
     tjhandle tj_encode;
     dsc_image_limits_t limits;
@@ -125,6 +126,11 @@ int dsc__image_ctx_create(const dsc_image_limits_t *limits, dsc_image_ctx_t **ou
         if (limits->max_side)
             ctx->limits.max_side = limits->max_side;
     }
+    /* The fast integer IDCT by default (as TensorFlow's decode_jpeg): mean |diff| about 1 of 255
+     * against the accurate one (docs/loader.md#image-decode gives the measured tolerance). */
+    const char *dct = getenv("DSCACHE_JPEG_DCT");
+    ctx->jpeg_dct =
+        dct && (!strcmp(dct, "accurate") || !strcmp(dct, "islow")) ? JDCT_ISLOW : JDCT_IFAST;
     ctx->tj_decode = tjInitDecompress();
     if (!ctx->tj_decode) {
         free(ctx);
@@ -432,7 +438,7 @@ static int jpeg_decode_planned(dsc_image_ctx_t *ctx, const void *data, size_t le
         longjmp(jf->jump, 1);
     dsc__image_plan(spec, *full_w, *full_h, seed, epoch, index, box);
     cinfo->out_color_space = JCS_RGB;
-    cinfo->dct_method = JDCT_ISLOW;
+    cinfo->dct_method = ctx->jpeg_dct;
     cinfo->scale_num = 1;
     cinfo->scale_denom = (unsigned)jpeg_denominator(box->w, box->h, spec->width, spec->height);
     cinfo->progress = &ctx->jpeg_progress;
