@@ -521,6 +521,11 @@ int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx) {
         return 0;
     st->state = ST_COLLATING;
     loader->work.collating++;
+    /* One chunk often completes several steps at once (small batches of large samples:
+     * images): while another can be collated, wake one more worker for it, else those steps
+     * wait for this thread and the decode threads work one at a time. */
+    if (find_collatable(loader) != NULL)
+        pthread_cond_signal(&loader->work_cv);
     dsc_batch_slot_t *slot = loader->cons.slots[st->slot];
     pthread_mutex_unlock(&loader->lock);
     int rc = 0;
