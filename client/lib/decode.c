@@ -309,6 +309,16 @@ static int collate_image(dsc_loader_t *loader, dsc_worker_ctx_t *ctx, const dsc_
         if (rc < 0)
             return rc;
     }
+    if (loader->cfg.nvjpeg && ctx->nvjpeg == NULL && !ctx->nvjpeg_failed) {
+        char why[256];
+        if (dsc__nvjpeg_open(&ctx->nvjpeg, why, sizeof why) < 0) {
+            ctx->nvjpeg_failed = 1;
+            DSC_LOG(&loader->cfg.log, DSC_LOG_WARN,
+                    "loader: device=cuda: nvJPEG: a decode thread could not make its handle "
+                    "(%s): it decodes images on the host",
+                    why);
+        }
+    }
     size_t bytes = (size_t)v->spec.height * v->spec.width * 3;
     uint8_t *dst = slot->host + loader->cfg.field_off[f];
     for (uint32_t k = 0; k < st->count; k++) {
@@ -316,8 +326,12 @@ static int collate_image(dsc_loader_t *loader, dsc_worker_ctx_t *ctx, const dsc_
         uint32_t i = st->in_chunk[k];
         uint64_t o0 = var_offset(ent, f, i), n = var_offset(ent, f, i + 1) - o0;
         uint8_t *out = dst + (size_t)k * bytes;
-        int rc = dsc__image_decode(ctx->image, ent->layout->fields[f].values + o0, n, &v->spec,
-                                   loader->cfg.opt.seed, st->epoch, st->ids[k], out, bytes, NULL);
+        /* nvJPEG (device="cuda"): the JPEG decodes on the GPU, the crop comes back for the
+         * resize, and the batch goes to the device with the slot as every other field. */
+        int rc =
+            dsc__image_decode_with(ctx->image, ent->layout->fields[f].values + o0, n, &v->spec,
+                                   loader->cfg.opt.seed, st->epoch, st->ids[k], out, bytes, NULL,
+                                   ctx->nvjpeg ? dsc__nvjpeg_decode_region : NULL, ctx->nvjpeg);
         if (rc == 0)
             continue;
         if (rc == DSC_ENOMEM)
@@ -595,5 +609,26 @@ void *dsc__worker_main(void *arg) {
     pthread_mutex_unlock(&loader->lock);
     free(ctx.scratch);
     dsc__image_ctx_destroy(ctx.image);
+    dsc__nvjpeg_close(ctx.nvjpeg);
     return NULL;
+}
+
+void dsc__decode_probe_gpu(dsc_loader_t *loader) {
+    int images = 0;
+    for (uint32_t f = 0; f < loader->cfg.field_count; f++)
+        images |= loader->cfg.var[f].image;
+    if (!images)
+        return;
+    char why[256];
+    dsc_nvjpeg_t *nv = NULL;
+    if (dsc__nvjpeg_open(&nv, why, sizeof why) < 0) {
+        DSC_LOG(&loader->cfg.log, DSC_LOG_WARN,
+                "loader: device=cuda: nvJPEG is not usable (%s): images are decoded on the host "
+                "and copied to the device with the batch",
+                why);
+        return;
+    }
+    dsc__nvjpeg_close(nv);
+    loader->cfg.nvjpeg = 1;
+    DSC_LOG(&loader->cfg.log, DSC_LOG_INFO, "loader: device=cuda: JPEG images decode with nvJPEG");
 }

@@ -22,4 +22,9 @@ void dsc__decode_push(dsc_loader_t *loader, dsc_chunk_ent_t *ent);
  * lock. */
 void dsc__work_signal(dsc_loader_t *loader);
 
+/* With device="cuda" and an image field: loads nvJPEG once to see that it works (cfg.nvjpeg = 1:
+ * the decode threads decode JPEGs with it), else says at WARN why images are decoded on the host.
+ * Called by create, before the threads start. */
+void dsc__decode_probe_gpu(dsc_loader_t *loader);
+
 #endif

@@ -601,6 +601,46 @@ int dsc__image_decode(dsc_image_ctx_t *ctx, const void *data, size_t len,
                          spec->width, spec->height, spec->layout == DSC_IMAGE_LAYOUT_CHW, box.flip);
 }
 
+int dsc__image_decode_with(dsc_image_ctx_t *ctx, const void *data, size_t len,
+                           const dsc_image_spec_t *spec, uint64_t seed, uint64_t epoch,
+                           uint64_t index, uint8_t *out, size_t out_len, dsc_image_box_t *box_out,
+                           dsc_image_region_fn region, void *region_arg) {
+    if (dsc__image_sniff(data, len) != DSC_IMAGE_JPEG || region == NULL)
+        return dsc__image_decode(ctx, data, len, spec, seed, epoch, index, out, out_len, box_out);
+    if (dsc__image_spec_check(spec) < 0 || !out ||
+        out_len != (size_t)spec->width * spec->height * 3)
+        return DSC_EINVAL;
+    int format;
+    uint32_t full_w, full_h;
+    int rc = dsc__image_info(ctx, data, len, &format, &full_w, &full_h);
+    if (rc < 0)
+        return rc;
+    dsc_image_box_t box;
+    dsc__image_plan(spec, full_w, full_h, seed, epoch, index, &box);
+    /* the whole pixels the box touches, as resize_region cuts them */
+    uint32_t x0 = (uint32_t)fmax(0, floor(box.x)), y0 = (uint32_t)fmax(0, floor(box.y));
+    uint32_t x1 = (uint32_t)fmin(full_w, ceil(box.x + box.w - 1e-9));
+    uint32_t y1 = (uint32_t)fmin(full_h, ceil(box.y + box.h - 1e-9));
+    if (x1 <= x0)
+        x1 = x0 + 1 <= full_w ? x0 + 1 : full_w;
+    if (y1 <= y0)
+        y1 = y0 + 1 <= full_h ? y0 + 1 : full_h;
+    if (x1 <= x0 || y1 <= y0)
+        return fail(ctx, "empty crop");
+    uint32_t w = x1 - x0, h = y1 - y0;
+    if (grow(&ctx->pixels, &ctx->pixels_cap, (size_t)w * h * 3) < 0)
+        return DSC_ENOMEM;
+    char why[ERR_LEN] = "";
+    rc = region(region_arg, data, len, full_w, full_h, x0, y0, w, h, ctx->pixels, why, sizeof why);
+    if (rc < 0)
+        return rc == DSC_EDECODE ? fail(ctx, "jpeg: %s", why[0] ? why : "the decoder refused it")
+                                 : rc;
+    if (box_out)
+        *box_out = box;
+    return resize_region(ctx, w, h, box.x - x0, box.y - y0, box.w, box.h, out, spec->width,
+                         spec->height, spec->layout == DSC_IMAGE_LAYOUT_CHW, box.flip);
+}
+
 int dsc__image_decode_rgb(dsc_image_ctx_t *ctx, const void *data, size_t len, uint32_t max_side,
                           uint8_t **rgb, uint32_t *width, uint32_t *height) {
     int format;

@@ -883,6 +883,7 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
         rc = dsc__cuda_open(loader->cfg.opt.device, &loader->cfg.log, &loader->cfg.cuda);
         if (rc < 0)
             goto fail;
+        dsc__decode_probe_gpu(loader);
     }
     loader->work.assist = !loader->cfg.opt.no_assist && loader->cfg.cuda == NULL;
     loader->cons.slot_count = loader->cfg.opt.prefetch_batches;
