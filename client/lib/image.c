@@ -630,11 +630,12 @@ int dsc__image_decode_with(dsc_image_ctx_t *ctx, const void *data, size_t len,
     uint32_t w = x1 - x0, h = y1 - y0;
     if (grow(&ctx->pixels, &ctx->pixels_cap, (size_t)w * h * 3) < 0)
         return DSC_ENOMEM;
-    char why[ERR_LEN] = "";
+    char why[ERR_LEN] = ""; /* the other decoder's reason, unused: libjpeg gives its own */
     rc = region(region_arg, data, len, full_w, full_h, x0, y0, w, h, ctx->pixels, why, sizeof why);
+    if (rc == DSC_EDECODE) /* a file the other decoder refuses (a variant it lacks): libjpeg */
+        return dsc__image_decode(ctx, data, len, spec, seed, epoch, index, out, out_len, box_out);
     if (rc < 0)
-        return rc == DSC_EDECODE ? fail(ctx, "jpeg: %s", why[0] ? why : "the decoder refused it")
-                                 : rc;
+        return rc;
     if (box_out)
         *box_out = box;
     return resize_region(ctx, w, h, box.x - x0, box.y - y0, box.w, box.h, out, spec->width,

@@ -264,8 +264,8 @@ static int region_cpu(void *arg, const void *data, size_t len, uint32_t full_w, 
 }
 
 /* dsc__image_decode_with: the same box as the codec's own path, pixels within the IDCT's
- * difference, the region no larger than the box's pixels; PNG bypasses it; its failure is a
- * DSC_EDECODE naming its reason. */
+ * difference, the region no larger than the box's pixels; PNG bypasses it; a
+ * refusal falls back to libjpeg. */
 static void test_external_jpeg(dsc_image_ctx_t *ctx, const uint8_t *jpeg, size_t jlen,
                                const uint8_t *png, size_t plen) {
     region_src_t src = {0};
@@ -287,11 +287,17 @@ static void test_external_jpeg(dsc_image_ctx_t *ctx, const uint8_t *jpeg, size_t
         dsc__image_decode_with(ctx, png, plen, &spec, 3, 1, 0, b, sizeof b, NULL, region_cpu, &src),
         0);
     CHECK_EQ_INT(src.calls, 20); /* not a JPEG: the codec's own decoder */
+    /* refused by the other decoder: libjpeg's bytes; a truncated file: libjpeg's error */
     src.fail = 1;
+    CHECK_EQ_INT(dsc__image_decode(ctx, jpeg, jlen, &spec, 3, 1, 0, a, sizeof a, NULL), 0);
     CHECK_EQ_INT(dsc__image_decode_with(ctx, jpeg, jlen, &spec, 3, 1, 0, b, sizeof b, NULL,
                                         region_cpu, &src),
+                 0);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK_EQ_INT(dsc__image_decode_with(ctx, jpeg, jlen / 2, &spec, 3, 1, 0, b, sizeof b, NULL,
+                                        region_cpu, &src),
                  DSC_EDECODE);
-    CHECK(strstr(dsc__image_error(ctx), "refused for the test") != NULL);
+    CHECK(strstr(dsc__image_error(ctx), "Premature end") != NULL);
     dsc__image_ctx_destroy(src.ctx);
 }
 
