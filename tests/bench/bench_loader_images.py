@@ -13,7 +13,7 @@ each load-only, with a 5 ms step, and with a "fit" step whose demand is 60% of d
 load-only rate (time.sleep: a GPU step leaves the host's cores free): samples/s, and the stall
 (share of the wall time spent waiting for the next batch).
 Then the stall claim ("< 2% at a 5 ms step wherever the decode threads' rate exceeds the step's
-demand"): for batch sizes 8, 4, 2, the decode threads' own rate (load only, assist=False: the
+demand"): for batch sizes 8, 4, 2, 1, the decode threads' own rate (load only, assist=False: the
 consumer does not decode) and, at the first batch size whose 5 ms step asks at most 70% of that
 rate, the stall at the 5 ms step (assist on, the default). Each row gives the CPU seconds of this
 process per image and the load average (1 min) when it ran: on shared cores another job's load
@@ -115,7 +115,7 @@ def run(batches, step):
 
 def stall_claim(addr):
     print("5 ms step where the decode threads keep up (%d decode threads):" % CORES)
-    for batch in (8, 4, 2):
+    for batch in (8, 4, 2, 1):
         rates = {}
         for assist in (False, True):
             ld = dscache.Loader(servers=addr, dataset="imgs", batch_size=batch, seed=0, rank=0,
