@@ -15,6 +15,9 @@ void *dsc__worker_main(void *arg);
  * decode one received chunk. Under lock (released while working). Returns 1 when it did
  * something, 0 when there was nothing to do. */
 int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx);
+/* next()'s help while it waits (assist): as dsc__worker_pass, except that with an image field
+ * it collates only the batch next() waits for. Under lock. */
+int dsc__assist_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx);
 /* A chunk's stored bytes arrived: queue it for decoding (state CH_RECEIVED) and wake a worker.
  * Under lock. */
 void dsc__decode_push(dsc_loader_t *loader, dsc_chunk_ent_t *ent);

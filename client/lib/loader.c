@@ -1058,7 +1058,7 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
         mark = now;
         cause = dsc__diag_waiting_on(loader, &cause_peer);
         /* Rather than sleep, do the work the batch waits for (or any other there is). */
-        if (loader->work.assist && dsc__worker_pass(loader, &loader->work.assist_ctx)) {
+        if (loader->work.assist && dsc__assist_pass(loader, &loader->work.assist_ctx)) {
             loader->stats.st.assists++;
             continue;
         }

@@ -15,7 +15,9 @@ load-only rate (time.sleep: a GPU step leaves the host's cores free): samples/s,
 Then the stall claim ("< 2% at a 5 ms step wherever the decode threads' rate exceeds the step's
 demand"): for batch sizes 8, 4, 2, 1, the decode threads' own rate (load only, assist=False: the
 consumer does not decode) and, at the first batch size whose 5 ms step asks at most 70% of that
-rate, the stall at the 5 ms step (assist on, the default). Each row gives the CPU seconds of this
+rate, the stall at the 5 ms step (assist on, the default): the loader's own (stats()["stall_seconds"]
+over the run: next() waiting for a batch not ready) and the time spent in next() as Python sees it
+(the binding's work and, on busy cores, the wake-ups of the consumer). Each row gives the CPU seconds of this
 process per image and the load average (1 min) when it ran: on shared cores another job's load
 takes the decode threads' CPU while the consumer sleeps.
 Usage: tests/bench/bench_loader_images.py [BUILD_DIR]   (BENCH_IMAGES=192, BENCH_SECONDS=3,
@@ -115,7 +117,7 @@ def run(batches, step):
 
 def stall_claim(addr):
     print("5 ms step where the decode threads keep up (%d decode threads):" % CORES)
-    for batch in (8, 4, 2, 1):
+    for batch in [int(b) for b in os.environ.get("BENCH_STALL_BATCHES", "8,4,2,1").split(",")]:
         rates = {}
         for assist in (False, True):
             ld = dscache.Loader(servers=addr, dataset="imgs", batch_size=batch, seed=0, rank=0,
@@ -134,8 +136,13 @@ def stall_claim(addr):
                 rates["cpu"] = (time.process_time() - c0) / (rates["threads"] * SECONDS)
                 rates["load"] = os.getloadavg()[0]
             else:
+                s0 = ld.stats()
                 r, stall = run(batches, STEP)
+                s1 = ld.stats()
                 cpu = (time.process_time() - c0) / (r * SECONDS)
+                # the loader's own stall: next() waiting for a batch not yet ready
+                lstall = ((s1["stall_seconds"] - s0["stall_seconds"]) /
+                          max(1e-9, s1["wall_seconds"] - s0["wall_seconds"]))
             ld.close()
             demand = batch / STEP
             if not assist and demand > 0.7 * rates["threads"]:
@@ -146,10 +153,10 @@ def stall_claim(addr):
                 break
         else:
             print("  batch %d: decode threads %.0f samples/s (%.2f ms CPU/image, load %.1f); "
-                  "5 ms step asks %.0f (%.0f%%): %.0f samples/s, stall %.2f%% "
-                  "(%.2f ms CPU/image, load %.1f)"
+                  "5 ms step asks %.0f (%.0f%%): %.0f samples/s, loader stall %.2f%% "
+                  "(stats()), time in next() %.2f%% (%.2f ms CPU/image, load %.1f)"
                   % (batch, rates["threads"], 1000 * rates["cpu"], rates["load"], demand,
-                     100 * demand / rates["threads"], r, 100 * stall, 1000 * cpu,
+                     100 * demand / rates["threads"], r, 100 * lstall, 100 * stall, 1000 * cpu,
                      os.getloadavg()[0]))
             return
 
