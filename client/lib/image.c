@@ -632,10 +632,10 @@ int dsc__image_decode_with(dsc_image_ctx_t *ctx, const void *data, size_t len,
         return DSC_ENOMEM;
     char why[ERR_LEN] = ""; /* the other decoder's reason, unused: libjpeg gives its own */
     rc = region(region_arg, data, len, full_w, full_h, x0, y0, w, h, ctx->pixels, why, sizeof why);
-    if (rc == DSC_EDECODE) /* a file the other decoder refuses (a variant it lacks): libjpeg */
-        return dsc__image_decode(ctx, data, len, spec, seed, epoch, index, out, out_len, box_out);
+    /* A file the other decoder refuses (a variant it lacks), or its device out of memory:
+     * libjpeg decodes it, and gives a bad file its error. */
     if (rc < 0)
-        return rc;
+        return dsc__image_decode(ctx, data, len, spec, seed, epoch, index, out, out_len, box_out);
     if (box_out)
         *box_out = box;
     return resize_region(ctx, w, h, box.x - x0, box.y - y0, box.w, box.h, out, spec->width,

@@ -89,9 +89,8 @@ typedef int (*dsc_image_region_fn)(void *arg, const void *data, size_t len, uint
 
 /* As dsc__image_decode, with the JPEG pixels from `region` (the whole pixels the box touches, at
  * full size: no DCT scaling) instead of libjpeg; PNG and WebP decode as there. The crop, resize,
- * flip and layout are the same code: only the IDCT and chroma upsampling differ. A JPEG that
- * `region` refuses (DSC_EDECODE) is decoded by libjpeg instead, whose error a bad file gets;
- * other failures of `region` are returned. */
+ * flip and layout are the same code: only the IDCT and chroma upsampling differ. A JPEG for
+ * which `region` fails (any code) is decoded by libjpeg instead, whose error a bad file gets. */
 int dsc__image_decode_with(dsc_image_ctx_t *ctx, const void *data, size_t len,
                            const dsc_image_spec_t *spec, uint64_t seed, uint64_t epoch,
                            uint64_t index, uint8_t *out, size_t out_len, dsc_image_box_t *box,
