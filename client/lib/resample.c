@@ -224,32 +224,50 @@ static void horizontal(const dsc_resample_scratch_t *s, const uint8_t *src, size
     }
 }
 
+#if HAVE_SSE2
+/* acc0..3 (16 outputs) += rows r0, r1 (16 bytes each at x) . w (c0 c1 in each 32-bit lane). */
+#define MADD_PAIR(r0, r1, w)                                                                       \
+    do {                                                                                           \
+        __m128i l0_ = _mm_unpacklo_epi8(r0, zero), h0_ = _mm_unpackhi_epi8(r0, zero);              \
+        __m128i l1_ = _mm_unpacklo_epi8(r1, zero), h1_ = _mm_unpackhi_epi8(r1, zero);              \
+        a0 = _mm_add_epi32(a0, _mm_madd_epi16(_mm_unpacklo_epi16(l0_, l1_), w));                   \
+        a1 = _mm_add_epi32(a1, _mm_madd_epi16(_mm_unpackhi_epi16(l0_, l1_), w));                   \
+        a2 = _mm_add_epi32(a2, _mm_madd_epi16(_mm_unpacklo_epi16(h0_, h1_), w));                   \
+        a3 = _mm_add_epi32(a3, _mm_madd_epi16(_mm_unpackhi_epi16(h0_, h1_), w));                   \
+    } while (0)
+#define MAX_PAIRS 16
+#endif
+
 /* One output row of len bytes: sum over k < n of rows[base + k * stride][x] * c[k]. */
 static void vertical_row(const dsc_resample_scratch_t *s, const uint8_t *base, size_t stride,
                          const int16_t *c, int n, size_t len, uint8_t *out) {
     size_t x = 0;
 #if HAVE_SSE2
-    if (!s->scalar) {
+    if (!s->scalar && n <= 2 * MAX_PAIRS) {
+        /* the weight pairs and row pointers once per row, not per 16 bytes */
         const __m128i zero = _mm_setzero_si128();
+        __m128i w[MAX_PAIRS];
+        const uint8_t *rows[2 * MAX_PAIRS];
+        int full = n / 2, odd = n & 1;
+        for (int p = 0; p < full + odd; p++) {
+            int k = 2 * p;
+            uint32_t pair = (uint16_t)c[k];
+            if (k + 1 < n)
+                pair |= (uint32_t)(uint16_t)c[k + 1] << 16;
+            w[p] = _mm_set1_epi32((int32_t)pair);
+            rows[k] = base + (size_t)k * stride;
+            rows[k + 1] = k + 1 < n ? base + (size_t)(k + 1) * stride : rows[k];
+        }
         for (; x + 16 <= len; x += 16) {
             __m128i a0 = _mm_set1_epi32(ROUND_HALF), a1 = a0, a2 = a0, a3 = a0;
-            int k = 0;
-            for (; k < n; k += 2) {
-                __m128i r0 = _mm_loadu_si128((const __m128i *)(base + (size_t)k * stride + x));
-                __m128i r1 =
-                    k + 1 < n
-                        ? _mm_loadu_si128((const __m128i *)(base + (size_t)(k + 1) * stride + x))
-                        : zero;
-                int32_t pair = (uint16_t)c[k];
-                if (k + 1 < n)
-                    pair |= (int32_t)((uint32_t)(uint16_t)c[k + 1] << 16);
-                __m128i w = _mm_set1_epi32(pair);
-                __m128i l0 = _mm_unpacklo_epi8(r0, zero), h0 = _mm_unpackhi_epi8(r0, zero);
-                __m128i l1 = _mm_unpacklo_epi8(r1, zero), h1 = _mm_unpackhi_epi8(r1, zero);
-                a0 = _mm_add_epi32(a0, _mm_madd_epi16(_mm_unpacklo_epi16(l0, l1), w));
-                a1 = _mm_add_epi32(a1, _mm_madd_epi16(_mm_unpackhi_epi16(l0, l1), w));
-                a2 = _mm_add_epi32(a2, _mm_madd_epi16(_mm_unpacklo_epi16(h0, h1), w));
-                a3 = _mm_add_epi32(a3, _mm_madd_epi16(_mm_unpackhi_epi16(h0, h1), w));
+            for (int p = 0; p < full; p++) {
+                __m128i r0 = _mm_loadu_si128((const __m128i *)(rows[2 * p] + x));
+                __m128i r1 = _mm_loadu_si128((const __m128i *)(rows[2 * p + 1] + x));
+                MADD_PAIR(r0, r1, w[p]);
+            }
+            if (odd) {
+                __m128i r0 = _mm_loadu_si128((const __m128i *)(rows[2 * full] + x));
+                MADD_PAIR(r0, zero, w[full]);
             }
             a0 = _mm_srai_epi32(a0, PRECISION_BITS);
             a1 = _mm_srai_epi32(a1, PRECISION_BITS);
