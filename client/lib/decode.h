@@ -15,11 +15,19 @@ void *dsc__worker_main(void *arg);
  * decode one received chunk. Under lock (released while working). Returns 1 when it did
  * something, 0 when there was nothing to do. */
 int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx);
+/* next()'s help while it waits (assist): as dsc__worker_pass, except that with an image field
+ * it collates only the batch next() waits for. Under lock. */
+int dsc__assist_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx);
 /* A chunk's stored bytes arrived: queue it for decoding (state CH_RECEIVED) and wake a worker.
  * Under lock. */
 void dsc__decode_push(dsc_loader_t *loader, dsc_chunk_ent_t *ent);
 /* Wakes an idle decode thread for one new unit of work, and next() when it would assist. Under
  * lock. */
 void dsc__work_signal(dsc_loader_t *loader);
+
+/* With device="cuda" and an image field: loads nvJPEG once to see that it works (cfg.nvjpeg = 1:
+ * the decode threads decode JPEGs with it), else says at WARN why images are decoded on the host.
+ * Called by create, before the threads start. */
+void dsc__decode_probe_gpu(dsc_loader_t *loader);
 
 #endif

@@ -23,14 +23,25 @@
 
 #define ERR_LEN 160
 
+typedef struct jpeg_fail {
+    struct jpeg_error_mgr mgr;
+    jmp_buf jump;
+    char message[JMSG_LENGTH_MAX];
+} jpeg_fail_t;
+
 struct dsc_image_ctx {
+    /* libjpeg's decompressor, created on the first JPEG and reused (jpeg_abort_decompress
+     * between images keeps its permanent allocations): the crop decode's path */
+    struct jpeg_decompress_struct jpeg;
+    jpeg_fail_t jpeg_fail;
+    struct jpeg_progress_mgr jpeg_progress;
+    int jpeg_ready;
+    J_DCT_METHOD jpeg_dct; /* JDCT_IFAST, or JDCT_ISLOW with DSCACHE_JPEG_DCT=accurate */
     tjhandle tj_decode;
     tjhandle tj_encode;
     dsc_image_limits_t limits;
     uint8_t *pixels; /* the decoded source, RGB HWC */
     size_t pixels_cap;
-    uint8_t *resized; /* the resized crop, RGB HWC */
-    size_t resized_cap;
     dsc_resample_scratch_t resample;
     char error[ERR_LEN];
 };
@@ -115,6 +126,11 @@ int dsc__image_ctx_create(const dsc_image_limits_t *limits, dsc_image_ctx_t **ou
         if (limits->max_side)
             ctx->limits.max_side = limits->max_side;
     }
+    /* The fast integer IDCT by default (as TensorFlow's decode_jpeg): mean |diff| about 1 of 255
+     * against the accurate one (docs/loader.md#image-decode gives the measured tolerance). */
+    const char *dct = getenv("DSCACHE_JPEG_DCT");
+    ctx->jpeg_dct =
+        dct && (!strcmp(dct, "accurate") || !strcmp(dct, "islow")) ? JDCT_ISLOW : JDCT_IFAST;
     ctx->tj_decode = tjInitDecompress();
     if (!ctx->tj_decode) {
         free(ctx);
@@ -127,12 +143,13 @@ int dsc__image_ctx_create(const dsc_image_limits_t *limits, dsc_image_ctx_t **ou
 void dsc__image_ctx_destroy(dsc_image_ctx_t *ctx) {
     if (!ctx)
         return;
+    if (ctx->jpeg_ready)
+        jpeg_destroy_decompress(&ctx->jpeg);
     if (ctx->tj_decode)
         tjDestroy(ctx->tj_decode);
     if (ctx->tj_encode)
         tjDestroy(ctx->tj_encode);
     free(ctx->pixels);
-    free(ctx->resized);
     dsc__resample_scratch_free(&ctx->resample);
     free(ctx);
 }
@@ -352,12 +369,6 @@ static int jpeg_decode(dsc_image_ctx_t *ctx, const void *data, size_t len, int d
 
 /* ---- JPEG, only the crop: libjpeg's API (jpeg_crop_scanline, jpeg_skip_scanlines) ------ */
 
-typedef struct jpeg_fail {
-    struct jpeg_error_mgr mgr;
-    jmp_buf jump;
-    char message[JMSG_LENGTH_MAX];
-} jpeg_fail_t;
-
 static void jpeg_on_error(j_common_ptr cinfo) {
     jpeg_fail_t *f = (jpeg_fail_t *)(void *)cinfo->err;
     f->mgr.format_message(cinfo, f->message);
@@ -383,42 +394,58 @@ static void jpeg_on_message(j_common_ptr cinfo, int level) {
         jpeg_on_error(cinfo);
 }
 
-/* Decodes the rows and columns of the full-size box at 1/denom into ctx->pixels: the scaled
- * image is *sw x *sh; the buffer holds its columns [*ox, *ox + *pw) and rows [*oy, *oy + *ph)
- * (rows below the crop are never decoded, rows above are entropy-decoded only, columns outside
- * the iMCU columns the crop touches are skipped). Returns 0, DSC_EDECODE or DSC_ENOMEM. */
-static int jpeg_decode_crop(dsc_image_ctx_t *ctx, const void *data, size_t len, int denom,
-                            const dsc_image_box_t *box, uint32_t full_w, uint32_t full_h,
-                            uint32_t *sw, uint32_t *sh, uint32_t *ox, uint32_t *oy, uint32_t *pw,
-                            uint32_t *ph) {
-    struct jpeg_decompress_struct cinfo;
-    jpeg_fail_t fail_mgr;
-    memset(&cinfo, 0, sizeof cinfo);
-    cinfo.err = jpeg_std_error(&fail_mgr.mgr);
-    fail_mgr.mgr.error_exit = jpeg_on_error;
-    fail_mgr.mgr.emit_message = jpeg_on_message;
-    fail_mgr.message[0] = 0;
+/* Reads the header (once), plans the crop (dsc__image_plan: *box, the full size in *full_w x
+ * *full_h), and decodes the box's rows and columns at the smallest DCT scale 1/d that covers it
+ * into ctx->pixels: the scaled image is *sw x *sh; the buffer holds its columns [*ox, *ox + *pw)
+ * and rows [*oy, *oy + *ph) (rows below the crop are never decoded, rows above are
+ * entropy-decoded only, columns outside the iMCU columns the crop touches are skipped).
+ * Returns 0, DSC_EDECODE or DSC_ENOMEM. */
+static int jpeg_decode_planned(dsc_image_ctx_t *ctx, const void *data, size_t len,
+                               const dsc_image_spec_t *spec, uint64_t seed, uint64_t epoch,
+                               uint64_t index, dsc_image_box_t *box, uint32_t *full_w,
+                               uint32_t *full_h, uint32_t *sw, uint32_t *sh, uint32_t *ox,
+                               uint32_t *oy, uint32_t *pw, uint32_t *ph) {
+    if (len > 0xFFFFFFFFul)
+        return fail(ctx, "jpeg: %zu bytes is too large", len);
+    j_decompress_ptr cinfo = &ctx->jpeg;
+    jpeg_fail_t *jf = &ctx->jpeg_fail;
+    if (!ctx->jpeg_ready) {
+        memset(cinfo, 0, sizeof *cinfo);
+        cinfo->err = jpeg_std_error(&jf->mgr);
+        jf->mgr.error_exit = jpeg_on_error;
+        jf->mgr.emit_message = jpeg_on_message;
+        if (setjmp(jf->jump)) /* out of memory in jpeg_create_decompress */
+            return DSC_ENOMEM;
+        jpeg_create_decompress(cinfo);
+        ctx->jpeg_progress.progress_monitor = jpeg_on_progress;
+        ctx->jpeg_ready = 1;
+    }
+    jf->message[0] = 0;
     volatile int rc = 0;
-    if (setjmp(fail_mgr.jump)) {
-        jpeg_destroy_decompress(&cinfo);
-        return rc ? rc : fail(ctx, "jpeg: %s", fail_mgr.message[0] ? fail_mgr.message : "?");
+    if (setjmp(jf->jump)) {
+        jpeg_abort_decompress(cinfo);
+        return rc ? rc : fail(ctx, "jpeg: %s", jf->message[0] ? jf->message : "?");
     }
-    jpeg_create_decompress(&cinfo);
-    jpeg_mem_src(&cinfo, data, (unsigned long)len);
-    jpeg_read_header(&cinfo, TRUE);
-    if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
-        jpeg_destroy_decompress(&cinfo);
-        return fail(ctx, "jpeg: CMYK/YCCK images are not supported");
+    jpeg_mem_src(cinfo, data, (unsigned long)len);
+    jpeg_read_header(cinfo, TRUE);
+    if (cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK) {
+        rc = fail(ctx, "jpeg: CMYK/YCCK images are not supported");
+        longjmp(jf->jump, 1);
     }
-    cinfo.out_color_space = JCS_RGB;
-    cinfo.scale_num = 1;
-    cinfo.scale_denom = (unsigned)denom;
-    struct jpeg_progress_mgr progress = {.progress_monitor = jpeg_on_progress};
-    cinfo.progress = &progress;
-    jpeg_start_decompress(&cinfo);
-    *sw = cinfo.output_width;
-    *sh = cinfo.output_height;
-    double fx = (double)*sw / full_w, fy = (double)*sh / full_h;
+    *full_w = cinfo->image_width;
+    *full_h = cinfo->image_height;
+    if ((rc = check_size(ctx, "jpeg", *full_w, *full_h)) < 0)
+        longjmp(jf->jump, 1);
+    dsc__image_plan(spec, *full_w, *full_h, seed, epoch, index, box);
+    cinfo->out_color_space = JCS_RGB;
+    cinfo->dct_method = ctx->jpeg_dct;
+    cinfo->scale_num = 1;
+    cinfo->scale_denom = (unsigned)jpeg_denominator(box->w, box->h, spec->width, spec->height);
+    cinfo->progress = &ctx->jpeg_progress;
+    jpeg_start_decompress(cinfo);
+    *sw = cinfo->output_width;
+    *sh = cinfo->output_height;
+    double fx = (double)*sw / *full_w, fy = (double)*sh / *full_h;
     uint32_t x0 = (uint32_t)fmax(0, floor(box->x * fx));
     uint32_t x1 = (uint32_t)fmin(*sw, ceil((box->x + box->w) * fx));
     uint32_t y0 = (uint32_t)fmax(0, floor(box->y * fy));
@@ -429,7 +456,7 @@ static int jpeg_decode_crop(dsc_image_ctx_t *ctx, const void *data, size_t len, 
         y1 = y0 + 1 <= *sh ? y0 + 1 : *sh;
     JDIMENSION xoff = x0, width = x1 - x0;
     if (width < *sw)
-        jpeg_crop_scanline(&cinfo, &xoff, &width);
+        jpeg_crop_scanline(cinfo, &xoff, &width);
     *ox = xoff;
     *pw = width;
     *oy = y0;
@@ -437,19 +464,23 @@ static int jpeg_decode_crop(dsc_image_ctx_t *ctx, const void *data, size_t len, 
     size_t row = (size_t)width * 3;
     if (grow(&ctx->pixels, &ctx->pixels_cap, row * *ph) < 0) {
         rc = DSC_ENOMEM;
-        longjmp(fail_mgr.jump, 1);
+        longjmp(jf->jump, 1);
     }
-    if (y0 > 0 && jpeg_skip_scanlines(&cinfo, y0) != y0)
-        longjmp(fail_mgr.jump, 1);
-    while (cinfo.output_scanline < y1) {
-        JSAMPROW rows[1] = {ctx->pixels + (size_t)(cinfo.output_scanline - y0) * row};
-        if (jpeg_read_scanlines(&cinfo, rows, 1) != 1) {
-            snprintf(fail_mgr.message, sizeof fail_mgr.message, "no more scanlines");
-            longjmp(fail_mgr.jump, 1);
+    if (y0 > 0 && jpeg_skip_scanlines(cinfo, y0) != y0)
+        longjmp(jf->jump, 1);
+    while (cinfo->output_scanline < y1) {
+        JSAMPROW rows[16];
+        JDIMENSION want = y1 - cinfo->output_scanline;
+        if (want > 16)
+            want = 16;
+        for (JDIMENSION r = 0; r < want; r++)
+            rows[r] = ctx->pixels + (size_t)(cinfo->output_scanline + r - y0) * row;
+        if (jpeg_read_scanlines(cinfo, rows, want) < 1) {
+            snprintf(jf->message, sizeof jf->message, "no more scanlines");
+            longjmp(jf->jump, 1);
         }
     }
-    jpeg_abort_decompress(&cinfo);
-    jpeg_destroy_decompress(&cinfo);
+    jpeg_abort_decompress(cinfo); /* the rows below the crop are never decoded */
     return 0;
 }
 
@@ -512,10 +543,12 @@ static int decode_for(dsc_image_ctx_t *ctx, const void *data, size_t len, int fo
     return fail(ctx, "not a JPEG, PNG or WebP image");
 }
 
-/* Resizes the region (x, y, bw, bh) of ctx->pixels (sw x sh RGB) to ow x oh RGB into dst. The
- * resampler sees only the whole pixels the region touches, as PIL's crop then resize does. */
+/* Resizes the region (x, y, bw, bh) of ctx->pixels (sw x sh RGB) to ow x oh into dst, planar
+ * (CHW) or not, mirrored or not. The resampler sees only the whole pixels the region touches, as
+ * PIL's crop then resize does. */
 static int resize_region(dsc_image_ctx_t *ctx, uint32_t sw, uint32_t sh, double x, double y,
-                         double bw, double bh, uint8_t *dst, uint32_t ow, uint32_t oh) {
+                         double bw, double bh, uint8_t *dst, uint32_t ow, uint32_t oh, int planar,
+                         int flip) {
     double x0 = fmax(0, floor(x)), y0 = fmax(0, floor(y));
     double x1 = fmin(sw, ceil(x + bw - 1e-9)), y1 = fmin(sh, ceil(y + bh - 1e-9));
     if (x1 <= x0)
@@ -528,14 +561,52 @@ static int resize_region(dsc_image_ctx_t *ctx, uint32_t sw, uint32_t sh, double 
     double bx1 = fmin(iw, x + bw - x0), by1 = fmin(ih, y + bh - y0);
     if (bx1 <= bx0 || by1 <= by0)
         return fail(ctx, "empty crop");
-    int rc = dsc__resample_rgb(&ctx->resample, src, iw, ih, (size_t)sw * 3, bx0, by0, bx1, by1, dst,
-                               ow, oh);
+    int rc = dsc__resample_rgb_to(&ctx->resample, src, iw, ih, (size_t)sw * 3, bx0, by0, bx1, by1,
+                                  dst, ow, oh, planar, flip);
     return rc == DSC_EINVAL ? fail(ctx, "resize: bad box") : rc;
 }
 
 int dsc__image_decode(dsc_image_ctx_t *ctx, const void *data, size_t len,
                       const dsc_image_spec_t *spec, uint64_t seed, uint64_t epoch, uint64_t index,
                       uint8_t *out, size_t out_len, dsc_image_box_t *box_out) {
+    if (dsc__image_spec_check(spec) < 0 || !out ||
+        out_len != (size_t)spec->width * spec->height * 3)
+        return DSC_EINVAL;
+    int format = dsc__image_sniff(data, len);
+    uint32_t full_w, full_h, sw, sh, ox = 0, oy = 0, pw, ph;
+    dsc_image_box_t box;
+    int rc;
+    ctx->error[0] = 0;
+    if (format == DSC_IMAGE_JPEG) {
+        rc = jpeg_decode_planned(ctx, data, len, spec, seed, epoch, index, &box, &full_w, &full_h,
+                                 &sw, &sh, &ox, &oy, &pw, &ph);
+    } else {
+        rc = dsc__image_info(ctx, data, len, &format, &full_w, &full_h);
+        if (rc < 0)
+            return rc;
+        dsc__image_plan(spec, full_w, full_h, seed, epoch, index, &box);
+        rc = decode_for(ctx, data, len, format, &box, spec->width, spec->height, full_w, full_h,
+                        &sw, &sh);
+        pw = sw;
+        ph = sh;
+    }
+    if (rc < 0)
+        return rc;
+    if (box_out)
+        *box_out = box;
+    /* The box in the decoded (possibly DCT-scaled) buffer's pixels; the resampler writes the
+     * layout and the flip itself. */
+    double fx = (double)sw / full_w, fy = (double)sh / full_h;
+    return resize_region(ctx, pw, ph, box.x * fx - ox, box.y * fy - oy, box.w * fx, box.h * fy, out,
+                         spec->width, spec->height, spec->layout == DSC_IMAGE_LAYOUT_CHW, box.flip);
+}
+
+int dsc__image_decode_with(dsc_image_ctx_t *ctx, const void *data, size_t len,
+                           const dsc_image_spec_t *spec, uint64_t seed, uint64_t epoch,
+                           uint64_t index, uint8_t *out, size_t out_len, dsc_image_box_t *box_out,
+                           dsc_image_region_fn region, void *region_arg) {
+    if (dsc__image_sniff(data, len) != DSC_IMAGE_JPEG || region == NULL)
+        return dsc__image_decode(ctx, data, len, spec, seed, epoch, index, out, out_len, box_out);
     if (dsc__image_spec_check(spec) < 0 || !out ||
         out_len != (size_t)spec->width * spec->height * 3)
         return DSC_EINVAL;
@@ -546,66 +617,29 @@ int dsc__image_decode(dsc_image_ctx_t *ctx, const void *data, size_t len,
         return rc;
     dsc_image_box_t box;
     dsc__image_plan(spec, full_w, full_h, seed, epoch, index, &box);
+    /* the whole pixels the box touches, as resize_region cuts them */
+    uint32_t x0 = (uint32_t)fmax(0, floor(box.x)), y0 = (uint32_t)fmax(0, floor(box.y));
+    uint32_t x1 = (uint32_t)fmin(full_w, ceil(box.x + box.w - 1e-9));
+    uint32_t y1 = (uint32_t)fmin(full_h, ceil(box.y + box.h - 1e-9));
+    if (x1 <= x0)
+        x1 = x0 + 1 <= full_w ? x0 + 1 : full_w;
+    if (y1 <= y0)
+        y1 = y0 + 1 <= full_h ? y0 + 1 : full_h;
+    if (x1 <= x0 || y1 <= y0)
+        return fail(ctx, "empty crop");
+    uint32_t w = x1 - x0, h = y1 - y0;
+    if (grow(&ctx->pixels, &ctx->pixels_cap, (size_t)w * h * 3) < 0)
+        return DSC_ENOMEM;
+    char why[ERR_LEN] = ""; /* the other decoder's reason, unused: libjpeg gives its own */
+    rc = region(region_arg, data, len, full_w, full_h, x0, y0, w, h, ctx->pixels, why, sizeof why);
+    /* A file the other decoder refuses (a variant it lacks), or its device out of memory:
+     * libjpeg decodes it, and gives a bad file its error. */
+    if (rc < 0)
+        return dsc__image_decode(ctx, data, len, spec, seed, epoch, index, out, out_len, box_out);
     if (box_out)
         *box_out = box;
-    uint32_t sw, sh, ox = 0, oy = 0, pw, ph;
-    if (format == DSC_IMAGE_JPEG) {
-        int d = jpeg_denominator(box.w, box.h, spec->width, spec->height);
-        rc =
-            jpeg_decode_crop(ctx, data, len, d, &box, full_w, full_h, &sw, &sh, &ox, &oy, &pw, &ph);
-    } else {
-        rc = decode_for(ctx, data, len, format, &box, spec->width, spec->height, full_w, full_h,
-                        &sw, &sh);
-        pw = sw;
-        ph = sh;
-    }
-    if (rc < 0)
-        return rc;
-    /* The box in the decoded (possibly DCT-scaled) buffer's pixels. */
-    double fx = (double)sw / full_w, fy = (double)sh / full_h;
-    uint32_t ow = spec->width, oh = spec->height;
-    size_t plane = (size_t)ow * oh;
-    int direct = spec->layout == DSC_IMAGE_LAYOUT_HWC && !box.flip;
-    uint8_t *dst = out;
-    if (!direct) {
-        if (grow(&ctx->resized, &ctx->resized_cap, plane * 3) < 0)
-            return DSC_ENOMEM;
-        dst = ctx->resized;
-    }
-    rc = resize_region(ctx, pw, ph, box.x * fx - ox, box.y * fy - oy, box.w * fx, box.h * fy, dst,
-                       ow, oh);
-    if (rc < 0 || direct)
-        return rc;
-    if (spec->layout == DSC_IMAGE_LAYOUT_HWC) { /* flipped */
-        for (uint32_t r = 0; r < oh; r++) {
-            const uint8_t *src = dst + (size_t)r * ow * 3;
-            uint8_t *row = out + (size_t)r * ow * 3;
-            for (uint32_t c = 0; c < ow; c++)
-                memcpy(row + (size_t)c * 3, src + (size_t)(ow - 1 - c) * 3, 3);
-        }
-        return 0;
-    }
-    uint8_t *r_plane = out, *g_plane = out + plane, *b_plane = out + 2 * plane;
-    for (uint32_t r = 0; r < oh; r++) {
-        const uint8_t *src = dst + (size_t)r * ow * 3;
-        size_t base = (size_t)r * ow;
-        if (box.flip) {
-            for (uint32_t c = 0; c < ow; c++) {
-                const uint8_t *p = src + (size_t)(ow - 1 - c) * 3;
-                r_plane[base + c] = p[0];
-                g_plane[base + c] = p[1];
-                b_plane[base + c] = p[2];
-            }
-        } else {
-            for (uint32_t c = 0; c < ow; c++) {
-                const uint8_t *p = src + (size_t)c * 3;
-                r_plane[base + c] = p[0];
-                g_plane[base + c] = p[1];
-                b_plane[base + c] = p[2];
-            }
-        }
-    }
-    return 0;
+    return resize_region(ctx, w, h, box.x - x0, box.y - y0, box.w, box.h, out, spec->width,
+                         spec->height, spec->layout == DSC_IMAGE_LAYOUT_CHW, box.flip);
 }
 
 int dsc__image_decode_rgb(dsc_image_ctx_t *ctx, const void *data, size_t len, uint32_t max_side,
@@ -633,7 +667,7 @@ int dsc__image_decode_rgb(dsc_image_ctx_t *ctx, const void *data, size_t len, ui
     if (sw == ow && sh == oh) {
         memcpy(buf, ctx->pixels, (size_t)ow * oh * 3);
     } else {
-        rc = resize_region(ctx, sw, sh, 0, 0, sw, sh, buf, ow, oh);
+        rc = resize_region(ctx, sw, sh, 0, 0, sw, sh, buf, ow, oh, 0, 0);
         if (rc < 0) {
             free(buf);
             return rc;

@@ -1,6 +1,6 @@
 /* Image codec: JPEG (libjpeg-turbo's TurboJPEG, decoded at the smallest DCT scale that covers
  * the crop), PNG (libpng) and WebP (libwebp) bytes into a fixed-size RGB u8 image, with one
- * resize (stb_image_resize), a crop (center, random-resized, none), a flip and a layout. */
+ * resize (resample.c), a crop (center, random-resized, none), a flip and a layout. */
 #ifndef DSC_IMAGE_H
 #define DSC_IMAGE_H
 
@@ -79,6 +79,22 @@ void dsc__image_plan(const dsc_image_spec_t *spec, uint32_t src_w, uint32_t src_
 int dsc__image_decode(dsc_image_ctx_t *ctx, const void *data, size_t len,
                       const dsc_image_spec_t *spec, uint64_t seed, uint64_t epoch, uint64_t index,
                       uint8_t *out, size_t out_len, dsc_image_box_t *box);
+
+/* A JPEG decoder outside this module (nvJPEG on the GPU): decodes the full-size image and
+ * writes its pixels [x0, x0 + w) x [y0, y0 + h), RGB, rows 3 * w bytes apart, into rgb. Returns
+ * 0, DSC_EDECODE (why: len bytes, NUL-terminated) or another DSC_E* code. */
+typedef int (*dsc_image_region_fn)(void *arg, const void *data, size_t len, uint32_t full_w,
+                                   uint32_t full_h, uint32_t x0, uint32_t y0, uint32_t w,
+                                   uint32_t h, uint8_t *rgb, char *why, size_t why_len);
+
+/* As dsc__image_decode, with the JPEG pixels from `region` (the whole pixels the box touches, at
+ * full size: no DCT scaling) instead of libjpeg; PNG and WebP decode as there. The crop, resize,
+ * flip and layout are the same code: only the IDCT and chroma upsampling differ. A JPEG for
+ * which `region` fails (any code) is decoded by libjpeg instead, whose error a bad file gets. */
+int dsc__image_decode_with(dsc_image_ctx_t *ctx, const void *data, size_t len,
+                           const dsc_image_spec_t *spec, uint64_t seed, uint64_t epoch,
+                           uint64_t index, uint8_t *out, size_t out_len, dsc_image_box_t *box,
+                           dsc_image_region_fn region, void *region_arg);
 
 /* Decodes the whole image into RGB HWC, shrunk so that its longer side is at most max_side
  * (0: full size; the aspect is kept, the DCT scale used where it covers). *rgb is malloc'ed

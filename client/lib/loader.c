@@ -883,6 +883,7 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
         rc = dsc__cuda_open(loader->cfg.opt.device, &loader->cfg.log, &loader->cfg.cuda);
         if (rc < 0)
             goto fail;
+        dsc__decode_probe_gpu(loader);
     }
     loader->work.assist = !loader->cfg.opt.no_assist && loader->cfg.cuda == NULL;
     loader->cons.slot_count = loader->cfg.opt.prefetch_batches;
@@ -1066,7 +1067,7 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
         mark = now;
         cause = dsc__diag_waiting_on(loader, &cause_peer);
         /* Rather than sleep, do the work the batch waits for (or any other there is). */
-        if (loader->work.assist && dsc__worker_pass(loader, &loader->work.assist_ctx)) {
+        if (loader->work.assist && dsc__assist_pass(loader, &loader->work.assist_ctx)) {
             loader->stats.st.assists++;
             continue;
         }

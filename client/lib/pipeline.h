@@ -26,6 +26,7 @@
 #include "image.h"
 #include "log.h"
 #include "manifest.h"
+#include "nvjpeg.h"
 #include "placement.h"
 #include "plan.h"
 #include "slots.h"
@@ -173,6 +174,8 @@ typedef struct dsc_peer {
 typedef struct dsc_worker_ctx {
     int cuda_bound;
     dsc_image_ctx_t *image; /* the thread's image decoder, made on first use */
+    dsc_nvjpeg_t *nvjpeg;   /* the thread's nvJPEG handle and state (cfg.nvjpeg), on first use */
+    int nvjpeg_failed;      /* it could not be made: this thread decodes on the host */
     uint8_t *scratch;       /* decoded multi-field chunks on their way into a slot */
     size_t scratch_cap;
 } dsc_worker_ctx_t;
@@ -197,6 +200,7 @@ struct dsc_loader {
         dsc_credential_t *cred; /* server connections authenticate with it (NULL: anonymous) */
         dsc_bufpool_t pool;     /* thread-safe itself */
         dsc_cuda_t *cuda;
+        int nvjpeg; /* decode.c (dsc__decode_probe_gpu): image fields decode with nvJPEG */
         dsc_source_env_t source_env;                 /* what the data sources see */
         dsc_transport_counters_t transport_counters; /* the sources' (source_env.counters) */
     } cfg;

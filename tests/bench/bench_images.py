@@ -7,15 +7,20 @@ machine's other load does not enter: "per core".
   decode   one thread of the codec (client/lib/image.c through tests/integration/image_tool):
            decode + RandomResizedCrop(224) + flip, images/s, against PIL decode +
            torchvision-equivalent RandomResizedCrop (same get_params, crop, resize BILINEAR) +
-           flip in this process. Rounds alternate (codec, PIL, codec, ...) so that a shared
-           machine's noise falls on both; the median ratio is reported.
+           flip in this process (torchvision's own loader: Image.open + convert("RGB")). Also
+           shown: the codec with the accurate IDCT (DSCACHE_JPEG_DCT=accurate; the default is
+           the fast one), and PIL with Image.draft (its DCT scaling: the smallest scale that
+           keeps the crop at least 224 px, then resize of the scaled box), which torchvision
+           does not do. Rounds alternate (codec, codec accurate, PIL, PIL draft, codec, ...) so
+           that a shared machine's noise falls on all; the median of each is reported, and the
+           median of the per-round ratios.
   ingest   `dscache ingest images --size 224` (read, decode, resize + center crop, lz4, write:
            every thread's CPU time) against PIL decode + Resize(224) + CenterCrop(224) in one
            process (no write).
   bytes    cached bytes per image: `ingest images --encoded` (the files as they are, and
            re-encoded with --max-side 256) against the decoded u8[3,224,224] lz4 dataset of the
            same images (shard file bytes / images).
-Usage: tests/bench/bench_images.py [BUILD_DIR]   (BENCH_IMAGES=64, BENCH_SECONDS=4 per round)
+Usage: tests/bench/bench_images.py [BUILD_DIR]   (BENCH_IMAGES=64, BENCH_SECONDS=3 per round)
 Prints a table; well under a minute on 2 cores."""
 import io
 import math
@@ -36,7 +41,7 @@ BUILD = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build")
 TOOL = os.path.join(BUILD, "bin", "image_tool")
 CLI = os.path.join(BUILD, "bin", "dscache")
 N = int(os.environ.get("BENCH_IMAGES", "64"))
-SECONDS = float(os.environ.get("BENCH_SECONDS", "4"))
+SECONDS = float(os.environ.get("BENCH_SECONDS", "3"))
 ROUNDS = 3
 for p in (TOOL, CLI):
     if not os.path.exists(p):
@@ -99,9 +104,31 @@ def pil_decode_rrc(blobs, seconds):
     return n / (time.process_time() - c0)
 
 
-def codec_decode_rrc(paths, seconds):
+def pil_decode_rrc_draft(blobs, seconds):
+    n, t0, c0 = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - t0 < seconds:
+        for b in blobs:
+            im = Image.open(io.BytesIO(b))
+            W, H = im.size
+            i, j, h, w = rrc_params(W, H)
+            im.draft("RGB", (math.ceil(W * 224 / w), math.ceil(H * 224 / h)))
+            sx, sy = im.size[0] / W, im.size[1] / H
+            im = im.convert("RGB").resize((224, 224), Image.BILINEAR,
+                                          box=(j * sx, i * sy, (j + w) * sx, (i + h) * sy))
+            if random.random() < 0.5:
+                im = im.transpose(Image.FLIP_LEFT_RIGHT)
+            np.asarray(im)
+            n += 1
+    return n / (time.process_time() - c0)
+
+
+def codec_decode_rrc(paths, seconds, dct=None):
+    env = dict(os.environ)
+    env.pop("DSCACHE_JPEG_DCT", None)
+    if dct:
+        env["DSCACHE_JPEG_DCT"] = dct
     out = subprocess.run([TOOL, "bench", "random_resized", "224", "224", "1", str(seconds)] + paths,
-                         check=True, capture_output=True, text=True).stdout.split()
+                         check=True, capture_output=True, text=True, env=env).stdout.split()
     return int(out[1]) / float(out[5])
 
 
@@ -143,17 +170,23 @@ def main():
     print("bench_images: %d JPEGs (quality 90, %s, mean %.0f KB), %d cores"
           % (N, "/".join("%dx%d" % s for s in SIZES), mean_kb, cores))
     random.seed(0)
-    ratios, codec_rates, pil_rates = [], [], []
+    rates = {"codec": [], "accurate": [], "pil": [], "draft": []}
     for _ in range(ROUNDS):
-        c = codec_decode_rrc(paths, SECONDS)
-        p = pil_decode_rrc(blobs, SECONDS)
-        codec_rates.append(c)
-        pil_rates.append(p)
-        ratios.append(c / p)
+        rates["codec"].append(codec_decode_rrc(paths, SECONDS))
+        rates["accurate"].append(codec_decode_rrc(paths, SECONDS, "accurate"))
+        rates["pil"].append(pil_decode_rrc(blobs, SECONDS))
+        rates["draft"].append(pil_decode_rrc_draft(blobs, SECONDS))
+
+    def ratio(a, b):
+        return median([x / y for x, y in zip(rates[a], rates[b])])
     print("%-44s %10s %10s %7s" % ("images per CPU-second", "dscache", "PIL", "ratio"))
-    print("decode + RandomResizedCrop(224) + flip")
-    print("%-44s %10.0f %10.0f %6.2fx" % ("  per thread (median of %d rounds)" % ROUNDS,
-                                          median(codec_rates), median(pil_rates), median(ratios)))
+    print("decode + RandomResizedCrop(224) + flip, per thread (median of %d rounds)" % ROUNDS)
+    for label, a, b in (("  dscache vs PIL (torchvision's way)", "codec", "pil"),
+                        ("  dscache accurate IDCT vs PIL", "accurate", "pil"),
+                        ("  dscache vs PIL with draft()", "codec", "draft"),
+                        ("  dscache accurate IDCT vs PIL draft()", "accurate", "draft")):
+        print("%-44s %10.0f %10.0f %6.2fx" % (label, median(rates[a]), median(rates[b]),
+                                              ratio(a, b)))
     have_images = subprocess.run([CLI, "ingest", "images", "--help"], capture_output=True).returncode == 0
     if not have_images:
         print("ingest images: not in this build (skipped)")

@@ -133,6 +133,72 @@ train=("$root/deploy/local/train_demo.py" --batch-size 256 --compute-ms 5 --devi
     --dir "$work/img" || failed="$failed demo-dscache"
 "$py" "${train[@]}" --mode pread --dataset img-raw --dir "$work/img-raw" --workers 2 ||
     failed="$failed demo-pread"
+echo "== image decode with device=cuda: nvJPEG against the host path; without nvJPEG, a warning"
+# 64 JPEGs written by PIL, ingested encoded; the same loader (seed, epoch: the same crops and
+# flips) with device="cpu" and device="cuda". nvJPEG decodes at full size with its own IDCT and
+# chroma upsampling, the host path at a DCT scale where it covers the crop with the fast IDCT:
+# tolerance per batch mean |diff| <= 2.5 and p99 <= 24 (of 255; both are within mean 1.5 / p99
+# 20 of PIL's decode, python_test_image_pixels). With DSCACHE_NVJPEG_LIB pointing nowhere,
+# create warns (RuntimeWarning naming nvJPEG) and the bytes equal the host path's exactly.
+"$py" - "$build" "$work/jpegs" <<'PYEOF' || failed="$failed nvjpeg-loader"
+import os, subprocess, sys, warnings
+import numpy as np, torch
+from PIL import Image
+import dscache
+build, root = sys.argv[1], sys.argv[2]
+rng = np.random.default_rng(0)
+for i in range(64):
+    os.makedirs("%s/c%d" % (root, i % 2), exist_ok=True)
+    w, h = [(500, 375), (640, 480), (375, 500), (320, 240)][i % 4]
+    y, x = np.mgrid[0:h, 0:w]
+    a = np.stack([x * 255.0 / w, y * 255.0 / h, 127 + 100 * np.sin(x / 13.0 + y / 7.0)], -1)
+    a = np.clip(a + rng.normal(0, 8, a.shape), 0, 255).astype(np.uint8)
+    Image.fromarray(a).save("%s/c%d/%03d.jpg" % (root, i % 2, i), quality=90)
+subprocess.run([build + "/bin/dscache", "ingest", "images", root, "-o", root + "-ds", "--encoded",
+                "--name", "jpegs"], check=True, stdout=subprocess.DEVNULL)
+srv = subprocess.Popen([build + "/bin/dscached", "--data", root + "-ds", "--listen", "127.0.0.1:0",
+                        "--http", "off", "--memory", "256M", "--port-file", root + "-port"])
+try:
+    import time
+    for _ in range(100):
+        if os.path.exists(root + "-port") and os.path.getsize(root + "-port") > 0:
+            break
+        time.sleep(0.1)
+    addr = "127.0.0.1:" + open(root + "-port").read().strip()
+    def batches(device):
+        ld = dscache.Loader(servers=addr, dataset="jpegs", batch_size=16, seed=5, shuffle=True,
+                            device=device, output="torch", decode_threads=2,
+                            decode={"image": dscache.Image(size=(224, 224), crop="random_resized",
+                                                           flip=True)})
+        ld.set_epoch(1)
+        out = [b["image"].cpu().numpy() for b in ld]
+        ld.close()
+        return np.concatenate(out)
+    host = batches("cpu")
+    if os.environ.get("DSC_HAVE_NVJPEG", "1") != "0":
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            gpu = batches("cuda:0")
+        nv_warn = [str(w.message) for w in caught if "nvJPEG" in str(w.message)]
+        if nv_warn:
+            print("nvJPEG is not usable here: %s" % nv_warn[0])
+        else:
+            d = np.abs(gpu.astype(np.int16) - host.astype(np.int16))
+            mean, p99 = float(d.mean()), float(np.percentile(d, 99))
+            print("nvJPEG vs host decode, %d images: mean |diff| %.2f, p99 %.0f" % (len(gpu), mean, p99))
+            assert gpu.shape == host.shape and mean <= 2.5 and p99 <= 24, "over the tolerance"
+    os.environ["DSCACHE_NVJPEG_LIB"] = "/nonexistent/libnvjpeg.so"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fallback = batches("cuda:0")
+    msgs = [str(w.message) for w in caught if "nvJPEG" in str(w.message)]
+    print("without nvJPEG: %s" % (msgs[0] if msgs else "NO WARNING"))
+    assert msgs, "device=cuda without nvJPEG must warn"
+    assert np.array_equal(fallback, host), "the host fallback must give the host path's bytes"
+finally:
+    srv.terminate()
+    srv.wait()
+PYEOF
 if [ -n "$failed" ]; then
     echo "GPU checks FAILED:$failed"
     exit 1

@@ -180,5 +180,15 @@ try:
     t.check(False, "size 0 refused")
 except dscache.InvalidOption:
     pass
+# device="cuda" without nvJPEG: the library's WARN line reaches Python as a RuntimeWarning (the
+# line itself needs a GPU: tests/gpu/run_gpu_checks.sh; here the bridge is fed the same text)
+import warnings  # noqa: E402
+from dscache import _logbridge  # noqa: E402
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    _logbridge._on_log(None, 1, b"loader: device=cuda: nvJPEG is not usable (no nvJPEG library): "
+                       b"images are decoded on the host and copied to the device with the batch")
+t.check(any(issubclass(w.category, RuntimeWarning) and "nvJPEG" in str(w.message)
+            for w in caught), "the nvJPEG fallback is a RuntimeWarning: %r" % caught)
 env.close()
 sys.exit(t.done())

@@ -232,6 +232,75 @@ static void test_bad(dsc_image_ctx_t *ctx, const uint8_t *jpeg, size_t jlen, con
     CHECK(strcmp(dsc_err_name(DSC_EDECODE), "DSC_EDECODE") == 0);
 }
 
+/* A stand-in for nvJPEG (dsc_image_region_fn): the full-size decode of another context, and
+ * its region copied out; counts its calls and can fail. */
+typedef struct region_src {
+    dsc_image_ctx_t *ctx;
+    int calls, fail;
+    uint32_t last_w, last_h;
+} region_src_t;
+
+static int region_cpu(void *arg, const void *data, size_t len, uint32_t full_w, uint32_t full_h,
+                      uint32_t x0, uint32_t y0, uint32_t w, uint32_t h, uint8_t *rgb, char *why,
+                      size_t why_len) {
+    region_src_t *src = arg;
+    src->calls++;
+    src->last_w = w;
+    src->last_h = h;
+    if (src->fail) {
+        snprintf(why, why_len, "refused for the test");
+        return DSC_EDECODE;
+    }
+    uint8_t *full = NULL;
+    uint32_t fw = 0, fh = 0;
+    int rc = dsc__image_decode_rgb(src->ctx, data, len, 0, &full, &fw, &fh);
+    if (rc < 0)
+        return rc;
+    REQUIRE(fw == full_w && fh == full_h && x0 + w <= fw && y0 + h <= fh);
+    for (uint32_t r = 0; r < h; r++)
+        memcpy(rgb + (size_t)r * w * 3, full + ((size_t)(y0 + r) * fw + x0) * 3, (size_t)w * 3);
+    free(full);
+    return 0;
+}
+
+/* dsc__image_decode_with: the same box as the codec's own path, pixels within the IDCT's
+ * difference, the region no larger than the box's pixels; PNG bypasses it; a
+ * refusal falls back to libjpeg. */
+static void test_external_jpeg(dsc_image_ctx_t *ctx, const uint8_t *jpeg, size_t jlen,
+                               const uint8_t *png, size_t plen) {
+    region_src_t src = {0};
+    REQUIRE(dsc__image_ctx_create(NULL, &src.ctx) == 0);
+    dsc_image_spec_t spec = spec_of(DSC_IMAGE_CROP_RANDOM_RESIZED, 56, 64, 1, DSC_IMAGE_LAYOUT_CHW);
+    uint8_t a[64 * 56 * 3], b[64 * 56 * 3];
+    for (uint64_t index = 0; index < 20; index++) {
+        dsc_image_box_t ba, bb;
+        CHECK_EQ_INT(dsc__image_decode(ctx, jpeg, jlen, &spec, 3, 1, index, a, sizeof a, &ba), 0);
+        CHECK_EQ_INT(dsc__image_decode_with(ctx, jpeg, jlen, &spec, 3, 1, index, b, sizeof b, &bb,
+                                            region_cpu, &src),
+                     0);
+        CHECK(ba.x == bb.x && ba.y == bb.y && ba.w == bb.w && ba.h == bb.h && ba.flip == bb.flip);
+        CHECK(src.last_w <= ceil(bb.w) + 1 && src.last_h <= ceil(bb.h) + 1);
+        CHECK(mean_abs_diff(a, b, sizeof a) < 2.0);
+    }
+    CHECK_EQ_INT(src.calls, 20);
+    CHECK_EQ_INT(
+        dsc__image_decode_with(ctx, png, plen, &spec, 3, 1, 0, b, sizeof b, NULL, region_cpu, &src),
+        0);
+    CHECK_EQ_INT(src.calls, 20); /* not a JPEG: the codec's own decoder */
+    /* refused by the other decoder: libjpeg's bytes; a truncated file: libjpeg's error */
+    src.fail = 1;
+    CHECK_EQ_INT(dsc__image_decode(ctx, jpeg, jlen, &spec, 3, 1, 0, a, sizeof a, NULL), 0);
+    CHECK_EQ_INT(dsc__image_decode_with(ctx, jpeg, jlen, &spec, 3, 1, 0, b, sizeof b, NULL,
+                                        region_cpu, &src),
+                 0);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK_EQ_INT(dsc__image_decode_with(ctx, jpeg, jlen / 2, &spec, 3, 1, 0, b, sizeof b, NULL,
+                                        region_cpu, &src),
+                 DSC_EDECODE);
+    CHECK(strstr(dsc__image_error(ctx), "Premature end") != NULL);
+    dsc__image_ctx_destroy(src.ctx);
+}
+
 static void test_rgb_and_reencode(dsc_image_ctx_t *ctx, const uint8_t *jpeg, size_t jlen) {
     uint8_t *rgb = NULL, *again = NULL;
     uint32_t w = 0, h = 0;
@@ -269,6 +338,7 @@ int main(void) {
     test_flip(ctx, png, plen);
     test_bad(ctx, jpeg, jlen, png, plen, webp, wlen);
     test_rgb_and_reencode(ctx, jpeg, jlen);
+    test_external_jpeg(ctx, jpeg, jlen, png, plen);
 
     WebPFree(webp);
     free(png);

@@ -32,6 +32,9 @@ def _on_log(ctx, level, message):
         sink = _sinks.get(ctx or 0)
         if sink is not None:
             sink.append(text)
+    if level == 1 and text.startswith("loader: device=cuda: nvJPEG"):
+        # Said at create (or by a decode thread): images decode on the host instead of the GPU.
+        warnings.warn("dscache: " + text, RuntimeWarning, stacklevel=2)
     if level == 1 and ("too small for the shuffle window" in text
                        or text.startswith("loader: drop_last: ")):
         # Said once, at create: chunks would be fetched several times per epoch.
