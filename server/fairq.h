@@ -16,10 +16,10 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#define DSC_FQ_NAME_MAX 64              /* a job name (DSC_REPORT_MAX_JOB + 1) */
-#define DSC_FQ_QUANTUM (256u << 10)     /* bytes a weight-1 flow may send per turn */
+#define DSC_FQ_NAME_MAX 64          /* a job name (DSC_REPORT_MAX_JOB + 1) */
+#define DSC_FQ_QUANTUM (256u << 10) /* bytes a weight-1 flow may send per turn */
 #define DSC_FQ_WEIGHT_MAX 1000u
-#define DSC_FQ_STATS_MAX 64             /* jobs with their own totals; the rest: "other" */
+#define DSC_FQ_STATS_MAX 64 /* jobs with their own totals; the rest: "other" */
 
 /* A queued item, embedded in the caller's object. */
 typedef struct dsc_fq_item {

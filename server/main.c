@@ -5,6 +5,7 @@
 #include "catalog.h"
 #include "cluster.h"
 #include "credstore.h"
+#include "fairq.h"
 #include "http.h"
 #include "jobs.h"
 #include "rdma.h"
@@ -47,6 +48,10 @@ typedef struct options {
     uint32_t io_threads;
     uint32_t backing_reads;
     uint64_t backing_rate;
+    uint64_t send_rate;                         /* --send-rate (0: none) */
+    int fair_off;                               /* --fair off */
+    dsc_job_weight_t weights[DSC_FQ_STATS_MAX]; /* --job-weight NAME=W */
+    uint32_t weight_count;
     int warm;
     const char *port_file;
     const char *http_port_file;
@@ -108,6 +113,17 @@ static void usage(FILE *f) {
         "  --backing-rate BYTES  cap on the bytes/s this server reads from the backing\n"
         "                        storage (read-throughs and loads), suffixes K M G\n"
         "                        (default: none)\n"
+        "  --send-rate BYTES     cap on the bytes/s this server sends over TCP, all\n"
+        "                        connections together, suffixes K M G (default: none).\n"
+        "                        Set it a little under the link's rate (say 95%%) so that\n"
+        "                        under saturation the queue forms here, where answers\n"
+        "                        are scheduled between jobs, not in the NIC\n"
+        "  --fair on|off         with --send-rate: answers waiting for it are sent by\n"
+        "                        deficit round-robin between jobs (on, default; a job is\n"
+        "                        the name its loaders REPORT, else each connection), or\n"
+        "                        in arrival order (off)\n"
+        "  --job-weight NAME=W   job NAME gets W shares (1..1000) of the send rate when\n"
+        "                        it is saturated, others 1 (repeatable)\n"
         "  --warm                load every shard at start-up; /readyz answers 200 once\n"
         "                        the shards this server owns are resident (see below)\n"
         "  --ready-timeout N     with --warm: after N seconds /readyz answers 200 even if\n"
@@ -179,7 +195,8 @@ static void usage(FILE *f) {
         "                        \"pin\": [..], \"limit\":\n"
         "                        [\"DATASET=BYTES\", ..], \"listen\",\n"
         "                        \"http\", \"memory\", \"threads\", \"io_threads\",\n"
-        "                        \"backing_reads\", \"backing_rate\", \"warm\",\n"
+        "                        \"backing_reads\", \"backing_rate\", \"send_rate\",\n"
+        "                        \"fair\", \"job_weight\": [\"NAME=W\", ..], \"warm\",\n"
         "                        \"policy\", \"max_out\", \"max_out_total\",\n"
         "                        \"header_timeout\", \"idle_timeout\", \"max_conns_per_peer\",\n"
         "                        \"http_max_conns\", \"http_timeout\", \"log_level\", "
@@ -301,6 +318,22 @@ static int apply(options_t *o, const char *key, const char *value) {
     } else if (strcmp(key, "backing_rate") == 0) {
         if (dsc_parse_size(value, &o->backing_rate) < 0 || o->backing_rate == 0)
             return bad("--backing-rate", value);
+    } else if (strcmp(key, "send_rate") == 0) {
+        if (dsc_parse_size(value, &o->send_rate) < 0 || o->send_rate == 0)
+            return bad("--send-rate", value);
+    } else if (strcmp(key, "fair") == 0) {
+        if (strcmp(value, "on") == 0 || strcmp(value, "true") == 0)
+            o->fair_off = 0;
+        else if (strcmp(value, "off") == 0 || strcmp(value, "false") == 0)
+            o->fair_off = 1;
+        else
+            return bad("--fair (on or off)", value);
+    } else if (strcmp(key, "job_weight") == 0) {
+        if (o->weight_count == DSC_FQ_STATS_MAX ||
+            dsc_fq_parse_weight(value, o->weights[o->weight_count].name,
+                                &o->weights[o->weight_count].weight) < 0)
+            return bad("--job-weight (NAME=W, a job name and 1..1000)", value);
+        o->weight_count++;
     } else if (strcmp(key, "drain_seconds") == 0) {
         if (parse_u32(value, 1, 86400, &o->drain_seconds) < 0)
             return bad("--drain-seconds", value);
@@ -893,7 +926,11 @@ int main(int argc, char **argv) {
                                  .drain_seconds = o.drain_seconds,
                                  .name = "dscached",
                                  .credentials = credentials,
-                                 .allow_anonymous_admin = o.allow_anonymous_admin};
+                                 .allow_anonymous_admin = o.allow_anonymous_admin,
+                                 .send_rate = o.send_rate,
+                                 .fair_off = o.fair_off,
+                                 .job_weights = o.weights,
+                                 .job_weight_count = o.weight_count};
     if ((rc = dsc_server_start(cat, &sopt, &server)) < 0) {
         if (rc == DSC_EADDRINUSE)
             LOG_ERROR("cannot listen on %s: the port is already in use (another dscached or "

@@ -77,6 +77,8 @@ struct dsc_reply {
     void *tcp;                /* its uv_tcp_t (rdma.c: the local address picks the RoCE GID),
                                  NULL on a transport without one */
     void *rdma;               /* the connection's RDMA state (rdma.c), NULL until RDMA_CONNECT */
+    char job[64];             /* the job its REPORTs name ("": none yet), set by dispatch.c;
+                                 tcp.c queues its answers under it (fairq.h) */
 };
 
 #endif

@@ -79,6 +79,10 @@ struct dsc_tcp_conn {
     int refs; /* 1 for the open handle + writes + pending loads */
     unsigned closing : 1, reading : 1, close_when_idle : 1, paused : 1, peer_counted : 1;
     unsigned batching : 1; /* inside conn_process: submit() collects instead of writing */
+    unsigned dirty : 1;    /* on the list of connections fair_service() writes to */
+    dsc_fq_flow_t *flow;   /* with --send-rate: its job's queue (a reference), or NULL */
+    uint32_t fq_queued;    /* its responses waiting in lc->fq */
+    dsc_tcp_conn_t *dirty_next;
 };
 typedef dsc_tcp_conn_t conn_t;
 
@@ -92,12 +96,14 @@ struct out_msg {
     size_t bytes;
     uv_buf_t *bufs;
     unsigned nbufs;
+    dsc_fq_item_t fq; /* with --send-rate: its place in the loop's fair queue */
     uv_buf_t inline_bufs[INLINE_BUFS];
     uint8_t head[]; /* frame header + small body or GET prefix */
 };
 
 static void conn_close(conn_t *c);
 static void conn_process(conn_t *c);
+static void fair_service(dsc_srv_loop_t *lc);
 
 /* ---- memory held per connection and in all ---------------------------------------------- */
 
@@ -121,6 +127,7 @@ static void held_update(conn_t *c) {
 
 static void conn_unref(conn_t *c) {
     if (--c->refs == 0) {
+        dsc_fq_flow_put(&c->lc->fq, c->flow);
         dsc__authz_conn_close(&c->reply.auth);
         free(c->in);
         c->in = NULL;
@@ -306,7 +313,8 @@ static void conn_update_reading(conn_t *c) {
 }
 
 static void conn_maybe_idle_close(conn_t *c) {
-    if (c->close_when_idle && !c->closing && c->writes == 0 && c->pending_loads == 0)
+    if (c->close_when_idle && !c->closing && c->writes == 0 && c->pending_loads == 0 &&
+        c->fq_queued == 0)
         conn_close(c);
 }
 
@@ -323,10 +331,26 @@ static void on_close(uv_handle_t *handle) {
     conn_unref(handle->data);
 }
 
+static void msgs_release(conn_t *c, out_msg_t *m);
+
+/* dsc_fq_remove's test: the message is c's (then released). */
+static int drop_if_of(dsc_fq_item_t *it, void *arg) {
+    out_msg_t *m = (out_msg_t *)(void *)((char *)it - offsetof(out_msg_t, fq));
+    if (m->c != arg)
+        return 0;
+    m->next = NULL;
+    msgs_release(m->c, m);
+    return 1;
+}
+
 static void conn_close(conn_t *c) {
     if (c->closing)
         return;
     c->closing = 1;
+    if (c->fq_queued > 0) { /* its queued answers will not be sent: their holds go now */
+        dsc_fq_remove(&c->lc->fq, c->flow, drop_if_of, c);
+        c->fq_queued = 0;
+    }
     held_update(c);
     dsc_srv_loop_t *lc = c->lc;
     if (c->peer_counted)
@@ -408,8 +432,100 @@ static void conn_flush(conn_t *c) {
     c->refs++;
 }
 
-/* Queues m (bufs filled, hold set): collected while conn_process runs, else written at once.
- * On failure releases everything and closes. */
+static void batch_add(conn_t *c, out_msg_t *m) {
+    if (c->batch_tail)
+        c->batch_tail->next = m;
+    else
+        c->batch_head = m;
+    c->batch_tail = m;
+    c->batch_bufs += m->nbufs;
+    c->batch_bytes += m->bytes;
+}
+
+/* The weight of a job (--job-weight; 1 when not configured). */
+static uint32_t job_weight(const dsc_server_t *srv, const char *job) {
+    for (uint32_t i = 0; i < srv->opt.job_weight_count; i++)
+        if (strcmp(srv->opt.job_weights[i].name, job) == 0)
+            return srv->opt.job_weights[i].weight;
+    return 1;
+}
+
+/* c's flow in the loop's fair queue: its job's (reply.job, from its REPORTs), else its own. A
+ * connection changes flows only while none of its answers is queued, so that its answers keep
+ * their order. Returns 0 or -1 (out of memory). */
+static int conn_flow(conn_t *c) {
+    const char *job = c->reply.job;
+    if (c->flow != NULL && (c->fq_queued > 0 || strcmp(c->flow->name, job) == 0))
+        return 0;
+    dsc_fq_flow_t *f = dsc_fq_flow_get(&c->lc->fq, job, job_weight(c->lc->srv, job));
+    if (f == NULL)
+        return c->flow != NULL ? 0 : -1;
+    dsc_fq_flow_put(&c->lc->fq, c->flow);
+    c->flow = f;
+    return 0;
+}
+
+/* With --send-rate: hands the queued answers to their connections' writes in deficit round-robin
+ * order between jobs (arrival order with --fair off) while the budget allows, then waits for the
+ * budget (fair_timer). Each connection touched gets one writev. */
+static void fair_service(dsc_srv_loop_t *lc) {
+    dsc_server_t *srv = lc->srv;
+    if (lc->fq.queued == 0)
+        return;
+    uint64_t now = uv_hrtime(), wait_ns = 0, spent = 0;
+    double tokens = dsc_fq_budget_take(&srv->send_budget, now, &wait_ns);
+    conn_t *dirty = NULL;
+    while (tokens - (double)spent > 0) {
+        dsc_fq_item_t *it = dsc_fq_pop(&lc->fq, now);
+        if (it == NULL)
+            break;
+        out_msg_t *m = (out_msg_t *)(void *)((char *)it - offsetof(out_msg_t, fq));
+        conn_t *c = m->c;
+        c->fq_queued--;
+        m->next = NULL;
+        if (c->batch_head &&
+            (c->batch_bufs + m->nbufs > BATCH_MAX_BUFS || c->batch_bytes >= BATCH_MAX_BYTES))
+            conn_flush(c);
+        if (c->closing) {
+            msgs_release(c, m);
+            continue;
+        }
+        spent += m->bytes;
+        atomic_fetch_add_explicit(&srv->bytes_out, m->bytes, memory_order_relaxed);
+        batch_add(c, m);
+        if (!c->dirty) {
+            c->dirty = 1;
+            c->refs++; /* a failed write closes c: it stays allocated until the list is done */
+            c->dirty_next = dirty;
+            dirty = c;
+        }
+    }
+    int waiting = lc->fq.queued > 0;
+    double left = tokens - (double)spent;
+    dsc_fq_budget_spend(&srv->send_budget, spent, waiting);
+    while (dirty) {
+        conn_t *c = dirty;
+        dirty = c->dirty_next;
+        c->dirty = 0;
+        conn_flush(c);
+        conn_unref(c);
+    }
+    if (waiting && !uv_is_active((uv_handle_t *)&lc->fair_timer) && srv->opt.send_rate) {
+        if (left > 0)
+            wait_ns = 0;
+        else if (wait_ns == 0)
+            wait_ns = (uint64_t)((1.0 - left) * 1e9 / (double)srv->opt.send_rate);
+        uint64_t ms = (wait_ns + 999999) / 1000000;
+        uv_timer_start(&lc->fair_timer, dsc__tcp_on_fair_timer, ms ? ms : 1, 0);
+    }
+}
+
+void dsc__tcp_on_fair_timer(uv_timer_t *timer) {
+    fair_service(timer->data);
+}
+
+/* Queues m (bufs filled, hold set): collected while conn_process runs, else written at once
+ * (with --send-rate: into the loop's fair queue). On failure releases everything and closes. */
 static void submit(conn_t *c, out_msg_t *m) {
     m->c = c;
     m->next = NULL;
@@ -429,13 +545,25 @@ static void submit(conn_t *c, out_msg_t *m) {
         free(m);
         return;
     }
-    if (c->batch_tail)
-        c->batch_tail->next = m;
-    else
-        c->batch_head = m;
-    c->batch_tail = m;
-    c->batch_bufs += m->nbufs;
-    c->batch_bytes += m->bytes;
+    if (c->lc->srv->opt.send_rate != 0) {
+        /* Under the send budget: queued under the connection's job, sent by fair_service. */
+        if (conn_flow(c) < 0) {
+            LOG_ERROR("out of memory queueing an answer: closing the connection");
+            dsc_hold_release(c->lc->srv->cat, &m->hold);
+            free(m);
+            conn_close(c);
+            return;
+        }
+        m->fq.bytes = m->bytes;
+        c->out_bytes += m->bytes;
+        c->fq_queued++;
+        held_update(c);
+        dsc_fq_push(&c->lc->fq, c->flow, &m->fq, uv_hrtime());
+        if (!c->batching)
+            fair_service(c->lc);
+        return;
+    }
+    batch_add(c, m);
     c->out_bytes += m->bytes;
     held_update(c);
     atomic_fetch_add_explicit(&c->lc->srv->bytes_out, m->bytes, memory_order_relaxed);
@@ -493,6 +621,7 @@ static void reply_fatal(dsc_reply_t *reply, uint8_t opcode, uint64_t id, uint32_
         len = DSC_ERROR_MAX_MESSAGE;
     reply_frame(reply, opcode, id, status, message, len);
     conn_flush(c);
+    fair_service(c->lc);
     c->close_when_idle = 1;
     if (c->reading) {
         uv_read_stop((uv_stream_t *)&c->tcp);
@@ -623,6 +752,7 @@ static void conn_process(conn_t *c) {
     }
     c->batching = 0;
     conn_flush(c);
+    fair_service(c->lc);
     if (c->closing || c->close_when_idle)
         return;
     if (pos > 0) {
@@ -902,6 +1032,7 @@ void dsc__tcp_drain(dsc_srv_loop_t *lc) {
             }
             c->batching = 0;
             conn_flush(c);
+            fair_service(lc);
         }
         c->in_len = 0;
         c->close_when_idle = 1;
@@ -930,6 +1061,7 @@ void dsc__loop_maybe_finish(dsc_srv_loop_t *lc) {
         uv_close((uv_handle_t *)&lc->wake, NULL);
         uv_close((uv_handle_t *)&lc->drain_timer, NULL);
         uv_close((uv_handle_t *)&lc->tick, NULL);
+        uv_close((uv_handle_t *)&lc->fair_timer, NULL);
         if (lc == &lc->srv->loops[0])
             dsc__rdma_unwatch(lc->srv->opt.rdma); /* loop 0 watches the RDMA async events */
         if (lc->reserve_fd >= 0)

@@ -17,6 +17,8 @@ void dsc__tcp_on_accept_timer(uv_timer_t *timer);
  * the server-wide bound read again once it allows. */
 #define DSC_TCP_TICK_MS 100
 void dsc__tcp_on_tick(uv_timer_t *timer);
+/* fair_timer's callback (--send-rate): the budget allows more of the queued answers. */
+void dsc__tcp_on_fair_timer(uv_timer_t *timer);
 /* Serves a socket that another loop accepted. Takes the fd. */
 void dsc__tcp_adopt(dsc_srv_loop_t *lc, int fd);
 /* Stop: every connection stops reading and closes once its in-flight answers are sent. */
