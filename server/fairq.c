@@ -151,7 +151,8 @@ dsc_fq_item_t *dsc_fq_pop(dsc_fq_t *fq, uint64_t now_ns) {
         }
     }
     dsc_fq_item_t *it = take_head(fq, prev, f, now_ns);
-    if (fq->totals && (!f->active || f->sent_items >= DSC_FQ_TOTALS_EVERY))
+    if (fq->totals && (!f->active || f->sent_items >= DSC_FQ_TOTALS_EVERY ||
+                       f->sent_bytes >= DSC_FQ_TOTALS_BYTES))
         dsc_fq_take_totals(fq->totals, f);
     if (!f->active && f->refs == 0)
         flow_free(fq, f); /* its last connection closed while its items were queued */

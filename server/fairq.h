@@ -71,8 +71,10 @@ void dsc_fq_flow_put(dsc_fq_t *fq, dsc_fq_flow_t *flow);
 void dsc_fq_push(dsc_fq_t *fq, dsc_fq_flow_t *flow, dsc_fq_item_t *item, uint64_t now_ns);
 /* The next item to send (deficit round-robin; arrival order with fifo), taken off its queue, its
  * bytes and time queued (to now_ns) counted for its flow, and moved into fq->totals (when set)
- * every DSC_FQ_TOTALS_EVERY items and when the flow empties. NULL when nothing is queued. */
-#define DSC_FQ_TOTALS_EVERY 64
+ * every DSC_FQ_TOTALS_EVERY items or DSC_FQ_TOTALS_BYTES bytes and when the flow empties. NULL
+ * when nothing is queued. */
+#define DSC_FQ_TOTALS_EVERY 16
+#define DSC_FQ_TOTALS_BYTES (256u << 10)
 dsc_fq_item_t *dsc_fq_pop(dsc_fq_t *fq, uint64_t now_ns);
 /* Removes every item for which drop(item, arg) is non-zero (drop may free it) from flow's queue
  * (a closing connection's items); returns how many. An emptied flow leaves the turn order, and is
