@@ -54,6 +54,10 @@
  * kernel memory is tied up per connection, and fewer queued segments go out from the peer's
  * ACK processing (on loopback that is the client's CPU). Data in flight is not limited. */
 #define NOTSENT_LOWAT (256u << 10)
+/* With --send-rate, answers are queued in pieces of at most this many bytes (the DRR quantum):
+ * a job's 1 MiB answer then delays another job's answer by at most one piece, not the whole
+ * answer (pieces of one connection go out in order, on its own socket). */
+#define FAIR_PIECE DSC_FQ_QUANTUM
 
 typedef struct out_msg out_msg_t;
 
@@ -465,6 +469,94 @@ static int conn_flow(conn_t *c) {
     return 0;
 }
 
+static out_msg_t *msg_alloc(size_t head_len, unsigned nbufs);
+
+static void fair_push_piece(conn_t *c, out_msg_t *m, uint64_t now) {
+    m->c = c;
+    m->next = NULL;
+    m->fq.bytes = m->bytes;
+    c->fq_queued++;
+    dsc_fq_push(&c->lc->fq, c->flow, &m->fq, now);
+}
+
+/* Queues m (its bytes already counted in out_bytes) under c's flow, in pieces of at most
+ * FAIR_PIECE bytes: m itself carries the first (its head), new messages the rest, and the
+ * last piece carries the hold. Returns 0, or -1 out of memory: the pieces queued stay (the
+ * connection must close, which drops them) and the rest, the hold included, is released. */
+static int fair_push(conn_t *c, out_msg_t *m, uint64_t now) {
+    if (m->bytes <= FAIR_PIECE) {
+        fair_push_piece(c, m, now);
+        return 0;
+    }
+    unsigned n = m->nbufs;
+    uv_buf_t *all = malloc(n * sizeof *all);
+    if (all == NULL) {
+        c->out_bytes -= m->bytes;
+        dsc_hold_release(c->lc->srv->cat, &m->hold);
+        free(m);
+        return -1;
+    }
+    memcpy(all, m->bufs, n * sizeof *all);
+    dsc_hold_t hold = m->hold;
+    memset(&m->hold, 0, sizeof m->hold);
+    uint64_t left = m->bytes;
+    unsigned i = 0;
+    size_t off = 0;
+    out_msg_t *cur = m, *last = NULL;
+    while (i < n) {
+        /* The bufs of the next piece: from (i, off) up to FAIR_PIECE bytes. */
+        unsigned k = 0, j = i;
+        size_t o = off, bytes = 0;
+        while (j < n && (bytes < FAIR_PIECE || all[j].len == o)) {
+            size_t take = all[j].len - o;
+            if (take > FAIR_PIECE - bytes)
+                take = FAIR_PIECE - bytes;
+            bytes += take;
+            k++;
+            if (o + take == all[j].len) {
+                j++;
+                o = 0;
+            } else {
+                o += take;
+            }
+        }
+        if (cur == NULL && (cur = msg_alloc(0, k)) == NULL) {
+            c->out_bytes -= left;
+            dsc_hold_release(c->lc->srv->cat, &hold);
+            free(all);
+            held_update(c);
+            return -1;
+        }
+        size_t jo = off;
+        for (unsigned b = 0, jj = i; b < k; b++) {
+            size_t take = all[jj].len - jo;
+            if (take > bytes)
+                take = bytes;
+            cur->bufs[b] = uv_buf_init(all[jj].base + jo, (unsigned)take);
+            jo = 0;
+            jj++;
+        }
+        /* The last buf of the piece may end inside all[j - 1]: trimmed to the piece's size. */
+        size_t sum = 0;
+        for (unsigned b = 0; b < k; b++) {
+            if (sum + cur->bufs[b].len > bytes)
+                cur->bufs[b].len = (unsigned)(bytes - sum);
+            sum += cur->bufs[b].len;
+        }
+        cur->nbufs = k;
+        cur->bytes = bytes;
+        left -= bytes;
+        fair_push_piece(c, cur, now);
+        last = cur;
+        cur = NULL;
+        i = j;
+        off = o;
+    }
+    last->hold = hold;
+    free(all);
+    return 0;
+}
+
 /* With --send-rate: hands the queued answers to their connections' writes in deficit round-robin
  * order between jobs (arrival order with --fair off) while the budget allows, then waits for the
  * budget (fair_timer). Each connection touched gets one writev. */
@@ -554,11 +646,13 @@ static void submit(conn_t *c, out_msg_t *m) {
             conn_close(c);
             return;
         }
-        m->fq.bytes = m->bytes;
         c->out_bytes += m->bytes;
-        c->fq_queued++;
         held_update(c);
-        dsc_fq_push(&c->lc->fq, c->flow, &m->fq, uv_hrtime());
+        if (fair_push(c, m, uv_hrtime()) < 0) {
+            LOG_ERROR("out of memory queueing an answer: closing the connection");
+            conn_close(c);
+            return;
+        }
         if (!c->batching)
             fair_service(c->lc);
         return;

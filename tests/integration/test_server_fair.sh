@@ -3,7 +3,8 @@
 # the config file (job_weight) and "light" (weight 1), two connections each, read at once from a
 # server whose send rate is the limit. With --fair on (the default) the bytes sent to each, from
 # /metrics (dscache_job_sent_bytes_total), are in the ratio of their weights; with --fair off
-# (arrival order) they are about equal. The total stays within the cap.
+# (arrival order) they are about equal. The total stays within the cap, and the loaders (which
+# check every chunk's checksum) get their answers whole although they are queued in pieces.
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
 RATE_MB=40
@@ -34,7 +35,12 @@ run_pair() { # run_pair SERVER_NAME: the two jobs at once for 4 s; the totals fr
     read -r h0 l0 t0 <<<"$(sent "$1")"
     sleep 2
     read -r h1 l1 t1 <<<"$(sent "$1")"
-    wait "${pids[@]: -2}"
+    local p rc
+    for p in "${pids[@]: -2}"; do
+        rc=0
+        wait "$p" || rc=$?
+        [ "$rc" = 0 ] || fail "fair $1: a bench exited $rc (answers cut in pieces must arrive whole)"
+    done
 }
 
 check() { # check MODE: ratio heavy/light over the middle of the run within the mode's bounds
