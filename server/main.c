@@ -41,6 +41,8 @@ typedef struct options {
     int pin_count;
     const char *limits[MAX_DIRS]; /* --limit DATASET=BYTES */
     int limit_count;
+    const char *priorities[MAX_DIRS]; /* --priority DATASET=N */
+    int priority_count;
     char listen[256];
     char http[256];
     uint64_t memory;
@@ -91,6 +93,9 @@ static void usage(FILE *f) {
         "                        room and it is loaded at start, evicting unpinned shards\n"
         "  --limit DATASET=BYTES cap DATASET's resident bytes (repeatable; live: dscache\n"
         "                        limit); misses beyond it are read through\n"
+        "  --priority DATASET=N  DATASET's priority for memory, 0..1000 (default 0;\n"
+        "                        repeatable): on a full store its loads evict the shards\n"
+        "                        of lower-priority datasets first (pinned ones never)\n"
         "  --data-root DIR       every subdirectory of DIR holding a complete manifest.json\n"
         "                        is a dataset (repeatable); datasets written there or removed\n"
         "                        are picked up within seconds (inotify; SIGHUP as fallback);\n"
@@ -192,7 +197,7 @@ static void usage(FILE *f) {
         "\n"
         "  --config FILE         JSON object with the same keys (\"data\": [..],\n"
         "                        \"data_root\": [..], \"data_root_interval\",\n"
-        "                        \"pin\": [..], \"limit\":\n"
+        "                        \"pin\": [..], \"priority\": [\"DATASET=N\", ..], \"limit\":\n"
         "                        [\"DATASET=BYTES\", ..], \"listen\",\n"
         "                        \"http\", \"memory\", \"threads\", \"io_threads\",\n"
         "                        \"backing_reads\", \"backing_rate\", \"send_rate\",\n"
@@ -271,6 +276,13 @@ static int apply(options_t *o, const char *key, const char *value) {
             dsc_parse_size(eq + 1, &bytes) < 0)
             return bad("--limit (DATASET=BYTES)", value);
         o->limits[o->limit_count++] = value;
+    } else if (strcmp(key, "priority") == 0) {
+        const char *eq = strchr(value, '=');
+        uint32_t prio;
+        if (o->priority_count == MAX_DIRS || eq == NULL || eq == value ||
+            eq - value >= DSC_MAX_NAME || parse_u32(eq + 1, 0, DSC_MAX_PRIORITY, &prio) < 0)
+            return bad("--priority (DATASET=N, N 0..1000)", value);
+        o->priorities[o->priority_count++] = value;
     } else if (strcmp(key, "data_root_interval") == 0) {
         if (parse_u32(value, 0, 86400, &o->root_interval) < 0)
             return bad("--data-root-interval (seconds)", value);
@@ -876,6 +888,15 @@ int main(int argc, char **argv) {
                                bytes);
         LOG_INFO("dataset %.*s: limited to %llu bytes (--limit)", (int)(eq - o.limits[i]),
                  o.limits[i], (unsigned long long)bytes);
+    }
+    for (int i = 0; i < o.priority_count; i++) {
+        const char *eq = strchr(o.priorities[i], '=');
+        uint32_t prio = 0;
+        (void)parse_u32(eq + 1, 0, DSC_MAX_PRIORITY, &prio); /* checked by apply() */
+        dsc_catalog_set_policy(cat, o.priorities[i], (size_t)(eq - o.priorities[i]),
+                               DSC_POLICY_PRIORITY, prio);
+        LOG_INFO("dataset %.*s: priority %u (--priority)", (int)(eq - o.priorities[i]),
+                 o.priorities[i], prio);
     }
     for (int i = 0; i < o.pin_count; i++) {
         dsc_catalog_set_policy(cat, o.pins[i], strlen(o.pins[i]), DSC_POLICY_PIN, 0);
