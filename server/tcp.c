@@ -480,11 +480,13 @@ static void fair_push_piece(conn_t *c, out_msg_t *m, uint64_t now) {
 }
 
 /* Queues m (its bytes already counted in out_bytes) under c's flow, in pieces of at most
- * FAIR_PIECE bytes: m itself carries the first (its head), new messages the rest, and the
- * last piece carries the hold. Returns 0, or -1 out of memory: the pieces queued stay (the
- * connection must close, which drops them) and the rest, the hold included, is released. */
+ * FAIR_PIECE bytes: m itself carries the first, with the whole of its first buffer (the frame
+ * header and the prefix or copied body, which live in m and go when m's write completes), new
+ * messages the rest, which point only into the hold; the last piece carries the hold. Returns 0,
+ * or -1 out of memory: the pieces queued stay (the connection must close, which drops them) and
+ * the rest, the hold included, is released. */
 static int fair_push(conn_t *c, out_msg_t *m, uint64_t now) {
-    if (m->bytes <= FAIR_PIECE) {
+    if (m->bytes <= FAIR_PIECE || m->nbufs == 1) {
         fair_push_piece(c, m, now);
         return 0;
     }
@@ -507,10 +509,11 @@ static int fair_push(conn_t *c, out_msg_t *m, uint64_t now) {
         /* The bufs of the next piece: from (i, off) up to FAIR_PIECE bytes. */
         unsigned k = 0, j = i;
         size_t o = off, bytes = 0;
-        while (j < n && (bytes < FAIR_PIECE || all[j].len == o)) {
+        size_t cap = cur == m && all[0].len > FAIR_PIECE ? all[0].len : FAIR_PIECE;
+        while (j < n && (bytes < cap || all[j].len == o)) {
             size_t take = all[j].len - o;
-            if (take > FAIR_PIECE - bytes)
-                take = FAIR_PIECE - bytes;
+            if (take > cap - bytes)
+                take = cap - bytes;
             bytes += take;
             k++;
             if (o + take == all[j].len) {

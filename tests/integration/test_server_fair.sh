@@ -69,6 +69,9 @@ start_server on --data "$work/ds" --memory 256M --warm --config "$work/fair.json
     fail "dscache_send_rate_bytes is not --send-rate"
 run_pair on
 check on
+# Copied-body answers (STAT, its JSON in the frame) go through the same queue whole.
+json_get "$("$TOOL" call "$ADDR_on" STAT fair)" "j['datasets'][0]['name']" | grep -qx fair \
+    || fail "STAT under --send-rate"
 [ "$(metric "$HTTP_on" 'dscache_job_weight{job="heavy"}')" = 3 ] ||
     fail "dscache_job_weight{job=\"heavy\"} is not the configured 3"
 q=$(metric "$HTTP_on" 'dscache_job_queue_seconds_total{job="light"}')
