@@ -76,7 +76,24 @@ json_get "$("$TOOL" call "$ADDR_on" STAT fair)" "j['datasets'][0]['name']" | gre
     fail "dscache_job_weight{job=\"heavy\"} is not the configured 3"
 q=$(metric "$HTTP_on" 'dscache_job_queue_seconds_total{job="light"}')
 awk -v q="$q" 'BEGIN { exit !(q > 0) }' || fail "no queue time counted for the light job ($q)"
+# A loader killed while its answers wait in the queue: the server drops them (their holds
+# released) and goes on serving the other job.
+"$CLI" bench --server "$ADDR_on" --dataset fair --batch-size 64 --seconds 3 --connections 4 \
+    --prefetch 8 --cache 8M --shuffle-window 512 --job victim >/dev/null 2>&1 &
+victim=$!
+pids+=("$victim")
+"$CLI" bench --server "$ADDR_on" --dataset fair --batch-size 64 --seconds 2 --connections 1 \
+    --cache 8M --shuffle-window 512 --job survivor >"$work/survivor.txt" 2>&1 &
+survivor=$!
+pids+=("$survivor")
+sleep 1
+kill -KILL "$victim"
+rc=0
+wait "$survivor" || rc=$?
+[ "$rc" = 0 ] && kill -0 "$PID_on" 2>/dev/null && pass "a loader killed mid-queue: the other served" \
+    || fail "after killing a loader with queued answers: survivor rc $rc: $(tail -2 "$work/survivor.txt")"
 stop_server on
+[ "$STOP_RC" = 0 ] || fail "server exit $STOP_RC after the kill"
 
 start_server off --data "$work/ds" --memory 256M --warm --config "$work/fair.json" --threads 1 \
     --fair off \
