@@ -109,7 +109,7 @@ static void usage(FILE *f) {
         "                        port 0 picks a free one; \"off\" or \"0\" disables HTTP)\n"
         "  --memory BYTES        store capacity, suffixes K M G T (default 1G)\n"
         "  --threads N           event loops, each with its own SO_REUSEPORT socket\n"
-        "                        (default: the number of cores; 1 with --send-rate)\n"
+        "                        (default: the number of cores)\n"
         "  --io-threads N        threads loading whole shard files (default 4)\n"
         "  --backing-reads N     read-throughs in flight to the backing storage at once\n"
         "                        (default 32: enough for bandwidth x latency = 32 chunks,\n"
@@ -803,7 +803,7 @@ int main(int argc, char **argv) {
     o.memory = UINT64_C(1) << 30;
     o.root_interval = 10;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    o.threads = 0; /* after the options: the number of cores, or 1 with --send-rate */
+    o.threads = 0; /* after the options: the number of cores */
     o.io_threads = 4;
     o.max_out = UINT64_C(64) << 20;
     o.max_out_total = UINT64_C(1) << 30;
@@ -834,15 +834,8 @@ int main(int argc, char **argv) {
     if (parse_args(argc, argv, &o) < 0)
         goto done;
     dsc__srvlog_level = o.log_level;
-    /* Fair shares are exact within one event loop (the queues are per loop): one by default
-     * under a send cap, which one loop sends far faster than a NIC carries. */
     if (o.threads == 0)
-        o.threads = o.send_rate != 0 && !o.fair_off ? 1 : cores > 0 ? (uint32_t)cores : 1;
-    else if (o.send_rate != 0 && !o.fair_off && o.threads > 1)
-        LOG_WARN("--send-rate with --threads %u: answers are scheduled between jobs within each "
-                 "event loop, so jobs whose connections sit on different loops share by loop; "
-                 "--threads 1 gives exact shares",
-                 o.threads);
+        o.threads = cores > 0 ? (uint32_t)cores : 1;
     raise_nofile_limit();
     if (o.dir_count == 0 && o.root_count == 0) {
         fprintf(stderr, "dscached: no --data directory given (see --help)\n");

@@ -81,6 +81,7 @@ static void on_wake(uv_async_t *async) {
         list = w->next;
         w->fn(w);
     }
+    dsc__tcp_fair_inbox(lc);
     if (atomic_load(&lc->srv->stop_requested) && !lc->stopping) {
         lc->stopping = 1;
         stop_accepting(lc);
@@ -173,6 +174,7 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
     pthread_mutex_init(&srv->peer_lock, NULL);
     dsc_fq_budget_init(&srv->send_budget, options->send_rate, 0);
     dsc_fq_totals_init(&srv->fair_totals);
+    dsc_fq_init(&srv->fq, 0, options->fair_off, &srv->fair_totals);
     int rc = 0;
     for (uint32_t i = 0; i < options->threads; i++) {
         dsc_srv_loop_t *lc = &srv->loops[i];
@@ -210,7 +212,6 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
             dsc__rdma_watch(options->rdma, &lc->loop);
         uv_timer_init(&lc->loop, &lc->drain_timer);
         lc->drain_timer.data = lc;
-        dsc_fq_init(&lc->fq, 0, options->fair_off, &srv->fair_totals);
         uv_timer_init(&lc->loop, &lc->fair_timer);
         lc->fair_timer.data = lc;
         pthread_mutex_init(&lc->mb_lock, NULL);
@@ -277,9 +278,9 @@ void dsc_server_destroy(dsc_server_t *srv) {
         }
         uv_loop_close(&lc->loop);
         pthread_mutex_destroy(&lc->mb_lock);
-        dsc_fq_destroy(&lc->fq);
     }
     pthread_mutex_destroy(&srv->peer_lock);
+    dsc_fq_destroy(&srv->fq);
     dsc_fq_budget_destroy(&srv->send_budget);
     dsc_fq_totals_destroy(&srv->fair_totals);
     free(srv->peers);

@@ -57,8 +57,10 @@ typedef struct dsc_srv_loop {
     dsc_tcp_conn_t *conns;
     uint32_t conn_count;
     int stopping;
-    dsc_fq_t fq;           /* with --send-rate: responses waiting for the budget (tcp.c) */
-    uv_timer_t fair_timer; /* fires when the budget allows more */
+    uv_timer_t fair_timer; /* with --send-rate: fires when the budget allows more (tcp.c) */
+    /* Pieces of answers for this loop's connections taken off srv->fq by another loop's
+     * service, written on the next wake (under srv->send_budget.lock). */
+    struct out_msg *fair_inbox_head, *fair_inbox_tail;
 } dsc_srv_loop_t;
 
 struct dsc_server {
@@ -84,7 +86,8 @@ struct dsc_server {
     _Atomic(dsc_cluster_t *) cluster;
     dsc_authz_t authz;           /* credentials and anonymous policy (authz.h) */
     dsc_jobs_t *jobs;            /* the jobs fed, from their REPORTs (jobs.h) */
-    dsc_fq_budget_t send_budget; /* --send-rate, shared by the loops */
+    dsc_fq_budget_t send_budget; /* --send-rate, shared by the loops; its lock guards fq */
+    dsc_fq_t fq;                 /* answers waiting for the budget, every loop's (tcp.c) */
     dsc_fq_totals_t fair_totals; /* bytes sent and time queued per job (with --send-rate) */
 };
 

@@ -84,8 +84,9 @@ struct dsc_tcp_conn {
     unsigned closing : 1, reading : 1, close_when_idle : 1, paused : 1, peer_counted : 1;
     unsigned batching : 1; /* inside conn_process: submit() collects instead of writing */
     unsigned dirty : 1;    /* on the list of connections fair_service() writes to */
-    dsc_fq_flow_t *flow;   /* with --send-rate: its job's queue (a reference), or NULL */
-    uint32_t fq_queued;    /* its responses waiting in lc->fq */
+    dsc_fq_flow_t *flow;   /* with --send-rate: its job's queue in srv->fq (a reference) */
+    uint32_t fq_queued;    /* its pieces in srv->fq or in its loop's fair inbox (each holds a
+                              reference to c) */
     dsc_tcp_conn_t *dirty_next;
 };
 typedef dsc_tcp_conn_t conn_t;
@@ -131,7 +132,12 @@ static void held_update(conn_t *c) {
 
 static void conn_unref(conn_t *c) {
     if (--c->refs == 0) {
-        dsc_fq_flow_put(&c->lc->fq, c->flow);
+        if (c->flow != NULL) {
+            dsc_server_t *srv = c->lc->srv;
+            pthread_mutex_lock(&srv->send_budget.lock);
+            dsc_fq_flow_put(&srv->fq, c->flow);
+            pthread_mutex_unlock(&srv->send_budget.lock);
+        }
         dsc__authz_conn_close(&c->reply.auth);
         free(c->in);
         c->in = NULL;
@@ -317,6 +323,7 @@ static void conn_update_reading(conn_t *c) {
 }
 
 static void conn_maybe_idle_close(conn_t *c) {
+    /* Answers still queued (fq_queued) go out first; a closing connection's are dropped. */
     if (c->close_when_idle && !c->closing && c->writes == 0 && c->pending_loads == 0 &&
         c->fq_queued == 0)
         conn_close(c);
@@ -337,13 +344,22 @@ static void on_close(uv_handle_t *handle) {
 
 static void msgs_release(conn_t *c, out_msg_t *m);
 
-/* dsc_fq_remove's test: the message is c's (then released). */
+#define MSG_OF(it) ((out_msg_t *)(void *)((char *)(it)-offsetof(out_msg_t, fq)))
+
+/* dsc_fq_remove's test (under the budget lock): the message is c's; it goes on a list released
+ * once the lock is given back. */
+typedef struct dropped {
+    conn_t *c;
+    out_msg_t *list;
+} dropped_t;
+
 static int drop_if_of(dsc_fq_item_t *it, void *arg) {
-    out_msg_t *m = (out_msg_t *)(void *)((char *)it - offsetof(out_msg_t, fq));
-    if (m->c != arg)
+    dropped_t *d = arg;
+    out_msg_t *m = MSG_OF(it);
+    if (m->c != d->c)
         return 0;
-    m->next = NULL;
-    msgs_release(m->c, m);
+    m->next = d->list;
+    d->list = m;
     return 1;
 }
 
@@ -352,8 +368,14 @@ static void conn_close(conn_t *c) {
         return;
     c->closing = 1;
     if (c->fq_queued > 0) { /* its queued answers will not be sent: their holds go now */
-        dsc_fq_remove(&c->lc->fq, c->flow, drop_if_of, c);
-        c->fq_queued = 0;
+        dsc_server_t *srv = c->lc->srv;
+        dropped_t d = {c, NULL};
+        pthread_mutex_lock(&srv->send_budget.lock);
+        uint32_t n = dsc_fq_remove(&srv->fq, c->flow, drop_if_of, &d);
+        pthread_mutex_unlock(&srv->send_budget.lock);
+        c->fq_queued -= n; /* those in the loop's inbox are dropped when it is read */
+        c->refs -= (int)n; /* c's own handle reference remains: not freed here */
+        msgs_release(c, d.list);
     }
     held_update(c);
     dsc_srv_loop_t *lc = c->lc;
@@ -461,22 +483,27 @@ static int conn_flow(conn_t *c) {
     const char *job = c->reply.job;
     if (c->flow != NULL && (c->fq_queued > 0 || strcmp(c->flow->name, job) == 0))
         return 0;
-    dsc_fq_flow_t *f = dsc_fq_flow_get(&c->lc->fq, job, job_weight(c->lc->srv, job));
-    if (f == NULL)
-        return c->flow != NULL ? 0 : -1;
-    dsc_fq_flow_put(&c->lc->fq, c->flow);
-    c->flow = f;
-    return 0;
+    dsc_server_t *srv = c->lc->srv;
+    pthread_mutex_lock(&srv->send_budget.lock);
+    dsc_fq_flow_t *f = dsc_fq_flow_get(&srv->fq, job, job_weight(srv, job));
+    if (f != NULL) {
+        dsc_fq_flow_put(&srv->fq, c->flow);
+        c->flow = f;
+    }
+    pthread_mutex_unlock(&srv->send_budget.lock);
+    return f != NULL || c->flow != NULL ? 0 : -1;
 }
 
 static out_msg_t *msg_alloc(size_t head_len, unsigned nbufs);
 
+/* Under the budget lock. */
 static void fair_push_piece(conn_t *c, out_msg_t *m, uint64_t now) {
     m->c = c;
     m->next = NULL;
     m->fq.bytes = m->bytes;
     c->fq_queued++;
-    dsc_fq_push(&c->lc->fq, c->flow, &m->fq, now);
+    c->refs++;
+    dsc_fq_push(&c->lc->srv->fq, c->flow, &m->fq, now);
 }
 
 /* Queues m (its bytes already counted in out_bytes) under c's flow, in pieces of at most
@@ -485,7 +512,7 @@ static void fair_push_piece(conn_t *c, out_msg_t *m, uint64_t now) {
  * messages the rest, which point only into the hold; the last piece carries the hold. Returns 0,
  * or -1 out of memory: the pieces queued stay (the connection must close, which drops them) and
  * the rest, the hold included, is released. */
-static int fair_push(conn_t *c, out_msg_t *m, uint64_t now) {
+static int fair_push_locked(conn_t *c, out_msg_t *m, uint64_t now) {
     if (m->bytes <= FAIR_PIECE || m->nbufs == 1) {
         fair_push_piece(c, m, now);
         return 0;
@@ -560,33 +587,32 @@ static int fair_push(conn_t *c, out_msg_t *m, uint64_t now) {
     return 0;
 }
 
-/* With --send-rate: hands the queued answers to their connections' writes in deficit round-robin
- * order between jobs (arrival order with --fair off) while the budget allows, then waits for the
- * budget (fair_timer). Each connection touched gets one writev. */
-static void fair_service(dsc_srv_loop_t *lc) {
-    dsc_server_t *srv = lc->srv;
-    if (lc->fq.queued == 0)
-        return;
-    uint64_t now = uv_hrtime(), wait_ns = 0, spent = 0;
-    double tokens = dsc_fq_budget_take(&srv->send_budget, now, &wait_ns);
+static int fair_push(conn_t *c, out_msg_t *m, uint64_t now) {
+    dsc_server_t *srv = c->lc->srv;
+    pthread_mutex_lock(&srv->send_budget.lock);
+    int rc = fair_push_locked(c, m, now);
+    pthread_mutex_unlock(&srv->send_budget.lock);
+    return rc;
+}
+
+/* Batches a list of pieces taken off the queue for connections of this loop (next-linked) and
+ * writes them, one writev per connection; each piece's connection reference is dropped. */
+static void fair_write(out_msg_t *list) {
     conn_t *dirty = NULL;
-    while (tokens - (double)spent > 0) {
-        dsc_fq_item_t *it = dsc_fq_pop(&lc->fq, now);
-        if (it == NULL)
-            break;
-        out_msg_t *m = (out_msg_t *)(void *)((char *)it - offsetof(out_msg_t, fq));
+    while (list) {
+        out_msg_t *m = list;
+        list = m->next;
+        m->next = NULL;
         conn_t *c = m->c;
         c->fq_queued--;
-        m->next = NULL;
         if (c->batch_head &&
             (c->batch_bufs + m->nbufs > BATCH_MAX_BUFS || c->batch_bytes >= BATCH_MAX_BYTES))
             conn_flush(c);
         if (c->closing) {
             msgs_release(c, m);
+            conn_unref(c);
             continue;
         }
-        spent += m->bytes;
-        atomic_fetch_add_explicit(&srv->bytes_out, m->bytes, memory_order_relaxed);
         batch_add(c, m);
         if (!c->dirty) {
             c->dirty = 1;
@@ -594,10 +620,8 @@ static void fair_service(dsc_srv_loop_t *lc) {
             c->dirty_next = dirty;
             dirty = c;
         }
+        conn_unref(c); /* the piece's reference (the dirty list's keeps c) */
     }
-    int waiting = lc->fq.queued > 0;
-    double left = tokens - (double)spent;
-    dsc_fq_budget_spend(&srv->send_budget, spent, waiting);
     while (dirty) {
         conn_t *c = dirty;
         dirty = c->dirty_next;
@@ -605,6 +629,59 @@ static void fair_service(dsc_srv_loop_t *lc) {
         conn_flush(c);
         conn_unref(c);
     }
+}
+
+/* With --send-rate: takes the queued answers of every loop's connections off the server's
+ * queue, in deficit round-robin order between jobs (arrival order with --fair off), while the
+ * budget allows; this loop's are written here, the others' go to their loop's inbox (woken).
+ * Then waits for the budget (fair_timer) while answers remain. */
+static void fair_service(dsc_srv_loop_t *lc) {
+    dsc_server_t *srv = lc->srv;
+    if (srv->opt.send_rate == 0)
+        return;
+    uint64_t now = uv_hrtime(), wait_ns = 0, spent = 0;
+    double tokens = dsc_fq_budget_take(&srv->send_budget, now, &wait_ns);
+    if (srv->fq.queued == 0) {
+        dsc_fq_budget_spend(&srv->send_budget, 0, 0);
+        return;
+    }
+    uint64_t wake[(DSC_TCP_MAX_LOOPS + 63) / 64] = {0}; /* other loops given pieces */
+    while (tokens - (double)spent > 0) {
+        dsc_fq_item_t *it = dsc_fq_pop(&srv->fq, now);
+        if (it == NULL)
+            break;
+        out_msg_t *m = MSG_OF(it);
+        m->next = NULL;
+        spent += m->bytes;
+        /* Every piece goes through its loop's inbox, this loop's too: a connection's pieces
+         * are written in the order they left the queue, whichever loop took them off. */
+        dsc_srv_loop_t *to = m->c->lc;
+        if (to->fair_inbox_tail)
+            to->fair_inbox_tail->next = m;
+        else
+            to->fair_inbox_head = m;
+        to->fair_inbox_tail = m;
+        uint32_t k = (uint32_t)(to - srv->loops);
+        if (to == lc)
+            continue;
+        if (k < DSC_TCP_MAX_LOOPS)
+            wake[k / 64] |= UINT64_C(1) << (k % 64);
+        else
+            uv_async_send(&to->wake);
+    }
+    int waiting = srv->fq.queued > 0;
+    double left = tokens - (double)spent;
+    dsc_fq_budget_spend(&srv->send_budget, spent, waiting);
+    atomic_fetch_add_explicit(&srv->bytes_out, spent, memory_order_relaxed);
+    /* Each of those loops has connections with pieces in its inbox: it has not finished. */
+    for (uint32_t k = 0; k < srv->loop_count && k < DSC_TCP_MAX_LOOPS; k++)
+        if (wake[k / 64] & (UINT64_C(1) << (k % 64)))
+            uv_async_send(&srv->loops[k].wake);
+    pthread_mutex_lock(&srv->send_budget.lock);
+    out_msg_t *mine = lc->fair_inbox_head;
+    lc->fair_inbox_head = lc->fair_inbox_tail = NULL;
+    pthread_mutex_unlock(&srv->send_budget.lock);
+    fair_write(mine);
     if (waiting && !uv_is_active((uv_handle_t *)&lc->fair_timer) && srv->opt.send_rate) {
         if (left > 0)
             wait_ns = 0;
@@ -613,6 +690,24 @@ static void fair_service(dsc_srv_loop_t *lc) {
         uint64_t ms = (wait_ns + 999999) / 1000000;
         uv_timer_start(&lc->fair_timer, dsc__tcp_on_fair_timer, ms ? ms : 1, 0);
     }
+}
+
+void dsc__tcp_fair_inbox(dsc_srv_loop_t *lc) {
+    dsc_server_t *srv = lc->srv;
+    if (srv->opt.send_rate == 0)
+        return;
+    pthread_mutex_lock(&srv->send_budget.lock);
+    out_msg_t *list = lc->fair_inbox_head;
+    lc->fair_inbox_head = lc->fair_inbox_tail = NULL;
+    int waiting = srv->fq.queued > 0;
+    pthread_mutex_unlock(&srv->send_budget.lock);
+    fair_write(list);
+    /* Another loop's service armed its own timer; this one serves too, so that a loop that
+     * went idle does not leave the queue to the others' timers alone. */
+    if (waiting && srv->opt.send_rate && !uv_is_active((uv_handle_t *)&lc->fair_timer) &&
+        !lc->stopping)
+        uv_timer_start(&lc->fair_timer, dsc__tcp_on_fair_timer, 1, 0);
+    dsc__loop_maybe_finish(lc);
 }
 
 void dsc__tcp_on_fair_timer(uv_timer_t *timer) {
@@ -1144,8 +1239,20 @@ void dsc__tcp_close_all(dsc_srv_loop_t *lc) {
 
 /* ---- a loop's end -------------------------------------------------------------------------- */
 
+/* Pieces handed to this loop by another one's service still hold closed connections: read
+ * (dsc__tcp_fair_inbox, on the wake that follows) before the loop ends. */
+static int fair_inbox_empty(dsc_srv_loop_t *lc) {
+    dsc_server_t *srv = lc->srv;
+    if (srv->opt.send_rate == 0)
+        return 1;
+    pthread_mutex_lock(&srv->send_budget.lock);
+    int empty = lc->fair_inbox_head == NULL;
+    pthread_mutex_unlock(&srv->send_budget.lock);
+    return empty;
+}
+
 void dsc__loop_maybe_finish(dsc_srv_loop_t *lc) {
-    if (lc->stopping && lc->conn_count == 0 && lc->waiting == 0 &&
+    if (lc->stopping && lc->conn_count == 0 && lc->waiting == 0 && fair_inbox_empty(lc) &&
         !uv_is_closing((uv_handle_t *)&lc->wake)) {
         pthread_mutex_lock(&lc->mb_lock);
         lc->handoff_closed = 1;

@@ -63,7 +63,7 @@ check() { # check MODE: ratio heavy/light over the middle of the run within the 
     fi
 }
 
-start_server on --data "$work/ds" --memory 256M --warm --config "$work/fair.json" --threads 1 \
+start_server on --data "$work/ds" --memory 256M --warm --config "$work/fair.json" --threads 2 \
     --log-level error
 [ "$(metric "$HTTP_on" 'dscache_send_rate_bytes')" = $((RATE_MB << 20)) ] ||
     fail "dscache_send_rate_bytes is not --send-rate"
