@@ -6,8 +6,8 @@
  * in proportion to the weights for responses of any size (a flow's deficit carries the
  * remainder to its next turn), no per-flow timestamps, and a flow that is idle gets nothing
  * saved up (work-conserving: what it does not use goes to the others).
- * A dsc_fq_t and its flows belong to one thread (an event loop); the budget and the totals are
- * thread-safe. No I/O. */
+ * A dsc_fq_t and its flows are not locked here: the server guards its one queue with the
+ * budget's lock (tcp.c); the budget's own calls and the totals are thread-safe. No I/O. */
 #ifndef DSC_SERVER_FAIRQ_H
 #define DSC_SERVER_FAIRQ_H
 

@@ -3,7 +3,9 @@
  * read gathered into one writev), back-pressure (reads pause while too many answer bytes or
  * loads are outstanding), closing and draining; and the TCP reply (reply.h): a GET answer is a
  * header + prefix buffer and buffers pointing at the shard bytes in the store, whose hold is
- * released when the write completes. Requests themselves are handled by dispatch.c.
+ * released when the write completes. Requests themselves are handled by dispatch.c. With
+ * --send-rate, answers wait in the server's fair queue (fairq.h: deficit round-robin between
+ * jobs, in pieces) and are written as the send budget allows, by their own loop.
  * Over 800 lines on purpose: reading, framing, the write queue, back-pressure, time-outs and the
  * accept back-off share conn_t and its invariants; splitting would expose conn_t to other files.
  */
