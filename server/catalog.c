@@ -231,16 +231,30 @@ void dsc_dataset_count_served(dsc_dataset_t *ds, uint64_t bytes) {
 /* ---- eviction (cat->lock held) ----------------------------------------------------------- */
 
 /* Evicts the least recently used unreferenced resident shard of any unpinned dataset served
- * (only: of that dataset alone, pinned or not). O(shards); evictions are rare next to hits.
- * Returns 1 when one was evicted. */
-static int evict_lru_locked(dsc_catalog_t *cat, dsc_dataset_t *only) {
+ * whose priority is below `below` (lowest priority first; UINT32_MAX: any), or (only) of that
+ * dataset alone, pinned or not. O(shards); evictions are rare next to hits. Returns 1 when one
+ * was evicted. */
+static int evict_lru_locked(dsc_catalog_t *cat, dsc_dataset_t *only, uint32_t below) {
     table_t *t = atomic_load(&cat->table);
     dsc_shard_slot_t *victim = NULL;
     uint64_t oldest = UINT64_MAX;
+    uint32_t lowest = UINT32_MAX;
     for (uint32_t d = 0; d < t->count; d++) {
         dsc_dataset_t *ds = t->items[d];
-        if (only ? ds != only : ds->pinned)
+        if (only ? ds != only : ds->pinned || ds->priority >= below)
             continue;
+        if (!only && ds->priority > lowest)
+            continue; /* a lower priority has a candidate already */
+        if (!only && ds->priority < lowest && victim != NULL) {
+            /* Found a lower priority: its shards go first, whatever their age. */
+            int any = 0;
+            for (uint32_t i = 0; i < ds->manifest->shard_count && !any; i++)
+                any = ds->slots[i].state == SLOT_RESIDENT && atomic_load(&ds->slots[i].refs) == 0;
+            if (!any)
+                continue;
+            victim = NULL;
+            oldest = UINT64_MAX;
+        }
         for (uint32_t i = 0; i < ds->manifest->shard_count; i++) {
             dsc_shard_slot_t *s = &ds->slots[i];
             if (s->state != SLOT_RESIDENT || atomic_load(&s->refs) != 0)
@@ -249,6 +263,7 @@ static int evict_lru_locked(dsc_catalog_t *cat, dsc_dataset_t *only) {
             if (used < oldest) {
                 oldest = used;
                 victim = s;
+                lowest = ds->priority;
             }
         }
     }
@@ -277,12 +292,17 @@ static int start_load_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, int how) {
     if (ds->limit > 0) {
         /* Within the dataset's limit (lru: by evicting its own least recently used shards). */
         while (committed_bytes_locked(ds) + size > ds->limit)
-            if (!may_evict || !evict_lru_locked(cat, ds))
+            if (!may_evict || !evict_lru_locked(cat, ds, 0))
                 return 0;
     }
     int rc = dsc_store_alloc(cat->store, size, &dst);
-    /* A pinned dataset's loads make room whatever the policy; nobody evicts a pinned one. */
-    while (rc == DSC_ENOSPC && (may_evict || ds->pinned) && evict_lru_locked(cat, NULL))
+    /* A pinned dataset's loads make room whatever the policy; nobody evicts a pinned one. Other
+     * loads evict lower priorities (lru: and their own), never a warm-up that must not evict. */
+    uint32_t below = ds->pinned              ? UINT32_MAX
+                     : how == LOAD_WARM_KEEP ? 0
+                     : may_evict             ? ds->priority + 1
+                                             : ds->priority;
+    while (rc == DSC_ENOSPC && below > 0 && evict_lru_locked(cat, NULL, below))
         rc = dsc_store_alloc(cat->store, size, &dst);
     if (rc == DSC_ENOSPC)
         return 0;
@@ -890,20 +910,22 @@ static void policy_apply_locked(dsc_catalog_t *cat, dsc_dataset_t *ds) {
     const struct dsc_policy_entry *p = policy_find_locked(cat, ds->name, strlen(ds->name));
     ds->pinned = p ? p->pinned : 0;
     ds->limit = p ? p->limit : 0;
+    ds->priority = p ? p->priority : 0;
 }
 
 /* Evicts ds's least recently used unreferenced shards until its bytes are within its limit
  * (cat->lock held). Returns the number evicted. */
 static int enforce_limit_locked(dsc_catalog_t *cat, dsc_dataset_t *ds) {
     int n = 0;
-    while (ds->limit > 0 && ds->cached_bytes > ds->limit && evict_lru_locked(cat, ds))
+    while (ds->limit > 0 && ds->cached_bytes > ds->limit && evict_lru_locked(cat, ds, 0))
         n++;
     return n;
 }
 
 int dsc_catalog_set_policy(dsc_catalog_t *cat, const char *name, size_t name_len, int op,
                            uint64_t bytes) {
-    if (name_len == 0 || name_len >= DSC_MAX_NAME || op < DSC_POLICY_PIN || op > DSC_POLICY_LIMIT)
+    if (name_len == 0 || name_len >= DSC_MAX_NAME || op < DSC_POLICY_PIN ||
+        op > DSC_POLICY_PRIORITY || (op == DSC_POLICY_PRIORITY && bytes > DSC_MAX_PRIORITY))
         return DSC_EINVAL;
     pthread_mutex_lock(&cat->lock);
     struct dsc_policy_entry *p = policy_find_locked(cat, name, name_len);
@@ -925,6 +947,8 @@ int dsc_catalog_set_policy(dsc_catalog_t *cat, const char *name, size_t name_len
     }
     if (op == DSC_POLICY_LIMIT)
         p->limit = bytes;
+    else if (op == DSC_POLICY_PRIORITY)
+        p->priority = (uint32_t)bytes;
     else
         p->pinned = op == DSC_POLICY_PIN;
     dsc_dataset_t *ds = dsc_catalog_find(cat, name, name_len);
@@ -993,6 +1017,7 @@ static cJSON *dataset_json_locked(dsc_dataset_t *ds, uint64_t share) {
     cJSON_AddNumberToObject(o, "bytes_served", (double)atomic_load(&ds->bytes_served));
     cJSON_AddNumberToObject(o, "bad_shards", (double)ds->bad_shards);
     cJSON_AddNumberToObject(o, "pinned", ds->pinned);
+    cJSON_AddNumberToObject(o, "priority", ds->priority);
     cJSON_AddNumberToObject(o, "limit_bytes", (double)ds->limit);
     cJSON_AddNumberToObject(o, "share_bytes", (double)share);
     /* Damaged shards by name: refused whole ("bad") or served but for some chunks. */

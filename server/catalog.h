@@ -121,10 +121,16 @@ int dsc_catalog_evict(dsc_catalog_t *cat, dsc_dataset_t *ds, uint32_t shard_id);
  *   DSC_POLICY_UNPIN  back to the common rules;
  *   DSC_POLICY_LIMIT  its resident and loading bytes stay <= bytes (0: no limit); shards over a
  *                     new limit are evicted now (least recently used first), a miss beyond it is
- *                     read through (lru: evicts the dataset's own shards first).
+ *                     read through (lru: evicts the dataset's own shards first);
+ *   DSC_POLICY_PRIORITY  bytes is its priority (0..DSC_MAX_PRIORITY, default 0): on a full
+ *                     store its loads (misses, warm-ups) evict unreferenced shards of unpinned
+ *                     datasets of lower priority, lowest priority first, then least recently
+ *                     used (with --policy lru: of the same priority too, never of a higher one);
+ *                     configuration only (--priority), not a wire operation.
  * Returns the shards affected (loads started, or evicted), DSC_EINVAL, DSC_ENOMEM, DSC_ENOSPC
  * (DSC_MAX_POLICIES names have settings already). */
-enum { DSC_POLICY_PIN = 1, DSC_POLICY_UNPIN = 2, DSC_POLICY_LIMIT = 3 };
+enum { DSC_POLICY_PIN = 1, DSC_POLICY_UNPIN = 2, DSC_POLICY_LIMIT = 3, DSC_POLICY_PRIORITY = 4 };
+#define DSC_MAX_PRIORITY 1000
 #define DSC_MAX_POLICIES 4096
 int dsc_catalog_set_policy(dsc_catalog_t *cat, const char *name, size_t name_len, int op,
                            uint64_t bytes);

@@ -85,6 +85,7 @@ struct dsc_dataset {
     uint64_t cached_shards, cached_bytes, bad_shards;
     uint8_t pinned;          /* stays resident: never evicted to make room, loads evict for it */
     uint64_t limit;          /* cap on resident + loading bytes (0: none) */
+    uint32_t priority;       /* on a full store its loads evict lower-priority shards (0..1000) */
     dsc_dataset_t *all_next; /* every dataset ever created, freed at destroy */
 };
 
@@ -110,6 +111,7 @@ struct dsc_catalog {
         char name[DSC_MAX_NAME];
         uint8_t pinned;
         uint64_t limit;
+        uint32_t priority;
     } * policies;
     uint32_t policy_count;
     atomic_uint_fast64_t table_meta_bytes; /* their metadata bytes, see update_table_meta */

@@ -525,6 +525,10 @@ static void handle_report(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
     }
     dsc_jobs_report(srv->jobs, &req, reply->peer,
                     reply->auth.cred ? dsc_cred_name(reply->auth.cred) : NULL, dsc_now_s());
+    /* The connection's answers are queued under this job from now on (fairq.h, --send-rate). */
+    size_t jl = req.job.len < sizeof reply->job - 1 ? req.job.len : sizeof reply->job - 1;
+    memcpy(reply->job, req.job.ptr, jl);
+    reply->job[jl] = '\0';
     /* The answer tells the loader about this server's misses and backing store (its verdict
      * names the store when that is the limit). */
     dsc_catalog_totals_t tot;

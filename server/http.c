@@ -255,6 +255,12 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     dsc_text_add(&t, "dscache_load_seconds_count %llu\n", (unsigned long long)h.count);
     /* Diagnosis: the jobs fed (docs/diagnosis.md) and each dataset's resident fraction. */
     char *jobs = dsc_jobs_metrics_text(dsc_server_jobs(src->server), dsc_now_s(), !src->hide_names);
+    char *fair = dsc_server_fair_metrics_text(src->server, !src->hide_names);
+    if (fair != NULL)
+        dsc_text_add(&t, "%s", fair);
+    else
+        t.failed = 1;
+    free(fair);
     int nf = 0;
     char *stat = src->hide_names ? NULL : dsc_catalog_stat_json(src->cat, "", 0, &nf);
     char *resident = src->hide_names ? strdup("") : dsc_resident_metrics_text(stat);

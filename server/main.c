@@ -5,6 +5,7 @@
 #include "catalog.h"
 #include "cluster.h"
 #include "credstore.h"
+#include "fairq.h"
 #include "http.h"
 #include "jobs.h"
 #include "rdma.h"
@@ -40,6 +41,8 @@ typedef struct options {
     int pin_count;
     const char *limits[MAX_DIRS]; /* --limit DATASET=BYTES */
     int limit_count;
+    const char *priorities[MAX_DIRS]; /* --priority DATASET=N */
+    int priority_count;
     char listen[256];
     char http[256];
     uint64_t memory;
@@ -49,6 +52,10 @@ typedef struct options {
     uint64_t backing_rate;
     uint64_t staging_memory; /* --staging-memory (UINT64_MAX: the default) */
     uint32_t staging_ttl;    /* --staging-ttl, seconds */
+    uint64_t send_rate;                         /* --send-rate (0: none) */
+    int fair_off;                               /* --fair off */
+    dsc_job_weight_t weights[DSC_FQ_STATS_MAX]; /* --job-weight NAME=W */
+    uint32_t weight_count;
     int warm;
     const char *port_file;
     const char *http_port_file;
@@ -88,6 +95,9 @@ static void usage(FILE *f) {
         "                        room and it is loaded at start, evicting unpinned shards\n"
         "  --limit DATASET=BYTES cap DATASET's resident bytes (repeatable; live: dscache\n"
         "                        limit); misses beyond it are read through\n"
+        "  --priority DATASET=N  DATASET's priority for memory, 0..1000 (default 0;\n"
+        "                        repeatable): on a full store its loads evict the shards\n"
+        "                        of lower-priority datasets first (pinned ones never)\n"
         "  --data-root DIR       every subdirectory of DIR holding a complete manifest.json\n"
         "                        is a dataset (repeatable); datasets written there or removed\n"
         "                        are picked up within seconds (inotify; SIGHUP as fallback);\n"
@@ -118,6 +128,17 @@ static void usage(FILE *f) {
         "                        chunks already being read no longer wait for that read)\n"
         "  --staging-ttl S       a staged range not asked for within S seconds is dropped\n"
         "                        (default 30)\n"
+        "  --send-rate BYTES     cap on the bytes/s this server sends over TCP, all\n"
+        "                        connections together, suffixes K M G (default: none).\n"
+        "                        Set it a little under the link's rate (say 95%%) so that\n"
+        "                        under saturation the queue forms here, where answers\n"
+        "                        are scheduled between jobs, not in the NIC\n"
+        "  --fair on|off         with --send-rate: answers waiting for it are sent by\n"
+        "                        deficit round-robin between jobs (on, default; a job is\n"
+        "                        the name its loaders REPORT, else each connection), or\n"
+        "                        in arrival order (off)\n"
+        "  --job-weight NAME=W   job NAME gets W shares (1..1000) of the send rate when\n"
+        "                        it is saturated, others 1 (repeatable)\n"
         "  --warm                load every shard at start-up; /readyz answers 200 once\n"
         "                        the shards this server owns are resident (see below)\n"
         "  --ready-timeout N     with --warm: after N seconds /readyz answers 200 even if\n"
@@ -186,11 +207,12 @@ static void usage(FILE *f) {
         "\n"
         "  --config FILE         JSON object with the same keys (\"data\": [..],\n"
         "                        \"data_root\": [..], \"data_root_interval\",\n"
-        "                        \"pin\": [..], \"limit\":\n"
+        "                        \"pin\": [..], \"priority\": [\"DATASET=N\", ..], \"limit\":\n"
         "                        [\"DATASET=BYTES\", ..], \"listen\",\n"
         "                        \"http\", \"memory\", \"threads\", \"io_threads\",\n"
         "                        \"backing_reads\", \"backing_rate\", \"staging_memory\",\n"
-        "                        \"staging_ttl\", \"warm\",\n"
+        "                        \"staging_ttl\", \"send_rate\", \"fair\",\n"
+        "                        \"job_weight\": [\"NAME=W\", ..], \"warm\",\n"
         "                        \"policy\", \"max_out\", \"max_out_total\",\n"
         "                        \"header_timeout\", \"idle_timeout\", \"max_conns_per_peer\",\n"
         "                        \"http_max_conns\", \"http_timeout\", \"log_level\", "
@@ -265,6 +287,13 @@ static int apply(options_t *o, const char *key, const char *value) {
             dsc_parse_size(eq + 1, &bytes) < 0)
             return bad("--limit (DATASET=BYTES)", value);
         o->limits[o->limit_count++] = value;
+    } else if (strcmp(key, "priority") == 0) {
+        const char *eq = strchr(value, '=');
+        uint32_t prio;
+        if (o->priority_count == MAX_DIRS || eq == NULL || eq == value ||
+            eq - value >= DSC_MAX_NAME || parse_u32(eq + 1, 0, DSC_MAX_PRIORITY, &prio) < 0)
+            return bad("--priority (DATASET=N, N 0..1000)", value);
+        o->priorities[o->priority_count++] = value;
     } else if (strcmp(key, "data_root_interval") == 0) {
         if (parse_u32(value, 0, 86400, &o->root_interval) < 0)
             return bad("--data-root-interval (seconds)", value);
@@ -318,6 +347,22 @@ static int apply(options_t *o, const char *key, const char *value) {
     } else if (strcmp(key, "staging_ttl") == 0) {
         if (parse_u32(value, 1, 86400, &o->staging_ttl) < 0)
             return bad("--staging-ttl", value);
+    } else if (strcmp(key, "send_rate") == 0) {
+        if (dsc_parse_size(value, &o->send_rate) < 0 || o->send_rate == 0)
+            return bad("--send-rate", value);
+    } else if (strcmp(key, "fair") == 0) {
+        if (strcmp(value, "on") == 0 || strcmp(value, "true") == 0)
+            o->fair_off = 0;
+        else if (strcmp(value, "off") == 0 || strcmp(value, "false") == 0)
+            o->fair_off = 1;
+        else
+            return bad("--fair (on or off)", value);
+    } else if (strcmp(key, "job_weight") == 0) {
+        if (o->weight_count == DSC_FQ_STATS_MAX ||
+            dsc_fq_parse_weight(value, o->weights[o->weight_count].name,
+                                &o->weights[o->weight_count].weight) < 0)
+            return bad("--job-weight (NAME=W, a job name and 1..1000)", value);
+        o->weight_count++;
     } else if (strcmp(key, "drain_seconds") == 0) {
         if (parse_u32(value, 1, 86400, &o->drain_seconds) < 0)
             return bad("--drain-seconds", value);
@@ -777,7 +822,7 @@ int main(int argc, char **argv) {
     o.staging_ttl = 30;
     o.root_interval = 10;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    o.threads = cores > 0 ? (uint32_t)cores : 1;
+    o.threads = 0; /* after the options: the number of cores */
     o.io_threads = 4;
     o.max_out = UINT64_C(64) << 20;
     o.max_out_total = UINT64_C(1) << 30;
@@ -808,6 +853,8 @@ int main(int argc, char **argv) {
     if (parse_args(argc, argv, &o) < 0)
         goto done;
     dsc__srvlog_level = o.log_level;
+    if (o.threads == 0)
+        o.threads = cores > 0 ? (uint32_t)cores : 1;
     raise_nofile_limit();
     if (o.dir_count == 0 && o.root_count == 0) {
         fprintf(stderr, "dscached: no --data directory given (see --help)\n");
@@ -866,6 +913,15 @@ int main(int argc, char **argv) {
         LOG_INFO("dataset %.*s: limited to %llu bytes (--limit)", (int)(eq - o.limits[i]),
                  o.limits[i], (unsigned long long)bytes);
     }
+    for (int i = 0; i < o.priority_count; i++) {
+        const char *eq = strchr(o.priorities[i], '=');
+        uint32_t prio = 0;
+        (void)parse_u32(eq + 1, 0, DSC_MAX_PRIORITY, &prio); /* checked by apply() */
+        dsc_catalog_set_policy(cat, o.priorities[i], (size_t)(eq - o.priorities[i]),
+                               DSC_POLICY_PRIORITY, prio);
+        LOG_INFO("dataset %.*s: priority %u (--priority)", (int)(eq - o.priorities[i]),
+                 o.priorities[i], prio);
+    }
     for (int i = 0; i < o.pin_count; i++) {
         dsc_catalog_set_policy(cat, o.pins[i], strlen(o.pins[i]), DSC_POLICY_PIN, 0);
         LOG_INFO("dataset %s: pinned (--pin)", o.pins[i]);
@@ -915,7 +971,11 @@ int main(int argc, char **argv) {
                                  .drain_seconds = o.drain_seconds,
                                  .name = "dscached",
                                  .credentials = credentials,
-                                 .allow_anonymous_admin = o.allow_anonymous_admin};
+                                 .allow_anonymous_admin = o.allow_anonymous_admin,
+                                 .send_rate = o.send_rate,
+                                 .fair_off = o.fair_off,
+                                 .job_weights = o.weights,
+                                 .job_weight_count = o.weight_count};
     if ((rc = dsc_server_start(cat, &sopt, &server)) < 0) {
         if (rc == DSC_EADDRINUSE)
             LOG_ERROR("cannot listen on %s: the port is already in use (another dscached or "

@@ -79,6 +79,8 @@ struct dsc_reply {
     void *rdma;               /* the connection's RDMA state (rdma.c), NULL until RDMA_CONNECT */
     uint64_t hinter;          /* dispatch.c: the hinter id of this connection's last HINT (its
                                  GETs are counted for that loader's read-ahead), 0: none */
+    char job[64];             /* the job its REPORTs name ("": none yet), set by dispatch.c;
+                                 tcp.c queues its answers under it (fairq.h) */
 };
 
 #endif

@@ -8,6 +8,7 @@
 #include "server_core.h"
 #include "srvlog.h"
 #include "tcp.h"
+#include "text.h"
 #include "util.h"
 
 #include <errno.h>
@@ -80,6 +81,7 @@ static void on_wake(uv_async_t *async) {
         list = w->next;
         w->fn(w);
     }
+    dsc__tcp_fair_inbox(lc);
     if (atomic_load(&lc->srv->stop_requested) && !lc->stopping) {
         lc->stopping = 1;
         stop_accepting(lc);
@@ -170,6 +172,9 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
         return DSC_ENOMEM;
     }
     pthread_mutex_init(&srv->peer_lock, NULL);
+    dsc_fq_budget_init(&srv->send_budget, options->send_rate, 0);
+    dsc_fq_totals_init(&srv->fair_totals);
+    dsc_fq_init(&srv->fq, 0, options->fair_off, &srv->fair_totals);
     int rc = 0;
     for (uint32_t i = 0; i < options->threads; i++) {
         dsc_srv_loop_t *lc = &srv->loops[i];
@@ -207,6 +212,8 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
             dsc__rdma_watch(options->rdma, &lc->loop);
         uv_timer_init(&lc->loop, &lc->drain_timer);
         lc->drain_timer.data = lc;
+        uv_timer_init(&lc->loop, &lc->fair_timer);
+        lc->fair_timer.data = lc;
         pthread_mutex_init(&lc->mb_lock, NULL);
         lc->mailbox.push = mailbox_push;
         srv->loop_count++;
@@ -273,6 +280,9 @@ void dsc_server_destroy(dsc_server_t *srv) {
         pthread_mutex_destroy(&lc->mb_lock);
     }
     pthread_mutex_destroy(&srv->peer_lock);
+    dsc_fq_destroy(&srv->fq);
+    dsc_fq_budget_destroy(&srv->send_budget);
+    dsc_fq_totals_destroy(&srv->fair_totals);
     free(srv->peers);
     free(srv->loops);
     dsc_authfail_destroy(srv->authz.failures);
@@ -314,4 +324,52 @@ void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out) {
 
 struct dsc_rdma_srv *dsc_server_rdma(const dsc_server_t *srv) {
     return srv ? srv->opt.rdma : NULL;
+}
+
+char *dsc_server_fair_metrics_text(dsc_server_t *srv, int names) {
+    dsc_text_t t = {0};
+    uint64_t waits = 0;
+    if (srv != NULL) {
+        pthread_mutex_lock(&srv->send_budget.lock);
+        waits = srv->send_budget.waits;
+        pthread_mutex_unlock(&srv->send_budget.lock);
+    }
+    dsc_text_add(&t,
+                 "# HELP dscache_send_rate_bytes The --send-rate cap on TCP sending, bytes/s "
+                 "(0: none).\n# TYPE dscache_send_rate_bytes gauge\ndscache_send_rate_bytes "
+                 "%llu\n# HELP dscache_send_budget_waits_total Times answers waited for "
+                 "--send-rate.\n# TYPE dscache_send_budget_waits_total counter\n"
+                 "dscache_send_budget_waits_total %llu\n",
+                 (unsigned long long)(srv ? srv->opt.send_rate : 0), (unsigned long long)waits);
+    if (!names || srv == NULL)
+        return dsc_text_take(&t);
+    dsc_fq_total_t *list = malloc((DSC_FQ_STATS_MAX + 1) * sizeof *list);
+    if (list == NULL) {
+        free(dsc_text_take(&t));
+        return NULL;
+    }
+    uint32_t n = dsc_fq_totals_snapshot(&srv->fair_totals, list, DSC_FQ_STATS_MAX + 1);
+    static const struct {
+        const char *name, *type, *help;
+    } series[] = {
+        {"dscache_job_sent_bytes_total", "counter", "Answer bytes sent under --send-rate."},
+        {"dscache_job_sent_responses_total", "counter", "Answers sent under --send-rate."},
+        {"dscache_job_queue_seconds_total", "counter",
+         "Seconds the job's answers waited in its queue for --send-rate (sum)."},
+        {"dscache_job_weight", "gauge", "The job's share weight (--job-weight; 1 by default)."},
+    };
+    for (size_t k = 0; k < sizeof series / sizeof series[0]; k++) {
+        dsc_text_add(&t, "# HELP %s %s\n# TYPE %s %s\n", series[k].name, series[k].help,
+                     series[k].name, series[k].type);
+        for (uint32_t i = 0; i < n; i++) {
+            const dsc_fq_total_t *e = &list[i];
+            double v = k == 0   ? (double)e->sent_bytes
+                       : k == 1 ? (double)e->sent_items
+                       : k == 2 ? (double)e->queue_ns / 1e9
+                                : (double)e->weight;
+            dsc_text_add(&t, "%s{job=\"%s\"} %.15g\n", series[k].name, e->name, v);
+        }
+    }
+    free(list);
+    return dsc_text_take(&t);
 }

@@ -54,5 +54,12 @@ typedef struct dsc_server_counters {
 void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out);
 /* The jobs the server feeds (REPORTs), for /metrics; NULL for srv NULL. Lives as long as srv. */
 dsc_jobs_t *dsc_server_jobs(dsc_server_t *srv);
+/* The send budget's series for /metrics (malloc'd; NULL on ENOMEM): dscache_send_rate_bytes
+ * (--send-rate, 0: none), dscache_send_budget_waits_total and, with names != 0, per job queued
+ * under it (job="" for connections that named none, "*" beyond 64 jobs):
+ * dscache_job_sent_bytes_total, dscache_job_sent_responses_total,
+ * dscache_job_queue_seconds_total (time its answers waited for the budget) and
+ * dscache_job_weight. Any thread. */
+char *dsc_server_fair_metrics_text(dsc_server_t *srv, int names);
 
 #endif

@@ -9,6 +9,7 @@
 #include "authz.h"
 #include "catalog.h"
 #include "cluster.h"
+#include "fairq.h"
 #include "jobs.h"
 #include "protocol.h"
 #include "reply.h"
@@ -56,6 +57,10 @@ typedef struct dsc_srv_loop {
     dsc_tcp_conn_t *conns;
     uint32_t conn_count;
     int stopping;
+    uv_timer_t fair_timer; /* with --send-rate: fires when the budget allows more (tcp.c) */
+    /* Pieces of answers for this loop's connections taken off srv->fq by another loop's
+     * service, written on the next wake (under srv->send_budget.lock). */
+    struct out_msg *fair_inbox_head, *fair_inbox_tail;
 } dsc_srv_loop_t;
 
 struct dsc_server {
@@ -79,8 +84,11 @@ struct dsc_server {
     atomic_uint_fast64_t get_latency[DSC_GET_LATENCY_BUCKETS + 1];
     atomic_uint_fast64_t get_latency_sum_ns;
     _Atomic(dsc_cluster_t *) cluster;
-    dsc_authz_t authz; /* credentials and anonymous policy (authz.h) */
-    dsc_jobs_t *jobs;  /* the jobs fed, from their REPORTs (jobs.h) */
+    dsc_authz_t authz;           /* credentials and anonymous policy (authz.h) */
+    dsc_jobs_t *jobs;            /* the jobs fed, from their REPORTs (jobs.h) */
+    dsc_fq_budget_t send_budget; /* --send-rate, shared by the loops; its lock guards fq */
+    dsc_fq_t fq;                 /* answers waiting for the budget, every loop's (tcp.c) */
+    dsc_fq_totals_t fair_totals; /* bytes sent and time queued per job (with --send-rate) */
 };
 
 static inline dsc_cluster_t *dsc__server_cluster(dsc_server_t *srv) {

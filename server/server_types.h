@@ -9,6 +9,12 @@
 
 typedef struct dsc_server dsc_server_t;
 
+/* A job's share of the send budget relative to the others' (--job-weight NAME=W). */
+typedef struct dsc_job_weight {
+    char name[64]; /* a job name as REPORTed (DSC_REPORT_MAX_JOB + 1) */
+    uint32_t weight;
+} dsc_job_weight_t;
+
 typedef struct dsc_server_options {
     const char *host;             /* listen address (numeric or name) */
     uint16_t port;                /* 0: pick a free port */
@@ -25,6 +31,12 @@ typedef struct dsc_server_options {
                                      anonymously (docs/security.md) */
     int allow_anonymous_admin;    /* without credentials: serve WARM/EVICT anonymously */
     struct dsc_rdma_srv *rdma;    /* RDMA transport (rdma.h; not owned), or NULL: TCP only */
+    uint64_t send_rate;           /* TCP response bytes/s sent at most, all connections together
+                                     (0: no cap); what waits is queued per job (fairq.h) */
+    int fair_off;                 /* with send_rate: queued responses go in arrival order, not
+                                     by deficit round-robin between jobs (--fair off) */
+    const dsc_job_weight_t *job_weights; /* not owned; outlives the server */
+    uint32_t job_weight_count;
 } dsc_server_options_t;
 
 /* Sizes of the request counters (requests[op][status]: op is the opcode, unknown ones counted at

@@ -3,7 +3,9 @@
  * read gathered into one writev), back-pressure (reads pause while too many answer bytes or
  * loads are outstanding), closing and draining; and the TCP reply (reply.h): a GET answer is a
  * header + prefix buffer and buffers pointing at the shard bytes in the store, whose hold is
- * released when the write completes. Requests themselves are handled by dispatch.c.
+ * released when the write completes. Requests themselves are handled by dispatch.c. With
+ * --send-rate, answers wait in the server's fair queue (fairq.h: deficit round-robin between
+ * jobs, in pieces) and are written as the send budget allows, by their own loop.
  * Over 800 lines on purpose: reading, framing, the write queue, back-pressure, time-outs and the
  * accept back-off share conn_t and its invariants; splitting would expose conn_t to other files.
  */
@@ -54,6 +56,10 @@
  * kernel memory is tied up per connection, and fewer queued segments go out from the peer's
  * ACK processing (on loopback that is the client's CPU). Data in flight is not limited. */
 #define NOTSENT_LOWAT (256u << 10)
+/* With --send-rate, answers are queued in pieces of at most this many bytes (the DRR quantum):
+ * a job's 1 MiB answer then delays another job's answer by at most one piece, not the whole
+ * answer (pieces of one connection go out in order, on its own socket). */
+#define FAIR_PIECE DSC_FQ_QUANTUM
 
 typedef struct out_msg out_msg_t;
 
@@ -79,6 +85,11 @@ struct dsc_tcp_conn {
     int refs; /* 1 for the open handle + writes + pending loads */
     unsigned closing : 1, reading : 1, close_when_idle : 1, paused : 1, peer_counted : 1;
     unsigned batching : 1; /* inside conn_process: submit() collects instead of writing */
+    unsigned dirty : 1;    /* on the list of connections fair_service() writes to */
+    dsc_fq_flow_t *flow;   /* with --send-rate: its job's queue in srv->fq (a reference) */
+    uint32_t fq_queued;    /* its pieces in srv->fq or in its loop's fair inbox (each holds a
+                              reference to c) */
+    dsc_tcp_conn_t *dirty_next;
 };
 typedef dsc_tcp_conn_t conn_t;
 
@@ -92,12 +103,14 @@ struct out_msg {
     size_t bytes;
     uv_buf_t *bufs;
     unsigned nbufs;
+    dsc_fq_item_t fq; /* with --send-rate: its place in the loop's fair queue */
     uv_buf_t inline_bufs[INLINE_BUFS];
     uint8_t head[]; /* frame header + small body or GET prefix */
 };
 
 static void conn_close(conn_t *c);
 static void conn_process(conn_t *c);
+static void fair_service(dsc_srv_loop_t *lc);
 
 /* ---- memory held per connection and in all ---------------------------------------------- */
 
@@ -121,6 +134,12 @@ static void held_update(conn_t *c) {
 
 static void conn_unref(conn_t *c) {
     if (--c->refs == 0) {
+        if (c->flow != NULL) {
+            dsc_server_t *srv = c->lc->srv;
+            pthread_mutex_lock(&srv->send_budget.lock);
+            dsc_fq_flow_put(&srv->fq, c->flow);
+            pthread_mutex_unlock(&srv->send_budget.lock);
+        }
         dsc__authz_conn_close(&c->reply.auth);
         free(c->in);
         c->in = NULL;
@@ -306,7 +325,9 @@ static void conn_update_reading(conn_t *c) {
 }
 
 static void conn_maybe_idle_close(conn_t *c) {
-    if (c->close_when_idle && !c->closing && c->writes == 0 && c->pending_loads == 0)
+    /* Answers still queued (fq_queued) go out first; a closing connection's are dropped. */
+    if (c->close_when_idle && !c->closing && c->writes == 0 && c->pending_loads == 0 &&
+        c->fq_queued == 0)
         conn_close(c);
 }
 
@@ -323,10 +344,41 @@ static void on_close(uv_handle_t *handle) {
     conn_unref(handle->data);
 }
 
+static void msgs_release(conn_t *c, out_msg_t *m);
+
+#define MSG_OF(it) ((out_msg_t *)(void *)((char *)(it)-offsetof(out_msg_t, fq)))
+
+/* dsc_fq_remove's test (under the budget lock): the message is c's; it goes on a list released
+ * once the lock is given back. */
+typedef struct dropped {
+    conn_t *c;
+    out_msg_t *list;
+} dropped_t;
+
+static int drop_if_of(dsc_fq_item_t *it, void *arg) {
+    dropped_t *d = arg;
+    out_msg_t *m = MSG_OF(it);
+    if (m->c != d->c)
+        return 0;
+    m->next = d->list;
+    d->list = m;
+    return 1;
+}
+
 static void conn_close(conn_t *c) {
     if (c->closing)
         return;
     c->closing = 1;
+    if (c->fq_queued > 0) { /* its queued answers will not be sent: their holds go now */
+        dsc_server_t *srv = c->lc->srv;
+        dropped_t d = {c, NULL};
+        pthread_mutex_lock(&srv->send_budget.lock);
+        uint32_t n = dsc_fq_remove(&srv->fq, c->flow, drop_if_of, &d);
+        pthread_mutex_unlock(&srv->send_budget.lock);
+        c->fq_queued -= n; /* those in the loop's inbox are dropped when it is read */
+        c->refs -= (int)n; /* c's own handle reference remains: not freed here */
+        msgs_release(c, d.list);
+    }
     held_update(c);
     dsc_srv_loop_t *lc = c->lc;
     if (c->peer_counted)
@@ -408,8 +460,264 @@ static void conn_flush(conn_t *c) {
     c->refs++;
 }
 
-/* Queues m (bufs filled, hold set): collected while conn_process runs, else written at once.
- * On failure releases everything and closes. */
+static void batch_add(conn_t *c, out_msg_t *m) {
+    if (c->batch_tail)
+        c->batch_tail->next = m;
+    else
+        c->batch_head = m;
+    c->batch_tail = m;
+    c->batch_bufs += m->nbufs;
+    c->batch_bytes += m->bytes;
+}
+
+/* The weight of a job (--job-weight; 1 when not configured). */
+static uint32_t job_weight(const dsc_server_t *srv, const char *job) {
+    for (uint32_t i = 0; i < srv->opt.job_weight_count; i++)
+        if (strcmp(srv->opt.job_weights[i].name, job) == 0)
+            return srv->opt.job_weights[i].weight;
+    return 1;
+}
+
+/* c's flow in the loop's fair queue: its job's (reply.job, from its REPORTs), else its own. A
+ * connection changes flows only while none of its answers is queued, so that its answers keep
+ * their order. Returns 0 or -1 (out of memory). */
+static int conn_flow(conn_t *c) {
+    const char *job = c->reply.job;
+    if (c->flow != NULL && (c->fq_queued > 0 || strcmp(c->flow->name, job) == 0))
+        return 0;
+    dsc_server_t *srv = c->lc->srv;
+    pthread_mutex_lock(&srv->send_budget.lock);
+    dsc_fq_flow_t *f = dsc_fq_flow_get(&srv->fq, job, job_weight(srv, job));
+    if (f != NULL) {
+        dsc_fq_flow_put(&srv->fq, c->flow);
+        c->flow = f;
+    }
+    pthread_mutex_unlock(&srv->send_budget.lock);
+    return f != NULL || c->flow != NULL ? 0 : -1;
+}
+
+static out_msg_t *msg_alloc(size_t head_len, unsigned nbufs);
+
+/* Under the budget lock. */
+static void fair_push_piece(conn_t *c, out_msg_t *m, uint64_t now) {
+    m->c = c;
+    m->next = NULL;
+    m->fq.bytes = m->bytes;
+    c->fq_queued++;
+    c->refs++;
+    dsc_fq_push(&c->lc->srv->fq, c->flow, &m->fq, now);
+}
+
+/* Queues m (its bytes already counted in out_bytes) under c's flow, in pieces of at most
+ * FAIR_PIECE bytes: m itself carries the first, with the whole of its first buffer (the frame
+ * header and the prefix or copied body, which live in m and go when m's write completes), new
+ * messages the rest, which point only into the hold; the last piece carries the hold. Returns 0,
+ * or -1 out of memory: the pieces queued stay (the connection must close, which drops them) and
+ * the rest, the hold included, is released. */
+static int fair_push_locked(conn_t *c, out_msg_t *m, uint64_t now) {
+    if (m->bytes <= FAIR_PIECE || m->nbufs == 1) {
+        fair_push_piece(c, m, now);
+        return 0;
+    }
+    unsigned n = m->nbufs;
+    uv_buf_t *all = malloc(n * sizeof *all);
+    if (all == NULL) {
+        c->out_bytes -= m->bytes;
+        dsc_hold_release(c->lc->srv->cat, &m->hold);
+        free(m);
+        return -1;
+    }
+    memcpy(all, m->bufs, n * sizeof *all);
+    dsc_hold_t hold = m->hold;
+    memset(&m->hold, 0, sizeof m->hold);
+    uint64_t left = m->bytes;
+    unsigned i = 0;
+    size_t off = 0;
+    out_msg_t *cur = m, *last = NULL;
+    while (i < n) {
+        /* The bufs of the next piece: from (i, off) up to FAIR_PIECE bytes. */
+        unsigned k = 0, j = i;
+        size_t o = off, bytes = 0;
+        size_t cap = cur == m && all[0].len > FAIR_PIECE ? all[0].len : FAIR_PIECE;
+        while (j < n && (bytes < cap || all[j].len == o)) {
+            size_t take = all[j].len - o;
+            if (take > cap - bytes)
+                take = cap - bytes;
+            bytes += take;
+            k++;
+            if (o + take == all[j].len) {
+                j++;
+                o = 0;
+            } else {
+                o += take;
+            }
+        }
+        if (cur == NULL && (cur = msg_alloc(0, k)) == NULL) {
+            c->out_bytes -= left;
+            dsc_hold_release(c->lc->srv->cat, &hold);
+            free(all);
+            held_update(c);
+            return -1;
+        }
+        size_t jo = off;
+        for (unsigned b = 0, jj = i; b < k; b++) {
+            size_t take = all[jj].len - jo;
+            if (take > bytes)
+                take = bytes;
+            cur->bufs[b] = uv_buf_init(all[jj].base + jo, (unsigned)take);
+            jo = 0;
+            jj++;
+        }
+        /* The last buf of the piece may end inside all[j - 1]: trimmed to the piece's size. */
+        size_t sum = 0;
+        for (unsigned b = 0; b < k; b++) {
+            if (sum + cur->bufs[b].len > bytes)
+                cur->bufs[b].len = (unsigned)(bytes - sum);
+            sum += cur->bufs[b].len;
+        }
+        cur->nbufs = k;
+        cur->bytes = bytes;
+        left -= bytes;
+        fair_push_piece(c, cur, now);
+        last = cur;
+        cur = NULL;
+        i = j;
+        off = o;
+    }
+    last->hold = hold;
+    free(all);
+    return 0;
+}
+
+static int fair_push(conn_t *c, out_msg_t *m, uint64_t now) {
+    dsc_server_t *srv = c->lc->srv;
+    pthread_mutex_lock(&srv->send_budget.lock);
+    int rc = fair_push_locked(c, m, now);
+    pthread_mutex_unlock(&srv->send_budget.lock);
+    return rc;
+}
+
+/* Batches a list of pieces taken off the queue for connections of this loop (next-linked) and
+ * writes them, one writev per connection; each piece's connection reference is dropped. */
+static void fair_write(out_msg_t *list) {
+    conn_t *dirty = NULL;
+    while (list) {
+        out_msg_t *m = list;
+        list = m->next;
+        m->next = NULL;
+        conn_t *c = m->c;
+        c->fq_queued--;
+        if (c->batch_head &&
+            (c->batch_bufs + m->nbufs > BATCH_MAX_BUFS || c->batch_bytes >= BATCH_MAX_BYTES))
+            conn_flush(c);
+        if (c->closing) {
+            msgs_release(c, m);
+            conn_unref(c);
+            continue;
+        }
+        batch_add(c, m);
+        if (!c->dirty) {
+            c->dirty = 1;
+            c->refs++; /* a failed write closes c: it stays allocated until the list is done */
+            c->dirty_next = dirty;
+            dirty = c;
+        }
+        conn_unref(c); /* the piece's reference (the dirty list's keeps c) */
+    }
+    while (dirty) {
+        conn_t *c = dirty;
+        dirty = c->dirty_next;
+        c->dirty = 0;
+        conn_flush(c);
+        conn_unref(c);
+    }
+}
+
+/* With --send-rate: takes the queued answers of every loop's connections off the server's
+ * queue, in deficit round-robin order between jobs (arrival order with --fair off), while the
+ * budget allows; this loop's are written here, the others' go to their loop's inbox (woken).
+ * Then waits for the budget (fair_timer) while answers remain. */
+static void fair_service(dsc_srv_loop_t *lc) {
+    dsc_server_t *srv = lc->srv;
+    if (srv->opt.send_rate == 0)
+        return;
+    uint64_t now = uv_hrtime(), wait_ns = 0, spent = 0;
+    double tokens = dsc_fq_budget_take(&srv->send_budget, now, &wait_ns);
+    if (srv->fq.queued == 0) {
+        dsc_fq_budget_spend(&srv->send_budget, 0, 0);
+        return;
+    }
+    uint64_t wake[(DSC_TCP_MAX_LOOPS + 63) / 64] = {0}; /* other loops given pieces */
+    while (tokens - (double)spent > 0) {
+        dsc_fq_item_t *it = dsc_fq_pop(&srv->fq, now);
+        if (it == NULL)
+            break;
+        out_msg_t *m = MSG_OF(it);
+        m->next = NULL;
+        spent += m->bytes;
+        /* Every piece goes through its loop's inbox, this loop's too: a connection's pieces
+         * are written in the order they left the queue, whichever loop took them off. */
+        dsc_srv_loop_t *to = m->c->lc;
+        if (to->fair_inbox_tail)
+            to->fair_inbox_tail->next = m;
+        else
+            to->fair_inbox_head = m;
+        to->fair_inbox_tail = m;
+        uint32_t k = (uint32_t)(to - srv->loops);
+        if (to == lc)
+            continue;
+        if (k < DSC_TCP_MAX_LOOPS)
+            wake[k / 64] |= UINT64_C(1) << (k % 64);
+        else
+            uv_async_send(&to->wake);
+    }
+    int waiting = srv->fq.queued > 0;
+    double left = tokens - (double)spent;
+    dsc_fq_budget_spend(&srv->send_budget, spent, waiting);
+    atomic_fetch_add_explicit(&srv->bytes_out, spent, memory_order_relaxed);
+    /* Each of those loops has connections with pieces in its inbox: it has not finished. */
+    for (uint32_t k = 0; k < srv->loop_count && k < DSC_TCP_MAX_LOOPS; k++)
+        if (wake[k / 64] & (UINT64_C(1) << (k % 64)))
+            uv_async_send(&srv->loops[k].wake);
+    pthread_mutex_lock(&srv->send_budget.lock);
+    out_msg_t *mine = lc->fair_inbox_head;
+    lc->fair_inbox_head = lc->fair_inbox_tail = NULL;
+    pthread_mutex_unlock(&srv->send_budget.lock);
+    fair_write(mine);
+    if (waiting && !uv_is_active((uv_handle_t *)&lc->fair_timer) && srv->opt.send_rate) {
+        if (left > 0)
+            wait_ns = 0;
+        else if (wait_ns == 0)
+            wait_ns = (uint64_t)((1.0 - left) * 1e9 / (double)srv->opt.send_rate);
+        uint64_t ms = (wait_ns + 999999) / 1000000;
+        uv_timer_start(&lc->fair_timer, dsc__tcp_on_fair_timer, ms ? ms : 1, 0);
+    }
+}
+
+void dsc__tcp_fair_inbox(dsc_srv_loop_t *lc) {
+    dsc_server_t *srv = lc->srv;
+    if (srv->opt.send_rate == 0)
+        return;
+    pthread_mutex_lock(&srv->send_budget.lock);
+    out_msg_t *list = lc->fair_inbox_head;
+    lc->fair_inbox_head = lc->fair_inbox_tail = NULL;
+    int waiting = srv->fq.queued > 0;
+    pthread_mutex_unlock(&srv->send_budget.lock);
+    fair_write(list);
+    /* Another loop's service armed its own timer; this one serves too, so that a loop that
+     * went idle does not leave the queue to the others' timers alone. */
+    if (waiting && srv->opt.send_rate && !uv_is_active((uv_handle_t *)&lc->fair_timer) &&
+        !lc->stopping)
+        uv_timer_start(&lc->fair_timer, dsc__tcp_on_fair_timer, 1, 0);
+    dsc__loop_maybe_finish(lc);
+}
+
+void dsc__tcp_on_fair_timer(uv_timer_t *timer) {
+    fair_service(timer->data);
+}
+
+/* Queues m (bufs filled, hold set): collected while conn_process runs, else written at once
+ * (with --send-rate: into the loop's fair queue). On failure releases everything and closes. */
 static void submit(conn_t *c, out_msg_t *m) {
     m->c = c;
     m->next = NULL;
@@ -429,13 +737,27 @@ static void submit(conn_t *c, out_msg_t *m) {
         free(m);
         return;
     }
-    if (c->batch_tail)
-        c->batch_tail->next = m;
-    else
-        c->batch_head = m;
-    c->batch_tail = m;
-    c->batch_bufs += m->nbufs;
-    c->batch_bytes += m->bytes;
+    if (c->lc->srv->opt.send_rate != 0) {
+        /* Under the send budget: queued under the connection's job, sent by fair_service. */
+        if (conn_flow(c) < 0) {
+            LOG_ERROR("out of memory queueing an answer: closing the connection");
+            dsc_hold_release(c->lc->srv->cat, &m->hold);
+            free(m);
+            conn_close(c);
+            return;
+        }
+        c->out_bytes += m->bytes;
+        held_update(c);
+        if (fair_push(c, m, uv_hrtime()) < 0) {
+            LOG_ERROR("out of memory queueing an answer: closing the connection");
+            conn_close(c);
+            return;
+        }
+        if (!c->batching)
+            fair_service(c->lc);
+        return;
+    }
+    batch_add(c, m);
     c->out_bytes += m->bytes;
     held_update(c);
     atomic_fetch_add_explicit(&c->lc->srv->bytes_out, m->bytes, memory_order_relaxed);
@@ -493,6 +815,7 @@ static void reply_fatal(dsc_reply_t *reply, uint8_t opcode, uint64_t id, uint32_
         len = DSC_ERROR_MAX_MESSAGE;
     reply_frame(reply, opcode, id, status, message, len);
     conn_flush(c);
+    fair_service(c->lc);
     c->close_when_idle = 1;
     if (c->reading) {
         uv_read_stop((uv_stream_t *)&c->tcp);
@@ -623,6 +946,7 @@ static void conn_process(conn_t *c) {
     }
     c->batching = 0;
     conn_flush(c);
+    fair_service(c->lc);
     if (c->closing || c->close_when_idle)
         return;
     if (pos > 0) {
@@ -902,6 +1226,7 @@ void dsc__tcp_drain(dsc_srv_loop_t *lc) {
             }
             c->batching = 0;
             conn_flush(c);
+            fair_service(lc);
         }
         c->in_len = 0;
         c->close_when_idle = 1;
@@ -916,8 +1241,20 @@ void dsc__tcp_close_all(dsc_srv_loop_t *lc) {
 
 /* ---- a loop's end -------------------------------------------------------------------------- */
 
+/* Pieces handed to this loop by another one's service still hold closed connections: read
+ * (dsc__tcp_fair_inbox, on the wake that follows) before the loop ends. */
+static int fair_inbox_empty(dsc_srv_loop_t *lc) {
+    dsc_server_t *srv = lc->srv;
+    if (srv->opt.send_rate == 0)
+        return 1;
+    pthread_mutex_lock(&srv->send_budget.lock);
+    int empty = lc->fair_inbox_head == NULL;
+    pthread_mutex_unlock(&srv->send_budget.lock);
+    return empty;
+}
+
 void dsc__loop_maybe_finish(dsc_srv_loop_t *lc) {
-    if (lc->stopping && lc->conn_count == 0 && lc->waiting == 0 &&
+    if (lc->stopping && lc->conn_count == 0 && lc->waiting == 0 && fair_inbox_empty(lc) &&
         !uv_is_closing((uv_handle_t *)&lc->wake)) {
         pthread_mutex_lock(&lc->mb_lock);
         lc->handoff_closed = 1;
@@ -930,6 +1267,7 @@ void dsc__loop_maybe_finish(dsc_srv_loop_t *lc) {
         uv_close((uv_handle_t *)&lc->wake, NULL);
         uv_close((uv_handle_t *)&lc->drain_timer, NULL);
         uv_close((uv_handle_t *)&lc->tick, NULL);
+        uv_close((uv_handle_t *)&lc->fair_timer, NULL);
         if (lc == &lc->srv->loops[0])
             dsc__rdma_unwatch(lc->srv->opt.rdma); /* loop 0 watches the RDMA async events */
         if (lc->reserve_fd >= 0)

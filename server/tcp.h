@@ -17,6 +17,13 @@ void dsc__tcp_on_accept_timer(uv_timer_t *timer);
  * the server-wide bound read again once it allows. */
 #define DSC_TCP_TICK_MS 100
 void dsc__tcp_on_tick(uv_timer_t *timer);
+/* fair_timer's callback (--send-rate): the budget allows more of the queued answers. */
+void dsc__tcp_on_fair_timer(uv_timer_t *timer);
+/* On the loop's wake: writes the pieces another loop's service took off the server's queue for
+ * this loop's connections (--send-rate). */
+void dsc__tcp_fair_inbox(dsc_srv_loop_t *lc);
+/* The most event loops (--threads). */
+#define DSC_TCP_MAX_LOOPS 1024
 /* Serves a socket that another loop accepted. Takes the fd. */
 void dsc__tcp_adopt(dsc_srv_loop_t *lc, int fd);
 /* Stop: every connection stops reading and closes once its in-flight answers are sent. */

@@ -314,6 +314,7 @@ static int connect_peer(dsc_io_t *io) {
     }
     io->conn = conn;
     io->hint_named = 0;
+    io->named = 0;
     if (!peer->alive) {
         DSC_LOG(&loader->cfg.log, DSC_LOG_INFO, "server %s is back", peer->addr);
         pthread_cond_broadcast(&loader->io_cv);
@@ -352,7 +353,7 @@ static void io_loop(dsc_io_t *io) {
         /* The job's REPORT goes out from whichever of the peer's I/O threads is connected when
          * it is due, so that it never waits on one thread that the work happened to skip. */
         int reports = src->report != NULL && loader->cfg.opt.report_seconds >= 0;
-        int report_due = reports && now >= peer->report_due;
+        int report_due = reports && (now >= peer->report_due || !io->named);
         if (io->out_count == 0 && (peer->queue.head != NULL || report_due) && src->idle_closed &&
             src->idle_closed(io->conn)) {
             DSC_LOG(&loader->cfg.log, DSC_LOG_DEBUG,
@@ -370,6 +371,7 @@ static void io_loop(dsc_io_t *io) {
                 now + (loader->cfg.opt.report_seconds > 0 ? loader->cfg.opt.report_seconds
                                                           : DSC_DIAG_REPORT_S);
             uint64_t id = DSC_SOURCE_REPORT_ID | peer->report_seq++;
+            io->named = 1;
             void *conn = io->conn;
             pthread_mutex_unlock(&loader->lock);
             if (len > 0)

@@ -29,7 +29,8 @@ holding this package.
 
 Errors raise dscache.Error (with .code, the negative DSC_E* value, and .name) or one of its
 family subclasses: Unavailable, NotFound, Corrupt, BadState, InvalidOption, DecodeError (an
-image of Loader(decode=...) that does not decode). The library's log
+image of Loader(decode=...) that does not decode), DatasetChangedError (the dataset was replaced
+on the server while the loader read it). The library's log
 lines go to the Python logger "dscache"; DSCACHE_LOG=error|warn|info|debug sets its level (and
 prints to stderr when the application configured no logging handler).
 """
@@ -38,7 +39,8 @@ prints to stderr when the application configured no logging handler).
 # error families), _logbridge (C log lines -> logging), _ranks (rank, world size, device),
 # _arrays (DLPack and numpy views), loader (Loader, Image), writer (Writer); torch
 # (dscache.torch) on top.
-from ._errors import BadState, Corrupt, DecodeError, Error, InvalidOption, NotFound, Unavailable
+from ._errors import (BadState, Corrupt, DatasetChangedError, DecodeError, Error, InvalidOption,
+                      NotFound, Unavailable)
 from . import _capi
 from ._capi import BOTTLENECKS, STALL_WAITS, _load, _Options, _Stats  # noqa: F401 (public; private ones for tests)
 from ._ranks import _parse_device, resolve_rank  # noqa: F401
@@ -47,7 +49,8 @@ from .writer import Writer
 
 __version__ = "0.1.0"
 __all__ = ["Loader", "Writer", "Image", "Error", "Unavailable", "NotFound", "Corrupt",
-           "BadState", "InvalidOption", "DecodeError", "resolve_rank", "__version__",
+           "BadState", "InvalidOption", "DecodeError", "DatasetChangedError", "resolve_rank",
+           "__version__",
            "library_path"]
 
 # A batch owns its slot until its last array / tensor is freed (see docs/python.md): batches
@@ -59,6 +62,6 @@ library_path = _capi.library_path
 
 # The public classes say they are dscache's, wherever they are defined.
 for _cls in (Loader, Writer, Image, Error, Unavailable, NotFound, Corrupt, BadState,
-             InvalidOption, DecodeError):
+             InvalidOption, DecodeError, DatasetChangedError):
     _cls.__module__ = "dscache"
 del _cls

@@ -36,6 +36,12 @@ class DecodeError(Error):
     dataset, shard and sample."""
 
 
+class DatasetChangedError(Error):
+    """The dataset was replaced on the server (a new version: a new manifest) while this loader
+    read the old one: it stops rather than mix the two versions. Open a new Loader to read the
+    new version."""
+
+
 class InvalidOption(Error, ValueError):
     """A loader option or argument the library rejects (also a ValueError)."""
 
@@ -50,6 +56,7 @@ _FAMILIES = {
               "ETRUNCATED"),
     BadState: ("EBADSTATE",),
     DecodeError: ("EDECODE",),
+    DatasetChangedError: ("ECHANGED",),
     InvalidOption: ("EINVAL", "ERANGE"),
 }
 _FAMILY_BY_NAME = {"DSC_" + n: cls for cls, names in _FAMILIES.items() for n in names}
