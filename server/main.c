@@ -50,8 +50,8 @@ typedef struct options {
     uint32_t io_threads;
     uint32_t backing_reads;
     uint64_t backing_rate;
-    uint64_t staging_memory; /* --staging-memory (UINT64_MAX: the default) */
-    uint32_t staging_ttl;    /* --staging-ttl, seconds */
+    uint64_t staging_memory;                    /* --staging-memory (UINT64_MAX: the default) */
+    uint32_t staging_ttl;                       /* --staging-ttl, seconds */
     uint64_t send_rate;                         /* --send-rate (0: none) */
     int fair_off;                               /* --fair off */
     dsc_job_weight_t weights[DSC_FQ_STATS_MAX]; /* --job-weight NAME=W */
