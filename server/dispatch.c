@@ -69,6 +69,8 @@ static uint32_t load_error_status(int rc) {
         return DSC_STATUS_CORRUPT;
     case DSC_EUNAVAIL:
         return DSC_STATUS_UNAVAILABLE;
+    case DSC_ECHANGED:
+        return DSC_STATUS_CHANGED;
     default:
         return DSC_STATUS_INTERNAL;
     }
@@ -80,6 +82,9 @@ static const char *load_error_message(int rc) {
         return "shard failed validation on the server";
     case DSC_EUNAVAIL:
         return "shard cannot be loaded now";
+    case DSC_ECHANGED:
+        return "dataset changed: replaced on this server's disk since it read the manifest (its "
+               "shard files are the new version's); read the manifest again and start over";
     default:
         return dsc_strerror(rc);
     }

@@ -119,6 +119,17 @@ done:
     return rc;
 }
 
+/* A load of s failed validation (or found damaged chunks): when the dataset on disk is no longer
+ * the version served (replaced in place, its shard files now the new version's), the failure is
+ * the replacement, not damage. Returns 1 then, having asked the root watcher to rescan; 0 when
+ * the manifest on disk is the one served. */
+static int replaced_on_disk(dsc_catalog_t *cat, dsc_shard_slot_t *s, int full) {
+    if (!dsc__dataset_changed_on_disk(cat, s->ds, full))
+        return 0;
+    atomic_store(&cat->rescan_wanted, 1);
+    return 1;
+}
+
 static void observe_load_locked(dsc_catalog_t *cat, double seconds) {
     for (int i = 0; i < DSC_LOAD_BUCKETS; i++)
         if (seconds <= dsc_load_bucket_bounds[i])
@@ -183,11 +194,20 @@ static void finish_load(dsc_catalog_t *cat, dsc_shard_slot_t *s, int rc, const c
             w->hold = hold;
         }
     } else {
-        if (why != NULL) /* NULL: dropped by dsc_catalog_stop_loads, not a failure */
+        if (why != NULL && rc != DSC_ECHANGED) /* NULL: dropped by dsc_catalog_stop_loads */
             atomic_fetch_add_explicit(&cat->load_failures, 1, memory_order_relaxed);
         dsc_store_free(cat->store, s->data, s->meta->bytes);
         s->data = NULL;
-        if (rc == DSC_ECORRUPT) {
+        if (rc == DSC_ECHANGED) {
+            /* Replaced on disk (replaced_on_disk): not damage; the rescan serves the new
+             * version, and the waiters are answered CHANGED. */
+            s->state = SLOT_ABSENT;
+            if (!s->logged)
+                LOG_INFO("dataset %s shard %u (%s/%s): the dataset was replaced on disk: "
+                         "answered CHANGED until the rescan serves the new version",
+                         s->ds->name, s->meta->id, s->ds->dir, s->meta->file);
+            s->logged = 1;
+        } else if (rc == DSC_ECORRUPT) {
             s->state = SLOT_BAD;
             s->ds->bad_shards++;
             LOG_ERROR("dataset %s shard %u (%s/%s): %s: marked bad, answered CORRUPT", s->ds->name,
@@ -448,7 +468,13 @@ static void range_outcome_locked(dsc_catalog_t *cat, range_load_t *job, int rc, 
     dsc_shard_slot_t *s = job->slot;
     const dsc_manifest_shard_t *meta = s->meta;
     dsc_waiter_t *w = job->waiter;
-    if (rc < 0) {
+    if (rc == DSC_ECHANGED) {
+        if (!s->logged)
+            LOG_INFO("dataset %s shard %u (%s/%s): read-through: the dataset was replaced on "
+                     "disk: answered CHANGED until the rescan serves the new version",
+                     s->ds->name, meta->id, s->ds->dir, meta->file);
+        s->logged = 1;
+    } else if (rc < 0) {
         if (rc == DSC_ECORRUPT && bad_shard && s->state == SLOT_ABSENT) {
             s->state = SLOT_BAD;
             s->ds->bad_shards++;
@@ -509,8 +535,19 @@ static void run_range(dsc_catalog_t *cat, range_load_t *job, uint32_t lo, uint32
     if (si == NULL) {
         double t0 = dsc_now_s();
         rc = index_read(cat, s, fd, &si, &why);
+        if (rc == DSC_ECORRUPT && replaced_on_disk(cat, s, 1))
+            rc = DSC_ECHANGED;
         if (rc < 0) {
             bad_shard = rc == DSC_ECORRUPT;
+            goto done;
+        }
+        /* An index read from the file that a replacement put in place would pass for this
+         * version's (it is valid, only for the other manifest): the manifest file is checked
+         * too, a stat unless it changed. */
+        if (replaced_on_disk(cat, s, 0)) {
+            free(si);
+            si = NULL;
+            rc = DSC_ECHANGED;
             goto done;
         }
         pthread_mutex_lock(&cat->lock);
@@ -571,10 +608,23 @@ static void run_range(dsc_catalog_t *cat, range_load_t *job, uint32_t lo, uint32
     observe_backing_locked(cat, dsc_now_s() - t0);
     pthread_mutex_unlock(&cat->lock);
     atomic_fetch_add_explicit(&cat->read_through_bytes, end - start, memory_order_relaxed);
+    int any_bad = 0;
     for (uint32_t i = lo; i < hi; i++) {
         dsc_chunk_entry_t e;
         dsc_chunk_entry_decode(si->entries + (size_t)i * DSC_CHUNK_ENTRY_SIZE, &e);
         bad[i - lo] = dsc_chunk_verify(&e, tb->data + e.offset) < 0;
+        any_bad |= bad[i - lo];
+    }
+    /* A cached index of the old version read against the replacement's file: every chunk
+     * fails. Not damage when the dataset on disk changed. */
+    if (any_bad && replaced_on_disk(cat, s, 1)) {
+        pthread_mutex_lock(&cat->lock);
+        if (s->sindex == si)
+            dsc__index_drop_locked(cat, si);
+        pthread_mutex_unlock(&cat->lock);
+        rc = DSC_ECHANGED;
+        why = "the dataset was replaced on disk";
+        goto done;
     }
     memcpy(tb->data + si->index_offset, si->entries, index_len);
 done:
@@ -759,6 +809,13 @@ void *dsc__io_thread(void *arg) {
         uint8_t *damage = NULL;
         uint32_t damaged = 0, first_bad = 0;
         int rc = read_shard(s, dst, &view, &why, &damage, &damaged, &first_bad);
+        if ((rc == DSC_ECORRUPT || (rc == 0 && damaged > 0)) && replaced_on_disk(cat, s, 1)) {
+            free(damage);
+            damage = NULL;
+            damaged = 0;
+            rc = DSC_ECHANGED;
+            why = "the dataset was replaced on disk";
+        }
         finish_load(cat, s, rc, why, &view, dsc_now_s() - t0, damage, damaged, first_bad);
         pthread_mutex_lock(&cat->lock);
     }
