@@ -422,7 +422,8 @@ static void handle_admin(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, 
     answer(srv, reply, opcode, id, DSC_STATUS_OK, out, sizeof out);
 }
 
-/* POLICY: pin, unpin or limit a dataset's memory (admin; logged with who asked). The dataset
+/* POLICY: pin, unpin, limit or prioritise a dataset's memory (admin; logged with who asked;
+ * a new priority steers the evictions of later loads, none now). The dataset
  * need not be served yet (a --data-root may bring it later); one the credential may not read
  * is not found. */
 static void handle_policy(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
@@ -437,9 +438,10 @@ static void handle_policy(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
         answer_error(srv, reply, DSC_OP_POLICY, id, DSC_STATUS_NOT_FOUND, "no such dataset");
         return;
     }
-    int op = req.action == DSC_POLICY_OP_PIN     ? DSC_POLICY_PIN
-             : req.action == DSC_POLICY_OP_UNPIN ? DSC_POLICY_UNPIN
-                                                 : DSC_POLICY_LIMIT;
+    int op = req.action == DSC_POLICY_OP_PIN        ? DSC_POLICY_PIN
+             : req.action == DSC_POLICY_OP_UNPIN    ? DSC_POLICY_UNPIN
+             : req.action == DSC_POLICY_OP_PRIORITY ? DSC_POLICY_PRIORITY
+                                                    : DSC_POLICY_LIMIT;
     int n = dsc_catalog_set_policy(srv->cat, req.dataset.ptr, req.dataset.len, op, req.bytes);
     if (n < 0) {
         answer_error(srv, reply, DSC_OP_POLICY, id, dsc_err_to_status(n), dsc_strerror(n));
@@ -448,6 +450,8 @@ static void handle_policy(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
     char what[48];
     if (op == DSC_POLICY_LIMIT && req.bytes > 0)
         snprintf(what, sizeof what, "limited to %llu bytes", (unsigned long long)req.bytes);
+    else if (op == DSC_POLICY_PRIORITY)
+        snprintf(what, sizeof what, "priority set to %llu", (unsigned long long)req.bytes);
     else
         snprintf(what, sizeof what, "%s",
                  op == DSC_POLICY_PIN     ? "pinned"
