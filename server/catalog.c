@@ -76,6 +76,7 @@ int dsc_catalog_create(dsc_store_t *store, const dsc_catalog_options_t *options,
     }
     atomic_init(&cat->table, empty);
     atomic_init(&cat->rescan_wanted, 0);
+    dsc_fq_init(&cat->range_fq, 0, 0, NULL);
     update_table_meta(cat);
     pthread_mutex_init(&cat->lock, NULL);
     pthread_mutex_init(&cat->rescan_lock, NULL);

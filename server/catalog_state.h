@@ -8,6 +8,7 @@
 #define DSC_SERVER_CATALOG_STATE_H
 
 #include "catalog_types.h"
+#include "fairq.h"
 #include "manifest.h"
 #include "store.h"
 
@@ -37,12 +38,13 @@ typedef struct shard_index {
     uint8_t entries[]; /* chunk_count encoded entries, validated */
 } shard_index_t;
 
-/* A queued read-through of chunks [first, first + count) of a shard for one waiter. */
+/* A queued read-through of chunks [first, first + count) of a shard for one waiter, queued in
+ * its job's flow of cat->range_fq (fq.bytes: its estimated backing bytes). */
 typedef struct range_load {
+    dsc_fq_item_t fq; /* first */
     dsc_shard_slot_t *slot;
     dsc_waiter_t *waiter;
     uint32_t first, count;
-    struct range_load *next;
     struct range_load *merged; /* jobs of the same shard read with this one (coalesced) */
 } range_load_t;
 
@@ -134,7 +136,10 @@ struct dsc_catalog {
     pthread_t *threads;
     uint32_t thread_count;
     uint64_t temp_bytes;
-    range_load_t *range_head, *range_tail; /* queued read-throughs (the backing readers) */
+    /* Queued read-throughs (the backing readers): one FIFO per job (dsc_waiter_t.job), served
+     * by deficit round-robin over their estimated bytes, so one job's burst of misses does not
+     * hold another's behind it. */
+    dsc_fq_t range_fq;
     /* Backing reads (readthrough.c): threads started so far (the first opt.io_threads load
      * whole shards, the next opt.backing_reads read through), read-throughs queued and running,
      * the --backing-rate pacer, and totals (under lock). */

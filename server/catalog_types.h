@@ -59,6 +59,10 @@ struct dsc_waiter {
     /* The loader asking (its HINT id on this connection, 0: unknown): read-ahead serves a
      * staged range once per loader that announced it (staging.h). */
     uint64_t hinter;
+    /* Whose read-through it is, for the backing readers' deficit round-robin between jobs
+     * (readthrough.c): the job its connection REPORTed, or a name of the connection ("#c..."),
+     * or "" (read-ahead, cluster warm-ups: one flow for them all). */
+    char job[64];
 };
 
 typedef struct dsc_catalog_options {

@@ -421,44 +421,58 @@ static void observe_backing_locked(dsc_catalog_t *cat, double seconds) {
 #define COALESCE_MAX 8
 #define COALESCE_SPAN 8
 
-/* Moves the queued jobs of job's shard whose chunk ranges overlap or touch [*lo, *hi) onto
- * job->merged, widening [*lo, *hi) to their union, until none is left (cat->lock held). */
+/* Coalescing state: the job being widened, its chunk span, how many it holds now. */
+typedef struct coalesce {
+    dsc_catalog_t *cat;
+    range_load_t *job;
+    uint32_t lo, hi;
+    int n, changed;
+} coalesce_t;
+
+/* dsc_fq_remove's predicate: takes j onto c->job->merged when it is of the same shard and its
+ * chunks overlap or touch [lo, hi) within COALESCE_SPAN (cat->lock held). */
+static int coalesce_one(dsc_fq_item_t *it, void *arg) {
+    coalesce_t *c = arg;
+    range_load_t *j = (range_load_t *)it;
+    if (c->n >= COALESCE_MAX || j->slot != c->job->slot || j->first > c->hi ||
+        j->first + j->count < c->lo)
+        return 0;
+    uint32_t nlo = j->first < c->lo ? j->first : c->lo;
+    uint32_t nhi = j->first + j->count > c->hi ? j->first + j->count : c->hi;
+    if (nhi - nlo > COALESCE_SPAN)
+        return 0;
+    j->merged = c->job->merged;
+    c->job->merged = j;
+    c->lo = nlo;
+    c->hi = nhi;
+    c->cat->range_queued--;
+    c->cat->backing_coalesced++;
+    c->n++;
+    c->changed = 1;
+    return 1;
+}
+
+/* Moves the queued jobs of job's shard whose chunk ranges overlap or touch [*lo, *hi), from
+ * every job's queue, onto job->merged, widening [*lo, *hi) to their union, until none is left
+ * (cat->lock held). A job whose read is merged into another's is served with it, ahead of its
+ * turn: the read costs nothing more. */
 static void coalesce_locked(dsc_catalog_t *cat, range_load_t *job, uint32_t *lo, uint32_t *hi) {
-    *lo = job->first;
-    *hi = job->first + job->count;
-    int n = 1, changed = 1;
-    while (changed && n < COALESCE_MAX) {
-        changed = 0;
-        range_load_t *prev = NULL;
-        for (range_load_t *j = cat->range_head; j != NULL && n < COALESCE_MAX;) {
-            range_load_t *next = j->next;
-            uint32_t nlo = j->first < *lo ? j->first : *lo;
-            uint32_t nhi = j->first + j->count > *hi ? j->first + j->count : *hi;
-            if (j->slot == job->slot && j->first <= *hi && j->first + j->count >= *lo &&
-                nhi - nlo <= COALESCE_SPAN) {
-                if (prev)
-                    prev->next = next;
-                else
-                    cat->range_head = next;
-                if (cat->range_tail == j)
-                    cat->range_tail = prev;
-                cat->range_queued--;
-                j->next = NULL;
-                j->merged = job->merged;
-                job->merged = j;
-                if (j->first < *lo)
-                    *lo = j->first;
-                if (j->first + j->count > *hi)
-                    *hi = j->first + j->count;
-                cat->backing_coalesced++;
-                n++;
-                changed = 1;
-            } else {
-                prev = j;
-            }
-            j = next;
+    coalesce_t c = {.cat = cat,
+                    .job = job,
+                    .lo = job->first,
+                    .hi = job->first + job->count,
+                    .n = 1,
+                    .changed = 1};
+    while (c.changed && c.n < COALESCE_MAX) {
+        c.changed = 0;
+        for (dsc_fq_flow_t *f = cat->range_fq.active_head; f != NULL && c.n < COALESCE_MAX;) {
+            dsc_fq_flow_t *next = f->next_active; /* f may leave the list, or be freed */
+            (void)dsc_fq_remove(&cat->range_fq, f, coalesce_one, &c);
+            f = next;
         }
     }
+    *lo = c.lo;
+    *hi = c.hi;
 }
 
 /* The outcome of one job of a read-through group (cat->lock held): logs and marks as the
@@ -688,14 +702,17 @@ int dsc__range_start_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_
     if (cat->temp_bytes >= cat->opt.temp_limit || cat->draining)
         return DSC_EUNAVAIL;
     range_load_t *job = malloc(sizeof *job);
-    if (job == NULL)
+    dsc_fq_flow_t *flow = dsc_fq_flow_get(&cat->range_fq, w->job[0] ? w->job : "#background", 1);
+    if (job == NULL || flow == NULL) {
+        free(job);
+        dsc_fq_flow_put(&cat->range_fq, flow);
         return DSC_ENOMEM;
+    }
     *job = (range_load_t){.slot = s, .waiter = w, .first = first, .count = count};
-    if (cat->range_tail)
-        cat->range_tail->next = job;
-    else
-        cat->range_head = job;
-    cat->range_tail = job;
+    /* Its turn is charged by its share of the file (the index is not known yet). */
+    job->fq.bytes = s->meta->bytes / s->meta->chunks * count;
+    dsc_fq_push(&cat->range_fq, flow, &job->fq, dsc_now_ns());
+    dsc_fq_flow_put(&cat->range_fq, flow); /* the flow stays while it holds items */
     cat->range_queued++;
     atomic_fetch_add_explicit(&cat->read_through, 1, memory_order_relaxed);
     pthread_cond_signal(&cat->range_cond);
@@ -735,20 +752,18 @@ void dsc__backing_json_locked(dsc_catalog_t *cat, void *store_json) {
 
 /* ---- I/O threads ------------------------------------------------------------------------- */
 
-/* A backing reader: runs queued read-throughs, each with the queued ones it coalesces. */
+/* A backing reader: runs queued read-throughs (deficit round-robin between the jobs' queues),
+ * each with the queued ones it coalesces. */
 static void backing_reader(dsc_catalog_t *cat) {
     pthread_mutex_lock(&cat->lock);
     for (;;) {
-        while (!cat->stopping && cat->range_head == NULL)
+        while (!cat->stopping && cat->range_fq.queued == 0)
             pthread_cond_wait(&cat->range_cond, &cat->lock);
         if (cat->stopping)
             break;
-        range_load_t *job = cat->range_head;
-        cat->range_head = job->next;
-        if (cat->range_head == NULL)
-            cat->range_tail = NULL;
+        /* The next job's next read-through, by deficit round-robin between the jobs. */
+        range_load_t *job = (range_load_t *)dsc_fq_pop(&cat->range_fq, dsc_now_ns());
         cat->range_queued--;
-        job->next = NULL;
         if (cat->draining) {
             pthread_mutex_unlock(&cat->lock);
             /* Stopping: the waiter is answered UNAVAILABLE now instead of after a read. */
@@ -824,11 +839,10 @@ void *dsc__io_thread(void *arg) {
 }
 
 void dsc__readthrough_free_all(dsc_catalog_t *cat) {
-    while (cat->range_head) {
-        range_load_t *next = cat->range_head->next;
-        free(cat->range_head);
-        cat->range_head = next;
-    }
+    dsc_fq_item_t *it;
+    while ((it = dsc_fq_pop(&cat->range_fq, 0)) != NULL)
+        free(it);
+    dsc_fq_destroy(&cat->range_fq);
     while (cat->index_head) {
         shard_index_t *next = cat->index_head->lru_next;
         free(cat->index_head);
