@@ -60,9 +60,10 @@ struct dsc_waiter {
      * staged range once per loader that announced it (staging.h). */
     uint64_t hinter;
     /* Whose read-through it is, for the backing readers' deficit round-robin between jobs
-     * (readthrough.c): the job its connection REPORTed, or a name of the connection ("#c..."),
-     * or "" (read-ahead, cluster warm-ups: one flow for them all). */
+     * (readthrough.c): the job its connection REPORTed, else ("") the connection `conn` (an
+     * identity, never dereferenced), else (0) read-ahead and warm-ups, one flow for them all. */
     char job[64];
+    uintptr_t conn;
 };
 
 typedef struct dsc_catalog_options {

@@ -166,11 +166,10 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode,
     pg->waiter.chunk_count = req->chunk_count;
     pg->waiter.hinter = reply->hinter;
     /* Its read-through, if any, queues in its job's turn (or its connection's). */
-    if (reply->job[0] != '\0')
-        snprintf(pg->waiter.job, sizeof pg->waiter.job, "%s", reply->job);
-    else
-        snprintf(pg->waiter.job, sizeof pg->waiter.job, "#c%llx",
-                 (unsigned long long)(uintptr_t)reply);
+    _Static_assert(sizeof pg->waiter.job == sizeof reply->job, "job names of one size");
+    memcpy(pg->waiter.job, reply->job, sizeof pg->waiter.job);
+    pg->waiter.job[sizeof pg->waiter.job - 1] = '\0';
+    pg->waiter.conn = (uintptr_t)reply;
     /* What the answer can pin at most, counted as held while the load runs, so a client that
      * pipelines misses and never reads stops being read before read-through buffers pile up:
      * the requested chunks at their largest stored size (raw, or lz4's worst case), plus the

@@ -701,8 +701,14 @@ int dsc__range_start_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_
         return DSC_EINVAL;
     if (cat->temp_bytes >= cat->opt.temp_limit || cat->draining)
         return DSC_EUNAVAIL;
+    char conn[32];
+    const char *flow_name = w->job;
+    if (flow_name[0] == '\0') {
+        snprintf(conn, sizeof conn, "#c%llx", (unsigned long long)w->conn); /* #c0: background */
+        flow_name = conn;
+    }
     range_load_t *job = malloc(sizeof *job);
-    dsc_fq_flow_t *flow = dsc_fq_flow_get(&cat->range_fq, w->job[0] ? w->job : "#background", 1);
+    dsc_fq_flow_t *flow = dsc_fq_flow_get(&cat->range_fq, flow_name, 1);
     if (job == NULL || flow == NULL) {
         free(job);
         dsc_fq_flow_put(&cat->range_fq, flow);
