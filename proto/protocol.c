@@ -442,9 +442,12 @@ int dsc_shard_req_decode(const uint8_t *body, size_t len, dsc_shard_req_t *out) 
 }
 
 static int policy_ok(const dsc_policy_req_t *req) {
-    return dataset_ok(req->dataset) && req->action >= DSC_POLICY_OP_PIN &&
-           req->action <= DSC_POLICY_OP_LIMIT &&
-           (req->action == DSC_POLICY_OP_LIMIT || req->bytes == 0);
+    if (!dataset_ok(req->dataset) || req->action < DSC_POLICY_OP_PIN ||
+        req->action > DSC_POLICY_OP_PRIORITY)
+        return 0;
+    if (req->action == DSC_POLICY_OP_PRIORITY)
+        return req->bytes <= DSC_POLICY_MAX_PRIORITY;
+    return req->action == DSC_POLICY_OP_LIMIT || req->bytes == 0;
 }
 
 int dsc_policy_req_encode(const dsc_policy_req_t *req, uint8_t *out, size_t cap) {

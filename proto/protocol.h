@@ -149,9 +149,16 @@ typedef struct dsc_shard_req {
 int dsc_shard_req_encode(const dsc_shard_req_t *req, uint8_t *out, size_t cap);
 int dsc_shard_req_decode(const uint8_t *body, size_t len, dsc_shard_req_t *out);
 
-/* POLICY: name + u8 action (DSC_POLICY_OP_*) + u64 bytes (LIMIT: the cap, 0 removes it; else 0).
- * Response: u32 shards affected (loads started by PIN, evictions by LIMIT). */
-enum { DSC_POLICY_OP_PIN = 1, DSC_POLICY_OP_UNPIN = 2, DSC_POLICY_OP_LIMIT = 3 };
+/* POLICY: name + u8 action (DSC_POLICY_OP_*) + u64 bytes (LIMIT: the cap, 0 removes it;
+ * PRIORITY: the priority, 0..DSC_POLICY_MAX_PRIORITY; else 0).
+ * Response: u32 shards affected (loads started by PIN, evictions by LIMIT; 0 otherwise). */
+enum {
+    DSC_POLICY_OP_PIN = 1,
+    DSC_POLICY_OP_UNPIN = 2,
+    DSC_POLICY_OP_LIMIT = 3,
+    DSC_POLICY_OP_PRIORITY = 4
+};
+#define DSC_POLICY_MAX_PRIORITY 1000
 typedef struct dsc_policy_req {
     dsc_str_t dataset;
     uint8_t action;

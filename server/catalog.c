@@ -75,6 +75,8 @@ int dsc_catalog_create(dsc_store_t *store, const dsc_catalog_options_t *options,
         return DSC_ENOMEM;
     }
     atomic_init(&cat->table, empty);
+    atomic_init(&cat->rescan_wanted, 0);
+    dsc_fq_init(&cat->range_fq, 0, 0, NULL);
     update_table_meta(cat);
     pthread_mutex_init(&cat->lock, NULL);
     pthread_mutex_init(&cat->rescan_lock, NULL);
@@ -153,21 +155,27 @@ void dsc_catalog_destroy(dsc_catalog_t *cat) {
 /* ---- datasets ---------------------------------------------------------------------------- */
 
 static int dataset_create(const char *dir, dsc_dataset_t **out) {
+    dsc_dataset_t *ds = calloc(1, sizeof *ds);
+    if (ds == NULL)
+        return DSC_ENOMEM;
+    ds->dir = strdup(dir);
+    if (ds->dir == NULL) {
+        free(ds);
+        return DSC_ENOMEM;
+    }
+    dsc__dataset_note_manifest(ds); /* before reading it: see dsc__dataset_changed_on_disk */
     dsc_manifest_t *m = NULL;
     int rc = dsc_manifest_load(dir, &m);
-    if (rc < 0)
+    if (rc < 0) {
+        free(ds->dir);
+        free(ds);
         return rc;
-    dsc_dataset_t *ds = calloc(1, sizeof *ds);
-    if (ds == NULL) {
-        dsc_manifest_free(m);
-        return DSC_ENOMEM;
     }
     ds->manifest = m;
     snprintf(ds->name, sizeof ds->name, "%s", m->name);
-    ds->dir = strdup(dir);
     ds->json = dsc_manifest_to_json(m);
     ds->slots = calloc(m->shard_count ? m->shard_count : 1, sizeof *ds->slots);
-    if (ds->dir == NULL || ds->json == NULL || ds->slots == NULL) {
+    if (ds->json == NULL || ds->slots == NULL) {
         dataset_free(ds);
         return DSC_ENOMEM;
     }
@@ -763,6 +771,10 @@ int dsc_catalog_add_root(dsc_catalog_t *cat, const char *root) {
 uint32_t dsc_catalog_roots(dsc_catalog_t *cat, const char ***roots) {
     *roots = (const char **)cat->roots;
     return cat->root_count;
+}
+
+int dsc_catalog_take_rescan_request(dsc_catalog_t *cat) {
+    return atomic_exchange(&cat->rescan_wanted, 0);
 }
 
 int dsc_catalog_rescan(dsc_catalog_t *cat) {

@@ -40,6 +40,10 @@ int dsc_catalog_rescan_quiet(dsc_catalog_t *cat, int quiet);
 int dsc_catalog_add_root(dsc_catalog_t *cat, const char *root);
 /* The --data-root directories (owned by the catalog, fixed after start-up). Returns the count. */
 uint32_t dsc_catalog_roots(dsc_catalog_t *cat, const char ***roots);
+/* 1 (once) when a load found a dataset replaced on disk before a rescan saw it (its shard
+ * files are the new version's, its manifest still the old one's): the root watcher then
+ * rescans at once. 0 otherwise. */
+int dsc_catalog_take_rescan_request(dsc_catalog_t *cat);
 
 /* Looks a dataset up by name (not NUL-terminated). The pointer stays valid until destroy (a
  * dataset dropped by a rescan is only retired). Lock-free. NULL when not served. */

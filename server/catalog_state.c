@@ -4,6 +4,10 @@
  * that calls go one way: catalog.c -> readthrough.c -> here. */
 #include "catalog_state.h"
 #include "dscache_base.h"
+#include "manifest.h"
+
+#include <stdio.h>
+#include <string.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -109,4 +113,57 @@ int64_t dsc__damage_first(const uint8_t *map, uint32_t first, uint32_t count) {
         if (map[c / 8] & (1u << (c % 8)))
             return (int64_t)c;
     return -1;
+}
+
+/* The identity of dir/manifest.json: 0 and the fields, or -1 (cannot stat). */
+static int manifest_identity(const char *dir, uint64_t id[4]) {
+    char path[4096];
+    struct stat st;
+    if (snprintf(path, sizeof path, "%s/%s", dir, DSC_MANIFEST_FILE) >= (int)sizeof path ||
+        stat(path, &st) != 0)
+        return -1;
+    id[0] = (uint64_t)st.st_dev;
+    id[1] = (uint64_t)st.st_ino;
+    id[2] = (uint64_t)st.st_size;
+    id[3] = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
+    return 0;
+}
+
+void dsc__dataset_note_manifest(dsc_dataset_t *ds) {
+    uint64_t id[4] = {0, 0, 0, 0};
+    (void)manifest_identity(ds->dir, id);
+    ds->mf_dev = id[0];
+    ds->mf_ino = id[1];
+    ds->mf_size = id[2];
+    ds->mf_mtime_ns = id[3];
+}
+
+int dsc__dataset_changed_on_disk(dsc_catalog_t *cat, dsc_dataset_t *ds, int full) {
+    uint64_t id[4];
+    if (manifest_identity(ds->dir, id) < 0)
+        return 1;
+    pthread_mutex_lock(&cat->lock);
+    int same_id = id[0] == ds->mf_dev && id[1] == ds->mf_ino && id[2] == ds->mf_size &&
+                  id[3] == ds->mf_mtime_ns;
+    pthread_mutex_unlock(&cat->lock);
+    if (same_id && !full)
+        return 0;
+    dsc_manifest_t *m = NULL;
+    if (dsc_manifest_load(ds->dir, &m) < 0)
+        return 1;
+    char *json = dsc_manifest_to_json(m);
+    dsc_manifest_free(m);
+    if (json == NULL)
+        return 0; /* out of memory: not known to have changed */
+    int changed = strcmp(json, ds->json) != 0;
+    free(json);
+    if (!changed) {
+        pthread_mutex_lock(&cat->lock);
+        ds->mf_dev = id[0];
+        ds->mf_ino = id[1];
+        ds->mf_size = id[2];
+        ds->mf_mtime_ns = id[3];
+        pthread_mutex_unlock(&cat->lock);
+    }
+    return changed;
 }

@@ -8,6 +8,7 @@
 #define DSC_SERVER_CATALOG_STATE_H
 
 #include "catalog_types.h"
+#include "fairq.h"
 #include "manifest.h"
 #include "store.h"
 
@@ -37,12 +38,13 @@ typedef struct shard_index {
     uint8_t entries[]; /* chunk_count encoded entries, validated */
 } shard_index_t;
 
-/* A queued read-through of chunks [first, first + count) of a shard for one waiter. */
+/* A queued read-through of chunks [first, first + count) of a shard for one waiter, queued in
+ * its job's flow of cat->range_fq (fq.bytes: its estimated backing bytes). */
 typedef struct range_load {
+    dsc_fq_item_t fq; /* first */
     dsc_shard_slot_t *slot;
     dsc_waiter_t *waiter;
     uint32_t first, count;
-    struct range_load *next;
     struct range_load *merged; /* jobs of the same shard read with this one (coalesced) */
 } range_load_t;
 
@@ -83,9 +85,12 @@ struct dsc_dataset {
     atomic_uint_fast64_t hits, misses, bytes_served;
     /* Under cat->lock: */
     uint64_t cached_shards, cached_bytes, bad_shards;
-    uint8_t pinned;          /* stays resident: never evicted to make room, loads evict for it */
-    uint64_t limit;          /* cap on resident + loading bytes (0: none) */
-    uint32_t priority;       /* on a full store its loads evict lower-priority shards (0..1000) */
+    uint8_t pinned;    /* stays resident: never evicted to make room, loads evict for it */
+    uint64_t limit;    /* cap on resident + loading bytes (0: none) */
+    uint32_t priority; /* on a full store its loads evict lower-priority shards (0..1000) */
+    /* The manifest file as it was when this version was read (dev, inode, size, mtime ns), for
+     * dsc__dataset_changed_on_disk; under cat->lock. */
+    uint64_t mf_dev, mf_ino, mf_size, mf_mtime_ns;
     dsc_dataset_t *all_next; /* every dataset ever created, freed at destroy */
 };
 
@@ -116,6 +121,9 @@ struct dsc_catalog {
     uint32_t policy_count;
     atomic_uint_fast64_t table_meta_bytes; /* their metadata bytes, see update_table_meta */
     pthread_mutex_t rescan_lock; /* serialises add_dir/rescan (file I/O outside cat->lock) */
+    /* A load found a dataset replaced on disk: the root watcher rescans at once
+     * (dsc_catalog_take_rescan_request). */
+    atomic_int rescan_wanted;
 
     pthread_mutex_t lock; /* bookkeeping: loads, evictions, queue */
     pthread_cond_t work_cond, idle_cond;
@@ -128,7 +136,10 @@ struct dsc_catalog {
     pthread_t *threads;
     uint32_t thread_count;
     uint64_t temp_bytes;
-    range_load_t *range_head, *range_tail; /* queued read-throughs (the backing readers) */
+    /* Queued read-throughs (the backing readers): one FIFO per job (dsc_waiter_t.job), served
+     * by deficit round-robin over their estimated bytes, so one job's burst of misses does not
+     * hold another's behind it. */
+    dsc_fq_t range_fq;
     /* Backing reads (readthrough.c): threads started so far (the first opt.io_threads load
      * whole shards, the next opt.backing_reads read through), read-throughs queued and running,
      * the --backing-rate pacer, and totals (under lock). */
@@ -177,6 +188,17 @@ int dsc__slot_mark_damaged_locked(dsc_shard_slot_t *s, uint32_t c);
 void dsc__slot_set_damage_locked(dsc_shard_slot_t *s, uint8_t *map, uint32_t damaged);
 /* The first chunk of [first, first + count) set in map, or -1 (map NULL: -1). */
 int64_t dsc__damage_first(const uint8_t *map, uint32_t first, uint32_t count);
+/* Records the manifest file's identity (stat of dir/manifest.json) in ds: what
+ * dsc__dataset_changed_on_disk compares against. Called before the manifest is read, so that a
+ * manifest written meanwhile reads as changed (then compared by content). No lock: ds is not
+ * published yet. */
+void dsc__dataset_note_manifest(dsc_dataset_t *ds);
+/* 1 when the dataset on disk is no longer the version ds serves: its manifest is gone,
+ * unreadable, or describes another dataset (its JSON differs from ds->json); 0 when it is the
+ * same. The manifest is read and compared only when its identity (dev, inode, size, mtime)
+ * differs from the one recorded, unless `full`; a manifest found the same is recorded anew.
+ * Takes cat->lock briefly (not held by the caller); file I/O outside it. */
+int dsc__dataset_changed_on_disk(dsc_catalog_t *cat, dsc_dataset_t *ds, int full);
 /* Upper bounds (seconds) of the load time histogram (also declared in catalog.h for /metrics). */
 extern const double dsc_load_bucket_bounds[DSC_LOAD_BUCKETS];
 

@@ -59,6 +59,11 @@ struct dsc_waiter {
     /* The loader asking (its HINT id on this connection, 0: unknown): read-ahead serves a
      * staged range once per loader that announced it (staging.h). */
     uint64_t hinter;
+    /* Whose read-through it is, for the backing readers' deficit round-robin between jobs
+     * (readthrough.c): the job its connection REPORTed, else ("") the connection `conn` (an
+     * identity, never dereferenced), else (0) read-ahead and warm-ups, one flow for them all. */
+    char job[64];
+    uintptr_t conn;
 };
 
 typedef struct dsc_catalog_options {

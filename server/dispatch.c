@@ -69,6 +69,8 @@ static uint32_t load_error_status(int rc) {
         return DSC_STATUS_CORRUPT;
     case DSC_EUNAVAIL:
         return DSC_STATUS_UNAVAILABLE;
+    case DSC_ECHANGED:
+        return DSC_STATUS_CHANGED;
     default:
         return DSC_STATUS_INTERNAL;
     }
@@ -80,6 +82,9 @@ static const char *load_error_message(int rc) {
         return "shard failed validation on the server";
     case DSC_EUNAVAIL:
         return "shard cannot be loaded now";
+    case DSC_ECHANGED:
+        return "dataset changed: replaced on this server's disk since it read the manifest (its "
+               "shard files are the new version's); read the manifest again and start over";
     default:
         return dsc_strerror(rc);
     }
@@ -160,6 +165,11 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode,
     pg->waiter.first_chunk = req->first_chunk; /* a read-through reads only these chunks */
     pg->waiter.chunk_count = req->chunk_count;
     pg->waiter.hinter = reply->hinter;
+    /* Its read-through, if any, queues in its job's turn (or its connection's). */
+    _Static_assert(sizeof pg->waiter.job == sizeof reply->job, "job names of one size");
+    memcpy(pg->waiter.job, reply->job, sizeof pg->waiter.job);
+    pg->waiter.job[sizeof pg->waiter.job - 1] = '\0';
+    pg->waiter.conn = (uintptr_t)reply;
     /* What the answer can pin at most, counted as held while the load runs, so a client that
      * pipelines misses and never reads stops being read before read-through buffers pile up:
      * the requested chunks at their largest stored size (raw, or lz4's worst case), plus the
@@ -417,7 +427,8 @@ static void handle_admin(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, 
     answer(srv, reply, opcode, id, DSC_STATUS_OK, out, sizeof out);
 }
 
-/* POLICY: pin, unpin or limit a dataset's memory (admin; logged with who asked). The dataset
+/* POLICY: pin, unpin, limit or prioritise a dataset's memory (admin; logged with who asked;
+ * a new priority steers the evictions of later loads, none now). The dataset
  * need not be served yet (a --data-root may bring it later); one the credential may not read
  * is not found. */
 static void handle_policy(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
@@ -432,9 +443,10 @@ static void handle_policy(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
         answer_error(srv, reply, DSC_OP_POLICY, id, DSC_STATUS_NOT_FOUND, "no such dataset");
         return;
     }
-    int op = req.action == DSC_POLICY_OP_PIN     ? DSC_POLICY_PIN
-             : req.action == DSC_POLICY_OP_UNPIN ? DSC_POLICY_UNPIN
-                                                 : DSC_POLICY_LIMIT;
+    int op = req.action == DSC_POLICY_OP_PIN        ? DSC_POLICY_PIN
+             : req.action == DSC_POLICY_OP_UNPIN    ? DSC_POLICY_UNPIN
+             : req.action == DSC_POLICY_OP_PRIORITY ? DSC_POLICY_PRIORITY
+                                                    : DSC_POLICY_LIMIT;
     int n = dsc_catalog_set_policy(srv->cat, req.dataset.ptr, req.dataset.len, op, req.bytes);
     if (n < 0) {
         answer_error(srv, reply, DSC_OP_POLICY, id, dsc_err_to_status(n), dsc_strerror(n));
@@ -443,6 +455,8 @@ static void handle_policy(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
     char what[48];
     if (op == DSC_POLICY_LIMIT && req.bytes > 0)
         snprintf(what, sizeof what, "limited to %llu bytes", (unsigned long long)req.bytes);
+    else if (op == DSC_POLICY_PRIORITY)
+        snprintf(what, sizeof what, "priority set to %llu", (unsigned long long)req.bytes);
     else
         snprintf(what, sizeof what, "%s",
                  op == DSC_POLICY_PIN     ? "pinned"

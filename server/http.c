@@ -58,6 +58,9 @@ static void dataset_metrics(dsc_text_t *t, dsc_catalog_t *cat) {
          "The most the dataset may hold now: its limit, else the store less other pinned "
          "datasets' bytes."},
         {"pinned", "dscache_dataset_pinned", "gauge", "1 when the dataset is pinned."},
+        {"priority", "dscache_dataset_priority", "gauge",
+         "The dataset's priority for memory (0..1000): on a full store its loads evict "
+         "lower-priority datasets' shards first."},
     };
     int not_found = 0;
     char *json = dsc_catalog_stat_json(cat, "", 0, &not_found);

@@ -119,6 +119,17 @@ done:
     return rc;
 }
 
+/* A load of s failed validation (or found damaged chunks): when the dataset on disk is no longer
+ * the version served (replaced in place, its shard files now the new version's), the failure is
+ * the replacement, not damage. Returns 1 then, having asked the root watcher to rescan; 0 when
+ * the manifest on disk is the one served. */
+static int replaced_on_disk(dsc_catalog_t *cat, dsc_shard_slot_t *s, int full) {
+    if (!dsc__dataset_changed_on_disk(cat, s->ds, full))
+        return 0;
+    atomic_store(&cat->rescan_wanted, 1);
+    return 1;
+}
+
 static void observe_load_locked(dsc_catalog_t *cat, double seconds) {
     for (int i = 0; i < DSC_LOAD_BUCKETS; i++)
         if (seconds <= dsc_load_bucket_bounds[i])
@@ -183,11 +194,20 @@ static void finish_load(dsc_catalog_t *cat, dsc_shard_slot_t *s, int rc, const c
             w->hold = hold;
         }
     } else {
-        if (why != NULL) /* NULL: dropped by dsc_catalog_stop_loads, not a failure */
+        if (why != NULL && rc != DSC_ECHANGED) /* NULL: dropped by dsc_catalog_stop_loads */
             atomic_fetch_add_explicit(&cat->load_failures, 1, memory_order_relaxed);
         dsc_store_free(cat->store, s->data, s->meta->bytes);
         s->data = NULL;
-        if (rc == DSC_ECORRUPT) {
+        if (rc == DSC_ECHANGED) {
+            /* Replaced on disk (replaced_on_disk): not damage; the rescan serves the new
+             * version, and the waiters are answered CHANGED. */
+            s->state = SLOT_ABSENT;
+            if (!s->logged)
+                LOG_INFO("dataset %s shard %u (%s/%s): the dataset was replaced on disk: "
+                         "answered CHANGED until the rescan serves the new version",
+                         s->ds->name, s->meta->id, s->ds->dir, s->meta->file);
+            s->logged = 1;
+        } else if (rc == DSC_ECORRUPT) {
             s->state = SLOT_BAD;
             s->ds->bad_shards++;
             LOG_ERROR("dataset %s shard %u (%s/%s): %s: marked bad, answered CORRUPT", s->ds->name,
@@ -401,44 +421,58 @@ static void observe_backing_locked(dsc_catalog_t *cat, double seconds) {
 #define COALESCE_MAX 8
 #define COALESCE_SPAN 8
 
-/* Moves the queued jobs of job's shard whose chunk ranges overlap or touch [*lo, *hi) onto
- * job->merged, widening [*lo, *hi) to their union, until none is left (cat->lock held). */
+/* Coalescing state: the job being widened, its chunk span, how many it holds now. */
+typedef struct coalesce {
+    dsc_catalog_t *cat;
+    range_load_t *job;
+    uint32_t lo, hi;
+    int n, changed;
+} coalesce_t;
+
+/* dsc_fq_remove's predicate: takes j onto c->job->merged when it is of the same shard and its
+ * chunks overlap or touch [lo, hi) within COALESCE_SPAN (cat->lock held). */
+static int coalesce_one(dsc_fq_item_t *it, void *arg) {
+    coalesce_t *c = arg;
+    range_load_t *j = (range_load_t *)it;
+    if (c->n >= COALESCE_MAX || j->slot != c->job->slot || j->first > c->hi ||
+        j->first + j->count < c->lo)
+        return 0;
+    uint32_t nlo = j->first < c->lo ? j->first : c->lo;
+    uint32_t nhi = j->first + j->count > c->hi ? j->first + j->count : c->hi;
+    if (nhi - nlo > COALESCE_SPAN)
+        return 0;
+    j->merged = c->job->merged;
+    c->job->merged = j;
+    c->lo = nlo;
+    c->hi = nhi;
+    c->cat->range_queued--;
+    c->cat->backing_coalesced++;
+    c->n++;
+    c->changed = 1;
+    return 1;
+}
+
+/* Moves the queued jobs of job's shard whose chunk ranges overlap or touch [*lo, *hi), from
+ * every job's queue, onto job->merged, widening [*lo, *hi) to their union, until none is left
+ * (cat->lock held). A job whose read is merged into another's is served with it, ahead of its
+ * turn: the read costs nothing more. */
 static void coalesce_locked(dsc_catalog_t *cat, range_load_t *job, uint32_t *lo, uint32_t *hi) {
-    *lo = job->first;
-    *hi = job->first + job->count;
-    int n = 1, changed = 1;
-    while (changed && n < COALESCE_MAX) {
-        changed = 0;
-        range_load_t *prev = NULL;
-        for (range_load_t *j = cat->range_head; j != NULL && n < COALESCE_MAX;) {
-            range_load_t *next = j->next;
-            uint32_t nlo = j->first < *lo ? j->first : *lo;
-            uint32_t nhi = j->first + j->count > *hi ? j->first + j->count : *hi;
-            if (j->slot == job->slot && j->first <= *hi && j->first + j->count >= *lo &&
-                nhi - nlo <= COALESCE_SPAN) {
-                if (prev)
-                    prev->next = next;
-                else
-                    cat->range_head = next;
-                if (cat->range_tail == j)
-                    cat->range_tail = prev;
-                cat->range_queued--;
-                j->next = NULL;
-                j->merged = job->merged;
-                job->merged = j;
-                if (j->first < *lo)
-                    *lo = j->first;
-                if (j->first + j->count > *hi)
-                    *hi = j->first + j->count;
-                cat->backing_coalesced++;
-                n++;
-                changed = 1;
-            } else {
-                prev = j;
-            }
-            j = next;
+    coalesce_t c = {.cat = cat,
+                    .job = job,
+                    .lo = job->first,
+                    .hi = job->first + job->count,
+                    .n = 1,
+                    .changed = 1};
+    while (c.changed && c.n < COALESCE_MAX) {
+        c.changed = 0;
+        for (dsc_fq_flow_t *f = cat->range_fq.active_head; f != NULL && c.n < COALESCE_MAX;) {
+            dsc_fq_flow_t *next = f->next_active; /* f may leave the list, or be freed */
+            (void)dsc_fq_remove(&cat->range_fq, f, coalesce_one, &c);
+            f = next;
         }
     }
+    *lo = c.lo;
+    *hi = c.hi;
 }
 
 /* The outcome of one job of a read-through group (cat->lock held): logs and marks as the
@@ -448,7 +482,13 @@ static void range_outcome_locked(dsc_catalog_t *cat, range_load_t *job, int rc, 
     dsc_shard_slot_t *s = job->slot;
     const dsc_manifest_shard_t *meta = s->meta;
     dsc_waiter_t *w = job->waiter;
-    if (rc < 0) {
+    if (rc == DSC_ECHANGED) {
+        if (!s->logged)
+            LOG_INFO("dataset %s shard %u (%s/%s): read-through: the dataset was replaced on "
+                     "disk: answered CHANGED until the rescan serves the new version",
+                     s->ds->name, meta->id, s->ds->dir, meta->file);
+        s->logged = 1;
+    } else if (rc < 0) {
         if (rc == DSC_ECORRUPT && bad_shard && s->state == SLOT_ABSENT) {
             s->state = SLOT_BAD;
             s->ds->bad_shards++;
@@ -509,8 +549,19 @@ static void run_range(dsc_catalog_t *cat, range_load_t *job, uint32_t lo, uint32
     if (si == NULL) {
         double t0 = dsc_now_s();
         rc = index_read(cat, s, fd, &si, &why);
+        if (rc == DSC_ECORRUPT && replaced_on_disk(cat, s, 1))
+            rc = DSC_ECHANGED;
         if (rc < 0) {
             bad_shard = rc == DSC_ECORRUPT;
+            goto done;
+        }
+        /* An index read from the file that a replacement put in place would pass for this
+         * version's (it is valid, only for the other manifest): the manifest file is checked
+         * too, a stat unless it changed. */
+        if (replaced_on_disk(cat, s, 0)) {
+            free(si);
+            si = NULL;
+            rc = DSC_ECHANGED;
             goto done;
         }
         pthread_mutex_lock(&cat->lock);
@@ -571,10 +622,23 @@ static void run_range(dsc_catalog_t *cat, range_load_t *job, uint32_t lo, uint32
     observe_backing_locked(cat, dsc_now_s() - t0);
     pthread_mutex_unlock(&cat->lock);
     atomic_fetch_add_explicit(&cat->read_through_bytes, end - start, memory_order_relaxed);
+    int any_bad = 0;
     for (uint32_t i = lo; i < hi; i++) {
         dsc_chunk_entry_t e;
         dsc_chunk_entry_decode(si->entries + (size_t)i * DSC_CHUNK_ENTRY_SIZE, &e);
         bad[i - lo] = dsc_chunk_verify(&e, tb->data + e.offset) < 0;
+        any_bad |= bad[i - lo];
+    }
+    /* A cached index of the old version read against the replacement's file: every chunk
+     * fails. Not damage when the dataset on disk changed. */
+    if (any_bad && replaced_on_disk(cat, s, 1)) {
+        pthread_mutex_lock(&cat->lock);
+        if (s->sindex == si)
+            dsc__index_drop_locked(cat, si);
+        pthread_mutex_unlock(&cat->lock);
+        rc = DSC_ECHANGED;
+        why = "the dataset was replaced on disk";
+        goto done;
     }
     memcpy(tb->data + si->index_offset, si->entries, index_len);
 done:
@@ -637,15 +701,24 @@ int dsc__range_start_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_
         return DSC_EINVAL;
     if (cat->temp_bytes >= cat->opt.temp_limit || cat->draining)
         return DSC_EUNAVAIL;
+    char conn[32];
+    const char *flow_name = w->job;
+    if (flow_name[0] == '\0') {
+        snprintf(conn, sizeof conn, "#c%llx", (unsigned long long)w->conn); /* #c0: background */
+        flow_name = conn;
+    }
     range_load_t *job = malloc(sizeof *job);
-    if (job == NULL)
+    dsc_fq_flow_t *flow = dsc_fq_flow_get(&cat->range_fq, flow_name, 1);
+    if (job == NULL || flow == NULL) {
+        free(job);
+        dsc_fq_flow_put(&cat->range_fq, flow);
         return DSC_ENOMEM;
+    }
     *job = (range_load_t){.slot = s, .waiter = w, .first = first, .count = count};
-    if (cat->range_tail)
-        cat->range_tail->next = job;
-    else
-        cat->range_head = job;
-    cat->range_tail = job;
+    /* Its turn is charged by its share of the file (the index is not known yet). */
+    job->fq.bytes = s->meta->bytes / s->meta->chunks * count;
+    dsc_fq_push(&cat->range_fq, flow, &job->fq, dsc_now_ns());
+    dsc_fq_flow_put(&cat->range_fq, flow); /* the flow stays while it holds items */
     cat->range_queued++;
     atomic_fetch_add_explicit(&cat->read_through, 1, memory_order_relaxed);
     pthread_cond_signal(&cat->range_cond);
@@ -685,20 +758,18 @@ void dsc__backing_json_locked(dsc_catalog_t *cat, void *store_json) {
 
 /* ---- I/O threads ------------------------------------------------------------------------- */
 
-/* A backing reader: runs queued read-throughs, each with the queued ones it coalesces. */
+/* A backing reader: runs queued read-throughs (deficit round-robin between the jobs' queues),
+ * each with the queued ones it coalesces. */
 static void backing_reader(dsc_catalog_t *cat) {
     pthread_mutex_lock(&cat->lock);
     for (;;) {
-        while (!cat->stopping && cat->range_head == NULL)
+        while (!cat->stopping && cat->range_fq.queued == 0)
             pthread_cond_wait(&cat->range_cond, &cat->lock);
         if (cat->stopping)
             break;
-        range_load_t *job = cat->range_head;
-        cat->range_head = job->next;
-        if (cat->range_head == NULL)
-            cat->range_tail = NULL;
+        /* The next job's next read-through, by deficit round-robin between the jobs. */
+        range_load_t *job = (range_load_t *)dsc_fq_pop(&cat->range_fq, dsc_now_ns());
         cat->range_queued--;
-        job->next = NULL;
         if (cat->draining) {
             pthread_mutex_unlock(&cat->lock);
             /* Stopping: the waiter is answered UNAVAILABLE now instead of after a read. */
@@ -759,6 +830,13 @@ void *dsc__io_thread(void *arg) {
         uint8_t *damage = NULL;
         uint32_t damaged = 0, first_bad = 0;
         int rc = read_shard(s, dst, &view, &why, &damage, &damaged, &first_bad);
+        if ((rc == DSC_ECORRUPT || (rc == 0 && damaged > 0)) && replaced_on_disk(cat, s, 1)) {
+            free(damage);
+            damage = NULL;
+            damaged = 0;
+            rc = DSC_ECHANGED;
+            why = "the dataset was replaced on disk";
+        }
         finish_load(cat, s, rc, why, &view, dsc_now_s() - t0, damage, damaged, first_bad);
         pthread_mutex_lock(&cat->lock);
     }
@@ -767,11 +845,10 @@ void *dsc__io_thread(void *arg) {
 }
 
 void dsc__readthrough_free_all(dsc_catalog_t *cat) {
-    while (cat->range_head) {
-        range_load_t *next = cat->range_head->next;
-        free(cat->range_head);
-        cat->range_head = next;
-    }
+    dsc_fq_item_t *it;
+    while ((it = dsc_fq_pop(&cat->range_fq, 0)) != NULL)
+        free(it);
+    dsc_fq_destroy(&cat->range_fq);
     while (cat->index_head) {
         shard_index_t *next = cat->index_head->lru_next;
         free(cat->index_head);

@@ -75,7 +75,7 @@ static void *watch_thread(void *arg) {
     _Alignas(struct inotify_event) char buf[16384];
     while (!atomic_load(&w->stop)) {
         struct pollfd p = {.fd = w->fd, .events = POLLIN};
-        int pr = poll(&p, 1, first ? 100 : 500); /* fd -1: a plain wait */
+        int pr = poll(&p, 1, first ? 100 : 200); /* fd -1: a plain wait */
         if (pr > 0 && w->fd >= 0) {
             ssize_t len;
             while ((len = read(w->fd, buf, sizeof buf)) > 0) {
@@ -92,10 +92,16 @@ static void *watch_thread(void *arg) {
         }
         uint64_t now = dsc_now_ns();
         int periodic = w->interval_ns > 0 && now - scanned >= w->interval_ns;
-        if (periodic || (first && (now - last >= QUIET_NS || now - first >= MAX_WAIT_NS))) {
+        /* A load found a dataset replaced before this thread saw it (no inotify, a network
+         * file system, or the quiet period still running): rescan now. */
+        int asked = dsc_catalog_take_rescan_request(w->cat);
+        if (asked || periodic ||
+            (first && (now - last >= QUIET_NS || now - first >= MAX_WAIT_NS))) {
             first = last = 0;
             scanned = now;
-            LOG_DEBUG("--data-root: rescanning (%s)", periodic ? "periodic" : "changed");
+            LOG_DEBUG("--data-root: rescanning (%s)", asked      ? "a dataset replaced"
+                                                      : periodic ? "periodic"
+                                                                 : "changed");
             dsc_catalog_rescan_quiet(w->cat, 1);
             if (w->fd >= 0)
                 watch_subdirs(w);

@@ -1,5 +1,5 @@
-/* dscache pin | unpin | limit: a dataset's memory on one server, changed live (the admin
- * operation POLICY, PROTOCOL.md). */
+/* dscache pin | unpin | limit | priority: a dataset's memory on one server, changed live (the
+ * admin operation POLICY, PROTOCOL.md). */
 #include "cli.h"
 
 #include "conn.h"
@@ -18,6 +18,7 @@ static const struct option long_options[] = {
 
 static void print_help(const char *cmd) {
     int is_limit = strcmp(cmd, "limit") == 0;
+    int is_priority = strcmp(cmd, "priority") == 0;
     printf("usage: dscache %s --server HOST:PORT [--dataset] DATASET%s\n"
            "\n"
            "%s\n"
@@ -30,8 +31,17 @@ static void print_help(const char *cmd) {
            "%s"
            "  --timeout SECONDS    give up when the server is silent that long (default 10)\n"
            "  -h, --help           this text\n",
-           cmd, is_limit ? " BYTES" : "",
-           strcmp(cmd, "pin") == 0
+           cmd,
+           is_limit      ? " BYTES"
+           : is_priority ? " N"
+                         : "",
+           is_priority
+               ? "Sets a dataset's priority (0..1000; 0, the default, for every dataset not given\n"
+                 "one): when the store is full, its loads evict unpinned shards of datasets of a\n"
+                 "lower priority first (least recently used first among them), then of its own\n"
+                 "and equal ones. Nothing is evicted now: later loads follow it. Replaces the\n"
+                 "priority from --priority or the configuration until the server restarts."
+           : strcmp(cmd, "pin") == 0
                ? "Pins a dataset: it stays resident (never evicted to make room, by the LRU or\n"
                  "another dataset's warm-up; EVICT skips it) and its shards start loading now,\n"
                  "evicting unpinned ones if the store is full. Prints the loads started."
@@ -41,13 +51,17 @@ static void print_help(const char *cmd) {
                  "recently used first) and misses beyond it are read through (lru: evicting the\n"
                  "dataset's own shards first). BYTES takes K M G T; 0 removes the cap. Prints\n"
                  "the shards evicted.",
-           is_limit ? "  BYTES                the cap (suffixes K M G T; 0: none)\n" : "");
+           is_limit ? "  BYTES                the cap (suffixes K M G T; 0: none)\n"
+           : is_priority
+               ? "  N                    the priority, 0..1000 (higher keeps its shards)\n"
+               : "");
 }
 
-/* argv[0] is "pin", "unpin" or "limit". */
+/* argv[0] is "pin", "unpin", "limit" or "priority". */
 static int run(int argc, char **argv) {
     const char *cmd = argv[0];
     int is_limit = strcmp(cmd, "limit") == 0;
+    int is_priority = strcmp(cmd, "priority") == 0;
     dsc_cli_target_t target = {.server = NULL, .dataset = NULL};
     optind = 1;
     int opt;
@@ -68,6 +82,16 @@ static int run(int argc, char **argv) {
             return dsc_cli_usage(cmd, "BYTES is required (0 removes the limit)");
         if (dsc_cli_parse_size(cmd, "BYTES", argv[optind++], &bytes) < 0)
             return DSC_CLI_USAGE;
+    } else if (is_priority) {
+        if (optind >= argc)
+            return dsc_cli_usage(cmd, "N is required (0..%d)", DSC_POLICY_MAX_PRIORITY);
+        const char *arg = argv[optind++];
+        char *end = NULL;
+        unsigned long v = strtoul(arg, &end, 10);
+        if (arg[0] < '0' || arg[0] > '9' || *end != '\0' || v > DSC_POLICY_MAX_PRIORITY)
+            return dsc_cli_usage(cmd, "N: '%s' is not a priority 0..%d", arg,
+                                 DSC_POLICY_MAX_PRIORITY);
+        bytes = v;
     }
     if (optind < argc)
         return dsc_cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
@@ -79,6 +103,7 @@ static int run(int argc, char **argv) {
     dsc_policy_req_t req = {
         .dataset = {target.dataset, (uint16_t)(name_len < DSC_MAX_NAME ? name_len : 0)},
         .action = is_limit                  ? DSC_POLICY_OP_LIMIT
+                  : is_priority             ? DSC_POLICY_OP_PRIORITY
                   : strcmp(cmd, "pin") == 0 ? DSC_POLICY_OP_PIN
                                             : DSC_POLICY_OP_UNPIN,
         .bytes = bytes};
@@ -110,6 +135,8 @@ static int run(int argc, char **argv) {
                    count == 1 ? "" : "s");
         else if (req.action == DSC_POLICY_OP_UNPIN)
             printf("%s: unpinned\n", target.dataset);
+        else if (req.action == DSC_POLICY_OP_PRIORITY)
+            printf("%s: priority %llu\n", target.dataset, (unsigned long long)bytes);
         else if (bytes == 0)
             printf("%s: limit removed\n", target.dataset);
         else
@@ -130,5 +157,9 @@ int dsc_cmd_unpin(int argc, char **argv) {
 }
 
 int dsc_cmd_limit(int argc, char **argv) {
+    return run(argc, argv);
+}
+
+int dsc_cmd_priority(int argc, char **argv) {
     return run(argc, argv);
 }

@@ -47,9 +47,11 @@ static const char *str(const cJSON *o, const char *key) {
 }
 
 /* Memory per dataset: resident bytes against its share (its limit, else the store less what
- * pinned datasets hold), the limit, and whether it is pinned (dscache pin|unpin|limit). */
+ * pinned datasets hold), the limit, whether it is pinned and its priority (dscache
+ * pin|unpin|limit|priority). */
 static void print_memory(const cJSON *list) {
-    printf("\n%-24s %12s %12s %12s %6s\n", "MEMORY", "RESIDENT", "SHARE", "LIMIT", "PINNED");
+    printf("\n%-24s %12s %12s %12s %6s %8s\n", "MEMORY", "RESIDENT", "SHARE", "LIMIT", "PINNED",
+           "PRIORITY");
     const cJSON *d;
     cJSON_ArrayForEach(d, list) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(d, "name");
@@ -59,10 +61,10 @@ static void print_memory(const cJSON *list) {
             dsc_format_size((uint64_t)limit, c, sizeof c);
         else
             snprintf(c, sizeof c, "none");
-        printf("%-24s %12s %12s %12s %6s\n", cJSON_IsString(name) ? name->valuestring : "?",
+        printf("%-24s %12s %12s %12s %6s %8.0f\n", cJSON_IsString(name) ? name->valuestring : "?",
                dsc_format_size((uint64_t)num(d, "cached_bytes"), a, sizeof a),
                dsc_format_size((uint64_t)num(d, "share_bytes"), b, sizeof b), c,
-               num(d, "pinned") > 0 ? "yes" : "no");
+               num(d, "pinned") > 0 ? "yes" : "no", num(d, "priority"));
     }
 }
 

@@ -15,8 +15,9 @@ int dsc_cmd_doctor(int argc, char **argv);
 int dsc_cmd_list(int argc, char **argv);
 int dsc_cmd_warm(int argc, char **argv);
 int dsc_cmd_evict(int argc, char **argv);
-int dsc_cmd_pin(int argc, char **argv);   /* cmd_policy.c */
-int dsc_cmd_unpin(int argc, char **argv); /* cmd_policy.c */
-int dsc_cmd_limit(int argc, char **argv); /* cmd_policy.c */
+int dsc_cmd_pin(int argc, char **argv);      /* cmd_policy.c */
+int dsc_cmd_unpin(int argc, char **argv);    /* cmd_policy.c */
+int dsc_cmd_limit(int argc, char **argv);    /* cmd_policy.c */
+int dsc_cmd_priority(int argc, char **argv); /* cmd_policy.c */
 
 #endif

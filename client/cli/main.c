@@ -27,6 +27,7 @@ static const struct {
     {"pin", dsc_cmd_pin, "keep a dataset resident on a server (admin)"},
     {"unpin", dsc_cmd_unpin, "undo pin (admin)"},
     {"limit", dsc_cmd_limit, "cap a dataset's resident bytes on a server (admin)"},
+    {"priority", dsc_cmd_priority, "set a dataset's eviction priority on a server (admin)"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 

@@ -180,7 +180,10 @@ static void check_body(const dsc_frame_header_t *h, const uint8_t *body, size_t 
         if (!response) {
             dsc_policy_req_t req;
             if (dsc_policy_req_decode(body, len, &req) == 0) {
-                FUZZ_ASSERT(req.action >= DSC_POLICY_OP_PIN && req.action <= DSC_POLICY_OP_LIMIT);
+                FUZZ_ASSERT(req.action >= DSC_POLICY_OP_PIN &&
+                            req.action <= DSC_POLICY_OP_PRIORITY);
+                FUZZ_ASSERT(req.action != DSC_POLICY_OP_PRIORITY ||
+                            req.bytes <= DSC_POLICY_MAX_PRIORITY);
                 same_bytes(dsc_policy_req_encode(&req, scratch, sizeof scratch), body, len);
             }
         }

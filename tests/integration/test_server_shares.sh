@@ -59,8 +59,8 @@ m=$(metric "$HTTP_s" 'dscache_dataset_pinned{dataset="hot"}')
 r=$(metric "$HTTP_s" 'dscache_dataset_resident_bytes{dataset="hot"}')
 [ "$m" = 1 ] && [ "$r" = "$a_bytes" ] && pass "/metrics: hot pinned 1, resident $r" \
     || fail "/metrics: pinned $m resident $r"
-$CLI stat --server "$ADDR_s" | grep -Eq '^hot +[0-9.]+ ?[KMG]?i?B? .* yes$' \
-    && pass "dscache stat: memory table shows hot pinned" || { $CLI stat --server "$ADDR_s"; fail "dscache stat memory table"; }
+$CLI stat --server "$ADDR_s" | grep -Eq '^hot +[0-9.]+ ?[KMG]?i?B? .* yes +0$' \
+    && pass "dscache stat: memory table shows hot pinned, priority 0" || { $CLI stat --server "$ADDR_s"; fail "dscache stat memory table"; }
 
 # Unpinned, the same warm-up evicts hot: the pin was what kept it.
 $CLI unpin --server "$ADDR_s" hot >/dev/null
@@ -85,6 +85,9 @@ until_ok 10 sh -c "'$TOOL' call '$ADDR_t' STAT hot | grep -q '\"cached_bytes\":$
     && pass "--pin/--limit in STAT" || fail "STAT: $(stat big)"
 out=$($CLI unpin --server "$ADDR_t" hot 2>&1) && fail "anonymous unpin accepted: $out"
 case $out in *nauthori*|*refused*) pass "anonymous POLICY refused: ${out:0:100}" ;; *) fail "unpin: $out" ;; esac
+out=$($CLI priority --server "$ADDR_t" hot 5 2>&1) && fail "anonymous priority accepted: $out"
+case $out in *nauthori*|*refused*) pass "anonymous POLICY priority refused" ;; *) fail "priority: $out" ;; esac
+[ "$(field hot priority)" = 0 ] && pass "hot's priority unchanged" || fail "priority: $(stat hot)"
 stop_server t
 [ "$STOP_RC" = 0 ] || fail "server t exit $STOP_RC"
 finish

@@ -352,7 +352,8 @@ static void test_get_req(void) {
     CHECK(dsc_dataset_version("{}", 2) != dsc_dataset_version("{ }", 3));
     CHECK(dsc_dataset_version("", 0) != 0);
 
-    /* POLICY: round trip; bad actions, a PIN with bytes, truncations refused. */
+    /* POLICY: round trip; bad actions, a PIN with bytes, a priority over 1000, truncations
+     * refused. */
     dsc_policy_req_t pol = {str("ds"), DSC_POLICY_OP_LIMIT, 12345678901ull}, pgot;
     n = dsc_policy_req_encode(&pol, buf, sizeof buf);
     CHECK_EQ_INT(n, 2 + 2 + 1 + 8);
@@ -361,8 +362,16 @@ static void test_get_req(void) {
           pgot.bytes == 12345678901ull);
     for (int cut = 0; cut < n; cut++)
         CHECK(dsc_policy_req_decode(buf, (size_t)cut, &pgot) < 0);
-    buf[4] = 4; /* action 4 */
+    buf[4] = 5; /* action 5 */
     CHECK_EQ_INT(dsc_policy_req_decode(buf, (size_t)n, &pgot), DSC_EBADFRAME);
+    buf[4] = DSC_POLICY_OP_PRIORITY; /* PRIORITY over DSC_POLICY_MAX_PRIORITY */
+    CHECK_EQ_INT(dsc_policy_req_decode(buf, (size_t)n, &pgot), DSC_EBADFRAME);
+    dsc_policy_req_t prio = {str("ds"), DSC_POLICY_OP_PRIORITY, DSC_POLICY_MAX_PRIORITY};
+    n = dsc_policy_req_encode(&prio, buf, sizeof buf);
+    REQUIRE(n > 0 && dsc_policy_req_decode(buf, (size_t)n, &pgot) == 0);
+    CHECK(pgot.action == DSC_POLICY_OP_PRIORITY && pgot.bytes == DSC_POLICY_MAX_PRIORITY);
+    prio.bytes = DSC_POLICY_MAX_PRIORITY + 1;
+    CHECK_EQ_INT(dsc_policy_req_encode(&prio, buf, sizeof buf), DSC_EINVAL);
     buf[4] = DSC_POLICY_OP_PIN; /* PIN with bytes != 0 */
     CHECK_EQ_INT(dsc_policy_req_decode(buf, (size_t)n, &pgot), DSC_EBADFRAME);
     dsc_policy_req_t badpin = {str("ds"), DSC_POLICY_OP_PIN, 1};

@@ -104,6 +104,8 @@ def seeds():
     yield "evict_req", frame(OP["EVICT"], s("tokens") + struct.pack("<I", 4), 10)
     yield "evict_resp", frame(OP["EVICT"], struct.pack("<I", 1), 10, RESPONSE)
     yield "policy_req", frame(OP["POLICY"], s("imagenet") + struct.pack("<BQ", 3, 1 << 30), 15)
+    yield "policy_req_priority", frame(OP["POLICY"], s("imagenet") + struct.pack("<BQ", 4, 500),
+                                       16)
     yield "policy_resp", frame(OP["POLICY"], struct.pack("<I", 3), 15, RESPONSE)
     yield "get_req_version", frame(OP["GET"], s("imagenet") + struct.pack("<IIIIQ", 3, 0, 2, 1,
                                                                           0x0123456789ABCDEF), 16)
