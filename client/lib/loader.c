@@ -11,10 +11,13 @@
 #include "sources.h"
 #include "stats.h"
 #include "util.h"
+
+#include <sched.h>
 #include "view.h"
 
 #include <errno.h>
 #include <netdb.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1005,6 +1008,19 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
     free(loader);
 }
 
+void dsc__loader_thread_start(void) {
+#ifdef SCHED_BATCH
+    /* On busy cores a woken decode or scheduler thread took the consumer's core at each release
+     * or next() that signalled it: dsc_batch_release cost 185 us instead of 18 (2 cores, load 4,
+     * docs/benchmarks.md). */
+    const char *env = getenv("DSCACHE_LOADER_SCHED");
+    if (env != NULL && strcmp(env, "other") == 0)
+        return;
+    struct sched_param param = {0};
+    (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &param); /* a hint: errors ignored */
+#endif
+}
+
 /* ---- Consumer ------------------------------------------------------------------------------ */
 
 /* Decoded bytes of a collated batch of `count` samples in slot. */
@@ -1022,9 +1038,9 @@ static uint64_t batch_bytes(const dsc_loader_t *loader, const dsc_batch_slot_t *
     return bytes;
 }
 
-DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
-    if (loader == NULL || out == NULL)
-        return DSC_EINVAL;
+/* dsc_loader_next; with retain, the batch handed out gets that reference for the caller too (as
+ * dsc_batch_retain), under the same lock. */
+static int loader_next(dsc_loader_t *loader, dsc_batch_t **out, int retain) {
     double t0 = dsc_now_s();
     pthread_mutex_lock(&loader->lock);
     if (loader->stats.last_return > 0)
@@ -1120,8 +1136,11 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
                 if (rc < 0)
                     dsc__loader_fail(loader, rc);
             }
-            if (rc == 0)
+            if (rc == 0) {
                 *out = b;
+                if (retain)
+                    dsc__batch_retain_locked(b);
+            }
         }
     }
     dsc__stats_maybe_log(loader, t1);
@@ -1129,6 +1148,35 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
     loader->stats.last_return = dsc_now_s();
     pthread_mutex_unlock(&loader->lock);
     return rc;
+}
+
+DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
+    if (loader == NULL || out == NULL)
+        return DSC_EINVAL;
+    return loader_next(loader, out, 0);
+}
+
+DSC_EXTERN int dsc_loader_next_views(dsc_loader_t *loader, dsc_batch_t **out, int retain,
+                                     dsc_field_view_t *views, uint32_t view_count) {
+    if (loader == NULL || out == NULL || (views == NULL && view_count > 0) ||
+        view_count > loader->cfg.field_count)
+        return DSC_EINVAL;
+    for (uint32_t f = 0; f < view_count; f++)
+        if (views[f].struct_size < offsetof(dsc_field_view_t, rows) + sizeof views[f].rows)
+            return DSC_EINVAL;
+    int rc = loader_next(loader, out, retain);
+    if (rc < 0)
+        return rc;
+    /* The views read the slot's layout only: stable while the batch is handed out. */
+    for (uint32_t f = 0; f < view_count; f++) {
+        rc = dsc_batch_field_view(*out, f, &views[f]);
+        if (rc < 0) {
+            if (retain)
+                dsc_batch_release(*out);
+            return rc;
+        }
+    }
+    return (int)(*out)->samples;
 }
 
 DSC_EXTERN uint64_t dsc_loader_len(const dsc_loader_t *loader) {
