@@ -273,8 +273,16 @@ class Loader:
             # torch over the numpy array (no DLPack round trip) where torch has the dtype: bf16
             # through int16 bits; uint16 / uint32 keep DLPack, as before.
             via_numpy = self._device < 0 and dtype not in (3, 5)
-            plan.append((name, np_dtype, shape, var, dtype == 9, via_numpy))
+            item = np_dtype.itemsize
+            for d in shape if not var else ():
+                item *= d
+            plan.append((name, np_dtype, shape, var, dtype == 9, via_numpy, item))
         self._plan = plan
+        # The views' data pointers as integers, read without a ctypes object per field.
+        self._words = memoryview(self._views).cast("B").cast("Q")
+        self._data_word = (_FieldView.values.offset + _TensorView.data.offset) // 8
+        self._view_words = ctypes.sizeof(_FieldView) // 8
+        self._array_types = {}  # (field, samples): (ctypes byte array type, array shape)
         self._legacy = False  # the path before dsc_loader_next_views (tests/bench compares)
 
     def __next__(self):
@@ -301,24 +309,30 @@ class Loader:
             import torch
         out = {}
         views = self._views
-        for f, (name, np_dtype, shape, var, bf16, via_numpy) in enumerate(self._plan):
-            fv = views[f]
+        words, types = self._words, self._array_types
+        for f, (name, np_dtype, shape, var, bf16, via_numpy, item) in enumerate(self._plan):
             if torch is not None and not via_numpy:  # device batches, uint16 / uint32: DLPack
                 if var:
-                    self._convert_var(batch, f, name, None, n, None, out, fv)
+                    self._convert_var(batch, f, name, None, n, None, out, views[f])
                 else:
                     out[name] = self._tensor(batch, f, _PART_VALUES)
                 continue
             if var:
-                names = self._convert_var(batch, f, name, np_dtype, n, ref, out, fv, True)
+                names = self._convert_var(batch, f, name, np_dtype, n, ref, out, views[f], True)
             else:
-                v = fv.values
-                if ref is None or not v.bytes:
-                    buf = (ctypes.c_uint8 * v.bytes).from_address(v.data) if v.bytes \
-                        else bytearray()
-                    out[name] = np.frombuffer(buf, dtype=np_dtype).reshape((n,) + shape).copy()
+                t = types.get((f, n))
+                if t is None:
+                    t = types[(f, n)] = (ctypes.c_uint8 * (n * item), (n,) + shape)
+                if not item:
+                    out[name] = np.zeros(t[1], dtype=np_dtype)
                 else:
-                    out[name] = np.asarray(_HostArray(ref, v.data, (n,) + shape, np_dtype))
+                    # The array's base is the ctypes bytes over the slot, which keeps the _Hold.
+                    buf = t[0].from_address(words[self._data_word + f * self._view_words])
+                    if ref is None:
+                        out[name] = np.ndarray(t[1], np_dtype, buf).copy()
+                    else:
+                        buf._hold = ref
+                        out[name] = np.ndarray(t[1], np_dtype, buf)
                 names = (name,)
             if torch is not None:
                 for key in names:
