@@ -263,7 +263,14 @@ class Loader:
         for v in self._views:
             v.struct_size = ctypes.sizeof(_FieldView)
         self._view_count = count
-        self._batch_ref = ctypes.byref(self._batch)
+        self._batch_addr = ctypes.addressof(self._batch)
+        self._views_addr = ctypes.addressof(self._views)
+        self._next_views = self._lib.dsc_loader_next_views
+        self._np = np
+        self._torch = None
+        if self._output == "torch":
+            import torch
+            self._torch = torch
         # The caller's reference to the batch comes with next() (one lock): host arrays keep it.
         self._retain = 0 if (self._copy or self._device >= 0) else 1
         plan = []
@@ -288,9 +295,11 @@ class Loader:
     def __next__(self):
         if self._legacy:
             return self._next_legacy()
-        h = self._h()
-        n = self._lib.dsc_loader_next_views(h, self._batch_ref, self._retain, self._views,
-                                            self._view_count)
+        h = self._handle
+        if not h or self._close_pending:
+            raise ValueError("loader is closed")
+        n = self._next_views(h, self._batch_addr, self._retain, self._views_addr,
+                             self._view_count)
         if n < 0:
             if n == _EOF:
                 raise StopIteration
@@ -301,12 +310,8 @@ class Loader:
     def _convert_views(self, n):
         """The batch dict from the views dsc_loader_next_views filled: numpy arrays over the slot
         sharing one _Hold (the reference next() took), torch tensors over those arrays."""
-        import numpy as np
-        batch = self._batch
+        np, torch, batch = self._np, self._torch, self._batch
         ref = _Hold(self, batch.value, retained=True) if self._retain else None
-        torch = None
-        if self._output == "torch":
-            import torch
         out = {}
         views = self._views
         words, types = self._words, self._array_types
