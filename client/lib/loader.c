@@ -12,12 +12,11 @@
 #include "stats.h"
 #include "util.h"
 
-#include <sched.h>
 #include "view.h"
+#include <sched.h>
 
 #include <errno.h>
 #include <netdb.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1006,19 +1005,6 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
     pthread_cond_destroy(&loader->view.cv);
     pthread_mutex_destroy(&loader->err_lock);
     free(loader);
-}
-
-void dsc__loader_thread_start(void) {
-#ifdef SCHED_BATCH
-    /* On busy cores a woken decode or scheduler thread took the consumer's core at each release
-     * or next() that signalled it: dsc_batch_release cost 185 us instead of 18 (2 cores, load 4,
-     * docs/benchmarks.md). */
-    const char *env = getenv("DSCACHE_LOADER_SCHED");
-    if (env != NULL && strcmp(env, "other") == 0)
-        return;
-    struct sched_param param = {0};
-    (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &param); /* a hint: errors ignored */
-#endif
 }
 
 /* ---- Consumer ------------------------------------------------------------------------------ */
