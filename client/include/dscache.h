@@ -317,6 +317,14 @@ typedef struct dsc_field_view {
  * such field) or DSC_EINVAL (NULL, or struct_size too small). Thread-safe. */
 DSC_EXTERN int dsc_batch_field_view(const dsc_batch_t *batch, uint32_t field,
                                     dsc_field_view_t *out);
+/* dsc_loader_next and, in the same call, what a binding asks of each batch: with retain, one
+ * reference for the caller (as dsc_batch_retain: drop it with dsc_batch_release), taken under
+ * next()'s lock; views[f] for f < view_count as dsc_batch_field_view fills them (the caller sets
+ * each struct_size). One lock and one call per batch instead of 3 + fields. Returns the batch's
+ * samples (> 0), DSC_EOF or next()'s errors, or DSC_EINVAL (NULL, view_count past the fields, a
+ * struct_size too small: nothing is consumed). Not thread-safe, as next(). */
+DSC_EXTERN int dsc_loader_next_views(dsc_loader_t *loader, dsc_batch_t **out, int retain,
+                                     dsc_field_view_t *views, uint32_t view_count);
 
 /* Samples in this batch (== batch_size except possibly the last batch of an epoch). */
 DSC_EXTERN uint32_t dsc_batch_samples(const dsc_batch_t *batch);

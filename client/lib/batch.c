@@ -204,6 +204,12 @@ DSC_EXTERN void dsc_batch_release(dsc_batch_t *batch) {
     pthread_mutex_unlock(&loader->lock);
 }
 
+void dsc__batch_retain_locked(dsc_batch_t *batch) {
+    dsc_batch_slot_t *slot = slot_of(batch);
+    if (slot->refs > 0 && slot->refs < UINT32_MAX)
+        slot->refs++;
+}
+
 DSC_EXTERN int dsc_batch_retain(dsc_batch_t *batch) {
     if (batch == NULL)
         return DSC_EINVAL;

@@ -15,6 +15,8 @@ void dsc__batch_release_current(dsc_loader_t *loader);
 /* Makes b (the batch of a READY step's slot) the handed-out one, with next()'s reference. Under
  * lock. */
 void dsc__batch_hand_out(dsc_loader_t *loader, dsc_batch_t *b);
+/* dsc_batch_retain for a batch handed out, the loader's lock held. */
+void dsc__batch_retain_locked(dsc_batch_t *batch);
 /* Before next() waits: adds slots until prefetch_batches - 1 (at least 1) are not held by the
  * caller. Returns 0, or DSC_EHELD (logged) when the batches held plus one more would pass
  * max_held_bytes, or DSC_ENOMEM / DSC_ECUDA when no slot could be added and none is free. Under

@@ -628,6 +628,7 @@ void dsc__work_signal(dsc_loader_t *loader) {
 
 void *dsc__worker_main(void *arg) {
     dsc_loader_t *loader = arg;
+    dsc__loader_thread_start();
     dsc_worker_ctx_t ctx = {0};
     pthread_mutex_lock(&loader->lock);
     while (!loader->stop)

@@ -504,6 +504,7 @@ static void io_loop(dsc_io_t *io) {
 
 static void *io_main(void *arg) {
     dsc_io_t *io = arg;
+    dsc__loader_thread_start();
     dsc_loader_t *loader = io->loader;
     pthread_mutex_lock(&loader->lock);
     io_loop(io);

@@ -11,7 +11,9 @@
 #include "sources.h"
 #include "stats.h"
 #include "util.h"
+
 #include "view.h"
+#include <sched.h>
 
 #include <errno.h>
 #include <netdb.h>
@@ -1022,9 +1024,9 @@ static uint64_t batch_bytes(const dsc_loader_t *loader, const dsc_batch_slot_t *
     return bytes;
 }
 
-DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
-    if (loader == NULL || out == NULL)
-        return DSC_EINVAL;
+/* dsc_loader_next; with retain, the batch handed out gets that reference for the caller too (as
+ * dsc_batch_retain), under the same lock. */
+static int loader_next(dsc_loader_t *loader, dsc_batch_t **out, int retain) {
     double t0 = dsc_now_s();
     pthread_mutex_lock(&loader->lock);
     if (loader->stats.last_return > 0)
@@ -1120,8 +1122,11 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
                 if (rc < 0)
                     dsc__loader_fail(loader, rc);
             }
-            if (rc == 0)
+            if (rc == 0) {
                 *out = b;
+                if (retain)
+                    dsc__batch_retain_locked(b);
+            }
         }
     }
     dsc__stats_maybe_log(loader, t1);
@@ -1129,6 +1134,35 @@ DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
     loader->stats.last_return = dsc_now_s();
     pthread_mutex_unlock(&loader->lock);
     return rc;
+}
+
+DSC_EXTERN int dsc_loader_next(dsc_loader_t *loader, dsc_batch_t **out) {
+    if (loader == NULL || out == NULL)
+        return DSC_EINVAL;
+    return loader_next(loader, out, 0);
+}
+
+DSC_EXTERN int dsc_loader_next_views(dsc_loader_t *loader, dsc_batch_t **out, int retain,
+                                     dsc_field_view_t *views, uint32_t view_count) {
+    if (loader == NULL || out == NULL || (views == NULL && view_count > 0) ||
+        view_count > loader->cfg.field_count)
+        return DSC_EINVAL;
+    for (uint32_t f = 0; f < view_count; f++)
+        if (views[f].struct_size < offsetof(dsc_field_view_t, rows) + sizeof views[f].rows)
+            return DSC_EINVAL;
+    int rc = loader_next(loader, out, retain);
+    if (rc < 0)
+        return rc;
+    /* The views read the slot's layout only: stable while the batch is handed out. */
+    for (uint32_t f = 0; f < view_count; f++) {
+        rc = dsc_batch_field_view(*out, f, &views[f]);
+        if (rc < 0) {
+            if (retain)
+                dsc_batch_release(*out);
+            return rc;
+        }
+    }
+    return (int)(*out)->samples;
 }
 
 DSC_EXTERN uint64_t dsc_loader_len(const dsc_loader_t *loader) {

@@ -376,6 +376,11 @@ static inline void dsc__epoch_wire_reset(dsc_loader_t *loader) {
     }
 }
 
+/* Called first by each of the loader's own threads (decode, scheduler, I/O, view): makes it
+ * SCHED_BATCH where the system has it, the same CPU share as before, but its wake-ups (a slot
+ * given back, a chunk arrived) no longer preempt the thread that runs next() and the training
+ * step; DSCACHE_LOADER_SCHED=other keeps the default policy (docs/loader.md). */
+void dsc__loader_thread_start(void);
 /* Fails the loader with err (the first error wins; logged unless stopping) and wakes every
  * thread. Under lock. */
 void dsc__loader_fail(dsc_loader_t *loader, int err);

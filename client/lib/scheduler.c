@@ -220,6 +220,7 @@ static int plan_one(dsc_loader_t *loader) {
 
 void *dsc__sched_main(void *arg) {
     dsc_loader_t *loader = arg;
+    dsc__loader_thread_start();
     pthread_mutex_lock(&loader->lock);
     while (!loader->stop) {
         if (loader->error) {

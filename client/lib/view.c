@@ -422,6 +422,7 @@ static void converge(view_state_t *vs) {
 void *dsc__view_main(void *arg) {
     view_state_t vs = {.loader = arg};
     dsc_loader_t *loader = vs.loader;
+    dsc__loader_thread_start();
     const char *spec = loader->cfg.servers_spec;
     vs.kind = strncmp(spec, "file:", 5) == 0 ? 'f' : strncmp(spec, "dns:", 4) == 0 ? 'd' : 'l';
     vs.path = spec + 5;

@@ -15,11 +15,14 @@ load-only rate (time.sleep: a GPU step leaves the host's cores free): samples/s,
 Then the stall claim ("< 2% at a 5 ms step wherever the decode threads' rate exceeds the step's
 demand"): for batch sizes 8, 4, 2, 1, the decode threads' own rate (load only, assist=False: the
 consumer does not decode) and, at the first batch size whose 5 ms step asks at most 70% of that
-rate, the stall at the 5 ms step (assist on, the default): the loader's own (stats()["stall_seconds"]
-over the run: next() waiting for a batch not ready) and the time spent in next() as Python sees it
-(the binding's work and, on busy cores, the wake-ups of the consumer). Each row gives the CPU seconds of this
-process per image and the load average (1 min) when it ran: on shared cores another job's load
-takes the decode threads' CPU while the consumer sleeps.
+rate, the stall at the 5 ms step (assist on, the default). The stall is what the training loop
+sees: the share of the wall time spent in next() as Python sees it (the loader's wait, the
+binding's work and, on busy cores, the consumer waiting for a core); beside it the loader's own
+wait (stats()["stall_seconds"] over the run: next() waiting for a batch not ready). The 5 ms
+step runs twice, in the same run: next() as it is, and the path before dsc_loader_next_views
+with the loader threads at the default policy (Loader._legacy, DSCACHE_LOADER_SCHED=other).
+Each row gives the CPU seconds of this process per image and the load average (1 min) when it
+ran: on shared cores another job's load takes the decode threads' CPU while the consumer sleeps.
 Usage: tests/bench/bench_loader_images.py [BUILD_DIR]   (BENCH_IMAGES=192, BENCH_SECONDS=3,
        BENCH_STALL_ONLY=1: the stall claim alone)"""
 import io  # noqa: F401
@@ -94,9 +97,9 @@ class Folder(torch.utils.data.Dataset):
         return torch.from_numpy(np.asarray(im).copy()).permute(2, 0, 1), i % 4
 
 
-def run(batches, step):
-    """Iterates batches for SECONDS: (samples/s, stall fraction)."""
-    n, wait, t0 = 0, 0.0, time.perf_counter()
+def run(batches, step, per_call=False):
+    """Iterates batches for SECONDS: (samples/s, stall fraction[, seconds per next()])."""
+    n, wait, calls, t0 = 0, 0.0, 0, time.perf_counter()
     it = batches()
     while True:
         a = time.perf_counter()
@@ -106,24 +109,34 @@ def run(batches, step):
             it = batches()
             continue
         wait += time.perf_counter() - a
+        calls += 1
         n += len(b[0]) if isinstance(b, (list, tuple)) else len(b["image"])
         if step:
             time.sleep(step)
         if time.perf_counter() - t0 >= SECONDS:
             break
     total = time.perf_counter() - t0
-    return n / total, wait / total
+    return (n / total, wait / total) + ((wait / max(1, calls),) if per_call else ())
 
 
 def stall_claim(addr):
-    print("5 ms step where the decode threads keep up (%d decode threads):" % CORES)
+    print("5 ms step where the decode threads keep up (%d decode threads); stall = the share of "
+          "the wall time spent in next() as Python sees it (what the training loop loses), "
+          "beside it the loader's own wait (stats()[\"stall_seconds\"]):" % CORES)
     for batch in [int(b) for b in os.environ.get("BENCH_STALL_BATCHES", "8,4,2,1").split(",")]:
-        rates = {}
-        for assist in (False, True):
+        rates, rows = {}, []
+        # assist off: the decode threads' own rate; then the 5 ms step (assist on, the default)
+        # through next() as it is, and as it was before dsc_loader_next_views and SCHED_BATCH
+        # loader threads (Loader._legacy, DSCACHE_LOADER_SCHED=other), in the same run.
+        for assist, legacy in ((False, False), (True, False), (True, True)):
+            if legacy:
+                os.environ["DSCACHE_LOADER_SCHED"] = "other"
             ld = dscache.Loader(servers=addr, dataset="imgs", batch_size=batch, seed=0, rank=0,
                                 world_size=1, decode_threads=CORES, prefetch=8, assist=assist,
                                 decode={"image": dscache.Image(size=(224, 224),
                                                                crop="random_resized", flip=True)})
+            os.environ.pop("DSCACHE_LOADER_SCHED", None)
+            ld._legacy = legacy
             epoch = [0]
 
             def batches(ld=ld, epoch=epoch):
@@ -137,12 +150,13 @@ def stall_claim(addr):
                 rates["load"] = os.getloadavg()[0]
             else:
                 s0 = ld.stats()
-                r, stall = run(batches, STEP)
+                r, stall, per_call = run(batches, STEP, per_call=True)
                 s1 = ld.stats()
                 cpu = (time.process_time() - c0) / (r * SECONDS)
                 # the loader's own stall: next() waiting for a batch not yet ready
                 lstall = ((s1["stall_seconds"] - s0["stall_seconds"]) /
                           max(1e-9, s1["wall_seconds"] - s0["wall_seconds"]))
+                rows.append((r, stall, per_call, lstall, cpu, os.getloadavg()[0]))
             ld.close()
             demand = batch / STEP
             if not assist and demand > 0.7 * rates["threads"]:
@@ -153,11 +167,14 @@ def stall_claim(addr):
                 break
         else:
             print("  batch %d: decode threads %.0f samples/s (%.2f ms CPU/image, load %.1f); "
-                  "5 ms step asks %.0f (%.0f%%): %.0f samples/s, loader stall %.2f%% "
-                  "(stats()), time in next() %.2f%% (%.2f ms CPU/image, load %.1f)"
+                  "5 ms step asks %.0f (%.0f%%):"
                   % (batch, rates["threads"], 1000 * rates["cpu"], rates["load"], demand,
-                     100 * demand / rates["threads"], r, 100 * lstall, 100 * stall, 1000 * cpu,
-                     os.getloadavg()[0]))
+                     100 * demand / rates["threads"]))
+            for what, (r, stall, per_call, lstall, cpu, load) in zip(
+                    ("next() now", "next() before (legacy path, SCHED_OTHER threads)"), rows):
+                print("    %-50s %6.0f samples/s, stall %.2f%% (%.3f ms per next()), loader's "
+                      "wait %.2f%% (stats()), %.2f ms CPU/image, load %.1f"
+                      % (what, r, 100 * stall, 1000 * per_call, 100 * lstall, 1000 * cpu, load))
             return
 
 

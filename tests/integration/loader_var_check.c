@@ -398,6 +398,40 @@ static void check_batch(dsc_batch_t *b, const mode_t_ *md, uint32_t *seen, uint6
 }
 
 /* One epoch at 2 ranks: each sample exactly once (the tail padding of the split aside). */
+/* Reads an epoch through dsc_loader_next_views: it returns the samples and the views
+ * dsc_batch_field_view gives, and the reference it takes keeps the batch intact past the next
+ * call (checked again then, into scratch counters). Returns the last rc (DSC_EOF). */
+static int next_views_epoch(dsc_loader_t *l, const mode_t_ *md, uint32_t *seen,
+                            uint64_t *truncated) {
+    dsc_batch_t *b = NULL, *kept = NULL;
+    dsc_field_view_t v[F_COUNT];
+    for (uint32_t f = 0; f < F_COUNT; f++)
+        v[f].struct_size = sizeof v[f];
+    dsc_field_view_t small = {.struct_size = 8};
+    REQUIRE(dsc_loader_next_views(l, &b, 1, &small, 1) == DSC_EINVAL); /* nothing consumed */
+    REQUIRE(dsc_loader_next_views(l, &b, 1, v, F_COUNT + 1) == DSC_EINVAL);
+    uint32_t *scratch = calloc(samples, sizeof *scratch);
+    uint64_t scratch_truncated = 0;
+    int rc;
+    while ((rc = dsc_loader_next_views(l, &b, 1, v, F_COUNT)) > 0) {
+        REQUIRE((uint32_t)rc == dsc_batch_samples(b));
+        for (uint32_t f = 0; f < F_COUNT; f++) {
+            dsc_field_view_t w = {.struct_size = sizeof w};
+            REQUIRE(dsc_batch_field_view(b, f, &w) == 0);
+            REQUIRE(memcmp(&v[f], &w, sizeof w) == 0);
+        }
+        check_batch(b, md, seen, truncated);
+        if (kept != NULL) { /* one next() later, still the same samples */
+            check_batch(kept, md, scratch, &scratch_truncated);
+            dsc_batch_release(kept);
+        }
+        kept = b;
+    }
+    dsc_batch_release(kept);
+    free(scratch);
+    return rc;
+}
+
 static void check_epoch(const mode_t_ *md, uint32_t batch) {
     uint32_t *seen = calloc(samples, sizeof *seen);
     uint64_t truncated = 0, counted = 0;
@@ -405,8 +439,12 @@ static void check_epoch(const mode_t_ *md, uint32_t batch) {
         dsc_loader_t *l = open_loader(r, 2, batch, md, 0);
         dsc_batch_t *b;
         int rc;
-        while ((rc = dsc_loader_next(l, &b)) == 0)
-            check_batch(b, md, seen, &truncated);
+        if (r == 0) {
+            while ((rc = dsc_loader_next(l, &b)) == 0)
+                check_batch(b, md, seen, &truncated);
+        } else {
+            rc = next_views_epoch(l, md, seen, &truncated);
+        }
         REQUIRE(rc == DSC_EOF);
         dsc_stats_t st = {.struct_size = sizeof st};
         REQUIRE(dsc_loader_stats(l, &st) == 0);

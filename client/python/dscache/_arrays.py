@@ -37,15 +37,18 @@ def _torch_from_dlpack(capsule):
 
 
 class _Hold:
-    """One reference to a batch (dsc_batch_retain when batch is given; a DLPack tensor's own
-    otherwise) and to its loader: the loader is destroyed only after the last one goes."""
+    """One reference to a batch (dsc_batch_retain when batch is given, or the one
+    dsc_loader_next_views took with retained; a DLPack tensor's own otherwise) and to its
+    loader: the loader is destroyed only after the last one goes."""
 
-    def __init__(self, loader, batch):
+    def __init__(self, loader, batch, retained=False):
         self._loader = loader
         self._batch = None
         with loader._hold_lock:
             loader._holds += 1
-        if batch is not None:
+        if retained:  # the reference was taken already (dsc_loader_next_views)
+            self._batch = batch
+        elif batch is not None:
             try:
                 _check(loader._lib.dsc_batch_retain(batch))
             except Error:

@@ -328,6 +328,8 @@ def _load():
         "dsc_batch_field": (ip, [vp, u32, ctypes.POINTER(_TensorView)]),
         "dsc_batch_dlpack": (ip, [vp, u32, ctypes.POINTER(ctypes.POINTER(_DLManagedTensor))]),
         "dsc_batch_field_view": (ip, [vp, u32, ctypes.POINTER(_FieldView)]),
+        # Pointers as plain addresses: next() passes the same ones for every batch.
+        "dsc_loader_next_views": (ip, [vp, vp, ip, vp, u32]),
         "dsc_batch_dlpack_part": (ip, [vp, u32, ctypes.c_int,
                                        ctypes.POINTER(ctypes.POINTER(_DLManagedTensor))]),
         "dsc_field_options_init": (ip, [ctypes.POINTER(_FieldOptions), ctypes.c_size_t]),

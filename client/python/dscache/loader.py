@@ -192,6 +192,7 @@ class Loader:
                                  tuple(None if info.shape[d] < 0 else info.shape[d]
                                        for d in range(info.ndim))))
         self._batch = ctypes.c_void_p()
+        self._prepare_next()
         self._holds = 0           # batch references alive in Python (_Hold objects)
         self._close_pending = False
         self._hold_lock = threading.Lock()
@@ -253,7 +254,107 @@ class Loader:
     def __iter__(self):
         return self
 
+    def _prepare_next(self):
+        """What next() reuses for every batch: one dsc_field_view_t per field (filled by
+        dsc_loader_next_views), the numpy dtype and shape of each field, and how torch gets it."""
+        import numpy as np
+        count = len(self._fields)
+        self._views = (_FieldView * max(1, count))()
+        for v in self._views:
+            v.struct_size = ctypes.sizeof(_FieldView)
+        self._view_count = count
+        self._batch_addr = ctypes.addressof(self._batch)
+        self._views_addr = ctypes.addressof(self._views)
+        self._next_views = self._lib.dsc_loader_next_views
+        self._np = np
+        self._torch = None
+        if self._output == "torch":
+            import torch
+            self._torch = torch
+        # The caller's reference to the batch comes with next() (one lock): host arrays keep it.
+        self._retain = 0 if (self._copy or self._device >= 0) else 1
+        plan = []
+        for name, dtype, shape in self._fields:
+            var = bool(shape) and shape[0] is None
+            np_dtype = np.dtype(_NP_DTYPES[dtype])
+            # torch over the numpy array (no DLPack round trip) where torch has the dtype: bf16
+            # through int16 bits; uint16 / uint32 keep DLPack, as before.
+            via_numpy = self._device < 0 and dtype not in (3, 5)
+            item = np_dtype.itemsize
+            for d in shape if not var else ():
+                item *= d
+            plan.append((name, np_dtype, shape, var, dtype == 9, via_numpy, item))
+        self._plan = plan
+        # The views' data pointers as integers, read without a ctypes object per field.
+        self._words = memoryview(self._views).cast("B").cast("Q")
+        self._data_word = (_FieldView.values.offset + _TensorView.data.offset) // 8
+        self._view_words = ctypes.sizeof(_FieldView) // 8
+        self._array_types = {}  # (field, samples): (ctypes byte array type, array shape)
+        self._legacy = False  # the path before dsc_loader_next_views (tests/bench compares)
+
     def __next__(self):
+        if self._legacy:
+            return self._next_legacy()
+        h = self._handle
+        if not h or self._close_pending:
+            raise ValueError("loader is closed")
+        n = self._next_views(h, self._batch_addr, self._retain, self._views_addr,
+                             self._view_count)
+        if n < 0:
+            if n == _EOF:
+                raise StopIteration
+            _check(n, h)
+        out = self._convert_views(n)
+        return self._transform(out) if self._transform is not None else out
+
+    def _convert_views(self, n):
+        """The batch dict from the views dsc_loader_next_views filled: numpy arrays over the slot
+        sharing one _Hold (the reference next() took), torch tensors over those arrays."""
+        np, torch, batch = self._np, self._torch, self._batch
+        ref = _Hold(self, batch.value, retained=True) if self._retain else None
+        out = {}
+        views = self._views
+        words, types = self._words, self._array_types
+        for f, (name, np_dtype, shape, var, bf16, via_numpy, item) in enumerate(self._plan):
+            if torch is not None and not via_numpy:  # device batches, uint16 / uint32: DLPack
+                if var:
+                    self._convert_var(batch, f, name, None, n, None, out, views[f])
+                else:
+                    out[name] = self._tensor(batch, f, _PART_VALUES)
+                continue
+            if var:
+                names = self._convert_var(batch, f, name, np_dtype, n, ref, out, views[f], True)
+            else:
+                t = types.get((f, n))
+                if t is None:
+                    t = types[(f, n)] = (ctypes.c_uint8 * (n * item), (n,) + shape)
+                if not item:
+                    out[name] = np.zeros(t[1], dtype=np_dtype)
+                else:
+                    # The array's base is the ctypes bytes over the slot, which keeps the _Hold.
+                    buf = t[0].from_address(words[self._data_word + f * self._view_words])
+                    if ref is None:
+                        out[name] = np.ndarray(t[1], np_dtype, buf).copy()
+                    else:
+                        buf._hold = ref
+                        out[name] = np.ndarray(t[1], np_dtype, buf)
+                names = (name,)
+            if torch is not None:
+                for key in names:
+                    a = out[key]
+                    if bf16 and key == name:
+                        out[key] = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+                    else:
+                        out[key] = torch.from_numpy(a)
+        if self._want_indices:
+            idx = self._lib.dsc_batch_indices(batch)
+            index = np.ctypeslib.as_array(idx, shape=(n,)).copy()
+            if torch is not None:  # torch has no uint64 (DataLoader cannot convert it)
+                index = torch.from_numpy(index.astype(np.int64))
+            out["__index__"] = index
+        return out
+
+    def _next_legacy(self):
         h = self._h()
         rc = self._lib.dsc_loader_next(h, ctypes.byref(self._batch))
         if rc == _EOF:
@@ -314,24 +415,27 @@ class Loader:
         t = _torch_from_dlpack(capsule)
         return t.clone() if self._copy else t
 
-    def _convert_var(self, batch, f, name, dtype, n, ref, out):
-        """A variable-length field: values + offsets, or padded values + lengths."""
+    def _convert_var(self, batch, f, name, dtype, n, ref, out, fv=None, host=False):
+        """A variable-length field: values + offsets, or padded values + lengths (fv: its view
+        when read already; host: numpy arrays even for output="torch", dtype a numpy dtype).
+        Returns the two keys it set."""
         import numpy as np
-        fv = _FieldView()
-        fv.struct_size = ctypes.sizeof(_FieldView)
-        _check(self._lib.dsc_batch_field_view(batch, f, ctypes.byref(fv)))
+        if fv is None:
+            fv = _FieldView()
+            fv.struct_size = ctypes.sizeof(_FieldView)
+            _check(self._lib.dsc_batch_field_view(batch, f, ctypes.byref(fv)))
         if fv.kind == _FIELD_PADDED:
             aux_name, aux_part, aux_ptr, aux_len = name + "_lengths", _PART_LENGTHS, fv.lengths, n
         else:
             aux_name, aux_part, aux_ptr, aux_len = (name + "_offsets", _PART_OFFSETS, fv.offsets,
                                                     n + 1)
-        if self._output == "torch":
+        if self._output == "torch" and not host:
             out[name] = self._tensor(batch, f, _PART_VALUES)
             out[aux_name] = self._tensor(batch, f, aux_part)
-            return
+            return name, aux_name
         view = fv.values
         vshape = tuple(view.shape[d] for d in range(view.ndim))
-        np_dtype = np.dtype(_NP_DTYPES[dtype])
+        np_dtype = dtype if host else np.dtype(_NP_DTYPES[dtype])
         i64 = np.dtype(np.int64)
         if self._copy or ref is None:
             def take(ptr, nbytes, shp, dt):
@@ -341,10 +445,11 @@ class Loader:
                 return np.frombuffer(buf, dtype=dt).reshape(shp).copy()
             out[name] = take(view.data, view.bytes, vshape, np_dtype)
             out[aux_name] = take(aux_ptr, aux_len * 8, (aux_len,), i64)
-            return
+            return name, aux_name
         out[name] = (np.asarray(_HostArray(ref, view.data, vshape, np_dtype)) if view.bytes
                      else np.zeros(vshape, dtype=np_dtype))
         out[aux_name] = np.asarray(_HostArray(ref, aux_ptr, (aux_len,), i64))
+        return name, aux_name
 
     # -- epochs and resume --
     def set_epoch(self, epoch):
