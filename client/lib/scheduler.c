@@ -178,6 +178,11 @@ static int plan_one(dsc_loader_t *loader) {
             ent->state = CH_QUEUED;
             ent->order = loader->sched.order_next++;
             ent->epoch = st->epoch; /* its wire bytes count for this epoch (stats) */
+            /* Named by the hint horizon already: the queue's hints skip it. */
+            const uint64_t *hz = loader->sched.hz_bits[st->epoch & 1];
+            if (hz != NULL && loader->sched.hz_bits_epoch[st->epoch & 1] == st->epoch &&
+                (hz[loc.chunk / 64] & (1ull << (loc.chunk % 64))))
+                ent->hinted = ent->hz = 1;
             /* A chunk fetched a second time this epoch: its first copy was dropped before a
              * later need was planned (the window's chunks did not fit in cache_bytes). */
             uint64_t *word = &loader->sched.fetched[loc.chunk / 64];
@@ -216,6 +221,153 @@ static int plan_one(dsc_loader_t *loader) {
         st->pos_after = dsc__split_position(&loader->sched.plan_split, loader->sched.plan_step);
     loader->sched.plan_seq++;
     return 0;
+}
+
+/* ---- Hint horizon ----------------------------------------------------------------------- */
+
+/* How far ahead of the consumer the horizon names chunks, in seconds of its measured steps
+ * (DSCACHE_HINT_SECONDS overrides; 0: only what is queued is hinted), and the samples looked at
+ * per walk (the first walks reach the horizon in a few rounds). */
+#define HZ_SECONDS 4.0
+#define HZ_SCAN_SAMPLES 65536
+
+/* Points the horizon's plan at epoch `epoch` from its start, or, for the epoch being planned,
+ * at the plan's own segment and step. Under lock. Returns 0, or < 0 (horizon off for now). */
+static int hz_enter(dsc_loader_t *loader, uint64_t epoch) {
+    const dsc_loader_options_t *o = &loader->cfg.opt;
+    if (dsc__order_epoch(loader->sched.hz_order) != epoch || !loader->sched.hz_valid)
+        dsc__order_set_epoch(loader->sched.hz_order, epoch);
+    int rc = 0;
+    if (epoch == loader->sched.plan_epoch) {
+        loader->sched.hz_split = loader->sched.plan_split;
+        loader->sched.hz_local = loader->sched.plan_local;
+        loader->sched.hz_local.order = loader->sched.hz_order;
+        loader->sched.hz_local.hint_valid = 0;
+        loader->sched.hz_step = loader->sched.plan_step;
+    } else {
+        rc = dsc__order_is_local(loader)
+                 ? dsc__local_init(&loader->sched.hz_local, loader->sched.hz_order,
+                                   o->shuffle_window, o->shuffle, NULL, 0, o->batch_size,
+                                   o->world_size, o->drop_last)
+                 : dsc__split_init(&loader->sched.hz_split, loader->cfg.samples, 0, o->batch_size,
+                                   o->world_size, o->drop_last);
+        loader->sched.hz_step = 0;
+    }
+    loader->sched.hz_epoch = epoch;
+    uint32_t b = epoch & 1;
+    if (loader->sched.hz_bits_epoch[b] != epoch) {
+        memset(loader->sched.hz_bits[b], 0, loader->sched.fetched_words * sizeof(uint64_t));
+        loader->sched.hz_bits_epoch[b] = epoch;
+    }
+    return rc;
+}
+
+double dsc__sched_hz_seconds(void) {
+    static double seconds = -1;
+    if (seconds < 0) {
+        const char *v = getenv("DSCACHE_HINT_SECONDS");
+        char *end = NULL;
+        double x = v != NULL ? strtod(v, &end) : HZ_SECONDS;
+        seconds = v != NULL && (end == v || !(x >= 0) || x > 600) ? HZ_SECONDS : x;
+    }
+    return seconds;
+}
+
+uint32_t dsc__sched_horizon(dsc_loader_t *loader, double now) {
+    if (loader->sched.hz_order == NULL || loader->fetch.hz == NULL)
+        return 0;
+    const dsc_stats_t *s = &loader->stats.st;
+    double window = dsc__sched_hz_seconds();
+    if (s->batches < 2 || window <= 0)
+        return 0; /* no step time measured yet */
+    double step = (s->compute_seconds + s->stall_seconds) / (double)s->batches;
+    if (!(step > 0))
+        return 0;
+    /* Named chunks the plan has reached since leave the bound. */
+    while (loader->sched.hz_count > 0 &&
+           loader->sched.hz_ring[loader->sched.hz_head] < loader->sched.plan_seq) {
+        loader->sched.hz_head = (loader->sched.hz_head + 1) % DSC__HZ_MAX_CHUNKS;
+        loader->sched.hz_count--;
+    }
+    if (!loader->sched.hz_valid || loader->sched.hz_seq < loader->sched.plan_seq) {
+        if (hz_enter(loader, loader->sched.plan_epoch) < 0)
+            return 0;
+        loader->sched.hz_seq = loader->sched.plan_seq;
+        loader->sched.hz_valid = 1;
+    }
+    const dsc_loader_options_t *o = &loader->cfg.opt;
+    int local = dsc__order_is_local(loader);
+    uint64_t cons = loader->cons.cons_seq;
+    double reach = window / step;
+    uint64_t limit_seq = cons + (reach < 1e9 ? (uint64_t)reach : 1000000000ull);
+    uint32_t named = 0;
+    uint64_t scanned = 0;
+    while (loader->sched.hz_seq < limit_seq && loader->sched.hz_count < DSC__HZ_MAX_CHUNKS &&
+           loader->fetch.hz_count < DSC__HZ_MAX_CHUNKS && scanned < HZ_SCAN_SAMPLES) {
+        uint64_t epoch = loader->sched.hz_epoch;
+        if (o->epochs != 0 && epoch >= o->epochs)
+            break; /* the job's last epoch is done */
+        uint64_t steps = local ? loader->sched.hz_local.steps : loader->sched.hz_split.steps;
+        if (loader->sched.hz_step >= steps) { /* the end-of-epoch marker's seq */
+            if (epoch > loader->sched.plan_epoch + 8 || hz_enter(loader, epoch + 1) < 0)
+                break;
+            loader->sched.hz_seq++;
+            continue;
+        }
+        uint64_t first;
+        uint32_t count;
+        int rc = local ? dsc__local_step(&loader->sched.hz_local, loader->sched.hz_step, o->rank,
+                                         &first, &count)
+                       : dsc__split_step(&loader->sched.hz_split, loader->sched.hz_step, o->rank,
+                                         &first, &count);
+        if (rc < 0)
+            break;
+        uint64_t *bits = loader->sched.hz_bits[epoch & 1];
+        double due_at = now + (double)(loader->sched.hz_seq - cons) * step;
+        for (uint32_t k = 0; k < count && loader->fetch.hz_count < DSC__HZ_MAX_CHUNKS &&
+                             loader->sched.hz_count < DSC__HZ_MAX_CHUNKS;
+             k++) {
+            uint64_t id = local ? dsc__local_at(&loader->sched.hz_local, o->rank, first + k)
+                                : dsc__order_at(loader->sched.hz_order, first + k);
+            dsc_sample_loc_t loc;
+            if (dsc__order_locate(loader->sched.hz_order, id, &loc) < 0)
+                continue;
+            uint64_t bit = 1ull << (loc.chunk % 64);
+            if (bits[loc.chunk / 64] & bit)
+                continue;
+            bits[loc.chunk / 64] |= bit;
+            /* In the table: queued (hinted with the queue), fetched or held. Deferred (next
+             * epoch, not routed): named here, and the queue's hints skip it later. */
+            dsc_chunk_ent_t *ent = dsc__chunk_find(&loader->chunks, loc.chunk);
+            if (ent != NULL && (ent->hinted || ent->peer != UINT32_MAX || ent->state != CH_QUEUED))
+                continue;
+            dsc_chunk_ent_t probe = {.gid = loc.chunk,
+                                     .shard = loc.shard,
+                                     .shard_chunk = loc.shard_chunk,
+                                     .samples = loc.chunk_samples};
+            probe.raw_len = dsc__chunk_raw_estimate(loader->cfg.manifest, loc.chunk_samples);
+            int peer = dsc__route_chunk(loader, ent != NULL ? ent : &probe);
+            if (peer < 0 || (uint32_t)peer == DSC__PEER_FALLBACK ||
+                loader->net.peers[peer].source->hint == NULL || loader->net.peers[peer].hints_off)
+                continue;
+            if (ent != NULL)
+                ent->hinted = ent->hz = 1;
+            loader->fetch.hz[loader->fetch.hz_count++] =
+                (dsc__hz_pending_t){.peer = (uint32_t)peer,
+                                    .shard = loc.shard,
+                                    .shard_chunk = loc.shard_chunk,
+                                    .due_at = due_at};
+            loader->net.peers[peer].hz_pending++;
+            loader->sched.hz_ring[(loader->sched.hz_head + loader->sched.hz_count) %
+                                  DSC__HZ_MAX_CHUNKS] = loader->sched.hz_seq;
+            loader->sched.hz_count++;
+            named++;
+        }
+        scanned += count;
+        loader->sched.hz_step++;
+        loader->sched.hz_seq++;
+    }
+    return named;
 }
 
 void *dsc__sched_main(void *arg) {
@@ -295,6 +447,19 @@ int dsc__sched_init(dsc_loader_t *loader) {
     loader->sched.fetched = calloc(loader->sched.fetched_words, sizeof(uint64_t));
     if (loader->sched.fetched == NULL)
         return DSC_ENOMEM;
+    /* The hint horizon walks the same order on an object of its own (plan.h: one thread at a
+     * time each; both are used under lock). */
+    rc = dsc__order_create(m, o->seed, o->shuffle, o->shuffle_window, &loader->sched.hz_order);
+    if (rc < 0)
+        return rc;
+    loader->sched.hz_bits[0] = calloc(loader->sched.fetched_words, sizeof(uint64_t));
+    loader->sched.hz_bits[1] = calloc(loader->sched.fetched_words, sizeof(uint64_t));
+    loader->sched.hz_ring = calloc(DSC__HZ_MAX_CHUNKS, sizeof(uint64_t));
+    loader->fetch.hz = calloc(DSC__HZ_MAX_CHUNKS, sizeof(dsc__hz_pending_t));
+    if (!loader->sched.hz_bits[0] || !loader->sched.hz_bits[1] || !loader->sched.hz_ring ||
+        !loader->fetch.hz)
+        return DSC_ENOMEM;
+    loader->sched.hz_bits_epoch[0] = loader->sched.hz_bits_epoch[1] = UINT64_MAX;
     /* Look-ahead of three shuffle windows: the current window's chunks stay decoded (each is
      * fetched once) while the next window's are fetched; bounded to about a million sample
      * records (and by cache_bytes at run time). */
@@ -327,6 +492,11 @@ int dsc__sched_init(dsc_loader_t *loader) {
 void dsc__sched_free(dsc_loader_t *loader) {
     dsc__chunk_table_free(&loader->chunks, &loader->cfg.pool);
     free(loader->sched.fetched);
+    free(loader->sched.hz_bits[0]);
+    free(loader->sched.hz_bits[1]);
+    free(loader->sched.hz_ring);
+    free(loader->fetch.hz);
+    dsc__order_destroy(loader->sched.hz_order);
     if (loader->sched.steps != NULL) {
         for (uint32_t i = 0; i < loader->sched.step_cap; i++) {
             free(loader->sched.steps[i].ids);
@@ -346,6 +516,10 @@ int dsc__sched_restart(dsc_loader_t *loader, uint64_t epoch, const dsc_plan_seg_
     loader->sched.plan_nhist = nhist;
     memset(&loader->sched.deferred, 0, sizeof loader->sched.deferred); /* freed with the table */
     loader->cons.want_epoch = epoch;
+    /* The horizon starts again from the new position (named bits stay: advisory). */
+    loader->sched.hz_valid = 0;
+    loader->sched.hz_count = 0;
+    loader->sched.hz_bits_epoch[0] = loader->sched.hz_bits_epoch[1] = UINT64_MAX;
     int rc = plan_from(loader, epoch, pos);
     pthread_cond_broadcast(&loader->sched_cv);
     return rc;
