@@ -358,8 +358,9 @@ uint32_t dsc__sched_horizon(dsc_loader_t *loader, double now) {
                                     .shard_chunk = loc.shard_chunk,
                                     .due_at = due_at};
             loader->net.peers[peer].hz_pending++;
-            loader->sched.hz_ring[(loader->sched.hz_head + loader->sched.hz_count) %
-                                  DSC__HZ_MAX_CHUNKS] = loader->sched.hz_seq;
+            loader->sched
+                .hz_ring[(loader->sched.hz_head + loader->sched.hz_count) % DSC__HZ_MAX_CHUNKS] =
+                loader->sched.hz_seq;
             loader->sched.hz_count++;
             named++;
         }
