@@ -51,23 +51,26 @@ static int plan_from(dsc_loader_t *loader, uint64_t epoch, uint64_t pos) {
 }
 
 /* Steps of an epoch the consumer has not asked for yet whose chunks are fetched ahead: what
- * hides the fetch latency at the epoch boundary, i.e. the steps the consumer takes during one
- * mean answer time (network_seconds / requests, over its mean step, stall included), plus the
- * step it asks for first: at least 2, at most the step ring (before anything was measured:
- * prefetch_batches). Not cache_bytes: a rank's next epoch fetched whole is a whole extra share
- * of the dataset for a job that stops after this epoch (docs/order.md, "Network bytes"). Under
- * lock. */
+ * hides the fetch latency at the epoch boundary. When next() asks for the epoch, its step k is
+ * needed k mean steps later (network_seconds / requests is the mean answer time, the mean step
+ * counts compute and stall), so the steps k below answer / step must be fetched ahead: ceil of
+ * that, at least 1 (the step next() asks for first), at most the step ring (before anything was
+ * measured: prefetch_batches, at least 2). Not cache_bytes: a rank's next epoch fetched whole is
+ * a whole extra share of the dataset for a job that stops after this epoch (docs/order.md,
+ * "Network bytes"); and one step where a step spans a whole shuffle window. Under lock. */
 static uint64_t ahead_limit(const dsc_loader_t *loader) {
     const dsc_stats_t *s = &loader->stats.st;
     if (s->requests == 0 || s->batches == 0)
         return loader->cons.slot_count > 2 ? loader->cons.slot_count : 2;
     double answer = s->network_seconds / (double)s->requests;
     double step = (s->compute_seconds + s->stall_seconds) / (double)s->batches;
-    double steps = step > 0 ? 1.0 + answer / step : (double)loader->sched.step_cap;
+    double steps = step > 0 ? answer / step : (double)loader->sched.step_cap;
     if (steps >= (double)loader->sched.step_cap)
         return loader->sched.step_cap;
-    uint64_t limit = (uint64_t)steps + 1; /* rounded up */
-    return limit > 2 ? limit : 2;
+    uint64_t limit = (uint64_t)steps;
+    if ((double)limit < steps)
+        limit++; /* rounded up */
+    return limit > 1 ? limit : 1;
 }
 
 /* The share of the consumer's time waiting on fetches (verdict window) from which the next
