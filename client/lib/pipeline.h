@@ -152,8 +152,8 @@ typedef struct dsc_io {
     dsc_source_req_t out[IO_MAX_OUTSTANDING]; /* outstanding requests, unordered */
     uint32_t out_count;
     int hint_named; /* fetch.c: a HINT went out on this connection (its GETs are this loader's) */
-    int named; /* this connection has sent the job's REPORT (a server with --send-rate queues
-                  its answers under the job: every connection names it once, when it opens) */
+    int named;      /* this connection has sent the job's REPORT (a server with --send-rate queues
+                       its answers under the job: every connection names it once, when it opens) */
 } dsc_io_t;
 
 /* One peer the loader reads from: a server, or the fallback files (index DSC__PEER_FALLBACK).
