@@ -312,7 +312,7 @@ uint32_t dsc__sched_horizon(dsc_loader_t *loader, double now) {
             break; /* the job's last epoch is done */
         uint64_t steps = local ? loader->sched.hz_local.steps : loader->sched.hz_split.steps;
         if (loader->sched.hz_step >= steps) { /* the end-of-epoch marker's seq */
-            if (epoch > loader->sched.plan_epoch + 8 || hz_enter(loader, epoch + 1) < 0)
+            if (epoch > loader->sched.plan_epoch || hz_enter(loader, epoch + 1) < 0)
                 break;
             loader->sched.hz_seq++;
             continue;
@@ -326,6 +326,10 @@ uint32_t dsc__sched_horizon(dsc_loader_t *loader, double now) {
         if (rc < 0)
             break;
         uint64_t *bits = loader->sched.hz_bits[epoch & 1];
+        const uint64_t *prev =
+            epoch > 0 && loader->sched.hz_bits_epoch[(epoch - 1) & 1] == epoch - 1
+                ? loader->sched.hz_bits[(epoch - 1) & 1]
+                : NULL;
         double due_at = now + (double)(loader->sched.hz_seq - cons) * step;
         for (uint32_t k = 0; k < count && loader->fetch.hz_count < DSC__HZ_MAX_CHUNKS &&
                              loader->sched.hz_count < DSC__HZ_MAX_CHUNKS;
@@ -337,6 +341,10 @@ uint32_t dsc__sched_horizon(dsc_loader_t *loader, double now) {
                 continue;
             uint64_t bit = 1ull << (loc.chunk % 64);
             if (bits[loc.chunk / 64] & bit)
+                continue;
+            /* Named for the epoch before: a server stages a range once per loader and pass, so
+             * this need is left to the queue's hints (when it is queued, after the first). */
+            if (prev != NULL && (prev[loc.chunk / 64] & bit))
                 continue;
             bits[loc.chunk / 64] |= bit;
             /* In the table: queued (hinted with the queue), fetched or held. Deferred (next
