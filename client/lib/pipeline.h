@@ -323,6 +323,11 @@ struct dsc_loader {
         uint64_t hz_bits_epoch[2];
         uint64_t *hz_ring;
         uint32_t hz_head, hz_count;
+        /* The walk looks up a step's samples without the lock (hz_order and hz_local are the
+         * walker's alone): one walker at a time; hz_gen changes when a restart resets it. */
+        int hz_walking;
+        uint64_t hz_gen;
+        dsc_sample_loc_t *hz_locs; /* batch_size entries */
     } sched;
 
     /* Owner batch.c (slots) and loader.c (the consumer's position). Under lock. */

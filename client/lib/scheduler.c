@@ -277,7 +277,7 @@ double dsc__sched_hz_seconds(void) {
 }
 
 uint32_t dsc__sched_horizon(dsc_loader_t *loader, double now) {
-    if (loader->sched.hz_order == NULL || loader->fetch.hz == NULL)
+    if (loader->sched.hz_order == NULL || loader->fetch.hz == NULL || loader->sched.hz_walking)
         return 0;
     const dsc_stats_t *s = &loader->stats.st;
     double window = dsc__sched_hz_seconds();
@@ -331,13 +331,27 @@ uint32_t dsc__sched_horizon(dsc_loader_t *loader, double now) {
                 ? loader->sched.hz_bits[(epoch - 1) & 1]
                 : NULL;
         double due_at = now + (double)(loader->sched.hz_seq - cons) * step;
+        /* The step's samples are looked up without the lock (the costly part: the order's
+         * permutations); what they name is then checked against the table under it. */
+        uint64_t gen = loader->sched.hz_gen;
+        dsc_sample_loc_t *locs = loader->sched.hz_locs;
+        loader->sched.hz_walking = 1;
+        pthread_mutex_unlock(&loader->lock);
+        for (uint32_t k = 0; k < count; k++) {
+            uint64_t id = local ? dsc__local_at(&loader->sched.hz_local, o->rank, first + k)
+                                : dsc__order_at(loader->sched.hz_order, first + k);
+            if (dsc__order_locate(loader->sched.hz_order, id, &locs[k]) < 0)
+                locs[k].chunk = UINT64_MAX;
+        }
+        pthread_mutex_lock(&loader->lock);
+        loader->sched.hz_walking = 0;
+        if (loader->stop || gen != loader->sched.hz_gen)
+            break; /* restarted meanwhile: the next walk starts from the new position */
         for (uint32_t k = 0; k < count && loader->fetch.hz_count < DSC__HZ_MAX_CHUNKS &&
                              loader->sched.hz_count < DSC__HZ_MAX_CHUNKS;
              k++) {
-            uint64_t id = local ? dsc__local_at(&loader->sched.hz_local, o->rank, first + k)
-                                : dsc__order_at(loader->sched.hz_order, first + k);
-            dsc_sample_loc_t loc;
-            if (dsc__order_locate(loader->sched.hz_order, id, &loc) < 0)
+            dsc_sample_loc_t loc = locs[k];
+            if (loc.chunk == UINT64_MAX)
                 continue;
             uint64_t bit = 1ull << (loc.chunk % 64);
             if (bits[loc.chunk / 64] & bit)
@@ -468,8 +482,9 @@ int dsc__sched_init(dsc_loader_t *loader) {
     loader->sched.hz_bits[1] = calloc(loader->sched.fetched_words, sizeof(uint64_t));
     loader->sched.hz_ring = calloc(DSC__HZ_MAX_CHUNKS, sizeof(uint64_t));
     loader->fetch.hz = calloc(DSC__HZ_MAX_CHUNKS, sizeof(dsc__hz_pending_t));
+    loader->sched.hz_locs = calloc(o->batch_size, sizeof(dsc_sample_loc_t));
     if (!loader->sched.hz_bits[0] || !loader->sched.hz_bits[1] || !loader->sched.hz_ring ||
-        !loader->fetch.hz)
+        !loader->fetch.hz || !loader->sched.hz_locs)
         return DSC_ENOMEM;
     loader->sched.hz_bits_epoch[0] = loader->sched.hz_bits_epoch[1] = UINT64_MAX;
     /* Look-ahead of three shuffle windows: the current window's chunks stay decoded (each is
@@ -508,6 +523,7 @@ void dsc__sched_free(dsc_loader_t *loader) {
     free(loader->sched.hz_bits[1]);
     free(loader->sched.hz_ring);
     free(loader->fetch.hz);
+    free(loader->sched.hz_locs);
     dsc__order_destroy(loader->sched.hz_order);
     if (loader->sched.steps != NULL) {
         for (uint32_t i = 0; i < loader->sched.step_cap; i++) {
@@ -531,6 +547,7 @@ int dsc__sched_restart(dsc_loader_t *loader, uint64_t epoch, const dsc_plan_seg_
     /* The horizon starts again from the new position (named bits stay: advisory). */
     loader->sched.hz_valid = 0;
     loader->sched.hz_count = 0;
+    loader->sched.hz_gen++;
     loader->sched.hz_bits_epoch[0] = loader->sched.hz_bits_epoch[1] = UINT64_MAX;
     int rc = plan_from(loader, epoch, pos);
     pthread_cond_broadcast(&loader->sched_cv);
