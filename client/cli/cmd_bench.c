@@ -36,7 +36,9 @@ static const char *usage_text =
     "  --epochs N                stop after N epochs (counted from the start, the first batch\n"
     "                            included) instead of after --seconds; prints the bytes received\n"
     "                            at each epoch's end and those fetched for each epoch's steps\n"
-    "                            (N <= 64 listed)\n"
+    "                            (N <= 64 listed); the loader is told the job's epochs\n"
+    "                            (its epochs option), so nothing of epoch N is fetched or\n"
+    "                            hinted to the servers ahead\n"
     "  --no-shuffle              dataset order\n"
     "  --no-assist               next() only waits (default: a waiting next() decodes and\n"
     "                            collates beside the decode threads)\n"
@@ -153,6 +155,8 @@ int dsc_cmd_bench(int argc, char **argv) {
         return dsc_cli_usage(cmd, "--rank must be below --world-size");
     if (getenv("DSCACHE_LOG") == NULL)
         o.log_level = DSC_LOG_ERROR;
+    /* A job of N epochs says so: its last epoch fetches (and hints) nothing of the next. */
+    o.epochs = max_epochs;
 
     dsc_loader_t *loader = NULL;
     o.auth_file = dsc_cli_auth_file();

@@ -38,6 +38,8 @@ typedef struct dsc_chunk_ent {
     uint64_t tried[DSC_LOADER_MAX_PEERS / 64 + 1];
     uint64_t order;          /* creation order (re-routing keeps it) */
     int hinted;              /* fetch.c: named in a HINT to its peer (read-ahead) */
+    int hz;                  /* scheduler.c: named alone by the hint horizon: asked for alone
+                                (a GET must lie inside one hinted range to be served staged) */
     uint64_t epoch;          /* epoch of the step that first needed it (per-epoch wire bytes) */
     dsc_chunk_entry_t entry; /* as received (written by the data source) */
     uint8_t *stored;         /* stored bytes (from the buffer pool, filled by the data source) */

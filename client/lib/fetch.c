@@ -8,6 +8,7 @@
 #include "hint.h"
 #include "report.h"
 #include "route.h"
+#include "scheduler.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -140,6 +141,33 @@ static int hint_body(dsc_io_t *io, double now, uint8_t *out, size_t cap) {
                                          .chunk_count = count,
                                          .due_ms = due_ms};
     }
+    /* Then what the horizon named beyond the queue (dsc__sched_horizon) for this peer, in plan
+     * order, a range per chunk (take_request asks for each alone, so that every GET lies inside
+     * one staged range however the queue merges later); the rest of fetch.hz stays. */
+    if (peer->hz_pending > 0) {
+        uint32_t keep = 0;
+        for (uint32_t i = 0; i < loader->fetch.hz_count; i++) {
+            dsc__hz_pending_t *h = &loader->fetch.hz[i];
+            if (h->peer != io->peer) {
+                loader->fetch.hz[keep++] = *h;
+                continue;
+            }
+            if (n < DSC_HINT_MAX_RANGES) {
+                double due = h->due_at > now ? h->due_at - now : 0;
+                uint32_t due_ms =
+                    due * 1e3 < DSC_HINT_MAX_DUE_MS ? (uint32_t)(due * 1e3) : DSC_HINT_MAX_DUE_MS;
+                ranges[n++] = (dsc_hint_range_t){.shard_id = h->shard,
+                                                 .first_chunk = h->shard_chunk,
+                                                 .chunk_count = 1,
+                                                 .due_ms = due_ms};
+            } else {
+                loader->fetch.hz[keep++] = *h; /* the next HINT */
+                continue;
+            }
+            peer->hz_pending--;
+        }
+        loader->fetch.hz_count = keep;
+    }
     if (n == 0)
         return 0;
     return hint_encode(loader, ranges, n, out, cap);
@@ -249,7 +277,7 @@ static int take_request(dsc_io_t *io, dsc_source_req_t *req) {
         bytes += ent->raw_min ? dsc__chunk_raw_bound(m, ent->shard) : ent->raw_len;
         req->chunks[req->count++] = ent;
         dsc_chunk_ent_t *next = q->head;
-        if (next == NULL || next->shard != ent->shard ||
+        if (next == NULL || ent->hz || next->hz || next->shard != ent->shard ||
             next->shard_chunk != ent->shard_chunk + 1 || req->count == DSC_SOURCE_MAX_MERGE ||
             bytes + (next->raw_min ? dsc__chunk_raw_bound(m, next->shard) : next->raw_len) >
                 DSC_SOURCE_MERGE_MAX_BYTES ||
@@ -384,7 +412,15 @@ static void io_loop(dsc_io_t *io) {
         /* Now and then, what is queued for this server and not yet announced (HINT): it reads
          * the chunks it does not hold ahead of the GETs. Advisory: a server without read-ahead
          * answers UNSUPPORTED and is not told again. */
-        int hint_now = now >= peer->hint_due && peer->queue.head != NULL;
+        int hint_now =
+            now >= peer->hint_due && (peer->queue.head != NULL || peer->hz_pending > 0);
+        /* The horizon (the chunks of the next seconds of demand, beyond the queue) is walked at
+         * most every HINT_INTERVAL_S for all peers, by whichever I/O thread is about to hint. */
+        if (hint_now && src->hint != NULL && !peer->hints_off && now >= loader->fetch.hz_due &&
+            hints_on(loader)) {
+            loader->fetch.hz_due = now + HINT_INTERVAL_S;
+            dsc__sched_horizon(loader, now);
+        }
         if (src->hint != NULL && !peer->hints_off && (hint_now || !io->hint_named) &&
             hints_on(loader)) {
             static _Thread_local uint8_t hbody[DSC_HINT_MAX_BODY];

@@ -130,6 +130,14 @@ typedef struct dsc_batch_slot {
 } dsc_batch_slot_t;
 #define SLOT_FREE UINT64_MAX
 
+/* The hint horizon (scheduler.c) names at most this many chunks ahead of the plan. */
+#define DSC__HZ_MAX_CHUNKS 4096
+/* A chunk the horizon named, waiting for its peer's next HINT (fetch.c). */
+typedef struct dsc__hz_pending {
+    uint32_t peer, shard, shard_chunk;
+    double due_at;
+} dsc__hz_pending_t;
+
 /* One outstanding request on a connection. */
 #define IO_MAX_OUTSTANDING 64
 
@@ -169,6 +177,7 @@ typedef struct dsc_peer {
     double report_due; /* fetch.c: monotonic seconds: the next REPORT (any connected I/O thread) */
     uint64_t report_seq; /* fetch.c: low bits of the REPORT ids */
     double hint_due;     /* fetch.c: monotonic seconds: the next HINT may go out */
+    uint32_t hz_pending; /* fetch.c / scheduler.c: entries of fetch.hz for this peer */
     int hints_off;       /* fetch.c: the server answered a HINT UNSUPPORTED: no more */
 } dsc_peer_t;
 
@@ -252,6 +261,11 @@ struct dsc_loader {
         int hints;
         uint64_t hinter;
         double hint_t0;
+        /* Chunks the hint horizon named, not yet sent: per entry its peer, chunk and when it
+         * should be asked for (monotonic seconds); when the horizon is walked next. */
+        dsc__hz_pending_t *hz;
+        uint32_t hz_count;
+        double hz_due;
     } fetch;
 
     /* Owner decode.c: decode threads, the decode queue (fetch.c pushes), assist. Under lock. */
@@ -295,6 +309,25 @@ struct dsc_loader {
         dsc_chunk_queue_t deferred;
         uint64_t ahead_steps; /* steps of plan_epoch planned while it was not asked for */
         uint64_t ahead_bytes; /* raw bytes of the chunks those steps queued for fetching */
+        /* Hint horizon (dsc__sched_horizon): the plan walked ahead of plan_seq, on an order of
+         * its own, to name the chunks of the next seconds of demand to their servers before they
+         * are queued. hz_seq: the seq the step hz_step of hz_epoch will have; hz_bits[e & 1]:
+         * a bit per chunk named for epoch hz_bits_epoch[e & 1]; hz_ring: the seqs of the named
+         * chunks not yet planned (at most DSC__HZ_MAX_CHUNKS). */
+        dsc_order_t *hz_order;
+        dsc_split_t hz_split;
+        dsc_local_t hz_local;
+        int hz_valid;
+        uint64_t hz_epoch, hz_step, hz_seq;
+        uint64_t *hz_bits[2];
+        uint64_t hz_bits_epoch[2];
+        uint64_t *hz_ring;
+        uint32_t hz_head, hz_count;
+        /* The walk looks up a step's samples without the lock (hz_order and hz_local are the
+         * walker's alone): one walker at a time; hz_gen changes when a restart resets it. */
+        int hz_walking;
+        uint64_t hz_gen;
+        dsc_sample_loc_t *hz_locs; /* batch_size entries */
     } sched;
 
     /* Owner batch.c (slots) and loader.c (the consumer's position). Under lock. */

@@ -51,23 +51,26 @@ static int plan_from(dsc_loader_t *loader, uint64_t epoch, uint64_t pos) {
 }
 
 /* Steps of an epoch the consumer has not asked for yet whose chunks are fetched ahead: what
- * hides the fetch latency at the epoch boundary, i.e. the steps the consumer takes during one
- * mean answer time (network_seconds / requests, over its mean step, stall included), plus the
- * step it asks for first: at least 2, at most the step ring (before anything was measured:
- * prefetch_batches). Not cache_bytes: a rank's next epoch fetched whole is a whole extra share
- * of the dataset for a job that stops after this epoch (docs/order.md, "Network bytes"). Under
- * lock. */
+ * hides the fetch latency at the epoch boundary. When next() asks for the epoch, its step k is
+ * needed k mean steps later (network_seconds / requests is the mean answer time, the mean step
+ * counts compute and stall), so the steps k below answer / step must be fetched ahead: ceil of
+ * that, at least 1 (the step next() asks for first), at most the step ring (before anything was
+ * measured: prefetch_batches, at least 2). Not cache_bytes: a rank's next epoch fetched whole is
+ * a whole extra share of the dataset for a job that stops after this epoch (docs/order.md,
+ * "Network bytes"); and one step where a step spans a whole shuffle window. Under lock. */
 static uint64_t ahead_limit(const dsc_loader_t *loader) {
     const dsc_stats_t *s = &loader->stats.st;
     if (s->requests == 0 || s->batches == 0)
         return loader->cons.slot_count > 2 ? loader->cons.slot_count : 2;
     double answer = s->network_seconds / (double)s->requests;
     double step = (s->compute_seconds + s->stall_seconds) / (double)s->batches;
-    double steps = step > 0 ? 1.0 + answer / step : (double)loader->sched.step_cap;
+    double steps = step > 0 ? answer / step : (double)loader->sched.step_cap;
     if (steps >= (double)loader->sched.step_cap)
         return loader->sched.step_cap;
-    uint64_t limit = (uint64_t)steps + 1; /* rounded up */
-    return limit > 2 ? limit : 2;
+    uint64_t limit = (uint64_t)steps;
+    if ((double)limit < steps)
+        limit++; /* rounded up */
+    return limit > 1 ? limit : 1;
 }
 
 /* The share of the consumer's time waiting on fetches (verdict window) from which the next
@@ -178,6 +181,11 @@ static int plan_one(dsc_loader_t *loader) {
             ent->state = CH_QUEUED;
             ent->order = loader->sched.order_next++;
             ent->epoch = st->epoch; /* its wire bytes count for this epoch (stats) */
+            /* Named by the hint horizon already: the queue's hints skip it. */
+            const uint64_t *hz = loader->sched.hz_bits[st->epoch & 1];
+            if (hz != NULL && loader->sched.hz_bits_epoch[st->epoch & 1] == st->epoch &&
+                (hz[loc.chunk / 64] & (1ull << (loc.chunk % 64))))
+                ent->hinted = ent->hz = 1;
             /* A chunk fetched a second time this epoch: its first copy was dropped before a
              * later need was planned (the window's chunks did not fit in cache_bytes). */
             uint64_t *word = &loader->sched.fetched[loc.chunk / 64];
@@ -216,6 +224,176 @@ static int plan_one(dsc_loader_t *loader) {
         st->pos_after = dsc__split_position(&loader->sched.plan_split, loader->sched.plan_step);
     loader->sched.plan_seq++;
     return 0;
+}
+
+/* ---- Hint horizon ----------------------------------------------------------------------- */
+
+/* How far ahead of the consumer the horizon names chunks, in seconds of its measured steps
+ * (DSCACHE_HINT_SECONDS overrides; 0: only what is queued is hinted), and the samples looked at
+ * per walk (the first walks reach the horizon in a few rounds). */
+#define HZ_SECONDS 4.0
+#define HZ_SCAN_SAMPLES 65536
+
+/* Points the horizon's plan at epoch `epoch` from its start, or, for the epoch being planned,
+ * at the plan's own segment and step. Under lock. Returns 0, or < 0 (horizon off for now). */
+static int hz_enter(dsc_loader_t *loader, uint64_t epoch) {
+    const dsc_loader_options_t *o = &loader->cfg.opt;
+    if (dsc__order_epoch(loader->sched.hz_order) != epoch || !loader->sched.hz_valid)
+        dsc__order_set_epoch(loader->sched.hz_order, epoch);
+    int rc = 0;
+    if (epoch == loader->sched.plan_epoch) {
+        loader->sched.hz_split = loader->sched.plan_split;
+        loader->sched.hz_local = loader->sched.plan_local;
+        loader->sched.hz_local.order = loader->sched.hz_order;
+        loader->sched.hz_local.hint_valid = 0;
+        loader->sched.hz_step = loader->sched.plan_step;
+    } else {
+        rc = dsc__order_is_local(loader)
+                 ? dsc__local_init(&loader->sched.hz_local, loader->sched.hz_order,
+                                   o->shuffle_window, o->shuffle, NULL, 0, o->batch_size,
+                                   o->world_size, o->drop_last)
+                 : dsc__split_init(&loader->sched.hz_split, loader->cfg.samples, 0, o->batch_size,
+                                   o->world_size, o->drop_last);
+        loader->sched.hz_step = 0;
+    }
+    loader->sched.hz_epoch = epoch;
+    uint32_t b = epoch & 1;
+    if (loader->sched.hz_bits_epoch[b] != epoch) {
+        memset(loader->sched.hz_bits[b], 0, loader->sched.fetched_words * sizeof(uint64_t));
+        loader->sched.hz_bits_epoch[b] = epoch;
+    }
+    return rc;
+}
+
+double dsc__sched_hz_seconds(void) {
+    static double seconds = -1;
+    if (seconds < 0) {
+        const char *v = getenv("DSCACHE_HINT_SECONDS");
+        char *end = NULL;
+        double x = v != NULL ? strtod(v, &end) : HZ_SECONDS;
+        seconds = v != NULL && (end == v || !(x >= 0) || x > 600) ? HZ_SECONDS : x;
+    }
+    return seconds;
+}
+
+uint32_t dsc__sched_horizon(dsc_loader_t *loader, double now) {
+    if (loader->sched.hz_order == NULL || loader->fetch.hz == NULL || loader->sched.hz_walking)
+        return 0;
+    const dsc_stats_t *s = &loader->stats.st;
+    double window = dsc__sched_hz_seconds();
+    if (s->batches < 2 || window <= 0)
+        return 0; /* no step time measured yet */
+    double step = (s->compute_seconds + s->stall_seconds) / (double)s->batches;
+    if (!(step > 0))
+        return 0;
+    /* Named chunks the plan has reached since leave the bound. */
+    while (loader->sched.hz_count > 0 &&
+           loader->sched.hz_ring[loader->sched.hz_head] < loader->sched.plan_seq) {
+        loader->sched.hz_head = (loader->sched.hz_head + 1) % DSC__HZ_MAX_CHUNKS;
+        loader->sched.hz_count--;
+    }
+    if (!loader->sched.hz_valid || loader->sched.hz_seq < loader->sched.plan_seq) {
+        if (hz_enter(loader, loader->sched.plan_epoch) < 0)
+            return 0;
+        loader->sched.hz_seq = loader->sched.plan_seq;
+        loader->sched.hz_valid = 1;
+    }
+    const dsc_loader_options_t *o = &loader->cfg.opt;
+    int local = dsc__order_is_local(loader);
+    uint64_t cons = loader->cons.cons_seq;
+    double reach = window / step;
+    uint64_t limit_seq = cons + (reach < 1e9 ? (uint64_t)reach : 1000000000ull);
+    uint32_t named = 0;
+    uint64_t scanned = 0;
+    while (loader->sched.hz_seq < limit_seq && loader->sched.hz_count < DSC__HZ_MAX_CHUNKS &&
+           loader->fetch.hz_count < DSC__HZ_MAX_CHUNKS && scanned < HZ_SCAN_SAMPLES) {
+        uint64_t epoch = loader->sched.hz_epoch;
+        if (o->epochs != 0 && epoch >= o->epochs)
+            break; /* the job's last epoch is done */
+        uint64_t steps = local ? loader->sched.hz_local.steps : loader->sched.hz_split.steps;
+        if (loader->sched.hz_step >= steps) { /* the end-of-epoch marker's seq */
+            if (epoch > loader->sched.plan_epoch || hz_enter(loader, epoch + 1) < 0)
+                break;
+            loader->sched.hz_seq++;
+            continue;
+        }
+        uint64_t first;
+        uint32_t count;
+        int rc = local ? dsc__local_step(&loader->sched.hz_local, loader->sched.hz_step, o->rank,
+                                         &first, &count)
+                       : dsc__split_step(&loader->sched.hz_split, loader->sched.hz_step, o->rank,
+                                         &first, &count);
+        if (rc < 0)
+            break;
+        uint64_t *bits = loader->sched.hz_bits[epoch & 1];
+        const uint64_t *prev =
+            epoch > 0 && loader->sched.hz_bits_epoch[(epoch - 1) & 1] == epoch - 1
+                ? loader->sched.hz_bits[(epoch - 1) & 1]
+                : NULL;
+        double due_at = now + (double)(loader->sched.hz_seq - cons) * step;
+        /* The step's samples are looked up without the lock (the costly part: the order's
+         * permutations); what they name is then checked against the table under it. */
+        uint64_t gen = loader->sched.hz_gen;
+        dsc_sample_loc_t *locs = loader->sched.hz_locs;
+        loader->sched.hz_walking = 1;
+        pthread_mutex_unlock(&loader->lock);
+        for (uint32_t k = 0; k < count; k++) {
+            uint64_t id = local ? dsc__local_at(&loader->sched.hz_local, o->rank, first + k)
+                                : dsc__order_at(loader->sched.hz_order, first + k);
+            if (dsc__order_locate(loader->sched.hz_order, id, &locs[k]) < 0)
+                locs[k].chunk = UINT64_MAX;
+        }
+        pthread_mutex_lock(&loader->lock);
+        loader->sched.hz_walking = 0;
+        if (loader->stop || gen != loader->sched.hz_gen)
+            break; /* restarted meanwhile: the next walk starts from the new position */
+        for (uint32_t k = 0; k < count && loader->fetch.hz_count < DSC__HZ_MAX_CHUNKS &&
+                             loader->sched.hz_count < DSC__HZ_MAX_CHUNKS;
+             k++) {
+            dsc_sample_loc_t loc = locs[k];
+            if (loc.chunk == UINT64_MAX)
+                continue;
+            uint64_t bit = 1ull << (loc.chunk % 64);
+            if (bits[loc.chunk / 64] & bit)
+                continue;
+            /* Named for the epoch before: a server stages a range once per loader and pass, so
+             * this need is left to the queue's hints (when it is queued, after the first). */
+            if (prev != NULL && (prev[loc.chunk / 64] & bit))
+                continue;
+            bits[loc.chunk / 64] |= bit;
+            /* In the table: queued (hinted with the queue), fetched or held. Deferred (next
+             * epoch, not routed): named here, and the queue's hints skip it later. */
+            dsc_chunk_ent_t *ent = dsc__chunk_find(&loader->chunks, loc.chunk);
+            if (ent != NULL && (ent->hinted || ent->peer != UINT32_MAX || ent->state != CH_QUEUED))
+                continue;
+            dsc_chunk_ent_t probe = {.gid = loc.chunk,
+                                     .shard = loc.shard,
+                                     .shard_chunk = loc.shard_chunk,
+                                     .samples = loc.chunk_samples};
+            probe.raw_len = dsc__chunk_raw_estimate(loader->cfg.manifest, loc.chunk_samples);
+            int peer = dsc__route_chunk(loader, ent != NULL ? ent : &probe);
+            if (peer < 0 || (uint32_t)peer == DSC__PEER_FALLBACK ||
+                loader->net.peers[peer].source->hint == NULL || loader->net.peers[peer].hints_off)
+                continue;
+            if (ent != NULL)
+                ent->hinted = ent->hz = 1;
+            loader->fetch.hz[loader->fetch.hz_count++] =
+                (dsc__hz_pending_t){.peer = (uint32_t)peer,
+                                    .shard = loc.shard,
+                                    .shard_chunk = loc.shard_chunk,
+                                    .due_at = due_at};
+            loader->net.peers[peer].hz_pending++;
+            loader->sched
+                .hz_ring[(loader->sched.hz_head + loader->sched.hz_count) % DSC__HZ_MAX_CHUNKS] =
+                loader->sched.hz_seq;
+            loader->sched.hz_count++;
+            named++;
+        }
+        scanned += count;
+        loader->sched.hz_step++;
+        loader->sched.hz_seq++;
+    }
+    return named;
 }
 
 void *dsc__sched_main(void *arg) {
@@ -296,6 +474,20 @@ int dsc__sched_init(dsc_loader_t *loader) {
     loader->sched.fetched = calloc(loader->sched.fetched_words, sizeof(uint64_t));
     if (loader->sched.fetched == NULL)
         return DSC_ENOMEM;
+    /* The hint horizon walks the same order on an object of its own (plan.h: one thread at a
+     * time each; both are used under lock). */
+    rc = dsc__order_create(m, o->seed, o->shuffle, o->shuffle_window, &loader->sched.hz_order);
+    if (rc < 0)
+        return rc;
+    loader->sched.hz_bits[0] = calloc(loader->sched.fetched_words, sizeof(uint64_t));
+    loader->sched.hz_bits[1] = calloc(loader->sched.fetched_words, sizeof(uint64_t));
+    loader->sched.hz_ring = calloc(DSC__HZ_MAX_CHUNKS, sizeof(uint64_t));
+    loader->fetch.hz = calloc(DSC__HZ_MAX_CHUNKS, sizeof(dsc__hz_pending_t));
+    loader->sched.hz_locs = calloc(o->batch_size, sizeof(dsc_sample_loc_t));
+    if (!loader->sched.hz_bits[0] || !loader->sched.hz_bits[1] || !loader->sched.hz_ring ||
+        !loader->fetch.hz || !loader->sched.hz_locs)
+        return DSC_ENOMEM;
+    loader->sched.hz_bits_epoch[0] = loader->sched.hz_bits_epoch[1] = UINT64_MAX;
     /* Look-ahead of three shuffle windows: the current window's chunks stay decoded (each is
      * fetched once) while the next window's are fetched; bounded to about a million sample
      * records (and by cache_bytes at run time). */
@@ -328,6 +520,12 @@ int dsc__sched_init(dsc_loader_t *loader) {
 void dsc__sched_free(dsc_loader_t *loader) {
     dsc__chunk_table_free(&loader->chunks, &loader->cfg.pool);
     free(loader->sched.fetched);
+    free(loader->sched.hz_bits[0]);
+    free(loader->sched.hz_bits[1]);
+    free(loader->sched.hz_ring);
+    free(loader->fetch.hz);
+    free(loader->sched.hz_locs);
+    dsc__order_destroy(loader->sched.hz_order);
     if (loader->sched.steps != NULL) {
         for (uint32_t i = 0; i < loader->sched.step_cap; i++) {
             free(loader->sched.steps[i].ids);
@@ -347,6 +545,11 @@ int dsc__sched_restart(dsc_loader_t *loader, uint64_t epoch, const dsc_plan_seg_
     loader->sched.plan_nhist = nhist;
     memset(&loader->sched.deferred, 0, sizeof loader->sched.deferred); /* freed with the table */
     loader->cons.want_epoch = epoch;
+    /* The horizon starts again from the new position (named bits stay: advisory). */
+    loader->sched.hz_valid = 0;
+    loader->sched.hz_count = 0;
+    loader->sched.hz_gen++;
+    loader->sched.hz_bits_epoch[0] = loader->sched.hz_bits_epoch[1] = UINT64_MAX;
     int rc = plan_from(loader, epoch, pos);
     pthread_cond_broadcast(&loader->sched_cv);
     return rc;

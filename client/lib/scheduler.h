@@ -25,6 +25,16 @@ int dsc__sched_restart(dsc_loader_t *loader, uint64_t epoch, const dsc_plan_seg_
  * DSC_EINVAL / DSC_ERANGE (not a state this order produces). */
 int dsc__sched_check_segments(dsc_loader_t *loader, const dsc_plan_seg_t *hist, uint32_t nhist,
                               uint64_t pos);
+/* The hint horizon: walks the plan past what is planned, up to the steps of the next
+ * dsc__sched_hz_seconds() of demand (the consumer's mean step so far; nothing before two steps
+ * were measured) and at most DSC__HZ_MAX_CHUNKS chunks named ahead of the plan, and appends the
+ * chunks not in the chunk table yet (or deferred there), each once per epoch, to fetch.hz with
+ * their owning peer and expected request time (fetch.c sends them in its HINTs). now: monotonic
+ * seconds. Under lock. Returns the chunks named. */
+uint32_t dsc__sched_horizon(dsc_loader_t *loader, double now);
+/* The horizon's reach in seconds: 4, or DSCACHE_HINT_SECONDS (0 .. 600; 0: hints name only
+ * what is queued). */
+double dsc__sched_hz_seconds(void);
 /* Steps in an epoch of this rank. */
 uint64_t dsc__sched_epoch_steps(const dsc_loader_t *loader);
 

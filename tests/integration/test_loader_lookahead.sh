@@ -23,8 +23,11 @@ step=2
 if [ "${DSC_SANITIZE:-OFF}" = ON ] || [ "${DSC_TSAN:-OFF}" = ON ]; then step=6; fi
 check oneepoch --batch 16 --slow-ms $step --pause-s 0.1 --max-first 1.1
 check oneepoch --batch 64 --slow-ms $step --pause-s 0.1 --max-first 1.1
+# A step that spans a whole 256-sample window: the next epoch's look-ahead is the steps one answer
+# time covers, rounded up, at least 1 (1.16x when it was at least 2; 1.08x measured).
+check oneepoch --batch 256 --slow-ms $step --pause-s 0.1 --max-first 1.1
 # A job that says it runs one epoch (options.epochs = 1) fetches nothing past it, even where a
-# step spans a whole window (batch 256: 1.16x without the option): each chunk about once.
+# step spans a whole window (batch 256: 1.08x without the option): each chunk about once.
 check oneepoch --batch 256 --slow-ms $step --pause-s 0.1 --job-epochs 1 --max-first 1.01
 # 5 ms steps, 3 epochs on rank 0 of 8: the first 8 steps of each later epoch block at most
 # 2 steps' time in all (4 in sanitized builds), as do 8 steps mid-epoch; no refetch (measured
