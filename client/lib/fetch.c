@@ -412,8 +412,7 @@ static void io_loop(dsc_io_t *io) {
         /* Now and then, what is queued for this server and not yet announced (HINT): it reads
          * the chunks it does not hold ahead of the GETs. Advisory: a server without read-ahead
          * answers UNSUPPORTED and is not told again. */
-        int hint_now =
-            now >= peer->hint_due && (peer->queue.head != NULL || peer->hz_pending > 0);
+        int hint_now = now >= peer->hint_due && (peer->queue.head != NULL || peer->hz_pending > 0);
         /* The horizon (the chunks of the next seconds of demand, beyond the queue) is walked at
          * most every HINT_INTERVAL_S for all peers, by whichever I/O thread is about to hint. */
         if (hint_now && src->hint != NULL && !peer->hints_off && now >= loader->fetch.hz_due &&
