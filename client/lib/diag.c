@@ -184,6 +184,32 @@ double dsc__diag_recent_fetch_stall(const dsc_loader_t *loader) {
     return stall + compute >= DSC_VERDICT_MIN_BUSY ? fetch / (stall + compute) : 0;
 }
 
+int dsc__diag_store_reads(const dsc_loader_t *loader) {
+    const dsc_diag_t *d = &loader->diag;
+    if (d->servers == NULL)
+        return 0;
+    uint64_t hits = 0, misses = 0;
+    uint32_t latency_us = 0;
+    for (uint32_t s = 0; s < loader->net.peer_count && s < SERVER_SLOTS; s++) {
+        const dsc_verdict_server_t *a = &d->servers[s];
+        if (!a->have_backing)
+            continue;
+        if (a->backing_latency_us > latency_us)
+            latency_us = a->backing_latency_us;
+        const dsc_verdict_server_t *z = d->base[0].servers != NULL ? &d->base[0].servers[s] : NULL;
+        if (z != NULL && z->have_backing && a->backing_at > z->backing_at &&
+            a->srv_hits >= z->srv_hits && a->srv_misses >= z->srv_misses) {
+            hits += a->srv_hits - z->srv_hits;
+            misses += a->srv_misses - z->srv_misses;
+        } else {
+            hits += a->srv_hits;
+            misses += a->srv_misses;
+        }
+    }
+    return latency_us >= DSC_DIAG_SLOW_STORE_US && hits + misses >= 16 &&
+           misses * 20 >= hits + misses;
+}
+
 void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out) {
     dsc_diag_t *d = &loader->diag;
     if (d->servers == NULL) {

@@ -33,6 +33,17 @@ void dsc__diag_tick(dsc_loader_t *loader, double now);
  * waits on its fetches is short of fetch time, and looks ahead into the next epoch as far as
  * cache_bytes allows. Under lock. */
 double dsc__diag_recent_fetch_stall(const dsc_loader_t *loader);
+/* A backing read's latency (the server's moving average) from which its store counts as slow:
+ * local disks and the page cache answer in well under it, network file systems and object
+ * stores above it. */
+#define DSC_DIAG_SLOW_STORE_US 2000
+/* 1 when the servers' REPORT answers say they read from a slow backing store: misses are at
+ * least 5% of the GETs they answered (over the verdict's window where two answers bound it, else
+ * since the server started), with at least 16 GETs counted, and a server's backing reads take
+ * DSC_DIAG_SLOW_STORE_US or more. For the scheduler: a store read
+ * through is a bandwidth that an idle moment at the epoch boundary wastes for good, so the next
+ * epoch is then fetched ahead as far as the in-flight budget allows. Under lock. */
+int dsc__diag_store_reads(const dsc_loader_t *loader);
 /* Rotates the window when due and computes the verdict over it into loader->diag.last (and
  * *out when not NULL). Under lock. */
 void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out);
