@@ -138,7 +138,7 @@ static void observe_load_locked(dsc_catalog_t *cat, double seconds) {
     cat->hist_sum += seconds;
 }
 
-static void deliver(dsc_waiter_t *list) {
+void dsc__waiters_deliver(dsc_waiter_t *list) {
     while (list) {
         dsc_waiter_t *w = list;
         list = w->next;
@@ -232,7 +232,7 @@ static void finish_load(dsc_catalog_t *cat, dsc_shard_slot_t *s, int rc, const c
         pthread_cond_broadcast(&cat->idle_cond);
     pthread_mutex_unlock(&cat->lock);
     free(damage);
-    deliver(waiters);
+    dsc__waiters_deliver(waiters);
 }
 
 /* ---- read-through of chunk ranges -------------------------------------------------------- */
@@ -688,7 +688,7 @@ done:
         free(job);
         job = next;
     }
-    deliver(list);
+    dsc__waiters_deliver(list);
 }
 
 int dsc__range_start_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_t *w) {
@@ -777,7 +777,7 @@ static void backing_reader(dsc_catalog_t *cat) {
             free(job);
             w->status = DSC_EUNAVAIL;
             w->next = NULL;
-            deliver(w);
+            dsc__waiters_deliver(w);
             pthread_mutex_lock(&cat->lock);
             continue;
         }

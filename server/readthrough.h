@@ -19,5 +19,8 @@ void dsc__backing_totals_locked(dsc_catalog_t *cat, dsc_backing_totals_t *out);
 void dsc__backing_json_locked(dsc_catalog_t *cat, void *store_json);
 /* At destroy, after the I/O threads ended: frees queued read-throughs and the index cache. */
 void dsc__readthrough_free_all(dsc_catalog_t *cat);
+/* Hands each waiter of a list (linked by next) its answer: through its mailbox (its event
+ * loop), else by calling fn here. Not under cat->lock. */
+void dsc__waiters_deliver(dsc_waiter_t *list);
 
 #endif

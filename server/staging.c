@@ -460,15 +460,7 @@ static void staged_done(dsc_waiter_t *own) {
         finished_locked(cat, e, dsc_now_s());
     dsc__staging_pump_locked(cat, dsc_now_s());
     pthread_mutex_unlock(&cat->lock);
-    while (list) {
-        dsc_waiter_t *w = list;
-        list = w->next;
-        w->next = NULL;
-        if (w->mailbox)
-            w->mailbox->push(w->mailbox, w);
-        else
-            w->fn(w);
-    }
+    dsc__waiters_deliver(list);
 }
 
 void dsc__staging_destroy(dsc_catalog_t *cat) {
