@@ -9,7 +9,7 @@ pkgs=(cmake make gcc pkg-config clang libclang-rt-14-dev clang-format git
       libarchive-dev libzstd-dev zstd
       libibverbs-dev librdmacm-dev libfuse3-dev fuse3 liburing-dev
       libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
-      python3 python3-numpy python3-torch python3-pip python3-setuptools python3-wheel python3-venv
+      python3 python3-dev python3-numpy python3-torch python3-pip python3-setuptools python3-wheel python3-venv
       iproute2 procps curl
       python3-yaml systemd
       mmdebstrap umoci)

@@ -19,8 +19,10 @@ rate, the stall at the 5 ms step (assist on, the default). The stall is what the
 sees: the share of the wall time spent in next() as Python sees it (the loader's wait, the
 binding's work and, on busy cores, the consumer waiting for a core); beside it the loader's own
 wait (stats()["stall_seconds"] over the run: next() waiting for a batch not ready). The 5 ms
-step runs twice, in the same run: next() as it is, and the path before dsc_loader_next_views
-with the loader threads at the default policy (Loader._legacy, DSCACHE_LOADER_SCHED=other).
+step runs three times, in the same run: next() as it is (the compiled next(), dscache._fast),
+through ctypes (DSCACHE_FASTPATH=0: the Python path over dsc_loader_next_views), and the path
+before dsc_loader_next_views with the loader threads at the default policy (Loader._legacy,
+DSCACHE_LOADER_SCHED=other).
 Each row gives the CPU seconds of this process per image and the load average (1 min) when it
 ran: on shared cores another job's load takes the decode threads' CPU while the consumer sleeps.
 Usage: tests/bench/bench_loader_images.py [BUILD_DIR]   (BENCH_IMAGES=192, BENCH_SECONDS=3,
@@ -126,9 +128,11 @@ def stall_claim(addr):
     for batch in [int(b) for b in os.environ.get("BENCH_STALL_BATCHES", "8,4,2,1").split(",")]:
         rates, rows = {}, []
         # assist off: the decode threads' own rate; then the 5 ms step (assist on, the default)
-        # through next() as it is, and as it was before dsc_loader_next_views and SCHED_BATCH
-        # loader threads (Loader._legacy, DSCACHE_LOADER_SCHED=other), in the same run.
-        for assist, legacy in ((False, False), (True, False), (True, True)):
+        # through next() as it is, through ctypes (no compiled next()), and as it was before
+        # dsc_loader_next_views and SCHED_BATCH loader threads (Loader._legacy,
+        # DSCACHE_LOADER_SCHED=other), in the same run.
+        for assist, path in ((False, "now"), (True, "now"), (True, "ctypes"), (True, "legacy")):
+            legacy = path == "legacy"
             if legacy:
                 os.environ["DSCACHE_LOADER_SCHED"] = "other"
             ld = dscache.Loader(servers=addr, dataset="imgs", batch_size=batch, seed=0, rank=0,
@@ -137,6 +141,8 @@ def stall_claim(addr):
                                                                crop="random_resized", flip=True)})
             os.environ.pop("DSCACHE_LOADER_SCHED", None)
             ld._legacy = legacy
+            if path != "now":
+                ld._fast = None  # the ctypes path (as with DSCACHE_FASTPATH=0)
             epoch = [0]
 
             def batches(ld=ld, epoch=epoch):
@@ -171,8 +177,11 @@ def stall_claim(addr):
                   % (batch, rates["threads"], 1000 * rates["cpu"], rates["load"], demand,
                      100 * demand / rates["threads"]))
             for what, (r, stall, per_call, lstall, cpu, load) in zip(
-                    ("next() now", "next() before (legacy path, SCHED_OTHER threads)"), rows):
-                print("    %-50s %6.0f samples/s, stall %.2f%% (%.3f ms per next()), loader's "
+                    ("next() now" + (" (compiled)" if dscache.fastpath else " (no compiled "
+                                                        "next(): %s)" % dscache.fastpath_reason),
+                     "next() via ctypes (DSCACHE_FASTPATH=0)",
+                     "next() before (legacy path, SCHED_OTHER threads)"), rows):
+                print("    %-58s %6.0f samples/s, stall %.2f%% (%.3f ms per next()), loader's "
                       "wait %.2f%% (stats()), %.2f ms CPU/image, load %.1f"
                       % (what, r, 100 * stall, 1000 * per_call, 100 * lstall, 1000 * cpu, load))
             return

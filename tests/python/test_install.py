@@ -7,7 +7,9 @@ package imports and reads a dataset with no variable at all and `dscache --help`
 ingest` run from the venv's bin; (3) a pure-Python wheel (DSCACHE_PURE=1) finds libdscache.so.0
 on the dynamic linker's path and, without it, fails at import listing every place tried; (4) a
 wheel built with DSCACHE_BUNDLE_LIB carries that library; (5) a DSCACHE_LIB that cannot be
-loaded is an ImportError naming it. Each installed copy reads a dataset."""
+loaded is an ImportError naming it. Each installed copy reads a dataset. Where the build tree has
+the compiled next() (dscache._fast), (1), (2) and (4) install it in the package and use it; (3)
+has none and says so (dscache.fastpath_reason)."""
 import glob
 import os
 import shutil
@@ -56,6 +58,7 @@ USE = ("import dscache, numpy as np\n"
        "l = dscache.Loader(dataset='ids', fallback_path=%r, batch_size=50, seed=1, copy=True)\n"
        "v = np.concatenate([b['v'] for b in l])\n"
        "print(dscache.library_path)\n"
+       "print(dscache.fastpath, dscache.fastpath_reason)\n"
        "print(len(v), int(v.sum()))\n" % data)
 WANT = "%d %d" % (N, int(vals.sum()))
 
@@ -68,11 +71,28 @@ def run(python, code, extra=None):
 def use(python, what, extra=None):
     """Runs USE with `python`; returns the library path it loaded (None on failure)."""
     r = run(python, USE, extra)
+    global last_fast
     lines = r.stdout.strip().splitlines()
-    ok = r.returncode == 0 and len(lines) == 2 and lines[1] == WANT
+    ok = r.returncode == 0 and len(lines) == 3 and lines[2] == WANT
     t.check(ok, "%s: reads the dataset (rc %d): %s %s" % (what, r.returncode, r.stdout[-200:],
                                                            r.stderr[-600:]))
+    last_fast = lines[1] if ok else ""
     return lines[0] if ok else None
+
+
+last_fast = ""  # what the last use() printed: dscache.fastpath and dscache.fastpath_reason
+fast_built = glob.glob(os.path.join(lib_dir, "_fastpath*.so"))
+
+
+def fast_in(where, what):
+    """The compiled next() is loaded from the package installed under where."""
+    if not fast_built:
+        print("%s: the build tree has no compiled next() (%s): not checked" % (what, last_fast))
+        return
+    path = last_fast.split(" ")[0]
+    t.check(path.startswith(where) and os.path.basename(path) == os.path.basename(fast_built[0])
+            and os.path.basename(os.path.dirname(path)) == "dscache",
+            "%s: the compiled next() of the installed package is used: %s" % (what, last_fast))
 
 
 def pip(python, *args, extra=None):
@@ -120,6 +140,7 @@ if pkgs and libs:
     t.check(got == libs[0], "it loads the prefix's library: %s" % got)
     t.check(not glob.glob(os.path.join(os.path.dirname(pkgs[0]), "libdscache.so*")),
             "no library copied into the cmake-installed package")
+    fast_in(prefix, "cmake-installed package")
 
 # ---- (2) the README's line: pip install ./client/python, from the checkout ------------------
 vpy = venv("venv-readme", with_pip=True)
@@ -136,6 +157,7 @@ if r.returncode == 0:
     t.check(got is not None and got.startswith(os.path.join(tmp, "venv-readme"))
             and got.endswith(os.path.join("dscache", "libdscache.so")),
             "it loads the library bundled in the venv's package: %s" % got)
+    fast_in(os.path.join(tmp, "venv-readme"), "pip install ./client/python")
     cli = os.path.join(vbin, "dscache")
     r = subprocess.run([cli, "--help"], capture_output=True, text=True, env=clean, cwd=tmp)
     t.check(r.returncode == 0 and "ingest" in r.stdout,
@@ -164,6 +186,8 @@ if pip(vpy, "install", "--no-deps", source_copy("src1"), extra={"DSCACHE_PURE": 
         got = use(vpy, "pip-installed package + LD_LIBRARY_PATH",
                   {"LD_LIBRARY_PATH": os.path.dirname(libs[0])})
         t.check(got == "libdscache.so.0", "found through the dynamic linker: %s" % got)
+        t.check(last_fast.startswith("None not found"),
+                "a pure-Python package has no compiled next() and says so: %s" % last_fast)
     if not sys_has_lib:
         r = run(vpy, "import dscache")
         t.check(r.returncode != 0 and "ImportError" in r.stderr, "no library: ImportError")
@@ -175,7 +199,8 @@ dist = os.path.join(tmp, "dist")
 r = subprocess.run([PY, "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-index",
                     "--no-deps", source_copy("src2"), "-w", dist],
                    capture_output=True, text=True, cwd=tmp,
-                   env=dict(clean, DSCACHE_BUNDLE_LIB=os.path.join(lib_dir, "libdscache.so")))
+                   env=dict(clean, DSCACHE_BUNDLE_LIB=os.path.join(lib_dir, "libdscache.so"),
+                            **({"DSCACHE_BUNDLE_FASTPATH": fast_built[0]} if fast_built else {})))
 t.check(r.returncode == 0, "pip wheel with DSCACHE_BUNDLE_LIB: %s" % r.stderr[-800:])
 wheels = glob.glob(os.path.join(dist, "dscache-*.whl"))
 t.check(len(wheels) == 1, "one wheel: %s" % wheels)
@@ -192,6 +217,7 @@ if wheels:
         t.check(got is not None and got.endswith(os.path.join("dscache", "libdscache.so"))
                 and got.startswith(os.path.join(tmp, "venv-wheel")),
                 "the wheel's own copy is loaded: %s" % got)
+        fast_in(os.path.join(tmp, "venv-wheel"), "wheel with DSCACHE_BUNDLE_FASTPATH")
         # $DSCACHE_LIB comes first, before the bundled copy.
         got = use(wpy, "wheel + DSCACHE_LIB", {"DSCACHE_LIB": os.path.join(lib_dir,
                                                                               "libdscache.so")})

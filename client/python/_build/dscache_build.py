@@ -3,13 +3,16 @@
 `pip install ./client/python` (from a checkout) builds a wheel that carries libdscache.so and the
 `dscache` command: it runs CMake on the checkout around this directory and bundles what it built
 (dscache/libdscache.so, found first after $DSCACHE_LIB; dscache/bin/dscache, started by the
-`dscache` entry point). Only the standard library is used and nothing is downloaded, with or
+`dscache` entry point; dscache/_fastpath<EXT_SUFFIX>, the compiled next(), built for the Python
+that runs this backend when its headers and numpy's are there: the wheel is then tagged for that
+Python). Only the standard library is used and nothing is downloaded, with or
 without build isolation; the C build needs what the project's build needs (cmake, a C compiler,
 the -dev packages: deploy/local/setup.sh installs them).
 
 Environment (for packagers and tests):
   DSCACHE_BUNDLE_LIB=PATH   bundle this libdscache.so instead of building (no CMake run);
   DSCACHE_BUNDLE_CLI=PATH   with it: bundle this dscache binary too;
+  DSCACHE_BUNDLE_FASTPATH=PATH  with it: bundle this _fastpath<EXT_SUFFIX> too;
   DSCACHE_PURE=1            a pure-Python wheel: no library, no command (the package then uses an
                             installed libdscache, as `cmake --install` sets up);
   DSCACHE_SOURCE_DIR=DIR    the dscache checkout to build (default: the one around this package);
@@ -77,7 +80,8 @@ def _source_dir():
 
 
 def _cmake_build():
-    """(libdscache.so, dscache binary) built by CMake from the checkout."""
+    """(libdscache.so, dscache binary, _fastpath module or None) built by CMake from the
+    checkout."""
     src = _source_dir()
     if src is None:
         raise RuntimeError(
@@ -94,7 +98,8 @@ def _cmake_build():
     build = os.path.abspath(os.environ.get("DSCACHE_BUILD_DIR")
                             or os.path.join(src, "build", "python-wheel"))
     args = [cmake, "-S", src, "-B", build,
-            "-DDSC_BUILD_TESTS=OFF", "-DDSC_INSTALL_PYTHON=OFF"]
+            "-DDSC_BUILD_TESTS=OFF", "-DDSC_INSTALL_PYTHON=OFF",
+            "-DPython3_EXECUTABLE=" + sys.executable]
     if shutil.which("ccache"):
         args.append("-DCMAKE_C_COMPILER_LAUNCHER=ccache")
     args += shlex.split(os.environ.get("DSCACHE_CMAKE_ARGS", ""))
@@ -102,13 +107,31 @@ def _cmake_build():
     _run(args)
     jobs = str(max(1, min(os.cpu_count() or 1, 8)))
     _say("building libdscache and the dscache command")
-    _run([cmake, "--build", build, "--target", "dscache", "dscache_cli", "-j", jobs])
+    targets = ["dscache", "dscache_cli"]
+    with open(os.path.join(build, "CMakeCache.txt")) as f:
+        fast = "DSC_HAVE_PYTHON_FASTPATH:INTERNAL=ON" in f.read()
+    if fast:
+        targets.append("dscache_fastpath")
+    else:
+        _say("no Python headers or numpy headers for %s: the package's next() goes through "
+             "ctypes (python3-dev and python3-numpy give the compiled one)" % sys.executable)
+    _run([cmake, "--build", build, "--target"] + targets + ["-j", jobs])
     lib = os.path.join(build, "lib", "libdscache.so")
     cli = os.path.join(build, "bin", "dscache")
     for path in (lib, cli):
         if not os.path.isfile(path):
             raise RuntimeError("dscache build: CMake built no %s" % path)
-    return lib, cli
+    ext = None
+    if fast:
+        ext = os.path.join(build, "lib", _fastpath_name())
+        if not os.path.isfile(ext):
+            raise RuntimeError("dscache build: CMake built no %s" % ext)
+    return lib, cli, ext
+
+
+def _fastpath_name():
+    import sysconfig
+    return "_fastpath" + sysconfig.get_config_var("EXT_SUFFIX")
 
 
 def _run(args):
@@ -119,9 +142,9 @@ def _run(args):
 
 
 def _native():
-    """(library, command) to bundle, or (None, None) for a pure-Python wheel."""
+    """(library, command, compiled next()) to bundle, or Nones for a pure-Python wheel."""
     if os.environ.get("DSCACHE_PURE", "") not in ("", "0"):
-        return None, None
+        return None, None, None
     bundle = os.environ.get("DSCACHE_BUNDLE_LIB")
     if bundle:
         if not os.path.isfile(bundle):
@@ -129,14 +152,20 @@ def _native():
         cli = os.environ.get("DSCACHE_BUNDLE_CLI")
         if cli and not os.path.isfile(cli):
             raise RuntimeError("DSCACHE_BUNDLE_CLI=%s: no such file" % cli)
-        return bundle, cli or None
+        ext = os.environ.get("DSCACHE_BUNDLE_FASTPATH")
+        if ext and not os.path.isfile(ext):
+            raise RuntimeError("DSCACHE_BUNDLE_FASTPATH=%s: no such file" % ext)
+        return bundle, cli or None, ext or None
     return _cmake_build()
 
 
-def _tag(native):
+def _tag(native, ext):
     if native:
         import sysconfig
         plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+        if ext:  # the compiled next() is for this Python's ABI
+            py = "cp%d%d" % sys.version_info[:2]
+            return "%s-%s-%s" % (py, py, plat)
         return "py3-none-" + plat
     return "py3-none-any"
 
@@ -172,8 +201,8 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    lib, cli = _native()
-    tag = _tag(lib is not None)
+    lib, cli, ext = _native()
+    tag = _tag(lib is not None, ext)
     info = _dist_info()
     files = []  # (archive name, bytes, executable)
     for arc, path in _package_files():
@@ -182,6 +211,9 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     if lib is not None:
         with open(os.path.realpath(lib), "rb") as f:
             files.append(("dscache/libdscache.so", f.read(), True))
+    if lib is not None and ext is not None:
+        with open(os.path.realpath(ext), "rb") as f:
+            files.append(("dscache/" + os.path.basename(ext), f.read(), True))
     entry_points = ""
     if cli is not None:
         with open(os.path.realpath(cli), "rb") as f:
@@ -205,8 +237,9 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
             zi.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(zi, data)
     os.replace(tmp, os.path.join(wheel_directory, wheel))
-    _say("wrote %s (%s)" % (wheel, "libdscache and the dscache command bundled" if cli else
-                            "libdscache bundled" if lib else "pure Python"))
+    _say("wrote %s (%s%s)" % (wheel, "libdscache and the dscache command bundled" if cli else
+                              "libdscache bundled" if lib else "pure Python",
+                              ", compiled next()" if lib and ext else ""))
     return wheel
 
 

@@ -1,4 +1,4 @@
-"""dscache: Python binding of libdscache (ctypes over the C ABI, nothing to compile).
+"""dscache: Python binding of libdscache (ctypes over the C ABI; next() in C where built).
 
     import dscache
     loader = dscache.Loader(servers="10.0.0.1:7070,10.0.0.2:7070", dataset="imagenet",
@@ -37,8 +37,8 @@ prints to stderr when the application configured no logging handler).
 
 # The package by concern: _capi (ctypes declarations, library search and load), _errors (the
 # error families), _logbridge (C log lines -> logging), _ranks (rank, world size, device),
-# _arrays (DLPack and numpy views), loader (Loader, Image), writer (Writer); torch
-# (dscache.torch) on top.
+# _arrays (DLPack and numpy views), _fast (the compiled next(), optional), loader (Loader,
+# Image), writer (Writer); torch (dscache.torch) on top.
 from ._errors import (BadState, Corrupt, DatasetChangedError, DecodeError, Error, InvalidOption,
                       NotFound, Unavailable)
 from . import _capi
@@ -51,13 +51,19 @@ __version__ = "0.1.0"
 __all__ = ["Loader", "Writer", "Image", "Error", "Unavailable", "NotFound", "Corrupt",
            "BadState", "InvalidOption", "DecodeError", "DatasetChangedError", "resolve_rank",
            "__version__",
-           "library_path"]
+           "library_path", "fastpath", "fastpath_reason"]
 
 # A batch owns its slot until its last array / tensor is freed (see docs/python.md): batches
 # may be kept past the next one, zero-copy.
 batches_outlive_next = True
 
 _load()  # at import: a missing library is reported here, with every place tried
+
+# The compiled next() (client/python/ext/fastpath.c), optional: its path, or None and why not.
+from . import _fast  # noqa: E402
+_fast.load()
+fastpath = _fast.path
+fastpath_reason = _fast.reason
 library_path = _capi.library_path
 
 # The public classes say they are dscache's, wherever they are defined.

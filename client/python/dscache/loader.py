@@ -9,6 +9,7 @@ import os
 import threading
 import weakref
 
+from . import _fast
 from ._arrays import (_Hold, _HostArray, _PyCapsule_New, _capsule_destructor,
                       _dlpack_track, _torch_from_dlpack)
 from ._capi import (BOTTLENECKS, STALL_WAITS, _EOF, _FIELD_PADDED, _FIELD_VALUES, _NP_DTYPES,
@@ -208,7 +209,10 @@ class Loader:
         if self._handle:
             with self._hold_lock:
                 self._close_pending = True
-                if self._holds > 0:
+                busy = self._holds > 0
+                if self._fast is not None and self._fast.defer_close():
+                    busy = True
+                if busy:
                     return  # the last batch freed destroys it
             self._destroy()
 
@@ -216,6 +220,8 @@ class Loader:
         self._close_pending = True
         handle, self._handle = self._handle, None
         if handle:
+            if self._fast is not None:
+                self._fast.detach()  # batches freed later give nothing back
             # A forked child (e.g. a DataLoader worker) has the handle but not the threads:
             # only the creating process destroys the loader.
             if os.getpid() == self._pid:
@@ -225,6 +231,14 @@ class Loader:
     def _unhold(self):
         with self._hold_lock:
             self._holds -= 1
+            last = (self._holds == 0 and self._close_pending and
+                    (self._fast is None or self._fast.holds == 0))
+        if last:
+            self._destroy()
+
+    def _fast_last(self):
+        """The compiled next()'s last batch is freed after close(): the ctypes path's too?"""
+        with self._hold_lock:
             last = self._holds == 0 and self._close_pending
         if last:
             self._destroy()
@@ -291,8 +305,38 @@ class Loader:
         self._view_words = ctypes.sizeof(_FieldView) // 8
         self._array_types = {}  # (field, samples): (ctypes byte array type, array shape)
         self._legacy = False  # the path before dsc_loader_next_views (tests/bench compares)
+        # The compiled next() (dscache._fast) where every field is a fixed-size host field that
+        # numpy (and torch.from_numpy) carry as is: variable-length fields, device batches,
+        # bf16 / uint16 / uint32 torch tensors keep the ctypes path.
+        self._fast = None
+        mod = _fast.module
+        if mod is not None and all(not var and (self._torch is None or (via_numpy and not bf16))
+                                   for _, _, _, var, bf16, via_numpy, _ in plan):
+            lib = self._lib
+
+            def addr(fn):
+                return ctypes.cast(fn, ctypes.c_void_p).value
+            self._fast = mod.Nexter(
+                self, self._handle.value, addr(lib.dsc_loader_next_views),
+                addr(lib.dsc_batch_release), addr(lib.dsc_batch_indices),
+                [(name, np_dtype, np_dtype.itemsize, shape) for name, np_dtype, shape, *_ in plan],
+                bool(self._retain), np.ndarray,
+                self._torch.from_numpy if self._torch is not None else None,
+                "__index__" if self._want_indices else None,
+                # torch has no uint64 (DataLoader cannot convert it): int64, as the ctypes path
+                np.dtype(np.int64 if self._torch is not None else np.uint64))
 
     def __next__(self):
+        fast = self._fast
+        if fast is not None and not self._legacy:
+            if self._close_pending:
+                raise ValueError("loader is closed")
+            out = fast.next()  # the batch's dict, or what dsc_loader_next_views returned
+            if out.__class__ is int:
+                if out == _EOF:
+                    raise StopIteration
+                _check(out, self._handle)
+            return self._transform(out) if self._transform is not None else out
         if self._legacy:
             return self._next_legacy()
         h = self._handle

@@ -1,0 +1,58 @@
+"""The compiled next() (dscache/_fastpath<EXT_SUFFIX>, built from client/python/ext/fastpath.c):
+found in this package (a wheel, cmake --install) or beside the libdscache that was loaded (the
+build tree). Optional: without it, or with DSCACHE_FASTPATH=0, the ctypes path serves every
+batch, the same arrays byte for byte, at a higher cost per batch (docs/python.md). `dscache.
+fastpath` says which: the module's path, or None with `dscache.fastpath_reason` saying why."""
+
+import importlib.machinery
+import importlib.util
+import logging
+import os
+
+from . import _capi
+
+_NAME = "_fastpath"
+module = None
+path = None
+reason = "not loaded yet"
+
+
+def _candidates():
+    dirs = [os.path.dirname(os.path.abspath(__file__))]
+    lib = _capi.library_path
+    if lib and os.sep in lib:
+        dirs.append(os.path.dirname(os.path.realpath(lib)))
+        dirs.append(os.path.dirname(os.path.abspath(lib)))
+    seen = set()
+    for d in dirs:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            p = os.path.join(d, _NAME + suffix)
+            if p not in seen:
+                seen.add(p)
+                yield p
+
+
+def load():
+    """The module, or None (reason says why). Once, at import."""
+    global module, path, reason
+    if os.environ.get("DSCACHE_FASTPATH", "") == "0":
+        reason = "DSCACHE_FASTPATH=0"
+        return None
+    tried = []
+    for p in _candidates():
+        if not os.path.exists(p):
+            continue
+        try:
+            spec = importlib.util.spec_from_file_location("dscache." + _NAME, p)
+            m = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(m)
+        except ImportError as e:  # another Python's or numpy's build: say so, use ctypes
+            tried.append("%s: %s" % (p, e))
+            continue
+        module, path, reason = m, p, None
+        return m
+    reason = ("not found (built by CMake where python3-dev and numpy are installed)" if not tried
+              else "; ".join(tried))
+    if tried:  # present but unusable: worth a line, the batches come slower
+        logging.getLogger("dscache").warning("dscache: compiled next() not used: %s", reason)
+    return None
