@@ -3,7 +3,8 @@ package loads it and every loader of fixed-size host fields uses it; its batches
 ctypes path's byte for byte, dtype and shape (numpy and torch output, copy=True, indices=True, a
 short last batch); arrays kept past next() and past close() keep their bytes, the loader is
 destroyed with the last of them, and nothing leaks over many batches; a closed loader raises;
-DSCACHE_FASTPATH=0 turns it off and says so; variable-length fields keep the ctypes path."""
+DSCACHE_FASTPATH=0 turns it off and says so; variable-length fields keep the ctypes path. Runs
+in the release build (python_test_fastpath) and under ASan+UBSan (pyasan_test_fastpath)."""
 import gc
 import os
 import subprocess
@@ -12,6 +13,10 @@ import tracemalloc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dsc_testenv as te  # noqa: E402
+
+# In the sanitizer build (pyasan_test_fastpath) python runs with the sanitizer runtime preloaded;
+# the servers and tools it starts link their own (a python child gets it back).
+PRELOAD = os.environ.pop("LD_PRELOAD", None)
 
 te.require_tools()
 import numpy as np  # noqa: E402
@@ -151,7 +156,8 @@ ld.close()
 # ---- off with DSCACHE_FASTPATH=0, and said so ------------------------------------------------
 r = subprocess.run([sys.executable, "-c", "import dscache; print(dscache.fastpath, "
                     "dscache.fastpath_reason)"], capture_output=True, text=True,
-                   env=dict(os.environ, DSCACHE_FASTPATH="0"))
+                   env=dict(os.environ, DSCACHE_FASTPATH="0",
+                            **({"LD_PRELOAD": PRELOAD} if PRELOAD else {})))
 t.check(r.returncode == 0 and r.stdout.strip() == "None DSCACHE_FASTPATH=0",
         "DSCACHE_FASTPATH=0: no compiled next(), and the reason: %r %s"
         % (r.stdout, r.stderr[-300:]))
