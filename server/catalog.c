@@ -1023,6 +1023,10 @@ static cJSON *dataset_json_locked(dsc_dataset_t *ds, uint64_t share) {
     cJSON_AddNumberToObject(o, "bytes", (double)ds->manifest->bytes);
     add_version(o, ds);
     cJSON_AddNumberToObject(o, "cached_shards", (double)ds->cached_shards);
+    uint64_t loading = 0; /* loads in flight (misses, read-ahead, warm-ups): WARM's waiters */
+    for (uint32_t i = 0; i < ds->manifest->shard_count; i++)
+        loading += ds->slots[i].state == SLOT_LOADING;
+    cJSON_AddNumberToObject(o, "loading_shards", (double)loading);
     cJSON_AddNumberToObject(o, "cached_bytes", (double)ds->cached_bytes);
     cJSON_AddNumberToObject(o, "hits", (double)atomic_load(&ds->hits));
     cJSON_AddNumberToObject(o, "misses", (double)atomic_load(&ds->misses));

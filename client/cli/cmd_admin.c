@@ -77,8 +77,15 @@ static int print_list(const char *cmd, const char *json, size_t len) {
     return DSC_CLI_OK;
 }
 
-/* STAT of one dataset: its shards and how many are resident. Returns 0 or DSC_E*. */
-static int resident_of(dsc_conn_t *conn, const char *dataset, double *cached, double *shards) {
+/* STAT of one dataset: its shards, how many are resident and how many loading, and whether
+ * shard `shard` (DSC_SHARD_ALL: none) is resident (its "shard_map" character). Returns 0 or
+ * DSC_E*. */
+typedef struct residency {
+    double cached, shards, loading;
+    int shard_resident;
+} residency_t;
+
+static int resident_of(dsc_conn_t *conn, const char *dataset, uint32_t shard, residency_t *out) {
     uint8_t body[DSC_MAX_NAME + 8];
     int n = dsc_name_req_encode(dataset, body, sizeof body);
     if (n < 0)
@@ -93,42 +100,71 @@ static int resident_of(dsc_conn_t *conn, const char *dataset, double *cached, do
     const cJSON *d = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "datasets"), 0);
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(d, "cached_shards");
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(d, "shards");
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(d, "loading_shards");
+    const cJSON *map = cJSON_GetObjectItemCaseSensitive(d, "shard_map");
     rc = cJSON_IsNumber(c) && cJSON_IsNumber(t) ? 0 : DSC_EPROTO;
     if (rc == 0) {
-        *cached = c->valuedouble;
-        *shards = t->valuedouble;
+        out->cached = c->valuedouble;
+        out->shards = t->valuedouble;
+        out->loading = cJSON_IsNumber(l) ? l->valuedouble : -1; /* -1: an older server */
+        out->shard_resident = 0;
+        if (shard != DSC_SHARD_ALL && cJSON_IsString(map) && shard < strlen(map->valuestring)) {
+            char m = map->valuestring[shard];
+            out->shard_resident = m == 'O' || m == 'c';
+        }
     }
     cJSON_Delete(root);
     return rc;
 }
 
 /* After WARM of a whole dataset: waits until every shard is resident, or nothing has changed for
- * 3 s (store full, or the dataset's limit reached: the rest is read through), or timeout_ms;
- * a progress bar on stderr when it is a terminal. Prints a line when not all became resident. */
-static void wait_resident(dsc_conn_t *conn, const char *dataset, uint32_t timeout_ms) {
-    double cached = 0, shards = 0, last = -1, t0 = dsc_now_s(), changed = t0;
-    int tty = isatty(STDERR_FILENO);
-    while (resident_of(conn, dataset, &cached, &shards) == 0) {
+ * 3 s with no load in flight (store full, or the dataset's limit reached: the rest is read
+ * through), or timeout_ms; a progress bar on stderr when it is a terminal. Returns 1 (all
+ * resident), 0 (not all: said on stdout) or -1 (STAT failed). */
+static int wait_resident(dsc_conn_t *conn, const char *dataset, uint32_t timeout_ms) {
+    residency_t r = {0};
+    double last = -1, t0 = dsc_now_s(), changed = t0;
+    int tty = isatty(STDERR_FILENO), got = 0;
+    while (resident_of(conn, dataset, DSC_SHARD_ALL, &r) == 0) {
+        got = 1;
         double now = dsc_now_s();
-        if (cached != last) {
-            last = cached;
+        if (r.cached != last) {
+            last = r.cached;
             changed = now;
         }
         if (tty) {
-            int filled = shards > 0 ? (int)(30 * cached / shards) : 30;
+            int filled = r.shards > 0 ? (int)(30 * r.cached / r.shards) : 30;
             fprintf(stderr, "\rwarming %s [%.*s%*s] %.0f/%.0f shards", dataset, filled,
-                    "==============================", 30 - filled, "", cached, shards);
+                    "==============================", 30 - filled, "", r.cached, r.shards);
         }
-        if (cached >= shards || now - changed >= 3 || (now - t0) * 1000 >= timeout_ms)
+        if (r.cached >= r.shards || (now - changed >= 3 && r.loading <= 0) ||
+            (now - t0) * 1000 >= timeout_ms)
             break;
         usleep(200 * 1000);
     }
     if (tty)
         fprintf(stderr, "\n");
-    if (cached < shards)
+    if (got && r.cached < r.shards)
         printf("%s: %.0f of %.0f shards resident (store full or the dataset's limit reached: "
                "the rest are read through)\n",
-               dataset, cached, shards);
+               dataset, r.cached, r.shards);
+    return got ? r.cached >= r.shards : -1;
+}
+
+/* After WARM of one shard that started its load: waits until the shard is resident or the
+ * dataset has no load in flight any more (the load failed, or was evicted at once), or
+ * timeout_ms. Returns 1 resident, 0 not, -1 STAT failed. */
+static int wait_shard(dsc_conn_t *conn, const char *dataset, uint32_t shard, uint32_t timeout_ms) {
+    double t0 = dsc_now_s();
+    residency_t r = {0};
+    while (resident_of(conn, dataset, shard, &r) == 0) {
+        if (r.shard_resident || r.loading < 0) /* an older server: it cannot say, as before */
+            return 1;
+        if (r.loading == 0 || (dsc_now_s() - t0) * 1000 >= timeout_ms)
+            return 0;
+        usleep(20 * 1000);
+    }
+    return -1;
 }
 
 /* argv[0] is "list", "warm" or "evict". */
@@ -210,12 +246,28 @@ static int run(int argc, char **argv) {
         char which[32] = "all shards";
         if (shard != DSC_SHARD_ALL)
             snprintf(which, sizeof which, "shard %u", shard);
-        printf("%s (%s): %u shard%s %s\n", target.dataset, which, count, count == 1 ? "" : "s",
-               is_warm ? "loaded" : "dropped");
-        fflush(stdout);
-        if (is_warm && shard == DSC_SHARD_ALL)
-            wait_resident(conn, target.dataset, timeout_ms);
         exit_code = DSC_CLI_OK;
+        /* WARM answers once its loads are started: "loaded" is said when they are done. */
+        int resident = 1;
+        if (is_warm && shard == DSC_SHARD_ALL && count > 0) {
+            resident = wait_resident(conn, target.dataset, timeout_ms);
+            if (resident == 0) /* store full or a limit: said, and no error (docs/operations.md) */
+                resident = 2;
+        } else if (is_warm && count > 0) {
+            resident = wait_shard(conn, target.dataset, shard, timeout_ms);
+        }
+        if (resident == 1)
+            printf("%s (%s): %u shard%s %s\n", target.dataset, which, count, count == 1 ? "" : "s",
+                   is_warm ? "loaded" : "dropped");
+        else if (resident == 0)
+            exit_code = dsc_cli_fail(cmd,
+                                     "%s (%s): the load did not make it resident (store "
+                                     "full, or the shard is damaged: see the server's log)",
+                                     target.dataset, which);
+        else if (resident < 0)
+            exit_code = dsc_cli_fail(cmd, "%s: STAT failed while waiting for the load: %s",
+                                     target.server, dsc_conn_last_error(conn));
+        fflush(stdout);
     }
     free(resp);
     dsc_conn_close(conn);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The operator's commands: dscached --version and dscache --version; dscache list, warm and
-# evict against a server (the store's resident shards move as they say); malformed addresses get
-# a message that says what is expected.
+# evict against a server (the store's resident shards move as they say, warm returning once they
+# are resident); malformed addresses get a message that says what is expected.
 source "$(dirname "$0")/server_lib.sh"
 
 ver=$(grep -oE 'DSC_VERSION_STRING "[^"]+"' "$DSC_SRC/proto/dscache_base.h" | cut -d'"' -f2)
@@ -19,9 +19,14 @@ grep -qE "^adm +$shards +3000 " <<<"$out" && pass "list: $(tail -n1 <<<"$out")" 
 [ "$(json_get "$("$CLI" list --server "$ADDR_a" --json)" 'j[0]["name"]')" = adm ] \
     && pass "list --json" || fail "list --json"
 [ "$(cached)" = 0 ] || fail "not warm, yet $(cached) shards cached"
+# WARM answers when its loads are started; dscache warm says "loaded" once they are done
+# (STAT's loading_shards and shard_map), so the shard is resident when it returns.
 out=$("$CLI" warm --server "$ADDR_a" --dataset adm --shard 1)
-[ "$out" = "adm (shard 1): 1 shard loaded" ] && [ "$(cached)" = 1 ] && pass "warm --shard 1: $out" \
-    || fail "warm --shard 1: '$out', cached $(cached)"
+c=$(cached)
+loading=$(json_get "$("$TOOL" call "$ADDR_a" STAT adm)" 'j["datasets"][0]["loading_shards"]')
+[ "$out" = "adm (shard 1): 1 shard loaded" ] && [ "$c" = 1 ] && [ "$loading" = 0 ] \
+    && pass "warm --shard 1: $out, resident when it returns" \
+    || fail "warm --shard 1: '$out', cached $c right after, loading_shards $loading"
 out=$("$CLI" warm --server "$ADDR_a" --dataset adm)
 [ "$(cached)" = "$shards" ] && pass "warm: $out; $shards cached" || fail "warm: '$out', cached $(cached)"
 out=$("$CLI" evict --server "$ADDR_a" --dataset adm)
