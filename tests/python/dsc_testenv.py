@@ -1,5 +1,6 @@
 """Shared by tests/python/test_*.py: a temporary dataset ingested from numpy arrays, and a
-dscached on 127.0.0.1 port 0 (--port-file) stopped by PID at exit."""
+dscached on 127.0.0.1 port 0 (--port-file) stopped by PID at exit (and killed by the kernel if
+the test process dies first)."""
 import atexit
 import os
 import shutil
@@ -12,6 +13,13 @@ import time
 BIN = os.environ.get("DSC_BIN")
 SRC = os.environ.get("DSC_SRC", os.path.normpath(os.path.join(os.path.dirname(__file__), "../..")))
 sys.path.insert(0, os.path.join(SRC, "client", "python"))
+
+
+# Servers die with the test process even when it cannot clean up (a crash, an ASan abort, a
+# SIGKILL from ctest's time-out): setpriv (util-linux) sets their parent-death signal and execs
+# them, so the PID stays the server's. Servers start from the main thread (the signal follows
+# the thread that forked).
+DIE_WITH_TEST = ["setpriv", "--pdeathsig", "KILL"] if shutil.which("setpriv") else []
 
 
 def skip(reason):
@@ -52,7 +60,7 @@ class Env:
                 "--port-file", port_file, "--log-level", "error", "--threads", "2"]
         for d in dirs:
             args += ["--data", d]
-        proc = subprocess.Popen(args)
+        proc = subprocess.Popen(DIE_WITH_TEST + args)
         self.procs.append(proc)
         for _ in range(200):
             if os.path.exists(port_file) and os.path.getsize(port_file) > 0:
