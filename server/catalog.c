@@ -1023,10 +1023,6 @@ static cJSON *dataset_json_locked(dsc_dataset_t *ds, uint64_t share) {
     cJSON_AddNumberToObject(o, "bytes", (double)ds->manifest->bytes);
     add_version(o, ds);
     cJSON_AddNumberToObject(o, "cached_shards", (double)ds->cached_shards);
-    uint64_t loading = 0; /* loads in flight (misses, read-ahead, warm-ups): WARM's waiters */
-    for (uint32_t i = 0; i < ds->manifest->shard_count; i++)
-        loading += ds->slots[i].state == SLOT_LOADING;
-    cJSON_AddNumberToObject(o, "loading_shards", (double)loading);
     cJSON_AddNumberToObject(o, "cached_bytes", (double)ds->cached_bytes);
     cJSON_AddNumberToObject(o, "hits", (double)atomic_load(&ds->hits));
     cJSON_AddNumberToObject(o, "misses", (double)atomic_load(&ds->misses));
@@ -1036,11 +1032,13 @@ static cJSON *dataset_json_locked(dsc_dataset_t *ds, uint64_t share) {
     cJSON_AddNumberToObject(o, "priority", ds->priority);
     cJSON_AddNumberToObject(o, "limit_bytes", (double)ds->limit);
     cJSON_AddNumberToObject(o, "share_bytes", (double)share);
-    /* Damaged shards by name: refused whole ("bad") or served but for some chunks. */
-    uint64_t damaged_shards = 0, damaged_chunks = 0;
+    /* Loads in flight (misses, read-ahead, warm-ups: what dscache warm waits for), and damaged
+     * shards by name: refused whole ("bad") or served but for some chunks. */
+    uint64_t loading = 0, damaged_shards = 0, damaged_chunks = 0;
     cJSON *list = cJSON_CreateArray();
     for (uint32_t i = 0; i < ds->manifest->shard_count; i++) {
         const dsc_shard_slot_t *s = &ds->slots[i];
+        loading += s->state == SLOT_LOADING;
         if (s->state != SLOT_BAD && s->damaged == 0)
             continue;
         if (s->damaged > 0) {
@@ -1066,6 +1064,7 @@ static cJSON *dataset_json_locked(dsc_dataset_t *ds, uint64_t share) {
                                     (double)dsc__damage_first(s->damage, 0, s->meta->chunks));
         }
     }
+    cJSON_AddNumberToObject(o, "loading_shards", (double)loading);
     cJSON_AddNumberToObject(o, "damaged_shards", (double)damaged_shards);
     cJSON_AddNumberToObject(o, "damaged_chunks", (double)damaged_chunks);
     if (list != NULL && !cJSON_AddItemToObject(o, "damaged", list))

@@ -5,7 +5,7 @@
 # libFuzzer and runs the tests and the bounded fuzz runs there, then with ThreadSanitizer (the
 # loader's and the server's threads) and runs the C tests once more. Every build here passes
 # -DDSC_WERROR=ON: warnings are errors in CI, never in a user's build.
-#   DSC_FUZZ_SECONDS=N   seconds per fuzz target (default 30)
+#   DSC_FUZZ_SECONDS=N   seconds per fuzz target (default 15)
 #   DSC_SKIP_ASAN=1      only the first build (quick local runs)
 #   DSC_SKIP_TSAN=1      no ThreadSanitizer build
 set -euo pipefail

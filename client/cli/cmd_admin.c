@@ -248,25 +248,23 @@ static int run(int argc, char **argv) {
             snprintf(which, sizeof which, "shard %u", shard);
         exit_code = DSC_CLI_OK;
         /* WARM answers once its loads are started: "loaded" is said when they are done. */
-        int resident = 1;
-        if (is_warm && shard == DSC_SHARD_ALL && count > 0) {
-            resident = wait_resident(conn, target.dataset, timeout_ms);
-            if (resident == 0) /* store full or a limit: said, and no error (docs/operations.md) */
-                resident = 2;
-        } else if (is_warm && count > 0) {
-            resident = wait_shard(conn, target.dataset, shard, timeout_ms);
-        }
-        if (resident == 1)
+        int done = 1;
+        if (is_warm && count > 0)
+            done = shard == DSC_SHARD_ALL ? wait_resident(conn, target.dataset, timeout_ms)
+                                          : wait_shard(conn, target.dataset, shard, timeout_ms);
+        if (done > 0)
             printf("%s (%s): %u shard%s %s\n", target.dataset, which, count, count == 1 ? "" : "s",
                    is_warm ? "loaded" : "dropped");
-        else if (resident == 0)
+        else if (done < 0)
+            exit_code = dsc_cli_fail(cmd, "%s: STAT failed while waiting for the load: %s",
+                                     target.server, dsc_conn_last_error(conn));
+        else if (shard != DSC_SHARD_ALL)
             exit_code = dsc_cli_fail(cmd,
                                      "%s (%s): the load did not make it resident (store "
                                      "full, or the shard is damaged: see the server's log)",
                                      target.dataset, which);
-        else if (resident < 0)
-            exit_code = dsc_cli_fail(cmd, "%s: STAT failed while waiting for the load: %s",
-                                     target.server, dsc_conn_last_error(conn));
+        /* else a whole dataset partly resident (store full, a limit): wait_resident said so,
+         * and it is no error (docs/operations.md) */
         fflush(stdout);
     }
     free(resp);

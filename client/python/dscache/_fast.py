@@ -46,12 +46,12 @@ def load():
             spec = importlib.util.spec_from_file_location("dscache." + _NAME, p)
             m = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(m)
-        except ImportError as e:  # another Python's or numpy's build: say so, use ctypes
+        except ImportError as e:  # built for another Python: say so, use ctypes
             tried.append("%s: %s" % (p, e))
             continue
         module, path, reason = m, p, None
         return m
-    reason = ("not found (built by CMake where python3-dev and numpy are installed)" if not tried
+    reason = ("not found (CMake builds it where Python's headers are: python3-dev)" if not tried
               else "; ".join(tried))
     if tried:  # present but unusable: worth a line, the batches come slower
         logging.getLogger("dscache").warning("dscache: compiled next() not used: %s", reason)

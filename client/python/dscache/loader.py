@@ -231,15 +231,14 @@ class Loader:
     def _unhold(self):
         with self._hold_lock:
             self._holds -= 1
-            last = (self._holds == 0 and self._close_pending and
-                    (self._fast is None or self._fast.holds == 0))
-        if last:
-            self._destroy()
+        self._fast_last()
 
     def _fast_last(self):
-        """The compiled next()'s last batch is freed after close(): the ctypes path's too?"""
+        """After a batch was freed (the ctypes path's, or the compiled next()'s last one, which
+        calls this): destroys the loader once close() came and no batch of either is alive."""
         with self._hold_lock:
-            last = self._holds == 0 and self._close_pending
+            last = (self._holds == 0 and self._close_pending and
+                    (self._fast is None or self._fast.holds == 0))
         if last:
             self._destroy()
 
