@@ -52,7 +52,8 @@ C
 # 1. pkg-config
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 cc -Wall -Werror -o "$work/app/app_pc" "$work/app/app.c" $(pkg-config --cflags --libs dscache)
-out=$(LD_LIBRARY_PATH=$libdir "$work/app/app_pc")
+# No LD_LIBRARY_PATH: the pkg-config flags carry the rpath.
+out=$("$work/app/app_pc")
 [ "$out" = "$(pkg-config --modversion dscache) DSC_ECHUNKSUM" ] || { echo "FAIL: pkg-config app printed '$out'"; exit 1; }
 
 # 2. CMake find_package
@@ -65,6 +66,7 @@ target_link_libraries(app_cmake PRIVATE dscache::dscache)
 CM
 cmake -S "$work/app" -B "$work/app/build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$work/app/build" >/dev/null
-out2=$(LD_LIBRARY_PATH=$libdir "$work/app/build/app_cmake")
+# No LD_LIBRARY_PATH: CMake gives an imported library's directory as the build rpath.
+out2=$("$work/app/build/app_cmake")
 [ "$out2" = "$out" ] || { echo "FAIL: CMake app printed '$out2'"; exit 1; }
 echo "install ok: $out (pkg-config and find_package)"
