@@ -761,8 +761,9 @@ static void explain_data_dir(const char *dir) {
     closedir(d);
     if (datasets > 0)
         LOG_WARN("--data %s is not a dataset directory (no %s) but holds %u dataset "
-                 "director%s: give each one, e.g. --data %s/%s",
-                 dir, DSC_MANIFEST_FILE, datasets, datasets == 1 ? "y" : "ies", dir, first);
+                 "director%s: serve them all with --data-root %s (datasets added there later "
+                 "are served too), or give each one, e.g. --data %s/%s",
+                 dir, DSC_MANIFEST_FILE, datasets, datasets == 1 ? "y" : "ies", dir, dir, first);
     else
         LOG_WARN("--data %s has no %s (%u shard files, %u other entries): it is not a dataset "
                  "directory yet. Write one with `dscache ingest` (npy arrays, token files ...: "
