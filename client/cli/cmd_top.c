@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
@@ -217,9 +218,7 @@ static uint32_t collect_jobs(server_view_t *servers, uint32_t count, job_view_t 
     return nj;
 }
 
-static void draw(FILE *out, server_view_t *servers, uint32_t count, int tty) {
-    if (tty)
-        fputs("\033[H\033[2J", out);
+static void draw_frame(FILE *out, server_view_t *servers, uint32_t count, int tty) {
     time_t now = time(NULL);
     char stamp[32];
     strftime(stamp, sizeof stamp, "%H:%M:%S", localtime(&now));
@@ -317,6 +316,46 @@ static void draw(FILE *out, server_view_t *servers, uint32_t count, int tty) {
                 100 * v->stall_sum / live, 100 * v->stall_max, v->sps, v->bottleneck, v->verdict,
                 v->finished ? " (some ranks finished)" : "");
     }
+}
+
+/* The terminal's width in columns, 0 when unknown (not a terminal: then nothing is cut). */
+static size_t terminal_columns(int fd) {
+    struct winsize ws;
+    if (ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        return ws.ws_col;
+    return 0;
+}
+
+/* Draws one frame; in a terminal each line is cut to its width (ending in "..."), so that a
+ * long suggestion never wraps into the next table row. */
+static void draw(FILE *out, server_view_t *servers, uint32_t count, int tty) {
+    size_t width = tty ? terminal_columns(fileno(out)) : 0;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = width > 0 ? open_memstream(&text, &len) : NULL;
+    if (mem == NULL) { /* not a terminal, or no memory for the frame: drawn as it is */
+        if (tty)
+            fputs("\033[H\033[2J", out);
+        draw_frame(out, servers, count, tty);
+        fflush(out);
+        return;
+    }
+    draw_frame(mem, servers, count, tty);
+    fclose(mem);
+    fputs("\033[H\033[2J", out);
+    for (char *line = text; line < text + len;) {
+        char *nl = memchr(line, '\n', (size_t)(text + len - line));
+        size_t n = nl != NULL ? (size_t)(nl - line) : (size_t)(text + len - line);
+        if (n > width && width > 3)
+            fprintf(out, "%.*s...", (int)(width - 3), line);
+        else
+            fwrite(line, 1, n < width ? n : width, out);
+        if (nl == NULL)
+            break;
+        fputc('\n', out);
+        line = nl + 1;
+    }
+    free(text);
     fflush(out);
 }
 

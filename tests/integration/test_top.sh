@@ -76,5 +76,18 @@ tmux -L "$TMUX_SOCK" send-keys -t top q
 until_ok 5 bash -c "$(declare -f frame); TMUX_SOCK=$TMUX_SOCK; frame | grep -q 'TOP-EXITED-0'" \
     && pass "tmux: q quits with status 0" || fail "tmux: q did not quit: $(frame)"
 
+# A narrow terminal: lines are cut to its width (ending in ...), never wrapped into the next row.
+tmux -L "$TMUX_SOCK" new-session -d -s narrow -x 72 -y 40 \
+    "$CLI top --server $servers --interval 0.3; sleep 30"
+narrow() { tmux -L "$TMUX_SOCK" capture-pane -p -J -t narrow; }
+until_ok 10 bash -c "$(declare -f narrow); TMUX_SOCK=$TMUX_SOCK; narrow | grep -q '^top-test-job'" \
+    || fail "tmux (72 columns): the live view never showed the job: $(narrow)"
+long=$(narrow | awk 'length($0) > 72' | head -3)
+[ -z "$long" ] && pass "tmux (72 columns): no line wraps" \
+    || fail "tmux (72 columns): lines wrap past the width: $long"
+narrow | grep -qE '^top-test-job .*\.\.\.$' && pass "tmux (72 columns): the job's line is cut with ..." \
+    || fail "tmux (72 columns): the job's line is not cut: $(narrow | grep top-test-job)"
+tmux -L "$TMUX_SOCK" send-keys -t narrow q
+
 kill "$bench_pid" 2>/dev/null || true
 finish
