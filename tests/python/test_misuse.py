@@ -124,6 +124,7 @@ with warnings.catch_warnings(record=True) as w:
         n += sum(len(b["y"]) for b in l)
     l.close()
 out["warned"] = [str(x.message) for x in w if "drop_last" in str(x.message)]
+out["warned_at"] = [[x.filename, x.lineno] for x in w if "drop_last" in str(x.message)]
 out["seen"] = n
 print(json.dumps(out))
 """ % addr)
@@ -140,6 +141,9 @@ if r.returncode == 0:
     t.check(len(o["warned"]) == 1 and "44 samples per epoch are never seen" in o["warned"][0],
             "a dropped last batch: one warning over 3 epochs: %s" % o["warned"])
     t.check(o["seen"] == 3 * 256, "drop_last epochs read 256 samples each: %d" % o["seen"])
+    # The warning points at the caller's line (the Loader(...) call), not at dscache's own.
+    t.check(len(o["warned_at"]) == 1 and "/dscache/" not in o["warned_at"][0][0],
+            "the drop_last warning points at the caller's line: %s" % o["warned_at"])
 
 # ---- dscache.torch and DataLoader's default batch_size ------------------------------------
 if not have_torch:

@@ -22,23 +22,37 @@ _sink_ids = iter(range(1, 1 << 62))
 _sinks_lock = threading.Lock()
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _warn(text):
+    """A RuntimeWarning attributed to the caller's line: the first frame outside this package
+    (the user's Loader(...) or for-loop), not dscache's own. From a library thread, which has
+    no Python caller, it stays with the callback."""
+    level, frame = 1, sys._getframe(0)
+    while frame is not None and os.path.dirname(
+            os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR:
+        frame, level = frame.f_back, level + 1
+    warnings.warn(text, RuntimeWarning, stacklevel=level if frame is not None else 2)
+
+
 @_LOG_FN
 def _on_log(ctx, level, message):
     text = message.decode(errors="replace") if message else ""
     if level == 1 and text.startswith("loader: replicas "):
         # Raised in the thread that creates the loader (the check runs inside create).
-        warnings.warn("dscache: " + text, RuntimeWarning, stacklevel=3)
+        _warn("dscache: " + text)
     if level == 0:
         sink = _sinks.get(ctx or 0)
         if sink is not None:
             sink.append(text)
     if level == 1 and text.startswith("loader: device=cuda: nvJPEG"):
         # Said at create (or by a decode thread): images decode on the host instead of the GPU.
-        warnings.warn("dscache: " + text, RuntimeWarning, stacklevel=2)
+        _warn("dscache: " + text)
     if level == 1 and ("too small for the shuffle window" in text
                        or text.startswith("loader: drop_last: ")):
         # Said once, at create: chunks would be fetched several times per epoch.
-        warnings.warn(text, RuntimeWarning, stacklevel=2)
+        _warn(text)
     _log.log(_LEVELS.get(level, logging.DEBUG), "%s", text)
 
 
