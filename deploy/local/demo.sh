@@ -10,7 +10,9 @@
 # Before each baseline, that dataset's files (only those) are evicted from the page cache with
 # fsync + posix_fadvise(DONTNEED). Prints throughput and data stall side by side, then draws the
 # loader's throughput and stall over time with its verdict into $DEMO_DIR/dscache-demo.png
-# (dscache bench --plot); stops the server it started. About a minute once built.
+# (dscache bench --plot); stops the server it started. On a fresh machine the first run spends
+# most of its time in apt-get (torch alone is about a gigabyte installed); once installed and
+# built, about a minute.
 # With a GPU that torch sees, the model trains on it (--device auto, the default): dscache hands
 # out batches already on the device; the baselines pin and copy them.
 # Usage: deploy/local/demo.sh [--compute-ms MS] [--steps N] [--batch-size B] [--workers W]
@@ -42,11 +44,16 @@ step() { printf '\n== %s ==\n' "$*"; }
 die() { echo "demo: $*" >&2; exit 1; }
 
 step "setup: packages"
-bash deploy/local/setup.sh || die "package setup failed (see above)"
+bash deploy/local/setup.sh --demo || die "package setup failed (see above)"
 
-step "build ($build)"
+step "build ($build): the server, the CLI and the library"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || die "cmake configure failed"
-cmake --build "$build" -j "$(nproc)" >/dev/null || die "build failed: run 'cmake --build $build' to see why"
+# Only what the demo runs (the tests are tests/run.sh's to build): the Python binding's compiled
+# next() too where python3-dev made it a target.
+targets=(dscached dscache_cli dscache)
+cmake --build "$build" --target help 2>/dev/null | grep -q dscache_fastpath && targets+=(dscache_fastpath)
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >/dev/null ||
+    die "build failed: run 'cmake --build $build' to see why"
 cli=$build/bin/dscache
 [ -x "$cli" ] || die "$cli was not built"
 echo "built $cli ($("$cli" --version))"

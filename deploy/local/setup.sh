@@ -1,9 +1,22 @@
 #!/usr/bin/env bash
-# Installs the Debian packages dscache needs to build, test and demo, only those missing.
+# Installs the Debian packages dscache needs to build and test, only those missing.
 # Also installs the offline Kubernetes manifest checker's npm packages (deploy/k8s/check, from its
 # package-lock.json) when node_modules is missing there.
-# Usage: deploy/local/setup.sh [--bench]   (--bench adds memcached and lz4 for tests/bench)
+# Usage: deploy/local/setup.sh [--bench | --demo]
+#   --bench  adds memcached and lz4 for tests/bench
+#   --demo   only what deploy/local/demo.sh uses: the build, numpy, torch, matplotlib, curl (no
+#            test tools, no sanitizer runtime, no npm packages)
 set -euo pipefail
+profile=${1:-}
+case "$profile" in
+'' | --bench | --demo) ;;
+*) echo "setup: unknown option $profile (usage: setup.sh [--bench | --demo])" >&2; exit 2 ;;
+esac
+demo_pkgs=(cmake make gcc pkg-config
+      libuv1-dev liblz4-dev libxxhash-dev libcjson-dev libmicrohttpd-dev libdlpack-dev libsodium-dev
+      libarchive-dev libzstd-dev libibverbs-dev librdmacm-dev
+      libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
+      python3 python3-dev python3-numpy python3-torch python3-matplotlib procps curl)
 pkgs=(cmake make gcc pkg-config clang libclang-rt-14-dev clang-format git
       libuv1-dev liblz4-dev libxxhash-dev libcjson-dev libmicrohttpd-dev libdlpack-dev libsodium-dev
       libarchive-dev libzstd-dev zstd
@@ -18,9 +31,10 @@ command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 # tmux drives dscache top in its test; matplotlib draws bench --plot and the demo's picture.
 pkgs+=(tmux python3-matplotlib)
-if [ "${1:-}" = "--bench" ]; then
+if [ "$profile" = --bench ]; then
     pkgs+=(memcached lz4 libmemcached-dev)
 fi
+[ "$profile" = --demo ] && pkgs=("${demo_pkgs[@]}")
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -35,6 +49,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+[ "$profile" = --demo ] && exit 0 # the demo checks no Kubernetes manifest
 check_dir=$(cd "$(dirname "$0")/../k8s/check" && pwd)
 if [ ! -d "$check_dir/node_modules/kubernetes-models" ] && command -v npm >/dev/null 2>&1; then
     echo "setup: npm ci in $check_dir (Kubernetes schema checker)"
