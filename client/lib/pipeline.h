@@ -179,6 +179,7 @@ typedef struct dsc_peer {
     double hint_due;     /* fetch.c: monotonic seconds: the next HINT may go out */
     uint32_t hz_pending; /* fetch.c / scheduler.c: entries of fetch.hz for this peer */
     int hints_off;       /* fetch.c: the server answered a HINT UNSUPPORTED: no more */
+    int announced;       /* route.c: the fallback files' first use was logged (once) */
 } dsc_peer_t;
 
 /* A decode thread's own state, and that of next() when it assists. */

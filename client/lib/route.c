@@ -77,6 +77,17 @@ int dsc__route_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
 }
 
 void dsc__peer_push(dsc_loader_t *loader, uint32_t p, dsc_chunk_ent_t *ent) {
+    dsc_peer_t *files = &loader->net.peers[DSC__PEER_FALLBACK];
+    if (p == DSC__PEER_FALLBACK && !files->announced) {
+        /* Said once per loader: the job goes on, from files, at the files' speed. */
+        files->announced = 1;
+        DSC_LOG(&loader->cfg.log, DSC_LOG_WARN,
+                "loader: fallback_path: no server can give dataset %s shard %u (%u server%s "
+                "known): reading it, and every chunk no server can give from now on, from the "
+                "files in %s",
+                loader->cfg.dataset, ent->shard, loader->net.peer_count,
+                loader->net.peer_count == 1 ? "" : "s", loader->cfg.fallback);
+    }
     ent->peer = p;
     ent->state = CH_QUEUED;
     dsc__queue_push(&loader->net.peers[p].queue, ent);
@@ -113,6 +124,27 @@ static int reroute(dsc_loader_t *loader, dsc_chunk_ent_t *ent, uint32_t failed) 
         return -1;
     dsc__peer_push(loader, (uint32_t)p, ent);
     return p;
+}
+
+/* A chunk that no live server (nor fallback file) can give after `failed` failed with err: the
+ * server, what happened and the ways out, as the loader's failure. Under lock. */
+static void explain_unreachable(dsc_loader_t *loader, const dsc_chunk_ent_t *ent, uint32_t failed,
+                                int err, int result) {
+    const char *addr = failed < loader->net.peer_count || failed == DSC__PEER_FALLBACK
+                           ? loader->net.peers[failed].addr
+                           : "?";
+    char text[1024];
+    snprintf(text, sizeof text,
+             "dataset %s shard %u chunk %u: server %s failed (%s, %s) and no other %s holds it "
+             "(%u server%s known%s). Fixes: restart that server (or check it with `dscache stat "
+             "--server %s`); run the servers with --replicas 2 or more, so that another one "
+             "holds its shards; set fallback_path to a copy of the dataset on shared storage, "
+             "read when no server can give a chunk",
+             loader->cfg.dataset, ent->shard, ent->shard_chunk, addr, dsc_strerror(err),
+             dsc_err_name(err), result == DSC_EALLDOWN ? "live server" : "server",
+             loader->net.peer_count, loader->net.peer_count == 1 ? "" : "s",
+             loader->cfg.fallback != NULL ? ", fallback_path tried" : ", no fallback_path", addr);
+    dsc__loader_fail_with(loader, result, text);
 }
 
 /* A chunk with no intact source left: where it was read (every source tried), what was wrong
@@ -182,8 +214,12 @@ int dsc__chunk_requeue(dsc_loader_t *loader, dsc_chunk_ent_t *ent, uint32_t fail
             loader->stats.st.retries++;
         return p < 0 ? p : 0;
     }
-    if (reroute(loader, ent, failed) < 0)
-        return loader->net.members.count > 1 ? DSC_EALLDOWN : err;
+    if (reroute(loader, ent, failed) < 0) {
+        int result = loader->net.members.count > 1 ? DSC_EALLDOWN : err;
+        if (loader->error == 0 && !loader->stop)
+            explain_unreachable(loader, ent, failed, err, result);
+        return result;
+    }
     if (sent)
         loader->stats.st.retries++;
     loader->stats.st.failovers++;

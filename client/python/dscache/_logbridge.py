@@ -49,6 +49,9 @@ def _on_log(ctx, level, message):
     if level == 1 and text.startswith("loader: device=cuda: nvJPEG"):
         # Said at create (or by a decode thread): images decode on the host instead of the GPU.
         _warn("dscache: " + text)
+    if level == 1 and text.startswith("loader: fallback_path: "):
+        # Said once per loader, by the thread that routes the chunk: files instead of servers.
+        _warn("dscache: " + text)
     if level == 1 and ("too small for the shuffle window" in text
                        or text.startswith("loader: drop_last: ")):
         # Said once, at create: chunks would be fetched several times per epoch.
