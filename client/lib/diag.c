@@ -295,6 +295,19 @@ void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out) {
     cache_figures(loader, &in.cache_need, &in.window_fit);
     dsc__verdict_compute(&in, &d->last);
     d->last_at = now;
+    if (d->last.bottleneck != DSC_BOTTLENECK_UNKNOWN) {
+        d->settled = d->last;
+        d->settled_at = now;
+    } else if (d->settled_at > 0) {
+        /* Too few steps in the window (the job stopped stepping, or pauses): the verdict of the
+         * last steps measured stands, with its figures and its age, rather than decaying to
+         * "unknown" in a run's stats, its final REPORT or a late look at the job. */
+        dsc_verdict_t held = d->settled;
+        size_t len = strlen(held.evidence);
+        snprintf(held.evidence + len, sizeof held.evidence - len,
+                 " (the last steps measured, %.0f s ago: too few since)", now - d->settled_at);
+        d->last = held;
+    }
     if (out != NULL)
         *out = d->last;
 }

@@ -126,6 +126,8 @@ typedef struct dsc_diag {
     dsc_diag_snapshot_t base[2];   /* base[0] older: the window starts there */
     dsc_verdict_t last;            /* the latest verdict */
     double last_at;
+    dsc_verdict_t settled; /* the latest verdict made over enough steps (not UNKNOWN) ... */
+    double settled_at;     /* ... and when (0: none yet): it stands while no step is measured */
 } dsc_diag_t;
 
 /* Fills *out from *in (the rules are in docs/diagnosis.md). Never fails. */
