@@ -486,6 +486,13 @@ DSC_EXTERN uint64_t dsc_reader_len(const dsc_reader_t *reader);
  * failed and every later call returns the same code. dsc_reader_last_error says why. */
 DSC_EXTERN int dsc_reader_get(dsc_reader_t *reader, const uint64_t *indices, size_t n,
                               dsc_batch_t **out);
+/* dsc_reader_get and, in the same call, views[f] for f < view_count as dsc_batch_field_view
+ * fills them (the caller sets each struct_size): what a binding asks of each batch, in one call.
+ * Returns the batch's samples (n, > 0) or dsc_reader_get's errors, or DSC_EINVAL (view_count
+ * past the fields, a struct_size too small: nothing is read). Thread-safe as dsc_reader_get. */
+DSC_EXTERN int dsc_reader_get_views(dsc_reader_t *reader, const uint64_t *indices, size_t n,
+                                    dsc_batch_t **out, dsc_field_view_t *views,
+                                    uint32_t view_count);
 /* Sets the epoch the image crops and flips of later requests are keyed by ((seed, epoch,
  * index), as the loader's: the same sample decodes to the same pixels in both for the same
  * seed and epoch) and starts counting refetches anew (dsc_stats_t.refetches: chunks fetched

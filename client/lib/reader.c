@@ -456,3 +456,22 @@ DSC_EXTERN int dsc_reader_get(dsc_reader_t *reader, const uint64_t *indices, siz
     *out = b;
     return 0;
 }
+
+DSC_EXTERN int dsc_reader_get_views(dsc_reader_t *reader, const uint64_t *indices, size_t n,
+                                    dsc_batch_t **out, dsc_field_view_t *views,
+                                    uint32_t view_count) {
+    if (reader == NULL || out == NULL || (views == NULL && view_count > 0) ||
+        view_count > dsc_reader_field_count(reader))
+        return DSC_EINVAL;
+    for (uint32_t f = 0; f < view_count; f++)
+        if (views[f].struct_size < offsetof(dsc_field_view_t, rows) + sizeof views[f].rows)
+            return DSC_EINVAL;
+    dsc_batch_t *b = NULL;
+    int rc = dsc_reader_get(reader, indices, n, &b);
+    if (rc < 0)
+        return rc;
+    for (uint32_t f = 0; f < view_count; f++)
+        (void)dsc_batch_field_view(b, f, &views[f]); /* checked above: cannot fail */
+    *out = b;
+    return (int)b->samples;
+}
