@@ -179,18 +179,17 @@ class _Reader:
         self._data_word = (_FieldView.values.offset + _TensorView.data.offset) // 8
         self._view_words = ctypes.sizeof(_FieldView) // 8
         self._array_types = {}
-        self._index_buf = (ctypes.c_uint64 * self.max_batch)()
         self._get_views = self._lib.dsc_reader_get_views
 
     def get(self, indices):
-        """The batch dict of indices (ints in range, at most max_batch)."""
+        """The batch dict of indices: a C-contiguous uint64 numpy array of indices in range (at
+        most max_batch of them)."""
         n = len(indices)
-        buf = self._index_buf
-        buf[:n] = indices
         h = self._handle
         if not h or self._close_pending:
             raise ValueError("MapDataset is closed")
-        rc = self._get_views(h, buf, n, self._batch_addr, self._views_addr, self._view_count)
+        rc = self._get_views(h, indices.ctypes.data, n, self._batch_addr, self._views_addr,
+                             self._view_count)
         if rc < 0:
             raise _reader_error(self._lib, rc, h)
         out = self._convert_views(rc)
@@ -244,6 +243,36 @@ class _Reader:
 
     def _fast_last(self):
         pass
+
+
+def _index_array(indices, n):
+    """Many indices as a uint64 array for the reader, checked as _as_index checks one (in numpy:
+    a batch of 256 costs microseconds, not one Python call per index)."""
+    import numpy as np
+    if isinstance(indices, np.ndarray):
+        a = indices
+    elif hasattr(indices, "numpy") and hasattr(indices, "dtype"):  # a torch tensor
+        a = indices.detach().cpu().numpy()
+    else:
+        a = np.asarray(indices if isinstance(indices, (list, tuple)) else list(indices))
+    if a.ndim != 1:
+        raise TypeError("MapDataset indices must be a flat sequence of integers (an array of "
+                        "shape %s given)" % (a.shape,))
+    if a.size == 0:
+        raise ValueError("MapDataset: an empty list of indices gives no batch")
+    if a.dtype.kind not in "iu":
+        # Not all integers: name the first culprit as one index would.
+        for i in (indices.tolist() if hasattr(indices, "tolist") else indices):
+            _as_index(i, n)
+        raise TypeError("MapDataset indices must be integers, not %s" % a.dtype)
+    b = a.astype(np.int64, copy=False)
+    neg = b < 0
+    if neg.any():
+        b = np.where(neg, b + n, b)
+    bad = (b < 0) | (b >= n)
+    if bad.any():
+        _as_index(int(a[int(np.argmax(bad))]), n)  # raises, naming the index and the length
+    return np.ascontiguousarray(b).view(np.uint64)
 
 
 def _as_index(i, n):
@@ -341,6 +370,8 @@ class MapDataset:
         self._reader = None
         self._pid = None
         self._len = None
+        import numpy as np
+        self._np = np
         if not getitems:
             self.__getitems__ = None  # torch's fetcher checks it: per-sample ds[i] instead
         self._open()  # errors (unknown dataset, no server) here, in the creating process
@@ -428,7 +459,7 @@ class MapDataset:
                                               and hasattr(key, "__len__")):
             return self.__getitems__(key)
         k = _as_index(key, self._len)
-        batch = self._r(1).get((k,))
+        batch = self._r(1).get(self._np.array((k,), dtype=self._np.uint64))
         return self._sample(batch)
 
     def _sample(self, batch):
@@ -452,10 +483,7 @@ class MapDataset:
     def __getitems__(self, indices):
         """One batch of the samples indices (in that order, duplicates allowed), collated in C:
         a Batch dict of [B, ...] arrays (or tensors), zero-copy views of the batch."""
-        n = self._len
-        idx = [_as_index(i, n) for i in indices]
-        if not idx:
-            raise ValueError("MapDataset: an empty list of indices gives no batch")
+        idx = _index_array(indices, self._len)
         return Batch(self._r(len(idx)).get(idx))
 
     # -- epochs, information --
