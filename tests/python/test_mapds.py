@@ -65,6 +65,12 @@ copied = dscache.MapDataset(servers=addr, dataset="mds", copy=True)[[3, 4]]
 same(copied, [3, 4], "copy=True")
 t.check(copied["x"].flags.owndata or copied["x"].base is not None, "copy=True gives arrays")
 
+# pickled (spawned DataLoader workers): the arguments travel, a new reader opens on first use
+import pickle  # noqa: E402
+again = pickle.loads(pickle.dumps(ds))
+same(again[[11, 12]], [11, 12], "a pickled MapDataset")
+t.check(len(again) == N, "a pickled MapDataset keeps its length")
+
 # the cache: samples read before cost no GET
 for j in range(0, 600, 100):
     ds[list(range(j, j + 100))]

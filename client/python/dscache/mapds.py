@@ -439,10 +439,13 @@ class MapDataset:
         state = self.__dict__.copy()
         state["_reader"] = None
         state["_pid"] = None
+        state.pop("_np", None)
         return state
 
     def __setstate__(self, state):
+        import numpy as np
         self.__dict__.update(state)
+        self._np = np
 
     # -- access --
     def __len__(self):
