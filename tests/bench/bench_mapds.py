@@ -173,12 +173,13 @@ def main():
         for label, (name, n, ddir, xp, yp, stored) in sets.items():
             # (a) the loader's own order: warm the server's memory with one epoch first
             lds = dscache.torch.Dataset(servers=addr, dataset=name, batch_size=B, seed=1,
-                                        output="torch")
+                                        output="torch", timeout_ms=30000)
             for _ in DataLoader(lds, batch_size=None):
                 pass
             own = rate(DataLoader(lds, batch_size=None), args.seconds)
             lds.close()
-            mds = dscache.torch.MapDataset(servers=addr, dataset=name, batch_size=B)
+            mds = dscache.torch.MapDataset(servers=addr, dataset=name, batch_size=B,
+                                           timeout_ms=30000)
             res = {}
             for workers in (0, 2):
                 sampler = DistributedSampler(mds, num_replicas=1, rank=0, shuffle=True, seed=1)
@@ -193,10 +194,11 @@ def main():
             rows.append((label, own, res[0], res[2], base))
             # (c) latency of ds[i]
             rng = np.random.default_rng(2)
-            warm_ds = dscache.MapDataset(servers=addr, dataset=name)
+            warm_ds = dscache.MapDataset(servers=addr, dataset=name, timeout_ms=30000)
             for j in range(0, n, B):
                 warm_ds[list(range(j, min(n, j + B)))]  # every chunk cached
-            cold_ds = dscache.MapDataset(servers=addr, dataset=name, cache_bytes=1)
+            cold_ds = dscache.MapDataset(servers=addr, dataset=name, cache_bytes=1,
+                                     timeout_ms=30000)
             out = {}
             for what, d in (("warm", warm_ds), ("cold", cold_ds)):
                 times = []
@@ -218,7 +220,7 @@ def main():
                     total = 0
                     for rank in range(world):
                         d = dscache.torch.MapDataset(servers=addr, dataset=name, batch_size=B,
-                                                     cache_bytes=cache or None)
+                                                     cache_bytes=cache or None, timeout_ms=30000)
                         sampler = DistributedSampler(d, num_replicas=world, rank=rank,
                                                      shuffle=True, seed=3)
                         for _ in DataLoader(d, batch_size=B, sampler=sampler):
