@@ -182,16 +182,22 @@ def main():
                                            timeout_ms=30000)
             res = {}
             for workers in (0, 2):
+                # Two epochs through one DataLoader (workers kept: each keeps its reader and
+                # cache): the first starts with an empty cache, the second finds it full.
                 sampler = DistributedSampler(mds, num_replicas=1, rank=0, shuffle=True, seed=1)
-                res[workers] = rate(DataLoader(mds, batch_size=B, sampler=sampler,
-                                               num_workers=workers), args.seconds)
+                dl = DataLoader(mds, batch_size=B, sampler=sampler, num_workers=workers,
+                                persistent_workers=workers > 0)
+                for epoch in (0, 1):
+                    sampler.set_epoch(epoch)
+                    res[(workers, epoch)] = rate(dl, 1e9)
+                del dl
             mm = MemmapDataset(xp, yp)
             np.asarray(np.load(xp, mmap_mode="r")).sum()  # in the page cache, as the server's
             sampler = DistributedSampler(mm, num_replicas=1, rank=0, shuffle=True, seed=1)
             base = rate(DataLoader(mm, batch_size=B, sampler=sampler, num_workers=2),
                         args.seconds)
             note("%s: throughput done" % label)
-            rows.append((label, own, res[0], res[2], base))
+            rows.append((label, own, res, base))
             # (c) latency of ds[i]
             rng = np.random.default_rng(2)
             warm_ds = dscache.MapDataset(servers=addr, dataset=name, timeout_ms=30000)
@@ -229,12 +235,17 @@ def main():
                         d.close()
                     wire.append((label, cache_what, world, total / stored))
             mds.close()
-        print("| samples | loader's own order | MapDataset, 0 workers | MapDataset, 2 workers "
-              "| np.memmap, 2 workers | (a) 0 w / own | (a) 2 w / own | (b) 2 w / memmap |")
+        print("| samples | loader's own order | MapDataset 0 workers, epoch 1 / 2 | MapDataset 2 "
+              "workers, epoch 1 / 2 | np.memmap, 2 workers | (a) 0 w / own, epoch 1 / 2 | "
+              "(a) 2 w / own, epoch 1 / 2 | (b) 2 w / memmap, epoch 1 / 2 |")
         print("|---|---|---|---|---|---|---|---|")
-        for label, own, w0, w2, base in rows:
-            print("| %s | %.0f /s | %.0f /s | %.0f /s | %.0f /s | %.2fx | %.2fx | %.2fx |"
-                  % (label, own, w0, w2, base, w0 / own, w2 / own, w2 / base))
+        for label, own, res, base in rows:
+            print("| %s | %.0f /s | %.0f / %.0f /s | %.0f / %.0f /s | %.0f /s | %.2fx / %.2fx "
+                  "| %.2fx / %.2fx | %.2fx / %.2fx |"
+                  % (label, own, res[(0, 0)], res[(0, 1)], res[(2, 0)], res[(2, 1)], base,
+                     res[(0, 0)] / own, res[(0, 1)] / own, res[(2, 0)] / own,
+                     res[(2, 1)] / own, res[(2, 0)] / base, res[(2, 1)] / base))
+        print("\nLoad average at the end: %s" % (open("/proc/loadavg").read().split()[:3],))
         print("\n| samples | ds[i] cached chunk p50 / p99 | ds[i] uncached (one GET of the "
               "chunk) p50 / p99 | chunk bytes on the wire |")
         print("|---|---|---|---|")
