@@ -188,8 +188,9 @@ class _Reader:
         h = self._handle
         if not h or self._close_pending:
             raise ValueError("MapDataset is closed")
-        rc = self._get_views(h, indices.ctypes.data, n, self._batch_addr, self._views_addr,
-                             self._view_count)
+        # The address from __array_interface__: ndarray.ctypes costs tens of microseconds.
+        rc = self._get_views(h, indices.__array_interface__["data"][0], n, self._batch_addr,
+                             self._views_addr, self._view_count)
         if rc < 0:
             raise _reader_error(self._lib, rc, h)
         out = self._convert_views(rc)
@@ -251,6 +252,9 @@ def _index_array(indices, n):
     import numpy as np
     if isinstance(indices, np.ndarray):
         a = indices
+    elif isinstance(indices, list) and all(type(i) is int for i in indices):
+        # What samplers give (a list of ints): 15x faster than np.asarray's type inference.
+        a = np.fromiter(indices, np.int64, len(indices))
     elif hasattr(indices, "numpy") and hasattr(indices, "dtype"):  # a torch tensor
         a = indices.detach().cpu().numpy()
     else:
