@@ -115,6 +115,22 @@ def note(what):
     print("[%6.1f s] %s" % (time.perf_counter() - T0, what), file=sys.stderr, flush=True)
 
 
+class ZeroDataset:
+    """The DataLoader's own ceiling: batches of zero tensors of the sample size, made in the
+    worker (no data read), through the same worker and IPC path."""
+
+    def __init__(self, n, sample_bytes):
+        self.n, self.sample_bytes = n, sample_bytes
+
+    def __len__(self):
+        return self.n
+
+    def __getitems__(self, idx):
+        import torch
+        return {"x": torch.zeros(len(idx), self.sample_bytes - 8, dtype=torch.uint8),
+                "y": torch.zeros(len(idx), dtype=torch.int64)}
+
+
 def rate(dl, limit_s):
     """samples/s over one pass of dl (cut after limit_s seconds), first batch excluded."""
     it = iter(dl)
@@ -196,8 +212,11 @@ def main():
             sampler = DistributedSampler(mm, num_replicas=1, rank=0, shuffle=True, seed=1)
             base = rate(DataLoader(mm, batch_size=B, sampler=sampler, num_workers=2),
                         args.seconds)
+            zero = ZeroDataset(n, 3072 if label == "3 KB" else 49152)
+            ceiling = rate(DataLoader(zero, batch_size=B, sampler=range(n), num_workers=2,
+                                      collate_fn=lambda b: b), args.seconds)
             note("%s: throughput done" % label)
-            rows.append((label, own, res, base))
+            rows.append((label, own, res, base, ceiling))
             # (c) latency of ds[i]
             rng = np.random.default_rng(2)
             warm_ds = dscache.MapDataset(servers=addr, dataset=name, timeout_ms=30000)
@@ -237,14 +256,15 @@ def main():
             mds.close()
         print("| samples | loader's own order | MapDataset 0 workers, epoch 1 / 2 | MapDataset 2 "
               "workers, epoch 1 / 2 | np.memmap, 2 workers | (a) 0 w / own, epoch 1 / 2 | "
-              "(a) 2 w / own, epoch 1 / 2 | (b) 2 w / memmap, epoch 1 / 2 |")
-        print("|---|---|---|---|---|---|---|---|")
-        for label, own, res, base in rows:
+              "(a) 2 w / own, epoch 1 / 2 | (b) 2 w / memmap, epoch 1 / 2 | DataLoader ceiling, "
+              "2 workers (zero tensors, no data read) |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for label, own, res, base, ceiling in rows:
             print("| %s | %.0f /s | %.0f / %.0f /s | %.0f / %.0f /s | %.0f /s | %.2fx / %.2fx "
-                  "| %.2fx / %.2fx | %.2fx / %.2fx |"
+                  "| %.2fx / %.2fx | %.2fx / %.2fx | %.0f /s |"
                   % (label, own, res[(0, 0)], res[(0, 1)], res[(2, 0)], res[(2, 1)], base,
                      res[(0, 0)] / own, res[(0, 1)] / own, res[(2, 0)] / own,
-                     res[(2, 1)] / own, res[(2, 0)] / base, res[(2, 1)] / base))
+                     res[(2, 1)] / own, res[(2, 0)] / base, res[(2, 1)] / base, ceiling))
         print("\nLoad average at the end: %s" % (open("/proc/loadavg").read().split()[:3],))
         print("\n| samples | ds[i] cached chunk p50 / p99 | ds[i] uncached (one GET of the "
               "chunk) p50 / p99 | chunk bytes on the wire |")
