@@ -65,6 +65,28 @@ copied = dscache.MapDataset(servers=addr, dataset="mds", copy=True)[[3, 4]]
 same(copied, [3, 4], "copy=True")
 t.check(copied["x"].flags.owndata or copied["x"].base is not None, "copy=True gives arrays")
 
+# threads sharing one MapDataset: requests are serialised, each batch its own
+import threading  # noqa: E402
+bad = []
+
+
+def reader_thread(seed):
+    r = np.random.default_rng(seed)
+    for _ in range(40):
+        ix = r.integers(0, N, 1 + int(r.integers(0, 50))).tolist()
+        b = ds[ix]
+        if not all(np.array_equal(np.asarray(b[k]), arrays[k][ix]) for k in arrays):
+            bad.append(ix)
+
+
+threads = [threading.Thread(target=reader_thread, args=(s,)) for s in range(4)]
+for th in threads:
+    th.start()
+for th in threads:
+    th.join()
+t.check(not bad, "4 threads on one MapDataset: every batch equal to the source (%d bad)"
+        % len(bad))
+
 # pickled (spawned DataLoader workers): the arguments travel, a new reader opens on first use
 import pickle  # noqa: E402
 again = pickle.loads(pickle.dumps(ds))

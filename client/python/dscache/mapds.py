@@ -122,6 +122,7 @@ class _Reader:
         self._holds = 0
         self._close_pending = False
         self._hold_lock = threading.Lock()
+        self._call_lock = threading.Lock()
         self._fast = None
         self._messages = None
         with _sinks_lock:
@@ -185,17 +186,19 @@ class _Reader:
         """The batch dict of indices: a C-contiguous uint64 numpy array of indices in range (at
         most max_batch of them)."""
         n = len(indices)
-        h = self._handle
-        if not h or self._close_pending:
-            raise ValueError("MapDataset is closed")
-        # The address from __array_interface__: ndarray.ctypes costs tens of microseconds.
-        rc = self._get_views(h, indices.__array_interface__["data"][0], n, self._batch_addr,
-                             self._views_addr, self._view_count)
-        if rc < 0:
-            raise _reader_error(self._lib, rc, h)
-        out = self._convert_views(rc)
-        if self._copy:
-            self._lib.dsc_batch_release(self._batch)
+        # One request at a time: the views and the batch handle are this reader's scratch.
+        with self._call_lock:
+            h = self._handle
+            if not h or self._close_pending:
+                raise ValueError("MapDataset is closed")
+            # The address from __array_interface__: ndarray.ctypes costs tens of microseconds.
+            rc = self._get_views(h, indices.__array_interface__["data"][0], n,
+                                 self._batch_addr, self._views_addr, self._view_count)
+            if rc < 0:
+                raise _reader_error(self._lib, rc, h)
+            out = self._convert_views(rc)
+            if self._copy:
+                self._lib.dsc_batch_release(self._batch)
         return out
 
     def set_epoch(self, epoch):
