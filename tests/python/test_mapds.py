@@ -185,6 +185,11 @@ for batch in DataLoader(per, batch_size=50, sampler=range(0, N, 3)):
     same({k: batch[k].numpy() for k in arrays}, batch["__index__"].numpy(), "getitems=False")
     ix += batch["__index__"].tolist()
 t.check(ix == list(range(0, N, 3)), "getitems=False: the sampler's indices")
+# a numpy MapDataset through torch's DataLoader: default_collate gives tensors over the arrays
+nb = next(iter(DataLoader(ds, batch_size=8, sampler=range(40, 56))))
+t.check(isinstance(nb["x"], torch.Tensor) and nb["x"].shape == (8, 24), "numpy MapDataset in a "
+        "DataLoader: a batch of tensors")
+same({k: nb[k].numpy() for k in arrays}, list(range(40, 48)), "numpy MapDataset in a DataLoader")
 # a custom collate_fn receives the batch dict
 seen = []
 for batch in DataLoader(tds, batch_size=8, sampler=range(16), collate_fn=lambda b: seen.append(
