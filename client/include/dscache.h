@@ -427,6 +427,94 @@ DSC_EXTERN int dsc_loader_stats(const dsc_loader_t *loader, dsc_stats_t *out);
  * length written (without NUL), or the length needed when cap is too small. Thread-safe. */
 DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, size_t cap);
 
+/* ---- Reader: random access by sample index -------------------------------------------------
+ * Map-style access for trainers that own the order (a torch sampler, Megatron's sample index,
+ * evaluation of chosen samples): the caller names the dataset-wide sample indices of a batch and
+ * gets them back collated, as the loader collates them, in the same dsc_batch_t: dsc_batch_field,
+ * dsc_batch_field_view, dsc_batch_dlpack(_part), dsc_batch_indices, dsc_batch_retain and
+ * dsc_batch_release work on it. Chunks are verified (checksums; a corrupt copy is read from
+ * another replica, else the fallback files, else the call fails naming the chunk) and decoded
+ * (lz4, variable-length fields, image decode) by the loader's own code. The decoded chunks a
+ * request fetched stay in a bounded client cache (cache_bytes, least recently used first out),
+ * so that neighbouring indices (the other samples of a chunk) are not fetched again. See
+ * docs/loader.md#random-access-dsc_reader.
+ *
+ * Threads and processes. Calls on one reader are serialised (a mutex): any thread may call,
+ * one request runs at a time; use one reader per thread (or per worker process) for parallel
+ * requests. A reader owns threads and sockets: never use one across fork() (the child has
+ * neither): a process that forks workers (the torch DataLoader with num_workers > 0) creates a
+ * reader in each worker, after the fork (dscache.MapDataset does so lazily). */
+typedef struct dsc_reader dsc_reader_t;
+
+/* Opens the dataset for random access: connects, fetches the manifest and starts the I/O
+ * threads, as dsc_loader_create (options is a dsc_loader_options_t, initialised with
+ * DSC_LOADER_OPTIONS_INIT). Used: servers, dataset, auth_file, replicas, connections,
+ * timeout_ms, transport, fallback_path, inflight_bytes, server_inflight_bytes, field_options
+ * (variable fields as values + offsets or padded, image decode with the same settings as the
+ * loader), seed (image crops and flips are keyed by (seed, epoch, index) as in the loader),
+ * batch_size (the most indices one dsc_reader_get may name, default 32: a batch slot holds that
+ * many samples), cache_bytes (decoded chunk bytes kept for later requests; 0: 256 MiB),
+ * max_held_bytes, log_*, job_name, report_seconds. Ignored: shuffle (the caller's order is the
+ * order; dsc_loader_options_init sets it to 1), prefetch_batches, decode_threads (the calling
+ * thread verifies, decodes and collates), no_assist, stats_log_seconds. Refused with DSC_EINVAL
+ * (a line saying why): device != -1 (batches are host memory), rank != 0 or world_size != 1
+ * (split the indices with your sampler), shuffle_window != 0, drop_last, order global, epochs.
+ * RANK / WORLD_SIZE in the environment are not checked (a reader reads only what it is asked).
+ * Blocks until the manifest is known. Returns 0 and *out (free with dsc_reader_destroy), or the
+ * errors of dsc_loader_create; then dsc_reader_last_error(NULL, ...) says why. */
+DSC_EXTERN int dsc_reader_create(const dsc_loader_options_t *options, dsc_reader_t **out);
+/* Stops the threads and frees everything, including batches still held (as
+ * dsc_loader_destroy: release them, and delete their DLPack tensors, first). NULL is a no-op. */
+DSC_EXTERN void dsc_reader_destroy(dsc_reader_t *reader);
+/* Samples in the dataset: valid indices are 0 .. len - 1. 0 for NULL. Thread-safe. */
+DSC_EXTERN uint64_t dsc_reader_len(const dsc_reader_t *reader);
+/* Reads samples indices[0 .. n - 1] (dataset-wide indices, any order, repeats allowed) into one
+ * batch: sample k of the batch is indices[k] (dsc_batch_indices gives them back). Fetches the
+ * chunks not in the cache (one GET per run of consecutive chunks of a shard, up to
+ * inflight_bytes at once, over connections per server), verifies and decodes them on the calling
+ * thread, collates. Blocks until done (each request bounded by timeout_ms, with fail-over to
+ * other replicas). Returns 0 and *out, a batch the caller owns with one reference: valid until
+ * dsc_batch_release() (every batch a reader hands out must be released; DLPack tensors hold
+ * their own reference). Errors (then *out is untouched and nothing is held): DSC_EINVAL (NULL,
+ * n 0 or over batch_size), DSC_ERANGE (an index >= dsc_reader_len: the text names the index, its
+ * position and the length), DSC_EHELD (the batches still held plus this one would pass
+ * max_held_bytes), DSC_ETOOLARGE (a variable field over its max_bytes / max_len room: the text
+ * names the sample and the option; the reader stays usable), DSC_EDECODE (an image that does
+ * not decode, with on_decode_error fail; usable), or a fetch error: DSC_ECHUNKSUM,
+ * DSC_EDATASUM, DSC_EDECOMPRESS, DSC_ECORRUPT (no intact copy of a chunk anywhere),
+ * DSC_EUNAVAIL / DSC_EALLDOWN (no server for a chunk), DSC_ENOMEM: after these the reader is
+ * failed and every later call returns the same code. dsc_reader_last_error says why. */
+DSC_EXTERN int dsc_reader_get(dsc_reader_t *reader, const uint64_t *indices, size_t n,
+                              dsc_batch_t **out);
+/* dsc_reader_get and, in the same call, views[f] for f < view_count as dsc_batch_field_view
+ * fills them (the caller sets each struct_size): what a binding asks of each batch, in one call.
+ * Returns the batch's samples (n, > 0) or dsc_reader_get's errors, or DSC_EINVAL (view_count
+ * past the fields, a struct_size too small: nothing is read). Thread-safe as dsc_reader_get. */
+DSC_EXTERN int dsc_reader_get_views(dsc_reader_t *reader, const uint64_t *indices, size_t n,
+                                    dsc_batch_t **out, dsc_field_view_t *views,
+                                    uint32_t view_count);
+/* Sets the epoch the image crops and flips of later requests are keyed by ((seed, epoch,
+ * index), as the loader's: the same sample decodes to the same pixels in both for the same
+ * seed and epoch) and starts counting refetches anew (dsc_stats_t.refetches: chunks fetched
+ * again after the cache dropped them, within the epoch). Epoch 0 at create. Returns 0 or
+ * DSC_EINVAL (NULL). */
+DSC_EXTERN int dsc_reader_set_epoch(dsc_reader_t *reader, uint64_t epoch);
+/* The schema, as dsc_loader_field_count / dsc_loader_field / dsc_loader_meta (an image field
+ * is described decoded). Thread-safe. */
+DSC_EXTERN uint32_t dsc_reader_field_count(const dsc_reader_t *reader);
+DSC_EXTERN int dsc_reader_field(const dsc_reader_t *reader, uint32_t field, dsc_field_info_t *out);
+DSC_EXTERN const char *dsc_reader_meta(const dsc_reader_t *reader);
+/* The loader's statistics for this reader (out->struct_size set by the caller): batches,
+ * samples, requests (GETs sent), wire_bytes, checksum_failures, failovers, retries, refetches,
+ * decode_seconds, collate_seconds, image_seconds, truncated_samples, decode_errors; stall_seconds
+ * sums the time spent inside dsc_reader_get. Returns 0 or DSC_EINVAL. Thread-safe. */
+DSC_EXTERN int dsc_reader_stats(const dsc_reader_t *reader, dsc_stats_t *out);
+/* Why the last failing call on reader failed, in words ("reader: dataset d: index 10 (position
+ * 3 of the request) is out of range: the dataset has 10 samples (0 .. 9)"); reader NULL: the
+ * calling thread's last dsc_reader_create failure. Writes at most cap bytes (NUL-terminated; ""
+ * when none) and returns the length of the whole text. */
+DSC_EXTERN int dsc_reader_last_error(const dsc_reader_t *reader, char *buf, size_t cap);
+
 /* ---- Writer ---------------------------------------------------------------------------------
  * Turns samples into a dataset directory (shard files + manifest.json, proto/FORMAT.md;
  * docs/ingest.md). Fields are given as specs "name:dtype[dims]": "label:i64" (scalar),

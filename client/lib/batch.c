@@ -179,6 +179,29 @@ void dsc__batch_hand_out(dsc_loader_t *loader, dsc_batch_t *b) {
     loader->cons.current = b;
 }
 
+dsc_batch_slot_t *dsc__slot_take_free(dsc_loader_t *loader, uint64_t owner) {
+    for (uint32_t i = 0; i < loader->cons.slot_count; i++) {
+        dsc_batch_slot_t *slot = loader->cons.slots[i];
+        if (slot->owner == SLOT_FREE && slot->refs == 0) {
+            slot->owner = owner;
+            return slot;
+        }
+    }
+    return NULL;
+}
+
+void dsc__batch_hand_over(dsc_loader_t *loader, dsc_batch_t *b) {
+    dsc_batch_slot_t *slot = slot_of(b);
+    b->handed = 0; /* no next() reference: the caller's alone */
+    slot->refs = 1;
+    loader->cons.held++;
+}
+
+void dsc__slot_give_back(dsc_loader_t *loader, dsc_batch_slot_t *slot) {
+    slot->owner = SLOT_FREE;
+    pthread_cond_broadcast(&loader->sched_cv);
+}
+
 void dsc__batch_release_current(dsc_loader_t *loader) {
     dsc_batch_t *b = loader->cons.current;
     if (b == NULL)

@@ -15,6 +15,14 @@ void dsc__batch_release_current(dsc_loader_t *loader);
 /* Makes b (the batch of a READY step's slot) the handed-out one, with next()'s reference. Under
  * lock. */
 void dsc__batch_hand_out(dsc_loader_t *loader, dsc_batch_t *b);
+/* A slot no step or batch uses, now owned by `owner` (any value but SLOT_FREE), or NULL when
+ * every slot is in use (dsc__slots_make_room adds one). Under lock. */
+dsc_batch_slot_t *dsc__slot_take_free(dsc_loader_t *loader, uint64_t owner);
+/* Gives a slot taken with dsc__slot_take_free back unused. Under lock. */
+void dsc__slot_give_back(dsc_loader_t *loader, dsc_batch_slot_t *slot);
+/* Hands b (the batch of a collated slot) to a caller that owns it outright (reader.c): one
+ * reference, dropped by dsc_batch_release; no next() reference. Under lock. */
+void dsc__batch_hand_over(dsc_loader_t *loader, dsc_batch_t *b);
 /* dsc_batch_retain for a batch handed out, the loader's lock held. */
 void dsc__batch_retain_locked(dsc_batch_t *batch);
 /* Before next() waits: adds slots until prefetch_batches - 1 (at least 1) are not held by the

@@ -417,6 +417,12 @@ static int collate(dsc_loader_t *loader, dsc_worker_ctx_t *ctx, dsc_step_t *st,
     return 0;
 }
 
+int dsc__step_collate(dsc_loader_t *loader, dsc_worker_ctx_t *ctx, dsc_step_t *st,
+                      dsc_batch_slot_t *slot, uint64_t *truncated, uint64_t *decode_errors,
+                      double *image_seconds) {
+    return collate(loader, ctx, st, slot, truncated, decode_errors, image_seconds);
+}
+
 /* A slotted step whose chunks are all decoded, up to step `last` (UINT64_MAX: any), or NULL.
  * Under lock. */
 static dsc_step_t *find_collatable_upto(dsc_loader_t *loader, uint64_t last) {

@@ -18,6 +18,15 @@ int dsc__worker_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx);
 /* next()'s help while it waits (assist): as dsc__worker_pass, except that with an image field
  * it collates only the batch next() waits for. Under lock. */
 int dsc__assist_pass(dsc_loader_t *loader, dsc_worker_ctx_t *ctx);
+/* Collates step st (count samples: ids, src entries all CH_READY and referenced, in_chunk) into
+ * slot, as the decode threads do: fixed fields copied, variable fields packed or padded, image
+ * fields decoded with the crop of (seed, st->epoch, ids[k]). For a caller that plans its own
+ * steps (reader.c). Unlocked. Adds to *truncated, *decode_errors and *image_seconds. Returns 0,
+ * DSC_ETOOLARGE (st->err_* say which sample: dsc__step_error_log), DSC_EDECODE (logged) or
+ * DSC_ENOMEM. */
+int dsc__step_collate(dsc_loader_t *loader, dsc_worker_ctx_t *ctx, dsc_step_t *st,
+                      dsc_batch_slot_t *slot, uint64_t *truncated, uint64_t *decode_errors,
+                      double *image_seconds);
 /* A chunk's stored bytes arrived: queue it for decoding (state CH_RECEIVED) and wake a worker.
  * Under lock. */
 void dsc__decode_push(dsc_loader_t *loader, dsc_chunk_ent_t *ent);

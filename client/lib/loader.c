@@ -1,6 +1,7 @@
 /* Loader API, the top of the loader: options, create/destroy (wiring the stages and starting
  * their threads), and the consumer side (next). See pipeline.h and docs/architecture-client.md
  * for the layers; this file calls down into all of them and nothing calls back up into it. */
+#include "loader.h"
 #include "batch.h"
 #include "decode.h"
 #include "diag.h"
@@ -475,7 +476,7 @@ static int setup_var_fields(dsc_loader_t *loader, const dsc_loader_options_t *op
     return 0;
 }
 
-static int start_threads(dsc_loader_t *loader) {
+static int start_threads(dsc_loader_t *loader, int reader) {
     pthread_mutex_lock(&loader->lock);
     int rc = 0;
     for (uint32_t s = 0; s < loader->net.peer_count && rc == 0; s++)
@@ -491,9 +492,11 @@ static int start_threads(dsc_loader_t *loader) {
             return DSC_ENOMEM;
         loader->work.workers_started++;
     }
-    if (pthread_create(&loader->sched.thread, NULL, dsc__sched_main, loader) != 0)
-        return DSC_ENOMEM;
-    loader->sched.started = 1;
+    if (!reader) { /* a reader (reader.c) plans nothing: its caller names the samples */
+        if (pthread_create(&loader->sched.thread, NULL, dsc__sched_main, loader) != 0)
+            return DSC_ENOMEM;
+        loader->sched.started = 1;
+    }
     if (loader->net.peer_count > 0) {
         if (pthread_create(&loader->view.thread, NULL, dsc__view_main, loader) != 0)
             return DSC_ENOMEM;
@@ -679,7 +682,8 @@ static int check_epoch_size(dsc_loader_t *loader) {
     return 0;
 }
 
-DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader_t **out) {
+/* reader 1: the loader of a dsc_reader_t (loader.h). */
+static int loader_create(const dsc_loader_options_t *options, int reader, dsc_loader_t **out) {
     create_error[0] = '\0';
     if (options == NULL || out == NULL || options->struct_size < OPTIONS_MIN_SIZE) {
         snprintf(create_error, sizeof create_error, "invalid loader options: %s",
@@ -701,6 +705,15 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
                                                              : sizeof loader->cfg.opt;
     memcpy(&loader->cfg.opt, options, n);
     loader->cfg.opt.struct_size = sizeof loader->cfg.opt;
+    if (reader) {
+        /* One batch at a time, collated by the caller's thread: no plan, no rank split. */
+        loader->cfg.opt.prefetch_batches = 2;
+        loader->cfg.opt.decode_threads = 1; /* checked below; none is started */
+        loader->cfg.opt.rank = 0;
+        loader->cfg.opt.world_size = 1;
+        loader->cfg.opt.shuffle = 0;
+        loader->cfg.opt.drop_last = 0;
+    }
     if (loader->cfg.opt.timeout_ms == 0)
         loader->cfg.opt.timeout_ms = 5000;
     if (loader->cfg.opt.max_held_bytes == 0)
@@ -719,7 +732,7 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     loader->stats.st.struct_size = sizeof loader->stats.st;
     dsc__epoch_wire_reset(loader);
     int rc = check_options(&loader->cfg.opt, &loader->cfg.log);
-    if (rc == 0)
+    if (rc == 0 && !reader)
         rc = check_rank_env(&loader->cfg.opt, &loader->cfg.log);
     if (rc < 0)
         goto fail;
@@ -847,7 +860,7 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
         rc = DSC_EBADMANIFEST;
         goto fail;
     }
-    rc = check_epoch_size(loader);
+    rc = reader ? 0 : check_epoch_size(loader);
     if (rc < 0)
         goto fail;
     if (loader->cfg.opt.shuffle_window == 0) { /* a window of at most AUTO_WINDOW_BYTES */
@@ -879,7 +892,10 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
         dsc__view_learn_replicas(loader);
     else if (loader->cfg.opt.replicas == 0)
         loader->cfg.opt.replicas = 1; /* fallback files only: placement is not used */
-    check_cache_budget(loader);
+    if (!reader)
+        check_cache_budget(loader);
+    else if (loader->cfg.opt.cache_bytes == 0)
+        loader->cfg.opt.cache_bytes = DEFAULT_CACHE_BYTES;
     loader->cfg.cache_bytes = loader->cfg.opt.cache_bytes;
     if (loader->cfg.opt.device >= 0) {
         rc = dsc__cuda_open(loader->cfg.opt.device, &loader->cfg.log, &loader->cfg.cuda);
@@ -892,15 +908,15 @@ DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader
     rc = dsc__slots_alloc(loader);
     if (rc < 0)
         goto fail;
-    rc = dsc__sched_init(loader);
+    rc = reader ? 0 : dsc__sched_init(loader); /* a reader makes its own chunk table */
     if (rc < 0)
         goto fail;
     rc = DSC_ENOMEM;
-    loader->work.worker_count = loader->cfg.opt.decode_threads;
-    loader->work.workers = calloc(loader->work.worker_count, sizeof(pthread_t));
+    loader->work.worker_count = reader ? 0 : loader->cfg.opt.decode_threads;
+    loader->work.workers = calloc(loader->work.worker_count + 1, sizeof(pthread_t));
     if (loader->work.workers == NULL)
         goto fail;
-    rc = start_threads(loader);
+    rc = start_threads(loader, reader);
     if (rc < 0)
         goto fail;
     DSC_LOG(&loader->cfg.log, DSC_LOG_INFO,
@@ -916,6 +932,14 @@ fail:
     explain_create_failure(loader, rc, manifest_step);
     dsc_loader_destroy(loader);
     return rc;
+}
+
+DSC_EXTERN int dsc_loader_create(const dsc_loader_options_t *options, dsc_loader_t **out) {
+    return loader_create(options, 0, out);
+}
+
+int dsc__loader_create_reader(const dsc_loader_options_t *options, dsc_loader_t **out) {
+    return loader_create(options, 1, out);
 }
 
 DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {

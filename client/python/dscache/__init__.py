@@ -8,6 +8,9 @@
         for batch in loader:          # dict: field name -> array [B, ...field shape]
             train_step(batch["image"], batch["label"])
 
+    ds = dscache.MapDataset(servers="10.0.0.1:7070", dataset="imagenet")  # map-style
+    sample, batch = ds[12], ds[[5, 900, 12]]   # dicts of arrays: one sample, a batch [3, ...]
+
     with dscache.Writer("data/mine", fields={"input_ids": "i32[]", "label": "i64"}) as w:
         for rec in records:           # dicts of arrays, lists, scalars (see dscache.Writer)
             w.write(rec)
@@ -38,17 +41,18 @@ prints to stderr when the application configured no logging handler).
 # The package by concern: _capi (ctypes declarations, library search and load), _errors (the
 # error families), _logbridge (C log lines -> logging), _ranks (rank, world size, device),
 # _arrays (DLPack and numpy views), _fast (the compiled next(), optional), loader (Loader,
-# Image), writer (Writer); torch (dscache.torch) on top.
+# Image), mapds (MapDataset, over dsc_reader_*), writer (Writer); torch (dscache.torch) on top.
 from ._errors import (BadState, Corrupt, DatasetChangedError, DecodeError, Error, InvalidOption,
                       NotFound, Unavailable)
 from . import _capi
 from ._capi import BOTTLENECKS, STALL_WAITS, _load, _Options, _Stats  # noqa: F401 (public; private ones for tests)
 from ._ranks import _parse_device, resolve_rank  # noqa: F401
 from .loader import Image, Loader
+from .mapds import MapDataset
 from .writer import Writer
 
 __version__ = "0.1.0"
-__all__ = ["Loader", "Writer", "Image", "Error", "Unavailable", "NotFound", "Corrupt",
+__all__ = ["Loader", "MapDataset", "Writer", "Image", "Error", "Unavailable", "NotFound", "Corrupt",
            "BadState", "InvalidOption", "DecodeError", "DatasetChangedError", "resolve_rank",
            "__version__",
            "library_path", "fastpath", "fastpath_reason"]
@@ -67,7 +71,7 @@ fastpath_reason = _fast.reason
 library_path = _capi.library_path
 
 # The public classes say they are dscache's, wherever they are defined.
-for _cls in (Loader, Writer, Image, Error, Unavailable, NotFound, Corrupt, BadState,
+for _cls in (Loader, MapDataset, Writer, Image, Error, Unavailable, NotFound, Corrupt, BadState,
              InvalidOption, DecodeError, DatasetChangedError):
     _cls.__module__ = "dscache"
 del _cls

@@ -1,4 +1,5 @@
-"""dscache.torch: the loader as a torch IterableDataset, for torch.utils.data.DataLoader.
+"""dscache.torch: the loader as a torch IterableDataset, for torch.utils.data.DataLoader, and
+MapDataset, the map-style dataset for the caller's own sampler.
 
     ds = dscache.torch.Dataset(servers="10.0.0.1:7070", dataset="imagenet", batch_size=256,
                                device=torch.device("cuda", local_rank), transform=normalize)
@@ -19,6 +20,7 @@ import torch as _torch
 import torch.utils.data as _data
 
 from . import Loader, resolve_rank  # noqa: F401  (resolve_rank re-exported)
+from . import mapds as _mapds
 
 _WORKERS_MSG = ("dscache.torch.Dataset prefetches and decodes in its own threads and cannot run "
                 "in DataLoader worker processes: use DataLoader(ds, batch_size=None, "
@@ -134,5 +136,50 @@ class Dataset(_data.IterableDataset):
             self.loader.dataset, self.loader.rank, self.loader.world_size)
 
 
-__all__ = ["Dataset", "DataLoader", "resolve_rank"]
+class MapDataset(_mapds.MapDataset):
+    """dscache.MapDataset with output="torch" by default: ds[i] a dict of tensors, ds[[...]]
+    and ds.__getitems__(indices) a batch dict of [B, ...] tensors collated in C (zero-copy over
+    the batch). For torch.utils.data.DataLoader unchanged, workers or not:
+
+        ds = dscache.torch.MapDataset(servers=..., dataset="imagenet")
+        sampler = DistributedSampler(ds, shuffle=True)      # or any sampler
+        dl = DataLoader(ds, batch_size=256, sampler=sampler, num_workers=2)
+
+    Where torch's fetcher calls __getitems__ (torch >= 2.0, and this 1.13 build) a batch is one
+    C request, and torch's default collate passes it on as it is (this module registers
+    dscache.mapds.Batch with it). Where it does not, the fetcher calls ds[i] per sample and
+    collates the list; or give the DataLoader whole batches of indices: DataLoader(ds,
+    sampler=BatchSampler(sampler, 256, drop_last=False), batch_size=None), where ds[list] is one
+    C request. A custom collate_fn receives the Batch dict, not a list of samples: pass
+    getitems=False for collate functions that expect the list. Variable-length fields have no
+    per-sample stacking: use __getitems__ (values + offsets) or pad=. Takes
+    dscache.MapDataset's arguments."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("output", "torch")
+        super().__init__(*args, **kwargs)
+
+
+def _collated(batch, *, collate_fn_map=None):
+    """torch's default_collate of a dscache Batch (batch[0] is its marker): the batch itself, its
+    numpy arrays as tensors (zero-copy)."""
+    out = {}
+    for key, value in dict.items(batch):
+        out[key] = _from_numpy(value) if type(value).__module__ == "numpy" else value
+    return out
+
+
+_from_numpy = _torch.from_numpy
+
+
+def _register_collate():
+    fn_map = getattr(getattr(_data, "_utils", None), "collate", None)
+    fn_map = getattr(fn_map, "default_collate_fn_map", None)
+    if fn_map is not None:
+        fn_map[_mapds._CollatedMarker] = _collated
+
+
+_register_collate()
+
+__all__ = ["Dataset", "DataLoader", "MapDataset", "resolve_rank"]
 del _torch
