@@ -486,6 +486,11 @@ const char *dsc_conn_last_error(const dsc_conn_t *conn) {
     return conn ? conn->last_error : "";
 }
 
+void dsc_conn_set_last_error(dsc_conn_t *conn, const void *msg, size_t len) {
+    if (conn != NULL)
+        set_last_error(conn, msg, len);
+}
+
 int dsc_conn_fd(const dsc_conn_t *conn) {
     return conn ? conn->fd : -1;
 }
