@@ -30,7 +30,7 @@ typedef struct dsc_mget_chunk {
      *   DSC_ETOOLARGE   the chunk alone is over the frame limit;
      *   DSC_ENOMEM      alloc returned NULL (its bytes were read and dropped);
      *   DSC_ECHANGED    the shard's file was replaced on disk (the GET fallback: also the
- *                   dataset version changed, which MGET answers for the whole call);
+     *                   dataset version changed, which MGET answers for the whole call);
      *   DSC_ESERVER     a status this client does not know. */
     int status;
     dsc_chunk_entry_t entry; /* out, status 0: the chunk's index entry (codec, stored_len,
