@@ -11,6 +11,10 @@
  *                  still serving a PING after it; one frame sent a byte at a time; the client
  *                  call splitting an over-limit answer. One line per case; exits 1 on any
  *                  unexpected outcome.
+ *   source ADDR DATASET N SEED [loop]   the same through the data-source table
+ *                  (dsc__source_mget over the TCP source: its MGET, or with "loop" the
+ *                  single-chunk submit / complete path the RDMA source and the fallback files
+ *                  take), chunk entries checked against the manifest, bytes against single GETs.
  *   token ADDR TOKEN|- DATASET   one dsc__conn_mget of chunk 0 of shards 0 and 1 under a
  *                  credential (or anonymously); prints "OK n" or "ERR <name> <message>". */
 #include "conn.h"
@@ -20,6 +24,8 @@
 #include "multiget.h"
 #include "protocol.h"
 #include "shard.h"
+#include "source_mget.h"
+#include "sources.h"
 #include "test_frames.h"
 #include "wire.h"
 
@@ -47,6 +53,14 @@ static void *alloc_malloc(void *arg, uint32_t index, size_t len) {
     (void)arg;
     (void)index;
     return malloc(len ? len : 1);
+}
+
+/* Field by field: the struct has padding. */
+static int entry_eq(const dsc_chunk_entry_t *a, const dsc_chunk_entry_t *b) {
+    return a->offset == b->offset && a->first_sample == b->first_sample &&
+           a->stored_len == b->stored_len && a->raw_len == b->raw_len &&
+           a->sample_count == b->sample_count && a->codec == b->codec &&
+           a->stored_checksum == b->stored_checksum && a->raw_checksum == b->raw_checksum;
 }
 
 static uint64_t rng_next(uint64_t *s) {
@@ -157,7 +171,7 @@ static int cmd_compare(int argc, char **argv) {
         if (rc < 0)
             return die("GET", rc);
         const dsc_mget_chunk_t *g = &chunks[i];
-        if (g->status != 0 || memcmp(&g->entry, &e, sizeof e) != 0 ||
+        if (g->status != 0 || !entry_eq(&g->entry, &e) ||
             memcmp(g->stored, data, e.stored_len) != 0 ||
             dsc_chunk_decode(&g->entry, g->stored, raw, DSC_CHUNK_MAX_RAW / 16) != (int)e.raw_len) {
             fprintf(stderr, "shard %u chunk %u: MGET (%s) differs from GET\n", g->shard, g->chunk,
@@ -183,6 +197,94 @@ static int cmd_compare(int argc, char **argv) {
     free(chunks);
     dsc_manifest_free(m);
     dsc_conn_close(c);
+    return bad ? 1 : 0;
+}
+
+static int cmd_source(int argc, char **argv) {
+    if (argc < 6)
+        return die("usage: source ADDR DATASET N SEED [loop]", 0);
+    const char *ds = argv[3];
+    uint32_t n = (uint32_t)strtoul(argv[4], NULL, 10);
+    uint64_t seed = strtoull(argv[5], NULL, 10) | 1;
+    int loop = argc > 6 && strcmp(argv[6], "loop") == 0;
+    dsc_conn_t *ref = NULL;
+    int rc = dsc_conn_open_addr(argv[2], TIMEOUT_MS, 0, &ref);
+    if (rc < 0)
+        return die("connect", rc);
+    dsc_manifest_t *m = NULL;
+    if ((rc = fetch_manifest(ref, ds, &m)) < 0)
+        return die("manifest", rc);
+    dsc_bufpool_t pool;
+    dsc__bufpool_init(&pool, 16u << 20);
+    dsc_transport_counters_t counters;
+    memset(&counters, 0, sizeof counters);
+    dsc_source_env_t env = {.pool = &pool,
+                            .dataset = ds,
+                            .timeout_ms = TIMEOUT_MS,
+                            .manifest = m,
+                            .counters = &counters};
+    dsc_source_ops_t ops = dsc__source_tcp;
+    if (loop)
+        ops.mget = NULL;
+    void *ep = NULL, *conn = NULL;
+    uint64_t hash = 0;
+    if ((rc = ops.endpoint_open(&env, argv[2], &ep)) < 0 ||
+        (rc = ops.open(ep, 0, &conn, &hash)) < 0)
+        return die("source open", rc);
+    dsc_chunk_ent_t *ents = calloc(n, sizeof *ents);
+    dsc_chunk_ent_t **ptrs = calloc(n, sizeof *ptrs);
+    int *status = calloc(n, sizeof *status);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t sh = (uint32_t)(rng_next(&seed) % m->shard_count);
+        const dsc_manifest_shard_t *ms = &m->shards[sh];
+        uint32_t ch = (uint32_t)(rng_next(&seed) % ms->chunks);
+        ents[i].shard = sh;
+        ents[i].shard_chunk = ch;
+        ents[i].samples = ch + 1 < ms->chunks
+                              ? ms->chunk_samples
+                              : (uint32_t)(ms->samples - (uint64_t)ch * ms->chunk_samples);
+        ents[i].raw_len = dsc__chunk_raw_estimate(m, ents[i].samples);
+        ptrs[i] = &ents[i];
+    }
+    int conn_bad = 0;
+    uint64_t wire = 0;
+    rc = dsc__source_mget(&ops, conn, ptrs, n, status, &conn_bad, &wire);
+    int bad = rc != (int)n;
+    if (bad)
+        fprintf(stderr, "source mget: %d of %u chunks (%s)\n", rc, n, rc < 0 ? ename(rc) : "");
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < n && !bad; i++) {
+        dsc_chunk_entry_t e;
+        uint8_t *data = NULL;
+        if ((rc = single_get(ref, ds, ents[i].shard, ents[i].shard_chunk, &e, &data)) < 0)
+            return die("GET", rc);
+        if (status[i] != 0 || !entry_eq(&ents[i].entry, &e) ||
+            memcmp(ents[i].stored, data, e.stored_len) != 0) {
+            fprintf(stderr, "shard %u chunk %u: differs from GET (%s)\n", ents[i].shard,
+                    ents[i].shard_chunk, ename(status[i]));
+            bad++;
+        }
+        bytes += e.stored_len;
+        free(data);
+    }
+    if (!bad && wire != bytes) {
+        fprintf(stderr, "wire %llu, expected %llu\n", (unsigned long long)wire,
+                (unsigned long long)bytes);
+        bad++;
+    }
+    printf("source %s: %u chunks %s\n", loop ? "loop of single requests" : "tcp MGET", n,
+           bad ? "DIFFERENT from single GETs" : "identical to single GETs");
+    for (uint32_t i = 0; i < n; i++)
+        if (ents[i].stored != NULL)
+            dsc__bufpool_put(&pool, ents[i].stored, ents[i].stored_cap);
+    ops.close(conn);
+    ops.endpoint_close(ep);
+    dsc__bufpool_close(&pool);
+    free(ents);
+    free(ptrs);
+    free(status);
+    dsc_manifest_free(m);
+    dsc_conn_close(ref);
     return bad ? 1 : 0;
 }
 
@@ -490,6 +592,8 @@ int main(int argc, char **argv) {
         return cmd_compare(argc, argv);
     if (strcmp(argv[1], "hostile") == 0)
         return cmd_hostile(argc, argv);
+    if (strcmp(argv[1], "source") == 0)
+        return cmd_source(argc, argv);
     if (strcmp(argv[1], "token") == 0)
         return cmd_token(argc, argv);
     return die("unknown command", 0);

@@ -28,6 +28,12 @@ before=$(mget_ok "$HTTP_a")
 out=$("$MGET" compare "$ADDR_a" mgetds 64 7 fallback) && pass "$out" || fail "fallback: $out"
 [ "$(mget_ok "$HTTP_a")" = "$before" ] && pass "the fallback sends no MGET" \
     || fail "the fallback sent an MGET"
+# The data-source table: the TCP source's MGET, and the single-request loop of the others.
+before=$(mget_ok "$HTTP_a")
+out=$("$MGET" source "$ADDR_a" mgetz 100 13) && pass "$out" || fail "source: $out"
+[ "$(mget_ok "$HTTP_a")" = $((before + 1)) ] && pass "the TCP source sends one MGET" \
+    || fail "the TCP source's MGETs: $before -> $(mget_ok "$HTTP_a")"
+out=$("$MGET" source "$ADDR_a" mgetz 100 13 loop) && pass "$out" || fail "source loop: $out"
 out=$("$MGET" hostile "$ADDR_a" mgetds) && pass "hostile MGET bodies answered cleanly" \
     || fail "hostile: $out"
 echo "$out"
