@@ -336,9 +336,8 @@ struct pending_mget {
     dsc_server_t *srv;
     dsc_reply_t *reply;
     dsc_dataset_t *ds;
-    uint64_t request_id, start_ns;
+    uint64_t request_id;
     uint64_t reserve; /* counted against the connection's bounds while runs wait */
-    uint64_t data_len;
     uint32_t count, run_count, waiting;
     dsc_mget_item_t *items;     /* count, in request order */
     uint32_t *entry_run;        /* count: the entry's run, or MGET_NO_RUN (status already set) */
@@ -471,7 +470,6 @@ static int mget_key_cmp(const void *a, const void *b) {
 
 static void handle_mget(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
                         size_t len) {
-    uint64_t start_ns = dsc_now_ns();
     dsc_mget_req_t req;
     if (dsc_mget_req_decode(body, len, &req) < 0) {
         answer_error(srv, reply, DSC_OP_MGET, id, DSC_STATUS_BAD_REQUEST, "malformed MGET body");
@@ -513,7 +511,6 @@ static void handle_mget(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, cons
     pm->reply = reply;
     pm->ds = ref.ds;
     pm->request_id = id;
-    pm->start_ns = start_ns;
     pm->count = n;
     /* Entries the dataset does not have are answered alone; the others sorted into runs. */
     uint32_t valid = 0;

@@ -15,6 +15,8 @@
  *                  (dsc__source_mget over the TCP source: its MGET, or with "loop" the
  *                  single-chunk submit / complete path the RDMA source and the fallback files
  *                  take), chunk entries checked against the manifest, bytes against single GETs.
+ *   damaged ADDR DATASET SHARD CHUNK   one MGET of chunks CHUNK-1, CHUNK, CHUNK+1 of SHARD,
+ *                  chunk 0 of shard 0 and chunk 0 of shard 2; prints the entries' statuses.
  *   token ADDR TOKEN|- DATASET   one dsc__conn_mget of chunk 0 of shards 0 and 1 under a
  *                  credential (or anonymously); prints "OK n" or "ERR <name> <message>". */
 #include "conn.h"
@@ -554,6 +556,33 @@ static int cmd_hostile(int argc, char **argv) {
     return fails ? 1 : 0;
 }
 
+static int cmd_damaged(int argc, char **argv) {
+    if (argc < 6)
+        return die("usage: damaged ADDR DATASET SHARD CHUNK", 0);
+    const char *ds = argv[3];
+    uint32_t shard = (uint32_t)strtoul(argv[4], NULL, 10);
+    uint32_t chunk = (uint32_t)strtoul(argv[5], NULL, 10);
+    dsc_conn_t *c = NULL;
+    int rc = dsc_conn_open_addr(argv[2], TIMEOUT_MS, 0, &c);
+    if (rc < 0)
+        return die("connect", rc);
+    dsc_mget_item_t items[5] = {
+        {shard, chunk - 1}, {shard, chunk}, {shard, chunk + 1}, {0, 0}, {2, 0}};
+    uint8_t body[256], *resp = NULL;
+    size_t len = 0;
+    int n = encode(ds, 0, 0, items, 5, body, sizeof body);
+    int st = mget_raw(c, body, (size_t)n, &resp, &len);
+    dsc_mget_resp_t r;
+    if (st != DSC_STATUS_OK || dsc_mget_resp_decode(resp, len, &r) < 0)
+        return die("MGET", st < 0 ? st : 0);
+    for (uint32_t i = 0; i < r.count; i++)
+        printf("%s%s", i ? " " : "", dsc_status_name((uint32_t)dsc_mget_resp_record(&r, i, NULL)));
+    printf("\n");
+    free(resp);
+    dsc_conn_close(c);
+    return 0;
+}
+
 static int cmd_token(int argc, char **argv) {
     if (argc < 5)
         return die("usage: token ADDR TOKEN DATASET", 0);
@@ -594,6 +623,8 @@ int main(int argc, char **argv) {
         return cmd_hostile(argc, argv);
     if (strcmp(argv[1], "source") == 0)
         return cmd_source(argc, argv);
+    if (strcmp(argv[1], "damaged") == 0)
+        return cmd_damaged(argc, argv);
     if (strcmp(argv[1], "token") == 0)
         return cmd_token(argc, argv);
     return die("unknown command", 0);

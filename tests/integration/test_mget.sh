@@ -5,7 +5,8 @@
 # (a server that does not grant the feature) gives the same bytes with no MGET sent; hostile MGET
 # bodies get clean answers and the server keeps serving; a credential confined to one dataset
 # cannot MGET another (NOT_FOUND, exactly as GET), nor can an anonymous client on a server with
-# credentials.
+# credentials; a damaged chunk is CORRUPT alone, its neighbours served, a truncated shard's
+# entries CORRUPT, in RAM and by read-through.
 source "$(dirname "$0")/server_lib.sh"
 MGET=$DSC_BIN/mget_check
 [ -x "$MGET" ] || { echo "SKIP: $MGET not built"; exit 77; }
@@ -53,6 +54,28 @@ out=$("$MGET" compare "$ADDR_r" mgetds 128 5) && pass "read-through: $out" \
     && pass "chunks served by read-through ($(value "$HTTP_r" dscache_read_through_total))" \
     || fail "no read-through: that path was not run"
 stop_server r
+
+# ---- damage: one damaged chunk does not fail the others ---------------------------------------
+if [ -x "$DSC_BIN/shard_damage" ]; then
+    make_dataset "$work/bad" badds 2000 lz4
+    n=$("$DSC_BIN/shard_damage" chunk "$work/bad" 1 2) && [ "$n" = 1 ] || fail "shard_damage: $n"
+    f2=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["shards"][2]["file"])' \
+        "$work/bad/manifest.json")
+    truncate -s $(($(stat -c %s "$work/bad/$f2") - 100)) "$work/bad/$f2"
+    # In RAM: the damaged chunk alone is CORRUPT, the truncated shard refused whole.
+    start_server d --data "$work/bad" --memory 64M --warm
+    expect 0 '^OK CORRUPT OK OK CORRUPT$' "$MGET" damaged "$ADDR_d" badds 1 2
+    stop_server d
+    # Read through (a store smaller than a shard): the same answers (a run read together with a
+    # damaged chunk may also come back UNAVAILABLE for its good chunks: asked again, served).
+    start_server t --data "$work/bad" --memory 64K
+    expect 0 '^(OK|UNAVAILABLE) CORRUPT (OK|UNAVAILABLE) OK CORRUPT$' \
+        "$MGET" damaged "$ADDR_t" badds 1 2
+    expect 0 '^OK OK OK OK CORRUPT$' "$MGET" damaged "$ADDR_t" badds 1 5
+    stop_server t
+else
+    echo "skipped the damage cases: $DSC_BIN/shard_damage not built"
+fi
 
 # ---- within the credential's datasets ---------------------------------------------------------
 make_dataset "$work/b" mgetb 1000 none
