@@ -137,6 +137,7 @@ int dsc_opcode_known(uint32_t opcode) {
     case DSC_OP_AUTH:
     case DSC_OP_REPORT:
     case DSC_OP_HINT:
+    case DSC_OP_MGET:
     case DSC_OP_WARM:
     case DSC_OP_EVICT:
     case DSC_OP_POLICY:
@@ -170,6 +171,8 @@ const char *dsc_opcode_name(uint32_t opcode) {
         return "REPORT";
     case DSC_OP_HINT:
         return "HINT";
+    case DSC_OP_MGET:
+        return "MGET";
     case DSC_OP_WARM:
         return "WARM";
     case DSC_OP_EVICT:

@@ -34,6 +34,7 @@ typedef enum {
     DSC_OP_AUTH = 8,          /* challenge-response proof after HELLO (proto/auth.h) */
     DSC_OP_REPORT = 9,        /* a loader's job, stall and rate (proto/report.h) */
     DSC_OP_HINT = 10,         /* chunk ranges a loader will ask for next (proto/hint.h) */
+    DSC_OP_MGET = 11,         /* chunks of several shards in one answer (proto/mget.h) */
     DSC_OP_WARM = 16,         /* admin */
     DSC_OP_EVICT = 17,        /* admin */
     DSC_OP_POLICY = 18,       /* admin: pin, unpin or limit a dataset's memory */
@@ -103,6 +104,9 @@ typedef struct dsc_str {
 /* HELLO feature bit 2: the server checks the dataset version a GET names (DSC_GET_FLAG_VERSION)
  * and answers CHANGED when the dataset was replaced (PROTOCOL.md, Dataset versions). */
 #define DSC_FEATURE_DATASET_VERSION 0x00000004u
+/* HELLO feature bit 3: the server answers MGET (proto/mget.h); a client not granted it sends
+ * GETs instead (PROTOCOL.md, MGET). */
+#define DSC_FEATURE_MGET 0x00000008u
 typedef struct dsc_hello_req {
     uint16_t min_version, max_version;
     uint32_t features;

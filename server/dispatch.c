@@ -4,6 +4,7 @@
  * connection's mailbox. */
 #include "dispatch.h"
 #include "hint.h"
+#include "mget.h"
 #include "rdma.h"
 #include "report.h"
 #include "server_core.h"
@@ -311,6 +312,283 @@ static void handle_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const
         answer_error(srv, reply, DSC_OP_GET, id, ref.status, ref.message);
 }
 
+/* ---- MGET -------------------------------------------------------------------------------- */
+
+/* An MGET's entries are grouped into runs: consecutive chunks of one shard (duplicates
+ * included), each acquired exactly as a GET of those chunks would be (a hit, a load joined, a
+ * staged range, or a read-through of just them). The answer goes out once every run is in; its
+ * body is gathered from the runs' holds into the transport's buffer (one copy). */
+#define MGET_NO_RUN UINT32_MAX
+
+typedef struct pending_mget pending_mget_t;
+
+typedef struct mget_run {
+    dsc_waiter_t waiter; /* first */
+    pending_mget_t *pm;
+    uint32_t shard_id, first, count;
+    uint32_t status;  /* the entries' status when the run has no hold */
+    uint32_t damaged; /* status CORRUPT from a read-through: the damaged chunk, else NO_RUN */
+    int held;         /* hold is filled (released at the end) */
+    dsc_hold_t hold;
+} mget_run_t;
+
+struct pending_mget {
+    dsc_server_t *srv;
+    dsc_reply_t *reply;
+    dsc_dataset_t *ds;
+    uint64_t request_id;
+    uint64_t reserve; /* counted against the connection's bounds while runs wait */
+    uint32_t count, run_count, waiting;
+    dsc_mget_item_t *items;     /* count, in request order */
+    uint32_t *entry_run;        /* count: the entry's run, or MGET_NO_RUN (status already set) */
+    uint32_t *status;           /* count: the answer's per-entry status */
+    dsc_chunk_entry_t *entries; /* count: OK entries' index entries */
+    mget_run_t *runs;           /* run_count */
+};
+
+static void mget_free(pending_mget_t *pm) {
+    for (uint32_t r = 0; r < pm->run_count; r++)
+        if (pm->runs[r].held)
+            dsc_hold_release(pm->srv->cat, &pm->runs[r].hold);
+    free(pm->items);
+    free(pm->entry_run);
+    free(pm->status);
+    free(pm->entries);
+    free(pm->runs);
+    free(pm);
+}
+
+/* An index entry as the answer's decoder accepts it (checked when the shard was loaded; a
+ * mismatch here would only be a damaged index, answered CORRUPT). */
+static int mget_entry_ok(const dsc_chunk_entry_t *e) {
+    return (e->codec == DSC_CODEC_RAW || e->codec == DSC_CODEC_LZ4) &&
+           e->raw_len <= DSC_CHUNK_MAX_RAW &&
+           (e->codec != DSC_CODEC_RAW || e->stored_len == e->raw_len);
+}
+
+static void mget_fill(void *arg, uint8_t *body) {
+    pending_mget_t *pm = arg;
+    size_t prefix = DSC_MGET_RESP_PREFIX(pm->count);
+    /* Cannot fail: every OK entry passed mget_entry_ok and the room is exact. */
+    dsc_mget_resp_prefix_encode(pm->status, pm->entries, pm->count, body, prefix);
+    uint8_t *p = body + prefix;
+    for (uint32_t i = 0; i < pm->count; i++) {
+        if (pm->status[i] != DSC_STATUS_OK)
+            continue;
+        const dsc_hold_t *hold = &pm->runs[pm->entry_run[i]].hold;
+        memcpy(p, hold->data + pm->entries[i].offset, pm->entries[i].stored_len);
+        p += pm->entries[i].stored_len;
+    }
+}
+
+/* Every run is in: each entry's status, then the answer (or TOO_LARGE over the frame bound, as
+ * GET). Frees pm. */
+static void mget_finish(pending_mget_t *pm) {
+    dsc_server_t *srv = pm->srv;
+    dsc_reply_t *reply = pm->reply;
+    if (reply->ops->closing(reply)) {
+        mget_free(pm);
+        return;
+    }
+    uint64_t data_len = 0;
+    for (uint32_t i = 0; i < pm->count; i++) {
+        if (pm->entry_run[i] == MGET_NO_RUN)
+            continue;
+        const mget_run_t *run = &pm->runs[pm->entry_run[i]];
+        uint32_t chunk = pm->items[i].chunk;
+        if (!run->held) {
+            pm->status[i] = run->status;
+            if (run->status == DSC_STATUS_CORRUPT && run->damaged != MGET_NO_RUN &&
+                run->damaged != chunk)
+                pm->status[i] = DSC_STATUS_UNAVAILABLE; /* read with a damaged one: ask again */
+            continue;
+        }
+        if (chunk >= run->hold.chunk_count) {
+            pm->status[i] = DSC_STATUS_BAD_REQUEST;
+            continue;
+        }
+        if (dsc_hold_damaged_chunk(&run->hold, chunk, 1) >= 0) {
+            pm->status[i] = DSC_STATUS_CORRUPT;
+            continue;
+        }
+        dsc_chunk_entry_decode(run->hold.index + (size_t)chunk * DSC_CHUNK_ENTRY_SIZE,
+                               &pm->entries[i]);
+        if (!mget_entry_ok(&pm->entries[i])) {
+            pm->status[i] = DSC_STATUS_CORRUPT;
+            continue;
+        }
+        pm->status[i] = DSC_STATUS_OK;
+        data_len += pm->entries[i].stored_len;
+    }
+    uint64_t body_len = DSC_MGET_RESP_PREFIX(pm->count) + data_len;
+    if (body_len > DSC_FRAME_MAX_BODY) {
+        answer_error(srv, reply, DSC_OP_MGET, pm->request_id, DSC_STATUS_TOO_LARGE,
+                     "MGET response over the frame limit: ask for fewer chunks");
+    } else if (reply->ops->frame_fill(reply, DSC_OP_MGET, pm->request_id, (size_t)body_len,
+                                      mget_fill, pm) < 0) {
+        answer_error(srv, reply, DSC_OP_MGET, pm->request_id, DSC_STATUS_INTERNAL, "out of memory");
+    } else {
+        dsc__server_count_request(srv, DSC_OP_MGET, DSC_STATUS_OK);
+        dsc_dataset_count_served(pm->ds, data_len);
+    }
+    mget_free(pm);
+}
+
+/* Runs on the connection's thread when a run's load has finished. */
+static void on_mget_run_loaded(dsc_waiter_t *w) {
+    mget_run_t *run = (mget_run_t *)w;
+    pending_mget_t *pm = run->pm;
+    if (w->status == 0) {
+        run->hold = w->hold;
+        run->held = 1;
+    } else if (w->status == DSC_ECORRUPT && w->chunk_damaged) {
+        run->status = DSC_STATUS_CORRUPT;
+        run->damaged = w->damaged_chunk;
+    } else {
+        run->status = load_error_status(w->status);
+    }
+    if (--pm->waiting > 0)
+        return;
+    dsc_reply_t *reply = pm->reply;
+    uint64_t reserve = pm->reserve;
+    mget_finish(pm);
+    reply->ops->wait_end(reply, reserve);
+}
+
+/* Sort key of an entry: (shard, chunk, position), so runs come out in shard order. */
+typedef struct mget_key {
+    uint64_t loc;
+    uint32_t index;
+} mget_key_t;
+
+static int mget_key_cmp(const void *a, const void *b) {
+    const mget_key_t *x = a, *y = b;
+    if (x->loc != y->loc)
+        return x->loc < y->loc ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static void handle_mget(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
+                        size_t len) {
+    dsc_mget_req_t req;
+    if (dsc_mget_req_decode(body, len, &req) < 0) {
+        answer_error(srv, reply, DSC_OP_MGET, id, DSC_STATUS_BAD_REQUEST, "malformed MGET body");
+        return;
+    }
+    shard_ref_t ref;
+    if (shard_find(srv, reply, req.dataset, DSC_SHARD_ALL, 1, &ref) < 0) {
+        answer_error(srv, reply, DSC_OP_MGET, id, ref.status, ref.message);
+        return;
+    }
+    const dsc_manifest_t *m = dsc_dataset_manifest(ref.ds);
+    if ((req.flags & DSC_GET_FLAG_VERSION) && req.version != dsc_dataset_version_of(ref.ds)) {
+        snprintf(ref.changed, sizeof ref.changed,
+                 "dataset %s changed: the request names version %016llx, this server now "
+                 "serves version %016llx; read the manifest again and start over",
+                 m->name, (unsigned long long)req.version,
+                 (unsigned long long)dsc_dataset_version_of(ref.ds));
+        answer_error(srv, reply, DSC_OP_MGET, id, DSC_STATUS_CHANGED, ref.changed);
+        return;
+    }
+    uint32_t n = req.count;
+    pending_mget_t *pm = calloc(1, sizeof *pm);
+    mget_key_t *keys = malloc(n * sizeof *keys);
+    if (pm != NULL) {
+        pm->items = malloc(n * sizeof *pm->items);
+        pm->entry_run = malloc(n * sizeof *pm->entry_run);
+        pm->status = calloc(n, sizeof *pm->status);
+        pm->entries = calloc(n, sizeof *pm->entries);
+    }
+    if (pm == NULL || keys == NULL || pm->items == NULL || pm->entry_run == NULL ||
+        pm->status == NULL || pm->entries == NULL) {
+        free(keys);
+        if (pm != NULL)
+            mget_free(pm);
+        answer_error(srv, reply, DSC_OP_MGET, id, DSC_STATUS_INTERNAL, "out of memory");
+        return;
+    }
+    pm->srv = srv;
+    pm->reply = reply;
+    pm->ds = ref.ds;
+    pm->request_id = id;
+    pm->count = n;
+    /* Entries the dataset does not have are answered alone; the others sorted into runs. */
+    uint32_t valid = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        dsc_mget_item_at(&req, i, &pm->items[i]);
+        const dsc_mget_item_t *it = &pm->items[i];
+        pm->entry_run[i] = MGET_NO_RUN;
+        if (it->shard_id >= m->shard_count || dsc_dataset_shard_slot(ref.ds, it->shard_id) == NULL)
+            pm->status[i] = DSC_STATUS_NOT_FOUND;
+        else if (it->chunk >= m->shards[it->shard_id].chunks)
+            pm->status[i] = DSC_STATUS_BAD_REQUEST;
+        else
+            keys[valid++] = (mget_key_t){(uint64_t)it->shard_id << 32 | it->chunk, i};
+    }
+    qsort(keys, valid, sizeof *keys, mget_key_cmp);
+    uint32_t runs = 0;
+    for (uint32_t k = 0; k < valid; k++)
+        if (k == 0 || keys[k].loc > keys[k - 1].loc + 1 ||
+            keys[k].loc >> 32 != keys[k - 1].loc >> 32)
+            runs++;
+    pm->runs = runs ? calloc(runs, sizeof *pm->runs) : NULL;
+    if (runs && pm->runs == NULL) {
+        free(keys);
+        mget_free(pm);
+        answer_error(srv, reply, DSC_OP_MGET, id, DSC_STATUS_INTERNAL, "out of memory");
+        return;
+    }
+    pm->run_count = runs;
+    mget_run_t *run = NULL;
+    for (uint32_t k = 0; k < valid; k++) {
+        uint32_t shard = (uint32_t)(keys[k].loc >> 32), chunk = (uint32_t)keys[k].loc;
+        if (run == NULL || shard != run->shard_id || chunk > run->first + run->count) {
+            run = run == NULL ? pm->runs : run + 1;
+            run->pm = pm;
+            run->shard_id = shard;
+            run->first = chunk;
+            run->count = 1;
+            run->damaged = MGET_NO_RUN;
+        } else if (chunk == run->first + run->count) {
+            run->count++;
+        }
+        pm->entry_run[keys[k].index] = (uint32_t)(run - pm->runs);
+    }
+    free(keys);
+    /* Acquire every run. Waiters are delivered through the mailbox, drained on this thread
+     * after this function returns, so none can finish the request under our feet. */
+    for (uint32_t r = 0; r < runs; r++) {
+        mget_run_t *ru = &pm->runs[r];
+        const dsc_manifest_shard_t *meta = &m->shards[ru->shard_id];
+        ru->waiter.mailbox = reply->mailbox;
+        ru->waiter.fn = on_mget_run_loaded;
+        ru->waiter.first_chunk = ru->first;
+        ru->waiter.chunk_count = ru->count;
+        ru->waiter.hinter = reply->hinter;
+        memcpy(ru->waiter.job, reply->job, sizeof ru->waiter.job);
+        ru->waiter.job[sizeof ru->waiter.job - 1] = '\0';
+        ru->waiter.conn = (uintptr_t)reply;
+        int rc = dsc_catalog_acquire(srv->cat, dsc_dataset_shard_slot(ref.ds, ru->shard_id),
+                                     &ru->waiter, &ru->hold);
+        if (rc == 1) {
+            ru->held = 1;
+        } else if (rc == 0) {
+            /* As a GET's: the most this run's part of the answer can pin while it waits. */
+            uint64_t chunk_raw = dsc_manifest_chunk_bound(m, meta->chunk_samples);
+            uint64_t bound = (uint64_t)ru->count * (chunk_raw + chunk_raw / 255 + 16) +
+                             (uint64_t)meta->chunks * DSC_CHUNK_ENTRY_SIZE + 2 * 4096;
+            pm->reserve += bound < meta->bytes ? bound : meta->bytes;
+            pm->waiting++;
+        } else {
+            ru->status = load_error_status(rc);
+        }
+    }
+    if (pm->waiting == 0)
+        mget_finish(pm);
+    else
+        reply->ops->wait_begin(reply, pm->reserve);
+}
+
 /* RDMA_GET (rdma.h): releases first, then a GET whose answer carries descriptors. */
 static void handle_rdma_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
                             size_t len) {
@@ -382,6 +660,8 @@ static void handle_hello(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, con
         resp.features |= DSC_FEATURE_RDMA;
     if (req.features & DSC_FEATURE_DATASET_VERSION)
         resp.features |= DSC_FEATURE_DATASET_VERSION;
+    if (req.features & DSC_FEATURE_MGET)
+        resp.features |= DSC_FEATURE_MGET;
     uint8_t out[256 + DSC_AUTH_NONCE_SIZE];
     int n = dsc_hello_resp_encode(&resp, out, sizeof out);
     if (n < 0) {
@@ -648,6 +928,9 @@ void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_
         break;
     case DSC_OP_GET:
         handle_get(srv, reply, h->request_id, body, h->body_len);
+        break;
+    case DSC_OP_MGET:
+        handle_mget(srv, reply, h->request_id, body, h->body_len);
         break;
     case DSC_OP_STAT:
         handle_stat(srv, reply, h->request_id, body, h->body_len);

@@ -50,6 +50,12 @@ typedef struct dsc_reply_ops {
      * write completed or failed); DSC_ENOMEM or DSC_EINVAL (the prefix cannot be encoded):
      * nothing was sent and the hold is still the caller's. */
     int (*get)(dsc_reply_t *reply, const dsc_get_answer_t *answer, dsc_hold_t *hold);
+    /* Sends an OK frame whose body of len bytes (at most DSC_FRAME_MAX_BODY) fill(arg, body)
+     * writes straight into the transport's buffer, so that a body gathered from several holds
+     * (MGET) is copied once. fill runs before the call returns. Returns 0 (sent, or dropped when
+     * the connection is closing) or DSC_ENOMEM (nothing sent, fill not called). */
+    int (*frame_fill)(dsc_reply_t *reply, uint8_t opcode, uint64_t request_id, size_t len,
+                      void (*fill)(void *arg, uint8_t *body), void *arg);
     /* A request of this connection starts waiting for a load: keeps the connection alive and
      * counts the wait, and `reserve` bytes (the most its answer can pin), against the
      * connection's and the server's memory bounds until wait_end. */

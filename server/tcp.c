@@ -803,6 +803,29 @@ static void reply_frame(dsc_reply_t *reply, uint8_t opcode, uint64_t id, uint32_
     submit(c, m);
 }
 
+/* A frame whose body the caller writes in place (MGET: gathered from several holds). */
+static int reply_frame_fill(dsc_reply_t *reply, uint8_t opcode, uint64_t id, size_t len,
+                            void (*fill)(void *arg, uint8_t *body), void *arg) {
+    conn_t *c = (conn_t *)reply;
+    if (len > DSC_FRAME_MAX_BODY)
+        return DSC_EINVAL;
+    size_t head_len = (DSC_FRAME_HEADER_SIZE + len + 15) & ~(size_t)15;
+    out_msg_t *m = msg_alloc(head_len, 1);
+    if (m == NULL)
+        return DSC_ENOMEM;
+    dsc_frame_header_t h = {.version = DSC_PROTO_VERSION,
+                            .opcode = opcode,
+                            .flags = DSC_FLAG_RESPONSE,
+                            .status = DSC_STATUS_OK,
+                            .request_id = id,
+                            .body_len = (uint32_t)len};
+    dsc_frame_header_encode(&h, m->head);
+    fill(arg, m->head + DSC_FRAME_HEADER_SIZE);
+    m->bufs[0] = uv_buf_init((char *)m->head, (unsigned)(DSC_FRAME_HEADER_SIZE + len));
+    submit(c, m);
+    return 0;
+}
+
 /* Sends an error and closes the connection once it is written (the stream cannot be trusted
  * to be at a frame boundary any more). */
 static void reply_fatal(dsc_reply_t *reply, uint8_t opcode, uint64_t id, uint32_t status,
@@ -903,6 +926,7 @@ static const dsc_reply_ops_t tcp_reply_ops = {
     .frame = reply_frame,
     .fatal = reply_fatal,
     .get = reply_get,
+    .frame_fill = reply_frame_fill,
     .wait_begin = reply_wait_begin,
     .wait_end = reply_wait_end,
     .closing = reply_closing,

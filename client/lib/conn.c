@@ -357,7 +357,8 @@ static int hello(dsc_conn_t *conn, uint64_t members_hash, const dsc_credential_t
     dsc_hello_req_t req = {.min_version = DSC_PROTO_MIN_VERSION,
                            .max_version = DSC_PROTO_VERSION,
                            .features = DSC_FEATURE_RDMA | /* tell me whether RDMA is offered */
-                                       DSC_FEATURE_DATASET_VERSION, /* and versions checked */
+                                       DSC_FEATURE_DATASET_VERSION | /* versions checked */
+                                       DSC_FEATURE_MGET,             /* and MGET answered */
                            .members_hash = members_hash,
                            .client_name = {"libdscache", 10}};
     uint8_t client_nonce[DSC_AUTH_NONCE_SIZE];
@@ -484,6 +485,11 @@ const dsc_conn_info_t *dsc_conn_info(const dsc_conn_t *conn) {
 
 const char *dsc_conn_last_error(const dsc_conn_t *conn) {
     return conn ? conn->last_error : "";
+}
+
+void dsc_conn_set_last_error(dsc_conn_t *conn, const void *msg, size_t len) {
+    if (conn != NULL)
+        set_last_error(conn, msg, len);
 }
 
 int dsc_conn_fd(const dsc_conn_t *conn) {

@@ -82,6 +82,9 @@ int dsc_conn_call(dsc_conn_t *conn, uint8_t opcode, const void *body, size_t bod
                   uint8_t **resp_body, size_t *resp_len);
 /* The message of the last error response ("" if none). Owned by the connection. */
 const char *dsc_conn_last_error(const dsc_conn_t *conn);
+/* Keeps an error answer's message (len bytes, cut at DSC_ERROR_MAX_MESSAGE) as the last error,
+ * for a caller that receives frames itself (multiget.c). */
+void dsc_conn_set_last_error(dsc_conn_t *conn, const void *msg, size_t len);
 int dsc_conn_fd(const dsc_conn_t *conn);
 /* Bytes received and buffered but not yet read by dsc_conn_recv_*: when > 0, the next answer
  * (or its start) is here although the socket may not poll readable. NULL: 0. */

@@ -117,6 +117,21 @@ typedef struct dsc_source_ops {
      * request is lost). */
     int (*complete)(void *conn, dsc_source_req_t *out, uint32_t count, uint32_t *index,
                     int *conn_bad, uint64_t *wire);
+    /* Optional (NULL: dsc__source_mget, source_mget.h, fetches one chunk per request through submit
+     * and complete, as the RDMA source and the fallback files do): fetches chunks[0..count), chunks
+     * of any shards of the dataset in any order (each entry's shard, shard_chunk, samples, raw_len
+     * and raw_min set, as for submit), with as few requests as it can (TCP: MGET,
+     * source_tcp.c), waiting for all of them. Nothing may be outstanding on conn. Fills each
+     * chunk's stored / stored_cap (from env->pool) and entry, checks the stored bytes against
+     * entry.stored_checksum and the entry against the manifest, and sets status[i]: 0, or that
+     * chunk's own error (DSC_ECORRUPT, DSC_EUNAVAIL, DSC_ECHUNKSUM, DSC_ENOTFOUND, DSC_EBADREQ,
+     * DSC_EPROTO for an entry the manifest contradicts, ...; its stored buffer, if any, is still
+     * the caller's to give back). *wire grows by the stored bytes received. Returns the number
+     * of chunks with status 0, or an error for the whole call (every status then holds it):
+     * *conn_bad 1 when the connection is unusable (a connection error), else 0 (DSC_ENOTFOUND,
+     * DSC_ECHANGED: the dataset itself). */
+    int (*mget)(void *conn, dsc_chunk_ent_t **chunks, uint32_t count, int *status, int *conn_bad,
+                uint64_t *wire);
     /* Optional (NULL: the source has no server to tell): sends a REPORT request (body from
      * proto/report.h) with request id `id` (DSC_SOURCE_REPORT_ID set); complete() drops its
      * answer, whatever its status. Returns 0, or an error after which the connection is

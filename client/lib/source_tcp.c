@@ -1,6 +1,8 @@
 /* Data source "tcp": chunks from a dscached server by pipelined GET requests on a blocking TCP
- * connection (conn.c), received straight into pooled buffers; the manifest by a MANIFEST call. */
+ * connection (conn.c), received straight into pooled buffers; the manifest by a MANIFEST call;
+ * batches of chunks of any shards by MGET (multiget.c). */
 #include "conn.h"
+#include "multiget.h"
 #include "placement.h"
 #include "source.h"
 #include "util.h"
@@ -249,6 +251,72 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
     return 0;
 }
 
+/* Stored bytes of a batched fetch: from the loader's buffer pool, the capacity kept per chunk. */
+typedef struct tcp_mget_arg {
+    dsc_bufpool_t *pool;
+    dsc_chunk_ent_t **chunks;
+} tcp_mget_arg_t;
+
+static void *tcp_mget_alloc(void *arg, uint32_t index, size_t len) {
+    tcp_mget_arg_t *a = arg;
+    dsc_chunk_ent_t *ent = a->chunks[index];
+    ent->stored = dsc__bufpool_get(a->pool, len, &ent->stored_cap);
+    return ent->stored;
+}
+
+/* Chunks of any shards by MGET (the GET fallback on a server without it: multiget.h), each
+ * checked against its stored checksum and against the manifest as tcp_complete checks it. */
+static int tcp_mget(void *conn, dsc_chunk_ent_t **chunks, uint32_t count, int *status,
+                    int *conn_bad, uint64_t *wire) {
+    tcp_conn_t *c = conn;
+    const dsc_source_env_t *env = c->ep->env;
+    *conn_bad = 0;
+    dsc_mget_chunk_t small[64];
+    dsc_mget_chunk_t *mc = count <= 64 ? small : malloc(count * sizeof *mc);
+    if (mc == NULL)
+        return DSC_ENOMEM;
+    for (uint32_t i = 0; i < count; i++) {
+        mc[i].shard = chunks[i]->shard;
+        mc[i].chunk = chunks[i]->shard_chunk;
+    }
+    tcp_mget_arg_t arg = {env->pool, chunks};
+    uint64_t version = env->manifest != NULL ? env->manifest->version : 0;
+    int rc = dsc__conn_mget(c->conn, env->dataset, version, mc, count, tcp_mget_alloc, &arg, wire);
+    int ok = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        dsc_chunk_ent_t *ent = chunks[i];
+        status[i] = mc[i].status;
+        if (status[i] == 0) {
+            ent->entry = mc[i].entry;
+            if (ent->entry.sample_count != ent->samples ||
+                !dsc__chunk_raw_len_ok(ent, ent->entry.raw_len)) {
+                DSC_LOG(env->log, DSC_LOG_ERROR,
+                        "server %s: shard %u chunk %u holds %u samples (%u bytes), the manifest "
+                        "says %u",
+                        c->ep->addr, ent->shard, ent->shard_chunk, ent->entry.sample_count,
+                        ent->entry.raw_len, ent->samples);
+                status[i] = DSC_EPROTO;
+            }
+        } else if (rc >= 0 && status[i] != DSC_ENOMEM) {
+            /* Unavailable, corrupt or gone there: the caller may ask another peer. */
+            DSC_LOG(env->log, DSC_LOG_WARN, "server %s: MGET %s shard %u chunk %u: %s", c->ep->addr,
+                    env->dataset, ent->shard, ent->shard_chunk, dsc_strerror(status[i]));
+        }
+        ok += status[i] == 0;
+    }
+    if (mc != small)
+        free(mc);
+    if (rc < 0) {
+        /* The dataset itself (not found, changed) leaves the connection usable. */
+        *conn_bad = rc != DSC_ENOTFOUND && rc != DSC_ECHANGED && rc != DSC_EUNAUTH;
+        DSC_LOG(env->log, DSC_LOG_WARN, "server %s: MGET %s: %s%s%s", c->ep->addr, env->dataset,
+                dsc_strerror(rc), dsc_conn_last_error(c->conn)[0] ? ": " : "",
+                dsc_conn_last_error(c->conn));
+        return rc;
+    }
+    return ok;
+}
+
 /* A REPORT answer consumed while idle: its figures are kept as in tcp_complete. */
 static void keep_answer(void *arg, const dsc_frame_header_t *h, const uint8_t *body) {
     tcp_conn_t *c = arg;
@@ -317,6 +385,7 @@ const dsc_source_ops_t dsc__source_tcp = {
     .open = tcp_open,
     .submit = tcp_submit,
     .complete = tcp_complete,
+    .mget = tcp_mget,
     .report = tcp_report,
     .report_answer = tcp_report_answer,
     .hint = tcp_hint,

@@ -2,6 +2,7 @@
  * frames, rejection of hostile headers and bodies, status/error mapping. */
 #include "auth.h"
 #include "hint.h"
+#include "mget.h"
 #include "protocol.h"
 #include "report.h"
 #include "testlib.h"
@@ -784,9 +785,10 @@ static void test_mapping(void) {
 
     /* Opcodes. */
     static const uint32_t ops[] = {
-        DSC_OP_HELLO,        DSC_OP_PING,     DSC_OP_LIST,   DSC_OP_MANIFEST, DSC_OP_GET,
-        DSC_OP_STAT,         DSC_OP_MEMBERS,  DSC_OP_AUTH,   DSC_OP_WARM,     DSC_OP_EVICT,
-        DSC_OP_RDMA_CONNECT, DSC_OP_RDMA_GET, DSC_OP_REPORT, DSC_OP_POLICY,   DSC_OP_HINT};
+        DSC_OP_HELLO,  DSC_OP_PING,   DSC_OP_LIST,         DSC_OP_MANIFEST,
+        DSC_OP_GET,    DSC_OP_STAT,   DSC_OP_MEMBERS,      DSC_OP_AUTH,
+        DSC_OP_WARM,   DSC_OP_EVICT,  DSC_OP_RDMA_CONNECT, DSC_OP_RDMA_GET,
+        DSC_OP_REPORT, DSC_OP_POLICY, DSC_OP_HINT,         DSC_OP_MGET};
     int known = 0;
     for (uint32_t op = 0; op < 300; op++) {
         int k = dsc_opcode_known(op);
@@ -861,6 +863,12 @@ static int seed_body_ok(const dsc_frame_header_t *h, const uint8_t *body, size_t
         uint32_t accepted;
         return response ? dsc_hint_resp_decode(body, len, &accepted) == 0
                         : dsc_hint_req_decode(body, len, &req) == 0;
+    }
+    case DSC_OP_MGET: {
+        dsc_mget_req_t req;
+        dsc_mget_resp_t resp;
+        return response ? dsc_mget_resp_decode(body, len, &resp) == 0
+                        : dsc_mget_req_decode(body, len, &req) == 0;
     }
     case DSC_OP_PING:
         return 1;
