@@ -543,8 +543,8 @@ static void check_cache_budget(dsc_loader_t *loader) {
         loader->cfg.opt.cache_bytes = need > DEFAULT_CACHE_BYTES ? need : DEFAULT_CACHE_BYTES;
         return;
     }
-    if (need <= loader->cfg.opt.cache_bytes)
-        return;
+    if (need <= loader->cfg.opt.cache_bytes || dsc__order_is_caller(loader))
+        return; /* the caller's order has no shuffle window */
     uint64_t fit =
         loader->cfg.opt.cache_bytes > edge
             ? (loader->cfg.opt.cache_bytes - edge) / DSC__WINDOWS_HELD / loader->cfg.sample_bytes
