@@ -222,6 +222,8 @@ static int plan_one(dsc_loader_t *loader) {
         }
         /* Direct placement stays possible while all of the chunk's needs form one run, in
          * chunk order from its first sample, inside this step. */
+        if (ent->idle)
+            dsc__chunk_idle_remove(&loader->chunks, ent); /* decoded already: needed again */
         if (ent->refs == 0) {
             ent->run_ok = loc.in_chunk == 0;
             ent->run_seq = seq;
@@ -518,11 +520,13 @@ void *dsc__sched_main(void *arg) {
             (last == 0 || loader->sched.plan_epoch < last) &&
             (!dsc__order_is_caller(loader) ||
              loader->sched.plan_seq < loader->sched.caller.push_seq) &&
-            (loader->chunks.held_bytes < loader->cfg.cache_bytes ||
+            (loader->chunks.held_bytes - loader->chunks.idle_bytes < loader->cfg.cache_bytes ||
              loader->sched.plan_seq <= loader->cons.cons_seq)) {
             int rc = plan_one(loader);
             if (rc < 0)
                 dsc__loader_fail(loader, rc);
+            /* Idle chunks (order caller) make room for the planned ones. */
+            dsc__chunk_idle_trim(&loader->chunks, &loader->cfg.pool, loader->cfg.cache_bytes);
             progress = 1;
         }
         if (!progress)
