@@ -8,11 +8,12 @@ from one warmed dscached. Per sample size:
     median of the per-round ratios caller / own (target >= 0.8x);
   - the stall (share of the step spent in next()) of each at a fixed step: --compute-ms per
     batch (default: twice the own order's mean batch time measured above);
-  - wire bytes per epoch over the stored size, for each.
+  - wire bytes per epoch over the stored size, for each (--cache-fraction F gives both loaders
+    a cache_bytes of F times the decoded dataset: below 1 the caller's random order refetches).
 Prints a markdown table and, with --json, the figures.
 
 usage: /usr/bin/python3 tests/bench/bench_loader_caller.py [--bin DIR] [--rounds N] [--epochs N]
-           [--compute-ms MS] [--json FILE]
+           [--compute-ms MS] [--cache-fraction F] [--json FILE]
 DIR holds dscached and dscache (default: build/bin); libdscache.so is found through DSCACHE_LIB
 or DIR/../lib. Needs numpy and torch (for DistributedSampler). The server started is killed by
 PID before the script exits.
@@ -89,8 +90,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--compute-ms", type=float, default=0.0)
+    ap.add_argument("--cache-fraction", type=float, default=0.0,
+                    help="cache_bytes of both loaders as this fraction of the dataset's decoded "
+                    "bytes (default 0: the loaders' default, 256 MiB, which holds each dataset)")
     ap.add_argument("--json")
     args = ap.parse_args()
     if "DSCACHE_LIB" not in os.environ:
@@ -111,18 +115,23 @@ def main():
                            check=True, stdout=subprocess.DEVNULL)
             dirs.append(d)
         proc, addr = start_server(args.bin, work, dirs)
-        for (name, _, n), d in zip(SIZES, dirs):
+        for (name, field, n), d in zip(SIZES, dirs):
             stored = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)
                          if f.endswith(".dsc"))
 
+            sample_bytes = int(field.rsplit(":", 1)[1]) + 8
+            cache = {}
+            if args.cache_fraction > 0:
+                cache["cache_bytes"] = int(args.cache_fraction * n * sample_bytes)
+
             def own():
                 return dscache.Loader(servers=[addr], dataset="b" + name, batch_size=BATCH,
-                                      seed=1), None
+                                      seed=1, **cache), None
 
             def caller():
                 s = DistributedSampler(range(n), num_replicas=1, rank=0, shuffle=True, seed=1)
                 return dscache.Loader(servers=[addr], dataset="b" + name, batch_size=BATCH,
-                                      seed=1, order=s), s
+                                      seed=1, order=s, **cache), s
 
             rounds, owns, callers = [], [], []
             for _ in range(args.rounds):
@@ -145,6 +154,7 @@ def main():
                 "own_wire_x": statistics.median(r["wire_per_epoch"] for r in owns) / stored,
                 "caller_wire_x": statistics.median(r["wire_per_epoch"] for r in callers) / stored,
                 "samples": n, "stored_bytes": stored,
+                "cache_bytes": cache.get("cache_bytes", 0),
             }
     finally:
         if proc is not None:
