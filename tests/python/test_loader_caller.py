@@ -1,6 +1,7 @@
 """dscache.Loader(order=sampler) through a real dscached (docs/order.md#the-callers-order):
 batches equal the sampler's order batch for batch, byte-equal to the source arrays, for a
-flat list (with and without drop_last), a numpy array, index batches of varying size (a
+flat list (with and without drop_last; its second epoch served from the chunks kept, with no
+fetch), a numpy array, index batches of varying size (a
 Megatron-style batch sampler) and, with torch, a BatchSampler; torch's DistributedSampler on 2
 ranks gives each rank exactly its indices (over two epochs, set_epoch between); a loader
 stopped mid-epoch resumes exactly in a new loader given a sampler in the same state (and one in
@@ -70,7 +71,13 @@ perm = rng.permutation(N).tolist() + [3, 3, 999, 0, 17]
 ld = loader(perm)
 t.check(batches(ld) == cut(perm, B), "flat list: batch for batch")
 t.check(batches(ld) == cut(perm, B), "flat list: second epoch the same")
-t.check(ld.stats()["epoch"] == 2 and len(ld) == len(cut(perm, B)), "two epochs, len")
+st = ld.stats()
+t.check(st["epoch"] == 2 and len(ld) == len(cut(perm, B)), "two epochs, len")
+# The dataset fits in cache_bytes: the chunks decoded for epoch 0 are kept for epoch 1 (whose
+# order the loader learns only when it starts), which fetches nothing.
+t.check(st["epoch_wire_bytes"] == 0 and st["wire_bytes"] > 0,
+        "second epoch from kept chunks: %d wire bytes (%d in all)"
+        % (st["epoch_wire_bytes"], st["wire_bytes"]))
 ld.close()
 ld = loader(perm, drop_last=True)
 t.check(batches(ld) == cut(perm, B, True), "flat list, drop_last")
