@@ -6,7 +6,8 @@ Megatron-style batch sampler) and, with torch, a BatchSampler; torch's Distribut
 ranks gives each rank exactly its indices (over two epochs, set_epoch between); a loader
 stopped mid-epoch resumes exactly in a new loader given a sampler in the same state (and one in
 another state is refused with BadState); hints go out along the caller's order (a read-through
-server stages the hinted chunks and serves GETs from them, none left unused); every bad input
+server stages the hinted chunks and serves GETs from them, none left unused, several times more
+than with the queue's hints alone); every bad input
 (not an index, out of range, negative, rank / shuffle options with order=, drop_last with
 batches, an oversized or empty batch, a used-up generator) raises a clear error naming it."""
 import json
@@ -30,6 +31,52 @@ except ImportError:
 
 env = te.Env()
 t = te.Checks()
+# Hints along the caller's order: a server that reads through (nothing resident: no --warm)
+# with read-ahead staging; a loader whose cache holds a few batches' chunks, with a consumer
+# slow enough for the hint horizon to measure its steps, names the chunks of the batches pushed
+# ahead (beyond what it plans) before it asks for them. The server stages them and answers GETs
+# from them; a staged range never asked for would be dropped unused after --staging-ttl. Run in
+# a child process each (DSCACHE_HINT_SECONDS is read once per process): with the horizon, and
+# with hints of the queue only (DSCACHE_HINT_SECONDS=0), which stages several times fewer.
+def hint_run():
+    hz_n = 6000
+    hz = env.ingest_npy("hzds", {"v": np.arange(hz_n * 64, dtype=np.int64).reshape(hz_n, 64)},
+                        compress="none", chunk_size="16K")
+    port_file = os.path.join(env.dir, "hz.port")
+    proc = subprocess.Popen(te.DIE_WITH_TEST + [
+        os.path.join(te.BIN, "dscached"), "--listen", "127.0.0.1:0", "--http", "off",
+        "--port-file", port_file, "--log-level", "error", "--threads", "2", "--data", hz,
+        "--memory", "1M", "--staging-ttl", "1"])
+    env.procs.append(proc)
+    for _ in range(200):
+        if os.path.exists(port_file) and os.path.getsize(port_file) > 0:
+            break
+        time.sleep(0.05)
+    hz_addr = "127.0.0.1:" + open(port_file).read().strip()
+    order = np.random.default_rng(3).permutation(hz_n)[:1200]
+    ld = dscache.Loader(servers=[hz_addr], dataset="hzds", batch_size=8, order=order,
+                        indices=True, cache_bytes=64 << 10, inflight_bytes=32 << 10,
+                        order_ahead=64)
+    got = []
+    for batch in ld:
+        t.check(np.array_equal(batch["v"], (batch["__index__"][:, None] * 64 +
+                                            np.arange(64)).astype(np.int64)), "hz batch bytes")
+        got.extend(batch["__index__"].tolist())
+        time.sleep(0.004)
+    t.check(got == order.tolist(), "hz: the caller's order")
+    ld.close()
+    time.sleep(2.5)  # past --staging-ttl: what was staged and never asked for is dropped
+    stat = json.loads(subprocess.run([os.path.join(te.BIN, "dscache"), "stat", "--server",
+                                      hz_addr, "--json"], check=True,
+                                     capture_output=True).stdout)
+    sg = stat["store"]["staging"]
+    print(json.dumps({k: sg[k] for k in ("hints", "accepted", "staged", "hits", "joined",
+                                         "dropped_unused")}))
+    return t.done()
+
+
+if sys.argv[1:] == ["hints"]:
+    sys.exit(hint_run())
 N = 1000
 B = 16
 rng = np.random.default_rng(5)
@@ -230,44 +277,21 @@ ld.set_epoch(5)
 t.check(batches(ld) == [[0, 1], [2, 3]], "usable after a refused item")
 ld.close()
 
-# Hints along the caller's order: a server that reads through (nothing resident: no --warm)
-# with read-ahead staging; a loader whose cache holds a few batches' chunks, with a consumer
-# slow enough for the hint horizon to measure its steps, names the chunks of the batches pushed
-# ahead before it asks for them. The server stages them and answers GETs from them; a staged
-# range never asked for would be dropped unused after --staging-ttl.
-hz_n = 6000
-hz = env.ingest_npy("hzds", {"v": np.arange(hz_n * 64, dtype=np.int64).reshape(hz_n, 64)},
-                    compress="none", chunk_size="16K")
-port_file = os.path.join(env.dir, "hz.port")
-proc = subprocess.Popen(te.DIE_WITH_TEST + [
-    os.path.join(te.BIN, "dscached"), "--listen", "127.0.0.1:0", "--http", "off", "--port-file",
-    port_file, "--log-level", "error", "--threads", "2", "--data", hz, "--memory", "1M",
-    "--staging-ttl", "1"])
-env.procs.append(proc)
-for _ in range(200):
-    if os.path.exists(port_file) and os.path.getsize(port_file) > 0:
-        break
-    time.sleep(0.05)
-hz_addr = "127.0.0.1:" + open(port_file).read().strip()
-order = np.random.default_rng(3).permutation(hz_n)[:1200]
-ld = dscache.Loader(servers=[hz_addr], dataset="hzds", batch_size=8, order=order, indices=True,
-                    cache_bytes=64 << 10, inflight_bytes=32 << 10, order_ahead=64)
-got = []
-for batch in ld:
-    t.check(np.array_equal(batch["v"], (batch["__index__"][:, None] * 64 +
-                                        np.arange(64)).astype(np.int64)), "hz batch bytes")
-    got.extend(batch["__index__"].tolist())
-    time.sleep(0.004)
-t.check(got == order.tolist(), "hz: the caller's order")
-ld.close()
-time.sleep(2.5)  # past --staging-ttl: what was staged and never asked for is dropped
-stat = json.loads(subprocess.run([os.path.join(te.BIN, "dscache"), "stat", "--server", hz_addr,
-                                  "--json"], check=True, capture_output=True).stdout)
-sg = stat["store"]["staging"]
-print("staging: %s" % {k: sg[k] for k in ("hints", "accepted", "staged", "hits", "joined",
-                                          "dropped_unused")})
-t.check(sg["accepted"] > 0 and sg["staged"] > 0, "hinted chunks were staged")
-t.check(sg["hits"] + sg["joined"] > 0, "GETs answered from staged ranges")
-t.check(sg["dropped_unused"] == 0, "no staged range left unused (%d)" % sg["dropped_unused"])
+runs = {}
+for name, extra in (("horizon", {}), ("queue", {"DSCACHE_HINT_SECONDS": "0"})):
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "hints"],
+                       env=dict(os.environ, **extra), capture_output=True, text=True)
+    t.check(p.returncode == 0, "hint run %s: %s" % (name, p.stderr[-2000:]))
+    runs[name] = json.loads(p.stdout.strip().splitlines()[-2]) if p.returncode == 0 else None
+    print("staging, %s: %s" % (name, runs[name]))
+if runs["horizon"] and runs["queue"]:
+    h, q = runs["horizon"], runs["queue"]
+    t.check(h["accepted"] > 0 and h["hits"] + h["joined"] > 0,
+            "hinted chunks were staged and GETs answered from them")
+    t.check(h["dropped_unused"] == 0, "no staged range left unused (%d): the hints followed "
+            "the caller's order" % h["dropped_unused"])
+    t.check(h["hits"] + h["joined"] > 2 * (q["hits"] + q["joined"]),
+            "the horizon reads ahead along the pushed order: %d GETs from staged ranges, %d with "
+            "the queue's hints only" % (h["hits"] + h["joined"], q["hits"] + q["joined"]))
 
 sys.exit(t.done())
