@@ -554,7 +554,9 @@ class Loader:
         weights_only=True keep it as is) holding the epoch and where it stands (local order: steps done at each world size this
         epoch; global: the global position), the same on every rank and resumable on any world
         size; loading it into a loader with another seed, shuffle, shuffle_window or order raises
-        BadState instead of resuming into another order."""
+        BadState instead of resuming into another order. order=sampler: the position in the
+        caller's order, also as "epoch", "batches" and "samples" (ints) for the sampler's state
+        (docs/order.md#the-callers-order)."""
         buf = ctypes.create_string_buffer(192)
         n = _check(self._lib.dsc_loader_state_save(self._h(), buf, 192))
         out = {"dscache_state": buf.raw[:n].hex()}
