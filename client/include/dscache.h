@@ -75,7 +75,8 @@ typedef struct dsc_loader_options {
                   rank reads a contiguous run of the shuffled chunks, so the job receives about
                   the stored dataset once per epoch at any world size; DSC_ORDER_GLOBAL: one
                   world-size-independent order cut into rank blocks per step (every rank reads
-                  about the whole dataset per epoch) */
+                  about the whole dataset per epoch); DSC_ORDER_CALLER: the batches the caller
+                  pushes (dsc_loader_push_order) */
     uint64_t max_held_bytes; /* bound on the batch slot bytes the caller may hold at once:
                                 batches kept past the next next() (dsc_batch_retain, DLPack
                                 tensors not yet deleted) each hold a slot; when every slot is
@@ -104,17 +105,24 @@ typedef struct dsc_loader_options {
      * 0: every variable field as values + offsets, with the default budget. */
     const struct dsc_field_options *field_options;
     uint32_t field_option_count;
-    int ignore_rank_env; /* 0 (default): create fails with DSC_EINVAL, naming both, when
-                            RANK or WORLD_SIZE is set in the environment (torchrun, Slurm
-                            and MPI launchers) and disagrees with rank / world_size, since
-                            such a process would read another rank's samples (or all of
-                            them); 1: no check, for a process meant to read on its own */
-    uint64_t epochs;     /* epochs the job runs, counted from epoch 0 (0, the default: no limit).
-                            Nothing of epoch `epochs` or later is planned or fetched, so the last
-                            epoch's look-ahead fetches nothing for an epoch that never comes (a
-                            one-epoch job receives its share once); next() ends each pass there at
-                            once with DSC_EOF. Without it the loader fetches the next epoch's first
-                            steps ahead (docs/order.md, "Network bytes") */
+    int ignore_rank_env;  /* 0 (default): create fails with DSC_EINVAL, naming both, when
+                             RANK or WORLD_SIZE is set in the environment (torchrun, Slurm
+                             and MPI launchers) and disagrees with rank / world_size, since
+                             such a process would read another rank's samples (or all of
+                             them); 1: no check, for a process meant to read on its own */
+    uint64_t epochs;      /* epochs the job runs, counted from epoch 0 (0, the default: no limit).
+                             Nothing of epoch `epochs` or later is planned or fetched, so the last
+                             epoch's look-ahead fetches nothing for an epoch that never comes (a
+                             one-epoch job receives its share once); next() ends each pass there at
+                             once with DSC_EOF. Without it the loader fetches the next epoch's first
+                             steps ahead (docs/order.md, "Network bytes") */
+    uint32_t order_ahead; /* order DSC_ORDER_CALLER: batches the caller may push ahead of next()
+                             (dsc_loader_push_order): how far the loader sees the caller's
+                             order, so that it plans fetches and hints servers along it. 0 (the
+                             default): the batches whose decoded bytes fill cache_bytes, at least
+                             those filling inflight_bytes plus prefetch_batches, at most the
+                             smaller of 1024 and 2^18 / batch_size. At most 2^20 / batch_size;
+                             ignored by the other orders (docs/order.md#the-callers-order) */
 } dsc_loader_options_t;
 
 /* How one variable-length field is handed out (dsc_loader_options_t.field_options). */
@@ -175,6 +183,12 @@ DSC_EXTERN int dsc_field_options_init(dsc_field_options_t *options, size_t size)
 
 #define DSC_ORDER_LOCAL 0
 #define DSC_ORDER_GLOBAL 1
+/* The caller's order: the loader hands out exactly the batches the caller pushes with
+ * dsc_loader_push_order (a sampler's indices), in that order. The caller's order is this rank's
+ * already (its sampler splits the ranks): create refuses world_size other than 1, rank other than
+ * 0, drop_last, shuffle_window and epochs with it, and skips the RANK / WORLD_SIZE check; shuffle
+ * plays no part (seed still keys image augmentation). docs/order.md#the-callers-order. */
+#define DSC_ORDER_CALLER 2
 
 /* Fills the first `size` bytes of *options with the defaults above (servers and dataset NULL)
  * and sets struct_size = size: pass sizeof *options, as DSC_LOADER_OPTIONS_INIT does, so that a
@@ -241,13 +255,50 @@ DSC_EXTERN int dsc_loader_last_error(const dsc_loader_t *loader, char *buf, size
 
 /* Starts epoch `epoch` from its first batch (drops what was prefetched). Returns 0 or DSC_E*. */
 DSC_EXTERN int dsc_loader_set_epoch(dsc_loader_t *loader, uint64_t epoch);
-/* Batches this rank gets per epoch. */
+/* Batches this rank gets per epoch (order DSC_ORDER_CALLER: 0, the caller's order decides). */
 DSC_EXTERN uint64_t dsc_loader_len(const dsc_loader_t *loader);
+
+/* ---- The caller's order (DSC_ORDER_CALLER) -------------------------------------------------
+ * The caller pushes its order one batch at a time, ahead of next(): next() hands out the pushed
+ * batches in push order, each with exactly the pushed indices in that order (a batch of n
+ * samples), then DSC_EOF at the end mark. Pushed batches are planned, fetched and hinted to the
+ * servers like the loader's own steps (as far as cache_bytes allows; the rest is hinted, up to
+ * the hint horizon), within the same in-flight budgets. The loader holds at most order_ahead
+ * batches (and end marks) pushed but not yet handed out: push while the room is > 0.
+ *
+ * Epochs: the batches pushed after an end mark belong to the next epoch (set_epoch(e) drops
+ * everything pushed and starts epoch e with nothing pushed). The state (dsc_loader_state_save)
+ * holds the epoch, the batches and samples handed out in it and a hash of their indices; after
+ * dsc_loader_state_load the caller pushes the epoch's order from its beginning again (the same
+ * sampler in the same state, e.g. torch's DistributedSampler after set_epoch(e)): the loader
+ * skips the samples already handed out, checks that they are the ones the state saw, and hands
+ * out the rest (a pushed batch that straddles the point is handed out from it: its remainder
+ * alone). */
+
+/* dsc_loader_push_order flags. */
+#define DSC_PUSH_END 1 /* the epoch ends after this push's batch (n may be 0: the mark alone) */
+
+/* Appends one batch of the caller's order: n (1 .. batch_size) dataset sample indices, copied
+ * (0 with DSC_PUSH_END: only the end mark). Never blocks. Returns the room left (batches the
+ * loader takes now, >= 0), or DSC_EINVAL (the loader's order is not DSC_ORDER_CALLER, n over
+ * batch_size, n 0 without DSC_PUSH_END, indices NULL with n > 0, unknown flags), DSC_ERANGE (an
+ * index >= the dataset's samples: the log names it, its position in the epoch's order and the
+ * dataset's length), DSC_EAGAIN (no room: call next() first), DSC_EBADSTATE (after state_load:
+ * the indices pushed differ from those the state saw; the log says where), or the loader's
+ * failure. On any error nothing of this push is taken and, but for a failed loader, the loader
+ * stays usable. next() with nothing pushed ahead and no end mark returns DSC_EAGAIN (no
+ * failure). Not thread-safe per loader (call it from next()'s thread). */
+DSC_EXTERN int dsc_loader_push_order(dsc_loader_t *loader, const uint64_t *indices, size_t n,
+                                     int flags);
+/* The room dsc_loader_push_order would return now (0 when the loader's order is not
+ * DSC_ORDER_CALLER). */
+DSC_EXTERN int dsc_loader_order_room(const dsc_loader_t *loader);
 /* Samples in the dataset. */
 DSC_EXTERN uint64_t dsc_loader_dataset_samples(const dsc_loader_t *loader);
 
 /* Loader state for resume, a small versioned byte string: the epoch and where it stands (global
- * order: the global position; local order: the steps done at each world size this epoch), with
+ * order: the global position; local order: the steps done at each world size this epoch; the
+ * caller's order: the batches and samples handed out this epoch and a hash of their indices), with
  * what the order depends on (seed, dataset size, shuffle, shuffle_window, order). A state taken
  * on any rank resumes every rank, on any world size (docs/order.md). save returns the bytes
  * written, or the bytes needed when cap is too small (then nothing is written) ; load returns 0,

@@ -62,7 +62,44 @@ void dsc__chunk_insert(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent) {
     t->held_bytes += ent->raw_len;
 }
 
+void dsc__chunk_idle_push(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent) {
+    ent->idle = 1;
+    ent->idle_next = NULL;
+    ent->idle_prev = t->idle_tail;
+    if (ent->idle_prev != NULL)
+        ent->idle_prev->idle_next = ent;
+    else
+        t->idle_head = ent;
+    t->idle_tail = ent;
+    t->idle_bytes += ent->raw_len;
+}
+
+void dsc__chunk_idle_remove(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent) {
+    if (!ent->idle)
+        return;
+    if (ent->idle_prev != NULL)
+        ent->idle_prev->idle_next = ent->idle_next;
+    else
+        t->idle_head = ent->idle_next;
+    if (ent->idle_next != NULL)
+        ent->idle_next->idle_prev = ent->idle_prev;
+    else
+        t->idle_tail = ent->idle_prev;
+    ent->idle_prev = ent->idle_next = NULL;
+    ent->idle = 0;
+    t->idle_bytes -= ent->raw_len;
+}
+
+void dsc__chunk_idle_trim(dsc_chunk_table_t *t, dsc_bufpool_t *pool, uint64_t limit) {
+    while (t->idle_head != NULL && t->held_bytes > limit) {
+        dsc_chunk_ent_t *ent = t->idle_head;
+        dsc__chunk_unlink(t, ent);
+        dsc__chunk_free(pool, ent);
+    }
+}
+
 void dsc__chunk_unlink(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent) {
+    dsc__chunk_idle_remove(t, ent);
     dsc_chunk_ent_t **pp = &t->buckets[hash_gid(ent->gid) & t->bucket_mask];
     while (*pp != NULL && *pp != ent)
         pp = &(*pp)->hnext;
@@ -136,6 +173,8 @@ void dsc__chunk_table_reset(dsc_chunk_table_t *t, dsc_bufpool_t *pool, uint64_t 
         t->buckets[b] = NULL;
     }
     t->held_bytes = 0;
+    t->idle_head = t->idle_tail = NULL;
+    t->idle_bytes = 0;
 }
 
 void dsc__chunk_table_free(dsc_chunk_table_t *t, dsc_bufpool_t *pool) {

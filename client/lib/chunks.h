@@ -56,6 +56,10 @@ typedef struct dsc_chunk_ent {
     uint32_t run_k;
     struct dsc_chunk_ent *hnext; /* hash chain */
     struct dsc_chunk_ent *qnext; /* fetch or decode queue */
+    /* On the table's idle list (order caller): decoded, needed by no planned step, kept for a
+     * later need. */
+    int idle;
+    struct dsc_chunk_ent *idle_prev, *idle_next;
 } dsc_chunk_ent_t;
 
 typedef struct dsc_chunk_queue {
@@ -69,6 +73,11 @@ typedef struct dsc_chunk_table {
     dsc_chunk_ent_t **buckets;
     uint64_t bucket_mask;
     uint64_t held_bytes; /* raw bytes of the entries in the table */
+    /* Idle entries (order caller: decode.c keeps a decoded chunk no planned step needs, since the
+     * caller's later order is not known yet), oldest first; their raw bytes, part of held_bytes.
+     * The planner takes one back (dsc__chunk_idle_remove) when a step needs it again. */
+    dsc_chunk_ent_t *idle_head, *idle_tail;
+    uint64_t idle_bytes;
 } dsc_chunk_table_t;
 
 /* Errors that say the bytes of a chunk are damaged at their source (a server answered CORRUPT,
@@ -106,6 +115,12 @@ int dsc__chunk_table_init(dsc_chunk_table_t *t, uint64_t chunks);
 dsc_chunk_ent_t *dsc__chunk_find(const dsc_chunk_table_t *t, uint64_t gid);
 void dsc__chunk_insert(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent);
 void dsc__chunk_unlink(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent);
+/* Puts an entry of the table (refs 0, decoded) at the idle list's tail. */
+void dsc__chunk_idle_push(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent);
+/* Takes an idle entry off the list (it stays in the table). */
+void dsc__chunk_idle_remove(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent);
+/* Unlinks and frees idle entries, oldest first, while held_bytes > limit. */
+void dsc__chunk_idle_trim(dsc_chunk_table_t *t, dsc_bufpool_t *pool, uint64_t limit);
 /* Sets the entry's raw_len (its exact size, once known), keeping held_bytes true. */
 void dsc__chunk_resize(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent, uint64_t raw_len);
 /* Gives the entry's buffers back to the pool and frees it. NULL is a no-op. */

@@ -451,7 +451,14 @@ static uint32_t unref_step(dsc_loader_t *loader, dsc_step_t *st) {
     uint32_t freed = 0;
     for (uint32_t k = 0; k < st->count; k++) {
         dsc_chunk_ent_t *ent = st->src[k];
-        if (--ent->refs == 0) {
+        if (--ent->refs == 0 && dsc__order_is_caller(loader) && ent->state == CH_READY &&
+            !ent->placed && ent->raw != NULL) {
+            /* The caller's later order is not known yet: kept decoded while cache_bytes allows
+             * (the planner drops the oldest idle ones to make room), so that a later need,
+             * e.g. of the sampler's next epoch, does not fetch it again. */
+            dsc__chunk_idle_push(&loader->chunks, ent);
+            freed++; /* room for the planner all the same */
+        } else if (ent->refs == 0) {
             dsc__chunk_unlink(&loader->chunks, ent);
             dsc__chunk_free(&loader->cfg.pool, ent);
             freed++;

@@ -210,8 +210,23 @@ static int check_options(const dsc_loader_options_t *o, const dsc_logger_t *log)
         bad = "timeout_ms must be at most an hour (0: the default, 5000)";
     else if (o->device < -1)
         bad = "device must be -1 (host) or a CUDA device index";
-    else if (o->order != DSC_ORDER_LOCAL && o->order != DSC_ORDER_GLOBAL)
-        bad = "order must be DSC_ORDER_LOCAL (0) or DSC_ORDER_GLOBAL (1)";
+    else if (o->order != DSC_ORDER_LOCAL && o->order != DSC_ORDER_GLOBAL &&
+             o->order != DSC_ORDER_CALLER)
+        bad = "order must be DSC_ORDER_LOCAL (0), DSC_ORDER_GLOBAL (1) or DSC_ORDER_CALLER (2)";
+    else if (o->order == DSC_ORDER_CALLER && (o->world_size != 1 || o->rank != 0))
+        bad = "order DSC_ORDER_CALLER takes the caller's order as this rank's (its sampler splits "
+              "the ranks, e.g. torch's DistributedSampler): world_size must be 1 and rank 0";
+    else if (o->order == DSC_ORDER_CALLER && o->drop_last)
+        bad = "order DSC_ORDER_CALLER hands out the batches as pushed: drop_last does not apply "
+              "(drop the short batch before pushing it)";
+    else if (o->order == DSC_ORDER_CALLER && o->shuffle_window != 0)
+        bad = "order DSC_ORDER_CALLER: the caller's order is not shuffled again (shuffle_window "
+              "must be 0)";
+    else if (o->order == DSC_ORDER_CALLER && o->epochs != 0)
+        bad = "order DSC_ORDER_CALLER: the caller's order says where epochs end (epochs must be "
+              "0)";
+    else if (o->order == DSC_ORDER_CALLER && o->order_ahead > (1u << 20) / o->batch_size)
+        bad = "order_ahead must be at most 2^20 / batch_size";
     if (bad != NULL) {
         DSC_LOG(log, DSC_LOG_ERROR, "invalid loader options: %s", bad);
         return DSC_EINVAL;
@@ -531,8 +546,8 @@ static void check_cache_budget(dsc_loader_t *loader) {
         loader->cfg.opt.cache_bytes = need > DEFAULT_CACHE_BYTES ? need : DEFAULT_CACHE_BYTES;
         return;
     }
-    if (need <= loader->cfg.opt.cache_bytes)
-        return;
+    if (need <= loader->cfg.opt.cache_bytes || dsc__order_is_caller(loader))
+        return; /* the caller's order has no shuffle window */
     uint64_t fit =
         loader->cfg.opt.cache_bytes > edge
             ? (loader->cfg.opt.cache_bytes - edge) / DSC__WINDOWS_HELD / loader->cfg.sample_bytes
@@ -549,6 +564,28 @@ static void check_cache_budget(dsc_loader_t *loader) {
             (unsigned long long)c.window, (unsigned long long)c.per_step,
             (unsigned long long)loader->cfg.sample_bytes, (unsigned long long)c.chunk_max,
             (unsigned long long)need, (unsigned long long)need, lower);
+}
+
+/* Order caller: the batches the caller may push ahead when order_ahead is 0 (dscache.h): those
+ * whose decoded bytes fill cache_bytes, so that the planner sees as far as it may hold chunks,
+ * at least those filling the in-flight budget plus the slots, so that the fetches keep the
+ * budget busy; at most DEFAULT_AHEAD_MAX and 2^18 samples (what the caller pulls from its
+ * sampler at the start of an epoch). */
+#define DEFAULT_AHEAD_MAX 1024u
+static void order_ahead_default(dsc_loader_t *loader) {
+    dsc_loader_options_t *o = &loader->cfg.opt;
+    if (o->order_ahead == 0) {
+        uint64_t step_bytes = (uint64_t)o->batch_size * loader->cfg.sample_bytes;
+        uint64_t ahead = (o->cache_bytes + step_bytes - 1) / step_bytes;
+        uint64_t least = (o->inflight_bytes + step_bytes - 1) / step_bytes + o->prefetch_batches;
+        uint64_t most = (1u << 18) / o->batch_size;
+        most = most < DEFAULT_AHEAD_MAX ? most : DEFAULT_AHEAD_MAX;
+        ahead = ahead > least ? ahead : least;
+        ahead = ahead < most ? ahead : most;
+        o->order_ahead = (uint32_t)(ahead > o->prefetch_batches ? ahead : o->prefetch_batches);
+    }
+    DSC_LOG(&loader->cfg.log, DSC_LOG_INFO,
+            "loader: the caller's order, pushed up to %u batches ahead of next()", o->order_ahead);
 }
 
 /* Why a server list did not parse, in words: the entry without a port, when there is one. */
@@ -732,8 +769,11 @@ static int loader_create(const dsc_loader_options_t *options, int reader, dsc_lo
     loader->stats.st.struct_size = sizeof loader->stats.st;
     dsc__epoch_wire_reset(loader);
     int rc = check_options(&loader->cfg.opt, &loader->cfg.log);
-    if (rc == 0 && !reader)
+    /* A reader has no ranks; with the caller's order the sampler splits them. */
+    if (rc == 0 && !reader && loader->cfg.opt.order != DSC_ORDER_CALLER)
         rc = check_rank_env(&loader->cfg.opt, &loader->cfg.log);
+    if (loader->cfg.opt.order == DSC_ORDER_CALLER)
+        loader->cfg.opt.shuffle = 0; /* the order object only locates samples */
     if (rc < 0)
         goto fail;
     rc = dsc__diag_init(loader, loader->stats.created_at); /* takes the job name while valid */
@@ -860,7 +900,7 @@ static int loader_create(const dsc_loader_options_t *options, int reader, dsc_lo
         rc = DSC_EBADMANIFEST;
         goto fail;
     }
-    rc = reader ? 0 : check_epoch_size(loader);
+    rc = reader || dsc__order_is_caller(loader) ? 0 : check_epoch_size(loader);
     if (rc < 0)
         goto fail;
     if (loader->cfg.opt.shuffle_window == 0) { /* a window of at most AUTO_WINDOW_BYTES */
@@ -897,6 +937,8 @@ static int loader_create(const dsc_loader_options_t *options, int reader, dsc_lo
     else if (loader->cfg.opt.cache_bytes == 0)
         loader->cfg.opt.cache_bytes = DEFAULT_CACHE_BYTES;
     loader->cfg.cache_bytes = loader->cfg.opt.cache_bytes;
+    if (dsc__order_is_caller(loader))
+        order_ahead_default(loader);
     if (loader->cfg.opt.device >= 0) {
         rc = dsc__cuda_open(loader->cfg.opt.device, &loader->cfg.log, &loader->cfg.cuda);
         if (rc < 0)
@@ -1082,6 +1124,13 @@ static int loader_next(dsc_loader_t *loader, dsc_batch_t **out, int retain) {
             st = &loader->sched.steps[loader->cons.cons_seq % loader->sched.step_cap];
             if (st->state == ST_READY)
                 break;
+        } else if (dsc__order_is_caller(loader) &&
+                   loader->cons.cons_seq >= loader->sched.caller.push_seq) {
+            rc = DSC_EAGAIN; /* nothing pushed to wait for: not a failure */
+            DSC_LOG(&loader->cfg.log, DSC_LOG_WARN,
+                    "next(): nothing pushed ahead (order caller): push the epoch's next batch "
+                    "or its end mark first (dsc_loader_push_order)");
+            break;
         } else if (loader->cfg.opt.epochs > 0 &&
                    loader->cons.cons_epoch >= loader->cfg.opt.epochs &&
                    loader->cons.cons_seq >= loader->sched.plan_seq) {
@@ -1120,6 +1169,7 @@ static int loader_next(dsc_loader_t *loader, dsc_batch_t **out, int retain) {
             loader->cons.cons_epoch = st->epoch + 1;
             loader->cons.cons_pos = 0;
             loader->cons.cons_nhist = 0;
+            loader->cons.cons_samples = loader->cons.cons_hash = 0;
             loader->stats.st.epoch = loader->cons.cons_epoch;
             const dsc_epoch_wire_t *ew = &loader->stats.epoch_wire[st->epoch % DSC__EPOCH_RING];
             loader->stats.st.epoch_wire_bytes = ew->epoch == st->epoch ? ew->bytes : 0;
@@ -1135,6 +1185,11 @@ static int loader_next(dsc_loader_t *loader, dsc_batch_t **out, int retain) {
             dsc__batch_hand_out(loader, b);
             loader->cons.cons_epoch = st->epoch;
             loader->cons.cons_pos = st->pos_after;
+            if (dsc__order_is_caller(loader)) { /* where the caller's order stands (state.c) */
+                loader->cons.cons_samples += st->count;
+                for (uint32_t k = 0; k < st->count; k++)
+                    loader->cons.cons_hash = dsc__caller_hash(loader->cons.cons_hash, st->ids[k]);
+            }
             loader->stats.st.epoch = st->epoch;
             loader->stats.st.batches++;
             loader->stats.st.samples += st->count;
@@ -1187,6 +1242,26 @@ DSC_EXTERN int dsc_loader_next_views(dsc_loader_t *loader, dsc_batch_t **out, in
         }
     }
     return (int)(*out)->samples;
+}
+
+DSC_EXTERN int dsc_loader_push_order(dsc_loader_t *loader, const uint64_t *indices, size_t n,
+                                     int flags) {
+    if (loader == NULL)
+        return DSC_EINVAL;
+    pthread_mutex_lock(&loader->lock);
+    int rc = dsc__sched_push(loader, indices, n, flags);
+    pthread_mutex_unlock(&loader->lock);
+    return rc;
+}
+
+DSC_EXTERN int dsc_loader_order_room(const dsc_loader_t *loader) {
+    if (loader == NULL)
+        return 0;
+    dsc_loader_t *l = (dsc_loader_t *)loader; /* the lock only */
+    pthread_mutex_lock(&l->lock);
+    int room = (int)dsc__sched_order_room(loader);
+    pthread_mutex_unlock(&l->lock);
+    return room;
 }
 
 DSC_EXTERN uint64_t dsc_loader_len(const dsc_loader_t *loader) {

@@ -138,6 +138,24 @@ typedef struct dsc__hz_pending {
     double due_at;
 } dsc__hz_pending_t;
 
+/* Order caller (DSC_ORDER_CALLER): one pushed batch, or an end mark; it becomes the step of the
+ * seq it was pushed as (scheduler.c). */
+typedef struct dsc_caller_ent {
+    uint64_t epoch;
+    uint32_t count;
+    int eof;
+    uint64_t *ids; /* batch_size entries */
+} dsc_caller_ent_t;
+
+/* Order caller: the running hash of the indices handed out in an epoch (the state checks a
+ * resumed order against it): splitmix64 of the hash so far and the index, order-sensitive. */
+static inline uint64_t dsc__caller_hash(uint64_t h, uint64_t index) {
+    uint64_t z = h ^ (index + 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 /* One outstanding request on a connection. */
 #define IO_MAX_OUTSTANDING 64
 
@@ -329,6 +347,18 @@ struct dsc_loader {
         int hz_walking;
         uint64_t hz_gen;
         dsc_sample_loc_t *hz_locs; /* batch_size entries */
+        /* Order caller: the batches pushed (dsc__sched_push) and not planned yet, seqs plan_seq
+         * .. push_seq - 1 at ring[seq % ring_cap] (ring_cap: opt.order_ahead; a push is refused
+         * while push_seq - cons.cons_seq is at it). push_epoch: the epoch of the next push;
+         * push_pos: indices pushed in it (skipped ones too), the positions errors name. After a
+         * state_load, skip samples of the epoch are still to be skipped (not planned), and their
+         * hash must come to skip_hash (from skip_seen, the hash of those skipped so far). */
+        struct {
+            dsc_caller_ent_t *ring;
+            uint32_t ring_cap;
+            uint64_t push_seq, push_epoch, push_pos;
+            uint64_t skip, skip_hash, skip_seen, skip_total;
+        } caller;
     } sched;
 
     /* Owner batch.c (slots) and loader.c (the consumer's position). Under lock. */
@@ -342,10 +372,12 @@ struct dsc_loader {
         size_t slot_bytes;
         dsc_batch_t *current; /* handed out, not yet released */
         uint64_t cons_epoch, cons_pos;
-        uint64_t want_epoch; /* the epoch next() was last called for (cons_epoch at its call; a
-                                restart's epoch): the scheduler fetches only what hides latency
-                                of any later epoch (sched.deferred) */
-        uint32_t cons_nhist; /* order local: sched.hist entries before cons_pos's segment */
+        uint64_t want_epoch;   /* the epoch next() was last called for (cons_epoch at its call; a
+                                  restart's epoch): the scheduler fetches only what hides latency
+                                  of any later epoch (sched.deferred) */
+        uint32_t cons_nhist;   /* order local: sched.hist entries before cons_pos's segment */
+        uint64_t cons_samples; /* order caller: samples handed out this epoch (cons_pos: batches) */
+        uint64_t cons_hash;    /* ... and the dsc__caller_hash of their indices */
         void *user_stream;
     } cons;
 
@@ -371,7 +403,12 @@ struct dsc_loader {
 
 /* The epoch order in use is order local (the default) rather than order global. */
 static inline int dsc__order_is_local(const dsc_loader_t *loader) {
-    return loader->cfg.opt.order != DSC_ORDER_GLOBAL;
+    return loader->cfg.opt.order == DSC_ORDER_LOCAL;
+}
+
+/* The epoch order is the caller's (DSC_ORDER_CALLER): steps come from dsc__sched_push. */
+static inline int dsc__order_is_caller(const dsc_loader_t *loader) {
+    return loader->cfg.opt.order == DSC_ORDER_CALLER;
 }
 
 /* Decoded bytes the planner holds at a window boundary: WINDOWS_HELD (2) windows plus the steps

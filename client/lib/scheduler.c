@@ -14,6 +14,8 @@
  * or the split from position pos (order global). Under lock. */
 static int plan_init(dsc_loader_t *loader, uint64_t pos) {
     const dsc_loader_options_t *o = &loader->cfg.opt;
+    if (dsc__order_is_caller(loader))
+        return 0; /* the steps are the caller's pushes */
     if (!dsc__order_is_local(loader))
         return dsc__split_init(&loader->sched.plan_split, loader->cfg.samples, pos, o->batch_size,
                                o->world_size, o->drop_last);
@@ -23,18 +25,24 @@ static int plan_init(dsc_loader_t *loader, uint64_t pos) {
 }
 
 static uint64_t plan_steps(const dsc_loader_t *loader) {
+    if (dsc__order_is_caller(loader))
+        return UINT64_MAX; /* the epoch ends at the caller's end mark */
     return dsc__order_is_local(loader) ? loader->sched.plan_local.steps
                                        : loader->sched.plan_split.steps;
 }
 
 /* Points the plan at position pos of epoch `epoch` (order global: a global position; order
- * local: steps done in the segment after the plan_nhist segments of hist, or DSC__POS_DONE),
- * with no chunk fetched yet this epoch. Under lock. Returns 0 or DSC_E*. */
+ * local: steps done in the segment after the plan_nhist segments of hist, or DSC__POS_DONE;
+ * order caller: batches handed out), with no chunk fetched yet this epoch. Under lock. Returns 0
+ * or DSC_E*. */
 static int plan_from(dsc_loader_t *loader, uint64_t epoch, uint64_t pos) {
     loader->sched.plan_epoch = epoch;
     dsc__order_set_epoch(loader->sched.order, epoch);
     int rc = plan_init(loader, dsc__order_is_local(loader) ? 0 : pos);
-    if (dsc__order_is_local(loader)) {
+    if (dsc__order_is_caller(loader)) {
+        loader->sched.plan_step = 0;
+        loader->sched.plan_step_base = pos; /* step numbers go on from the batches handed out */
+    } else if (dsc__order_is_local(loader)) {
         loader->sched.plan_step = pos == DSC__POS_DONE ? loader->sched.plan_local.steps : pos;
         loader->sched.plan_step_base = 0;
         for (uint32_t i = 0; i < loader->sched.plan_nhist; i++)
@@ -140,7 +148,10 @@ static int plan_one(dsc_loader_t *loader) {
     st->error = 0;
     st->scan = 0;
     st->epoch = loader->sched.plan_epoch;
-    if (loader->sched.plan_step >= plan_steps(loader)) {
+    int caller = dsc__order_is_caller(loader);
+    const dsc_caller_ent_t *ce =
+        caller ? &loader->sched.caller.ring[seq % loader->sched.caller.ring_cap] : NULL;
+    if (caller ? ce->eof : loader->sched.plan_step >= plan_steps(loader)) {
         st->eof = 1;
         st->count = 0;
         st->step = loader->sched.plan_step_base + loader->sched.plan_step;
@@ -150,10 +161,14 @@ static int plan_one(dsc_loader_t *loader) {
         loader->sched.plan_seq++;
         return 0;
     }
-    uint64_t first;
+    uint64_t first = 0;
     uint32_t count;
     int local = dsc__order_is_local(loader);
-    int rc = local ? dsc__local_step(&loader->sched.plan_local, loader->sched.plan_step,
+    int rc = 0;
+    if (caller)
+        count = ce->count;
+    else
+        rc = local ? dsc__local_step(&loader->sched.plan_local, loader->sched.plan_step,
                                      loader->cfg.opt.rank, &first, &count)
                    : dsc__split_step(&loader->sched.plan_split, loader->sched.plan_step,
                                      loader->cfg.opt.rank, &first, &count);
@@ -164,8 +179,9 @@ static int plan_one(dsc_loader_t *loader) {
     st->step = loader->sched.plan_step_base + loader->sched.plan_step;
     for (uint32_t k = 0; k < count; k++) {
         uint64_t id =
-            local ? dsc__local_at(&loader->sched.plan_local, loader->cfg.opt.rank, first + k)
-                  : dsc__order_at(loader->sched.order, first + k);
+            caller  ? ce->ids[k]
+            : local ? dsc__local_at(&loader->sched.plan_local, loader->cfg.opt.rank, first + k)
+                    : dsc__order_at(loader->sched.order, first + k);
         dsc_sample_loc_t loc;
         rc = dsc__order_locate(loader->sched.order, id, &loc);
         if (rc < 0)
@@ -206,6 +222,8 @@ static int plan_one(dsc_loader_t *loader) {
         }
         /* Direct placement stays possible while all of the chunk's needs form one run, in
          * chunk order from its first sample, inside this step. */
+        if (ent->idle)
+            dsc__chunk_idle_remove(&loader->chunks, ent); /* decoded already: needed again */
         if (ent->refs == 0) {
             ent->run_ok = loc.in_chunk == 0;
             ent->run_seq = seq;
@@ -222,7 +240,9 @@ static int plan_one(dsc_loader_t *loader) {
     loader->sched.plan_step++;
     if (st->epoch > loader->cons.want_epoch)
         loader->sched.ahead_steps++;
-    if (local)
+    if (caller)
+        st->pos_after = loader->sched.plan_step_base + loader->sched.plan_step;
+    else if (local)
         st->pos_after =
             loader->sched.plan_step < plan_steps(loader) ? loader->sched.plan_step : DSC__POS_DONE;
     else
@@ -270,6 +290,88 @@ static int hz_enter(dsc_loader_t *loader, uint64_t epoch) {
     return rc;
 }
 
+/* Names one chunk a step of the horizon needs (once per epoch: bits; not one named for the
+ * epoch before: prev, may be NULL) to its peer's next HINT, due at due_at, as the need of seq
+ * hz_seq. Under lock, with room in fetch.hz and hz_ring. Returns 1 when named, else 0. */
+static uint32_t hz_name(dsc_loader_t *loader, const dsc_sample_loc_t *loc, uint64_t *bits,
+                        const uint64_t *prev, double due_at) {
+    uint64_t bit = 1ull << (loc->chunk % 64);
+    if (bits[loc->chunk / 64] & bit)
+        return 0;
+    /* Named for the epoch before: a server stages a range once per loader and pass, so this
+     * need is left to the queue's hints (when it is queued, after the first). */
+    if (prev != NULL && (prev[loc->chunk / 64] & bit))
+        return 0;
+    bits[loc->chunk / 64] |= bit;
+    /* In the table: queued (hinted with the queue), fetched or held. Deferred (next epoch, not
+     * routed): named here, and the queue's hints skip it later. */
+    dsc_chunk_ent_t *ent = dsc__chunk_find(&loader->chunks, loc->chunk);
+    if (ent != NULL && (ent->hinted || ent->peer != UINT32_MAX || ent->state != CH_QUEUED))
+        return 0;
+    dsc_chunk_ent_t probe = {.gid = loc->chunk,
+                             .shard = loc->shard,
+                             .shard_chunk = loc->shard_chunk,
+                             .samples = loc->chunk_samples};
+    probe.raw_len = dsc__chunk_raw_estimate(loader->cfg.manifest, loc->chunk_samples);
+    int peer = dsc__route_chunk(loader, ent != NULL ? ent : &probe);
+    if (peer < 0 || (uint32_t)peer == DSC__PEER_FALLBACK ||
+        loader->net.peers[peer].source->hint == NULL || loader->net.peers[peer].hints_off)
+        return 0;
+    if (ent != NULL)
+        ent->hinted = ent->hz = 1;
+    loader->fetch.hz[loader->fetch.hz_count++] =
+        (dsc__hz_pending_t){.peer = (uint32_t)peer,
+                            .shard = loc->shard,
+                            .shard_chunk = loc->shard_chunk,
+                            .due_at = due_at};
+    loader->net.peers[peer].hz_pending++;
+    loader->sched.hz_ring[(loader->sched.hz_head + loader->sched.hz_count) % DSC__HZ_MAX_CHUNKS] =
+        loader->sched.hz_seq;
+    loader->sched.hz_count++;
+    return 1;
+}
+
+/* The horizon along the caller's order: the batches pushed but not planned yet (seqs plan_seq ..
+ * push_seq - 1) up to limit_seq, each chunk named once per epoch. The lookups are cheap (no
+ * permutation: the indices are there), so all under lock. Returns the chunks named. */
+static uint32_t hz_caller(dsc_loader_t *loader, double now, double step, uint64_t limit_seq) {
+    const uint64_t cons = loader->cons.cons_seq;
+    if (!loader->sched.hz_valid || loader->sched.hz_seq < loader->sched.plan_seq) {
+        loader->sched.hz_seq = loader->sched.plan_seq;
+        loader->sched.hz_valid = 1;
+    }
+    uint64_t end =
+        loader->sched.caller.push_seq < limit_seq ? loader->sched.caller.push_seq : limit_seq;
+    uint32_t named = 0;
+    while (loader->sched.hz_seq < end && loader->sched.hz_count < DSC__HZ_MAX_CHUNKS &&
+           loader->fetch.hz_count < DSC__HZ_MAX_CHUNKS) {
+        const dsc_caller_ent_t *ce =
+            &loader->sched.caller.ring[loader->sched.hz_seq % loader->sched.caller.ring_cap];
+        if (!ce->eof) {
+            uint64_t epoch = ce->epoch;
+            uint32_t b = epoch & 1;
+            if (loader->sched.hz_bits_epoch[b] != epoch) {
+                memset(loader->sched.hz_bits[b], 0, loader->sched.fetched_words * sizeof(uint64_t));
+                loader->sched.hz_bits_epoch[b] = epoch;
+            }
+            const uint64_t *prev =
+                epoch > 0 && loader->sched.hz_bits_epoch[(epoch - 1) & 1] == epoch - 1
+                    ? loader->sched.hz_bits[(epoch - 1) & 1]
+                    : NULL;
+            double due_at = now + (double)(loader->sched.hz_seq - cons) * step;
+            for (uint32_t k = 0; k < ce->count && loader->fetch.hz_count < DSC__HZ_MAX_CHUNKS &&
+                                 loader->sched.hz_count < DSC__HZ_MAX_CHUNKS;
+                 k++) {
+                dsc_sample_loc_t loc;
+                if (dsc__order_locate(loader->sched.order, ce->ids[k], &loc) == 0)
+                    named += hz_name(loader, &loc, loader->sched.hz_bits[b], prev, due_at);
+            }
+        }
+        loader->sched.hz_seq++;
+    }
+    return named;
+}
+
 double dsc__sched_hz_seconds(void) {
     static double seconds = -1;
     if (seconds < 0) {
@@ -297,6 +399,11 @@ uint32_t dsc__sched_horizon(dsc_loader_t *loader, double now) {
         loader->sched.hz_head = (loader->sched.hz_head + 1) % DSC__HZ_MAX_CHUNKS;
         loader->sched.hz_count--;
     }
+    uint64_t cons = loader->cons.cons_seq;
+    double reach = window / step;
+    uint64_t limit_seq = cons + (reach < 1e9 ? (uint64_t)reach : 1000000000ull);
+    if (dsc__order_is_caller(loader))
+        return hz_caller(loader, now, step, limit_seq);
     if (!loader->sched.hz_valid || loader->sched.hz_seq < loader->sched.plan_seq) {
         if (hz_enter(loader, loader->sched.plan_epoch) < 0)
             return 0;
@@ -305,9 +412,6 @@ uint32_t dsc__sched_horizon(dsc_loader_t *loader, double now) {
     }
     const dsc_loader_options_t *o = &loader->cfg.opt;
     int local = dsc__order_is_local(loader);
-    uint64_t cons = loader->cons.cons_seq;
-    double reach = window / step;
-    uint64_t limit_seq = cons + (reach < 1e9 ? (uint64_t)reach : 1000000000ull);
     uint32_t named = 0;
     uint64_t scanned = 0;
     while (loader->sched.hz_seq < limit_seq && loader->sched.hz_count < DSC__HZ_MAX_CHUNKS &&
@@ -354,46 +458,9 @@ uint32_t dsc__sched_horizon(dsc_loader_t *loader, double now) {
             break; /* restarted meanwhile: the next walk starts from the new position */
         for (uint32_t k = 0; k < count && loader->fetch.hz_count < DSC__HZ_MAX_CHUNKS &&
                              loader->sched.hz_count < DSC__HZ_MAX_CHUNKS;
-             k++) {
-            dsc_sample_loc_t loc = locs[k];
-            if (loc.chunk == UINT64_MAX)
-                continue;
-            uint64_t bit = 1ull << (loc.chunk % 64);
-            if (bits[loc.chunk / 64] & bit)
-                continue;
-            /* Named for the epoch before: a server stages a range once per loader and pass, so
-             * this need is left to the queue's hints (when it is queued, after the first). */
-            if (prev != NULL && (prev[loc.chunk / 64] & bit))
-                continue;
-            bits[loc.chunk / 64] |= bit;
-            /* In the table: queued (hinted with the queue), fetched or held. Deferred (next
-             * epoch, not routed): named here, and the queue's hints skip it later. */
-            dsc_chunk_ent_t *ent = dsc__chunk_find(&loader->chunks, loc.chunk);
-            if (ent != NULL && (ent->hinted || ent->peer != UINT32_MAX || ent->state != CH_QUEUED))
-                continue;
-            dsc_chunk_ent_t probe = {.gid = loc.chunk,
-                                     .shard = loc.shard,
-                                     .shard_chunk = loc.shard_chunk,
-                                     .samples = loc.chunk_samples};
-            probe.raw_len = dsc__chunk_raw_estimate(loader->cfg.manifest, loc.chunk_samples);
-            int peer = dsc__route_chunk(loader, ent != NULL ? ent : &probe);
-            if (peer < 0 || (uint32_t)peer == DSC__PEER_FALLBACK ||
-                loader->net.peers[peer].source->hint == NULL || loader->net.peers[peer].hints_off)
-                continue;
-            if (ent != NULL)
-                ent->hinted = ent->hz = 1;
-            loader->fetch.hz[loader->fetch.hz_count++] =
-                (dsc__hz_pending_t){.peer = (uint32_t)peer,
-                                    .shard = loc.shard,
-                                    .shard_chunk = loc.shard_chunk,
-                                    .due_at = due_at};
-            loader->net.peers[peer].hz_pending++;
-            loader->sched
-                .hz_ring[(loader->sched.hz_head + loader->sched.hz_count) % DSC__HZ_MAX_CHUNKS] =
-                loader->sched.hz_seq;
-            loader->sched.hz_count++;
-            named++;
-        }
+             k++)
+            if (locs[k].chunk != UINT64_MAX)
+                named += hz_name(loader, &locs[k], bits, prev, due_at);
         scanned += count;
         loader->sched.hz_step++;
         loader->sched.hz_seq++;
@@ -451,11 +518,15 @@ void *dsc__sched_main(void *arg) {
         if (ahead < loader->sched.step_cap &&
             loader->sched.plan_epoch <= loader->cons.want_epoch + 1 &&
             (last == 0 || loader->sched.plan_epoch < last) &&
-            (loader->chunks.held_bytes < loader->cfg.cache_bytes ||
+            (!dsc__order_is_caller(loader) ||
+             loader->sched.plan_seq < loader->sched.caller.push_seq) &&
+            (loader->chunks.held_bytes - loader->chunks.idle_bytes < loader->cfg.cache_bytes ||
              loader->sched.plan_seq <= loader->cons.cons_seq)) {
             int rc = plan_one(loader);
             if (rc < 0)
                 dsc__loader_fail(loader, rc);
+            /* Idle chunks (order caller) make room for the planned ones. */
+            dsc__chunk_idle_trim(&loader->chunks, &loader->cfg.pool, loader->cfg.cache_bytes);
             progress = 1;
         }
         if (!progress)
@@ -505,6 +576,20 @@ int dsc__sched_init(dsc_loader_t *loader) {
     uint64_t limit = (1ull << 20) / o->batch_size;
     if (cap > limit)
         cap = limit;
+    if (dsc__order_is_caller(loader)) {
+        /* Every batch pushed ahead can be planned (cache_bytes permitting), beside the one
+         * handed out and those the caller holds. */
+        cap = (uint64_t)o->order_ahead + slots + 2;
+        loader->sched.caller.ring_cap = o->order_ahead;
+        loader->sched.caller.ring = calloc(o->order_ahead, sizeof(dsc_caller_ent_t));
+        if (loader->sched.caller.ring == NULL)
+            return DSC_ENOMEM;
+        for (uint32_t i = 0; i < o->order_ahead; i++) {
+            loader->sched.caller.ring[i].ids = malloc(o->batch_size * sizeof(uint64_t));
+            if (loader->sched.caller.ring[i].ids == NULL)
+                return DSC_ENOMEM;
+        }
+    }
     if (cap < slots + 1ull)
         cap = slots + 1ull;
     loader->sched.step_cap = (uint32_t)cap;
@@ -531,6 +616,10 @@ void dsc__sched_free(dsc_loader_t *loader) {
     free(loader->fetch.hz);
     free(loader->sched.hz_locs);
     dsc__order_destroy(loader->sched.hz_order);
+    for (uint32_t i = 0; loader->sched.caller.ring != NULL && i < loader->sched.caller.ring_cap;
+         i++)
+        free(loader->sched.caller.ring[i].ids);
+    free(loader->sched.caller.ring);
     if (loader->sched.steps != NULL) {
         for (uint32_t i = 0; i < loader->sched.step_cap; i++) {
             free(loader->sched.steps[i].ids);
@@ -555,9 +644,101 @@ int dsc__sched_restart(dsc_loader_t *loader, uint64_t epoch, const dsc_plan_seg_
     loader->sched.hz_count = 0;
     loader->sched.hz_gen++;
     loader->sched.hz_bits_epoch[0] = loader->sched.hz_bits_epoch[1] = UINT64_MAX;
+    /* Order caller: nothing pushed any more; the caller pushes epoch `epoch` again. */
+    loader->sched.caller.push_seq = loader->sched.plan_seq;
+    loader->sched.caller.push_epoch = epoch;
+    loader->sched.caller.push_pos = 0;
+    loader->sched.caller.skip = loader->sched.caller.skip_total = 0;
+    loader->sched.caller.skip_hash = loader->sched.caller.skip_seen = 0;
     int rc = plan_from(loader, epoch, pos);
     pthread_cond_broadcast(&loader->sched_cv);
     return rc;
+}
+
+uint32_t dsc__sched_order_room(const dsc_loader_t *loader) {
+    if (!dsc__order_is_caller(loader))
+        return 0;
+    uint64_t out = loader->sched.caller.push_seq - loader->cons.cons_seq;
+    return out < loader->sched.caller.ring_cap ? (uint32_t)(loader->sched.caller.ring_cap - out)
+                                               : 0;
+}
+
+int dsc__sched_push(dsc_loader_t *loader, const uint64_t *ids, size_t n, int flags) {
+    const dsc_loader_options_t *o = &loader->cfg.opt;
+    const dsc_logger_t *log = &loader->cfg.log;
+    if (!dsc__order_is_caller(loader)) {
+        DSC_LOG(log, DSC_LOG_ERROR,
+                "push_order: this loader plans its own order (options.order is not "
+                "DSC_ORDER_CALLER)");
+        return DSC_EINVAL;
+    }
+    int end = (flags & DSC_PUSH_END) != 0;
+    if ((flags & ~DSC_PUSH_END) != 0 || n > o->batch_size || (n == 0 && !end) ||
+        (n > 0 && ids == NULL)) {
+        DSC_LOG(log, DSC_LOG_ERROR,
+                "push_order: %zu indices with flags %d: a batch holds 1 .. batch_size (%u) "
+                "indices, or none with DSC_PUSH_END",
+                n, flags, o->batch_size);
+        return DSC_EINVAL;
+    }
+    if (loader->error)
+        return loader->error;
+    uint64_t epoch = loader->sched.caller.push_epoch, pos = loader->sched.caller.push_pos;
+    for (size_t k = 0; k < n; k++)
+        if (ids[k] >= loader->cfg.samples) {
+            DSC_LOG(log, DSC_LOG_ERROR,
+                    "push_order: index %llu (position %llu of epoch %llu's order) is out of "
+                    "range: dataset %s has %llu samples (indices 0 .. %llu)",
+                    (unsigned long long)ids[k], (unsigned long long)(pos + k),
+                    (unsigned long long)epoch, loader->cfg.dataset,
+                    (unsigned long long)loader->cfg.samples,
+                    (unsigned long long)loader->cfg.samples - 1);
+            return DSC_ERANGE;
+        }
+    /* After a state_load: the samples handed out before are skipped, and checked. */
+    uint64_t skip = loader->sched.caller.skip < n ? loader->sched.caller.skip : n;
+    uint64_t seen = loader->sched.caller.skip_seen;
+    for (uint64_t k = 0; k < skip; k++)
+        seen = dsc__caller_hash(seen, ids[k]);
+    uint64_t left = loader->sched.caller.skip - skip;
+    if ((left == 0 && skip > 0 && seen != loader->sched.caller.skip_hash) || (end && left > 0)) {
+        DSC_LOG(log, DSC_LOG_ERROR,
+                "push_order: the order pushed after load_state is not the one the state was "
+                "saved with: %s its first %llu indices of epoch %llu (give the sampler the "
+                "state it had then, e.g. DistributedSampler.set_epoch(%llu) with the same seed, "
+                "and push the epoch from its start)",
+                end && left > 0 ? "the epoch ended within" : "other indices in",
+                (unsigned long long)loader->sched.caller.skip_total, (unsigned long long)epoch,
+                (unsigned long long)epoch);
+        return DSC_EBADSTATE;
+    }
+    uint32_t entries = (n > skip ? 1u : 0u) + (end ? 1u : 0u);
+    if (entries > dsc__sched_order_room(loader))
+        return DSC_EAGAIN;
+    loader->sched.caller.skip = left;
+    loader->sched.caller.skip_seen = seen;
+    loader->sched.caller.push_pos += n;
+    uint32_t cap = loader->sched.caller.ring_cap;
+    if (n > skip) {
+        dsc_caller_ent_t *ce = &loader->sched.caller.ring[loader->sched.caller.push_seq % cap];
+        ce->epoch = epoch;
+        ce->eof = 0;
+        ce->count = (uint32_t)(n - skip);
+        memcpy(ce->ids, ids + skip, ce->count * sizeof(uint64_t));
+        loader->sched.caller.push_seq++;
+    }
+    if (end) {
+        dsc_caller_ent_t *ce = &loader->sched.caller.ring[loader->sched.caller.push_seq % cap];
+        ce->epoch = epoch;
+        ce->eof = 1;
+        ce->count = 0;
+        loader->sched.caller.push_seq++;
+        loader->sched.caller.push_epoch++;
+        loader->sched.caller.push_pos = 0;
+    }
+    if (entries > 0)
+        pthread_cond_broadcast(&loader->sched_cv);
+    return (int)dsc__sched_order_room(loader);
 }
 
 int dsc__sched_check_segments(dsc_loader_t *loader, const dsc_plan_seg_t *hist, uint32_t nhist,
@@ -572,6 +753,8 @@ int dsc__sched_check_segments(dsc_loader_t *loader, const dsc_plan_seg_t *hist, 
 }
 
 uint64_t dsc__sched_epoch_steps(const dsc_loader_t *loader) {
+    if (dsc__order_is_caller(loader))
+        return 0; /* the caller's order decides */
     dsc_split_t sp;
     if (dsc__split_init(&sp, loader->cfg.samples, 0, loader->cfg.opt.batch_size,
                         loader->cfg.opt.world_size, loader->cfg.opt.drop_last) < 0)

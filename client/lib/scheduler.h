@@ -35,7 +35,15 @@ uint32_t dsc__sched_horizon(dsc_loader_t *loader, double now);
 /* The horizon's reach in seconds: 4, or DSCACHE_HINT_SECONDS (0 .. 600; 0: hints name only
  * what is queued). */
 double dsc__sched_hz_seconds(void);
-/* Steps in an epoch of this rank. */
+/* Order caller (dsc_loader_push_order): appends one pushed batch of n indices (the first ones
+ * skipped while a state_load's skip lasts) and, with DSC_PUSH_END, the epoch's end mark. Under
+ * lock. Returns the room left, or DSC_EINVAL / DSC_ERANGE / DSC_EAGAIN / DSC_EBADSTATE or the
+ * loader's error (as dscache.h says; nothing taken then). */
+int dsc__sched_push(dsc_loader_t *loader, const uint64_t *ids, size_t n, int flags);
+/* Order caller: batches (and end marks) the caller may push now; 0 for the other orders. Under
+ * lock. */
+uint32_t dsc__sched_order_room(const dsc_loader_t *loader);
+/* Steps in an epoch of this rank (order caller: 0). */
 uint64_t dsc__sched_epoch_steps(const dsc_loader_t *loader);
 
 #endif

@@ -12,6 +12,7 @@ int dsc__stream_restart(dsc_loader_t *loader, uint64_t epoch, const dsc_plan_seg
     while (loader->work.collating > 0)
         pthread_cond_wait(&loader->cons_cv, &loader->lock);
     dsc__batch_release_current(loader);
+    loader->cons.cons_samples = loader->cons.cons_hash = 0; /* order caller: state_load sets */
     /* Chunk entries: free those nobody holds; those a thread holds are freed by that thread. */
     dsc__chunk_table_reset(&loader->chunks, &loader->cfg.pool, &loader->fetch.inflight_used);
     for (uint32_t p = 0; p <= DSC__PEER_FALLBACK; p++)
@@ -40,8 +41,11 @@ DSC_EXTERN int dsc_loader_set_epoch(dsc_loader_t *loader, uint64_t epoch) {
     int rc = loader->error;
     /* Already at the start of that epoch (e.g. just after its predecessor's DSC_EOF): keep what
      * was prefetched. */
+    /* Order caller: what was pushed is dropped, so that the caller pushes the epoch again. */
+    int pushed =
+        dsc__order_is_caller(loader) && loader->sched.caller.push_seq > loader->cons.cons_seq;
     if (rc == 0 && !(loader->cons.cons_epoch == epoch && loader->cons.cons_pos == 0 &&
-                     loader->cons.cons_nhist == 0 && loader->cons.current == NULL))
+                     loader->cons.cons_nhist == 0 && loader->cons.current == NULL && !pushed))
         rc = dsc__stream_restart(loader, epoch, NULL, 0, 0);
     pthread_mutex_unlock(&loader->lock);
     return rc;
@@ -56,12 +60,17 @@ DSC_EXTERN int dsc_loader_set_epoch(dsc_loader_t *loader, uint64_t epoch) {
  * step was handed out), u8 n (1 .. DSC_PLAN_MAX_SEGS), u8 0, then n segments (u32 world size,
  * u32 batch size, u64 steps done; the last one is the segment in progress), then a u64 checksum
  * of the preceding bytes.
+ * Version 4 (order caller), 64 bytes: "DSCS", u32 version 4, u64 epoch, u64 batches handed out
+ * in it, u64 samples handed out in it, u64 dsc__caller_hash of their indices, u64 seed, u64
+ * dataset samples, u64 checksum of the preceding 56 bytes.
  * Everything the order depends on besides the dataset layout is in it, so a state never resumes
  * into another order. Version 1 (48 bytes, without the shuffle settings) is refused. */
 #define STATE_VERSION 2
 #define STATE_BYTES 56
 #define STATE_LOCAL_VERSION 3
 #define STATE_LOCAL_HEAD 40
+#define STATE_CALLER_VERSION 4
+#define STATE_CALLER_BYTES 64
 
 static void put_u64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++)
@@ -87,6 +96,32 @@ static uint32_t get_u32(const uint8_t *p) {
 /* The window the order uses: 0 when unshuffled (the window then plays no part). */
 static uint32_t order_window(const dsc_loader_t *loader) {
     return loader->cfg.opt.shuffle ? loader->cfg.opt.shuffle_window : 0;
+}
+
+/* The order a loader uses, in the words of the log lines. */
+static const char *order_name(const dsc_loader_t *loader) {
+    return dsc__order_is_caller(loader)  ? "the caller's order"
+           : dsc__order_is_local(loader) ? "order local"
+                                         : "order global";
+}
+
+static int state_save_caller(dsc_loader_t *l, uint8_t *p, size_t cap) {
+    if (cap < STATE_CALLER_BYTES)
+        return STATE_CALLER_BYTES;
+    pthread_mutex_lock(&l->lock);
+    uint64_t epoch = l->cons.cons_epoch, batches = l->cons.cons_pos;
+    uint64_t samples = l->cons.cons_samples, hash = l->cons.cons_hash;
+    pthread_mutex_unlock(&l->lock);
+    memcpy(p, "DSCS", 4);
+    put_u32(p + 4, STATE_CALLER_VERSION);
+    put_u64(p + 8, epoch);
+    put_u64(p + 16, batches);
+    put_u64(p + 24, samples);
+    put_u64(p + 32, hash);
+    put_u64(p + 40, l->cfg.opt.seed);
+    put_u64(p + 48, l->cfg.samples);
+    put_u64(p + 56, dsc_checksum(p, 56));
+    return STATE_CALLER_BYTES;
 }
 
 static int state_save_local(dsc_loader_t *l, uint8_t *p, size_t cap) {
@@ -124,6 +159,8 @@ DSC_EXTERN int dsc_loader_state_save(const dsc_loader_t *loader, void *buf, size
     if (loader == NULL || (buf == NULL && cap > 0))
         return DSC_EINVAL;
     dsc_loader_t *l = (dsc_loader_t *)loader;
+    if (dsc__order_is_caller(l))
+        return state_save_caller(l, buf, cap);
     if (dsc__order_is_local(l))
         return state_save_local(l, buf, cap);
     if (cap < STATE_BYTES)
@@ -179,8 +216,9 @@ static int state_load_local(dsc_loader_t *loader, const uint8_t *p, size_t len) 
     }
     if (!dsc__order_is_local(loader)) {
         DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
-                "loader state: saved with order local, this loader has order global (the sample "
-                "order would differ)");
+                "loader state: saved with order local, this loader has %s (the sample order "
+                "would differ)",
+                order_name(loader));
         return DSC_EBADSTATE;
     }
     uint64_t epoch = get_u64(p + 8);
@@ -228,17 +266,63 @@ static int state_load_local(dsc_loader_t *loader, const uint8_t *p, size_t len) 
     return rc;
 }
 
+/* Version 4 (order caller): restarts the epoch with nothing pushed; the caller pushes its order
+ * from the epoch's start, and the samples handed out before are skipped and checked against the
+ * saved hash (dsc__sched_push). */
+static int state_load_caller(dsc_loader_t *loader, const uint8_t *p, size_t len) {
+    if (len != STATE_CALLER_BYTES || get_u64(p + 56) != dsc_checksum(p, 56)) {
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                "loader state: not a valid saved state (%zu bytes; %u expected, checksummed)", len,
+                STATE_CALLER_BYTES);
+        return DSC_EBADSTATE;
+    }
+    if (!dsc__order_is_caller(loader)) {
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                "loader state: saved with the caller's order, this loader has %s (the sample "
+                "order would differ)",
+                order_name(loader));
+        return DSC_EBADSTATE;
+    }
+    uint64_t epoch = get_u64(p + 8), batches = get_u64(p + 16), samples = get_u64(p + 24);
+    uint64_t hash = get_u64(p + 32);
+    int rc = state_settings(loader, get_u64(p + 40), get_u64(p + 48), 0, 0);
+    if (rc < 0)
+        return rc;
+    if (batches > samples) {
+        DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
+                "loader state: %llu batches of %llu samples in all (not a state this loader "
+                "saves)",
+                (unsigned long long)batches, (unsigned long long)samples);
+        return DSC_EBADSTATE;
+    }
+    pthread_mutex_lock(&loader->lock);
+    rc = loader->error;
+    if (rc == 0)
+        rc = dsc__stream_restart(loader, epoch, NULL, 0, batches);
+    if (rc == 0) {
+        loader->cons.cons_samples = samples;
+        loader->cons.cons_hash = hash;
+        loader->sched.caller.skip = loader->sched.caller.skip_total = samples;
+        loader->sched.caller.skip_hash = hash;
+        loader->sched.caller.skip_seen = 0;
+    }
+    pthread_mutex_unlock(&loader->lock);
+    return rc;
+}
+
 DSC_EXTERN int dsc_loader_state_load(dsc_loader_t *loader, const void *buf, size_t len) {
     if (loader == NULL || buf == NULL)
         return DSC_EINVAL;
     const uint8_t *p = buf;
+    if (len >= 8 && memcmp(p, "DSCS", 4) == 0 && get_u32(p + 4) == STATE_CALLER_VERSION)
+        return state_load_caller(loader, p, len);
     if (len >= 8 && memcmp(p, "DSCS", 4) == 0 && get_u32(p + 4) == STATE_LOCAL_VERSION)
         return state_load_local(loader, p, len);
     if (len >= 8 && memcmp(p, "DSCS", 4) == 0 && get_u32(p + 4) != STATE_VERSION) {
         DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
-                "loader state: version %u, this library reads versions %u and %u (older states "
+                "loader state: version %u, this library reads versions %u to %u (older states "
                 "do not record the shuffle settings: restart the epoch with set_epoch)",
-                get_u32(p + 4), STATE_VERSION, STATE_LOCAL_VERSION);
+                get_u32(p + 4), STATE_VERSION, STATE_CALLER_VERSION);
         return DSC_EBADSTATE;
     }
     if (len != STATE_BYTES || memcmp(p, "DSCS", 4) != 0 || get_u64(p + 48) != dsc_checksum(p, 48) ||
@@ -248,10 +332,11 @@ DSC_EXTERN int dsc_loader_state_load(dsc_loader_t *loader, const void *buf, size
                 STATE_BYTES);
         return DSC_EBADSTATE;
     }
-    if (dsc__order_is_local(loader)) {
+    if (dsc__order_is_local(loader) || dsc__order_is_caller(loader)) {
         DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,
-                "loader state: saved with order global, this loader has order local (the sample "
-                "order would differ)");
+                "loader state: saved with order global, this loader has %s (the sample order "
+                "would differ)",
+                order_name(loader));
         return DSC_EBADSTATE;
     }
     uint64_t epoch = get_u64(p + 8), pos = get_u64(p + 16);

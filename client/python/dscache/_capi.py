@@ -47,6 +47,7 @@ class _Options(ctypes.Structure):
         ("field_option_count", ctypes.c_uint32),
         ("ignore_rank_env", ctypes.c_int),
         ("epochs", ctypes.c_uint64),
+        ("order_ahead", ctypes.c_uint32),
     ]
 
 
@@ -314,6 +315,9 @@ def _load():
         "dsc_loader_next": (ip, [vp, ctypes.POINTER(vp)]),
         "dsc_batch_release": (None, [vp]),
         "dsc_loader_set_epoch": (ip, [vp, u64]),
+        # indices as a plain address (a numpy uint64 array's)
+        "dsc_loader_push_order": (ip, [vp, vp, ctypes.c_size_t, ip]),
+        "dsc_loader_order_room": (ip, [vp]),
         "dsc_loader_len": (u64, [vp]),
         "dsc_loader_dataset_samples": (u64, [vp]),
         "dsc_loader_state_save": (ip, [vp, vp, ctypes.c_size_t]),

@@ -16,8 +16,9 @@ from ._capi import (BOTTLENECKS, STALL_WAITS, _EOF, _FIELD_PADDED, _FIELD_VALUES
                     _PART_LENGTHS, _PART_OFFSETS, _PART_VALUES, _STAT_FIELDS, _DLManagedTensor,
                     _FieldInfo, _FieldOptions, _FieldView, _Options, _Stats, _TensorView, _check,
                     _load)
-from ._errors import BadState, Error
+from ._errors import BadState, Error, InvalidOption
 from ._logbridge import _c_log_level, _on_log, _sink_ids, _sinks, _sinks_lock
+from ._order import OrderFeed
 from ._ranks import _parse_device, resolve_rank
 
 _live = weakref.WeakSet()
@@ -70,6 +71,24 @@ class Loader:
     is fetched (a one-epoch job receives its share once, not the next epoch's first steps too),
     and iterating past it yields nothing.
 
+    The caller's order (docs/order.md#the-callers-order): order=sampler, any iterable of sample
+    indices or of index batches (torch's DistributedSampler, a BatchSampler, a Megatron-style
+    batch sampler, a list, a numpy array), makes the loader hand out exactly that order: each
+    pass over it is one epoch (iter(order) at the epoch's first batch, so call
+    sampler.set_epoch(e) before iterating, as with a DataLoader). Index batches are the batches
+    (1 .. batch_size indices each; drop_last does not apply); a flat iterable is cut into
+    batch_size batches, the short last one dropped with drop_last=True. The loader pulls the
+    order up to order_ahead batches ahead of the batch handed out (default: the batches whose
+    bytes fill cache_bytes, at least those filling inflight_bytes; at most 1024) on the thread
+    that iterates, and fetches and hints its servers along it. The sampler splits the ranks:
+    rank, world_size, shuffle, shuffle_window and epochs are refused with it (InvalidOption),
+    as is anything it yields that is not an index (TypeError naming it and its position), an
+    index past the dataset (IndexError with the index and the length) or a negative one
+    (IndexError: not taken Python-style). state_dict() holds the position in the caller's order
+    (its "epoch", "batches" and "samples"); load_state_dict() into a loader given the same
+    sampler in the same state (sampler.set_epoch(state["epoch"])) skips what was consumed,
+    checking that it is the same order (BadState otherwise).
+
     Variable-length fields (docs/loader.md#variable-length-fields): by default batch[f] holds
     the batch's values concatenated ([total_rows, ...]) and batch[f + "_offsets"] int64 B + 1
     row offsets. pad={f: value} gives batch[f] as [B, L, ...] padded with value to the
@@ -87,20 +106,27 @@ class Loader:
     """
 
     def __init__(self, servers=None, dataset=None, batch_size=32, seed=0, rank=None,
-                 world_size=None, shuffle=True, shuffle_window=None, drop_last=False, prefetch=4,
+                 world_size=None, shuffle=None, shuffle_window=None, drop_last=False, prefetch=4,
                  decode_threads=2, connections=2, device="cpu", output="numpy",
                  fallback_path=None, inflight_bytes=None, cache_bytes=None, timeout_ms=5000,
                  replicas=None, copy=False, indices=False, stats_log_seconds=0.0,
                  server_inflight_bytes=None, assist=True, transform=None, max_held_bytes=None,
                  auth_file=None, order="local", job=None,
                  report_seconds=None, transport=None, pad=None, max_len=None, max_bytes=None,
-                 decode=None, on_decode_error="raise", ignore_rank_env=False, epochs=None):
+                 decode=None, on_decode_error="raise", ignore_rank_env=False, epochs=None,
+                 order_ahead=None):
         lib = _load()
         self._lib = lib
         self._handle = None
         self._sink_id = 0
-        if order not in ("local", "global"):
-            raise ValueError("order must be 'local' or 'global'")
+        caller = not isinstance(order, str)
+        if not caller and order not in ("local", "global"):
+            raise ValueError("order must be 'local', 'global' or a sampler (an iterable of "
+                             "sample indices or of index batches)")
+        if caller:
+            _check_caller_options(order, rank, world_size, shuffle, shuffle_window, epochs)
+        if shuffle is None:
+            shuffle = True
         if output not in ("numpy", "torch"):
             raise ValueError("output must be 'numpy' or 'torch'")
         dev = _parse_device(device)
@@ -112,7 +138,10 @@ class Loader:
             raise ValueError("dataset is required")
         if transform is not None and not callable(transform):
             raise TypeError("transform must be callable")
-        rank, world_size, self.rank_source = resolve_rank(rank, world_size, ignore_rank_env)
+        if caller:  # the sampler's ranks
+            rank, world_size, self.rank_source = 0, 1, "order"
+        else:
+            rank, world_size, self.rank_source = resolve_rank(rank, world_size, ignore_rank_env)
         self.rank, self.world_size = rank, world_size
         self.dataset = dataset
         self.batch_size = batch_size
@@ -137,8 +166,10 @@ class Loader:
         opts.shuffle = 1 if shuffle else 0
         if shuffle_window:  # None: sized from the dataset (docs/order.md)
             opts.shuffle_window = shuffle_window
-        opts.order = 0 if order == "local" else 1
-        opts.drop_last = 1 if drop_last else 0
+        opts.order = 2 if caller else 0 if order == "local" else 1
+        if order_ahead:
+            opts.order_ahead = int(order_ahead)
+        opts.drop_last = 1 if drop_last and not caller else 0  # the caller's: dropped here
         opts.prefetch_batches = prefetch
         opts.decode_threads = decode_threads
         opts.connections = connections
@@ -192,6 +223,10 @@ class Loader:
             self._fields.append((info.name.decode(), info.dtype,
                                  tuple(None if info.shape[d] < 0 else info.shape[d]
                                        for d in range(info.ndim))))
+        self._feed = None
+        if caller:
+            self._feed = OrderFeed(order, batch_size, bool(drop_last),
+                                   int(lib.dsc_loader_dataset_samples(handle)), lib)
         self._batch = ctypes.c_void_p()
         self._prepare_next()
         self._holds = 0           # batch references alive in Python (_Hold objects)
@@ -261,7 +296,9 @@ class Loader:
 
     # -- iteration --
     def __len__(self):
-        """Batches this rank gets per epoch."""
+        """Batches this rank gets per epoch (order=sampler: from len(sampler))."""
+        if self._feed is not None:
+            return self._feed.batches_per_epoch()
         return int(self._lib.dsc_loader_len(self._h()))
 
     def __iter__(self):
@@ -326,6 +363,8 @@ class Loader:
                 np.dtype(np.int64 if self._torch is not None else np.uint64))
 
     def __next__(self):
+        if self._feed is not None:  # the caller's order, pushed ahead of this batch
+            self._feed.top_up(self._h())
         fast = self._fast
         if fast is not None and not self._legacy:
             if self._close_pending:
@@ -333,6 +372,7 @@ class Loader:
             out = fast.next()  # the batch's dict, or what dsc_loader_next_views returned
             if out.__class__ is int:
                 if out == _EOF:
+                    self._epoch_done()
                     raise StopIteration
                 _check(out, self._handle)
             return self._transform(out) if self._transform is not None else out
@@ -345,10 +385,15 @@ class Loader:
                              self._view_count)
         if n < 0:
             if n == _EOF:
+                self._epoch_done()
                 raise StopIteration
             _check(n, h)
         out = self._convert_views(n)
         return self._transform(out) if self._transform is not None else out
+
+    def _epoch_done(self):
+        if self._feed is not None:
+            self._feed.epoch_done()
 
     def _convert_views(self, n):
         """The batch dict from the views dsc_loader_next_views filled: numpy arrays over the slot
@@ -401,6 +446,7 @@ class Loader:
         h = self._h()
         rc = self._lib.dsc_loader_next(h, ctypes.byref(self._batch))
         if rc == _EOF:
+            self._epoch_done()
             raise StopIteration
         _check(rc, h)
         out = self._convert(self._batch)
@@ -496,18 +542,29 @@ class Loader:
 
     # -- epochs and resume --
     def set_epoch(self, epoch):
-        """Starts `epoch` from its first batch (a no-op when already there)."""
+        """Starts `epoch` from its first batch (a no-op when already there). order=sampler: what
+        was pulled from the sampler is dropped; the next batch starts a new pass over it (set the
+        sampler's own epoch too: sampler.set_epoch(epoch))."""
         _check(self._lib.dsc_loader_set_epoch(self._h(), epoch), self._h())
+        if self._feed is not None:
+            self._feed.reset()
 
     def state_dict(self):
         """{"dscache_state": "<hex>"}: a plain dict of strings (torch.save / torch.load with
         weights_only=True keep it as is) holding the epoch and where it stands (local order: steps done at each world size this
         epoch; global: the global position), the same on every rank and resumable on any world
         size; loading it into a loader with another seed, shuffle, shuffle_window or order raises
-        BadState instead of resuming into another order."""
+        BadState instead of resuming into another order. order=sampler: the position in the
+        caller's order, also as "epoch", "batches" and "samples" (ints) for the sampler's state
+        (docs/order.md#the-callers-order)."""
         buf = ctypes.create_string_buffer(192)
         n = _check(self._lib.dsc_loader_state_save(self._h(), buf, 192))
-        return {"dscache_state": buf.raw[:n].hex()}
+        out = {"dscache_state": buf.raw[:n].hex()}
+        if self._feed is not None:  # state version 4 (client/lib/state.c): for the sampler
+            raw = buf.raw[:n]
+            for key, at in (("epoch", 8), ("batches", 16), ("samples", 24)):
+                out[key] = int.from_bytes(raw[at:at + 8], "little")
+        return out
 
     def load_state_dict(self, state):
         """Resumes from state_dict()'s dict (also the older {"dscache_state": bytes} form)."""
@@ -525,6 +582,8 @@ class Loader:
         data = bytes(data)
         buf = ctypes.create_string_buffer(data, len(data))
         _check(self._lib.dsc_loader_state_load(self._h(), buf, len(data)), self._h())
+        if self._feed is not None:  # the next batch pulls the sampler from its start again
+            self._feed.reset()
 
     # -- information --
     @property
@@ -594,6 +653,31 @@ class Loader:
         buf = ctypes.create_string_buffer(need + 1)
         _check(self._lib.dsc_loader_metrics_text(self._h(), buf, need + 1))
         return buf.value.decode()
+
+
+def _check_caller_options(order, rank, world_size, shuffle, shuffle_window, epochs):
+    """order=sampler: the sampler owns the order and the rank split; the loader's own settings
+    of either are refused rather than applied on top (or ignored)."""
+    if not hasattr(order, "__iter__"):
+        raise TypeError("order must be 'local', 'global' or a sampler (an iterable of sample "
+                        "indices or of index batches), got %s" % type(order).__name__)
+    given = [n for n, v in (("rank", rank), ("world_size", world_size)) if v is not None]
+    if given:
+        raise InvalidOption(
+            -22, "order=%s splits the ranks itself (e.g. DistributedSampler(num_replicas=, "
+            "rank=)): the loader does not split again, so %s cannot be given with it"
+            % (type(order).__name__, " and ".join(given)), "DSC_EINVAL")
+    given = [n for n, v in (("shuffle", shuffle), ("shuffle_window", shuffle_window))
+             if v is not None]
+    if given:
+        raise InvalidOption(
+            -22, "order=%s decides the order: the loader's own %s cannot be used with it (shuffle "
+            "in the sampler, e.g. DistributedSampler(shuffle=True))"
+            % (type(order).__name__, " and ".join(given)), "DSC_EINVAL")
+    if epochs:
+        raise InvalidOption(
+            -22, "order=%s says where each epoch ends: epochs cannot be given with it (stop "
+            "iterating after the last one)" % type(order).__name__, "DSC_EINVAL")
 
 
 class Image:
