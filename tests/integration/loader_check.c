@@ -639,6 +639,21 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* The share of one core this thread gets when it asks for one: a spin of 0.3 s, its CPU time over
+ * the wall time (about 1 on an idle machine, less beside other work). */
+static double cpu_share(void) {
+    struct timespec w0, c0, w1, c1;
+    clock_gettime(CLOCK_MONOTONIC, &w0);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+    do
+        clock_gettime(CLOCK_MONOTONIC, &w1);
+    while ((double)(w1.tv_sec - w0.tv_sec) + (double)(w1.tv_nsec - w0.tv_nsec) * 1e-9 < 0.3);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    double wall = (double)(w1.tv_sec - w0.tv_sec) + (double)(w1.tv_nsec - w0.tv_nsec) * 1e-9;
+    double cpu = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) * 1e-9;
+    return cpu / wall;
+}
+
 /* Seconds next() waited on the fetch side (the step not planned, a chunk queued, the in-flight
  * budget, a chunk in flight) since the loader was created. */
 static double fetch_waits(dsc_loader_t *l) {
@@ -731,12 +746,27 @@ static int mode_boundary(void) {
                epochs, first_waits * 1e3);
         CHECK(first_waits == 0);
     }
+    dsc_loader_destroy(l);
     if (max_ratio > 0 && !settle_on) {
+        /* The timing says something where the loader's threads get the cores they ask for: a
+         * bound missed on a machine that gives this process under 0.8 of a core (beside other
+         * builds: most boundaries blocked 30-90 ms, whatever was fetched ahead) exits 77 once
+         * the rest is checked, saying so; missed with the CPU there, it fails. */
         double bound = max_ratio * slow_ms * 1e-3 + answer;
+        if (median_start > bound || median_mid > bound) {
+            double share = cpu_share();
+            if (share < 0.8 && dsc_test_failures == 0) {
+                printf("precondition: the bound (%.2f ms) was missed while this process got %.0f%% "
+                       "of a core when it asked for one (under 80%%): the boundary's timing is "
+                       "not checked\n",
+                       bound * 1e3, 100 * share);
+                return 77;
+            }
+            printf("this process gets %.0f%% of a core when it asks for one\n", 100 * share);
+        }
         CHECK(median_start <= bound);
         CHECK(median_mid <= bound);
     }
-    dsc_loader_destroy(l);
     return TEST_DONE();
 }
 

@@ -58,6 +58,15 @@ oneepoch --batch 256 --pause-s 0.1 --job-epochs 1 --max-first 1.01
 steps=2
 if [ "$step" != 2 ]; then steps=4; fi
 if [ "${DSC_TSAN:-OFF}" = ON ]; then steps=8; fi
-check boundary --batch 16 --slow-ms 5 --epochs 4 --max-ratio $steps
+# A timing bound missed where this process gets under 0.8 of a core when it asks for one (a
+# machine busy with other work: most boundaries then blocked 30-90 ms, fetched ahead or not):
+# loader_check says so, and the test skips, saying why, once the settled check has passed.
+rc=0
+check boundary --batch 16 --slow-ms 5 --epochs 4 --max-ratio $steps || rc=$?
+[ "$rc" = 0 ] || [ "$rc" = 77 ] || exit "$rc"
 check boundary --batch 16 --slow-ms 5 --epochs 4 --settle 1
+if [ "$rc" = 77 ]; then
+    echo "SKIP: the boundary's timing was not checked: a machine too busy for it (above)"
+    exit 77
+fi
 echo ok
