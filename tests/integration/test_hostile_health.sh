@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Finding: /healthz must answer within 100 ms however many clients hold connections: 2,000 data
-# connections (descriptors above 1024, where a select()-based HTTP server goes blind) and then
-# 500 idle HTTP connections on top (the HTTP server's own limit and time-outs must not lock
-# /healthz out), and again once a client keeps reconnecting 64 idle HTTP connections.
+# Finding: /healthz must answer at once (100 ms, or 5x its time on this machine with no load)
+# however many clients hold connections: 2,000 data connections (descriptors above 1024, where a
+# select()-based HTTP server goes blind) and then 500 idle HTTP connections on top (the HTTP
+# server's own limit and time-outs must not lock /healthz out), and again once a client keeps
+# reconnecting 64 idle HTTP connections.
 source "$(dirname "$0")/server_lib.sh"
 source "$(dirname "$0")/hostile_lib.sh"
 
@@ -13,28 +14,46 @@ if [ "$hard" != unlimited ] && [ "$hard" -lt "$need" ]; then
     exit 77
 fi
 ulimit -Sn "$need"
-# Sanitizers slow every request down: the latency bound is theirs, ten times looser.
+# The bound is the machine's: five times the median /healthz took on this server before any load
+# (at least 100 ms; 1000 under sanitizers, which slow every request down), checked on the median
+# of five requests so that one request delayed by a busy machine does not decide; a server that
+# is blind or locked out answers none of them (curl gives up after 2 s: 99999).
 limit_ms=100
 [ "$SANITIZED" = 1 ] && limit_ms=1000
 
 make_dataset "$work/ds" hds 500 none
 start_server a --data "$work/ds" --memory 16M
 
-# check_healthz WHAT: five requests to /healthz, every one within limit_ms.
-check_healthz() {
-    local worst=0 ms all=""
+# healthz_five: five requests to /healthz, 50 ms apart; prints "MEDIAN WORST ms1 ... ms5".
+healthz_five() {
+    local ms all=()
     for _ in 1 2 3 4 5; do
-        ms=$(healthz_ms "$HTTP_a")
-        all="$all $ms"
-        [ "$ms" -gt "$worst" ] && worst=$ms
+        ms=$(healthz_ms "$HTTP_a") || ms=
+        all+=("${ms:-99999}")
         sleep 0.05
     done
-    echo "/healthz with $1: ms$all"
-    [ "$worst" -le "$limit_ms" ] && pass "/healthz within $limit_ms ms with $1 (worst $worst ms)" \
-        || fail "/healthz with $1: worst $worst ms (limit $limit_ms)"
+    printf '%s\n' "${all[@]}" | sort -n | awk '{ v[NR] = $1 } END { printf "%d %d", v[3], v[5] }'
+    echo " ${all[*]}"
+}
+# check_healthz WHAT: every request answered, the median within limit_ms.
+check_healthz() {
+    local median worst all
+    read -r median worst all <<<"$(healthz_five)"
+    echo "/healthz with $1: ms $all (median $median)"
+    [ "$worst" -lt 99999 ] || fail "/healthz with $1: a request unanswered within 2 s (ms $all)"
+    [ "$median" -le "$limit_ms" ] && pass "/healthz within $limit_ms ms with $1 (median $median ms)" \
+        || fail "/healthz with $1: median $median ms (limit $limit_ms)"
 }
 
-check_healthz "no load"
+read -r base worst all <<<"$(healthz_five)"
+echo "/healthz with no load: ms $all (median $base)"
+[ "$worst" -lt 99999 ] || { fail "/healthz with no load: a request unanswered within 2 s (ms $all)"; finish; }
+[ $((5 * base)) -le "$limit_ms" ] || limit_ms=$((5 * base))
+if [ "$limit_ms" -ge 1000 ] && [ "$SANITIZED" = 0 ]; then
+    echo "SKIP: /healthz takes $base ms here with no load: too slow a machine to time the loaded case"
+    exit 77
+fi
+echo "limit: $limit_ms ms (5 x the median with no load, at least 100)"
 # 2,000 data connections from 8 loopback peers (250 each), HELLO sent on each.
 HOSTILE_SOURCES=8 "$HOSTILE" hold "$ADDR_a" 2000 30 hello >"$work/data.out" 2>&1 &
 hold_data=$!

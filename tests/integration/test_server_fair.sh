@@ -4,7 +4,9 @@
 # server whose send rate is the limit. With --fair on (the default) the bytes sent to each, from
 # /metrics (dscache_job_sent_bytes_total), are in the ratio of their weights; with --fair off
 # (arrival order) they are about equal. The total stays within the cap, and the loaders (which
-# check every chunk's checksum) get their answers whole although they are queued in pieces.
+# check every chunk's checksum) get their answers whole although they are queued in pieces. The
+# ratios are checked where the cap is the limit (the loaders take 60% of it or more); a machine
+# too busy for that makes the test skip, saying so, once everything else has been checked.
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
 RATE_MB=40
@@ -52,8 +54,14 @@ check() { # check MODE: ratio heavy/light over the middle of the run within the 
         'BEGIN { printf "%.1f", (a + b) / t / 1e6 }')
     echo "fair $1: heavy $heavy bytes, light $light bytes: ratio $ratio, $total MB/s in all"
     # The cap (totals are counted in steps of a few answers: some slack).
-    awk -v t="$total" -v r="$RATE_MB" 'BEGIN { exit !(t <= r * 1.048576 * 1.2 && t >= r * 0.6) }' ||
-        fail "fair $1: $total MB/s sent in all, not near --send-rate ${RATE_MB}M"
+    awk -v t="$total" -v r="$RATE_MB" 'BEGIN { exit !(t <= r * 1.048576 * 1.2) }' ||
+        fail "fair $1: $total MB/s sent in all, over --send-rate ${RATE_MB}M"
+    # The ratio says something only where the cap is the limit (answers wait in its queue): a
+    # machine too busy for the two loaders to take 60% of it is not, and says so.
+    if ! awk -v t="$total" -v r="$RATE_MB" 'BEGIN { exit !(t >= r * 0.6) }'; then
+        unbound+=("fair $1: the loaders took $total MB/s of the ${RATE_MB}M cap (under 60%)")
+        return 0
+    fi
     if [ "$1" = on ]; then
         awk -v x="$ratio" 'BEGIN { exit !(x >= 2.2 && x <= 4.0) }' ||
             fail "fair on: heavy/light $ratio, wanted about 3 (weights 3:1)"
@@ -63,6 +71,7 @@ check() { # check MODE: ratio heavy/light over the middle of the run within the 
     fi
 }
 
+unbound=()
 start_server on --data "$work/ds" --memory 256M --warm --config "$work/fair.json" --threads 2 \
     --log-level error
 [ "$(metric "$HTTP_on" 'dscache_send_rate_bytes')" = $((RATE_MB << 20)) ] ||
@@ -103,4 +112,8 @@ check off
 stop_server off
 expect 1 "job-weight" "$SERVER" --data "$work/ds" --job-weight "heavy=0"
 expect 1 "fair" "$SERVER" --data "$work/ds" --fair maybe
+if [ "$fails" = 0 ] && [ ${#unbound[@]} -gt 0 ]; then
+    echo "SKIP: the send rate was not the limit, so the shares could not be told: ${unbound[*]}"
+    exit 77
+fi
 finish

@@ -31,13 +31,17 @@ grep -qE '[0-9]+% of the GETs missed the servers. RAM' <<<"$limit" && pass "evid
     || fail "evidence lacks the miss share: $limit"
 grep -qE 'it delivered [0-9.]+ MB/s' <<<"$limit" && grep -qE 'zero stall needs [0-9.]+ MB/s' <<<"$limit" \
     && pass "evidence: the rate obtained and the one needed" || fail "evidence lacks the rates: $limit"
-# The rate obtained is at most the cap (30 MB/s; 25% slack for the clock) and at least half of it
-# (a slower, sanitized build reads less); the rate needed is well above it.
+# The rate obtained is at most the cap (30 MB/s; 25% slack for the clock) and at least half of
+# what the server read from the store over the whole run (its read_through_bytes over the bench's
+# 12 s: what this machine's FUSE and server managed, not a figure assumed for it); the rate needed
+# is above it (the store is short of it: how far depends on how fast this machine's loader and
+# step demand, 118 MB/s on a quiet one, 46 beside other builds).
 got=$(sed -nE 's/.*it delivered ([0-9.]+) MB\/s.*/\1/p' <<<"$limit")
 need=$(sed -nE 's/.*zero stall needs ([0-9.]+) MB\/s.*/\1/p' <<<"$limit")
-awk -v g="${got:-0}" -v n="${need:-0}" 'BEGIN { exit !(g >= 15 && g <= 37.5 && n > 1.5 * g) }' \
-    && pass "storage delivered $got MB/s (cap 30), zero stall needs $need MB/s" \
-    || fail "rates: delivered ${got:-?} MB/s, needed ${need:-?} MB/s (cap 30 MB/s)"
+avg=$(json_get "$("$TOOL" call "$ADDR_a" STAT sv)" '"%.1f" % (j["store"]["read_through_bytes"] / 12 / 1e6)')
+awk -v g="${got:-0}" -v n="${need:-0}" -v a="$avg" 'BEGIN { exit !(g >= 0.5 * a && g <= 37.5 && n > g) }' \
+    && pass "storage delivered $got MB/s (cap 30; $avg MB/s read over the run), zero stall needs $need MB/s" \
+    || fail "rates: delivered ${got:-?} MB/s, needed ${need:-?} MB/s (cap 30 MB/s; $avg MB/s read over the run)"
 grep -qE 'of RAM' <<<"$sugg" && grep -qE '[0-9.]+ MB/s' <<<"$sugg" \
     && pass "the fix in numbers: $sugg" || fail "suggestion lacks numbers: $sugg"
 job=$(json_get "$("$TOOL" call "$ADDR_a" STAT sv)" \
