@@ -17,18 +17,24 @@ outside=$work/outside
 mkdir -p "$root" "$outside"
 make_dataset "$root/base" base 300 none
 start_server a --data-root "$root" --data-root-interval 1 --memory 64M --drain-seconds 2
-log=$work/server-a.log
+# use_server NAME: the server the helpers below talk to.
+use_server() {
+    local pid_var="PID_$1" addr_var="ADDR_$1"
+    cur_pid=${!pid_var} cur_addr=${!addr_var} log=$work/server-$1.log
+}
+use_server a
 PY=${DSC_PYTHON:-/usr/bin/python3}
 
-stat_json() { "$TOOL" call "$ADDR_a" STAT; }
-parses() { json_get "$(stat_json)" 'j["catalog"]["manifest_parses"]'; }
-listed() { "$CLI" list --server "$ADDR_a" | grep -q "^$1 "; }
+stat_json() { "$TOOL" call "$cur_addr" STAT; }
+# parses: STAT's count of manifests read (-1: not reported).
+parses() { json_get "$(stat_json)" 'j.get("catalog", {}).get("manifest_parses", -1)'; }
+listed() { "$CLI" list --server "$cur_addr" | grep -q "^$1 "; }
 rescans() { grep -c 'rescan: [0-9]* datasets served' "$log" || true; }
 # hup_rescan: SIGHUP, then waits for the rescan it asks for (its "N datasets served" line).
 hup_rescan() {
     local n
     n=$(rescans)
-    kill -HUP "$PID_a"
+    kill -HUP "$cur_pid"
     until_ok 20 sh -c "[ \$(grep -c 'rescan: [0-9]* datasets served' '$log') -gt $n ]" \
         || fail "no rescan within 20 s of SIGHUP"
 }
@@ -50,8 +56,8 @@ open(sys.argv[2], "w").write(text[:-1] + "," + junk + "}\n")
 EOF
 msize=$(stat -c %s "$outside/huge.json")
 sleep 1.5 # the start-up rescans are over: the figures below are the huge manifest's
-rss0=$(rss_kb "$PID_a")
-hwm0=$(peak_rss_kb "$PID_a")
+rss0=$(rss_kb "$cur_pid")
+hwm0=$(peak_rss_kb "$cur_pid")
 p0=$(parses)
 mkdir "$root/.huge.tmp"
 cp "$work/huge-src"/*.dsc "$root/.huge.tmp/"
@@ -60,8 +66,8 @@ mv "$root/.huge.tmp" "$root/huge"
 until_ok 20 listed huge && pass "a dataset with a $((msize >> 20)) MiB manifest of unknown keys is listed" \
     || fail "huge not listed within 20 s"
 p1=$(parses)
-rss1=$(rss_kb "$PID_a")
-hwm1=$(peak_rss_kb "$PID_a")
+rss1=$(rss_kb "$cur_pid")
+hwm1=$(peak_rss_kb "$cur_pid")
 kept_kb=$((rss1 - rss0))
 peak_kb=$((hwm1 > rss0 ? hwm1 - rss0 : 0))
 msize_kb=$((msize / 1024))
@@ -83,7 +89,7 @@ hup_rescan
 hup_rescan
 sleep 2.5
 p2=$(parses)
-[ "$p2" = "$p1" ] && pass "unchanged manifests are not parsed again by 2 SIGHUP and the periodic rescans ($p1 -> $p2)" \
+[ "$p2" = "$p1" ] && [ "$p1" -gt 0 ] && pass "unchanged manifests are not parsed again by 2 SIGHUP and the periodic rescans ($p1 -> $p2)" \
     || fail "manifest parses grew from $p1 to $p2 across rescans that found nothing changed"
 # A rewritten manifest (another inode) is read again.
 cp "$root/huge/manifest.json" "$root/huge/.m.tmp" && mv "$root/huge/.m.tmp" "$root/huge/manifest.json"
@@ -92,7 +98,47 @@ p3=$(parses)
 [ "$p3" -gt "$p2" ] && pass "a rewritten manifest is read again ($p2 -> $p3)" \
     || fail "a rewritten manifest was not read again ($p2 -> $p3)"
 
+# ---- A claimant of a served name, sorting first --------------------------------------------------
+make_dataset "$root/.zz-orig.tmp" shared 300 none
+mv "$root/.zz-orig.tmp" "$root/zz-orig"
+until_ok 10 listed shared || fail "shared not listed"
+v1=$("$TOOL" call "$cur_addr" VERSION shared)
+[[ $v1 =~ ^[0-9a-f]{16}$ ]] || fail "VERSION shared: $v1"
+make_dataset "$root/.aa-claim.tmp" shared 300 none --seed 7
+mv "$root/.aa-claim.tmp" "$root/aa-claim"
+wait_line "$log" " error .*aa-claim.*shared.*zz-orig" 10 \
+    && pass "the claimant is refused: $(grep -m1 ' error .*aa-claim' "$log" | cut -c1-220)" \
+    || fail "no error line naming aa-claim and zz-orig"
+hup_rescan
+sleep 1.5 # and a periodic rescan or two
+out=$(timeout 60 "$TOOL" fetch "$cur_addr" shared "$root/zz-orig" 4 2>&1) \
+    && pass "GETs return the first directory's bytes: $out" || fail "shared is no longer zz-orig's: $out"
+[ "$("$TOOL" call "$cur_addr" VERSION shared)" = "$v1" ] && pass "the version stays $v1" \
+    || fail "the version of shared changed"
+st=$("$CLI" stat --server "$cur_addr")
+grep -q "conflict: .*aa-claim claims dataset shared, which belongs to .*zz-orig" <<<"$st" \
+    && pass "dscache stat shows the conflict: $(grep conflict: <<<"$st")" \
+    || fail "dscache stat does not show the conflict: $st"
+n=$(grep -c " error .*aa-claim.*shared" "$log" || true)
+[ "$n" = 1 ] && pass "the conflict is logged once" || fail "the conflict was logged $n times"
+# Once the first directory is removed the name is free: the claimant is served.
+rm -rf "$root/zz-orig"
+until_ok 10 sh -c "[ \"\$('$TOOL' call '$cur_addr' VERSION shared)\" != '$v1' ]" \
+    || fail "shared not taken over by aa-claim after zz-orig was removed"
+out=$(timeout 60 "$TOOL" fetch "$cur_addr" shared "$root/aa-claim" 4 2>&1) \
+    && pass "after zz-orig's removal the name goes to aa-claim: $out" || fail "shared after removal: $out"
+
+kill -0 "$cur_pid" && pass "server a alive" || fail "server a died"
+stop_within a 3
+
 # ---- Files that would block or lead out of the root ----------------------------------------------
+# A second server, on a second root: what blocked the catalog there no longer matters to the parts
+# above.
+root=$work/root2
+mkdir -p "$root"
+make_dataset "$root/base" base 300 none
+start_server b --data-root "$root" --data-root-interval 1 --memory 64M --drain-seconds 2
+use_server b
 mkdir "$root/fifo-manifest"
 mkfifo "$root/fifo-manifest/manifest.json"
 add_dataset late1 late1
@@ -109,7 +155,7 @@ until_ok 10 listed late2 && pass "links out of the root block nothing: late2 lis
 hup_rescan
 listed evil && fail "a dataset directory linked from outside the root is served" \
     || pass "a dataset directory that is a link out of the root is not served"
-refused=$(json_get "$(stat_json)" '" ".join(sorted(e["dir"].rsplit("/", 1)[1] for e in j["catalog"]["refused"]))')
+refused=$(json_get "$(stat_json)" '" ".join(sorted(e["dir"].rsplit("/", 1)[1] for e in j.get("catalog", {}).get("refused", [])))')
 [ "$refused" = "evil-link fifo-manifest link-manifest" ] \
     && pass "STAT lists the refused directories: $refused" || fail "STAT refused: '$refused'"
 grep -q "fifo-manifest: not a regular file" "$log" && pass "the FIFO manifest is logged as refused" \
@@ -117,36 +163,7 @@ grep -q "fifo-manifest: not a regular file" "$log" && pass "the FIFO manifest is
 n=$(grep -c "fifo-manifest: not a regular file" "$log" || true)
 [ "$n" = 1 ] && pass "logged once, not at every rescan" || fail "the refusal was logged $n times"
 
-# ---- A claimant of a served name, sorting first --------------------------------------------------
-make_dataset "$root/.zz-orig.tmp" shared 300 none
-mv "$root/.zz-orig.tmp" "$root/zz-orig"
-until_ok 10 listed shared || fail "shared not listed"
-v1=$("$TOOL" call "$ADDR_a" VERSION shared)
-make_dataset "$root/.aa-claim.tmp" shared 300 none --seed 7
-mv "$root/.aa-claim.tmp" "$root/aa-claim"
-wait_line "$log" " error .*aa-claim.*shared.*zz-orig" 10 \
-    && pass "the claimant is refused: $(grep -m1 ' error .*aa-claim' "$log" | cut -c1-220)" \
-    || fail "no error line naming aa-claim and zz-orig"
-hup_rescan
-sleep 1.5 # and a periodic rescan or two
-out=$(timeout 60 "$TOOL" fetch "$ADDR_a" shared "$root/zz-orig" 4 2>&1) \
-    && pass "GETs return the first directory's bytes: $out" || fail "shared is no longer zz-orig's: $out"
-[ "$("$TOOL" call "$ADDR_a" VERSION shared)" = "$v1" ] && pass "the version stays $v1" \
-    || fail "the version of shared changed"
-st=$("$CLI" stat --server "$ADDR_a")
-grep -q "conflict: .*aa-claim claims dataset shared, which belongs to .*zz-orig" <<<"$st" \
-    && pass "dscache stat shows the conflict: $(grep conflict: <<<"$st")" \
-    || fail "dscache stat does not show the conflict: $st"
-n=$(grep -c " error .*aa-claim.*shared" "$log" || true)
-[ "$n" = 1 ] && pass "the conflict is logged once" || fail "the conflict was logged $n times"
-# Once the first directory is removed the name is free: the claimant is served.
-rm -rf "$root/zz-orig"
-until_ok 10 sh -c "[ \"\$('$TOOL' call '$ADDR_a' VERSION shared)\" != '$v1' ]" \
-    || fail "shared not taken over by aa-claim after zz-orig was removed"
-out=$(timeout 60 "$TOOL" fetch "$ADDR_a" shared "$root/aa-claim" 4 2>&1) \
-    && pass "after zz-orig's removal the name goes to aa-claim: $out" || fail "shared after removal: $out"
-
-kill -0 "$PID_a" && pass "server alive" || fail "server died"
+kill -0 "$PID_b" && pass "server b alive" || fail "server b died"
 # --drain-seconds 2: stopped within 3 s, the FIFOs still there.
-stop_within a 3
+stop_within b 3
 finish
