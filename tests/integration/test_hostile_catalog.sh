@@ -139,22 +139,27 @@ mkdir -p "$root"
 make_dataset "$root/base" base 300 none
 start_server b --data-root "$root" --data-root-interval 1 --memory 64M --drain-seconds 2
 use_server b
+# A dataset directory that is a link to a dataset outside the root: not served.
+make_dataset "$outside/evil" evil 300 none
+ln -s "$outside/evil" "$root/evil-link"
+add_dataset late0 late0
+until_ok 10 listed late0 || fail "late0 not listed within 10 s"
+hup_rescan
+listed evil && fail "a dataset directory linked from outside the root is served" \
+    || pass "a dataset directory that is a link out of the root is not served"
+# A FIFO named manifest.json, and a manifest that is a link to a FIFO outside the root.
 mkdir "$root/fifo-manifest"
 mkfifo "$root/fifo-manifest/manifest.json"
 add_dataset late1 late1
 until_ok 10 listed late1 && pass "a FIFO manifest.json blocks nothing: late1 listed" \
     || fail "late1 not listed within 10 s beside a FIFO manifest.json"
-make_dataset "$outside/evil" evil 300 none
-ln -s "$outside/evil" "$root/evil-link"
 mkfifo "$outside/fifo"
 mkdir "$root/link-manifest"
 ln -s "$outside/fifo" "$root/link-manifest/manifest.json"
 add_dataset late2 late2
-until_ok 10 listed late2 && pass "links out of the root block nothing: late2 listed" \
-    || fail "late2 not listed within 10 s beside links out of the root"
+until_ok 10 listed late2 && pass "a manifest linked to a FIFO out of the root blocks nothing: late2 listed" \
+    || fail "late2 not listed within 10 s beside a manifest linked out of the root"
 hup_rescan
-listed evil && fail "a dataset directory linked from outside the root is served" \
-    || pass "a dataset directory that is a link out of the root is not served"
 refused=$(json_get "$(stat_json)" '" ".join(sorted(e["dir"].rsplit("/", 1)[1] for e in j.get("catalog", {}).get("refused", [])))')
 [ "$refused" = "evil-link fifo-manifest link-manifest" ] \
     && pass "STAT lists the refused directories: $refused" || fail "STAT refused: '$refused'"
