@@ -1074,12 +1074,17 @@ int dsc_catalog_rescan_quiet(dsc_catalog_t *cat, int quiet) {
             if (owner != NULL && strcmp(owner->dir, c->dir) != 0) {
                 c->owner = owner->dir;
             } else {
-                if (owner == NULL && owner_add(cat, c->name, c->dir) < 0)
-                    LOG_ERROR("rescan: out of memory recording %s as the owner of dataset %s",
-                              c->dir, c->name);
                 if (c->ds == NULL) /* remembered as refused; its name is free now */
                     c->rc = dataset_create(cat, c->dir, c->confined, &c->why, &c->ds);
+                if (c->rc == 0 && strcmp(c->ds->name, c->name) != 0) {
+                    c->rc = DSC_EAGAIN; /* rewritten since it was judged: the next rescan */
+                    c->why = "changed while read";
+                }
                 c->served = c->rc == 0;
+                /* Owned once served: a directory that never served a name never holds it. */
+                if (c->served && owner == NULL && owner_add(cat, c->name, c->dir) < 0)
+                    LOG_ERROR("rescan: out of memory recording %s as the owner of dataset %s",
+                              c->dir, c->name);
             }
         }
         if (!c->served) {

@@ -22,7 +22,8 @@
 #include <unistd.h>
 
 #define ROOT_MASK (IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_ONLYDIR)
-#define SUB_MASK (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_ONLYDIR)
+#define SUB_MASK                                                                                   \
+    (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_ONLYDIR | IN_DONT_FOLLOW)
 #define QUIET_NS (300ull * 1000000ull)
 #define MAX_WAIT_NS (2000ull * 1000000ull)
 
