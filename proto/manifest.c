@@ -351,13 +351,45 @@ static const char *scan_string(const char *p, const char *end) {
     return NULL;
 }
 
-/* A number as cJSON reads one: the longest prefix of a run of "0123456789+-.eE" that strtod
- * accepts (at least one character). Returns the byte after it, or NULL. */
+static int number_char(char c) {
+    return (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.' || c == 'e' || c == 'E';
+}
+
+static const char *digits(const char *p, const char *end) {
+    while (p < end && *p >= '0' && *p <= '9')
+        p++;
+    return p;
+}
+
+/* A number as cJSON reads one: the longest prefix of a run of "0123456789+-.eE" (at most 63)
+ * that strtod accepts (at least one character). A run that is a JSON number whole is all of it
+ * (the common case, without strtod). Returns the byte after it, or NULL. */
 static const char *scan_number(const char *p, const char *end) {
-    char buf[64];
     size_t n = 0;
-    while (p + n < end && n < sizeof buf - 1 && p[n] != '\0' && strchr("0123456789+-.eE", p[n]))
+    while (p + n < end && n < 63 && number_char(p[n]))
         n++;
+    const char *run_end = p + n, *q = p;
+    if (q < run_end && *q == '-')
+        q++;
+    const char *int_end = digits(q, run_end);
+    int json = int_end > q && (*q != '0' || int_end == q + 1);
+    q = int_end;
+    if (json && q < run_end && *q == '.') {
+        const char *frac = digits(q + 1, run_end);
+        json = frac > q + 1;
+        q = frac;
+    }
+    if (json && q < run_end && (*q == 'e' || *q == 'E')) {
+        q++;
+        if (q < run_end && (*q == '+' || *q == '-'))
+            q++;
+        const char *exp = digits(q, run_end);
+        json = exp > q;
+        q = exp;
+    }
+    if (json && q == run_end && n < 63)
+        return run_end;
+    char buf[64];
     memcpy(buf, p, n);
     buf[n] = '\0';
     char *stop = NULL;

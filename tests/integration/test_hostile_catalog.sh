@@ -35,8 +35,8 @@ hup_rescan() {
     local n
     n=$(rescans)
     kill -HUP "$cur_pid"
-    until_ok 20 sh -c "[ \$(grep -c 'rescan: [0-9]* datasets served' '$log') -gt $n ]" \
-        || fail "no rescan within 20 s of SIGHUP"
+    until_ok 60 sh -c "[ \$(grep -c 'rescan: [0-9]* datasets served' '$log') -gt $n ]" \
+        || fail "no rescan within 60 s of SIGHUP"
 }
 # add_dataset NAME DIRNAME [ingest args]: written under a hidden name, renamed into the root.
 add_dataset() {
@@ -63,8 +63,8 @@ mkdir "$root/.huge.tmp"
 cp "$work/huge-src"/*.dsc "$root/.huge.tmp/"
 cp "$outside/huge.json" "$root/.huge.tmp/manifest.json"
 mv "$root/.huge.tmp" "$root/huge"
-until_ok 20 listed huge && pass "a dataset with a $((msize >> 20)) MiB manifest of unknown keys is listed" \
-    || fail "huge not listed within 20 s"
+until_ok 60 listed huge && pass "a dataset with a $((msize >> 20)) MiB manifest of unknown keys is listed" \
+    || fail "huge not listed within 60 s"
 p1=$(parses)
 rss1=$(rss_kb "$cur_pid")
 hwm1=$(peak_rss_kb "$cur_pid")
