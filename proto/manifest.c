@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -286,22 +287,382 @@ static int parse_shard(const cJSON *item, uint32_t position, const dsc_schema_t 
     return 0;
 }
 
-/* Parses a NUL-terminated document into a fresh manifest. */
-static int parse_document(const char *text, size_t len, dsc_manifest_t **out) {
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(text, &end, 0);
-    dsc_manifest_t *manifest = NULL;
-    int rc = DSC_EBADMANIFEST;
-    if (root == NULL) {
-        /* cJSON reports ENOMEM and syntax alike; a syntax error is by far the likelier. */
-        goto cleanup;
+/* ---- Scanning without allocating ---------------------------------------------------------- */
+
+/* The manifest is scanned before anything is built: the whole document is checked (the syntax
+ * cJSON accepts), then only the known keys' values are handed to cJSON, one shard at a time, so
+ * that unknown keys (FORMAT.md: ignored) cost no memory however large, and the memory of a parse
+ * is bounded by the shard count and "meta", not by the file's size. */
+#define SCAN_MAX_DEPTH 1000 /* cJSON's nesting limit (CJSON_NESTING_LIMIT) */
+
+/* cJSON skips every byte from 1 to 32 between tokens. */
+static const char *skip_ws(const char *p, const char *end) {
+    while (p < end && (unsigned char)*p <= 32 && *p != '\0')
+        p++;
+    return p;
+}
+
+static int hex4(const char *p, const char *end, unsigned *out) {
+    if (end - p < 4)
+        return -1;
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        unsigned d;
+        if (c >= '0' && c <= '9')
+            d = (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            d = (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            d = (unsigned)(c - 'A' + 10);
+        else
+            return -1;
+        v = v << 4 | d;
     }
+    *out = v;
+    return 0;
+}
+
+/* A string at p ('"'): the escapes cJSON decodes (\uXXXX with valid surrogate pairs), any other
+ * byte as it is. Returns the byte after the closing quote, or NULL. */
+static const char *scan_string(const char *p, const char *end) {
+    if (p >= end || *p != '"')
+        return NULL;
+    for (p++; p < end; p++) {
+        if (*p == '"')
+            return p + 1;
+        if (*p != '\\')
+            continue;
+        if (++p >= end)
+            return NULL;
+        if (strchr("bfnrt\"\\/", *p) != NULL && *p != '\0')
+            continue;
+        unsigned u, low;
+        if (*p != 'u' || hex4(p + 1, end, &u) < 0 || (u >= 0xDC00 && u <= 0xDFFF))
+            return NULL;
+        p += 4;
+        if (u >= 0xD800 && u <= 0xDBFF) { /* a high surrogate: a low one must follow */
+            if (end - p < 7 || p[1] != '\\' || p[2] != 'u' || hex4(p + 3, end, &low) < 0 ||
+                low < 0xDC00 || low > 0xDFFF)
+                return NULL;
+            p += 6;
+        }
+    }
+    return NULL;
+}
+
+static int number_char(char c) {
+    return (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.' || c == 'e' || c == 'E';
+}
+
+static const char *digits(const char *p, const char *end) {
+    while (p < end && *p >= '0' && *p <= '9')
+        p++;
+    return p;
+}
+
+/* A number as cJSON reads one: the longest prefix of a run of "0123456789+-.eE" (at most 63)
+ * that strtod accepts (at least one character). A run that is a JSON number whole is all of it
+ * (the common case, without strtod). Returns the byte after it, or NULL. */
+static const char *scan_number(const char *p, const char *end) {
+    size_t n = 0;
+    while (p + n < end && n < 63 && number_char(p[n]))
+        n++;
+    const char *run_end = p + n, *q = p;
+    if (q < run_end && *q == '-')
+        q++;
+    const char *int_end = digits(q, run_end);
+    int json = int_end > q && (*q != '0' || int_end == q + 1);
+    q = int_end;
+    if (json && q < run_end && *q == '.') {
+        const char *frac = digits(q + 1, run_end);
+        json = frac > q + 1;
+        q = frac;
+    }
+    if (json && q < run_end && (*q == 'e' || *q == 'E')) {
+        q++;
+        if (q < run_end && (*q == '+' || *q == '-'))
+            q++;
+        const char *exp = digits(q, run_end);
+        json = exp > q;
+        q = exp;
+    }
+    if (json && q == run_end && n < 63)
+        return run_end;
+    char buf[64];
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    char *stop = NULL;
+    (void)strtod(buf, &stop);
+    return stop == buf ? NULL : p + (stop - buf);
+}
+
+static const char *scan_scalar(const char *p, const char *end) {
+    if (p >= end)
+        return NULL;
+    if (*p == '"')
+        return scan_string(p, end);
+    static const char *const literals[] = {"null", "false", "true"};
+    for (size_t i = 0; i < 3; i++) {
+        size_t len = strlen(literals[i]);
+        if ((size_t)(end - p) >= len && memcmp(p, literals[i], len) == 0)
+            return p + len;
+    }
+    if (*p == '-' || (*p >= '0' && *p <= '9'))
+        return scan_number(p, end);
+    return NULL;
+}
+
+/* An object member's key and colon at p: returns the byte after ':' (and spaces), or NULL. */
+static const char *scan_key(const char *p, const char *end) {
+    p = scan_string(skip_ws(p, end), end);
+    if (p == NULL)
+        return NULL;
+    p = skip_ws(p, end);
+    return p < end && *p == ':' ? p + 1 : NULL;
+}
+
+/* Skips one JSON value at p (leading spaces allowed), checking its syntax as cJSON would;
+ * iterative, a bit per nesting level. Returns the byte after it, or NULL. Never allocates. */
+static const char *skip_value(const char *p, const char *end) {
+    uint8_t is_object[SCAN_MAX_DEPTH / 8 + 1];
+    unsigned depth = 0;
+    for (;;) {
+        /* A value is expected at p. */
+        p = skip_ws(p, end);
+        if (p >= end)
+            return NULL;
+        if (*p == '{' || *p == '[') {
+            if (depth >= SCAN_MAX_DEPTH)
+                return NULL;
+            int object = *p == '{';
+            if (object)
+                is_object[depth / 8] |= (uint8_t)(1u << (depth % 8));
+            else
+                is_object[depth / 8] &= (uint8_t) ~(1u << (depth % 8));
+            depth++;
+            p = skip_ws(p + 1, end);
+            if (p < end && *p == (object ? '}' : ']')) {
+                p++;
+                depth--;
+            } else {
+                if (object && (p = scan_key(p, end)) == NULL)
+                    return NULL;
+                continue;
+            }
+        } else if ((p = scan_scalar(p, end)) == NULL) {
+            return NULL;
+        }
+        /* After a value: close containers until one goes on (',') or the value is whole. */
+        for (;;) {
+            if (depth == 0)
+                return p;
+            int object = (is_object[(depth - 1) / 8] >> ((depth - 1) % 8)) & 1;
+            p = skip_ws(p, end);
+            if (p >= end)
+                return NULL;
+            if (*p == ',') {
+                p++;
+                if (object && (p = scan_key(p, end)) == NULL)
+                    return NULL;
+                break;
+            }
+            if (*p != (object ? '}' : ']'))
+                return NULL;
+            p++;
+            depth--;
+        }
+    }
+}
+
+/* Walks an array or object already checked by skip_value: each call gives the next element
+ * (an object's: its key without quotes in key/key_len, escapes left as written) as
+ * [value, value_end). */
+typedef struct json_iter {
+    const char *p, *end;
+    int object, started;
+    const char *key, *value, *value_end;
+    size_t key_len;
+} json_iter_t;
+
+static void iter_init(json_iter_t *it, const char *value, const char *end) {
+    memset(it, 0, sizeof *it);
+    it->p = skip_ws(value, end);
+    it->end = end;
+    it->object = it->p < end && *it->p == '{';
+}
+
+/* Returns 1 with the next element, 0 at the end. */
+static int iter_next(json_iter_t *it) {
+    const char *q = skip_ws(it->p, it->end);
+    if (q >= it->end)
+        return 0;
+    if (!it->started) {
+        it->started = 1;
+        if (*q != '{' && *q != '[')
+            return 0;
+        q = skip_ws(q + 1, it->end);
+        if (*q == '}' || *q == ']')
+            return 0;
+    } else {
+        if (*q != ',')
+            return 0; /* the closing bracket */
+        q = skip_ws(q + 1, it->end);
+    }
+    if (it->object) {
+        const char *after = scan_string(q, it->end);
+        it->key = q + 1;
+        it->key_len = (size_t)(after - q) - 2;
+        q = skip_ws(after, it->end) + 1; /* past ':' */
+    }
+    it->value = skip_ws(q, it->end);
+    it->value_end = skip_value(it->value, it->end);
+    it->p = it->value_end;
+    return 1;
+}
+
+static int key_is(const json_iter_t *it, const char *name) {
+    return it->key_len == strlen(name) && memcmp(it->key, name, it->key_len) == 0;
+}
+
+/* ---- Building only what is read ------------------------------------------------------------ */
+
+/* A value read as a scalar: parsed by cJSON when it is one; an array or object becomes an empty
+ * one (every reader of a scalar key refuses it by its type, as before), so that its contents
+ * cost nothing. NULL on ENOMEM. */
+static cJSON *build_scalar(const char *value, const char *value_end) {
+    if (*value == '{')
+        return cJSON_CreateObject();
+    if (*value == '[')
+        return cJSON_CreateArray();
+    return cJSON_ParseWithLength(value, (size_t)(value_end - value));
+}
+
+/* An array of at most max + 1 scalars (the elements after the (max + 1)th are not read: a count
+ * over max is refused by the reader); anything else as build_scalar. */
+static cJSON *build_scalar_array(const char *value, const char *value_end, int max) {
+    if (*value != '[')
+        return build_scalar(value, value_end);
+    cJSON *array = cJSON_CreateArray();
+    json_iter_t it;
+    iter_init(&it, value, value_end);
+    for (int n = 0; array != NULL && n <= max && iter_next(&it); n++) {
+        cJSON *item = build_scalar(it.value, it.value_end);
+        if (item == NULL || !cJSON_AddItemToArray(array, item)) {
+            cJSON_Delete(item);
+            cJSON_Delete(array);
+            return NULL;
+        }
+    }
+    return array;
+}
+
+/* How a known key's value is built. */
+enum { BUILD_SCALAR, BUILD_SHAPE, BUILD_FIELDS, BUILD_META, BUILD_SKIP };
+typedef struct known_key {
+    const char *name;
+    int build;
+} known_key_t;
+
+static const known_key_t field_keys[] = {{"name", BUILD_SCALAR},       {"dtype", BUILD_SCALAR},
+                                         {"shape", BUILD_SHAPE},       {"rows_total", BUILD_SCALAR},
+                                         {"rows_max", BUILD_SCALAR},   {"bytes_max", BUILD_SCALAR},
+                                         {"bytes_mean", BUILD_SCALAR}, {NULL, 0}};
+static const known_key_t shard_keys[] = {
+    {"id", BUILD_SCALAR},       {"file", BUILD_SCALAR},
+    {"samples", BUILD_SCALAR},  {"bytes", BUILD_SCALAR},
+    {"chunks", BUILD_SCALAR},   {"chunk_samples", BUILD_SCALAR},
+    {"checksum", BUILD_SCALAR}, {NULL, 0}};
+/* "shards" is walked one element at a time by parse_document, not built. */
+static const known_key_t root_keys[] = {
+    {"format", BUILD_SCALAR},       {"version", BUILD_SCALAR}, {"name", BUILD_SCALAR},
+    {"sample_bytes", BUILD_SCALAR}, {"samples", BUILD_SCALAR}, {"schema", BUILD_FIELDS},
+    {"meta", BUILD_META},           {"shards", BUILD_SKIP},    {NULL, 0}};
+
+static cJSON *build_object(const char *value, const char *value_end, const known_key_t *keys,
+                           int *rc);
+
+static cJSON *build_value(const char *value, const char *value_end, int build, int *rc) {
+    switch (build) {
+    case BUILD_SHAPE:
+        return build_scalar_array(value, value_end, DSC_MAX_DIMS);
+    case BUILD_FIELDS: {
+        if (*value != '[')
+            return build_scalar(value, value_end);
+        cJSON *array = cJSON_CreateArray();
+        json_iter_t it;
+        iter_init(&it, value, value_end);
+        for (int n = 0; array != NULL && n <= DSC_MAX_FIELDS && iter_next(&it); n++) {
+            cJSON *item = build_object(it.value, it.value_end, field_keys, rc);
+            if (item == NULL || !cJSON_AddItemToArray(array, item)) {
+                cJSON_Delete(item);
+                cJSON_Delete(array);
+                return NULL;
+            }
+        }
+        return array;
+    }
+    case BUILD_META:
+        if ((size_t)(value_end - value) > DSC_MANIFEST_META_MAX_BYTES) {
+            *rc = DSC_ETOOLARGE;
+            return NULL;
+        }
+        return cJSON_ParseWithLength(value, (size_t)(value_end - value));
+    default:
+        return build_scalar(value, value_end);
+    }
+}
+
+/* The object at value with only the first occurrence of each of its known keys (what
+ * cJSON_GetObjectItemCaseSensitive would find), the others skipped; anything but an object as
+ * build_scalar. NULL with *rc: DSC_ENOMEM, or DSC_ETOOLARGE ("meta" over its limit). */
+static cJSON *build_object(const char *value, const char *value_end, const known_key_t *keys,
+                           int *rc) {
+    *rc = DSC_EBADMANIFEST; /* cJSON reports ENOMEM and syntax alike (see parse_document) */
+    if (*value != '{')
+        return build_scalar(value, value_end);
+    cJSON *object = cJSON_CreateObject();
+    uint32_t seen = 0;
+    json_iter_t it;
+    iter_init(&it, value, value_end);
+    while (object != NULL && iter_next(&it)) {
+        uint32_t k = 0;
+        while (keys[k].name != NULL && !key_is(&it, keys[k].name))
+            k++;
+        if (keys[k].name == NULL || (seen & (1u << k)) || keys[k].build == BUILD_SKIP)
+            continue;
+        seen |= 1u << k;
+        cJSON *item = build_value(it.value, it.value_end, keys[k].build, rc);
+        if (item == NULL || !cJSON_AddItemToObject(object, keys[k].name, item)) {
+            cJSON_Delete(item);
+            cJSON_Delete(object);
+            return NULL;
+        }
+    }
+    return object;
+}
+
+/* Parses a document (need not be NUL-terminated) into a fresh manifest: its syntax is checked
+ * whole first, then only the known keys are built (see "Scanning without allocating"). */
+static int parse_document(const char *text, size_t len, dsc_manifest_t **out) {
+    const char *end = text + len;
+    const char *doc = skip_ws(text, end);
+    const char *doc_end = skip_value(doc, end);
+    dsc_manifest_t *manifest = NULL;
+    cJSON *root = NULL;
+    int rc = DSC_EBADMANIFEST;
+    if (doc_end == NULL)
+        goto cleanup;
     /* Only whitespace may follow the document (this also rejects embedded NULs). */
-    for (const char *p = end; p < text + len; p++)
+    for (const char *p = doc_end; p < end; p++)
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r')
             goto cleanup;
-    if (!cJSON_IsObject(root))
+    if (*doc != '{')
         goto cleanup;
+    root = build_object(doc, doc_end, root_keys, &rc);
+    if (root == NULL)
+        goto cleanup;
+    rc = DSC_EBADMANIFEST;
     const char *format = get_string(root, "format");
     if (format == NULL || strcmp(format, MANIFEST_FORMAT) != 0)
         goto cleanup;
@@ -312,17 +673,28 @@ static int parse_document(const char *text, size_t len, dsc_manifest_t **out) {
         rc = DSC_EVERSION;
         goto cleanup;
     }
-    const cJSON *shards = cJSON_GetObjectItemCaseSensitive(root, "shards");
-    if (!cJSON_IsArray(shards))
+    /* "shards": its first occurrence, walked one element at a time. */
+    json_iter_t it;
+    const char *shards = NULL, *shards_end = NULL;
+    iter_init(&it, doc, doc_end);
+    while (shards == NULL && iter_next(&it))
+        if (key_is(&it, "shards")) {
+            shards = it.value;
+            shards_end = it.value_end;
+        }
+    if (shards == NULL || *shards != '[')
         goto cleanup;
-    int count = cJSON_GetArraySize(shards);
+    uint32_t count = 0;
+    iter_init(&it, shards, shards_end);
+    while (count <= DSC_MAX_SHARDS && iter_next(&it))
+        count++;
     if (count < 1)
         goto cleanup;
-    if ((uint32_t)count > DSC_MAX_SHARDS) {
+    if (count > DSC_MAX_SHARDS) {
         rc = DSC_ETOOLARGE;
         goto cleanup;
     }
-    manifest = dsc_manifest_alloc((uint32_t)count);
+    manifest = dsc_manifest_alloc(count);
     if (manifest == NULL) {
         rc = DSC_ENOMEM;
         goto cleanup;
@@ -356,10 +728,14 @@ static int parse_document(const char *text, size_t len, dsc_manifest_t **out) {
     }
     uint32_t position = 0;
     uint64_t samples = 0, bytes = 0;
-    const cJSON *item;
-    cJSON_ArrayForEach(item, shards) {
+    iter_init(&it, shards, shards_end);
+    while (iter_next(&it)) {
         dsc_manifest_shard_t *shard = &manifest->shards[position];
+        cJSON *item = build_object(it.value, it.value_end, shard_keys, &rc);
+        if (item == NULL)
+            goto cleanup;
         rc = parse_shard(item, position, &manifest->schema, shard);
+        cJSON_Delete(item);
         if (rc < 0)
             goto cleanup;
         rc = DSC_EBADMANIFEST;
@@ -404,14 +780,7 @@ int dsc_manifest_parse(const char *json, size_t len, dsc_manifest_t **out) {
     for (size_t i = 0; i + 6 <= len; i++)
         if (json[i] == '\\' && json[i + 1] == 'u' && memcmp(json + i + 2, "0000", 4) == 0)
             return DSC_EBADMANIFEST;
-    /* The input need not be NUL-terminated: parse a terminated copy. */
-    char *text = malloc(len + 1);
-    if (text == NULL)
-        return DSC_ENOMEM;
-    memcpy(text, json, len);
-    text[len] = '\0';
-    int rc = parse_document(text, len, out);
-    free(text);
+    int rc = parse_document(json, len, out);
     if (rc == 0)
         (*out)->version = dsc_dataset_version(json, len);
     return rc;
@@ -527,31 +896,64 @@ int dsc_manifest_set_meta(dsc_manifest_t *manifest, const char *json) {
 /* ---- Files -------------------------------------------------------------------------------- */
 
 int dsc_manifest_load(const char *dir, dsc_manifest_t **out) {
+    return dsc_manifest_load_file(dir, 0, NULL, NULL, out);
+}
+
+int dsc_manifest_load_file(const char *dir, unsigned flags, dsc_manifest_file_id_t *id,
+                           const char **why, dsc_manifest_t **out) {
+    const char *unused;
+    if (why == NULL)
+        why = &unused;
+    *why = "cannot open";
     char path[4096];
     if (dir == NULL || out == NULL ||
         snprintf(path, sizeof path, "%s/%s", dir, DSC_MANIFEST_FILE) >= (int)sizeof path)
         return DSC_EINVAL;
-    char *text = NULL;
+    /* O_NONBLOCK: opening a FIFO (or a device) put in its place must not wait for a writer. */
+    int oflags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;
+    if (flags & DSC_MANIFEST_NOFOLLOW)
+        oflags |= O_NOFOLLOW;
+    int fd = open(path, oflags);
+    if (fd < 0) {
+        int err = errno;
+        if (err == ELOOP && (flags & DSC_MANIFEST_NOFOLLOW)) {
+            *why = "a symbolic link (not followed)";
+            return DSC_EIO;
+        }
+        return err == ENOENT ? DSC_ENOENT : err == EACCES ? DSC_EACCES : -err;
+    }
+    char *text = MAP_FAILED;
+    size_t size = 0;
     int rc;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
     struct stat st;
     if (fstat(fd, &st) < 0) {
+        *why = "cannot stat";
         rc = DSC_EIO;
         goto cleanup;
     }
     if (!S_ISREG(st.st_mode)) {
+        *why = "not a regular file";
         rc = DSC_EIO;
         goto cleanup;
     }
+    if (id != NULL) {
+        id->dev = (uint64_t)st.st_dev;
+        id->ino = (uint64_t)st.st_ino;
+        id->size = (uint64_t)st.st_size;
+        id->mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
+    }
     if ((uint64_t)st.st_size > DSC_MANIFEST_MAX_BYTES) {
+        *why = "larger than 64 MiB";
         rc = DSC_ETOOLARGE;
         goto cleanup;
     }
-    size_t size = (size_t)st.st_size;
-    text = malloc(size + 1);
-    if (text == NULL) {
+    /* An anonymous mapping, not malloc: its pages go back to the system when unmapped, however
+     * the allocator would have kept a large freed block. Not the file mapped: a file truncated
+     * under a mapping faults (SIGBUS). */
+    size = (size_t)st.st_size;
+    text = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (text == MAP_FAILED) {
+        *why = "out of memory";
         rc = DSC_ENOMEM;
         goto cleanup;
     }
@@ -561,14 +963,17 @@ int dsc_manifest_load(const char *dir, dsc_manifest_t **out) {
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
+            *why = "read failed or the file shrank";
             rc = DSC_EIO; /* an error, or the file shrank under us */
             goto cleanup;
         }
         got += (size_t)n;
     }
+    *why = "invalid";
     rc = dsc_manifest_parse(text, size, out);
 cleanup:
-    free(text);
+    if (text != MAP_FAILED)
+        munmap(text, size ? size : 1);
     close(fd);
     return rc;
 }

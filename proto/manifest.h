@@ -11,6 +11,8 @@
 #define DSC_MANIFEST_FILE "manifest.json"
 #define DSC_MANIFEST_MAX_BYTES (64u << 20)
 #define DSC_MAX_SHARDS (1u << 20)
+/* The "meta" object's text (as written, spaces included) at most: it is kept, and parsed whole. */
+#define DSC_MANIFEST_META_MAX_BYTES (1u << 20)
 
 typedef struct dsc_manifest_shard {
     uint32_t id;    /* == its position in the list */
@@ -49,19 +51,38 @@ typedef struct dsc_manifest {
     uint64_t version;
 } dsc_manifest_t;
 
-/* Parses a manifest from JSON text (need not be NUL-terminated). Returns 0 and *out (free with
+/* Parses a manifest from JSON text (need not be NUL-terminated). The syntax of the whole text is
+ * checked without allocating; only the known keys are then built (unknown keys cost no memory;
+ * shards one at a time): memory O(shards + "meta"). Returns 0 and *out (free with
  * dsc_manifest_free), DSC_EBADMANIFEST (syntax, a missing or wrong-typed field, ids out of
  * order, chunk counts inconsistent with samples, size statistics missing or inconsistent, a
  * "meta" that is not an object, version 2 without a variable field), DSC_EVERSION (a manifest
  * version other than 1 and 2), DSC_EBADSCHEMA (also: a variable dimension in version 1),
- * DSC_ETOOLARGE, DSC_ENOMEM. */
+ * DSC_ETOOLARGE (over 64 MiB, over 2^20 shards, "meta" over 1 MiB), DSC_ENOMEM. */
 int dsc_manifest_parse(const char *json, size_t len, dsc_manifest_t **out);
 /* Serializes to JSON (malloc'd, NUL-terminated; caller frees): version 1 when the schema has no
  * variable field (the same text as before version 2 existed, plus "meta" when set), else version
  * 2 with the field statistics. NULL on ENOMEM or when meta_json is not a JSON object. */
 char *dsc_manifest_to_json(const dsc_manifest_t *manifest);
-/* Reads and parses DIR/manifest.json: as dsc_manifest_parse, plus DSC_ENOENT / DSC_EIO. */
+/* Reads and parses DIR/manifest.json: as dsc_manifest_parse, plus DSC_ENOENT, DSC_EACCES,
+ * DSC_EIO (not a regular file, a read error), another -errno from open. Never blocks on a FIFO
+ * or a device (opened O_NONBLOCK, fstat before reading); the size is checked before reading. */
 int dsc_manifest_load(const char *dir, dsc_manifest_t **out);
+
+/* The identity of a manifest file as it was opened (fstat): what tells a rescan that it did not
+ * change since it was read. */
+typedef struct dsc_manifest_file_id {
+    uint64_t dev, ino, size, mtime_ns;
+} dsc_manifest_file_id_t;
+#define DSC_MANIFEST_NOFOLLOW 1u /* refuse DIR/manifest.json when it is a symbolic link */
+/* dsc_manifest_load with flags (DSC_MANIFEST_NOFOLLOW: a symbolic link is DSC_EIO); *id (may be
+ * NULL) gets the file's identity once it is open and regular; *why (may be NULL) a few words for
+ * a log line on failure ("not a regular file", "a symbolic link (not followed)", "larger than
+ * 64 MiB", "invalid", ...; static). Memory: the file's size, in a mapping unmapped before it
+ * returns, plus the parse (dsc_manifest_parse: proportional to the shards and "meta", not to
+ * unknown keys). */
+int dsc_manifest_load_file(const char *dir, unsigned flags, dsc_manifest_file_id_t *id,
+                           const char **why, dsc_manifest_t **out);
 /* Writes DIR/manifest.json atomically (temp file + rename). Returns 0 or -errno; DSC_EINVAL
  * (nothing written) for a manifest that dsc_manifest_parse would reject. */
 int dsc_manifest_save(const char *dir, const dsc_manifest_t *manifest);

@@ -40,6 +40,9 @@
 #include <unistd.h>
 
 static void update_table_meta(dsc_catalog_t *cat);
+static void notes_free(dir_note_t *notes, uint32_t n);
+static name_owner_t *owner_find(dsc_catalog_t *cat, const char *name);
+static int owner_add(dsc_catalog_t *cat, const char *name, const char *dir);
 static void policy_apply_locked(dsc_catalog_t *cat, dsc_dataset_t *ds);
 static int enforce_limit_locked(dsc_catalog_t *cat, dsc_dataset_t *ds);
 
@@ -76,6 +79,8 @@ int dsc_catalog_create(dsc_store_t *store, const dsc_catalog_options_t *options,
     }
     atomic_init(&cat->table, empty);
     atomic_init(&cat->rescan_wanted, 0);
+    atomic_init(&cat->rescan_cancel, 0);
+    atomic_init(&cat->manifest_parses, 0);
     dsc_fq_init(&cat->range_fq, 0, 0, NULL);
     update_table_meta(cat);
     pthread_mutex_init(&cat->lock, NULL);
@@ -144,6 +149,10 @@ void dsc_catalog_destroy(dsc_catalog_t *cat) {
         free(cat->roots[i]);
     free(cat->roots);
     free(cat->policies);
+    for (uint32_t i = 0; i < cat->owner_count; i++)
+        free(cat->owners[i].dir);
+    free(cat->owners);
+    notes_free(cat->notes, cat->note_count);
     pthread_mutex_destroy(&cat->lock);
     pthread_mutex_destroy(&cat->rescan_lock);
     pthread_cond_destroy(&cat->work_cond);
@@ -154,7 +163,14 @@ void dsc_catalog_destroy(dsc_catalog_t *cat) {
 
 /* ---- datasets ---------------------------------------------------------------------------- */
 
-static int dataset_create(const char *dir, dsc_dataset_t **out) {
+/* Reads dir's manifest into a new dataset (not published). confined: found under a
+ * --data-root (links in it are not followed). *why (may be NULL): a few words on a failure. */
+static int dataset_create(dsc_catalog_t *cat, const char *dir, int confined, const char **why,
+                          dsc_dataset_t **out) {
+    const char *unused;
+    if (why == NULL)
+        why = &unused;
+    *why = "out of memory";
     dsc_dataset_t *ds = calloc(1, sizeof *ds);
     if (ds == NULL)
         return DSC_ENOMEM;
@@ -163,14 +179,21 @@ static int dataset_create(const char *dir, dsc_dataset_t **out) {
         free(ds);
         return DSC_ENOMEM;
     }
-    dsc__dataset_note_manifest(ds); /* before reading it: see dsc__dataset_changed_on_disk */
+    ds->confined = (uint8_t)confined;
+    /* The identity is taken when the file is opened, before it is read: a manifest written
+     * meanwhile reads as changed at the next look (dsc__dataset_changed_on_disk). */
+    dsc_manifest_file_id_t id;
     dsc_manifest_t *m = NULL;
-    int rc = dsc_manifest_load(dir, &m);
+    int rc = dsc__manifest_read(cat, dir, confined, &id, why, &m);
     if (rc < 0) {
         free(ds->dir);
         free(ds);
         return rc;
     }
+    ds->mf_dev = id.dev;
+    ds->mf_ino = id.ino;
+    ds->mf_size = id.size;
+    ds->mf_mtime_ns = id.mtime_ns;
     ds->manifest = m;
     snprintf(ds->name, sizeof ds->name, "%s", m->name);
     ds->json = dsc_manifest_to_json(m);
@@ -194,11 +217,12 @@ static int dataset_create(const char *dir, dsc_dataset_t **out) {
         char path[4096];
         struct stat st;
         snprintf(path, sizeof path, "%s/%s", dir, s->meta->file);
-        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        if ((confined ? lstat(path, &st) : stat(path, &st)) == 0 && !S_ISREG(st.st_mode)) {
             s->refused = 1;
-            LOG_WARN("dataset %s: shard %u file %s is not a regular file: refused (a rescan "
+            LOG_WARN("dataset %s: shard %u file %s is not a regular file%s: refused (a rescan "
                      "looks again)",
-                     m->name, i, path);
+                     m->name, i, path,
+                     confined && S_ISLNK(st.st_mode) ? " (a symbolic link under --data-root)" : "");
         }
     }
     *out = ds;
@@ -587,7 +611,8 @@ int dsc_catalog_add_dir(dsc_catalog_t *cat, const char *dir) {
     table_t *t = NULL;
     char *dir_copy = NULL;
     char **dirs = NULL;
-    int rc = dataset_create(dir, &ds);
+    const char *why = NULL;
+    int rc = dataset_create(cat, dir, 0, &why, &ds);
     struct stat st;
     if (rc == DSC_ENOENT && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
         /* A directory that is not there at all is a mistake in the command line, not a dataset
@@ -612,10 +637,15 @@ int dsc_catalog_add_dir(dsc_catalog_t *cat, const char *dir) {
         rc = 0;
         goto done;
     }
-    if (rc < 0)
+    if (rc < 0) {
+        if (why != NULL && rc != DSC_ENOENT)
+            LOG_DEBUG("%s: manifest %s", dir, why);
         goto done;
-    if (dsc_catalog_find(cat, ds->name, strlen(ds->name)) != NULL) {
-        LOG_ERROR("%s: dataset %s is already served from another directory", dir, ds->name);
+    }
+    const name_owner_t *owner = owner_find(cat, ds->name);
+    if (owner != NULL) {
+        LOG_ERROR("%s: dataset %s belongs to %s, which served it first: refused", dir, ds->name,
+                  owner->dir);
         rc = DSC_EINVAL;
         goto done;
     }
@@ -626,6 +656,10 @@ int dsc_catalog_add_dir(dsc_catalog_t *cat, const char *dir) {
     if (dirs)
         cat->dirs = dirs;
     if (t == NULL || dir_copy == NULL || dirs == NULL) {
+        rc = DSC_ENOMEM;
+        goto done;
+    }
+    if (owner_add(cat, ds->name, dir) < 0) {
         rc = DSC_ENOMEM;
         goto done;
     }
@@ -687,36 +721,119 @@ static void adopt_locked(dsc_dataset_t *old, dsc_dataset_t *ds) {
     }
 }
 
-static void free_dirs(char **dirs, uint32_t n) {
-    for (uint32_t i = 0; dirs != NULL && i < n; i++)
-        free(dirs[i]);
-    free(dirs);
+/* ---- name ownership and remembered directories (rescan_lock) ----------------------------- */
+
+static name_owner_t *owner_find(dsc_catalog_t *cat, const char *name) {
+    for (uint32_t i = 0; i < cat->owner_count; i++)
+        if (strcmp(cat->owners[i].name, name) == 0)
+            return &cat->owners[i];
+    return NULL;
 }
 
-static int push_dir(char ***dirs, uint32_t *n, uint32_t *cap, const char *path) {
+/* Records dir as the owner of name. Returns 0 or DSC_ENOMEM (then the name is served without
+ * a record: a later claimant would be judged by directory order). */
+static int owner_add(dsc_catalog_t *cat, const char *name, const char *dir) {
+    name_owner_t *grown = realloc(cat->owners, (cat->owner_count + 1) * sizeof *grown);
+    if (grown == NULL)
+        return DSC_ENOMEM;
+    cat->owners = grown;
+    name_owner_t *o = &cat->owners[cat->owner_count];
+    if ((o->dir = strdup(dir)) == NULL)
+        return DSC_ENOMEM;
+    snprintf(o->name, sizeof o->name, "%s", name);
+    cat->owner_count++;
+    return 0;
+}
+
+static void notes_free(dir_note_t *notes, uint32_t n) {
+    for (uint32_t i = 0; notes != NULL && i < n; i++) {
+        free(notes[i].dir);
+        free(notes[i].owner);
+    }
+    free(notes);
+}
+
+static const dir_note_t *note_find(const dsc_catalog_t *cat, const char *dir) {
+    for (uint32_t i = 0; i < cat->note_count; i++)
+        if (strcmp(cat->notes[i].dir, dir) == 0)
+            return &cat->notes[i];
+    return NULL;
+}
+
+static int same_file(const dsc_manifest_file_id_t *a, const dsc_manifest_file_id_t *b) {
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime_ns == b->mtime_ns;
+}
+
+/* 1 when id is the manifest ds was read from (its fields are under cat->lock). */
+static int dataset_same_file(dsc_catalog_t *cat, dsc_dataset_t *ds,
+                             const dsc_manifest_file_id_t *id) {
+    pthread_mutex_lock(&cat->lock);
+    dsc_manifest_file_id_t was = {ds->mf_dev, ds->mf_ino, ds->mf_size, ds->mf_mtime_ns};
+    pthread_mutex_unlock(&cat->lock);
+    return same_file(&was, id);
+}
+
+/* ---- rescans ----------------------------------------------------------------------------- */
+
+/* A directory a rescan looks at, and what it found there. */
+typedef struct cand {
+    char *dir;
+    uint8_t confined;    /* under a --data-root */
+    const char *refused; /* a symbolic link out of its root: never read (static text) */
+    dsc_manifest_file_id_t id;
+    int rc;                  /* 0: a valid manifest naming `name`; else its error */
+    const char *why;         /* rc < 0: a few words (static) */
+    char name[DSC_MAX_NAME]; /* rc 0 */
+    dsc_dataset_t *ds;       /* rc 0: read now, or the one served from dir (unchanged) */
+    const char *owner;       /* rc 0: the name belongs to this other directory */
+    uint8_t served;
+} cand_t;
+
+static void cands_free(cand_t *cand, uint32_t n) {
+    for (uint32_t i = 0; cand != NULL && i < n; i++)
+        free(cand[i].dir);
+    free(cand);
+}
+
+static int push_cand(cand_t **cand, uint32_t *n, uint32_t *cap, const char *path, int confined,
+                     const char *refused) {
     if (*n == *cap) {
         uint32_t ncap = *cap ? *cap * 2 : 16;
-        char **grown = realloc(*dirs, ncap * sizeof *grown);
+        cand_t *grown = realloc(*cand, ncap * sizeof *grown);
         if (grown == NULL)
             return DSC_ENOMEM;
-        *dirs = grown;
+        *cand = grown;
         *cap = ncap;
     }
-    if (((*dirs)[*n] = strdup(path)) == NULL)
+    cand_t *c = &(*cand)[*n];
+    memset(c, 0, sizeof *c);
+    if ((c->dir = strdup(path)) == NULL)
         return DSC_ENOMEM;
+    c->confined = (uint8_t)confined;
+    c->refused = refused;
     (*n)++;
     return 0;
 }
 
+/* 1 when path (resolved) is root_real or inside it. */
+static int inside(const char *real, const char *root_real) {
+    size_t len = strlen(root_real);
+    if (len == 1 && root_real[0] == '/')
+        return 1;
+    return strncmp(real, root_real, len) == 0 && (real[len] == '/' || real[len] == '\0');
+}
+
 /* The directories a rescan reads (under rescan_lock): the --data ones first, then every
  * subdirectory of each --data-root whose name does not start with '.' (a writer's hidden
- * temporary directory is not a dataset until renamed), in name order. */
-static int collect_dirs(dsc_catalog_t *cat, char ***out, uint32_t *count) {
-    char **dirs = NULL;
+ * temporary directory is not a dataset until renamed), in name order. An entry that is a
+ * symbolic link is followed only to a directory inside the same root (realpath); one leading out
+ * of it is listed as refused. Only lstat, stat and realpath: nothing here opens a file. */
+static int collect_dirs(dsc_catalog_t *cat, cand_t **out, uint32_t *count) {
+    cand_t *cand = NULL;
     uint32_t n = 0, cap = 0;
     int rc = 0;
     for (uint32_t i = 0; rc == 0 && i < cat->dir_count; i++)
-        rc = push_dir(&dirs, &n, &cap, cat->dirs[i]);
+        rc = push_cand(&cand, &n, &cap, cat->dirs[i], 0, NULL);
     for (uint32_t r = 0; rc == 0 && r < cat->root_count; r++) {
         struct dirent **names = NULL;
         int k = scandir(cat->roots[r], &names, NULL, alphasort);
@@ -725,24 +842,140 @@ static int collect_dirs(dsc_catalog_t *cat, char ***out, uint32_t *count) {
                      strerror(errno));
             continue;
         }
+        char *root_real = realpath(cat->roots[r], NULL);
         for (int j = 0; j < k; j++) {
             char path[4096];
             struct stat st;
             if (rc == 0 && names[j]->d_name[0] != '.' &&
                 snprintf(path, sizeof path, "%s/%s", cat->roots[r], names[j]->d_name) <
                     (int)sizeof path &&
-                stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-                rc = push_dir(&dirs, &n, &cap, path);
+                lstat(path, &st) == 0) {
+                if (S_ISDIR(st.st_mode)) {
+                    rc = push_cand(&cand, &n, &cap, path, 1, NULL);
+                } else if (S_ISLNK(st.st_mode) && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+                    char *real = realpath(path, NULL);
+                    int ok = real != NULL && root_real != NULL && inside(real, root_real);
+                    free(real);
+                    rc = push_cand(&cand, &n, &cap, path, 1,
+                                   ok ? NULL : "a symbolic link out of its --data-root");
+                }
+            }
             free(names[j]);
         }
+        free(root_real);
         free(names);
     }
     if (rc < 0) {
-        free_dirs(dirs, n);
+        cands_free(cand, n);
         return rc;
     }
-    *out = dirs;
+    *out = cand;
     *count = n;
+    return 0;
+}
+
+/* What dir holds now (rescan_lock held): the served dataset `old` when its manifest is the file
+ * it was read from, what the notes remember when the manifest is the one judged before, else
+ * the manifest read now (never a FIFO, a device or, under a root, a link: those are refused by
+ * lstat before any open). */
+static void judge(dsc_catalog_t *cat, cand_t *c, dsc_dataset_t *old) {
+    c->rc = DSC_EIO;
+    if (c->refused != NULL) {
+        c->why = c->refused;
+        return;
+    }
+    int regular;
+    int rc = dsc__manifest_identity(c->dir, c->confined, &c->id, &regular);
+    if (rc < 0) {
+        c->rc = rc;
+        c->why = rc == DSC_ENOENT ? "no manifest" : "cannot stat its manifest";
+        return;
+    }
+    if (old != NULL && regular && dataset_same_file(cat, old, &c->id)) {
+        c->rc = 0;
+        c->ds = old;
+        snprintf(c->name, sizeof c->name, "%s", old->name);
+        return;
+    }
+    const dir_note_t *note = note_find(cat, c->dir);
+    if (note != NULL && note->rc != DSC_ENOENT && same_file(&note->id, &c->id)) {
+        c->rc = note->rc;
+        c->why = note->why;
+        snprintf(c->name, sizeof c->name, "%s", note->name);
+        return;
+    }
+    if (!regular) {
+        c->why = "not a regular file (a FIFO, a device, a directory or a symbolic link)";
+        return;
+    }
+    c->rc = dataset_create(cat, c->dir, c->confined, &c->why, &c->ds);
+    if (c->rc < 0)
+        return;
+    snprintf(c->name, sizeof c->name, "%s", c->ds->name);
+    if (old != NULL && strcmp(old->json, c->ds->json) == 0) {
+        /* Rewritten with the same content: keep serving old, remember the new file. */
+        pthread_mutex_lock(&cat->lock);
+        old->mf_dev = c->ds->mf_dev;
+        old->mf_ino = c->ds->mf_ino;
+        old->mf_size = c->ds->mf_size;
+        old->mf_mtime_ns = c->ds->mf_mtime_ns;
+        pthread_mutex_unlock(&cat->lock);
+        dataset_free(c->ds);
+        c->ds = old;
+    }
+}
+
+/* Drops the owners whose directory is gone, lost its manifest, or now names another dataset
+ * (rescan_lock held). A directory whose manifest cannot be read keeps its name. */
+static void release_owners(dsc_catalog_t *cat, const cand_t *cand, uint32_t n) {
+    for (uint32_t i = 0; i < cat->owner_count;) {
+        name_owner_t *o = &cat->owners[i];
+        const cand_t *c = NULL;
+        for (uint32_t d = 0; d < n && c == NULL; d++)
+            if (strcmp(cand[d].dir, o->dir) == 0)
+                c = &cand[d];
+        int keep = c != NULL && c->refused == NULL && c->rc != DSC_ENOENT &&
+                   (c->rc < 0 || strcmp(c->name, o->name) == 0);
+        if (keep) {
+            i++;
+            continue;
+        }
+        LOG_DEBUG("rescan: dataset name %s no longer belongs to %s", o->name, o->dir);
+        free(o->dir);
+        cat->owners[i] = cat->owners[--cat->owner_count];
+    }
+}
+
+/* Logs what changed about a directory not served, and returns its note (0 with *note filled, or
+ * 1: nothing to remember). */
+static int note_unserved(dsc_catalog_t *cat, const cand_t *c, dsc_dataset_t *old, int explicit_dir,
+                         dir_note_t *note) {
+    if (c->rc == DSC_ENOENT && !explicit_dir && old == NULL)
+        return 1; /* under a root, a directory whose manifest is not written yet: quietly */
+    const dir_note_t *was = note_find(cat, c->dir);
+    int same = was != NULL && was->rc == c->rc &&
+               strcmp(was->why ? was->why : "", c->why ? c->why : "") == 0 &&
+               strcmp(was->name, c->name) == 0 && ((was->owner == NULL) == (c->owner == NULL)) &&
+               (c->owner == NULL || strcmp(was->owner, c->owner) == 0);
+    if (c->rc == 0 && (!same || old != NULL))
+        LOG_ERROR("rescan: %s: dataset %s belongs to %s, which served it first: refused (the "
+                  "name stays with that directory until it is removed)",
+                  c->dir, c->name, c->owner);
+    else if (c->rc < 0 && (!same || old != NULL))
+        LOG_WARN("rescan: %s: %s: %s: dataset %s", c->dir, c->why ? c->why : "",
+                 dsc_strerror(c->rc), old ? "dropped" : "not served");
+    memset(note, 0, sizeof *note);
+    note->dir = strdup(c->dir);
+    note->owner = c->owner ? strdup(c->owner) : NULL;
+    if (note->dir == NULL || (c->owner != NULL && note->owner == NULL)) {
+        free(note->dir);
+        free(note->owner);
+        return 1;
+    }
+    note->id = c->id;
+    note->rc = c->rc;
+    note->why = c->why;
+    snprintf(note->name, sizeof note->name, "%s", c->name);
     return 0;
 }
 
@@ -773,6 +1006,10 @@ uint32_t dsc_catalog_roots(dsc_catalog_t *cat, const char ***roots) {
     return cat->root_count;
 }
 
+void dsc_catalog_cancel_rescans(dsc_catalog_t *cat) {
+    atomic_store(&cat->rescan_cancel, 1);
+}
+
 int dsc_catalog_take_rescan_request(dsc_catalog_t *cat) {
     return atomic_exchange(&cat->rescan_wanted, 0);
 }
@@ -784,52 +1021,84 @@ int dsc_catalog_rescan(dsc_catalog_t *cat) {
 int dsc_catalog_rescan_quiet(dsc_catalog_t *cat, int quiet) {
     pthread_mutex_lock(&cat->rescan_lock);
     table_t *cur = atomic_load(&cat->table);
-    char **cand = NULL;
+    cand_t *cand = NULL;
     uint32_t cand_count = 0, explicit_count = cat->dir_count;
     int crc = collect_dirs(cat, &cand, &cand_count);
     table_t *next = crc < 0 ? NULL : calloc(1, sizeof *next + cand_count * sizeof(dsc_dataset_t *));
-    if (next == NULL) {
-        free_dirs(cand, cand_count);
+    dir_note_t *notes = next ? calloc(cand_count ? cand_count : 1, sizeof *notes) : NULL;
+    if (next == NULL || notes == NULL) {
+        free(next);
+        cands_free(cand, cand_count);
         pthread_mutex_unlock(&cat->rescan_lock);
         LOG_ERROR("rescan: out of memory");
         return DSC_ENOMEM;
     }
+    uint32_t note_count = 0;
+    dsc_dataset_t **olds = calloc(cand_count ? cand_count : 1, sizeof *olds);
+    if (olds == NULL) {
+        free(next);
+        free(notes);
+        cands_free(cand, cand_count);
+        pthread_mutex_unlock(&cat->rescan_lock);
+        LOG_ERROR("rescan: out of memory");
+        return DSC_ENOMEM;
+    }
+    /* 1. What each directory holds (file I/O: lstat, and a read only when a manifest changed). */
+    for (uint32_t d = 0; d < cand_count; d++) {
+        for (uint32_t i = 0; i < cur->count; i++)
+            if (strcmp(cur->items[i]->dir, cand[d].dir) == 0)
+                olds[d] = cur->items[i];
+        if (atomic_load(&cat->rescan_cancel)) {
+            for (uint32_t k = 0; k < d; k++)
+                if (cand[k].ds != NULL && cand[k].ds != olds[k])
+                    dataset_free(cand[k].ds);
+            free(next);
+            free(notes);
+            free(olds);
+            cands_free(cand, cand_count);
+            pthread_mutex_unlock(&cat->rescan_lock);
+            return DSC_ECANCELED;
+        }
+        judge(cat, &cand[d], olds[d]);
+    }
+    /* 2. A name belongs to the directory that served it first, whatever the names' order: its
+     * owner keeps it while it holds it; a free name goes to the first directory that claims it. */
+    release_owners(cat, cand, cand_count);
     dsc_dataset_t *fresh = NULL; /* created by this rescan, linked through all_next */
     uint32_t fresh_count = 0;
     for (uint32_t d = 0; d < cand_count; d++) {
-        const char *dir = cand[d];
-        dsc_dataset_t *old = NULL;
-        for (uint32_t i = 0; i < cur->count; i++)
-            if (strcmp(cur->items[i]->dir, dir) == 0)
-                old = cur->items[i];
-        dsc_dataset_t *ds = NULL;
-        int rc = dataset_create(dir, &ds);
-        if (rc < 0) {
-            /* Under a --data-root, a directory without its manifest yet is still being written
-             * (the manifest is written last): quietly not served until it is complete. */
-            if (d >= explicit_count && rc == DSC_ENOENT && old == NULL)
-                continue;
-            LOG_WARN("rescan: %s: %s: dataset %s", dir, dsc_strerror(rc),
-                     old ? "dropped" : "not served");
+        cand_t *c = &cand[d];
+        dsc_dataset_t *old = olds[d];
+        if (c->rc == 0) {
+            const name_owner_t *owner = owner_find(cat, c->name);
+            if (owner != NULL && strcmp(owner->dir, c->dir) != 0) {
+                c->owner = owner->dir;
+            } else {
+                if (c->ds == NULL) /* remembered as refused; its name is free now */
+                    c->rc = dataset_create(cat, c->dir, c->confined, &c->why, &c->ds);
+                if (c->rc == 0 && strcmp(c->ds->name, c->name) != 0) {
+                    c->rc = DSC_EAGAIN; /* rewritten since it was judged: the next rescan */
+                    c->why = "changed while read";
+                }
+                c->served = c->rc == 0;
+                /* Owned once served: a directory that never served a name never holds it. */
+                if (c->served && owner == NULL && owner_add(cat, c->name, c->dir) < 0)
+                    LOG_ERROR("rescan: out of memory recording %s as the owner of dataset %s",
+                              c->dir, c->name);
+            }
+        }
+        if (!c->served) {
+            if (note_unserved(cat, c, old, d < explicit_count, &notes[note_count]) == 0)
+                note_count++;
+            if (c->ds != NULL && c->ds != old)
+                dataset_free(c->ds);
+            c->ds = NULL;
             continue;
         }
-        if (old && strcmp(old->json, ds->json) == 0) {
-            dataset_free(ds);
-            ds = old;
-        }
-        int dup = 0;
-        for (uint32_t i = 0; i < next->count; i++)
-            dup |= strcmp(next->items[i]->name, ds->name) == 0;
-        if (dup) {
-            LOG_ERROR("rescan: %s: dataset %s is already served from another directory", dir,
-                      ds->name);
-            if (ds != old)
-                dataset_free(ds);
-            continue;
-        }
+        dsc_dataset_t *ds = c->ds;
         if (ds != old) {
             LOG_INFO("rescan: dataset %s %s: %u shards (%s)", ds->name, old ? "changed" : "added",
-                     ds->manifest->shard_count, dir);
+                     ds->manifest->shard_count, c->dir);
             if (old) {
                 atomic_store(&ds->hits, atomic_load(&old->hits));
                 atomic_store(&ds->misses, atomic_load(&old->misses));
@@ -851,6 +1120,15 @@ int dsc_catalog_rescan_quiet(dsc_catalog_t *cat, int quiet) {
         }
         next->items[next->count++] = ds;
     }
+    free(olds);
+    /* The notes STAT lists: replaced under the bookkeeping lock. */
+    pthread_mutex_lock(&cat->lock);
+    dir_note_t *old_notes = cat->notes;
+    uint32_t old_note_count = cat->note_count;
+    cat->notes = notes;
+    cat->note_count = note_count;
+    pthread_mutex_unlock(&cat->lock);
+    notes_free(old_notes, old_note_count);
     /* Link the new datasets into the list freed at destroy. */
     while (fresh) {
         dsc_dataset_t *n = fresh->all_next;
@@ -900,7 +1178,7 @@ int dsc_catalog_rescan_quiet(dsc_catalog_t *cat, int quiet) {
     pthread_mutex_unlock(&cat->lock);
     int count = (int)next->count;
     int changed = !same;
-    free_dirs(cand, cand_count);
+    cands_free(cand, cand_count);
     pthread_mutex_unlock(&cat->rescan_lock);
     if (changed || !quiet)
         LOG_INFO("rescan: %d datasets served", count);
@@ -1072,6 +1350,43 @@ static cJSON *dataset_json_locked(dsc_dataset_t *ds, uint64_t share) {
     return o;
 }
 
+/* STAT's "catalog" (cat->lock held): manifests read so far, names refused to a claimant, and
+ * directories whose manifest is refused (PROTOCOL.md). */
+static void catalog_json_locked(dsc_catalog_t *cat, cJSON *root) {
+    cJSON *o = cJSON_AddObjectToObject(root, "catalog");
+    if (o == NULL)
+        return;
+    cJSON_AddNumberToObject(o, "manifest_parses", (double)atomic_load(&cat->manifest_parses));
+    cJSON *conflicts = cJSON_AddArrayToObject(o, "conflicts");
+    cJSON *refused = cJSON_AddArrayToObject(o, "refused");
+    uint32_t n_conflicts = 0, n_refused = 0;
+    for (uint32_t i = 0; i < cat->note_count; i++) {
+        const dir_note_t *n = &cat->notes[i];
+        if (n->rc == DSC_ENOENT)
+            continue; /* a --data directory whose manifest is not written yet */
+        int conflict = n->rc == 0;
+        uint32_t *count = conflict ? &n_conflicts : &n_refused;
+        if ((*count)++ >= DSC_STAT_MAX_NOTES)
+            continue;
+        cJSON *e = cJSON_CreateObject();
+        if (e == NULL || !cJSON_AddItemToArray(conflict ? conflicts : refused, e)) {
+            cJSON_Delete(e);
+            continue;
+        }
+        if (conflict) {
+            cJSON_AddStringToObject(e, "name", n->name);
+            cJSON_AddStringToObject(e, "dir", n->dir);
+            cJSON_AddStringToObject(e, "served_from", n->owner ? n->owner : "");
+        } else {
+            cJSON_AddStringToObject(e, "dir", n->dir);
+            cJSON_AddStringToObject(e, "reason", n->why ? n->why : "");
+            cJSON_AddStringToObject(e, "error", dsc_err_name(n->rc));
+        }
+    }
+    cJSON_AddNumberToObject(o, "conflict_count", n_conflicts);
+    cJSON_AddNumberToObject(o, "refused_count", n_refused);
+}
+
 char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_len, int *not_found) {
     *not_found = 0;
     dsc_dataset_t *only = NULL;
@@ -1107,6 +1422,7 @@ char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_le
     cJSON_AddNumberToObject(store, "metadata_bytes", (double)metadata_bytes_locked(cat));
     dsc__backing_json_locked(cat, store);
     dsc__staging_json_locked(cat, store);
+    catalog_json_locked(cat, root);
     uint64_t pinned_bytes = 0;
     for (uint32_t i = 0; i < t->count; i++)
         pinned_bytes += t->items[i]->pinned ? t->items[i]->cached_bytes : 0;

@@ -22,13 +22,22 @@ void dsc_catalog_destroy(dsc_catalog_t *cat);
 
 /* Adds a dataset directory (manifest.json + shards) at start-up. A directory without a manifest
  * yet is remembered (logged) and served once a rescan finds one. Returns 0, DSC_ENOENT (no such
- * directory), a manifest error (DSC_EBADMANIFEST, DSC_EIO, ...), DSC_EINVAL (its dataset name is
- * already served), or DSC_ENOMEM. */
+ * directory), a manifest error (DSC_EBADMANIFEST, DSC_EIO, ...), DSC_EINVAL (its dataset name
+ * belongs to another directory: logged, naming both), or DSC_ENOMEM. */
 int dsc_catalog_add_dir(dsc_catalog_t *cat, const char *dir);
-/* Rereads every directory's manifest: new datasets and shards appear, removed ones go (their
- * memory is freed once no response holds it), a dataset whose manifest did not change keeps its
- * cached shards. The read-through index cache is emptied (files may have been rewritten). Returns
- * the number of datasets served afterwards. Not on an event loop. */
+/* Rereads every directory's manifest that changed: new datasets and shards appear, removed ones
+ * go (their memory is freed once no response holds it), a dataset whose manifest did not change
+ * keeps its cached shards. A manifest whose file is the one read before (same device, inode, size
+ * and mtime) is not read again, nor a refused one logged again. Nothing blocks: manifests are
+ * opened O_NONBLOCK, only regular files are read (lstat first), under a --data-root no symbolic
+ * link is followed out of the root (a dataset directory) or at all (a manifest, a shard file),
+ * and the size is checked before reading. A dataset name belongs to the directory that served it
+ * first until that directory is removed, loses its manifest or names another dataset there: a
+ * claimant is refused (ERROR naming both directories, listed by STAT), whatever the directories'
+ * order. The bookkeeping lock is never held across file I/O. The read-through index cache is
+ * emptied when the table changes or !quiet (files may have been rewritten). Returns the number of
+ * datasets served afterwards, DSC_ECANCELED (dsc_catalog_cancel_rescans: nothing changed) or
+ * DSC_ENOMEM. Not on an event loop. */
 int dsc_catalog_rescan(dsc_catalog_t *cat);
 /* dsc_catalog_rescan; quiet: the "N datasets served" line only when the table changed (the
  * root watcher's rescans). */
@@ -40,6 +49,9 @@ int dsc_catalog_rescan_quiet(dsc_catalog_t *cat, int quiet);
 int dsc_catalog_add_root(dsc_catalog_t *cat, const char *root);
 /* The --data-root directories (owned by the catalog, fixed after start-up). Returns the count. */
 uint32_t dsc_catalog_roots(dsc_catalog_t *cat, const char ***roots);
+/* For shutdown: a rescan under way gives up at its next directory (the table stays as it is), and
+ * later ones return at once. Any thread. */
+void dsc_catalog_cancel_rescans(dsc_catalog_t *cat);
 /* 1 (once) when a load found a dataset replaced on disk before a rescan saw it (its shard
  * files are the new version's, its manifest still the old one's): the root watcher then
  * rescans at once. 0 otherwise. */
@@ -139,13 +151,18 @@ enum { DSC_POLICY_PIN = 1, DSC_POLICY_UNPIN = 2, DSC_POLICY_LIMIT = 3, DSC_POLIC
 int dsc_catalog_set_policy(dsc_catalog_t *cat, const char *name, size_t name_len, int op,
                            uint64_t bytes);
 
-/* STAT body: JSON {"store":{...},"datasets":[{...}]} for one dataset (name_len > 0) or all.
+/* STAT body: JSON {"store":{...},"catalog":{...},"datasets":[{...}]} for one dataset (name_len >
+ * 0) or all. "catalog": "manifest_parses" (manifest files read so far), "conflicts" [{"name",
+ * "dir", "served_from"}] (directories refused a name that belongs to another), "refused"
+ * [{"dir", "reason", "error"}] (directories whose manifest is refused), at most
+ * DSC_STAT_MAX_NOTES of each, and their full counts "conflict_count", "refused_count".
  * Each dataset has "damaged_shards" and "damaged_chunks" (shards served but for their damaged
  * chunks) and "damaged": [{"shard", "file", "state": "bad" (refused whole) or "chunks"
  * ("damaged_chunks", "chunks", "first_chunk")}], at most DSC_STAT_MAX_DAMAGED entries.
  * Returns a malloc'd NUL-terminated string, or NULL (out of memory, *not_found set when the
  * named dataset is not served). */
 #define DSC_STAT_MAX_DAMAGED 64
+#define DSC_STAT_MAX_NOTES 64
 char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_len, int *not_found);
 /* LIST body: JSON [{"name":..,"shards":..,"samples":..,"bytes":..}, ...]. malloc'd or NULL. */
 char *dsc_catalog_list_json(dsc_catalog_t *cat);

@@ -64,8 +64,12 @@ void dsc__tempbuf_free(dsc_tempbuf_t *tb) {
     free(tb);
 }
 
-int dsc__shard_open(const char *path, const char **why) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+int dsc__shard_open(const char *path, int nofollow, const char **why) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0));
+    if (fd < 0 && errno == ELOOP && nofollow) {
+        *why = "a symbolic link (not followed under --data-root)";
+        return DSC_EUNAVAIL;
+    }
     if (fd < 0) {
         *why = "cannot open";
         return -errno;
@@ -115,41 +119,47 @@ int64_t dsc__damage_first(const uint8_t *map, uint32_t first, uint32_t count) {
     return -1;
 }
 
-/* The identity of dir/manifest.json: 0 and the fields, or -1 (cannot stat). */
-static int manifest_identity(const char *dir, uint64_t id[4]) {
+int dsc__manifest_identity(const char *dir, int nofollow, dsc_manifest_file_id_t *id,
+                           int *regular) {
     char path[4096];
     struct stat st;
-    if (snprintf(path, sizeof path, "%s/%s", dir, DSC_MANIFEST_FILE) >= (int)sizeof path ||
-        stat(path, &st) != 0)
-        return -1;
-    id[0] = (uint64_t)st.st_dev;
-    id[1] = (uint64_t)st.st_ino;
-    id[2] = (uint64_t)st.st_size;
-    id[3] = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
+    memset(id, 0, sizeof *id);
+    *regular = 0;
+    if (snprintf(path, sizeof path, "%s/%s", dir, DSC_MANIFEST_FILE) >= (int)sizeof path)
+        return DSC_EINVAL;
+    if ((nofollow ? lstat(path, &st) : stat(path, &st)) != 0)
+        return -errno;
+    id->dev = (uint64_t)st.st_dev;
+    id->ino = (uint64_t)st.st_ino;
+    id->size = (uint64_t)st.st_size;
+    id->mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
+    *regular = S_ISREG(st.st_mode);
     return 0;
 }
 
-void dsc__dataset_note_manifest(dsc_dataset_t *ds) {
-    uint64_t id[4] = {0, 0, 0, 0};
-    (void)manifest_identity(ds->dir, id);
-    ds->mf_dev = id[0];
-    ds->mf_ino = id[1];
-    ds->mf_size = id[2];
-    ds->mf_mtime_ns = id[3];
+int dsc__manifest_read(dsc_catalog_t *cat, const char *dir, int nofollow,
+                       dsc_manifest_file_id_t *id, const char **why, dsc_manifest_t **out) {
+    atomic_fetch_add_explicit(&cat->manifest_parses, 1, memory_order_relaxed);
+    return dsc_manifest_load_file(dir, nofollow ? DSC_MANIFEST_NOFOLLOW : 0, id, why, out);
+}
+
+static int same_id(const dsc_manifest_file_id_t *id, const dsc_dataset_t *ds) {
+    return id->dev == ds->mf_dev && id->ino == ds->mf_ino && id->size == ds->mf_size &&
+           id->mtime_ns == ds->mf_mtime_ns;
 }
 
 int dsc__dataset_changed_on_disk(dsc_catalog_t *cat, dsc_dataset_t *ds, int full) {
-    uint64_t id[4];
-    if (manifest_identity(ds->dir, id) < 0)
+    dsc_manifest_file_id_t id;
+    int regular;
+    if (dsc__manifest_identity(ds->dir, ds->confined, &id, &regular) < 0 || !regular)
         return 1;
     pthread_mutex_lock(&cat->lock);
-    int same_id = id[0] == ds->mf_dev && id[1] == ds->mf_ino && id[2] == ds->mf_size &&
-                  id[3] == ds->mf_mtime_ns;
+    int same = same_id(&id, ds);
     pthread_mutex_unlock(&cat->lock);
-    if (same_id && !full)
+    if (same && !full)
         return 0;
     dsc_manifest_t *m = NULL;
-    if (dsc_manifest_load(ds->dir, &m) < 0)
+    if (dsc__manifest_read(cat, ds->dir, ds->confined, &id, NULL, &m) < 0)
         return 1;
     char *json = dsc_manifest_to_json(m);
     dsc_manifest_free(m);
@@ -159,10 +169,10 @@ int dsc__dataset_changed_on_disk(dsc_catalog_t *cat, dsc_dataset_t *ds, int full
     free(json);
     if (!changed) {
         pthread_mutex_lock(&cat->lock);
-        ds->mf_dev = id[0];
-        ds->mf_ino = id[1];
-        ds->mf_size = id[2];
-        ds->mf_mtime_ns = id[3];
+        ds->mf_dev = id.dev;
+        ds->mf_ino = id.ino;
+        ds->mf_size = id.size;
+        ds->mf_mtime_ns = id.mtime_ns;
         pthread_mutex_unlock(&cat->lock);
     }
     return changed;

@@ -91,8 +91,30 @@ struct dsc_dataset {
     /* The manifest file as it was when this version was read (dev, inode, size, mtime ns), for
      * dsc__dataset_changed_on_disk; under cat->lock. */
     uint64_t mf_dev, mf_ino, mf_size, mf_mtime_ns;
+    /* Found under a --data-root: a symbolic link in the directory (manifest, shard file) is not
+     * followed (refused as not a regular file). */
+    uint8_t confined;
     dsc_dataset_t *all_next; /* every dataset ever created, freed at destroy */
 };
+
+/* What the last rescan found in a directory it did not serve (catalog.c), remembered with the
+ * manifest's identity so that an unchanged one is neither read nor logged again; listed by STAT
+ * ("catalog"). */
+typedef struct dir_note {
+    char *dir;
+    dsc_manifest_file_id_t id; /* of DIR/manifest.json when it was judged (zero: none) */
+    int rc;                    /* the manifest's error, or 0: valid but its name is taken */
+    const char *why;           /* static: a few words on rc */
+    char name[DSC_MAX_NAME];   /* rc 0: the dataset name it claims */
+    char *owner;               /* rc 0: the directory the name belongs to */
+} dir_note_t;
+
+/* A dataset name and the directory that served it first: the name stays with it until that
+ * directory is removed (or its manifest is, or names another dataset). */
+typedef struct name_owner {
+    char name[DSC_MAX_NAME];
+    char *dir;
+} name_owner_t;
 
 typedef struct table {
     uint32_t count;
@@ -120,7 +142,18 @@ struct dsc_catalog {
     } * policies;
     uint32_t policy_count;
     atomic_uint_fast64_t table_meta_bytes; /* their metadata bytes, see update_table_meta */
-    pthread_mutex_t rescan_lock; /* serialises add_dir/rescan (file I/O outside cat->lock) */
+    /* Serialises add_dir/add_root/rescan: held across their file I/O, so taken only by the
+     * rescanning thread (the root watcher; SIGHUP asks it) and at start-up, never by a request,
+     * STAT or shutdown (which only sets rescan_cancel). */
+    pthread_mutex_t rescan_lock;
+    name_owner_t *owners; /* rescan_lock */
+    uint32_t owner_count;
+    /* Directories not served and why (rescan_lock to read, rescan_lock + lock to replace; STAT
+     * reads them under lock). */
+    dir_note_t *notes;
+    uint32_t note_count;
+    atomic_uint_fast64_t manifest_parses; /* manifests read and parsed (STAT) */
+    atomic_int rescan_cancel;             /* shutdown: a rescan under way gives up */
     /* A load found a dataset replaced on disk: the root watcher rescans at once
      * (dsc_catalog_take_rescan_request). */
     atomic_int rescan_wanted;
@@ -177,9 +210,10 @@ void dsc__index_drop_locked(dsc_catalog_t *cat, shard_index_t *si);
 /* Frees a read-through buffer (its bytes are uncounted by the caller). NULL is a no-op. */
 void dsc__tempbuf_free(dsc_tempbuf_t *tb);
 /* Opens a shard file for reading without blocking on a FIFO or a device (O_NONBLOCK) and
- * refuses anything but a regular file. Returns the fd, or DSC_EUNAVAIL (not a regular file;
- * *why says so) or -errno (*why: "cannot open" / "cannot stat"). */
-int dsc__shard_open(const char *path, const char **why);
+ * refuses anything but a regular file (nofollow: a symbolic link too). Returns the fd, or
+ * DSC_EUNAVAIL (not a regular file; *why says so) or -errno (*why: "cannot open" / "cannot
+ * stat"). */
+int dsc__shard_open(const char *path, int nofollow, const char **why);
 /* Records chunk c of s (< s->meta->chunks) as damaged (cat->lock held, s not RESIDENT). Returns
  * 1 when newly recorded, 0 when already known, DSC_ENOMEM. */
 int dsc__slot_mark_damaged_locked(dsc_shard_slot_t *s, uint32_t c);
@@ -188,11 +222,13 @@ int dsc__slot_mark_damaged_locked(dsc_shard_slot_t *s, uint32_t c);
 void dsc__slot_set_damage_locked(dsc_shard_slot_t *s, uint8_t *map, uint32_t damaged);
 /* The first chunk of [first, first + count) set in map, or -1 (map NULL: -1). */
 int64_t dsc__damage_first(const uint8_t *map, uint32_t first, uint32_t count);
-/* Records the manifest file's identity (stat of dir/manifest.json) in ds: what
- * dsc__dataset_changed_on_disk compares against. Called before the manifest is read, so that a
- * manifest written meanwhile reads as changed (then compared by content). No lock: ds is not
- * published yet. */
-void dsc__dataset_note_manifest(dsc_dataset_t *ds);
+/* The identity of dir/manifest.json (stat, or lstat when nofollow) in *id, and in *regular
+ * whether it is a regular file. Returns 0, or -errno (DSC_ENOENT: no manifest). Never opens it. */
+int dsc__manifest_identity(const char *dir, int nofollow, dsc_manifest_file_id_t *id, int *regular);
+/* Reads dir's manifest for the catalog: never blocks (dsc_manifest_load_file), nofollow under a
+ * --data-root, counted in cat->manifest_parses. As dsc_manifest_load_file. */
+int dsc__manifest_read(dsc_catalog_t *cat, const char *dir, int nofollow,
+                       dsc_manifest_file_id_t *id, const char **why, dsc_manifest_t **out);
 /* 1 when the dataset on disk is no longer the version ds serves: its manifest is gone,
  * unreadable, or describes another dataset (its JSON differs from ds->json); 0 when it is the
  * same. The manifest is read and compared only when its identity (dev, inode, size, mtime)

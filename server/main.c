@@ -585,7 +585,8 @@ typedef struct control {
     dsc_server_t *server;
     dsc_cluster_t *cluster;
     dsc_credstore_t *credentials;
-    atomic_int warm_done; /* the start-up warm-up finished (or there was none) */
+    dsc_rootwatch_t *rootwatch; /* NULL: no --data-root */
+    atomic_int warm_done;       /* the start-up warm-up finished (or there was none) */
     atomic_int stopping_flag;
     int stopping;
     /* Readiness (HTTP thread): latched once ready, with the reason it became so. */
@@ -689,6 +690,7 @@ static void on_stop_signal(uv_signal_t *handle, int signum) {
     dsc_server_stop(ctl->server);
     dsc_cluster_stop(ctl->cluster);   /* ends a warm-up's wait */
     dsc_catalog_stop_loads(ctl->cat); /* and drops the loads it queued */
+    dsc_catalog_cancel_rescans(ctl->cat);
     uv_close((uv_handle_t *)&ctl->sigterm, NULL);
     uv_close((uv_handle_t *)&ctl->sigint, NULL);
     uv_close((uv_handle_t *)&ctl->sighup, NULL);
@@ -698,7 +700,12 @@ static void on_hup(uv_signal_t *handle, int signum) {
     (void)signum;
     control_t *ctl = handle->data;
     LOG_INFO("SIGHUP: rescanning the dataset directories");
-    dsc_catalog_rescan(ctl->cat);
+    /* With a --data-root the watcher's thread rescans, so that this loop (and SIGTERM) never
+     * waits for a rescan's file I/O; --data directories alone are read here (nothing blocks). */
+    if (ctl->rootwatch != NULL)
+        dsc_rootwatch_request(ctl->rootwatch);
+    else
+        dsc_catalog_rescan(ctl->cat);
     dsc_cluster_reload(ctl->cluster);
     if (ctl->credentials != NULL) {
         char err[768], warn[640];
@@ -1047,6 +1054,7 @@ int main(int argc, char **argv) {
     uv_signal_start(&ctl.sighup, on_hup, SIGHUP);
     if ((rc = dsc_rootwatch_start(cat, o.root_interval, &rootwatch)) < 0)
         LOG_ERROR("--data-root: cannot watch: %s (SIGHUP rescans)", dsc_strerror(rc));
+    ctl.rootwatch = rootwatch;
     if ((rc = dsc_cluster_start(cluster, &ctl.loop, cat)) < 0)
         LOG_ERROR("cluster: cannot start the membership refresh: %s (the list stays as read)",
                   dsc_strerror(rc));

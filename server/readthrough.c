@@ -67,7 +67,7 @@ static int read_shard(const dsc_shard_slot_t *s, uint8_t *dst, dsc_shard_view_t 
     const dsc_manifest_shard_t *meta = s->meta;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", s->ds->dir, meta->file);
-    int fd = dsc__shard_open(path, why);
+    int fd = dsc__shard_open(path, s->ds->confined, why);
     if (fd < 0)
         return fd;
     int rc = 0;
@@ -540,7 +540,7 @@ static void run_range(dsc_catalog_t *cat, range_load_t *job, uint32_t lo, uint32
     int rc = 0;
     if (cat->test_delay_us)
         usleep(cat->test_delay_us);
-    int fd = dsc__shard_open(path, &why);
+    int fd = dsc__shard_open(path, s->ds->confined, &why);
     if (fd < 0) {
         rc = fd;
         goto done;

@@ -22,7 +22,8 @@
 #include <unistd.h>
 
 #define ROOT_MASK (IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_ONLYDIR)
-#define SUB_MASK (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_ONLYDIR)
+#define SUB_MASK                                                                                   \
+    (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_ONLYDIR | IN_DONT_FOLLOW)
 #define QUIET_NS (300ull * 1000000ull)
 #define MAX_WAIT_NS (2000ull * 1000000ull)
 
@@ -33,6 +34,7 @@ struct dsc_rootwatch {
     int *root_wd;         /* watch descriptor of each root */
     uint32_t root_count;
     atomic_int stop;
+    atomic_int hup; /* SIGHUP asked for a rescan (dsc_rootwatch_request) */
     pthread_t thread;
 };
 
@@ -95,14 +97,16 @@ static void *watch_thread(void *arg) {
         /* A load found a dataset replaced before this thread saw it (no inotify, a network
          * file system, or the quiet period still running): rescan now. */
         int asked = dsc_catalog_take_rescan_request(w->cat);
-        if (asked || periodic ||
+        int hup = atomic_exchange(&w->hup, 0);
+        if (asked || hup || periodic ||
             (first && (now - last >= QUIET_NS || now - first >= MAX_WAIT_NS))) {
             first = last = 0;
             scanned = now;
-            LOG_DEBUG("--data-root: rescanning (%s)", asked      ? "a dataset replaced"
+            LOG_DEBUG("--data-root: rescanning (%s)", hup        ? "SIGHUP"
+                                                      : asked    ? "a dataset replaced"
                                                       : periodic ? "periodic"
                                                                  : "changed");
-            dsc_catalog_rescan_quiet(w->cat, 1);
+            dsc_catalog_rescan_quiet(w->cat, !hup);
             if (w->fd >= 0)
                 watch_subdirs(w);
         }
@@ -128,6 +132,7 @@ int dsc_rootwatch_start(dsc_catalog_t *cat, uint32_t interval_s, dsc_rootwatch_t
     w->root_count = n;
     w->interval_ns = (uint64_t)interval_s * 1000000000ull;
     atomic_init(&w->stop, 0);
+    atomic_init(&w->hup, 0);
     /* DSC_TEST_NO_INOTIFY=1, for tests: behave as where inotify is unavailable. */
     const char *no_inotify = getenv("DSC_TEST_NO_INOTIFY");
     if (no_inotify != NULL && strcmp(no_inotify, "1") == 0) {
@@ -162,10 +167,15 @@ int dsc_rootwatch_start(dsc_catalog_t *cat, uint32_t interval_s, dsc_rootwatch_t
     return 0;
 }
 
+void dsc_rootwatch_request(dsc_rootwatch_t *w) {
+    atomic_store(&w->hup, 1);
+}
+
 void dsc_rootwatch_stop(dsc_rootwatch_t *w) {
     if (w == NULL)
         return;
     atomic_store(&w->stop, 1);
+    dsc_catalog_cancel_rescans(w->cat); /* a rescan under way gives up at its next directory */
     pthread_join(w->thread, NULL);
     if (w->fd >= 0)
         close(w->fd);

@@ -18,7 +18,11 @@ typedef struct dsc_rootwatch dsc_rootwatch_t;
  * and relies on the periodic rescan and SIGHUP. */
 int dsc_rootwatch_start(dsc_catalog_t *cat, uint32_t interval_s, dsc_rootwatch_t **out);
 /* Environment, for tests: DSC_TEST_NO_INOTIFY=1 acts as if inotify were unavailable. */
-/* Stops the thread (within half a second) and frees. NULL is a no-op. */
+/* Asks the watcher's thread for a full rescan (SIGHUP: logged "rescan: N datasets served"), so
+ * that the caller never waits for a rescan's file I/O. Any thread. */
+void dsc_rootwatch_request(dsc_rootwatch_t *w);
+/* Cancels the catalog's rescans (dsc_catalog_cancel_rescans: one under way gives up at its next
+ * directory, no manifest read blocks), stops the thread and frees. NULL is a no-op. */
 void dsc_rootwatch_stop(dsc_rootwatch_t *w);
 
 #endif

@@ -20,7 +20,10 @@ static void print_help(void) {
            "Prints the server's store use; per dataset, shards, cached shards and bytes, hits,\n"
            "misses, bytes served and bad shards (damaged shards are named below the table);\n"
            "then the jobs it feeds, as their loaders report them (REPORT, every few seconds):\n"
-           "job, rank/world size, dataset, data stall, samples/s and the age of the last report.\n"
+           "job, rank/world size, dataset, data stall, samples/s and the age of the last report;\n"
+           "then dataset directories the server does not serve: a name that belongs to the\n"
+           "directory that served it first (conflict), a manifest refused (not a regular file,\n"
+           "a link out of --data-root, invalid).\n"
            "\n"
            "  --server HOST:PORT   the dscached data port\n"
            "  --timeout SECONDS    give up when the server is silent that long (default 30)\n"
@@ -112,6 +115,29 @@ static void print_jobs(const cJSON *jobs) {
     }
 }
 
+/* Directories not served ("catalog" of STAT): name conflicts and refused manifests. */
+static void print_catalog(const cJSON *catalog) {
+    const cJSON *e;
+    int any = 0;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(catalog, "conflicts")) {
+        if (!any++)
+            printf("\n");
+        printf("conflict: %s claims dataset %s, which belongs to %s (served from there first): "
+               "not served\n",
+               str(e, "dir"), str(e, "name"), str(e, "served_from"));
+    }
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(catalog, "refused")) {
+        if (!any++)
+            printf("\n");
+        printf("refused: %s: %s (%s)\n", str(e, "dir"), str(e, "reason"), str(e, "error"));
+    }
+    double listed = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(catalog, "conflicts")) +
+                    cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(catalog, "refused"));
+    double total = num(catalog, "conflict_count") + num(catalog, "refused_count");
+    if (total > listed)
+        printf("... and %.0f more (dscache stat --json)\n", total - listed);
+}
+
 static int print_table(const char *json, size_t len) {
     cJSON *root = cJSON_ParseWithLength(json, len);
     const cJSON *store = cJSON_GetObjectItemCaseSensitive(root, "store");
@@ -144,6 +170,7 @@ static int print_table(const char *json, size_t len) {
     print_memory(list);
     print_damaged(list);
     print_jobs(cJSON_GetObjectItemCaseSensitive(root, "jobs"));
+    print_catalog(cJSON_GetObjectItemCaseSensitive(root, "catalog"));
     cJSON_Delete(root);
     return DSC_CLI_OK;
 }

@@ -1,6 +1,9 @@
 /* libFuzzer target: parses the input as a manifest; whatever is accepted must serialize and
- * parse back to the same manifest and the same text. */
+ * parse back to the same manifest and the same text, and be JSON that cJSON accepts whole (the
+ * parser's own allocation-free syntax check is never more lenient than cJSON). */
 #include "manifest.h"
+
+#include <cjson/cJSON.h>
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,6 +23,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_ASSERT(first == NULL && strcmp(dsc_err_name(rc), "DSC_UNKNOWN") != 0);
         return 0;
     }
+    cJSON *whole = cJSON_ParseWithLength((const char *)data, size);
+    FUZZ_ASSERT(whole != NULL);
+    cJSON_Delete(whole);
     char *text = dsc_manifest_to_json(first);
     FUZZ_ASSERT(text != NULL);
     FUZZ_ASSERT(dsc_manifest_parse(text, strlen(text), &second) == 0);

@@ -313,9 +313,137 @@ static void test_build_and_big_values(void) {
     dsc_manifest_free(NULL);
 }
 
+/* Unknown keys anywhere are skipped (and cost nothing), but their syntax is checked as cJSON
+ * would; the first of duplicate keys counts; the limits on what is built hold. */
+static void test_unknown_keys(void) {
+    dsc_manifest_t *ref = NULL, *m = NULL;
+    REQUIRE(dsc_manifest_parse(BASE, strlen(BASE), &ref) == 0);
+    char *ref_json = dsc_manifest_to_json(ref);
+    static const char *const same[][2] = {
+        {"\"version\":1,", "\"version\":1,\"junk\":{\"a\":[1,2.5e3,-0.5,true,false,null,"
+                           "\"s\\n\\u00e9\\ud83d\\ude00\"],\"b\":{}},"},
+        {"\"name\":\"x\",\"dtype\"", "\"name\":\"x\",\"extra\":[[[]]],\"dtype\""},
+        {"\"chunk_samples\":8,\"checksum\":\"0123",
+         "\"chunk_samples\":8,\"more\":{\"k\":\"v\"},\"checksum\":\"0123"},
+        {"\"name\":\"demo\"", "\"name\":\"demo\",\"name\":\"other\""},
+        {"\"shards\":[", "\"shards\" : [ "},
+    };
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        char *text = replace(same[i][0], same[i][1]);
+        m = NULL;
+        CHECK_EQ_INT(dsc_manifest_parse(text, strlen(text), &m), 0);
+        char *json = m ? dsc_manifest_to_json(m) : NULL;
+        CHECK(json != NULL && strcmp(json, ref_json) == 0);
+        /* Every proper prefix is refused. */
+        for (size_t len = 0; len < strlen(text); len++)
+            CHECK(parse_exact(text, len, NULL) < 0);
+        free(json);
+        dsc_manifest_free(m);
+        free(text);
+    }
+    /* Syntax faults inside unknown keys are faults. */
+    static const char *const bad[] = {
+        "\"junk\":[1,2,],",      "\"junk\":[1,2,}],",     "\"junk\":\"\\x\",",
+        "\"junk\":\"\\ud800\",", "\"junk\":\"\\udc00\",", "\"junk\":tru,",
+        "\"junk\":{\"a\"},",     "\"junk\":{1:2},",       "\"junk\":-,",
+        "\"junk\":\"\\u12g4\",", "\"junk\":[1 2],",       "\"junk\":,",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char to[128];
+        snprintf(to, sizeof to, "\"version\":1,%s", bad[i]);
+        char *text = replace("\"version\":1,", to);
+        if (parse_exact(text, strlen(text), NULL) != DSC_EBADMANIFEST)
+            fprintf(stderr, "accepted: %s\n", bad[i]);
+        CHECK_EQ_INT(parse_exact(text, strlen(text), NULL), DSC_EBADMANIFEST);
+        free(text);
+    }
+    /* Nesting: cJSON's limit of 1000 levels, in an unknown key too. */
+    for (int depth = 999; depth <= 1001; depth += 2) {
+        size_t n = (size_t)depth;
+        char *to = malloc(2 * n + 32);
+        strcpy(to, "\"version\":1,\"deep\":");
+        memset(to + strlen(to), '[', n);
+        to[19 + n] = '\0';
+        memset(to + strlen(to), ']', n);
+        to[19 + 2 * n] = '\0';
+        strcat(to, ",");
+        char *text = replace("\"version\":1,", to);
+        CHECK_EQ_INT(parse_exact(text, strlen(text), NULL), depth < 1000 ? 0 : DSC_EBADMANIFEST);
+        free(text);
+        free(to);
+    }
+    /* What is built stays bounded: a shape of 100000 dimensions, a name that is an array, a
+     * "meta" over its limit. */
+    char *to = malloc(200000 + 64);
+    strcpy(to, "\"shape\":[");
+    char *q = to + strlen(to);
+    for (int i = 0; i < 100000; i++) {
+        if (i > 0)
+            *q++ = ',';
+        *q++ = '1';
+    }
+    strcpy(q, "]");
+    char *text = replace("\"shape\":[4,4]", to);
+    CHECK_EQ_INT(parse_exact(text, strlen(text), NULL), DSC_EBADSCHEMA);
+    free(text);
+    text = replace("\"name\":\"demo\"", "\"name\":[\"demo\",[1,2,3]]");
+    CHECK_EQ_INT(parse_exact(text, strlen(text), NULL), DSC_EBADMANIFEST);
+    free(text);
+    size_t big = DSC_MANIFEST_META_MAX_BYTES + 16;
+    char *meta = malloc(big + 64);
+    strcpy(meta, "\"version\":1,\"meta\":{\"k\":\"");
+    size_t at = strlen(meta);
+    memset(meta + at, 'a', big);
+    strcpy(meta + at + big, "\"},");
+    text = replace("\"version\":1,", meta);
+    CHECK_EQ_INT(parse_exact(text, strlen(text), NULL), DSC_ETOOLARGE);
+    free(text);
+    /* The same size as an unknown key is fine. */
+    memcpy(meta + 13, "mexa", 4);
+    text = replace("\"version\":1,", meta);
+    CHECK_EQ_INT(parse_exact(text, strlen(text), NULL), 0);
+    free(text);
+    free(meta);
+    free(to);
+    free(ref_json);
+    dsc_manifest_free(ref);
+}
+
+/* Loading never blocks on a FIFO, and DSC_MANIFEST_NOFOLLOW refuses a link. */
+static void test_load_hostile(void) {
+    char dir[] = "/tmp/dsc_test_manifest_fifo.XXXXXX", other[] = "/tmp/dsc_test_manifest_o.XXXXXX";
+    REQUIRE(mkdtemp(dir) != NULL && mkdtemp(other) != NULL);
+    char path[256], target[256];
+    snprintf(path, sizeof path, "%s/%s", dir, DSC_MANIFEST_FILE);
+    snprintf(target, sizeof target, "%s/%s", other, DSC_MANIFEST_FILE);
+    REQUIRE(mkfifo(path, 0600) == 0);
+    dsc_manifest_t *m = NULL;
+    const char *why = NULL;
+    CHECK_EQ_INT(dsc_manifest_load_file(dir, 0, NULL, &why, &m), DSC_EIO);
+    CHECK(why != NULL && strstr(why, "regular") != NULL);
+    unlink(path);
+    int fd = open(target, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    REQUIRE(fd >= 0);
+    CHECK(write(fd, BASE, strlen(BASE)) == (ssize_t)strlen(BASE));
+    close(fd);
+    REQUIRE(symlink(target, path) == 0);
+    dsc_manifest_file_id_t id = {0, 0, 0, 0};
+    CHECK_EQ_INT(dsc_manifest_load_file(dir, 0, &id, NULL, &m), 0);
+    CHECK(id.size == strlen(BASE) && id.ino != 0);
+    dsc_manifest_free(m);
+    m = NULL;
+    CHECK_EQ_INT(dsc_manifest_load_file(dir, DSC_MANIFEST_NOFOLLOW, NULL, &why, &m), DSC_EIO);
+    CHECK(m == NULL && why != NULL && strstr(why, "symbolic link") != NULL);
+    unlink(path);
+    unlink(target);
+    CHECK(rmdir(dir) == 0 && rmdir(other) == 0);
+}
+
 int main(void) {
     test_base();
     test_invalid();
     test_build_and_big_values();
+    test_unknown_keys();
+    test_load_hostile();
     return TEST_DONE();
 }
