@@ -64,7 +64,7 @@ typedef struct options {
     uint64_t max_out;
     uint64_t max_out_total;
     uint32_t header_timeout, idle_timeout, max_conns_per_peer;
-    uint32_t http_max_conns, http_timeout;
+    uint32_t http_max_conns, http_timeout, http_header_timeout, http_max_conns_per_peer;
     uint32_t drain_seconds;
     const char *members;      /* member spec: "h:p,...", "file:PATH", "dns:NAME:PORT" */
     const char *members_file; /* --members-file PATH */
@@ -159,6 +159,11 @@ static void usage(FILE *f) {
         "                        0: no limit)\n"
         "  --http-max-conns N    open HTTP connections (default 1024)\n"
         "  --http-timeout S      close an idle HTTP connection after S seconds (default 5)\n"
+        "  --http-header-timeout S  close an HTTP connection whose request head is not\n"
+        "                        whole S seconds after it was accepted, whatever it\n"
+        "                        trickles (default 10)\n"
+        "  --http-max-conns-per-peer N  HTTP connections per client address; a newer one\n"
+        "                        closes the address's oldest (default 64; 0: no limit)\n"
         "  --drain-seconds N     on SIGTERM, longest wait for in-flight answers (default 30)\n"
         "  --port-file FILE      write the bound data port to FILE (temp file + rename)\n"
         "  --http-port-file FILE write the bound HTTP port to FILE\n"
@@ -216,8 +221,9 @@ static void usage(FILE *f) {
         "                        \"job_weight\": [\"NAME=W\", ..], \"warm\",\n"
         "                        \"policy\", \"max_out\", \"max_out_total\",\n"
         "                        \"header_timeout\", \"idle_timeout\", \"max_conns_per_peer\",\n"
-        "                        \"http_max_conns\", \"http_timeout\", \"log_level\", "
-        "\"drain_seconds\",\n"
+        "                        \"http_max_conns\", \"http_timeout\",\n"
+        "                        \"http_header_timeout\", \"http_max_conns_per_peer\",\n"
+        "                        \"log_level\", \"drain_seconds\",\n"
         "                        \"members\", \"members_file\", \"members_refresh\",\n"
         "                        \"replicas\", \"advertise\", \"auth_file\",\n"
         "                        \"allow_anonymous_admin\", \"insecure_auth_file\",\n"
@@ -330,6 +336,12 @@ static int apply(options_t *o, const char *key, const char *value) {
     } else if (strcmp(key, "http_timeout") == 0) {
         if (parse_u32(value, 1, 86400, &o->http_timeout) < 0)
             return bad("--http-timeout", value);
+    } else if (strcmp(key, "http_header_timeout") == 0) {
+        if (parse_u32(value, 1, 3600, &o->http_header_timeout) < 0)
+            return bad("--http-header-timeout", value);
+    } else if (strcmp(key, "http_max_conns_per_peer") == 0) {
+        if (parse_u32(value, 0, 1u << 20, &o->http_max_conns_per_peer) < 0)
+            return bad("--http-max-conns-per-peer", value);
     } else if (strcmp(key, "threads") == 0) {
         if (parse_u32(value, 1, 1024, &o->threads) < 0)
             return bad("--threads", value);
@@ -832,6 +844,8 @@ int main(int argc, char **argv) {
     o.max_conns_per_peer = 1024;
     o.http_max_conns = DSC_HTTP_MAX_CONNS_DEFAULT;
     o.http_timeout = DSC_HTTP_TIMEOUT_DEFAULT_S;
+    o.http_header_timeout = DSC_HTTP_HEADER_TIMEOUT_DEFAULT_S;
+    o.http_max_conns_per_peer = DSC_HTTP_MAX_CONNS_PER_PEER_DEFAULT;
     o.drain_seconds = 30;
     o.log_level = DSC_LOG_INFO;
     o.policy = DSC_POLICY_MINIO;
@@ -1011,6 +1025,8 @@ int main(int argc, char **argv) {
                                  .readiness_arg = &ctl,
                                  .max_conns = o.http_max_conns,
                                  .timeout_s = o.http_timeout,
+                                 .header_timeout_s = o.http_header_timeout,
+                                 .max_conns_per_peer = o.http_max_conns_per_peer,
                                  .hide_names = o.metrics_hide_names};
         if ((rc = dsc_http_start(http_host, http_port, &src, &http)) < 0) {
             LOG_ERROR("cannot serve HTTP on %s: %s", o.http, dsc_strerror(rc));

@@ -5,7 +5,7 @@
 # Usage: deploy/local/setup.sh [--bench]   (--bench adds memcached and lz4 for tests/bench)
 set -euo pipefail
 pkgs=(cmake make gcc pkg-config clang libclang-rt-14-dev clang-format git
-      libuv1-dev liblz4-dev libxxhash-dev libcjson-dev libmicrohttpd-dev libdlpack-dev libsodium-dev
+      libuv1-dev liblz4-dev libxxhash-dev libcjson-dev libdlpack-dev libsodium-dev
       libarchive-dev libzstd-dev zstd
       libibverbs-dev librdmacm-dev libfuse3-dev fuse3 liburing-dev
       libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
