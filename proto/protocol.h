@@ -103,6 +103,10 @@ typedef struct dsc_str {
 /* HELLO feature bit 2: the server checks the dataset version a GET names (DSC_GET_FLAG_VERSION)
  * and answers CHANGED when the dataset was replaced (PROTOCOL.md, Dataset versions). */
 #define DSC_FEATURE_DATASET_VERSION 0x00000004u
+/* HELLO feature bit 3: HINT answers carry the credential's and job's read-ahead share (the long
+ * answer, proto/hint.h: ranges trimmed beyond the share, the share, the bytes held). A client
+ * that does not set it gets the 4-byte answer, as from an older server. */
+#define DSC_FEATURE_HINT_SHARE 0x00000008u
 typedef struct dsc_hello_req {
     uint16_t min_version, max_version;
     uint32_t features;

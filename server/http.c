@@ -208,6 +208,17 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     counter(&t, "dscache_staging_expired_total",
             "Hinted ranges dropped unread: due too long ago (the staging area was full).",
             tot.staging.expired);
+    counter(&t, "dscache_staging_trimmed_total",
+            "Hinted ranges trimmed: beyond their credential's and job's part of the staging area.",
+            tot.staging.trimmed);
+    counter(&t, "dscache_staging_reclaimed_total",
+            "Ranges dropped unread to give a credential or job under its part the room another "
+            "held beyond its own.",
+            tot.staging.reclaimed);
+    gauge(&t, "dscache_staging_tenants",
+          "Credentials' jobs holding staged or queued ranges now (each gets an equal part per "
+          "credential, of it an equal part per job).",
+          tot.staging.tenants);
     gauge(&t, "dscache_staging_bytes",
           "Bytes in the staging area now (staged, and reads under way), of --staging-memory.",
           tot.staging.bytes);

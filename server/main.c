@@ -372,7 +372,8 @@ static int apply(options_t *o, const char *key, const char *value) {
             return bad("--fair (on or off)", value);
     } else if (strcmp(key, "job_weight") == 0) {
         if (o->weight_count == DSC_FQ_STATS_MAX ||
-            dsc_fq_parse_weight(value, o->weights[o->weight_count].name,
+            dsc_fq_parse_weight(value, o->weights[o->weight_count].owner,
+                                o->weights[o->weight_count].name,
                                 &o->weights[o->weight_count].weight) < 0)
             return bad("--job-weight (NAME=W, a job name and 1..1000)", value);
         o->weight_count++;
@@ -945,6 +946,22 @@ int main(int argc, char **argv) {
         if ((rc = dsc_catalog_add_root(cat, o.roots[i])) < 0) {
             LOG_ERROR("--data-root %s: %s", o.roots[i],
                       rc == DSC_ENOENT ? "not a directory" : dsc_strerror(rc));
+            goto done;
+        }
+    }
+    /* A job is (credential, name): with credentials every weight names its credential, so no
+     * credential can take another's; without, the whole spec is the job's name. */
+    for (uint32_t i = 0; i < o.weight_count; i++) {
+        dsc_job_weight_t *w = &o.weights[i];
+        if (o.auth_file == NULL && w->owner[0] != '\0') {
+            char whole[sizeof w->name];
+            snprintf(whole, sizeof whole, "%s:%s", w->owner, w->name);
+            memcpy(w->name, whole, sizeof whole);
+            w->owner[0] = '\0';
+        } else if (o.auth_file != NULL && w->owner[0] == '\0') {
+            LOG_ERROR("--job-weight %s=%u: with --auth-file a job is its credential and its "
+                      "name: write CRED:%s=%u (the credential whose job it is)",
+                      w->name, w->weight, w->name, w->weight);
             goto done;
         }
     }
