@@ -15,8 +15,7 @@ void dsc_fq_init(dsc_fq_t *fq, uint64_t quantum, int fifo, struct dsc_fq_totals 
     fq->fifo = fifo;
 }
 
-dsc_fq_flow_t *dsc_fq_flow_get(dsc_fq_t *fq, const char *owner, const char *name,
-                               uint32_t weight) {
+dsc_fq_flow_t *dsc_fq_flow_get(dsc_fq_t *fq, const char *owner, const char *name, uint32_t weight) {
     int shared = name != NULL && name[0] != '\0';
     if (owner == NULL)
         owner = "";
@@ -288,8 +287,8 @@ uint32_t dsc_fq_totals_snapshot(dsc_fq_totals_t *t, dsc_fq_total_t *out, uint32_
     return n;
 }
 
-int dsc_fq_parse_weight(const char *spec, char owner[DSC_FQ_NAME_MAX],
-                        char name[DSC_FQ_NAME_MAX], uint32_t *weight) {
+int dsc_fq_parse_weight(const char *spec, char owner[DSC_FQ_NAME_MAX], char name[DSC_FQ_NAME_MAX],
+                        uint32_t *weight) {
     const char *eq = spec ? strrchr(spec, '=') : NULL;
     if (eq == NULL || !dsc_report_job_valid(spec, (size_t)(eq - spec)))
         return DSC_EINVAL;

@@ -32,8 +32,8 @@ typedef struct dsc_fq_item {
 typedef struct dsc_fq_flow {
     char owner[DSC_FQ_NAME_MAX]; /* the job's credential ("": anonymous) */
     char name[DSC_FQ_NAME_MAX];  /* "" for a connection's own flow */
-    uint32_t weight;            /* 1..DSC_FQ_WEIGHT_MAX */
-    int64_t deficit;            /* bytes the flow may still send in its turn */
+    uint32_t weight;             /* 1..DSC_FQ_WEIGHT_MAX */
+    int64_t deficit;             /* bytes the flow may still send in its turn */
     dsc_fq_item_t *head, *tail;
     uint64_t queued_bytes;
     uint32_t queued;
@@ -65,8 +65,7 @@ void dsc_fq_init(dsc_fq_t *fq, uint64_t quantum, int fifo, struct dsc_fq_totals 
  * two credentials' jobs of one name are two flows), or with name NULL or "" a new private flow;
  * created with `weight` (0: 1; capped at DSC_FQ_WEIGHT_MAX) if absent; a reference the caller
  * gives back with dsc_fq_flow_put. NULL on ENOMEM. */
-dsc_fq_flow_t *dsc_fq_flow_get(dsc_fq_t *fq, const char *owner, const char *name,
-                               uint32_t weight);
+dsc_fq_flow_t *dsc_fq_flow_get(dsc_fq_t *fq, const char *owner, const char *name, uint32_t weight);
 /* Drops a reference; the flow is freed at the last one once it holds no items (a flow with
  * items is freed when its last item is popped). NULL is a no-op. */
 void dsc_fq_flow_put(dsc_fq_t *fq, dsc_fq_flow_t *flow);
@@ -137,7 +136,7 @@ uint32_t dsc_fq_totals_snapshot(dsc_fq_totals_t *t, dsc_fq_total_t *out, uint32_
  * that credential and name the rest; otherwise owner is "" and name the whole (which must be a
  * job name). Returns 0 with owner, name and weight, or DSC_EINVAL. (On a server without
  * credentials, the caller takes owner ":" name as the job's whole name.) */
-int dsc_fq_parse_weight(const char *spec, char owner[DSC_FQ_NAME_MAX],
-                        char name[DSC_FQ_NAME_MAX], uint32_t *weight);
+int dsc_fq_parse_weight(const char *spec, char owner[DSC_FQ_NAME_MAX], char name[DSC_FQ_NAME_MAX],
+                        uint32_t *weight);
 
 #endif

@@ -43,12 +43,12 @@ typedef struct stage_cred {
 
 typedef struct stage_tenant {
     char job[STAGE_NAME];
-    int cred;           /* index into creds; -1: free */
-    uint32_t entries;   /* its ranges, any state */
-    uint32_t reading;   /* its backing reads under way */
-    uint64_t bytes;     /* charged: its ranges being read or staged */
-    uint64_t pending;   /* its queued ranges at their estimate */
-    int busy;           /* a HINT of its is being judged: kept even with no ranges */
+    int cred;         /* index into creds; -1: free */
+    uint32_t entries; /* its ranges, any state */
+    uint32_t reading; /* its backing reads under way */
+    uint64_t bytes;   /* charged: its ranges being read or staged */
+    uint64_t pending; /* its queued ranges at their estimate */
+    int busy;         /* a HINT of its is being judged: kept even with no ranges */
 } stage_tenant_t;
 
 /* ST_DETACHED: off the deadline list, about to be freed. */
@@ -72,10 +72,10 @@ typedef struct stage_ent {
     uint8_t nhinters;
     uint64_t hinters[STAGE_HINTERS];
     uint64_t want[STAGE_HINTERS], got[STAGE_HINTERS];
-    int tenant;    /* who it is charged to (the tenant that hinted it first); -1: nobody */
-    int charged;   /* 1: its bytes count in its tenant's bytes; 0: its estimate in pending */
-    uint64_t est;  /* its estimate while pending */
-    dsc_waiter_t own;              /* the read's waiter (its result) */
+    int tenant;       /* who it is charged to (the tenant that hinted it first); -1: nobody */
+    int charged;      /* 1: its bytes count in its tenant's bytes; 0: its estimate in pending */
+    uint64_t est;     /* its estimate while pending */
+    dsc_waiter_t own; /* the read's waiter (its result) */
     dsc_waiter_t *waiting;         /* GETs waiting for the read */
     dsc_hold_t hold;               /* ST_READY: the range's reference on the read-through buffer */
     struct stage_ent *slot_next;   /* the shard's entries */

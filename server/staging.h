@@ -20,10 +20,11 @@ int dsc__staging_create(dsc_catalog_t *cat);
  * staged range (their buffers are freed). */
 void dsc__staging_destroy(dsc_catalog_t *cat);
 
-/* One hinted range of a shard of ds (cat->lock held), for the anonymous tenant: chunks [first, first + count) will be
- * asked for by `hinter` in about due_ms. Returns 1 when accepted (queued to be read ahead,
- * being read, or staged), 0 when skipped (staging off or full, shard resident, loading, bad,
- * or one a GET would load whole, range beyond the shard, overlapping another staged range). */
+/* One hinted range of a shard of ds (cat->lock held), for the anonymous tenant: chunks [first,
+ * first + count) will be asked for by `hinter` in about due_ms. Returns 1 when accepted (queued to
+ * be read ahead, being read, or staged), 0 when skipped (staging off or full, shard resident,
+ * loading, bad, or one a GET would load whole, range beyond the shard, overlapping another staged
+ * range). */
 int dsc__staging_hint_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, uint64_t hinter,
                              uint32_t first, uint32_t count, uint32_t due_ms, double now);
 /* A HINT's ranges of ds (proto/hint.h) from `hinter`, a loader of job `job` under credential

@@ -487,8 +487,8 @@ static int conn_flow(conn_t *c) {
     const char *job = c->reply.job;
     const char *owner = c->reply.auth.state == DSC_AUTH_STATE_OK ? c->reply.auth.name : "";
     if (c->flow != NULL &&
-        (c->fq_queued > 0 ||
-         (strcmp(c->flow->name, job) == 0 && (job[0] == '\0' || strcmp(c->flow->owner, owner) == 0))))
+        (c->fq_queued > 0 || (strcmp(c->flow->name, job) == 0 &&
+                              (job[0] == '\0' || strcmp(c->flow->owner, owner) == 0))))
         return 0;
     dsc_server_t *srv = c->lc->srv;
     pthread_mutex_lock(&srv->send_budget.lock);

@@ -358,7 +358,7 @@ static int hello(dsc_conn_t *conn, uint64_t members_hash, const dsc_credential_t
                            .max_version = DSC_PROTO_VERSION,
                            .features = DSC_FEATURE_RDMA | /* tell me whether RDMA is offered */
                                        DSC_FEATURE_DATASET_VERSION | /* and versions checked */
-                                       DSC_FEATURE_HINT_SHARE, /* and read-ahead trimmed */
+                                       DSC_FEATURE_HINT_SHARE,       /* and read-ahead trimmed */
                            .members_hash = members_hash,
                            .client_name = {"libdscache", 10}};
     uint8_t client_nonce[DSC_AUTH_NONCE_SIZE];

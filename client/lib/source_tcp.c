@@ -20,7 +20,7 @@ typedef struct tcp_conn {
     dsc_conn_t *conn;
     dsc_report_resp_t answer; /* the latest REPORT answer's figures (tcp_report_answer) */
     int answer_new;
-    int hint_refused; /* a HINT was answered UNSUPPORTED (tcp_hint_refused) */
+    int hint_refused;      /* a HINT was answered UNSUPPORTED (tcp_hint_refused) */
     uint64_t hint_trimmed; /* ranges the server trimmed from HINTs beyond this job's share */
     int hint_trim_said;    /* the trimming was logged (once per connection) */
 } tcp_conn_t;

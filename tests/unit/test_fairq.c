@@ -74,7 +74,8 @@ static void test_equal_shares(void) {
 static void test_weights(void) {
     dsc_fq_t fq;
     dsc_fq_init(&fq, 64u << 10, 0, NULL);
-    dsc_fq_flow_t *a = dsc_fq_flow_get(&fq, NULL, "prod", 3), *b = dsc_fq_flow_get(&fq, NULL, NULL, 0);
+    dsc_fq_flow_t *a = dsc_fq_flow_get(&fq, NULL, "prod", 3),
+                  *b = dsc_fq_flow_get(&fq, NULL, NULL, 0);
     REQUIRE(a && b);
     CHECK_EQ_INT(b->weight, 1);
     dsc_fq_flow_t *c = dsc_fq_flow_get(&fq, NULL, "", 1);

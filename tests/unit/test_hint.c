@@ -146,8 +146,8 @@ static void test_answer(void) {
     CHECK_EQ_INT(dsc_hint_resp_decode(buf, 5, &a), DSC_EBADFRAME);
     /* The long answer (DSC_FEATURE_HINT_SHARE): accepted, trimmed, share, held. */
     uint8_t lb[DSC_HINT_RESP_SHARE_SIZE];
-    dsc_hint_resp_t r = {.accepted = 3, .trimmed = 1000, .share_bytes = 1ull << 33,
-                         .held_bytes = 12345};
+    dsc_hint_resp_t r = {
+        .accepted = 3, .trimmed = 1000, .share_bytes = 1ull << 33, .held_bytes = 12345};
     CHECK_EQ_INT(dsc_hint_resp_encode_share(&r, lb, sizeof lb), DSC_HINT_RESP_SHARE_SIZE);
     CHECK_EQ_INT(dsc_hint_resp_encode_share(&r, lb, sizeof lb - 1), DSC_ENOSPC);
     dsc_hint_resp_t d = {0};
