@@ -68,5 +68,13 @@ echo "B: $out, staging hits $hits"
 trimmed=$(m dscache_staging_trimmed_total)
 [ "$trimmed" -ge "$a_trim" ] && pass "trimmed ranges counted ($trimmed)" \
     || fail "dscache_staging_trimmed_total $trimmed"
+# A loader whose hints are trimmed says so (once per connection), naming the server and its part.
+DSCACHE_LOG=warn DSCACHE_TOKEN_FILE=$work/tok-a timeout 120 "$CLI" bench --server "$ADDR_a" --dataset st \
+    --batch-size 128 --compute-ms 1 --epochs 1 --seed 7 --cache 64M --job late \
+    >"$work/bench.out" 2>&1 || fail "dscache bench as alice: $(tail -3 "$work/bench.out")"
+line=$(grep -m1 'read-ahead trimmed' "$work/bench.out" || true)
+echo "loader: $line"
+[ -n "$line" ] && grep -q "$ADDR_a" <<<"$line" && pass "the loader warns that its hints were trimmed" \
+    || fail "no 'read-ahead trimmed' warning from the loader: $(grep -i hint "$work/bench.out" | head -3)"
 stop_server a
 finish
