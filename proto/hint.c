@@ -89,9 +89,36 @@ int dsc_hint_resp_encode(uint32_t accepted, uint8_t *out, size_t cap) {
     return DSC_HINT_RESP_SIZE;
 }
 
-int dsc_hint_resp_decode(const uint8_t *body, size_t len, uint32_t *accepted) {
-    if (body == NULL || len != DSC_HINT_RESP_SIZE)
+int dsc_hint_resp_encode_share(const dsc_hint_resp_t *r, uint8_t *out, size_t cap) {
+    if (out == NULL || cap < DSC_HINT_RESP_SHARE_SIZE)
+        return DSC_ENOSPC;
+    dsc_store_u32(out, r->accepted);
+    dsc_store_u32(out + 4, r->trimmed);
+    dsc_store_u64(out + 8, r->share_bytes);
+    dsc_store_u64(out + 16, r->held_bytes);
+    return DSC_HINT_RESP_SHARE_SIZE;
+}
+
+int dsc_hint_resp_decode_share(const uint8_t *body, size_t len, dsc_hint_resp_t *out) {
+    if (body == NULL || (len != DSC_HINT_RESP_SIZE && len != DSC_HINT_RESP_SHARE_SIZE))
         return DSC_EBADFRAME;
-    *accepted = dsc_load_u32(body);
+    dsc_hint_resp_t r = {.accepted = dsc_load_u32(body)};
+    if (len == DSC_HINT_RESP_SHARE_SIZE) {
+        r.trimmed = dsc_load_u32(body + 4);
+        r.share_bytes = dsc_load_u64(body + 8);
+        r.held_bytes = dsc_load_u64(body + 16);
+        r.has_share = 1;
+        if ((uint64_t)r.accepted + r.trimmed > DSC_HINT_MAX_RANGES)
+            return DSC_EBADFRAME;
+    }
+    *out = r;
     return 0;
+}
+
+int dsc_hint_resp_decode(const uint8_t *body, size_t len, uint32_t *accepted) {
+    dsc_hint_resp_t r;
+    int rc = dsc_hint_resp_decode_share(body, len, &r);
+    if (rc == 0)
+        *accepted = r.accepted;
+    return rc;
 }

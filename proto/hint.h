@@ -50,10 +50,29 @@ int dsc_hint_req_decode(const uint8_t *body, size_t len, dsc_hint_req_t *out);
 /* Range i (< req->range_count) of a decoded or an encoding request. */
 void dsc_hint_range_at(const dsc_hint_req_t *req, uint32_t i, dsc_hint_range_t *out);
 
-/* The OK answer: u32 ranges accepted (being read ahead, already staged, or queued to be). */
+/* The OK answer: u32 ranges accepted for staging (being read ahead, already staged, or queued
+ * to be, within the share of the hinter's credential and job). To a client whose HELLO set
+ * DSC_FEATURE_HINT_SHARE the long answer follows it: u32 ranges trimmed (refused because that
+ * share was full), u64 the share's bytes now, u64 the bytes it holds now (staged, being read, and
+ * queued ranges at their estimate). */
 #define DSC_HINT_RESP_SIZE 4
+#define DSC_HINT_RESP_SHARE_SIZE 24
+typedef struct dsc_hint_resp {
+    uint32_t accepted;
+    uint32_t trimmed;     /* long answer only (else 0) */
+    uint64_t share_bytes; /* long answer only (else 0) */
+    uint64_t held_bytes;  /* long answer only (else 0) */
+    int has_share;        /* decode: 1 for the long answer, 0 for the 4-byte one */
+} dsc_hint_resp_t;
+/* The 4-byte answer. Returns DSC_HINT_RESP_SIZE or DSC_ENOSPC. */
 int dsc_hint_resp_encode(uint32_t accepted, uint8_t *out, size_t cap);
-/* Returns 0 and *accepted, or DSC_EBADFRAME (not exactly 4 bytes). */
+/* The long answer (r->has_share ignored). Returns DSC_HINT_RESP_SHARE_SIZE or DSC_ENOSPC. */
+int dsc_hint_resp_encode_share(const dsc_hint_resp_t *r, uint8_t *out, size_t cap);
+/* Either answer: returns 0 and *accepted, or DSC_EBADFRAME (neither 4 nor 24 bytes). */
 int dsc_hint_resp_decode(const uint8_t *body, size_t len, uint32_t *accepted);
+/* Either answer: returns 0 and *out (has_share says which), or DSC_EBADFRAME (neither 4 nor 24
+ * bytes, or a long answer whose accepted + trimmed exceeds DSC_HINT_MAX_RANGES; *out
+ * untouched). */
+int dsc_hint_resp_decode_share(const uint8_t *body, size_t len, dsc_hint_resp_t *out);
 
 #endif

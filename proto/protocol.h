@@ -107,6 +107,10 @@ typedef struct dsc_str {
 /* HELLO feature bit 3: the server answers MGET (proto/mget.h); a client not granted it sends
  * GETs instead (PROTOCOL.md, MGET). */
 #define DSC_FEATURE_MGET 0x00000008u
+/* HELLO feature bit 4: HINT answers carry the credential's and job's read-ahead share (the long
+ * answer, proto/hint.h: ranges trimmed beyond the share, the share, the bytes held). A client
+ * that does not set it gets the 4-byte answer, as from an older server. */
+#define DSC_FEATURE_HINT_SHARE 0x00000010u
 typedef struct dsc_hello_req {
     uint16_t min_version, max_version;
     uint32_t features;

@@ -64,6 +64,9 @@ struct dsc_waiter {
      * identity, never dereferenced), else (0) read-ahead and warm-ups, one flow for them all. */
     char job[64];
     uintptr_t conn;
+    /* The credential of the connection ("": anonymous): a job is (credential, job), for the
+     * backing readers' turns and the read-ahead shares (staging.h). */
+    char owner[64];
 };
 
 typedef struct dsc_catalog_options {
@@ -94,7 +97,12 @@ typedef struct dsc_backing_totals {
 typedef struct dsc_staging_totals {
     uint64_t hints, accepted, staged, staged_bytes_total, hits, joined;
     uint64_t dropped_unused, dropped_unused_bytes, expired;
+    /* trimmed: hinted ranges refused because their credential's (and job's) share was full;
+     * reclaimed: staged ranges dropped unread to give a tenant under its share the room another
+     * held beyond its own. */
+    uint64_t trimmed, reclaimed;
     uint64_t bytes, entries, pending, reading;
+    uint64_t tenants; /* (credential, job) pairs holding staged or queued ranges now */
     uint64_t memory, ttl_ms;
 } dsc_staging_totals_t;
 

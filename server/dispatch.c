@@ -9,6 +9,7 @@
 #include "report.h"
 #include "server_core.h"
 #include "srvlog.h"
+#include "staging.h"
 #include "store.h"
 #include "util.h"
 #include "wire.h"
@@ -31,6 +32,13 @@ typedef struct pending_get {
 } pending_get_t;
 
 static void on_get_loaded(dsc_waiter_t *w);
+
+/* Whose requests these are: the credential the connection authenticated as ("": anonymous). A
+ * job is (credential, REPORTed name), so no credential can take another's job (fairq.h,
+ * staging.h). */
+static const char *owner_of(const dsc_reply_t *reply) {
+    return reply->auth.state == DSC_AUTH_STATE_OK ? reply->auth.name : "";
+}
 
 /* ---- answering (every answer is counted here, once) -------------------------------------- */
 
@@ -170,6 +178,7 @@ static int chunks_acquire(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode,
     _Static_assert(sizeof pg->waiter.job == sizeof reply->job, "job names of one size");
     memcpy(pg->waiter.job, reply->job, sizeof pg->waiter.job);
     pg->waiter.job[sizeof pg->waiter.job - 1] = '\0';
+    snprintf(pg->waiter.owner, sizeof pg->waiter.owner, "%s", owner_of(reply));
     pg->waiter.conn = (uintptr_t)reply;
     /* What the answer can pin at most, counted as held while the load runs, so a client that
      * pipelines misses and never reads stops being read before read-through buffers pile up:
@@ -662,6 +671,11 @@ static void handle_hello(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, con
         resp.features |= DSC_FEATURE_DATASET_VERSION;
     if (req.features & DSC_FEATURE_MGET)
         resp.features |= DSC_FEATURE_MGET;
+    reply->hint_share = 0;
+    if ((req.features & DSC_FEATURE_HINT_SHARE) && dsc_catalog_staging_on(srv->cat)) {
+        resp.features |= DSC_FEATURE_HINT_SHARE;
+        reply->hint_share = 1;
+    }
     uint8_t out[256 + DSC_AUTH_NONCE_SIZE];
     int n = dsc_hello_resp_encode(&resp, out, sizeof out);
     if (n < 0) {
@@ -869,8 +883,12 @@ static void handle_hint(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, cons
         return;
     }
     reply->hinter = req.hinter; /* this connection's GETs are that loader's */
-    uint8_t out[DSC_HINT_RESP_SIZE];
-    int n = dsc_hint_resp_encode(dsc_catalog_hint(srv->cat, ds, req.hinter, &req), out, sizeof out);
+    /* Read ahead within the part of staging that is this credential's job's (staging.h). */
+    dsc_hint_resp_t r;
+    dsc__staging_hint_request(srv->cat, ds, owner_of(reply), reply->job, req.hinter, &req, &r);
+    uint8_t out[DSC_HINT_RESP_SHARE_SIZE];
+    int n = reply->hint_share ? dsc_hint_resp_encode_share(&r, out, sizeof out)
+                              : dsc_hint_resp_encode(r.accepted, out, sizeof out);
     answer(srv, reply, DSC_OP_HINT, id, DSC_STATUS_OK, out, n > 0 ? (size_t)n : 0);
 }
 

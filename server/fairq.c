@@ -1,5 +1,6 @@
 /* Deficit round-robin between jobs, the send budget and per-job totals (fairq.h). */
 #include "fairq.h"
+#include "auth.h"
 #include "report.h"
 #include "util.h"
 
@@ -14,19 +15,23 @@ void dsc_fq_init(dsc_fq_t *fq, uint64_t quantum, int fifo, struct dsc_fq_totals 
     fq->fifo = fifo;
 }
 
-dsc_fq_flow_t *dsc_fq_flow_get(dsc_fq_t *fq, const char *name, uint32_t weight) {
+dsc_fq_flow_t *dsc_fq_flow_get(dsc_fq_t *fq, const char *owner, const char *name, uint32_t weight) {
     int shared = name != NULL && name[0] != '\0';
+    if (owner == NULL)
+        owner = "";
     if (shared)
         for (dsc_fq_flow_t *f = fq->named; f; f = f->next_named)
-            if (strcmp(f->name, name) == 0) {
+            if (strcmp(f->name, name) == 0 && strcmp(f->owner, owner) == 0) {
                 f->refs++;
                 return f;
             }
     dsc_fq_flow_t *f = calloc(1, sizeof *f);
     if (f == NULL)
         return NULL;
-    if (shared)
+    if (shared) {
         snprintf(f->name, sizeof f->name, "%s", name);
+        snprintf(f->owner, sizeof f->owner, "%s", owner);
+    }
     f->weight = weight == 0 ? 1 : weight > DSC_FQ_WEIGHT_MAX ? DSC_FQ_WEIGHT_MAX : weight;
     f->refs = 1;
     f->shared = (unsigned)shared;
@@ -251,11 +256,12 @@ void dsc_fq_take_totals(dsc_fq_totals_t *t, dsc_fq_flow_t *flow) {
     pthread_mutex_lock(&t->lock);
     dsc_fq_total_t *e = NULL;
     for (uint32_t i = 0; i < t->count && e == NULL; i++)
-        if (strcmp(t->ent[i].name, flow->name) == 0)
+        if (strcmp(t->ent[i].name, flow->name) == 0 && strcmp(t->ent[i].owner, flow->owner) == 0)
             e = &t->ent[i];
     if (e == NULL && t->count < DSC_FQ_STATS_MAX) {
         e = &t->ent[t->count++];
         snprintf(e->name, sizeof e->name, "%s", flow->name);
+        snprintf(e->owner, sizeof e->owner, "%s", flow->owner);
         e->weight = flow->shared ? flow->weight : 1;
     }
     if (e == NULL) { /* the table is full: the rest counted together under "*" */
@@ -281,7 +287,8 @@ uint32_t dsc_fq_totals_snapshot(dsc_fq_totals_t *t, dsc_fq_total_t *out, uint32_
     return n;
 }
 
-int dsc_fq_parse_weight(const char *spec, char name[DSC_FQ_NAME_MAX], uint32_t *weight) {
+int dsc_fq_parse_weight(const char *spec, char owner[DSC_FQ_NAME_MAX], char name[DSC_FQ_NAME_MAX],
+                        uint32_t *weight) {
     const char *eq = spec ? strrchr(spec, '=') : NULL;
     if (eq == NULL || !dsc_report_job_valid(spec, (size_t)(eq - spec)))
         return DSC_EINVAL;
@@ -289,8 +296,19 @@ int dsc_fq_parse_weight(const char *spec, char name[DSC_FQ_NAME_MAX], uint32_t *
     unsigned long w = strtoul(eq + 1, &end, 10);
     if (eq[1] < '0' || eq[1] > '9' || *end != '\0' || w == 0 || w > DSC_FQ_WEIGHT_MAX)
         return DSC_EINVAL;
-    memcpy(name, spec, (size_t)(eq - spec));
-    name[eq - spec] = '\0';
+    const char *colon = memchr(spec, ':', (size_t)(eq - spec));
+    size_t ol = colon ? (size_t)(colon - spec) : 0;
+    if (colon && dsc_auth_name_valid(spec, ol) && ol < DSC_FQ_NAME_MAX &&
+        dsc_report_job_valid(colon + 1, (size_t)(eq - colon - 1))) {
+        memcpy(owner, spec, ol);
+        owner[ol] = '\0';
+        memcpy(name, colon + 1, (size_t)(eq - colon - 1));
+        name[eq - colon - 1] = '\0';
+    } else {
+        owner[0] = '\0';
+        memcpy(name, spec, (size_t)(eq - spec));
+        name[eq - spec] = '\0';
+    }
     *weight = (uint32_t)w;
     return 0;
 }

@@ -30,9 +30,10 @@ typedef struct dsc_fq_item {
 } dsc_fq_item_t;
 
 typedef struct dsc_fq_flow {
-    char name[DSC_FQ_NAME_MAX]; /* "" for a connection's own flow */
-    uint32_t weight;            /* 1..DSC_FQ_WEIGHT_MAX */
-    int64_t deficit;            /* bytes the flow may still send in its turn */
+    char owner[DSC_FQ_NAME_MAX]; /* the job's credential ("": anonymous) */
+    char name[DSC_FQ_NAME_MAX];  /* "" for a connection's own flow */
+    uint32_t weight;             /* 1..DSC_FQ_WEIGHT_MAX */
+    int64_t deficit;             /* bytes the flow may still send in its turn */
     dsc_fq_item_t *head, *tail;
     uint64_t queued_bytes;
     uint32_t queued;
@@ -60,10 +61,11 @@ typedef struct dsc_fq {
 /* quantum 0: DSC_FQ_QUANTUM. A quantum below the largest item still works (the flow waits
  * turns until its deficit covers it), only less smoothly. */
 void dsc_fq_init(dsc_fq_t *fq, uint64_t quantum, int fifo, struct dsc_fq_totals *totals);
-/* The flow named `name` (NULL or "": a new private flow), created with `weight` (0: 1; capped
- * at DSC_FQ_WEIGHT_MAX) if absent; a reference the caller gives back with dsc_fq_flow_put.
- * NULL on ENOMEM. */
-dsc_fq_flow_t *dsc_fq_flow_get(dsc_fq_t *fq, const char *name, uint32_t weight);
+/* The flow of job `name` of credential `owner` (NULL or "": anonymous; a job is the pair, so
+ * two credentials' jobs of one name are two flows), or with name NULL or "" a new private flow;
+ * created with `weight` (0: 1; capped at DSC_FQ_WEIGHT_MAX) if absent; a reference the caller
+ * gives back with dsc_fq_flow_put. NULL on ENOMEM. */
+dsc_fq_flow_t *dsc_fq_flow_get(dsc_fq_t *fq, const char *owner, const char *name, uint32_t weight);
 /* Drops a reference; the flow is freed at the last one once it holds no items (a flow with
  * items is freed when its last item is popped). NULL is a no-op. */
 void dsc_fq_flow_put(dsc_fq_t *fq, dsc_fq_flow_t *flow);
@@ -108,7 +110,8 @@ void dsc_fq_budget_spend(dsc_fq_budget_t *b, uint64_t bytes, int waited);
 /* ---- totals per job (thread-safe) ---------------------------------------------------------- */
 
 typedef struct dsc_fq_total {
-    char name[DSC_FQ_NAME_MAX]; /* "" unreported connections, "*" the jobs beyond the table */
+    char owner[DSC_FQ_NAME_MAX]; /* the job's credential ("": anonymous) */
+    char name[DSC_FQ_NAME_MAX];  /* "" unreported connections, "*" the jobs beyond the table */
     uint32_t weight;
     uint64_t sent_bytes, sent_items, queue_ns;
 } dsc_fq_total_t;
@@ -128,8 +131,12 @@ uint32_t dsc_fq_totals_snapshot(dsc_fq_totals_t *t, dsc_fq_total_t *out, uint32_
 
 /* ---- weights from the configuration ----------------------------------------------------- */
 
-/* Parses "NAME=W" (a job name of the REPORT alphabet, W 1..DSC_FQ_WEIGHT_MAX). Returns 0 with
- * name and weight, or DSC_EINVAL. */
-int dsc_fq_parse_weight(const char *spec, char name[DSC_FQ_NAME_MAX], uint32_t *weight);
+/* Parses "CRED:NAME=W" or "NAME=W" (W 1..DSC_FQ_WEIGHT_MAX). When the part before the first ':'
+ * is a credential name (proto/auth.h) and the rest a job name of the REPORT alphabet, owner is
+ * that credential and name the rest; otherwise owner is "" and name the whole (which must be a
+ * job name). Returns 0 with owner, name and weight, or DSC_EINVAL. (On a server without
+ * credentials, the caller takes owner ":" name as the job's whole name.) */
+int dsc_fq_parse_weight(const char *spec, char owner[DSC_FQ_NAME_MAX], char name[DSC_FQ_NAME_MAX],
+                        uint32_t *weight);
 
 #endif

@@ -64,7 +64,7 @@ typedef struct options {
     uint64_t max_out;
     uint64_t max_out_total;
     uint32_t header_timeout, idle_timeout, max_conns_per_peer;
-    uint32_t http_max_conns, http_timeout;
+    uint32_t http_max_conns, http_timeout, http_header_timeout, http_max_conns_per_peer;
     uint32_t drain_seconds;
     const char *members;      /* member spec: "h:p,...", "file:PATH", "dns:NAME:PORT" */
     const char *members_file; /* --members-file PATH */
@@ -138,8 +138,10 @@ static void usage(FILE *f) {
         "                        deficit round-robin between jobs (on, default; a job is\n"
         "                        the name its loaders REPORT, else each connection), or\n"
         "                        in arrival order (off)\n"
-        "  --job-weight NAME=W   job NAME gets W shares (1..1000) of the send rate when\n"
-        "                        it is saturated, others 1 (repeatable)\n"
+        "  --job-weight [CRED:]NAME=W  job NAME gets W shares (1..1000) of the send rate\n"
+        "                        when it is saturated, others 1 (repeatable). A job is\n"
+        "                        its credential and its name: with --auth-file, CRED\n"
+        "                        (the credential whose job it is) is required\n"
         "  --warm                load every shard at start-up; /readyz answers 200 once\n"
         "                        the shards this server owns are resident (see below)\n"
         "  --ready-timeout N     with --warm: after N seconds /readyz answers 200 even if\n"
@@ -159,6 +161,11 @@ static void usage(FILE *f) {
         "                        0: no limit)\n"
         "  --http-max-conns N    open HTTP connections (default 1024)\n"
         "  --http-timeout S      close an idle HTTP connection after S seconds (default 5)\n"
+        "  --http-header-timeout S  close an HTTP connection whose request head is not\n"
+        "                        whole S seconds after it was accepted, whatever it\n"
+        "                        trickles (default 10)\n"
+        "  --http-max-conns-per-peer N  HTTP connections per client address; a newer one\n"
+        "                        closes the address's oldest (default 64; 0: no limit)\n"
         "  --drain-seconds N     on SIGTERM, longest wait for in-flight answers (default 30)\n"
         "  --port-file FILE      write the bound data port to FILE (temp file + rename)\n"
         "  --http-port-file FILE write the bound HTTP port to FILE\n"
@@ -213,11 +220,12 @@ static void usage(FILE *f) {
         "                        \"http\", \"memory\", \"threads\", \"io_threads\",\n"
         "                        \"backing_reads\", \"backing_rate\", \"staging_memory\",\n"
         "                        \"staging_ttl\", \"send_rate\", \"fair\",\n"
-        "                        \"job_weight\": [\"NAME=W\", ..], \"warm\",\n"
+        "                        \"job_weight\": [\"[CRED:]NAME=W\", ..], \"warm\",\n"
         "                        \"policy\", \"max_out\", \"max_out_total\",\n"
         "                        \"header_timeout\", \"idle_timeout\", \"max_conns_per_peer\",\n"
-        "                        \"http_max_conns\", \"http_timeout\", \"log_level\", "
-        "\"drain_seconds\",\n"
+        "                        \"http_max_conns\", \"http_timeout\",\n"
+        "                        \"http_header_timeout\", \"http_max_conns_per_peer\",\n"
+        "                        \"log_level\", \"drain_seconds\",\n"
         "                        \"members\", \"members_file\", \"members_refresh\",\n"
         "                        \"replicas\", \"advertise\", \"auth_file\",\n"
         "                        \"allow_anonymous_admin\", \"insecure_auth_file\",\n"
@@ -330,6 +338,12 @@ static int apply(options_t *o, const char *key, const char *value) {
     } else if (strcmp(key, "http_timeout") == 0) {
         if (parse_u32(value, 1, 86400, &o->http_timeout) < 0)
             return bad("--http-timeout", value);
+    } else if (strcmp(key, "http_header_timeout") == 0) {
+        if (parse_u32(value, 1, 3600, &o->http_header_timeout) < 0)
+            return bad("--http-header-timeout", value);
+    } else if (strcmp(key, "http_max_conns_per_peer") == 0) {
+        if (parse_u32(value, 0, 1u << 20, &o->http_max_conns_per_peer) < 0)
+            return bad("--http-max-conns-per-peer", value);
     } else if (strcmp(key, "threads") == 0) {
         if (parse_u32(value, 1, 1024, &o->threads) < 0)
             return bad("--threads", value);
@@ -360,7 +374,8 @@ static int apply(options_t *o, const char *key, const char *value) {
             return bad("--fair (on or off)", value);
     } else if (strcmp(key, "job_weight") == 0) {
         if (o->weight_count == DSC_FQ_STATS_MAX ||
-            dsc_fq_parse_weight(value, o->weights[o->weight_count].name,
+            dsc_fq_parse_weight(value, o->weights[o->weight_count].owner,
+                                o->weights[o->weight_count].name,
                                 &o->weights[o->weight_count].weight) < 0)
             return bad("--job-weight (NAME=W, a job name and 1..1000)", value);
         o->weight_count++;
@@ -840,6 +855,8 @@ int main(int argc, char **argv) {
     o.max_conns_per_peer = 1024;
     o.http_max_conns = DSC_HTTP_MAX_CONNS_DEFAULT;
     o.http_timeout = DSC_HTTP_TIMEOUT_DEFAULT_S;
+    o.http_header_timeout = DSC_HTTP_HEADER_TIMEOUT_DEFAULT_S;
+    o.http_max_conns_per_peer = DSC_HTTP_MAX_CONNS_PER_PEER_DEFAULT;
     o.drain_seconds = 30;
     o.log_level = DSC_LOG_INFO;
     o.policy = DSC_POLICY_MINIO;
@@ -942,6 +959,22 @@ int main(int argc, char **argv) {
             goto done;
         }
     }
+    /* A job is (credential, name): with credentials every weight names its credential, so no
+     * credential can take another's; without, the whole spec is the job's name. */
+    for (uint32_t i = 0; i < o.weight_count; i++) {
+        dsc_job_weight_t *w = &o.weights[i];
+        if (o.auth_file == NULL && w->owner[0] != '\0') {
+            char whole[sizeof w->name];
+            snprintf(whole, sizeof whole, "%s:%s", w->owner, w->name);
+            memcpy(w->name, whole, sizeof whole);
+            w->owner[0] = '\0';
+        } else if (o.auth_file != NULL && w->owner[0] == '\0') {
+            LOG_ERROR("--job-weight %s=%u: with --auth-file a job is its credential and its "
+                      "name: write CRED:%s=%u (the credential whose job it is)",
+                      w->name, w->weight, w->name, w->weight);
+            goto done;
+        }
+    }
     if (o.auth_file != NULL) {
         char err[768], warn[640];
         if ((rc = dsc_credstore_open(o.auth_file, o.refuse_insecure_auth_file, &credentials, err,
@@ -1019,6 +1052,8 @@ int main(int argc, char **argv) {
                                  .readiness_arg = &ctl,
                                  .max_conns = o.http_max_conns,
                                  .timeout_s = o.http_timeout,
+                                 .header_timeout_s = o.http_header_timeout,
+                                 .max_conns_per_peer = o.http_max_conns_per_peer,
                                  .hide_names = o.metrics_hide_names};
         if ((rc = dsc_http_start(http_host, http_port, &src, &http)) < 0) {
             LOG_ERROR("cannot serve HTTP on %s: %s", o.http, dsc_strerror(rc));

@@ -708,7 +708,7 @@ int dsc__range_start_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_
         flow_name = conn;
     }
     range_load_t *job = malloc(sizeof *job);
-    dsc_fq_flow_t *flow = dsc_fq_flow_get(&cat->range_fq, flow_name, 1);
+    dsc_fq_flow_t *flow = dsc_fq_flow_get(&cat->range_fq, w->owner, flow_name, 1);
     if (job == NULL || flow == NULL) {
         free(job);
         dsc_fq_flow_put(&cat->range_fq, flow);

@@ -76,6 +76,7 @@ struct dsc_reply {
                                  thread */
     unsigned hello : 1;       /* a HELLO was answered: other requests are accepted */
     unsigned view_logged : 1; /* a HELLO with a different members_hash was logged */
+    unsigned hint_share : 1;  /* its HELLO set DSC_FEATURE_HINT_SHARE: HINTs get the long answer */
     dsc_conn_auth_t auth;     /* authentication state (authz.h), owned by dispatch.c; the
                                  transport zeroes it and calls dsc__authz_conn_close at free */
     char peer[64];            /* the client's address, set by the transport (failure logs) */

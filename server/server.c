@@ -367,7 +367,11 @@ char *dsc_server_fair_metrics_text(dsc_server_t *srv, int names) {
                        : k == 1 ? (double)e->sent_items
                        : k == 2 ? (double)e->queue_ns / 1e9
                                 : (double)e->weight;
-            dsc_text_add(&t, "%s{job=\"%s\"} %.15g\n", series[k].name, e->name, v);
+            if (e->owner[0] != '\0')
+                dsc_text_add(&t, "%s{credential=\"%s\",job=\"%s\"} %.15g\n", series[k].name,
+                             e->owner, e->name, v);
+            else
+                dsc_text_add(&t, "%s{job=\"%s\"} %.15g\n", series[k].name, e->name, v);
         }
     }
     free(list);

@@ -9,9 +9,10 @@
 
 typedef struct dsc_server dsc_server_t;
 
-/* A job's share of the send budget relative to the others' (--job-weight NAME=W). */
+/* A job's share of the send budget relative to the others' (--job-weight [CRED:]NAME=W). */
 typedef struct dsc_job_weight {
-    char name[64]; /* a job name as REPORTed (DSC_REPORT_MAX_JOB + 1) */
+    char owner[64]; /* the job's credential ("": anonymous service) */
+    char name[64];  /* a job name as REPORTed (DSC_REPORT_MAX_JOB + 1) */
     uint32_t weight;
 } dsc_job_weight_t;
 

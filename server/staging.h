@@ -9,6 +9,7 @@
 #define DSC_SERVER_STAGING_H
 
 #include "catalog_types.h"
+#include "hint.h"
 
 #include <stdint.h>
 
@@ -19,12 +20,22 @@ int dsc__staging_create(dsc_catalog_t *cat);
  * staged range (their buffers are freed). */
 void dsc__staging_destroy(dsc_catalog_t *cat);
 
-/* One hinted range of a shard of ds (cat->lock held): chunks [first, first + count) will be
- * asked for by `hinter` in about due_ms. Returns 1 when accepted (queued to be read ahead,
- * being read, or staged), 0 when skipped (staging off or full, shard resident, loading, bad,
- * or one a GET would load whole, range beyond the shard, overlapping another staged range). */
+/* One hinted range of a shard of ds (cat->lock held), for the anonymous tenant: chunks [first,
+ * first + count) will be asked for by `hinter` in about due_ms. Returns 1 when accepted (queued to
+ * be read ahead, being read, or staged), 0 when skipped (staging off or full, shard resident,
+ * loading, bad, or one a GET would load whole, range beyond the shard, overlapping another staged
+ * range). */
 int dsc__staging_hint_locked(dsc_catalog_t *cat, dsc_shard_slot_t *s, uint64_t hinter,
                              uint32_t first, uint32_t count, uint32_t due_ms, double now);
+/* A HINT's ranges of ds (proto/hint.h) from `hinter`, a loader of job `job` under credential
+ * `cred` ("" anonymous, or no job REPORTed): as dsc__staging_hint_locked for each range, within
+ * the part of the staging memory, of the ranges tracked and of the backing readers that is the
+ * tenant's (cred, job): an equal part per credential holding ranges, of it an equal part per
+ * job. A range beyond that part is trimmed. Takes cat->lock. *out: the ranges accepted and
+ * trimmed, the tenant's share of the memory and the bytes it holds. */
+void dsc__staging_hint_request(dsc_catalog_t *cat, dsc_dataset_t *ds, const char *cred,
+                               const char *job, uint64_t hinter, const dsc_hint_req_t *req,
+                               dsc_hint_resp_t *out);
 /* Starts what the hints queued, in deadline order, within the staging memory and the share of
  * the backing readers hints may use (cat->lock held). */
 void dsc__staging_pump_locked(dsc_catalog_t *cat, double now);

@@ -470,10 +470,12 @@ static void batch_add(conn_t *c, out_msg_t *m) {
     c->batch_bytes += m->bytes;
 }
 
-/* The weight of a job (--job-weight; 1 when not configured). */
-static uint32_t job_weight(const dsc_server_t *srv, const char *job) {
+/* The weight of a job, its credential's and name's (--job-weight; 1 when not configured): a
+ * credential naming another's job gets a job of its own, of weight 1. */
+static uint32_t job_weight(const dsc_server_t *srv, const char *owner, const char *job) {
     for (uint32_t i = 0; i < srv->opt.job_weight_count; i++)
-        if (strcmp(srv->opt.job_weights[i].name, job) == 0)
+        if (strcmp(srv->opt.job_weights[i].name, job) == 0 &&
+            strcmp(srv->opt.job_weights[i].owner, owner) == 0)
             return srv->opt.job_weights[i].weight;
     return 1;
 }
@@ -483,11 +485,14 @@ static uint32_t job_weight(const dsc_server_t *srv, const char *job) {
  * their order. Returns 0 or -1 (out of memory). */
 static int conn_flow(conn_t *c) {
     const char *job = c->reply.job;
-    if (c->flow != NULL && (c->fq_queued > 0 || strcmp(c->flow->name, job) == 0))
+    const char *owner = c->reply.auth.state == DSC_AUTH_STATE_OK ? c->reply.auth.name : "";
+    if (c->flow != NULL &&
+        (c->fq_queued > 0 || (strcmp(c->flow->name, job) == 0 &&
+                              (job[0] == '\0' || strcmp(c->flow->owner, owner) == 0))))
         return 0;
     dsc_server_t *srv = c->lc->srv;
     pthread_mutex_lock(&srv->send_budget.lock);
-    dsc_fq_flow_t *f = dsc_fq_flow_get(&srv->fq, job, job_weight(srv, job));
+    dsc_fq_flow_t *f = dsc_fq_flow_get(&srv->fq, owner, job, job_weight(srv, owner, job));
     if (f != NULL) {
         dsc_fq_flow_put(&srv->fq, c->flow);
         c->flow = f;

@@ -9,6 +9,7 @@
  */
 #include "source_rdma.h"
 #include "conn.h"
+#include "hint.h"
 #include "placement.h"
 #include "rdma_link.h"
 #include "rdma_slab.h"
@@ -325,8 +326,9 @@ typedef struct finished {
 
 typedef struct rdma_conn {
     rdma_endpoint_t *ep;
-    void *tcp;        /* a TCP source connection: every operation goes there (fallback) */
-    dsc_conn_t *conn; /* RDMA: the control connection */
+    void *tcp;          /* a TCP source connection: every operation goes there (fallback) */
+    dsc_conn_t *conn;   /* RDMA: the control connection */
+    int hint_trim_said; /* a HINT answer said ranges were trimmed (logged once) */
     dsc_rdma_dev_t *dev;
     dsc_rdma_gid_choice_t gid; /* on the control connection's subnet ("RDMA follows TCP") */
     dsc_rdma_slab_t *slab;     /* the loader's (env->rdma) */
@@ -878,8 +880,21 @@ static int read_answer(rdma_conn_t *c, dsc_source_req_t *out, uint32_t count) {
     if (h.request_id & INTERNAL_ID) {
         if ((rc = recv_body(c, h.body_len)) < 0)
             return rc;
+        dsc_hint_resp_t hr;
+        if (h.opcode == DSC_OP_HINT && h.status == DSC_STATUS_OK && !c->hint_trim_said &&
+            dsc_hint_resp_decode_share(c->body, h.body_len, &hr) == 0 && hr.trimmed > 0) {
+            /* As over TCP (source_tcp.c): trimmed ranges are read when asked for; said once. */
+            c->hint_trim_said = 1;
+            DSC_LOG(env->log, DSC_LOG_WARN,
+                    "server %s: read-ahead trimmed %u of %u hinted ranges: this job's part of "
+                    "the server's staging area is %llu bytes (%llu held), shared with other "
+                    "credentials' and jobs' hints; the rest is read when asked for (said once "
+                    "per connection)",
+                    addr, hr.trimmed, hr.trimmed + hr.accepted, (unsigned long long)hr.share_bytes,
+                    (unsigned long long)hr.held_bytes);
+        }
         if (h.opcode == DSC_OP_REPORT || h.opcode == DSC_OP_HINT)
-            return 0; /* a REPORT's or HINT's answer (same id bit): dropped, as over TCP */
+            return 0; /* a REPORT's or HINT's answer (same id bit): dropped but for that */
         if (h.status != DSC_STATUS_OK) {
             DSC_LOG(env->log, DSC_LOG_WARN, "server %s: lease release refused: %s", addr,
                     dsc_status_name(h.status));

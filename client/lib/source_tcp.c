@@ -2,6 +2,7 @@
  * connection (conn.c), received straight into pooled buffers; the manifest by a MANIFEST call;
  * batches of chunks of any shards by MGET (multiget.c). */
 #include "conn.h"
+#include "hint.h"
 #include "multiget.h"
 #include "placement.h"
 #include "source.h"
@@ -21,8 +22,29 @@ typedef struct tcp_conn {
     dsc_conn_t *conn;
     dsc_report_resp_t answer; /* the latest REPORT answer's figures (tcp_report_answer) */
     int answer_new;
-    int hint_refused; /* a HINT was answered UNSUPPORTED (tcp_hint_refused) */
+    int hint_refused;      /* a HINT was answered UNSUPPORTED (tcp_hint_refused) */
+    uint64_t hint_trimmed; /* ranges the server trimmed from HINTs beyond this job's share */
+    int hint_trim_said;    /* the trimming was logged (once per connection) */
 } tcp_conn_t;
+
+/* A HINT's OK answer: the long one (DSC_FEATURE_HINT_SHARE) says how many ranges the server
+ * trimmed beyond this credential's and job's part of its staging area. Those are read when
+ * asked for, as without read-ahead: said once per connection at WARN. */
+static void hint_answer(tcp_conn_t *c, const uint8_t *body, size_t len) {
+    dsc_hint_resp_t r;
+    if (dsc_hint_resp_decode_share(body, len, &r) < 0 || !r.has_share || r.trimmed == 0)
+        return;
+    c->hint_trimmed += r.trimmed;
+    if (c->hint_trim_said)
+        return;
+    c->hint_trim_said = 1;
+    DSC_LOG(c->ep->env->log, DSC_LOG_WARN,
+            "server %s: read-ahead trimmed %u of %u hinted ranges: this job's part of the "
+            "server's staging area is %llu bytes (%llu held), shared with other credentials' "
+            "and jobs' hints; the rest is read when asked for (said once per connection)",
+            c->ep->addr, r.trimmed, r.trimmed + r.accepted, (unsigned long long)r.share_bytes,
+            (unsigned long long)r.held_bytes);
+}
 
 static int tcp_endpoint_open(const dsc_source_env_t *env, const char *addr, void **out) {
     tcp_endpoint_t *ep = calloc(1, sizeof *ep);
@@ -164,6 +186,11 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
             rc = dsc_conn_recv_body(c->conn, ab, h.body_len);
             if (rc == 0 && dsc_report_resp_decode(ab, h.body_len, &c->answer) == 1)
                 c->answer_new = 1;
+        } else if (h.opcode == DSC_OP_HINT && h.status == DSC_STATUS_OK &&
+                   h.body_len <= sizeof ab) {
+            rc = dsc_conn_recv_body(c->conn, ab, h.body_len);
+            if (rc == 0)
+                hint_answer(c, ab, h.body_len);
         } else {
             rc = drain(c->conn, h.body_len, NULL, 0);
         }
@@ -323,6 +350,8 @@ static void keep_answer(void *arg, const dsc_frame_header_t *h, const uint8_t *b
     if (h->opcode == DSC_OP_HINT) {
         if (h->status == DSC_STATUS_UNSUPPORTED)
             c->hint_refused = 1;
+        else if (h->status == DSC_STATUS_OK)
+            hint_answer(c, body, h->body_len);
         return;
     }
     if (h->status == DSC_STATUS_OK && dsc_report_resp_decode(body, h->body_len, &c->answer) == 1)

@@ -35,7 +35,7 @@ version=$(grep -oE 'DSC_VERSION_STRING "[^"]+"' "$root/proto/dscache_base.h" | c
 
 # The runtime libraries of what this build links (ldd), and nothing else: dscached links no
 # RDMA library (the transport is not built into it), so rdma-core stays out.
-pkgs="libuv1,liblz4-1,libxxhash0,libcjson1,libsodium23,libmicrohttpd12,libarchive13,libzstd1,libturbojpeg0,libjpeg62-turbo,libpng16-16,libwebp7"
+pkgs="libuv1,liblz4-1,libxxhash0,libcjson1,libsodium23,libarchive13,libzstd1,libturbojpeg0,libjpeg62-turbo,libpng16-16,libwebp7"
 if [ $trainer = 1 ]; then
     pkgs="liblz4-1,libxxhash0,libcjson1,libsodium23,libturbojpeg0,libjpeg62-turbo,libpng16-16,libwebp7,python3-minimal,python3-numpy"
     [ $torch = 0 ] || pkgs="$pkgs,python3-torch"

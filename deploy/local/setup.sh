@@ -18,7 +18,7 @@ demo_pkgs=(cmake make gcc pkg-config
       libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
       python3 python3-dev python3-numpy python3-torch python3-matplotlib procps curl)
 pkgs=(cmake make gcc pkg-config clang libclang-rt-14-dev clang-format git
-      libuv1-dev liblz4-dev libxxhash-dev libcjson-dev libmicrohttpd-dev libdlpack-dev libsodium-dev
+      libuv1-dev liblz4-dev libxxhash-dev libcjson-dev libdlpack-dev libsodium-dev
       libarchive-dev libzstd-dev zstd
       libibverbs-dev librdmacm-dev libfuse3-dev fuse3 liburing-dev
       libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev

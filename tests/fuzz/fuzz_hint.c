@@ -17,9 +17,30 @@ static uint8_t out[DSC_HINT_MAX_BODY];
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint32_t accepted = 0xA5A5A5A5u;
     int arc = dsc_hint_resp_decode(data, size, &accepted);
-    FUZZ_ASSERT(arc == (size == DSC_HINT_RESP_SIZE ? 0 : DSC_EBADFRAME));
+    FUZZ_ASSERT(arc == 0 || arc == DSC_EBADFRAME);
+    FUZZ_ASSERT(arc == DSC_EBADFRAME || size == DSC_HINT_RESP_SIZE ||
+                size == DSC_HINT_RESP_SHARE_SIZE);
     if (arc < 0)
         FUZZ_ASSERT(accepted == 0xA5A5A5A5u);
+    if (size == DSC_HINT_RESP_SIZE)
+        FUZZ_ASSERT(arc == 0);
+    dsc_hint_resp_t share, untouched;
+    memset(&share, 0x5A, sizeof share);
+    untouched = share;
+    int src = dsc_hint_resp_decode_share(data, size, &share);
+    FUZZ_ASSERT(src == arc);
+    if (src < 0) {
+        FUZZ_ASSERT(memcmp(&share, &untouched, sizeof share) == 0);
+    } else {
+        FUZZ_ASSERT(share.accepted == accepted);
+        FUZZ_ASSERT(share.has_share == (size == DSC_HINT_RESP_SHARE_SIZE));
+        FUZZ_ASSERT((uint64_t)share.accepted + share.trimmed <= DSC_HINT_MAX_RANGES ||
+                    !share.has_share);
+        uint8_t again[DSC_HINT_RESP_SHARE_SIZE];
+        int n = share.has_share ? dsc_hint_resp_encode_share(&share, again, sizeof again)
+                                : dsc_hint_resp_encode(share.accepted, again, sizeof again);
+        FUZZ_ASSERT(n >= 0 && (size_t)n == size && memcmp(again, data, size) == 0);
+    }
 
     dsc_hint_req_t req;
     memset(&req, 0xA5, sizeof req);

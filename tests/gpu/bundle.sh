@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs a build for a GPU host that has no build tools or -dev packages (a CUDA image, say):
 # BUILD_DIR's bin/ and lib/, the shared libraries they need beyond the C library (libuv, lz4,
-# xxHash, cJSON, libmicrohttpd and its TLS stack), and memcached with its libraries when it is
+# xxHash, cJSON, libsodium, ...), and memcached with its libraries when it is
 # installed (for tests/bench/bench_server). libcudart is not packed: the loader dlopens the host's.
 # On the GPU host:
 #   export LD_LIBRARY_PATH=$PWD/OUT_DIR/deps

@@ -8,6 +8,14 @@
  *   raw ADDR                               requests on a connection that never authenticates
  *   report ADDR TOKEN DATASET JOB N        N REPORTs (jobs JOB-0 .. JOB-N-1) on one connection;
  *                                          prints "REPORT ok K refused R [last error]"
+ *   stage ADDR TOKEN DATASET JOB hint|get SHARD0 SHARDS CHUNKS RANGE DUE_MS [SEND_RATE_GETS]
+ *                                          one connection: a REPORT naming JOB, then (hint) one
+ *                                          HINT of the ranges of RANGE chunks covering chunks
+ *                                          0..CHUNKS-1 of shards SHARD0.. (SHARDS of them), due
+ *                                          DUE_MS + 10 ms each, printing "HINT ranges R accepted
+ *                                          A trimmed T share S held H long L" (L: 1 for the long
+ *                                          answer); or (get) a GET of each such range, printing
+ *                                          "GET ok K of R"
  * Exit 0 when the probe ran (the script judges the output), 1 on a local failure. */
 #include "auth.h"
 #include "conn.h"
@@ -327,9 +335,110 @@ static int cmd_report(int argc, char **argv) {
     return 0;
 }
 
+/* A REPORT naming job on c (so that its answers and read-ahead are that job's). */
+static int report_job(dsc_conn_t *c, const char *dataset, const char *job) {
+    dsc_report_req_t req = {.job = {job, (uint16_t)strlen(job)},
+                            .dataset = {dataset, (uint16_t)strlen(dataset)},
+                            .world_size = 1,
+                            .stall_ppm = 1000,
+                            .samples_per_s = 10,
+                            .bytes_per_s = 100};
+    uint8_t body[512];
+    int len = dsc_report_req_encode(&req, body, sizeof body);
+    if (len < 0)
+        return len;
+    uint8_t *resp = NULL;
+    size_t resp_len = 0;
+    int rc = dsc_conn_call(c, DSC_OP_REPORT, body, (size_t)len, &resp, &resp_len);
+    free(resp);
+    return rc;
+}
+
+static int cmd_stage(int argc, char **argv) {
+    if (argc < 12)
+        return die("usage: stage ADDR TOKEN DATASET JOB hint|get SHARD0 SHARDS CHUNKS RANGE DUE_MS",
+                   0);
+    const char *dataset = argv[4], *job = argv[5], *mode = argv[6];
+    uint32_t shard0 = (uint32_t)strtoul(argv[7], NULL, 10);
+    uint32_t shards = (uint32_t)strtoul(argv[8], NULL, 10);
+    uint32_t chunks = (uint32_t)strtoul(argv[9], NULL, 10);
+    uint32_t range = (uint32_t)strtoul(argv[10], NULL, 10);
+    uint32_t due = (uint32_t)strtoul(argv[11], NULL, 10);
+    if (range == 0 || range > DSC_HINT_MAX_RANGE_CHUNKS)
+        return die("RANGE must be 1..64 chunks", 0);
+    static dsc_hint_range_t ranges[DSC_HINT_MAX_RANGES];
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < shards; s++)
+        for (uint32_t f = 0; f < chunks && n < DSC_HINT_MAX_RANGES; f += range) {
+            ranges[n] = (dsc_hint_range_t){.shard_id = shard0 + s,
+                                           .first_chunk = f,
+                                           .chunk_count = f + range <= chunks ? range : chunks - f,
+                                           .due_ms = due + 10 * n};
+            n++;
+        }
+    dsc_credential_t store, *cred;
+    int rc = load_token(argv[3], &store, &cred);
+    if (rc < 0)
+        return die("token", rc);
+    dsc_conn_t *c = NULL;
+    rc = dsc_conn_open_addr_auth(argv[2], TIMEOUT_MS, 0, cred, &c);
+    dsc__credential_wipe(&store);
+    if (rc < 0) {
+        printf("CONNECT_ERR %s\n", ename(rc));
+        return 0;
+    }
+    if ((rc = report_job(c, dataset, job)) < 0) {
+        printf("REPORT_ERR %s %s\n", ename(rc), dsc_conn_last_error(c));
+        dsc_conn_close(c);
+        return 0;
+    }
+    uint8_t *resp = NULL;
+    size_t resp_len = 0;
+    if (strcmp(mode, "hint") == 0) {
+        dsc_hint_req_t req = {.hinter = 0x5eed0000u + (uint64_t)strlen(job) * 131 + job[0],
+                              .dataset = {dataset, (uint16_t)strlen(dataset)},
+                              .range_count = n,
+                              .ranges = ranges};
+        static uint8_t body[DSC_HINT_MAX_BODY];
+        int len = dsc_hint_req_encode(&req, body, sizeof body);
+        if (len < 0)
+            return die("encode HINT", len);
+        rc = dsc_conn_call(c, DSC_OP_HINT, body, (size_t)len, &resp, &resp_len);
+        dsc_hint_resp_t r = {0};
+        if (rc < 0 || dsc_hint_resp_decode_share(resp, resp_len, &r) < 0)
+            printf("HINT_ERR %s %s\n", ename(rc), dsc_conn_last_error(c));
+        else
+            printf("HINT ranges %u accepted %u trimmed %u share %llu held %llu long %d\n", n,
+                   r.accepted, r.trimmed, (unsigned long long)r.share_bytes,
+                   (unsigned long long)r.held_bytes, r.has_share);
+        free(resp);
+    } else {
+        uint32_t ok = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            dsc_get_req_t g = {.dataset = {dataset, (uint16_t)strlen(dataset)},
+                               .shard_id = ranges[i].shard_id,
+                               .first_chunk = ranges[i].first_chunk,
+                               .chunk_count = ranges[i].chunk_count};
+            uint8_t body[256];
+            int len = dsc_get_req_encode(&g, body, sizeof body);
+            if (len < 0)
+                return die("encode GET", len);
+            rc = dsc_conn_call(c, DSC_OP_GET, body, (size_t)len, &resp, &resp_len);
+            ok += rc == 0;
+            free(resp);
+            resp = NULL;
+        }
+        printf("GET ok %u of %u\n", ok, n);
+    }
+    dsc_conn_close(c);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2)
-        return die("usage: auth_check op|replay|raw|report ...", 0);
+        return die("usage: auth_check op|replay|raw|report|stage ...", 0);
+    if (strcmp(argv[1], "stage") == 0)
+        return cmd_stage(argc, argv);
     if (strcmp(argv[1], "report") == 0)
         return cmd_report(argc, argv);
     if (strcmp(argv[1], "op") == 0)

@@ -151,13 +151,16 @@ static void raise_nofile(void) {
 }
 
 /* hold ADDR N SECONDS MODE: opens up to N connections (MODE idle: nothing sent, hello: a HELLO,
- * partial: 10 bytes of a frame header, dribble: one more header byte each second), prints
+ * partial: 10 bytes of a frame header, dribble: one more header byte each second, trickle: an
+ * HTTP request head one byte a second on each connection, never ending it), prints
  * "opened K", holds them SECONDS, then prints "closed-by-server M" (connections the server
  * closed meanwhile) and closes them all. HOSTILE_SOURCES=N in the environment: connect from N
  * loopback addresses in turn (127.0.0.2, ...), as N peers. */
+static const char trickle_head[] = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Trickle: ";
+
 static int cmd_hold(int argc, char **argv) {
     if (argc < 6)
-        return die("usage: hold ADDR N SECONDS idle|hello|partial|dribble");
+        return die("usage: hold ADDR N SECONDS idle|hello|partial|dribble|trickle");
     raise_nofile();
     int n = atoi(argv[3]);
     double secs = atof(argv[4]);
@@ -178,6 +181,8 @@ static int cmd_hold(int argc, char **argv) {
             send_all(fd, buf, hl);
         else if (strcmp(mode, "partial") == 0 || strcmp(mode, "dribble") == 0)
             send_all(fd, buf, 10);
+        else if (strcmp(mode, "trickle") == 0)
+            send_all(fd, trickle_head, 1);
         fds[opened++] = fd;
     }
     printf("opened %d\n", opened);
@@ -190,6 +195,14 @@ static int cmd_hold(int argc, char **argv) {
         if (strcmp(mode, "dribble") == 0 && sent < DSC_FRAME_HEADER_SIZE) {
             for (int i = 0; i < opened; i++)
                 send(fds[i], buf + sent, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            sent++;
+        }
+        if (strcmp(mode, "trickle") == 0) {
+            /* The head's next byte; past its start, one more byte of a header value forever. */
+            size_t k = sent - 10 + 1;
+            char b = k < sizeof trickle_head - 1 ? trickle_head[k] : 'a';
+            for (int i = 0; i < opened; i++)
+                send(fds[i], &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
             sent++;
         }
     }

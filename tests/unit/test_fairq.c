@@ -44,10 +44,10 @@ static void free_rest(dsc_fq_t *fq) {
 static void test_equal_shares(void) {
     dsc_fq_t fq;
     dsc_fq_init(&fq, 256u << 10, 0, NULL);
-    dsc_fq_flow_t *greedy = dsc_fq_flow_get(&fq, "greedy", 1);
-    dsc_fq_flow_t *paced = dsc_fq_flow_get(&fq, "paced", 1);
+    dsc_fq_flow_t *greedy = dsc_fq_flow_get(&fq, NULL, "greedy", 1);
+    dsc_fq_flow_t *paced = dsc_fq_flow_get(&fq, NULL, "paced", 1);
     REQUIRE(greedy && paced);
-    CHECK(dsc_fq_flow_get(&fq, "greedy", 5) == greedy); /* by name: the same flow */
+    CHECK(dsc_fq_flow_get(&fq, NULL, "greedy", 5) == greedy); /* by name: the same flow */
     CHECK_EQ_INT(greedy->refs, 2);
     dsc_fq_flow_put(&fq, greedy);
     for (int i = 0; i < 800; i++)
@@ -74,10 +74,11 @@ static void test_equal_shares(void) {
 static void test_weights(void) {
     dsc_fq_t fq;
     dsc_fq_init(&fq, 64u << 10, 0, NULL);
-    dsc_fq_flow_t *a = dsc_fq_flow_get(&fq, "prod", 3), *b = dsc_fq_flow_get(&fq, NULL, 0);
+    dsc_fq_flow_t *a = dsc_fq_flow_get(&fq, NULL, "prod", 3),
+                  *b = dsc_fq_flow_get(&fq, NULL, NULL, 0);
     REQUIRE(a && b);
     CHECK_EQ_INT(b->weight, 1);
-    dsc_fq_flow_t *c = dsc_fq_flow_get(&fq, "", 1);
+    dsc_fq_flow_t *c = dsc_fq_flow_get(&fq, NULL, "", 1);
     CHECK(c != b && !c->shared && fq.named == a); /* private flows are never shared */
     dsc_fq_flow_put(&fq, c);
     for (int i = 0; i < 4000; i++) {
@@ -99,7 +100,7 @@ static void test_weights(void) {
 static void test_idle_and_fifo(void) {
     dsc_fq_t fq;
     dsc_fq_init(&fq, 8192, 0, NULL);
-    dsc_fq_flow_t *a = dsc_fq_flow_get(&fq, "a", 1), *b = dsc_fq_flow_get(&fq, "b", 1);
+    dsc_fq_flow_t *a = dsc_fq_flow_get(&fq, NULL, "a", 1), *b = dsc_fq_flow_get(&fq, NULL, "b", 1);
     for (int i = 0; i < 100; i++)
         dsc_fq_push(&fq, a, &mk(0, 4096)->q, 1);
     uint64_t sent[4] = {0};
@@ -113,7 +114,7 @@ static void test_idle_and_fifo(void) {
 
     dsc_fq_t ff;
     dsc_fq_init(&ff, 8192, 1, NULL);
-    dsc_fq_flow_t *x = dsc_fq_flow_get(&ff, "x", 1), *y = dsc_fq_flow_get(&ff, "y", 1);
+    dsc_fq_flow_t *x = dsc_fq_flow_get(&ff, NULL, "x", 1), *y = dsc_fq_flow_get(&ff, NULL, "y", 1);
     int order[6] = {0, 0, 1, 0, 1, 1};
     for (int i = 0; i < 6; i++)
         dsc_fq_push(&ff, order[i] ? y : x, &mk(order[i], 1 + (uint64_t)i * 100000)->q, 1);
@@ -149,7 +150,7 @@ static void test_remove_and_totals(void) {
     dsc_fq_t fq;
     dsc_fq_init(&fq, 0, 0, &tot);
     CHECK_EQ_INT(fq.quantum, DSC_FQ_QUANTUM);
-    dsc_fq_flow_t *j = dsc_fq_flow_get(&fq, "job", 2);
+    dsc_fq_flow_t *j = dsc_fq_flow_get(&fq, NULL, "job", 2);
     for (int i = 0; i < 10; i++) {
         item_t *it = mk(0, 1000);
         it->conn = i % 2;
@@ -206,17 +207,42 @@ static void test_budget(void) {
 }
 
 static void test_parse_weight(void) {
-    char name[DSC_FQ_NAME_MAX];
+    char owner[DSC_FQ_NAME_MAX], name[DSC_FQ_NAME_MAX];
     uint32_t w = 0;
-    CHECK_EQ_INT(dsc_fq_parse_weight("team-a/llama=4", name, &w), 0);
-    CHECK(strcmp(name, "team-a/llama") == 0 && w == 4);
-    CHECK_EQ_INT(dsc_fq_parse_weight("x=1000", name, &w), 0);
+    CHECK_EQ_INT(dsc_fq_parse_weight("team-a/llama=4", owner, name, &w), 0);
+    CHECK(strcmp(name, "team-a/llama") == 0 && owner[0] == '\0' && w == 4);
+    CHECK_EQ_INT(dsc_fq_parse_weight("x=1000", owner, name, &w), 0);
+    /* A credential before the first ':' (credential names hold no ':' or '/'). */
+    CHECK_EQ_INT(dsc_fq_parse_weight("alice:train:v2=3", owner, name, &w), 0);
+    CHECK(strcmp(owner, "alice") == 0 && strcmp(name, "train:v2") == 0 && w == 3);
+    CHECK_EQ_INT(dsc_fq_parse_weight("a/b:c=2", owner, name, &w), 0); /* "a/b" is no credential */
+    CHECK(owner[0] == '\0' && strcmp(name, "a/b:c") == 0);
+    CHECK_EQ_INT(dsc_fq_parse_weight(":c=2", owner, name, &w), 0);
+    CHECK(owner[0] == '\0' && strcmp(name, ":c") == 0);
     const char *bad[] = {"x", "=3", "x=", "x=0", "x=1001", "x=3a", "x=-1", "sp ace=2", "x=+2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        CHECK_EQ_INT(dsc_fq_parse_weight(bad[i], name, &w), DSC_EINVAL);
+        CHECK_EQ_INT(dsc_fq_parse_weight(bad[i], owner, name, &w), DSC_EINVAL);
+}
+
+/* A job is (credential, name): another credential's job of the same name is another flow, with
+ * its own weight. */
+static void test_owner_flows(void) {
+    dsc_fq_t fq;
+    dsc_fq_init(&fq, 0, 0, NULL);
+    dsc_fq_flow_t *a = dsc_fq_flow_get(&fq, "alice", "train", 3);
+    dsc_fq_flow_t *b = dsc_fq_flow_get(&fq, "bob", "train", 1);
+    CHECK(a != NULL && b != NULL && a != b);
+    CHECK(a->weight == 3 && b->weight == 1);
+    dsc_fq_flow_t *a2 = dsc_fq_flow_get(&fq, "alice", "train", 1);
+    CHECK(a2 == a);
+    dsc_fq_flow_put(&fq, a2);
+    dsc_fq_flow_put(&fq, a);
+    dsc_fq_flow_put(&fq, b);
+    dsc_fq_destroy(&fq);
 }
 
 int main(void) {
+    test_owner_flows();
     test_equal_shares();
     test_weights();
     test_idle_and_fifo();

@@ -144,6 +144,26 @@ static void test_answer(void) {
     CHECK_EQ_INT(dsc_hint_resp_encode(1, buf, 3), DSC_ENOSPC);
     CHECK_EQ_INT(dsc_hint_resp_decode(buf, 3, &a), DSC_EBADFRAME);
     CHECK_EQ_INT(dsc_hint_resp_decode(buf, 5, &a), DSC_EBADFRAME);
+    /* The long answer (DSC_FEATURE_HINT_SHARE): accepted, trimmed, share, held. */
+    uint8_t lb[DSC_HINT_RESP_SHARE_SIZE];
+    dsc_hint_resp_t r = {
+        .accepted = 3, .trimmed = 1000, .share_bytes = 1ull << 33, .held_bytes = 12345};
+    CHECK_EQ_INT(dsc_hint_resp_encode_share(&r, lb, sizeof lb), DSC_HINT_RESP_SHARE_SIZE);
+    CHECK_EQ_INT(dsc_hint_resp_encode_share(&r, lb, sizeof lb - 1), DSC_ENOSPC);
+    dsc_hint_resp_t d = {0};
+    CHECK_EQ_INT(dsc_hint_resp_decode_share(lb, sizeof lb, &d), 0);
+    CHECK_EQ_INT(d.has_share, 1);
+    CHECK_EQ_INT(d.accepted, 3);
+    CHECK_EQ_INT(d.trimmed, 1000);
+    CHECK(d.share_bytes == 1ull << 33 && d.held_bytes == 12345);
+    CHECK_EQ_INT(dsc_hint_resp_decode(lb, sizeof lb, &a), 0); /* an old caller: accepted */
+    CHECK_EQ_INT(a, 3);
+    CHECK_EQ_INT(dsc_hint_resp_decode_share(buf, DSC_HINT_RESP_SIZE, &d), 0);
+    CHECK_EQ_INT(d.has_share, 0);
+    CHECK_EQ_INT(d.accepted, 12345);
+    r.trimmed = DSC_HINT_MAX_RANGES; /* more ranges than a HINT holds */
+    dsc_hint_resp_encode_share(&r, lb, sizeof lb);
+    CHECK_EQ_INT(dsc_hint_resp_decode_share(lb, sizeof lb, &d), DSC_EBADFRAME);
     CHECK_EQ_INT(strcmp(dsc_opcode_name(DSC_OP_HINT), "HINT"), 0);
     CHECK_EQ_INT(dsc_opcode_known(DSC_OP_HINT), 1);
 }
