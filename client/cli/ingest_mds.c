@@ -162,8 +162,9 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
     }
     if (optind != argc - 1)
         return dsc_cli_usage(CMD, "expected one DIR (holding index.json)");
-    if (ingest_options_check(CMD, &opt) < 0)
-        return DSC_CLI_USAGE;
+    int checked = ingest_options_check(CMD, &opt);
+    if (checked != DSC_CLI_OK)
+        return checked;
     const char *dir = argv[optind];
     int exit_code = DSC_CLI_FAIL;
     char index_path[4096];

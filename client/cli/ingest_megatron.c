@@ -112,8 +112,9 @@ int dsc_cmd_ingest_megatron(int argc, char **argv) {
     }
     if (optind != argc - 1)
         return dsc_cli_usage(CMD, "expected one PREFIX (of PREFIX.idx and PREFIX.bin)");
-    if (ingest_options_check(CMD, &opt) < 0)
-        return DSC_CLI_USAGE;
+    int checked = ingest_options_check(CMD, &opt);
+    if (checked != DSC_CLI_OK)
+        return checked;
     const char *prefix = argv[optind];
     char idx_path[4096], bin_path[4096];
     snprintf(idx_path, sizeof idx_path, "%s.idx", prefix);

@@ -357,7 +357,11 @@ int dsc_cmd_ingest_webdataset(int argc, char **argv) {
         dsc_cli_usage(CMD, "expected one or more SHARD.tar");
         goto cleanup_plan;
     }
-    if (argc - optind > MAX_TARS || ingest_options_check(CMD, &opt) < 0)
+    if (argc - optind > MAX_TARS) {
+        dsc_cli_usage(CMD, "at most %d tars", MAX_TARS);
+        goto cleanup_plan;
+    }
+    if ((exit_code = ingest_options_check(CMD, &opt)) != DSC_CLI_OK)
         goto cleanup_plan;
     for (uint32_t f = 0; f < plan->count; f++)
         resolve_auto(&plan->f[f]);
