@@ -551,9 +551,9 @@ DSC_EXTERN int dsc_writer_last_error(const dsc_writer_t *w, char *buf, size_t le
  * manifest last, fsyncs, and renames the temporary directory to path (atomic: path appears
  * complete). Fills *stats when non-NULL (stats->struct_size set by the caller). Frees w
  * whatever it returns; on failure nothing new is left at path (with replace, path still holds
- * the whole old dataset) nor in the temporary directory. Returns 0, DSC_EINVAL (no sample was added, or an
- * earlier write failed), -EEXIST (path appeared meanwhile), -ENOTEMPTY (replace: files that are
- * not a dataset's appeared in path; nothing replaced), DSC_ENOMEM or -errno; then
+ * the whole old dataset) nor in the temporary directory. Returns 0, DSC_EINVAL (no sample was
+ * added, or an earlier write failed), -EEXIST (path appeared meanwhile), -ENOTEMPTY (replace: files
+ * that are not a dataset's appeared in path; nothing replaced), DSC_ENOMEM or -errno; then
  * dsc_writer_last_error(NULL, ...) says why. */
 DSC_EXTERN int dsc_writer_finish(dsc_writer_t *w, dsc_writer_stats_t *stats);
 /* Stops the threads, removes everything written (the temporary directory) and frees w; nothing
