@@ -75,9 +75,12 @@ static void print_help(void) {
         "hidden temporary directory beside OUT_DIR (.NAME.tmp-PID-N), renamed to OUT_DIR when\n"
         "complete; with --replace the two directories are swapped in one rename (renameat2\n"
         "RENAME_EXCHANGE), so OUT_DIR holds the whole old or the whole new dataset at every\n"
-        "instant, and the old one is then removed. An interrupted ingest leaves OUT_DIR as it\n"
-        "was, plus at most a hidden .NAME.tmp-PID-N beside it, which the next ingest of OUT_DIR\n"
-        "removes. Python records (variable-length fields too): dscache.Writer.\n"
+        "instant, and the old one is then removed. An interrupted ingest leaves OUT_DIR whole\n"
+        "(as it was, or the new dataset once swapped in), plus at most a hidden\n"
+        ".NAME.tmp-PID-N beside it, which the next ingest of OUT_DIR removes. On a filesystem\n"
+        "without RENAME_EXCHANGE the swap is two renames: interrupted between them, OUT_DIR is\n"
+        "missing and the old dataset is whole in .NAME.old-PID-N (the next ingest says so).\n"
+        "Python records (variable-length fields too): dscache.Writer.\n"
         "Prints a progress bar when stderr is a terminal and a one-line summary at the end.\n"
         "Exit codes: 0 done, 1 failed (input or I/O error), 2 bad arguments.\n");
 }
