@@ -59,8 +59,8 @@ typedef struct ingest_options {
     "                         taken; one holding anything else is refused\n"                       \
     "      --replace          replace the dataset at DIR: the new one is written beside it and\n"  \
     "                         swapped in by one rename, so DIR holds the whole old or the whole\n" \
-    "                         new dataset at every instant (an interrupted run leaves the old\n"   \
-    "                         one; --force is the same)\n"                                         \
+    "                         new dataset at every instant (an interrupted run leaves one of\n"    \
+    "                         them whole; --force is the same)\n"                                  \
     "      --max-sample-size BYTES  refuse a sample whose declared size is over BYTES, before\n"   \
     "                         reading it (default and most 256M, what one chunk holds)\n"          \
     "      --name NAME        dataset name (default: DIR's base name)\n"                           \
