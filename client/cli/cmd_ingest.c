@@ -5,6 +5,7 @@
  */
 #include "cli.h"
 #include "dsc_sys.h"
+#include "ingest_common.h"
 #include "ingest_forms.h"
 #include "manifest.h"
 #include "npy.h"
@@ -49,8 +50,10 @@ static void print_help(void) {
         "             (a splitmix64 stream; small values in runs, so it compresses).\n"
         "\n"
         "Options:\n"
-        "  -o, --output DIR       output directory (created when missing; a directory that holds\n"
-        "                         a dataset is replaced, any other non-empty one needs --force)\n"
+        "  -o, --output DIR       output directory (created when missing, or an empty one); a\n"
+        "                         directory that holds a dataset needs --replace, one that holds\n"
+        "                         anything else is refused\n"
+        "      --replace          replace the dataset at OUT_DIR (--force is the same)\n"
         "      --name NAME        dataset name (default: OUT_DIR's base name); [A-Za-z0-9_.-]\n"
         "      --compress C       none, lz4 or lz4hc (default lz4); a chunk that does not shrink\n"
         "                         is stored raw\n"
@@ -58,7 +61,6 @@ static void print_help(void) {
         "      --shard-size BYTES raw sample bytes per shard file (default 64M)\n"
         "      --chunk-size BYTES raw sample bytes per chunk, the unit of transfer (default 1M);\n"
         "                         a chunk holds max(1, BYTES / sample_bytes) samples\n"
-        "      --force            write into a non-empty directory that holds no dataset\n"
         "  tokens:\n"
         "      --dtype u16|u32    token id type of FILE (little-endian)\n"
         "      --seq-len N        tokens per training sequence (a sample holds N+1)\n"
@@ -70,9 +72,15 @@ static void print_help(void) {
         "  -h, --help             this text\n"
         "\n"
         "Compresses on every core (the library's writer, docs/ingest.md) and writes under a\n"
-        "hidden temporary directory beside OUT_DIR, renamed (or, into an existing directory,\n"
-        "moved in, the manifest last) when complete: an interrupted ingest leaves OUT_DIR as it\n"
-        "was. Python records (variable-length fields too): dscache.Writer.\n"
+        "hidden temporary directory beside OUT_DIR (.NAME.tmp-PID-N), renamed to OUT_DIR when\n"
+        "complete; with --replace the two directories are swapped in one rename (renameat2\n"
+        "RENAME_EXCHANGE), so OUT_DIR holds the whole old or the whole new dataset at every\n"
+        "instant, and the old one is then removed. An interrupted ingest leaves OUT_DIR whole\n"
+        "(as it was, or the new dataset once swapped in), plus at most a hidden\n"
+        ".NAME.tmp-PID-N beside it, which the next ingest of OUT_DIR removes. On a filesystem\n"
+        "without RENAME_EXCHANGE the swap is two renames: interrupted between them, OUT_DIR is\n"
+        "missing and the old dataset is whole in .NAME.old-PID-N (the next ingest says so).\n"
+        "Python records (variable-length fields too): dscache.Writer.\n"
         "Prints a progress bar when stderr is a terminal and a one-line summary at the end.\n"
         "Exit codes: 0 done, 1 failed (input or I/O error), 2 bad arguments.\n");
 }
@@ -209,49 +217,17 @@ static int fill_synthetic(source_t *src, uint64_t first, uint64_t count, uint8_t
     return 0;
 }
 
-/* ---- Output directory --------------------------------------------------------------------- */
-
-/* Checks that dir may be written: missing (the writer creates it), empty, holding a dataset
- * (the writer replaces its manifest and shard files when it finishes), or --force. Sets
- * *exists. Returns an exit code. */
-static int check_dir(const char *dir, int force, int *exists) {
-    *exists = 0;
-    DIR *d = opendir(dir);
-    if (d == NULL) {
-        if (errno == ENOENT)
-            return DSC_CLI_OK;
-        return dsc_cli_fail(CMD, "cannot open output directory %s: %s", dir, strerror(errno));
-    }
-    *exists = 1;
-    int entries = 0, has_manifest = 0;
-    struct dirent *ent;
-    while ((ent = readdir(d)) != NULL) {
-        if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
-            continue;
-        entries++;
-        if (strcmp(ent->d_name, DSC_MANIFEST_FILE) == 0)
-            has_manifest = 1;
-    }
-    closedir(d);
-    if (entries > 0 && !has_manifest && !force)
-        return dsc_cli_fail(CMD,
-                            "%s is not empty and holds no dataset (no %s); refusing to write "
-                            "into it (use --force)",
-                            dir, DSC_MANIFEST_FILE);
-    return DSC_CLI_OK;
-}
-
 /* ---- The common driver -------------------------------------------------------------------- */
 
-typedef struct ingest_options {
+typedef struct npy_options {
     const char *out_dir;
     const char *name;
     int codec;
     int level;
     uint64_t shard_bytes;
     uint64_t chunk_bytes;
-    int force;
-} ingest_options_t;
+    int replace;
+} npy_options_t;
 
 static void on_progress(void *ctx, uint64_t samples, uint64_t raw_bytes, uint64_t stored_bytes) {
     (void)samples;
@@ -261,8 +237,8 @@ static void on_progress(void *ctx, uint64_t samples, uint64_t raw_bytes, uint64_
 
 /* Reads the source in pieces of about 1 MiB and hands them to the library's writer
  * (dsc_writer_add_columns), which compresses on every core and finishes atomically. */
-static int run_ingest(const ingest_options_t *opt, source_t *src) {
-    int rc, exit_code = DSC_CLI_FAIL, exists = 0;
+static int run_ingest(const npy_options_t *opt, source_t *src) {
+    int rc, exit_code = DSC_CLI_FAIL, writer_replace = 0;
     dsc_writer_t *writer = NULL;
     uint8_t *bufs[MAX_INPUTS] = {0};
     dsc_cli_progress_t progress = {0};
@@ -274,7 +250,7 @@ static int run_ingest(const ingest_options_t *opt, source_t *src) {
         if (dsc__writer_format_field(&src->schema.fields[f], fields + n, sizeof fields - n) < 0)
             return dsc_cli_fail(CMD, "field list too long");
     }
-    rc = check_dir(opt->out_dir, opt->force, &exists);
+    rc = ingest_output_check(CMD, opt->out_dir, opt->replace, &writer_replace);
     if (rc != DSC_CLI_OK)
         return rc;
     dsc_writer_options_t wopt;
@@ -288,7 +264,9 @@ static int run_ingest(const ingest_options_t *opt, source_t *src) {
     wopt.chunk_bytes = (uint32_t)opt->chunk_bytes;
     wopt.progress_fn = on_progress;
     wopt.progress_ctx = &progress;
-    wopt.replace = exists;
+    wopt.replace = writer_replace;
+    wopt.log_fn = ingest_writer_log;
+    wopt.log_ctx = (void *)CMD;
     rc = dsc_writer_create(&wopt, &writer);
     if (rc < 0) {
         char why[512];
@@ -559,7 +537,7 @@ enum {
     OPT_LEVEL,
     OPT_SHARD_SIZE,
     OPT_CHUNK_SIZE,
-    OPT_FORCE,
+    OPT_REPLACE,
     OPT_DTYPE,
     OPT_SEQ_LEN,
     OPT_SAMPLES,
@@ -574,7 +552,8 @@ static const struct option long_options[] = {
     {"level", required_argument, NULL, OPT_LEVEL},
     {"shard-size", required_argument, NULL, OPT_SHARD_SIZE},
     {"chunk-size", required_argument, NULL, OPT_CHUNK_SIZE},
-    {"force", no_argument, NULL, OPT_FORCE},
+    {"replace", no_argument, NULL, OPT_REPLACE},
+    {"force", no_argument, NULL, OPT_REPLACE},
     {"dtype", required_argument, NULL, OPT_DTYPE},
     {"seq-len", required_argument, NULL, OPT_SEQ_LEN},
     {"samples", required_argument, NULL, OPT_SAMPLES},
@@ -586,7 +565,7 @@ static const struct option long_options[] = {
 
 int dsc_cmd_ingest(int argc, char **argv) {
     enum { FORM_TOKENS, FORM_NPY, FORM_SYNTHETIC } form;
-    ingest_options_t opt = {NULL, NULL, DSC_CODEC_LZ4, 0, 64ull << 20, 1ull << 20, 0};
+    npy_options_t opt = {NULL, NULL, DSC_CODEC_LZ4, 0, 64ull << 20, 1ull << 20, 0};
     source_t *src = NULL;
     int exit_code = DSC_CLI_USAGE;
     const char *compress = "lz4";
@@ -673,8 +652,8 @@ int dsc_cmd_ingest(int argc, char **argv) {
                 goto cleanup;
             }
             break;
-        case OPT_FORCE:
-            opt.force = 1;
+        case OPT_REPLACE:
+            opt.replace = 1;
             break;
         case OPT_DTYPE:
             token_dtype = dsc_dtype_parse(optarg);

@@ -4,6 +4,7 @@
 
 #include "dscache.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -34,6 +35,7 @@ void ingest_options_init(ingest_options_t *opt) {
     opt->level = 0; /* the writer's default (9) */
     opt->shard_bytes = 64ull << 20;
     opt->chunk_bytes = 1u << 20;
+    opt->max_sample = INGEST_MAX_SAMPLE_DEFAULT;
 }
 
 int ingest_common_option(const char *cmd, ingest_options_t *opt, int c, const char *arg) {
@@ -81,6 +83,18 @@ int ingest_common_option(const char *cmd, ingest_options_t *opt, int c, const ch
     case 1008:
         opt->dry_run = 1;
         return 1;
+    case 1009:
+        opt->replace = 1;
+        return 1;
+    case 1010:
+        if (dsc_cli_parse_size(cmd, "--max-sample-size", arg, &v) < 0)
+            return DSC_EINVAL;
+        if (v == 0 || v > INGEST_MAX_SAMPLE_DEFAULT) {
+            dsc_cli_usage(cmd, "--max-sample-size '%s': 1 byte to 256M", arg);
+            return DSC_EINVAL;
+        }
+        opt->max_sample = v;
+        return 1;
     default:
         return 0;
     }
@@ -88,10 +102,63 @@ int ingest_common_option(const char *cmd, ingest_options_t *opt, int c, const ch
 
 int ingest_options_check(const char *cmd, const ingest_options_t *opt) {
     if (opt->out_dir == NULL && !opt->dry_run) {
-        dsc_cli_usage(cmd, "-o DIR is required (or --dry-run)");
-        return DSC_EINVAL;
+        return dsc_cli_usage(cmd, "-o DIR is required (or --dry-run)");
     }
+    int writer_replace;
+    if (!opt->dry_run && ingest_output_check(cmd, opt->out_dir, opt->replace, &writer_replace) != 0)
+        return DSC_CLI_FAIL; /* checked again when the writer is created */
+    return DSC_CLI_OK;
+}
+
+int ingest_output_check(const char *cmd, const char *dir, int replace, int *writer_replace) {
+    *writer_replace = replace;
+    struct stat st;
+    if (lstat(dir, &st) != 0) {
+        if (errno == ENOENT)
+            return 0;
+        return dsc_cli_fail(cmd, "cannot use output directory %s: %s", dir, strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode))
+        return dsc_cli_fail(cmd, "output %s exists and is not a directory", dir);
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return dsc_cli_fail(cmd, "cannot open output directory %s: %s", dir, strerror(errno));
+    int entries = 0, has_manifest = 0;
+    char other[256] = "";
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
+            continue;
+        entries++;
+        if (strcmp(ent->d_name, "manifest.json") == 0)
+            has_manifest = 1;
+        else if (other[0] == '\0' && strncmp(ent->d_name, "shard-", 6) != 0)
+            snprintf(other, sizeof other, "%s", ent->d_name);
+    }
+    closedir(d);
+    if (entries == 0) { /* an empty directory: swapped for the new dataset */
+        *writer_replace = 1;
+        return 0;
+    }
+    if (other[0] != '\0')
+        return dsc_cli_fail(cmd,
+                            "output %s holds '%s', which is not part of a dataset: refusing to "
+                            "write there (a replace swaps the whole directory; give a new or "
+                            "empty directory)",
+                            dir, other);
+    if (!replace)
+        return dsc_cli_fail(cmd,
+                            "output %s exists and holds %s: pass --replace to replace it (the "
+                            "new dataset is swapped in when complete)",
+                            dir, has_manifest ? "a dataset" : "shard files");
+    *writer_replace = 1;
     return 0;
+}
+
+void ingest_writer_log(void *ctx, int level, const char *message) {
+    if (level <= DSC_LOG_WARN)
+        fprintf(stderr, "dscache %s: %s: %s\n", (const char *)ctx,
+                level == DSC_LOG_ERROR ? "error" : "warning", message);
 }
 
 int ingest_field_variable(const ingest_field_t *f) {
@@ -252,6 +319,11 @@ int ingest_run_begin(const char *cmd, const ingest_options_t *opt, const ingest_
     printf("schema: %s\n", spec);
     fflush(stdout);
     if (!opt->dry_run) {
+        int writer_replace = 0;
+        if (ingest_output_check(cmd, opt->out_dir, opt->replace, &writer_replace) != 0) {
+            free(run);
+            return DSC_CLI_FAIL;
+        }
         dsc_writer_options_t wopt;
         dsc_writer_options_init(&wopt, sizeof wopt);
         wopt.path = opt->out_dir;
@@ -263,14 +335,16 @@ int ingest_run_begin(const char *cmd, const ingest_options_t *opt, const ingest_
         wopt.chunk_bytes = (uint32_t)opt->chunk_bytes;
         wopt.threads = opt->threads;
         wopt.meta_json = meta_json;
+        wopt.replace = writer_replace;
+        wopt.log_fn = ingest_writer_log;
+        wopt.log_ctx = (void *)cmd;
         int rc = dsc_writer_create(&wopt, &run->writer);
         if (rc < 0) {
             char why[512] = "";
             dsc_writer_last_error(NULL, why, sizeof why);
             free(run);
-            return dsc_cli_fail(cmd, "cannot create %s: %s%s%s", opt->out_dir,
-                                rc == -EEXIST ? "it exists already" : dsc_strerror(rc),
-                                why[0] ? ": " : "", why);
+            return dsc_cli_fail(cmd, "cannot create %s: %s", opt->out_dir,
+                                why[0] ? why : dsc_strerror(rc));
         }
     }
     dsc_cli_progress_init(&run->progress, cmd, source_bytes);

@@ -35,7 +35,12 @@ typedef struct ingest_options {
     uint32_t threads;
     int skip_bad;
     int dry_run;
+    int replace;         /* --replace (or --force): an existing dataset at out_dir is swapped */
+    uint64_t max_sample; /* --max-sample-size: a sample's declared bytes at most this */
 } ingest_options_t;
+
+/* The default bound on one sample's bytes: what one chunk of the writer can hold. */
+#define INGEST_MAX_SAMPLE_DEFAULT (256ull << 20)
 
 /* clang-format off */
 #define INGEST_COMMON_OPTIONS \
@@ -43,12 +48,21 @@ typedef struct ingest_options {
     {"compress", required_argument, NULL, 1002}, {"level", required_argument, NULL, 1003}, \
     {"shard-size", required_argument, NULL, 1004}, {"chunk-size", required_argument, NULL, 1005}, \
     {"threads", required_argument, NULL, 1006}, {"skip-bad", no_argument, NULL, 1007}, \
-    {"dry-run", no_argument, NULL, 1008}, {"help", no_argument, NULL, 'h'}
+    {"dry-run", no_argument, NULL, 1008}, {"replace", no_argument, NULL, 1009}, \
+    {"force", no_argument, NULL, 1009}, {"max-sample-size", required_argument, NULL, 1010}, \
+    {"help", no_argument, NULL, 'h'}
 /* clang-format on */
 #define INGEST_COMMON_HELP                                                                         \
     "Common options:\n"                                                                            \
-    "  -o, --output DIR       dataset directory to create (must not exist; it appears only when\n" \
-    "                         complete)\n"                                                         \
+    "  -o, --output DIR       dataset directory to create; it appears only when complete. An\n"    \
+    "                         existing one holding a dataset needs --replace; an empty one is\n"   \
+    "                         taken; one holding anything else is refused\n"                       \
+    "      --replace          replace the dataset at DIR: the new one is written beside it and\n"  \
+    "                         swapped in by one rename, so DIR holds the whole old or the whole\n" \
+    "                         new dataset at every instant (an interrupted run leaves one of\n"    \
+    "                         them whole; --force is the same)\n"                                  \
+    "      --max-sample-size BYTES  refuse a sample whose declared size is over BYTES, before\n"   \
+    "                         reading it (default and most 256M, what one chunk holds)\n"          \
     "      --name NAME        dataset name (default: DIR's base name)\n"                           \
     "      --compress C       none, lz4 or lz4hc (default lz4)\n"                                  \
     "      --level N          lz4hc level (default 9)\n"                                           \
@@ -65,8 +79,18 @@ void ingest_options_init(ingest_options_t *opt);
 /* Handles a getopt_long result of INGEST_COMMON_OPTIONS. Returns 1 (handled), 0 (not one of
  * them) or DSC_EINVAL after printing a usage message (the caller returns DSC_CLI_USAGE). */
 int ingest_common_option(const char *cmd, ingest_options_t *opt, int c, const char *arg);
-/* Checks the combination (-o given unless --dry-run). Returns 0 or DSC_EINVAL (message printed). */
+/* Checks the combination (-o given unless --dry-run) and the output directory
+ * (ingest_output_check). Returns DSC_CLI_OK, DSC_CLI_USAGE or DSC_CLI_FAIL (message printed). */
 int ingest_options_check(const char *cmd, const ingest_options_t *opt);
+
+/* Checks the output directory before anything is read: missing (created), an empty directory
+ * (swapped in), or one holding a dataset with replace (swapped in). Sets *writer_replace for
+ * dsc_writer_options_t.replace. Returns 0 or DSC_CLI_FAIL after printing why (naming the
+ * directory and --replace). */
+int ingest_output_check(const char *cmd, const char *dir, int replace, int *writer_replace);
+/* A dsc_log_fn for the dataset writer: prints its warnings and errors on stderr as
+ * "dscache CMD: warning: ..." (ctx: the command's name). */
+void ingest_writer_log(void *ctx, int level, const char *message);
 
 /* "name:dtype[d0,d1]" ("?" for a variable d0, nothing for a scalar) into buf. */
 void ingest_field_spec(const ingest_field_t *f, char *buf, size_t len);

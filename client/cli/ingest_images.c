@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "dscache.h"
 #include "image.h"
+#include "ingest_common.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -44,8 +45,8 @@ static void print_help(void) {
         "                       (PIL's BILINEAR kernel), center-cropped (W defaults to H)\n"
         "\n"
         "Options:\n"
-        "  -o, --output DIR     the dataset directory to create (it must not exist, or be a\n"
-        "                       dataset with --force); it appears only once complete\n"
+        "  -o, --output DIR     the dataset directory to create (missing or empty; one that\n"
+        "                       holds a dataset needs --replace); it appears only once complete\n"
         "      --name NAME      dataset name (default: OUT_DIR's base name)\n"
         "      --compress C     none, lz4 or lz4hc (default: none with --encoded, where JPEG\n"
         "                       bytes do not shrink, else lz4)\n"
@@ -55,7 +56,9 @@ static void print_help(void) {
         "      --threads N      decode threads (default: the cores)\n"
         "      --skip-bad       skip images that do not decode (counted and named in the\n"
         "                       summary) instead of failing on the first\n"
-        "      --force          replace OUT_DIR when it holds a dataset\n"
+        "      --replace        replace the dataset at OUT_DIR: the new one is swapped in by one\n"
+        "                       rename when complete, so OUT_DIR holds the whole old or the\n"
+        "                       whole new dataset at every instant (--force is the same)\n"
         "  -h, --help           this text\n"
         "\n"
         "Prints a progress bar when stderr is a terminal and a summary at the end.\n"
@@ -429,34 +432,6 @@ static char *meta_json(const folder_t *f, const job_options_t *opt) {
     return s;
 }
 
-/* OUT_DIR may not exist; with --force it may be a dataset directory (a manifest and shard files
- * only), which the writer replaces when it finishes. */
-static int check_output(const char *dir, int force) {
-    struct stat st;
-    if (stat(dir, &st) != 0)
-        return errno == ENOENT ? DSC_CLI_OK : dsc_cli_fail(CMD, "%s: %s", dir, strerror(errno));
-    if (!force)
-        return dsc_cli_fail(CMD, "%s exists (use --force to replace a dataset)", dir);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    if (access(path, F_OK) != 0)
-        return dsc_cli_fail(CMD, "%s holds no dataset (no manifest.json): not replaced", dir);
-    DIR *d = opendir(dir);
-    if (!d)
-        return dsc_cli_fail(CMD, "cannot open %s: %s", dir, strerror(errno));
-    struct dirent *ent;
-    int rc = DSC_CLI_OK;
-    while (rc == DSC_CLI_OK && (ent = readdir(d)) != NULL) {
-        const char *n = ent->d_name;
-        size_t len = strlen(n);
-        if (strcmp(n, ".") && strcmp(n, "..") && strcmp(n, "manifest.json") &&
-            !(strncmp(n, "shard-", 6) == 0 && len > 4 && strcmp(n + len - 4, ".dsc") == 0))
-            rc = dsc_cli_fail(CMD, "%s holds %s besides a dataset: not replaced", dir, n);
-    }
-    closedir(d);
-    return rc;
-}
-
 static int parse_hw(const char *text, uint32_t *h, uint32_t *w) {
     char *end;
     unsigned long a = strtoul(text, &end, 10), b = a;
@@ -489,6 +464,7 @@ int dsc_ingest_images(int argc, char **argv) {
                                               {"quality", required_argument, NULL, 'q'},
                                               {"skip-bad", no_argument, NULL, 'k'},
                                               {"force", no_argument, NULL, 'f'},
+                                              {"replace", no_argument, NULL, 'f'},
                                               {"help", no_argument, NULL, 'h'},
                                               {"no-verify", no_argument, NULL, 'V'},
                                               {NULL, 0, NULL, 0}};
@@ -593,7 +569,8 @@ int dsc_ingest_images(int argc, char **argv) {
     char first_skipped[MAX_SKIPPED_SHOWN][512];
     if (exit_code != DSC_CLI_OK)
         goto cleanup;
-    exit_code = check_output(out_dir, force);
+    int writer_replace = 0;
+    exit_code = ingest_output_check(CMD, out_dir, force, &writer_replace);
     if (exit_code != DSC_CLI_OK)
         goto cleanup;
     if (opt.encoded)
@@ -616,7 +593,9 @@ int dsc_ingest_images(int argc, char **argv) {
     wopt.chunk_bytes = (uint32_t)chunk_bytes;
     wopt.threads = (uint32_t)threads;
     wopt.meta_json = meta;
-    wopt.replace = force;
+    wopt.replace = writer_replace;
+    wopt.log_fn = ingest_writer_log;
+    wopt.log_ctx = (void *)CMD;
     int rc = dsc_writer_create(&wopt, &writer);
     if (rc < 0) {
         char why[256] = "";

@@ -1,13 +1,18 @@
 /* dscache ingest mds: a MosaicML Streaming MDS dataset (index.json + shard.NNNNN.mds, raw or
  * zstd-compressed) into a dataset, column by column. */
+#include "dsc_sys.h"
 #include "ingest_common.h"
 #include "mds.h"
 
 #include "dscache.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zstd.h>
 
 #define CMD "ingest mds"
@@ -41,48 +46,315 @@ static void print_help(void) {
         "Exit codes: 0 done, 1 failed (input or I/O error), 2 bad arguments.\n");
 }
 
-/* The shard's decompressed bytes into *raw (to free), or a reason in why. */
-static int load_shard(const char *dir, const dsc_mds_shard_info_t *info, uint8_t **raw,
-                      size_t *raw_len, char *path, size_t path_len, char *why, size_t why_len) {
-    const char *base = info->zstd ? info->zip_basename : info->raw_basename;
-    uint64_t want = info->zstd ? info->zip_bytes : info->raw_bytes;
-    snprintf(path, path_len, "%s/%s", dir, base);
-    uint8_t *file = NULL;
-    size_t len = 0;
-    int rc = ingest_read_file(path, &file, &len);
-    if (rc < 0) {
+/* ---- Shards, streamed ---------------------------------------------------------------------
+ * A shard is never held whole: it is read (and decompressed) in pieces of IO_PIECE bytes, the
+ * offset table through one stream and the samples through another, and only the sample being
+ * ingested is held, after its size (from the table) has been checked against the limit. Memory:
+ * two zstd windows (as the frame asks; at most 2^ZSTD_WINDOW_LOG_MAX), 4 x IO_PIECE, and one
+ * sample. */
+#define IO_PIECE (128u << 10)
+#define ZSTD_WINDOW_LOG_MAX 27 /* zstd's own default limit (128 MiB): levels <= 19 use <= 8 MiB */
+
+typedef struct stream {
+    int fd;
+    uint64_t file_bytes, file_pos; /* the file as stored */
+    ZSTD_DStream *z;               /* NULL: a raw shard */
+    uint8_t *in, *out;             /* IO_PIECE each (zstd) */
+    ZSTD_inBuffer zin;
+    size_t out_len, out_off;
+    int frame_done;
+    uint64_t pos; /* decompressed bytes consumed */
+} stream_t;
+
+static void stream_close(stream_t *s) {
+    if (s->fd >= 0)
+        close(s->fd);
+    s->fd = -1;
+    ZSTD_freeDStream(s->z);
+    s->z = NULL;
+    free(s->in);
+    free(s->out);
+    s->in = s->out = NULL;
+}
+
+/* Opens the shard's file (as index.json names it), checking its size against index.json and,
+ * for zstd, the frame's declared decompressed size against raw_bytes, before anything else is
+ * read. Returns 0 or a DSC_E* code with why filled. */
+static int stream_open(stream_t *s, const char *path, const dsc_mds_shard_info_t *info, char *why,
+                       size_t why_len) {
+    memset(s, 0, sizeof *s);
+    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (s->fd < 0) {
+        int rc = -errno;
         snprintf(why, why_len, "%s", dsc_strerror(rc));
         return rc;
     }
-    if (len != want) {
-        snprintf(why, why_len, "%zu bytes, index.json says %llu (truncated or replaced)", len,
-                 (unsigned long long)want);
-        free(file);
+    struct stat st;
+    if (fstat(s->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(why, why_len, "not a regular file");
+        return DSC_EIO;
+    }
+    uint64_t want = info->zstd ? info->zip_bytes : info->raw_bytes;
+    s->file_bytes = (uint64_t)st.st_size;
+    if (s->file_bytes != want) {
+        snprintf(why, why_len, "%llu bytes, index.json says %llu (truncated or replaced)",
+                 (unsigned long long)s->file_bytes, (unsigned long long)want);
         return DSC_ETRUNCATED;
     }
-    if (!info->zstd) {
-        *raw = file;
-        *raw_len = len;
+    if (!info->zstd)
         return 0;
-    }
-    uint8_t *out = malloc(info->raw_bytes ? (size_t)info->raw_bytes : 1);
-    if (out == NULL) {
-        free(file);
+    s->z = ZSTD_createDStream();
+    s->in = malloc(IO_PIECE);
+    s->out = malloc(IO_PIECE);
+    if (s->z == NULL || s->in == NULL || s->out == NULL) {
         snprintf(why, why_len, "%s", dsc_strerror(DSC_ENOMEM));
         return DSC_ENOMEM;
     }
-    size_t got = ZSTD_decompress(out, (size_t)info->raw_bytes, file, len);
-    free(file);
-    if (ZSTD_isError(got) || got != info->raw_bytes) {
-        snprintf(why, why_len, "zstd: %s",
-                 ZSTD_isError(got) ? ZSTD_getErrorName(got)
-                                   : "decompressed size differs from index.json's raw bytes");
-        free(out);
+    ZSTD_DCtx_setParameter(s->z, ZSTD_d_windowLogMax, ZSTD_WINDOW_LOG_MAX);
+    uint8_t head[18]; /* ZSTD_FRAMEHEADERSIZE_MAX */
+    ssize_t n = pread(s->fd, head, sizeof head, 0);
+    unsigned long long declared = n > 0 ? ZSTD_getFrameContentSize(head, (size_t)n) : 0;
+    if (n <= 0 || declared == ZSTD_CONTENTSIZE_ERROR) {
+        snprintf(why, why_len, "zstd: not a zstd frame");
         return DSC_EDECOMPRESS;
     }
-    *raw = out;
-    *raw_len = got;
+    if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared != info->raw_bytes) {
+        snprintf(why, why_len,
+                 "zstd: the frame declares %llu decompressed bytes, index.json's raw_data says "
+                 "%llu",
+                 declared, (unsigned long long)info->raw_bytes);
+        return DSC_EDECOMPRESS;
+    }
     return 0;
+}
+
+/* Reads exactly len decompressed bytes into dst (NULL: skipped). Returns 0 or a DSC_E* code
+ * with why filled. */
+static int stream_read(stream_t *s, uint8_t *dst, uint64_t len, char *why, size_t why_len) {
+    while (len > 0) {
+        if (s->z == NULL) {
+            size_t piece = len < IO_PIECE ? (size_t)len : IO_PIECE;
+            if (s->file_pos + piece > s->file_bytes) {
+                snprintf(why, why_len, "ends at byte %llu, inside what its table promises",
+                         (unsigned long long)s->file_bytes);
+                return DSC_ETRUNCATED;
+            }
+            if (dst != NULL) {
+                int rc = dsc_pread_full(s->fd, dst, piece, s->file_pos);
+                if (rc < 0) {
+                    snprintf(why, why_len, "read: %s", dsc_strerror(rc));
+                    return rc;
+                }
+                dst += piece;
+            }
+            s->file_pos += piece;
+            s->pos += piece;
+            len -= piece;
+            continue;
+        }
+        if (s->out_off < s->out_len) {
+            size_t take = s->out_len - s->out_off;
+            if (take > len)
+                take = (size_t)len;
+            if (dst != NULL) {
+                memcpy(dst, s->out + s->out_off, take);
+                dst += take;
+            }
+            s->out_off += take;
+            s->pos += take;
+            len -= take;
+            continue;
+        }
+        if (s->frame_done) {
+            snprintf(why, why_len,
+                     "zstd: the frame ends at %llu decompressed bytes, inside what "
+                     "its table promises",
+                     (unsigned long long)s->pos);
+            return DSC_ETRUNCATED;
+        }
+        if (s->zin.pos == s->zin.size) {
+            size_t piece = s->file_bytes - s->file_pos < IO_PIECE
+                               ? (size_t)(s->file_bytes - s->file_pos)
+                               : IO_PIECE;
+            if (piece == 0) {
+                snprintf(why, why_len, "zstd: the compressed data ends inside the frame");
+                return DSC_ETRUNCATED;
+            }
+            int rc = dsc_pread_full(s->fd, s->in, piece, s->file_pos);
+            if (rc < 0) {
+                snprintf(why, why_len, "read: %s", dsc_strerror(rc));
+                return rc;
+            }
+            s->file_pos += piece;
+            s->zin = (ZSTD_inBuffer){s->in, piece, 0};
+        }
+        ZSTD_outBuffer zout = {s->out, IO_PIECE, 0};
+        size_t r = ZSTD_decompressStream(s->z, &zout, &s->zin);
+        if (ZSTD_isError(r)) {
+            snprintf(why, why_len, "zstd: %s", ZSTD_getErrorName(r));
+            return DSC_EDECOMPRESS;
+        }
+        s->out_len = zout.pos;
+        s->out_off = 0;
+        if (r == 0)
+            s->frame_done = 1;
+    }
+    return 0;
+}
+
+/* Reads the rest of a zstd shard: the frame must end (its checksum checked) exactly at
+ * raw_bytes, with nothing after it. Raw shards: nothing to do. */
+static int stream_finish(stream_t *s, uint64_t raw_bytes, char *why, size_t why_len) {
+    if (s->z == NULL)
+        return 0;
+    if (s->pos > raw_bytes)
+        return DSC_EDECOMPRESS;
+    int rc = stream_read(s, NULL, raw_bytes - s->pos, why, why_len);
+    if (rc < 0)
+        return rc;
+    while (!s->frame_done && s->out_off == s->out_len) {
+        uint8_t probe;
+        rc = stream_read(s, &probe, 1, why, why_len);
+        if (rc == 0) {
+            snprintf(why, why_len, "zstd: decompressed size differs from index.json's raw bytes");
+            return DSC_EDECOMPRESS;
+        }
+        if (!s->frame_done)
+            return rc;
+    }
+    if (s->out_off != s->out_len || s->zin.pos != s->zin.size || s->file_pos != s->file_bytes) {
+        snprintf(why, why_len, "zstd: decompressed size differs from index.json's raw bytes");
+        return DSC_EDECOMPRESS;
+    }
+    return 0;
+}
+
+static int read_u32(stream_t *s, uint32_t *v, char *why, size_t why_len) {
+    uint8_t b[4];
+    int rc = stream_read(s, b, 4, why, why_len);
+    *v = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    return rc;
+}
+
+/* One shard being read: the table through `table`, the samples through `data`. */
+typedef struct shard_reader {
+    char path[4096 + 256];
+    const dsc_mds_shard_info_t *info;
+    stream_t table, data;
+    dsc_mds_table_t t;
+    uint32_t next; /* the next sample */
+    uint8_t *sample;
+    size_t sample_cap;
+} shard_reader_t;
+
+static void shard_close(shard_reader_t *r) {
+    stream_close(&r->table);
+    stream_close(&r->data);
+}
+
+/* Checks the whole shard before any of its samples is used: its file size, for zstd the frame
+ * (declared size, decompression to its end, checksum), the sample count and the offset table,
+ * each sample's size against limit. Returns 0 (then *over_index is the first sample over the
+ * limit, or UINT32_MAX, and *over_bytes its size) or a DSC_E* code with why filled. */
+static int shard_check(const char *path, const dsc_mds_shard_info_t *info, uint64_t limit,
+                       uint32_t *over_index, uint64_t *over_bytes, uint32_t *over_count, char *why,
+                       size_t why_len) {
+    stream_t s;
+    *over_index = UINT32_MAX;
+    *over_bytes = 0;
+    *over_count = 0;
+    int rc = stream_open(&s, path, info, why, why_len);
+    uint32_t count = 0;
+    dsc_mds_table_t t;
+    const char *problem = NULL;
+    if (rc == 0 && (rc = read_u32(&s, &count, why, why_len)) == DSC_ETRUNCATED)
+        snprintf(why, why_len, "shorter than its sample count");
+    if (rc == 0)
+        rc = dsc_mds_table_begin(&t, count, info->samples, info->raw_bytes, limit, &problem);
+    for (uint64_t i = 0; rc == 0 && i <= t.samples; i++) {
+        uint32_t off;
+        uint64_t bytes;
+        if ((rc = read_u32(&s, &off, why, why_len)) < 0)
+            break;
+        rc = dsc_mds_table_next(&t, off, &bytes, &problem);
+        if (rc == DSC_ETOOLARGE) {
+            if ((*over_count)++ == 0) {
+                *over_index = (uint32_t)(i - 1);
+                *over_bytes = bytes;
+            }
+            rc = 0;
+        }
+    }
+    if (rc == 0)
+        rc = stream_finish(&s, info->raw_bytes, why, why_len);
+    if (rc < 0 && problem != NULL)
+        snprintf(why, why_len, "%s", problem);
+    stream_close(&s);
+    return rc;
+}
+
+/* Opens the shard for its samples (after shard_check). Returns 0 or a DSC_E* code (why). */
+static int shard_open(shard_reader_t *r, const dsc_mds_shard_info_t *info, uint64_t limit,
+                      char *why, size_t why_len) {
+    r->info = info;
+    r->next = 0;
+    const char *problem = NULL;
+    uint32_t count = 0, first = 0;
+    int rc = stream_open(&r->table, r->path, info, why, why_len);
+    if (rc == 0)
+        rc = stream_open(&r->data, r->path, info, why, why_len);
+    if (rc == 0)
+        rc = read_u32(&r->table, &count, why, why_len);
+    if (rc == 0)
+        rc = dsc_mds_table_begin(&r->t, count, info->samples, info->raw_bytes, limit, &problem);
+    uint64_t unused;
+    if (rc == 0 && (rc = read_u32(&r->table, &first, why, why_len)) == 0)
+        rc = dsc_mds_table_next(&r->t, first, &unused, &problem);
+    if (rc == 0) /* the data stream to the first sample: past the table and the config JSON */
+        rc = stream_read(&r->data, NULL, first, why, why_len);
+    if (rc < 0 && problem != NULL)
+        snprintf(why, why_len, "%s (the file changed since it was checked)", problem);
+    return rc;
+}
+
+/* The next sample's bytes: returns 0 with *data and *len, DSC_ETOOLARGE (*len the declared size;
+ * its bytes skipped, never held), or another DSC_E* code (why). */
+static int shard_next(shard_reader_t *r, const uint8_t **data, uint64_t *len, char *why,
+                      size_t why_len) {
+    uint32_t off;
+    const char *problem = NULL;
+    int rc = read_u32(&r->table, &off, why, why_len);
+    if (rc == 0)
+        rc = dsc_mds_table_next(&r->t, off, len, &problem);
+    r->next++;
+    if (rc == DSC_ETOOLARGE) {
+        int skip = stream_read(&r->data, NULL, *len, why, why_len);
+        return skip < 0 ? skip : DSC_ETOOLARGE;
+    }
+    if (rc < 0) {
+        if (problem != NULL)
+            snprintf(why, why_len, "%s (the file changed since it was checked)", problem);
+        return rc;
+    }
+    if (*len > r->sample_cap) {
+        uint8_t *grown = realloc(r->sample, (size_t)*len);
+        if (grown == NULL) {
+            snprintf(why, why_len, "%s", dsc_strerror(DSC_ENOMEM));
+            return DSC_ENOMEM;
+        }
+        r->sample = grown;
+        r->sample_cap = (size_t)*len;
+    }
+    rc = stream_read(&r->data, r->sample, *len, why, why_len);
+    *data = r->sample;
+    return rc;
+}
+
+static void too_large_text(char *buf, size_t len, uint64_t bytes, uint64_t limit) {
+    snprintf(buf, len,
+             "the offset table declares %llu bytes for it, over the %llu-byte limit of a sample "
+             "(--max-sample-size); not read",
+             (unsigned long long)bytes, (unsigned long long)limit);
 }
 
 /* A dynamic ndarray column's common dtype and shape, found by a first pass over the shards. */
@@ -162,13 +434,17 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
     }
     if (optind != argc - 1)
         return dsc_cli_usage(CMD, "expected one DIR (holding index.json)");
-    if (ingest_options_check(CMD, &opt) < 0)
-        return DSC_CLI_USAGE;
+    int checked = ingest_options_check(CMD, &opt);
+    if (checked != DSC_CLI_OK)
+        return checked;
     const char *dir = argv[optind];
     int exit_code = DSC_CLI_FAIL;
     char index_path[4096];
     snprintf(index_path, sizeof index_path, "%s/index.json", dir);
-    uint8_t *text = NULL, *raw = NULL;
+    uint8_t *text = NULL;
+    shard_reader_t reader;
+    memset(&reader, 0, sizeof reader);
+    reader.table.fd = reader.data.fd = -1;
     size_t text_len = 0;
     dsc_mds_index_t index;
     memset(&index, 0, sizeof index);
@@ -234,28 +510,50 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
     if (have_dynamic) { /* first pass: the dynamic ndarrays' dtype and shape */
         uint64_t first_of_shard = 0;
         for (uint32_t s = 0; s < index.shard_count; first_of_shard += index.shards[s++].samples) {
-            char path[4096 + 256], why[512];
-            size_t raw_len = 0;
-            const char *problem = NULL;
-            dsc_mds_shard_t shard;
-            rc = load_shard(dir, &index.shards[s], &raw, &raw_len, path, sizeof path, why,
-                            sizeof why);
+            const dsc_mds_shard_info_t *info = &index.shards[s];
+            char why[512];
+            uint32_t over_index, over_count;
+            uint64_t over_bytes;
+            snprintf(reader.path, sizeof reader.path, "%s/%s", dir,
+                     info->zstd ? info->zip_basename : info->raw_basename);
+            rc = shard_check(reader.path, info, opt.max_sample, &over_index, &over_bytes,
+                             &over_count, why, sizeof why);
+            if (rc == 0 && over_count > 0 && !opt.skip_bad) {
+                too_large_text(why, sizeof why, over_bytes, opt.max_sample);
+                dsc_cli_fail(CMD,
+                             "%s: sample %u (dataset sample %llu): %s (--skip-bad skips bad "
+                             "samples)",
+                             reader.path, over_index,
+                             (unsigned long long)(first_of_shard + over_index), why);
+                goto cleanup;
+            }
             if (rc == 0)
-                rc = dsc_mds_shard_open(raw, raw_len, index.shards[s].samples, &shard, &problem);
+                rc = shard_open(&reader, info, opt.max_sample, why, sizeof why);
             if (rc < 0) {
-                free(raw);
-                raw = NULL;
+                shard_close(&reader);
                 if (opt.skip_bad)
                     continue; /* the second pass counts it */
                 dsc_cli_fail(CMD, "%s: shard %u (%llu samples): %s (--skip-bad skips bad samples)",
-                             path, s, (unsigned long long)index.shards[s].samples,
-                             problem ? problem : why);
+                             reader.path, s, (unsigned long long)info->samples, why);
                 goto cleanup;
             }
-            for (uint32_t i = 0; i < shard.samples; i++) {
+            for (uint32_t i = 0; i < info->samples; i++) {
                 dsc_mds_value_t values[DSC_MDS_MAX_COLUMNS];
                 dyn_ref_t seen[INGEST_MAX_FIELDS];
-                int bad = dsc_mds_sample(&shard, &index, i, values, &problem) < 0;
+                const uint8_t *data = NULL;
+                uint64_t len = 0;
+                const char *problem;
+                rc = shard_next(&reader, &data, &len, why, sizeof why);
+                if (rc == DSC_ETOOLARGE)
+                    continue; /* counted by the second pass */
+                if (rc < 0) {
+                    shard_close(&reader);
+                    if (opt.skip_bad)
+                        break;
+                    dsc_cli_fail(CMD, "%s: shard %u: %s", reader.path, s, why);
+                    goto cleanup;
+                }
+                int bad = dsc_mds_sample_split(&index, data, len, values, &problem) < 0;
                 if (bad)
                     snprintf(why, sizeof why, "%s", problem);
                 for (uint32_t f = 0; !bad && f < field_count; f++) {
@@ -270,7 +568,7 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
                     dsc_cli_fail(CMD,
                                  "%s: sample %u (dataset sample %llu): %s (--skip-bad skips bad "
                                  "samples)",
-                                 path, i, (unsigned long long)(first_of_shard + i), why);
+                                 reader.path, i, (unsigned long long)(first_of_shard + i), why);
                     goto cleanup;
                 }
                 for (uint32_t f = 0; f < field_count; f++) {
@@ -285,8 +583,7 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
                     }
                 }
             }
-            free(raw);
-            raw = NULL;
+            shard_close(&reader);
         }
         for (uint32_t f = 0; f < field_count; f++) {
             if (index.columns[column_of[f]].kind != DSC_MDS_NDARRAY_DYN)
@@ -334,30 +631,54 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
     uint64_t done = 0, ordinal = 0;
     for (uint32_t s = 0; s < index.shard_count; s++) {
         const dsc_mds_shard_info_t *info = &index.shards[s];
-        char path[4096 + 256], why[512], who[96];
-        size_t raw_len = 0;
+        char why[512], who[96];
         snprintf(who, sizeof who, "shard %u (%llu samples)", s, (unsigned long long)info->samples);
-        rc = load_shard(dir, info, &raw, &raw_len, path, sizeof path, why, sizeof why);
-        dsc_mds_shard_t shard;
-        const char *problem = NULL;
+        snprintf(reader.path, sizeof reader.path, "%s/%s", dir,
+                 info->zstd ? info->zip_basename : info->raw_basename);
+        uint32_t over_index, over_count;
+        uint64_t over_bytes;
+        rc = shard_check(reader.path, info, opt.max_sample, &over_index, &over_bytes, &over_count,
+                         why, sizeof why);
+        if (rc == 0 && over_count > 0 && !opt.skip_bad) { /* refused before it is read */
+            snprintf(who, sizeof who, "sample %u (dataset sample %llu)", over_index,
+                     (unsigned long long)(ordinal + over_index));
+            too_large_text(why, sizeof why, over_bytes, opt.max_sample);
+            ingest_run_bad(run, reader.path, who, 1, "%s", why);
+            goto cleanup;
+        }
         if (rc == 0)
-            rc = dsc_mds_shard_open(raw, raw_len, info->samples, &shard, &problem);
+            rc = shard_open(&reader, info, opt.max_sample, why, sizeof why);
         if (rc < 0) {
-            if (ingest_run_bad(run, path, who, info->samples, "%s", problem ? problem : why) != 0)
+            shard_close(&reader);
+            if (ingest_run_bad(run, reader.path, who, info->samples, "%s", why) != 0)
                 goto cleanup;
-            free(raw);
-            raw = NULL;
             ordinal += info->samples;
             done += info->zstd ? info->zip_bytes : info->raw_bytes;
             continue;
         }
-        for (uint32_t i = 0; i < shard.samples; i++, ordinal++) {
+        for (uint32_t i = 0; i < info->samples; i++, ordinal++) {
             dsc_mds_value_t values[DSC_MDS_MAX_COLUMNS];
-            rc = dsc_mds_sample(&shard, &index, i, values, &problem);
+            const uint8_t *data = NULL;
+            uint64_t len = 0;
+            const char *problem;
+            snprintf(who, sizeof who, "sample %u (dataset sample %llu)", i,
+                     (unsigned long long)ordinal);
+            rc = shard_next(&reader, &data, &len, why, sizeof why);
+            if (rc == DSC_ETOOLARGE) {
+                too_large_text(why, sizeof why, len, opt.max_sample);
+                if (ingest_run_bad(run, reader.path, who, 1, "%s", why) != 0)
+                    goto cleanup;
+                continue;
+            }
+            if (rc < 0) { /* the file changed since the check: the rest of the shard is lost */
+                if (ingest_run_bad(run, reader.path, who, info->samples - i, "%s", why) != 0)
+                    goto cleanup;
+                ordinal += info->samples - i;
+                break;
+            }
+            rc = dsc_mds_sample_split(&index, data, len, values, &problem);
             if (rc < 0) {
-                snprintf(who, sizeof who, "sample %u (dataset sample %llu)", i,
-                         (unsigned long long)ordinal);
-                if (ingest_run_bad(run, path, who, 1, "%s", problem) != 0)
+                if (ingest_run_bad(run, reader.path, who, 1, "%s", problem) != 0)
                     goto cleanup;
                 continue;
             }
@@ -372,17 +693,14 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
                                         &out[f], NULL, why, sizeof why);
             }
             if (bad) {
-                snprintf(who, sizeof who, "sample %u (dataset sample %llu)", i,
-                         (unsigned long long)ordinal);
-                if (ingest_run_bad(run, path, who, 1, "%s", why) != 0)
+                if (ingest_run_bad(run, reader.path, who, 1, "%s", why) != 0)
                     goto cleanup;
                 continue;
             }
             if (ingest_run_add(run, out) != 0)
                 goto cleanup;
         }
-        free(raw);
-        raw = NULL;
+        shard_close(&reader);
         done += info->zstd ? info->zip_bytes : info->raw_bytes;
         ingest_run_progress(run, done);
     }
@@ -391,7 +709,8 @@ int dsc_cmd_ingest_mds(int argc, char **argv) {
 
 cleanup:
     ingest_run_abort(run);
-    free(raw);
+    shard_close(&reader);
+    free(reader.sample);
     dsc_mds_index_free(&index);
     return exit_code;
 }

@@ -1,5 +1,6 @@
 /* dscache ingest megatron: a Megatron-LM / NeMo indexed dataset (PREFIX.idx + PREFIX.bin) into a
  * dataset: one sample per document (a variable-length token field) or packed --seq-len windows. */
+#include "dsc_sys.h"
 #include "ingest_common.h"
 #include "mmidx.h"
 
@@ -112,20 +113,34 @@ int dsc_cmd_ingest_megatron(int argc, char **argv) {
     }
     if (optind != argc - 1)
         return dsc_cli_usage(CMD, "expected one PREFIX (of PREFIX.idx and PREFIX.bin)");
-    if (ingest_options_check(CMD, &opt) < 0)
-        return DSC_CLI_USAGE;
+    int checked = ingest_options_check(CMD, &opt);
+    if (checked != DSC_CLI_OK)
+        return checked;
     const char *prefix = argv[optind];
     char idx_path[4096], bin_path[4096];
     snprintf(idx_path, sizeof idx_path, "%s.idx", prefix);
     snprintf(bin_path, sizeof bin_path, "%s.bin", prefix);
 
     int exit_code = DSC_CLI_FAIL;
-    mapped_t idx_map = {0}, bin_map = {0};
+    mapped_t idx_map = {0};
+    /* The .bin is read with pread into bounded buffers (a document at most --max-sample-size, a
+     * window), never mapped: its pages would count in the process's memory. */
+    struct {
+        int fd;
+        size_t len;
+    } bin_map = {-1, 0};
     ingest_run_t *run = NULL;
     uint8_t *scratch = NULL;
     size_t scratch_cap = 0;
-    if (map_file(idx_path, &idx_map) != 0 || map_file(bin_path, &bin_map) != 0)
+    if (map_file(idx_path, &idx_map) != 0)
         goto cleanup;
+    struct stat bin_st;
+    bin_map.fd = open(bin_path, O_RDONLY | O_CLOEXEC);
+    if (bin_map.fd < 0 || fstat(bin_map.fd, &bin_st) != 0) {
+        dsc_cli_fail(CMD, "%s: %s", bin_path, strerror(errno));
+        goto cleanup;
+    }
+    bin_map.len = (size_t)bin_st.st_size;
     dsc_mmidx_t idx;
     int rc = dsc_mmidx_parse(idx_map.data, idx_map.len, &idx);
     if (rc < 0) {
@@ -193,6 +208,14 @@ int dsc_cmd_ingest_megatron(int argc, char **argv) {
                         (unsigned long long)(bin_map.len - covered_end));
     }
     uint64_t window_bytes = seq_len ? (seq_len + 1) * idx.item_bytes : 0;
+    if (window_bytes > opt.max_sample) {
+        dsc_cli_fail(CMD,
+                     "--seq-len %llu: a window of %llu bytes, over the %llu-byte limit of a "
+                     "sample (--max-sample-size)",
+                     (unsigned long long)seq_len, (unsigned long long)window_bytes,
+                     (unsigned long long)opt.max_sample);
+        goto cleanup;
+    }
     uint64_t window_used = 0, done_bytes = 0;
     if (seq_len) {
         scratch = malloc((size_t)window_bytes);
@@ -224,14 +247,21 @@ int dsc_cmd_ingest_megatron(int argc, char **argv) {
         if (bad) {
             continue;
         }
+        if (seq_len == 0 && doc_bytes > opt.max_sample) { /* the index's sizes, before reading */
+            char who[64];
+            snprintf(who, sizeof who, "document %llu", (unsigned long long)d);
+            if (ingest_run_bad(run, idx_path, who, 1,
+                               "%llu sequences of %llu bytes in all (as the index declares), over "
+                               "the %llu-byte limit of a sample (--max-sample-size); not read",
+                               (unsigned long long)count, (unsigned long long)doc_bytes,
+                               (unsigned long long)opt.max_sample) != 0)
+                goto cleanup;
+            continue;
+        }
         if (seq_len == 0) {
             ingest_value_t value;
             uint64_t off, bytes;
-            if (count == 1) {
-                dsc_mmidx_sequence(&idx, first, bin_map.len, &off, &bytes);
-                value.data = bytes ? bin_map.data + off : NULL; /* an empty .bin maps nothing */
-                value.bytes = bytes;
-            } else {
+            {
                 if (doc_bytes > scratch_cap) {
                     uint8_t *grown = realloc(scratch, (size_t)doc_bytes);
                     if (grown == NULL) {
@@ -244,7 +274,10 @@ int dsc_cmd_ingest_megatron(int argc, char **argv) {
                 uint64_t at = 0;
                 for (uint64_t s = first; s < first + count; s++) {
                     dsc_mmidx_sequence(&idx, s, bin_map.len, &off, &bytes);
-                    memcpy(scratch + at, bin_map.data + off, (size_t)bytes);
+                    if ((rc = dsc_pread_full(bin_map.fd, scratch + at, bytes, off)) < 0) {
+                        dsc_cli_fail(CMD, "%s: read: %s", bin_path, dsc_strerror(rc));
+                        goto cleanup;
+                    }
                     at += bytes;
                 }
                 value.data = scratch;
@@ -260,7 +293,10 @@ int dsc_cmd_ingest_megatron(int argc, char **argv) {
                     uint64_t take = window_bytes - window_used;
                     if (take > bytes)
                         take = bytes;
-                    memcpy(scratch + window_used, bin_map.data + off, (size_t)take);
+                    if ((rc = dsc_pread_full(bin_map.fd, scratch + window_used, take, off)) < 0) {
+                        dsc_cli_fail(CMD, "%s: read: %s", bin_path, dsc_strerror(rc));
+                        goto cleanup;
+                    }
                     window_used += take;
                     off += take;
                     bytes -= take;
@@ -287,6 +323,7 @@ cleanup:
     ingest_run_abort(run);
     free(scratch);
     unmap_file(&idx_map);
-    unmap_file(&bin_map);
+    if (bin_map.fd >= 0)
+        close(bin_map.fd);
     return exit_code;
 }

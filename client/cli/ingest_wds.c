@@ -172,6 +172,10 @@ static void note_ignored(plan_t *plan, const dsc_wds_sample_t *s) {
 static int check_sample(plan_t *plan, const dsc_wds_sample_t *s, int final, ingest_value_t *values,
                         int64_t *int_values, char *why, size_t why_len) {
     dsc_npy_header_t headers[INGEST_MAX_FIELDS];
+    if (s->too_large != NULL) { /* refused before its data was read */
+        snprintf(why, why_len, "%s (--max-sample-size)", s->too_large);
+        return 1;
+    }
     if (s->duplicate != NULL) {
         snprintf(why, why_len, "two files with extension '%s'", s->duplicate);
         return 1;
@@ -357,7 +361,11 @@ int dsc_cmd_ingest_webdataset(int argc, char **argv) {
         dsc_cli_usage(CMD, "expected one or more SHARD.tar");
         goto cleanup_plan;
     }
-    if (argc - optind > MAX_TARS || ingest_options_check(CMD, &opt) < 0)
+    if (argc - optind > MAX_TARS) {
+        dsc_cli_usage(CMD, "at most %d tars", MAX_TARS);
+        goto cleanup_plan;
+    }
+    if ((exit_code = ingest_options_check(CMD, &opt)) != DSC_CLI_OK)
         goto cleanup_plan;
     for (uint32_t f = 0; f < plan->count; f++)
         resolve_auto(&plan->f[f]);
@@ -384,6 +392,8 @@ int dsc_cmd_ingest_webdataset(int argc, char **argv) {
     for (int t = 0; t < tar_count; t++) {
         dsc_wds_reader_t *r = NULL;
         int rc = dsc_wds_reader_open_file(tars[t], SCAN_PREFIX, &r);
+        if (r != NULL)
+            dsc_wds_reader_set_sample_limit(r, opt.max_sample);
         const dsc_wds_sample_t *s;
         while (rc == 0 && (rc = dsc_wds_reader_next(r, &s)) == 1) {
             rc = 0;
@@ -479,6 +489,8 @@ int dsc_cmd_ingest_webdataset(int argc, char **argv) {
     for (int t = 0; t < tar_count; t++) {
         dsc_wds_reader_t *r = NULL;
         int rc = dsc_wds_reader_open_file(tars[t], 0, &r);
+        if (r != NULL)
+            dsc_wds_reader_set_sample_limit(r, opt.max_sample);
         const dsc_wds_sample_t *s;
         while (rc == 0 && (rc = dsc_wds_reader_next(r, &s)) == 1) {
             rc = 0;

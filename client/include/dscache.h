@@ -611,9 +611,18 @@ typedef struct dsc_writer_options {
     dsc_log_fn log_fn; /* NULL: quiet (or DSCACHE_LOG) */
     void *log_ctx;
     int log_level; /* default DSC_LOG_WARN */
-    int replace;   /* 0 (default): path must not exist. 1: path may be an existing directory:
-                      finish removes its manifest.json (first) and shard-*.dsc files, moves the
-                      new shards in and the manifest last; other files there are kept */
+    int replace;   /* 0 (default): path must not exist (-EEXIST, the message says to pass
+                      replace). 1: path may be an existing directory holding a dataset
+                      (manifest.json and shard-*.dsc files only; anything else: -ENOTEMPTY) or
+                      nothing: finish swaps the new directory with it in one rename (renameat2
+                      RENAME_EXCHANGE), so path holds the whole old or the whole new dataset at
+                      every instant, then removes the old one. Where the filesystem cannot
+                      exchange, the old directory is renamed to ".NAME.old-PID-N" first and the
+                      new one to path (path is missing for that moment; a crash there leaves the
+                      old dataset whole under that name, which the next writer of path reports).
+                      create removes the ".NAME.tmp-*" (and, once path holds a dataset,
+                      ".NAME.old-*") directories left beside path by writers that died, logging
+                      each at WARN. */
 } dsc_writer_options_t;
 
 /* One field's value in dsc_writer_add: `bytes` bytes at data, in the field's dtype, C order,
@@ -653,7 +662,8 @@ DSC_EXTERN int dsc_writer_options_init(dsc_writer_options_t *options, size_t str
  * path and starts the compression threads. Nothing appears at path before finish. Returns 0 and
  * *out (the caller ends it with dsc_writer_finish or dsc_writer_abort), or DSC_EINVAL (a bad
  * option or field spec: dsc_writer_last_error(NULL, ...) says which), -EEXIST (path exists and
- * replace is 0), -ENOTDIR (replace and path is not a directory), DSC_ENOMEM, or -errno from
+ * replace is 0), -ENOTDIR (replace and path is not a directory), -ENOTEMPTY (replace and path
+ * holds files that are not a dataset's), DSC_ENOMEM, or -errno from
  * creating the directories. Blocks for the mkdir only. */
 DSC_EXTERN int dsc_writer_create(const dsc_writer_options_t *options, dsc_writer_t **out);
 /* Appends one sample: values[i] for schema field i, count == the field count. A fixed field's
@@ -679,9 +689,10 @@ DSC_EXTERN int dsc_writer_last_error(const dsc_writer_t *w, char *buf, size_t le
 /* Flushes the last chunk, waits for the compression threads, writes the last shard, the
  * manifest last, fsyncs, and renames the temporary directory to path (atomic: path appears
  * complete). Fills *stats when non-NULL (stats->struct_size set by the caller). Frees w
- * whatever it returns; on failure nothing is left at path (with replace, the old dataset may be
- * gone) nor in the temporary directory. Returns 0, DSC_EINVAL (no sample was added, or an
- * earlier write failed), -EEXIST (path appeared meanwhile), DSC_ENOMEM or -errno; then
+ * whatever it returns; on failure nothing new is left at path (with replace, path still holds
+ * the whole old dataset) nor in the temporary directory. Returns 0, DSC_EINVAL (no sample was
+ * added, or an earlier write failed), -EEXIST (path appeared meanwhile), -ENOTEMPTY (replace: files
+ * that are not a dataset's appeared in path; nothing replaced), DSC_ENOMEM or -errno; then
  * dsc_writer_last_error(NULL, ...) says why. */
 DSC_EXTERN int dsc_writer_finish(dsc_writer_t *w, dsc_writer_stats_t *stats);
 /* Stops the threads, removes everything written (the temporary directory) and frees w; nothing

@@ -359,6 +359,62 @@ int dsc_mds_shard_open(const uint8_t *buf, size_t len, uint64_t expected_samples
     return 0;
 }
 
+int dsc_mds_table_begin(dsc_mds_table_t *t, uint32_t count, uint64_t expected_samples,
+                        uint64_t shard_bytes, uint64_t sample_limit, const char **problem) {
+    memset(t, 0, sizeof *t);
+    *problem = NULL;
+    if (count != expected_samples) {
+        *problem = "sample count disagrees with index.json";
+        return DSC_EBADHEADER;
+    }
+    t->samples = count;
+    t->table_end = 4 + ((uint64_t)count + 1) * 4;
+    t->shard_bytes = shard_bytes;
+    t->sample_limit = sample_limit;
+    if (t->table_end > shard_bytes) {
+        *problem = "shorter than its offset table";
+        return DSC_ETRUNCATED;
+    }
+    return 0;
+}
+
+int dsc_mds_table_next(dsc_mds_table_t *t, uint32_t offset, uint64_t *sample_bytes,
+                       const char **problem) {
+    *problem = NULL;
+    *sample_bytes = 0;
+    if (t->given > t->samples)
+        return DSC_ERANGE;
+    if (t->given == 0) {
+        if (offset < t->table_end) {
+            *problem = "first sample offset inside the offset table";
+            return DSC_EBADHEADER;
+        }
+        if (offset > t->shard_bytes) {
+            *problem = "the first sample starts past the end of the shard";
+            return DSC_ETRUNCATED;
+        }
+        t->first = t->prev = offset;
+        t->given = 1;
+        return 0;
+    }
+    if (offset < t->prev) {
+        *problem = "sample offsets decrease";
+        return DSC_EBADHEADER;
+    }
+    if (offset > t->shard_bytes) {
+        *problem = "a sample ends past the end of the shard";
+        return DSC_ETRUNCATED;
+    }
+    *sample_bytes = (uint64_t)offset - t->prev;
+    t->prev = offset;
+    t->given++;
+    if (*sample_bytes > t->sample_limit) {
+        *problem = "a sample over the size limit";
+        return DSC_ETOOLARGE;
+    }
+    return 0;
+}
+
 int dsc_mds_sample(const dsc_mds_shard_t *shard, const dsc_mds_index_t *index, uint32_t i,
                    dsc_mds_value_t *values, const char **problem) {
     *problem = NULL;
@@ -366,8 +422,15 @@ int dsc_mds_sample(const dsc_mds_shard_t *shard, const dsc_mds_index_t *index, u
         return DSC_ERANGE;
     uint32_t begin = load_u32(shard->buf + 4 + 4 * (uint64_t)i);
     uint32_t end = load_u32(shard->buf + 8 + 4 * (uint64_t)i);
-    const uint8_t *p = shard->buf + begin;
-    uint64_t left = end - begin; /* open checked the order and the bounds */
+    /* open checked the order and the bounds */
+    return dsc_mds_sample_split(index, shard->buf + begin, end - begin, values, problem);
+}
+
+int dsc_mds_sample_split(const dsc_mds_index_t *index, const uint8_t *data, uint64_t len,
+                         dsc_mds_value_t *values, const char **problem) {
+    *problem = NULL;
+    const uint8_t *p = data;
+    uint64_t left = len;
     uint64_t sizes[DSC_MDS_MAX_COLUMNS];
     for (uint32_t c = 0; c < index->column_count; c++) {
         if (index->columns[c].size != 0) {

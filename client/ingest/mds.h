@@ -79,6 +79,37 @@ typedef struct dsc_mds_value {
     uint64_t bytes;
 } dsc_mds_value_t;
 
+/* The offset table read piece by piece (a shard streamed, not held): begin with the shard's
+ * sample count field, then give the n + 1 offsets in order to next. Checks what
+ * dsc_mds_shard_open checks (count, first offset past the table, never decreasing, the last
+ * within shard_bytes) and, offset by offset, each sample's size against sample_limit. Pure. */
+typedef struct dsc_mds_table {
+    uint32_t samples;     /* the count field */
+    uint64_t table_end;   /* 4 + 4 (samples + 1): where the table ends */
+    uint64_t shard_bytes; /* the decompressed shard's size */
+    uint64_t sample_limit;
+    uint64_t given; /* offsets given so far */
+    uint32_t first; /* offset 0: where the samples start */
+    uint32_t prev;  /* the last offset given */
+} dsc_mds_table_t;
+
+/* Returns 0, DSC_EBADHEADER (the count disagrees with expected_samples) or DSC_ETRUNCATED (the
+ * table alone passes shard_bytes); *problem says which. */
+int dsc_mds_table_begin(dsc_mds_table_t *t, uint32_t count, uint64_t expected_samples,
+                        uint64_t shard_bytes, uint64_t sample_limit, const char **problem);
+/* Takes the next offset (offset i, i = 0..samples). For i >= 1 sets *sample_bytes to sample
+ * i - 1's size. Returns 0, DSC_ETOOLARGE (sample i - 1 is over sample_limit: a sample-level
+ * refusal, the table stays usable), DSC_EBADHEADER or DSC_ETRUNCATED (the table is damaged:
+ * *problem says how; stop there), DSC_ERANGE (more offsets than the table
+ * holds). */
+int dsc_mds_table_next(dsc_mds_table_t *t, uint32_t offset, uint64_t *sample_bytes,
+                       const char **problem);
+
+/* Splits one sample's bytes data[0..len) into values[0..column_count) as dsc_mds_sample does
+ * (the pointers are into data). Returns 0 or DSC_ECORRUPT (*problem says which). Pure. */
+int dsc_mds_sample_split(const dsc_mds_index_t *index, const uint8_t *data, uint64_t len,
+                         dsc_mds_value_t *values, const char **problem);
+
 /* Splits sample i into values[0..column_count): the u32 sizes of the variable columns, then the
  * columns in order, which must fill the sample's bytes exactly. Returns 0, DSC_ERANGE (i out of
  * range) or DSC_ECORRUPT (sizes disagree with the sample's length; *problem says which). */

@@ -60,7 +60,11 @@ typedef struct member_slot {
 struct dsc_wds_reader {
     struct archive *archive;
     uint64_t prefix_limit;
-    int error; /* sticky */
+    uint64_t sample_limit;
+    uint64_t sample_bytes; /* the sample's files so far, as declared (or counted) */
+    char too_large[DSC_WDS_MAX_NAME + 256];
+    uint8_t *scratch; /* 64 KiB: file data counted but not held */
+    int error;        /* sticky */
     char message[512];
     /* the sample being built */
     char key[DSC_WDS_MAX_NAME + 1];
@@ -77,6 +81,7 @@ struct dsc_wds_reader {
     int pending;
     char pending_path[DSC_WDS_MAX_NAME + 1];
     uint64_t pending_size;
+    int pending_known;
     uint64_t bytes, skipped_files;
     int at_end;
 };
@@ -104,6 +109,7 @@ static dsc_wds_reader_t *reader_new(uint64_t prefix_limit) {
     if (r == NULL)
         return NULL;
     r->prefix_limit = prefix_limit;
+    r->sample_limit = DSC_WDS_DEFAULT_SAMPLE_LIMIT;
     r->archive = archive_read_new();
     if (r->archive == NULL) {
         free(r);
@@ -133,8 +139,58 @@ int dsc_wds_reader_open_memory(const void *buf, size_t len, uint64_t prefix_limi
     return 0;
 }
 
-/* Reads the current entry's data (size bytes) into a new member with extension ext. */
-static int add_member(dsc_wds_reader_t *r, const char *ext, uint64_t size) {
+void dsc_wds_reader_set_sample_limit(dsc_wds_reader_t *r, uint64_t bytes) {
+    r->sample_limit = bytes;
+}
+
+/* Makes room for `more` bytes after data_used. */
+static int reserve(dsc_wds_reader_t *r, uint64_t more) {
+    if (more > SIZE_MAX / 4 - r->data_used)
+        return set_error(r, DSC_ETOOLARGE, "a file too large to hold in memory");
+    if (r->data_used + more <= r->data_cap)
+        return 0;
+    size_t cap = r->data_cap ? r->data_cap : 1 << 16;
+    while (cap < r->data_used + more)
+        cap *= 2;
+    uint8_t *grown = realloc(r->data, cap);
+    if (grown == NULL)
+        return set_error(r, DSC_ENOMEM, "out of memory holding a sample");
+    r->data = grown;
+    r->data_cap = cap;
+    return 0;
+}
+
+/* Reads the rest of the current entry without holding it; adds its bytes to *counted. */
+static int count_rest(dsc_wds_reader_t *r, uint64_t *counted) {
+    if (r->scratch == NULL && (r->scratch = malloc(1 << 16)) == NULL)
+        return set_error(r, DSC_ENOMEM, "out of memory");
+    for (;;) {
+        la_ssize_t n = archive_read_data(r->archive, r->scratch, 1 << 16);
+        if (n < 0)
+            return archive_failure(r, "reading a file");
+        if (n == 0)
+            return 0;
+        *counted += (uint64_t)n;
+    }
+}
+
+/* Notes that the sample is over the limit, naming the file and its size. */
+static void over_limit(dsc_wds_reader_t *r, const char *path, uint64_t size, int declared) {
+    if (r->too_large[0] != '\0')
+        return; /* the first file over it is named */
+    snprintf(
+        r->too_large, sizeof r->too_large,
+        "file %s: %llu bytes%s, over the %llu-byte limit of a sample (the sample's files up to "
+        "this one: %llu bytes)",
+        path, (unsigned long long)size,
+        declared ? " as its header declares" : " (read to its end: its header gives no size)",
+        (unsigned long long)r->sample_limit, (unsigned long long)r->sample_bytes);
+}
+
+/* Reads the current entry's data into a new member with extension ext: size bytes as the
+ * header declares (known), or read to the end of the entry (not known). */
+static int add_member(dsc_wds_reader_t *r, const char *path, const char *ext, uint64_t size,
+                      int known) {
     if (r->count == DSC_WDS_MAX_MEMBERS)
         return set_error(r, DSC_ETOOLARGE, "more files in one sample than the reader takes");
     size_t ext_len = strlen(ext);
@@ -145,20 +201,60 @@ static int add_member(dsc_wds_reader_t *r, const char *ext, uint64_t size) {
     for (size_t i = 0; i <= ext_len; i++)
         r->names[r->names_used + i] = (char)tolower((unsigned char)ext[i]);
     r->names_used += ext_len + 1;
-    uint64_t keep = r->prefix_limit && size > r->prefix_limit ? r->prefix_limit : size;
-    if (keep > SIZE_MAX / 2 - r->data_used)
-        return set_error(r, DSC_ETOOLARGE, "a file too large to hold in memory");
-    if (r->data_used + keep > r->data_cap) {
-        size_t cap = r->data_cap ? r->data_cap : 1 << 16;
-        while (cap < r->data_used + keep)
-            cap *= 2;
-        uint8_t *grown = realloc(r->data, cap);
-        if (grown == NULL)
-            return set_error(r, DSC_ENOMEM, "out of memory holding a sample");
-        r->data = grown;
-        r->data_cap = cap;
-    }
     slot->data_off = r->data_used;
+    uint64_t room = r->sample_limit > r->sample_bytes ? r->sample_limit - r->sample_bytes : 0;
+    if (r->too_large[0] != '\0')
+        room = 0; /* the sample is refused already: nothing more of it is held */
+    if (!known) {
+        /* No size in the header: read in pieces, hold up to the prefix and the limit, count
+         * the rest to report the real size. */
+        uint64_t hold = r->prefix_limit && r->prefix_limit < room ? r->prefix_limit : room;
+        uint64_t got = 0, counted = 0;
+        int rc;
+        for (;;) {
+            uint64_t want = hold - got < (1u << 16) ? hold - got : (1u << 16);
+            if (want == 0)
+                break;
+            if ((rc = reserve(r, want)) < 0)
+                return rc;
+            la_ssize_t n =
+                archive_read_data(r->archive, r->data + r->data_used + got, (size_t)want);
+            if (n < 0)
+                return archive_failure(r, "reading a file");
+            if (n == 0)
+                break;
+            got += (uint64_t)n;
+        }
+        counted = got;
+        if (got == hold && (rc = count_rest(r, &counted)) < 0)
+            return rc;
+        if (counted > room && r->too_large[0] == '\0')
+            over_limit(r, path, counted, 0);
+        r->sample_bytes += counted;
+        r->data_used += got;
+        r->bytes += counted;
+        slot->size = counted;
+        slot->held = got;
+        r->count++;
+        return 0;
+    }
+    /* The declared size against the limit before any byte of the file is read. */
+    if (size > room) {
+        r->sample_bytes += size;
+        over_limit(r, path, size, 1);
+        if (archive_read_data_skip(r->archive) != ARCHIVE_OK)
+            return archive_failure(r, "skipping a file over the sample limit");
+        r->bytes += size;
+        slot->size = size;
+        slot->held = 0;
+        r->count++;
+        return 0;
+    }
+    r->sample_bytes += size;
+    uint64_t keep = r->prefix_limit && size > r->prefix_limit ? r->prefix_limit : size;
+    int rc = reserve(r, keep);
+    if (rc < 0)
+        return rc;
     uint64_t got = 0;
     while (got < keep) {
         la_ssize_t n =
@@ -185,6 +281,8 @@ static int start_sample(dsc_wds_reader_t *r, const char *path, size_t key_len) {
     r->count = 0;
     r->names_used = 0;
     r->data_used = 0;
+    r->sample_bytes = 0;
+    r->too_large[0] = '\0';
     return 0;
 }
 
@@ -194,6 +292,7 @@ static void finish_sample(dsc_wds_reader_t *r, const dsc_wds_sample_t **out) {
     r->sample.member_count = r->count;
     r->sample.members = r->members;
     r->sample.duplicate = NULL;
+    r->sample.too_large = r->too_large[0] ? r->too_large : NULL;
     for (uint32_t i = 0; i < r->count; i++) {
         r->members[i].ext = r->names + r->slots[i].ext_off;
         static const uint8_t empty[1];
@@ -220,7 +319,7 @@ int dsc_wds_reader_next(dsc_wds_reader_t *r, const dsc_wds_sample_t **out) {
         dsc_wds_split(r->pending_path, &key_len, &ext);
         start_sample(r, r->pending_path, key_len);
         r->pending = 0;
-        int rc = add_member(r, ext, r->pending_size);
+        int rc = add_member(r, r->pending_path, ext, r->pending_size, r->pending_known);
         if (rc < 0)
             return rc;
     }
@@ -244,9 +343,12 @@ int dsc_wds_reader_next(dsc_wds_reader_t *r, const dsc_wds_sample_t **out) {
         size_t path_len = strlen(path);
         if (path_len > DSC_WDS_MAX_NAME)
             return set_error(r, DSC_ETOOLARGE, "a file name over 1024 bytes");
-        int64_t size = archive_entry_size(entry);
+        /* a header may give no size (libarchive then says 0 and size_is_set 0): the data is
+         * read in bounded pieces instead of trusted */
+        int known = archive_entry_size_is_set(entry) != 0;
+        int64_t size = known ? archive_entry_size(entry) : 0;
         if (size < 0)
-            return set_error(r, DSC_EBADHEADER, "a file without a size");
+            return set_error(r, DSC_EBADHEADER, "a file with a negative size");
         size_t key_len;
         const char *ext;
         if (dsc_wds_split(path, &key_len, &ext) < 0) {
@@ -256,13 +358,14 @@ int dsc_wds_reader_next(dsc_wds_reader_t *r, const dsc_wds_sample_t **out) {
         if (r->count > 0 && (strlen(r->key) != key_len || memcmp(r->key, path, key_len) != 0)) {
             memcpy(r->pending_path, path, path_len + 1);
             r->pending_size = (uint64_t)size;
+            r->pending_known = known;
             r->pending = 1;
             finish_sample(r, out);
             return 1;
         }
         if (r->count == 0)
             start_sample(r, path, key_len);
-        rc = add_member(r, ext, (uint64_t)size);
+        rc = add_member(r, path, ext, (uint64_t)size, known);
         if (rc < 0)
             return rc;
     }
@@ -294,5 +397,6 @@ void dsc_wds_reader_close(dsc_wds_reader_t *r) {
         return;
     archive_read_free(r->archive);
     free(r->data);
+    free(r->scratch);
     free(r);
 }

@@ -35,6 +35,12 @@ typedef struct dsc_wds_sample {
     uint32_t member_count; /* >= 1 */
     dsc_wds_member_t *members;
     const char *duplicate; /* an extension seen twice in this sample, else NULL */
+    /* The sample's files together declare (or, a file without a size in its header, hold) more
+     * than the reader's sample limit: what and how much, e.g. "file s01.bin: 536870912 bytes,
+     * over the 268435456-byte limit of a sample (the sample's files: 536870913 bytes)"; else
+     * NULL. The data of the file that passed the limit, and of the sample's later files, is
+     * not held (held 0): the sample is to be refused. */
+    const char *too_large;
 } dsc_wds_sample_t;
 
 typedef struct dsc_wds_reader dsc_wds_reader_t;
@@ -46,6 +52,13 @@ typedef struct dsc_wds_reader dsc_wds_reader_t;
 int dsc_wds_reader_open_file(const char *path, uint64_t prefix_limit, dsc_wds_reader_t **out);
 int dsc_wds_reader_open_memory(const void *buf, size_t len, uint64_t prefix_limit,
                                dsc_wds_reader_t **out);
+/* Sets the bound on the bytes of one sample's files (their sizes as the tar headers declare
+ * them, checked before a file's data is read; a file whose header gives no size is read in
+ * pieces and stopped at the bound, then counted to its end without being held). Default:
+ * DSC_WDS_DEFAULT_SAMPLE_LIMIT. The reader's memory is then at most the limit (or the prefix
+ * limit times the files of a sample) plus 64 KiB, whatever the tar. */
+#define DSC_WDS_DEFAULT_SAMPLE_LIMIT (256ull << 20)
+void dsc_wds_reader_set_sample_limit(dsc_wds_reader_t *reader, uint64_t bytes);
 /* The next sample: returns 1 and *out (valid until the next call), 0 at the end of the tar, or
  * DSC_ETRUNCATED (the tar ends inside a file or a header), DSC_EBADHEADER (a damaged header),
  * DSC_ETOOLARGE (over DSC_WDS_MAX_MEMBERS files or a name over DSC_WDS_MAX_NAME), DSC_ENOMEM,

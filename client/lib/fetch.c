@@ -11,6 +11,7 @@
 #include "scheduler.h"
 #include "util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -519,8 +520,19 @@ static void io_loop(dsc_io_t *io) {
              * again for these chunks. */
             for (uint32_t i = 0; i < done.count; i++) {
                 int r = dsc__chunk_requeue(loader, done.chunks[i], io->peer, rc, 1);
-                if (r < 0)
+                if (r == DSC_ECHANGED) {
+                    /* No replica serves the version this loader read: say which dataset and
+                     * which server, so that a job that dies of it names both. */
+                    char text[DSC_MAX_NAME + DSC_MEMBER_MAX + 256];
+                    snprintf(text, sizeof text,
+                             "dataset '%s' changed on server %s since this loader opened it (a "
+                             "new version replaced it there: %s); open a new loader to read it",
+                             loader->cfg.dataset, loader->net.peers[io->peer].addr,
+                             dsc_err_name(r));
+                    dsc__loader_fail_with(loader, r, text);
+                } else if (r < 0) {
                     dsc__loader_fail(loader, r);
+                }
             }
             pthread_cond_broadcast(&loader->io_cv);
         } else if (rc < 0) {

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -67,6 +68,7 @@ struct dsc_writer {
     char *path;    /* target directory */
     char *tmp_dir; /* hidden temporary directory beside it */
     char *parent;  /* the directory holding both */
+    char *base;    /* path's last component */
     char name[DSC_MAX_NAME];
     dsc_schema_t schema;
     int codec, level, replace;
@@ -401,8 +403,13 @@ static int make_dirs(const char *dir) {
     return 0;
 }
 
-/* Removes every entry of dir (plain files only: the writer makes nothing else) and dir. */
+/* Removes every entry of dir (plain files only: the writer makes nothing else) and dir; its
+ * manifest first, so that a dataset being removed stops being one at once. */
 static void remove_dir(const char *dir) {
+    char *manifest = join(dir, DSC_MANIFEST_FILE);
+    if (manifest != NULL)
+        unlink(manifest);
+    free(manifest);
     DIR *d = opendir(dir);
     if (d != NULL) {
         struct dirent *ent;
@@ -431,6 +438,105 @@ static int rename_noreplace(const char *from, const char *to) {
     if (lstat(to, &st) == 0)
         return -EEXIST;
     return rename(from, to) == 0 ? 0 : -errno;
+}
+
+/* A test hook: DSC_TEST_WRITER_PAUSE_MS=N sleeps N ms after each shard file and at each step of
+ * a replace, so that a test can kill the writer at every point of the swap. */
+static void test_pause(void) {
+    static int pause_ms = -1;
+    if (pause_ms < 0) {
+        const char *v = getenv("DSC_TEST_WRITER_PAUSE_MS");
+        pause_ms = v != NULL ? atoi(v) : 0;
+    }
+    if (pause_ms > 0) {
+        struct timespec ts = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* 1 for the names a dataset directory holds: manifest.json (and its temporary), shard-*.dsc
+ * (and their temporaries). */
+static int dataset_file(const char *name) {
+    size_t len = strlen(name);
+    if (strcmp(name, DSC_MANIFEST_FILE) == 0 || strncmp(name, DSC_MANIFEST_FILE ".tmp", 17) == 0)
+        return 1;
+    return strncmp(name, "shard-", 6) == 0 &&
+           ((len > 10 && strcmp(name + len - 4, ".dsc") == 0) ||
+            (len > 14 && strcmp(name + len - 8, ".dsc.tmp") == 0));
+}
+
+/* Checks that dir may be replaced whole: it holds only a dataset's files (or nothing). Returns
+ * 0, -ENOTEMPTY (something else is there: the message names it) or -errno. */
+static int check_replaceable(dsc_writer_t *w, const char *dir) {
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        int rc = -errno;
+        set_error(w, "cannot read %s: %s", dir, dsc_strerror(rc));
+        return rc;
+    }
+    int rc = 0;
+    struct dirent *ent;
+    while (rc == 0 && (ent = readdir(d)) != NULL) {
+        if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
+            continue;
+        if (!dataset_file(ent->d_name)) {
+            set_error(w,
+                      "%s holds '%s', which is not part of a dataset: a replace swaps the whole "
+                      "directory, so it refuses one holding anything but %s and shard-*.dsc "
+                      "files (move it away first)",
+                      dir, ent->d_name, DSC_MANIFEST_FILE);
+            rc = -ENOTEMPTY;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Leftovers of writers of the same target that died (a kill, a crash): ".BASE.tmp-PID-N" (a
+ * dataset being written, or the old one being removed after a swap) and ".BASE.old-PID-N" (the
+ * old dataset moved aside by a replace without RENAME_EXCHANGE). A temporary is removed; an old
+ * one is removed once path holds a dataset again, else kept and reported (it is the only copy).
+ * Only directories of processes no longer alive on this host are touched. Logged at WARN. */
+static void clean_leftovers(dsc_writer_t *w) {
+    DIR *d = opendir(w->parent);
+    if (d == NULL)
+        return;
+    size_t blen = strlen(w->base);
+    struct stat st;
+    char *manifest = join(w->path, DSC_MANIFEST_FILE);
+    int target_whole = manifest != NULL && stat(manifest, &st) == 0;
+    free(manifest);
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        const char *n = ent->d_name;
+        if (n[0] != '.' || strncmp(n + 1, w->base, blen) != 0)
+            continue;
+        const char *kind = n + 1 + blen;
+        int old = strncmp(kind, ".old-", 5) == 0;
+        if (!old && strncmp(kind, ".tmp-", 5) != 0)
+            continue;
+        char *end;
+        long pid = strtol(kind + 5, &end, 10);
+        if (pid <= 0 || *end != '-' || pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* its writer may still be at work */
+        char *p = join(w->parent, n);
+        if (p == NULL)
+            continue;
+        if (old && !target_whole) {
+            DSC_LOG(&w->log, DSC_LOG_WARN,
+                    "%s holds the previous dataset of %s, left by a replace that was interrupted "
+                    "before the new one was in place: rename it to %s to keep it (not removed)",
+                    p, w->path, w->path);
+        } else if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+            remove_dir(p);
+            DSC_LOG(&w->log, DSC_LOG_WARN, "removed %s, left by an interrupted writer of %s", p,
+                    w->path);
+        }
+        free(p);
+    }
+    closedir(d);
 }
 
 /* ---- Workers -------------------------------------------------------------------------------- */
@@ -632,6 +738,7 @@ static int close_shard(dsc_writer_t *w) {
     w->shard_count++;
     w->stats.shards++;
     w->stats.file_bytes += size;
+    test_pause();
     rc = 0;
     goto done;
 io:
@@ -822,13 +929,17 @@ static int check_values(dsc_writer_t *w, const dsc_writer_value_t *values, uint6
 /* Appends one checked sample to the chunk being filled (cutting chunks as needed). */
 static int append_sample(dsc_writer_t *w, const dsc_writer_value_t *values) {
     int rc;
-    uint64_t values_bytes = 0;
-    for (uint32_t f = 0; f < w->schema.field_count; f++)
-        if (w->schema.fields[f].variable)
-            values_bytes += values[f].bytes; /* each < 2^64 / 16 after the size check below */
-    for (uint32_t f = 0; f < w->schema.field_count; f++)
-        if (w->schema.fields[f].variable && values[f].bytes > DSC_CHUNK_MAX_RAW)
-            values_bytes = UINT64_MAX;
+    /* the real sum (for the message), and whether any value alone passes a chunk's bound */
+    uint64_t values_bytes = 0, declared = 0;
+    int over = 0;
+    for (uint32_t f = 0; f < w->schema.field_count; f++) {
+        if (!w->schema.fields[f].variable)
+            continue;
+        if (__builtin_add_overflow(declared, values[f].bytes, &declared))
+            declared = UINT64_MAX;
+        over |= values[f].bytes > DSC_CHUNK_MAX_RAW;
+    }
+    values_bytes = over ? UINT64_MAX : declared; /* each <= 2^28 when not over: no overflow */
     /* A chunk never passes 256 MiB, and with variable fields not 4 * chunk_bytes either (unless
      * one sample alone does): close it early, as its shard's last (the only chunk that may be
      * short), when this sample would take it over; the next shard plans its chunks anew. */
@@ -842,10 +953,10 @@ static int append_sample(dsc_writer_t *w, const dsc_writer_value_t *values) {
     }
     if (values_bytes == UINT64_MAX || fill_size(w, 1, values_bytes) > DSC_CHUNK_MAX_RAW) {
         set_error(w,
-                  "sample %llu: %llu bytes of variable fields, over what one chunk can hold "
+                  "sample %llu: %llu%s bytes of variable fields, over what one chunk can hold "
                   "(%u bytes with the rest of its sample)",
-                  (unsigned long long)w->samples, (unsigned long long)values_bytes,
-                  DSC_CHUNK_MAX_RAW);
+                  (unsigned long long)w->samples, (unsigned long long)declared,
+                  declared == UINT64_MAX ? " or more" : "", DSC_CHUNK_MAX_RAW);
         return DSC_ETOOLARGE;
     }
     for (uint32_t f = 0; f < w->schema.field_count; f++) {
@@ -1064,6 +1175,7 @@ static void writer_free(dsc_writer_t *w) {
     free(w->path);
     free(w->tmp_dir);
     free(w->parent);
+    free(w->base);
     free(w);
 }
 
@@ -1190,7 +1302,15 @@ DSC_EXTERN int dsc_writer_create(const dsc_writer_options_t *options, dsc_writer
     struct stat st;
     if (lstat(w->path, &st) == 0) {
         if (!w->replace) {
-            set_error(NULL, "%s exists (a writer creates a new dataset directory)", w->path);
+            char *m = join(w->path, DSC_MANIFEST_FILE);
+            struct stat mst;
+            int dataset = m != NULL && stat(m, &mst) == 0;
+            free(m);
+            set_error(NULL,
+                      "%s exists%s: a writer creates a new dataset directory; to replace it, "
+                      "pass replace (dscache ingest --replace, dscache.Writer(replace=True), "
+                      "dsc_writer_options_t.replace = 1)",
+                      w->path, dataset ? " and holds a dataset" : "");
             rc = -EEXIST;
             goto fail;
         }
@@ -1199,11 +1319,18 @@ DSC_EXTERN int dsc_writer_create(const dsc_writer_options_t *options, dsc_writer
             rc = -ENOTDIR;
             goto fail;
         }
+        if ((rc = check_replaceable(NULL, w->path)) < 0)
+            goto fail;
     }
     if ((rc = make_dirs(w->parent)) < 0) {
         set_error(NULL, "cannot create %s: %s", w->parent, dsc_strerror(rc));
         goto fail;
     }
+    if ((w->base = strdup(base)) == NULL) {
+        rc = DSC_ENOMEM;
+        goto fail;
+    }
+    clean_leftovers(w);
     char tmp_name[DSC_MAX_NAME + 64];
     for (int attempt = 0;; attempt++) {
         snprintf(tmp_name, sizeof tmp_name, ".%s.tmp-%ld-%u", base, (long)getpid(),
@@ -1273,7 +1400,24 @@ fail:
     return rc;
 }
 
-/* Moves the finished temporary directory to path (replace: into the existing directory). */
+static int rename_exchange(const char *a, const char *b) {
+#if defined(__linux__) && defined(SYS_renameat2)
+    if (syscall(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, 2 /* RENAME_EXCHANGE */) == 0)
+        return 0;
+    return -errno;
+#else
+    (void)a;
+    (void)b;
+    return -ENOSYS;
+#endif
+}
+
+/* Moves the finished temporary directory to path. Replacing an existing directory, the two are
+ * swapped in one step (renameat2 RENAME_EXCHANGE), so path holds the whole old dataset or the
+ * whole new one at every instant; the old one, now under the temporary name, is then removed
+ * (its manifest first). Where the filesystem cannot exchange, the old directory is renamed to
+ * ".BASE.old-PID-N" and the new one to path: path is missing in between, and a crash there
+ * leaves the old dataset whole under that name (the next writer of path reports it). */
 static int publish(dsc_writer_t *w) {
     int rc;
     struct stat st;
@@ -1285,48 +1429,54 @@ static int publish(dsc_writer_t *w) {
         }
         return fsync_dir(w->parent);
     }
-    /* Into an existing directory: the old manifest goes first (the old dataset disappears
-     * whole), then its shard files; the new shards come in, the manifest last. */
-    char *old_manifest = join(w->path, DSC_MANIFEST_FILE);
-    if (old_manifest == NULL)
-        return DSC_ENOMEM;
-    rc = unlink(old_manifest) == 0 || errno == ENOENT ? 0 : -errno;
-    free(old_manifest);
-    if (rc < 0) {
-        set_error(w, "cannot remove the old %s/%s: %s", w->path, DSC_MANIFEST_FILE,
-                  dsc_strerror(rc));
+    if (!S_ISDIR(st.st_mode)) {
+        set_error(w, "%s is no longer a directory: not replaced", w->path);
+        return -ENOTDIR;
+    }
+    if ((rc = check_replaceable(w, w->path)) < 0) /* what came there since create */
+        return rc;
+    test_pause();
+    /* DSC_TEST_WRITER_NO_EXCHANGE=1: the path of filesystems without RENAME_EXCHANGE (tests) */
+    const char *no_exchange = getenv("DSC_TEST_WRITER_NO_EXCHANGE");
+    rc = no_exchange != NULL && no_exchange[0] == '1' ? -EINVAL
+                                                      : rename_exchange(w->tmp_dir, w->path);
+    if (rc == 0) {
+        DSC_LOG(&w->log, DSC_LOG_INFO, "writer %s: swapped in, removing the old dataset", w->path);
+        fsync_dir(w->parent);
+        test_pause();
+        remove_dir(w->tmp_dir); /* now the old dataset: its manifest goes first */
+        return 0;
+    }
+    if (rc != -EINVAL && rc != -ENOSYS && rc != -ENOTSUP) {
+        set_error(w, "cannot swap %s into %s: %s", w->tmp_dir, w->path, dsc_strerror(rc));
         return rc;
     }
-    DIR *d = opendir(w->path);
-    if (d != NULL) {
-        struct dirent *ent;
-        while ((ent = readdir(d)) != NULL) {
-            size_t len = strlen(ent->d_name);
-            int shard = strncmp(ent->d_name, "shard-", 6) == 0 &&
-                        ((len > 10 && strcmp(ent->d_name + len - 4, ".dsc") == 0) ||
-                         (len > 14 && strcmp(ent->d_name + len - 8, ".dsc.tmp") == 0));
-            if (!shard)
-                continue;
-            char *p = join(w->path, ent->d_name);
-            if (p != NULL)
-                unlink(p);
-            free(p);
-        }
-        closedir(d);
+    static atomic_uint old_counter;
+    char old_name[DSC_MAX_NAME + 64];
+    snprintf(old_name, sizeof old_name, ".%s.old-%ld-%u", w->base, (long)getpid(),
+             atomic_fetch_add(&old_counter, 1));
+    char *old = join(w->parent, old_name);
+    if (old == NULL)
+        return DSC_ENOMEM;
+    if (rename(w->path, old) != 0) {
+        rc = -errno;
+        set_error(w, "cannot move the old %s aside to %s: %s", w->path, old, dsc_strerror(rc));
+        free(old);
+        return rc;
     }
-    for (uint32_t i = 0; i <= w->shard_count; i++) {
-        const char *file = i < w->shard_count ? w->shards[i].file : DSC_MANIFEST_FILE;
-        char *from = join(w->tmp_dir, file), *to = join(w->path, file);
-        rc = from && to ? (rename(from, to) == 0 ? 0 : -errno) : DSC_ENOMEM;
-        if (rc < 0)
-            set_error(w, "cannot move %s to %s: %s", from ? from : file, w->path, dsc_strerror(rc));
-        free(from);
-        free(to);
-        if (rc < 0)
-            return rc;
+    test_pause();
+    if ((rc = rename_noreplace(w->tmp_dir, w->path)) < 0) {
+        set_error(w, "cannot rename %s to %s: %s", w->tmp_dir, w->path, dsc_strerror(rc));
+        if (rename_noreplace(old, w->path) < 0)
+            DSC_LOG(&w->log, DSC_LOG_ERROR, "the old dataset of %s is left at %s", w->path, old);
+        free(old);
+        return rc;
     }
-    rmdir(w->tmp_dir);
-    return fsync_dir(w->path);
+    fsync_dir(w->parent);
+    test_pause();
+    remove_dir(old);
+    free(old);
+    return 0;
 }
 
 DSC_EXTERN int dsc_writer_finish(dsc_writer_t *w, dsc_writer_stats_t *stats) {

@@ -70,6 +70,54 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else if (problem == NULL) {
         abort();
     }
+    /* The streamed table (dsc_mds_table_*) agrees with dsc_mds_shard_open on the same bytes,
+     * and each sample split from its own bytes (dsc_mds_sample_split) as dsc_mds_sample does. */
+    if (size >= 4) {
+        uint32_t count = (uint32_t)buf[0] | (uint32_t)buf[1] << 8 | (uint32_t)buf[2] << 16 |
+                         (uint32_t)buf[3] << 24;
+        uint64_t limit = size >= 5 ? buf[4] * 16u : 0;
+        dsc_mds_table_t table;
+        int rc = dsc_mds_table_begin(&table, count, expect, size, limit, &problem);
+        uint64_t i = 0, over = 0;
+        for (; rc == 0 && i <= table.samples; i++) {
+            uint64_t at = 4 + 4 * i, bytes;
+            if (at + 4 > size) {
+                rc = DSC_ETRUNCATED;
+                break;
+            }
+            uint32_t off = (uint32_t)buf[at] | (uint32_t)buf[at + 1] << 8 |
+                           (uint32_t)buf[at + 2] << 16 | (uint32_t)buf[at + 3] << 24;
+            rc = dsc_mds_table_next(&table, off, &bytes, &problem);
+            if (rc == DSC_ETOOLARGE) {
+                if (bytes <= limit)
+                    abort();
+                over++;
+                rc = 0;
+            } else if (rc == 0 && i > 0 && bytes > limit) {
+                abort();
+            } else if (rc < 0 && problem == NULL) {
+                abort();
+            }
+        }
+        int opened = dsc_mds_shard_open(buf, size, expect, &shard, &problem) == 0;
+        if (opened != (rc == 0))
+            abort();
+        for (uint32_t k = 0; opened && k < shard.samples; k++) {
+            dsc_mds_value_t a[DSC_MDS_MAX_COLUMNS], b[DSC_MDS_MAX_COLUMNS];
+            uint32_t begin = (uint32_t)buf[4 + 4 * k] | (uint32_t)buf[5 + 4 * k] << 8 |
+                             (uint32_t)buf[6 + 4 * k] << 16 | (uint32_t)buf[7 + 4 * k] << 24;
+            uint32_t end = (uint32_t)buf[8 + 4 * k] | (uint32_t)buf[9 + 4 * k] << 8 |
+                           (uint32_t)buf[10 + 4 * k] << 16 | (uint32_t)buf[11 + 4 * k] << 24;
+            int ra = dsc_mds_sample(&shard, &fixed, k, a, &problem);
+            int rb = dsc_mds_sample_split(&fixed, buf + begin, end - begin, b, &problem);
+            if (ra != rb)
+                abort();
+            for (uint32_t c = 0; ra == 0 && c < fixed.column_count; c++)
+                if (a[c].data != b[c].data || a[c].bytes != b[c].bytes)
+                    abort();
+        }
+        (void)over;
+    }
     dsc_mds_index_free(&fixed);
     free(buf);
     return 0;

@@ -6,6 +6,13 @@ only numpy (and the zstd command for compressed MDS shards).
     python3 ingest_sources.py wds DIR [--tars N] [--samples N] [--damage KIND]
     python3 ingest_sources.py megatron PREFIX [--docs N] [--dtype uint16|int32] [--damage KIND]
     python3 ingest_sources.py mds DIR [--samples N] [--zstd] [--damage KIND]
+    python3 ingest_sources.py hostile-wds FILE.tar.zst --mib N   (sample s000001 holds N MiB)
+    python3 ingest_sources.py hostile-mds DIR --mib N   (zstd; dataset sample 1 declares N MiB)
+    python3 ingest_sources.py hostile-megatron PREFIX --mib N   (document 1 declares N MiB; the
+                                                                 .bin is sparse)
+
+The hostile ones are small files that declare (and decompress to) a huge member or sample; they
+are streamed through the zstd command, never held.
 """
 import io
 import json
@@ -224,10 +231,110 @@ def write_mds(directory, samples=60, per_shard=25, zstd=False, damage=None, seed
     return data
 
 
+# ---- Hostile: small files that decompress to huge members ----------------------------------
+
+class _Zeros(io.RawIOBase):
+    def __init__(self, n):
+        self.left = n
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        k = min(len(b), self.left)
+        b[:k] = bytes(k)
+        self.left -= k
+        return k
+
+
+def _zstd_writer(path, size=None):
+    """A zstd process compressing its stdin into path; size: the content size written in the
+    frame header (as a one-shot compression writes it)."""
+    out = open(path, "wb")
+    args = ["zstd", "-q", "-3", "-c"] + (["--stream-size=%d" % size] if size is not None else [])
+    return subprocess.Popen(args, stdin=subprocess.PIPE, stdout=out), out
+
+
+def write_hostile_wds(path, mib):
+    """Three samples: s000000 and s000002 small, s000001's .bin N MiB of zeros (a .tar.zst of a
+    few KiB)."""
+    proc, out = _zstd_writer(path)
+    with tarfile.open(fileobj=proc.stdin, mode="w|", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(3):
+            key = "s%06d" % i
+            for ext, data in (("cls", str(i).encode()), ("bin", b"x" * 10)):
+                ti = tarfile.TarInfo("%s.%s" % (key, ext))
+                if i == 1 and ext == "bin":
+                    ti.size = mib << 20
+                    tar.addfile(ti, _Zeros(ti.size))
+                else:
+                    ti.size = len(data)
+                    tar.addfile(ti, io.BytesIO(data))
+    proc.stdin.close()
+    proc.wait()
+    out.close()
+
+
+def write_hostile_mds(directory, mib):
+    """One zstd shard of 3 samples (columns blob:bytes, label:int); sample 1's blob N MiB of
+    zeros, so the offset table declares it N MiB and a bit."""
+    os.makedirs(directory, exist_ok=True)
+    names, encodings, sizes = ["blob", "label"], ["bytes", "int"], [None, 8]
+    config = {"version": 2, "format": "mds", "compression": "zstd:19", "hashes": [],
+              "size_limit": 1 << 26, "column_names": names, "column_encodings": encodings,
+              "column_sizes": sizes}
+    config_data = json.dumps(config, sort_keys=True).encode()
+    blobs = [10, mib << 20, 10]
+    lengths = [4 + b + 8 for b in blobs]
+    first = 4 + 4 * (len(blobs) + 1) + len(config_data)
+    offsets = [first]
+    for n in lengths:
+        offsets.append(offsets[-1] + n)
+    raw_bytes = offsets[-1]
+    name = "shard.00000.mds"
+    proc, out = _zstd_writer(os.path.join(directory, name + ".zstd"), raw_bytes)
+    w = proc.stdin
+    w.write(struct.pack("<I", len(blobs)) + struct.pack("<%dI" % len(offsets), *offsets))
+    w.write(config_data)
+    for i, b in enumerate(blobs):
+        w.write(struct.pack("<I", b))
+        left = b
+        while left > 0:
+            k = min(left, 1 << 20)
+            w.write(bytes(k))
+            left -= k
+        w.write(struct.pack("<q", i))
+    w.close()
+    proc.wait()
+    out.close()
+    info = {"samples": len(blobs), "raw_data": {"basename": name, "bytes": raw_bytes, "hashes": {}},
+            "zip_data": {"basename": name + ".zstd",
+                         "bytes": os.path.getsize(os.path.join(directory, name + ".zstd")),
+                         "hashes": {}}}
+    info.update(config)
+    with open(os.path.join(directory, "index.json"), "w") as f:
+        json.dump({"version": 2, "shards": [info]}, f, sort_keys=True)
+
+
+def write_hostile_megatron(prefix, mib):
+    """Three uint16 documents of one sequence; document 1 declares N MiB (the .bin sparse)."""
+    lengths = [5, (mib << 20) // 2, 5]
+    pointers = [0, 10, 10 + (mib << 20)]
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, MEGATRON_CODES["uint16"], 3, 4))
+        f.write(np.array(lengths, np.int32).tobytes())
+        f.write(np.array(pointers, np.int64).tobytes())
+        f.write(np.array([0, 1, 2, 3], np.int64).tobytes())
+    with open(prefix + ".bin", "wb") as f:
+        f.truncate(pointers[-1] + 10)
+
+
 def main(argv):
     import argparse
     ap = argparse.ArgumentParser()
-    ap.add_argument("kind", choices=["wds", "megatron", "mds"])
+    ap.add_argument("kind", choices=["wds", "megatron", "mds", "hostile-wds", "hostile-mds",
+                                     "hostile-megatron"])
+    ap.add_argument("--mib", type=int, default=512)
     ap.add_argument("path")
     ap.add_argument("--tars", type=int, default=2)
     ap.add_argument("--samples", type=int, default=50)
@@ -236,7 +343,13 @@ def main(argv):
     ap.add_argument("--zstd", action="store_true")
     ap.add_argument("--damage")
     a = ap.parse_args(argv)
-    if a.kind == "wds":
+    if a.kind == "hostile-megatron":
+        write_hostile_megatron(a.path, a.mib)
+    elif a.kind == "hostile-wds":
+        write_hostile_wds(a.path, a.mib)
+    elif a.kind == "hostile-mds":
+        write_hostile_mds(a.path, a.mib)
+    elif a.kind == "wds":
         write_wds(a.path, a.tars, a.samples, a.damage)
     elif a.kind == "megatron":
         write_megatron(a.path, a.docs, a.dtype, a.damage)

@@ -225,13 +225,21 @@ s_hc=$(stat -c %s "$work/syn-hc/shard-00000.dsc")
 # ---- output directory rules -------------------------------------------------------------
 mkdir -p "$work/busy"
 echo keep >"$work/busy/notes.txt"
-expect 1 "not empty.*--force" "$CLI" ingest synthetic -o "$work/busy" --samples 10 --field x:u8
-[ -e "$work/busy/manifest.json" ] && fail "wrote into a non-empty directory without --force"
-expect 0 "ingested 10 samples" "$CLI" ingest synthetic -o "$work/busy" --force --samples 10 \
-    --field x:u8
-[ -e "$work/busy/notes.txt" ] || fail "--force removed an unrelated file"
-# re-ingesting into a dataset directory replaces it, without stale shards
-expect 0 "ingested" "$CLI" ingest synthetic -o "$work/syn-a" --samples 10 --field x:u8
+# a directory holding anything but a dataset is never written (a replace swaps it whole)
+for extra in "" --replace --force; do
+    expect 1 "holds 'notes.txt', which is not part of a dataset" \
+        "$CLI" ingest synthetic -o "$work/busy" $extra --samples 10 --field x:u8
+done
+[ -e "$work/busy/manifest.json" ] && fail "wrote into a directory holding other files"
+[ -e "$work/busy/notes.txt" ] || fail "an unrelated file was removed"
+# an empty directory is taken
+mkdir -p "$work/empty"
+expect 0 "ingested 10 samples" "$CLI" ingest synthetic -o "$work/empty" --samples 10 --field x:u8
+# re-ingesting into a dataset directory needs --replace, and leaves no stale shards
+expect 1 "syn-a exists and holds a dataset: pass --replace" \
+    "$CLI" ingest synthetic -o "$work/syn-a" --samples 10 --field x:u8
+[ "$(ls "$work"/syn-a/shard-*.dsc | wc -l)" -ge 2 ] || fail "a refused ingest changed syn-a"
+expect 0 "ingested" "$CLI" ingest synthetic -o "$work/syn-a" --replace --samples 10 --field x:u8
 [ "$(ls "$work"/syn-a/shard-*.dsc | wc -l)" -eq 1 ] || fail "stale shards left in syn-a"
 expect 0 "verified" "$CLI" inspect "$work/syn-a"
 

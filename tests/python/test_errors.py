@@ -107,6 +107,10 @@ def swap_case(warm, memory="128M"):
     if raised is not None:
         c.check(raised.code == code and raised.name == "DSC_ECHANGED",
                 "%s: code and name: %s" % (what, raised))
+        # The message names the dataset and the server that changed it under the job.
+        c.check("'swap'" in str(raised) and addr in str(raised),
+                "%s: the error names the dataset 'swap' and the server %s: %s"
+                % (what, addr, raised))
     if not warm:
         # The server found the replacement itself and rescanned: it serves the new version.
         served_new = False

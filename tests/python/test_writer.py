@@ -4,6 +4,7 @@ same through write_batch; fixed and variable fields with numpy, lists, bytes, to
 and tuples; an exception inside `with` leaves nothing; dtype, shape and missing-field errors are
 ValueErrors (dscache.InvalidOption) naming the field and the record; the dataset serves from
 dscached and `dscache inspect` verifies it."""
+import errno
 import json
 import os
 import subprocess
@@ -204,5 +205,36 @@ try:
     t.check(False, "an existing path was accepted")
 except FileExistsError as e:
     t.check("exists" in str(e), "FileExistsError message: %s" % e)
+    t.check(path in str(e) and "replace=True" in str(e),
+            "the message names the directory and replace=True: %s" % e)
+
+# replace=True swaps a new dataset in whole; a directory holding other files is refused.
+rdir = os.path.join(env.dir, "replaced")
+with dscache.Writer(rdir, fields={"a": "u8[8]"}) as w:
+    for i in range(30):
+        w.write({"a": np.full(8, i, np.uint8)})
+before = json.load(open(os.path.join(rdir, "manifest.json")))
+try:
+    dscache.Writer(rdir, fields={"b": "i64"})
+    t.check(False, "an existing dataset was accepted without replace=True")
+except FileExistsError as e:
+    t.check("replace=True" in str(e) and rdir in str(e), "names replace=True: %s" % e)
+t.check(json.load(open(os.path.join(rdir, "manifest.json"))) == before, "a refusal changes nothing")
+with dscache.Writer(rdir, fields={"b": "i64"}, replace=True) as w:
+    for i in range(7):
+        w.write({"b": i})
+after = json.load(open(os.path.join(rdir, "manifest.json")))
+t.check(after["samples"] == 7 and after["schema"][0]["name"] == "b", "replaced: %s" % after)
+t.check(sorted(os.listdir(rdir)) == ["manifest.json", "shard-00000.dsc"],
+        "only the new dataset's files: %s" % os.listdir(rdir))
+t.check(not [n for n in os.listdir(env.dir) if n.startswith(".replaced.")],
+        "nothing left beside it: %s" % os.listdir(env.dir))
+open(os.path.join(rdir, "notes.txt"), "w").write("mine")
+try:
+    dscache.Writer(rdir, fields={"b": "i64"}, replace=True)
+    t.check(False, "a directory holding another file was replaced")
+except OSError as e:
+    t.check(e.errno == errno.ENOTEMPTY and "notes.txt" in str(e), "ENOTEMPTY naming it: %s" % e)
+t.check(os.path.exists(os.path.join(rdir, "notes.txt")), "the other file stays")
 
 sys.exit(t.done())

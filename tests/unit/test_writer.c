@@ -458,9 +458,15 @@ static void test_errors(void) {
     CHECK(exists(keep));
     CHECK_EQ_INT(hidden_entries(), 0);
 
-    /* replace: into that directory; the unrelated file stays. */
+    /* replace swaps the whole directory: one holding a file that is not a dataset's is
+     * refused, naming it; emptied, it is taken. */
     options(&o, path);
     o.replace = 1;
+    CHECK_EQ_INT(dsc_writer_create(&o, &w), -ENOTEMPTY);
+    dsc_writer_last_error(NULL, why, sizeof why);
+    CHECK(strstr(why, "'keep'") != NULL);
+    CHECK(exists(keep));
+    REQUIRE(unlink(keep) == 0);
     REQUIRE(dsc_writer_create(&o, &w) == 0);
     for (uint64_t i = 0; i < 50; i++) {
         make_sample(i, &s);
@@ -468,7 +474,13 @@ static void test_errors(void) {
         REQUIRE(dsc_writer_add(w, v, 4) == 0);
     }
     REQUIRE(dsc_writer_finish(w, NULL) == 0);
-    CHECK(exists(keep));
+    CHECK_EQ_INT(verify_dataset(path, 50), 0);
+    /* without replace an existing dataset is refused, the message naming it and replace */
+    options(&o, path);
+    CHECK_EQ_INT(dsc_writer_create(&o, &w), -EEXIST);
+    dsc_writer_last_error(NULL, why, sizeof why);
+    CHECK(strstr(why, path) != NULL && strstr(why, "holds a dataset") != NULL &&
+          strstr(why, "replace") != NULL);
     CHECK_EQ_INT(verify_dataset(path, 50), 0);
     /* and again, smaller: no stale shard remains */
     options(&o, path);

@@ -38,8 +38,9 @@ class DecodeError(Error):
 
 class DatasetChangedError(Error):
     """The dataset was replaced on the server (a new version: a new manifest) while this loader
-    read the old one: it stops rather than mix the two versions. Open a new Loader to read the
-    new version."""
+    read the old one: it stops rather than mix the two versions. The message names the dataset
+    and the server ("dataset 'NAME' changed on server HOST:PORT since this loader opened it ...").
+    Open a new Loader to read the new version."""
 
 
 class InvalidOption(Error, ValueError):

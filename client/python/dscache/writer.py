@@ -205,8 +205,11 @@ class Writer:
     9) or "none". shard_bytes / chunk_bytes: target decoded bytes per shard file (64 MiB) and per
     chunk (1 MiB). threads: compression threads (default: the cores). meta: a dict stored as the
     manifest's "meta". progress: a progress line on stderr (default: when stderr is a terminal).
-    replace: write into an existing directory (its old dataset is replaced at the end; other files
-    stay); by default path must not exist (FileExistsError).
+    replace: path may hold a dataset (manifest.json and shard files only; anything else there:
+    OSError ENOTEMPTY), which the new one replaces when the writer is closed: it is written
+    beside it and swapped in by one rename (renameat2 RENAME_EXCHANGE), so path holds the whole
+    old or the whole new dataset at every instant. By default path must not exist
+    (FileExistsError, saying replace=True).
 
     write(rec): rec a dict (keys not in fields are ignored; a missing field is an error) or a
     tuple/list in field order; values numpy arrays, torch tensors, lists, bytes/str (u8 fields),
@@ -270,6 +273,8 @@ class Writer:
         msg = detail or self._lib.dsc_strerror(rc).decode()
         if rc == -errno.EEXIST:
             return FileExistsError(errno.EEXIST, msg, self.path)
+        if rc in (-errno.ENOTEMPTY, -errno.ENOTDIR):
+            return OSError(-rc, msg, self.path)
         return _capi._error(rc, msg, self._lib.dsc_err_name(rc).decode())
 
     def _draw(self, final=False):
