@@ -38,6 +38,7 @@ struct dsc_image_ctx {
     struct jpeg_progress_mgr jpeg_progress;
     int jpeg_ready;
     J_DCT_METHOD jpeg_dct; /* JDCT_IFAST, or JDCT_ISLOW with DSCACHE_JPEG_DCT=accurate */
+    double jpeg_cover;     /* 3, or 1 with DSCACHE_JPEG_SCALE=fast: jpeg_denominator */
     tjhandle tj_decode;
     tjhandle tj_encode;
     dsc_image_limits_t limits;
@@ -134,6 +135,8 @@ int dsc__image_ctx_create(const dsc_image_limits_t *limits, dsc_image_ctx_t **ou
     const char *dct = getenv("DSCACHE_JPEG_DCT");
     ctx->jpeg_dct =
         dct && (!strcmp(dct, "accurate") || !strcmp(dct, "islow")) ? JDCT_ISLOW : JDCT_IFAST;
+    const char *scale = getenv("DSCACHE_JPEG_SCALE");
+    ctx->jpeg_cover = scale && !strcmp(scale, "fast") ? 1.0 : 3.0;
     ctx->tj_decode = tjInitDecompress();
     if (!ctx->tj_decode) {
         free(ctx);
@@ -369,15 +372,17 @@ static double context_margin(double bw, uint32_t ow) {
 
 /* ---- Full decodes into ctx->pixels ------------------------------------------------------ */
 
-/* The largest DCT denominator (1, 2, 4, 8) at which the region w x h still has at least twice
- * need_w x need_h pixels. TurboJPEG's scaled size is ceil(size * 1/d). The IDCT's own shrink is
- * close to a box filter, not PIL's bilinear one: a scaled region of less than twice the output
- * (then resized by 1 to 2) differed from PIL's resize of the full decode by up to mean 3.2,
- * p99 20 of 255 on photos; from twice on, by at most mean 1.4, p99 7 (tests/python,
- * test_image_torchvision.py, docs/loader.md#image-decode). */
-static int jpeg_denominator(double w, double h, uint32_t need_w, uint32_t need_h) {
+/* The largest DCT denominator (1, 2, 4, 8) at which the region w x h still has at least
+ * ctx->jpeg_cover times need_w x need_h pixels. TurboJPEG's scaled size is ceil(size * 1/d). The
+ * IDCT's own shrink is close to a box filter, not PIL's bilinear one: measured on photos against
+ * PIL's resize of the full decode (tests/python/test_image_torchvision.py), a scaled region of 1
+ * to 2 times the output differed by up to mean 3.2, p99 20 of 255, of 2 to 3 times by up to mean
+ * 2.0, p99 13, of 3 times or more by at most mean 0.9, p99 5: the default cover is 3;
+ * DSCACHE_JPEG_SCALE=fast sets 1 (faster, farther from torchvision; docs/loader.md). */
+static int jpeg_denominator(const dsc_image_ctx_t *ctx, double w, double h, uint32_t need_w,
+                            uint32_t need_h) {
     int d = 8;
-    while (d > 1 && (w / d < 2.0 * need_w || h / d < 2.0 * need_h))
+    while (d > 1 && (w / d < ctx->jpeg_cover * need_w || h / d < ctx->jpeg_cover * need_h))
         d /= 2;
     return d;
 }
@@ -481,7 +486,7 @@ static int jpeg_decode_planned(dsc_image_ctx_t *ctx, const void *data, size_t le
     cinfo->out_color_space = JCS_RGB;
     cinfo->dct_method = ctx->jpeg_dct;
     cinfo->scale_num = 1;
-    cinfo->scale_denom = (unsigned)jpeg_denominator(box->w, box->h, spec->width, spec->height);
+    cinfo->scale_denom = (unsigned)jpeg_denominator(ctx, box->w, box->h, spec->width, spec->height);
     cinfo->progress = &ctx->jpeg_progress;
     jpeg_start_decompress(cinfo);
     *sw = cinfo->output_width;
@@ -665,7 +670,7 @@ static int decode_for(dsc_image_ctx_t *ctx, const void *data, size_t len, int fo
                       const uint8_t *background, uint32_t *w, uint32_t *h) {
     switch (format) {
     case DSC_IMAGE_JPEG: {
-        int d = jpeg_denominator(box->w, box->h, need_w, need_h);
+        int d = jpeg_denominator(ctx, box->w, box->h, need_w, need_h);
         return jpeg_decode(ctx, data, len, d, w, h);
     }
     case DSC_IMAGE_PNG:
