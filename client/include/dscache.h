@@ -161,11 +161,19 @@ typedef struct dsc_field_options {
                               fails next() with DSC_EDECODE and an ERROR line naming the
                               dataset, shard and sample; DSC_DECODE_ERROR_FILL: a zero image,
                               counted in dsc_stats_t.decode_errors */
+    int image_background;  /* 0 (default): a PNG's or WebP's alpha (and a PNG's tRNS) is
+                              dropped, the colour channels kept as stored, as torchvision's
+                              loader (PIL's convert("RGB")) does; 1: composited over
+                              image_background_rgb, (c * a + bg * (255 - a)) / 255 rounded */
+    uint8_t image_background_rgb[3]; /* R, G, B of that background */
 } dsc_field_options_t;
 
-/* dsc_field_options_t.image_crop: "center" (the largest centred box of the output's aspect,
- * i.e. resize the shorter side then center-crop: evaluation), "random_resized" (torchvision's
- * RandomResizedCrop), "none" (the whole image resized to the output). */
+/* dsc_field_options_t.image_crop: "center" (torchvision's Resize(S) + CenterCrop(S) for an S x S
+ * output: the shorter side resized to S, the longer to int(S * long / short), the crop at
+ * int(round((resized - S) / 2.0)); for H x W, the smallest Resize that covers it: evaluation),
+ * "random_resized" (torchvision's RandomResizedCrop: its box, cropped then resized), "none" (the
+ * whole image resized to the output). Resizes are PIL's BILINEAR (antialiased), as torchvision's
+ * on PIL images (docs/loader.md#image-decode gives the measured difference). */
 typedef enum dsc_image_crop {
     DSC_IMAGE_CROP_CENTER = 0,
     DSC_IMAGE_CROP_RANDOM_RESIZED = 1,

@@ -1,6 +1,7 @@
 /* Image codec: JPEG (libjpeg-turbo's TurboJPEG, decoded at the smallest DCT scale that covers
  * the crop), PNG (libpng) and WebP (libwebp) bytes into a fixed-size RGB u8 image, with one
- * resize (resample.c), a crop (center, random-resized, none), a flip and a layout. */
+ * resize (resample.c), a crop (center, random-resized, none: torchvision's geometry), a flip and
+ * a layout. Alpha is dropped as PIL's convert("RGB") drops it, or composited over a colour. */
 #ifndef DSC_IMAGE_H
 #define DSC_IMAGE_H
 
@@ -19,7 +20,7 @@ typedef enum dsc_image_format {
 /* dsc_image_crop_t and dsc_image_layout_t: dscache.h. */
 
 /* What one decoded sample becomes. dsc__image_spec_init gives the defaults: 224x224, center,
- * scale [0.08, 1], ratio [3/4, 4/3], no flip, CHW. */
+ * scale [0.08, 1], ratio [3/4, 4/3], no flip, CHW, alpha dropped. */
 typedef struct dsc_image_spec {
     uint32_t height, width; /* output size, 1..8192 each */
     int crop;               /* dsc_image_crop_t */
@@ -27,12 +28,19 @@ typedef struct dsc_image_spec {
     double ratio[2];        /* random_resized: aspect (w/h) range, 0 < lo <= hi */
     int flip;               /* 1: horizontal flip with probability 1/2 (keyed, docs/order.md) */
     int layout;             /* dsc_image_layout_t */
+    int background;         /* 0: alpha dropped (the colour channels as stored: PIL's
+                               convert("RGB")); 1: composited over background_rgb */
+    uint8_t background_rgb[3];
 } dsc_image_spec_t;
 
-/* The region of the source image a sample is cut from, in source pixels, and its flip. */
+/* The region of the source image a sample is cut from, in source pixels, and its flip. With
+ * context = 1 (crop "center": torchvision's Resize then CenterCrop) the resize reads the pixels
+ * around the box too, as a resize of the whole image does; with 0 (random_resized: crop then
+ * resize; none) only the box's. */
 typedef struct dsc_image_box {
     double x, y, w, h;
     int flip;
+    int context;
 } dsc_image_box_t;
 
 typedef struct dsc_image_ctx dsc_image_ctx_t;
@@ -97,10 +105,15 @@ int dsc__image_decode_with(dsc_image_ctx_t *ctx, const void *data, size_t len,
                            dsc_image_region_fn region, void *region_arg);
 
 /* Decodes the whole image into RGB HWC, shrunk so that its longer side is at most max_side
- * (0: full size; the aspect is kept, the DCT scale used where it covers). *rgb is malloc'ed
- * (the caller frees it), *width x *height. Returns 0, DSC_EDECODE or DSC_ENOMEM. */
+ * (0: full size; the aspect is kept, the DCT scale used where it covers), alpha dropped. *rgb
+ * is malloc'ed (the caller frees it), *width x *height. Returns 0, DSC_EDECODE or DSC_ENOMEM. */
 int dsc__image_decode_rgb(dsc_image_ctx_t *ctx, const void *data, size_t len, uint32_t max_side,
                           uint8_t **rgb, uint32_t *width, uint32_t *height);
+/* As dsc__image_decode_rgb, with alpha composited over background[0..2] (R, G, B) where
+ * background is not NULL. */
+int dsc__image_decode_rgb_over(dsc_image_ctx_t *ctx, const void *data, size_t len,
+                               uint32_t max_side, const uint8_t *background, uint8_t **rgb,
+                               uint32_t *width, uint32_t *height);
 
 /* Encodes RGB HWC as a baseline JPEG (4:2:0, quality 1..100). *jpeg is malloc'ed (the caller
  * frees it). Returns 0, DSC_EINVAL, DSC_ENOMEM or DSC_EDECODE (the encoder failed). */

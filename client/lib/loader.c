@@ -355,6 +355,13 @@ static int setup_image_field(dsc_loader_t *loader, uint32_t f, const dsc_field_o
     memcpy(v->spec.ratio, o->image_ratio, sizeof v->spec.ratio);
     v->spec.flip = o->image_flip != 0;
     v->spec.layout = o->image_layout;
+    /* image_background came after the first image options: read where the caller's struct
+     * holds it */
+    if (o->struct_size >= offsetof(dsc_field_options_t, image_background_rgb) + 3 &&
+        o->image_background) {
+        v->spec.background = 1;
+        memcpy(v->spec.background_rgb, o->image_background_rgb, 3);
+    }
     if (dsc__image_spec_check(&v->spec) < 0 || (o->on_decode_error != DSC_DECODE_ERROR_FAIL &&
                                                 o->on_decode_error != DSC_DECODE_ERROR_FILL)) {
         DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR,

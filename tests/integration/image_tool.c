@@ -1,7 +1,8 @@
 /* Test helper: runs the image codec (client/lib/image.c) on files, for the Python pixel checks
  * and the benchmarks.
- *   image_tool decode FILE OUT.raw H W CROP FLIP LAYOUT SEED EPOCH INDEX
- *       writes the decoded sample (3*H*W bytes) and prints "x y w h flip" (the box, source px)
+ *   image_tool decode FILE OUT.raw H W CROP FLIP LAYOUT SEED EPOCH INDEX [R,G,B]
+ *       writes the decoded sample (3*H*W bytes) and prints "x y w h flip" (the box, source px);
+ *       R,G,B: alpha composited over that colour (else dropped)
  *   image_tool rgb FILE OUT.raw MAX_SIDE        prints "w h" (whole image, HWC)
  *   image_tool bench CROP H W FLIP SECONDS FILE...   prints "images N seconds S cpu_seconds C"
  *       (one thread, the files decoded round after round for SECONDS of wall time)
@@ -59,7 +60,7 @@ int main(int argc, char **argv) {
     if (dsc__image_ctx_create(NULL, &ctx) < 0)
         return 1;
     int rc = 2;
-    if (!strcmp(argv[1], "decode") && argc == 12) {
+    if (!strcmp(argv[1], "decode") && (argc == 12 || argc == 13)) {
         dsc_image_spec_t spec;
         dsc__image_spec_init(&spec);
         spec.height = (uint32_t)atoi(argv[4]);
@@ -67,6 +68,15 @@ int main(int argc, char **argv) {
         spec.crop = parse_crop(argv[6]);
         spec.flip = atoi(argv[7]);
         spec.layout = !strcmp(argv[8], "hwc") ? DSC_IMAGE_LAYOUT_HWC : DSC_IMAGE_LAYOUT_CHW;
+        unsigned bg[3];
+        if (argc == 13) {
+            if (sscanf(argv[12], "%u,%u,%u", &bg[0], &bg[1], &bg[2]) != 3 || bg[0] > 255 ||
+                bg[1] > 255 || bg[2] > 255)
+                return 2;
+            spec.background = 1;
+            for (int c = 0; c < 3; c++)
+                spec.background_rgb[c] = (uint8_t)bg[c];
+        }
         size_t len, out_len = (size_t)spec.height * spec.width * 3;
         uint8_t *data = read_file(argv[2], &len), *out = malloc(out_len);
         dsc_image_box_t box;

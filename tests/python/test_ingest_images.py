@@ -19,6 +19,7 @@ try:
 except ImportError:
     te.skip("numpy or PIL is missing")
 import dscache  # noqa: E402
+from image_ref import plan, reference  # noqa: E402
 
 env = te.Env()
 t = te.Checks()
@@ -145,12 +146,9 @@ for i, s in read_all(dec, "dec").items():
     path, label = expected[i]
     img = np.asarray(s["image"])
     t.check(img.shape == (3, 32, 48), "sample %d shape %s" % (i, img.shape))
-    im = Image.open(path).convert("RGB")
-    W, H = im.size
-    aspect = 48 / 32
-    bw, bh = (W, W / aspect) if W / aspect <= H else (H * aspect, H)
-    box = ((W - bw) / 2, (H - bh) / 2, (W + bw) / 2, (H + bh) / 2)
-    ref = np.asarray(im.resize((48, 32), Image.BILINEAR, box=box)).transpose(2, 0, 1)
+    W, H = Image.open(path).size
+    ref = reference(path, 32, 48, "center", plan("center", W, H, 48, 32, 0, 0, 0, 0))
+    ref = ref.transpose(2, 0, 1)
     d = np.abs(img.astype(np.int16) - ref)
     t.check(d.mean() <= 1.5 and np.percentile(d, 99) <= 20,
             "sample %d (%s): mean %.2f p99 %.0f against PIL" % (i, path, d.mean(),

@@ -1,6 +1,7 @@
 /* Image codec: format sniffing, JPEG/PNG/WebP decode of images made here, crop geometry
- * (torchvision RandomResizedCrop rules, fallback), keyed determinism, flip, layouts, limits, and
- * every prefix of a valid file (an error or a decode, never a crash). */
+ * (torchvision's Resize + CenterCrop and RandomResizedCrop rules, fallback), alpha dropped or
+ * composited, keyed determinism, flip, layouts, limits, and every prefix of a valid file (an
+ * error or a decode, never a crash). */
 #include "image.h"
 #include "testlib.h"
 
@@ -93,7 +94,7 @@ static void test_decode_formats(dsc_image_ctx_t *ctx, const uint8_t *rgb, const 
     free(out);
 }
 
-/* A JPEG decoded at a DCT scale (64x48 out of 320x240: 1/4) stays close to the PNG path. */
+/* A JPEG decoded at a DCT scale (64x48 out of 320x240: 1/2) stays close to the PNG path. */
 static void test_dct_scale(dsc_image_ctx_t *ctx, const uint8_t *jpeg, size_t jlen,
                            const uint8_t *png, size_t plen) {
     dsc_image_spec_t spec = spec_of(DSC_IMAGE_CROP_NONE, 48, 64, 0, DSC_IMAGE_LAYOUT_CHW);
@@ -114,13 +115,150 @@ static void test_center_and_layouts(dsc_image_ctx_t *ctx, const uint8_t *png, si
     dsc_image_spec_t hwc = spec_of(DSC_IMAGE_CROP_CENTER, 32, 32, 0, DSC_IMAGE_LAYOUT_HWC);
     uint8_t a[32 * 32 * 3], b[32 * 32 * 3];
     CHECK_EQ_INT(dsc__image_decode(ctx, png, plen, &chw, 0, 0, 0, a, sizeof a, &box), 0);
-    CHECK(box.w == SH && box.h == SH && box.x == (SW - SH) / 2.0 && box.y == 0);
+    /* Resize(32): 42x32 (int(32 * 320 / 240)); CenterCrop(32) at int(round(10 / 2.0)) = 5 */
+    CHECK(box.w == 32 * (SW / 42.0) && box.h == SH && box.x == 5 * (SW / 42.0) && box.y == 0);
+    CHECK(box.context == 1);
     CHECK_EQ_INT(dsc__image_decode(ctx, png, plen, &hwc, 0, 0, 0, b, sizeof b, NULL), 0);
     int same = 1;
     for (int c = 0; c < 3; c++)
         for (int i = 0; i < 32 * 32; i++)
             same &= a[c * 32 * 32 + i] == b[i * 3 + c];
     CHECK(same);
+}
+
+/* torchvision's Resize(s) + CenterCrop((h, w)) geometry, worked out by hand from its code. */
+static void test_center_geometry(void) {
+    static const struct {
+        uint32_t sw, sh, h, w;
+        double x, y, bw, bh; /* in resized pixels: scaled below */
+        uint32_t new_w, new_h;
+    } cases[] = {
+        /* 500x375 -> Resize(224): 298x224 (int(224 * 500 / 375) = 298), left round(37.0) */
+        {500, 375, 224, 224, 37, 0, 224, 224, 298, 224},
+        /* 375x500: 224x298, top 37 */
+        {375, 500, 224, 224, 0, 37, 224, 224, 224, 298},
+        /* 301x224: no resize (Resize(224) keeps it), left round(38.5) = 38 (halves to even) */
+        {301, 224, 224, 224, 38, 0, 224, 224, 301, 224},
+        /* 303x224: left round(39.5) = 40 */
+        {303, 224, 224, 224, 40, 0, 224, 224, 303, 224},
+        /* 640x480 to 96 (h) x 160 (w): s = 120 covers 160 wide (int(120 * 640 / 480) = 160) */
+        {640, 480, 96, 160, 0, 12, 160, 96, 160, 120},
+        /* a square source */
+        {256, 256, 224, 224, 0, 0, 224, 224, 224, 224},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dsc_image_spec_t spec =
+            spec_of(DSC_IMAGE_CROP_CENTER, cases[i].h, cases[i].w, 0, DSC_IMAGE_LAYOUT_CHW);
+        dsc_image_box_t box;
+        dsc__image_plan(&spec, cases[i].sw, cases[i].sh, 0, 0, 0, &box);
+        double fx = (double)cases[i].sw / cases[i].new_w, fy = (double)cases[i].sh / cases[i].new_h;
+        int ok = fabs(box.x - cases[i].x * fx) < 1e-9 && fabs(box.y - cases[i].y * fy) < 1e-9 &&
+                 fabs(box.w - cases[i].bw * fx) < 1e-9 && fabs(box.h - cases[i].bh * fy) < 1e-9;
+        if (!ok)
+            fprintf(stderr, "center %ux%u -> %ux%u: box %.4f %.4f %.4f %.4f\n", cases[i].sw,
+                    cases[i].sh, cases[i].w, cases[i].h, box.x, box.y, box.w, box.h);
+        CHECK(ok && box.context == 1);
+    }
+}
+
+/* 8-bit RGBA or gray+alpha PNG (the simplified writer: colour stored as given). */
+static uint8_t *make_png_format(const uint8_t *px, uint32_t w, uint32_t h, uint32_t format,
+                                size_t *len) {
+    png_image image;
+    memset(&image, 0, sizeof image);
+    image.version = PNG_IMAGE_VERSION;
+    image.width = w;
+    image.height = h;
+    image.format = format;
+    png_alloc_size_t size = 0;
+    REQUIRE(png_image_write_to_memory(&image, NULL, &size, 0, px, 0, NULL));
+    uint8_t *buf = malloc(size);
+    REQUIRE(buf && png_image_write_to_memory(&image, buf, &size, 0, px, 0, NULL));
+    *len = size;
+    return buf;
+}
+
+/* (c * a + bg * (255 - a)) / 255 rounded: PIL's paste with a mask. */
+static uint8_t over(uint8_t c, uint8_t a, uint8_t bg) {
+    return (uint8_t)floor((c * a + bg * (255.0 - a)) / 255.0 + 0.5);
+}
+
+/* Alpha: dropped by default (the colour as stored, PIL's convert("RGB")) for PNG (RGBA, gray +
+ * alpha) and WebP alike; composited over spec.background_rgb with spec.background = 1. */
+static void test_alpha(dsc_image_ctx_t *ctx) {
+    enum { W = 16, H = 8 };
+    uint8_t rgba[W * H * 4], ga[W * H * 2];
+    for (int i = 0; i < W * H; i++) {
+        rgba[4 * i] = (uint8_t)(200 - i);
+        rgba[4 * i + 1] = (uint8_t)(i * 2);
+        rgba[4 * i + 2] = 90;
+        rgba[4 * i + 3] = (uint8_t)(i * 2); /* 0 (transparent) .. 254 */
+        ga[2 * i] = (uint8_t)(30 + i);
+        ga[2 * i + 1] = (uint8_t)(255 - 2 * i);
+    }
+    size_t plen = 0, glen = 0;
+    uint8_t *png = make_png_format(rgba, W, H, PNG_FORMAT_RGBA, &plen);
+    uint8_t *gpng = make_png_format(ga, W, H, PNG_FORMAT_GA, &glen);
+    uint8_t *webp = NULL;
+    size_t wlen = WebPEncodeLosslessRGBA(rgba, W, H, W * 4, &webp);
+    REQUIRE(wlen > 0);
+    dsc_image_spec_t spec = spec_of(DSC_IMAGE_CROP_NONE, H, W, 0, DSC_IMAGE_LAYOUT_HWC);
+    uint8_t out[W * H * 3];
+    const uint8_t *files[] = {png, webp};
+    size_t lens[] = {plen, wlen};
+    for (int f = 0; f < 2; f++) {
+        spec.background = 0;
+        CHECK_EQ_INT(
+            dsc__image_decode(ctx, files[f], lens[f], &spec, 0, 0, 0, out, sizeof out, NULL), 0);
+        int dropped = 1, composited = 1;
+        /* (the lossless WebP encoder rewrites the colour of fully transparent pixels) */
+        for (int i = 0; i < W * H; i++)
+            for (int c = 0; c < 3; c++)
+                dropped &= out[3 * i + c] == rgba[4 * i + c] || (f == 1 && rgba[4 * i + 3] == 0);
+        spec.background = 1;
+        spec.background_rgb[0] = 255;
+        spec.background_rgb[1] = 128;
+        spec.background_rgb[2] = 0;
+        CHECK_EQ_INT(
+            dsc__image_decode(ctx, files[f], lens[f], &spec, 0, 0, 0, out, sizeof out, NULL), 0);
+        for (int i = 0; i < W * H; i++)
+            for (int c = 0; c < 3; c++)
+                composited &= out[3 * i + c] ==
+                              over(rgba[4 * i + c], rgba[4 * i + 3], spec.background_rgb[c]);
+        if (!dropped || !composited)
+            fprintf(stderr, "alpha, %s: dropped %d composited %d\n", f ? "webp" : "png", dropped,
+                    composited);
+        CHECK(dropped && composited);
+    }
+    /* gray + alpha: gray in the three channels, or composited */
+    spec.background = 0;
+    CHECK_EQ_INT(dsc__image_decode(ctx, gpng, glen, &spec, 0, 0, 0, out, sizeof out, NULL), 0);
+    int gray = 1;
+    for (int i = 0; i < W * H; i++)
+        gray &=
+            out[3 * i] == ga[2 * i] && out[3 * i + 1] == ga[2 * i] && out[3 * i + 2] == ga[2 * i];
+    CHECK(gray);
+    spec.background = 1;
+    CHECK_EQ_INT(dsc__image_decode(ctx, gpng, glen, &spec, 0, 0, 0, out, sizeof out, NULL), 0);
+    int gray_over = 1;
+    for (int i = 0; i < W * H; i++)
+        for (int c = 0; c < 3; c++)
+            gray_over &= out[3 * i + c] == over(ga[2 * i], ga[2 * i + 1], spec.background_rgb[c]);
+    CHECK(gray_over);
+    /* the whole-image decode (ingest's re-encode) drops or composites alike */
+    uint8_t *rgb = NULL;
+    uint32_t w = 0, h = 0;
+    const uint8_t white[3] = {255, 255, 255};
+    CHECK_EQ_INT(dsc__image_decode_rgb_over(ctx, png, plen, 0, white, &rgb, &w, &h), 0);
+    CHECK(rgb && w == W && h == H && rgb[0] == over(rgba[0], rgba[3], 255));
+    free(rgb);
+    rgb = NULL;
+    CHECK_EQ_INT(dsc__image_decode_rgb(ctx, png, plen, 0, &rgb, &w, &h), 0);
+    CHECK(rgb && rgb[0] == rgba[0] && rgb[3] == rgba[4]);
+    free(rgb);
+    WebPFree(webp);
+    free(png);
+    free(gpng);
 }
 
 static int box_eq(const dsc_image_box_t *a, const dsc_image_box_t *b) {
@@ -334,6 +472,8 @@ int main(void) {
     test_decode_formats(ctx, rgb, jpeg, jlen, png, plen, webp, wlen);
     test_dct_scale(ctx, jpeg, jlen, png, plen);
     test_center_and_layouts(ctx, png, plen);
+    test_center_geometry();
+    test_alpha(ctx);
     test_plan();
     test_flip(ctx, png, plen);
     test_bad(ctx, jpeg, jlen, png, plen, webp, wlen);

@@ -68,6 +68,8 @@ class _FieldOptions(ctypes.Structure):
         ("image_flip", ctypes.c_int),
         ("image_layout", ctypes.c_int),
         ("on_decode_error", ctypes.c_int),
+        ("image_background", ctypes.c_int),
+        ("image_background_rgb", ctypes.c_uint8 * 3),
     ]
 
 

@@ -683,17 +683,20 @@ def _check_caller_options(order, rank, world_size, shuffle, shuffle_window, epoc
 class Image:
     """Decode of a u8[] field holding JPEG, PNG or WebP bytes, in the loader's decode threads
     (Loader(decode={"image": Image(...)})): batch[field] becomes uint8 [B, 3, H, W] (layout
-    "chw") or [B, H, W, 3] ("hwc"). crop: "center" (resize the shorter side, center-crop),
-    "random_resized" (torchvision RandomResizedCrop with scale and ratio), "none" (resize to
-    size); flip: horizontal flip with probability 1/2. The crop and flip of a sample are a pure
-    function of (seed, epoch, sample index): identical across a resume or a world-size change,
-    different across epochs (docs/order.md#image-augmentation)."""
+    "chw") or [B, H, W, 3] ("hwc"), the pixels torchvision makes with PIL images
+    (docs/loader.md#image-decode). crop: "center" (torchvision's Resize(S) + CenterCrop(S)),
+    "random_resized" (RandomResizedCrop with scale and ratio), "none" (resize to size); flip:
+    horizontal flip with probability 1/2. background: None (default) drops a PNG's or WebP's
+    alpha as torchvision's loader (PIL's convert("RGB")) does; (r, g, b) composites the image
+    over that colour instead. The crop and flip of a sample are a pure function of (seed, epoch,
+    sample index): identical across a resume or a world-size change, different across epochs
+    (docs/order.md#image-augmentation)."""
 
     _CROPS = {"center": 0, "random_resized": 1, "none": 2}
     _LAYOUTS = {"chw": 0, "hwc": 1}
 
     def __init__(self, size=(224, 224), crop="center", scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
-                 flip=False, layout="chw"):
+                 flip=False, layout="chw", background=None):
         if isinstance(size, int):
             size = (size, size)
         self.size = (int(size[0]), int(size[1]))
@@ -704,10 +707,21 @@ class Image:
         self.crop, self.layout, self.flip = crop, layout, bool(flip)
         self.scale = (float(scale[0]), float(scale[1]))
         self.ratio = (float(ratio[0]), float(ratio[1]))
+        if background is not None:
+            try:
+                bg = tuple(int(c) for c in background)
+            except (TypeError, ValueError):
+                bg = ()
+            if len(bg) != 3 or not all(0 <= c <= 255 for c in bg):
+                raise ValueError("background must be None or (r, g, b) with each in 0..255, "
+                                 "not %r" % (background,))
+            background = bg
+        self.background = background
 
     def __repr__(self):
-        return ("Image(size=%r, crop=%r, scale=%r, ratio=%r, flip=%r, layout=%r)"
-                % (self.size, self.crop, self.scale, self.ratio, self.flip, self.layout))
+        return ("Image(size=%r, crop=%r, scale=%r, ratio=%r, flip=%r, layout=%r, background=%r)"
+                % (self.size, self.crop, self.scale, self.ratio, self.flip, self.layout,
+                   self.background))
 
 
 def _field_options(lib, pad, max_len, max_bytes, decode=None, on_decode_error="raise"):
@@ -756,5 +770,8 @@ def _field_options(lib, pad, max_len, max_bytes, decode=None, on_decode_error="r
             arr[i].image_ratio[0], arr[i].image_ratio[1] = im.ratio
             arr[i].image_flip = 1 if im.flip else 0
             arr[i].image_layout = Image._LAYOUTS[im.layout]
+            if im.background is not None:
+                arr[i].image_background = 1
+                arr[i].image_background_rgb[:] = im.background
             arr[i].on_decode_error = 1 if on_decode_error == "fill" else 0
     return arr
