@@ -13,7 +13,7 @@ case "$profile" in
 *) echo "setup: unknown option $profile (usage: setup.sh [--bench | --demo])" >&2; exit 2 ;;
 esac
 demo_pkgs=(cmake make gcc pkg-config
-      libuv1-dev liblz4-dev libxxhash-dev libcjson-dev libmicrohttpd-dev libdlpack-dev libsodium-dev
+      libuv1-dev liblz4-dev libxxhash-dev libcjson-dev libdlpack-dev libsodium-dev
       libarchive-dev libzstd-dev libibverbs-dev librdmacm-dev
       libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
       python3 python3-dev python3-numpy python3-torch python3-matplotlib procps curl)
