@@ -216,7 +216,8 @@ int dsc__chunk_requeue(dsc_loader_t *loader, dsc_chunk_ent_t *ent, uint32_t fail
     }
     if (reroute(loader, ent, failed) < 0) {
         int result = loader->net.members.count > 1 ? DSC_EALLDOWN : err;
-        if (loader->error == 0 && !loader->stop)
+        /* A dataset changed on its server is explained where CHANGED is seen (fetch.c). */
+        if (loader->error == 0 && !loader->stop && err != DSC_ECHANGED)
             explain_unreachable(loader, ent, failed, err, result);
         return result;
     }
