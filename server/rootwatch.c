@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -43,9 +44,16 @@ static void watch_subdirs(dsc_rootwatch_t *w) {
     const char **roots;
     uint32_t n = dsc_catalog_roots(w->cat, &roots);
     for (uint32_t r = 0; r < n; r++) {
-        DIR *d = opendir(roots[r]);
-        if (d == NULL)
+        /* open + fdopendir, not opendir: the descriptor's creation is then seen by every
+         * checker that tracks descriptors (ThreadSanitizer reads a number last used by a socket
+         * that libuv closed behind its back as that socket, and reports closedir as a race). */
+        int dfd = open(roots[r], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+        if (d == NULL) {
+            if (dfd >= 0)
+                close(dfd);
             continue;
+        }
         struct dirent *e;
         while ((e = readdir(d)) != NULL) {
             char path[4096];
