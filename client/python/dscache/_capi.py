@@ -132,6 +132,20 @@ class _FieldInfo(ctypes.Structure):
     ]
 
 
+def _field_specs(count, field, handle):
+    """[(name, dtype, shape)] of a loader's or reader's fields, through its count and field
+    calls (dsc_loader_field_count/dsc_loader_field, or the reader's); None for a variable
+    dimension."""
+    specs = []
+    for f in range(count(handle)):
+        info = _FieldInfo()
+        _check(field(handle, f, ctypes.byref(info)))
+        specs.append((info.name.decode(), info.dtype,
+                      tuple(None if info.shape[d] < 0 else info.shape[d]
+                            for d in range(info.ndim))))
+    return specs
+
+
 class _TensorView(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char_p),

@@ -15,7 +15,7 @@ from ._arrays import (_Hold, _HostArray, _PyCapsule_New, _capsule_destructor,
 from ._capi import (BOTTLENECKS, STALL_WAITS, _EOF, _FIELD_PADDED, _FIELD_VALUES, _NP_DTYPES,
                     _PART_LENGTHS, _PART_OFFSETS, _PART_VALUES, _STAT_FIELDS, _DLManagedTensor,
                     _FieldInfo, _FieldOptions, _FieldView, _Options, _Stats, _TensorView, _check,
-                    _load)
+                    _field_specs, _load)
 from ._errors import BadState, Error, InvalidOption
 from ._logbridge import _c_log_level, _on_log, _sink_ids, _sinks, _sinks_lock
 from ._order import OrderFeed
@@ -216,13 +216,7 @@ class Loader:
         self._handle = handle
         self._pid = os.getpid()
         _live.add(self)
-        self._fields = []
-        for f in range(lib.dsc_loader_field_count(handle)):
-            info = _FieldInfo()
-            _check(lib.dsc_loader_field(handle, f, ctypes.byref(info)))
-            self._fields.append((info.name.decode(), info.dtype,
-                                 tuple(None if info.shape[d] < 0 else info.shape[d]
-                                       for d in range(info.ndim))))
+        self._fields = _field_specs(lib.dsc_loader_field_count, lib.dsc_loader_field, handle)
         self._feed = None
         if caller:
             self._feed = OrderFeed(order, batch_size, bool(drop_last),

@@ -12,7 +12,7 @@ import threading
 import weakref
 
 from ._capi import (_FieldInfo, _FieldView, _Options, _Stats, _STAT_FIELDS, _TensorView, _check,
-                    _load)
+                    _field_specs, _load)
 from ._errors import _error
 from ._logbridge import _c_log_level, _on_log, _sink_ids, _sinks, _sinks_lock
 from .loader import Loader, _field_options
@@ -139,13 +139,7 @@ class _Reader:
         self._pid = os.getpid()
         self.max_batch = max_batch
         _live.add(self)
-        self._fields = []
-        for f in range(lib.dsc_reader_field_count(handle)):
-            info = _FieldInfo()
-            _check(lib.dsc_reader_field(handle, f, ctypes.byref(info)))
-            self._fields.append((info.name.decode(), info.dtype,
-                                 tuple(None if info.shape[d] < 0 else info.shape[d]
-                                       for d in range(info.ndim))))
+        self._fields = _field_specs(lib.dsc_reader_field_count, lib.dsc_reader_field, handle)
         self.samples = int(lib.dsc_reader_len(handle))
         self._prepare()
 
