@@ -178,6 +178,90 @@ static int check_size(dsc_image_ctx_t *ctx, const char *what, uint64_t w, uint64
 
 /* ---- Headers ---------------------------------------------------------------------------- */
 
+/* libjpeg keeps the quantization and Huffman tables of one image in its decompressor for the
+ * next (the abbreviated datastreams of JPEG's "tables-only" mode rely on it), so a reused
+ * decompressor fills a stream's missing table with the previous image's: the same bytes
+ * would decode differently, or decode instead of failing, depending on what came before.
+ * Returns 1 when every table the frame and its scans use is defined in the stream itself
+ * before the scan that uses it; 0 when one is not, the coding is arithmetic (its conditioning
+ * tables persist too), or the markers cannot be followed: the caller then decodes with a
+ * fresh decompressor, as libjpeg decodes the file alone (an error, or the standard Huffman
+ * tables of motion JPEG). Only markers are read: a scan's entropy-coded bytes are skipped. */
+static int jpeg_self_contained(const uint8_t *p, size_t n) {
+    if (n < 4 || p[0] != 0xFF || p[1] != 0xD8)
+        return 1; /* not a JPEG stream: the header fails alike either way */
+    unsigned quant = 0, huff = 0, need_quant = 0; /* huff: bit class * 4 + id */
+    size_t i = 2;
+    while (i + 4 <= n) {
+        if (p[i] != 0xFF)
+            return 0;
+        uint8_t m = p[i + 1];
+        if (m == 0xFF) { /* fill byte */
+            i++;
+            continue;
+        }
+        if (m == 0xD9)
+            return 1;
+        if ((m >= 0xD0 && m <= 0xD7) || m == 0x01) {
+            i += 2;
+            continue;
+        }
+        size_t seg = (size_t)p[i + 2] << 8 | p[i + 3];
+        if (seg < 2 || seg > n - i - 2)
+            return 0;
+        const uint8_t *s = p + i + 4;
+        size_t len = seg - 2;
+        if (m == 0xDB) { /* DQT: (precision << 4 | id) then 64 or 128 bytes, repeated */
+            for (size_t k = 0; k < len; k += 1 + ((s[k] >> 4) ? 128 : 64)) {
+                if ((s[k] & 15) > 3)
+                    return 0;
+                quant |= 1u << (s[k] & 15);
+            }
+        } else if (m == 0xC4) { /* DHT: (class << 4 | id), 16 counts, the symbols */
+            for (size_t k = 0; k < len;) {
+                if (len - k < 17 || (s[k] >> 4) > 1 || (s[k] & 15) > 3)
+                    return 0;
+                size_t symbols = 0;
+                for (int b = 1; b <= 16; b++)
+                    symbols += s[k + b];
+                huff |= 1u << ((s[k] >> 4) * 4 + (s[k] & 15));
+                k += 17 + symbols;
+            }
+        } else if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+            if (m >= 0xC9 || len < 6 || len < 6 + 3 * (size_t)s[5])
+                return 0; /* arithmetic coding, or a frame header cut short */
+            for (unsigned c = 0; c < s[5]; c++) {
+                if (s[6 + 3 * c + 2] > 3)
+                    return 0;
+                need_quant |= 1u << s[6 + 3 * c + 2];
+            }
+        } else if (m == 0xDA) { /* SOS: the tables its components use must exist by now */
+            if (need_quant & ~quant || len < 1 || len < 1 + 2 * (size_t)s[0] + 3)
+                return 0;
+            unsigned ss = s[1 + 2 * s[0]], se = s[2 + 2 * s[0]];
+            for (unsigned c = 0; c < s[0]; c++) {
+                unsigned td = s[2 + 2 * c] >> 4, ta = s[2 + 2 * c] & 15;
+                if ((ss == 0 && (td > 3 || !(huff >> td & 1))) ||
+                    (se > 0 && (ta > 3 || !(huff >> (4 + ta) & 1))))
+                    return 0;
+            }
+            /* past the entropy-coded bytes: to the next marker that is not a stuffed 0xFF00, a
+             * restart marker or a fill byte */
+            for (i += 2 + seg; i + 1 < n; i++) {
+                const uint8_t *ff = memchr(p + i, 0xFF, n - 1 - i);
+                if (!ff)
+                    return 1; /* no marker after the scan: the decoder says what is missing */
+                i = (size_t)(ff - p);
+                if (p[i + 1] != 0 && p[i + 1] != 0xFF && !(p[i + 1] >= 0xD0 && p[i + 1] <= 0xD7))
+                    break;
+            }
+            continue;
+        }
+        i += 2 + seg;
+    }
+    return 1;
+}
+
 /* A TurboJPEG handle that failed part-way through a header can refuse the next, valid file
  * ("Bogus DQT index", libjpeg-turbo 2.1): a failed handle is replaced. Returns DSC_EDECODE, or
  * DSC_ENOMEM when no new handle could be made (the next call retries). */
@@ -195,6 +279,8 @@ static int jpeg_header(dsc_image_ctx_t *ctx, const void *data, size_t len, uint3
         return DSC_ENOMEM;
     if (len > 0xFFFFFFFFul)
         return fail(ctx, "jpeg: %zu bytes is too large", len);
+    if (!jpeg_self_contained(data, len) && tj_reset(ctx) == DSC_ENOMEM)
+        return DSC_ENOMEM;
     if (tjDecompressHeader3(ctx->tj_decode, data, (unsigned long)len, &width, &height, &subsamp,
                             &colorspace) != 0) {
         fail(ctx, "jpeg: %s", tjGetErrorStr2(ctx->tj_decode));
@@ -455,6 +541,10 @@ static int jpeg_decode_planned(dsc_image_ctx_t *ctx, const void *data, size_t le
         return fail(ctx, "jpeg: %zu bytes is too large", len);
     j_decompress_ptr cinfo = &ctx->jpeg;
     jpeg_fail_t *jf = &ctx->jpeg_fail;
+    if (ctx->jpeg_ready && !jpeg_self_contained(data, len)) {
+        jpeg_destroy_decompress(cinfo); /* no table of the previous image may fill a gap */
+        ctx->jpeg_ready = 0;
+    }
     if (!ctx->jpeg_ready) {
         memset(cinfo, 0, sizeof *cinfo);
         cinfo->err = jpeg_std_error(&jf->mgr);

@@ -457,6 +457,55 @@ static void test_rgb_and_reencode(dsc_image_ctx_t *ctx, const uint8_t *jpeg, siz
     free(again);
 }
 
+/* A JPEG without its quantization tables (an abbreviated stream) decodes alike on a fresh
+ * context and on one that decoded a complete JPEG before: libjpeg keeps the previous image's
+ * tables, which must not fill the gap (the same bytes once gave an image or an error by the
+ * order of the files before them). */
+static void test_abbreviated(dsc_image_ctx_t *ctx, const uint8_t *jpeg, size_t jlen) {
+    uint8_t *cut = malloc(jlen);
+    REQUIRE(cut);
+    size_t n = 0, i = 2, dropped = 0;
+    memcpy(cut, jpeg, 2);
+    n = 2;
+    while (i + 4 <= jlen && jpeg[i] == 0xFF && jpeg[i + 1] != 0xDA) {
+        size_t seg = (size_t)jpeg[i + 2] << 8 | jpeg[i + 3];
+        if (jpeg[i + 1] == 0xDB)
+            dropped++;
+        else {
+            memcpy(cut + n, jpeg + i, 2 + seg);
+            n += 2 + seg;
+        }
+        i += 2 + seg;
+    }
+    memcpy(cut + n, jpeg + i, jlen - i);
+    n += jlen - i;
+    CHECK(dropped > 0);
+    dsc_image_ctx_t *fresh = NULL;
+    REQUIRE(dsc__image_ctx_create(NULL, &fresh) == 0);
+    dsc_image_spec_t spec;
+    dsc__image_spec_init(&spec);
+    spec.width = 32;
+    spec.height = 24;
+    uint8_t a[32 * 24 * 3], b[32 * 24 * 3];
+    int rc_fresh = dsc__image_decode(fresh, cut, n, &spec, 1, 0, 0, a, sizeof a, NULL);
+    CHECK_EQ_INT(rc_fresh, DSC_EDECODE);
+    CHECK_EQ_INT(dsc__image_decode(ctx, jpeg, jlen, &spec, 1, 0, 0, b, sizeof b, NULL), 0);
+    CHECK_EQ_INT(dsc__image_decode(ctx, cut, n, &spec, 1, 0, 0, b, sizeof b, NULL), rc_fresh);
+    CHECK(strstr(dsc__image_error(ctx), "uantization table") != NULL);
+    /* the whole-image path (TurboJPEG's handle) alike */
+    uint8_t *rgb = NULL;
+    uint32_t w = 0, h = 0;
+    CHECK_EQ_INT(dsc__image_decode_rgb(ctx, jpeg, jlen, 100, &rgb, &w, &h), 0);
+    free(rgb);
+    rgb = NULL;
+    CHECK_EQ_INT(dsc__image_decode_rgb(ctx, cut, n, 100, &rgb, &w, &h), DSC_EDECODE);
+    free(rgb);
+    /* and a complete JPEG still decodes on the context afterwards */
+    CHECK_EQ_INT(dsc__image_decode(ctx, jpeg, jlen, &spec, 1, 0, 0, b, sizeof b, NULL), 0);
+    dsc__image_ctx_destroy(fresh);
+    free(cut);
+}
+
 int main(void) {
     uint8_t *rgb = picture();
     dsc_image_ctx_t *ctx = NULL;
@@ -479,6 +528,7 @@ int main(void) {
     test_bad(ctx, jpeg, jlen, png, plen, webp, wlen);
     test_rgb_and_reencode(ctx, jpeg, jlen);
     test_external_jpeg(ctx, jpeg, jlen, png, plen);
+    test_abbreviated(ctx, jpeg, jlen);
 
     WebPFree(webp);
     free(png);
