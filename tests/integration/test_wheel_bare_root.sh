@@ -148,7 +148,7 @@ python3 -c 'import numpy as np; np.save("v.npy", (np.arange(1024 * 6, dtype=np.i
 dscache ingest npy -o ds-ids --name ids v=v.npy >/dev/null
 dscache ingest images imgs -o ds-imgs --name imgs --encoded >/dev/null
 step "dscache ingest npy and images wrote two datasets"
-dscached --data ds-ids --data ds-imgs --listen 127.0.0.1:0 --port-file port --memory 32M \
+dscached --data ds-ids --data ds-imgs --listen 127.0.0.1:0 --http off --port-file port --memory 32M \
     --threads 1 >server.log 2>&1 &
 server=$!
 i=0
