@@ -298,18 +298,33 @@ def _stage(native, stage):
     for dirpath, _, names in os.walk(stage):
         for n in names:
             arcs.append(os.path.relpath(os.path.join(dirpath, n), stage))
-    return sorted(arcs)
+    glibc = None
+    if not _env_on("DSCACHE_SYSTEM_LIBS"):
+        glibc = max((_glibc_needed(os.path.join(stage, a)) for a in arcs
+                     if not a.endswith(".py")), default=(2, 17))
+    return sorted(arcs), glibc
 
 
-def _tag(native, ext):
-    if native:
-        import sysconfig
-        plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
-        if ext:  # the compiled next() is for this Python's ABI
-            py = "cp%d%d" % sys.version_info[:2]
-            return "%s-%s-%s" % (py, py, plat)
-        return "py3-none-" + plat
-    return "py3-none-any"
+def _glibc_needed(path):
+    """The newest glibc symbol version path needs, as (major, minor)."""
+    out = _run(["readelf", "-V", "--wide", path])
+    return max([(int(a), int(b)) for a, b in re.findall(r"Name: GLIBC_(\d+)\.(\d+)", out)]
+               or [(2, 17)])
+
+
+def _tags(native, ext, glibc):
+    """The wheel's tags: cpXY-cpXY (the compiled next() is for this Python's ABI) or py3-none;
+    platform linux_<arch>, and manylinux_<glibc>_<arch> too for a wheel that carries everything
+    it needs besides glibc (glibc: the newest symbol version its files need)."""
+    if not native:
+        return ["py3-none-any"]
+    import sysconfig
+    plat = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    py = "cp%d%d-cp%d%d" % (sys.version_info[:2] * 2) if ext else "py3-none"
+    plats = [plat]
+    if glibc and plat.startswith("linux_"):
+        plats.insert(0, "manylinux_%d_%d_%s" % (glibc[0], glibc[1], plat[len("linux_"):]))
+    return ["%s-%s" % (py, p) for p in plats]
 
 
 def _record_line(arc, data):
@@ -344,27 +359,33 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     native = _native()
-    tag = _tag(native is not None, native and native.get("ext"))
     info = _dist_info()
     files = []  # (archive name, bytes, executable)
     for arc, path in _package_files():
         with open(path, "rb") as f:
             files.append((arc, f.read(), False))
     scripts = []
+    glibc = None
     if native is not None:
         with tempfile.TemporaryDirectory() as stage:
-            for arc in _stage(native, stage):
+            arcs, glibc = _stage(native, stage)
+            for arc in arcs:
                 with open(os.path.join(stage, arc), "rb") as f:
                     files.append((arc, f.read(), not arc.endswith(".py")))
         scripts = [n for k, n in (("cli", "dscache"), ("server", "dscached")) if native.get(k)]
+    tags = _tags(native is not None, native and native.get("ext"), glibc)
+    # One name for the set: cp311-cp311-manylinux_2_34_x86_64.linux_x86_64 (PEP 425).
+    py_abi = tags[0].rsplit("-", 1)[0]
+    tag = py_abi + "-" + ".".join(t.rsplit("-", 1)[1] for t in tags)
     entry_points = ""
     if scripts:
         entry_points = "[console_scripts]\n" + "".join(
             "%s = dscache._cli:%s\n" % (n, n) for n in scripts)
     files.append((info + "/METADATA", _metadata().encode(), False))
     files.append((info + "/WHEEL", ("Wheel-Version: 1.0\nGenerator: dscache_build\n"
-                                    "Root-Is-Purelib: %s\nTag: %s\n"
-                                    % ("false" if native else "true", tag)).encode(), False))
+                                    "Root-Is-Purelib: %s\n%s"
+                                    % ("false" if native else "true",
+                                       "".join("Tag: %s\n" % t for t in tags))).encode(), False))
     if entry_points:
         files.append((info + "/entry_points.txt", entry_points.encode(), False))
     record = [_record_line(a, d) for a, d, _ in files] + [info + "/RECORD,,"]
