@@ -31,6 +31,9 @@ command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 # tmux drives dscache top in its test; matplotlib draws bench --plot and the demo's picture.
 pkgs+=(tmux python3-matplotlib)
+# pip install ./client/python: patchelf puts the libraries that have no static archive (libcjson)
+# into the wheel.
+pkgs+=(patchelf)
 # The pixel tests compare with torchvision (PIL images) on real PNGs and JPEG photos.
 pkgs+=(python3-pil python3-torchvision openclipart-png mate-backgrounds)
 if [ "$profile" = --bench ]; then

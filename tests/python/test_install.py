@@ -1,20 +1,23 @@
 """Installing the Python package, offline, as users do: (1) `cmake --install` to a temporary
 prefix installs the package too, and it finds that prefix's libdscache with no variable but
-PYTHONPATH (a temporary prefix is not on sys.path); (2) the README's line, `pip install
-./client/python`, run from the checkout in a fresh venv with build isolation and no index: the
-in-tree backend builds libdscache and the dscache command with CMake and bundles both, so the
-package imports and reads a dataset with no variable at all and `dscache --help` / `dscache
-ingest` run from the venv's bin; (3) a pure-Python wheel (DSCACHE_PURE=1) finds libdscache.so.0
-on the dynamic linker's path and, without it, fails at import listing every place tried; (4) a
-wheel built with DSCACHE_BUNDLE_LIB carries that library; (5) a DSCACHE_LIB that cannot be
+PYTHONPATH (a temporary prefix is not on sys.path); (2) the README's line, `python3 -m venv
+--system-site-packages v; v/bin/pip install ./client/python`, run from the checkout (a fresh venv,
+build isolation, no index): the in-tree backend builds libdscache, dscache and dscached with
+CMake and bundles them, so the package imports and reads a dataset with no variable at all and
+`dscache --help`, `dscached --help` and `dscache ingest` run from the venv's bin; (3) a
+pure-Python wheel (DSCACHE_PURE=1) finds libdscache.so.0 on the dynamic linker's path and,
+without it, fails at import listing every place tried; (4) a wheel built with DSCACHE_BUNDLE_LIB
+carries that library and what it needs besides glibc; (5) a DSCACHE_LIB that cannot be
 loaded is an ImportError naming it. Each installed copy reads a dataset. Where the build tree has
 the compiled next() (dscache._fast), (1), (2) and (4) install it in the package and use it; (3)
 has none and says so (dscache.fastpath_reason)."""
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -142,8 +145,17 @@ if pkgs and libs:
             "no library copied into the cmake-installed package")
     fast_in(prefix, "cmake-installed package")
 
-# ---- (2) the README's line: pip install ./client/python, from the checkout ------------------
-vpy = venv("venv-readme", with_pip=True)
+# ---- (2) the README's line: a venv, pip install ./client/python, from the checkout ----------
+# The line as the README writes it; run with /usr/bin/python3 for python3 (the one with Debian's
+# numpy) and the venv in the test's directory.
+with open(os.path.join(te.SRC, "README.md")) as f:
+    m = re.search(r"`python3 -m venv ((?:--[a-z-]+ )*)v; v/bin/pip install ./client/python`",
+                  f.read())
+t.check(m is not None, "README.md has the venv + pip install line")
+venv_flags = m.group(1).split() if m else ["--system-site-packages"]
+vdir = os.path.join(tmp, "venv-readme")
+subprocess.run([PY, "-m", "venv"] + venv_flags + [vdir], check=True, env=clean)
+vpy = os.path.join(vdir, "bin", "python")
 vbin = os.path.dirname(vpy)
 # The CMake build of the backend goes beside the test build tree (kept: a rerun rebuilds only
 # what changed) instead of the checkout's build/python-wheel; the command is the README's.
@@ -153,16 +165,21 @@ r = subprocess.run([os.path.join(vbin, "pip"), "install", "./client/python"], ca
 t.check(r.returncode == 0, "pip install ./client/python (build isolation, no index): %s %s"
         % (r.stdout[-600:], r.stderr[-1500:]))
 if r.returncode == 0:
+    for cmd, want in (("dscache", "usage: dscache COMMAND"), ("dscached", "usage: dscached")):
+        exe = os.path.join(vbin, cmd)
+        t.check(os.path.exists(exe), "the venv has the %s command" % cmd)
+        if not os.path.exists(exe):
+            continue
+        h = subprocess.run([exe, "--help"], capture_output=True, text=True, env=clean, cwd=tmp)
+        t.check(h.returncode == 0 and h.stdout.startswith(want),
+                "the venv's %s --help runs: rc %d %s %s" % (cmd, h.returncode, h.stdout[:200],
+                                                           h.stderr[-300:]))
     got = use(vpy, "pip install ./client/python")
     t.check(got is not None and got.startswith(os.path.join(tmp, "venv-readme"))
             and got.endswith(os.path.join("dscache", "libdscache.so")),
             "it loads the library bundled in the venv's package: %s" % got)
     fast_in(os.path.join(tmp, "venv-readme"), "pip install ./client/python")
     cli = os.path.join(vbin, "dscache")
-    r = subprocess.run([cli, "--help"], capture_output=True, text=True, env=clean, cwd=tmp)
-    t.check(r.returncode == 0 and "ingest" in r.stdout,
-            "the venv's dscache --help runs: rc %d %s %s" % (r.returncode, r.stdout[-300:],
-                                                             r.stderr[-300:]))
     np.save(os.path.join(tmp, "pipv.npy"), vals)
     out = os.path.join(tmp, "pip-ingested")
     r = subprocess.run([cli, "ingest", "npy", "-o", out, "--name", "ids",
@@ -175,6 +192,28 @@ if r.returncode == 0:
     t.check(r.returncode == 0 and r.stdout.strip().splitlines()[-1:] == [WANT],
             "the package reads what its command ingested: %s %s" % (r.stdout[-200:],
                                                                     r.stderr[-400:]))
+    # The venv's dscached serves it; the package reads it from there.
+    port_file = os.path.join(tmp, "pip-port")
+    server = subprocess.Popen(te.DIE_WITH_TEST + [
+        os.path.join(vbin, "dscached"), "--data", out, "--listen", "127.0.0.1:0", "--http", "off",
+        "--port-file", port_file, "--memory", "16M", "--threads", "1"],
+        stdout=subprocess.DEVNULL, env=clean, cwd=tmp)
+    try:
+        for _ in range(600):  # the entry point's Python starts first
+            if os.path.exists(port_file) or server.poll() is not None:
+                break
+            time.sleep(0.05)
+        t.check(os.path.exists(port_file), "the venv's dscached starts (exit %s)" % server.poll())
+        if os.path.exists(port_file):
+            with open(port_file) as f:
+                addr = "127.0.0.1:" + f.read().strip()
+            r = run(vpy, USE.replace("fallback_path=%r" % data, "servers=%r" % addr))
+            t.check(r.returncode == 0 and r.stdout.strip().splitlines()[-1:] == [WANT],
+                    "the package reads it from the venv's dscached: %s %s"
+                    % (r.stdout[-200:], r.stderr[-400:]))
+    finally:
+        server.kill()
+        server.wait()
 
 # ---- (3) a pure-Python wheel: libdscache from the system --------------------------------------
 vpy = venv("venv-plain")
