@@ -44,10 +44,10 @@ typedef struct point {
     double dataset_bytes;
     /* Traffic of the epoch (scaled up when ranks were sampled). */
     double req_total, bytes_total;
-    double epoch_ratio;     /* max / mean bytes per server over the epoch */
-    double step_ratio_w;    /* sum over steps of max / sum of mean: the load-weighted step ratio */
-    double step_ratio_max;  /* worst step among those carrying >= 1% of the epoch's bytes */
-    double window_ratio_w;  /* the same per shuffle window of steps (what look-ahead smooths to) */
+    double epoch_ratio;    /* max / mean bytes per server over the epoch */
+    double step_ratio_w;   /* sum over steps of max / sum of mean: the load-weighted step ratio */
+    double step_ratio_max; /* worst step among those carrying >= 1% of the epoch's bytes */
+    double window_ratio_w; /* the same per shuffle window of steps (what look-ahead smooths to) */
     double req_step_ratio_w;
     uint32_t burst_steps; /* steps carrying >= 1% of the epoch's bytes */
     double req_peak_step; /* requests per server in the busiest step (mean over servers) */
@@ -165,8 +165,8 @@ static void router_init(router_t *rt, const dsc_members_t *view, uint32_t replic
         l->net.member_peer[m] = rt->replicas;
     rt->owners = xcalloc((size_t)shards * rt->replicas, sizeof(uint32_t));
     for (uint32_t s = 0; s < shards; s++)
-        if (dsc_placement_owners(view, DATASET, s, replicas, &rt->owners[(size_t)s * rt->replicas]) !=
-            (int)rt->replicas) {
+        if (dsc_placement_owners(view, DATASET, s, replicas,
+                                 &rt->owners[(size_t)s * rt->replicas]) != (int)rt->replicas) {
             fprintf(stderr, "scale_sim: placement failed for shard %u\n", s);
             exit(2);
         }
@@ -225,8 +225,8 @@ static double ratio_of(const double *v, uint32_t n) {
     return sum > 0 ? max / (sum / n) : 0;
 }
 
-static void run_point(const sim_opt_t *o, const dsc_manifest_t *m, uint32_t servers,
-                      uint32_t ranks, point_t *pt) {
+static void run_point(const sim_opt_t *o, const dsc_manifest_t *m, uint32_t servers, uint32_t ranks,
+                      point_t *pt) {
     memset(pt, 0, sizeof *pt);
     pt->servers = servers;
     pt->ranks = ranks;
@@ -534,7 +534,8 @@ static void plan_cost(const sim_opt_t *o, const dsc_manifest_t *m, uint32_t rank
     dsc__order_destroy(order);
 }
 
-/* ---- Output ----------------------------------------------------------------------------------- */
+/* ---- Output -----------------------------------------------------------------------------------
+ */
 
 static double mib(double b) {
     return b / 1048576.0;
@@ -554,9 +555,8 @@ static void print_points(const sim_opt_t *o, const point_t *pts, int n) {
                "(%u) | %.3f | %.1f |\n",
                p->servers, p->ranks, p->ranks_walked, (double)p->shards / p->servers,
                (unsigned long long)p->steps, p->req_total / p->servers,
-               mib(p->bytes_total / p->servers), p->bytes_total / p->dataset_bytes,
-               p->epoch_ratio, p->step_ratio_w, p->req_step_ratio_w, p->step_ratio_max,
-               p->burst_steps,
+               mib(p->bytes_total / p->servers), p->bytes_total / p->dataset_bytes, p->epoch_ratio,
+               p->step_ratio_w, p->req_step_ratio_w, p->step_ratio_max, p->burst_steps,
                p->window_ratio_w, p->req_peak_step);
     }
     printf("\n## Fan-out and what it costs (connections %u per server per rank)\n\n",
@@ -596,9 +596,9 @@ static void print_points(const sim_opt_t *o, const point_t *pts, int n) {
         for (int c = 0; c < 2; c++) {
             double moved = p->after_bytes[c] > 0 ? p->moved_bytes[c] / p->after_bytes[c] : 0;
             double cold = p->after_bytes[c] > 0 ? p->cold_bytes[c] / p->after_bytes[c] : 0;
-            printf("| %u | %u | %s | %.0f | %.2f%% | %.2f | %.2f%% | %.1f | %.3f |\n",
-                   p->servers, p->ranks, c == 0 ? "leave" : "join", mib(p->after_bytes[c]),
-                   100 * moved, moved * p->servers, 100 * cold, c == 0 ? mib(p->lost_bytes) : 0,
+            printf("| %u | %u | %s | %.0f | %.2f%% | %.2f | %.2f%% | %.1f | %.3f |\n", p->servers,
+                   p->ranks, c == 0 ? "leave" : "join", mib(p->after_bytes[c]), 100 * moved,
+                   moved * p->servers, 100 * cold, c == 0 ? mib(p->lost_bytes) : 0,
                    p->after_ratio[c]);
         }
     }
@@ -619,8 +619,8 @@ static int check_point(const sim_opt_t *o, const point_t *p) {
         fprintf(stderr,
                 "check FAILED: %ux%u: %llu samples never planned, %llu planned twice (the "
                 "padding allows %llu)\n",
-                p->servers, p->ranks, (unsigned long long)p->missing,
-                (unsigned long long)p->extra, (unsigned long long)p->padding);
+                p->servers, p->ranks, (unsigned long long)p->missing, (unsigned long long)p->extra,
+                (unsigned long long)p->padding);
         bad = 1;
     }
     if (p->step_ratio_w > o->max_balance || p->epoch_ratio > o->max_balance) {
@@ -637,8 +637,7 @@ static int check_point(const sim_opt_t *o, const point_t *p) {
             fprintf(stderr,
                     "check FAILED: %ux%u: one member %s moved %.2f%% of the work after it, not "
                     "about 1/N (%.2f%%: between half and twice that)\n",
-                    p->servers, p->ranks, c == 0 ? "leaving" : "joining", 100 * moved,
-                    100 * share);
+                    p->servers, p->ranks, c == 0 ? "leaving" : "joining", 100 * moved, 100 * share);
             bad = 1;
         }
     }
@@ -736,8 +735,9 @@ int main(int argc, char **argv) {
     }
     if (o.samples == 0 || o.sample_bytes == 0 || o.batch == 0 || o.replicas == 0 ||
         o.replicas > DSC_MAX_REPLICAS || o.window == 0) {
-        fprintf(stderr, "scale_sim: samples, sample-bytes, batch, window must be > 0 and "
-                        "replicas 1..%d\n",
+        fprintf(stderr,
+                "scale_sim: samples, sample-bytes, batch, window must be > 0 and "
+                "replicas 1..%d\n",
                 DSC_MAX_REPLICAS);
         return 2;
     }
@@ -756,8 +756,7 @@ int main(int argc, char **argv) {
         unsigned long r = *end == 'x' ? strtoul(end + 1, &end, 10) : 0;
         if (s == 0 || r == 0 || s > DSC_MAX_MEMBERS - 1 || r > UINT32_MAX - 1 ||
             (*end != ',' && *end != '\0')) {
-            fprintf(stderr,
-                    "scale_sim: --points: SERVERSxRANKS,... with 1..%d servers (at %s)\n",
+            fprintf(stderr, "scale_sim: --points: SERVERSxRANKS,... with 1..%d servers (at %s)\n",
                     DSC_MAX_MEMBERS - 1, p);
             return 2;
         }
