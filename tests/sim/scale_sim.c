@@ -59,6 +59,9 @@ typedef struct point {
     double after_bytes[2], moved_bytes[2], cold_bytes[2], lost_bytes;
     double after_ratio[2];
     double route_us; /* one dsc__route_chunk call */
+    /* Servers one rank reads from in the epoch (the connections it needs): mean, max. */
+    double rank_servers_mean;
+    uint32_t rank_servers_max;
 } point_t;
 
 static double now_s(void) {
@@ -313,9 +316,12 @@ static void run_point(const sim_opt_t *o, const dsc_manifest_t *m, uint32_t serv
     rt.loader->cfg.opt.inflight_bytes = lopt.inflight_bytes;
     double inflight_limit = (double)dsc__peer_inflight_limit(rt.loader);
     uint64_t change_window = pt->change_step / steps_per_window;
+    uint32_t *srv_stamp = xcalloc(servers, sizeof(uint32_t)); /* walked rank + 1 that read it */
+    double srv_sum = 0;
     for (uint32_t i = 0; i < walk; i++) {
         uint32_t r = (uint32_t)((uint64_t)i * ranks / walk);
         double to_leaver = 0;
+        uint32_t rank_servers = 0;
         for (uint64_t st = 0; st < n_steps; st++) {
             uint64_t first;
             uint32_t n;
@@ -338,6 +344,10 @@ static void run_point(const sim_opt_t *o, const dsc_manifest_t *m, uint32_t serv
                     srv = 0;
                 step_bytes[st * servers + srv] += bytes;
                 step_reqs[st * servers + srv] += 1;
+                if (srv_stamp[srv] != i + 1) {
+                    srv_stamp[srv] = i + 1;
+                    rank_servers++;
+                }
                 if (srv == gone && st / steps_per_window == change_window && st <= pt->change_step)
                     to_leaver += bytes;
                 if (st < pt->change_step)
@@ -355,7 +365,12 @@ static void run_point(const sim_opt_t *o, const dsc_manifest_t *m, uint32_t serv
             }
         }
         pt->lost_bytes += to_leaver < inflight_limit ? to_leaver : inflight_limit;
+        srv_sum += rank_servers;
+        if (rank_servers > pt->rank_servers_max)
+            pt->rank_servers_max = rank_servers;
     }
+    pt->rank_servers_mean = srv_sum / walk;
+    free(srv_stamp);
     /* Sums. */
     double *epoch = xcalloc(servers, sizeof(double));
     double *win = xcalloc(servers, sizeof(double));
@@ -551,13 +566,15 @@ static void print_points(const sim_opt_t *o, const point_t *pts, int n) {
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n; i++) {
         const point_t *p = &pts[i];
-        printf("| %u | %u | %u | %.1f | %llu | %.0f | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f "
-               "(%u) | %.3f | %.1f |\n",
+        char burst[64] = "- (none >= 1%)";
+        if (p->burst_steps > 0)
+            snprintf(burst, sizeof burst, "%.3f (%u)", p->step_ratio_max, p->burst_steps);
+        printf("| %u | %u | %u | %.1f | %llu | %.0f | %.0f | %.3f | %.3f | %.3f | %.3f | %s | "
+               "%.3f | %.1f |\n",
                p->servers, p->ranks, p->ranks_walked, (double)p->shards / p->servers,
                (unsigned long long)p->steps, p->req_total / p->servers,
                mib(p->bytes_total / p->servers), p->bytes_total / p->dataset_bytes, p->epoch_ratio,
-               p->step_ratio_w, p->req_step_ratio_w, p->step_ratio_max, p->burst_steps,
-               p->window_ratio_w, p->req_peak_step);
+               p->step_ratio_w, p->req_step_ratio_w, burst, p->window_ratio_w, p->req_peak_step);
     }
     printf("\n## Fan-out and what it costs (connections %u per server per rank)\n\n",
            o->connections);
@@ -574,18 +591,20 @@ static void print_points(const sim_opt_t *o, const point_t *pts, int n) {
            client_conn, sizeof(dsc_peer_t), server_conn, DSC_LOADER_MAX_PEERS, DSC_MAX_MEMBERS);
     printf("| servers | ranks | connections (= I/O threads) per rank | client memory per rank | "
            "connections per server | server memory per server | RDMA RC QPs per server | "
-           "REPORTs per server per s | loader fits (peers <= %u) |\n"
-           "|---|---|---|---|---|---|---|---|---|\n",
+           "REPORTs per server per s | loader fits (peers <= %u) | servers a rank reads from "
+           "in an epoch (mean / max) |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n",
            DSC_LOADER_MAX_PEERS);
     for (int i = 0; i < n; i++) {
         const point_t *p = &pts[i];
         double per_rank = (double)p->servers * o->connections;
         double per_server = (double)p->ranks * o->connections;
-        printf("| %u | %u | %.0f | %.1f MiB | %.0f | %.1f MiB | %.0f | %.0f | %s |\n", p->servers,
-               p->ranks, per_rank,
+        printf("| %u | %u | %.0f | %.1f MiB | %.0f | %.1f MiB | %.0f | %.0f | %s | %.1f / %u |\n",
+               p->servers, p->ranks, per_rank,
                mib(per_rank * (double)client_conn + p->servers * (double)sizeof(dsc_peer_t)),
                per_server, mib(per_server * (double)server_conn), per_server,
-               p->ranks / DSC_DIAG_REPORT_S, p->servers <= DSC_LOADER_MAX_PEERS ? "yes" : "NO");
+               p->ranks / DSC_DIAG_REPORT_S, p->servers <= DSC_LOADER_MAX_PEERS ? "yes" : "NO",
+               p->rank_servers_mean, p->rank_servers_max);
     }
     printf("\n## One member leaves or joins mid-epoch (at step steps/2; work after it)\n\n");
     printf("| servers | ranks | change | MiB after it | moved to another server | moved x N "
