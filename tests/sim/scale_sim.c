@@ -310,11 +310,14 @@ static void run_point(const sim_opt_t *o, const dsc_manifest_t *m, uint32_t serv
     uint64_t dups = 0;
     /* In flight on the leaver when it goes: what the rank routed to it in the shuffle window of
      * the change (the look-ahead asks for a window's chunks ahead), at most the loader's
-     * per-server in-flight bound (route.c dsc__peer_inflight_limit, default options). */
+     * per-server in-flight bound (route.c dsc__peer_inflight_limit, default options), which
+     * fetch.c always lets one chunk pass. */
     dsc_loader_options_t lopt;
     DSC_LOADER_OPTIONS_INIT(&lopt);
     rt.loader->cfg.opt.inflight_bytes = lopt.inflight_bytes;
     double inflight_limit = (double)dsc__peer_inflight_limit(rt.loader);
+    if (inflight_limit < (double)o->chunk_bytes)
+        inflight_limit = (double)o->chunk_bytes;
     uint64_t change_window = pt->change_step / steps_per_window;
     uint32_t *srv_stamp = xcalloc(servers, sizeof(uint32_t)); /* walked rank + 1 that read it */
     double srv_sum = 0;
