@@ -1304,3 +1304,7 @@ void dsc__loop_maybe_finish(dsc_srv_loop_t *lc) {
         lc->reserve_fd = -1;
     }
 }
+
+size_t dsc__tcp_conn_footprint(void) {
+    return sizeof(conn_t) + IN_BUF_INITIAL;
+}

@@ -36,4 +36,9 @@ void dsc__tcp_close_all(dsc_srv_loop_t *lc);
  * sockets still handed to it), so that uv_run returns. */
 void dsc__loop_maybe_finish(dsc_srv_loop_t *lc);
 
+/* Bytes of server memory one idle TCP connection holds: its structure and the receive buffer it
+ * gets once bytes arrive (a larger frame grows it while it is received). For sizing a server's
+ * fan-in (tests/sim/scale_sim.c, docs/scale.md). */
+size_t dsc__tcp_conn_footprint(void);
+
 #endif

@@ -580,3 +580,7 @@ int dsc_conn_http_answer_parse(const char *buf, size_t len, uint16_t *data_port)
     }
     return 1;
 }
+
+size_t dsc__conn_footprint(void) {
+    return sizeof(struct dsc_conn) + CONN_RBUF_SIZE;
+}

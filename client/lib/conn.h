@@ -94,5 +94,8 @@ size_t dsc_conn_buffered(const dsc_conn_t *conn);
 void dsc_conn_shutdown(dsc_conn_t *conn);
 /* Closes and frees. NULL is a no-op. */
 void dsc_conn_close(dsc_conn_t *conn);
+/* Bytes of client memory one open connection holds: its structure and its receive buffer (for
+ * sizing a rank's fan-out: tests/sim/scale_sim.c, docs/scale.md). */
+size_t dsc__conn_footprint(void);
 
 #endif
