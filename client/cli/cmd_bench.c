@@ -244,6 +244,15 @@ int dsc_cmd_bench(int argc, char **argv) {
            (unsigned long long)(s1.failovers - s0.failovers),
            (unsigned long long)(s1.placed_chunks - s0.placed_chunks),
            (unsigned long long)(s1.assists - s0.assists), o.no_assist ? " (--no-assist)" : "");
+    /* What next() waited on (stats() "stall_waits"), the verdict's first evidence. */
+    printf("stall by cause: plan %.2f s, queued %.2f s, budget %.2f s, network %.2f s, decode %.2f "
+           "s, collate %.2f s\n",
+           s1.stall_waits[DSC_STALL_WAIT_PLAN] - s0.stall_waits[DSC_STALL_WAIT_PLAN],
+           s1.stall_waits[DSC_STALL_WAIT_QUEUED] - s0.stall_waits[DSC_STALL_WAIT_QUEUED],
+           s1.stall_waits[DSC_STALL_WAIT_BUDGET] - s0.stall_waits[DSC_STALL_WAIT_BUDGET],
+           s1.stall_waits[DSC_STALL_WAIT_NETWORK] - s0.stall_waits[DSC_STALL_WAIT_NETWORK],
+           s1.stall_waits[DSC_STALL_WAIT_DECODE] - s0.stall_waits[DSC_STALL_WAIT_DECODE],
+           s1.stall_waits[DSC_STALL_WAIT_COLLATE] - s0.stall_waits[DSC_STALL_WAIT_COLLATE]);
     char verdict[sizeof s1.evidence + sizeof s1.suggestion + sizeof s1.bottleneck_server + 64];
     snprintf(verdict, sizeof verdict, "limit: %s%s%s: %s", dsc_bottleneck_name(s1.bottleneck),
              s1.bottleneck_server[0] ? " " : "", s1.bottleneck_server, s1.evidence);
