@@ -251,6 +251,22 @@ static void own_time(const dsc_verdict_counters_t *d, double waited, double busy
          "own time falls with larger batches or with cores free for the loader's threads");
 }
 
+/* next() waits most on steps not planned yet (the scheduler plans an epoch when next() reaches
+ * it): no fetch, decode or collation limits the job, and no rule names the plan. Not too_few: the
+ * steps were measured. */
+static void unplanned(const dsc_verdict_counters_t *d, double unreceived, dsc_verdict_t *out) {
+    set(out, DSC_BOTTLENECK_UNKNOWN);
+    text(out->evidence, sizeof out->evidence,
+         "stall %.1f%%; %.0f%% of it waits on steps not yet planned, %.0f%% on chunks not yet "
+         "received, %.0f%% on the decode threads: no fetch or decode stage is the limit",
+         100 * out->stall_fraction, 100 * share(d->wait[DSC_WAIT_PLAN], d->stall_seconds),
+         100 * share(unreceived, d->stall_seconds),
+         100 * share(d->wait[DSC_WAIT_DECODE] + d->wait[DSC_WAIT_COLLATE], d->stall_seconds));
+    text(out->suggestion, sizeof out->suggestion,
+         "the steps are planned slower than they are used (each epoch is planned when next() "
+         "reaches it): larger batches, so that fewer steps are planned per epoch");
+}
+
 /* Fills *out (the window less the start-up) and returns the start-up's seconds left out:
  * the wait for the loader's first batch says what a cold start costs (connections, the first
  * chunks, all of them misses), not what limits the job once it runs. */
@@ -288,10 +304,12 @@ void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
              "least %.1f s needed)",
              startup, busy, DSC_VERDICT_MIN_BUSY);
         text(out->suggestion, sizeof out->suggestion, "wait for a few steps");
+        out->too_few = 1;
         return;
     }
     if (busy < DSC_VERDICT_MIN_BUSY) {
         set(out, DSC_BOTTLENECK_UNKNOWN);
+        out->too_few = 1;
         text(out->evidence, sizeof out->evidence,
              "%.2f s of stall + compute measured so far (at least %.1f s needed)", busy,
              DSC_VERDICT_MIN_BUSY);
@@ -320,6 +338,7 @@ void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
     const double *w = d->wait;
     double fetch_side =
         w[DSC_WAIT_PLAN] + w[DSC_WAIT_QUEUED] + w[DSC_WAIT_BUDGET] + w[DSC_WAIT_NETWORK];
+    double unreceived = fetch_side - w[DSC_WAIT_PLAN]; /* chunks queued, or sent, not received */
     double cpu_side = w[DSC_WAIT_DECODE] + w[DSC_WAIT_COLLATE];
     double waited = fetch_side + cpu_side; /* the rest of the stall is next()'s own time */
     uint32_t threads = in->decode_threads ? in->decode_threads : 1;
@@ -439,17 +458,22 @@ void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
         }
         return;
     }
-    /* Fetch only when fetches are what next() waits on; else the decode threads are, though
-     * the rule above found them neither busy nor most of the stall. */
-    if (cpu_side > fetch_side) {
+    /* Fetch only when fetches (chunks not yet received) are what next() waits on most; else the
+     * decode threads are (though the rule above found them neither busy nor most of the stall),
+     * or the plan is. */
+    if (cpu_side > unreceived && cpu_side >= w[DSC_WAIT_PLAN]) {
         cpu_stage(in, cpu_side, worker_util, 1, out);
+        return;
+    }
+    if (w[DSC_WAIT_PLAN] > unreceived) {
+        unplanned(d, unreceived, out);
         return;
     }
     set(out, DSC_BOTTLENECK_FETCH);
     text(out->evidence, sizeof out->evidence,
          "stall %.1f%%; %.0f%% of it waits on chunks not yet received; the servers deliver "
          "%.1f MB/s in %llu answers, streaming %.0f%% of the I/O time",
-         sf, 100 * share(fetch_side, d->stall_seconds), wire_mbs, (unsigned long long)responses,
+         sf, 100 * share(unreceived, d->stall_seconds), wire_mbs, (unsigned long long)responses,
          100 * (1 - wait_share));
     text(out->suggestion, sizeof out->suggestion,
          "the network or the servers are the limit: a faster link, more servers (placement "

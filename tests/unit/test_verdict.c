@@ -35,6 +35,7 @@ int main(void) {
     dsc_verdict_input_t in = base();
     in.delta.compute_seconds = 0.05;
     CHECK_EQ_INT(run(&in).bottleneck, DSC_BOTTLENECK_UNKNOWN);
+    CHECK(run(&in).too_few);
 
     in = base();
     in.delta.stall_seconds = 0.02;
@@ -275,6 +276,18 @@ int main(void) {
     CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_DECODE);
     HAS(v.suggestion, "busy only 10% of the time");
     HAS(v.suggestion, "wait for a core");
+
+    /* Steps not planned yet (a small dataset held in the loader's cache, tiny batches): nothing
+     * is fetched, so not fetch (it said "fetch: 99% of it waits on chunks not yet received"). */
+    in = base();
+    in.delta.stall_seconds = 2;
+    in.delta.wait[DSC_WAIT_PLAN] = 1.7;
+    in.delta.wait[DSC_WAIT_COLLATE] = 0.2;
+    v = run(&in);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_UNKNOWN);
+    CHECK(!v.too_few);
+    HAS(v.evidence, "85% of it waits on steps not yet planned, 0% on chunks not yet received");
+    HAS(v.suggestion, "larger batches");
 
     /* A stall that is next()'s own time (the lock, the hand-out): 2.4% of the steps, 0.5% of
      * them waiting on a chunk in flight. No stage limits the job (it said fetch). */
