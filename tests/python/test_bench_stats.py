@@ -51,7 +51,7 @@ subprocess.run([CLI, "ingest", "images", root, "-o", img, "--name", "img", "--en
 _, addr = env.start_server(small, var, img)
 
 COUNTED = re.compile(r"^counted: (\d+) samples, (\d+) bytes decoded \(the batches handed out\), "
-                     r"(\d+) bytes received, (\d+) requests", re.M)
+                     r"(\d+) bytes received, (\d+) requests, .*\(since the loader.s creation", re.M)
 
 
 def compare(name, bench_args, **loader_kw):
