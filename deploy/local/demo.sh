@@ -12,8 +12,8 @@
 # loader's throughput and stall over time with its verdict into $DEMO_DIR/dscache-demo.png
 # (dscache bench --plot); stops the server it started. On a fresh machine the first run spends
 # most of its time in apt-get (torch alone is about a gigabyte installed); once installed and
-# built, about 4 minutes of CPU, most of it the naive baseline's (13 min 40 s of wall time on a
-# 2-core VM at load average 13-15, docs/benchmarks.md).
+# built, about 2 minutes on 2 cores (1 min 56 s at load average 1-3; 13 min 40 s at 13-15), most
+# of it the naive baseline's (docs/benchmarks.md).
 # With a GPU that torch sees, the model trains on it (--device auto, the default): dscache hands
 # out batches already on the device; the baselines pin and copy them.
 # Usage: deploy/local/demo.sh [--compute-ms MS] [--steps N] [--batch-size B] [--workers W]
