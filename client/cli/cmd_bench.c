@@ -42,6 +42,16 @@ static const char *usage_text =
     "  --no-shuffle              dataset order\n"
     "  --no-assist               next() only waits (default: a waiting next() decodes and\n"
     "                            collates beside the decode threads)\n"
+    "  --decode FIELD[=KEY=VALUE,...]\n"
+    "                            decode the images of FIELD (JPEG, PNG, WebP) in the loader, as\n"
+    "                            Python's decode={FIELD: dscache.Image(...)}, with its keys:\n"
+    "                            size=S or HxW (default 224), crop=center|random_resized|none,\n"
+    "                            scale=MIN:MAX, ratio=MIN:MAX, flip=0|1, layout=chw|hwc,\n"
+    "                            background=R:G:B; e.g. --decode image=size=224,flip=1\n"
+    "                            (repeatable, one field each)\n"
+    "  --on-decode-error raise|fill\n"
+    "                            an image that does not decode fails the run (raise, the\n"
+    "                            default) or is a zero image counted in decode_errors (fill)\n"
     "  --seed S                  shuffle seed (default 0)\n"
     "  --rank R --world-size W   this rank of W (default 0 of 1)\n"
     "  --job NAME                job name reported to the servers (default: DSCACHE_JOB, else\n"
@@ -53,6 +63,88 @@ static const char *usage_text =
     "  --plot-interval S         seconds per point of the plot (default 0.5)\n"
     "  -h, --help                this text\n";
 
+/* Two numbers "A:B" (scale=, ratio=). Returns 0 or -1. */
+static int parse_pair(const char *v, double out[2]) {
+    char *end;
+    out[0] = strtod(v, &end);
+    if (end == v || *end != ':')
+        return -1;
+    const char *b = end + 1;
+    out[1] = strtod(b, &end);
+    return end == b || *end != '\0' ? -1 : 0;
+}
+
+/* One --decode FIELD[=KEY=VALUE,...] into *fo (initialised here). The keys are dscache.Image's
+ * arguments; the library checks the ranges at create and names the field. Returns 0 or
+ * DSC_CLI_USAGE (the message printed). */
+static int parse_decode(const char *cmd, const char *arg, dsc_field_options_t *fo) {
+    dsc_field_options_init(fo, sizeof *fo);
+    fo->image = 1;
+    static char names[16][64];
+    static int used;
+    const char *eq = strchr(arg, '=');
+    size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (n == 0 || n >= sizeof names[0] || used >= 16)
+        return dsc_cli_usage(cmd, "--decode wants FIELD[=KEY=VALUE,...] (at most 16), not '%s'",
+                             arg);
+    memcpy(names[used], arg, n);
+    names[used][n] = '\0';
+    fo->name = names[used++];
+    char keys[256];
+    snprintf(keys, sizeof keys, "%s", eq ? eq + 1 : "");
+    for (char *save = NULL, *kv = strtok_r(keys, ",", &save); kv != NULL;
+         kv = strtok_r(NULL, ",", &save)) {
+        char *v = strchr(kv, '=');
+        if (v == NULL)
+            return dsc_cli_usage(cmd, "--decode %s: '%s' is not KEY=VALUE", fo->name, kv);
+        *v++ = '\0';
+        char *end = NULL;
+        int ok = 1;
+        if (strcmp(kv, "size") == 0) {
+            unsigned long h = strtoul(v, &end, 10), w = h;
+            if (*end == 'x')
+                w = strtoul(end + 1, &end, 10);
+            ok = end != v && *end == '\0' && h > 0 && w > 0 && h <= 8192 && w <= 8192;
+            fo->image_height = (uint32_t)h;
+            fo->image_width = (uint32_t)w;
+        } else if (strcmp(kv, "crop") == 0) {
+            ok = strcmp(v, "center") == 0 || strcmp(v, "random_resized") == 0 ||
+                 strcmp(v, "none") == 0;
+            fo->image_crop = v[0] == 'c'   ? DSC_IMAGE_CROP_CENTER
+                             : v[0] == 'r' ? DSC_IMAGE_CROP_RANDOM_RESIZED
+                                           : DSC_IMAGE_CROP_NONE;
+        } else if (strcmp(kv, "scale") == 0) {
+            ok = parse_pair(v, fo->image_scale) == 0;
+        } else if (strcmp(kv, "ratio") == 0) {
+            ok = parse_pair(v, fo->image_ratio) == 0;
+        } else if (strcmp(kv, "flip") == 0) {
+            ok = strcmp(v, "0") == 0 || strcmp(v, "1") == 0;
+            fo->image_flip = v[0] == '1';
+        } else if (strcmp(kv, "layout") == 0) {
+            ok = strcmp(v, "chw") == 0 || strcmp(v, "hwc") == 0;
+            fo->image_layout = v[0] == 'c' ? DSC_IMAGE_LAYOUT_CHW : DSC_IMAGE_LAYOUT_HWC;
+        } else if (strcmp(kv, "background") == 0) {
+            unsigned long rgb[3];
+            const char *p = v;
+            for (int c = 0; c < 3 && ok; c++) {
+                rgb[c] = strtoul(p, &end, 10);
+                ok = end != p && rgb[c] <= 255 && *end == (c < 2 ? ':' : '\0');
+                p = end + 1;
+                fo->image_background_rgb[c] = (uint8_t)rgb[c];
+            }
+            fo->image_background = 1;
+        } else {
+            return dsc_cli_usage(cmd,
+                                 "--decode %s: unknown key '%s' (size, crop, scale, ratio, flip, "
+                                 "layout, background)",
+                                 fo->name, kv);
+        }
+        if (!ok)
+            return dsc_cli_usage(cmd, "--decode %s: bad %s '%s' (see --help)", fo->name, kv, v);
+    }
+    return 0;
+}
+
 int dsc_cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
     dsc_loader_options_t o;
@@ -60,6 +152,9 @@ int dsc_cmd_bench(int argc, char **argv) {
     double seconds = 10, compute_ms = 0;
     dsc_bench_plot_t plot = {.png = NULL, .interval = 0.5};
     uint64_t max_epochs = 0, epoch_wire[64] = {0}, epoch_attr[64] = {0};
+    dsc_field_options_t decode[16];
+    uint32_t decode_count = 0;
+    int on_decode_error = DSC_DECODE_ERROR_FAIL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -80,6 +175,15 @@ int dsc_cmd_bench(int argc, char **argv) {
         uint64_t n = 0;
         if (strcmp(a, "--server") == 0 || strcmp(a, "--servers") == 0) {
             o.servers = v;
+        } else if (strcmp(a, "--decode") == 0) {
+            if (decode_count == 16 || parse_decode(cmd, v, &decode[decode_count]) != 0)
+                return decode_count == 16 ? dsc_cli_usage(cmd, "--decode: at most 16 fields")
+                                          : DSC_CLI_USAGE;
+            decode_count++;
+        } else if (strcmp(a, "--on-decode-error") == 0) {
+            if (strcmp(v, "raise") != 0 && strcmp(v, "fill") != 0)
+                return dsc_cli_usage(cmd, "--on-decode-error wants raise or fill, not '%s'", v);
+            on_decode_error = v[0] == 'f' ? DSC_DECODE_ERROR_FILL : DSC_DECODE_ERROR_FAIL;
         } else if (strcmp(a, "--job") == 0) {
             o.job_name = v;
         } else if (strcmp(a, "--plot") == 0) {
@@ -157,6 +261,10 @@ int dsc_cmd_bench(int argc, char **argv) {
         o.log_level = DSC_LOG_ERROR;
     /* A job of N epochs says so: its last epoch fetches (and hints) nothing of the next. */
     o.epochs = max_epochs;
+    for (uint32_t k = 0; k < decode_count; k++)
+        decode[k].on_decode_error = on_decode_error;
+    o.field_options = decode_count > 0 ? decode : NULL;
+    o.field_option_count = decode_count;
 
     dsc_loader_t *loader = NULL;
     o.auth_file = dsc_cli_auth_file();
@@ -177,8 +285,11 @@ int dsc_cmd_bench(int argc, char **argv) {
     dsc_loader_stats(loader, &s0);
     double t0 = dsc_now_s();
     uint64_t epochs = 0;
-    if (max_epochs > 0) { /* the whole epochs count, the first batch included */
-        s0.wire_bytes = s0.samples = s0.bytes = s0.batches = 0;
+    if (max_epochs > 0) { /* the whole epochs count, the first batch included: every counter
+                             from creation, as stats() gives them (the requests of a small
+                             dataset all go out before the first batch is handed out) */
+        memset(&s0, 0, sizeof s0);
+        s0.struct_size = sizeof s0;
         t0 = dsc_now_s();
     }
     if (plot.png != NULL && dsc_bench_plot_open(&plot, cmd, loader, t0) < 0) {
@@ -224,6 +335,15 @@ int dsc_cmd_bench(int argc, char **argv) {
            (unsigned long long)epochs);
     printf("throughput: %.0f samples/s, %.3f GB/s decoded, %.3f GB/s received\n", samples / wall,
            bytes / wall / 1e9, (double)(s1.wire_bytes - s0.wire_bytes) / wall / 1e9);
+    /* The loader's own counters as its stats() gives them: since its creation, start-up
+     * included (from the first batch, a small dataset's requests, all sent before it, read 0
+     * beside the bytes that came after). */
+    printf("counted: %llu samples, %llu bytes decoded (the batches handed out), %llu bytes "
+           "received, %llu requests, %.2f s decoding images, %llu decode errors (since the "
+           "loader's creation, as its stats())\n",
+           (unsigned long long)s1.samples, (unsigned long long)s1.bytes,
+           (unsigned long long)s1.wire_bytes, (unsigned long long)s1.requests, s1.image_seconds,
+           (unsigned long long)s1.decode_errors);
     if (max_epochs > 0) {
         printf("received: %llu bytes in %llu epoch(s), %llu refetches; at each epoch's end:",
                (unsigned long long)(s1.wire_bytes - s0.wire_bytes), (unsigned long long)epochs,
@@ -237,13 +357,24 @@ int dsc_cmd_bench(int argc, char **argv) {
     }
     printf("stall: %.1f%% (%.2f s waiting in next(), %.2f s computing)\n",
            stall + compute > 0 ? 100 * stall / (stall + compute) : 0.0, stall, compute);
-    printf("busy: network %.2f s, decode %.2f s, collate %.2f s; requests %llu, failovers %llu, "
-           "chunks placed straight into slots %llu, work done by a waiting next() %llu%s\n",
+    /* Requests are in counted: (a request sent before the first batch is answered after it:
+     * differenced from there, a small dataset read "requests 0" beside the bytes received). */
+    printf("busy: network %.2f s, decode %.2f s, collate %.2f s; failovers %llu, chunks placed "
+           "straight into slots %llu, work done by a waiting next() %llu%s\n",
            s1.network_seconds - s0.network_seconds, s1.decode_seconds - s0.decode_seconds,
-           s1.collate_seconds - s0.collate_seconds, (unsigned long long)(s1.requests - s0.requests),
+           s1.collate_seconds - s0.collate_seconds,
            (unsigned long long)(s1.failovers - s0.failovers),
            (unsigned long long)(s1.placed_chunks - s0.placed_chunks),
            (unsigned long long)(s1.assists - s0.assists), o.no_assist ? " (--no-assist)" : "");
+    /* What next() waited on (stats() "stall_waits"), the verdict's first evidence. */
+    printf("stall by cause: plan %.2f s, queued %.2f s, budget %.2f s, network %.2f s, decode %.2f "
+           "s, collate %.2f s\n",
+           s1.stall_waits[DSC_STALL_WAIT_PLAN] - s0.stall_waits[DSC_STALL_WAIT_PLAN],
+           s1.stall_waits[DSC_STALL_WAIT_QUEUED] - s0.stall_waits[DSC_STALL_WAIT_QUEUED],
+           s1.stall_waits[DSC_STALL_WAIT_BUDGET] - s0.stall_waits[DSC_STALL_WAIT_BUDGET],
+           s1.stall_waits[DSC_STALL_WAIT_NETWORK] - s0.stall_waits[DSC_STALL_WAIT_NETWORK],
+           s1.stall_waits[DSC_STALL_WAIT_DECODE] - s0.stall_waits[DSC_STALL_WAIT_DECODE],
+           s1.stall_waits[DSC_STALL_WAIT_COLLATE] - s0.stall_waits[DSC_STALL_WAIT_COLLATE]);
     char verdict[sizeof s1.evidence + sizeof s1.suggestion + sizeof s1.bottleneck_server + 64];
     snprintf(verdict, sizeof verdict, "limit: %s%s%s: %s", dsc_bottleneck_name(s1.bottleneck),
              s1.bottleneck_server[0] ? " " : "", s1.bottleneck_server, s1.evidence);

@@ -264,6 +264,45 @@ static void format_shape(const dsc_field_t *field, char *buf, size_t cap) {
         snprintf(buf + n, cap - n, "]");
 }
 
+/* The images `ingest images --skip-bad` left out (meta "skipped"): how many of the folder's, the
+ * map back to ImageFolder indices, and the first few with their errors. */
+static void print_skipped(const char *meta_json) {
+    cJSON *meta = cJSON_Parse(meta_json);
+    const cJSON *sk = cJSON_GetObjectItemCaseSensitive(meta, "skipped");
+    const cJSON *count = cJSON_GetObjectItemCaseSensitive(sk, "count");
+    const cJSON *of = cJSON_GetObjectItemCaseSensitive(sk, "source_images");
+    const cJSON *indices = cJSON_GetObjectItemCaseSensitive(sk, "indices");
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(sk, "files");
+    if (cJSON_IsNumber(count) && cJSON_IsNumber(of) && cJSON_IsArray(indices)) {
+        printf("skipped   %.0f of %.0f source images (ingest --skip-bad): sample i is "
+               "ImageFolder[j], j the i-th index not in meta.skipped.indices [",
+               count->valuedouble, of->valuedouble);
+        int n = 0;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, indices) {
+            if (n == 10) {
+                printf(", ...");
+                break;
+            }
+            printf("%s%.0f", n++ ? ", " : "", x->valuedouble);
+        }
+        printf("]\n");
+        n = 0;
+        cJSON_ArrayForEach(x, files) {
+            const cJSON *i = cJSON_GetObjectItemCaseSensitive(x, "index");
+            const cJSON *p = cJSON_GetObjectItemCaseSensitive(x, "path");
+            const cJSON *e = cJSON_GetObjectItemCaseSensitive(x, "error");
+            if (n++ == 5) {
+                printf("          ... (meta.skipped.files lists %d)\n", cJSON_GetArraySize(files));
+                break;
+            }
+            if (cJSON_IsNumber(i) && cJSON_IsString(p) && cJSON_IsString(e))
+                printf("          [%.0f] %s: %s\n", i->valuedouble, p->valuestring, e->valuestring);
+        }
+    }
+    cJSON_Delete(meta);
+}
+
 static void print_summary(const inspect_state_t *st, const dsc_manifest_t *m) {
     char text[32];
     printf("dataset   %s (%s)\n", m->name, st->dir);
@@ -289,8 +328,10 @@ static void print_summary(const inspect_state_t *st, const dsc_manifest_t *m) {
                (unsigned long long)field->row_bytes, (unsigned long long)fs->rows_max,
                (unsigned long long)fs->bytes_max, fs->bytes_mean);
     }
-    if (m->meta_json != NULL)
+    if (m->meta_json != NULL) {
         printf("meta      %.200s%s\n", m->meta_json, strlen(m->meta_json) > 200 ? " ..." : "");
+        print_skipped(m->meta_json);
+    }
     printf("shards    %u, %llu chunks\n", m->shard_count, (unsigned long long)st->chunks);
     printf("raw       %s\n", dsc_format_size(st->raw_bytes, text, sizeof text));
     printf("stored    %s (files %s), ratio %.2f\n",

@@ -7,6 +7,8 @@
 #include "image.h"
 #include "ingest_common.h"
 
+#include <cjson/cJSON.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -55,7 +57,9 @@ static void print_help(void) {
         "      --chunk-size B   decoded bytes per chunk (default 1M)\n"
         "      --threads N      decode threads (default: the cores)\n"
         "      --skip-bad       skip images that do not decode (counted and named in the\n"
-        "                       summary) instead of failing on the first\n"
+        "                       summary) instead of failing on the first; the manifest's\n"
+        "                       meta \"skipped\" lists them, and sample i is then\n"
+        "                       ImageFolder[j], j the i-th index not listed (docs/ingest.md)\n"
         "      --replace        replace the dataset at OUT_DIR: the new one is swapped in by one\n"
         "                       rename when complete, so OUT_DIR holds the whole old or the\n"
         "                       whole new dataset at every instant (--force is the same)\n"
@@ -432,6 +436,100 @@ static char *meta_json(const folder_t *f, const job_options_t *opt) {
     return s;
 }
 
+/* The skipped images, recorded in the dataset's meta so that sample i maps back to
+ * ImageFolder(DIR)[j] (docs/ingest.md#images-dscache-ingest-images-imagefolder): "skipped":
+ * {"count", "source_images" (the folder's files, ImageFolder's length), "indices" (every skipped
+ * file's ImageFolder index, ascending: sample i is the i-th index not listed), "files" (the
+ * first SKIPPED_FILES_KEPT: index, path relative to DIR, error)}. The meta stays far below the
+ * manifest's 1 MiB (META_SKIPPED_MAX): beyond it the ingest fails rather than lose the map. */
+#define SKIPPED_FILES_KEPT 1000
+#define META_SKIPPED_MAX (768u << 10)
+
+typedef struct skipped {
+    uint64_t *indices;
+    char **files; /* "path\terror" of the first SKIPPED_FILES_KEPT */
+    uint64_t count, cap;
+} skipped_t;
+
+static int skipped_add(skipped_t *sk, uint64_t index, const char *path, const char *error) {
+    if (sk->count == sk->cap) {
+        uint64_t cap = sk->cap ? sk->cap * 2 : 64;
+        uint64_t *n = realloc(sk->indices, cap * sizeof *n);
+        if (n == NULL)
+            return DSC_ENOMEM;
+        sk->indices = n;
+        sk->cap = cap;
+    }
+    if (sk->count < SKIPPED_FILES_KEPT) {
+        if (sk->files == NULL && !(sk->files = calloc(SKIPPED_FILES_KEPT, sizeof *sk->files)))
+            return DSC_ENOMEM;
+        size_t len = strlen(path) + strlen(error) + 2;
+        if (!(sk->files[sk->count] = malloc(len)))
+            return DSC_ENOMEM;
+        snprintf(sk->files[sk->count], len, "%s\t%s", path, error);
+    }
+    sk->indices[sk->count++] = index;
+    return 0;
+}
+
+static void skipped_free(skipped_t *sk) {
+    for (uint64_t i = 0; sk->files != NULL && i < sk->count && i < SKIPPED_FILES_KEPT; i++)
+        free(sk->files[i]);
+    free(sk->files);
+    free(sk->indices);
+}
+
+/* meta (the JSON object text of meta_json) with "skipped" added; root: DIR, cut from the paths.
+ * Returns the new text (the caller frees it) or NULL (no memory, or over META_SKIPPED_MAX: *why
+ * says which). */
+static char *meta_with_skipped(const char *meta, const skipped_t *sk, size_t source_images,
+                               const char *root, const char **why) {
+    *why = "out of memory";
+    cJSON *doc = cJSON_Parse(meta), *o = cJSON_CreateObject(), *idx = cJSON_CreateArray(),
+          *files = cJSON_CreateArray();
+    char *text = NULL;
+    if (doc == NULL || o == NULL || idx == NULL || files == NULL)
+        goto done;
+    size_t cut = strlen(root);
+    while (cut > 0 && root[cut - 1] == '/')
+        cut--;
+    for (uint64_t i = 0; i < sk->count; i++) {
+        cJSON_AddItemToArray(idx, cJSON_CreateNumber((double)sk->indices[i]));
+        if (i >= SKIPPED_FILES_KEPT)
+            continue;
+        const char *entry = sk->files[i], *tab = strchr(entry, '\t');
+        const char *rel =
+            strncmp(entry, root, cut) == 0 && entry[cut] == '/' ? entry + cut + 1 : entry;
+        cJSON *f = cJSON_CreateObject();
+        char path[4096];
+        snprintf(path, sizeof path, "%.*s", (int)(tab - rel), rel);
+        cJSON_AddNumberToObject(f, "index", (double)sk->indices[i]);
+        cJSON_AddStringToObject(f, "path", path);
+        cJSON_AddStringToObject(f, "error", tab + 1);
+        cJSON_AddItemToArray(files, f);
+    }
+    cJSON_AddNumberToObject(o, "count", (double)sk->count);
+    cJSON_AddNumberToObject(o, "source_images", (double)source_images);
+    cJSON_AddItemToObject(o, "indices", idx);
+    cJSON_AddItemToObject(o, "files", files);
+    idx = files = NULL;
+    cJSON_AddItemToObject(doc, "skipped", o);
+    o = NULL;
+    text = cJSON_PrintUnformatted(doc);
+    if (text != NULL && strlen(text) > META_SKIPPED_MAX) {
+        *why = "too many images skipped to record which (over 768 KiB of meta): fix or remove "
+               "them first";
+        free(text);
+        text = NULL;
+    }
+done:
+    cJSON_Delete(doc);
+    cJSON_Delete(o);
+    cJSON_Delete(idx);
+    cJSON_Delete(files);
+    return text;
+}
+
 static int parse_hw(const char *text, uint32_t *h, uint32_t *w) {
     char *end;
     unsigned long a = strtoul(text, &end, 10), b = a;
@@ -567,6 +665,7 @@ int dsc_ingest_images(int argc, char **argv) {
     int exit_code = scan(&folder, root);
     uint64_t written = 0, skipped = 0;
     char first_skipped[MAX_SKIPPED_SHOWN][512];
+    skipped_t skipped_list = {0};
     if (exit_code != DSC_CLI_OK)
         goto cleanup;
     int writer_replace = 0;
@@ -643,6 +742,12 @@ int dsc_ingest_images(int argc, char **argv) {
                     snprintf(first_skipped[skipped], sizeof first_skipped[0], "%s: %s", file->path,
                              r->error);
                 skipped++;
+                if (skipped_add(&skipped_list, first + i, file->path, r->error) < 0) {
+                    dsc_cli_progress_done(&progress);
+                    dsc_cli_fail(CMD, "%s", dsc_strerror(DSC_ENOMEM));
+                    failed = 1;
+                    break;
+                }
                 continue;
             }
             dsc_writer_value_t values[2] = {{r->data, r->len}, {&file->label, sizeof(int64_t)}};
@@ -670,6 +775,16 @@ int dsc_ingest_images(int argc, char **argv) {
         dsc_cli_fail(CMD, "%s: none of its %zu images decodes", root, folder.file_count);
         goto cleanup;
     }
+    if (skipped > 0) { /* which, so that a sample maps back to its ImageFolder index */
+        const char *why = NULL;
+        char *with = meta_with_skipped(meta, &skipped_list, folder.file_count, root, &why);
+        if (with == NULL || dsc_writer_set_meta(writer, with) < 0) {
+            dsc_cli_fail(CMD, "%s: cannot record the skipped images: %s", out_dir, why);
+            free(with);
+            goto cleanup;
+        }
+        free(with);
+    }
     dsc_writer_stats_t stats;
     memset(&stats, 0, sizeof stats);
     stats.struct_size = sizeof stats;
@@ -694,10 +809,14 @@ int dsc_ingest_images(int argc, char **argv) {
             printf("  %s\n", first_skipped[i]);
         if (skipped > MAX_SKIPPED_SHOWN)
             printf("  ... and %llu more\n", (unsigned long long)(skipped - MAX_SKIPPED_SHOWN));
+        printf("ingest images: the manifest's meta \"skipped\" lists their ImageFolder indices: "
+               "sample i is ImageFolder[j], j the i-th index not listed (dscache inspect %s)\n",
+               out_dir);
     }
     exit_code = DSC_CLI_OK;
 cleanup:
     dsc_writer_abort(writer);
+    skipped_free(&skipped_list);
     free(results);
     free(tids);
     free(meta);

@@ -694,6 +694,11 @@ DSC_EXTERN int dsc_writer_add_columns(dsc_writer_t *w, const dsc_writer_column_t
  * gone then). Writes at most len bytes
  * (NUL-terminated; "" when none) and returns the length of the whole text. */
 DSC_EXTERN int dsc_writer_last_error(const dsc_writer_t *w, char *buf, size_t len);
+/* Replaces the manifest's "meta" object the writer will write (options.meta_json) with
+ * meta_json, a JSON object text (copied; NULL: none), e.g. with what is known only once every
+ * sample was added. Returns 0, DSC_EINVAL (w NULL, not a JSON object, or over the 1 MiB a
+ * manifest's "meta" may hold: dsc_writer_last_error says which) or DSC_ENOMEM. */
+DSC_EXTERN int dsc_writer_set_meta(dsc_writer_t *w, const char *meta_json);
 /* Flushes the last chunk, waits for the compression threads, writes the last shard, the
  * manifest last, fsyncs, and renames the temporary directory to path (atomic: path appears
  * complete). Fills *stats when non-NULL (stats->struct_size set by the caller). Frees w

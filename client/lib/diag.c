@@ -295,7 +295,7 @@ void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out) {
     cache_figures(loader, &in.cache_need, &in.window_fit);
     dsc__verdict_compute(&in, &d->last);
     d->last_at = now;
-    if (d->last.bottleneck != DSC_BOTTLENECK_UNKNOWN) {
+    if (!d->last.too_few) {
         d->settled = d->last;
         d->settled_at = now;
     } else if (d->settled_at > 0) {

@@ -1144,10 +1144,19 @@ static int loader_next(dsc_loader_t *loader, dsc_batch_t **out, int retain) {
             rc = DSC_EOF; /* past the job's last epoch (options.epochs): every pass is empty */
             break;
         }
+        /* Each look books the time since the last one to what the last look found; the first
+         * look books the time since next() was called (the loader's lock, slot room) to what it
+         * finds: the step was not ready then either. */
         double now = dsc_now_s();
-        dsc__diag_blame(loader, cause, cause_peer, now - mark);
-        mark = now;
+        if (cause >= 0)
+            dsc__diag_blame(loader, cause, cause_peer, now - mark);
+        else
+            mark = t0;
+        int was = cause;
         cause = dsc__diag_waiting_on(loader, &cause_peer);
+        if (was < 0)
+            dsc__diag_blame(loader, cause, cause_peer, now - mark);
+        mark = now;
         /* Rather than sleep, do the work the batch waits for (or any other there is). */
         if (loader->work.assist && dsc__assist_pass(loader, &loader->work.assist_ctx)) {
             loader->stats.st.assists++;

@@ -115,11 +115,14 @@ static int slow_server(const dsc_verdict_input_t *in, double fetch_stall, dsc_ve
     return 1;
 }
 
-/* The servers' backing storage is the limit: the stall waits on chunks (fetch side), a share of
- * the GETs missed the servers' RAM, and the store was busy all the window (a backing read always
- * in flight, or reads waiting for --backing-rate). Zero stall needs the store to deliver what it
- * delivered divided by (1 - stall): the loader would then run that much faster. */
-static int storage(const dsc_verdict_input_t *in, double fetch_stall, dsc_verdict_t *out) {
+/* The servers' backing storage is the limit: the stall waits on chunks (fetch side: half or more
+ * of what next() waited on, waited), a share of the GETs missed the servers' RAM (GETs answered
+ * from read-ahead count: the server read them from the store), and the store was busy all the
+ * window (a backing read always in flight, or reads waiting for --backing-rate). Zero stall needs
+ * the store to deliver what it delivered divided by (1 - stall): the loader would then run that
+ * much faster. */
+static int storage(const dsc_verdict_input_t *in, double fetch_stall, double waited,
+                   dsc_verdict_t *out) {
     double span = 0, busy = 0, wait = 0, bytes = 0, lat_us = 0;
     uint64_t hits = 0, misses = 0, capacity = 0, rate = 0, pool = 0;
     uint32_t with = 0;
@@ -145,7 +148,7 @@ static int storage(const dsc_verdict_input_t *in, double fetch_stall, dsc_verdic
     double miss = (double)misses / (double)(hits + misses);
     double stall = out->stall_fraction;
     int throttled = wait >= 0.5 * with;
-    if (fetch_stall < 0.5 * in->delta.stall_seconds || miss < DSC_VERDICT_MISS_SHARE ||
+    if (fetch_stall < 0.5 * waited || miss < DSC_VERDICT_MISS_SHARE ||
         (busy < DSC_VERDICT_STORE_BUSY * with && !throttled) || stall >= 0.999)
         return 0;
     double need = bytes / (1 - stall);
@@ -185,6 +188,85 @@ static int storage(const dsc_verdict_input_t *in, double fetch_stall, dsc_verdic
     return 1;
 }
 
+/* The decode threads are what next() waits on: `decode` or `collate`, whichever the threads
+ * spend more time on (a decoded step may wait for its collation only because the threads are
+ * decoding other chunks). Image decoding (Loader(decode=...), image.c) runs inside collation but
+ * is decode work: it counts for decode, and says so. short_of_cores: the rules found the threads
+ * neither busy nor most of the stall, yet next() waited on them more than on fetches: received
+ * chunks wait for a core, not for more threads, and the suggestion says so. */
+static void cpu_stage(const dsc_verdict_input_t *in, double cpu_side, double worker_util,
+                      int short_of_cores, dsc_verdict_t *out) {
+    const dsc_verdict_counters_t *d = &in->delta;
+    uint32_t threads = in->decode_threads ? in->decode_threads : 1;
+    double window = in->window_seconds > 0 ? in->window_seconds : 1e-9;
+    double image = d->image_seconds, copy = d->collate_seconds - image;
+    int decode = d->decode_seconds + image >= copy;
+    int images = image > d->decode_seconds && decode;
+    char images_text[48] = "";
+    if (image > 0)
+        snprintf(images_text, sizeof images_text, ", %.2f s of it image decoding", image);
+    set(out, decode ? DSC_BOTTLENECK_DECODE : DSC_BOTTLENECK_COLLATE);
+    text(out->evidence, sizeof out->evidence,
+         "stall %.1f%%; %.0f%% of it waits on the decode threads, which spend most of their "
+         "time on %s: busy %.0f%% (%u thread%s: %.2f s decode + %.2f s collate%s in %.1f "
+         "s)%s",
+         100 * out->stall_fraction, 100 * share(cpu_side, d->stall_seconds),
+         images   ? "image decoding"
+         : decode ? "checksum + decompression"
+                  : "collation",
+         100 * worker_util, threads, threads == 1 ? "" : "s", d->decode_seconds, d->collate_seconds,
+         images_text, window, in->assist ? "" : "; next() does not help (no_assist)");
+    if (short_of_cores) {
+        text(out->suggestion, sizeof out->suggestion,
+             "the decode threads were busy only %.0f%% of the time: received chunks wait for a "
+             "core, not for a thread; leave the loader's threads cores of their own (fewer "
+             "other threads or processes on them); raising decode_threads helps only where "
+             "cores are free",
+             100 * worker_util);
+        return;
+    }
+    uint32_t more = threads * 2;
+    text(out->suggestion, sizeof out->suggestion, "raise decode_threads from %u to %u%s%s%s",
+         threads, more, decode ? "" : " (collation runs on the decode threads)",
+         images ? ", or store the images smaller (dscache ingest images --encoded --max-side "
+                  "N) so that each decodes faster"
+                : "",
+         in->assist ? "" : ", and leave no_assist at 0 so that next() works while it waits");
+}
+
+/* The stall is next()'s own time, not a wait on any stage (waited: the seconds it waited on
+ * one, under 1% of the steps): nothing to change in the loader's stages or options. */
+static void own_time(const dsc_verdict_counters_t *d, double waited, double busy,
+                     dsc_verdict_t *out) {
+    set(out, DSC_BOTTLENECK_NONE);
+    double per_call = d->batches > 0 ? (d->stall_seconds - waited) / (double)d->batches : 0;
+    text(out->evidence, sizeof out->evidence,
+         "stall %.2f%% (%.3f s of %.1f s of steps), of which %.2f%% waiting on a stage (chunks "
+         "not yet received or decoded); the rest is next()'s own time, %.2f ms per batch (the "
+         "loader's lock, the hand-out)",
+         100 * out->stall_fraction, d->stall_seconds, busy, 100 * share(waited, busy),
+         1e3 * per_call);
+    text(out->suggestion, sizeof out->suggestion,
+         "nothing to change in the loader's stages: they keep ahead of the trainer; next()'s "
+         "own time falls with larger batches or with cores free for the loader's threads");
+}
+
+/* next() waits most on steps not planned yet (the scheduler plans an epoch when next() reaches
+ * it): no fetch, decode or collation limits the job, and no rule names the plan. Not too_few: the
+ * steps were measured. */
+static void unplanned(const dsc_verdict_counters_t *d, double unreceived, dsc_verdict_t *out) {
+    set(out, DSC_BOTTLENECK_UNKNOWN);
+    text(out->evidence, sizeof out->evidence,
+         "stall %.1f%%; %.0f%% of it waits on steps not yet planned, %.0f%% on chunks not yet "
+         "received, %.0f%% on the decode threads: no fetch or decode stage is the limit",
+         100 * out->stall_fraction, 100 * share(d->wait[DSC_WAIT_PLAN], d->stall_seconds),
+         100 * share(unreceived, d->stall_seconds),
+         100 * share(d->wait[DSC_WAIT_DECODE] + d->wait[DSC_WAIT_COLLATE], d->stall_seconds));
+    text(out->suggestion, sizeof out->suggestion,
+         "the steps are planned slower than they are used (each epoch is planned when next() "
+         "reaches it): larger batches, so that fewer steps are planned per epoch");
+}
+
 /* Fills *out (the window less the start-up) and returns the start-up's seconds left out:
  * the wait for the loader's first batch says what a cold start costs (connections, the first
  * chunks, all of them misses), not what limits the job once it runs. */
@@ -222,10 +304,12 @@ void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
              "least %.1f s needed)",
              startup, busy, DSC_VERDICT_MIN_BUSY);
         text(out->suggestion, sizeof out->suggestion, "wait for a few steps");
+        out->too_few = 1;
         return;
     }
     if (busy < DSC_VERDICT_MIN_BUSY) {
         set(out, DSC_BOTTLENECK_UNKNOWN);
+        out->too_few = 1;
         text(out->evidence, sizeof out->evidence,
              "%.2f s of stall + compute measured so far (at least %.1f s needed)", busy,
              DSC_VERDICT_MIN_BUSY);
@@ -254,7 +338,9 @@ void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
     const double *w = d->wait;
     double fetch_side =
         w[DSC_WAIT_PLAN] + w[DSC_WAIT_QUEUED] + w[DSC_WAIT_BUDGET] + w[DSC_WAIT_NETWORK];
+    double unreceived = fetch_side - w[DSC_WAIT_PLAN]; /* chunks queued, or sent, not received */
     double cpu_side = w[DSC_WAIT_DECODE] + w[DSC_WAIT_COLLATE];
+    double waited = fetch_side + cpu_side; /* the rest of the stall is next()'s own time */
     uint32_t threads = in->decode_threads ? in->decode_threads : 1;
     double worker_util = (d->decode_seconds + d->collate_seconds) / (window * threads);
     double sf = 100 * out->stall_fraction;
@@ -301,6 +387,13 @@ void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
         return;
     }
 
+    /* next() waited on a stage for under 1% of the time: the rest of its stall is its own
+     * (taking the loader's lock, handing the batch out), which no stage or option explains. */
+    if (share(waited, busy) < DSC_VERDICT_STALL_MIN) {
+        own_time(d, waited, busy, out);
+        return;
+    }
+
     /* The decode threads (checksum + lz4, then collation) cannot keep up. */
     /* (Waiting on decode while the threads idle means the chunk came late: a fetch matter,
      * unless those waits make most of the stall: the threads are then short of cores.) */
@@ -308,40 +401,12 @@ void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
     double cpu_util = (d->decode_seconds + d->collate_seconds) / (window * capacity);
     if ((cpu_side > fetch_side && (cpu_util >= 0.5 || cpu_side >= 0.6 * d->stall_seconds)) ||
         (worker_util >= 0.9 && cpu_side > 0.25 * fetch_side)) {
-        /* The stage named is the one the threads spend their time on: a step whose chunks are
-         * decoded may wait for its collation only because the threads are decoding others. */
-        /* Image decoding (the decode stage, Loader(decode=...)) runs inside collation but is
-         * decode work: it counts for decode, and says so. */
-        double image = d->image_seconds, copy = d->collate_seconds - image;
-        int decode = d->decode_seconds + image >= copy;
-        int images = image > d->decode_seconds && decode;
-        char images_text[48] = "";
-        if (image > 0)
-            snprintf(images_text, sizeof images_text, ", %.2f s of it image decoding", image);
-        set(out, decode ? DSC_BOTTLENECK_DECODE : DSC_BOTTLENECK_COLLATE);
-        text(out->evidence, sizeof out->evidence,
-             "stall %.1f%%; %.0f%% of it waits on the decode threads, which spend most of their "
-             "time on %s: busy %.0f%% (%u thread%s: %.2f s decode + %.2f s collate%s in %.1f "
-             "s)%s",
-             sf, 100 * share(cpu_side, d->stall_seconds),
-             images   ? "image decoding"
-             : decode ? "checksum + decompression"
-                      : "collation",
-             100 * worker_util, threads, threads == 1 ? "" : "s", d->decode_seconds,
-             d->collate_seconds, images_text, window,
-             in->assist ? "" : "; next() does not help (no_assist)");
-        uint32_t more = threads * 2;
-        text(out->suggestion, sizeof out->suggestion, "raise decode_threads from %u to %u%s%s%s",
-             threads, more, decode ? "" : " (collation runs on the decode threads)",
-             images ? ", or store the images smaller (dscache ingest images --encoded --max-side "
-                      "N) so that each decodes faster"
-                    : "",
-             in->assist ? "" : ", and leave no_assist at 0 so that next() works while it waits");
+        cpu_stage(in, cpu_side, worker_util, 0, out);
         return;
     }
 
     /* Misses read from the servers' backing storage. */
-    if (storage(in, fetch_side, out))
+    if (storage(in, fetch_side, waited, out))
         return;
 
     /* One server much slower than the others. */
@@ -393,11 +458,22 @@ void dsc__verdict_compute(const dsc_verdict_input_t *in, dsc_verdict_t *out) {
         }
         return;
     }
+    /* Fetch only when fetches (chunks not yet received) are what next() waits on most; else the
+     * decode threads are (though the rule above found them neither busy nor most of the stall),
+     * or the plan is. */
+    if (cpu_side > unreceived && cpu_side >= w[DSC_WAIT_PLAN]) {
+        cpu_stage(in, cpu_side, worker_util, 1, out);
+        return;
+    }
+    if (w[DSC_WAIT_PLAN] > unreceived) {
+        unplanned(d, unreceived, out);
+        return;
+    }
     set(out, DSC_BOTTLENECK_FETCH);
     text(out->evidence, sizeof out->evidence,
          "stall %.1f%%; %.0f%% of it waits on chunks not yet received; the servers deliver "
          "%.1f MB/s in %llu answers, streaming %.0f%% of the I/O time",
-         sf, 100 * share(fetch_side, d->stall_seconds), wire_mbs, (unsigned long long)responses,
+         sf, 100 * share(unreceived, d->stall_seconds), wire_mbs, (unsigned long long)responses,
          100 * (1 - wait_share));
     text(out->suggestion, sizeof out->suggestion,
          "the network or the servers are the limit: a faster link, more servers (placement "

@@ -92,6 +92,9 @@ typedef struct dsc_verdict {
     char server[DSC_VERDICT_ADDR];     /* DSC_BOTTLENECK_SERVER: the slow one */
     char evidence[DSC_VERDICT_TEXT];   /* the figures the verdict used */
     char suggestion[DSC_VERDICT_TEXT]; /* the change that would help */
+    int too_few; /* DSC_BOTTLENECK_UNKNOWN for too few steps measured (the loader then keeps the
+                    last verdict made over enough of them, diag.c), not for a stall no rule
+                    names */
 } dsc_verdict_t;
 
 /* Below this stall fraction the trainer is the limit. */

@@ -1479,6 +1479,26 @@ static int publish(dsc_writer_t *w) {
     return 0;
 }
 
+DSC_EXTERN int dsc_writer_set_meta(dsc_writer_t *w, const char *meta_json) {
+    if (w == NULL)
+        return DSC_EINVAL;
+    if (meta_json != NULL && strlen(meta_json) > DSC_MANIFEST_META_MAX_BYTES) {
+        set_error(w, "meta_json is %zu bytes, over the %u a manifest's \"meta\" may hold",
+                  strlen(meta_json), DSC_MANIFEST_META_MAX_BYTES);
+        return DSC_EINVAL;
+    }
+    dsc_manifest_t probe;
+    memset(&probe, 0, sizeof probe);
+    int rc = meta_json != NULL ? dsc_manifest_set_meta(&probe, meta_json) : 0;
+    if (rc < 0) {
+        set_error(w, "meta_json is not a JSON object");
+        return rc == DSC_ENOMEM ? DSC_ENOMEM : DSC_EINVAL;
+    }
+    free(w->meta_json);
+    w->meta_json = probe.meta_json;
+    return 0;
+}
+
 DSC_EXTERN int dsc_writer_finish(dsc_writer_t *w, dsc_writer_stats_t *stats) {
     if (w == NULL)
         return DSC_EINVAL;

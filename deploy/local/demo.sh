@@ -12,7 +12,8 @@
 # loader's throughput and stall over time with its verdict into $DEMO_DIR/dscache-demo.png
 # (dscache bench --plot); stops the server it started. On a fresh machine the first run spends
 # most of its time in apt-get (torch alone is about a gigabyte installed); once installed and
-# built, about a minute.
+# built, about 2 minutes on 2 cores (1 min 56 s at load average 1-3; 13 min 40 s at 13-15), most
+# of it the naive baseline's (docs/benchmarks.md).
 # With a GPU that torch sees, the model trains on it (--device auto, the default): dscache hands
 # out batches already on the device; the baselines pin and copy them.
 # Usage: deploy/local/demo.sh [--compute-ms MS] [--steps N] [--batch-size B] [--workers W]
@@ -36,7 +37,7 @@ while [ $# -gt 0 ]; do
     --batch-size) batch=${2:?--batch-size needs a value}; shift 2 ;;
     --workers) workers=${2:?--workers needs a value}; shift 2 ;;
     --device) device=${2:?--device needs a value}; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "demo: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done

@@ -5,7 +5,8 @@
 # Usage: deploy/local/setup.sh [--bench | --demo]
 #   --bench  adds memcached and lz4 for tests/bench
 #   --demo   only what deploy/local/demo.sh uses: the build, numpy, torch, matplotlib, curl (no
-#            test tools, no sanitizer runtime, no npm packages)
+#            test tools, no sanitizer runtime, no npm packages, no RDMA headers: the demo runs
+#            on loopback TCP, and the build leaves RDMA out without them)
 set -euo pipefail
 profile=${1:-}
 case "$profile" in
@@ -14,7 +15,7 @@ case "$profile" in
 esac
 demo_pkgs=(cmake make gcc pkg-config
       libuv1-dev liblz4-dev libxxhash-dev libcjson-dev libdlpack-dev libsodium-dev
-      libarchive-dev libzstd-dev libibverbs-dev librdmacm-dev
+      libarchive-dev libzstd-dev
       libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
       python3 python3-dev python3-numpy python3-torch python3-matplotlib procps curl)
 pkgs=(cmake make gcc pkg-config clang libclang-rt-14-dev clang-format git

@@ -3,6 +3,7 @@
 #include "conn.h"
 #include "manifest.h"
 #include "protocol.h"
+#include "report.h"
 #include "shard.h"
 #include "test_frames.h"
 #include "util.h"
@@ -175,8 +176,9 @@ static int cmd_get(int argc, char **argv) {
     return 0;
 }
 
-/* call ADDR OP [NAME [SHARD]]: STAT / LIST / MANIFEST / WARM / EVICT; prints the body (u32 for
- * WARM/EVICT) or the error status. VERSION NAME: the dataset version of its MANIFEST answer. */
+/* call ADDR OP [NAME [SHARD]]: STAT / LIST / MANIFEST / WARM / EVICT / REPORT; prints the body
+ * (u32 for WARM/EVICT, the answer's counters as JSON for REPORT) or the error status. VERSION NAME:
+ * the dataset version of its MANIFEST answer. */
 static int cmd_call(int argc, char **argv) {
     if (argc < 4)
         return die("usage: call ADDR OP [NAME [SHARD]]", 0);
@@ -195,6 +197,11 @@ static int cmd_call(int argc, char **argv) {
         opcode = DSC_OP_LIST;
     } else if (strcmp(op, "MEMBERS") == 0) {
         opcode = DSC_OP_MEMBERS;
+    } else if (strcmp(op, "REPORT") == 0) { /* job srv_client, rank 0 of 1, on NAME */
+        opcode = DSC_OP_REPORT;
+        dsc_report_req_t req = {
+            .job = {"srv_client", 10}, .dataset = {name, (uint16_t)strlen(name)}, .world_size = 1};
+        n = dsc_report_req_encode(&req, body, sizeof body);
     } else {
         opcode = strcmp(op, "WARM") == 0 ? DSC_OP_WARM : DSC_OP_EVICT;
         dsc_shard_req_t req = {.dataset = {name, (uint16_t)strlen(name)},
@@ -211,6 +218,15 @@ static int cmd_call(int argc, char **argv) {
         printf("error %s: %s\n", dsc_err_name(rc), dsc_conn_last_error(c));
     } else if (opcode == DSC_OP_WARM || opcode == DSC_OP_EVICT) {
         printf("%u\n", len == 4 ? dsc_load_u32(resp) : 0xFFFFFFFFu);
+    } else if (opcode == DSC_OP_REPORT) { /* the answer's figures as JSON */
+        dsc_report_resp_t r;
+        if (dsc_report_resp_decode(resp, len, &r) != 1)
+            printf("error: REPORT answer of %zu bytes undecodable\n", len);
+        else
+            printf("{\"hits\": %llu, \"misses\": %llu, \"backing_bytes\": %llu, "
+                   "\"backing_busy_us\": %llu}\n",
+                   (unsigned long long)r.hits, (unsigned long long)r.misses,
+                   (unsigned long long)r.backing_bytes, (unsigned long long)r.backing_busy_us);
     } else if (strcmp(op, "VERSION") == 0) { /* the dataset version of the MANIFEST answer */
         printf("%016llx\n", (unsigned long long)dsc_dataset_version(resp, len));
     } else {

@@ -116,6 +116,24 @@ t.check(r.returncode == 0, "--skip-bad: %s" % r.stderr)
 t.check("skipped 1 images" in r.stdout and bad in r.stdout, "summary names it: %r" % r.stdout)
 m = json.load(open(os.path.join(out, "manifest.json")))
 t.check(sum(s["samples"] for s in m["shards"]) == len(expected), "skip-bad: 6 samples kept")
+# The skipped file and the map back to ImageFolder indices are in the dataset (meta "skipped"),
+# and inspect shows them: sample i is ImageFolder[j], j the i-th index not skipped.
+_, with_bad = torchvision_order(root)
+bad_index = [p for p, _ in with_bad].index(bad)
+sk = m.get("meta", {}).get("skipped", {})
+t.check(sk.get("count") == 1 and sk.get("source_images") == len(with_bad)
+        and sk.get("indices") == [bad_index], "meta skipped: %s" % sk)
+t.check(sk.get("files", [{}])[0].get("path") == "dog/broken.jpg"
+        and "decode" in sk["files"][0].get("error", ""), "meta skipped files: %s" % sk.get("files"))
+keep = np.delete(np.arange(sk.get("source_images", 0)), sk.get("indices", []))
+got = read_all(out, "bad")
+for i in range(len(keep)):
+    path = with_bad[keep[i]][0]
+    t.check(i in got and got[i]["image"] == open(path, "rb").read(),
+            "skip-bad: sample %d maps back to ImageFolder[%d] (%s)" % (i, keep[i], path))
+r = subprocess.run([CLI, "inspect", out], capture_output=True, text=True)
+t.check("skipped   1 of %d source images" % len(with_bad) in r.stdout
+        and "[%d] dog/broken.jpg: " % bad_index in r.stdout, "inspect shows them: %r" % r.stdout)
 # an existing dataset is replaced only with --replace (--force is the same)
 r = ingest(out, "--encoded", "--skip-bad")
 t.check(r.returncode == 1 and "--replace" in r.stderr and out in r.stderr,

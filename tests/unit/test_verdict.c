@@ -35,6 +35,7 @@ int main(void) {
     dsc_verdict_input_t in = base();
     in.delta.compute_seconds = 0.05;
     CHECK_EQ_INT(run(&in).bottleneck, DSC_BOTTLENECK_UNKNOWN);
+    CHECK(run(&in).too_few);
 
     in = base();
     in.delta.stall_seconds = 0.02;
@@ -262,6 +263,61 @@ int main(void) {
     HAS(v.evidence, "zero stall needs 125.0 MB/s");
     HAS(v.suggestion, "backing bandwidth of 125.0 MB/s (now 100.0)");
     HAS(v.suggestion, "103 MiB of RAM across the servers (now 64 MiB)");
+
+    /* Fetch only when fetches are what next() waits on: half of the stall on received chunks
+     * (decode), none on chunks not yet received, the decode threads busy 10% (neither CPU rule
+     * holds). It said "fetch: ... 0% of it waits on chunks not yet received". */
+    in = base();
+    in.delta.stall_seconds = 1;
+    in.delta.wait[DSC_WAIT_DECODE] = 0.5;
+    in.delta.decode_seconds = 1.0;
+    v = run(&in);
+    CHECK(v.bottleneck != DSC_BOTTLENECK_FETCH);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_DECODE);
+    HAS(v.suggestion, "busy only 10% of the time");
+    HAS(v.suggestion, "wait for a core");
+
+    /* Steps not planned yet (a small dataset held in the loader's cache, tiny batches): nothing
+     * is fetched, so not fetch (it said "fetch: 99% of it waits on chunks not yet received"). */
+    in = base();
+    in.delta.stall_seconds = 2;
+    in.delta.wait[DSC_WAIT_PLAN] = 1.7;
+    in.delta.wait[DSC_WAIT_COLLATE] = 0.2;
+    v = run(&in);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_UNKNOWN);
+    CHECK(!v.too_few);
+    HAS(v.evidence, "85% of it waits on steps not yet planned, 0% on chunks not yet received");
+    HAS(v.suggestion, "larger batches");
+
+    /* A stall that is next()'s own time (the lock, the hand-out): 2.4% of the steps, 0.5% of
+     * them waiting on a chunk in flight. No stage limits the job (it said fetch). */
+    in = base();
+    in.delta.stall_seconds = 0.1;
+    in.delta.wait[DSC_WAIT_NETWORK] = 0.02;
+    v = run(&in);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_NONE);
+    HAS(v.evidence, "stall 2.44%");
+    HAS(v.evidence, "0.49% waiting on a stage");
+    HAS(v.evidence, "0.50 ms per batch");
+
+    /* Storage behind a stall partly of next()'s own time (1.7x the bound, 20 ms per read): what
+     * next() waited on is on chunks not yet received (0.15 s of 0.17 s), the store is busy and
+     * 75% of the GETs were read from it. Storage, named (it said fetch: the waits were compared
+     * with the whole stall, 0.4 s). */
+    in = base();
+    in.delta.stall_seconds = 0.4;
+    in.delta.wait[DSC_WAIT_NETWORK] = 0.15;
+    in.delta.wait[DSC_WAIT_DECODE] = 0.02;
+    in.delta.wire_bytes = 900000000;
+    st.backing_busy_s = 100;
+    st.backing_wait_s = 0;
+    st.backing_rate = 0;
+    in.servers = &st;
+    in.server_addrs = addr1;
+    in.server_count = 1;
+    v = run(&in);
+    CHECK_EQ_INT(v.bottleneck, DSC_BOTTLENECK_STORAGE);
+    HAS(v.evidence, "75% of the GETs missed");
 
     char buf[32];
     CHECK(strcmp(dsc__verdict_bytes(640u << 20, buf, sizeof buf), "640 MiB") == 0);

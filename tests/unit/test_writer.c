@@ -167,6 +167,12 @@ static void test_roundtrip(void) {
             CHECK_EQ_INT(hidden_entries(), 0); /* the temporary directory is under sub/ */
         }
     }
+    /* The meta replaced once every sample is in (ingest images --skip-bad records the skipped
+     * files so): an object only. */
+    CHECK_EQ_INT(dsc_writer_set_meta(w, "[1]"), DSC_EINVAL);
+    CHECK_EQ_INT(dsc_writer_set_meta(NULL, "{}"), DSC_EINVAL);
+    REQUIRE(dsc_writer_set_meta(w, "{\"classes\": [\"a\", \"b\"], \"skipped\": {\"count\": 1}}") ==
+            0);
     dsc_writer_stats_t st = {.struct_size = sizeof st};
     REQUIRE(dsc_writer_finish(w, &st) == 0);
     CHECK_EQ_INT(st.samples, n);
@@ -189,7 +195,8 @@ static void test_roundtrip(void) {
     CHECK_EQ_INT(m->field_stats[0].bytes_max, rmax * 4);
     CHECK(m->field_stats[0].bytes_mean > 0 && m->field_stats[0].bytes_mean < 4 * 7);
     CHECK_EQ_INT(m->field_stats[1].bytes_max, 3 * 320);
-    CHECK(m->meta_json != NULL && strcmp(m->meta_json, "{\"classes\":[\"a\",\"b\"]}") == 0);
+    CHECK(m->meta_json != NULL &&
+          strcmp(m->meta_json, "{\"classes\":[\"a\",\"b\"],\"skipped\":{\"count\":1}}") == 0);
     /* Each shard plans its chunks near chunk_bytes (16 KiB; samples of 3-4 KiB). */
     for (uint32_t s = 0; s < m->shard_count; s++)
         CHECK(m->shards[s].chunk_samples >= 3 && m->shards[s].chunk_samples <= 6);
