@@ -49,7 +49,19 @@ struct dsc_peerwarm {
     double pace_next;
     uint64_t next_id;
     int logged_auth; /* an authentication failure was logged */
+    double log_next; /* the next time a failure may be logged (at most one a second) */
 };
+
+/* At most one line a second: a failing peer costs no flood. */
+static int may_log(dsc_peerwarm_t *pw) {
+    pthread_mutex_lock(&pw->lock);
+    double now = dsc_now_s();
+    int ok = now >= pw->log_next;
+    if (ok)
+        pw->log_next = now + 1;
+    pthread_mutex_unlock(&pw->lock);
+    return ok;
+}
 
 /* ---- blocking socket helpers ------------------------------------------------------------- */
 
@@ -403,6 +415,59 @@ static int fetch_from(dsc_peerwarm_t *pw, int fd, const char *dataset, uint64_t 
     return 0;
 }
 
+/* Fetches the shard from the peer at addr: on a pooled connection first (it may be stale: the peer
+ * restarted or closed it idle; then once more on a new one), else on a new one. A peer that
+ * cannot be reached or fails mid-answer is skipped for DSC_PEERWARM_DEAD_MS. Returns as
+ * fetch_from. */
+static int try_peer(dsc_peerwarm_t *pw, const char *addr, const char *dataset, uint64_t version,
+                    uint32_t shard_id, uint64_t bytes, uint8_t *dst) {
+    int rc = DSC_EUNAVAIL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int fd = attempt == 0 ? pool_take(pw, addr) : -1;
+        int pooled = fd >= 0;
+        if (fd < 0) {
+            const char *why = "connect";
+            rc = connect_to(addr, pw->timeout_ms, &fd);
+            if (rc == 0 && (rc = handshake(pw, fd, &why)) < 0) {
+                close(fd);
+                fd = -1;
+            }
+            if (rc < 0) {
+                mark_dead(pw, addr, dsc_now_s());
+                if (rc == DSC_EUNAUTH) {
+                    pthread_mutex_lock(&pw->lock);
+                    int first = !pw->logged_auth;
+                    pw->logged_auth = 1;
+                    pthread_mutex_unlock(&pw->lock);
+                    if (first)
+                        LOG_WARN("peer warm-up: %s: %s (credential '%s'); shards it holds are "
+                                 "read from the backing storage (logged once)",
+                                 addr, why, pw->credential);
+                } else if (may_log(pw)) {
+                    LOG_INFO("peer warm-up: %s: %s: %s (skipped for %d ms)", addr, why,
+                             dsc_strerror(rc), DSC_PEERWARM_DEAD_MS);
+                }
+                return rc;
+            }
+        }
+        char msg[256] = "";
+        rc = fetch_from(pw, fd, dataset, version, shard_id, bytes, dst, msg, sizeof msg);
+        if (rc == 0 || rc == DSC_EUNAVAIL) {
+            pool_put(pw, addr, fd);
+            return rc;
+        }
+        close(fd);
+        if (pooled)
+            continue; /* a stale pooled connection says nothing of the peer: try a new one */
+        mark_dead(pw, addr, dsc_now_s()); /* e.g. stopped: answers nothing in time */
+        if (may_log(pw))
+            LOG_INFO("peer warm-up: %s: dataset %s shard %u: %s %s (skipped for %d ms)", addr,
+                     dataset, shard_id, dsc_strerror(rc), msg, DSC_PEERWARM_DEAD_MS);
+        return rc;
+    }
+    return rc;
+}
+
 static int peer_fetch(void *arg, const char *dataset, uint64_t version, uint32_t shard_id,
                       uint64_t bytes, uint8_t *dst) {
     dsc_peerwarm_t *pw = arg;
@@ -416,43 +481,9 @@ static int peer_fetch(void *arg, const char *dataset, uint64_t version, uint32_t
         if ((int)owners[i] == view->self_index)
             continue;
         const char *addr = view->members.addrs[owners[i]];
-        double now = dsc_now_s();
-        if (is_dead(pw, addr, now))
+        if (is_dead(pw, addr, dsc_now_s()))
             continue;
-        int fd = pool_take(pw, addr);
-        if (fd < 0) {
-            const char *why = "connect";
-            rc = connect_to(addr, pw->timeout_ms, &fd);
-            if (rc == 0 && (rc = handshake(pw, fd, &why)) < 0) {
-                close(fd);
-                fd = -1;
-            }
-            if (rc < 0) {
-                mark_dead(pw, addr, now);
-                if (rc == DSC_EUNAUTH) {
-                    pthread_mutex_lock(&pw->lock);
-                    int first = !pw->logged_auth;
-                    pw->logged_auth = 1;
-                    pthread_mutex_unlock(&pw->lock);
-                    if (first)
-                        LOG_WARN("peer warm-up: %s: %s (credential '%s'); shards it holds are "
-                                 "read from the backing storage (logged once)",
-                                 addr, why, pw->credential);
-                } else {
-                    LOG_DEBUG("peer warm-up: %s: %s: %s", addr, why, dsc_strerror(rc));
-                }
-                continue;
-            }
-        }
-        char msg[256] = "";
-        rc = fetch_from(pw, fd, dataset, version, shard_id, bytes, dst, msg, sizeof msg);
-        if (rc == 0 || rc == DSC_EUNAVAIL) {
-            pool_put(pw, addr, fd);
-        } else {
-            close(fd);
-            LOG_DEBUG("peer warm-up: %s: dataset %s shard %u: %s %s", addr, dataset, shard_id,
-                      dsc_strerror(rc), msg);
-        }
+        rc = try_peer(pw, addr, dataset, version, shard_id, bytes, dst);
         if (rc == 0)
             break;
     }
