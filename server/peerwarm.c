@@ -433,7 +433,10 @@ static int try_peer(dsc_peerwarm_t *pw, const char *addr, const char *dataset, u
                 fd = -1;
             }
             if (rc < 0) {
-                mark_dead(pw, addr, dsc_now_s());
+                /* A refused connection costs nothing to try again (the peer may be back a
+                 * moment later, restarted); one that timed out or failed the handshake does. */
+                if (rc != DSC_ECONNREFUSED)
+                    mark_dead(pw, addr, dsc_now_s());
                 if (rc == DSC_EUNAUTH) {
                     pthread_mutex_lock(&pw->lock);
                     int first = !pw->logged_auth;

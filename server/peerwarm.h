@@ -15,7 +15,7 @@
 
 #define DSC_PEERWARM_DEFAULT_RATE (512ull << 20) /* bytes/s */
 #define DSC_PEERWARM_TIMEOUT_MS 2000             /* connect, and each read or write */
-#define DSC_PEERWARM_DEAD_MS 3000 /* a peer that failed (refused, timed out) is skipped this long */
+#define DSC_PEERWARM_DEAD_MS 3000 /* a peer that timed out or failed is skipped this long */
 
 typedef struct dsc_peerwarm dsc_peerwarm_t;
 
