@@ -8,7 +8,8 @@
 # no live replica held (here: none, so nothing; every restarted server read its shards from a
 # peer). Knobs (tests/bench/bench_rolling_restart.sh sets larger ones): ROLL_SAMPLES (20000),
 # ROLL_SECONDS (12), ROLL_COMPUTE_MS (4), ROLL_BATCH (64), ROLL_STALL_POINTS (2), ROLL_OUT (a
-# file to which the figures are appended as "key value" lines).
+# file to which the figures are appended as "key value" lines), ROLL_SERVER_ARGS (more dscached
+# options, e.g. "--peer-rate 0" to measure the cluster without peer warm-up).
 source "$(dirname "$0")/server_lib.sh"
 PY=${DSC_PYTHON:-/usr/bin/python3}
 samples=${ROLL_SAMPLES:-20000}
@@ -16,13 +17,14 @@ seconds=${ROLL_SECONDS:-12}
 compute=${ROLL_COMPUTE_MS:-4}
 batch=${ROLL_BATCH:-64}
 points=${ROLL_STALL_POINTS:-2}
+read -r -a extra <<<"${ROLL_SERVER_ARGS:-}"
 
 make_dataset "$work/ds" clds "$samples" lz4
 members=$work/members
 names=(a b c d)
 for n in "${names[@]}"; do
     START_NO_WAIT=1 start_server "$n" --data "$work/ds" --memory 256M --warm --replicas 2 \
-        --members-file "$members" --threads 1
+        --members-file "$members" --threads 1 "${extra[@]}"
 done
 for n in "${names[@]}"; do a=ADDR_$n; echo "${!a}"; done >"$members.tmp"
 mv "$members.tmp" "$members"
@@ -69,7 +71,7 @@ roll() {
         backing_total=$((backing_total + $(backing "$n") - read0[$n]))
         stop_server "$n"
         START_NO_WAIT=1 start_server "$n" --data "$work/ds" --memory 256M --warm --replicas 2 \
-            --members-file "$members" --threads 1 --listen "$addr"
+            --members-file "$members" --threads 1 --listen "$addr" "${extra[@]}"
         h=HTTP_$n
         until_ok 60 ready "${!h}" || fail "server $n not ready after its restart"
         read0[$n]=0
