@@ -108,13 +108,14 @@ typedef struct dsc_staging_totals {
 
 /* A source a whole-shard load tries before the backing storage (server/peerwarm.c: a live
  * replica's RAM): fills dst with the file of shard shard_id of dataset (`bytes` bytes, of dataset
- * version `version`). Returns 0 when dst holds the file's bytes (the load still validates them as
+ * version `version`); urgent: a request waits for this load (a miss, not a warm-up), so the source
+ * gives up sooner. Returns 0 when dst holds the file's bytes (the load still validates them as
  * it validates a read from disk: whole-file checksum, header against the manifest) or a negative
  * error (nothing usable; the load reads the backing storage). Called on an I/O thread, no lock
  * held; may block (network I/O, its own rate limit). */
 typedef struct dsc_peer_source {
     int (*fetch)(void *arg, const char *dataset, uint64_t version, uint32_t shard_id,
-                 uint64_t bytes, uint8_t *dst);
+                 uint64_t bytes, uint8_t *dst, int urgent);
     void *arg;
 } dsc_peer_source_t;
 

@@ -166,8 +166,8 @@ static int connect_to(const char *addr, uint32_t timeout_ms, int *out) {
 
 /* One request frame out, one answer's header in (same opcode and id, a response). The body is
  * the caller's to read (hdr->body_len bytes). */
-static int roundtrip(dsc_peerwarm_t *pw, int fd, uint8_t opcode, const uint8_t *body, size_t len,
-                     dsc_frame_header_t *hdr) {
+static int roundtrip(dsc_peerwarm_t *pw, int fd, uint32_t tmo, uint8_t opcode, const uint8_t *body,
+                     size_t len, dsc_frame_header_t *hdr) {
     pthread_mutex_lock(&pw->lock);
     uint64_t id = ++pw->next_id;
     pthread_mutex_unlock(&pw->lock);
@@ -177,11 +177,11 @@ static int roundtrip(dsc_peerwarm_t *pw, int fd, uint8_t opcode, const uint8_t *
                             .request_id = id,
                             .body_len = (uint32_t)len};
     dsc_frame_header_encode(&h, head);
-    int rc = send_all(fd, head, sizeof head, pw->timeout_ms);
+    int rc = send_all(fd, head, sizeof head, tmo);
     if (rc == 0 && len > 0)
-        rc = send_all(fd, body, len, pw->timeout_ms);
+        rc = send_all(fd, body, len, tmo);
     if (rc == 0)
-        rc = recv_all(fd, head, sizeof head, pw->timeout_ms);
+        rc = recv_all(fd, head, sizeof head, tmo);
     if (rc < 0)
         return rc;
     rc = dsc_frame_header_decode(head, sizeof head, DSC_FRAME_MAX_BODY, hdr);
@@ -193,11 +193,11 @@ static int roundtrip(dsc_peerwarm_t *pw, int fd, uint8_t opcode, const uint8_t *
 }
 
 /* Reads an error answer's message into msg (cut) and drops the rest. */
-static int read_message(dsc_peerwarm_t *pw, int fd, uint32_t len, char *msg, size_t cap) {
+static int read_message(int fd, uint32_t tmo, uint32_t len, char *msg, size_t cap) {
     uint8_t buf[DSC_ERROR_MAX_MESSAGE];
     if (len > sizeof buf)
         return DSC_EPROTO;
-    int rc = recv_all(fd, buf, len, pw->timeout_ms);
+    int rc = recv_all(fd, buf, len, tmo);
     if (rc < 0)
         return rc;
     size_t n = len < cap - 1 ? len : cap - 1;
@@ -207,7 +207,7 @@ static int read_message(dsc_peerwarm_t *pw, int fd, uint32_t len, char *msg, siz
 }
 
 /* HELLO (and AUTH with the credential). Returns 0, or an error with why set. */
-static int handshake(dsc_peerwarm_t *pw, int fd, const char **why) {
+static int handshake(dsc_peerwarm_t *pw, int fd, uint32_t tmo, const char **why) {
     uint8_t nonce[DSC_AUTH_NONCE_SIZE], init[DSC_AUTH_INIT_MAX];
     char secret[DSC_AUTH_SECRET_MAX + 1];
     size_t secret_len = 0;
@@ -252,7 +252,7 @@ static int handshake(dsc_peerwarm_t *pw, int fd, const char **why) {
     uint8_t body[512];
     int len = dsc_hello_req_encode(&hello, body, sizeof body);
     dsc_frame_header_t h;
-    rc = len < 0 ? len : roundtrip(pw, fd, DSC_OP_HELLO, body, (size_t)len, &h);
+    rc = len < 0 ? len : roundtrip(pw, fd, tmo, DSC_OP_HELLO, body, (size_t)len, &h);
     if (rc < 0) {
         *why = "HELLO";
         goto done;
@@ -262,7 +262,7 @@ static int handshake(dsc_peerwarm_t *pw, int fd, const char **why) {
         rc = DSC_EPROTO;
         goto done;
     }
-    if ((rc = recv_all(fd, body, h.body_len, pw->timeout_ms)) < 0) {
+    if ((rc = recv_all(fd, body, h.body_len, tmo)) < 0) {
         *why = "HELLO answer";
         goto done;
     }
@@ -288,7 +288,7 @@ static int handshake(dsc_peerwarm_t *pw, int fd, const char **why) {
         *why = "cannot compute the MAC";
         goto done;
     }
-    if ((rc = roundtrip(pw, fd, DSC_OP_AUTH, mac, sizeof mac, &h)) < 0) {
+    if ((rc = roundtrip(pw, fd, tmo, DSC_OP_AUTH, mac, sizeof mac, &h)) < 0) {
         *why = "AUTH";
         goto done;
     }
@@ -297,7 +297,7 @@ static int handshake(dsc_peerwarm_t *pw, int fd, const char **why) {
         rc = DSC_EUNAUTH;
         goto done;
     }
-    if ((rc = recv_all(fd, mac, sizeof mac, pw->timeout_ms)) < 0) {
+    if ((rc = recv_all(fd, mac, sizeof mac, tmo)) < 0) {
         *why = "AUTH answer";
         goto done;
     }
@@ -378,8 +378,9 @@ static void pace(dsc_peerwarm_t *pw, uint64_t bytes) {
 
 /* Reads the whole shard file from one peer. Returns 0, DSC_EUNAVAIL (the peer does not hold it:
  * the connection stays usable) or another error (the connection is dropped). */
-static int fetch_from(dsc_peerwarm_t *pw, int fd, const char *dataset, uint64_t version,
-                      uint32_t shard_id, uint64_t bytes, uint8_t *dst, char *msg, size_t cap) {
+static int fetch_from(dsc_peerwarm_t *pw, int fd, uint32_t tmo, const char *dataset,
+                      uint64_t version, uint32_t shard_id, uint64_t bytes, uint8_t *dst, char *msg,
+                      size_t cap) {
     for (uint64_t off = 0; off < bytes;) {
         uint32_t n = bytes - off > DSC_PEER_READ_MAX ? DSC_PEER_READ_MAX : (uint32_t)(bytes - off);
         dsc_peer_req_t req = {.dataset = {dataset, (uint16_t)strlen(dataset)},
@@ -394,11 +395,11 @@ static int fetch_from(dsc_peerwarm_t *pw, int fd, const char *dataset, uint64_t 
             return len;
         pace(pw, n);
         dsc_frame_header_t h;
-        int rc = roundtrip(pw, fd, DSC_OP_PEER_READ, body, (size_t)len, &h);
+        int rc = roundtrip(pw, fd, tmo, DSC_OP_PEER_READ, body, (size_t)len, &h);
         if (rc < 0)
             return rc;
         if (h.status != DSC_STATUS_OK) {
-            if ((rc = read_message(pw, fd, h.body_len, msg, cap)) < 0)
+            if ((rc = read_message(fd, tmo, h.body_len, msg, cap)) < 0)
                 return rc;
             /* Frame intact: the connection stays usable for other shards. */
             return h.status == DSC_STATUS_UNAVAILABLE || h.status == DSC_STATUS_NOT_FOUND ||
@@ -408,7 +409,7 @@ static int fetch_from(dsc_peerwarm_t *pw, int fd, const char *dataset, uint64_t 
         }
         if (h.body_len != n)
             return DSC_EPROTO;
-        if ((rc = recv_all(fd, dst + off, n, pw->timeout_ms)) < 0)
+        if ((rc = recv_all(fd, dst + off, n, tmo)) < 0)
             return rc;
         off += n;
     }
@@ -420,15 +421,15 @@ static int fetch_from(dsc_peerwarm_t *pw, int fd, const char *dataset, uint64_t 
  * cannot be reached or fails mid-answer is skipped for DSC_PEERWARM_DEAD_MS. Returns as
  * fetch_from. */
 static int try_peer(dsc_peerwarm_t *pw, const char *addr, const char *dataset, uint64_t version,
-                    uint32_t shard_id, uint64_t bytes, uint8_t *dst) {
+                    uint32_t shard_id, uint64_t bytes, uint8_t *dst, uint32_t tmo) {
     int rc = DSC_EUNAVAIL;
     for (int attempt = 0; attempt < 2; attempt++) {
         int fd = attempt == 0 ? pool_take(pw, addr) : -1;
         int pooled = fd >= 0;
         if (fd < 0) {
             const char *why = "connect";
-            rc = connect_to(addr, pw->timeout_ms, &fd);
-            if (rc == 0 && (rc = handshake(pw, fd, &why)) < 0) {
+            rc = connect_to(addr, tmo, &fd);
+            if (rc == 0 && (rc = handshake(pw, fd, tmo, &why)) < 0) {
                 close(fd);
                 fd = -1;
             }
@@ -454,7 +455,7 @@ static int try_peer(dsc_peerwarm_t *pw, const char *addr, const char *dataset, u
             }
         }
         char msg[256] = "";
-        rc = fetch_from(pw, fd, dataset, version, shard_id, bytes, dst, msg, sizeof msg);
+        rc = fetch_from(pw, fd, tmo, dataset, version, shard_id, bytes, dst, msg, sizeof msg);
         if (rc == 0 || rc == DSC_EUNAVAIL) {
             pool_put(pw, addr, fd);
             return rc;
@@ -472,8 +473,11 @@ static int try_peer(dsc_peerwarm_t *pw, const char *addr, const char *dataset, u
 }
 
 static int peer_fetch(void *arg, const char *dataset, uint64_t version, uint32_t shard_id,
-                      uint64_t bytes, uint8_t *dst) {
+                      uint64_t bytes, uint8_t *dst, int urgent) {
     dsc_peerwarm_t *pw = arg;
+    /* A request waits for this load: a peer that does not answer at once costs it little. */
+    uint32_t tmo =
+        urgent && pw->timeout_ms > DSC_PEERWARM_URGENT_MS ? DSC_PEERWARM_URGENT_MS : pw->timeout_ms;
     dsc_cluster_view_t *view = dsc_cluster_acquire(pw->cluster);
     uint32_t owners[DSC_MAX_REPLICAS];
     int n = 0;
@@ -486,7 +490,7 @@ static int peer_fetch(void *arg, const char *dataset, uint64_t version, uint32_t
         const char *addr = view->members.addrs[owners[i]];
         if (is_dead(pw, addr, dsc_now_s()))
             continue;
-        rc = try_peer(pw, addr, dataset, version, shard_id, bytes, dst);
+        rc = try_peer(pw, addr, dataset, version, shard_id, bytes, dst, tmo);
         if (rc == 0)
             break;
     }

@@ -15,6 +15,10 @@
 
 #define DSC_PEERWARM_DEFAULT_RATE (512ull << 20) /* bytes/s */
 #define DSC_PEERWARM_TIMEOUT_MS 2000             /* connect, and each read or write */
+/* The same, for a load a request waits for (a miss): a stopped peer (its kernel still accepts
+ * connections) must not hold the request past its client's time-out; the shard is read from the
+ * backing storage instead. */
+#define DSC_PEERWARM_URGENT_MS 250
 #define DSC_PEERWARM_DEAD_MS 3000 /* a peer that timed out or failed is skipped this long */
 
 typedef struct dsc_peerwarm dsc_peerwarm_t;

@@ -132,12 +132,12 @@ done:
  * 0 (no peer source, or none could serve it, or its copy was refused: read the backing
  * storage). */
 static int peer_shard(dsc_catalog_t *cat, const dsc_shard_slot_t *s, uint8_t *dst,
-                      dsc_shard_view_t *view) {
+                      dsc_shard_view_t *view, int urgent) {
     const dsc_peer_source_t *src = atomic_load(&cat->peer);
     if (src == NULL)
         return 0;
     const dsc_manifest_shard_t *meta = s->meta;
-    int rc = src->fetch(src->arg, s->ds->name, s->ds->version, meta->id, meta->bytes, dst);
+    int rc = src->fetch(src->arg, s->ds->name, s->ds->version, meta->id, meta->bytes, dst, urgent);
     if (rc < 0) {
         atomic_fetch_add_explicit(&cat->peer_fallbacks, 1, memory_order_relaxed);
         return 0;
@@ -852,6 +852,7 @@ void *dsc__io_thread(void *arg) {
             cat->queue_tail = NULL;
         uint8_t *dst = s->data;
         int drop = cat->draining;
+        int urgent = s->waiters != NULL; /* a GET waits for it (else a warm-up) */
         pthread_mutex_unlock(&cat->lock);
         if (drop) {
             finish_load(cat, s, DSC_EUNAVAIL, NULL, NULL, 0, NULL, 0, 0, 0);
@@ -866,7 +867,7 @@ void *dsc__io_thread(void *arg) {
         const char *why = "";
         uint8_t *damage = NULL;
         uint32_t damaged = 0, first_bad = 0;
-        if (peer_shard(cat, s, dst, &view)) {
+        if (peer_shard(cat, s, dst, &view, urgent)) {
             finish_load(cat, s, 0, why, &view, dsc_now_s() - t0, NULL, 0, 0, 1);
             pthread_mutex_lock(&cat->lock);
             continue;
