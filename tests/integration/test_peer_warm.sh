@@ -4,8 +4,9 @@
 # and none from the backing storage; with a second member down too, it reads from the backing
 # storage only the shards no live owner holds (within 1.1x of their bytes). The owners that
 # served it count the bytes. PEER_READ itself: only resident shards (never a load), bounds, a
-# malformed body; and with --auth-file a member authenticates with --peer-credential (a credential
-# confined to other datasets gets nothing and falls back; no --peer-credential: off, with a WARN).
+# malformed body; a member whose disk copy of a shard is damaged loads the intact replica's; and
+# with --auth-file a member authenticates with --peer-credential (a credential confined to other
+# datasets gets nothing and falls back; no --peer-credential: off, with a WARN).
 source "$(dirname "$0")/server_lib.sh"
 PY=${DSC_PYTHON:-/usr/bin/python3}
 
@@ -146,7 +147,28 @@ st = json.loads(call(c, 6, struct.pack("<H", 4) + b"clds")[1])
 assert st["datasets"][0]["cached_shards"] == 0, "PEER_READ loaded a shard"
 EOF
 
-# 4. --auth-file: members authenticate to each other with --peer-credential.
+# 4. A shard damaged on one member's disk: loaded from the intact replica's RAM (the copy is
+#    checked against the manifest), so that member serves it whole instead of answering CORRUPT.
+if [ -x "$DSC_BIN/shard_damage" ]; then
+    cp -r "$work/ds" "$work/flip"
+    "$DSC_BIN/shard_damage" flip "$work/flip" 1 >/dev/null
+    members3=$work/members3
+    START_NO_WAIT=1 start_server r --data "$work/ds" --memory 64M --warm --replicas 2 \
+        --members-file "$members3"
+    echo "$ADDR_r" >"$members3.tmp" && mv "$members3.tmp" "$members3"
+    until_ok 30 ready "$HTTP_r" || fail "r not ready"
+    START_NO_WAIT=1 start_server s --data "$work/flip" --memory 64M --warm --replicas 2 \
+        --members-file "$members3"
+    printf '%s\n%s\n' "$ADDR_r" "$ADDR_s" >"$members3.tmp" && mv "$members3.tmp" "$members3"
+    healed() {
+        [ "$(json_get "$(stat_of "$ADDR_s")" 'j["datasets"][0]["cached_shards"] == '"$shards"' and j["store"]["peer_warm"]["shards"] == '"$shards"' and j["datasets"][0]["damaged_shards"] == 0')" = True ]
+    }
+    until_ok 30 healed && "$TOOL" get "$ADDR_s" clds 1 0 1 >/dev/null \
+        && pass "a member with shard 1 damaged on disk loaded it intact from its peer and serves it" \
+        || fail "damaged member: $(stat_of "$ADDR_s")"
+fi
+
+# 5. --auth-file: members authenticate to each other with --peer-credential.
 secret_p=peer-secret-0123456789abcdef
 secret_o=other-secret-0123456789abcdef
 printf 'peer read %s clds\nnarrow read %s otherds\nops admin admin-secret-0123456789ab\n' \
