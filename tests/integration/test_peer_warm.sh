@@ -79,6 +79,31 @@ peer_bytes=$(json_get "$(stat_of "$ADDR_c")" 'j["store"]["peer_warm"]["bytes"]')
     && pass "metrics: dscache_peer_warm_bytes_total, dscache_warm_shards_left" \
     || fail "metrics of c: $(curl -s "http://$HTTP_c/metrics" | grep -E 'peer|left')"
 
+# 1b. --peer-rate bounds the warm-up: restarted with 200K/s, c takes at least (bytes - one shard)
+#     / rate to be ready, and dscache top shows it warming from its peers meanwhile.
+rate=204800
+t0=$(date +%s.%N)
+stop_server c
+START_NO_WAIT=1 start_server c --data "$work/ds" --memory 64M --warm --replicas 2 \
+    --members-file "$members" --listen "$ADDR_c" --peer-rate 200K
+"$CLI" top --once --interval 0.5 --server "$ADDR_a,$ADDR_c" >"$work/top.txt" 2>&1 || true
+until_ok 60 ready "$HTTP_c" || fail "c not ready with --peer-rate 200K"
+t1=$(date +%s.%N)
+"$PY" - "$t0" "$t1" "$rate" "$(stat_of "$ADDR_c")" "$work/ds/manifest.json" <<'EOF2' && pass "--peer-rate 200K: the warm-up took at least its bytes / rate" || fail "--peer-rate not honoured"
+import json, sys
+t0, t1, rate = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+s = json.loads(sys.argv[4]); m = json.load(open(sys.argv[5]))
+pw = s["store"]["peer_warm"]
+largest = max(sh["bytes"] for sh in m["shards"])
+floor = (pw["bytes"] - largest) / rate
+print("%d bytes from peers in %.2f s (at most %.0f B/s: at least %.2f s)" % (pw["bytes"], t1 - t0, rate, floor))
+assert pw["backing_bytes"] == 0 and pw["bytes"] > 2 * largest and t1 - t0 >= floor
+EOF2
+grep -qE '^SERVER .* PEER MB/s +STATUS' "$work/top.txt" \
+    && grep -qE "^$ADDR_c .* warming: [0-9]+ shards left" "$work/top.txt" \
+    && pass "dscache top: PEER MB/s and 'warming: N shards left' while c warms" \
+    || fail "dscache top during the warm-up: $(cat "$work/top.txt")"
+
 # 2. b down too: c's shards owned by b and c have no live replica; only they are read from disk.
 stop_server b
 restart c || fail "c not ready after its restart with b down"
