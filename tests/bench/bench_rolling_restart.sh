@@ -6,7 +6,9 @@
 # restarts' duration, and the bytes read from the backing storage and from peers during them;
 # results go in docs/benchmarks.md.
 # usage: tests/bench/bench_rolling_restart.sh [--rounds N] [--seconds S] [--samples N]
-#        [--compute-ms MS] [--batch B]      (defaults: 3 rounds, 20 s, 60000 samples, 4 ms, 64)
+#        [--compute-ms MS] [--batch B] [--slowfs "SLOWFS OPTIONS"]
+#        (defaults: 3 rounds, 20 s, 60000 samples, 4 ms, 64; --slowfs: the dataset read through
+#        tests/slowfs, e.g. --slowfs "--latency-ms 20 --bandwidth 2M")
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export DSC_BIN=${DSC_BIN:-$here/../../build/bin}
@@ -19,6 +21,7 @@ while [ $# -gt 0 ]; do
     --samples) ROLL_SAMPLES=$2; shift ;;
     --compute-ms) ROLL_COMPUTE_MS=$2; shift ;;
     --batch) ROLL_BATCH=$2; shift ;;
+    --slowfs) export ROLL_SLOWFS=$2; shift ;;
     *) echo "unknown option: $1" >&2; exit 2 ;;
     esac
     shift

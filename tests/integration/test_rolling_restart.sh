@@ -9,7 +9,9 @@
 # peer). Knobs (tests/bench/bench_rolling_restart.sh sets larger ones): ROLL_SAMPLES (20000),
 # ROLL_SECONDS (12), ROLL_COMPUTE_MS (4), ROLL_BATCH (64), ROLL_STALL_POINTS (2), ROLL_OUT (a
 # file to which the figures are appended as "key value" lines), ROLL_SERVER_ARGS (more dscached
-# options, e.g. "--peer-rate 0" to measure the cluster without peer warm-up).
+# options, e.g. "--peer-rate 0" to measure the cluster without peer warm-up), ROLL_SLOWFS (slowfs
+# options, e.g. "--latency-ms 20 --bandwidth 2M": the servers read the dataset through
+# tests/slowfs, a slow backing storage).
 source "$(dirname "$0")/server_lib.sh"
 PY=${DSC_PYTHON:-/usr/bin/python3}
 samples=${ROLL_SAMPLES:-20000}
@@ -20,10 +22,17 @@ points=${ROLL_STALL_POINTS:-2}
 read -r -a extra <<<"${ROLL_SERVER_ARGS:-}"
 
 make_dataset "$work/ds" clds "$samples" lz4
+data=$work/ds
+if [ -n "${ROLL_SLOWFS:-}" ]; then
+    source "$(dirname "$0")/slowfs_lib.sh"
+    read -r -a sfs_args <<<"$ROLL_SLOWFS"
+    mount_slowfs "${sfs_args[@]}" || { echo "SKIP: slowfs did not mount"; exit 77; }
+    data=$mnt
+fi
 members=$work/members
 names=(a b c d)
 for n in "${names[@]}"; do
-    START_NO_WAIT=1 start_server "$n" --data "$work/ds" --memory 256M --warm --replicas 2 \
+    START_NO_WAIT=1 start_server "$n" --data "$data" --memory 256M --warm --replicas 2 \
         --members-file "$members" --threads 1 "${extra[@]}"
 done
 for n in "${names[@]}"; do a=ADDR_$n; echo "${!a}"; done >"$members.tmp"
@@ -70,7 +79,7 @@ roll() {
         addr=${!a}
         backing_total=$((backing_total + $(backing "$n") - read0[$n]))
         stop_server "$n"
-        START_NO_WAIT=1 start_server "$n" --data "$work/ds" --memory 256M --warm --replicas 2 \
+        START_NO_WAIT=1 start_server "$n" --data "$data" --memory 256M --warm --replicas 2 \
             --members-file "$members" --threads 1 --listen "$addr" "${extra[@]}"
         h=HTTP_$n
         until_ok 60 ready "${!h}" || fail "server $n not ready after its restart"
