@@ -7,13 +7,13 @@
 # results go in docs/benchmarks.md.
 # usage: tests/bench/bench_rolling_restart.sh [--rounds N] [--seconds S] [--samples N]
 #        [--compute-ms MS] [--batch B] [--slowfs "SLOWFS OPTIONS"]
-#        (defaults: 3 rounds, 20 s, 60000 samples, 4 ms, 64; --slowfs: the dataset read through
+#        (defaults: 3 rounds, 25 s, 60000 samples, 4 ms, 64; --slowfs: the dataset read through
 #        tests/slowfs, e.g. --slowfs "--latency-ms 20 --bandwidth 2M")
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export DSC_BIN=${DSC_BIN:-$here/../../build/bin}
 rounds=3
-export ROLL_SECONDS=20 ROLL_SAMPLES=60000 ROLL_COMPUTE_MS=4 ROLL_BATCH=64
+export ROLL_SECONDS=25 ROLL_SAMPLES=60000 ROLL_COMPUTE_MS=4 ROLL_BATCH=64
 while [ $# -gt 0 ]; do
     case $1 in
     --rounds) rounds=$2; shift ;;

@@ -2,12 +2,14 @@
 # A rolling restart during a paced job (docs/cluster.md, "Peer warm-up"): 4 dscached, --replicas 2,
 # --warm; `dscache bench --compute-ms` runs twice for the same time, once undisturbed and once
 # while every server is restarted in turn on its own address (SIGTERM, start, wait for /readyz,
-# next). The restarted run fails no batch, its stall stays within ROLL_STALL_POINTS points of the
+# wait ROLL_SETTLE seconds as the StatefulSet's minReadySeconds does, next: a loader that marked
+# the server down re-probes it after 1 s, and until it has, the server's shards have one owner
+# left to it). The restarted run fails no batch, its stall stays within ROLL_STALL_POINTS points of the
 # undisturbed run's (measured in the same test, so the bound holds on any machine), and the
 # servers read from the backing storage during the restarts at most 1.1x the bytes of the shards
 # no live replica held (here: none, so nothing; every restarted server read its shards from a
 # peer). Knobs (tests/bench/bench_rolling_restart.sh sets larger ones): ROLL_SAMPLES (20000),
-# ROLL_SECONDS (12), ROLL_COMPUTE_MS (4), ROLL_BATCH (64), ROLL_STALL_POINTS (2), ROLL_OUT (a
+# ROLL_SECONDS (18), ROLL_SETTLE (2.5), ROLL_COMPUTE_MS (4), ROLL_BATCH (64), ROLL_STALL_POINTS (2), ROLL_OUT (a
 # file to which the figures are appended as "key value" lines), ROLL_SERVER_ARGS (more dscached
 # options, e.g. "--peer-rate 0" to measure the cluster without peer warm-up), ROLL_SLOWFS (slowfs
 # options, e.g. "--latency-ms 20 --bandwidth 2M": the servers read the dataset through
@@ -15,7 +17,8 @@
 source "$(dirname "$0")/server_lib.sh"
 PY=${DSC_PYTHON:-/usr/bin/python3}
 samples=${ROLL_SAMPLES:-20000}
-seconds=${ROLL_SECONDS:-12}
+seconds=${ROLL_SECONDS:-18}
+settle=${ROLL_SETTLE:-2.5}
 compute=${ROLL_COMPUTE_MS:-4}
 batch=${ROLL_BATCH:-64}
 points=${ROLL_STALL_POINTS:-2}
@@ -83,6 +86,7 @@ roll() {
             --members-file "$members" --threads 1 --listen "$addr" "${extra[@]}"
         h=HTTP_$n
         until_ok 60 ready "${!h}" || fail "server $n not ready after its restart"
+        sleep "$settle"
         read0[$n]=0
         peer_total=$((peer_total + $(peer_bytes "$n")))
     done
