@@ -35,6 +35,7 @@ typedef enum {
     DSC_OP_REPORT = 9,        /* a loader's job, stall and rate (proto/report.h) */
     DSC_OP_HINT = 10,         /* chunk ranges a loader will ask for next (proto/hint.h) */
     DSC_OP_MGET = 11,         /* chunks of several shards in one answer (proto/mget.h) */
+    DSC_OP_PEER_READ = 14,    /* a resident shard's file bytes, for a warming peer (peer.h) */
     DSC_OP_WARM = 16,         /* admin */
     DSC_OP_EVICT = 17,        /* admin */
     DSC_OP_POLICY = 18,       /* admin: pin, unpin or limit a dataset's memory */

@@ -415,6 +415,31 @@ int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_waiter_t *w
     return rc;
 }
 
+int dsc_catalog_peek(dsc_catalog_t *cat, dsc_shard_slot_t *s, dsc_hold_t *hold) {
+    (void)cat;
+    int r = atomic_load_explicit(&s->refs, memory_order_acquire);
+    while (r >= 0) {
+        if (atomic_compare_exchange_weak_explicit(&s->refs, &r, r + 1, memory_order_acquire,
+                                                  memory_order_acquire)) {
+            *hold = (dsc_hold_t){.slot = s,
+                                 .data = s->data,
+                                 .size = s->meta->bytes,
+                                 .index = s->index,
+                                 .chunk_count = s->chunk_count,
+                                 .damage = s->damage};
+            if (hold->damage == NULL)
+                return 1;
+            dsc_hold_release(cat, hold);
+            return 0;
+        }
+    }
+    return 0;
+}
+
+void dsc_catalog_set_peer_source(dsc_catalog_t *cat, const dsc_peer_source_t *source) {
+    atomic_store(&cat->peer, source);
+}
+
 int dsc_catalog_staging_on(const dsc_catalog_t *cat) {
     return cat->staging != NULL;
 }
@@ -511,7 +536,8 @@ int dsc_catalog_warm_some(dsc_catalog_t *cat, dsc_shard_filter_fn keep, void *ar
         total += t->items[d]->manifest->shard_count;
     uint64_t loads0_ok = atomic_load(&cat->loads);
     uint64_t loads0 = loads0_ok + atomic_load(&cat->load_failures);
-    uint64_t bytes0 = atomic_load(&cat->bytes_loaded);
+    uint64_t bytes0 = atomic_load(&cat->bytes_loaded) + atomic_load(&cat->peer_bytes);
+    uint64_t peer0 = atomic_load(&cat->peer_bytes);
     double t0 = dsc_now_s();
     uint64_t started = 0;
     for (uint32_t d = 0; d < t->count; d++) {
@@ -537,23 +563,29 @@ int dsc_catalog_warm_some(dsc_catalog_t *cat, dsc_shard_filter_fn keep, void *ar
         pthread_cond_timedwait(&cat->idle_cond, &cat->lock, &ts);
         if (cat->loads_in_flight > 0) {
             uint64_t done = atomic_load(&cat->loads) + atomic_load(&cat->load_failures) - loads0;
-            double mb = (double)(atomic_load(&cat->bytes_loaded) - bytes0) / 1e6;
-            LOG_INFO("warm-up: %llu/%llu shards, %.1f MB/s", (unsigned long long)done,
-                     (unsigned long long)started, mb / (dsc_now_s() - t0));
+            double mb =
+                (double)(atomic_load(&cat->bytes_loaded) + atomic_load(&cat->peer_bytes) - bytes0) /
+                1e6;
+            LOG_INFO("warm-up: %llu/%llu shards, %.1f MB/s, %.1f MB from peers",
+                     (unsigned long long)done, (unsigned long long)started, mb / (dsc_now_s() - t0),
+                     (double)(atomic_load(&cat->peer_bytes) - peer0) / 1e6);
         }
     }
     int cancelled = cat->loads_in_flight > 0;
     pthread_mutex_unlock(&cat->lock);
     double secs = dsc_now_s() - t0;
-    double mb = (double)(atomic_load(&cat->bytes_loaded) - bytes0) / 1e6;
+    double peer_mb = (double)(atomic_load(&cat->peer_bytes) - peer0) / 1e6;
+    double mb =
+        (double)(atomic_load(&cat->bytes_loaded) + atomic_load(&cat->peer_bytes) - bytes0) / 1e6;
     if (cancelled)
         LOG_INFO("warm-up stopped (shutting down): %llu of %llu shards loaded in %.2f s",
                  (unsigned long long)(atomic_load(&cat->loads) - loads0_ok),
                  (unsigned long long)started, secs);
     else
-        LOG_INFO("warm-up done: %llu/%llu shards in %.2f s, %.1f MB at %.1f MB/s",
+        LOG_INFO("warm-up done: %llu/%llu shards in %.2f s, %.1f MB at %.1f MB/s (%.1f MB from "
+                 "peers, %.1f MB from the backing storage)",
                  (unsigned long long)started, (unsigned long long)total, secs, mb,
-                 secs > 0 ? mb / secs : 0.0);
+                 secs > 0 ? mb / secs : 0.0, peer_mb, mb - peer_mb);
     return (int)started;
 }
 
@@ -1415,6 +1447,17 @@ char *dsc_catalog_stat_json(dsc_catalog_t *cat, const char *name, size_t name_le
     cJSON_AddNumberToObject(store, "read_through_bytes",
                             (double)atomic_load(&cat->read_through_bytes));
     cJSON_AddNumberToObject(store, "bytes_loaded", (double)atomic_load(&cat->bytes_loaded));
+    cJSON *peer = cJSON_AddObjectToObject(store, "peer_warm");
+    if (peer != NULL) {
+        cJSON_AddBoolToObject(peer, "enabled", atomic_load(&cat->peer) != NULL);
+        cJSON_AddNumberToObject(peer, "shards", (double)atomic_load(&cat->peer_shards));
+        cJSON_AddNumberToObject(peer, "bytes", (double)atomic_load(&cat->peer_bytes));
+        cJSON_AddNumberToObject(peer, "fallbacks", (double)atomic_load(&cat->peer_fallbacks));
+        cJSON_AddNumberToObject(peer, "refused", (double)atomic_load(&cat->peer_refused));
+        cJSON_AddNumberToObject(
+            peer, "backing_bytes",
+            (double)(atomic_load(&cat->bytes_loaded) + atomic_load(&cat->read_through_bytes)));
+    }
     table_t *t = atomic_load(&cat->table);
     pthread_mutex_lock(&cat->lock);
     cJSON_AddNumberToObject(store, "index_cache_bytes", (double)cat->index_bytes);
@@ -1493,6 +1536,10 @@ void dsc_catalog_totals(dsc_catalog_t *cat, dsc_catalog_totals_t *out) {
     out->read_through = atomic_load(&cat->read_through);
     out->bytes_loaded = atomic_load(&cat->bytes_loaded);
     out->read_through_bytes = atomic_load(&cat->read_through_bytes);
+    out->peer = (dsc_peer_totals_t){.shards = atomic_load(&cat->peer_shards),
+                                    .bytes = atomic_load(&cat->peer_bytes),
+                                    .fallbacks = atomic_load(&cat->peer_fallbacks),
+                                    .refused = atomic_load(&cat->peer_refused)};
 }
 
 int64_t dsc_hold_damaged_chunk(const dsc_hold_t *hold, uint32_t first, uint32_t count) {

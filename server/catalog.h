@@ -80,6 +80,13 @@ void dsc_dataset_count_served(dsc_dataset_t *ds, uint64_t bytes);
  * checksum verified before delivery. */
 int dsc_catalog_acquire(dsc_catalog_t *cat, dsc_shard_slot_t *slot, dsc_waiter_t *waiter,
                         dsc_hold_t *hold);
+/* Takes a reference on a shard's bytes only when it is resident and has no chunk known damaged
+ * (a PEER_READ: never loads, never reads through, never counted as a hit or a miss). Returns 1
+ * with *hold filled, else 0. Lock-free. */
+int dsc_catalog_peek(dsc_catalog_t *cat, dsc_shard_slot_t *slot, dsc_hold_t *hold);
+/* Whole-shard loads try `source` before the backing storage from now on (NULL: none again). The
+ * source must outlive the catalog's I/O threads (dsc_catalog_destroy). Any thread. */
+void dsc_catalog_set_peer_source(dsc_catalog_t *cat, const dsc_peer_source_t *source);
 /* 1 when read-ahead is on (options.staging_memory > 0). */
 int dsc_catalog_staging_on(const dsc_catalog_t *cat);
 /* A HINT's ranges of ds (proto/hint.h) from `hinter`: each non-resident range that fits is read
@@ -178,6 +185,7 @@ typedef struct dsc_catalog_totals {
                                      slots), index cache; not the shard bytes themselves */
     dsc_backing_totals_t backing; /* read-throughs from backing storage (catalog_types.h) */
     dsc_staging_totals_t staging; /* read-ahead (catalog_types.h) */
+    dsc_peer_totals_t peer;       /* whole-shard loads from peers (catalog_types.h) */
 } dsc_catalog_totals_t;
 void dsc_catalog_totals(dsc_catalog_t *cat, dsc_catalog_totals_t *out);
 dsc_store_t *dsc_catalog_store(dsc_catalog_t *cat);

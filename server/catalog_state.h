@@ -189,6 +189,9 @@ struct dsc_catalog {
 
     atomic_uint_fast64_t evictions, loads, load_failures, read_through, bytes_loaded;
     atomic_uint_fast64_t read_through_bytes;
+    /* Whole-shard loads try this first (dsc_catalog_set_peer_source; NULL: none). */
+    _Atomic(const dsc_peer_source_t *) peer;
+    atomic_uint_fast64_t peer_shards, peer_bytes, peer_fallbacks, peer_refused;
     /* Load histogram, under lock. */
     uint64_t hist[DSC_LOAD_BUCKETS];
     uint64_t hist_count;

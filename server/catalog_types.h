@@ -106,6 +106,25 @@ typedef struct dsc_staging_totals {
     uint64_t memory, ttl_ms;
 } dsc_staging_totals_t;
 
+/* A source a whole-shard load tries before the backing storage (server/peerwarm.c: a live
+ * replica's RAM): fills dst with the file of shard shard_id of dataset (`bytes` bytes, of dataset
+ * version `version`); urgent: a request waits for this load (a miss, not a warm-up), so the source
+ * gives up sooner. Returns 0 when dst holds the file's bytes (the load still validates them as
+ * it validates a read from disk: whole-file checksum, header against the manifest) or a negative
+ * error (nothing usable; the load reads the backing storage). Called on an I/O thread, no lock
+ * held; may block (network I/O, its own rate limit). */
+typedef struct dsc_peer_source {
+    int (*fetch)(void *arg, const char *dataset, uint64_t version, uint32_t shard_id,
+                 uint64_t bytes, uint8_t *dst, int urgent);
+    void *arg;
+} dsc_peer_source_t;
+
+/* Whole-shard loads from peers (dsc_peer_source_t): shards and bytes taken from a peer, loads a
+ * peer could not serve (they read the backing storage), peer copies refused by validation. */
+typedef struct dsc_peer_totals {
+    uint64_t shards, bytes, fallbacks, refused;
+} dsc_peer_totals_t;
+
 /* Load time histogram (seconds), for /metrics. */
 #define DSC_LOAD_BUCKETS 10
 

@@ -504,7 +504,7 @@ void dsc_cluster_counts(dsc_cluster_t *cl, dsc_catalog_t *cat, dsc_cluster_count
 
 /* Adds the cluster fields to one dataset object of the STAT answer. Returns 0 or DSC_ENOMEM. */
 static int stat_dataset(const dsc_cluster_view_t *v, dsc_catalog_t *cat, cJSON *obj,
-                        uint64_t hello_hash) {
+                        uint64_t hello_hash, uint64_t *owned_sum, uint64_t *left_sum) {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(obj, "name");
     if (!cJSON_IsString(name))
         return 0;
@@ -528,6 +528,8 @@ static int stat_dataset(const dsc_cluster_view_t *v, dsc_catalog_t *cat, cJSON *
         map[i] = own ? (resident[i] ? 'O' : 'o') : (resident[i] ? 'c' : '.');
     }
     map[m->shard_count] = '\0';
+    *owned_sum += owned;
+    *left_sum += owned - owned_cached;
     add_hash(obj, "members_hash", hello_hash);
     cJSON_AddNumberToObject(obj, "owned_shards", (double)owned);
     cJSON_AddNumberToObject(obj, "owned_cached_shards", (double)owned_cached);
@@ -561,10 +563,14 @@ char *dsc_cluster_stat_json(dsc_cluster_t *cl, dsc_catalog_t *cat, const char *c
     add_hash(root, "members_hash", hello_hash);
     cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "datasets");
     cJSON *ds;
+    uint64_t owned = 0, left = 0;
     cJSON_ArrayForEach(ds, list) {
-        if (cJSON_IsObject(ds) && stat_dataset(v, cat, ds, hello_hash) < 0)
+        if (cJSON_IsObject(ds) && stat_dataset(v, cat, ds, hello_hash, &owned, &left) < 0)
             goto done;
     }
+    /* Over the datasets this answer lists (a credential's, or the one named). */
+    cJSON_AddNumberToObject(info, "owned_shards", (double)owned);
+    cJSON_AddNumberToObject(info, "warm_shards_left", (double)left);
     text = cJSON_PrintUnformatted(root);
 done:
     dsc_cluster_view_release(v);

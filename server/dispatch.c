@@ -5,6 +5,7 @@
 #include "dispatch.h"
 #include "hint.h"
 #include "mget.h"
+#include "peer.h"
 #include "rdma.h"
 #include "report.h"
 #include "server_core.h"
@@ -319,6 +320,61 @@ static void handle_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const
                  req.chunk_count, start_ns);
     else if (rc < 0)
         answer_error(srv, reply, DSC_OP_GET, id, ref.status, ref.message);
+}
+
+/* ---- PEER_READ --------------------------------------------------------------------------- */
+
+typedef struct peer_fill {
+    const uint8_t *src;
+    size_t len;
+} peer_fill_t;
+
+static void peer_fill(void *arg, uint8_t *body) {
+    const peer_fill_t *f = arg;
+    memcpy(body, f->src, f->len);
+}
+
+/* A warming peer reads a resident shard's file bytes (proto/peer.h): authorised as a GET of the
+ * dataset; never loads or reads through, so a copy comes only from RAM. */
+static void handle_peer_read(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id,
+                             const uint8_t *body, size_t len) {
+    dsc_peer_req_t req;
+    if (dsc_peer_req_decode(body, len, &req) < 0) {
+        answer_error(srv, reply, DSC_OP_PEER_READ, id, DSC_STATUS_BAD_REQUEST,
+                     "malformed PEER_READ body");
+        return;
+    }
+    shard_ref_t ref;
+    if (shard_find(srv, reply, req.dataset, req.shard_id, 0, &ref) < 0) {
+        answer_error(srv, reply, DSC_OP_PEER_READ, id, ref.status, ref.message);
+        return;
+    }
+    if ((req.flags & DSC_PEER_FLAG_VERSION) && req.version != dsc_dataset_version_of(ref.ds)) {
+        answer_error(srv, reply, DSC_OP_PEER_READ, id, DSC_STATUS_CHANGED,
+                     "this server serves another version of the dataset");
+        return;
+    }
+    dsc_hold_t hold;
+    if (!dsc_catalog_peek(srv->cat, ref.slot, &hold)) {
+        answer_error(srv, reply, DSC_OP_PEER_READ, id, DSC_STATUS_UNAVAILABLE,
+                     "shard not resident on this server");
+        return;
+    }
+    if (req.offset > hold.size || req.length > hold.size - req.offset) {
+        dsc_hold_release(srv->cat, &hold);
+        answer_error(srv, reply, DSC_OP_PEER_READ, id, DSC_STATUS_BAD_REQUEST,
+                     "range beyond the shard file");
+        return;
+    }
+    peer_fill_t f = {.src = hold.data + req.offset, .len = req.length};
+    int rc = reply->ops->frame_fill(reply, DSC_OP_PEER_READ, id, req.length, peer_fill, &f);
+    dsc_hold_release(srv->cat, &hold);
+    if (rc < 0) {
+        answer_error(srv, reply, DSC_OP_PEER_READ, id, DSC_STATUS_INTERNAL, "out of memory");
+        return;
+    }
+    dsc__server_count_request(srv, DSC_OP_PEER_READ, DSC_STATUS_OK);
+    dsc__server_count_peer_served(srv, req.length);
 }
 
 /* ---- MGET -------------------------------------------------------------------------------- */
@@ -954,6 +1010,9 @@ void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_
         break;
     case DSC_OP_MGET:
         handle_mget(srv, reply, h->request_id, body, h->body_len);
+        break;
+    case DSC_OP_PEER_READ:
+        handle_peer_read(srv, reply, h->request_id, body, h->body_len);
         break;
     case DSC_OP_STAT:
         handle_stat(srv, reply, h->request_id, body, h->body_len);

@@ -162,6 +162,20 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
             tot.read_through_bytes);
     counter(&t, "dscache_loaded_bytes_total", "Disk bytes read by whole-shard loads.",
             tot.bytes_loaded);
+    counter(&t, "dscache_peer_warm_shards_total",
+            "Whole-shard loads served by a peer's resident copy (peer warm-up).", tot.peer.shards);
+    counter(&t, "dscache_peer_warm_bytes_total",
+            "Shard bytes read from peers instead of the backing storage (peer warm-up).",
+            tot.peer.bytes);
+    counter(&t, "dscache_peer_warm_fallbacks_total",
+            "Whole-shard loads no live owner could serve: read from the backing storage.",
+            tot.peer.fallbacks);
+    counter(&t, "dscache_peer_warm_refused_total",
+            "Peer copies refused by validation (checksum or header): read from the backing "
+            "storage.",
+            tot.peer.refused);
+    counter(&t, "dscache_peer_read_bytes_total",
+            "Shard bytes this server answered to warming peers (PEER_READ).", sc->peer_read_bytes);
     counter(&t, "dscache_backing_reads_total",
             "Backing reads by read-throughs (chunk ranges, coalesced; shard indexes).",
             tot.backing.reads);
@@ -275,6 +289,8 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
     gauge(&t, "dscache_owned_shards", "Shards this server owns (primary or replica).", cc.owned);
     gauge(&t, "dscache_owned_resident_shards", "Owned shards resident in the store.",
           cc.owned_resident);
+    gauge(&t, "dscache_warm_shards_left", "Owned shards not resident yet (warm-up left to do).",
+          cc.owned - cc.owned_resident);
     if (!src->hide_names)
         dataset_metrics(&t, src->cat);
 

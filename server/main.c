@@ -8,6 +8,7 @@
 #include "fairq.h"
 #include "http.h"
 #include "jobs.h"
+#include "peerwarm.h"
 #include "rdma.h"
 #include "rootwatch.h"
 #include "server.h"
@@ -79,6 +80,8 @@ typedef struct options {
     int refuse_insecure_auth_file; /* --insecure-auth-file refuse */
     int metrics_hide_names;        /* --metrics-names hide */
     uint32_t jobs_per_credential;  /* --jobs-per-credential (0: 16) */
+    uint64_t peer_rate;            /* --peer-rate (0: peer warm-up off) */
+    const char *peer_credential;   /* --peer-credential NAME */
 } options_t;
 
 static void usage(FILE *f) {
@@ -188,6 +191,14 @@ static void usage(FILE *f) {
         "                        (default: the --listen host with the bound port)\n"
         "                        --warm then loads only the shards this server owns\n"
         "                        (primary or replica); other shards are still served\n"
+        "  --peer-rate BYTES     peer warm-up: a shard this server loads is first read from\n"
+        "                        another owner holding it in RAM (over the data port), at\n"
+        "                        most BYTES/s over all peers (default 512M; 0 or off: read\n"
+        "                        only the backing storage); what no live owner holds is read\n"
+        "                        from the backing storage\n"
+        "  --peer-credential NAME  with --auth-file: the credential (a line of that file,\n"
+        "                        the same on every member) presented to peers for peer\n"
+        "                        warm-up; without it peer warm-up is off (a WARN says so)\n"
         "Readiness (--warm): /readyz answers 503 with the reason until the warm-up is\n"
         "done and, in a cluster, the member list is known, this server is in it and every\n"
         "shard it owns is resident (or the store is full); then 200, and it stays 200\n"
@@ -229,7 +240,8 @@ static void usage(FILE *f) {
         "                        \"members\", \"members_file\", \"members_refresh\",\n"
         "                        \"replicas\", \"advertise\", \"auth_file\",\n"
         "                        \"allow_anonymous_admin\", \"insecure_auth_file\",\n"
-        "                        \"metrics_names\", \"jobs_per_credential\");\n"
+        "                        \"metrics_names\", \"jobs_per_credential\",\n"
+        "                        \"peer_rate\", \"peer_credential\");\n"
         "                        command-line options override it\n"
         "  --version             print the version and exit\n"
         "  --help                this text\n"
@@ -444,6 +456,15 @@ static int apply(options_t *o, const char *key, const char *value) {
     } else if (strcmp(key, "rdma_lease_ttl_ms") == 0) {
         if (parse_u32(value, 1, 3600u * 1000u, &o->rdma_lease_ttl_ms) < 0)
             return bad("--rdma-lease-ttl-ms", value);
+    } else if (strcmp(key, "peer_rate") == 0) {
+        if (strcmp(value, "off") == 0)
+            o->peer_rate = 0;
+        else if (dsc_parse_size(value, &o->peer_rate) < 0)
+            return bad("--peer-rate", value);
+    } else if (strcmp(key, "peer_credential") == 0) {
+        if (!dsc_auth_name_valid(value, strlen(value)))
+            return bad("--peer-credential (a credential name)", value);
+        o->peer_credential = value;
     } else if (strcmp(key, "warm") == 0) {
         o->warm = strcmp(value, "1") == 0 || strcmp(value, "true") == 0;
     } else {
@@ -749,6 +770,39 @@ static void warm_done(uv_work_t *req, int status) {
     LOG_INFO("warm-up done");
 }
 
+/* Peer warm-up (peerwarm.h) in a cluster with --peer-rate > 0: with --auth-file only when
+ * --peer-credential names the credential to present. Returns 0 (*out NULL when off) or
+ * DSC_EINVAL (logged). */
+static int start_peer_warm(const options_t *o, dsc_cluster_t *cluster, dsc_credstore_t *credentials,
+                           dsc_catalog_t *cat, dsc_peerwarm_t **out) {
+    *out = NULL;
+    if (o->members == NULL && o->members_file == NULL)
+        return 0; /* single node: no peers */
+    if (o->peer_rate == 0) {
+        LOG_INFO("peer warm-up off (--peer-rate 0): owned shards are read from the backing "
+                 "storage");
+        return 0;
+    }
+    if (credentials != NULL && o->peer_credential == NULL) {
+        LOG_WARN("peer warm-up off: --auth-file is set but no --peer-credential names the "
+                 "credential to present to peers; owned shards are read from the backing "
+                 "storage (docs/security.md)");
+        return 0;
+    }
+    dsc_peerwarm_options_t popt = {.cluster = cluster,
+                                   .credentials = credentials,
+                                   .credential = o->peer_credential,
+                                   .rate = o->peer_rate};
+    int rc = dsc_peerwarm_create(&popt, out);
+    if (rc < 0)
+        return rc;
+    dsc_catalog_set_peer_source(cat, dsc_peerwarm_source(*out));
+    LOG_INFO("peer warm-up: shards are read from live owners first, at most %.1f MB/s%s%s",
+             (double)o->peer_rate / 1e6, o->peer_credential ? ", as credential " : "",
+             o->peer_credential ? o->peer_credential : "");
+    return 0;
+}
+
 /* The membership: --members / --members-file, this server's address (--advertise, else the
  * listen host with the bound port). Returns 0 and *out, or DSC_EINVAL / DSC_ENOMEM (logged). */
 /* A --data directory without a manifest is served once one appears (SIGHUP rescans), which is
@@ -858,6 +912,7 @@ int main(int argc, char **argv) {
     o.http_header_timeout = DSC_HTTP_HEADER_TIMEOUT_DEFAULT_S;
     o.http_max_conns_per_peer = DSC_HTTP_MAX_CONNS_PER_PEER_DEFAULT;
     o.drain_seconds = 30;
+    o.peer_rate = DSC_PEERWARM_DEFAULT_RATE;
     o.log_level = DSC_LOG_INFO;
     o.policy = DSC_POLICY_MINIO;
     o.rdma = DSC_RDMA_MODE_AUTO;
@@ -869,6 +924,7 @@ int main(int argc, char **argv) {
     dsc_rdma_srv_t *rdma = NULL;
     dsc_http_t *http = NULL;
     dsc_cluster_t *cluster = NULL;
+    dsc_peerwarm_t *peerwarm = NULL;
     dsc_credstore_t *credentials = NULL;
     dsc_rootwatch_t *rootwatch = NULL;
     control_t ctl;
@@ -1032,6 +1088,10 @@ int main(int argc, char **argv) {
         goto done;
     }
     dsc_server_set_cluster(server, cluster);
+    if ((rc = start_peer_warm(&o, cluster, credentials, cat, &peerwarm)) < 0) {
+        dsc_server_stop(server);
+        goto done;
+    }
     dsc_jobs_set_share(dsc_server_jobs(server), o.jobs_per_credential);
     ctl.cat = cat;
     ctl.server = server;
@@ -1108,10 +1168,11 @@ done:
     dsc_rootwatch_stop(rootwatch); /* its rescans touch the catalog */
     dsc_server_destroy(server);    /* joins the loops once they have drained */
     dsc_rdma_srv_destroy(rdma);    /* after the loops: every QP is gone */
-    dsc_cluster_destroy(cluster);  /* after the loops: they read it */
     if (loop_ready)
         uv_loop_close(&ctl.loop);
-    dsc_catalog_destroy(cat);
+    dsc_catalog_destroy(cat); /* joins the I/O threads, which use peerwarm */
+    dsc_peerwarm_destroy(peerwarm);
+    dsc_cluster_destroy(cluster); /* after the loops and the I/O threads: they read it */
     dsc_store_destroy(store);
     dsc_credstore_destroy(credentials); /* after the server: connections hold its sets */
     cJSON_Delete(config_json);

@@ -55,6 +55,26 @@ static int chunk_damage(const dsc_shard_view_t *view, uint8_t **damage, uint32_t
     return 0;
 }
 
+/* Checks a shard file's bytes in dst against the manifest: parses it and matches its header.
+ * Returns 0 or DSC_ECORRUPT (*why says what). */
+static int check_shard(const dsc_shard_slot_t *s, const uint8_t *dst, dsc_shard_view_t *view,
+                       const char **why) {
+    const dsc_manifest_shard_t *meta = s->meta;
+    int prc = dsc_shard_parse(dst, meta->bytes, view);
+    if (prc < 0) {
+        *why = dsc_strerror(prc);
+        return DSC_ECORRUPT;
+    }
+    if (view->header.shard_id != meta->id || view->footer.chunk_count != meta->chunks ||
+        view->header.sample_count != meta->samples ||
+        strcmp(view->header.dataset, s->ds->name) != 0 ||
+        !dsc_schema_equal(&view->header.schema, &s->ds->manifest->schema)) {
+        *why = "shard header does not match the manifest";
+        return DSC_ECORRUPT;
+    }
+    return 0;
+}
+
 /* Reads and validates one shard file into dst. Returns 0, DSC_ECORRUPT (validation; *why says
  * what) or an I/O error (-errno). A file whose whole-file checksum differs but whose header,
  * index and footer are valid has its chunks verified one by one: when some fail, it is still
@@ -89,20 +109,8 @@ static int read_shard(const dsc_shard_slot_t *s, uint8_t *dst, dsc_shard_view_t 
         goto done;
     }
     int file_sum_bad = dsc_checksum(dst, meta->bytes) != meta->checksum;
-    int prc = dsc_shard_parse(dst, meta->bytes, view);
-    if (prc < 0) {
-        rc = DSC_ECORRUPT;
-        *why = dsc_strerror(prc);
+    if ((rc = check_shard(s, dst, view, why)) < 0)
         goto done;
-    }
-    if (view->header.shard_id != meta->id || view->footer.chunk_count != meta->chunks ||
-        view->header.sample_count != meta->samples ||
-        strcmp(view->header.dataset, s->ds->name) != 0 ||
-        !dsc_schema_equal(&view->header.schema, &s->ds->manifest->schema)) {
-        rc = DSC_ECORRUPT;
-        *why = "shard header does not match the manifest";
-        goto done;
-    }
     if (file_sum_bad) {
         rc = chunk_damage(view, damage, damaged, first_bad);
         if (rc < 0) {
@@ -117,6 +125,35 @@ static int read_shard(const dsc_shard_slot_t *s, uint8_t *dst, dsc_shard_view_t 
 done:
     close(fd);
     return rc;
+}
+
+/* Fills dst with the shard's file from a peer (cat->peer), accepted only whole and exact: its
+ * checksum equals the manifest's and its header matches. Returns 1 (dst holds it, *view parsed),
+ * 0 (no peer source, or none could serve it, or its copy was refused: read the backing
+ * storage). */
+static int peer_shard(dsc_catalog_t *cat, const dsc_shard_slot_t *s, uint8_t *dst,
+                      dsc_shard_view_t *view, int urgent) {
+    const dsc_peer_source_t *src = atomic_load(&cat->peer);
+    if (src == NULL)
+        return 0;
+    const dsc_manifest_shard_t *meta = s->meta;
+    int rc = src->fetch(src->arg, s->ds->name, s->ds->version, meta->id, meta->bytes, dst, urgent);
+    if (rc < 0) {
+        atomic_fetch_add_explicit(&cat->peer_fallbacks, 1, memory_order_relaxed);
+        return 0;
+    }
+    const char *why = "whole-file checksum differs from the manifest";
+    if (dsc_checksum(dst, meta->bytes) != meta->checksum || check_shard(s, dst, view, &why) < 0) {
+        atomic_fetch_add_explicit(&cat->peer_refused, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&cat->peer_fallbacks, 1, memory_order_relaxed);
+        LOG_WARN("dataset %s shard %u: the copy read from a peer was refused (%s): reading "
+                 "it from the backing storage",
+                 s->ds->name, meta->id, why);
+        return 0;
+    }
+    atomic_fetch_add_explicit(&cat->peer_shards, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&cat->peer_bytes, meta->bytes, memory_order_relaxed);
+    return 1;
 }
 
 /* A load of s failed validation (or found damaged chunks): when the dataset on disk is no longer
@@ -154,7 +191,7 @@ void dsc__waiters_deliver(dsc_waiter_t *list) {
  * a shard loaded anyway (read_shard). */
 static void finish_load(dsc_catalog_t *cat, dsc_shard_slot_t *s, int rc, const char *why,
                         const dsc_shard_view_t *view, double seconds, uint8_t *damage,
-                        uint32_t damaged, uint32_t first_bad) {
+                        uint32_t damaged, uint32_t first_bad, int from_peer) {
     pthread_mutex_lock(&cat->lock);
     dsc_waiter_t *waiters = s->waiters;
     s->waiters = NULL;
@@ -163,7 +200,8 @@ static void finish_load(dsc_catalog_t *cat, dsc_shard_slot_t *s, int rc, const c
         nwait++;
     if (rc == 0) {
         atomic_fetch_add_explicit(&cat->loads, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&cat->bytes_loaded, s->meta->bytes, memory_order_relaxed);
+        if (!from_peer) /* a peer's copy is counted by peer_shard */
+            atomic_fetch_add_explicit(&cat->bytes_loaded, s->meta->bytes, memory_order_relaxed);
         observe_load_locked(cat, seconds);
         const uint8_t *base = s->data;
         dsc_hold_t hold = {.data = base,
@@ -814,21 +852,28 @@ void *dsc__io_thread(void *arg) {
             cat->queue_tail = NULL;
         uint8_t *dst = s->data;
         int drop = cat->draining;
+        int urgent = s->waiters != NULL; /* a GET waits for it (else a warm-up) */
         pthread_mutex_unlock(&cat->lock);
         if (drop) {
-            finish_load(cat, s, DSC_EUNAVAIL, NULL, NULL, 0, NULL, 0, 0);
+            finish_load(cat, s, DSC_EUNAVAIL, NULL, NULL, 0, NULL, 0, 0, 0);
             pthread_mutex_lock(&cat->lock);
             continue;
         }
         if (cat->test_delay_us)
             usleep(cat->test_delay_us);
 
-        pace(cat, s->meta->bytes);
         double t0 = dsc_now_s();
         dsc_shard_view_t view;
         const char *why = "";
         uint8_t *damage = NULL;
         uint32_t damaged = 0, first_bad = 0;
+        if (peer_shard(cat, s, dst, &view, urgent)) {
+            finish_load(cat, s, 0, why, &view, dsc_now_s() - t0, NULL, 0, 0, 1);
+            pthread_mutex_lock(&cat->lock);
+            continue;
+        }
+        pace(cat, s->meta->bytes);
+        t0 = dsc_now_s();
         int rc = read_shard(s, dst, &view, &why, &damage, &damaged, &first_bad);
         if ((rc == DSC_ECORRUPT || (rc == 0 && damaged > 0)) && replaced_on_disk(cat, s, 1)) {
             free(damage);
@@ -837,7 +882,7 @@ void *dsc__io_thread(void *arg) {
             rc = DSC_ECHANGED;
             why = "the dataset was replaced on disk";
         }
-        finish_load(cat, s, rc, why, &view, dsc_now_s() - t0, damage, damaged, first_bad);
+        finish_load(cat, s, rc, why, &view, dsc_now_s() - t0, damage, damaged, first_bad, 0);
         pthread_mutex_lock(&cat->lock);
     }
     pthread_mutex_unlock(&cat->lock);

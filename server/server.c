@@ -308,6 +308,7 @@ void dsc_server_counters(const dsc_server_t *srv, dsc_server_counters_t *out) {
     out->peer_refusals = atomic_load(&s->peer_refusals);
     out->held_bytes = atomic_load(&s->held_total);
     out->auth_failures = dsc_authfail_total(s->authz.failures);
+    out->peer_read_bytes = atomic_load(&s->peer_read_bytes);
     for (int o = 0; o < DSC_SERVER_OPS; o++)
         for (int st = 0; st < DSC_SERVER_STATUSES; st++)
             out->requests[o][st] = atomic_load_explicit(&s->requests[o][st], memory_order_relaxed);

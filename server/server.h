@@ -45,6 +45,7 @@ typedef struct dsc_server_counters {
     uint64_t peer_refusals;   /* connections closed at once: their peer was at its limit */
     uint64_t held_bytes;      /* bytes held for all connections now (--max-out-total) */
     uint64_t auth_failures;   /* UNAUTHORIZED answers: failed or missing authentication, role */
+    uint64_t peer_read_bytes; /* shard bytes answered to warming peers (PEER_READ) */
     /* GET latency: from the decoded request to the answer handed to the transport (a miss
      * includes its load). Cumulative counts (<= dsc_get_latency_bounds[i]), count, sum. */
     uint64_t get_latency_buckets[DSC_GET_LATENCY_BUCKETS];

@@ -75,6 +75,7 @@ struct dsc_server {
     atomic_uint_fast64_t connections, connections_total, bytes_out, protocol_errors, paused_reads;
     atomic_uint_fast64_t held_total; /* bytes held for all connections (see tcp.c held_update) */
     atomic_uint_fast64_t timeouts, peer_refusals;
+    atomic_uint_fast64_t peer_read_bytes; /* PEER_READ bytes answered to warming peers */
     pthread_mutex_t peer_lock;
     dsc_peer_slot_t *peers; /* open-addressing table, peer_cap slots (power of two) */
     uint32_t peer_cap, peer_used;
@@ -102,6 +103,11 @@ static inline void dsc__server_count_request(dsc_server_t *srv, uint32_t opcode,
     if (status >= DSC_SERVER_STATUSES)
         status = DSC_STATUS_INTERNAL;
     atomic_fetch_add_explicit(&srv->requests[opcode][status], 1, memory_order_relaxed);
+}
+
+/* Counts bytes a PEER_READ answered (a warming peer's copy from this server's RAM). */
+static inline void dsc__server_count_peer_served(dsc_server_t *srv, uint64_t bytes) {
+    atomic_fetch_add_explicit(&srv->peer_read_bytes, bytes, memory_order_relaxed);
 }
 
 /* Counts one GET answered OK that was decoded at start_ns (dsc_now_ns). */

@@ -55,11 +55,14 @@ typedef struct server_view {
     char error[160];
     double at;
     /* Totals of the previous sample, for rates. */
-    double prev_hits, prev_misses, prev_served, prev_backing, prev_at;
+    double prev_hits, prev_misses, prev_served, prev_backing, prev_peer, prev_at;
     int have_prev;
     /* Figures shown: backing_mbps and backing_ms are what the server reads from its backing
      * store (loads and read-throughs) and one read's latency (-1: not reported). */
     double hit_rate, mbps, connections, backing_mbps, backing_ms;
+    /* Peer warm-up: MB/s read from peers over the last interval (-1: not reported), owned shards
+     * not resident yet (-1: not clustered or not reported). */
+    double peer_mbps, shards_left;
 } server_view_t;
 
 typedef struct job_view {
@@ -136,6 +139,19 @@ static void sample(server_view_t *s) {
                           ? (backed - s->prev_backing) / (s->at - s->prev_at) / 1e6
                           : 0;
     s->prev_backing = backed;
+    const cJSON *peer = cJSON_GetObjectItemCaseSensitive(store, "peer_warm");
+    double peer_bytes = num(peer, "bytes");
+    s->peer_mbps = !cJSON_IsObject(peer) ? -1
+                   : s->have_prev && s->at > s->prev_at
+                       ? (peer_bytes - s->prev_peer) / (s->at - s->prev_at) / 1e6
+                       : 0;
+    s->prev_peer = peer_bytes;
+    const cJSON *cluster = cJSON_GetObjectItemCaseSensitive(s->stat, "cluster");
+    const cJSON *left = cJSON_GetObjectItemCaseSensitive(cluster, "warm_shards_left");
+    s->shards_left =
+        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cluster, "clustered")) && cJSON_IsNumber(left)
+            ? left->valuedouble
+            : -1;
     if (s->have_prev && s->at > s->prev_at) {
         /* Over the last interval; with no GET in it, since the server started. */
         double dh = hits - s->prev_hits, dm = misses - s->prev_misses;
@@ -224,14 +240,14 @@ static void draw_frame(FILE *out, server_view_t *servers, uint32_t count, int tt
     strftime(stamp, sizeof stamp, "%H:%M:%S", localtime(&now));
     fprintf(out, "dscache top - %s - %u server%s%s\n\n", stamp, count, count == 1 ? "" : "s",
             tty ? " - q quits" : "");
-    fprintf(out, "%-24s %7s %10s %6s %10s %10s %8s %s\n", "SERVER", "HIT%", "MB/s", "CONNS",
-            "STORE", "BACK MB/s", "BACK ms", "STATUS");
+    fprintf(out, "%-24s %7s %10s %6s %10s %10s %8s %10s %s\n", "SERVER", "HIT%", "MB/s", "CONNS",
+            "STORE", "BACK MB/s", "BACK ms", "PEER MB/s", "STATUS");
     char a[32];
     for (uint32_t i = 0; i < count; i++) {
         server_view_t *s = &servers[i];
         if (s->stat == NULL) {
-            fprintf(out, "%-24s %7s %10s %6s %10s %10s %8s %s\n", s->addr, "-", "-", "-", "-", "-",
-                    "-", s->error);
+            fprintf(out, "%-24s %7s %10s %6s %10s %10s %8s %10s %s\n", s->addr, "-", "-", "-", "-",
+                    "-", "-", "-", s->error);
             continue;
         }
         const cJSON *store = cJSON_GetObjectItemCaseSensitive(s->stat, "store");
@@ -245,9 +261,18 @@ static void draw_frame(FILE *out, server_view_t *servers, uint32_t count, int tt
             snprintf(lat, sizeof lat, "-");
         else
             snprintf(lat, sizeof lat, "%.1f", s->backing_ms);
-        fprintf(out, "%-24s %7s %10.1f %6.0f %10s %10.1f %8s %s\n", s->addr, hit, s->mbps,
+        char peer[16], status[48];
+        if (s->peer_mbps < 0)
+            snprintf(peer, sizeof peer, "-");
+        else
+            snprintf(peer, sizeof peer, "%.1f", s->peer_mbps);
+        if (s->shards_left > 0)
+            snprintf(status, sizeof status, "warming: %.0f shards left", s->shards_left);
+        else
+            snprintf(status, sizeof status, "up");
+        fprintf(out, "%-24s %7s %10.1f %6.0f %10s %10.1f %8s %10s %s\n", s->addr, hit, s->mbps,
                 s->connections, dsc_format_size((uint64_t)num(store, "used"), a, sizeof a),
-                s->backing_mbps, lat, "up");
+                s->backing_mbps, lat, peer, status);
     }
     /* Datasets: shards resident on at least one server (from the shard maps when the servers
      * are clustered, else the largest per-server count). */

@@ -30,10 +30,12 @@ m=$("$DSC_BIN/shard_damage" silent "$work/silent" 1)
 pass "shard 1 damaged: $n chunks with a flipped byte, $m silently (valid stored checksums)"
 
 # serve NAME DIR [MEMBERS_FILE]: dscached on port 0 serving DIR (clustered when a members file
-# is given).
+# is given). Without peer warm-up (--peer-rate 0): a damaged server would otherwise load the
+# intact replica's copy of shard 1 from its RAM (checked against the same manifest) and never
+# answer CORRUPT, which is what this test is about.
 serve() {
     local name=$1 dir=$2 cluster=()
-    [ $# -ge 3 ] && cluster=(--replicas 2 --members-file "$3")
+    [ $# -ge 3 ] && cluster=(--replicas 2 --members-file "$3" --peer-rate 0)
     start_member "$name" --threads 1 --io-threads 1 --memory 32M --log-level warn --data "$dir" \
         "${cluster[@]}"
 }

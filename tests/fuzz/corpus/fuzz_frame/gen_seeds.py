@@ -11,7 +11,7 @@ import struct
 
 MAGIC = 0x50435344
 RESPONSE = 0x0001
-OP = dict(HELLO=1, PING=2, LIST=3, MANIFEST=4, GET=5, STAT=6, MEMBERS=7, AUTH=8, WARM=16, EVICT=17,
+OP = dict(PEER_READ=14, HELLO=1, PING=2, LIST=3, MANIFEST=4, GET=5, STAT=6, MEMBERS=7, AUTH=8, WARM=16, EVICT=17,
           POLICY=18, RDMA_CONNECT=32, RDMA_GET=33)
 
 
@@ -140,6 +140,11 @@ def seeds():
     yield "rdma_connect_unsupported", frame(OP["RDMA_CONNECT"], b"", 11, RESPONSE, status=10)
     yield "rdma_get_unsupported", frame(OP["RDMA_GET"], b"", 12, RESPONSE, status=10)
     yield "version_mismatch", frame(OP["HELLO"], b"need version 1", 0, RESPONSE, status=6)
+    peer_req = struct.pack("<H", 4) + b"imgs" + struct.pack("<IIQQI", 3, 1, 0x0123456789ABCDEF, 0, 4096)
+    yield "peer_read_req", frame(OP["PEER_READ"], peer_req, 13)
+    yield "peer_read_resp", frame(OP["PEER_READ"], bytes(range(256)) * 16, 13, RESPONSE)
+    yield "peer_read_unavailable", frame(OP["PEER_READ"], b"shard not resident on this server", 14,
+                                         RESPONSE, status=4)
     pipelined = (frame(OP["HELLO"], hello_req, 1) + frame(OP["GET"], get_req, 2) +
                  frame(OP["GET"], get_req, 3) + frame(OP["PING"], b"", 4))
     yield "pipelined_requests", pipelined
