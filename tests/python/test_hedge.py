@@ -138,13 +138,15 @@ for p in procs:
     p.wait()
 
 # ---- Read-through misses are not stragglers ------------------------------------------------
-# No --warm: every chunk is read through from the data directory at 256 KB/s, so a miss takes
-# longer than the 10 ms stall threshold; the servers answer PING meanwhile.
+# No --warm and no read-ahead: every chunk is read through from the data directory at 256 KB/s
+# when asked for, so a miss takes longer than the 10 ms stall threshold; the servers answer PING
+# meanwhile.
 M = 3000
 small = {"x": arrays["x"][:M], "y": arrays["y"][:M]}
 ds2 = env.ingest_npy("pyrt", small)
 procs, addrs = start_cluster("b", ds2, 2, ["--backing-rate", "256K"])
 os.environ["DSCACHE_HEDGE_MS"] = "10"
+os.environ["DSCACHE_HINTS"] = "0"  # no read-ahead: the GETs wait for the reads themselves
 loader = dscache.Loader(servers=addrs, dataset="pyrt", batch_size=32, seed=1, indices=True,
                         replicas=2, timeout_ms=TIMEOUT_MS)
 seen = 0
