@@ -277,8 +277,8 @@ static void tick(dsc_loader_t *loader) {
                 h->slow = 0;
             continue;
         }
-        double t = threshold(loader, h);
         if (h->slow) {
+            double t = threshold(loader, h);
             if (now < h->check_at)
                 continue;
             double rtt = 0;
@@ -300,6 +300,9 @@ static void tick(dsc_loader_t *loader) {
             continue;
         double since = h->progress_at > oldest ? h->progress_at : oldest;
         double stalled = now - since;
+        if (stalled <= loader->hedge.floor_s)
+            continue; /* the threshold is never below the floor: no need to sort */
+        double t = threshold(loader, h);
         if (stalled <= t)
             continue;
         /* Stopped, or busy? A server reading through its misses answers PING from its event
