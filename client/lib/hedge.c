@@ -236,6 +236,7 @@ static void mark_slow(dsc_loader_t *loader, uint32_t p, double now, double stall
     peer->hedge.slow_marks++;
     loader->stats.st.slow_marks++;
     uint64_t hedges = peer->hedge.hedges, queued = peer->queue.count;
+    uint64_t denied = loader->stats.st.hedges_denied;
     /* Queued chunks move first (in plan order, at the other owners' heads), then the requests
      * in flight (re-issued, at the heads before them: they are older). */
     dsc_chunk_ent_t **ents = queued > 0 ? malloc(queued * sizeof *ents) : NULL;
@@ -262,7 +263,7 @@ static void mark_slow(dsc_loader_t *loader, uint32_t p, double now, double stall
             "(%llu left waiting: hedge budget), no new work until it answers again",
             peer->addr, stalled * 1e3, t * 1e3, (unsigned long long)moved,
             (unsigned long long)(peer->hedge.hedges - hedges),
-            (unsigned long long)loader->stats.st.hedges_denied);
+            (unsigned long long)(loader->stats.st.hedges_denied - denied));
     pthread_cond_broadcast(&loader->io_cv);
 }
 
