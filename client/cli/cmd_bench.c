@@ -375,6 +375,22 @@ int dsc_cmd_bench(int argc, char **argv) {
            s1.stall_waits[DSC_STALL_WAIT_NETWORK] - s0.stall_waits[DSC_STALL_WAIT_NETWORK],
            s1.stall_waits[DSC_STALL_WAIT_DECODE] - s0.stall_waits[DSC_STALL_WAIT_DECODE],
            s1.stall_waits[DSC_STALL_WAIT_COLLATE] - s0.stall_waits[DSC_STALL_WAIT_COLLATE]);
+    if (s1.slow_marks + s1.hedges + s1.stalls_excused >
+        s0.slow_marks + s0.hedges + s0.stalls_excused)
+        printf("stragglers: %llu slow marks, %llu requests hedged (%llu won, %llu denied by the "
+               "budget), %llu bytes hedged, %llu late bytes dropped (%.2f%% of received), %llu "
+               "stalls excused (PING answered)\n",
+               (unsigned long long)(s1.slow_marks - s0.slow_marks),
+               (unsigned long long)(s1.hedges - s0.hedges),
+               (unsigned long long)(s1.hedges_won - s0.hedges_won),
+               (unsigned long long)(s1.hedges_denied - s0.hedges_denied),
+               (unsigned long long)(s1.hedge_bytes - s0.hedge_bytes),
+               (unsigned long long)(s1.hedge_wasted_bytes - s0.hedge_wasted_bytes),
+               s1.wire_bytes > s0.wire_bytes
+                   ? 100.0 * (double)(s1.hedge_wasted_bytes - s0.hedge_wasted_bytes) /
+                         (double)(s1.wire_bytes - s0.wire_bytes)
+                   : 0.0,
+               (unsigned long long)(s1.stalls_excused - s0.stalls_excused));
     char verdict[sizeof s1.evidence + sizeof s1.suggestion + sizeof s1.bottleneck_server + 64];
     snprintf(verdict, sizeof verdict, "limit: %s%s%s: %s", dsc_bottleneck_name(s1.bottleneck),
              s1.bottleneck_server[0] ? " " : "", s1.bottleneck_server, s1.evidence);

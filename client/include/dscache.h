@@ -468,6 +468,20 @@ typedef struct dsc_stats {
                                       handed out) */
     double image_seconds;          /* decode-thread seconds spent decoding images (part of
                                       collate_seconds) */
+    /* Stragglers (docs/cluster.md, "Stragglers"): requests outstanding on a server that stopped
+     * answering (and did not answer a PING) are re-issued to another owner of their chunks; the
+     * late answer is dropped when it comes. Summed over servers (per server: the metrics). */
+    uint64_t hedges;             /* requests re-issued to another owner */
+    uint64_t hedges_won;         /* ... whose chunks arrived before the stalled server answered */
+    uint64_t hedge_bytes;        /* decoded bytes re-issued: at most the budget, 5% of
+                                    wire_bytes plus one request */
+    uint64_t hedge_wasted_bytes; /* bytes the stalled servers sent late for them, dropped */
+    uint64_t hedges_denied;      /* stalled requests left waiting: the budget was spent */
+    uint64_t slow_marks;         /* times a server was marked slow (no new work until it
+                                    answers a probe again) */
+    uint64_t slow_servers;       /* servers marked slow now */
+    uint64_t stalls_excused;     /* stalls not counted against a server: it answered PING at
+                                    once (busy reading through misses, not stopped) */
 } dsc_stats_t;
 /* Indexes of dsc_stats_t.stall_waits. */
 enum {

@@ -16,6 +16,15 @@ void dsc__queue_push(dsc_chunk_queue_t *q, dsc_chunk_ent_t *ent) {
     q->bytes += ent->raw_len;
 }
 
+void dsc__queue_push_front(dsc_chunk_queue_t *q, dsc_chunk_ent_t *ent) {
+    ent->qnext = q->head;
+    q->head = ent;
+    if (q->tail == NULL)
+        q->tail = ent;
+    q->count++;
+    q->bytes += ent->raw_len;
+}
+
 dsc_chunk_ent_t *dsc__queue_pop(dsc_chunk_queue_t *q) {
     dsc_chunk_ent_t *ent = q->head;
     if (ent == NULL)

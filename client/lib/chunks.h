@@ -36,11 +36,15 @@ typedef struct dsc_chunk_ent {
     uint32_t peer; /* peer where it is queued or in flight */
     /* bit i: peer i failed for it or sent it corrupt */
     uint64_t tried[DSC_LOADER_MAX_PEERS / 64 + 1];
-    uint64_t order;          /* creation order (re-routing keeps it) */
-    int hinted;              /* fetch.c: named in a HINT to its peer (read-ahead) */
-    int hz;                  /* scheduler.c: named alone by the hint horizon: asked for alone
-                                (a GET must lie inside one hinted range to be served staged) */
-    uint64_t epoch;          /* epoch of the step that first needed it (per-epoch wire bytes) */
+    uint64_t order; /* creation order (re-routing keeps it) */
+    int hinted;     /* fetch.c: named in a HINT to its peer (read-ahead) */
+    int hz;         /* scheduler.c: named alone by the hint horizon: asked for alone
+                       (a GET must lie inside one hinted range to be served staged) */
+    uint64_t epoch; /* epoch of the step that first needed it (per-epoch wire bytes) */
+    /* hedge.c: re-issued from request hedge_req (0: none) of I/O thread hedge_io of peer
+     * hedge_peer, which stalled: fetch.c's deliver tells hedge.c it arrived (hedges won). */
+    uint64_t hedge_req;
+    uint32_t hedge_peer, hedge_io;
     dsc_chunk_entry_t entry; /* as received (written by the data source) */
     uint8_t *stored;         /* stored bytes (from the buffer pool, filled by the data source) */
     size_t stored_cap;
@@ -106,6 +110,8 @@ uint64_t dsc__chunk_raw_estimate(const dsc_manifest_t *m, uint64_t samples);
 uint64_t dsc__chunk_raw_bound(const dsc_manifest_t *m, uint32_t shard);
 
 void dsc__queue_push(dsc_chunk_queue_t *q, dsc_chunk_ent_t *ent);
+/* Puts ent at the queue's head (a chunk that is late already goes first). */
+void dsc__queue_push_front(dsc_chunk_queue_t *q, dsc_chunk_ent_t *ent);
 dsc_chunk_ent_t *dsc__queue_pop(dsc_chunk_queue_t *q);
 
 /* Sizes the table for `chunks` chunk ids. Returns 0 or DSC_ENOMEM. */

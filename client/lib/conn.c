@@ -464,6 +464,10 @@ int dsc_conn_open_auth(const char *host, uint16_t port, uint32_t timeout_ms, uin
     return 0;
 }
 
+void dsc_conn_set_timeout(dsc_conn_t *conn, uint32_t timeout_ms) {
+    conn->timeout_ms = timeout_ms;
+}
+
 int dsc_conn_open_addr(const char *hostport, uint32_t timeout_ms, uint64_t members_hash,
                        dsc_conn_t **out) {
     return dsc_conn_open_addr_auth(hostport, timeout_ms, members_hash, NULL, out);

@@ -49,6 +49,8 @@ int dsc_conn_http_probe(const char *hostport, uint32_t timeout_ms, uint16_t *dat
  * X-Dscache-Data-Port header (case-insensitive, before the empty line; 1..65535, else 0); 0
  * otherwise (*data_port 0). Reads only buf[0..len). */
 int dsc_conn_http_answer_parse(const char *buf, size_t len, uint16_t *data_port);
+/* Sets the time-out of every later send/recv on conn, milliseconds (0 = none). */
+void dsc_conn_set_timeout(dsc_conn_t *conn, uint32_t timeout_ms);
 /* What HELLO returned. */
 const dsc_conn_info_t *dsc_conn_info(const dsc_conn_t *conn);
 

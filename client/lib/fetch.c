@@ -5,6 +5,7 @@
 #include "fetch.h"
 #include "decode.h"
 #include "diag.h"
+#include "hedge.h"
 #include "hint.h"
 #include "report.h"
 #include "route.h"
@@ -193,6 +194,8 @@ static void conn_failed(dsc_io_t *io, int err) {
     int rc = 0;
     for (uint32_t k = 0; k < io->out_count; k++) {
         dsc_source_req_t *req = &io->out[k];
+        if (__atomic_load_n(&req->claim, __ATOMIC_ACQUIRE) == DSC_REQ_ABANDONED)
+            continue; /* its chunks were re-issued elsewhere (hedge.c) */
         for (uint32_t i = 0; i < req->count; i++) {
             int r = dsc__chunk_requeue(loader, req->chunks[i], io->peer, err, 1);
             if (r < 0 && rc == 0)
@@ -227,6 +230,8 @@ static void deliver(dsc_io_t *io, dsc_source_req_t *req) {
          * in-flight charge stays until decoded). */
         if (ent->raw_min && ent->entry.raw_len != ent->raw_len)
             dsc__chunk_resize(&loader->chunks, ent, ent->entry.raw_len);
+        if (ent->hedge_req != 0)
+            dsc__hedge_delivered(loader, ent);
         dsc__epoch_wire_add(loader, ent->epoch, ent->entry.stored_len);
         dsc__decode_push(loader, ent);
     }
@@ -288,6 +293,10 @@ static int take_request(dsc_io_t *io, dsc_source_req_t *req) {
     } while (1);
     req->id = io->next_id++;
     req->answer_at = 0;
+    req->sent_at = dsc_now_s();
+    req->claim = DSC_REQ_SENT; /* no other thread sees it before it is counted in out_count */
+    req->hedge_left = 0;
+    req->hedge_bytes = 0;
     loader->stats.st.requests++;
     return 1;
 }
@@ -513,6 +522,12 @@ static void io_loop(dsc_io_t *io) {
         vs->responses++;
         dsc_source_req_t done = io->out[index]; /* swap-remove: the array is unordered */
         io->out[index] = io->out[--io->out_count];
+        if (__atomic_load_n(&done.claim, __ATOMIC_ACQUIRE) == DSC_REQ_ABANDONED) {
+            /* The late answer to a request re-issued elsewhere (hedge.c): dropped. */
+            dsc__hedge_late(loader, io->peer, &done, wire);
+            continue;
+        }
+        dsc__hedge_answered(loader, io->peer, &done, t1);
         if (rc == DSC_EUNAVAIL || rc == DSC_ECORRUPT || rc == DSC_ECHANGED) {
             /* Busy or not loaded there, or its copy is damaged, or it serves another version of
              * the dataset (a member not yet, or no longer, on the manifest this loader read):
@@ -543,7 +558,10 @@ static void io_loop(dsc_io_t *io) {
     }
     /* Outstanding entries cancelled by a restart belong to this thread. */
     for (uint32_t k = 0; k < io->out_count; k++)
-        for (uint32_t i = 0; i < io->out[k].count; i++)
+        for (uint32_t i = 0;
+             __atomic_load_n(&io->out[k].claim, __ATOMIC_ACQUIRE) != DSC_REQ_ABANDONED &&
+             i < io->out[k].count;
+             i++)
             if (io->out[k].chunks[i]->cancelled)
                 dsc__chunk_free(&loader->cfg.pool, io->out[k].chunks[i]);
     io->out_count = 0;

@@ -7,6 +7,7 @@
 #include "diag.h"
 #include "dsc_sys.h"
 #include "fetch.h"
+#include "hedge.h"
 #include "pipeline.h"
 #include "scheduler.h"
 #include "sources.h"
@@ -523,6 +524,9 @@ static int start_threads(dsc_loader_t *loader, int reader) {
         if (pthread_create(&loader->view.thread, NULL, dsc__view_main, loader) != 0)
             return DSC_ENOMEM;
         loader->view.started = 1;
+        if (pthread_create(&loader->hedge.thread, NULL, dsc__hedge_main, loader) != 0)
+            return DSC_ENOMEM;
+        loader->hedge.started = 1;
     }
     return 0;
 }
@@ -783,6 +787,7 @@ static int loader_create(const dsc_loader_options_t *options, int reader, dsc_lo
         loader->cfg.opt.shuffle = 0; /* the order object only locates samples */
     if (rc < 0)
         goto fail;
+    dsc__hedge_init(loader);
     rc = dsc__diag_init(loader, loader->stats.created_at); /* takes the job name while valid */
     loader->cfg.opt.job_name = NULL;                       /* the caller's string is not kept */
     if (rc < 0)
@@ -1024,9 +1029,12 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
                     peer->source->wake(peer->io[i].conn);
         }
     dsc_conn_shutdown(loader->view.conn);
+    dsc_conn_shutdown(loader->hedge.conn);
     pthread_mutex_unlock(&loader->lock);
     if (loader->view.started)
         pthread_join(loader->view.thread, NULL);
+    if (loader->hedge.started)
+        pthread_join(loader->hedge.thread, NULL);
     if (loader->sched.started)
         pthread_join(loader->sched.thread, NULL);
     for (uint32_t i = 0; i < loader->work.workers_started; i++)
@@ -1041,6 +1049,7 @@ DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
      * threads freed the cancelled entries they held). */
     if (loader->net.threads_running)
         dsc__diag_final_report(loader);
+    dsc__hedge_free(loader);
     dsc__sched_free(loader);
     dsc__diag_free(loader);
     if (loader->net.peers != NULL)

@@ -174,6 +174,27 @@ typedef struct dsc_io {
                        its answers under the job: every connection names it once, when it opens) */
 } dsc_io_t;
 
+/* Answer times kept per peer for its stall threshold (hedge.c). */
+#define DSC__HEDGE_LAT 128
+
+/* A peer's straggler state (hedge.c; fetch.c records answers). Under lock. */
+typedef struct dsc_hedge_peer {
+    float lat_ms[DSC__HEDGE_LAT]; /* ring of recent answer times (submit to answer), ms */
+    uint32_t lat_count, lat_next;
+    double progress_at; /* monotonic seconds: its last answer to any request */
+    int slow;           /* marked slow: routed no new work until a probe answers */
+    double slow_since;
+    double check_at;       /* not suspected again before this (a PING just answered) */
+    dsc_conn_t *watch;     /* hedge.c's own connection for PING (NULL: closed) */
+    double ping_ms;        /* its last PING's round trip */
+    uint64_t hedges;       /* its requests re-issued to another owner */
+    uint64_t hedges_won;   /* ... whose re-issue arrived before its own answer */
+    uint64_t hedge_bytes;  /* decoded bytes of those */
+    uint64_t wasted_bytes; /* its late answers to them, received and dropped */
+    uint64_t slow_marks;   /* times marked slow */
+    uint64_t excused;      /* stalls excused: it answered PING (reading through, a miss) */
+} dsc_hedge_peer_t;
+
 /* One peer the loader reads from: a server, or the fallback files (index DSC__PEER_FALLBACK).
  * Under lock. */
 typedef struct dsc_peer {
@@ -193,11 +214,12 @@ typedef struct dsc_peer {
     uint32_t io_count; /* fetch.c: I/O threads started: no chunk is routed to a peer without */
     int manifest_rc;   /* fetch.c: what its MANIFEST call gave at create (explained there) */
     double report_due; /* fetch.c: monotonic seconds: the next REPORT (any connected I/O thread) */
-    uint64_t report_seq; /* fetch.c: low bits of the REPORT ids */
-    double hint_due;     /* fetch.c: monotonic seconds: the next HINT may go out */
-    uint32_t hz_pending; /* fetch.c / scheduler.c: entries of fetch.hz for this peer */
-    int hints_off;       /* fetch.c: the server answered a HINT UNSUPPORTED: no more */
-    int announced;       /* route.c: the fallback files' first use was logged (once) */
+    uint64_t report_seq;    /* fetch.c: low bits of the REPORT ids */
+    double hint_due;        /* fetch.c: monotonic seconds: the next HINT may go out */
+    uint32_t hz_pending;    /* fetch.c / scheduler.c: entries of fetch.hz for this peer */
+    int hints_off;          /* fetch.c: the server answered a HINT UNSUPPORTED: no more */
+    int announced;          /* route.c: the fallback files' first use was logged (once) */
+    dsc_hedge_peer_t hedge; /* hedge.c: stalls, slow marking, hedged requests */
 } dsc_peer_t;
 
 /* A decode thread's own state, and that of next() when it assists. */
@@ -266,6 +288,17 @@ struct dsc_loader {
         uint64_t changes;      /* views adopted since creation */
         dsc_conn_t *conn;      /* the view thread's connection, shut down by destroy */
     } view;
+
+    /* Owner hedge.c: the straggler thread (docs/cluster.md, "Stragglers"). Under lock. */
+    struct {
+        pthread_t thread;
+        int started;
+        int on;           /* 1: hedging and slow marking on (DSCACHE_HEDGE=0: off) */
+        double floor_s;   /* least stall before a server is suspected (DSCACHE_HEDGE_MS) */
+        double budget;    /* hedged bytes at most this share of bytes received */
+        uint64_t bytes;   /* decoded bytes re-issued so far */
+        dsc_conn_t *conn; /* the watch connection in use without the lock (destroy shuts it) */
+    } hedge;
 
     /* Owner chunks.c (the table), filled by scheduler.c, emptied by decode.c and state.c. Under
      * lock. */

@@ -19,10 +19,15 @@ static uint64_t hash_group(uint64_t x) {
     return x;
 }
 
-static int routable(const dsc_loader_t *loader, uint32_t p, const dsc_chunk_ent_t *ent) {
+/* A live member with I/O threads, not failed for the chunk, and (slow_ok 0) not marked slow. */
+static int usable(const dsc_loader_t *loader, uint32_t p, const dsc_chunk_ent_t *ent, int slow_ok) {
     const dsc_peer_t *peer = &loader->net.peers[p];
-    return peer->member && peer->alive && peer->io_count > 0 &&
+    return peer->member && peer->alive && peer->io_count > 0 && (slow_ok || !peer->hedge.slow) &&
            !(ent->tried[p / 64] & (1ull << (p % 64)));
+}
+
+static int routable(const dsc_loader_t *loader, uint32_t p, const dsc_chunk_ent_t *ent) {
+    return usable(loader, p, ent, 0);
 }
 
 static uint64_t peer_load(const dsc_loader_t *loader, uint32_t p) {
@@ -69,6 +74,18 @@ int dsc__route_chunk(dsc_loader_t *loader, dsc_chunk_ent_t *ent) {
         }
         if (best >= 0)
             return best;
+        /* Only servers marked slow are left (hedge.c): an owner of them waits its turn rather
+         * than the job failing; it may answer again any moment. */
+        for (int i = 0; i < n; i++) {
+            uint32_t p = loader->net.member_peer[owners[i]];
+            if (usable(loader, p, ent, 1))
+                return (int)p;
+        }
+        for (uint32_t m = 0; m < loader->net.members.count; m++) {
+            uint32_t p = loader->net.member_peer[m];
+            if (usable(loader, p, ent, 1))
+                return (int)p;
+        }
     }
     if (loader->cfg.fallback != NULL &&
         !(ent->tried[DSC__PEER_FALLBACK / 64] & (1ull << (DSC__PEER_FALLBACK % 64))))

@@ -52,7 +52,29 @@ typedef struct dsc_source_req {
     dsc_chunk_ent_t *chunks[DSC_SOURCE_MAX_MERGE];
     double answer_at; /* set by complete(): when its answer began to arrive (monotonic seconds;
                          0: the source cannot tell), for the verdict's latency figure */
+    double sent_at;   /* fetch.c: when it was submitted (monotonic seconds) */
+    /* DSC_REQ_SENT until complete() claims it for receiving (dsc__req_claim), or until hedge.c
+     * abandons it (its chunks re-issued to another server): one atomic compare-and-swap decides,
+     * so the source never writes into chunks that moved elsewhere. __atomic builtins only. */
+    uint32_t claim;
+    uint32_t hedge_left;  /* hedge.c: abandoned: re-issued chunks not yet delivered */
+    uint64_t hedge_bytes; /* hedge.c: abandoned: the decoded bytes re-issued */
 } dsc_source_req_t;
+
+enum { DSC_REQ_SENT = 0, DSC_REQ_RECEIVING = 1, DSC_REQ_ABANDONED = 2 };
+
+/* Called by a source's complete() when an answer to req arrives, before it touches req->chunks:
+ * 1 when the answer is to be received into them, 0 when the request was abandoned (hedge.c
+ * re-issued its chunks elsewhere, and may have freed them): the source then drains the answer,
+ * touches no chunk, and returns 0 with *index (the caller drops it). Only sources with
+ * `abandon` set are ever abandoned. */
+static inline int dsc__req_claim(dsc_source_req_t *req) {
+    uint32_t want = DSC_REQ_SENT;
+    if (__atomic_compare_exchange_n(&req->claim, &want, DSC_REQ_RECEIVING, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+        return 1;
+    return want == DSC_REQ_RECEIVING;
+}
 
 /* Request ids of REPORTs (report below) carry this bit, GET ids never do. */
 #define DSC_SOURCE_REPORT_ID (1ull << 63)
@@ -95,6 +117,13 @@ typedef struct dsc_source_ops {
     /* 1: the per-peer in-flight bound applies (a remote server shared by many clients); 0: the
      * source is read one request at a time per thread and needs none. */
     int peer_bounded;
+    /* Optional (NULL: never): 1 when the requests outstanding on conn may be abandoned (their
+     * chunks re-issued to another owner by hedge.c while the server is stalled): its complete()
+     * calls dsc__req_claim before it writes a request's chunks and drops an abandoned one's
+     * answer. 0: they are waited for (the server still gets no new work while slow). Called
+     * under the loader's lock while another thread may be in complete() on conn: reads only
+     * what does not change under it (or atomics). */
+    int (*abandon_ok)(void *conn);
     /* Per peer: `addr` (a server address, or the fallback directory). Returns 0 and *out, or
      * DSC_ENOMEM. */
     int (*endpoint_open)(const dsc_source_env_t *env, const char *addr, void **out);

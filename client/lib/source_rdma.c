@@ -191,6 +191,9 @@ static int rc_hint(void *conn, uint64_t id, const uint8_t *body, size_t len) {
 static int rc_hint_refused(void *conn) {
     return dsc__source_tcp.hint_refused(conn);
 }
+static int rc_abandon_ok(void *conn) {
+    return dsc__source_tcp.abandon_ok(conn);
+}
 
 int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, const dsc_credential_t *cred, char *why,
                     size_t why_cap, char *device, size_t device_cap) {
@@ -353,6 +356,7 @@ typedef struct rdma_conn {
     double progress_at; /* the last completion (or the first post after none was reading) */
     dsc_rdma_slab_region_t probe;
     atomic_int woken;
+    atomic_int tcp_only; /* 1 once every operation goes to tcp (rc_abandon_ok) */
     int counted;
     int connect_rc; /* what RDMA_CONNECT returned (the probe tells auth failures apart) */
     uint64_t view_hash;
@@ -652,6 +656,7 @@ static int rc_open(void *endpoint, uint64_t view_hash, void **out, uint64_t *hel
         return rc;
     }
     count_add(&env->counters->tcp_connections, 1);
+    atomic_store(&c->tcp_only, 1);
     *out = c;
     return 0;
 }
@@ -811,6 +816,7 @@ static int read_failed(rdma_conn_t *c, dsc_source_req_t *out, uint32_t count, ui
     }
     count_add(&env->counters->tcp_connections, 1);
     count_add(&env->counters->rdma_fallbacks, 1);
+    atomic_store(&c->tcp_only, 1); /* from here on its answers are claimed (source_tcp.c) */
     for (uint32_t q = 0; q < count; q++)
         if ((r = dsc__source_tcp.submit(c->tcp, &out[q])) < 0)
             return r;
@@ -1273,6 +1279,15 @@ int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, const dsc_credential_
 }
 #endif
 
+#if DSC_HAVE_VERBS_H
+/* Requests in RDMA READ hold slab regions and leases: only a connection that fell back to TCP
+ * (whose answers source_tcp.c claims) has requests that may be abandoned. */
+static int rc_abandon_ok(void *conn) {
+    rdma_conn_t *c = conn;
+    return atomic_load(&c->tcp_only);
+}
+#endif
+
 const dsc_source_ops_t dsc__source_rdma = {
     .name = "rdma",
     .max_outstanding = MAX_PENDING,
@@ -1287,6 +1302,7 @@ const dsc_source_ops_t dsc__source_rdma = {
     .report_answer = rc_report_answer,
     .hint = rc_hint,
     .hint_refused = rc_hint_refused,
+    .abandon_ok = rc_abandon_ok,
     .idle_closed = rc_idle_closed,
     .wake = rc_wake,
     .close = rc_close,

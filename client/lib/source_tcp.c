@@ -215,6 +215,16 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
                 addr, (unsigned long long)h.request_id, h.opcode);
         return DSC_EPROTO;
     }
+    if (!dsc__req_claim(req)) {
+        /* Abandoned: its chunks were re-issued to another server (hedge.c) and may be gone; the
+         * late answer is read and dropped, its bytes counted by the caller as wasted. */
+        rc = drain(c->conn, h.body_len, NULL, 0);
+        if (rc < 0)
+            return rc;
+        *wire += h.body_len;
+        *conn_bad = 0;
+        return 0;
+    }
     if (h.status != DSC_STATUS_OK) {
         char msg[256];
         rc = drain(c->conn, h.body_len, msg, sizeof msg);
@@ -404,10 +414,16 @@ static int tcp_hint_refused(void *conn) {
     return refused;
 }
 
+static int tcp_abandon_ok(void *conn) {
+    (void)conn;
+    return 1; /* tcp_complete claims every answer */
+}
+
 const dsc_source_ops_t dsc__source_tcp = {
     .name = "tcp",
     .max_outstanding = 64,
     .peer_bounded = 1,
+    .abandon_ok = tcp_abandon_ok,
     .endpoint_open = tcp_endpoint_open,
     .endpoint_close = tcp_endpoint_close,
     .manifest = tcp_manifest,

@@ -31,6 +31,9 @@ static void snapshot(dsc_loader_t *loader, dsc_stats_t *s) {
     s->rdma_bytes = atomic_load(&tc->rdma_bytes);
     s->rdma_fallbacks = atomic_load(&tc->rdma_fallbacks);
     s->rdma_errors = atomic_load(&tc->rdma_errors);
+    s->slow_servers = 0;
+    for (uint32_t p = 0; p < loader->net.peer_count; p++)
+        s->slow_servers += loader->net.peers[p].hedge.slow != 0;
 }
 
 _Static_assert(sizeof(((dsc_stats_t *)0)->evidence) == DSC_VERDICT_TEXT &&
@@ -187,6 +190,56 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
     metric(&t, "image_seconds_total", "counter",
            "Summed image decode time in the decode threads (part of collate).", ds,
            s.image_seconds);
+    metric(&t, "hedges_total", "counter",
+           "Requests re-issued to another owner because their server stalled.", ds,
+           (double)s.hedges);
+    metric(&t, "hedges_won_total", "counter",
+           "Re-issued requests whose chunks arrived before the stalled server answered.", ds,
+           (double)s.hedges_won);
+    metric(&t, "hedge_bytes_total", "counter",
+           "Decoded bytes re-issued (budget: 5% of the bytes received, plus one request).", ds,
+           (double)s.hedge_bytes);
+    metric(&t, "hedge_wasted_bytes_total", "counter",
+           "Bytes stalled servers sent late for re-issued requests (dropped).", ds,
+           (double)s.hedge_wasted_bytes);
+    metric(&t, "hedges_denied_total", "counter",
+           "Stalled requests left waiting because the hedge budget was spent.", ds,
+           (double)s.hedges_denied);
+    metric(&t, "slow_marks_total", "counter", "Times a server was marked slow.", ds,
+           (double)s.slow_marks);
+    metric(&t, "slow_servers", "gauge", "Servers marked slow now (no new work).", ds,
+           (double)s.slow_servers);
+    metric(&t, "stalls_excused_total", "counter",
+           "Stalls not held against a server: it answered PING (reading through misses).", ds,
+           (double)s.stalls_excused);
+    /* Per server: who stalled, what it cost. */
+    static const struct {
+        const char *name, *type, *help;
+    } per_hedge[] = {
+        {"server_hedges_total", "counter", "The server's requests re-issued to another owner."},
+        {"server_hedges_won_total", "counter",
+         "Of which: the re-issue arrived before the server answered."},
+        {"server_hedge_wasted_bytes_total", "counter",
+         "Bytes the server sent late for re-issued requests (dropped)."},
+        {"server_slow_marks_total", "counter", "Times the server was marked slow."},
+        {"server_slow", "gauge", "1 while the server is marked slow (no new work)."},
+    };
+    for (size_t k = 0; k < sizeof per_hedge / sizeof per_hedge[0]; k++) {
+        put(&t, "# HELP dscache_loader_%s %s\n# TYPE dscache_loader_%s %s\n", per_hedge[k].name,
+            per_hedge[k].help, per_hedge[k].name, per_hedge[k].type);
+        pthread_mutex_lock(&l->lock);
+        for (uint32_t i = 0; i < l->net.peer_count; i++) {
+            const dsc_hedge_peer_t *h = &l->net.peers[i].hedge;
+            double value = k == 0   ? (double)h->hedges
+                           : k == 1 ? (double)h->hedges_won
+                           : k == 2 ? (double)h->wasted_bytes
+                           : k == 3 ? (double)h->slow_marks
+                                    : (double)(h->slow != 0);
+            put(&t, "dscache_loader_%s{dataset=\"%s\",server=\"%s\"} %.17g\n", per_hedge[k].name,
+                ds, l->net.peers[i].addr, value);
+        }
+        pthread_mutex_unlock(&l->lock);
+    }
     if (t.len > (size_t)INT32_MAX)
         return DSC_EOVERFLOW;
     return (int)t.len;

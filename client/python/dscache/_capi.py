@@ -215,6 +215,14 @@ _STAT_FIELDS = [
     ("truncated_samples", ctypes.c_uint64),
     ("decode_errors", ctypes.c_uint64),
     ("image_seconds", ctypes.c_double),
+    ("hedges", ctypes.c_uint64),
+    ("hedges_won", ctypes.c_uint64),
+    ("hedge_bytes", ctypes.c_uint64),
+    ("hedge_wasted_bytes", ctypes.c_uint64),
+    ("hedges_denied", ctypes.c_uint64),
+    ("slow_marks", ctypes.c_uint64),
+    ("slow_servers", ctypes.c_uint64),
+    ("stalls_excused", ctypes.c_uint64),
 ]
 
 # dscache_base.h dsc_bottleneck_t, in order (the numbers are on the wire: append only).

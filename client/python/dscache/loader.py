@@ -623,7 +623,11 @@ class Loader:
         next() waited on (plan, queued, budget, network, decode, collate) to seconds.
         Transport: rdma_connections and tcp_connections (server
         connections open now over RDMA READ, and over TCP after a fallback under transport
-        auto), rdma_bytes, rdma_fallbacks and rdma_errors."""
+        auto), rdma_bytes, rdma_fallbacks and rdma_errors. Stragglers (docs/cluster.md): hedges
+        (requests of a stalled server re-issued to another owner), hedges_won, hedge_bytes,
+        hedge_wasted_bytes (the late answers dropped), hedges_denied (budget spent),
+        slow_marks, slow_servers (marked slow now) and stalls_excused (a stall whose server
+        answered PING: reading through, not slow)."""
         s = _Stats()
         s.struct_size = ctypes.sizeof(_Stats)
         _check(self._lib.dsc_loader_stats(self._h(), ctypes.byref(s)))
