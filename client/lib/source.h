@@ -37,6 +37,9 @@
 
 /* Consecutive chunks of one shard fetched as one request. */
 #define DSC_SOURCE_MAX_MERGE 16
+/* Chunks of any shards fetched as one scattered request (a source with scatter_max, below: TCP's
+ * MGET), for the map-style reader and the caller's order, whose queues rarely hold runs. */
+#define DSC_SOURCE_MAX_CHUNKS 64
 /* Decoded bytes merged into one request at most, unless one chunk alone is larger (fetch.c).
  * Chunks of variable-length fields count at the most they can hold (dsc__chunk_raw_bound), so
  * that a request's real size stays within max(this, one chunk's bound): what the RDMA slab is
@@ -44,12 +47,14 @@
 #define DSC_SOURCE_MERGE_MAX_BYTES (8u << 20)
 
 /* One request: count consecutive chunks of one shard (chunks[0]->shard, from
- * chunks[0]->shard_chunk). The source fills each entry's stored / stored_cap (from env->pool) and
- * entry. */
+ * chunks[0]->shard_chunk, count <= DSC_SOURCE_MAX_MERGE), or with scattered set count chunks of
+ * any shards (count <= the connection's scatter_max). The source fills each entry's stored /
+ * stored_cap (from env->pool) and entry. */
 typedef struct dsc_source_req {
     uint64_t id;
     uint32_t count;
-    dsc_chunk_ent_t *chunks[DSC_SOURCE_MAX_MERGE];
+    int scattered;
+    dsc_chunk_ent_t *chunks[DSC_SOURCE_MAX_CHUNKS];
     double answer_at; /* set by complete(): when its answer began to arrive (monotonic seconds;
                          0: the source cannot tell), for the verdict's latency figure */
 } dsc_source_req_t;
@@ -132,6 +137,12 @@ typedef struct dsc_source_ops {
      * DSC_ECHANGED: the dataset itself). */
     int (*mget)(void *conn, dsc_chunk_ent_t **chunks, uint32_t count, int *status, int *conn_bad,
                 uint64_t *wire);
+    /* Optional (NULL: 0): how many chunks of any shards one scattered request (submit with
+     * req->scattered) may name on this connection, 2..DSC_SOURCE_MAX_CHUNKS, or 0 when it takes
+     * consecutive runs only (TCP: the MGET feature granted in HELLO; one answer then carries
+     * every chunk, each with its own status, and complete() fails the whole request with the
+     * first failing chunk's error, so that the chunks fail over together). */
+    uint32_t (*scatter_max)(void *conn);
     /* Optional (NULL: the source has no server to tell): sends a REPORT request (body from
      * proto/report.h) with request id `id` (DSC_SOURCE_REPORT_ID set); complete() drops its
      * answer, whatever its status. Returns 0, or an error after which the connection is
