@@ -220,7 +220,7 @@ static int recv_chunk(tcp_conn_t *c, dsc_chunk_ent_t *ent, const dsc_chunk_entry
 /* The OK answer to a scattered request (an MGET, header h): each chunk's record, then the stored
  * bytes of the OK ones in request order. A chunk answered with an error fails the whole request
  * with that error (*conn_bad 0) once the answer is read: its chunks then fail over together, as
- * a GET's do (the others' bytes go back with them). */
+ * a merged GET's do (the others' bytes go back with them). Returns as tcp_complete. */
 static int mget_complete(tcp_conn_t *c, dsc_source_req_t *req, const dsc_frame_header_t *h,
                          int *conn_bad, uint64_t *wire) {
     const dsc_source_env_t *env = c->ep->env;
@@ -257,7 +257,9 @@ static int mget_complete(tcp_conn_t *c, dsc_source_req_t *req, const dsc_frame_h
                                                                                   : DSC_LOG_ERROR,
                 "server %s: MGET %s shard %u chunk %u (%u of %u): %s", c->ep->addr, env->dataset,
                 ent->shard, ent->shard_chunk, i + 1, req->count, dsc_status_name((uint32_t)st));
-        if (failed == 0)
+        /* A damaged chunk's error wins over its run's UNAVAILABLE siblings (read through with
+         * it): the request then goes where intact copies are (a replica, the fallback files). */
+        if (failed == 0 || (failed == DSC_EUNAVAIL && err != DSC_EUNAVAIL))
             failed = err;
     }
     *conn_bad = 0;

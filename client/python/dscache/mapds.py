@@ -513,7 +513,7 @@ class MapDataset:
         return [(n, _NP_DTYPES[d] if d != 9 else "bfloat16", s) for n, d, s in self._r()._fields]
 
     def stats(self):
-        """This process's reader counters (dsc_stats_t): batches, samples, requests (GETs sent),
+        """This process's reader counters (dsc_stats_t): batches, samples, requests (GETs and MGETs sent),
         wire_bytes, refetches (chunks fetched again after the cache dropped them, this epoch),
         checksum_failures, failovers, decode/collate/image_seconds, stall_seconds (time inside
         requests)..."""
