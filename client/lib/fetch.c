@@ -295,7 +295,9 @@ static int take_request(dsc_io_t *io, dsc_source_req_t *req) {
         int run = !req->scattered && next->shard == ent->shard &&
                   next->shard_chunk == ent->shard_chunk + 1 && req->count < DSC_SOURCE_MAX_MERGE;
         if (!run) {
-            if (req->count >= scatter)
+            uint64_t cost = next->raw_min ? dsc__chunk_raw_bound(m, next->shard) : next->raw_len;
+            if (req->count >= scatter || cost > DSC_SOURCE_SCATTER_CHUNK_BYTES ||
+                bytes + cost > DSC_SOURCE_SCATTER_MAX_BYTES)
                 break;
             req->scattered = 1;
         }

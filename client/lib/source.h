@@ -40,6 +40,14 @@
 /* Chunks of any shards fetched as one scattered request (a source with scatter_max, below: TCP's
  * MGET), for the map-style reader and the caller's order, whose queues rarely hold runs. */
 #define DSC_SOURCE_MAX_CHUNKS 64
+/* Scattered requests take chunks of at most DSC_SOURCE_SCATTER_CHUNK_BYTES decoded bytes, and
+ * DSC_SOURCE_SCATTER_MAX_BYTES in all. Small chunks only: there the round trips and per-request
+ * costs are what an MGET saves. Measured here with several MGETs pipelined per connection, chunks
+ * of 64 KiB and 1 MiB came 1.2-5x slower by MGET than by pipelined GETs (an MGET answer is
+ * gathered on the server and delivered whole; a GET's chunk is decoded as it lands), 4 KiB ones
+ * as fast or faster with 64x fewer requests (docs/benchmarks.md, "Scattered requests"). */
+#define DSC_SOURCE_SCATTER_CHUNK_BYTES (16u << 10)
+#define DSC_SOURCE_SCATTER_MAX_BYTES (256u << 10)
 /* Decoded bytes merged into one request at most, unless one chunk alone is larger (fetch.c).
  * Chunks of variable-length fields count at the most they can hold (dsc__chunk_raw_bound), so
  * that a request's real size stays within max(this, one chunk's bound): what the RDMA slab is
