@@ -257,7 +257,9 @@ static void request_failed(dsc_io_t *io, dsc_source_req_t *req, int err) {
 }
 
 /* Takes the next request off the peer's queue: one chunk, plus the following queued chunks of
- * the same shard when they are consecutive. Under lock. Returns 0 when nothing may be sent. */
+ * the same shard when they are consecutive, or (dsc__fetch_scatters, on a connection with
+ * scatter_max) the following queued chunks of any shards. Under lock. Returns 0 when nothing may
+ * be sent. */
 static int take_request(dsc_io_t *io, dsc_source_req_t *req) {
     dsc_loader_t *loader = io->loader;
     dsc_peer_t *peer = &loader->net.peers[io->peer];
@@ -272,6 +274,12 @@ static int take_request(dsc_io_t *io, dsc_source_req_t *req) {
     if (peer->inflight_bytes > 0 && peer->inflight_bytes + q->head->raw_len > peer_budget)
         return 0;
     req->count = 0;
+    req->scattered = 0;
+    uint32_t scatter = dsc__fetch_scatters(loader) && peer->source->scatter_max != NULL
+                           ? peer->source->scatter_max(io->conn)
+                           : 0;
+    if (scatter > DSC_SOURCE_MAX_CHUNKS)
+        scatter = DSC_SOURCE_MAX_CHUNKS;
     uint64_t bytes = 0; /* merge cost: raw_len, or for variable fields the chunk's bound */
     const dsc_manifest_t *m = loader->cfg.manifest;
     do {
@@ -283,13 +291,21 @@ static int take_request(dsc_io_t *io, dsc_source_req_t *req) {
         bytes += ent->raw_min ? dsc__chunk_raw_bound(m, ent->shard) : ent->raw_len;
         req->chunks[req->count++] = ent;
         dsc_chunk_ent_t *next = q->head;
-        if (next == NULL || ent->hz || next->hz || next->shard != ent->shard ||
-            next->shard_chunk != ent->shard_chunk + 1 || req->count == DSC_SOURCE_MAX_MERGE ||
+        if (next == NULL || ent->hz || next->hz ||
             bytes + (next->raw_min ? dsc__chunk_raw_bound(m, next->shard) : next->raw_len) >
                 DSC_SOURCE_MERGE_MAX_BYTES ||
             loader->fetch.inflight_used + next->raw_len > budget ||
             peer->inflight_bytes + next->raw_len > peer_budget)
             break;
+        int run = !req->scattered && next->shard == ent->shard &&
+                  next->shard_chunk == ent->shard_chunk + 1 && req->count < DSC_SOURCE_MAX_MERGE;
+        if (!run) {
+            uint64_t cost = next->raw_min ? dsc__chunk_raw_bound(m, next->shard) : next->raw_len;
+            if (req->count >= scatter || cost > DSC_SOURCE_SCATTER_CHUNK_BYTES ||
+                bytes + cost > DSC_SOURCE_SCATTER_MAX_BYTES)
+                break;
+            req->scattered = 1;
+        }
     } while (1);
     req->id = io->next_id++;
     req->answer_at = 0;

@@ -753,6 +753,7 @@ static int loader_create(const dsc_loader_options_t *options, int reader, dsc_lo
                                                              : sizeof loader->cfg.opt;
     memcpy(&loader->cfg.opt, options, n);
     loader->cfg.opt.struct_size = sizeof loader->cfg.opt;
+    loader->cfg.reader = reader;
     if (reader) {
         /* One batch at a time, collated by the caller's thread: no plan, no rank split. */
         loader->cfg.opt.prefetch_batches = 2;

@@ -253,6 +253,7 @@ struct dsc_loader {
         dsc_bufpool_t pool;     /* thread-safe itself */
         dsc_cuda_t *cuda;
         int nvjpeg; /* decode.c (dsc__decode_probe_gpu): image fields decode with nvJPEG */
+        int reader; /* the loader of a dsc_reader_t (reader.c): no plan of its own */
         dsc_source_env_t source_env;                 /* what the data sources see */
         dsc_transport_counters_t transport_counters; /* the sources' (source_env.counters) */
     } cfg;
@@ -442,6 +443,14 @@ static inline int dsc__order_is_local(const dsc_loader_t *loader) {
 /* The epoch order is the caller's (DSC_ORDER_CALLER): steps come from dsc__sched_push. */
 static inline int dsc__order_is_caller(const dsc_loader_t *loader) {
     return loader->cfg.opt.order == DSC_ORDER_CALLER;
+}
+
+/* Requests may name chunks of any shards (scattered, source.h) where the source allows it: the
+ * map-style reader and the caller's order, whose chunks come in the caller's random order and
+ * rarely form runs. The loader's own orders keep runs (a plan reads chunk runs and staged,
+ * hinted ranges). */
+static inline int dsc__fetch_scatters(const dsc_loader_t *loader) {
+    return loader->cfg.reader || dsc__order_is_caller(loader);
 }
 
 /* Decoded bytes the planner holds at a window boundary: WINDOWS_HELD (2) windows plus the steps

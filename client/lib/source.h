@@ -37,6 +37,17 @@
 
 /* Consecutive chunks of one shard fetched as one request. */
 #define DSC_SOURCE_MAX_MERGE 16
+/* Chunks of any shards fetched as one scattered request (a source with scatter_max, below: TCP's
+ * MGET), for the map-style reader and the caller's order, whose queues rarely hold runs. */
+#define DSC_SOURCE_MAX_CHUNKS 64
+/* Scattered requests take chunks of at most DSC_SOURCE_SCATTER_CHUNK_BYTES decoded bytes, and
+ * DSC_SOURCE_SCATTER_MAX_BYTES in all. Small chunks only: there the round trips and per-request
+ * costs are what an MGET saves. Measured here with several MGETs pipelined per connection, chunks
+ * of 64 KiB and 1 MiB came 1.2-5x slower by MGET than by pipelined GETs (an MGET answer is
+ * gathered on the server and delivered whole; a GET's chunk is decoded as it lands), 4 KiB ones
+ * as fast or faster with 64x fewer requests (docs/benchmarks.md, "Scattered requests"). */
+#define DSC_SOURCE_SCATTER_CHUNK_BYTES (16u << 10)
+#define DSC_SOURCE_SCATTER_MAX_BYTES (256u << 10)
 /* Decoded bytes merged into one request at most, unless one chunk alone is larger (fetch.c).
  * Chunks of variable-length fields count at the most they can hold (dsc__chunk_raw_bound), so
  * that a request's real size stays within max(this, one chunk's bound): what the RDMA slab is
@@ -44,12 +55,14 @@
 #define DSC_SOURCE_MERGE_MAX_BYTES (8u << 20)
 
 /* One request: count consecutive chunks of one shard (chunks[0]->shard, from
- * chunks[0]->shard_chunk). The source fills each entry's stored / stored_cap (from env->pool) and
- * entry. */
+ * chunks[0]->shard_chunk, count <= DSC_SOURCE_MAX_MERGE), or with scattered set count chunks of
+ * any shards (count <= the connection's scatter_max). The source fills each entry's stored /
+ * stored_cap (from env->pool) and entry. */
 typedef struct dsc_source_req {
     uint64_t id;
     uint32_t count;
-    dsc_chunk_ent_t *chunks[DSC_SOURCE_MAX_MERGE];
+    int scattered;
+    dsc_chunk_ent_t *chunks[DSC_SOURCE_MAX_CHUNKS];
     double answer_at; /* set by complete(): when its answer began to arrive (monotonic seconds;
                          0: the source cannot tell), for the verdict's latency figure */
     double sent_at;   /* fetch.c: when it was submitted (monotonic seconds) */
@@ -161,6 +174,12 @@ typedef struct dsc_source_ops {
      * DSC_ECHANGED: the dataset itself). */
     int (*mget)(void *conn, dsc_chunk_ent_t **chunks, uint32_t count, int *status, int *conn_bad,
                 uint64_t *wire);
+    /* Optional (NULL: 0): how many chunks of any shards one scattered request (submit with
+     * req->scattered) may name on this connection, 2..DSC_SOURCE_MAX_CHUNKS, or 0 when it takes
+     * consecutive runs only (TCP: the MGET feature granted in HELLO; one answer then carries
+     * every chunk, each with its own status, and complete() fails the whole request with the
+     * first failing chunk's error, so that the chunks fail over together). */
+    uint32_t (*scatter_max)(void *conn);
     /* Optional (NULL: the source has no server to tell): sends a REPORT request (body from
      * proto/report.h) with request id `id` (DSC_SOURCE_REPORT_ID set); complete() drops its
      * answer, whatever its status. Returns 0, or an error after which the connection is

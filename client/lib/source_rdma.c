@@ -195,6 +195,10 @@ static int rc_abandon_ok(void *conn) {
     return dsc__source_tcp.abandon_ok(conn);
 }
 
+static uint32_t rc_scatter_max(void *conn) {
+    return dsc__source_tcp.scatter_max(conn);
+}
+
 int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, const dsc_credential_t *cred, char *why,
                     size_t why_cap, char *device, size_t device_cap) {
     (void)addr;
@@ -1179,6 +1183,12 @@ static int rc_report_answer(void *conn, dsc_report_resp_t *out) {
     return c->tcp ? dsc__source_tcp.report_answer(c->tcp, out) : 0;
 }
 
+/* Scattered requests (MGET) go over the TCP fallback only: RDMA READs name consecutive runs. */
+static uint32_t rc_scatter_max(void *conn) {
+    rdma_conn_t *c = conn;
+    return c->tcp ? dsc__source_tcp.scatter_max(c->tcp) : 0;
+}
+
 /* HINTs (read-ahead) go where REPORTs go; over RDMA's control connection rc_complete drops their
  * answers, so an UNSUPPORTED one is only seen over the TCP fallback. */
 static int rc_hint(void *conn, uint64_t id, const uint8_t *body, size_t len) {
@@ -1303,6 +1313,7 @@ const dsc_source_ops_t dsc__source_rdma = {
     .hint = rc_hint,
     .hint_refused = rc_hint_refused,
     .abandon_ok = rc_abandon_ok,
+    .scatter_max = rc_scatter_max,
     .idle_closed = rc_idle_closed,
     .wake = rc_wake,
     .close = rc_close,

@@ -3,6 +3,7 @@
  * batches of chunks of any shards by MGET (multiget.c). */
 #include "conn.h"
 #include "hint.h"
+#include "mget.h"
 #include "multiget.h"
 #include "placement.h"
 #include "source.h"
@@ -111,6 +112,38 @@ static int tcp_open(void *endpoint, uint64_t view_hash, void **out, uint64_t *he
     return 0;
 }
 
+/* Chunks of any shards one MGET names on this connection: what the server's max_body holds, at
+ * most DSC_SOURCE_MAX_CHUNKS; 0 without the MGET feature (GETs of runs only). */
+static uint32_t tcp_scatter_max(void *conn) {
+    tcp_conn_t *c = conn;
+    const dsc_conn_info_t *info = dsc_conn_info(c->conn);
+    if (!(info->features & DSC_FEATURE_MGET))
+        return 0;
+    uint32_t head = DSC_MGET_REQ_HEAD(DSC_GET_FLAG_VERSION, DSC_MAX_NAME - 1);
+    uint32_t room = info->max_body > head ? (info->max_body - head) / DSC_MGET_ITEM_SIZE : 0;
+    if (room < 2)
+        return 0;
+    return room < DSC_SOURCE_MAX_CHUNKS ? room : DSC_SOURCE_MAX_CHUNKS;
+}
+
+/* A scattered request (req->scattered): one MGET naming its chunks in order. */
+static int mget_submit(tcp_conn_t *c, const dsc_source_req_t *req, uint32_t flags,
+                       uint64_t version) {
+    const char *dataset = c->ep->env->dataset;
+    dsc_mget_item_t items[DSC_SOURCE_MAX_CHUNKS];
+    for (uint32_t i = 0; i < req->count; i++)
+        items[i] = (dsc_mget_item_t){req->chunks[i]->shard, req->chunks[i]->shard_chunk};
+    dsc_mget_req_t mreq = {.dataset = {dataset, (uint16_t)strlen(dataset)},
+                           .flags = flags,
+                           .version = version,
+                           .count = req->count,
+                           .items = items};
+    uint8_t body[DSC_MGET_REQ_HEAD(DSC_GET_FLAG_VERSION, DSC_MAX_NAME - 1) +
+                 DSC_SOURCE_MAX_CHUNKS * DSC_MGET_ITEM_SIZE];
+    int len = dsc_mget_req_encode(&mreq, body, sizeof body);
+    return len < 0 ? len : dsc_conn_send(c->conn, DSC_OP_MGET, req->id, body, (size_t)len);
+}
+
 static int tcp_submit(void *conn, dsc_source_req_t *req) {
     tcp_conn_t *c = conn;
     const char *dataset = c->ep->env->dataset;
@@ -128,6 +161,8 @@ static int tcp_submit(void *conn, dsc_source_req_t *req) {
         get.flags = DSC_GET_FLAG_VERSION;
         get.version = m->version;
     }
+    if (req->scattered)
+        return mget_submit(c, req, get.flags, get.version);
     uint8_t body[DSC_MAX_NAME + 32];
     int len = dsc_get_req_encode(&get, body, sizeof body);
     return len < 0 ? len : dsc_conn_send(c->conn, DSC_OP_GET, req->id, body, (size_t)len);
@@ -156,6 +191,79 @@ static int drain(dsc_conn_t *conn, uint64_t n, char *msg, size_t msg_cap) {
                 msg[i] = ' ';
     }
     return 0;
+}
+
+/* Receives the stored bytes of one chunk of a GET or MGET answer into a pooled buffer, after
+ * checking its entry e against the manifest. */
+static int recv_chunk(tcp_conn_t *c, dsc_chunk_ent_t *ent, const dsc_chunk_entry_t *e,
+                      uint64_t *wire) {
+    const dsc_source_env_t *env = c->ep->env;
+    if (e->sample_count != ent->samples || !dsc__chunk_raw_len_ok(ent, e->raw_len)) {
+        DSC_LOG(env->log, DSC_LOG_ERROR,
+                "server %s: shard %u chunk %u holds %u samples "
+                "(%u bytes), the manifest says %u",
+                c->ep->addr, ent->shard, ent->shard_chunk, e->sample_count, e->raw_len,
+                ent->samples);
+        return DSC_EPROTO;
+    }
+    ent->stored = dsc__bufpool_get(env->pool, e->stored_len, &ent->stored_cap);
+    if (ent->stored == NULL)
+        return DSC_ENOMEM;
+    int rc = dsc_conn_recv_body(c->conn, ent->stored, e->stored_len);
+    if (rc < 0)
+        return rc;
+    ent->entry = *e;
+    *wire += e->stored_len;
+    return 0;
+}
+
+/* The OK answer to a scattered request (an MGET, header h): each chunk's record, then the stored
+ * bytes of the OK ones in request order. A chunk answered with an error fails the whole request
+ * with that error (*conn_bad 0) once the answer is read: its chunks then fail over together, as
+ * a merged GET's do (the others' bytes go back with them). Returns as tcp_complete. */
+static int mget_complete(tcp_conn_t *c, dsc_source_req_t *req, const dsc_frame_header_t *h,
+                         int *conn_bad, uint64_t *wire) {
+    const dsc_source_env_t *env = c->ep->env;
+    uint8_t prefix[DSC_MGET_RESP_PREFIX(DSC_SOURCE_MAX_CHUNKS)];
+    if (h->body_len < 8)
+        return DSC_EPROTO;
+    int rc = dsc_conn_recv_body(c->conn, prefix, 8);
+    if (rc < 0)
+        return rc;
+    int psize = dsc_mget_resp_prefix_size(prefix, 8);
+    if (psize < 0 || (uint32_t)psize != DSC_MGET_RESP_PREFIX(req->count) ||
+        (uint32_t)psize > h->body_len)
+        return DSC_EPROTO;
+    rc = dsc_conn_recv_body(c->conn, prefix + 8, (size_t)psize - 8);
+    if (rc < 0)
+        return rc;
+    dsc_mget_resp_t resp;
+    if (dsc_mget_resp_prefix_decode(prefix, (size_t)psize, h->body_len, &resp) < 0)
+        return DSC_EPROTO;
+    int failed = 0;
+    for (uint32_t i = 0; i < req->count; i++) {
+        dsc_chunk_ent_t *ent = req->chunks[i];
+        dsc_chunk_entry_t e;
+        int64_t st = dsc_mget_resp_record(&resp, i, &e);
+        if (st == DSC_STATUS_OK) {
+            rc = recv_chunk(c, ent, &e, wire);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        int err = dsc_status_to_err((uint32_t)st);
+        DSC_LOG(env->log,
+                err == DSC_EUNAVAIL || err == DSC_ECORRUPT || err == DSC_ECHANGED ? DSC_LOG_WARN
+                                                                                  : DSC_LOG_ERROR,
+                "server %s: MGET %s shard %u chunk %u (%u of %u): %s", c->ep->addr, env->dataset,
+                ent->shard, ent->shard_chunk, i + 1, req->count, dsc_status_name((uint32_t)st));
+        /* A damaged chunk's error wins over its run's UNAVAILABLE siblings (read through with
+         * it): the request then goes where intact copies are (a replica, the fallback files). */
+        if (failed == 0 || (failed == DSC_EUNAVAIL && err != DSC_EUNAVAIL))
+            failed = err;
+    }
+    *conn_bad = 0;
+    return failed;
 }
 
 /* Receives the next response (responses may come in any order: a RAM hit overtakes a load)
@@ -208,7 +316,8 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
         }
     if (req != NULL)
         req->answer_at = answer_at;
-    if (req == NULL || h.opcode != DSC_OP_GET || !(h.flags & DSC_FLAG_RESPONSE)) {
+    if (req == NULL || h.opcode != (req->scattered ? DSC_OP_MGET : DSC_OP_GET) ||
+        !(h.flags & DSC_FLAG_RESPONSE)) {
         DSC_LOG(env->log, DSC_LOG_ERROR,
                 "server %s: response to no outstanding request "
                 "(id %llu, opcode %u)",
@@ -237,11 +346,13 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
         DSC_LOG(env->log,
                 rc == DSC_EUNAVAIL || rc == DSC_ECORRUPT || rc == DSC_ECHANGED ? DSC_LOG_WARN
                                                                                : DSC_LOG_ERROR,
-                "server %s: GET %s shard %u chunk %u (of %u): %s: %s", addr, env->dataset,
-                req->chunks[0]->shard, req->chunks[0]->shard_chunk, req->count,
-                dsc_status_name(h.status), msg);
+                "server %s: %s %s shard %u chunk %u (of %u): %s: %s", addr,
+                req->scattered ? "MGET" : "GET", env->dataset, req->chunks[0]->shard,
+                req->chunks[0]->shard_chunk, req->count, dsc_status_name(h.status), msg);
         return rc;
     }
+    if (req->scattered)
+        return mget_complete(c, req, &h, conn_bad, wire);
     uint8_t prefix[DSC_GET_RESP_PREFIX(DSC_SOURCE_MAX_MERGE)];
     if (h.body_len < 8)
         return DSC_EPROTO;
@@ -267,22 +378,9 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
         const uint8_t *unused;
         if (dsc_get_resp_iter_next(&it, &e, &unused) != 1)
             return DSC_EPROTO;
-        if (e.sample_count != ent->samples || !dsc__chunk_raw_len_ok(ent, e.raw_len)) {
-            DSC_LOG(env->log, DSC_LOG_ERROR,
-                    "server %s: shard %u chunk %u holds %u samples "
-                    "(%u bytes), the manifest says %u",
-                    addr, ent->shard, ent->shard_chunk + i, e.sample_count, e.raw_len,
-                    ent->samples);
-            return DSC_EPROTO;
-        }
-        ent->stored = dsc__bufpool_get(env->pool, e.stored_len, &ent->stored_cap);
-        if (ent->stored == NULL)
-            return DSC_ENOMEM;
-        rc = dsc_conn_recv_body(c->conn, ent->stored, e.stored_len);
+        rc = recv_chunk(c, ent, &e, wire);
         if (rc < 0)
             return rc;
-        ent->entry = e;
-        *wire += e.stored_len;
     }
     *conn_bad = 0;
     return 0;
@@ -431,6 +529,7 @@ const dsc_source_ops_t dsc__source_tcp = {
     .submit = tcp_submit,
     .complete = tcp_complete,
     .mget = tcp_mget,
+    .scatter_max = tcp_scatter_max,
     .report = tcp_report,
     .report_answer = tcp_report_answer,
     .hint = tcp_hint,

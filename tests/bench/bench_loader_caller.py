@@ -9,11 +9,14 @@ from one warmed dscached. Per sample size:
   - the stall (share of the step spent in next()) of each at a fixed step: --compute-ms per
     batch (default: twice the own order's mean batch time measured above);
   - wire bytes per epoch over the stored size, for each (--cache-fraction F gives both loaders
-    a cache_bytes of F times the decoded dataset: below 1 the caller's random order refetches).
+    a cache_bytes of F times the decoded dataset: below 1 the caller's random order refetches),
+    and requests sent per epoch (the caller's order asks for its chunks by MGET, up to 64 of
+    any shards per request; --chunk-size picks the datasets' chunk size, default the
+    ingester's 1 MiB).
 Prints a markdown table and, with --json, the figures.
 
 usage: /usr/bin/python3 tests/bench/bench_loader_caller.py [--bin DIR] [--rounds N] [--epochs N]
-           [--compute-ms MS] [--cache-fraction F] [--json FILE]
+           [--compute-ms MS] [--cache-fraction F] [--chunk-size SIZE] [--json FILE]
 DIR holds dscached and dscache (default: build/bin); libdscache.so is found through DSCACHE_LIB
 or DIR/../lib. Needs numpy and torch (for DistributedSampler). The server started is killed by
 PID before the script exits.
@@ -60,7 +63,7 @@ def run(make, epochs, compute_s=0.0):
     """Epochs 1 .. epochs - 1 of a loader (epoch 0 warms it): samples/s, stall share, wire
     bytes per epoch."""
     ld, sampler = make()
-    samples = wire0 = 0
+    samples = wire0 = req0 = 0
     t0 = None
     stall = busy = 0.0
     for e in range(epochs):
@@ -68,7 +71,7 @@ def run(make, epochs, compute_s=0.0):
             sampler.set_epoch(e)
         if e == 1:
             st = ld.stats()
-            wire0, t0 = st["wire_bytes"], time.perf_counter()
+            wire0, req0, t0 = st["wire_bytes"], st["requests"], time.perf_counter()
             stall0, compute0 = st["stall_seconds"], st["compute_seconds"]
         for batch in ld:
             if e >= 1:
@@ -83,7 +86,8 @@ def run(make, epochs, compute_s=0.0):
     busy = st["compute_seconds"] - compute0
     ld.close()
     return {"samples_per_s": samples / seconds, "stall": stall / (stall + busy),
-            "wire_per_epoch": (st["wire_bytes"] - wire0) / (epochs - 1)}
+            "wire_per_epoch": (st["wire_bytes"] - wire0) / (epochs - 1),
+            "requests_per_epoch": (st["requests"] - req0) / (epochs - 1)}
 
 
 def main():
@@ -95,6 +99,8 @@ def main():
     ap.add_argument("--cache-fraction", type=float, default=0.0,
                     help="cache_bytes of both loaders as this fraction of the dataset's decoded "
                     "bytes (default 0: the loaders' default, 256 MiB, which holds each dataset)")
+    ap.add_argument("--chunk-size", default=None, help="the datasets' chunk size (ingest "
+                    "--chunk-size, e.g. 64K; default the ingester's)")
     ap.add_argument("--json")
     args = ap.parse_args()
     if "DSCACHE_LIB" not in os.environ:
@@ -111,7 +117,8 @@ def main():
             d = os.path.join(work, name)
             subprocess.run([os.path.join(args.bin, "dscache"), "ingest", "synthetic", "-o", d,
                             "--name", "b" + name, "--samples", str(n), "--field", field,
-                            "--field", "label:i64", "--compress", "lz4", "--seed", "1"],
+                            "--field", "label:i64", "--compress", "lz4", "--seed", "1"] +
+                           (["--chunk-size", args.chunk_size] if args.chunk_size else []),
                            check=True, stdout=subprocess.DEVNULL)
             dirs.append(d)
         proc, addr = start_server(args.bin, work, dirs)
@@ -153,6 +160,8 @@ def main():
                 "own_stall": sa["stall"], "caller_stall": sb["stall"],
                 "own_wire_x": statistics.median(r["wire_per_epoch"] for r in owns) / stored,
                 "caller_wire_x": statistics.median(r["wire_per_epoch"] for r in callers) / stored,
+                "own_requests": statistics.median(r["requests_per_epoch"] for r in owns),
+                "caller_requests": statistics.median(r["requests_per_epoch"] for r in callers),
                 "samples": n, "stored_bytes": stored,
                 "cache_bytes": cache.get("cache_bytes", 0),
             }
@@ -164,14 +173,14 @@ def main():
 
     print("| samples | own order samples/s | caller's order samples/s | ratio (median, min-max "
           "of %d rounds) | step (compute) | stall own | stall caller | wire/epoch own | "
-          "wire/epoch caller |" % args.rounds)
-    print("|---|---|---|---|---|---|---|---|---|")
+          "wire/epoch caller | requests/epoch own / caller |" % args.rounds)
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         print("| %s x %d | %.0f | %.0f | %.2fx (%.2f-%.2f) | %.1f ms | %.1f%% | %.1f%% | %.2fx | "
-              "%.2fx |" % (name, r["samples"], r["own_samples_per_s"], r["caller_samples_per_s"],
+              "%.2fx | %.0f / %.0f |" % (name, r["samples"], r["own_samples_per_s"], r["caller_samples_per_s"],
                            r["ratio_median"], r["ratio_min"], r["ratio_max"], r["compute_ms"],
                            100 * r["own_stall"], 100 * r["caller_stall"], r["own_wire_x"],
-                           r["caller_wire_x"]))
+                           r["caller_wire_x"], r["own_requests"], r["caller_requests"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

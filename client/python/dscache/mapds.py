@@ -243,14 +243,18 @@ class _Reader:
         pass
 
 
+_INT_ONLY = {int}
+
+
 def _index_array(indices, n):
     """Many indices as a uint64 array for the reader, checked as _as_index checks one (in numpy:
     a batch of 256 costs microseconds, not one Python call per index)."""
     import numpy as np
     if isinstance(indices, np.ndarray):
         a = indices
-    elif isinstance(indices, list) and all(type(i) is int for i in indices):
-        # What samplers give (a list of ints): 15x faster than np.asarray's type inference.
+    elif isinstance(indices, list) and set(map(type, indices)) == _INT_ONLY:
+        # What samplers give (a list of ints): 15x faster than np.asarray's type inference (the
+        # type check in C, not a generator: a tenth of the batch's Python time at 256 indices).
         a = np.fromiter(indices, np.int64, len(indices))
     elif hasattr(indices, "numpy") and hasattr(indices, "dtype"):  # a torch tensor
         a = indices.detach().cpu().numpy()
@@ -509,7 +513,7 @@ class MapDataset:
         return [(n, _NP_DTYPES[d] if d != 9 else "bfloat16", s) for n, d, s in self._r()._fields]
 
     def stats(self):
-        """This process's reader counters (dsc_stats_t): batches, samples, requests (GETs sent),
+        """This process's reader counters (dsc_stats_t): batches, samples, requests (GETs and MGETs sent),
         wire_bytes, refetches (chunks fetched again after the cache dropped them, this epoch),
         checksum_failures, failovers, decode/collate/image_seconds, stall_seconds (time inside
         requests)..."""
