@@ -410,6 +410,110 @@ enum { DSC_PART_VALUES = 0, DSC_PART_OFFSETS = 1, DSC_PART_LENGTHS = 2 };
 DSC_EXTERN int dsc_batch_dlpack_part(dsc_batch_t *batch, uint32_t field, int part,
                                      struct DLManagedTensor **out);
 
+/* ---- Packing: variable-length documents laid end to end into fixed-length rows ------------
+ * A packer reads a loader's batches and lays the documents of one 1-D variable-length field
+ * (e.g. input_ids i32[]) end to end, in the loader's epoch order (greedy, no reordering), into
+ * batches of `rows` rows of `length` tokens each (docs/packing.md). Split (the default): a
+ * document longer than the room left in a row continues at the start of the next row (of the
+ * same or the next batch), so every row but the epoch's last is full. Cut: a document that does
+ * not fit the room left starts a new row (the rest of the row is padding), and the tokens of a
+ * document past `length` are dropped, counted in dsc_pack_stats_t.cut_tokens.
+ *
+ * Beside the tokens ([rows, length], the field's dtype) a packed batch has, per token,
+ * position_ids (int32, counting from 0 at each segment: a document, or the part of a split
+ * document in one row) and document_ids (int32: the segment the token belongs to, -1 for
+ * padding); per batch, cu_seqlens (int32, segments + 1 entries, the layout of variable-length
+ * attention kernels over the batch flattened to rows * length tokens: every document segment
+ * and every padding run at a row's end is one segment, so that each row end is a boundary) and
+ * per segment the dataset index of its document (-1 for padding) and the token offset in the
+ * document at which the segment starts: enough to unpack every row into its documents. The
+ * loader's other fields are not carried. The packing is a copy of the tokens on next()'s thread,
+ * out of the loader's prefetched batches (decoded in its decode threads).
+ *
+ * Every document's tokens are handed out exactly once per epoch (split), or its first `length`
+ * tokens (cut). The epoch's last batch may have fewer rows; its last row is padded (token 0).
+ * Use the loader only through its packer once one is made (next, set_epoch and state go through
+ * the packer). Not thread-safe per packer. */
+typedef struct dsc_packer dsc_packer_t;
+
+typedef struct dsc_pack_options {
+    size_t struct_size; /* sizeof(dsc_pack_options_t): lets the struct grow */
+    const char *field;  /* the variable-length field to pack: 1-D (e.g. "input_ids", i32[]),
+                           handed out as values + offsets (not padded); copied at create */
+    uint32_t length;    /* tokens per row (>= 1; at most 2^24) */
+    uint32_t rows;      /* rows per packed batch (default 0: the loader's batch_size) */
+    int cut;            /* 0 (default): split long documents across rows; 1: cut them */
+} dsc_pack_options_t;
+/* Fills the defaults and sets struct_size = size. Returns 0, or DSC_EINVAL (NULL, or size
+ * smaller than the first version of the struct). */
+DSC_EXTERN int dsc_pack_options_init(dsc_pack_options_t *options, size_t size);
+
+/* Makes a packer over loader (which it does not own: destroy the packer first). Returns 0 and
+ * *out, or DSC_EINVAL (the log says which: NULL, no field, a field the dataset does not have, a
+ * fixed-shape field, a field with more than one dimension, a padded or image-decoded field, a
+ * device loader, the loader's caller order, length 0 or over 2^24), DSC_ENOMEM. */
+DSC_EXTERN int dsc_packer_create(dsc_loader_t *loader, const dsc_pack_options_t *options,
+                                 dsc_packer_t **out);
+/* Frees the packer and its buffers (not the loader). NULL is a no-op. */
+DSC_EXTERN void dsc_packer_destroy(dsc_packer_t *packer);
+
+/* One packed batch: pointers into the packer's buffers, valid until the next call on the
+ * packer. */
+typedef struct dsc_packed_batch {
+    size_t struct_size;           /* set by the caller to sizeof(dsc_packed_batch_t) */
+    uint64_t epoch;               /* the loader epoch the documents come from */
+    uint64_t step;                /* 0-based packed batch number in the epoch */
+    uint32_t rows;                /* rows in this batch (rows option; fewer at the epoch's end) */
+    uint32_t length;              /* tokens per row */
+    int dtype;                    /* the field's DSC_DTYPE_* */
+    const void *tokens;           /* [rows, length] */
+    const int32_t *position_ids;  /* [rows, length] */
+    const int32_t *document_ids;  /* [rows, length]: segment number, -1 for padding */
+    const int32_t *cu_seqlens;    /* [segments + 1]: 0, ..., rows * length */
+    uint32_t segments;            /* document segments and padding runs */
+    const int64_t *segment_index; /* [segments]: dataset sample index, -1 for padding */
+    const int64_t *segment_start; /* [segments]: offset in the document of the first token */
+    uint64_t tokens_used;         /* document tokens in the batch (rows * length - padding) */
+} dsc_packed_batch_t;
+
+/* Fills *out with the next packed batch of the epoch (out->struct_size must be set), fetching
+ * the loader's batches as needed (its stall counts as the loader's). Returns 0, DSC_EOF at the
+ * end of the epoch (the following call starts the next one), DSC_EINVAL, or the loader's
+ * errors. Not thread-safe per packer. */
+DSC_EXTERN int dsc_packer_next(dsc_packer_t *packer, dsc_packed_batch_t *out);
+/* Starts epoch `epoch` from its first document (the loader's set_epoch; drops what is
+ * half-packed). Returns 0 or DSC_E*. */
+DSC_EXTERN int dsc_packer_set_epoch(dsc_packer_t *packer, uint64_t epoch);
+
+/* Packed stream state for resume: the loader's state at the start of the loader batch the next
+ * document comes from, the document's place in that batch and the tokens of it already handed
+ * out, with the pack settings (field, length, rows, cut). Loaded into a packer with the same
+ * settings over a loader with the same order settings and world size, the stream continues
+ * token for token (a partly handed-out document continues where it stopped). save returns the
+ * bytes written, or the bytes needed when cap is too small (nothing written); load returns 0,
+ * DSC_EINVAL, or DSC_EBADSTATE (damaged, not a packer state, or saved with other pack settings:
+ * the log names the setting; or the loader's own refusal). */
+#define DSC_PACK_STATE_MAX_BYTES 320
+DSC_EXTERN int dsc_packer_state_save(const dsc_packer_t *packer, void *buf, size_t cap);
+DSC_EXTERN int dsc_packer_state_load(dsc_packer_t *packer, const void *buf, size_t len);
+
+/* Packing counters since create. */
+typedef struct dsc_pack_stats {
+    size_t struct_size;       /* set by the caller to sizeof(dsc_pack_stats_t) */
+    uint64_t batches;         /* packed batches handed out */
+    uint64_t rows;            /* rows handed out */
+    uint64_t slots;           /* rows * length */
+    uint64_t tokens;          /* document tokens handed out */
+    uint64_t documents;       /* documents whose last token (or cut) was handed out */
+    uint64_t split_documents; /* documents that span more than one row */
+    uint64_t cut_documents;   /* cut: documents longer than a row, cut to length */
+    uint64_t cut_tokens;      /* cut: tokens dropped */
+    double efficiency;        /* tokens / slots (0 before any batch) */
+    double pack_seconds; /* next()'s time copying and laying out (not waiting for the loader) */
+} dsc_pack_stats_t;
+/* Fills *out. Returns 0 or DSC_EINVAL. */
+DSC_EXTERN int dsc_packer_stats(const dsc_packer_t *packer, dsc_pack_stats_t *out);
+
 /* ---- Statistics ---------------------------------------------------------------------------- */
 typedef struct dsc_stats {
     size_t struct_size; /* set by the caller to sizeof(dsc_stats_t) */
