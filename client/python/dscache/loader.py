@@ -39,6 +39,9 @@ def _close_live_loaders():
 class Loader:
     """Iterable over the batches of one rank, epoch after epoch.
 
+    sources=[dscache.Source(...), ...] (instead of dataset) makes a mixture of datasets
+    (dscache.mixture.Mixture, docs/mixtures.md).
+
     servers: "HOST:PORT,..." or a list of "HOST:PORT" (also "dns:NAME:PORT", "file:PATH").
     rank, world_size: None (default) takes them from torch.distributed when initialised, else
     from RANK / WORLD_SIZE, else 0 / 1 (see resolve_rank); explicit values that disagree with
@@ -118,6 +121,16 @@ class Loader:
     mid-document. len() is not known ahead (TypeError).
     """
 
+    def __new__(cls, *args, sources=None, **kw):
+        if sources is not None:  # a blend of datasets: its own class (mixture.py)
+            from .mixture import Mixture
+            if args or kw.get("dataset") is not None:
+                raise InvalidOption(-22, "give either dataset= or sources=, not both (and "
+                                    "servers= as a keyword)", "DSC_EINVAL")
+            kw.pop("dataset", None)
+            return Mixture(sources, **kw)
+        return super().__new__(cls)
+
     def __init__(self, servers=None, dataset=None, batch_size=32, seed=0, rank=None,
                  world_size=None, shuffle=None, shuffle_window=None, drop_last=False, prefetch=4,
                  decode_threads=2, connections=2, device="cpu", output="numpy",
@@ -127,7 +140,7 @@ class Loader:
                  auth_file=None, order="local", job=None,
                  report_seconds=None, transport=None, pad=None, max_len=None, max_bytes=None,
                  decode=None, on_decode_error="raise", ignore_rank_env=False, epochs=None,
-                 order_ahead=None, pack=None, pack_split=True, pack_rows=None):
+                 order_ahead=None, pack=None, pack_split=True, pack_rows=None, sources=None):
         lib = _load()
         self._lib = lib
         self._handle = None

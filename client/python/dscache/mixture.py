@@ -1,0 +1,330 @@
+"""dscache.Source and the mixture loader (Loader(sources=[...])): a weighted blend of datasets,
+one dscache loader per source, composed into batches by a deterministic quota interleave
+(docs/mixtures.md)."""
+
+import numpy as np
+
+from ._errors import BadState, Error, InvalidOption
+
+_MIX_STATE_VERSION = 1
+
+
+class Source:
+    """One dataset of a mixture: its name as served (dataset), its weight (> 0: its share of
+    every batch is weight / sum of weights, to within one sample per step), and optionally its
+    own servers, auth_file, replicas, fallback_path and shuffle_window (default: the mixture's).
+    repeat: only 1.0 (up- or down-sampling a source within a source-epoch is not supported
+    yet: InvalidOption otherwise)."""
+
+    def __init__(self, dataset, weight=1.0, servers=None, repeat=1.0, auth_file=None,
+                 replicas=None, fallback_path=None, shuffle_window=None):
+        if not isinstance(dataset, str) or not dataset:
+            raise InvalidOption(-22, "Source: dataset must be a non-empty name, not %r"
+                                % (dataset,), "DSC_EINVAL")
+        try:
+            weight = float(weight)
+        except (TypeError, ValueError):
+            raise InvalidOption(-22, "Source %r: weight must be a number, not %r"
+                                % (dataset, weight), "DSC_EINVAL") from None
+        if not weight > 0 or weight != weight or weight == float("inf"):
+            raise InvalidOption(-22, "Source %r: weight must be > 0 and finite, not %r"
+                                % (dataset, weight), "DSC_EINVAL")
+        if float(repeat) != 1.0:
+            raise InvalidOption(-22, "Source %r: repeat=%r is not supported yet (only 1.0): "
+                                "set the weights to the shares wanted" % (dataset, repeat),
+                                "DSC_EINVAL")
+        self.dataset, self.weight, self.servers = dataset, weight, servers
+        self.auth_file, self.replicas, self.fallback_path = auth_file, replicas, fallback_path
+        self.shuffle_window = shuffle_window
+
+    def __repr__(self):
+        return "Source(%r, weight=%r)" % (self.dataset, self.weight)
+
+
+def quota_picks(counts, weights, total, n):
+    """The sources of the next n samples after `total` samples with per-source `counts`, by the
+    quota method: sample total + 1 goes to the source whose quota (total + 1) * w / W most
+    exceeds what it has (ties: the lower index). Pure; keeps every source within one sample of
+    its quota at every sample (Balinski and Young's quota method). Returns (picks, counts,
+    total) with counts updated."""
+    counts = list(counts)
+    wsum = float(sum(weights))
+    picks = []
+    for _ in range(n):
+        total += 1
+        best, best_gap = 0, None
+        for s, w in enumerate(weights):
+            gap = total * w / wsum - counts[s]
+            if best_gap is None or gap > best_gap:
+                best, best_gap = s, gap
+        counts[best] += 1
+        picks.append(best)
+    return picks, counts, total
+
+
+class Mixture:
+    """The loader over a blend of sources (made by dscache.Loader(sources=[...])). Iterating
+    yields batches of batch_size samples (fewer only where exhausted="stop" ends the epoch),
+    each a dict of the needed fields plus batch["source"] (int32 [B], the index of each
+    sample's source in `sources`) unless source_field=None. See docs/mixtures.md."""
+
+    def __init__(self, sources, servers=None, batch_size=32, seed=0, exhausted="wrap",
+                 fields=None, source_field="source", rank=None, world_size=None, **loader_kw):
+        from .loader import Loader
+        if not isinstance(sources, (list, tuple)) or not sources:
+            raise InvalidOption(-22, "sources must be a non-empty list of dscache.Source",
+                                "DSC_EINVAL")
+        for s in sources:
+            if not isinstance(s, Source):
+                raise TypeError("sources must hold dscache.Source objects, not %s"
+                                % type(s).__name__)
+        if exhausted not in ("wrap", "stop"):
+            raise ValueError("exhausted must be 'wrap' or 'stop'")
+        for bad in ("pack", "order", "device"):
+            if bad in loader_kw and loader_kw[bad] not in (None, "local", "cpu"):
+                raise InvalidOption(-22, "%s= is not supported with sources= yet" % bad,
+                                    "DSC_EINVAL")
+        if loader_kw.get("output", "numpy") != "numpy":
+            raise InvalidOption(-22, "sources= gives numpy batches only (output='numpy')",
+                                "DSC_EINVAL")
+        names = [s.dataset for s in sources]
+        if len(set(names)) != len(names):
+            raise InvalidOption(-22, "sources name a dataset twice: %s" % names, "DSC_EINVAL")
+        self.sources = list(sources)
+        self.weights = [s.weight for s in sources]
+        self.batch_size, self.seed, self.exhausted = int(batch_size), int(seed), exhausted
+        self._source_field = source_field
+        wsum = sum(self.weights)
+        self._loaders = []
+        try:
+            for k, s in enumerate(sources):
+                kw = dict(loader_kw)
+                for opt in ("auth_file", "replicas", "fallback_path", "shuffle_window"):
+                    if getattr(s, opt) is not None:
+                        kw[opt] = getattr(s, opt)
+                # A source batch about its share of a step: few batches in flight per step.
+                share = max(1, -(-self.batch_size * int(s.weight * 1e6) // int(wsum * 1e6)))
+                try:
+                    ld = Loader(servers=s.servers or servers, dataset=s.dataset, batch_size=share,
+                                seed=self.seed + k, rank=rank, world_size=world_size,
+                                indices=True, **kw)
+                except Error as e:
+                    raise type(e)(e.code, "source %r: %s" % (s.dataset, e), e.name) from None
+                self._loaders.append(ld)
+                if ld.dataset_samples == 0:
+                    raise InvalidOption(-22, "source %r is empty (0 samples)" % s.dataset,
+                                        "DSC_EINVAL")
+            self.rank, self.world_size = self._loaders[0].rank, self._loaders[0].world_size
+            self._fields = self._agree(fields)
+        except BaseException:
+            self.close()
+            raise
+        self._iters = [None] * len(sources)
+        self._pending = [None] * len(sources)   # (batch dict, cursor) per source
+        self._before = [None] * len(sources)    # the source loader's state before that batch
+        self._skip = [0] * len(sources)         # after load_state_dict: samples to skip
+        self._source_epoch = [0] * len(sources)
+        self._counts, self._total = [0] * len(sources), 0
+        self.epoch, self.step = 0, 0
+        self._delivered = [0] * len(sources)
+        self._stop_next = False
+
+    def _agree(self, fields):
+        """The needed fields {name: (dtype, shape)}: `fields` or the first source's; every source
+        must have each with the same dtype and shape (InvalidOption names source, field and both
+        definitions)."""
+        first = {n: (d, tuple(s)) for n, d, s in self._loaders[0].fields}
+        want = list(fields) if fields is not None else list(first)
+        out = {}
+        for f in want:
+            ref, ref_src = None, None
+            for src, ld in zip(self.sources, self._loaders):
+                have = {n: (d, tuple(s)) for n, d, s in ld.fields}
+                if f not in have:
+                    raise InvalidOption(-22, "source %r has no field %r (it has %s)"
+                                        % (src.dataset, f, ", ".join(sorted(have))), "DSC_EINVAL")
+                if ref is None:
+                    ref, ref_src = have[f], src.dataset
+                elif have[f] != ref:
+                    raise InvalidOption(
+                        -22, "field %r differs between sources: %r has %s%s, %r has %s%s"
+                        % (f, ref_src, ref[0], list(ref[1]), src.dataset, have[f][0],
+                           list(have[f][1])), "DSC_EINVAL")
+            out[f] = ref
+        return out
+
+    def close(self):
+        for ld in getattr(self, "_loaders", []):
+            ld.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        raise TypeError("a mixture's batches per epoch are not known ahead (exhausted='wrap' "
+                        "has no end; 'stop' ends at the first source to run out)")
+
+    def _take(self, s, n):
+        """Up to n samples of source s as a list of (batch dict, start, stop) pieces; fewer when
+        its source-epoch ends under exhausted='stop' (then sets _stop_next)."""
+        pieces = []
+        ld = self._loaders[s]
+        while n > 0:
+            p = self._pending[s]
+            if p is None:
+                if self._iters[s] is None:
+                    self._iters[s] = iter(ld)
+                self._before[s] = ld.state_dict()
+                try:
+                    b = next(self._iters[s])
+                except StopIteration:
+                    self._iters[s] = None
+                    self._source_epoch[s] += 1
+                    if self.exhausted == "stop":
+                        self._stop_next = True
+                        return pieces
+                    continue
+                p = self._pending[s] = [b, self._skip[s]]
+                self._skip[s] = 0
+            b, cur = p
+            size = len(b["__index__"])
+            k = min(n, size - cur)
+            if k > 0:
+                pieces.append((b, cur, cur + k))
+            p[1] = cur + k
+            n -= k
+            if p[1] >= size:
+                self._pending[s] = None
+        return pieces
+
+    def __next__(self):
+        if self._stop_next:
+            self._stop_next = False
+            self.epoch, self.step = self.epoch + 1, 0
+            raise StopIteration
+        picks, counts, total = quota_picks(self._counts, self.weights, self._total,
+                                           self.batch_size)
+        want = [picks.count(s) for s in range(len(self.sources))]
+        got = {}
+        for s, n in enumerate(want):
+            if n:
+                got[s] = self._take(s, n)
+        # Sample i of the batch is the next unused sample of source picks[i].
+        taken = {s: sum(e - a for _, a, e in got.get(s, ())) for s in range(len(want))}
+        order, used = [], [0] * len(want)
+        for s in picks:
+            if used[s] < taken[s]:
+                order.append((s, used[s]))
+                used[s] += 1
+        for s in range(len(want)):
+            self._delivered[s] += taken[s]
+        self._counts, self._total = counts, total
+        out = self._compose(got, order)
+        self.step += 1
+        if not order:
+            self._stop_next = False
+            self.epoch, self.step = self.epoch + 1, 0
+            raise StopIteration
+        return out
+
+    def _compose(self, got, order):
+        """The batch dict: each needed field gathered in `order` ((source, k-th sample of that
+        source's pieces)); variable-length fields as values + offsets."""
+        out = {}
+        flat = {}  # source -> list of (batch, row) for its samples, in order
+        for s, pieces in got.items():
+            flat[s] = [(b, r) for b, a, e in pieces for r in range(a, e)]
+        rows = [flat[s][k] for s, k in order]
+        for f, (dtype, shape) in self._fields.items():
+            if shape and shape[0] is None:
+                vals, offs = [], [0]
+                for b, r in rows:
+                    o = b[f + "_offsets"]
+                    v = b[f][o[r]:o[r + 1]]
+                    vals.append(v)
+                    offs.append(offs[-1] + len(v))
+                out[f] = (np.concatenate(vals) if vals else
+                          np.zeros((0,) + tuple(shape[1:]), dtype=rows[0][0][f].dtype
+                                   if rows else np.uint8))
+                out[f + "_offsets"] = np.asarray(offs, dtype=np.int64)
+            else:
+                out[f] = (np.stack([b[f][r] for b, r in rows]) if rows
+                          else np.zeros((0,) + tuple(shape)))
+        out["__index__"] = np.asarray([int(b["__index__"][r]) for b, r in rows], dtype=np.uint64)
+        if self._source_field:
+            out[self._source_field] = np.asarray([s for s, _ in order], dtype=np.int32)
+        return out
+
+    # -- resume --
+    def _identity(self):
+        return {"datasets": [s.dataset for s in self.sources], "weights": self.weights,
+                "seed": self.seed, "batch_size": self.batch_size, "exhausted": self.exhausted}
+
+    def state_dict(self):
+        """{"dscache_mixture": {...}}: per source, its loader's state at the start of the source
+        batch being read and the samples of it already used; the quota counters, the mixture's
+        epoch and step, and what the composition depends on (datasets, weights, seed,
+        batch_size, exhausted), checked by load_state_dict."""
+        srcs = []
+        for s, ld in enumerate(self._loaders):
+            if self._pending[s] is not None:
+                srcs.append({"state": self._before[s], "skip": self._pending[s][1]})
+            else:
+                srcs.append({"state": ld.state_dict(), "skip": self._skip[s]})
+        return {"dscache_mixture": {"version": _MIX_STATE_VERSION, "identity": self._identity(),
+                                    "counts": list(self._counts), "total": self._total,
+                                    "epoch": self.epoch, "step": self.step,
+                                    "stop_next": self._stop_next,
+                                    "source_epochs": list(self._source_epoch),
+                                    "sources": srcs}}
+
+    def load_state_dict(self, state):
+        try:
+            st = state["dscache_mixture"]
+        except (TypeError, KeyError):
+            raise BadState(-4024, "not a mixture state (no 'dscache_mixture' key): a "
+                           "single-dataset loader's state cannot resume a mixture",
+                           "DSC_EBADSTATE") from None
+        if st.get("version") != _MIX_STATE_VERSION:
+            raise BadState(-4024, "mixture state version %r, this loader reads %d"
+                           % (st.get("version"), _MIX_STATE_VERSION), "DSC_EBADSTATE")
+        mine = self._identity()
+        for key, value in mine.items():
+            if st["identity"].get(key) != value:
+                raise BadState(-4024, "the state is of another mixture: %s %r, this one %r"
+                               % (key, st["identity"].get(key), value), "DSC_EBADSTATE")
+        for s, ld in enumerate(self._loaders):
+            ld.load_state_dict(st["sources"][s]["state"])
+            self._skip[s] = int(st["sources"][s]["skip"])
+            self._pending[s] = None
+            self._iters[s] = None
+        self._counts, self._total = list(st["counts"]), int(st["total"])
+        self.epoch, self.step = int(st["epoch"]), int(st["step"])
+        self._stop_next = bool(st["stop_next"])
+        self._source_epoch = list(st["source_epochs"])
+
+    # -- information --
+    def stats(self):
+        """The first source's loader stats as a whole, and stats()["sources"]: per source name,
+        samples handed out, wire_bytes, stall_seconds and its share of the mixture's stall;
+        "starving_source" names the source with the most stall (None without stall)."""
+        per = {}
+        total_stall = 0.0
+        for src, ld, n, ep in zip(self.sources, self._loaders, self._delivered,
+                                  self._source_epoch):
+            st = ld.stats()
+            per[src.dataset] = {"samples": n, "wire_bytes": st["wire_bytes"],
+                                "stall_seconds": st["stall_seconds"], "source_epoch": ep,
+                                "bottleneck": st["bottleneck"]}
+            total_stall += st["stall_seconds"]
+        for v in per.values():
+            v["stall_share"] = v["stall_seconds"] / total_stall if total_stall > 0 else 0.0
+        starving = max(per, key=lambda k: per[k]["stall_seconds"]) if total_stall > 0 else None
+        return {"epoch": self.epoch, "step": self.step, "samples": sum(self._delivered),
+                "stall_seconds": total_stall, "sources": per, "starving_source": starving}

@@ -1,0 +1,208 @@
+"""Mixtures (dscache.Loader(sources=[dscache.Source(...)])) over real dscached servers: three
+sources (one on its own server, one with an extra field) weighted 0.6 / 0.3 / 0.1. Shares within
+one sample of the weights at every step, the same composition on every rank; each source's
+samples exactly once per source-epoch across 2 and 4 ranks, in its own loader's order; stopping
+at a random step and resuming in a new loader continues byte for byte; exhausted="stop"; per
+source stats; every bad input gets its error naming the culprit."""
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dsc_testenv as te  # noqa: E402
+
+te.require_tools()
+import numpy as np  # noqa: E402
+import dscache  # noqa: E402
+
+env = te.Env()
+t = te.Checks()
+SIZES = {"web": 240, "code": 120, "books": 40}
+BASE = {"web": 0, "code": 100000, "books": 200000}
+
+
+def toks(name, i):
+    return np.arange(1 + (i * 7) % 23, dtype=np.int32) + BASE[name] + i
+
+
+dirs = {}
+for name, n in SIZES.items():
+    fields = {"tokens": "i32[]", "id": "i64"}
+    if name == "code":
+        fields["lang"] = "i64"  # a field the others lack: fine while it is not needed
+    d = dirs[name] = os.path.join(env.dir, name)
+    with dscache.Writer(d, name=name, fields=fields, chunk_bytes=1024) as w:
+        for i in range(n):
+            rec = {"tokens": toks(name, i), "id": BASE[name] + i}
+            if name == "code":
+                rec["lang"] = i % 3
+            w.write(rec)
+odd = os.path.join(env.dir, "odd")
+with dscache.Writer(odd, name="odd", fields={"tokens": "i64[]", "id": "i64"}) as w:
+    for i in range(10):
+        w.write({"tokens": np.arange(3, dtype=np.int64), "id": i})
+_, addr = env.start_server(dirs["web"], dirs["books"], odd)
+_, code_addr = env.start_server(dirs["code"])  # a source on its own server group
+NAMES = ["web", "code", "books"]
+W = [0.6, 0.3, 0.1]
+B = 10
+
+
+def sources(weights=W):
+    return [dscache.Source("web", weight=weights[0]),
+            dscache.Source("code", weight=weights[1], servers=code_addr),
+            dscache.Source("books", weight=weights[2])]
+
+
+def mixture(**kw):
+    args = dict(sources=sources(), servers=addr, batch_size=B, seed=7, shuffle_window=32,
+                fields=["tokens", "id"])
+    args.update(kw)
+    return dscache.Loader(**args)
+
+
+def check_batch(b, what):
+    """Values equal the written samples; returns [(source, index)]."""
+    out, ok = [], True
+    o = b["tokens_offsets"]
+    for k in range(len(b["source"])):
+        s, i = int(b["source"][k]), int(b["__index__"][k])
+        name = NAMES[s]
+        ok = ok and int(b["id"][k]) == BASE[name] + i
+        ok = ok and np.array_equal(b["tokens"][o[k]:o[k + 1]], toks(name, i))
+        out.append((s, i))
+    t.check(ok, what + ": values are the written samples of the named source")
+    return out
+
+
+def run_ranks(world, steps):
+    """Per rank: the batches of `steps` steps."""
+    res = []
+    for r in range(world):
+        m = mixture(rank=r, world_size=world)
+        res.append([next(m) for _ in range(steps)])
+        if r == 0:
+            st = m.stats()
+            t.check(set(st["sources"]) == set(NAMES) and
+                    sum(v["samples"] for v in st["sources"].values()) == steps * B and
+                    all(v["wire_bytes"] > 0 for v in st["sources"].values()),
+                    "stats()['sources']: samples and bytes per source")
+        m.close()
+    return res
+
+
+def plain_epoch(k, rank, world):
+    """The source's own loader (as the mixture makes it): its epoch-0 indices on this rank."""
+    m = mixture(rank=rank, world_size=world)
+    bs = m._loaders[k].batch_size
+    m.close()
+    ld = dscache.Loader(servers=code_addr if k == 1 else addr, dataset=NAMES[k], batch_size=bs,
+                        seed=7 + k, rank=rank, world_size=world, shuffle_window=32, indices=True)
+    out = [int(i) for b in ld for i in b["__index__"]]
+    ld.close()
+    return out
+
+
+for world in (2, 4):
+    steps = 80  # books: 40 samples at 1 a step, over 2 or 4 ranks: 2+ source-epochs each
+    res = run_ranks(world, steps)
+    comp = [[list(b["source"]) for b in rb] for rb in res]
+    t.check(all(c == comp[0] for c in comp), "world %d: the same composition on every rank"
+            % world)
+    counts = [0, 0, 0]
+    ok = True
+    for step, b in enumerate(res[0]):
+        for s in b["source"]:
+            counts[s] += 1
+        n = (step + 1) * B
+        ok = ok and all(abs(counts[s] - n * W[s]) < 1 for s in range(3))
+    t.check(ok, "world %d: every source within one sample of its share after every step (%s)"
+            % (world, counts))
+    for k in range(3):
+        union = []
+        for r in range(world):
+            got = [i for b in res[r] for s, i in check_batch(b, "world %d rank %d" % (world, r))
+                   if s == k]
+            want = plain_epoch(k, r, world)
+            t.check(got[:len(want)] == want, "world %d rank %d source %s: its first source-epoch"
+                    " is its own loader's epoch, in order" % (world, r, NAMES[k]))
+            union += got[:len(want)]
+        t.check(sorted(union) == list(range(SIZES[NAMES[k]])),
+                "world %d source %s: each sample exactly once per source-epoch across ranks"
+                % (world, NAMES[k]))
+
+# Stop at a random step, resume in a new loader (2 ranks, rank 1): byte for byte.
+rnd = random.Random(int(os.environ.get("DSC_TEST_SEED", "5")))
+stop = rnd.randrange(3, 40)
+ref = mixture(rank=1, world_size=2)
+want = [next(ref) for _ in range(stop + 15)][stop:]
+ref.close()
+a = mixture(rank=1, world_size=2)
+for _ in range(stop):
+    next(a)
+state = a.state_dict()
+a.close()
+b = mixture(rank=1, world_size=2)
+b.load_state_dict(state)
+got = [next(b) for _ in range(15)]
+t.check(all(set(x) == set(y) and all(np.array_equal(x[k], y[k]) for k in x)
+            for x, y in zip(want, got)), "resume at step %d: the next 15 batches byte for byte"
+        % stop)
+b.close()
+
+# exhausted="stop": the epoch ends when a source runs out (books: 40 samples, 1 a step).
+m = mixture(exhausted="stop")
+ep = list(m)
+n = sum(len(x["source"]) for x in ep)
+books = sum(int((x["source"] == 2).sum()) for x in ep)
+t.check(books == 40 and len(ep) in (40, 41), "stop: the epoch ends with the books source "
+        "(%d batches, %d samples, %d books)" % (len(ep), n, books))
+ep2 = [next(m) for _ in range(3)]
+t.check(len(ep2) == 3 and m.epoch == 1, "stop: the next epoch goes on")
+m.close()
+
+
+def refused(what, exc, needles, fn):
+    try:
+        x = fn()
+        x.close()
+    except exc as e:
+        t.check(all(s in str(e) for s in needles), "%s: %r names %s" % (what, str(e), needles))
+        return
+    t.check(False, what + ": refused")
+
+
+refused("weight 0", dscache.InvalidOption, ["books", "weight"],
+        lambda: dscache.Source("books", weight=0))
+refused("weight < 0", dscache.InvalidOption, ["web", "weight"],
+        lambda: dscache.Source("web", weight=-1))
+refused("repeat", dscache.InvalidOption, ["repeat"],
+        lambda: dscache.Source("web", repeat=2.0))
+refused("no sources", dscache.InvalidOption, ["sources"], lambda: mixture(sources=[]))
+refused("unreachable source", dscache.Unavailable, ["'code'"],
+        lambda: mixture(sources=[dscache.Source("web"), dscache.Source("code",
+                                                                       servers="127.0.0.1:1")],
+                        timeout_ms=300))
+refused("unknown source", dscache.NotFound, ["'nosuch'"],
+        lambda: mixture(sources=[dscache.Source("web"), dscache.Source("nosuch")]))
+refused("needed field missing", dscache.InvalidOption, ["'web'", "'lang'"],
+        lambda: mixture(fields=["lang"], sources=[dscache.Source("code", servers=code_addr),
+                                                  dscache.Source("web")]))
+refused("field definitions differ", dscache.InvalidOption, ["'tokens'", "'odd'", "int64",
+                                                            "int32"],
+        lambda: mixture(sources=[dscache.Source("web"), dscache.Source("odd")]))
+other = mixture(sources=sources([0.5, 0.3, 0.2]))
+try:
+    other.load_state_dict(state)
+    t.check(False, "state of another mixture: refused")
+except dscache.BadState as e:
+    t.check("weights" in str(e), "state of another mixture: " + str(e))
+plain = dscache.Loader(servers=addr, dataset="web", batch_size=4)
+try:
+    other.load_state_dict(plain.state_dict())
+    t.check(False, "single-dataset state into a mixture: refused")
+except dscache.BadState as e:
+    t.check("mixture" in str(e), "single-dataset state into a mixture: " + str(e))
+other.close()
+plain.close()
+sys.exit(t.done())
