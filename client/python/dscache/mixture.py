@@ -80,7 +80,13 @@ class Mixture:
                                 % type(s).__name__)
         if exhausted not in ("wrap", "stop"):
             raise ValueError("exhausted must be 'wrap' or 'stop'")
-        for bad in ("pack", "order", "device"):
+        pack = loader_kw.get("pack")
+        if pack is not None:
+            if not isinstance(pack, dict) or len(pack) != 1:
+                raise TypeError("pack must be a dict of one field: {name: tokens per row}")
+            fields = list(pack)
+        self._pack = next(iter(pack)) if pack is not None else None
+        for bad in ("order", "device"):
             if bad in loader_kw and loader_kw[bad] not in (None, "local", "cpu"):
                 raise InvalidOption(-22, "%s= is not supported with sources= yet" % bad,
                                     "DSC_EINVAL")
@@ -182,7 +188,7 @@ class Mixture:
                     self._iters[s] = iter(ld)
                 self._before[s] = ld.state_dict()
                 try:
-                    b = next(self._iters[s])
+                    b = self._rows(next(self._iters[s]))
                 except StopIteration:
                     self._iters[s] = None
                     self._source_epoch[s] += 1
@@ -202,6 +208,31 @@ class Mixture:
             if p[1] >= size:
                 self._pending[s] = None
         return pieces
+
+    def _rows(self, b):
+        """A packed source batch as samples of one row each (the rest is per batch)."""
+        if self._pack is None:
+            return b
+        f = self._pack
+        return {f: b[f], "position_ids": b["position_ids"], "document_ids": b["document_ids"],
+                "__index__": np.arange(b[f].shape[0], dtype=np.uint64)}
+
+    def _compose_packed(self, rows, out):
+        """Packed rows of several sources: the rows stacked, document_ids and cu_seqlens over
+        the new batch (a segment boundary where a row starts or its source's segment changes;
+        padding keeps -1)."""
+        f = self._pack
+        out[f] = np.stack([b[f][r] for b, r in rows])
+        out["position_ids"] = np.stack([b["position_ids"][r] for b, r in rows])
+        src = np.stack([b["document_ids"][r] for b, r in rows])
+        n, length = src.shape
+        start = np.ones_like(src, dtype=bool)
+        start[:, 1:] = src[:, 1:] != src[:, :-1]
+        seg = np.cumsum(start.reshape(-1)) - 1
+        out["document_ids"] = np.where(src.reshape(-1) < 0, -1, seg).reshape(n, length) \
+            .astype(np.int32)
+        bounds = np.flatnonzero(start.reshape(-1))
+        out["cu_seqlens"] = np.append(bounds, n * length).astype(np.int32)
 
     def __next__(self):
         if self._stop_next:
@@ -241,7 +272,11 @@ class Mixture:
         for s, pieces in got.items():
             flat[s] = [(b, r) for b, a, e in pieces for r in range(a, e)]
         rows = [flat[s][k] for s, k in order]
+        if self._pack is not None and rows:
+            self._compose_packed(rows, out)
         for f, (dtype, shape) in self._fields.items():
+            if self._pack is not None:
+                break
             if shape and shape[0] is None:
                 vals, offs = [], [0]
                 for b, r in rows:
@@ -256,7 +291,9 @@ class Mixture:
             else:
                 out[f] = (np.stack([b[f][r] for b, r in rows]) if rows
                           else np.zeros((0,) + tuple(shape)))
-        out["__index__"] = np.asarray([int(b["__index__"][r]) for b, r in rows], dtype=np.uint64)
+        if self._pack is None:
+            out["__index__"] = np.asarray([int(b["__index__"][r]) for b, r in rows],
+                                          dtype=np.uint64)
         if self._source_field:
             out[self._source_field] = np.asarray([s for s, _ in order], dtype=np.int32)
         return out
@@ -264,7 +301,8 @@ class Mixture:
     # -- resume --
     def _identity(self):
         return {"datasets": [s.dataset for s in self.sources], "weights": self.weights,
-                "seed": self.seed, "batch_size": self.batch_size, "exhausted": self.exhausted}
+                "seed": self.seed, "batch_size": self.batch_size, "exhausted": self.exhausted,
+                "pack": self._pack}
 
     def state_dict(self):
         """{"dscache_mixture": {...}}: per source, its loader's state at the start of the source
