@@ -186,7 +186,9 @@ class Loader:
         _check(lib.dsc_loader_options_init2(ctypes.byref(opts), ctypes.sizeof(opts)))
         opts.servers = servers.encode() if servers else None
         opts.dataset = dataset.encode()
-        opts.batch_size = batch_size
+        # Packed: batch_size is rows; the loader reads documents in batches of at least 256, so
+        # that a packed batch takes a few loader batches, not one per row.
+        opts.batch_size = max(batch_size, 256) if pack is not None else batch_size
         opts.seed = seed
         opts.rank = rank
         opts.world_size = world_size
@@ -251,7 +253,9 @@ class Loader:
         self._packer = None
         if pack is not None:
             try:
-                self._packer = _make_packer(lib, handle, pack, pack_split, pack_rows, caller)
+                self._packer = _make_packer(lib, handle, pack, pack_split,
+                                            batch_size if pack_rows is None else pack_rows,
+                                            caller)
             except Exception:
                 self._destroy()
                 raise
