@@ -127,6 +127,10 @@ for world in (2, 4):
             t.check(got[:len(want)] == want, "world %d rank %d source %s: its first source-epoch"
                     " is its own loader's epoch, in order" % (world, r, NAMES[k]))
             union += got[:len(want)]
+        t.check(all(int(e) == 0 for rb in res for x in rb[:10] for e in
+                    x["source_epoch"][x["source"] == 2]) and
+                any(int(e) == 1 for rb in res for x in rb for e in x["source_epoch"]),
+                "world %d: batch['source_epoch'] counts each source's epochs" % world)
         t.check(sorted(union) == list(range(SIZES[NAMES[k]])),
                 "world %d source %s: each sample exactly once per source-epoch across ranks"
                 % (world, NAMES[k]))
@@ -149,6 +153,56 @@ t.check(all(set(x) == set(y) and all(np.array_equal(x[k], y[k]) for k in x)
             for x, y in zip(want, got)), "resume at step %d: the next 15 batches byte for byte"
         % stop)
 b.close()
+
+# Stop at a random step on 2 ranks, resume on 4 (and on 1): every sample of each source's
+# first source-epoch delivered exactly once over the old and the new ranks (the state of any
+# rank resumes every rank), the values those of the named samples.
+def source_epoch_counts(batches_by_rank):
+    seen = [dict() for _ in NAMES]
+    for rb in batches_by_rank:
+        for x in rb:
+            for s, i in check_batch(x, "world change"):
+                seen[s][i] = seen[s].get(i, 0) + 1
+    return seen
+
+
+W2 = [0.55, 0.3, 0.15]  # 5.5 / 3 / 1.5 samples a step: source batches part-used at a stop
+for new_world in (4, 1, 3):
+    stop = rnd.randrange(2, 15)
+    before, states = [], []
+    for r in range(2):
+        m = mixture(rank=r, world_size=2, sources=sources(W2))
+        before.append([next(m) for _ in range(stop)])
+        states.append(m.state_dict())
+        m.close()
+    t.check(states[0]["dscache_mixture"]["sources"] == states[1]["dscache_mixture"]["sources"],
+            "the mixture state is the same on every rank")
+    skips = [x["skip"] for x in states[0]["dscache_mixture"]["sources"]]
+    after = []
+    for r in range(new_world):
+        m = mixture(rank=r, world_size=new_world, sources=sources(W2))
+        m.load_state_dict(states[0])
+        # Enough steps that each source finishes its first source-epoch on every rank.
+        after.append([next(m) for _ in range(48 // new_world + 4)])
+        m.close()
+    # Each source's first source-epoch (batch["source_epoch"] 0), over the old ranks' batches
+    # and the new ranks': every sample once, but for the loader's padding of a new segment to a
+    # multiple of the world size (docs/order.md): at most new_world - 1 repeats.
+    ok, why = True, []
+    for k in range(3):
+        n = SIZES[NAMES[k]]
+        counts = {}
+        for rb in before + after:
+            for x in rb:
+                for (s, i), e in zip(check_batch(x, "world change"), x["source_epoch"]):
+                    if s == k and e == 0:
+                        counts[i] = counts.get(i, 0) + 1
+        dup = sum(c - 1 for c in counts.values())
+        ok = ok and sorted(counts) == list(range(n)) and dup <= new_world - 1
+        why.append("%s %d of %d, %d repeats" % (NAMES[k], len(counts), n, dup))
+    t.check(ok, "2 ranks -> %d ranks at step %d (skips %s): each source's first epoch exactly "
+            "once (%s)" % (new_world, stop, skips, ", ".join(why)))
+    print("2 -> %d ranks at step %d, skips %s: %s" % (new_world, stop, skips, ", ".join(why)))
 
 # exhausted="stop": the epoch ends when a source runs out (books: 40 samples, 1 a step).
 m = mixture(exhausted="stop")

@@ -102,6 +102,7 @@ class Mixture:
         self._source_field = source_field
         wsum = sum(self.weights)
         self._loaders = []
+        self._make = []  # per source: what its loader was made with (world-size changes)
         try:
             for k, s in enumerate(sources):
                 kw = dict(loader_kw)
@@ -117,6 +118,8 @@ class Mixture:
                 except Error as e:
                     raise type(e)(e.code, "source %r: %s" % (s.dataset, e), e.name) from None
                 self._loaders.append(ld)
+                self._make.append(dict(servers=s.servers or servers, dataset=s.dataset,
+                                       batch_size=share, seed=self.seed + k, indices=True, **kw))
                 if ld.dataset_samples == 0:
                     raise InvalidOption(-22, "source %r is empty (0 samples)" % s.dataset,
                                         "DSC_EINVAL")
@@ -129,6 +132,10 @@ class Mixture:
         self._pending = [None] * len(sources)   # (batch dict, cursor) per source
         self._before = [None] * len(sources)    # the source loader's state before that batch
         self._skip = [0] * len(sources)         # after load_state_dict: samples to skip
+        # After a resume on another world size: the samples of the old ranks' part-used source
+        # batches this rank delivers first ([batch, cursor] pieces), and what they came from.
+        self._extra = [[] for _ in sources]
+        self._carry = [None] * len(sources)
         self._source_epoch = [0] * len(sources)
         self._counts, self._total = [0] * len(sources), 0
         self.epoch, self.step = 0, 0
@@ -181,6 +188,18 @@ class Mixture:
         its source-epoch ends under exhausted='stop' (then sets _stop_next)."""
         pieces = []
         ld = self._loaders[s]
+        while n > 0 and self._extra[s]:
+            p = self._extra[s][0]
+            b, cur = p
+            k = min(n, len(b["__index__"]) - cur)
+            pieces.append((b, cur, cur + k))
+            p[1] = cur + k
+            n -= k
+            self._carry[s]["used"] += k
+            if p[1] >= len(b["__index__"]):
+                self._extra[s].pop(0)
+        if not self._extra[s]:
+            self._carry[s] = None
         while n > 0:
             p = self._pending[s]
             if p is None:
@@ -189,6 +208,7 @@ class Mixture:
                 self._before[s] = ld.state_dict()
                 try:
                     b = self._rows(next(self._iters[s]))
+                    b["__source_epoch__"] = self._source_epoch[s]
                 except StopIteration:
                     self._iters[s] = None
                     self._source_epoch[s] += 1
@@ -313,6 +333,10 @@ class Mixture:
             parts = [b["__index__"][a:e] for s in srcs for b, a, e in got[s]]
             idx = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
             out["__index__"] = idx[perm].astype(np.uint64)
+        ep = np.concatenate([np.full(e - a, b["__source_epoch__"], dtype=np.int64)
+                             for s in srcs for b, a, e in got[s]]) if order else \
+            np.zeros(0, dtype=np.int64)
+        out["source_epoch"] = ep[perm]
         if self._source_field:
             out[self._source_field] = np.asarray([s for s, _ in order], dtype=np.int32)
         return out
@@ -330,7 +354,9 @@ class Mixture:
         batch_size, exhausted), checked by load_state_dict."""
         srcs = []
         for s, ld in enumerate(self._loaders):
-            if self._pending[s] is not None:
+            if self._carry[s] is not None:  # still delivering an old world size's leftovers
+                srcs.append({"state": ld.state_dict(), "skip": 0, "carry": dict(self._carry[s])})
+            elif self._pending[s] is not None:
                 srcs.append({"state": self._before[s], "skip": self._pending[s][1]})
             else:
                 srcs.append({"state": ld.state_dict(), "skip": self._skip[s]})
@@ -339,6 +365,7 @@ class Mixture:
                                     "epoch": self.epoch, "step": self.step,
                                     "stop_next": self._stop_next,
                                     "source_epochs": list(self._source_epoch),
+                                    "world_size": self.world_size, "rank": self.rank,
                                     "sources": srcs}}
 
     def load_state_dict(self, state):
@@ -356,15 +383,67 @@ class Mixture:
             if st["identity"].get(key) != value:
                 raise BadState(-4024, "the state is of another mixture: %s %r, this one %r"
                                % (key, st["identity"].get(key), value), "DSC_EBADSTATE")
+        old_world = int(st.get("world_size", self.world_size))
         for s, ld in enumerate(self._loaders):
-            ld.load_state_dict(st["sources"][s]["state"])
-            self._skip[s] = int(st["sources"][s]["skip"])
+            src = st["sources"][s]
             self._pending[s] = None
             self._iters[s] = None
+            self._extra[s], self._carry[s] = [], None
+            carry = src.get("carry")
+            if carry is not None:
+                if old_world != self.world_size or int(st.get("rank", -1)) != self.rank:
+                    raise BadState(-4024, "the state was saved while rank %s of %d still "
+                                   "delivered the samples left over by a change of world size: "
+                                   "it resumes only that rank of that world size (save again a "
+                                   "few steps later)" % (st.get("rank"), old_world),
+                                   "DSC_EBADSTATE")
+                self._leftovers(s, carry["world"], carry["state"], carry["skip"])
+                drop = int(carry["used"])
+                self._take(s, drop)
+                ld.load_state_dict(src["state"])
+                self._skip[s] = 0
+            elif old_world != self.world_size and int(src["skip"]) > 0:
+                if self._pack is not None:
+                    raise BadState(-4024, "a packed mixture resumes on the world size it was "
+                                   "saved on (%d), not %d" % (old_world, self.world_size),
+                                   "DSC_EBADSTATE")
+                after = self._leftovers(s, old_world, src["state"], int(src["skip"]))
+                ld.load_state_dict(after)
+                self._skip[s] = 0
+            else:
+                ld.load_state_dict(src["state"])
+                self._skip[s] = int(src["skip"])
         self._counts, self._total = list(st["counts"]), int(st["total"])
         self.epoch, self.step = int(st["epoch"]), int(st["step"])
         self._stop_next = bool(st["stop_next"])
         self._source_epoch = list(st["source_epochs"])
+
+    def _leftovers(self, s, old_world, before, skip):
+        """A resume on another world size, source s: every old rank had used `skip` samples of
+        its source batch at `before`. This rank takes the unused rest of the batches of the old
+        ranks r with r % world_size == rank (read again by a loader of that old rank), to
+        deliver first; returns the source loader's state after that batch, from which the
+        loader re-splits the samples not yet delivered over the new ranks (docs/order.md)."""
+        from .loader import Loader
+        after = None
+        for r in range(old_world):
+            mine = r % self.world_size == self.rank
+            if not mine and after is not None:
+                continue
+            tmp = Loader(rank=r, world_size=old_world, ignore_rank_env=True, **self._make[s])
+            try:
+                tmp.load_state_dict(before)
+                b = next(iter(tmp))
+                after = tmp.state_dict()
+            finally:
+                tmp.close()
+            b["__source_epoch__"] = self._source_epoch[s]
+            if mine and skip < len(b["__index__"]):
+                self._extra[s].append([b, skip])
+        self._carry[s] = {"world": old_world, "state": before, "skip": skip, "used": 0}
+        if not self._extra[s]:
+            self._carry[s] = None
+        return after
 
     # -- information --
     def stats(self):
