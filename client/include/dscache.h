@@ -481,6 +481,16 @@ typedef struct dsc_packed_batch {
  * end of the epoch (the following call starts the next one), DSC_EINVAL, or the loader's
  * errors. Not thread-safe per packer. */
 DSC_EXTERN int dsc_packer_next(dsc_packer_t *packer, dsc_packed_batch_t *out);
+/* As dsc_packer_next, but lays the batch straight into the caller's buffers (no copy out of the
+ * packer's): tokens (rows * length values of the field's dtype), position_ids and document_ids
+ * (rows * length int32 each), cu_seqlens (rows * length + rows + 1 int32), segment_index and
+ * segment_start (rows * length + rows int64 each), with rows and length the packer's (the most a
+ * batch can need); out's pointers are then these buffers, which the caller owns. Any NULL
+ * buffer: DSC_EINVAL, nothing consumed. Returns as dsc_packer_next. */
+DSC_EXTERN int dsc_packer_next_into(dsc_packer_t *packer, dsc_packed_batch_t *out, void *tokens,
+                                    int32_t *position_ids, int32_t *document_ids,
+                                    int32_t *cu_seqlens, int64_t *segment_index,
+                                    int64_t *segment_start);
 /* Starts epoch `epoch` from its first document (the loader's set_epoch; drops what is
  * half-packed). Returns 0 or DSC_E*. */
 DSC_EXTERN int dsc_packer_set_epoch(dsc_packer_t *packer, uint64_t epoch);

@@ -385,6 +385,24 @@ DSC_EXTERN int dsc_packer_next(dsc_packer_t *packer, dsc_packed_batch_t *out) {
     return 0;
 }
 
+DSC_EXTERN int dsc_packer_next_into(dsc_packer_t *packer, dsc_packed_batch_t *out, void *tokens,
+                                    int32_t *position_ids, int32_t *document_ids,
+                                    int32_t *cu_seqlens, int64_t *segment_index,
+                                    int64_t *segment_start) {
+    if (packer == NULL || tokens == NULL || position_ids == NULL || document_ids == NULL ||
+        cu_seqlens == NULL || segment_index == NULL || segment_start == NULL)
+        return DSC_EINVAL;
+    dsc_pack_rows_t *p = &packer->rows, own = *p;
+    p->tokens = tokens, p->position_ids = position_ids, p->document_ids = document_ids;
+    p->cu_seqlens = cu_seqlens, p->segment_index = segment_index;
+    p->segment_start = segment_start;
+    int rc = dsc_packer_next(packer, out);
+    p->tokens = own.tokens, p->position_ids = own.position_ids;
+    p->document_ids = own.document_ids, p->cu_seqlens = own.cu_seqlens;
+    p->segment_index = own.segment_index, p->segment_start = own.segment_start;
+    return rc;
+}
+
 DSC_EXTERN int dsc_packer_set_epoch(dsc_packer_t *packer, uint64_t epoch) {
     if (packer == NULL)
         return DSC_EINVAL;

@@ -407,6 +407,8 @@ def _load():
         "dsc_packer_create": (ip, [vp, ctypes.POINTER(_PackOptions), ctypes.POINTER(vp)]),
         "dsc_packer_destroy": (None, [vp]),
         "dsc_packer_next": (ip, [vp, ctypes.POINTER(_PackedBatch)]),
+        "dsc_packer_next_into": (ip, [vp, ctypes.POINTER(_PackedBatch), vp, vp, vp, vp, vp,
+                                      vp]),
         "dsc_packer_set_epoch": (ip, [vp, u64]),
         "dsc_packer_state_save": (ip, [vp, vp, ctypes.c_size_t]),
         "dsc_packer_state_load": (ip, [vp, vp, ctypes.c_size_t]),

@@ -262,6 +262,17 @@ class Loader:
             self._packed = _PackedBatch()
             self._packed.struct_size = ctypes.sizeof(_PackedBatch)
             self._pack_field = next(iter(pack))
+            import numpy as np
+            rows = batch_size if pack_rows is None else pack_rows
+            length = next(iter(pack.values()))
+            self._pack_shape = (rows, length)
+            dtype = dict((n, d) for n, d, _ in self._fields)[self._pack_field]
+            self._pack_dtype = np.dtype(_NP_DTYPES[dtype])
+            # The per-segment arrays, sized for the most a batch can need: reused (their used
+            # part is copied out, a few entries per document).
+            self._pack_cu = np.empty(rows * length + rows + 1, dtype=np.int32)
+            self._pack_si = np.empty(rows * length + rows, dtype=np.int64)
+            self._pack_ss = np.empty(rows * length + rows, dtype=np.int64)
         self._batch = ctypes.c_void_p()
         self._prepare_next()
         self._holds = 0           # batch references alive in Python (_Hold objects)
@@ -435,31 +446,29 @@ class Loader:
         return self._transform(out) if self._transform is not None else out
 
     def _next_packed(self):
-        """The next packed batch (dsc_packer_next), copied out of the packer's buffers."""
+        """The next packed batch: dsc_packer_next_into lays it straight into new numpy arrays
+        (the batch owns them: no copy, no lifetime tied to the loader)."""
         np = self._np
         h = self._h()
         pb = self._packed
-        rc = self._lib.dsc_packer_next(self._packer, ctypes.byref(pb))
+        rows, length = self._pack_shape
+        tok = np.empty((rows, length), dtype=self._pack_dtype)
+        pos = np.empty((rows, length), dtype=np.int32)
+        did = np.empty((rows, length), dtype=np.int32)
+        cu = self._pack_cu
+        si, ss = self._pack_si, self._pack_ss
+        rc = self._lib.dsc_packer_next_into(self._packer, ctypes.byref(pb), tok.ctypes.data,
+                                            pos.ctypes.data, did.ctypes.data, cu.ctypes.data,
+                                            si.ctypes.data, ss.ctypes.data)
         if rc == _EOF:
             raise StopIteration
         _check(rc, h)
-        rows, length, segs = pb.rows, pb.length, pb.segments
-
-        def take(ptr, dtype, shape):
-            count = 1
-            for d in shape:
-                count *= d
-            if not count:
-                return np.zeros(shape, dtype=dtype)
-            nbytes = count * np.dtype(dtype).itemsize
-            buf = (ctypes.c_uint8 * nbytes).from_address(ptr)
-            return np.frombuffer(buf, dtype=dtype).reshape(shape).copy()
-        out = {self._pack_field: take(pb.tokens, _NP_DTYPES[pb.dtype], (rows, length)),
-               "position_ids": take(pb.position_ids, np.int32, (rows, length)),
-               "document_ids": take(pb.document_ids, np.int32, (rows, length)),
-               "cu_seqlens": take(pb.cu_seqlens, np.int32, (segs + 1,)),
-               "segment_index": take(pb.segment_index, np.int64, (segs,)),
-               "segment_start": take(pb.segment_start, np.int64, (segs,))}
+        n, segs = pb.rows, pb.segments
+        if n < rows:  # the epoch's last batch
+            tok, pos, did = tok[:n], pos[:n], did[:n]
+        out = {self._pack_field: tok, "position_ids": pos, "document_ids": did,
+               "cu_seqlens": cu[:segs + 1].copy(), "segment_index": si[:segs].copy(),
+               "segment_start": ss[:segs].copy()}
         if self._torch is not None:
             torch = self._torch
             out = {k: (torch.from_numpy(v.view(np.int16)).view(torch.bfloat16) if pb.dtype == 9
