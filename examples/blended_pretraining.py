@@ -17,7 +17,7 @@ def make_loader():
     return dscache.Loader(
         sources=[dscache.Source("web", weight=0.6),
                  dscache.Source("code", weight=0.3, servers=code_servers),
-                 dscache.Source("books", weight=0.1)],
+                 dscache.Source("books", weight=0.1, repeat=2.0)],  # 2 passes a source-epoch
         servers=servers, batch_size=10, seed=0,
         pack={"input_ids": 2048})       # each source's documents packed into rows of 2048
 

@@ -216,6 +216,52 @@ t.check(len(ep2) == 3 and m.epoch == 1, "stop: the next epoch goes on")
 m.close()
 
 
+# repeat: books twice per source-epoch (each sample exactly twice across 2 ranks), code half
+# (a deterministic half: each rank's first ceil(120 / 2) / 2 = 30 of its pass, then the next
+# source-epoch takes the first 30 of the next loader epoch).
+def repeat_run(rank, resume_at=None):
+    srcs = lambda: [dscache.Source("web", weight=0.6),  # noqa: E731
+                    dscache.Source("code", weight=0.3, servers=code_addr, repeat=0.5),
+                    dscache.Source("books", weight=0.1, repeat=2.0)]
+    m = mixture(sources=srcs(), rank=rank, world_size=2)
+    out = []
+    for step in range(90):
+        if step == resume_at:  # a new loader from the state (inside a part pass of code)
+            state = m.state_dict()
+            m.close()
+            m = mixture(sources=srcs(), rank=rank, world_size=2)
+            m.load_state_dict(state)
+        out.append(next(m))
+    m.close()
+    return out
+
+
+runs = [repeat_run(0), repeat_run(1)]
+resumed = repeat_run(1, resume_at=rnd.randrange(5, 60))
+t.check(all(set(x) == set(y) and all(np.array_equal(x[k], y[k]) for k in x)
+            for x, y in zip(runs[1], resumed)), "repeat: a resume continues byte for byte")
+again = repeat_run(1)
+t.check(all(np.array_equal(x["__index__"], y["__index__"]) for x, y in zip(runs[1], again)),
+        "repeat: deterministic")
+for k, want_epoch0, times in ((2, 40, 2), (1, 60, 1)):
+    counts = {}
+    per_epoch = {}
+    for rb in runs:
+        for x in rb:
+            for (s, i), e in zip(check_batch(x, "repeat"), x["source_epoch"]):
+                if s == k:
+                    per_epoch.setdefault(int(e), {}).setdefault(i, 0)
+                    per_epoch[int(e)][i] += 1
+    e0 = per_epoch.get(0, {})
+    t.check(len(e0) == want_epoch0 and all(c == times for c in e0.values()),
+            "repeat %s: source-epoch 0 holds %d samples %d times each (got %d samples, counts %s)"
+            % (NAMES[k], want_epoch0, times, len(e0), sorted(set(e0.values()))))
+    if k == 1:
+        e1 = per_epoch.get(1, {})
+        t.check(len(e1) == 60 and set(e1.values()) == {1} and set(e1) != set(e0),
+                "repeat 0.5: source-epoch 1 takes 60 samples of the next loader epoch")
+
+
 def refused(what, exc, needles, fn):
     try:
         x = fn()
@@ -230,8 +276,10 @@ refused("weight 0", dscache.InvalidOption, ["books", "weight"],
         lambda: dscache.Source("books", weight=0))
 refused("weight < 0", dscache.InvalidOption, ["web", "weight"],
         lambda: dscache.Source("web", weight=-1))
-refused("repeat", dscache.InvalidOption, ["repeat"],
-        lambda: dscache.Source("web", repeat=2.0))
+refused("repeat 0", dscache.InvalidOption, ["web", "repeat"],
+        lambda: dscache.Source("web", repeat=0))
+refused("repeat < 0", dscache.InvalidOption, ["web", "repeat"],
+        lambda: dscache.Source("web", repeat=-1.5))
 refused("no sources", dscache.InvalidOption, ["sources"], lambda: mixture(sources=[]))
 refused("unreachable source", dscache.Unavailable, ["'code'"],
         lambda: mixture(sources=[dscache.Source("web"), dscache.Source("code",

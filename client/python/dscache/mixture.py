@@ -13,8 +13,11 @@ class Source:
     """One dataset of a mixture: its name as served (dataset), its weight (> 0: its share of
     every batch is weight / sum of weights, to within one sample per step), and optionally its
     own servers, auth_file, replicas, fallback_path and shuffle_window (default: the mixture's).
-    repeat: only 1.0 (up- or down-sampling a source within a source-epoch is not supported
-    yet: InvalidOption otherwise)."""
+    repeat (> 0): passes over the source per source-epoch: 2.0 delivers each sample twice (two
+    of its loader's epochs), 0.5 the first half of each rank's share of one loader epoch (the
+    rest of that loader epoch is skipped; the next source-epoch starts the next loader epoch, in
+    another order), 1.5 one pass and then half of the next; the fraction is
+    round(fraction * ceil(samples / world_size)) samples, at least 1, on every rank."""
 
     def __init__(self, dataset, weight=1.0, servers=None, repeat=1.0, auth_file=None,
                  replicas=None, fallback_path=None, shuffle_window=None):
@@ -29,16 +32,20 @@ class Source:
         if not weight > 0 or weight != weight or weight == float("inf"):
             raise InvalidOption(-22, "Source %r: weight must be > 0 and finite, not %r"
                                 % (dataset, weight), "DSC_EINVAL")
-        if float(repeat) != 1.0:
-            raise InvalidOption(-22, "Source %r: repeat=%r is not supported yet (only 1.0): "
-                                "set the weights to the shares wanted" % (dataset, repeat),
-                                "DSC_EINVAL")
+        try:
+            repeat = float(repeat)
+        except (TypeError, ValueError):
+            repeat = float("nan")
+        if not repeat > 0 or repeat == float("inf"):
+            raise InvalidOption(-22, "Source %r: repeat must be > 0 and finite, not %r"
+                                % (dataset, repeat), "DSC_EINVAL")
+        self.repeat = repeat
         self.dataset, self.weight, self.servers = dataset, weight, servers
         self.auth_file, self.replicas, self.fallback_path = auth_file, replicas, fallback_path
         self.shuffle_window = shuffle_window
 
     def __repr__(self):
-        return "Source(%r, weight=%r)" % (self.dataset, self.weight)
+        return "Source(%r, weight=%r, repeat=%r)" % (self.dataset, self.weight, self.repeat)
 
 
 def quota_picks(counts, weights, total, n):
@@ -124,6 +131,21 @@ class Mixture:
                     raise InvalidOption(-22, "source %r is empty (0 samples)" % s.dataset,
                                         "DSC_EINVAL")
             self.rank, self.world_size = self._loaders[0].rank, self._loaders[0].world_size
+            # repeat: whole passes, and the samples of the last, part pass (per rank).
+            self._full, self._cut = [], []
+            for src, ld in zip(self.sources, self._loaders):
+                full = int(src.repeat)
+                frac = src.repeat - full
+                cut = 0
+                if frac > 0:
+                    if self._pack is not None:
+                        raise InvalidOption(-22, "Source %r: a fractional repeat (%r) is not "
+                                            "supported with pack= (a pass's rows are not known "
+                                            "ahead)" % (src.dataset, src.repeat), "DSC_EINVAL")
+                    share = -(-ld.dataset_samples // self.world_size)
+                    cut = max(1, int(round(frac * share)))
+                self._full.append(full)
+                self._cut.append(cut)
             self._fields = self._agree(fields)
         except BaseException:
             self.close()
@@ -137,6 +159,9 @@ class Mixture:
         self._extra = [[] for _ in sources]
         self._carry = [None] * len(sources)
         self._source_epoch = [0] * len(sources)
+        self._passes = [0] * len(sources)        # whole passes done in the source-epoch
+        self._taken = [0] * len(sources)         # samples taken in the pass under way
+        self._loader_epoch = [0] * len(sources)  # the source loader's epoch
         self._counts, self._total = [0] * len(sources), 0
         self.epoch, self.step = 0, 0
         self._delivered = [0] * len(sources)
@@ -195,12 +220,26 @@ class Mixture:
             pieces.append((b, cur, cur + k))
             p[1] = cur + k
             n -= k
+            self._taken[s] += k
             self._carry[s]["used"] += k
             if p[1] >= len(b["__index__"]):
                 self._extra[s].pop(0)
         if not self._extra[s]:
             self._carry[s] = None
         while n > 0:
+            if self._passes[s] == self._full[s] and self._taken[s] >= self._cut[s]:
+                # The source-epoch's passes are done (repeat): a part pass is cut short, its
+                # loader goes on to its next epoch.
+                if self._taken[s] > 0:
+                    self._pending[s] = None
+                    self._loader_epoch[s] += 1
+                    ld.set_epoch(self._loader_epoch[s])
+                    self._iters[s] = None
+                self._passes[s], self._taken[s] = 0, 0
+                self._source_epoch[s] += 1
+                if self.exhausted == "stop":
+                    self._stop_next = True
+                    return pieces
             p = self._pending[s]
             if p is None:
                 if self._iters[s] is None:
@@ -209,22 +248,24 @@ class Mixture:
                 try:
                     b = self._rows(next(self._iters[s]))
                     b["__source_epoch__"] = self._source_epoch[s]
-                except StopIteration:
+                except StopIteration:  # a pass ends
                     self._iters[s] = None
-                    self._source_epoch[s] += 1
-                    if self.exhausted == "stop":
-                        self._stop_next = True
-                        return pieces
+                    self._loader_epoch[s] += 1
+                    self._passes[s] += 1
+                    self._taken[s] = 0
                     continue
                 p = self._pending[s] = [b, self._skip[s]]
                 self._skip[s] = 0
             b, cur = p
             size = len(b["__index__"])
             k = min(n, size - cur)
+            if self._passes[s] == self._full[s]:  # the part pass: up to its cut
+                k = min(k, self._cut[s] - self._taken[s])
             if k > 0:
                 pieces.append((b, cur, cur + k))
             p[1] = cur + k
             n -= k
+            self._taken[s] += k
             if p[1] >= size:
                 self._pending[s] = None
         return pieces
@@ -344,6 +385,7 @@ class Mixture:
     # -- resume --
     def _identity(self):
         return {"datasets": [s.dataset for s in self.sources], "weights": self.weights,
+                "repeat": [s.repeat for s in self.sources],
                 "seed": self.seed, "batch_size": self.batch_size, "exhausted": self.exhausted,
                 "pack": self._pack}
 
@@ -365,6 +407,8 @@ class Mixture:
                                     "epoch": self.epoch, "step": self.step,
                                     "stop_next": self._stop_next,
                                     "source_epochs": list(self._source_epoch),
+                                    "passes": list(self._passes), "taken": list(self._taken),
+                                    "loader_epochs": list(self._loader_epoch),
                                     "world_size": self.world_size, "rank": self.rank,
                                     "sources": srcs}}
 
@@ -384,6 +428,10 @@ class Mixture:
                 raise BadState(-4024, "the state is of another mixture: %s %r, this one %r"
                                % (key, st["identity"].get(key), value), "DSC_EBADSTATE")
         old_world = int(st.get("world_size", self.world_size))
+        if old_world != self.world_size and any(c for c in self._cut):
+            raise BadState(-4024, "a mixture with a fractional repeat resumes on the world size "
+                           "it was saved on (%d), not %d (a pass's cut depends on it)"
+                           % (old_world, self.world_size), "DSC_EBADSTATE")
         for s, ld in enumerate(self._loaders):
             src = st["sources"][s]
             self._pending[s] = None
@@ -417,6 +465,9 @@ class Mixture:
         self.epoch, self.step = int(st["epoch"]), int(st["step"])
         self._stop_next = bool(st["stop_next"])
         self._source_epoch = list(st["source_epochs"])
+        self._passes = list(st["passes"])
+        self._taken = list(st["taken"])
+        self._loader_epoch = list(st["loader_epochs"])
 
     def _leftovers(self, s, old_world, before, skip):
         """A resume on another world size, source s: every old rank had used `skip` samples of
