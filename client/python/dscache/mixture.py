@@ -97,9 +97,14 @@ class Mixture:
             if bad in loader_kw and loader_kw[bad] not in (None, "local", "cpu"):
                 raise InvalidOption(-22, "%s= is not supported with sources= yet" % bad,
                                     "DSC_EINVAL")
-        if loader_kw.get("output", "numpy") != "numpy":
-            raise InvalidOption(-22, "sources= gives numpy batches only (output='numpy')",
-                                "DSC_EINVAL")
+        output = loader_kw.pop("output", "numpy")
+        if output not in ("numpy", "torch"):
+            raise ValueError("output must be 'numpy' or 'torch'")
+        self._torch = None
+        if output == "torch":  # the batch is gathered in numpy, handed out as torch tensors
+            import torch
+            self._torch = torch
+        self._transform = loader_kw.pop("transform", None)
         names = [s.dataset for s in sources]
         if len(set(names)) != len(names):
             raise InvalidOption(-22, "sources name a dataset twice: %s" % names, "DSC_EINVAL")
@@ -275,8 +280,14 @@ class Mixture:
         if self._pack is None:
             return b
         f = self._pack
+        rows, length = b[f].shape
+        # Each row's segments (the source batch's segment arrays cut at the row ends).
+        row_of = b["cu_seqlens"][:-1] // length
+        cut = np.searchsorted(row_of, np.arange(rows + 1))
+        segs = [(b["segment_index"][cut[r]:cut[r + 1]], b["segment_start"][cut[r]:cut[r + 1]])
+                for r in range(rows)]
         return {f: b[f], "position_ids": b["position_ids"], "document_ids": b["document_ids"],
-                "__index__": np.arange(b[f].shape[0], dtype=np.uint64)}
+                "__segs__": segs, "__index__": np.arange(rows, dtype=np.uint64)}
 
     def _compose_packed(self, rows, out):
         """Packed rows of several sources: the rows stacked, document_ids and cu_seqlens over
@@ -294,6 +305,9 @@ class Mixture:
             .astype(np.int32)
         bounds = np.flatnonzero(start.reshape(-1))
         out["cu_seqlens"] = np.append(bounds, n * length).astype(np.int32)
+        # The same segments as the sources' rows had: their documents and offsets.
+        out["segment_index"] = np.concatenate([b["__segs__"][r][0] for b, r in rows])
+        out["segment_start"] = np.concatenate([b["__segs__"][r][1] for b, r in rows])
 
     def __next__(self):
         if self._stop_next:
@@ -323,7 +337,11 @@ class Mixture:
             self._stop_next = False
             self.epoch, self.step = self.epoch + 1, 0
             raise StopIteration
-        return out
+        if self._torch is not None:
+            torch = self._torch
+            out = {k: torch.from_numpy(v.astype(np.int64) if v.dtype == np.uint64 else v)
+                   for k, v in out.items()}
+        return self._transform(out) if self._transform is not None else out
 
     def _compose(self, got, order):
         """The batch dict: each needed field gathered in `order` ((source, k-th sample of that
@@ -507,6 +525,7 @@ class Mixture:
                                   self._source_epoch):
             st = ld.stats()
             per[src.dataset] = {"samples": n, "wire_bytes": st["wire_bytes"],
+                                "epoch_wire_bytes": st["epoch_wire_bytes"],
                                 "stall_seconds": st["stall_seconds"], "source_epoch": ep,
                                 "bottleneck": st["bottleneck"]}
             total_stall += st["stall_seconds"]
