@@ -417,7 +417,8 @@ DSC_EXTERN int dsc_batch_dlpack_part(dsc_batch_t *batch, uint32_t field, int par
  * document longer than the room left in a row continues at the start of the next row (of the
  * same or the next batch), so every row but the epoch's last is full. Cut: a document that does
  * not fit the room left starts a new row (the rest of the row is padding), and the tokens of a
- * document past `length` are dropped, counted in dsc_pack_stats_t.cut_tokens.
+ * document past `length` are dropped, counted in dsc_pack_stats_t.cut_tokens. The packer's
+ * thread is the loader's only caller of dsc_loader_next while the packer lives.
  *
  * Beside the tokens ([rows, length], the field's dtype) a packed batch has, per token,
  * position_ids (int32, counting from 0 at each segment: a document, or the part of a split
@@ -427,8 +428,9 @@ DSC_EXTERN int dsc_batch_dlpack_part(dsc_batch_t *batch, uint32_t field, int par
  * and every padding run at a row's end is one segment, so that each row end is a boundary) and
  * per segment the dataset index of its document (-1 for padding) and the token offset in the
  * document at which the segment starts: enough to unpack every row into its documents. The
- * loader's other fields are not carried. The packing is a copy of the tokens on next()'s thread,
- * out of the loader's prefetched batches (decoded in its decode threads).
+ * loader's other fields are not carried. The packing is a copy of the tokens out of the loader's
+ * prefetched batches (decoded in its decode threads), on the packer's own thread, `ahead`
+ * batches ahead of next() (which hands out a batch made ahead), unless on_caller_thread.
  *
  * Every document's tokens are handed out exactly once per epoch (split), or its first `length`
  * tokens (cut). The epoch's last batch may have fewer rows; its last row is padded (token 0).
@@ -437,12 +439,17 @@ DSC_EXTERN int dsc_batch_dlpack_part(dsc_batch_t *batch, uint32_t field, int par
 typedef struct dsc_packer dsc_packer_t;
 
 typedef struct dsc_pack_options {
-    size_t struct_size; /* sizeof(dsc_pack_options_t): lets the struct grow */
-    const char *field;  /* the variable-length field to pack: 1-D (e.g. "input_ids", i32[]),
-                           handed out as values + offsets (not padded); copied at create */
-    uint32_t length;    /* tokens per row (>= 1; at most 2^24) */
-    uint32_t rows;      /* rows per packed batch (default 0: the loader's batch_size) */
-    int cut;            /* 0 (default): split long documents across rows; 1: cut them */
+    size_t struct_size;   /* sizeof(dsc_pack_options_t): lets the struct grow */
+    const char *field;    /* the variable-length field to pack: 1-D (e.g. "input_ids", i32[]),
+                             handed out as values + offsets (not padded); copied at create */
+    uint32_t length;      /* tokens per row (>= 1; at most 2^24) */
+    uint32_t rows;        /* rows per packed batch (default 0: the loader's batch_size) */
+    int cut;              /* 0 (default): split long documents across rows; 1: cut them */
+    uint32_t ahead;       /* packed batches made ahead on the packer's own thread, while the
+                             caller works (default 0: 2; at most 64). Memory: ahead + 1 batches of
+                             rows * length * (dtype size + 8) bytes and the segment arrays (up to
+                             rows * (length + 1) * 20 bytes) */
+    int on_caller_thread; /* 1: no thread; next() packs on the caller's thread */
 } dsc_pack_options_t;
 /* Fills the defaults and sets struct_size = size. Returns 0, or DSC_EINVAL (NULL, or size
  * smaller than the first version of the struct). */
@@ -519,7 +526,9 @@ typedef struct dsc_pack_stats {
     uint64_t cut_documents;   /* cut: documents longer than a row, cut to length */
     uint64_t cut_tokens;      /* cut: tokens dropped */
     double efficiency;        /* tokens / slots (0 before any batch) */
-    double pack_seconds; /* next()'s time copying and laying out (not waiting for the loader) */
+    double pack_seconds;      /* time copying and laying out (not waiting for the loader), on the
+                                 packer's thread (or next()'s with on_caller_thread) */
+    double wait_seconds;      /* next()'s time waiting for the packer's thread */
 } dsc_pack_stats_t;
 /* Fills *out. Returns 0 or DSC_EINVAL. */
 DSC_EXTERN int dsc_packer_stats(const dsc_packer_t *packer, dsc_pack_stats_t *out);

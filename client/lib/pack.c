@@ -5,6 +5,7 @@
 #include "pipeline.h"
 #include "shard.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,16 +136,30 @@ uint32_t dsc__pack_rows_finish(dsc_pack_rows_t *p) {
 #define PACK_STATE_HEAD 48 /* magic, version, settings, doc, offset, inner length */
 #define PACK_MAX_LENGTH (1u << 24)
 
+#define PACK_AHEAD_DEFAULT 2
+#define PACK_AHEAD_MAX 64
+
+/* One packed batch made ahead by the packer's thread, with the stream state after it. */
+typedef struct pack_entry {
+    dsc_pack_rows_t rows;
+    dsc_packed_batch_t meta; /* rc 0: the batch (pointers into rows) */
+    int rc;                  /* 0, DSC_EOF or the loader's error */
+    double busy;             /* seconds spent laying it out */
+    uint8_t state[DSC_PACK_STATE_MAX_BYTES];
+    int state_len;
+} pack_entry_t;
+
 struct dsc_packer {
     dsc_loader_t *loader;
     const dsc_logger_t *log;
     char field_name[DSC_MAX_NAME];
     uint32_t field;
     int dtype;
-    dsc_pack_rows_t rows;
-    /* Where the stream stands: the loader batch being read (batch NULL: none held; the next
-     * loader next() gives the batch at inner_state), its documents, the next document in it and
-     * the tokens of that document already handed out. */
+    dsc_pack_rows_t rows; /* packing on next()'s thread: the batch being built */
+    /* The producer's side (next()'s thread, or the packer's thread while it produces). Where
+     * the stream stands: the loader batch being read (batch NULL: none held; the next loader
+     * next() gives the batch at inner_state), its documents, the next document in it and the
+     * tokens of that document already handed out. */
     dsc_batch_t *batch;
     const uint8_t *values;
     const int64_t *offsets;
@@ -157,10 +172,25 @@ struct dsc_packer {
     /* After state_load: documents and tokens of the first loader batch to skip. */
     uint32_t skip_doc;
     uint64_t skip_offset;
-    int at_eof; /* the loader's epoch ended: the next next() returns DSC_EOF */
+    int at_eof; /* the loader's epoch ended: the next batch is DSC_EOF */
     uint64_t epoch, step;
-    dsc_pack_stats_t st;
+    /* The packer's thread (ahead > 0): a ring of ahead + 1 entries, `count` ready from `head`,
+     * and the one before head held by the caller until its next call. Under lock. */
+    uint32_t ahead;
+    pack_entry_t *ring;
+    uint32_t head, count;
+    int thread_started, stop, paused, producing;
+    int error; /* a loader error handed out: every later call returns it */
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    uint8_t state[DSC_PACK_STATE_MAX_BYTES]; /* the state after the last batch handed out */
+    int state_len;
+    dsc_pack_stats_t st; /* under lock with a thread */
 };
+
+static int state_live(const dsc_packer_t *packer, void *buf, size_t cap);
+static void *producer(void *arg);
 
 DSC_EXTERN int dsc_pack_options_init(dsc_pack_options_t *options, size_t size) {
     if (options == NULL || size < sizeof(dsc_pack_options_t))
@@ -236,6 +266,10 @@ DSC_EXTERN int dsc_packer_create(dsc_loader_t *loader, const dsc_pack_options_t 
                                             : "packing does not take the caller's order");
         return DSC_EINVAL;
     }
+    if (options->ahead > PACK_AHEAD_MAX) {
+        DSC_LOG(log, DSC_LOG_ERROR, "pack: ahead %u is over %u", options->ahead, PACK_AHEAD_MAX);
+        return DSC_EINVAL;
+    }
     if (options->length < 1 || options->length > PACK_MAX_LENGTH) {
         DSC_LOG(log, DSC_LOG_ERROR, "pack: length %u for field '%s' is out of range (1 .. %u)",
                 options->length, options->field, PACK_MAX_LENGTH);
@@ -266,6 +300,24 @@ DSC_EXTERN int dsc_packer_create(dsc_loader_t *loader, const dsc_pack_options_t 
     }
     pk->epoch = loader->stats.st.epoch;
     pk->st.struct_size = sizeof pk->st;
+    pk->state_len = state_live(pk, pk->state, sizeof pk->state);
+    pthread_mutex_init(&pk->lock, NULL);
+    pthread_cond_init(&pk->cv, NULL);
+    if (!options->on_caller_thread) {
+        pk->ahead = options->ahead ? options->ahead : PACK_AHEAD_DEFAULT;
+        pk->ring = calloc(pk->ahead + 1, sizeof *pk->ring);
+        rc = pk->ring ? 0 : DSC_ENOMEM;
+        for (uint32_t i = 0; rc == 0 && i <= pk->ahead; i++)
+            rc = dsc__pack_rows_init(&pk->ring[i].rows, rows, options->length,
+                                     (uint32_t)dsc_dtype_size(info.dtype), options->cut);
+        if (rc == 0 && pthread_create(&pk->thread, NULL, producer, pk) != 0)
+            rc = DSC_ENOMEM;
+        if (rc < 0) {
+            dsc_packer_destroy(pk);
+            return rc;
+        }
+        pk->thread_started = 1;
+    }
     *out = pk;
     return 0;
 }
@@ -273,6 +325,19 @@ DSC_EXTERN int dsc_packer_create(dsc_loader_t *loader, const dsc_pack_options_t 
 DSC_EXTERN void dsc_packer_destroy(dsc_packer_t *packer) {
     if (packer == NULL)
         return;
+    if (packer->thread_started) {
+        pthread_mutex_lock(&packer->lock);
+        packer->stop = 1;
+        pthread_cond_broadcast(&packer->cv);
+        pthread_mutex_unlock(&packer->lock);
+        pthread_join(packer->thread, NULL);
+    }
+    if (packer->ring != NULL)
+        for (uint32_t i = 0; i <= packer->ahead; i++)
+            dsc__pack_rows_free(&packer->ring[i].rows);
+    free(packer->ring);
+    pthread_mutex_destroy(&packer->lock);
+    pthread_cond_destroy(&packer->cv);
     dsc__pack_rows_free(&packer->rows);
     free(packer);
 }
@@ -312,18 +377,17 @@ static int drop_loader_batch(dsc_packer_t *pk) {
     return save_inner(pk);
 }
 
-DSC_EXTERN int dsc_packer_next(dsc_packer_t *packer, dsc_packed_batch_t *out) {
-    if (packer == NULL || out == NULL || out->struct_size < sizeof *out)
-        return DSC_EINVAL;
-    dsc_packer_t *pk = packer;
-    dsc_pack_rows_t *p = &pk->rows;
+/* Makes the next packed batch into p (the producer's side of the stream): fills out (pointers
+ * into p) and *busy (seconds laying it out). Returns 0, DSC_EOF (the epoch ended; the next call
+ * starts the next one) or the loader's error. */
+static int produce(dsc_packer_t *pk, dsc_pack_rows_t *p, dsc_packed_batch_t *out, double *busy) {
+    *busy = 0;
+    dsc__pack_rows_reset(p);
     if (pk->at_eof) { /* the epoch ended with the last batch: say so, then go on to the next */
         pk->at_eof = 0;
         pk->epoch++, pk->step = 0;
         return DSC_EOF;
     }
-    dsc__pack_rows_reset(p);
-    double busy = 0;
     while (!dsc__pack_rows_full(p)) {
         if (pk->batch == NULL) {
             int rc = next_loader_batch(pk);
@@ -349,7 +413,7 @@ DSC_EXTERN int dsc_packer_next(dsc_packer_t *packer, dsc_packed_batch_t *out) {
                 break;
             pk->doc++, pk->offset = 0;
         }
-        busy += now_seconds() - t0;
+        *busy += now_seconds() - t0;
         if (pk->doc >= pk->batch_docs) {
             int rc = drop_loader_batch(pk);
             if (rc < 0)
@@ -357,15 +421,6 @@ DSC_EXTERN int dsc_packer_next(dsc_packer_t *packer, dsc_packed_batch_t *out) {
         }
     }
     uint32_t rows = dsc__pack_rows_finish(p);
-    pk->st.batches++;
-    pk->st.rows += rows;
-    pk->st.slots += (uint64_t)rows * p->length;
-    pk->st.tokens += p->tokens_used;
-    pk->st.documents += p->documents;
-    pk->st.split_documents += p->split_documents;
-    pk->st.cut_documents += p->cut_documents;
-    pk->st.cut_tokens += p->cut_tokens;
-    pk->st.pack_seconds += busy;
     if (p->cut_documents > 0)
         DSC_LOG(pk->log, DSC_LOG_INFO, "pack: %llu document(s) of field '%s' cut to %u tokens",
                 (unsigned long long)p->cut_documents, pk->field_name, p->length);
@@ -385,13 +440,148 @@ DSC_EXTERN int dsc_packer_next(dsc_packer_t *packer, dsc_packed_batch_t *out) {
     return 0;
 }
 
+/* Counts a batch handed out (under lock with a thread). */
+static void count_batch(dsc_packer_t *pk, const dsc_pack_rows_t *p, uint32_t rows, double busy) {
+    pk->st.batches++;
+    pk->st.rows += rows;
+    pk->st.slots += (uint64_t)rows * p->length;
+    pk->st.tokens += p->tokens_used;
+    pk->st.documents += p->documents;
+    pk->st.split_documents += p->split_documents;
+    pk->st.cut_documents += p->cut_documents;
+    pk->st.cut_tokens += p->cut_tokens;
+    pk->st.pack_seconds += busy;
+}
+
+/* The packer's thread: keeps `ahead` packed batches ready, each with the state after it. */
+static void *producer(void *arg) {
+    dsc_packer_t *pk = arg;
+    pthread_mutex_lock(&pk->lock);
+    for (;;) {
+        while (!pk->stop && (pk->paused || pk->error || pk->count >= pk->ahead))
+            pthread_cond_wait(&pk->cv, &pk->lock);
+        if (pk->stop)
+            break;
+        pack_entry_t *e = &pk->ring[(pk->head + pk->count) % (pk->ahead + 1)];
+        pk->producing = 1;
+        pthread_mutex_unlock(&pk->lock);
+        memset(&e->meta, 0, sizeof e->meta);
+        e->meta.struct_size = sizeof e->meta;
+        e->rc = produce(pk, &e->rows, &e->meta, &e->busy);
+        e->state_len = state_live(pk, e->state, sizeof e->state);
+        pthread_mutex_lock(&pk->lock);
+        pk->producing = 0;
+        pk->count++;
+        if (e->rc < 0 && e->rc != DSC_EOF)
+            pk->error = e->rc; /* stop producing: the loader failed */
+        pthread_cond_broadcast(&pk->cv);
+    }
+    pthread_mutex_unlock(&pk->lock);
+    return NULL;
+}
+
+/* With a thread: the next ready entry (waiting for it; the wait is counted), now held by the
+ * caller; its state becomes the packer's. Returns the entry's rc. */
+static int take(dsc_packer_t *pk, pack_entry_t **out) {
+    pthread_mutex_lock(&pk->lock);
+    double t0 = now_seconds();
+    while (pk->count == 0)
+        pthread_cond_wait(&pk->cv, &pk->lock);
+    pk->st.wait_seconds += now_seconds() - t0;
+    pack_entry_t *e = &pk->ring[pk->head];
+    pk->head = (pk->head + 1) % (pk->ahead + 1);
+    pk->count--;
+    if (e->rc == 0 || e->rc == DSC_EOF) {
+        memcpy(pk->state, e->state, (size_t)e->state_len);
+        pk->state_len = e->state_len;
+    }
+    if (e->rc == 0)
+        count_batch(pk, &e->rows, e->meta.rows, e->busy);
+    pthread_cond_broadcast(&pk->cv);
+    pthread_mutex_unlock(&pk->lock);
+    *out = e;
+    return e->rc;
+}
+
+/* Stops the packer's thread between batches (it finishes the one under way). */
+static void pause_producer(dsc_packer_t *pk) {
+    if (!pk->thread_started)
+        return;
+    pthread_mutex_lock(&pk->lock);
+    pk->paused = 1;
+    while (pk->producing)
+        pthread_cond_wait(&pk->cv, &pk->lock);
+    pthread_mutex_unlock(&pk->lock);
+}
+
+/* Drops what was made ahead and lets the thread go on from the producer's state now. */
+static void resume_producer(dsc_packer_t *pk) {
+    int len = state_live(pk, pk->state, sizeof pk->state);
+    pthread_mutex_lock(&pk->lock);
+    pk->state_len = len;
+    if (pk->thread_started) {
+        pk->head = pk->count = 0;
+        pk->error = 0;
+        pk->paused = 0;
+        pthread_cond_broadcast(&pk->cv);
+    }
+    pthread_mutex_unlock(&pk->lock);
+}
+
+DSC_EXTERN int dsc_packer_next(dsc_packer_t *packer, dsc_packed_batch_t *out) {
+    if (packer == NULL || out == NULL || out->struct_size < sizeof *out)
+        return DSC_EINVAL;
+    dsc_packer_t *pk = packer;
+    if (pk->error)
+        return pk->error;
+    if (pk->thread_started) {
+        pack_entry_t *e;
+        int rc = take(pk, &e);
+        if (rc < 0)
+            return rc;
+        size_t size = out->struct_size;
+        *out = e->meta;
+        out->struct_size = size;
+        return 0;
+    }
+    double busy;
+    size_t size = out->struct_size;
+    int rc = produce(pk, &pk->rows, out, &busy);
+    out->struct_size = size;
+    if (rc == 0)
+        count_batch(pk, &pk->rows, out->rows, busy);
+    if (rc == 0 || rc == DSC_EOF)
+        pk->state_len = state_live(pk, pk->state, sizeof pk->state);
+    else
+        pk->error = rc;
+    return rc;
+}
+
 DSC_EXTERN int dsc_packer_next_into(dsc_packer_t *packer, dsc_packed_batch_t *out, void *tokens,
                                     int32_t *position_ids, int32_t *document_ids,
                                     int32_t *cu_seqlens, int64_t *segment_index,
                                     int64_t *segment_start) {
-    if (packer == NULL || tokens == NULL || position_ids == NULL || document_ids == NULL ||
-        cu_seqlens == NULL || segment_index == NULL || segment_start == NULL)
+    if (packer == NULL || out == NULL || out->struct_size < sizeof *out || tokens == NULL ||
+        position_ids == NULL || document_ids == NULL || cu_seqlens == NULL ||
+        segment_index == NULL || segment_start == NULL)
         return DSC_EINVAL;
+    if (packer->thread_started) { /* copy the batch made ahead */
+        int rc = dsc_packer_next(packer, out);
+        if (rc < 0)
+            return rc;
+        size_t n = (size_t)out->rows * out->length, segs = out->segments;
+        memcpy(tokens, out->tokens, n * packer->rows.elem);
+        memcpy(position_ids, out->position_ids, n * sizeof(int32_t));
+        memcpy(document_ids, out->document_ids, n * sizeof(int32_t));
+        memcpy(cu_seqlens, out->cu_seqlens, (segs + 1) * sizeof(int32_t));
+        memcpy(segment_index, out->segment_index, segs * sizeof(int64_t));
+        memcpy(segment_start, out->segment_start, segs * sizeof(int64_t));
+        out->tokens = tokens, out->position_ids = position_ids;
+        out->document_ids = document_ids, out->cu_seqlens = cu_seqlens;
+        out->segment_index = segment_index, out->segment_start = segment_start;
+        return 0;
+    }
+    /* On next()'s thread: laid straight into the caller's buffers. */
     dsc_pack_rows_t *p = &packer->rows, own = *p;
     p->tokens = tokens, p->position_ids = position_ids, p->document_ids = document_ids;
     p->cu_seqlens = cu_seqlens, p->segment_index = segment_index;
@@ -406,16 +596,21 @@ DSC_EXTERN int dsc_packer_next_into(dsc_packer_t *packer, dsc_packed_batch_t *ou
 DSC_EXTERN int dsc_packer_set_epoch(dsc_packer_t *packer, uint64_t epoch) {
     if (packer == NULL)
         return DSC_EINVAL;
+    pause_producer(packer);
     if (packer->batch != NULL)
         dsc_batch_release(packer->batch);
     packer->batch = NULL;
     packer->doc = 0, packer->offset = 0, packer->skip_doc = 0, packer->skip_offset = 0;
     packer->at_eof = 0;
     int rc = dsc_loader_set_epoch(packer->loader, epoch);
-    if (rc < 0)
-        return rc;
-    packer->epoch = epoch, packer->step = 0;
-    return save_inner(packer);
+    if (rc == 0) {
+        packer->epoch = epoch, packer->step = 0;
+        rc = save_inner(packer);
+    }
+    if (rc == 0)
+        packer->error = 0;
+    resume_producer(packer);
+    return rc;
 }
 
 static void put_u32(uint8_t *p, uint32_t v) {
@@ -444,6 +639,18 @@ static uint64_t get_u64(const uint8_t *p) {
 DSC_EXTERN int dsc_packer_state_save(const dsc_packer_t *packer, void *buf, size_t cap) {
     if (packer == NULL || (buf == NULL && cap > 0))
         return DSC_EINVAL;
+    dsc_packer_t *pk = (dsc_packer_t *)packer;
+    pthread_mutex_lock(&pk->lock);
+    int need = pk->state_len;
+    if (need > 0 && cap >= (size_t)need)
+        memcpy(buf, pk->state, (size_t)need);
+    pthread_mutex_unlock(&pk->lock);
+    return need;
+}
+
+/* The producer's side of the stream as a state (the point after the last batch made). Returns
+ * the bytes written, or the bytes needed when cap is too small. */
+static int state_live(const dsc_packer_t *packer, void *buf, size_t cap) {
     size_t need = PACK_STATE_HEAD + packer->inner_len + 8;
     if (cap < need)
         return (int)need;
@@ -502,9 +709,12 @@ DSC_EXTERN int dsc_packer_state_load(dsc_packer_t *packer, const void *buf, size
                     what, (unsigned long long)saved, (unsigned long long)here);
         return DSC_EBADSTATE;
     }
+    pause_producer(packer);
     int rc = dsc_loader_state_load(packer->loader, p + PACK_STATE_HEAD, inner_len);
-    if (rc < 0)
+    if (rc < 0) {
+        resume_producer(packer);
         return rc;
+    }
     if (packer->batch != NULL) /* the loader's state_load dropped its reference already */
         packer->batch = NULL;
     memcpy(packer->inner_state, p + PACK_STATE_HEAD, inner_len);
@@ -516,13 +726,18 @@ DSC_EXTERN int dsc_packer_state_load(dsc_packer_t *packer, const void *buf, size
     packer->at_eof = step == UINT64_MAX;
     packer->step = packer->at_eof ? 0 : step;
     packer->epoch = packer->loader->stats.st.epoch;
+    packer->error = 0;
+    resume_producer(packer);
     return 0;
 }
 
 DSC_EXTERN int dsc_packer_stats(const dsc_packer_t *packer, dsc_pack_stats_t *out) {
     if (packer == NULL || out == NULL || out->struct_size < sizeof *out)
         return DSC_EINVAL;
+    dsc_packer_t *pk = (dsc_packer_t *)packer;
+    pthread_mutex_lock(&pk->lock);
     dsc_pack_stats_t st = packer->st;
+    pthread_mutex_unlock(&pk->lock);
     st.struct_size = out->struct_size;
     st.efficiency = st.slots ? (double)st.tokens / (double)st.slots : 0.0;
     *out = st;

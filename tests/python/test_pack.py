@@ -99,6 +99,15 @@ t.check(not np.array_equal(epoch0[0]["input_ids"], epoch1[0]["input_ids"]),
         "epoch 1 is in another order")
 ld.close()
 
+# Packed on the caller's thread (pack_ahead=0) and 5 ahead: the same batches.
+for ahead in (0, 5):
+    other = loader(pack_ahead=ahead)
+    same = list(other)
+    t.check(len(same) == len(epoch0) and all(all(np.array_equal(x[k], y[k]) for k in x)
+                                            for x, y in zip(epoch0, same)),
+            "pack_ahead=%d: the same batches" % ahead)
+    other.close()
+
 # Two ranks: each document once across them.
 seen = {}
 for rank in range(2):
@@ -114,7 +123,7 @@ ref = loader()
 batches = list(ref)
 cut_at = next(k for k in range(1, len(batches)) if batches[k]["segment_start"][0] > 0)
 ref.close()
-a = loader()
+a = loader(pack_ahead=0 if cut_at % 2 else 3)
 for _ in range(cut_at):
     next(a)
 state = a.state_dict()
@@ -160,6 +169,8 @@ refused("pack length -1", dscache.InvalidOption, "length", pack={"input_ids": -1
 refused("pack on a padded field", dscache.InvalidOption, "padded", pad={"input_ids": 0})
 refused("two pack fields", TypeError, "one field", pack={"input_ids": 8, "label": 8})
 refused("pack_rows 0", dscache.InvalidOption, "pack_rows", pack_rows=0)
+refused("pack_ahead -1", dscache.InvalidOption, "pack_ahead", pack_ahead=-1)
+refused("pack_ahead 65", dscache.InvalidOption, "ahead 65", pack_ahead=65)
 
 # States of another kind or other pack settings are refused, not resumed into another stream.
 plain = dscache.Loader(servers=addr, dataset="docs", batch_size=ROWS, seed=3, shuffle_window=64)

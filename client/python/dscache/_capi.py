@@ -235,6 +235,8 @@ class _PackOptions(ctypes.Structure):  # dsc_pack_options_t
         ("length", ctypes.c_uint32),
         ("rows", ctypes.c_uint32),
         ("cut", ctypes.c_int),
+        ("ahead", ctypes.c_uint32),
+        ("on_caller_thread", ctypes.c_int),
     ]
 
 
@@ -269,6 +271,7 @@ _PACK_STAT_FIELDS = [
     ("cut_tokens", ctypes.c_uint64),
     ("efficiency", ctypes.c_double),
     ("pack_seconds", ctypes.c_double),
+    ("wait_seconds", ctypes.c_double),
 ]
 
 

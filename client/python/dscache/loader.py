@@ -117,8 +117,9 @@ class Loader:
     batch["segment_start"] (int64 [segments]: the document's dataset index, -1 for padding, and
     the offset in it of the segment's first token). A document longer than the room left
     continues in the next row; pack_split=False starts it in a new row and cuts it at L tokens
-    (counted in stats()["pack"]["cut_tokens"]). Other fields are dropped. state_dict() resumes
-    mid-document. len() is not known ahead (TypeError).
+    (counted in stats()["pack"]["cut_tokens"]). Other fields are dropped. The rows are packed on
+    the packer's own C thread, pack_ahead batches ahead (default 2; 0: on the iterating
+    thread). state_dict() resumes mid-document. len() is not known ahead (TypeError).
     """
 
     def __new__(cls, *args, sources=None, **kw):
@@ -140,7 +141,8 @@ class Loader:
                  auth_file=None, order="local", job=None,
                  report_seconds=None, transport=None, pad=None, max_len=None, max_bytes=None,
                  decode=None, on_decode_error="raise", ignore_rank_env=False, epochs=None,
-                 order_ahead=None, pack=None, pack_split=True, pack_rows=None, sources=None):
+                 order_ahead=None, pack=None, pack_split=True, pack_rows=None, pack_ahead=None,
+                 sources=None):
         lib = _load()
         self._lib = lib
         self._handle = None
@@ -255,7 +257,7 @@ class Loader:
             try:
                 self._packer = _make_packer(lib, handle, pack, pack_split,
                                             batch_size if pack_rows is None else pack_rows,
-                                            caller)
+                                            caller, pack_ahead)
             except Exception:
                 self._destroy()
                 raise
@@ -763,7 +765,7 @@ class Loader:
         return buf.value.decode()
 
 
-def _make_packer(lib, handle, pack, split, rows, caller):
+def _make_packer(lib, handle, pack, split, rows, caller, ahead=None):
     """The packer (dsc_packer_create) for pack={field: length}; the library names what it
     refuses (a fixed-shape field, a padded one, ...)."""
     if not isinstance(pack, dict) or len(pack) != 1:
@@ -784,6 +786,12 @@ def _make_packer(lib, handle, pack, split, rows, caller):
     po.length = length
     po.rows = rows or 0
     po.cut = 0 if split else 1
+    if ahead is not None:
+        if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0:
+            raise InvalidOption(-22, "pack_ahead must be an int >= 0, not %r" % (ahead,),
+                                "DSC_EINVAL")
+        po.ahead = ahead
+        po.on_caller_thread = 1 if ahead == 0 else 0
     packer = ctypes.c_void_p()
     _check(lib.dsc_packer_create(handle, ctypes.byref(po), ctypes.byref(packer)), handle)
     return packer
