@@ -164,11 +164,20 @@ try:
         res["pack"].append((t1, t2))
         res["pack_np"].append((t3, t2))
         res["stall"].append((stall(single, 200, 0.002), stall(mix, 200, 0.002)))
+        res.setdefault("pstall", []).append((
+            stall(lambda: dscache.Loader(servers=addr, dataset="all", batch_size=64, seed=0),
+                  100, 0.004),
+            stall(packed, 100, 0.004),
+            stall(lambda: dscache.Loader(servers=addr, dataset="all", batch_size=16, seed=0,
+                                         pack={"input_ids": 4096}, pack_ahead=0), 100, 0.004)))
         print("round %d: single %.0f samples/s, mixture %.0f; values+offsets %.2fM tokens/s, "
               "packed %.2fM, numpy packing %.2fM" % (r, s1, s2, t1 / 1e6, t2 / 1e6, t3 / 1e6))
     print("stall at a fixed step (2 ms of compute, batch 64): single %.1f%%, mixture %.1f%% "
           "(medians)" % (100 * statistics.median(a for a, _ in res["stall"]),
                          100 * statistics.median(b for _, b in res["stall"])))
+    print("stall at a fixed step (4 ms): values+offsets %.1f%%, packed on the packer's thread "
+          "%.1f%%, packed on the caller's thread %.1f%% (medians)"
+          % tuple(100 * statistics.median(x[i] for x in res["pstall"]) for i in range(3)))
     print()
     print("| comparison | baseline | candidate | median ratio |")
     print("|---|---|---|---|")
