@@ -609,6 +609,83 @@ DSC_EXTERN int dsc_loader_stats(const dsc_loader_t *loader, dsc_stats_t *out);
  * length written (without NUL), or the length needed when cap is too small. Thread-safe. */
 DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, size_t cap);
 
+/* ---- Mixtures: a weighted blend of datasets (docs/mixtures.md) ------------------------------
+ * A mixture reads several datasets ("sources"), each through its own loader (its own servers,
+ * credentials, replicas, order, shuffle window, rank split and epochs: each source's samples
+ * are delivered exactly once per source-epoch across all ranks), and composes batches of
+ * batch_size samples by the quota method: the mixture's samples are numbered 1, 2, ... across
+ * steps, and sample n goes to the source whose quota n * w / W (W the sum of the weights) most
+ * exceeds the samples it already has (the lower index on a tie). Every source stays within one
+ * sample of its quota after every sample; the composition is a pure function of (weights,
+ * batch_size, step), the same on every rank. A source that ends its epoch starts its next one
+ * (exhausted "wrap"). The Python binding (dscache.Loader(sources=...)) has its own composition
+ * with the same rule and more (repeat, "stop", packing, resume onto another world size). */
+typedef struct dsc_mixture dsc_mixture_t;
+
+typedef struct dsc_source_options {
+    size_t struct_size;        /* sizeof(dsc_source_options_t): lets the struct grow */
+    const char *dataset;       /* the source's dataset name as served */
+    double weight;             /* > 0 and finite: its share of every batch is weight / W */
+    const char *servers;       /* NULL: the mixture's (dsc_loader_options_t.servers) */
+    const char *auth_file;     /* NULL: the mixture's */
+    uint32_t replicas;         /* 0: the mixture's */
+    const char *fallback_path; /* NULL: none (the mixture's fallback_path is not used: it names
+                                  one dataset's directory) */
+    uint32_t shuffle_window;   /* 0: the mixture's */
+} dsc_source_options_t;
+/* Fills the defaults (weight 1) and sets struct_size = size. Returns 0, or DSC_EINVAL. */
+DSC_EXTERN int dsc_source_options_init(dsc_source_options_t *options, size_t size);
+
+/* Creates one loader per source from `common` (its dataset ignored; batch_size is the mixture's
+ * batch; each source's loader gets seed + k for the k-th source and a batch of its share,
+ * rounded up) and the `count` sources (read with the stride of the first's struct_size). The
+ * batch holds the `field_count` fields named in `fields` (NULL: every field of the first
+ * source), which every source must have with the same dtype and shape; sources may have more.
+ * Returns 0 and *out, or DSC_EINVAL (no sources, more than 64, a weight not > 0 and finite, a
+ * dataset named twice, a source lacking a needed field or defining it otherwise: the log names
+ * the source, the field and both definitions; common->order other than local, a device, a
+ * padded or image-decoded needed field), a source loader's own create error (the log names the
+ * source first: DSC_EUNAVAIL, DSC_ENOTFOUND, ...), DSC_ENOMEM. */
+DSC_EXTERN int dsc_mixture_create(const dsc_loader_options_t *common,
+                                  const dsc_source_options_t *sources, uint32_t count,
+                                  const char *const *fields, uint32_t field_count,
+                                  dsc_mixture_t **out);
+/* Frees the mixture and its sources' loaders. NULL is a no-op. */
+DSC_EXTERN void dsc_mixture_destroy(dsc_mixture_t *mixture);
+
+/* One composed batch: pointers into the mixture's buffers, valid until the next call. */
+typedef struct dsc_mixture_batch {
+    size_t struct_size;           /* set by the caller to sizeof(dsc_mixture_batch_t) */
+    uint64_t step;                /* 0-based step since create (or since the state loaded) */
+    uint32_t samples;             /* batch_size */
+    const int32_t *source;        /* [samples]: each sample's source index */
+    const uint64_t *indices;      /* [samples]: each sample's index in its own dataset */
+    const uint64_t *source_epoch; /* [samples]: the source-epoch each sample belongs to */
+} dsc_mixture_batch_t;
+/* Composes the next batch (fetching the sources' batches as needed; their stall counts as
+ * theirs). Returns 0, DSC_EINVAL, or a source loader's error (the log names the source). Not
+ * thread-safe per mixture. */
+DSC_EXTERN int dsc_mixture_next(dsc_mixture_t *mixture, dsc_mixture_batch_t *out);
+/* Needed field f (0 .. field_count - 1) of the last batch, as dsc_batch_field_view gives one
+ * (DSC_FIELD_FIXED: values [B, ...]; DSC_FIELD_VALUES: values and B + 1 offsets), in the
+ * mixture's buffers (valid until the next call). Returns 0, DSC_ERANGE or DSC_EINVAL (no batch
+ * yet, NULL, struct_size too small). */
+DSC_EXTERN int dsc_mixture_field_view(const dsc_mixture_t *mixture, uint32_t field,
+                                      dsc_field_view_t *out);
+/* Per source k: samples handed out, and its loader's statistics (out->struct_size set). Returns
+ * 0, DSC_ERANGE or DSC_EINVAL. */
+DSC_EXTERN int dsc_mixture_source_stats(const dsc_mixture_t *mixture, uint32_t source,
+                                        uint64_t *samples, dsc_stats_t *out);
+
+/* Mixture state for resume: per source, its loader's state at the start of its batch being read
+ * and the samples of it used, the quota counters and the step, with a checksum of what the
+ * composition depends on (datasets, weights, seed, batch_size, fields). Resumes on the same
+ * world size (the Python binding also resumes onto another). save returns the bytes written, or
+ * the bytes needed when cap is too small; load returns 0, DSC_EINVAL, or DSC_EBADSTATE (damaged,
+ * not a mixture state, another mixture: the log says which, or a source loader's refusal). */
+DSC_EXTERN int dsc_mixture_state_save(const dsc_mixture_t *mixture, void *buf, size_t cap);
+DSC_EXTERN int dsc_mixture_state_load(dsc_mixture_t *mixture, const void *buf, size_t len);
+
 /* ---- Reader: random access by sample index -------------------------------------------------
  * Map-style access for trainers that own the order (a torch sampler, Megatron's sample index,
  * evaluation of chosen samples): the caller names the dataset-wide sample indices of a batch and

@@ -25,7 +25,9 @@ static void on_log(void *ctx, int level, const char *message) {
         snprintf(last_log, sizeof last_log, "%s", message);
 }
 
-static int32_t token(uint64_t doc, uint64_t k) { return (int32_t)(doc * 10007u + k); }
+static int32_t token(uint64_t doc, uint64_t k) {
+    return (int32_t)(doc * 10007u + k);
+}
 
 static void write_dataset(void) {
     snprintf(dir, sizeof dir, "/tmp/dsc-pack-loader-%d", (int)getpid());
