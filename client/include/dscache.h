@@ -663,8 +663,8 @@ typedef struct dsc_mixture_batch {
     const uint64_t *source_epoch; /* [samples]: the source-epoch each sample belongs to */
 } dsc_mixture_batch_t;
 /* Composes the next batch (fetching the sources' batches as needed; their stall counts as
- * theirs). Returns 0, DSC_EINVAL, or a source loader's error (the log names the source). Not
- * thread-safe per mixture. */
+ * theirs). Returns 0, DSC_EOF (a source has no epoch left: common.epochs reached), DSC_EINVAL,
+ * or a source loader's error (the log names the source). Not thread-safe per mixture. */
 DSC_EXTERN int dsc_mixture_next(dsc_mixture_t *mixture, dsc_mixture_batch_t *out);
 /* Needed field f (0 .. field_count - 1) of the last batch, as dsc_batch_field_view gives one
  * (DSC_FIELD_FIXED: values [B, ...]; DSC_FIELD_VALUES: values and B + 1 offsets), in the

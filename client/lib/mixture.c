@@ -302,6 +302,7 @@ static uint32_t quota_pick(const dsc_mixture_t *m, uint64_t total) {
 /* Makes sure source k has a batch with an unused sample. Returns 0 or a loader error. */
 static int source_ready(dsc_mixture_t *m, uint32_t k) {
     mix_source_t *s = &m->src[k];
+    int ends = 0; /* epoch ends in a row without a batch: the loader has no epoch left */
     while (s->current == NULL || s->cursor >= s->current_samples) {
         if (s->current != NULL) {
             dsc_batch_release(s->current);
@@ -313,6 +314,11 @@ static int source_ready(dsc_mixture_t *m, uint32_t k) {
         dsc_batch_t *b = NULL;
         int rc = dsc_loader_next(s->loader, &b);
         if (rc == DSC_EOF) { /* wrap: its next epoch */
+            if (++ends > 1) {
+                DSC_LOG(&m->log, DSC_LOG_INFO, "mixture: source '%s' has no epoch left (epochs)",
+                        s->dataset);
+                return DSC_EOF;
+            }
             s->epoch++;
             continue;
         }

@@ -321,6 +321,14 @@ except ImportError:
     print("torch missing: output='torch' not checked")
 
 
+# epochs=1: the mixture ends when a source has no epoch left (books: 40 samples at 1 a step),
+# instead of waiting on it for ever.
+m = mixture(epochs=1)
+n = sum(1 for _ in m)
+t.check(40 <= n <= 41 and sum(1 for _ in m) == 0, "epochs=1: the mixture ends (%d steps)" % n)
+m.close()
+
+
 def refused(what, exc, needles, fn):
     try:
         x = fn()

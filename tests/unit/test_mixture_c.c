@@ -16,6 +16,7 @@ static const uint64_t sizes[3] = {240, 120, 40};
 static const double weights[3] = {0.55, 0.3, 0.15};
 static char root[256], dirs[4][300];
 static char last_log[1024];
+static uint64_t g_epochs; /* dsc_loader_options_t.epochs of the next make() */
 
 static void on_log(void *ctx, int level, const char *message) {
     (void)ctx;
@@ -67,6 +68,7 @@ static int make(uint32_t rank, uint32_t world, const double *w, const char *cons
     o.rank = rank, o.world_size = world;
     o.ignore_rank_env = 1;
     o.shuffle_window = 16;
+    o.epochs = g_epochs;
     o.log_fn = on_log;
     o.log_level = DSC_LOG_WARN;
     dsc_source_options_t so[3];
@@ -199,6 +201,23 @@ int main(void) {
         state[n - 1] ^= 1;
         CHECK_EQ_INT(dsc_mixture_state_load(b, state, (size_t)n), DSC_EBADSTATE);
         dsc_mixture_destroy(b);
+    }
+
+    /* epochs 1: the mixture ends (DSC_EOF) when a source has no epoch left; books (40 samples,
+     * 1.5 a step) runs out first. */
+    {
+        g_epochs = 1;
+        dsc_mixture_t *e = NULL;
+        REQUIRE(make(0, 1, weights, need, 2, 0, &e) == 0);
+        int32_t s1[B];
+        uint64_t i1[B], e1[B];
+        int steps = 0, rc;
+        while ((rc = step(e, s1, i1, e1)) == 0 && steps < 1000)
+            steps++;
+        CHECK_EQ_INT(rc, DSC_EOF);
+        CHECK(steps >= 26 && steps <= 28);
+        dsc_mixture_destroy(e);
+        g_epochs = 0;
     }
 
     /* Bad input. */

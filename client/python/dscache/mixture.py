@@ -171,6 +171,7 @@ class Mixture:
         self.epoch, self.step = 0, 0
         self._delivered = [0] * len(sources)
         self._stop_next = False
+        self._empty, self._dead = None, False  # a source with no epoch left (epochs=) ends all
 
     def _agree(self, fields):
         """The needed fields {name: (dtype, shape)}: `fields` or the first source's; every source
@@ -254,11 +255,17 @@ class Mixture:
                     b = self._rows(next(self._iters[s]))
                     b["__source_epoch__"] = self._source_epoch[s]
                 except StopIteration:  # a pass ends
+                    if self._empty == s:
+                        # two ends in a row without a batch: no epoch left (epochs=)
+                        self._stop_next = self._dead = True
+                        return pieces
+                    self._empty = s
                     self._iters[s] = None
                     self._loader_epoch[s] += 1
                     self._passes[s] += 1
                     self._taken[s] = 0
                     continue
+                self._empty = None
                 p = self._pending[s] = [b, self._skip[s]]
                 self._skip[s] = 0
             b, cur = p
@@ -310,6 +317,8 @@ class Mixture:
         out["segment_start"] = np.concatenate([b["__segs__"][r][1] for b, r in rows])
 
     def __next__(self):
+        if self._dead:
+            raise StopIteration
         if self._stop_next:
             self._stop_next = False
             self.epoch, self.step = self.epoch + 1, 0
