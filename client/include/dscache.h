@@ -410,6 +410,129 @@ enum { DSC_PART_VALUES = 0, DSC_PART_OFFSETS = 1, DSC_PART_LENGTHS = 2 };
 DSC_EXTERN int dsc_batch_dlpack_part(dsc_batch_t *batch, uint32_t field, int part,
                                      struct DLManagedTensor **out);
 
+/* ---- Packing: variable-length documents laid end to end into fixed-length rows ------------
+ * A packer reads a loader's batches and lays the documents of one 1-D variable-length field
+ * (e.g. input_ids i32[]) end to end, in the loader's epoch order (greedy, no reordering), into
+ * batches of `rows` rows of `length` tokens each (docs/packing.md). Split (the default): a
+ * document longer than the room left in a row continues at the start of the next row (of the
+ * same or the next batch), so every row but the epoch's last is full. Cut: a document that does
+ * not fit the room left starts a new row (the rest of the row is padding), and the tokens of a
+ * document past `length` are dropped, counted in dsc_pack_stats_t.cut_tokens. The packer's
+ * thread is the loader's only caller of dsc_loader_next while the packer lives.
+ *
+ * Beside the tokens ([rows, length], the field's dtype) a packed batch has, per token,
+ * position_ids (int32, counting from 0 at each segment: a document, or the part of a split
+ * document in one row) and document_ids (int32: the segment the token belongs to, -1 for
+ * padding); per batch, cu_seqlens (int32, segments + 1 entries, the layout of variable-length
+ * attention kernels over the batch flattened to rows * length tokens: every document segment
+ * and every padding run at a row's end is one segment, so that each row end is a boundary) and
+ * per segment the dataset index of its document (-1 for padding) and the token offset in the
+ * document at which the segment starts: enough to unpack every row into its documents. The
+ * loader's other fields are not carried. The packing is a copy of the tokens out of the loader's
+ * prefetched batches (decoded in its decode threads), on the packer's own thread, `ahead`
+ * batches ahead of next() (which hands out a batch made ahead), unless on_caller_thread.
+ *
+ * Every document's tokens are handed out exactly once per epoch (split), or its first `length`
+ * tokens (cut). The epoch's last batch may have fewer rows; its last row is padded (token 0).
+ * Use the loader only through its packer once one is made (next, set_epoch and state go through
+ * the packer). Not thread-safe per packer. */
+typedef struct dsc_packer dsc_packer_t;
+
+typedef struct dsc_pack_options {
+    size_t struct_size;   /* sizeof(dsc_pack_options_t): lets the struct grow */
+    const char *field;    /* the variable-length field to pack: 1-D (e.g. "input_ids", i32[]),
+                             handed out as values + offsets (not padded); copied at create */
+    uint32_t length;      /* tokens per row (>= 1; at most 2^24) */
+    uint32_t rows;        /* rows per packed batch (default 0: the loader's batch_size) */
+    int cut;              /* 0 (default): split long documents across rows; 1: cut them */
+    uint32_t ahead;       /* packed batches made ahead on the packer's own thread, while the
+                             caller works (default 0: 2; at most 64). Memory: ahead + 1 batches of
+                             rows * length * (dtype size + 8) bytes and the segment arrays (up to
+                             rows * (length + 1) * 20 bytes) */
+    int on_caller_thread; /* 1: no thread; next() packs on the caller's thread */
+} dsc_pack_options_t;
+/* Fills the defaults and sets struct_size = size. Returns 0, or DSC_EINVAL (NULL, or size
+ * smaller than the first version of the struct). */
+DSC_EXTERN int dsc_pack_options_init(dsc_pack_options_t *options, size_t size);
+
+/* Makes a packer over loader (which it does not own: destroy the packer first). Returns 0 and
+ * *out, or DSC_EINVAL (the log says which: NULL, no field, a field the dataset does not have, a
+ * fixed-shape field, a field with more than one dimension, a padded or image-decoded field, a
+ * device loader, the loader's caller order, length 0 or over 2^24), DSC_ENOMEM. */
+DSC_EXTERN int dsc_packer_create(dsc_loader_t *loader, const dsc_pack_options_t *options,
+                                 dsc_packer_t **out);
+/* Frees the packer and its buffers (not the loader). NULL is a no-op. */
+DSC_EXTERN void dsc_packer_destroy(dsc_packer_t *packer);
+
+/* One packed batch: pointers into the packer's buffers, valid until the next call on the
+ * packer. */
+typedef struct dsc_packed_batch {
+    size_t struct_size;           /* set by the caller to sizeof(dsc_packed_batch_t) */
+    uint64_t epoch;               /* the loader epoch the documents come from */
+    uint64_t step;                /* 0-based packed batch number in the epoch */
+    uint32_t rows;                /* rows in this batch (rows option; fewer at the epoch's end) */
+    uint32_t length;              /* tokens per row */
+    int dtype;                    /* the field's DSC_DTYPE_* */
+    const void *tokens;           /* [rows, length] */
+    const int32_t *position_ids;  /* [rows, length] */
+    const int32_t *document_ids;  /* [rows, length]: segment number, -1 for padding */
+    const int32_t *cu_seqlens;    /* [segments + 1]: 0, ..., rows * length */
+    uint32_t segments;            /* document segments and padding runs */
+    const int64_t *segment_index; /* [segments]: dataset sample index, -1 for padding */
+    const int64_t *segment_start; /* [segments]: offset in the document of the first token */
+    uint64_t tokens_used;         /* document tokens in the batch (rows * length - padding) */
+} dsc_packed_batch_t;
+
+/* Fills *out with the next packed batch of the epoch (out->struct_size must be set), fetching
+ * the loader's batches as needed (its stall counts as the loader's). Returns 0, DSC_EOF at the
+ * end of the epoch (the following call starts the next one), DSC_EINVAL, or the loader's
+ * errors. Not thread-safe per packer. */
+DSC_EXTERN int dsc_packer_next(dsc_packer_t *packer, dsc_packed_batch_t *out);
+/* As dsc_packer_next, but lays the batch straight into the caller's buffers (no copy out of the
+ * packer's): tokens (rows * length values of the field's dtype), position_ids and document_ids
+ * (rows * length int32 each), cu_seqlens (rows * length + rows + 1 int32), segment_index and
+ * segment_start (rows * length + rows int64 each), with rows and length the packer's (the most a
+ * batch can need); out's pointers are then these buffers, which the caller owns. Any NULL
+ * buffer: DSC_EINVAL, nothing consumed. Returns as dsc_packer_next. */
+DSC_EXTERN int dsc_packer_next_into(dsc_packer_t *packer, dsc_packed_batch_t *out, void *tokens,
+                                    int32_t *position_ids, int32_t *document_ids,
+                                    int32_t *cu_seqlens, int64_t *segment_index,
+                                    int64_t *segment_start);
+/* Starts epoch `epoch` from its first document (the loader's set_epoch; drops what is
+ * half-packed). Returns 0 or DSC_E*. */
+DSC_EXTERN int dsc_packer_set_epoch(dsc_packer_t *packer, uint64_t epoch);
+
+/* Packed stream state for resume: the loader's state at the start of the loader batch the next
+ * document comes from, the document's place in that batch and the tokens of it already handed
+ * out, with the pack settings (field, length, rows, cut). Loaded into a packer with the same
+ * settings over a loader with the same order settings and world size, the stream continues
+ * token for token (a partly handed-out document continues where it stopped). save returns the
+ * bytes written, or the bytes needed when cap is too small (nothing written); load returns 0,
+ * DSC_EINVAL, or DSC_EBADSTATE (damaged, not a packer state, or saved with other pack settings:
+ * the log names the setting; or the loader's own refusal). */
+#define DSC_PACK_STATE_MAX_BYTES 320
+DSC_EXTERN int dsc_packer_state_save(const dsc_packer_t *packer, void *buf, size_t cap);
+DSC_EXTERN int dsc_packer_state_load(dsc_packer_t *packer, const void *buf, size_t len);
+
+/* Packing counters since create. */
+typedef struct dsc_pack_stats {
+    size_t struct_size;       /* set by the caller to sizeof(dsc_pack_stats_t) */
+    uint64_t batches;         /* packed batches handed out */
+    uint64_t rows;            /* rows handed out */
+    uint64_t slots;           /* rows * length */
+    uint64_t tokens;          /* document tokens handed out */
+    uint64_t documents;       /* documents whose last token (or cut) was handed out */
+    uint64_t split_documents; /* documents that span more than one row */
+    uint64_t cut_documents;   /* cut: documents longer than a row, cut to length */
+    uint64_t cut_tokens;      /* cut: tokens dropped */
+    double efficiency;        /* tokens / slots (0 before any batch) */
+    double pack_seconds;      /* time copying and laying out (not waiting for the loader), on the
+                                 packer's thread (or next()'s with on_caller_thread) */
+    double wait_seconds;      /* next()'s time waiting for the packer's thread */
+} dsc_pack_stats_t;
+/* Fills *out. Returns 0 or DSC_EINVAL. */
+DSC_EXTERN int dsc_packer_stats(const dsc_packer_t *packer, dsc_pack_stats_t *out);
+
 /* ---- Statistics ---------------------------------------------------------------------------- */
 typedef struct dsc_stats {
     size_t struct_size; /* set by the caller to sizeof(dsc_stats_t) */
@@ -499,6 +622,83 @@ DSC_EXTERN int dsc_loader_stats(const dsc_loader_t *loader, dsc_stats_t *out);
  * as dscache_loader_bottleneck{stage} 1 and a "# verdict:" comment line). Returns the
  * length written (without NUL), or the length needed when cap is too small. Thread-safe. */
 DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, size_t cap);
+
+/* ---- Mixtures: a weighted blend of datasets (docs/mixtures.md) ------------------------------
+ * A mixture reads several datasets ("sources"), each through its own loader (its own servers,
+ * credentials, replicas, order, shuffle window, rank split and epochs: each source's samples
+ * are delivered exactly once per source-epoch across all ranks), and composes batches of
+ * batch_size samples by the quota method: the mixture's samples are numbered 1, 2, ... across
+ * steps, and sample n goes to the source whose quota n * w / W (W the sum of the weights) most
+ * exceeds the samples it already has (the lower index on a tie). Every source stays within one
+ * sample of its quota after every sample; the composition is a pure function of (weights,
+ * batch_size, step), the same on every rank. A source that ends its epoch starts its next one
+ * (exhausted "wrap"). The Python binding (dscache.Loader(sources=...)) has its own composition
+ * with the same rule and more (repeat, "stop", packing, resume onto another world size). */
+typedef struct dsc_mixture dsc_mixture_t;
+
+typedef struct dsc_source_options {
+    size_t struct_size;        /* sizeof(dsc_source_options_t): lets the struct grow */
+    const char *dataset;       /* the source's dataset name as served */
+    double weight;             /* > 0 and finite: its share of every batch is weight / W */
+    const char *servers;       /* NULL: the mixture's (dsc_loader_options_t.servers) */
+    const char *auth_file;     /* NULL: the mixture's */
+    uint32_t replicas;         /* 0: the mixture's */
+    const char *fallback_path; /* NULL: none (the mixture's fallback_path is not used: it names
+                                  one dataset's directory) */
+    uint32_t shuffle_window;   /* 0: the mixture's */
+} dsc_source_options_t;
+/* Fills the defaults (weight 1) and sets struct_size = size. Returns 0, or DSC_EINVAL. */
+DSC_EXTERN int dsc_source_options_init(dsc_source_options_t *options, size_t size);
+
+/* Creates one loader per source from `common` (its dataset ignored; batch_size is the mixture's
+ * batch; each source's loader gets seed + k for the k-th source and a batch of its share,
+ * rounded up) and the `count` sources (read with the stride of the first's struct_size). The
+ * batch holds the `field_count` fields named in `fields` (NULL: every field of the first
+ * source), which every source must have with the same dtype and shape; sources may have more.
+ * Returns 0 and *out, or DSC_EINVAL (no sources, more than 64, a weight not > 0 and finite, a
+ * dataset named twice, a source lacking a needed field or defining it otherwise: the log names
+ * the source, the field and both definitions; common->order other than local, a device, a
+ * padded or image-decoded needed field), a source loader's own create error (the log names the
+ * source first: DSC_EUNAVAIL, DSC_ENOTFOUND, ...), DSC_ENOMEM. */
+DSC_EXTERN int dsc_mixture_create(const dsc_loader_options_t *common,
+                                  const dsc_source_options_t *sources, uint32_t count,
+                                  const char *const *fields, uint32_t field_count,
+                                  dsc_mixture_t **out);
+/* Frees the mixture and its sources' loaders. NULL is a no-op. */
+DSC_EXTERN void dsc_mixture_destroy(dsc_mixture_t *mixture);
+
+/* One composed batch: pointers into the mixture's buffers, valid until the next call. */
+typedef struct dsc_mixture_batch {
+    size_t struct_size;           /* set by the caller to sizeof(dsc_mixture_batch_t) */
+    uint64_t step;                /* 0-based step since create (or since the state loaded) */
+    uint32_t samples;             /* batch_size */
+    const int32_t *source;        /* [samples]: each sample's source index */
+    const uint64_t *indices;      /* [samples]: each sample's index in its own dataset */
+    const uint64_t *source_epoch; /* [samples]: the source-epoch each sample belongs to */
+} dsc_mixture_batch_t;
+/* Composes the next batch (fetching the sources' batches as needed; their stall counts as
+ * theirs). Returns 0, DSC_EOF (a source has no epoch left: common.epochs reached), DSC_EINVAL,
+ * or a source loader's error (the log names the source). Not thread-safe per mixture. */
+DSC_EXTERN int dsc_mixture_next(dsc_mixture_t *mixture, dsc_mixture_batch_t *out);
+/* Needed field f (0 .. field_count - 1) of the last batch, as dsc_batch_field_view gives one
+ * (DSC_FIELD_FIXED: values [B, ...]; DSC_FIELD_VALUES: values and B + 1 offsets), in the
+ * mixture's buffers (valid until the next call). Returns 0, DSC_ERANGE or DSC_EINVAL (no batch
+ * yet, NULL, struct_size too small). */
+DSC_EXTERN int dsc_mixture_field_view(const dsc_mixture_t *mixture, uint32_t field,
+                                      dsc_field_view_t *out);
+/* Per source k: samples handed out, and its loader's statistics (out->struct_size set). Returns
+ * 0, DSC_ERANGE or DSC_EINVAL. */
+DSC_EXTERN int dsc_mixture_source_stats(const dsc_mixture_t *mixture, uint32_t source,
+                                        uint64_t *samples, dsc_stats_t *out);
+
+/* Mixture state for resume: per source, its loader's state at the start of its batch being read
+ * and the samples of it used, the quota counters and the step, with a checksum of what the
+ * composition depends on (datasets, weights, seed, batch_size, fields). Resumes on the same
+ * world size (the Python binding also resumes onto another). save returns the bytes written, or
+ * the bytes needed when cap is too small; load returns 0, DSC_EINVAL, or DSC_EBADSTATE (damaged,
+ * not a mixture state, another mixture: the log says which, or a source loader's refusal). */
+DSC_EXTERN int dsc_mixture_state_save(const dsc_mixture_t *mixture, void *buf, size_t cap);
+DSC_EXTERN int dsc_mixture_state_load(dsc_mixture_t *mixture, const void *buf, size_t len);
 
 /* ---- Reader: random access by sample index -------------------------------------------------
  * Map-style access for trainers that own the order (a torch sampler, Megatron's sample index,

@@ -49,10 +49,11 @@ from ._capi import BOTTLENECKS, STALL_WAITS, _load, _Options, _Stats  # noqa: F4
 from ._ranks import _parse_device, resolve_rank  # noqa: F401
 from .loader import Image, Loader
 from .mapds import MapDataset
+from .mixture import Mixture, Source
 from .writer import Writer
 
 __version__ = "0.1.0"
-__all__ = ["Loader", "MapDataset", "Writer", "Image", "Error", "Unavailable", "NotFound", "Corrupt",
+__all__ = ["Loader", "Source", "Mixture", "MapDataset", "Writer", "Image", "Error", "Unavailable", "NotFound", "Corrupt",
            "BadState", "InvalidOption", "DecodeError", "DatasetChangedError", "resolve_rank",
            "__version__",
            "library_path", "fastpath", "fastpath_reason"]
@@ -71,7 +72,7 @@ fastpath_reason = _fast.reason
 library_path = _capi.library_path
 
 # The public classes say they are dscache's, wherever they are defined.
-for _cls in (Loader, MapDataset, Writer, Image, Error, Unavailable, NotFound, Corrupt, BadState,
+for _cls in (Loader, Source, Mixture, MapDataset, Writer, Image, Error, Unavailable, NotFound, Corrupt, BadState,
              InvalidOption, DecodeError, DatasetChangedError):
     _cls.__module__ = "dscache"
 del _cls

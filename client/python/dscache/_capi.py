@@ -236,6 +236,57 @@ class _Stats(ctypes.Structure):
     _fields_ = _STAT_FIELDS
 
 
+class _PackOptions(ctypes.Structure):  # dsc_pack_options_t
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("field", ctypes.c_char_p),
+        ("length", ctypes.c_uint32),
+        ("rows", ctypes.c_uint32),
+        ("cut", ctypes.c_int),
+        ("ahead", ctypes.c_uint32),
+        ("on_caller_thread", ctypes.c_int),
+    ]
+
+
+class _PackedBatch(ctypes.Structure):  # dsc_packed_batch_t
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("epoch", ctypes.c_uint64),
+        ("step", ctypes.c_uint64),
+        ("rows", ctypes.c_uint32),
+        ("length", ctypes.c_uint32),
+        ("dtype", ctypes.c_int),
+        ("tokens", ctypes.c_void_p),
+        ("position_ids", ctypes.c_void_p),
+        ("document_ids", ctypes.c_void_p),
+        ("cu_seqlens", ctypes.c_void_p),
+        ("segments", ctypes.c_uint32),
+        ("segment_index", ctypes.c_void_p),
+        ("segment_start", ctypes.c_void_p),
+        ("tokens_used", ctypes.c_uint64),
+    ]
+
+
+_PACK_STAT_FIELDS = [
+    ("struct_size", ctypes.c_size_t),
+    ("batches", ctypes.c_uint64),
+    ("rows", ctypes.c_uint64),
+    ("slots", ctypes.c_uint64),
+    ("tokens", ctypes.c_uint64),
+    ("documents", ctypes.c_uint64),
+    ("split_documents", ctypes.c_uint64),
+    ("cut_documents", ctypes.c_uint64),
+    ("cut_tokens", ctypes.c_uint64),
+    ("efficiency", ctypes.c_double),
+    ("pack_seconds", ctypes.c_double),
+    ("wait_seconds", ctypes.c_double),
+]
+
+
+class _PackStats(ctypes.Structure):  # dsc_pack_stats_t
+    _fields_ = _PACK_STAT_FIELDS
+
+
 class _DLDevice(ctypes.Structure):
     _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
 
@@ -363,6 +414,16 @@ def _load():
         "dsc_field_options_init": (ip, [ctypes.POINTER(_FieldOptions), ctypes.c_size_t]),
         "dsc_loader_stats": (ip, [vp, ctypes.POINTER(_Stats)]),
         "dsc_loader_metrics_text": (ip, [vp, ctypes.c_char_p, ctypes.c_size_t]),
+        "dsc_pack_options_init": (ip, [ctypes.POINTER(_PackOptions), ctypes.c_size_t]),
+        "dsc_packer_create": (ip, [vp, ctypes.POINTER(_PackOptions), ctypes.POINTER(vp)]),
+        "dsc_packer_destroy": (None, [vp]),
+        "dsc_packer_next": (ip, [vp, ctypes.POINTER(_PackedBatch)]),
+        "dsc_packer_next_into": (ip, [vp, ctypes.POINTER(_PackedBatch), vp, vp, vp, vp, vp,
+                                      vp]),
+        "dsc_packer_set_epoch": (ip, [vp, u64]),
+        "dsc_packer_state_save": (ip, [vp, vp, ctypes.c_size_t]),
+        "dsc_packer_state_load": (ip, [vp, vp, ctypes.c_size_t]),
+        "dsc_packer_stats": (ip, [vp, ctypes.POINTER(_PackStats)]),
         "dsc_writer_options_init": (ip, [ctypes.POINTER(_WriterOptions), ctypes.c_size_t]),
         "dsc_writer_create": (ip, [ctypes.POINTER(_WriterOptions), ctypes.POINTER(vp)]),
         "dsc_writer_add": (ip, [vp, ctypes.POINTER(_WriterValue), u32]),

@@ -14,7 +14,8 @@ from ._arrays import (_Hold, _HostArray, _PyCapsule_New, _capsule_destructor,
                       _dlpack_track, _torch_from_dlpack)
 from ._capi import (BOTTLENECKS, STALL_WAITS, _EOF, _FIELD_PADDED, _FIELD_VALUES, _NP_DTYPES,
                     _PART_LENGTHS, _PART_OFFSETS, _PART_VALUES, _STAT_FIELDS, _DLManagedTensor,
-                    _FieldInfo, _FieldOptions, _FieldView, _Options, _Stats, _TensorView, _check,
+                    _FieldInfo, _FieldOptions, _FieldView, _Options, _PACK_STAT_FIELDS,
+                    _PackedBatch, _PackOptions, _PackStats, _Stats, _TensorView, _check,
                     _field_specs, _load)
 from ._errors import BadState, Error, InvalidOption
 from ._logbridge import _c_log_level, _on_log, _sink_ids, _sinks, _sinks_lock
@@ -37,6 +38,9 @@ def _close_live_loaders():
 
 class Loader:
     """Iterable over the batches of one rank, epoch after epoch.
+
+    sources=[dscache.Source(...), ...] (instead of dataset) makes a mixture of datasets
+    (dscache.mixture.Mixture, docs/mixtures.md).
 
     servers: "HOST:PORT,..." or a list of "HOST:PORT" (also "dns:NAME:PORT", "file:PATH").
     rank, world_size: None (default) takes them from torch.distributed when initialised, else
@@ -103,7 +107,30 @@ class Loader:
     and flip are a pure function of (seed, epoch, sample index). An image that does not decode
     raises DecodeError naming dataset, shard and sample, or with on_decode_error="fill" is a
     zero image counted in stats()["decode_errors"].
+
+    Packing (docs/packing.md): pack={f: L} lays the documents of the 1-D variable-length field f
+    end to end, in the epoch's order, into rows of L tokens: batch[f] is [rows, L] (rows:
+    pack_rows, default batch_size, fewer at the epoch's end), with batch["position_ids"] and
+    batch["document_ids"] (int32 [rows, L]: 0 at each segment's start; the segment, -1 for
+    padding), batch["cu_seqlens"] (int32 [segments + 1] over the rows flattened; each padding
+    run at a row's end is a segment of its own), batch["segment_index"] and
+    batch["segment_start"] (int64 [segments]: the document's dataset index, -1 for padding, and
+    the offset in it of the segment's first token). A document longer than the room left
+    continues in the next row; pack_split=False starts it in a new row and cuts it at L tokens
+    (counted in stats()["pack"]["cut_tokens"]). Other fields are dropped. The rows are packed on
+    the packer's own C thread, pack_ahead batches ahead (default 2; 0: on the iterating
+    thread). state_dict() resumes mid-document. len() is not known ahead (TypeError).
     """
+
+    def __new__(cls, *args, sources=None, **kw):
+        if sources is not None:  # a blend of datasets: its own class (mixture.py)
+            from .mixture import Mixture
+            if args or kw.get("dataset") is not None:
+                raise InvalidOption(-22, "give either dataset= or sources=, not both (and "
+                                    "servers= as a keyword)", "DSC_EINVAL")
+            kw.pop("dataset", None)
+            return Mixture(sources, **kw)
+        return super().__new__(cls)
 
     def __init__(self, servers=None, dataset=None, batch_size=32, seed=0, rank=None,
                  world_size=None, shuffle=None, shuffle_window=None, drop_last=False, prefetch=4,
@@ -114,11 +141,13 @@ class Loader:
                  auth_file=None, order="local", job=None,
                  report_seconds=None, transport=None, pad=None, max_len=None, max_bytes=None,
                  decode=None, on_decode_error="raise", ignore_rank_env=False, epochs=None,
-                 order_ahead=None):
+                 order_ahead=None, pack=None, pack_split=True, pack_rows=None, pack_ahead=None,
+                 sources=None):
         lib = _load()
         self._lib = lib
         self._handle = None
         self._sink_id = 0
+        self._fast = self._packer = None
         caller = not isinstance(order, str)
         if not caller and order not in ("local", "global"):
             raise ValueError("order must be 'local', 'global' or a sampler (an iterable of "
@@ -159,7 +188,9 @@ class Loader:
         _check(lib.dsc_loader_options_init2(ctypes.byref(opts), ctypes.sizeof(opts)))
         opts.servers = servers.encode() if servers else None
         opts.dataset = dataset.encode()
-        opts.batch_size = batch_size
+        # Packed: batch_size is rows; the loader reads documents in batches of at least 256, so
+        # that a packed batch takes a few loader batches, not one per row.
+        opts.batch_size = max(batch_size, 256) if pack is not None else batch_size
         opts.seed = seed
         opts.rank = rank
         opts.world_size = world_size
@@ -221,6 +252,29 @@ class Loader:
         if caller:
             self._feed = OrderFeed(order, batch_size, bool(drop_last),
                                    int(lib.dsc_loader_dataset_samples(handle)), lib)
+        self._packer = None
+        if pack is not None:
+            try:
+                self._packer = _make_packer(lib, handle, pack, pack_split,
+                                            batch_size if pack_rows is None else pack_rows,
+                                            caller, pack_ahead)
+            except Exception:
+                self._destroy()
+                raise
+            self._packed = _PackedBatch()
+            self._packed.struct_size = ctypes.sizeof(_PackedBatch)
+            self._pack_field = next(iter(pack))
+            import numpy as np
+            rows = batch_size if pack_rows is None else pack_rows
+            length = next(iter(pack.values()))
+            self._pack_shape = (rows, length)
+            dtype = dict((n, d) for n, d, _ in self._fields)[self._pack_field]
+            self._pack_dtype = np.dtype(_NP_DTYPES[dtype])
+            # The per-segment arrays, sized for the most a batch can need: reused (their used
+            # part is copied out, a few entries per document).
+            self._pack_cu = np.empty(rows * length + rows + 1, dtype=np.int32)
+            self._pack_si = np.empty(rows * length + rows, dtype=np.int64)
+            self._pack_ss = np.empty(rows * length + rows, dtype=np.int64)
         self._batch = ctypes.c_void_p()
         self._prepare_next()
         self._holds = 0           # batch references alive in Python (_Hold objects)
@@ -249,6 +303,9 @@ class Loader:
         self._close_pending = True
         handle, self._handle = self._handle, None
         if handle:
+            packer, self._packer = getattr(self, "_packer", None), None
+            if packer:
+                self._lib.dsc_packer_destroy(packer)
             if self._fast is not None:
                 self._fast.detach()  # batches freed later give nothing back
             # A forked child (e.g. a DataLoader worker) has the handle but not the threads:
@@ -293,6 +350,9 @@ class Loader:
         """Batches this rank gets per epoch (order=sampler: from len(sampler))."""
         if self._feed is not None:
             return self._feed.batches_per_epoch()
+        if self._packer is not None:
+            raise TypeError("a packed loader's batches per epoch depend on its documents' "
+                            "lengths: len() is not known ahead")
         return int(self._lib.dsc_loader_len(self._h()))
 
     def __iter__(self):
@@ -359,6 +419,8 @@ class Loader:
     def __next__(self):
         if self._feed is not None:  # the caller's order, pushed ahead of this batch
             self._feed.top_up(self._h())
+        if self._packer is not None:
+            return self._next_packed()
         fast = self._fast
         if fast is not None and not self._legacy:
             if self._close_pending:
@@ -383,6 +445,37 @@ class Loader:
                 raise StopIteration
             _check(n, h)
         out = self._convert_views(n)
+        return self._transform(out) if self._transform is not None else out
+
+    def _next_packed(self):
+        """The next packed batch: dsc_packer_next_into lays it straight into new numpy arrays
+        (the batch owns them: no copy, no lifetime tied to the loader)."""
+        np = self._np
+        h = self._h()
+        pb = self._packed
+        rows, length = self._pack_shape
+        tok = np.empty((rows, length), dtype=self._pack_dtype)
+        pos = np.empty((rows, length), dtype=np.int32)
+        did = np.empty((rows, length), dtype=np.int32)
+        cu = self._pack_cu
+        si, ss = self._pack_si, self._pack_ss
+        rc = self._lib.dsc_packer_next_into(self._packer, ctypes.byref(pb), tok.ctypes.data,
+                                            pos.ctypes.data, did.ctypes.data, cu.ctypes.data,
+                                            si.ctypes.data, ss.ctypes.data)
+        if rc == _EOF:
+            raise StopIteration
+        _check(rc, h)
+        n, segs = pb.rows, pb.segments
+        if n < rows:  # the epoch's last batch
+            tok, pos, did = tok[:n], pos[:n], did[:n]
+        out = {self._pack_field: tok, "position_ids": pos, "document_ids": did,
+               "cu_seqlens": cu[:segs + 1].copy(), "segment_index": si[:segs].copy(),
+               "segment_start": ss[:segs].copy()}
+        if self._torch is not None:
+            torch = self._torch
+            out = {k: (torch.from_numpy(v.view(np.int16)).view(torch.bfloat16) if pb.dtype == 9
+                       and k == self._pack_field else torch.from_numpy(v))
+                   for k, v in out.items()}
         return self._transform(out) if self._transform is not None else out
 
     def _epoch_done(self):
@@ -539,6 +632,9 @@ class Loader:
         """Starts `epoch` from its first batch (a no-op when already there). order=sampler: what
         was pulled from the sampler is dropped; the next batch starts a new pass over it (set the
         sampler's own epoch too: sampler.set_epoch(epoch))."""
+        if self._packer is not None:
+            _check(self._lib.dsc_packer_set_epoch(self._packer, epoch), self._h())
+            return
         _check(self._lib.dsc_loader_set_epoch(self._h(), epoch), self._h())
         if self._feed is not None:
             self._feed.reset()
@@ -551,6 +647,10 @@ class Loader:
         BadState instead of resuming into another order. order=sampler: the position in the
         caller's order, also as "epoch", "batches" and "samples" (ints) for the sampler's state
         (docs/order.md#the-callers-order)."""
+        if self._packer is not None:  # the packed stream's position (pack.c)
+            buf = ctypes.create_string_buffer(320)
+            n = _check(self._lib.dsc_packer_state_save(self._packer, buf, 320))
+            return {"dscache_pack_state": buf.raw[:n].hex()}
         buf = ctypes.create_string_buffer(192)
         n = _check(self._lib.dsc_loader_state_save(self._h(), buf, 192))
         out = {"dscache_state": buf.raw[:n].hex()}
@@ -562,8 +662,15 @@ class Loader:
 
     def load_state_dict(self, state):
         """Resumes from state_dict()'s dict (also the older {"dscache_state": bytes} form)."""
+        key = "dscache_pack_state" if self._packer is not None else "dscache_state"
+        if isinstance(state, dict) and key not in state and (
+                "dscache_state" in state or "dscache_pack_state" in state):
+            raise BadState(-4024, "the state is of a %s loader, this loader %s" % (
+                "packed" if "dscache_pack_state" in state else "unpacked",
+                "packs (pack=)" if self._packer is not None else "does not pack"),
+                "DSC_EBADSTATE")
         try:
-            data = state["dscache_state"]
+            data = state[key]
         except (TypeError, KeyError):
             raise BadState(-4024, "not a dscache state dict (no 'dscache_state' key)",
                            "DSC_EBADSTATE") from None
@@ -575,6 +682,9 @@ class Loader:
                     from None
         data = bytes(data)
         buf = ctypes.create_string_buffer(data, len(data))
+        if self._packer is not None:
+            _check(self._lib.dsc_packer_state_load(self._packer, buf, len(data)), self._h())
+            return
         _check(self._lib.dsc_loader_state_load(self._h(), buf, len(data)), self._h())
         if self._feed is not None:  # the next batch pulls the sampler from its start again
             self._feed.reset()
@@ -643,6 +753,12 @@ class Loader:
             elif isinstance(value, bytes):
                 value = value.decode("utf-8", "replace")
             out[name] = value
+        if self._packer is not None:
+            ps = _PackStats()
+            ps.struct_size = ctypes.sizeof(_PackStats)
+            _check(self._lib.dsc_packer_stats(self._packer, ctypes.byref(ps)))
+            out["pack"] = {name: getattr(ps, name) for name, _ in _PACK_STAT_FIELDS
+                           if name != "struct_size"}
         return out
 
     def metrics_text(self):
@@ -651,6 +767,38 @@ class Loader:
         buf = ctypes.create_string_buffer(need + 1)
         _check(self._lib.dsc_loader_metrics_text(self._h(), buf, need + 1))
         return buf.value.decode()
+
+
+def _make_packer(lib, handle, pack, split, rows, caller, ahead=None):
+    """The packer (dsc_packer_create) for pack={field: length}; the library names what it
+    refuses (a fixed-shape field, a padded one, ...)."""
+    if not isinstance(pack, dict) or len(pack) != 1:
+        raise TypeError("pack must be a dict of one field: {name: tokens per row}, e.g. "
+                        "{'input_ids': 4096}")
+    (field, length), = pack.items()
+    if caller:
+        raise InvalidOption(-22, "pack= does not take order=sampler (the packed rows follow the "
+                            "loader's own order)", "DSC_EINVAL")
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise InvalidOption(-22, "pack[%r]: the row length must be an int >= 1, not %r"
+                            % (field, length), "DSC_EINVAL")
+    if rows is not None and (not isinstance(rows, int) or rows < 1):
+        raise InvalidOption(-22, "pack_rows must be an int >= 1, not %r" % (rows,), "DSC_EINVAL")
+    po = _PackOptions()
+    _check(lib.dsc_pack_options_init(ctypes.byref(po), ctypes.sizeof(po)))
+    po.field = str(field).encode()
+    po.length = length
+    po.rows = rows or 0
+    po.cut = 0 if split else 1
+    if ahead is not None:
+        if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0:
+            raise InvalidOption(-22, "pack_ahead must be an int >= 0, not %r" % (ahead,),
+                                "DSC_EINVAL")
+        po.ahead = ahead
+        po.on_caller_thread = 1 if ahead == 0 else 0
+    packer = ctypes.c_void_p()
+    _check(lib.dsc_packer_create(handle, ctypes.byref(po), ctypes.byref(packer)), handle)
+    return packer
 
 
 def _check_caller_options(order, rank, world_size, shuffle, shuffle_window, epochs):

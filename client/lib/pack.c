@@ -1,0 +1,745 @@
+/* Packing (docs/packing.md): the row builder that lays variable-length documents end to end into
+ * fixed-length rows, and the public dsc_packer_* that feeds it from a loader's batches and
+ * resumes it exactly. */
+#include "pack.h"
+#include "pipeline.h"
+#include "shard.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- The row builder (pure) ---------------------------------------------------------------- */
+
+int dsc__pack_rows_init(dsc_pack_rows_t *p, uint32_t rows, uint32_t length, uint32_t elem,
+                        int cut) {
+    memset(p, 0, sizeof *p);
+    p->rows = rows, p->length = length, p->elem = elem, p->cut = cut ? 1 : 0;
+    size_t slots = (size_t)rows * length;
+    /* Segments: at most one per token, plus one padding run per row. */
+    size_t segs = slots + rows + 1;
+    p->tokens = calloc(slots ? slots : 1, elem);
+    p->position_ids = calloc(slots ? slots : 1, sizeof(int32_t));
+    p->document_ids = calloc(slots ? slots : 1, sizeof(int32_t));
+    p->cu_seqlens = calloc(segs + 1, sizeof(int32_t));
+    p->segment_index = calloc(segs, sizeof(int64_t));
+    p->segment_start = calloc(segs, sizeof(int64_t));
+    if (!p->tokens || !p->position_ids || !p->document_ids || !p->cu_seqlens || !p->segment_index ||
+        !p->segment_start) {
+        dsc__pack_rows_free(p);
+        return DSC_ENOMEM;
+    }
+    return 0;
+}
+
+void dsc__pack_rows_free(dsc_pack_rows_t *p) {
+    if (p == NULL)
+        return;
+    free(p->tokens);
+    free(p->position_ids);
+    free(p->document_ids);
+    free(p->cu_seqlens);
+    free(p->segment_index);
+    free(p->segment_start);
+    memset(p, 0, sizeof *p);
+}
+
+void dsc__pack_rows_reset(dsc_pack_rows_t *p) {
+    p->row = p->col = p->segments = 0;
+    p->tokens_used = 0;
+    p->documents = p->split_documents = p->cut_documents = p->cut_tokens = 0;
+    p->cu_seqlens[0] = 0;
+}
+
+int dsc__pack_rows_full(const dsc_pack_rows_t *p) {
+    return p->row >= p->rows;
+}
+
+/* Appends a segment of n tokens at the current place (index -1: padding) and advances. */
+static void add_segment(dsc_pack_rows_t *p, int64_t index, const uint8_t *data, uint64_t start,
+                        uint32_t n) {
+    size_t at = (size_t)p->row * p->length + p->col;
+    uint32_t seg = p->segments++;
+    p->segment_index[seg] = index;
+    p->segment_start[seg] = index < 0 ? 0 : (int64_t)start;
+    if (index >= 0) {
+        memcpy(p->tokens + at * p->elem, data + start * p->elem, (size_t)n * p->elem);
+        for (uint32_t k = 0; k < n; k++) {
+            p->position_ids[at + k] = (int32_t)k;
+            p->document_ids[at + k] = (int32_t)seg;
+        }
+        p->tokens_used += n;
+    } else {
+        memset(p->tokens + at * p->elem, 0, (size_t)n * p->elem);
+        memset(p->position_ids + at, 0, (size_t)n * sizeof(int32_t));
+        for (uint32_t k = 0; k < n; k++)
+            p->document_ids[at + k] = -1;
+    }
+    p->cu_seqlens[seg + 1] = (int32_t)(at + n);
+    p->col += n;
+    if (p->col == p->length)
+        p->row++, p->col = 0;
+}
+
+/* Pads the rest of the row being filled (none when it is empty) and moves to the next. */
+static void close_row(dsc_pack_rows_t *p) {
+    if (p->col > 0)
+        add_segment(p, -1, NULL, 0, p->length - p->col);
+}
+
+int dsc__pack_rows_place(dsc_pack_rows_t *p, int64_t index, const uint8_t *data, uint64_t n,
+                         uint64_t *offset) {
+    if (*offset >= n) {
+        p->documents++;
+        return 1;
+    }
+    if (p->cut) {
+        uint64_t want = n < p->length ? n : p->length;
+        if (p->col > 0 && want > p->length - p->col)
+            close_row(p);
+        if (dsc__pack_rows_full(p))
+            return 0;
+        add_segment(p, index, data, 0, (uint32_t)want);
+        if (want < n)
+            p->cut_documents++, p->cut_tokens += n - want;
+        *offset = n;
+        p->documents++;
+        return 1;
+    }
+    int split_counted = *offset > 0; /* a continuation was counted when it split */
+    while (*offset < n) {
+        if (dsc__pack_rows_full(p))
+            return 0;
+        uint64_t room = p->length - p->col, left = n - *offset;
+        uint32_t take = (uint32_t)(left < room ? left : room);
+        add_segment(p, index, data, *offset, take);
+        *offset += take;
+        if (*offset < n && !split_counted)
+            p->split_documents++, split_counted = 1;
+    }
+    p->documents++;
+    return 1;
+}
+
+uint32_t dsc__pack_rows_finish(dsc_pack_rows_t *p) {
+    if (p->row < p->rows && p->col > 0)
+        close_row(p);
+    return p->row;
+}
+
+/* ---- The packer over a loader --------------------------------------------------------------- */
+
+#define PACK_STATE_MAGIC "DSCP"
+#define PACK_STATE_VERSION 1
+#define PACK_STATE_HEAD 48 /* magic, version, settings, doc, offset, inner length */
+#define PACK_MAX_LENGTH (1u << 24)
+
+#define PACK_AHEAD_DEFAULT 2
+#define PACK_AHEAD_MAX 64
+
+/* One packed batch made ahead by the packer's thread, with the stream state after it. */
+typedef struct pack_entry {
+    dsc_pack_rows_t rows;
+    dsc_packed_batch_t meta; /* rc 0: the batch (pointers into rows) */
+    int rc;                  /* 0, DSC_EOF or the loader's error */
+    double busy;             /* seconds spent laying it out */
+    uint8_t state[DSC_PACK_STATE_MAX_BYTES];
+    int state_len;
+} pack_entry_t;
+
+struct dsc_packer {
+    dsc_loader_t *loader;
+    const dsc_logger_t *log;
+    char field_name[DSC_MAX_NAME];
+    uint32_t field;
+    int dtype;
+    dsc_pack_rows_t rows; /* packing on next()'s thread: the batch being built */
+    /* The producer's side (next()'s thread, or the packer's thread while it produces). Where
+     * the stream stands: the loader batch being read (batch NULL: none held; the next loader
+     * next() gives the batch at inner_state), its documents, the next document in it and the
+     * tokens of that document already handed out. */
+    dsc_batch_t *batch;
+    const uint8_t *values;
+    const int64_t *offsets;
+    const uint64_t *indices;
+    uint32_t batch_docs;
+    uint8_t inner_state[DSC_STATE_MAX_BYTES];
+    uint32_t inner_len;
+    uint32_t doc;
+    uint64_t offset;
+    /* After state_load: documents and tokens of the first loader batch to skip. */
+    uint32_t skip_doc;
+    uint64_t skip_offset;
+    int at_eof; /* the loader's epoch ended: the next batch is DSC_EOF */
+    uint64_t epoch, step;
+    /* The packer's thread (ahead > 0): a ring of ahead + 1 entries, `count` ready from `head`,
+     * and the one before head held by the caller until its next call. Under lock. */
+    uint32_t ahead;
+    pack_entry_t *ring;
+    uint32_t head, count;
+    int thread_started, stop, paused, producing;
+    int error; /* a loader error handed out: every later call returns it */
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    uint8_t state[DSC_PACK_STATE_MAX_BYTES]; /* the state after the last batch handed out */
+    int state_len;
+    dsc_pack_stats_t st; /* under lock with a thread */
+};
+
+static int state_live(const dsc_packer_t *packer, void *buf, size_t cap);
+static void *producer(void *arg);
+
+DSC_EXTERN int dsc_pack_options_init(dsc_pack_options_t *options, size_t size) {
+    if (options == NULL || size < sizeof(dsc_pack_options_t))
+        return DSC_EINVAL;
+    memset(options, 0, size);
+    options->struct_size = size;
+    return 0;
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The loader's state now, as the point the next loader batch starts at. */
+static int save_inner(dsc_packer_t *pk) {
+    int n = dsc_loader_state_save(pk->loader, pk->inner_state, sizeof pk->inner_state);
+    if (n < 0)
+        return n;
+    if ((size_t)n > sizeof pk->inner_state)
+        return DSC_ETOOLARGE;
+    pk->inner_len = (uint32_t)n;
+    return 0;
+}
+
+DSC_EXTERN int dsc_packer_create(dsc_loader_t *loader, const dsc_pack_options_t *options,
+                                 dsc_packer_t **out) {
+    if (loader == NULL || options == NULL || out == NULL || options->struct_size < sizeof *options)
+        return DSC_EINVAL;
+    const dsc_logger_t *log = &loader->cfg.log;
+    if (options->field == NULL || options->field[0] == '\0') {
+        DSC_LOG(log, DSC_LOG_ERROR, "pack: no field named to pack");
+        return DSC_EINVAL;
+    }
+    uint32_t nf = dsc_loader_field_count(loader), f;
+    dsc_field_info_t info;
+    for (f = 0; f < nf; f++)
+        if (dsc_loader_field(loader, f, &info) == 0 && strcmp(info.name, options->field) == 0)
+            break;
+    if (f == nf) {
+        DSC_LOG(log, DSC_LOG_ERROR, "pack: dataset %s has no field '%s'", loader->cfg.dataset,
+                options->field);
+        return DSC_EINVAL;
+    }
+    const dsc_var_field_t *var = &loader->cfg.var[f];
+    if (!var->is_var) {
+        DSC_LOG(log, DSC_LOG_ERROR,
+                "pack: field '%s' of dataset %s is fixed-shape (%s, %llu bytes per sample): only "
+                "a 1-D variable-length field (e.g. i32[]) can be packed",
+                options->field, loader->cfg.dataset, dsc_dtype_name(info.dtype),
+                (unsigned long long)info.sample_bytes);
+        return DSC_EINVAL;
+    }
+    if (info.ndim != 1) {
+        DSC_LOG(log, DSC_LOG_ERROR,
+                "pack: field '%s' of dataset %s has rows of more than one value (%u dimensions): "
+                "only a 1-D variable-length field (e.g. i32[]) can be packed",
+                options->field, loader->cfg.dataset, info.ndim);
+        return DSC_EINVAL;
+    }
+    if (var->pad || var->image) {
+        DSC_LOG(log, DSC_LOG_ERROR,
+                "pack: field '%s' is %s: a packed field is read as values + offsets (drop its "
+                "%s option)",
+                options->field, var->pad ? "padded" : "decoded as an image",
+                var->pad ? "pad" : "decode");
+        return DSC_EINVAL;
+    }
+    if (loader->cfg.opt.device >= 0 || loader->cfg.opt.order == DSC_ORDER_CALLER) {
+        DSC_LOG(log, DSC_LOG_ERROR, "pack: %s",
+                loader->cfg.opt.device >= 0 ? "packing needs host batches (device -1)"
+                                            : "packing does not take the caller's order");
+        return DSC_EINVAL;
+    }
+    if (options->ahead > PACK_AHEAD_MAX) {
+        DSC_LOG(log, DSC_LOG_ERROR, "pack: ahead %u is over %u", options->ahead, PACK_AHEAD_MAX);
+        return DSC_EINVAL;
+    }
+    if (options->length < 1 || options->length > PACK_MAX_LENGTH) {
+        DSC_LOG(log, DSC_LOG_ERROR, "pack: length %u for field '%s' is out of range (1 .. %u)",
+                options->length, options->field, PACK_MAX_LENGTH);
+        return DSC_EINVAL;
+    }
+    uint32_t rows = options->rows ? options->rows : loader->cfg.opt.batch_size;
+    if ((uint64_t)rows * options->length > (1ull << 30)) {
+        DSC_LOG(log, DSC_LOG_ERROR, "pack: %u rows of %u tokens is over 2^30 tokens a batch", rows,
+                options->length);
+        return DSC_EINVAL;
+    }
+    dsc_packer_t *pk = calloc(1, sizeof *pk);
+    if (pk == NULL)
+        return DSC_ENOMEM;
+    pk->loader = loader;
+    pk->log = log;
+    snprintf(pk->field_name, sizeof pk->field_name, "%s", options->field);
+    pk->field = f;
+    pk->dtype = info.dtype;
+    int rc = dsc__pack_rows_init(&pk->rows, rows, options->length,
+                                 (uint32_t)dsc_dtype_size(info.dtype), options->cut);
+    if (rc == 0)
+        rc = save_inner(pk);
+    if (rc < 0) {
+        dsc__pack_rows_free(&pk->rows);
+        free(pk);
+        return rc;
+    }
+    pk->epoch = loader->stats.st.epoch;
+    pk->st.struct_size = sizeof pk->st;
+    pk->state_len = state_live(pk, pk->state, sizeof pk->state);
+    pthread_mutex_init(&pk->lock, NULL);
+    pthread_cond_init(&pk->cv, NULL);
+    if (!options->on_caller_thread) {
+        pk->ahead = options->ahead ? options->ahead : PACK_AHEAD_DEFAULT;
+        pk->ring = calloc(pk->ahead + 1, sizeof *pk->ring);
+        rc = pk->ring ? 0 : DSC_ENOMEM;
+        for (uint32_t i = 0; rc == 0 && i <= pk->ahead; i++)
+            rc = dsc__pack_rows_init(&pk->ring[i].rows, rows, options->length,
+                                     (uint32_t)dsc_dtype_size(info.dtype), options->cut);
+        if (rc == 0 && pthread_create(&pk->thread, NULL, producer, pk) != 0)
+            rc = DSC_ENOMEM;
+        if (rc < 0) {
+            dsc_packer_destroy(pk);
+            return rc;
+        }
+        pk->thread_started = 1;
+    }
+    *out = pk;
+    return 0;
+}
+
+DSC_EXTERN void dsc_packer_destroy(dsc_packer_t *packer) {
+    if (packer == NULL)
+        return;
+    if (packer->thread_started) {
+        pthread_mutex_lock(&packer->lock);
+        packer->stop = 1;
+        pthread_cond_broadcast(&packer->cv);
+        pthread_mutex_unlock(&packer->lock);
+        pthread_join(packer->thread, NULL);
+    }
+    if (packer->ring != NULL)
+        for (uint32_t i = 0; i <= packer->ahead; i++)
+            dsc__pack_rows_free(&packer->ring[i].rows);
+    free(packer->ring);
+    pthread_mutex_destroy(&packer->lock);
+    pthread_cond_destroy(&packer->cv);
+    dsc__pack_rows_free(&packer->rows);
+    free(packer);
+}
+
+/* Takes the loader's next batch (its state saved first, as where that batch starts). Returns
+ * 0, DSC_EOF or the loader's error. */
+static int next_loader_batch(dsc_packer_t *pk) {
+    int rc = save_inner(pk);
+    if (rc < 0)
+        return rc;
+    dsc_batch_t *b = NULL;
+    rc = dsc_loader_next(pk->loader, &b);
+    if (rc < 0)
+        return rc;
+    dsc_field_view_t fv;
+    memset(&fv, 0, sizeof fv);
+    fv.struct_size = sizeof fv;
+    rc = dsc_batch_field_view(b, pk->field, &fv);
+    if (rc < 0)
+        return rc;
+    pk->batch = b;
+    pk->values = fv.values.data;
+    pk->offsets = fv.offsets;
+    pk->indices = dsc_batch_indices(b);
+    pk->batch_docs = dsc_batch_samples(b);
+    pk->doc = pk->skip_doc;
+    pk->offset = pk->skip_offset;
+    pk->skip_doc = 0, pk->skip_offset = 0;
+    return 0;
+}
+
+/* The loader batch is used up: give it back, and note where the next one starts. */
+static int drop_loader_batch(dsc_packer_t *pk) {
+    dsc_batch_release(pk->batch);
+    pk->batch = NULL;
+    pk->doc = 0, pk->offset = 0;
+    return save_inner(pk);
+}
+
+/* Makes the next packed batch into p (the producer's side of the stream): fills out (pointers
+ * into p) and *busy (seconds laying it out). Returns 0, DSC_EOF (the epoch ended; the next call
+ * starts the next one) or the loader's error. */
+static int produce(dsc_packer_t *pk, dsc_pack_rows_t *p, dsc_packed_batch_t *out, double *busy) {
+    *busy = 0;
+    dsc__pack_rows_reset(p);
+    if (pk->at_eof) { /* the epoch ended with the last batch: say so, then go on to the next */
+        pk->at_eof = 0;
+        pk->epoch++, pk->step = 0;
+        return DSC_EOF;
+    }
+    while (!dsc__pack_rows_full(p)) {
+        if (pk->batch == NULL) {
+            int rc = next_loader_batch(pk);
+            if (rc == DSC_EOF) {
+                if (p->row == 0 && p->col == 0) { /* nothing left of the epoch */
+                    pk->epoch++, pk->step = 0;
+                    save_inner(pk);
+                    return DSC_EOF;
+                }
+                pk->at_eof = 1;
+                save_inner(pk);
+                break;
+            }
+            if (rc < 0)
+                return rc;
+        }
+        double t0 = now_seconds();
+        while (pk->doc < pk->batch_docs) {
+            int64_t a = pk->offsets[pk->doc], b = pk->offsets[pk->doc + 1];
+            const uint8_t *data = pk->values + (size_t)a * p->elem;
+            if (!dsc__pack_rows_place(p, (int64_t)pk->indices[pk->doc], data, (uint64_t)(b - a),
+                                      &pk->offset))
+                break;
+            pk->doc++, pk->offset = 0;
+        }
+        *busy += now_seconds() - t0;
+        if (pk->doc >= pk->batch_docs) {
+            int rc = drop_loader_batch(pk);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    uint32_t rows = dsc__pack_rows_finish(p);
+    if (p->cut_documents > 0)
+        DSC_LOG(pk->log, DSC_LOG_INFO, "pack: %llu document(s) of field '%s' cut to %u tokens",
+                (unsigned long long)p->cut_documents, pk->field_name, p->length);
+    out->epoch = pk->epoch;
+    out->step = pk->step++;
+    out->rows = rows;
+    out->length = p->length;
+    out->dtype = pk->dtype;
+    out->tokens = p->tokens;
+    out->position_ids = p->position_ids;
+    out->document_ids = p->document_ids;
+    out->cu_seqlens = p->cu_seqlens;
+    out->segments = p->segments;
+    out->segment_index = p->segment_index;
+    out->segment_start = p->segment_start;
+    out->tokens_used = p->tokens_used;
+    return 0;
+}
+
+/* Counts a batch handed out (under lock with a thread). */
+static void count_batch(dsc_packer_t *pk, const dsc_pack_rows_t *p, uint32_t rows, double busy) {
+    pk->st.batches++;
+    pk->st.rows += rows;
+    pk->st.slots += (uint64_t)rows * p->length;
+    pk->st.tokens += p->tokens_used;
+    pk->st.documents += p->documents;
+    pk->st.split_documents += p->split_documents;
+    pk->st.cut_documents += p->cut_documents;
+    pk->st.cut_tokens += p->cut_tokens;
+    pk->st.pack_seconds += busy;
+}
+
+/* The packer's thread: keeps `ahead` packed batches ready, each with the state after it. */
+static void *producer(void *arg) {
+    dsc_packer_t *pk = arg;
+    pthread_mutex_lock(&pk->lock);
+    for (;;) {
+        while (!pk->stop && (pk->paused || pk->error || pk->count >= pk->ahead))
+            pthread_cond_wait(&pk->cv, &pk->lock);
+        if (pk->stop)
+            break;
+        pack_entry_t *e = &pk->ring[(pk->head + pk->count) % (pk->ahead + 1)];
+        pk->producing = 1;
+        pthread_mutex_unlock(&pk->lock);
+        memset(&e->meta, 0, sizeof e->meta);
+        e->meta.struct_size = sizeof e->meta;
+        e->rc = produce(pk, &e->rows, &e->meta, &e->busy);
+        e->state_len = state_live(pk, e->state, sizeof e->state);
+        pthread_mutex_lock(&pk->lock);
+        pk->producing = 0;
+        pk->count++;
+        if (e->rc < 0 && e->rc != DSC_EOF)
+            pk->error = e->rc; /* stop producing: the loader failed */
+        pthread_cond_broadcast(&pk->cv);
+    }
+    pthread_mutex_unlock(&pk->lock);
+    return NULL;
+}
+
+/* With a thread: the next ready entry (waiting for it; the wait is counted), now held by the
+ * caller; its state becomes the packer's. Returns the entry's rc. */
+static int take(dsc_packer_t *pk, pack_entry_t **out) {
+    pthread_mutex_lock(&pk->lock);
+    double t0 = now_seconds();
+    while (pk->count == 0)
+        pthread_cond_wait(&pk->cv, &pk->lock);
+    pk->st.wait_seconds += now_seconds() - t0;
+    pack_entry_t *e = &pk->ring[pk->head];
+    pk->head = (pk->head + 1) % (pk->ahead + 1);
+    pk->count--;
+    if (e->rc == 0 || e->rc == DSC_EOF) {
+        memcpy(pk->state, e->state, (size_t)e->state_len);
+        pk->state_len = e->state_len;
+    }
+    if (e->rc == 0)
+        count_batch(pk, &e->rows, e->meta.rows, e->busy);
+    pthread_cond_broadcast(&pk->cv);
+    pthread_mutex_unlock(&pk->lock);
+    *out = e;
+    return e->rc;
+}
+
+/* Stops the packer's thread between batches (it finishes the one under way). */
+static void pause_producer(dsc_packer_t *pk) {
+    if (!pk->thread_started)
+        return;
+    pthread_mutex_lock(&pk->lock);
+    pk->paused = 1;
+    while (pk->producing)
+        pthread_cond_wait(&pk->cv, &pk->lock);
+    pthread_mutex_unlock(&pk->lock);
+}
+
+/* Drops what was made ahead and lets the thread go on from the producer's state now. */
+static void resume_producer(dsc_packer_t *pk) {
+    int len = state_live(pk, pk->state, sizeof pk->state);
+    pthread_mutex_lock(&pk->lock);
+    pk->state_len = len;
+    if (pk->thread_started) {
+        pk->head = pk->count = 0;
+        pk->error = 0;
+        pk->paused = 0;
+        pthread_cond_broadcast(&pk->cv);
+    }
+    pthread_mutex_unlock(&pk->lock);
+}
+
+DSC_EXTERN int dsc_packer_next(dsc_packer_t *packer, dsc_packed_batch_t *out) {
+    if (packer == NULL || out == NULL || out->struct_size < sizeof *out)
+        return DSC_EINVAL;
+    dsc_packer_t *pk = packer;
+    if (pk->error)
+        return pk->error;
+    if (pk->thread_started) {
+        pack_entry_t *e;
+        int rc = take(pk, &e);
+        if (rc < 0)
+            return rc;
+        size_t size = out->struct_size;
+        *out = e->meta;
+        out->struct_size = size;
+        return 0;
+    }
+    double busy;
+    size_t size = out->struct_size;
+    int rc = produce(pk, &pk->rows, out, &busy);
+    out->struct_size = size;
+    if (rc == 0)
+        count_batch(pk, &pk->rows, out->rows, busy);
+    if (rc == 0 || rc == DSC_EOF)
+        pk->state_len = state_live(pk, pk->state, sizeof pk->state);
+    else
+        pk->error = rc;
+    return rc;
+}
+
+DSC_EXTERN int dsc_packer_next_into(dsc_packer_t *packer, dsc_packed_batch_t *out, void *tokens,
+                                    int32_t *position_ids, int32_t *document_ids,
+                                    int32_t *cu_seqlens, int64_t *segment_index,
+                                    int64_t *segment_start) {
+    if (packer == NULL || out == NULL || out->struct_size < sizeof *out || tokens == NULL ||
+        position_ids == NULL || document_ids == NULL || cu_seqlens == NULL ||
+        segment_index == NULL || segment_start == NULL)
+        return DSC_EINVAL;
+    if (packer->thread_started) { /* copy the batch made ahead */
+        int rc = dsc_packer_next(packer, out);
+        if (rc < 0)
+            return rc;
+        size_t n = (size_t)out->rows * out->length, segs = out->segments;
+        memcpy(tokens, out->tokens, n * packer->rows.elem);
+        memcpy(position_ids, out->position_ids, n * sizeof(int32_t));
+        memcpy(document_ids, out->document_ids, n * sizeof(int32_t));
+        memcpy(cu_seqlens, out->cu_seqlens, (segs + 1) * sizeof(int32_t));
+        memcpy(segment_index, out->segment_index, segs * sizeof(int64_t));
+        memcpy(segment_start, out->segment_start, segs * sizeof(int64_t));
+        out->tokens = tokens, out->position_ids = position_ids;
+        out->document_ids = document_ids, out->cu_seqlens = cu_seqlens;
+        out->segment_index = segment_index, out->segment_start = segment_start;
+        return 0;
+    }
+    /* On next()'s thread: laid straight into the caller's buffers. */
+    dsc_pack_rows_t *p = &packer->rows, own = *p;
+    p->tokens = tokens, p->position_ids = position_ids, p->document_ids = document_ids;
+    p->cu_seqlens = cu_seqlens, p->segment_index = segment_index;
+    p->segment_start = segment_start;
+    int rc = dsc_packer_next(packer, out);
+    p->tokens = own.tokens, p->position_ids = own.position_ids;
+    p->document_ids = own.document_ids, p->cu_seqlens = own.cu_seqlens;
+    p->segment_index = own.segment_index, p->segment_start = own.segment_start;
+    return rc;
+}
+
+DSC_EXTERN int dsc_packer_set_epoch(dsc_packer_t *packer, uint64_t epoch) {
+    if (packer == NULL)
+        return DSC_EINVAL;
+    pause_producer(packer);
+    if (packer->batch != NULL)
+        dsc_batch_release(packer->batch);
+    packer->batch = NULL;
+    packer->doc = 0, packer->offset = 0, packer->skip_doc = 0, packer->skip_offset = 0;
+    packer->at_eof = 0;
+    int rc = dsc_loader_set_epoch(packer->loader, epoch);
+    if (rc == 0) {
+        packer->epoch = epoch, packer->step = 0;
+        rc = save_inner(packer);
+    }
+    if (rc == 0)
+        packer->error = 0;
+    resume_producer(packer);
+    return rc;
+}
+
+static void put_u32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_u64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get_u32(const uint8_t *p) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+static uint64_t get_u64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* Layout: "DSCP", version, cut, 2 zero bytes; length u32; rows u32; field-name checksum u64;
+ * doc u32; inner length u32; offset u64; step u64; inner state; checksum u64 of all before. */
+DSC_EXTERN int dsc_packer_state_save(const dsc_packer_t *packer, void *buf, size_t cap) {
+    if (packer == NULL || (buf == NULL && cap > 0))
+        return DSC_EINVAL;
+    dsc_packer_t *pk = (dsc_packer_t *)packer;
+    pthread_mutex_lock(&pk->lock);
+    int need = pk->state_len;
+    if (need > 0 && cap >= (size_t)need)
+        memcpy(buf, pk->state, (size_t)need);
+    pthread_mutex_unlock(&pk->lock);
+    return need;
+}
+
+/* The producer's side of the stream as a state (the point after the last batch made). Returns
+ * the bytes written, or the bytes needed when cap is too small. */
+static int state_live(const dsc_packer_t *packer, void *buf, size_t cap) {
+    size_t need = PACK_STATE_HEAD + packer->inner_len + 8;
+    if (cap < need)
+        return (int)need;
+    uint8_t *p = buf;
+    memcpy(p, PACK_STATE_MAGIC, 4);
+    p[4] = PACK_STATE_VERSION, p[5] = (uint8_t)packer->rows.cut, p[6] = p[7] = 0;
+    put_u32(p + 8, packer->rows.length);
+    put_u32(p + 12, packer->rows.rows);
+    put_u64(p + 16, dsc_checksum(packer->field_name, strlen(packer->field_name)));
+    /* With a loader batch held: that batch's start, and the document in it; without: the next
+     * loader batch's start. */
+    put_u32(p + 24, packer->batch ? packer->doc : packer->skip_doc);
+    put_u32(p + 28, packer->inner_len);
+    put_u64(p + 32, packer->batch ? packer->offset : packer->skip_offset);
+    put_u64(p + 40, packer->at_eof ? UINT64_MAX : packer->step);
+    memcpy(p + PACK_STATE_HEAD, packer->inner_state, packer->inner_len);
+    put_u64(p + PACK_STATE_HEAD + packer->inner_len,
+            dsc_checksum(p, PACK_STATE_HEAD + packer->inner_len));
+    return (int)need;
+}
+
+DSC_EXTERN int dsc_packer_state_load(dsc_packer_t *packer, const void *buf, size_t len) {
+    if (packer == NULL || buf == NULL)
+        return DSC_EINVAL;
+    const uint8_t *p = buf;
+    const dsc_logger_t *log = packer->log;
+    if (len < PACK_STATE_HEAD + 8 || memcmp(p, PACK_STATE_MAGIC, 4) != 0) {
+        DSC_LOG(log, DSC_LOG_ERROR, "pack: state_load: not a packer state (%zu bytes)", len);
+        return DSC_EBADSTATE;
+    }
+    uint32_t inner_len = get_u32(p + 28);
+    if (p[4] != PACK_STATE_VERSION || inner_len > DSC_STATE_MAX_BYTES ||
+        len != PACK_STATE_HEAD + inner_len + 8 ||
+        get_u64(p + PACK_STATE_HEAD + inner_len) != dsc_checksum(p, PACK_STATE_HEAD + inner_len)) {
+        DSC_LOG(log, DSC_LOG_ERROR, "pack: state_load: damaged or another version (%zu bytes)",
+                len);
+        return DSC_EBADSTATE;
+    }
+    const char *what = NULL;
+    uint64_t saved = 0, here = 0;
+    if (get_u64(p + 16) != dsc_checksum(packer->field_name, strlen(packer->field_name)))
+        what = "field";
+    else if (get_u32(p + 8) != packer->rows.length)
+        what = "length", saved = get_u32(p + 8), here = packer->rows.length;
+    else if (get_u32(p + 12) != packer->rows.rows)
+        what = "rows", saved = get_u32(p + 12), here = packer->rows.rows;
+    else if (p[5] != packer->rows.cut)
+        what = "cut", saved = p[5], here = (uint64_t)packer->rows.cut;
+    if (what != NULL) {
+        if (strcmp(what, "field") == 0)
+            DSC_LOG(log, DSC_LOG_ERROR, "pack: state_load: the state packs another field than '%s'",
+                    packer->field_name);
+        else
+            DSC_LOG(log, DSC_LOG_ERROR,
+                    "pack: state_load: the state was saved with pack %s %llu, this packer has %llu",
+                    what, (unsigned long long)saved, (unsigned long long)here);
+        return DSC_EBADSTATE;
+    }
+    pause_producer(packer);
+    int rc = dsc_loader_state_load(packer->loader, p + PACK_STATE_HEAD, inner_len);
+    if (rc < 0) {
+        resume_producer(packer);
+        return rc;
+    }
+    if (packer->batch != NULL) /* the loader's state_load dropped its reference already */
+        packer->batch = NULL;
+    memcpy(packer->inner_state, p + PACK_STATE_HEAD, inner_len);
+    packer->inner_len = inner_len;
+    packer->skip_doc = get_u32(p + 24);
+    packer->skip_offset = get_u64(p + 32);
+    packer->doc = 0, packer->offset = 0;
+    uint64_t step = get_u64(p + 40);
+    packer->at_eof = step == UINT64_MAX;
+    packer->step = packer->at_eof ? 0 : step;
+    packer->epoch = packer->loader->stats.st.epoch;
+    packer->error = 0;
+    resume_producer(packer);
+    return 0;
+}
+
+DSC_EXTERN int dsc_packer_stats(const dsc_packer_t *packer, dsc_pack_stats_t *out) {
+    if (packer == NULL || out == NULL || out->struct_size < sizeof *out)
+        return DSC_EINVAL;
+    dsc_packer_t *pk = (dsc_packer_t *)packer;
+    pthread_mutex_lock(&pk->lock);
+    dsc_pack_stats_t st = packer->st;
+    pthread_mutex_unlock(&pk->lock);
+    st.struct_size = out->struct_size;
+    st.efficiency = st.slots ? (double)st.tokens / (double)st.slots : 0.0;
+    *out = st;
+    return 0;
+}

@@ -1,0 +1,199 @@
+#!/usr/bin/python3
+"""Mixtures and packing against the single-dataset loader, ratios in one run (docs/mixtures.md,
+docs/packing.md), on token documents of a log-normal length distribution (1..8192 tokens, i32)
+served from one warmed dscached:
+  - mixture: a three-source mixture (weights 0.6 / 0.3 / 0.1 over three datasets) against
+    one loader over a fourth dataset holding the same documents (the same bytes), batch 64,
+    samples/s over half the documents with no compute, alternating --rounds times; median ratio
+    (target >= 0.9x); and the stall (share of the time in next()) at a fixed step of 2 ms;
+  - packing: pack={"input_ids": 4096} (rows of 4096, 16 rows a batch) against the same loader's
+    values + offsets output (batch 64), in tokens/s (target >= 0.8x), and against packing those
+    values + offsets batches with numpy on the calling thread (the same greedy split packing:
+    input_ids, position_ids, cu_seqlens), median ratios.
+Prints a markdown table.
+
+usage: /usr/bin/python3 tests/bench/bench_mix_pack.py [--bin DIR] [--docs N] [--rounds N]
+DIR holds dscached (default: build/bin); libdscache.so through DSCACHE_LIB or DIR/../lib. The
+server started is killed by PID before the script exits.
+"""
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+src = os.path.normpath(os.path.join(here, "../.."))
+ap = argparse.ArgumentParser()
+ap.add_argument("--bin", default=os.path.join(src, "build", "bin"))
+ap.add_argument("--docs", type=int, default=6000)
+ap.add_argument("--rounds", type=int, default=5)
+args = ap.parse_args()
+os.environ.setdefault("DSCACHE_LIB", os.path.join(args.bin, "..", "lib", "libdscache.so"))
+sys.path.insert(0, os.path.join(src, "client", "python"))
+import numpy as np  # noqa: E402
+import dscache  # noqa: E402
+
+work = tempfile.mkdtemp(prefix="dsc-bench-mix-")
+proc = None
+try:
+    rng = np.random.default_rng(1)
+    lengths = np.clip(np.exp(rng.normal(6.0, 1.3, args.docs)), 1, 8192).astype(np.int64)
+    docs = [rng.integers(0, 50000, int(k), dtype=np.int32) for k in lengths]
+    parts = {"web": docs[: args.docs * 6 // 10], "code": docs[args.docs * 6 // 10:
+                                                               args.docs * 9 // 10],
+             "books": docs[args.docs * 9 // 10:], "all": docs}
+    dirs = []
+    for name, ds in parts.items():
+        d = os.path.join(work, name)
+        with dscache.Writer(d, name=name, fields={"input_ids": "i32[]"}) as w:
+            for x in ds:
+                w.write({"input_ids": x})
+        dirs.append(d)
+    port_file = os.path.join(work, "port")
+    cmd = [os.path.join(args.bin, "dscached"), "--listen", "127.0.0.1:0", "--http", "off",
+           "--port-file", port_file, "--log-level", "error"]
+    for d in dirs:
+        cmd += ["--data", d]
+    proc = subprocess.Popen(cmd)
+    for _ in range(200):
+        if os.path.exists(port_file) and os.path.getsize(port_file) > 0:
+            break
+        time.sleep(0.05)
+    addr = "127.0.0.1:" + open(port_file).read().strip()
+    total = int(lengths.sum())
+    print("documents %d, tokens %d (mean %.0f), %.1f MB" % (args.docs, total, total / args.docs,
+                                                             total * 4 / 1e6))
+
+    def rate(make, count, what):
+        """(units/s) over `count` units (samples or tokens) after one warm-up batch."""
+        ld = make()
+        it = iter(ld)
+        next(it)
+        got, t0 = 0, time.perf_counter()
+        while got < count:
+            b = next(it)
+            got += what(b)
+        dt = time.perf_counter() - t0
+        ld.close()
+        return got / dt
+
+    n = args.docs // 2
+    single = lambda: dscache.Loader(servers=addr, dataset="all", batch_size=64, seed=0)  # noqa
+    mix = lambda: dscache.Loader(sources=[dscache.Source("web", weight=0.6),  # noqa
+                                          dscache.Source("code", weight=0.3),
+                                          dscache.Source("books", weight=0.1)],
+                                 servers=addr, batch_size=64, seed=0)
+    samples = lambda b: len(b["input_ids_offsets"]) - 1  # noqa
+    tokens_vo = lambda b: len(b["input_ids"])  # noqa
+    tokens_packed = lambda b: int((b["document_ids"] >= 0).sum())  # noqa
+
+    def numpy_pack(b, state, length=4096, rows=16):
+        """Greedy split packing of a values + offsets batch on this thread; returns the tokens
+        packed into full batches."""
+        vals, offs = b["input_ids"], b["input_ids_offsets"]
+        buf = state.setdefault("buf", [])
+        buf.append(vals)
+        state["n"] = state.get("n", 0) + len(vals)
+        out = 0
+        while state["n"] >= length * rows:
+            flat = np.concatenate(buf)
+            take = flat[: length * rows]
+            state["buf"] = [flat[length * rows:]]
+            state["n"] -= length * rows
+            # document boundaries of the consumed tokens -> positions and cu_seqlens
+            starts = np.zeros(length * rows, dtype=bool)
+            ends = np.asarray(offs[1:], dtype=np.int64)
+            starts[0] = True
+            starts[ends[ends < length * rows]] = True
+            starts[::length] = True
+            idx = np.flatnonzero(starts)
+            pos = np.arange(length * rows) - np.repeat(idx, np.diff(np.append(idx,
+                                                                               length * rows)))
+            cu = np.append(idx, length * rows).astype(np.int32)
+            tokens = take.reshape(rows, length)
+            pos = pos.reshape(rows, length).astype(np.int32)
+            out += tokens.size + 0 * int(pos[0, 0]) + 0 * len(cu)
+        return out
+
+    def numpy_loader():
+        ld = dscache.Loader(servers=addr, dataset="all", batch_size=64, seed=0)
+        state = {}
+
+        class W:
+            def __iter__(self):
+                for b in ld:
+                    yield {"n": numpy_pack(b, state)}
+
+            def close(self):
+                ld.close()
+        return W()
+
+    packed = lambda: dscache.Loader(servers=addr, dataset="all", batch_size=16, seed=0,  # noqa
+                                    pack={"input_ids": 4096})
+    def stall(make, steps, compute_s):
+        """Share of the wall time spent in next() with compute_s of work a step (a sleep: the
+        GIL released, as a trainer waiting on its GPU)."""
+        ld = make()
+        it = iter(ld)
+        next(it)
+        waited, t0 = 0.0, time.perf_counter()
+        for _ in range(steps):
+            a = time.perf_counter()
+            try:
+                next(it)
+            except StopIteration:  # the loader's epoch ended: the next call starts the next
+                next(it)
+            waited += time.perf_counter() - a
+            time.sleep(compute_s)
+        total = time.perf_counter() - t0
+        ld.close()
+        return waited / total
+
+    res = {"mix": [], "pack": [], "pack_np": [], "stall": []}
+    for r in range(args.rounds):
+        s1 = rate(single, n, samples)
+        s2 = rate(mix, n, lambda b: len(b["source"]))
+        t1 = rate(single, total // 2, tokens_vo)
+        t2 = rate(packed, total // 2, tokens_packed)
+        t3 = rate(numpy_loader, total // 2, lambda b: b["n"])
+        res["mix"].append((s1, s2))
+        res["pack"].append((t1, t2))
+        res["pack_np"].append((t3, t2))
+        res["stall"].append((stall(single, 200, 0.002), stall(mix, 200, 0.002)))
+        res.setdefault("pstall", []).append((
+            stall(lambda: dscache.Loader(servers=addr, dataset="all", batch_size=64, seed=0),
+                  100, 0.004),
+            stall(packed, 100, 0.004),
+            stall(lambda: dscache.Loader(servers=addr, dataset="all", batch_size=16, seed=0,
+                                         pack={"input_ids": 4096}, pack_ahead=0), 100, 0.004)))
+        print("round %d: single %.0f samples/s, mixture %.0f; values+offsets %.2fM tokens/s, "
+              "packed %.2fM, numpy packing %.2fM" % (r, s1, s2, t1 / 1e6, t2 / 1e6, t3 / 1e6))
+    print("stall at a fixed step (2 ms of compute, batch 64): single %.1f%%, mixture %.1f%% "
+          "(medians)" % (100 * statistics.median(a for a, _ in res["stall"]),
+                         100 * statistics.median(b for _, b in res["stall"])))
+    print("stall at a fixed step (4 ms): values+offsets %.1f%%, packed on the packer's thread "
+          "%.1f%%, packed on the caller's thread %.1f%% (medians)"
+          % tuple(100 * statistics.median(x[i] for x in res["pstall"]) for i in range(3)))
+    print()
+    print("| comparison | baseline | candidate | median ratio |")
+    print("|---|---|---|---|")
+    for key, label, unit in (("mix", "three-source mixture / single loader", "samples/s"),
+                             ("pack", "pack 4096 / values+offsets", "tokens/s"),
+                             ("pack_np", "pack 4096 / numpy packing on the caller's thread",
+                              "tokens/s")):
+        base = statistics.median(a for a, _ in res[key])
+        cand = statistics.median(b for _, b in res[key])
+        ratio = statistics.median(b / a for a, b in res[key])
+        scale = 1 if unit == "samples/s" else 1e6
+        suffix = "" if unit == "samples/s" else "M"
+        print("| %s | %.2f%s %s | %.2f%s %s | %.2fx |" % (label, base / scale, suffix, unit,
+                                                        cand / scale, suffix, unit, ratio))
+finally:
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    shutil.rmtree(work, ignore_errors=True)

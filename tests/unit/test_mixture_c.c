@@ -1,0 +1,254 @@
+/* The C mixture (client/lib/mixture.c) over three token datasets written by dsc_writer_* and
+ * read from their files (no server): shares within one sample of the weights after every
+ * sample and the same composition on every rank; each source's samples exactly once per
+ * source-epoch over 2 ranks, values equal to the written ones; a state saved at several steps
+ * resumes byte for byte; every bad input gets its code and a log line naming the culprit. */
+#include "testlib.h"
+
+#include "dscache.h"
+
+#include <math.h>
+#include <unistd.h>
+
+#define B 10
+static const char *names[3] = {"web", "code", "books"};
+static const uint64_t sizes[3] = {240, 120, 40};
+static const double weights[3] = {0.55, 0.3, 0.15};
+static char root[256], dirs[4][300];
+static char last_log[1024];
+static uint64_t g_epochs; /* dsc_loader_options_t.epochs of the next make() */
+
+static void on_log(void *ctx, int level, const char *message) {
+    (void)ctx;
+    if (level == DSC_LOG_ERROR)
+        snprintf(last_log, sizeof last_log, "%s", message);
+}
+
+static int32_t token(int source, uint64_t i, uint64_t k) {
+    return (int32_t)(source * 1000000 + (int)i * 100 + (int)k);
+}
+static uint64_t doc_len(uint64_t i) {
+    return 1 + (i * 7) % 23;
+}
+
+static void write_ds(int k, const char *fields, int extra) {
+    dsc_writer_options_t wo;
+    REQUIRE(dsc_writer_options_init(&wo, sizeof wo) == 0);
+    wo.path = dirs[k];
+    wo.name = k < 3 ? names[k] : "odd";
+    wo.fields = fields;
+    wo.chunk_bytes = 1024;
+    wo.threads = 1;
+    dsc_writer_t *w = NULL;
+    REQUIRE(dsc_writer_create(&wo, &w) == 0);
+    uint64_t n = k < 3 ? sizes[k] : 10;
+    for (uint64_t i = 0; i < n; i++) {
+        int32_t buf[32];
+        int64_t big[32];
+        for (uint64_t t = 0; t < doc_len(i); t++)
+            buf[t] = token(k, i, t), big[t] = (int64_t)t;
+        int64_t id = (int64_t)(k * 100000 + (int)i), lang = (int64_t)(i % 3);
+        dsc_writer_value_t v[3] = {
+            {k < 3 ? (void *)buf : (void *)big, doc_len(i) * (k < 3 ? 4 : 8)},
+            {&id, 8},
+            {&lang, 8}};
+        REQUIRE(dsc_writer_add(w, v, extra ? 3 : 2) == 0);
+    }
+    dsc_writer_stats_t ws;
+    ws.struct_size = sizeof ws;
+    REQUIRE(dsc_writer_finish(w, &ws) == 0);
+}
+
+static int make(uint32_t rank, uint32_t world, const double *w, const char *const *fields,
+                uint32_t nfields, int odd, dsc_mixture_t **out) {
+    dsc_loader_options_t o;
+    REQUIRE(DSC_LOADER_OPTIONS_INIT(&o) == 0);
+    o.batch_size = B;
+    o.seed = 9;
+    o.rank = rank, o.world_size = world;
+    o.ignore_rank_env = 1;
+    o.shuffle_window = 16;
+    o.epochs = g_epochs;
+    o.log_fn = on_log;
+    o.log_level = DSC_LOG_WARN;
+    dsc_source_options_t so[3];
+    for (int k = 0; k < 3; k++) {
+        REQUIRE(dsc_source_options_init(&so[k], sizeof so[k]) == 0);
+        so[k].dataset = names[k];
+        so[k].fallback_path = dirs[k];
+        so[k].weight = w[k];
+    }
+    if (odd) {
+        so[1].dataset = "odd";
+        so[1].fallback_path = dirs[3];
+    }
+    last_log[0] = '\0';
+    return dsc_mixture_create(&o, so, 3, fields, nfields, out);
+}
+
+static const char *const need[2] = {"tokens", "id"};
+
+/* One step's (source, index) pairs, checking the values. */
+static int step(dsc_mixture_t *m, int32_t *src, uint64_t *idx, uint64_t *ep) {
+    dsc_mixture_batch_t b;
+    b.struct_size = sizeof b;
+    int rc = dsc_mixture_next(m, &b);
+    if (rc < 0)
+        return rc;
+    dsc_field_view_t tv, iv;
+    tv.struct_size = iv.struct_size = sizeof tv;
+    REQUIRE(dsc_mixture_field_view(m, 0, &tv) == 0 && dsc_mixture_field_view(m, 1, &iv) == 0);
+    CHECK_EQ_INT(tv.kind, DSC_FIELD_VALUES);
+    CHECK_EQ_INT(iv.kind, DSC_FIELD_FIXED);
+    const int32_t *tok = tv.values.data;
+    const int64_t *id = iv.values.data;
+    int ok = 1;
+    for (uint32_t i = 0; i < b.samples; i++) {
+        int k = b.source[i];
+        uint64_t n = b.indices[i];
+        ok = ok && id[i] == (int64_t)(k * 100000 + (int)n);
+        ok = ok && tv.offsets[i + 1] - tv.offsets[i] == (int64_t)doc_len(n);
+        for (int64_t t = tv.offsets[i]; ok && t < tv.offsets[i + 1]; t++)
+            ok = tok[t] == token(k, n, (uint64_t)(t - tv.offsets[i]));
+        src[i] = k, idx[i] = n, ep[i] = b.source_epoch[i];
+    }
+    CHECK(ok);
+    return 0;
+}
+
+int main(void) {
+    snprintf(root, sizeof root, "/tmp/dsc-mixture-c-%d", (int)getpid());
+    for (int k = 0; k < 4; k++)
+        snprintf(dirs[k], sizeof dirs[k], "%s/%s", root, k < 3 ? names[k] : "odd");
+    write_ds(0, "tokens:i32[],id:i64", 0);
+    write_ds(1, "tokens:i32[],id:i64,lang:i64", 1); /* a field the others lack */
+    write_ds(2, "tokens:i32[],id:i64", 0);
+    write_ds(3, "tokens:i64[],id:i64", 0);
+
+    /* Two ranks, 60 steps: shares, same composition, exactly once per source-epoch. */
+    enum { STEPS = 60 };
+    static int32_t src[2][STEPS][B];
+    static uint64_t idx[2][STEPS][B], ep[2][STEPS][B];
+    for (uint32_t r = 0; r < 2; r++) {
+        dsc_mixture_t *m = NULL;
+        REQUIRE(make(r, 2, weights, need, 2, 0, &m) == 0);
+        for (int s = 0; s < STEPS; s++)
+            REQUIRE(step(m, src[r][s], idx[r][s], ep[r][s]) == 0);
+        uint64_t samples = 0;
+        dsc_stats_t st;
+        st.struct_size = sizeof st;
+        CHECK_EQ_INT(dsc_mixture_source_stats(m, 2, &samples, &st), 0);
+        CHECK(samples > 0 && st.samples > 0);
+        CHECK_EQ_INT(dsc_mixture_source_stats(m, 3, &samples, &st), DSC_ERANGE);
+        dsc_mixture_destroy(m);
+    }
+    CHECK(memcmp(src[0], src[1], sizeof src[0]) == 0);
+    uint64_t count[3] = {0, 0, 0};
+    int within = 1;
+    for (int s = 0; s < STEPS; s++)
+        for (int i = 0; i < B; i++) {
+            count[src[0][s][i]]++;
+            double n = (double)(s * B + i + 1);
+            for (int k = 0; k < 3; k++)
+                within = within && fabs((double)count[k] - n * weights[k]) < 1.0;
+        }
+    CHECK(within);
+    for (int k = 0; k < 3; k++) {
+        static uint32_t seen[240];
+        memset(seen, 0, sizeof seen);
+        for (int r = 0; r < 2; r++)
+            for (int s = 0; s < STEPS; s++)
+                for (int i = 0; i < B; i++)
+                    if (src[r][s][i] == k && ep[r][s][i] == 0)
+                        seen[idx[r][s][i]]++;
+        int once = 1;
+        for (uint64_t i = 0; i < sizes[k]; i++)
+            once = once && seen[i] == 1;
+        if (!once)
+            fprintf(stderr, "source %s: not exactly once in its first epoch\n", names[k]);
+        CHECK(once);
+    }
+
+    /* Resume at several steps (rank 1 of 2): byte for byte. */
+    for (int stop = 1; stop < 40; stop += 7) {
+        dsc_mixture_t *a = NULL, *b = NULL;
+        REQUIRE(make(1, 2, weights, need, 2, 0, &a) == 0);
+        int32_t s1[B];
+        uint64_t i1[B], e1[B];
+        for (int s = 0; s < stop; s++)
+            REQUIRE(step(a, s1, i1, e1) == 0);
+        uint8_t state[4096];
+        int n = dsc_mixture_state_save(a, state, sizeof state);
+        REQUIRE(n > 0 && n <= (int)sizeof state);
+        dsc_mixture_destroy(a);
+        REQUIRE(make(1, 2, weights, need, 2, 0, &b) == 0);
+        CHECK_EQ_INT(dsc_mixture_state_load(b, state, (size_t)n), 0);
+        int same = 1;
+        for (int s = stop; s < stop + 15; s++) {
+            REQUIRE(step(b, s1, i1, e1) == 0);
+            same = same && memcmp(s1, src[1][s], sizeof s1) == 0 &&
+                   memcmp(i1, idx[1][s], sizeof i1) == 0;
+        }
+        if (!same)
+            fprintf(stderr, "resume at step %d differs\n", stop);
+        CHECK(same);
+        dsc_mixture_destroy(b);
+        /* Another mixture's state (other weights) is refused. */
+        double other[3] = {0.5, 0.3, 0.2};
+        REQUIRE(make(1, 2, other, need, 2, 0, &b) == 0);
+        CHECK_EQ_INT(dsc_mixture_state_load(b, state, (size_t)n), DSC_EBADSTATE);
+        CHECK(strstr(last_log, "another mixture") != NULL);
+        state[n - 1] ^= 1;
+        CHECK_EQ_INT(dsc_mixture_state_load(b, state, (size_t)n), DSC_EBADSTATE);
+        dsc_mixture_destroy(b);
+    }
+
+    /* epochs 1: the mixture ends (DSC_EOF) when a source has no epoch left; books (40 samples,
+     * 1.5 a step) runs out first. */
+    {
+        g_epochs = 1;
+        dsc_mixture_t *e = NULL;
+        REQUIRE(make(0, 1, weights, need, 2, 0, &e) == 0);
+        int32_t s1[B];
+        uint64_t i1[B], e1[B];
+        int steps = 0, rc;
+        while ((rc = step(e, s1, i1, e1)) == 0 && steps < 1000)
+            steps++;
+        CHECK_EQ_INT(rc, DSC_EOF);
+        CHECK(steps >= 26 && steps <= 28);
+        dsc_mixture_destroy(e);
+        g_epochs = 0;
+    }
+
+    /* Bad input. */
+    dsc_mixture_t *m = NULL;
+    double zero[3] = {0.6, 0.0, 0.4}, neg[3] = {0.6, 0.3, -1}, nan3[3] = {NAN, 1, 1};
+    CHECK_EQ_INT(make(0, 1, zero, need, 2, 0, &m), DSC_EINVAL);
+    CHECK(strstr(last_log, "'code'") != NULL && strstr(last_log, "weight") != NULL);
+    CHECK_EQ_INT(make(0, 1, neg, need, 2, 0, &m), DSC_EINVAL);
+    CHECK(strstr(last_log, "'books'") != NULL);
+    CHECK_EQ_INT(make(0, 1, nan3, need, 2, 0, &m), DSC_EINVAL);
+    const char *const lang[1] = {"lang"};
+    CHECK_EQ_INT(make(0, 1, weights, lang, 1, 0, &m), DSC_EINVAL);
+    CHECK(strstr(last_log, "source 'web' has no field 'lang'") != NULL);
+    CHECK_EQ_INT(make(0, 1, weights, need, 2, 1, &m), DSC_EINVAL);
+    CHECK(strstr(last_log, "'tokens'") && strstr(last_log, "'odd'") && strstr(last_log, "i64") &&
+          strstr(last_log, "i32"));
+    CHECK(m == NULL);
+    dsc_loader_options_t o;
+    REQUIRE(DSC_LOADER_OPTIONS_INIT(&o) == 0);
+    o.log_fn = on_log;
+    CHECK_EQ_INT(dsc_mixture_create(&o, NULL, 0, NULL, 0, &m), DSC_EINVAL);
+    dsc_source_options_t so;
+    REQUIRE(dsc_source_options_init(&so, sizeof so) == 0);
+    so.dataset = "nosuch";
+    so.fallback_path = "/nonexistent/dscache-nosuch";
+    CHECK(dsc_mixture_create(&o, &so, 1, NULL, 0, &m) < 0);
+    CHECK(strstr(last_log, "source 'nosuch'") != NULL);
+    dsc_mixture_destroy(NULL);
+    char cmd[320];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", root);
+    return TEST_DONE();
+}
