@@ -144,7 +144,8 @@ for p in procs:
 M = 3000
 small = {"x": arrays["x"][:M], "y": arrays["y"][:M]}
 ds2 = env.ingest_npy("pyrt", small)
-procs, addrs = start_cluster("b", ds2, 2, ["--backing-rate", "256K"])
+# peer warm-up off: these misses must be read from the backing storage, not a peer's RAM
+procs, addrs = start_cluster("b", ds2, 2, ["--backing-rate", "256K", "--peer-rate", "0"])
 os.environ["DSCACHE_HEDGE_MS"] = "10"
 os.environ["DSCACHE_HINTS"] = "0"  # no read-ahead: the GETs wait for the reads themselves
 loader = dscache.Loader(servers=addrs, dataset="pyrt", batch_size=32, seed=1, indices=True,
