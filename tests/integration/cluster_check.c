@@ -131,12 +131,15 @@ static int mode_epoch(void) {
         fclose(ids);
     dsc_stats_t st = {.struct_size = sizeof st};
     REQUIRE(dsc_loader_stats(l, &st) == 0);
-    printf("rank %u: %llu batches, %llu samples in %.2f s, %llu bad; requests %llu retries %llu "
-           "failovers %llu checksum_failures %llu refetches %llu wire_mib %.1f stall %.1f%%\n",
-           rank_id, (unsigned long long)batches, (unsigned long long)samples, secs,
-           (unsigned long long)bad, (unsigned long long)st.requests, (unsigned long long)st.retries,
-           (unsigned long long)st.failovers, (unsigned long long)st.checksum_failures,
-           (unsigned long long)st.refetches, st.wire_bytes / 1048576.0, 100.0 * st.stall_fraction);
+    printf(
+        "rank %u: %llu batches, %llu samples in %.2f s, %llu bad; requests %llu retries %llu "
+        "failovers %llu slow_marks %llu hedges %llu checksum_failures %llu refetches %llu wire_mib "
+        "%.1f stall %.1f%%\n",
+        rank_id, (unsigned long long)batches, (unsigned long long)samples, secs,
+        (unsigned long long)bad, (unsigned long long)st.requests, (unsigned long long)st.retries,
+        (unsigned long long)st.failovers, (unsigned long long)st.slow_marks,
+        (unsigned long long)st.hedges, (unsigned long long)st.checksum_failures,
+        (unsigned long long)st.refetches, st.wire_bytes / 1048576.0, 100.0 * st.stall_fraction);
     if (expect_error != NULL) {
         CHECK(rc < 0 && rc != DSC_EOF && strcmp(dsc_err_name(rc), expect_error) == 0);
         dsc_batch_t *b;

@@ -62,7 +62,7 @@ for m in dscache_backing_reads_total dscache_backing_queue_depth dscache_backing
 done
 # dscache top shows the server's backing read latency (about slowfs's 30 ms, or more when paced).
 top=$("$CLI" top --server "$ADDR_a" --once 2>&1 || true)
-lat=$(awk -v a="$ADDR_a" '$1 == a { print $(NF - 1) }' <<<"$top")
+lat=$(awk -v a="$ADDR_a" '$1 == a { print $(NF - 2) }' <<<"$top") # BACK ms, then PEER MB/s and STATUS
 grep -q 'BACK ms' <<<"$top" && awk -v l="${lat:-0}" 'BEGIN { exit !(l >= 25) }' \
     && pass "dscache top: backing latency $lat ms" || fail "dscache top backing latency '$lat': $top"
 stop_server a
