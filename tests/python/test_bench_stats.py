@@ -4,6 +4,7 @@ options), one epoch of `dscache bench --epochs 1` and one of a Python Loader wit
 options count the same samples, decoded bytes and received bytes, and a request for what was
 received (bench said `requests 0` while bytes came: the requests of a small dataset all went
 out before its first batch, which bench left out)."""
+import json
 import os
 import re
 import subprocess
@@ -49,6 +50,7 @@ subprocess.run([CLI, "ingest", "images", root, "-o", img, "--name", "img", "--en
                 "--chunk-size", "16K", "--shard-size", "64K"], check=True,
                stdout=subprocess.DEVNULL)
 _, addr = env.start_server(small, var, img)
+DIRS = {"small": small, "var": var, "img": img}
 
 COUNTED = re.compile(r"^counted: (\d+) samples, (\d+) bytes decoded \(the batches handed out\), "
                      r"(\d+) bytes received, (\d+) requests, .*\(since the loader.s creation", re.M)
@@ -79,10 +81,14 @@ def compare(name, bench_args, **loader_kw):
     t.check(requests > 0 and s["requests"] > 0 and received > 0,
             "%s: bytes received come with requests (bench %d, stats() %d)"
             % (name, requests, s["requests"]))
-    # Requests merge adjacent chunks as the budget allows: the counts may differ, not by much.
-    t.check(requests <= 2 * s["requests"] and s["requests"] <= 2 * requests,
-            "%s: request counts agree within 2x (bench %d, stats() %d)"
-            % (name, requests, s["requests"]))
+    # Requests merge adjacent chunks as far as the in-flight budget allows at the time, so the
+    # two counts depend on timing (bench 33, stats() 123 seen on a busy machine): each lies
+    # between one and a request per chunk fetched (the dataset's chunks, plus refetches).
+    chunks = json.loads(subprocess.run([CLI, "inspect", DIRS[name], "--json"], check=True,
+                                       capture_output=True, text=True).stdout)["chunks"]
+    t.check(1 <= requests <= chunks + s["refetches"] and 1 <= s["requests"] <= chunks +
+            s["refetches"], "%s: request counts between 1 and the %d chunks (bench %d, stats() %d)"
+            % (name, chunks, requests, s["requests"]))
     limit = re.search(r"^limit: (\w+)", r.stdout, re.M)
     t.check(limit is None or limit.group(1) != "fetch" or "waits on chunks not yet received"
             in r.stdout and not re.search(r"stall [0-9.]+%; 0% of it waits", r.stdout),

@@ -1,6 +1,7 @@
 """The loader's verdict, induced for real against dscached on loopback: a slow consumer (none),
 one decode thread on lz4 data with assist off (decode), a tiny cache_bytes (cache), one of three
-servers stopped and continued in bursts with SIGSTOP / SIGCONT (server), a 30 ms delay each way
+servers stopped 80 ms of every 100 ms with SIGSTOP / SIGCONT (server: slow, but it answers, so no
+slow mark moves its work away), a 30 ms delay each way
 (a relaying proxy) with 512 KiB in flight (inflight). Each case checks
 Loader.stats()["bottleneck"], its suggestion and the metrics text; the servers' STAT lists the
 job with its stall. (Network shaping: tests/netns/test_verdict_netns.sh.)"""
@@ -159,21 +160,24 @@ slow_proc, slow_addr = servers[2]
 
 
 def one_slow_server(job):
+    """A server that runs 20% of the time in short bursts: slow but live. Each pause (80 ms) is
+    under the loader's straggler threshold (100 ms at least, docs/cluster.md), so PINGs are
+    answered and no slow mark moves its chunks elsewhere: it stays the limit. (Long pauses are the
+    straggler case: the loader routes around them, python_test_hedge.)"""
     stop = threading.Event()
 
     def bursts():
         while not stop.is_set():
             os.kill(slow_proc.pid, signal.SIGSTOP)
-            time.sleep(0.8)
+            time.sleep(0.08)
             os.kill(slow_proc.pid, signal.SIGCONT)
-            time.sleep(0.2)
+            time.sleep(0.02)
         os.kill(slow_proc.pid, signal.SIGCONT)
 
     burst = threading.Thread(target=bursts)
     burst.start()
     try:
-        # replicas=1: each shard has one owner, so the loader cannot route around the slow one.
-        return run(12, servers=addrs, batch_size=64, job=job, timeout_ms=20000, replicas=1)
+        return run(12, servers=addrs, batch_size=64, job=job, timeout_ms=20000)
     finally:
         stop.set()
         burst.join()
@@ -186,6 +190,8 @@ if got:
             "the slow server is named: %s (stopped: %s)" % (st["bottleneck_server"], slow_addr))
     t.check(slow_addr in st["suggestion"] and "slower than the others" in st["suggestion"],
             "server: suggestion names it")
+    t.check(st["slow_marks"] == 0, "a slow but live server is not marked slow (%d marks)"
+            % st["slow_marks"])
     # Every server the job read from lists it.
     for a in addrs:
         names = [j["job"] for j in stat(a)["jobs"]]
