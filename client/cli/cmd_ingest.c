@@ -5,6 +5,7 @@
  */
 #include "cli.h"
 #include "dsc_sys.h"
+#include "fieldspec.h"
 #include "ingest_common.h"
 #include "ingest_forms.h"
 #include "manifest.h"
@@ -247,7 +248,7 @@ static int run_ingest(const npy_options_t *opt, source_t *src) {
         size_t n = strlen(fields);
         if (f > 0)
             fields[n++] = ',';
-        if (dsc__writer_format_field(&src->schema.fields[f], fields + n, sizeof fields - n) < 0)
+        if (dsc_fieldspec_format(&src->schema.fields[f], fields + n, sizeof fields - n) < 0)
             return dsc_cli_fail(CMD, "field list too long");
     }
     rc = ingest_output_check(CMD, opt->out_dir, opt->replace, &writer_replace);
@@ -479,51 +480,20 @@ static int parse_field_spec(source_t *src, const char *spec) {
     if (f >= DSC_MAX_FIELDS)
         return dsc_cli_usage(CMD, "at most %d fields", DSC_MAX_FIELDS);
     dsc_field_t *field = &src->schema.fields[f];
-    char copy[256];
-    if (snprintf(copy, sizeof copy, "%s", spec) >= (int)sizeof copy)
-        return dsc_cli_usage(CMD, "--field '%s': too long", spec);
-    char *dtype_text = strchr(copy, ':');
-    if (dtype_text == NULL)
-        return dsc_cli_usage(CMD, "--field '%s': expected NAME:DTYPE[:DIMxDIM...]", spec);
-    *dtype_text++ = '\0';
-    char *dims = strchr(dtype_text, ':');
-    if (dims != NULL)
-        *dims++ = '\0';
-    if (!dsc__name_valid(copy))
-        return dsc_cli_usage(CMD, "--field '%s': name must be 1-63 of A-Z a-z 0-9 _ . -", spec);
-    for (uint32_t g = 0; g < f; g++)
-        if (strcmp(src->schema.fields[g].name, copy) == 0)
-            return dsc_cli_usage(CMD, "--field '%s': field '%s' given twice", spec, copy);
-    int dtype = dsc_dtype_parse(dtype_text);
-    if (dtype < 0)
-        return dsc_cli_usage(CMD,
-                             "--field '%s': unknown dtype '%s' (u8 i8 u16 i16 u32 i32 i64 f16 "
-                             "bf16 f32 f64)",
-                             spec, dtype_text);
-    memcpy(field->name, copy, strlen(copy) + 1); /* dsc_name_valid bounds it */
-    field->dtype = (uint8_t)dtype;
-    field->ndim = 0;
-    if (dims != NULL && *dims != '\0') {
-        char *p = dims;
-        for (;;) {
-            if (field->ndim >= DSC_MAX_DIMS)
-                return dsc_cli_usage(CMD, "--field '%s': at most %d dimensions", spec,
-                                     DSC_MAX_DIMS);
-            char *end;
-            errno = 0;
-            unsigned long long d = (*p >= '0' && *p <= '9') ? strtoull(p, &end, 10) : 0;
-            if (d == 0 || d > UINT32_MAX || errno != 0)
-                return dsc_cli_usage(CMD, "--field '%s': bad dimension list '%s' (e.g. 3x32x32)",
-                                     spec, dims);
-            field->shape[field->ndim++] = (uint32_t)d;
-            if (*end == '\0')
-                break;
-            if (*end != 'x')
-                return dsc_cli_usage(CMD, "--field '%s': bad dimension list '%s' (e.g. 3x32x32)",
-                                     spec, dims);
-            p = end + 1;
-        }
+    dsc_fieldspec_error_t why;
+    if (dsc_fieldspec_parse(spec, strlen(spec), 0, field, &why) < 0) {
+        char text[384];
+        dsc_fieldspec_message(spec, strlen(spec), &why, text, sizeof text);
+        return dsc_cli_usage(CMD, "--field: %s", text);
     }
+    if (field->ndim > 0 && field->shape[0] == DSC_DIM_VARIABLE)
+        return dsc_cli_usage(CMD,
+                             "--field '%s': synthetic fields have a fixed shape (a variable one: "
+                             "dscache.Writer)",
+                             spec);
+    for (uint32_t g = 0; g < f; g++)
+        if (strcmp(src->schema.fields[g].name, field->name) == 0)
+            return dsc_cli_usage(CMD, "--field '%s': field '%s' given twice", spec, field->name);
     src->field_key[f] = fnv1a64(field->name);
     src->schema.field_count = f + 1;
     return DSC_CLI_OK;
