@@ -28,6 +28,11 @@ static int is_name_char(char c) {
            c == '.' || c == '-';
 }
 
+/* ch is one of stops (never the NUL byte, which strchr would find). */
+static int in_set(const char *stops, char ch) {
+    return ch != '\0' && strchr(stops, ch) != NULL;
+}
+
 static void skip_space(cursor_t *c) {
     while (c->pos < c->end && is_space(c->text[c->pos]))
         c->pos++;
@@ -51,7 +56,7 @@ static int fail(cursor_t *c, const char *what, const char *hint, size_t pos, siz
 
 /* The end of the token starting at from: up to (not including) a space, one of stops, or end. */
 static size_t token_end(const cursor_t *c, size_t from, const char *stops) {
-    while (from < c->end && !is_space(c->text[from]) && strchr(stops, c->text[from]) == NULL)
+    while (from < c->end && !is_space(c->text[from]) && !in_set(stops, c->text[from]))
         from++;
     return from;
 }
@@ -104,7 +109,7 @@ static int parse_number(cursor_t *c, uint32_t *out, const char *stops, const cha
             v = UINT32_MAX + 1ull; /* stays over, without wrapping */
         }
     }
-    if (!at_end(c) && !is_space(peek(c)) && strchr(stops, peek(c)) == NULL)
+    if (!at_end(c) && !is_space(peek(c)) && !in_set(stops, peek(c)))
         return fail(c, "bad dimension", hint, start, token_end(c, start, stops) - start);
     if (v == 0 || big)
         return fail(c, "bad dimension", hint, start, c->pos - start);
@@ -180,13 +185,45 @@ static int parse_x_dims(cursor_t *c, dsc_field_t *out) {
     }
 }
 
+/* With DSC_FIELDSPEC_TYPE_ONLY, "u8:3x32x32" is a type with the older dims, not a field named
+ * "u8": a dtype never starts with a digit, so a name is never followed by one. */
+static int type_with_x_dims(const cursor_t *c, size_t colon, unsigned flags) {
+    if (!(flags & DSC_FIELDSPEC_TYPE_ONLY))
+        return 0;
+    size_t start = c->pos, stop = colon;
+    while (stop > start && is_space(c->text[stop - 1]))
+        stop--;
+    char word[16];
+    if (stop == start || stop - start >= sizeof word)
+        return 0;
+    memcpy(word, c->text + start, stop - start);
+    word[stop - start] = '\0';
+    if (strlen(word) != stop - start || dsc_dtype_parse(word) < 0)
+        return 0;
+    size_t after = colon + 1;
+    while (after < c->end && is_space(c->text[after]))
+        after++;
+    return after == c->end || is_digit(c->text[after]);
+}
+
+/* A sample (or a row) of the field fits 2^32 - 1 bytes, as a dataset needs. */
+static int check_size(cursor_t *c, const dsc_field_t *field) {
+    dsc_schema_t one = {.field_count = 1, .fields = {*field}};
+    if (one.fields[0].name[0] == '\0') /* a type alone: sized under a stand-in name */
+        memcpy(one.fields[0].name, "x", 2);
+    if (dsc_schema_finish(&one) < 0)
+        return fail(c, "a sample or a row of this field is over 2^32 - 1 bytes", "", c->err->item,
+                    0);
+    return 0;
+}
+
 static int parse_field(cursor_t *c, unsigned flags, dsc_field_t *out) {
     memset(out, 0, sizeof *out);
     skip_space(c);
     size_t colon = c->pos;
     while (colon < c->end && c->text[colon] != ':' && c->text[colon] != '[')
         colon++;
-    if (colon < c->end && c->text[colon] == ':') {
+    if (colon < c->end && c->text[colon] == ':' && !type_with_x_dims(c, colon, flags)) {
         if (parse_name(c, colon, out) < 0)
             return DSC_EINVAL;
     } else if (!(flags & DSC_FIELDSPEC_TYPE_ONLY)) {
@@ -209,7 +246,7 @@ static int parse_field(cursor_t *c, unsigned flags, dsc_field_t *out) {
     if (!at_end(c))
         return fail(c, "unexpected text after the field (dims go last: [D,D,...])", "", c->pos,
                     c->end - c->pos);
-    return 0;
+    return (flags & DSC_FIELDSPEC_SIZED) ? check_size(c, out) : 0;
 }
 
 /* The item's bounds without the spaces around it. */
@@ -286,17 +323,13 @@ int dsc_fieldspec_parse_list(const char *text, size_t len, dsc_schema_t *schema,
         }
         dsc_field_t *field = &schema->fields[schema->field_count];
         cursor_t c = {text, start, end, err};
-        if (parse_field(&c, 0, field) < 0)
+        if (parse_field(&c, DSC_FIELDSPEC_SIZED, field) < 0)
             return DSC_EINVAL;
         for (uint32_t g = 0; g < schema->field_count; g++)
             if (strcmp(schema->fields[g].name, field->name) == 0) {
                 size_t at = err->item;
                 return fail(&c, "field name given twice", "", at, strlen(field->name));
             }
-        dsc_schema_t one = {.field_count = 1, .fields = {*field}};
-        if (dsc_schema_finish(&one) < 0)
-            return fail(&c, "a sample or a row of this field is over 2^32 - 1 bytes", "", err->item,
-                        err->item_len);
         schema->field_count++;
         start = next;
     }
@@ -340,7 +373,7 @@ int dsc_fieldspec_message(const char *text, size_t len, const dsc_fieldspec_erro
         PUT("%s%s", what, hint);
     } else if (err->item_len == 0) {
         PUT("%s%s", what, hint);
-        if (err->pos > 0 || len > 0)
+        if (err->pos > 0)
             PUT(" (position %zu)", err->pos + 1);
     } else {
         PUT("field spec '");

@@ -21,8 +21,11 @@
  * "image:u8[3,32,32]", "ids:i32[]", "mel:f32[?,80]", "image:uint8:3x32x32". */
 
 /* The field may be given without "NAME:" (its type only: "u8[3,32,32]"); the name is then "". A
- * text with no ':' before its dims is read that way. */
+ * text with no ':' before its dims is read that way, and so is DTYPE ':' xdims ("u8:3x32x32"). */
 #define DSC_FIELDSPEC_TYPE_ONLY 1u
+
+/* The field's sample (a variable field's row) must fit 2^32 - 1 bytes, as in a dataset. */
+#define DSC_FIELDSPEC_SIZED 2u
 
 /* Why a text was refused: what (a static phrase), the offending token at byte offset pos
  * (len bytes, 0 when the problem is a missing piece at pos), and the field's text (item, item_len)
@@ -36,7 +39,8 @@ typedef struct dsc_fieldspec_error {
 
 /* Parses one field from text[0, len) (NUL bytes inside are refused) into *out: name, dtype, ndim
  * and shape (shape[0] == DSC_DIM_VARIABLE for a variable leading dimension); the derived sizes are
- * not set (dsc_schema_finish does). flags: 0 or DSC_FIELDSPEC_TYPE_ONLY. Returns 0, or
+ * not set (dsc_schema_finish does). flags: DSC_FIELDSPEC_TYPE_ONLY, DSC_FIELDSPEC_SIZED or both.
+ * Returns 0, or
  * DSC_EINVAL with *err filled (then *out holds no meaning). */
 int dsc_fieldspec_parse(const char *text, size_t len, unsigned flags, dsc_field_t *out,
                         dsc_fieldspec_error_t *err);

@@ -481,7 +481,7 @@ static int parse_field_spec(source_t *src, const char *spec) {
         return dsc_cli_usage(CMD, "at most %d fields", DSC_MAX_FIELDS);
     dsc_field_t *field = &src->schema.fields[f];
     dsc_fieldspec_error_t why;
-    if (dsc_fieldspec_parse(spec, strlen(spec), 0, field, &why) < 0) {
+    if (dsc_fieldspec_parse(spec, strlen(spec), DSC_FIELDSPEC_SIZED, field, &why) < 0) {
         char text[384];
         dsc_fieldspec_message(spec, strlen(spec), &why, text, sizeof text);
         return dsc_cli_usage(CMD, "--field: %s", text);

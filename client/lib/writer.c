@@ -156,7 +156,8 @@ DSC_EXTERN int dsc_field_spec_parse(const char *spec, dsc_field_info_t *out, cha
     size_t len = strlen(spec);
     dsc_fieldspec_error_t why;
     dsc_schema_t one = {.field_count = 1};
-    if (dsc_fieldspec_parse(spec, len, DSC_FIELDSPEC_TYPE_ONLY, &one.fields[0], &why) < 0) {
+    if (dsc_fieldspec_parse(spec, len, DSC_FIELDSPEC_TYPE_ONLY | DSC_FIELDSPEC_SIZED,
+                            &one.fields[0], &why) < 0) {
         if (err != NULL)
             dsc_fieldspec_message(spec, len, &why, err, err_cap);
         return DSC_EINVAL;
@@ -165,10 +166,9 @@ DSC_EXTERN int dsc_field_spec_parse(const char *spec, dsc_field_info_t *out, cha
     memcpy(name, one.fields[0].name, sizeof name);
     if (name[0] == '\0') /* a type alone: sized under a stand-in name */
         memcpy(one.fields[0].name, "x", 2);
-    if (dsc_schema_finish(&one) < 0) {
+    if (dsc_schema_finish(&one) < 0) { /* checked by DSC_FIELDSPEC_SIZED: defensive */
         if (err != NULL && err_cap > 0)
-            snprintf(err, err_cap, "field spec '%s': a sample or a row is over 2^32 - 1 bytes",
-                     spec);
+            snprintf(err, err_cap, "field spec '%s': invalid", spec);
         return DSC_EINVAL;
     }
     const dsc_field_t *f = &one.fields[0];
