@@ -1,11 +1,12 @@
-/* What the ingest readers of other formats (webdataset, megatron, mds) share: the common
- * options, the schema they declare, the sink their samples go to (the dataset writer, or
+/* What every form of dscache ingest shares: the common options and the one option loop
+ * (ingest_main), the schema they declare, the sink their samples go to (the dataset writer, or
  * nothing with --dry-run), bad-sample accounting for --skip-bad, progress and the summary. */
 #ifndef DSC_CLI_INGEST_COMMON_H
 #define DSC_CLI_INGEST_COMMON_H
 
 #include "cli.h"
 
+#include <getopt.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,10 +30,11 @@ typedef struct ingest_value {
 typedef struct ingest_options {
     const char *out_dir;
     const char *name;
-    const char *compress;
-    int level;
+    const char *compress; /* "lz4" unless given (compress_given) */
+    int compress_given;
+    int level; /* 0: not given (the writer's default 9 with lz4hc) */
     uint64_t shard_bytes, chunk_bytes;
-    uint32_t threads;
+    uint32_t threads; /* 0: the cores */
     int skip_bad;
     int dry_run;
     int replace;         /* --replace (or --force): an existing dataset at out_dir is swapped */
@@ -42,16 +44,46 @@ typedef struct ingest_options {
 /* The default bound on one sample's bytes: what one chunk of the writer can hold. */
 #define INGEST_MAX_SAMPLE_DEFAULT (256ull << 20)
 
-/* clang-format off */
-#define INGEST_COMMON_OPTIONS \
-    {"output", required_argument, NULL, 'o'}, {"name", required_argument, NULL, 1001}, \
-    {"compress", required_argument, NULL, 1002}, {"level", required_argument, NULL, 1003}, \
-    {"shard-size", required_argument, NULL, 1004}, {"chunk-size", required_argument, NULL, 1005}, \
-    {"threads", required_argument, NULL, 1006}, {"skip-bad", no_argument, NULL, 1007}, \
-    {"dry-run", no_argument, NULL, 1008}, {"replace", no_argument, NULL, 1009}, \
-    {"force", no_argument, NULL, 1009}, {"max-sample-size", required_argument, NULL, 1010}, \
-    {"help", no_argument, NULL, 'h'}
-/* clang-format on */
+/* The common options: one table (ingest_common.c), parsed once by ingest_main for every form.
+ * -o/--output and -h/--help are always there; a form takes the others it names in its mask. */
+enum {
+    INGEST_OPT_NAME = 1u << 0,       /* --name */
+    INGEST_OPT_COMPRESS = 1u << 1,   /* --compress, --level */
+    INGEST_OPT_SIZES = 1u << 2,      /* --shard-size, --chunk-size */
+    INGEST_OPT_REPLACE = 1u << 3,    /* --replace, --force */
+    INGEST_OPT_THREADS = 1u << 4,    /* --threads */
+    INGEST_OPT_SKIP_BAD = 1u << 5,   /* --skip-bad */
+    INGEST_OPT_DRY_RUN = 1u << 6,    /* --dry-run (then -o may be left out) */
+    INGEST_OPT_MAX_SAMPLE = 1u << 7, /* --max-sample-size */
+};
+#define INGEST_OPT_WRITER                                                                          \
+    (INGEST_OPT_NAME | INGEST_OPT_COMPRESS | INGEST_OPT_SIZES | INGEST_OPT_REPLACE)
+#define INGEST_OPT_ALL 0xFFu
+
+/* A form's own options have getopt ids from INGEST_FORM_OPTION up. */
+#define INGEST_FORM_OPTION 2000
+
+/* One form of `dscache ingest`: what it adds to the common options, and its reader. */
+typedef struct ingest_form {
+    const char *cmd;              /* "ingest webdataset": the name its messages carry */
+    unsigned common;              /* INGEST_OPT_* it takes */
+    const struct option *options; /* its own options ({NULL, 0, NULL, 0} ends them), or NULL */
+    void (*help)(void);
+    /* One of its own options (id from options[]). Returns DSC_CLI_OK or DSC_CLI_USAGE after
+     * printing why. NULL when it has none. */
+    int (*option)(void *state, int id, const char *arg);
+    /* Reads the input (the arguments left after the options) into the dataset, through
+     * ingest_run_begin/add/finish. Returns a DSC_CLI_* exit code. */
+    int (*run)(void *state, const ingest_options_t *opt, int argc, char **argv);
+} ingest_form_t;
+
+/* The one option loop of every ingest form: parses argv (argv[0] the form's name) against the
+ * common table and the form's own options, prints --help, refuses an unknown option or a
+ * missing value, --level without lz4hc and a missing -o (unless --dry-run), then calls
+ * form->run with the rest. Returns a DSC_CLI_* exit code. */
+int ingest_main(const ingest_form_t *form, void *state, int argc, char **argv);
+
+/* The common options' help of webdataset, megatron and mds (each form prints its own). */
 #define INGEST_COMMON_HELP                                                                         \
     "Common options:\n"                                                                            \
     "  -o, --output DIR       dataset directory to create; it appears only when complete. An\n"    \
@@ -76,11 +108,8 @@ typedef struct ingest_options {
     "  -h, --help             this text\n"
 
 void ingest_options_init(ingest_options_t *opt);
-/* Handles a getopt_long result of INGEST_COMMON_OPTIONS. Returns 1 (handled), 0 (not one of
- * them) or DSC_EINVAL after printing a usage message (the caller returns DSC_CLI_USAGE). */
-int ingest_common_option(const char *cmd, ingest_options_t *opt, int c, const char *arg);
-/* Checks the combination (-o given unless --dry-run) and the output directory
- * (ingest_output_check). Returns DSC_CLI_OK, DSC_CLI_USAGE or DSC_CLI_FAIL (message printed). */
+/* Checks the output directory (ingest_output_check) unless --dry-run. Returns DSC_CLI_OK or
+ * DSC_CLI_FAIL (message printed). */
 int ingest_options_check(const char *cmd, const ingest_options_t *opt);
 
 /* Checks the output directory before anything is read: missing (created), an empty directory

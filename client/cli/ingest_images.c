@@ -261,6 +261,7 @@ typedef struct job_options {
     uint32_t max_side;      /* --max-side (0: none) */
     int quality;            /* --quality (0: none) */
     int no_verify;          /* --no-verify: --encoded bytes stored without a decode */
+    int have_size;
 } job_options_t;
 
 typedef struct result {
@@ -548,110 +549,50 @@ static int parse_hw(const char *text, uint32_t *h, uint32_t *w) {
     return 0;
 }
 
-int dsc_ingest_images(int argc, char **argv) {
-    static const struct option long_opts[] = {{"output", required_argument, NULL, 'o'},
-                                              {"name", required_argument, NULL, 'n'},
-                                              {"compress", required_argument, NULL, 'c'},
-                                              {"level", required_argument, NULL, 'l'},
-                                              {"shard-size", required_argument, NULL, 'S'},
-                                              {"chunk-size", required_argument, NULL, 'C'},
-                                              {"threads", required_argument, NULL, 't'},
-                                              {"encoded", no_argument, NULL, 'e'},
-                                              {"size", required_argument, NULL, 'z'},
-                                              {"max-side", required_argument, NULL, 'm'},
-                                              {"quality", required_argument, NULL, 'q'},
-                                              {"skip-bad", no_argument, NULL, 'k'},
-                                              {"force", no_argument, NULL, 'f'},
-                                              {"replace", no_argument, NULL, 'f'},
-                                              {"help", no_argument, NULL, 'h'},
-                                              {"no-verify", no_argument, NULL, 'V'},
-                                              {NULL, 0, NULL, 0}};
-    const char *out_dir = NULL, *name = NULL, *compress = NULL;
-    uint64_t level = 9, shard_bytes = 64ull << 20, chunk_bytes = 1ull << 20, threads = 0, v;
-    job_options_t opt = {0};
-    int have_size = 0, skip_bad = 0, force = 0, level_given = 0;
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, "o:h", long_opts, NULL)) != -1) {
-        switch (c) {
-        case 'o':
-            out_dir = optarg;
-            break;
-        case 'n':
-            name = optarg;
-            break;
-        case 'c':
-            if (strcmp(optarg, "none") && strcmp(optarg, "lz4") && strcmp(optarg, "lz4hc"))
-                return dsc_cli_usage(CMD, "--compress: none, lz4 or lz4hc, not '%s'", optarg);
-            compress = optarg;
-            break;
-        case 'l':
-            if (dsc_cli_parse_u64(CMD, "--level", optarg, 1, 12, &level) < 0)
-                return DSC_CLI_USAGE;
-            level_given = 1;
-            break;
-        case 'S':
-            if (dsc_cli_parse_size(CMD, "--shard-size", optarg, &shard_bytes) < 0)
-                return DSC_CLI_USAGE;
-            break;
-        case 'C':
-            if (dsc_cli_parse_size(CMD, "--chunk-size", optarg, &chunk_bytes) < 0)
-                return DSC_CLI_USAGE;
-            if (chunk_bytes > 0xFFFFFFFFull)
-                return dsc_cli_usage(CMD, "--chunk-size: at most 4G");
-            break;
-        case 't':
-            if (dsc_cli_parse_u64(CMD, "--threads", optarg, 1, 1024, &threads) < 0)
-                return DSC_CLI_USAGE;
-            break;
-        case 'e':
-            opt.encoded = 1;
-            break;
-        case 'z':
-            if (parse_hw(optarg, &opt.height, &opt.width) < 0)
-                return dsc_cli_usage(CMD, "--size: H or HxW, 1..8192 each, not '%s'", optarg);
-            have_size = 1;
-            break;
-        case 'm':
-            if (dsc_cli_parse_u64(CMD, "--max-side", optarg, 1, 65500, &v) < 0)
-                return DSC_CLI_USAGE;
-            opt.max_side = (uint32_t)v;
-            break;
-        case 'q':
-            if (dsc_cli_parse_u64(CMD, "--quality", optarg, 1, 100, &v) < 0)
-                return DSC_CLI_USAGE;
-            opt.quality = (int)v;
-            break;
-        case 'k':
-            skip_bad = 1;
-            break;
-        case 'V':
-            opt.no_verify = 1;
-            break;
-        case 'f':
-            force = 1;
-            break;
-        case 'h':
-            print_help();
-            return DSC_CLI_OK;
-        default:
-            return dsc_cli_usage(CMD, "unknown option");
-        }
+enum { OPT_ENCODED = INGEST_FORM_OPTION, OPT_SIZE, OPT_MAX_SIDE, OPT_QUALITY, OPT_NO_VERIFY };
+
+static int images_option(void *state, int id, const char *arg) {
+    job_options_t *opt = state;
+    uint64_t v;
+    switch (id) {
+    case OPT_ENCODED:
+        opt->encoded = 1;
+        return DSC_CLI_OK;
+    case OPT_SIZE:
+        if (parse_hw(arg, &opt->height, &opt->width) < 0)
+            return dsc_cli_usage(CMD, "--size: H or HxW, 1..8192 each, not '%s'", arg);
+        opt->have_size = 1;
+        return DSC_CLI_OK;
+    case OPT_MAX_SIDE:
+        if (dsc_cli_parse_u64(CMD, "--max-side", arg, 1, 65500, &v) < 0)
+            return DSC_CLI_USAGE;
+        opt->max_side = (uint32_t)v;
+        return DSC_CLI_OK;
+    case OPT_QUALITY:
+        if (dsc_cli_parse_u64(CMD, "--quality", arg, 1, 100, &v) < 0)
+            return DSC_CLI_USAGE;
+        opt->quality = (int)v;
+        return DSC_CLI_OK;
+    default: /* OPT_NO_VERIFY */
+        opt->no_verify = 1;
+        return DSC_CLI_OK;
     }
-    if (optind != argc - 1)
-        return dsc_cli_usage(CMD, optind >= argc ? "missing DIR (the ImageFolder root)"
-                                                 : "one DIR only");
-    const char *root = argv[optind];
-    if (!out_dir)
-        return dsc_cli_usage(CMD, "-o OUT_DIR is required");
-    if (opt.encoded == have_size)
+}
+
+static int images_run(void *state, const ingest_options_t *common, int argc, char **argv) {
+    job_options_t opt = *(const job_options_t *)state;
+    if (argc != 1)
+        return dsc_cli_usage(CMD, argc < 1 ? "missing DIR (the ImageFolder root)" : "one DIR only");
+    const char *root = argv[0];
+    const char *out_dir = common->out_dir, *name = common->name;
+    uint64_t threads = common->threads;
+    int skip_bad = common->skip_bad, force = common->replace;
+    if (opt.encoded == opt.have_size)
         return dsc_cli_usage(CMD, "give one of --encoded or --size H[xW]");
     if (!opt.encoded && (opt.max_side || opt.quality || opt.no_verify))
         return dsc_cli_usage(CMD, "--max-side, --quality and --no-verify apply to --encoded only");
-    if (level_given && (!compress || strcmp(compress, "lz4hc") != 0))
-        return dsc_cli_usage(CMD, "--level applies to --compress lz4hc only");
-    if (!compress)
-        compress = opt.encoded ? "none" : "lz4";
+    /* JPEG bytes do not shrink: --encoded stores them raw unless told otherwise */
+    const char *compress = common->compress_given ? common->compress : opt.encoded ? "none" : "lz4";
     if (threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         threads = n > 0 ? (uint64_t)n : 1;
@@ -687,9 +628,9 @@ int dsc_ingest_images(int argc, char **argv) {
     wopt.name = name;
     wopt.fields = fields;
     wopt.compress = compress;
-    wopt.level = strcmp(compress, "lz4hc") == 0 ? (int)level : 0;
-    wopt.shard_bytes = shard_bytes;
-    wopt.chunk_bytes = (uint32_t)chunk_bytes;
+    wopt.level = strcmp(compress, "lz4hc") == 0 ? common->level : 0;
+    wopt.shard_bytes = common->shard_bytes;
+    wopt.chunk_bytes = (uint32_t)common->chunk_bytes;
     wopt.threads = (uint32_t)threads;
     wopt.meta_json = meta;
     wopt.replace = writer_replace;
@@ -822,4 +763,20 @@ cleanup:
     free(meta);
     folder_free(&folder);
     return exit_code;
+}
+
+int dsc_ingest_images(int argc, char **argv) {
+    static const struct option options[] = {{"encoded", no_argument, NULL, OPT_ENCODED},
+                                            {"size", required_argument, NULL, OPT_SIZE},
+                                            {"max-side", required_argument, NULL, OPT_MAX_SIDE},
+                                            {"quality", required_argument, NULL, OPT_QUALITY},
+                                            {"no-verify", no_argument, NULL, OPT_NO_VERIFY},
+                                            {NULL, 0, NULL, 0}};
+    static const ingest_form_t form = {
+        CMD,           INGEST_OPT_WRITER | INGEST_OPT_THREADS | INGEST_OPT_SKIP_BAD,
+        options,       print_help,
+        images_option, images_run};
+    job_options_t opt;
+    memset(&opt, 0, sizeof opt);
+    return ingest_main(&form, &opt, argc, argv);
 }
