@@ -220,53 +220,27 @@ static int fill_synthetic(source_t *src, uint64_t first, uint64_t count, uint8_t
 
 /* ---- The common driver -------------------------------------------------------------------- */
 
-static void on_progress(void *ctx, uint64_t samples, uint64_t raw_bytes, uint64_t stored_bytes) {
-    (void)samples;
-    (void)stored_bytes;
-    dsc_cli_progress_update(ctx, raw_bytes);
-}
-
-/* Reads the source in pieces of about 1 MiB and hands them to the library's writer
- * (dsc_writer_add_columns), which compresses on every core and finishes atomically. */
+/* Reads the source in pieces of about 1 MiB and hands them, field-major, to the one ingest run
+ * (ingest_common.c: the library's writer compresses on every core and finishes atomically). */
 static int run_ingest(const ingest_options_t *opt, source_t *src) {
-    int rc, exit_code = DSC_CLI_FAIL, writer_replace = 0;
-    dsc_writer_t *writer = NULL;
-    uint8_t *bufs[MAX_INPUTS] = {0};
-    dsc_cli_progress_t progress = {0};
-    char fields[MAX_INPUTS * 160] = "";
-    for (uint32_t f = 0; f < src->schema.field_count; f++) {
-        size_t n = strlen(fields);
-        if (f > 0)
-            fields[n++] = ',';
-        if (dsc_fieldspec_format(&src->schema.fields[f], fields + n, sizeof fields - n) < 0)
-            return dsc_cli_fail(CMD, "field list too long");
-    }
-    rc = ingest_output_check(CMD, opt->out_dir, opt->replace, &writer_replace);
-    if (rc != DSC_CLI_OK)
-        return rc;
-    dsc_writer_options_t wopt;
-    dsc_writer_options_init(&wopt, sizeof wopt);
-    wopt.path = opt->out_dir;
-    wopt.name = opt->name;
-    wopt.fields = fields;
-    wopt.compress = opt->compress;
-    wopt.level = strcmp(opt->compress, "lz4hc") == 0 ? opt->level : 0;
-    wopt.shard_bytes = opt->shard_bytes;
-    wopt.chunk_bytes = (uint32_t)opt->chunk_bytes;
-    wopt.progress_fn = on_progress;
-    wopt.progress_ctx = &progress;
-    wopt.replace = writer_replace;
-    wopt.log_fn = ingest_writer_log;
-    wopt.log_ctx = (void *)CMD;
-    rc = dsc_writer_create(&wopt, &writer);
-    if (rc < 0) {
-        char why[512];
-        dsc_writer_last_error(NULL, why, sizeof why);
-        if (opt->name == NULL && strstr(why, "not a valid dataset name") != NULL)
-            return dsc_cli_usage(CMD, "%s: pass --name", why);
-        return dsc_cli_fail(CMD, "cannot write %s: %s", opt->out_dir, why);
-    }
     const dsc_schema_t *schema = &src->schema;
+    ingest_field_t fields[MAX_INPUTS];
+    memset(fields, 0, sizeof fields);
+    for (uint32_t f = 0; f < schema->field_count; f++) {
+        const dsc_field_t *from = &schema->fields[f];
+        snprintf(fields[f].name, sizeof fields[f].name, "%s", from->name);
+        fields[f].dtype = from->dtype;
+        fields[f].ndim = from->ndim;
+        for (uint32_t d = 0; d < from->ndim; d++)
+            fields[f].dims[d] = from->shape[d];
+    }
+    ingest_run_t *run = NULL;
+    int exit_code = ingest_run_begin(CMD, opt, fields, schema->field_count, NULL,
+                                     src->samples * schema->sample_bytes, &run);
+    if (exit_code != DSC_CLI_OK)
+        return exit_code;
+    exit_code = DSC_CLI_FAIL;
+    uint8_t *bufs[MAX_INPUTS] = {0};
     uint64_t batch = schema->sample_bytes ? (1ull << 20) / schema->sample_bytes : 1;
     if (batch == 0)
         batch = 1;
@@ -279,7 +253,6 @@ static int run_ingest(const ingest_options_t *opt, source_t *src) {
             goto cleanup;
         }
     }
-    dsc_cli_progress_init(&progress, "ingest", src->samples * schema->sample_bytes);
     for (uint64_t first = 0; first < src->samples; first += batch) {
         uint64_t count = src->samples - first < batch ? src->samples - first : batch;
         if (src->fill(src, first, count, bufs) < 0)
@@ -288,39 +261,14 @@ static int run_ingest(const ingest_options_t *opt, source_t *src) {
         for (uint32_t f = 0; f < schema->field_count; f++)
             columns[f] =
                 (dsc_writer_column_t){bufs[f], count * schema->fields[f].sample_bytes, NULL};
-        rc = dsc_writer_add_columns(writer, columns, schema->field_count, count);
-        if (rc < 0) {
-            char why[512];
-            dsc_writer_last_error(writer, why, sizeof why);
-            dsc_cli_fail(CMD, "writing shards for %s: %s", opt->out_dir, why);
+        if (ingest_run_add_columns(run, columns, count) != 0)
             goto cleanup;
-        }
+        ingest_run_progress(run, (first + count) * schema->sample_bytes);
     }
-    dsc_writer_stats_t stats = {.struct_size = sizeof stats};
-    rc = dsc_writer_finish(writer, &stats);
-    writer = NULL;
-    double seconds = dsc_cli_progress_done(&progress);
-    if (rc < 0) {
-        char why[512];
-        dsc_writer_last_error(NULL, why, sizeof why);
-        dsc_cli_fail(CMD, "finishing %s: %s", opt->out_dir, why);
-        goto cleanup;
-    }
-    char raw_text[32], stored_text[32];
-    printf("ingested %llu samples into %u shards (%llu chunks) in %s: raw %s, stored %s, "
-           "ratio %.2f, %.2f s, %.1f MB/s\n",
-           (unsigned long long)stats.samples, stats.shards, (unsigned long long)stats.chunks,
-           opt->out_dir, dsc_format_size(stats.raw_bytes, raw_text, sizeof raw_text),
-           dsc_format_size(stats.stored_bytes, stored_text, sizeof stored_text),
-           stats.stored_bytes ? (double)stats.raw_bytes / (double)stats.stored_bytes : 0.0, seconds,
-           seconds > 0 ? (double)stats.raw_bytes / seconds / 1e6 : 0.0);
-    exit_code = DSC_CLI_OK;
-
+    exit_code = ingest_run_finish(run);
+    run = NULL;
 cleanup:
-    if (writer != NULL) {
-        dsc_cli_progress_done(&progress);
-        dsc_writer_abort(writer);
-    }
+    ingest_run_abort(run);
     for (uint32_t f = 0; f < MAX_INPUTS; f++)
         free(bufs[f]);
     return exit_code;

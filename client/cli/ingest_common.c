@@ -4,6 +4,7 @@
 
 #include "dscache.h"
 #include "shard.h"
+#include "util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -421,6 +422,8 @@ int ingest_run_begin(const char *cmd, const ingest_options_t *opt, const ingest_
             char why[512] = "";
             dsc_writer_last_error(NULL, why, sizeof why);
             free(run);
+            if (opt->name == NULL && strstr(why, "not a valid dataset name") != NULL)
+                return dsc_cli_usage(cmd, "%s: pass --name", why);
             return dsc_cli_fail(cmd, "cannot create %s: %s", opt->out_dir,
                                 why[0] ? why : dsc_strerror(rc));
         }
@@ -449,6 +452,23 @@ int ingest_run_add(ingest_run_t *run, const ingest_value_t *values) {
         }
     }
     run->samples++;
+    return 0;
+}
+
+int ingest_run_add_columns(ingest_run_t *run, const dsc_writer_column_t *columns, uint64_t count) {
+    for (uint32_t i = 0; i < run->field_count; i++)
+        run->value_bytes += columns[i].bytes;
+    if (run->writer != NULL) {
+        int rc = dsc_writer_add_columns(run->writer, columns, run->field_count, count);
+        if (rc < 0) {
+            char why[512] = "";
+            dsc_writer_last_error(run->writer, why, sizeof why);
+            dsc_cli_progress_done(&run->progress);
+            return dsc_cli_fail(run->cmd, "writing %s: %s%s%s", run->opt.out_dir, dsc_strerror(rc),
+                                why[0] ? ": " : "", why);
+        }
+    }
+    run->samples += count;
     return 0;
 }
 
@@ -512,10 +532,10 @@ int ingest_run_finish(ingest_run_t *run) {
         ingest_run_abort(run);
         return exit_code;
     }
+    dsc_writer_stats_t stats;
+    memset(&stats, 0, sizeof stats);
+    stats.struct_size = sizeof stats;
     if (run->writer != NULL) {
-        dsc_writer_stats_t stats;
-        memset(&stats, 0, sizeof stats);
-        stats.struct_size = sizeof stats;
         int rc = dsc_writer_finish(run->writer, &stats);
         run->writer = NULL;
         seconds = dsc_cli_progress_done(&run->progress);
@@ -529,11 +549,19 @@ int ingest_run_finish(ingest_run_t *run) {
         }
     }
     double mb = (double)run->source_done / 1e6;
-    printf("%s %llu samples, skipped %llu, source %.2f MB, values %.2f MB, %.2f s, %.1f MB/s%s%s\n",
+    printf("%s %llu samples, skipped %llu, source %.2f MB, values %.2f MB, %.2f s, %.1f MB/s",
            run->opt.dry_run ? "checked" : "ingested", (unsigned long long)run->samples,
            (unsigned long long)run->skipped, mb, (double)run->value_bytes / 1e6, seconds,
-           seconds > 0 ? mb / seconds : 0.0, run->opt.dry_run ? "" : " into ",
-           run->opt.dry_run ? "" : run->opt.out_dir);
+           seconds > 0 ? mb / seconds : 0.0);
+    if (!run->opt.dry_run) {
+        char raw_text[32], stored_text[32];
+        printf(" into %s: %u shards (%llu chunks), raw %s, stored %s, ratio %.2f", run->opt.out_dir,
+               stats.shards, (unsigned long long)stats.chunks,
+               dsc_format_size(stats.raw_bytes, raw_text, sizeof raw_text),
+               dsc_format_size(stats.stored_bytes, stored_text, sizeof stored_text),
+               stats.stored_bytes ? (double)stats.raw_bytes / (double)stats.stored_bytes : 0.0);
+    }
+    printf("\n");
     free(run);
     return exit_code;
 }

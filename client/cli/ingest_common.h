@@ -5,6 +5,7 @@
 #define DSC_CLI_INGEST_COMMON_H
 
 #include "cli.h"
+#include "dscache.h"
 
 #include <getopt.h>
 #include <stddef.h>
@@ -132,12 +133,16 @@ int ingest_field_variable(const ingest_field_t *f);
 typedef struct ingest_run ingest_run_t;
 
 /* Starts a run: prints the schema line, creates the writer (not with --dry-run). source_bytes:
- * the inputs' total size, for the progress bar. Returns 0 and *out or DSC_CLI_FAIL (printed). */
+ * the inputs' total size, for the progress bar. Returns 0 and *out, DSC_CLI_FAIL (printed), or
+ * DSC_CLI_USAGE when the dataset name taken from the directory is not valid (pass --name). */
 int ingest_run_begin(const char *cmd, const ingest_options_t *opt, const ingest_field_t *fields,
                      uint32_t count, const char *meta_json, uint64_t source_bytes,
                      ingest_run_t **out);
 /* Adds one sample (values[i] for fields[i]). Returns 0 or DSC_CLI_FAIL (printed). */
 int ingest_run_add(ingest_run_t *run, const ingest_value_t *values);
+/* Adds count samples at once, field-major (dsc_writer_add_columns: columns[i] for fields[i]).
+ * Returns 0 or DSC_CLI_FAIL (printed). */
+int ingest_run_add_columns(ingest_run_t *run, const dsc_writer_column_t *columns, uint64_t count);
 /* A bad sample: with --skip-bad counts it (naming the first 10 on stderr) and returns 0; without,
  * prints "dscache CMD: FILE: sample WHO: WHY" and returns DSC_CLI_FAIL. count: samples lost
  * (a damaged MDS shard loses all of its samples at once). */
@@ -147,7 +152,8 @@ int ingest_run_bad(ingest_run_t *run, const char *file, const char *who, uint64_
 void ingest_run_progress(ingest_run_t *run, uint64_t source_done);
 /* Prints a note line ("dscache CMD: note: ...") once the run is over, e.g. ignored files. */
 void ingest_run_note(ingest_run_t *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Finishes the dataset and prints the summary: samples, skipped, source bytes, MB/s. Returns
+/* Finishes the dataset and prints the summary: samples, skipped, source bytes, MB/s, and the
+ * writer's shards, chunks, raw and stored bytes. Returns
  * DSC_CLI_OK or DSC_CLI_FAIL. Frees run. A run with no sample at all fails. */
 int ingest_run_finish(ingest_run_t *run);
 /* Removes what was written; frees run. NULL is a no-op. */
