@@ -491,6 +491,20 @@ int ingest_run_bad(ingest_run_t *run, const char *file, const char *who, uint64_
     return 0;
 }
 
+int ingest_run_set_meta(ingest_run_t *run, const char *meta_json) {
+    if (run->writer == NULL)
+        return 0;
+    int rc = dsc_writer_set_meta(run->writer, meta_json);
+    if (rc < 0) {
+        char why[512] = "";
+        dsc_writer_last_error(run->writer, why, sizeof why);
+        dsc_cli_progress_done(&run->progress);
+        return dsc_cli_fail(run->cmd, "%s: meta: %s", run->opt.out_dir,
+                            why[0] ? why : dsc_strerror(rc));
+    }
+    return 0;
+}
+
 void ingest_run_progress(ingest_run_t *run, uint64_t source_done) {
     run->source_done = source_done;
     dsc_cli_progress_update(&run->progress, source_done);

@@ -148,6 +148,9 @@ int ingest_run_add_columns(ingest_run_t *run, const dsc_writer_column_t *columns
  * (a damaged MDS shard loses all of its samples at once). */
 int ingest_run_bad(ingest_run_t *run, const char *file, const char *who, uint64_t count,
                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Replaces the manifest's "meta" (dsc_writer_set_meta), e.g. once the skipped samples are known.
+ * Returns 0 or DSC_CLI_FAIL (printed). No-op with --dry-run. */
+int ingest_run_set_meta(ingest_run_t *run, const char *meta_json);
 /* Source bytes consumed so far (progress). */
 void ingest_run_progress(ingest_run_t *run, uint64_t source_done);
 /* Prints a note line ("dscache CMD: note: ...") once the run is over, e.g. ignored files. */

@@ -584,9 +584,8 @@ static int images_run(void *state, const ingest_options_t *common, int argc, cha
     if (argc != 1)
         return dsc_cli_usage(CMD, argc < 1 ? "missing DIR (the ImageFolder root)" : "one DIR only");
     const char *root = argv[0];
-    const char *out_dir = common->out_dir, *name = common->name;
+    const char *out_dir = common->out_dir;
     uint64_t threads = common->threads;
-    int skip_bad = common->skip_bad, force = common->replace;
     if (opt.encoded == opt.have_size)
         return dsc_cli_usage(CMD, "give one of --encoded or --size H[xW]");
     if (!opt.encoded && (opt.max_side || opt.quality || opt.no_verify))
@@ -599,50 +598,39 @@ static int images_run(void *state, const ingest_options_t *common, int argc, cha
     }
 
     folder_t folder = {0};
-    dsc_writer_t *writer = NULL;
+    ingest_run_t *run = NULL;
     result_t *results = NULL;
     pthread_t *tids = NULL;
-    char *meta = NULL, fields[64];
+    char *meta = NULL;
     int exit_code = scan(&folder, root);
     uint64_t written = 0, skipped = 0;
     char first_skipped[MAX_SKIPPED_SHOWN][512];
     skipped_t skipped_list = {0};
     if (exit_code != DSC_CLI_OK)
         goto cleanup;
-    int writer_replace = 0;
-    exit_code = ingest_output_check(CMD, out_dir, force, &writer_replace);
-    if (exit_code != DSC_CLI_OK)
-        goto cleanup;
-    if (opt.encoded)
-        snprintf(fields, sizeof fields, "image:u8[],label:i64");
-    else
-        snprintf(fields, sizeof fields, "image:u8[3,%u,%u],label:i64", opt.height, opt.width);
     exit_code = DSC_CLI_FAIL;
     if (!(meta = meta_json(&folder, &opt))) {
         dsc_cli_fail(CMD, "%s", dsc_strerror(DSC_ENOMEM));
         goto cleanup;
     }
-    dsc_writer_options_t wopt;
-    dsc_writer_options_init(&wopt, sizeof wopt);
-    wopt.path = out_dir;
-    wopt.name = name;
-    wopt.fields = fields;
-    wopt.compress = compress;
-    wopt.level = strcmp(compress, "lz4hc") == 0 ? common->level : 0;
-    wopt.shard_bytes = common->shard_bytes;
-    wopt.chunk_bytes = (uint32_t)common->chunk_bytes;
-    wopt.threads = (uint32_t)threads;
-    wopt.meta_json = meta;
-    wopt.replace = writer_replace;
-    wopt.log_fn = ingest_writer_log;
-    wopt.log_ctx = (void *)CMD;
-    int rc = dsc_writer_create(&wopt, &writer);
-    if (rc < 0) {
-        char why[256] = "";
-        dsc_writer_last_error(NULL, why, sizeof why);
-        dsc_cli_fail(CMD, "%s: %s", out_dir, why[0] ? why : dsc_strerror(rc));
+    /* image:u8[] (encoded) or image:u8[3,H,W], and label:i64 */
+    ingest_field_t fields[2];
+    memset(fields, 0, sizeof fields);
+    snprintf(fields[0].name, sizeof fields[0].name, "image");
+    fields[0].dtype = DSC_DTYPE_U8;
+    fields[0].ndim = opt.encoded ? 1 : 3;
+    fields[0].dims[0] = opt.encoded ? 0 : 3;
+    fields[0].dims[1] = opt.height;
+    fields[0].dims[2] = opt.width;
+    snprintf(fields[1].name, sizeof fields[1].name, "label");
+    fields[1].dtype = DSC_DTYPE_I64;
+    ingest_options_t run_opt = *common;
+    run_opt.compress = compress;
+    run_opt.threads = (uint32_t)threads;
+    exit_code = ingest_run_begin(CMD, &run_opt, fields, 2, meta, folder.total_bytes, &run);
+    if (exit_code != DSC_CLI_OK)
         goto cleanup;
-    }
+    exit_code = DSC_CLI_FAIL;
     size_t batch = (size_t)threads * BATCH_PER_THREAD;
     results = calloc(batch, sizeof *results);
     tids = calloc(threads, sizeof *tids);
@@ -650,8 +638,6 @@ static int images_run(void *state, const ingest_options_t *common, int argc, cha
         dsc_cli_fail(CMD, "%s", dsc_strerror(DSC_ENOMEM));
         goto cleanup;
     }
-    dsc_cli_progress_t progress;
-    dsc_cli_progress_init(&progress, "images", folder.total_bytes);
     uint64_t bytes_done = 0;
     for (size_t first = 0; first < folder.file_count; first += batch) {
         pool_t pool = {.folder = &folder, .opt = &opt, .first = first, .results = results};
@@ -672,10 +658,7 @@ static int images_run(void *state, const ingest_options_t *common, int argc, cha
             result_t *r = &results[i];
             bytes_done += file->bytes;
             if (r->failed) {
-                if (!skip_bad) {
-                    dsc_cli_progress_done(&progress);
-                    dsc_cli_fail(CMD, "%s: %s (--skip-bad skips such images)", file->path,
-                                 r->error);
+                if (ingest_run_bad(run, file->path, "image", 1, "%s", r->error) != 0) {
                     failed = 1;
                     break;
                 }
@@ -684,20 +667,14 @@ static int images_run(void *state, const ingest_options_t *common, int argc, cha
                              r->error);
                 skipped++;
                 if (skipped_add(&skipped_list, first + i, file->path, r->error) < 0) {
-                    dsc_cli_progress_done(&progress);
                     dsc_cli_fail(CMD, "%s", dsc_strerror(DSC_ENOMEM));
                     failed = 1;
                     break;
                 }
                 continue;
             }
-            dsc_writer_value_t values[2] = {{r->data, r->len}, {&file->label, sizeof(int64_t)}};
-            rc = dsc_writer_add(writer, values, 2);
-            if (rc < 0) {
-                char why[256] = "";
-                dsc_writer_last_error(writer, why, sizeof why);
-                dsc_cli_progress_done(&progress);
-                dsc_cli_fail(CMD, "%s: %s", file->path, why[0] ? why : dsc_strerror(rc));
+            ingest_value_t values[2] = {{r->data, r->len}, {&file->label, sizeof(int64_t)}};
+            if (ingest_run_add(run, values) != 0) {
                 failed = 1;
                 break;
             }
@@ -709,9 +686,8 @@ static int images_run(void *state, const ingest_options_t *common, int argc, cha
         }
         if (failed)
             goto cleanup;
-        dsc_cli_progress_update(&progress, bytes_done);
+        ingest_run_progress(run, bytes_done);
     }
-    double seconds = dsc_cli_progress_done(&progress);
     if (written == 0) {
         dsc_cli_fail(CMD, "%s: none of its %zu images decodes", root, folder.file_count);
         goto cleanup;
@@ -719,30 +695,20 @@ static int images_run(void *state, const ingest_options_t *common, int argc, cha
     if (skipped > 0) { /* which, so that a sample maps back to its ImageFolder index */
         const char *why = NULL;
         char *with = meta_with_skipped(meta, &skipped_list, folder.file_count, root, &why);
-        if (with == NULL || dsc_writer_set_meta(writer, with) < 0) {
+        if (with == NULL || ingest_run_set_meta(run, with) < 0) {
             dsc_cli_fail(CMD, "%s: cannot record the skipped images: %s", out_dir, why);
             free(with);
             goto cleanup;
         }
         free(with);
     }
-    dsc_writer_stats_t stats;
-    memset(&stats, 0, sizeof stats);
-    stats.struct_size = sizeof stats;
-    rc = dsc_writer_finish(writer, &stats);
-    writer = NULL;
-    if (rc < 0) {
-        char why[256] = "";
-        dsc_writer_last_error(NULL, why, sizeof why);
-        dsc_cli_fail(CMD, "%s: %s", out_dir, why[0] ? why : dsc_strerror(rc));
+    exit_code = ingest_run_finish(run);
+    run = NULL;
+    if (exit_code != DSC_CLI_OK)
         goto cleanup;
-    }
-    printf("ingest images: %llu images of %zu classes from %s -> %s (%s): %llu shards, "
-           "%.1f MB raw, %.1f MB stored, %.1f s, %.0f images/s (%llu threads)\n",
+    printf("ingest images: %llu images of %zu classes from %s -> %s (%s), %llu threads\n",
            (unsigned long long)written, folder.class_count, root, out_dir,
-           opt.encoded ? "encoded" : fields, (unsigned long long)stats.shards,
-           stats.raw_bytes / 1e6, stats.stored_bytes / 1e6, seconds,
-           seconds > 0 ? written / seconds : 0.0, (unsigned long long)threads);
+           opt.encoded ? "encoded" : "decoded", (unsigned long long)threads);
     if (skipped) {
         printf("ingest images: skipped %llu images that do not decode (--skip-bad):\n",
                (unsigned long long)skipped);
@@ -754,9 +720,8 @@ static int images_run(void *state, const ingest_options_t *common, int argc, cha
                "sample i is ImageFolder[j], j the i-th index not listed (dscache inspect %s)\n",
                out_dir);
     }
-    exit_code = DSC_CLI_OK;
 cleanup:
-    dsc_writer_abort(writer);
+    ingest_run_abort(run);
     skipped_free(&skipped_list);
     free(results);
     free(tids);
