@@ -6,6 +6,7 @@
 #include "dscache.h"
 #include "image.h"
 #include "ingest_common.h"
+#include "jpegenc.h"
 
 #include <cjson/cJSON.h>
 
@@ -311,8 +312,8 @@ static uint8_t *read_all(const char *path, size_t *len, char *err, size_t err_le
     return buf;
 }
 
-static void process(dsc_image_ctx_t *ctx, const job_options_t *opt, const image_file_t *file,
-                    result_t *r) {
+static void process(dsc_image_ctx_t *ctx, dsc_jpeg_encoder_t *enc, const job_options_t *opt,
+                    const image_file_t *file, result_t *r) {
     r->failed = 1;
     if (!file->readable) {
         snprintf(r->error, sizeof r->error, "not decoded by dscache (JPEG, PNG, WebP only)");
@@ -346,9 +347,17 @@ static void process(dsc_image_ctx_t *ctx, const job_options_t *opt, const image_
         if (rc == 0 && reencode) {
             uint8_t *rgb = NULL;
             rc = dsc__image_decode_rgb(ctx, bytes, len, opt->max_side, &rgb, &w, &h);
-            if (rc == 0)
-                rc = dsc__image_encode_jpeg(ctx, rgb, w, h, opt->quality ? opt->quality : 90,
-                                            &r->data, &r->len);
+            if (rc == 0) {
+                rc = dsc_jpeg_encode(enc, rgb, w, h, opt->quality ? opt->quality : 90, &r->data,
+                                     &r->len);
+                if (rc < 0) {
+                    snprintf(r->error, sizeof r->error, "%s (%s)", dsc_strerror(rc),
+                             dsc_jpeg_encoder_error(enc));
+                    free(rgb);
+                    free(bytes);
+                    return;
+                }
+            }
             free(rgb);
             free(bytes);
         } else if (rc == 0 && opt->no_verify) {
@@ -385,7 +394,10 @@ static void process(dsc_image_ctx_t *ctx, const job_options_t *opt, const image_
 static void *worker(void *arg) {
     pool_t *p = arg;
     dsc_image_ctx_t *ctx = NULL;
+    dsc_jpeg_encoder_t *enc = NULL;
     int rc = dsc__image_ctx_create(NULL, &ctx);
+    if (rc == 0 && (p->opt->quality || p->opt->max_side))
+        rc = dsc_jpeg_encoder_create(&enc);
     for (;;) {
         pthread_mutex_lock(&p->lock);
         size_t i = p->next < p->count ? p->next++ : p->count;
@@ -399,8 +411,9 @@ static void *worker(void *arg) {
             snprintf(r->error, sizeof r->error, "%s", dsc_strerror(rc));
             continue;
         }
-        process(ctx, p->opt, &p->folder->files[p->first + i], r);
+        process(ctx, enc, p->opt, &p->folder->files[p->first + i], r);
     }
+    dsc_jpeg_encoder_destroy(enc);
     dsc__image_ctx_destroy(ctx);
     return NULL;
 }
