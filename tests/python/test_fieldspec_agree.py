@@ -53,7 +53,8 @@ ESIZE = {"u8": 1, "i8": 1, "u16": 2, "i16": 2, "u32": 4, "i32": 4, "i64": 8, "f1
 
 def schema_of(path):
     m = json.load(open(os.path.join(path, "manifest.json")))
-    return [[f["name"], f["dtype"], [0 if d is None else int(d) for d in f["shape"]]] for f in m["schema"]]
+    return [[f["name"], f["dtype"], [0 if d is None else int(d) for d in f["shape"]]]
+            for f in m["schema"]]
 
 
 def via_cli(spec, out):

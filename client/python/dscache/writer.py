@@ -71,6 +71,8 @@ def _parse_spec(name, spec):
     else:
         raise _invalid("field %r: spec %r: a string like 'i32[]' or (dtype, shape)"
                        % (name, spec))
+    if "\x00" in text:  # the library reads a C string: it would stop there
+        raise _invalid("field %r: spec %r holds a NUL character" % (name, spec))
     lib = _capi._load()
     info = _capi._FieldInfo()
     err = ctypes.create_string_buffer(512)
