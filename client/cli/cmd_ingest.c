@@ -5,6 +5,7 @@
  */
 #include "cli.h"
 #include "dsc_sys.h"
+#include "fieldspec.h"
 #include "ingest_common.h"
 #include "ingest_forms.h"
 #include "manifest.h"
@@ -29,7 +30,7 @@ static void print_help(void) {
     printf(
         "usage: dscache ingest tokens    -o OUT_DIR --dtype u16|u32 --seq-len N [OPTIONS] FILE\n"
         "       dscache ingest npy       -o OUT_DIR [OPTIONS] NAME=FILE.npy [NAME=FILE.npy ...]\n"
-        "       dscache ingest synthetic -o OUT_DIR --samples N --field NAME:DTYPE[:DIMxDIM...]\n"
+        "       dscache ingest synthetic -o OUT_DIR --samples N --field NAME:DTYPE[DIMS]\n"
         "                                [--field ...] [--seed S] [OPTIONS]\n"
         "       dscache ingest webdataset|megatron|mds ...   (each FORM --help)\n"
         "       dscache ingest images    DIR -o OUT_DIR (--encoded | --size H[xW]) [OPTIONS]\n"
@@ -66,8 +67,10 @@ static void print_help(void) {
         "      --seq-len N        tokens per training sequence (a sample holds N+1)\n"
         "  synthetic:\n"
         "      --samples N        number of samples\n"
-        "      --field SPEC       NAME:DTYPE[:DIMxDIM...], e.g. image:u8:3x32x32 or label:i64\n"
-        "                         (no dims: a scalar); repeat for more fields\n"
+        "      --field SPEC       NAME:DTYPE[DIMS], e.g. image:u8[3,32,32] or label:i64 (no\n"
+        "                         dims: a scalar; the older image:u8:3x32x32 works too), as\n"
+        "                         the writer and dscache.Writer take it (docs/ingest.md#fields);\n"
+        "                         a fixed shape; repeat for more fields\n"
         "      --seed S           generator seed (default 0)\n"
         "  -h, --help             this text\n"
         "\n"
@@ -219,63 +222,27 @@ static int fill_synthetic(source_t *src, uint64_t first, uint64_t count, uint8_t
 
 /* ---- The common driver -------------------------------------------------------------------- */
 
-typedef struct npy_options {
-    const char *out_dir;
-    const char *name;
-    int codec;
-    int level;
-    uint64_t shard_bytes;
-    uint64_t chunk_bytes;
-    int replace;
-} npy_options_t;
-
-static void on_progress(void *ctx, uint64_t samples, uint64_t raw_bytes, uint64_t stored_bytes) {
-    (void)samples;
-    (void)stored_bytes;
-    dsc_cli_progress_update(ctx, raw_bytes);
-}
-
-/* Reads the source in pieces of about 1 MiB and hands them to the library's writer
- * (dsc_writer_add_columns), which compresses on every core and finishes atomically. */
-static int run_ingest(const npy_options_t *opt, source_t *src) {
-    int rc, exit_code = DSC_CLI_FAIL, writer_replace = 0;
-    dsc_writer_t *writer = NULL;
-    uint8_t *bufs[MAX_INPUTS] = {0};
-    dsc_cli_progress_t progress = {0};
-    char fields[MAX_INPUTS * 160] = "";
-    for (uint32_t f = 0; f < src->schema.field_count; f++) {
-        size_t n = strlen(fields);
-        if (f > 0)
-            fields[n++] = ',';
-        if (dsc__writer_format_field(&src->schema.fields[f], fields + n, sizeof fields - n) < 0)
-            return dsc_cli_fail(CMD, "field list too long");
-    }
-    rc = ingest_output_check(CMD, opt->out_dir, opt->replace, &writer_replace);
-    if (rc != DSC_CLI_OK)
-        return rc;
-    dsc_writer_options_t wopt;
-    dsc_writer_options_init(&wopt, sizeof wopt);
-    wopt.path = opt->out_dir;
-    wopt.name = opt->name;
-    wopt.fields = fields;
-    wopt.compress = opt->codec == DSC_CODEC_RAW ? "none" : opt->level > 0 ? "lz4hc" : "lz4";
-    wopt.level = opt->level;
-    wopt.shard_bytes = opt->shard_bytes;
-    wopt.chunk_bytes = (uint32_t)opt->chunk_bytes;
-    wopt.progress_fn = on_progress;
-    wopt.progress_ctx = &progress;
-    wopt.replace = writer_replace;
-    wopt.log_fn = ingest_writer_log;
-    wopt.log_ctx = (void *)CMD;
-    rc = dsc_writer_create(&wopt, &writer);
-    if (rc < 0) {
-        char why[512];
-        dsc_writer_last_error(NULL, why, sizeof why);
-        if (opt->name == NULL && strstr(why, "not a valid dataset name") != NULL)
-            return dsc_cli_usage(CMD, "%s: pass --name", why);
-        return dsc_cli_fail(CMD, "cannot write %s: %s", opt->out_dir, why);
-    }
+/* Reads the source in pieces of about 1 MiB and hands them, field-major, to the one ingest run
+ * (ingest_common.c: the library's writer compresses on every core and finishes atomically). */
+static int run_ingest(const ingest_options_t *opt, source_t *src) {
     const dsc_schema_t *schema = &src->schema;
+    ingest_field_t fields[MAX_INPUTS];
+    memset(fields, 0, sizeof fields);
+    for (uint32_t f = 0; f < schema->field_count; f++) {
+        const dsc_field_t *from = &schema->fields[f];
+        snprintf(fields[f].name, sizeof fields[f].name, "%s", from->name);
+        fields[f].dtype = from->dtype;
+        fields[f].ndim = from->ndim;
+        for (uint32_t d = 0; d < from->ndim; d++)
+            fields[f].dims[d] = from->shape[d];
+    }
+    ingest_run_t *run = NULL;
+    int exit_code = ingest_run_begin(CMD, opt, fields, schema->field_count, NULL,
+                                     src->samples * schema->sample_bytes, &run);
+    if (exit_code != DSC_CLI_OK)
+        return exit_code;
+    exit_code = DSC_CLI_FAIL;
+    uint8_t *bufs[MAX_INPUTS] = {0};
     uint64_t batch = schema->sample_bytes ? (1ull << 20) / schema->sample_bytes : 1;
     if (batch == 0)
         batch = 1;
@@ -288,7 +255,6 @@ static int run_ingest(const npy_options_t *opt, source_t *src) {
             goto cleanup;
         }
     }
-    dsc_cli_progress_init(&progress, "ingest", src->samples * schema->sample_bytes);
     for (uint64_t first = 0; first < src->samples; first += batch) {
         uint64_t count = src->samples - first < batch ? src->samples - first : batch;
         if (src->fill(src, first, count, bufs) < 0)
@@ -297,39 +263,14 @@ static int run_ingest(const npy_options_t *opt, source_t *src) {
         for (uint32_t f = 0; f < schema->field_count; f++)
             columns[f] =
                 (dsc_writer_column_t){bufs[f], count * schema->fields[f].sample_bytes, NULL};
-        rc = dsc_writer_add_columns(writer, columns, schema->field_count, count);
-        if (rc < 0) {
-            char why[512];
-            dsc_writer_last_error(writer, why, sizeof why);
-            dsc_cli_fail(CMD, "writing shards for %s: %s", opt->out_dir, why);
+        if (ingest_run_add_columns(run, columns, count) != 0)
             goto cleanup;
-        }
+        ingest_run_progress(run, (first + count) * schema->sample_bytes);
     }
-    dsc_writer_stats_t stats = {.struct_size = sizeof stats};
-    rc = dsc_writer_finish(writer, &stats);
-    writer = NULL;
-    double seconds = dsc_cli_progress_done(&progress);
-    if (rc < 0) {
-        char why[512];
-        dsc_writer_last_error(NULL, why, sizeof why);
-        dsc_cli_fail(CMD, "finishing %s: %s", opt->out_dir, why);
-        goto cleanup;
-    }
-    char raw_text[32], stored_text[32];
-    printf("ingested %llu samples into %u shards (%llu chunks) in %s: raw %s, stored %s, "
-           "ratio %.2f, %.2f s, %.1f MB/s\n",
-           (unsigned long long)stats.samples, stats.shards, (unsigned long long)stats.chunks,
-           opt->out_dir, dsc_format_size(stats.raw_bytes, raw_text, sizeof raw_text),
-           dsc_format_size(stats.stored_bytes, stored_text, sizeof stored_text),
-           stats.stored_bytes ? (double)stats.raw_bytes / (double)stats.stored_bytes : 0.0, seconds,
-           seconds > 0 ? (double)stats.raw_bytes / seconds / 1e6 : 0.0);
-    exit_code = DSC_CLI_OK;
-
+    exit_code = ingest_run_finish(run);
+    run = NULL;
 cleanup:
-    if (writer != NULL) {
-        dsc_cli_progress_done(&progress);
-        dsc_writer_abort(writer);
-    }
+    ingest_run_abort(run);
     for (uint32_t f = 0; f < MAX_INPUTS; f++)
         free(bufs[f]);
     return exit_code;
@@ -479,51 +420,20 @@ static int parse_field_spec(source_t *src, const char *spec) {
     if (f >= DSC_MAX_FIELDS)
         return dsc_cli_usage(CMD, "at most %d fields", DSC_MAX_FIELDS);
     dsc_field_t *field = &src->schema.fields[f];
-    char copy[256];
-    if (snprintf(copy, sizeof copy, "%s", spec) >= (int)sizeof copy)
-        return dsc_cli_usage(CMD, "--field '%s': too long", spec);
-    char *dtype_text = strchr(copy, ':');
-    if (dtype_text == NULL)
-        return dsc_cli_usage(CMD, "--field '%s': expected NAME:DTYPE[:DIMxDIM...]", spec);
-    *dtype_text++ = '\0';
-    char *dims = strchr(dtype_text, ':');
-    if (dims != NULL)
-        *dims++ = '\0';
-    if (!dsc__name_valid(copy))
-        return dsc_cli_usage(CMD, "--field '%s': name must be 1-63 of A-Z a-z 0-9 _ . -", spec);
-    for (uint32_t g = 0; g < f; g++)
-        if (strcmp(src->schema.fields[g].name, copy) == 0)
-            return dsc_cli_usage(CMD, "--field '%s': field '%s' given twice", spec, copy);
-    int dtype = dsc_dtype_parse(dtype_text);
-    if (dtype < 0)
-        return dsc_cli_usage(CMD,
-                             "--field '%s': unknown dtype '%s' (u8 i8 u16 i16 u32 i32 i64 f16 "
-                             "bf16 f32 f64)",
-                             spec, dtype_text);
-    memcpy(field->name, copy, strlen(copy) + 1); /* dsc_name_valid bounds it */
-    field->dtype = (uint8_t)dtype;
-    field->ndim = 0;
-    if (dims != NULL && *dims != '\0') {
-        char *p = dims;
-        for (;;) {
-            if (field->ndim >= DSC_MAX_DIMS)
-                return dsc_cli_usage(CMD, "--field '%s': at most %d dimensions", spec,
-                                     DSC_MAX_DIMS);
-            char *end;
-            errno = 0;
-            unsigned long long d = (*p >= '0' && *p <= '9') ? strtoull(p, &end, 10) : 0;
-            if (d == 0 || d > UINT32_MAX || errno != 0)
-                return dsc_cli_usage(CMD, "--field '%s': bad dimension list '%s' (e.g. 3x32x32)",
-                                     spec, dims);
-            field->shape[field->ndim++] = (uint32_t)d;
-            if (*end == '\0')
-                break;
-            if (*end != 'x')
-                return dsc_cli_usage(CMD, "--field '%s': bad dimension list '%s' (e.g. 3x32x32)",
-                                     spec, dims);
-            p = end + 1;
-        }
+    dsc_fieldspec_error_t why;
+    if (dsc_fieldspec_parse(spec, strlen(spec), DSC_FIELDSPEC_SIZED, field, &why) < 0) {
+        char text[384];
+        dsc_fieldspec_message(spec, strlen(spec), &why, text, sizeof text);
+        return dsc_cli_usage(CMD, "--field: %s", text);
     }
+    if (field->ndim > 0 && field->shape[0] == DSC_DIM_VARIABLE)
+        return dsc_cli_usage(CMD,
+                             "--field '%s': synthetic fields have a fixed shape (a variable one: "
+                             "dscache.Writer)",
+                             spec);
+    for (uint32_t g = 0; g < f; g++)
+        if (strcmp(src->schema.fields[g].name, field->name) == 0)
+            return dsc_cli_usage(CMD, "--field '%s': field '%s' given twice", spec, field->name);
     src->field_key[f] = fnv1a64(field->name);
     src->schema.field_count = f + 1;
     return DSC_CLI_OK;
@@ -531,56 +441,121 @@ static int parse_field_spec(source_t *src, const char *spec) {
 
 /* ---- Entry point -------------------------------------------------------------------------- */
 
-enum {
-    OPT_NAME = 256,
-    OPT_COMPRESS,
-    OPT_LEVEL,
-    OPT_SHARD_SIZE,
-    OPT_CHUNK_SIZE,
-    OPT_REPLACE,
-    OPT_DTYPE,
-    OPT_SEQ_LEN,
-    OPT_SAMPLES,
-    OPT_FIELD,
-    OPT_SEED,
-};
+enum { FORM_TOKENS, FORM_NPY, FORM_SYNTHETIC };
+enum { OPT_DTYPE = INGEST_FORM_OPTION, OPT_SEQ_LEN, OPT_SAMPLES, OPT_FIELD, OPT_SEED };
 
-static const struct option long_options[] = {
-    {"output", required_argument, NULL, 'o'},
-    {"name", required_argument, NULL, OPT_NAME},
-    {"compress", required_argument, NULL, OPT_COMPRESS},
-    {"level", required_argument, NULL, OPT_LEVEL},
-    {"shard-size", required_argument, NULL, OPT_SHARD_SIZE},
-    {"chunk-size", required_argument, NULL, OPT_CHUNK_SIZE},
-    {"replace", no_argument, NULL, OPT_REPLACE},
-    {"force", no_argument, NULL, OPT_REPLACE},
-    {"dtype", required_argument, NULL, OPT_DTYPE},
-    {"seq-len", required_argument, NULL, OPT_SEQ_LEN},
-    {"samples", required_argument, NULL, OPT_SAMPLES},
-    {"field", required_argument, NULL, OPT_FIELD},
-    {"seed", required_argument, NULL, OPT_SEED},
-    {"help", no_argument, NULL, 'h'},
-    {NULL, 0, NULL, 0},
-};
+/* What tokens, npy and synthetic take besides the common options (one table for the three: an
+ * option of another form is named as such). */
+typedef struct form_args {
+    int form;
+    source_t *src;
+    int token_dtype;
+    uint64_t seq_len, samples, seed;
+    int have_seq_len, have_samples, have_seed;
+} form_args_t;
+
+static int form_option(void *state, int id, const char *arg) {
+    form_args_t *a = state;
+    switch (id) {
+    case OPT_DTYPE:
+        a->token_dtype = dsc_dtype_parse(arg);
+        if (a->token_dtype != DSC_DTYPE_U16 && a->token_dtype != DSC_DTYPE_U32)
+            return dsc_cli_usage(CMD, "--dtype '%s': token ids are u16 or u32", arg);
+        return DSC_CLI_OK;
+    case OPT_SEQ_LEN:
+        a->have_seq_len = 1;
+        return dsc_cli_parse_u64(CMD, "--seq-len", arg, 1, (1u << 26), &a->seq_len) < 0
+                   ? DSC_CLI_USAGE
+                   : DSC_CLI_OK;
+    case OPT_SAMPLES:
+        a->have_samples = 1;
+        return dsc_cli_parse_u64(CMD, "--samples", arg, 1, UINT64_MAX / 2, &a->samples) < 0
+                   ? DSC_CLI_USAGE
+                   : DSC_CLI_OK;
+    case OPT_FIELD:
+        if (a->form != FORM_SYNTHETIC)
+            return dsc_cli_usage(CMD, "--field applies to 'ingest synthetic' only");
+        return parse_field_spec(a->src, arg);
+    default: /* OPT_SEED */
+        a->have_seed = 1;
+        return dsc_cli_parse_u64(CMD, "--seed", arg, 0, UINT64_MAX, &a->seed) < 0 ? DSC_CLI_USAGE
+                                                                                  : DSC_CLI_OK;
+    }
+}
+
+static int form_run(void *state, const ingest_options_t *opt, int positional, char **args) {
+    form_args_t *a = state;
+    source_t *src = a->src;
+    int exit_code = DSC_CLI_USAGE;
+    if (a->form != FORM_TOKENS && (a->token_dtype != 0 || a->have_seq_len))
+        return dsc_cli_usage(CMD, "--dtype and --seq-len apply to 'ingest tokens' only");
+    if (a->form != FORM_SYNTHETIC && (a->have_samples || a->have_seed))
+        return dsc_cli_usage(CMD, "--samples and --seed apply to 'ingest synthetic' only");
+    switch (a->form) {
+    case FORM_TOKENS:
+        if (a->token_dtype == 0 || !a->have_seq_len)
+            return dsc_cli_usage(CMD, "tokens: --dtype u16|u32 and --seq-len N are required");
+        if (positional != 1)
+            return dsc_cli_usage(CMD, "tokens: expected exactly one FILE, got %d", positional);
+        exit_code = setup_tokens(src, args[0], a->token_dtype, a->seq_len);
+        break;
+    case FORM_NPY:
+        if (positional < 1)
+            return dsc_cli_usage(CMD, "npy: expected NAME=FILE.npy arguments");
+        if (positional > MAX_INPUTS)
+            return dsc_cli_usage(CMD, "npy: at most %d fields", MAX_INPUTS);
+        for (int i = 0; i < positional; i++) {
+            src->schema.field_count = (uint32_t)i + 1;
+            exit_code = setup_npy_input(src, (uint32_t)i, args[i]);
+            if (exit_code != DSC_CLI_OK)
+                return exit_code;
+        }
+        src->fill = fill_files;
+        break;
+    default: /* FORM_SYNTHETIC */
+        if (!a->have_samples || src->schema.field_count == 0)
+            return dsc_cli_usage(CMD,
+                                 "synthetic: --samples N and at least one --field are required");
+        if (positional != 0)
+            return dsc_cli_usage(CMD, "synthetic: unexpected argument '%s'", args[0]);
+        src->samples = a->samples;
+        src->seed = a->seed;
+        for (uint32_t f = 0; f < src->schema.field_count; f++)
+            for (unsigned v = 0; v < 16; v++)
+                encode_small(src->schema.fields[f].dtype, v, src->value_bytes[f][v]);
+        src->fill = fill_synthetic;
+        exit_code = DSC_CLI_OK;
+        break;
+    }
+    if (exit_code != DSC_CLI_OK)
+        return exit_code;
+    int rc = dsc_schema_finish(&src->schema);
+    if (rc < 0)
+        return dsc_cli_fail(CMD, "invalid schema: %s", dsc_strerror(rc));
+    return run_ingest(opt, src);
+}
 
 int dsc_cmd_ingest(int argc, char **argv) {
-    enum { FORM_TOKENS, FORM_NPY, FORM_SYNTHETIC } form;
-    npy_options_t opt = {NULL, NULL, DSC_CODEC_LZ4, 0, 64ull << 20, 1ull << 20, 0};
-    source_t *src = NULL;
-    int exit_code = DSC_CLI_USAGE;
-    const char *compress = "lz4";
-    int level_given = 0, token_dtype = 0;
-    uint64_t level = 9, seq_len = 0, samples = 0, seed = 0;
-    int have_seq_len = 0, have_samples = 0, have_seed = 0;
+    static const struct option options[] = {
+        {"dtype", required_argument, NULL, OPT_DTYPE},
+        {"seq-len", required_argument, NULL, OPT_SEQ_LEN},
+        {"samples", required_argument, NULL, OPT_SAMPLES},
+        {"field", required_argument, NULL, OPT_FIELD},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {NULL, 0, NULL, 0},
+    };
+    static const ingest_form_t form = {CMD,        INGEST_OPT_WRITER, options,
+                                       print_help, form_option,       form_run};
 
-    /* the readers of other formats live in ingest_wds.c, ingest_megatron.c, ingest_mds.c */
+    /* the readers of other formats: ingest_wds.c, ingest_megatron.c, ingest_mds.c,
+     * ingest_images.c */
     if (argc >= 2 && strcmp(argv[1], "webdataset") == 0)
         return dsc_cmd_ingest_webdataset(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "megatron") == 0)
         return dsc_cmd_ingest_megatron(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "mds") == 0)
         return dsc_cmd_ingest_mds(argc - 1, argv + 1);
-    if (argc >= 2 && strcmp(argv[1], "images") == 0) /* ingest_images.c */
+    if (argc >= 2 && strcmp(argv[1], "images") == 0)
         return dsc_ingest_images(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -590,192 +565,25 @@ int dsc_cmd_ingest(int argc, char **argv) {
     }
     if (argc < 2)
         return dsc_cli_usage(CMD, "missing the input form: tokens, npy or synthetic");
+    form_args_t args;
+    memset(&args, 0, sizeof args);
     if (strcmp(argv[1], "tokens") == 0)
-        form = FORM_TOKENS;
+        args.form = FORM_TOKENS;
     else if (strcmp(argv[1], "npy") == 0)
-        form = FORM_NPY;
+        args.form = FORM_NPY;
     else if (strcmp(argv[1], "synthetic") == 0)
-        form = FORM_SYNTHETIC;
+        args.form = FORM_SYNTHETIC;
     else
         return dsc_cli_usage(CMD, "unknown input form '%s' (tokens, npy or synthetic)", argv[1]);
-
-    src = calloc(1, sizeof *src);
-    if (src == NULL)
+    args.src = calloc(1, sizeof *args.src);
+    if (args.src == NULL)
         return dsc_cli_fail(CMD, "%s", dsc_strerror(DSC_ENOMEM));
     for (int f = 0; f < MAX_INPUTS; f++)
-        src->fds[f] = -1;
-
-    int sub_argc = argc - 1;
-    char **sub_argv = argv + 1;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(sub_argc, sub_argv, ":o:h", long_options, NULL)) != -1) {
-        const char *optname = sub_argv[optind - 1];
-        switch (c) {
-        case 'o':
-            opt.out_dir = optarg;
-            break;
-        case OPT_NAME:
-            opt.name = optarg;
-            if (!dsc__name_valid(optarg)) {
-                dsc_cli_usage(CMD, "--name '%s': use 1-63 of A-Z a-z 0-9 _ . -", optarg);
-                goto cleanup;
-            }
-            break;
-        case OPT_COMPRESS:
-            compress = optarg;
-            if (strcmp(optarg, "none") != 0 && strcmp(optarg, "lz4") != 0 &&
-                strcmp(optarg, "lz4hc") != 0) {
-                dsc_cli_usage(CMD, "--compress '%s': expected none, lz4 or lz4hc", optarg);
-                goto cleanup;
-            }
-            break;
-        case OPT_LEVEL:
-            if (dsc_cli_parse_u64(CMD, "--level", optarg, 1, 12, &level) < 0)
-                goto cleanup;
-            level_given = 1;
-            break;
-        case OPT_SHARD_SIZE:
-            if (dsc_cli_parse_size(CMD, "--shard-size", optarg, &opt.shard_bytes) < 0)
-                goto cleanup;
-            if (opt.shard_bytes == 0) {
-                dsc_cli_usage(CMD, "--shard-size must be > 0");
-                goto cleanup;
-            }
-            break;
-        case OPT_CHUNK_SIZE:
-            if (dsc_cli_parse_size(CMD, "--chunk-size", optarg, &opt.chunk_bytes) < 0)
-                goto cleanup;
-            if (opt.chunk_bytes == 0 || opt.chunk_bytes > DSC_CHUNK_MAX_RAW) {
-                dsc_cli_usage(CMD, "--chunk-size must be in [1, %u]", DSC_CHUNK_MAX_RAW);
-                goto cleanup;
-            }
-            break;
-        case OPT_REPLACE:
-            opt.replace = 1;
-            break;
-        case OPT_DTYPE:
-            token_dtype = dsc_dtype_parse(optarg);
-            if (token_dtype != DSC_DTYPE_U16 && token_dtype != DSC_DTYPE_U32) {
-                dsc_cli_usage(CMD, "--dtype '%s': token ids are u16 or u32", optarg);
-                goto cleanup;
-            }
-            break;
-        case OPT_SEQ_LEN:
-            if (dsc_cli_parse_u64(CMD, "--seq-len", optarg, 1, (1u << 26), &seq_len) < 0)
-                goto cleanup;
-            have_seq_len = 1;
-            break;
-        case OPT_SAMPLES:
-            if (dsc_cli_parse_u64(CMD, "--samples", optarg, 1, UINT64_MAX / 2, &samples) < 0)
-                goto cleanup;
-            have_samples = 1;
-            break;
-        case OPT_FIELD:
-            if (form != FORM_SYNTHETIC) {
-                dsc_cli_usage(CMD, "--field applies to 'ingest synthetic' only");
-                goto cleanup;
-            }
-            if (parse_field_spec(src, optarg) != DSC_CLI_OK)
-                goto cleanup;
-            break;
-        case OPT_SEED:
-            if (dsc_cli_parse_u64(CMD, "--seed", optarg, 0, UINT64_MAX, &seed) < 0)
-                goto cleanup;
-            have_seed = 1;
-            break;
-        case ':':
-            dsc_cli_usage(CMD, "option %s needs a value", optname);
-            goto cleanup;
-        default:
-            dsc_cli_usage(CMD, "unknown option '%s'", optname);
-            goto cleanup;
-        }
-    }
-    int positional = sub_argc - optind;
-    char **args = sub_argv + optind;
-
-    if (opt.out_dir == NULL) {
-        dsc_cli_usage(CMD, "missing -o OUT_DIR");
-        goto cleanup;
-    }
-    if (strcmp(compress, "none") == 0)
-        opt.codec = DSC_CODEC_RAW;
-    if (level_given && strcmp(compress, "lz4hc") != 0) {
-        dsc_cli_usage(CMD, "--level applies to --compress lz4hc only");
-        goto cleanup;
-    }
-    opt.level = strcmp(compress, "lz4hc") == 0 ? (int)level : 0;
-    if (form != FORM_TOKENS && (token_dtype != 0 || have_seq_len)) {
-        dsc_cli_usage(CMD, "--dtype and --seq-len apply to 'ingest tokens' only");
-        goto cleanup;
-    }
-    if (form != FORM_SYNTHETIC && (have_samples || have_seed)) {
-        dsc_cli_usage(CMD, "--samples and --seed apply to 'ingest synthetic' only");
-        goto cleanup;
-    }
-
-    switch (form) {
-    case FORM_TOKENS:
-        if (token_dtype == 0 || !have_seq_len) {
-            dsc_cli_usage(CMD, "tokens: --dtype u16|u32 and --seq-len N are required");
-            goto cleanup;
-        }
-        if (positional != 1) {
-            dsc_cli_usage(CMD, "tokens: expected exactly one FILE, got %d", positional);
-            goto cleanup;
-        }
-        exit_code = setup_tokens(src, args[0], token_dtype, seq_len);
-        break;
-    case FORM_NPY:
-        if (positional < 1) {
-            dsc_cli_usage(CMD, "npy: expected NAME=FILE.npy arguments");
-            goto cleanup;
-        }
-        if (positional > MAX_INPUTS) {
-            dsc_cli_usage(CMD, "npy: at most %d fields", MAX_INPUTS);
-            goto cleanup;
-        }
-        for (int i = 0; i < positional; i++) {
-            src->schema.field_count = (uint32_t)i + 1;
-            exit_code = setup_npy_input(src, (uint32_t)i, args[i]);
-            if (exit_code != DSC_CLI_OK)
-                goto cleanup;
-        }
-        src->fill = fill_files;
-        break;
-    case FORM_SYNTHETIC:
-        if (!have_samples || src->schema.field_count == 0) {
-            dsc_cli_usage(CMD, "synthetic: --samples N and at least one --field are required");
-            goto cleanup;
-        }
-        if (positional != 0) {
-            dsc_cli_usage(CMD, "synthetic: unexpected argument '%s'", args[0]);
-            goto cleanup;
-        }
-        src->samples = samples;
-        src->seed = seed;
-        for (uint32_t f = 0; f < src->schema.field_count; f++)
-            for (unsigned v = 0; v < 16; v++)
-                encode_small(src->schema.fields[f].dtype, v, src->value_bytes[f][v]);
-        src->fill = fill_synthetic;
-        exit_code = DSC_CLI_OK;
-        break;
-    }
-    if (exit_code != DSC_CLI_OK)
-        goto cleanup;
-    int rc = dsc_schema_finish(&src->schema);
-    if (rc < 0) {
-        exit_code = dsc_cli_fail(CMD, "invalid schema: %s", dsc_strerror(rc));
-        goto cleanup;
-    }
-    exit_code = run_ingest(&opt, src);
-
-cleanup:
+        args.src->fds[f] = -1;
+    int exit_code = ingest_main(&form, &args, argc - 1, argv + 1);
     for (int f = 0; f < MAX_INPUTS; f++)
-        if (src->fds[f] >= 0)
-            close(src->fds[f]);
-    free(src);
+        if (args.src->fds[f] >= 0)
+            close(args.src->fds[f]);
+    free(args.src);
     return exit_code;
 }

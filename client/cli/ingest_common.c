@@ -3,6 +3,8 @@
 #include "ingest_common.h"
 
 #include "dscache.h"
+#include "shard.h"
+#include "util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -38,72 +40,149 @@ void ingest_options_init(ingest_options_t *opt) {
     opt->max_sample = INGEST_MAX_SAMPLE_DEFAULT;
 }
 
-int ingest_common_option(const char *cmd, ingest_options_t *opt, int c, const char *arg) {
+enum {
+    OPT_NAME = 1001,
+    OPT_COMPRESS,
+    OPT_LEVEL,
+    OPT_SHARD_SIZE,
+    OPT_CHUNK_SIZE,
+    OPT_THREADS,
+    OPT_SKIP_BAD,
+    OPT_DRY_RUN,
+    OPT_REPLACE,
+    OPT_MAX_SAMPLE,
+};
+
+/* The one table of common options; mask: the INGEST_OPT_* a form names to take it (0: all). */
+static const struct {
+    struct option option;
+    unsigned mask;
+} common_options[] = {
+    {{"output", required_argument, NULL, 'o'}, 0},
+    {{"help", no_argument, NULL, 'h'}, 0},
+    {{"name", required_argument, NULL, OPT_NAME}, INGEST_OPT_NAME},
+    {{"compress", required_argument, NULL, OPT_COMPRESS}, INGEST_OPT_COMPRESS},
+    {{"level", required_argument, NULL, OPT_LEVEL}, INGEST_OPT_COMPRESS},
+    {{"shard-size", required_argument, NULL, OPT_SHARD_SIZE}, INGEST_OPT_SIZES},
+    {{"chunk-size", required_argument, NULL, OPT_CHUNK_SIZE}, INGEST_OPT_SIZES},
+    {{"threads", required_argument, NULL, OPT_THREADS}, INGEST_OPT_THREADS},
+    {{"skip-bad", no_argument, NULL, OPT_SKIP_BAD}, INGEST_OPT_SKIP_BAD},
+    {{"dry-run", no_argument, NULL, OPT_DRY_RUN}, INGEST_OPT_DRY_RUN},
+    {{"replace", no_argument, NULL, OPT_REPLACE}, INGEST_OPT_REPLACE},
+    {{"force", no_argument, NULL, OPT_REPLACE}, INGEST_OPT_REPLACE},
+    {{"max-sample-size", required_argument, NULL, OPT_MAX_SAMPLE}, INGEST_OPT_MAX_SAMPLE},
+};
+#define COMMON_COUNT (sizeof common_options / sizeof common_options[0])
+#define FORM_OPTIONS_MAX 16
+
+/* One common option (id c). Returns DSC_CLI_OK or DSC_CLI_USAGE after printing why. */
+static int common_option(const char *cmd, ingest_options_t *opt, int c, const char *arg) {
     uint64_t v;
     switch (c) {
     case 'o':
         opt->out_dir = arg;
-        return 1;
-    case 1001:
+        return DSC_CLI_OK;
+    case OPT_NAME:
+        if (!ingest_name_valid(arg))
+            return dsc_cli_usage(cmd, "--name '%s': use 1-63 of A-Z a-z 0-9 _ . -", arg);
         opt->name = arg;
-        return 1;
-    case 1002:
-        if (strcmp(arg, "none") && strcmp(arg, "lz4") && strcmp(arg, "lz4hc")) {
-            dsc_cli_usage(cmd, "--compress '%s': expected none, lz4 or lz4hc", arg);
-            return DSC_EINVAL;
-        }
+        return DSC_CLI_OK;
+    case OPT_COMPRESS:
+        if (strcmp(arg, "none") && strcmp(arg, "lz4") && strcmp(arg, "lz4hc"))
+            return dsc_cli_usage(cmd, "--compress '%s': expected none, lz4 or lz4hc", arg);
         opt->compress = arg;
-        return 1;
-    case 1003:
+        opt->compress_given = 1;
+        return DSC_CLI_OK;
+    case OPT_LEVEL:
         if (dsc_cli_parse_u64(cmd, "--level", arg, 1, 12, &v) < 0)
-            return DSC_EINVAL;
+            return DSC_CLI_USAGE;
         opt->level = (int)v;
-        return 1;
-    case 1004:
+        return DSC_CLI_OK;
+    case OPT_SHARD_SIZE:
         if (dsc_cli_parse_size(cmd, "--shard-size", arg, &opt->shard_bytes) < 0)
-            return DSC_EINVAL;
-        return 1;
-    case 1005:
+            return DSC_CLI_USAGE;
+        if (opt->shard_bytes == 0)
+            return dsc_cli_usage(cmd, "--shard-size must be > 0");
+        return DSC_CLI_OK;
+    case OPT_CHUNK_SIZE:
         if (dsc_cli_parse_size(cmd, "--chunk-size", arg, &v) < 0)
-            return DSC_EINVAL;
-        if (v == 0 || v > UINT32_MAX) {
-            dsc_cli_usage(cmd, "--chunk-size '%s': 1 byte to 4G", arg);
-            return DSC_EINVAL;
-        }
+            return DSC_CLI_USAGE;
+        if (v == 0 || v > DSC_CHUNK_MAX_RAW)
+            return dsc_cli_usage(cmd, "--chunk-size '%s': 1 byte to 256M (what one chunk holds)",
+                                 arg);
         opt->chunk_bytes = v;
-        return 1;
-    case 1006:
+        return DSC_CLI_OK;
+    case OPT_THREADS:
         if (dsc_cli_parse_u64(cmd, "--threads", arg, 0, 1024, &v) < 0)
-            return DSC_EINVAL;
+            return DSC_CLI_USAGE;
         opt->threads = (uint32_t)v;
-        return 1;
-    case 1007:
+        return DSC_CLI_OK;
+    case OPT_SKIP_BAD:
         opt->skip_bad = 1;
-        return 1;
-    case 1008:
+        return DSC_CLI_OK;
+    case OPT_DRY_RUN:
         opt->dry_run = 1;
-        return 1;
-    case 1009:
+        return DSC_CLI_OK;
+    case OPT_REPLACE:
         opt->replace = 1;
-        return 1;
-    case 1010:
+        return DSC_CLI_OK;
+    case OPT_MAX_SAMPLE:
         if (dsc_cli_parse_size(cmd, "--max-sample-size", arg, &v) < 0)
-            return DSC_EINVAL;
-        if (v == 0 || v > INGEST_MAX_SAMPLE_DEFAULT) {
-            dsc_cli_usage(cmd, "--max-sample-size '%s': 1 byte to 256M", arg);
-            return DSC_EINVAL;
-        }
+            return DSC_CLI_USAGE;
+        if (v == 0 || v > INGEST_MAX_SAMPLE_DEFAULT)
+            return dsc_cli_usage(cmd, "--max-sample-size '%s': 1 byte to 256M", arg);
         opt->max_sample = v;
-        return 1;
+        return DSC_CLI_OK;
     default:
-        return 0;
+        return dsc_cli_usage(cmd, "unknown option");
     }
 }
 
-int ingest_options_check(const char *cmd, const ingest_options_t *opt) {
-    if (opt->out_dir == NULL && !opt->dry_run) {
-        return dsc_cli_usage(cmd, "-o DIR is required (or --dry-run)");
+int ingest_main(const ingest_form_t *form, void *state, int argc, char **argv) {
+    struct option table[COMMON_COUNT + FORM_OPTIONS_MAX + 1];
+    size_t n = 0;
+    for (size_t i = 0; i < COMMON_COUNT; i++)
+        if ((common_options[i].mask & form->common) == common_options[i].mask)
+            table[n++] = common_options[i].option;
+    for (size_t i = 0; form->options != NULL && form->options[i].name != NULL; i++) {
+        if (i == FORM_OPTIONS_MAX)
+            return dsc_cli_fail(form->cmd, "more than %d options of its own", FORM_OPTIONS_MAX);
+        table[n++] = form->options[i];
     }
+    memset(&table[n], 0, sizeof table[n]);
+
+    ingest_options_t opt;
+    ingest_options_init(&opt);
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":o:h", table, NULL)) != -1) {
+        const char *optname = argv[optind - 1];
+        int rc;
+        if (c == 'h') {
+            form->help();
+            return DSC_CLI_OK;
+        } else if (c == ':') {
+            return dsc_cli_usage(form->cmd, "option %s needs a value", optname);
+        } else if (c == '?') {
+            return dsc_cli_usage(form->cmd, "unknown option '%s'", optname);
+        } else if (c >= INGEST_FORM_OPTION) {
+            rc = form->option(state, c, optarg);
+        } else {
+            rc = common_option(form->cmd, &opt, c, optarg);
+        }
+        if (rc != DSC_CLI_OK)
+            return rc;
+    }
+    if (opt.level > 0 && strcmp(opt.compress, "lz4hc") != 0)
+        return dsc_cli_usage(form->cmd, "--level applies to --compress lz4hc only");
+    if (opt.out_dir == NULL && !opt.dry_run)
+        return dsc_cli_usage(form->cmd, "missing -o OUT_DIR%s",
+                             form->common & INGEST_OPT_DRY_RUN ? " (or --dry-run)" : "");
+    return form->run(state, &opt, argc - optind, argv + optind);
+}
+
+int ingest_options_check(const char *cmd, const ingest_options_t *opt) {
     int writer_replace;
     if (!opt->dry_run && ingest_output_check(cmd, opt->out_dir, opt->replace, &writer_replace) != 0)
         return DSC_CLI_FAIL; /* checked again when the writer is created */
@@ -343,6 +422,8 @@ int ingest_run_begin(const char *cmd, const ingest_options_t *opt, const ingest_
             char why[512] = "";
             dsc_writer_last_error(NULL, why, sizeof why);
             free(run);
+            if (opt->name == NULL && strstr(why, "not a valid dataset name") != NULL)
+                return dsc_cli_usage(cmd, "%s: pass --name", why);
             return dsc_cli_fail(cmd, "cannot create %s: %s", opt->out_dir,
                                 why[0] ? why : dsc_strerror(rc));
         }
@@ -374,6 +455,23 @@ int ingest_run_add(ingest_run_t *run, const ingest_value_t *values) {
     return 0;
 }
 
+int ingest_run_add_columns(ingest_run_t *run, const dsc_writer_column_t *columns, uint64_t count) {
+    for (uint32_t i = 0; i < run->field_count; i++)
+        run->value_bytes += columns[i].bytes;
+    if (run->writer != NULL) {
+        int rc = dsc_writer_add_columns(run->writer, columns, run->field_count, count);
+        if (rc < 0) {
+            char why[512] = "";
+            dsc_writer_last_error(run->writer, why, sizeof why);
+            dsc_cli_progress_done(&run->progress);
+            return dsc_cli_fail(run->cmd, "writing %s: %s%s%s", run->opt.out_dir, dsc_strerror(rc),
+                                why[0] ? ": " : "", why);
+        }
+    }
+    run->samples += count;
+    return 0;
+}
+
 int ingest_run_bad(ingest_run_t *run, const char *file, const char *who, uint64_t count,
                    const char *fmt, ...) {
     char why[1024];
@@ -389,6 +487,20 @@ int ingest_run_bad(ingest_run_t *run, const char *file, const char *who, uint64_
     if (run->bad_named++ < BAD_NAMED_MAX) {
         dsc_cli_progress_done(&run->progress);
         fprintf(stderr, "dscache %s: skipped %s: %s: %s\n", run->cmd, file, who, why);
+    }
+    return 0;
+}
+
+int ingest_run_set_meta(ingest_run_t *run, const char *meta_json) {
+    if (run->writer == NULL)
+        return 0;
+    int rc = dsc_writer_set_meta(run->writer, meta_json);
+    if (rc < 0) {
+        char why[512] = "";
+        dsc_writer_last_error(run->writer, why, sizeof why);
+        dsc_cli_progress_done(&run->progress);
+        return dsc_cli_fail(run->cmd, "%s: meta: %s", run->opt.out_dir,
+                            why[0] ? why : dsc_strerror(rc));
     }
     return 0;
 }
@@ -434,10 +546,10 @@ int ingest_run_finish(ingest_run_t *run) {
         ingest_run_abort(run);
         return exit_code;
     }
+    dsc_writer_stats_t stats;
+    memset(&stats, 0, sizeof stats);
+    stats.struct_size = sizeof stats;
     if (run->writer != NULL) {
-        dsc_writer_stats_t stats;
-        memset(&stats, 0, sizeof stats);
-        stats.struct_size = sizeof stats;
         int rc = dsc_writer_finish(run->writer, &stats);
         run->writer = NULL;
         seconds = dsc_cli_progress_done(&run->progress);
@@ -451,11 +563,19 @@ int ingest_run_finish(ingest_run_t *run) {
         }
     }
     double mb = (double)run->source_done / 1e6;
-    printf("%s %llu samples, skipped %llu, source %.2f MB, values %.2f MB, %.2f s, %.1f MB/s%s%s\n",
+    printf("%s %llu samples, skipped %llu, source %.2f MB, values %.2f MB, %.2f s, %.1f MB/s",
            run->opt.dry_run ? "checked" : "ingested", (unsigned long long)run->samples,
            (unsigned long long)run->skipped, mb, (double)run->value_bytes / 1e6, seconds,
-           seconds > 0 ? mb / seconds : 0.0, run->opt.dry_run ? "" : " into ",
-           run->opt.dry_run ? "" : run->opt.out_dir);
+           seconds > 0 ? mb / seconds : 0.0);
+    if (!run->opt.dry_run) {
+        char raw_text[32], stored_text[32];
+        printf(" into %s: %u shards (%llu chunks), raw %s, stored %s, ratio %.2f", run->opt.out_dir,
+               stats.shards, (unsigned long long)stats.chunks,
+               dsc_format_size(stats.raw_bytes, raw_text, sizeof raw_text),
+               dsc_format_size(stats.stored_bytes, stored_text, sizeof stored_text),
+               stats.stored_bytes ? (double)stats.raw_bytes / (double)stats.stored_bytes : 0.0);
+    }
+    printf("\n");
     free(run);
     return exit_code;
 }

@@ -6,6 +6,7 @@
 #include "dscache.h"
 #include "image.h"
 #include "ingest_common.h"
+#include "jpegenc.h"
 
 #include <cjson/cJSON.h>
 
@@ -261,6 +262,7 @@ typedef struct job_options {
     uint32_t max_side;      /* --max-side (0: none) */
     int quality;            /* --quality (0: none) */
     int no_verify;          /* --no-verify: --encoded bytes stored without a decode */
+    int have_size;
 } job_options_t;
 
 typedef struct result {
@@ -310,8 +312,8 @@ static uint8_t *read_all(const char *path, size_t *len, char *err, size_t err_le
     return buf;
 }
 
-static void process(dsc_image_ctx_t *ctx, const job_options_t *opt, const image_file_t *file,
-                    result_t *r) {
+static void process(dsc_image_ctx_t *ctx, dsc_jpeg_encoder_t *enc, const job_options_t *opt,
+                    const image_file_t *file, result_t *r) {
     r->failed = 1;
     if (!file->readable) {
         snprintf(r->error, sizeof r->error, "not decoded by dscache (JPEG, PNG, WebP only)");
@@ -345,9 +347,17 @@ static void process(dsc_image_ctx_t *ctx, const job_options_t *opt, const image_
         if (rc == 0 && reencode) {
             uint8_t *rgb = NULL;
             rc = dsc__image_decode_rgb(ctx, bytes, len, opt->max_side, &rgb, &w, &h);
-            if (rc == 0)
-                rc = dsc__image_encode_jpeg(ctx, rgb, w, h, opt->quality ? opt->quality : 90,
-                                            &r->data, &r->len);
+            if (rc == 0) {
+                rc = dsc_jpeg_encode(enc, rgb, w, h, opt->quality ? opt->quality : 90, &r->data,
+                                     &r->len);
+                if (rc < 0) {
+                    snprintf(r->error, sizeof r->error, "%s (%s)", dsc_strerror(rc),
+                             dsc_jpeg_encoder_error(enc));
+                    free(rgb);
+                    free(bytes);
+                    return;
+                }
+            }
             free(rgb);
             free(bytes);
         } else if (rc == 0 && opt->no_verify) {
@@ -384,7 +394,10 @@ static void process(dsc_image_ctx_t *ctx, const job_options_t *opt, const image_
 static void *worker(void *arg) {
     pool_t *p = arg;
     dsc_image_ctx_t *ctx = NULL;
+    dsc_jpeg_encoder_t *enc = NULL;
     int rc = dsc__image_ctx_create(NULL, &ctx);
+    if (rc == 0 && (p->opt->quality || p->opt->max_side))
+        rc = dsc_jpeg_encoder_create(&enc);
     for (;;) {
         pthread_mutex_lock(&p->lock);
         size_t i = p->next < p->count ? p->next++ : p->count;
@@ -398,8 +411,9 @@ static void *worker(void *arg) {
             snprintf(r->error, sizeof r->error, "%s", dsc_strerror(rc));
             continue;
         }
-        process(ctx, p->opt, &p->folder->files[p->first + i], r);
+        process(ctx, enc, p->opt, &p->folder->files[p->first + i], r);
     }
+    dsc_jpeg_encoder_destroy(enc);
     dsc__image_ctx_destroy(ctx);
     return NULL;
 }
@@ -548,160 +562,88 @@ static int parse_hw(const char *text, uint32_t *h, uint32_t *w) {
     return 0;
 }
 
-int dsc_ingest_images(int argc, char **argv) {
-    static const struct option long_opts[] = {{"output", required_argument, NULL, 'o'},
-                                              {"name", required_argument, NULL, 'n'},
-                                              {"compress", required_argument, NULL, 'c'},
-                                              {"level", required_argument, NULL, 'l'},
-                                              {"shard-size", required_argument, NULL, 'S'},
-                                              {"chunk-size", required_argument, NULL, 'C'},
-                                              {"threads", required_argument, NULL, 't'},
-                                              {"encoded", no_argument, NULL, 'e'},
-                                              {"size", required_argument, NULL, 'z'},
-                                              {"max-side", required_argument, NULL, 'm'},
-                                              {"quality", required_argument, NULL, 'q'},
-                                              {"skip-bad", no_argument, NULL, 'k'},
-                                              {"force", no_argument, NULL, 'f'},
-                                              {"replace", no_argument, NULL, 'f'},
-                                              {"help", no_argument, NULL, 'h'},
-                                              {"no-verify", no_argument, NULL, 'V'},
-                                              {NULL, 0, NULL, 0}};
-    const char *out_dir = NULL, *name = NULL, *compress = NULL;
-    uint64_t level = 9, shard_bytes = 64ull << 20, chunk_bytes = 1ull << 20, threads = 0, v;
-    job_options_t opt = {0};
-    int have_size = 0, skip_bad = 0, force = 0, level_given = 0;
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, "o:h", long_opts, NULL)) != -1) {
-        switch (c) {
-        case 'o':
-            out_dir = optarg;
-            break;
-        case 'n':
-            name = optarg;
-            break;
-        case 'c':
-            if (strcmp(optarg, "none") && strcmp(optarg, "lz4") && strcmp(optarg, "lz4hc"))
-                return dsc_cli_usage(CMD, "--compress: none, lz4 or lz4hc, not '%s'", optarg);
-            compress = optarg;
-            break;
-        case 'l':
-            if (dsc_cli_parse_u64(CMD, "--level", optarg, 1, 12, &level) < 0)
-                return DSC_CLI_USAGE;
-            level_given = 1;
-            break;
-        case 'S':
-            if (dsc_cli_parse_size(CMD, "--shard-size", optarg, &shard_bytes) < 0)
-                return DSC_CLI_USAGE;
-            break;
-        case 'C':
-            if (dsc_cli_parse_size(CMD, "--chunk-size", optarg, &chunk_bytes) < 0)
-                return DSC_CLI_USAGE;
-            if (chunk_bytes > 0xFFFFFFFFull)
-                return dsc_cli_usage(CMD, "--chunk-size: at most 4G");
-            break;
-        case 't':
-            if (dsc_cli_parse_u64(CMD, "--threads", optarg, 1, 1024, &threads) < 0)
-                return DSC_CLI_USAGE;
-            break;
-        case 'e':
-            opt.encoded = 1;
-            break;
-        case 'z':
-            if (parse_hw(optarg, &opt.height, &opt.width) < 0)
-                return dsc_cli_usage(CMD, "--size: H or HxW, 1..8192 each, not '%s'", optarg);
-            have_size = 1;
-            break;
-        case 'm':
-            if (dsc_cli_parse_u64(CMD, "--max-side", optarg, 1, 65500, &v) < 0)
-                return DSC_CLI_USAGE;
-            opt.max_side = (uint32_t)v;
-            break;
-        case 'q':
-            if (dsc_cli_parse_u64(CMD, "--quality", optarg, 1, 100, &v) < 0)
-                return DSC_CLI_USAGE;
-            opt.quality = (int)v;
-            break;
-        case 'k':
-            skip_bad = 1;
-            break;
-        case 'V':
-            opt.no_verify = 1;
-            break;
-        case 'f':
-            force = 1;
-            break;
-        case 'h':
-            print_help();
-            return DSC_CLI_OK;
-        default:
-            return dsc_cli_usage(CMD, "unknown option");
-        }
+enum { OPT_ENCODED = INGEST_FORM_OPTION, OPT_SIZE, OPT_MAX_SIDE, OPT_QUALITY, OPT_NO_VERIFY };
+
+static int images_option(void *state, int id, const char *arg) {
+    job_options_t *opt = state;
+    uint64_t v;
+    switch (id) {
+    case OPT_ENCODED:
+        opt->encoded = 1;
+        return DSC_CLI_OK;
+    case OPT_SIZE:
+        if (parse_hw(arg, &opt->height, &opt->width) < 0)
+            return dsc_cli_usage(CMD, "--size: H or HxW, 1..8192 each, not '%s'", arg);
+        opt->have_size = 1;
+        return DSC_CLI_OK;
+    case OPT_MAX_SIDE:
+        if (dsc_cli_parse_u64(CMD, "--max-side", arg, 1, 65500, &v) < 0)
+            return DSC_CLI_USAGE;
+        opt->max_side = (uint32_t)v;
+        return DSC_CLI_OK;
+    case OPT_QUALITY:
+        if (dsc_cli_parse_u64(CMD, "--quality", arg, 1, 100, &v) < 0)
+            return DSC_CLI_USAGE;
+        opt->quality = (int)v;
+        return DSC_CLI_OK;
+    default: /* OPT_NO_VERIFY */
+        opt->no_verify = 1;
+        return DSC_CLI_OK;
     }
-    if (optind != argc - 1)
-        return dsc_cli_usage(CMD, optind >= argc ? "missing DIR (the ImageFolder root)"
-                                                 : "one DIR only");
-    const char *root = argv[optind];
-    if (!out_dir)
-        return dsc_cli_usage(CMD, "-o OUT_DIR is required");
-    if (opt.encoded == have_size)
+}
+
+static int images_run(void *state, const ingest_options_t *common, int argc, char **argv) {
+    job_options_t opt = *(const job_options_t *)state;
+    if (argc != 1)
+        return dsc_cli_usage(CMD, argc < 1 ? "missing DIR (the ImageFolder root)" : "one DIR only");
+    const char *root = argv[0];
+    const char *out_dir = common->out_dir;
+    uint64_t threads = common->threads;
+    if (opt.encoded == opt.have_size)
         return dsc_cli_usage(CMD, "give one of --encoded or --size H[xW]");
     if (!opt.encoded && (opt.max_side || opt.quality || opt.no_verify))
         return dsc_cli_usage(CMD, "--max-side, --quality and --no-verify apply to --encoded only");
-    if (level_given && (!compress || strcmp(compress, "lz4hc") != 0))
-        return dsc_cli_usage(CMD, "--level applies to --compress lz4hc only");
-    if (!compress)
-        compress = opt.encoded ? "none" : "lz4";
+    /* JPEG bytes do not shrink: --encoded stores them raw unless told otherwise */
+    const char *compress = common->compress_given ? common->compress : opt.encoded ? "none" : "lz4";
     if (threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         threads = n > 0 ? (uint64_t)n : 1;
     }
 
     folder_t folder = {0};
-    dsc_writer_t *writer = NULL;
+    ingest_run_t *run = NULL;
     result_t *results = NULL;
     pthread_t *tids = NULL;
-    char *meta = NULL, fields[64];
+    char *meta = NULL;
     int exit_code = scan(&folder, root);
     uint64_t written = 0, skipped = 0;
     char first_skipped[MAX_SKIPPED_SHOWN][512];
     skipped_t skipped_list = {0};
     if (exit_code != DSC_CLI_OK)
         goto cleanup;
-    int writer_replace = 0;
-    exit_code = ingest_output_check(CMD, out_dir, force, &writer_replace);
-    if (exit_code != DSC_CLI_OK)
-        goto cleanup;
-    if (opt.encoded)
-        snprintf(fields, sizeof fields, "image:u8[],label:i64");
-    else
-        snprintf(fields, sizeof fields, "image:u8[3,%u,%u],label:i64", opt.height, opt.width);
     exit_code = DSC_CLI_FAIL;
     if (!(meta = meta_json(&folder, &opt))) {
         dsc_cli_fail(CMD, "%s", dsc_strerror(DSC_ENOMEM));
         goto cleanup;
     }
-    dsc_writer_options_t wopt;
-    dsc_writer_options_init(&wopt, sizeof wopt);
-    wopt.path = out_dir;
-    wopt.name = name;
-    wopt.fields = fields;
-    wopt.compress = compress;
-    wopt.level = strcmp(compress, "lz4hc") == 0 ? (int)level : 0;
-    wopt.shard_bytes = shard_bytes;
-    wopt.chunk_bytes = (uint32_t)chunk_bytes;
-    wopt.threads = (uint32_t)threads;
-    wopt.meta_json = meta;
-    wopt.replace = writer_replace;
-    wopt.log_fn = ingest_writer_log;
-    wopt.log_ctx = (void *)CMD;
-    int rc = dsc_writer_create(&wopt, &writer);
-    if (rc < 0) {
-        char why[256] = "";
-        dsc_writer_last_error(NULL, why, sizeof why);
-        dsc_cli_fail(CMD, "%s: %s", out_dir, why[0] ? why : dsc_strerror(rc));
+    /* image:u8[] (encoded) or image:u8[3,H,W], and label:i64 */
+    ingest_field_t fields[2];
+    memset(fields, 0, sizeof fields);
+    snprintf(fields[0].name, sizeof fields[0].name, "image");
+    fields[0].dtype = DSC_DTYPE_U8;
+    fields[0].ndim = opt.encoded ? 1 : 3;
+    fields[0].dims[0] = opt.encoded ? 0 : 3;
+    fields[0].dims[1] = opt.height;
+    fields[0].dims[2] = opt.width;
+    snprintf(fields[1].name, sizeof fields[1].name, "label");
+    fields[1].dtype = DSC_DTYPE_I64;
+    ingest_options_t run_opt = *common;
+    run_opt.compress = compress;
+    run_opt.threads = (uint32_t)threads;
+    exit_code = ingest_run_begin(CMD, &run_opt, fields, 2, meta, folder.total_bytes, &run);
+    if (exit_code != DSC_CLI_OK)
         goto cleanup;
-    }
+    exit_code = DSC_CLI_FAIL;
     size_t batch = (size_t)threads * BATCH_PER_THREAD;
     results = calloc(batch, sizeof *results);
     tids = calloc(threads, sizeof *tids);
@@ -709,8 +651,6 @@ int dsc_ingest_images(int argc, char **argv) {
         dsc_cli_fail(CMD, "%s", dsc_strerror(DSC_ENOMEM));
         goto cleanup;
     }
-    dsc_cli_progress_t progress;
-    dsc_cli_progress_init(&progress, "images", folder.total_bytes);
     uint64_t bytes_done = 0;
     for (size_t first = 0; first < folder.file_count; first += batch) {
         pool_t pool = {.folder = &folder, .opt = &opt, .first = first, .results = results};
@@ -731,10 +671,7 @@ int dsc_ingest_images(int argc, char **argv) {
             result_t *r = &results[i];
             bytes_done += file->bytes;
             if (r->failed) {
-                if (!skip_bad) {
-                    dsc_cli_progress_done(&progress);
-                    dsc_cli_fail(CMD, "%s: %s (--skip-bad skips such images)", file->path,
-                                 r->error);
+                if (ingest_run_bad(run, file->path, "image", 1, "%s", r->error) != 0) {
                     failed = 1;
                     break;
                 }
@@ -743,20 +680,14 @@ int dsc_ingest_images(int argc, char **argv) {
                              r->error);
                 skipped++;
                 if (skipped_add(&skipped_list, first + i, file->path, r->error) < 0) {
-                    dsc_cli_progress_done(&progress);
                     dsc_cli_fail(CMD, "%s", dsc_strerror(DSC_ENOMEM));
                     failed = 1;
                     break;
                 }
                 continue;
             }
-            dsc_writer_value_t values[2] = {{r->data, r->len}, {&file->label, sizeof(int64_t)}};
-            rc = dsc_writer_add(writer, values, 2);
-            if (rc < 0) {
-                char why[256] = "";
-                dsc_writer_last_error(writer, why, sizeof why);
-                dsc_cli_progress_done(&progress);
-                dsc_cli_fail(CMD, "%s: %s", file->path, why[0] ? why : dsc_strerror(rc));
+            ingest_value_t values[2] = {{r->data, r->len}, {&file->label, sizeof(int64_t)}};
+            if (ingest_run_add(run, values) != 0) {
                 failed = 1;
                 break;
             }
@@ -768,9 +699,8 @@ int dsc_ingest_images(int argc, char **argv) {
         }
         if (failed)
             goto cleanup;
-        dsc_cli_progress_update(&progress, bytes_done);
+        ingest_run_progress(run, bytes_done);
     }
-    double seconds = dsc_cli_progress_done(&progress);
     if (written == 0) {
         dsc_cli_fail(CMD, "%s: none of its %zu images decodes", root, folder.file_count);
         goto cleanup;
@@ -778,30 +708,20 @@ int dsc_ingest_images(int argc, char **argv) {
     if (skipped > 0) { /* which, so that a sample maps back to its ImageFolder index */
         const char *why = NULL;
         char *with = meta_with_skipped(meta, &skipped_list, folder.file_count, root, &why);
-        if (with == NULL || dsc_writer_set_meta(writer, with) < 0) {
+        if (with == NULL || ingest_run_set_meta(run, with) < 0) {
             dsc_cli_fail(CMD, "%s: cannot record the skipped images: %s", out_dir, why);
             free(with);
             goto cleanup;
         }
         free(with);
     }
-    dsc_writer_stats_t stats;
-    memset(&stats, 0, sizeof stats);
-    stats.struct_size = sizeof stats;
-    rc = dsc_writer_finish(writer, &stats);
-    writer = NULL;
-    if (rc < 0) {
-        char why[256] = "";
-        dsc_writer_last_error(NULL, why, sizeof why);
-        dsc_cli_fail(CMD, "%s: %s", out_dir, why[0] ? why : dsc_strerror(rc));
+    exit_code = ingest_run_finish(run);
+    run = NULL;
+    if (exit_code != DSC_CLI_OK)
         goto cleanup;
-    }
-    printf("ingest images: %llu images of %zu classes from %s -> %s (%s): %llu shards, "
-           "%.1f MB raw, %.1f MB stored, %.1f s, %.0f images/s (%llu threads)\n",
+    printf("ingest images: %llu images of %zu classes from %s -> %s (%s), %llu threads\n",
            (unsigned long long)written, folder.class_count, root, out_dir,
-           opt.encoded ? "encoded" : fields, (unsigned long long)stats.shards,
-           stats.raw_bytes / 1e6, stats.stored_bytes / 1e6, seconds,
-           seconds > 0 ? written / seconds : 0.0, (unsigned long long)threads);
+           opt.encoded ? "encoded" : "decoded", (unsigned long long)threads);
     if (skipped) {
         printf("ingest images: skipped %llu images that do not decode (--skip-bad):\n",
                (unsigned long long)skipped);
@@ -813,13 +733,28 @@ int dsc_ingest_images(int argc, char **argv) {
                "sample i is ImageFolder[j], j the i-th index not listed (dscache inspect %s)\n",
                out_dir);
     }
-    exit_code = DSC_CLI_OK;
 cleanup:
-    dsc_writer_abort(writer);
+    ingest_run_abort(run);
     skipped_free(&skipped_list);
     free(results);
     free(tids);
     free(meta);
     folder_free(&folder);
     return exit_code;
+}
+
+int dsc_ingest_images(int argc, char **argv) {
+    static const struct option options[] = {{"encoded", no_argument, NULL, OPT_ENCODED},
+                                            {"size", required_argument, NULL, OPT_SIZE},
+                                            {"max-side", required_argument, NULL, OPT_MAX_SIDE},
+                                            {"quality", required_argument, NULL, OPT_QUALITY},
+                                            {"no-verify", no_argument, NULL, OPT_NO_VERIFY},
+                                            {NULL, 0, NULL, 0}};
+    static const ingest_form_t form = {
+        CMD,           INGEST_OPT_WRITER | INGEST_OPT_THREADS | INGEST_OPT_SKIP_BAD,
+        options,       print_help,
+        images_option, images_run};
+    job_options_t opt;
+    memset(&opt, 0, sizeof opt);
+    return ingest_main(&form, &opt, argc, argv);
 }

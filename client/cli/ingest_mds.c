@@ -404,40 +404,31 @@ static int check_dynamic(const dsc_mds_column_t *col, const dyn_ref_t *ref,
     return 0;
 }
 
-int dsc_cmd_ingest_mds(int argc, char **argv) {
-    static const struct option options[] = {
-        INGEST_COMMON_OPTIONS, {"field", required_argument, NULL, 2001}, {NULL, 0, NULL, 0}};
-    ingest_options_t opt;
-    ingest_options_init(&opt);
+typedef struct mds_args {
     const char *selected[INGEST_MAX_FIELDS];
-    uint32_t selected_count = 0;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "o:h", options, NULL)) != -1) {
-        int handled = ingest_common_option(CMD, &opt, c, optarg);
-        if (handled < 0)
-            return DSC_CLI_USAGE;
-        if (handled)
-            continue;
-        switch (c) {
-        case 'h':
-            print_help();
-            return DSC_CLI_OK;
-        case 2001:
-            if (selected_count == INGEST_MAX_FIELDS)
-                return dsc_cli_usage(CMD, "at most %d --field options", INGEST_MAX_FIELDS);
-            selected[selected_count++] = optarg;
-            break;
-        default:
-            return dsc_cli_usage(CMD, "unknown option");
-        }
-    }
-    if (optind != argc - 1)
+    uint32_t selected_count;
+} mds_args_t;
+
+static int mds_option(void *state, int id, const char *arg) {
+    mds_args_t *args = state;
+    (void)id; /* 2001: --field */
+    if (args->selected_count == INGEST_MAX_FIELDS)
+        return dsc_cli_usage(CMD, "at most %d --field options", INGEST_MAX_FIELDS);
+    args->selected[args->selected_count++] = arg;
+    return DSC_CLI_OK;
+}
+
+static int mds_run(void *state, const ingest_options_t *options, int argc, char **argv) {
+    mds_args_t *args = state;
+    ingest_options_t opt = *options;
+    const char **selected = args->selected;
+    uint32_t selected_count = args->selected_count;
+    if (argc != 1)
         return dsc_cli_usage(CMD, "expected one DIR (holding index.json)");
     int checked = ingest_options_check(CMD, &opt);
     if (checked != DSC_CLI_OK)
         return checked;
-    const char *dir = argv[optind];
+    const char *dir = argv[0];
     int exit_code = DSC_CLI_FAIL;
     char index_path[4096];
     snprintf(index_path, sizeof index_path, "%s/index.json", dir);
@@ -713,4 +704,14 @@ cleanup:
     free(reader.sample);
     dsc_mds_index_free(&index);
     return exit_code;
+}
+
+int dsc_cmd_ingest_mds(int argc, char **argv) {
+    static const struct option options[] = {{"field", required_argument, NULL, 2001},
+                                            {NULL, 0, NULL, 0}};
+    static const ingest_form_t form = {CMD,        INGEST_OPT_ALL, options,
+                                       print_help, mds_option,     mds_run};
+    mds_args_t args;
+    memset(&args, 0, sizeof args);
+    return ingest_main(&form, &args, argc, argv);
 }

@@ -79,44 +79,32 @@ static void unmap_file(mapped_t *m) {
     m->data = NULL;
 }
 
-int dsc_cmd_ingest_megatron(int argc, char **argv) {
-    static const struct option options[] = {INGEST_COMMON_OPTIONS,
-                                            {"seq-len", required_argument, NULL, 2001},
-                                            {"field", required_argument, NULL, 2002},
-                                            {NULL, 0, NULL, 0}};
-    ingest_options_t opt;
-    ingest_options_init(&opt);
-    uint64_t seq_len = 0;
-    const char *field_name = "tokens";
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "o:h", options, NULL)) != -1) {
-        int handled = ingest_common_option(CMD, &opt, c, optarg);
-        if (handled < 0)
-            return DSC_CLI_USAGE;
-        if (handled)
-            continue;
-        switch (c) {
-        case 'h':
-            print_help();
-            return DSC_CLI_OK;
-        case 2001:
-            if (dsc_cli_parse_u64(CMD, "--seq-len", optarg, 1, 1u << 26, &seq_len) < 0)
-                return DSC_CLI_USAGE;
-            break;
-        case 2002:
-            field_name = optarg;
-            break;
-        default:
-            return dsc_cli_usage(CMD, "unknown option");
-        }
-    }
-    if (optind != argc - 1)
+typedef struct megatron_args {
+    uint64_t seq_len;
+    const char *field_name;
+} megatron_args_t;
+
+static int megatron_option(void *state, int id, const char *arg) {
+    megatron_args_t *args = state;
+    if (id == 2001)
+        return dsc_cli_parse_u64(CMD, "--seq-len", arg, 1, 1u << 26, &args->seq_len) < 0
+                   ? DSC_CLI_USAGE
+                   : DSC_CLI_OK;
+    args->field_name = arg; /* 2002: --field */
+    return DSC_CLI_OK;
+}
+
+static int megatron_run(void *state, const ingest_options_t *options, int argc, char **argv) {
+    const megatron_args_t *args = state;
+    ingest_options_t opt = *options;
+    uint64_t seq_len = args->seq_len;
+    const char *field_name = args->field_name;
+    if (argc != 1)
         return dsc_cli_usage(CMD, "expected one PREFIX (of PREFIX.idx and PREFIX.bin)");
     int checked = ingest_options_check(CMD, &opt);
     if (checked != DSC_CLI_OK)
         return checked;
-    const char *prefix = argv[optind];
+    const char *prefix = argv[0];
     char idx_path[4096], bin_path[4096];
     snprintf(idx_path, sizeof idx_path, "%s.idx", prefix);
     snprintf(bin_path, sizeof bin_path, "%s.bin", prefix);
@@ -326,4 +314,14 @@ cleanup:
     if (bin_map.fd >= 0)
         close(bin_map.fd);
     return exit_code;
+}
+
+int dsc_cmd_ingest_megatron(int argc, char **argv) {
+    static const struct option options[] = {{"seq-len", required_argument, NULL, 2001},
+                                            {"field", required_argument, NULL, 2002},
+                                            {NULL, 0, NULL, 0}};
+    static const ingest_form_t form = {CMD,        INGEST_OPT_ALL,  options,
+                                       print_help, megatron_option, megatron_run};
+    megatron_args_t args = {0, "tokens"};
+    return ingest_main(&form, &args, argc, argv);
 }

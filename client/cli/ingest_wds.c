@@ -326,42 +326,20 @@ static int tar_failure(ingest_run_t *run, const ingest_options_t *opt, const cha
     return ingest_run_bad(run, tar, who, key[0] ? 1 : 0, "%s; the rest of this tar is lost", why);
 }
 
-int dsc_cmd_ingest_webdataset(int argc, char **argv) {
-    static const struct option options[] = {
-        INGEST_COMMON_OPTIONS, {"field", required_argument, NULL, 2001}, {NULL, 0, NULL, 0}};
-    ingest_options_t opt;
-    ingest_options_init(&opt);
-    plan_t *plan = calloc(1, sizeof *plan);
-    if (plan == NULL)
-        return dsc_cli_fail(CMD, "%s", dsc_strerror(DSC_ENOMEM));
+static int wds_option(void *state, int id, const char *arg) {
+    (void)id; /* 2001: --field */
+    return parse_field_option(state, arg) != 0 ? DSC_CLI_USAGE : DSC_CLI_OK;
+}
+
+static int wds_run(void *state, const ingest_options_t *options, int argc, char **argv) {
+    plan_t *plan = state;
+    ingest_options_t opt = *options;
     int exit_code = DSC_CLI_USAGE;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "o:h", options, NULL)) != -1) {
-        int handled = ingest_common_option(CMD, &opt, c, optarg);
-        if (handled < 0)
-            goto cleanup_plan;
-        if (handled)
-            continue;
-        switch (c) {
-        case 'h':
-            print_help();
-            exit_code = DSC_CLI_OK;
-            goto cleanup_plan;
-        case 2001:
-            if (parse_field_option(plan, optarg) != 0)
-                goto cleanup_plan;
-            break;
-        default:
-            dsc_cli_usage(CMD, "unknown option");
-            goto cleanup_plan;
-        }
-    }
-    if (optind >= argc) {
+    if (argc < 1) {
         dsc_cli_usage(CMD, "expected one or more SHARD.tar");
         goto cleanup_plan;
     }
-    if (argc - optind > MAX_TARS) {
+    if (argc > MAX_TARS) {
         dsc_cli_usage(CMD, "at most %d tars", MAX_TARS);
         goto cleanup_plan;
     }
@@ -372,8 +350,8 @@ int dsc_cmd_ingest_webdataset(int argc, char **argv) {
     plan->from_first_sample = plan->count == 0;
 
     exit_code = DSC_CLI_FAIL;
-    char **tars = argv + optind;
-    int tar_count = argc - optind;
+    char **tars = argv;
+    int tar_count = argc;
     uint64_t source_bytes = 0;
     for (int t = 0; t < tar_count; t++) {
         struct stat st;
@@ -540,6 +518,18 @@ int dsc_cmd_ingest_webdataset(int argc, char **argv) {
 cleanup_run:
     ingest_run_abort(run);
 cleanup_plan:
+    return exit_code;
+}
+
+int dsc_cmd_ingest_webdataset(int argc, char **argv) {
+    static const struct option options[] = {{"field", required_argument, NULL, 2001},
+                                            {NULL, 0, NULL, 0}};
+    static const ingest_form_t form = {CMD,        INGEST_OPT_ALL, options,
+                                       print_help, wds_option,     wds_run};
+    plan_t *plan = calloc(1, sizeof *plan);
+    if (plan == NULL)
+        return dsc_cli_fail(CMD, "%s", dsc_strerror(DSC_ENOMEM));
+    int exit_code = ingest_main(&form, plan, argc, argv);
     free(plan);
     return exit_code;
 }

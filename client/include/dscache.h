@@ -806,6 +806,18 @@ DSC_EXTERN int dsc_reader_last_error(const dsc_reader_t *reader, char *buf, size
  *
  * One writer is used by one thread at a time (the library's threads are its own). */
 typedef struct dsc_writer dsc_writer_t;
+
+/* Parses one field spec, the grammar every writer takes (proto/fieldspec.h): "NAME:DTYPE[DIMS]"
+ * or the type alone ("u8[3,32,32]", name then ""), dims "[D,D,...]" with "?" (or "[]") for a
+ * variable leading dimension, or the older "NAME:DTYPE:DxDxD"; DTYPE u8..f64 or its numpy
+ * spelling; spaces around tokens allowed. On success fills *out like dsc_loader_field (shape[0]
+ * -1 for a variable dimension; sample_bytes per sample, or per row of a variable field) and
+ * returns 0. Otherwise returns DSC_EINVAL and writes why into err (at most err_cap bytes,
+ * NUL-terminated; err may be NULL), naming the spec, the offending text and its 1-based
+ * position: "field spec 'x:u8[3,?]', position 8: only the leading dimension may be variable:
+ * '?'". Pure: no allocation, thread-safe. */
+DSC_EXTERN int dsc_field_spec_parse(const char *spec, dsc_field_info_t *out, char *err,
+                                    size_t err_cap);
 /* Called on the caller's thread from add/finish after each chunk is written: samples added so
  * far, their decoded bytes, and the stored bytes written. */
 typedef void (*dsc_writer_progress_fn)(void *ctx, uint64_t samples, uint64_t raw_bytes,

@@ -40,7 +40,6 @@ struct dsc_image_ctx {
     J_DCT_METHOD jpeg_dct; /* JDCT_IFAST, or JDCT_ISLOW with DSCACHE_JPEG_DCT=accurate */
     double jpeg_cover;     /* 3, or 1 with DSCACHE_JPEG_SCALE=fast: jpeg_denominator */
     tjhandle tj_decode;
-    tjhandle tj_encode;
     dsc_image_limits_t limits;
     uint8_t *pixels; /* the decoded source, RGB HWC (RGBA while a PNG or WebP decodes) */
     size_t pixels_cap;
@@ -153,8 +152,6 @@ void dsc__image_ctx_destroy(dsc_image_ctx_t *ctx) {
         jpeg_destroy_decompress(&ctx->jpeg);
     if (ctx->tj_decode)
         tjDestroy(ctx->tj_decode);
-    if (ctx->tj_encode)
-        tjDestroy(ctx->tj_encode);
     free(ctx->pixels);
     free(ctx->rows);
     dsc__resample_scratch_free(&ctx->resample);
@@ -918,28 +915,5 @@ int dsc__image_decode_rgb_over(dsc_image_ctx_t *ctx, const void *data, size_t le
     *rgb = buf;
     *width = ow;
     *height = oh;
-    return 0;
-}
-
-int dsc__image_encode_jpeg(dsc_image_ctx_t *ctx, const uint8_t *rgb, uint32_t width,
-                           uint32_t height, int quality, uint8_t **jpeg, size_t *jpeg_len) {
-    ctx->error[0] = 0;
-    if (!rgb || width < 1 || height < 1 || width > 65500 || height > 65500 || quality < 1 ||
-        quality > 100)
-        return DSC_EINVAL;
-    if (!ctx->tj_encode && !(ctx->tj_encode = tjInitCompress()))
-        return DSC_ENOMEM;
-    unsigned long size = tjBufSize((int)width, (int)height, TJSAMP_420);
-    uint8_t *buf = malloc(size);
-    if (!buf)
-        return DSC_ENOMEM;
-    unsigned long out_size = size;
-    if (tjCompress2(ctx->tj_encode, rgb, (int)width, (int)width * 3, (int)height, TJPF_RGB, &buf,
-                    &out_size, TJSAMP_420, quality, TJFLAG_NOREALLOC) != 0) {
-        free(buf);
-        return fail(ctx, "jpeg encode: %s", tjGetErrorStr2(ctx->tj_encode));
-    }
-    *jpeg = buf;
-    *jpeg_len = out_size;
     return 0;
 }

@@ -115,9 +115,6 @@ int dsc__image_decode_rgb_over(dsc_image_ctx_t *ctx, const void *data, size_t le
                                uint32_t max_side, const uint8_t *background, uint8_t **rgb,
                                uint32_t *width, uint32_t *height);
 
-/* Encodes RGB HWC as a baseline JPEG (4:2:0, quality 1..100). *jpeg is malloc'ed (the caller
- * frees it). Returns 0, DSC_EINVAL, DSC_ENOMEM or DSC_EDECODE (the encoder failed). */
-int dsc__image_encode_jpeg(dsc_image_ctx_t *ctx, const uint8_t *rgb, uint32_t width,
-                           uint32_t height, int quality, uint8_t **jpeg, size_t *jpeg_len);
+/* (Encoding JPEG is the CLI's alone: client/ingest/jpegenc.h, outside libdscache.) */
 
 #endif

@@ -4,6 +4,7 @@
  * beside the target, fsync, rename). */
 #include "writer.h"
 
+#include "fieldspec.h"
 #include "log.h"
 #include "manifest.h"
 #include "shard.h"
@@ -141,159 +142,44 @@ DSC_EXTERN int dsc_writer_last_error(const dsc_writer_t *w, char *buf, size_t le
     return (int)strlen(text);
 }
 
-/* ---- Field specs --------------------------------------------------------------------------- */
+/* ---- Field specs (the grammar: proto/fieldspec.h) ------------------------------------------ */
 
-int dsc__writer_parse_fields(const char *spec, dsc_schema_t *schema, char *err, size_t err_cap) {
-    memset(schema, 0, sizeof *schema);
-    if (spec == NULL || *spec == '\0') {
-        snprintf(err, err_cap, "no fields given (e.g. \"input_ids:i32[],label:i64\")");
+DSC_EXTERN int dsc_field_spec_parse(const char *spec, dsc_field_info_t *out, char *err,
+                                    size_t err_cap) {
+    if (err != NULL && err_cap > 0)
+        err[0] = '\0';
+    if (spec == NULL || out == NULL) {
+        if (err != NULL && err_cap > 0)
+            snprintf(err, err_cap, "no field spec given");
         return DSC_EINVAL;
     }
-    const char *p = spec;
-    while (*p != '\0') {
-        while (*p == ' ')
-            p++;
-        const char *start = p;
-        int depth = 0;
-        while (*p != '\0' && !(*p == ',' && depth == 0)) {
-            depth += *p == '[' ? 1 : *p == ']' ? -1 : 0;
-            p++;
-        }
-        size_t len = (size_t)(p - start);
-        while (len > 0 && start[len - 1] == ' ')
-            len--;
-        char item[256];
-        if (len == 0 || len >= sizeof item) {
-            snprintf(err, err_cap, "field spec %zu: %s", (size_t)schema->field_count + 1,
-                     len == 0 ? "empty" : "too long");
-            return DSC_EINVAL;
-        }
-        memcpy(item, start, len);
-        item[len] = '\0';
-        if (*p == ',')
-            p++;
-        if (schema->field_count >= DSC_MAX_FIELDS) {
-            snprintf(err, err_cap, "more than %d fields", DSC_MAX_FIELDS);
-            return DSC_EINVAL;
-        }
-        dsc_field_t *field = &schema->fields[schema->field_count];
-        char *colon = strchr(item, ':');
-        if (colon == NULL) {
-            snprintf(err, err_cap, "'%s': expected NAME:DTYPE[DIMS], e.g. image:u8[3,32,32]", item);
-            return DSC_EINVAL;
-        }
-        *colon = '\0';
-        size_t name_len = strlen(item);
-        if (!dsc__name_valid(item)) {
-            snprintf(err, err_cap, "'%s': field name must be 1-63 of A-Z a-z 0-9 _ . -", item);
-            return DSC_EINVAL;
-        }
-        memcpy(field->name, item, name_len + 1);
-        for (uint32_t g = 0; g < schema->field_count; g++)
-            if (strcmp(schema->fields[g].name, field->name) == 0) {
-                snprintf(err, err_cap, "field '%s' given twice", field->name);
-                return DSC_EINVAL;
-            }
-        char *dtype_text = colon + 1;
-        char *bracket = strchr(dtype_text, '[');
-        if (bracket != NULL)
-            *bracket = '\0';
-        int dtype = dsc_dtype_parse(dtype_text);
-        if (dtype < 0) {
-            snprintf(err, err_cap,
-                     "field '%s': unknown dtype '%s' (u8 i8 u16 i16 u32 i32 i64 f16 bf16 f32 f64)",
-                     field->name, dtype_text);
-            return DSC_EINVAL;
-        }
-        field->dtype = (uint8_t)dtype;
-        field->ndim = 0;
-        if (bracket != NULL) {
-            char *dims = bracket + 1;
-            char *close = strchr(dims, ']');
-            if (close == NULL || close[1] != '\0') {
-                snprintf(err, err_cap, "field '%s': dims must be [D,D,...] at the end",
-                         field->name);
-                return DSC_EINVAL;
-            }
-            *close = '\0';
-            if (*dims == '\0') { /* "[]": one variable dimension */
-                field->ndim = 1;
-                field->shape[0] = DSC_DIM_VARIABLE;
-            }
-            char *q = dims;
-            while (*q != '\0') {
-                if (field->ndim >= DSC_MAX_DIMS) {
-                    snprintf(err, err_cap, "field '%s': at most %d dimensions", field->name,
-                             DSC_MAX_DIMS);
-                    return DSC_EINVAL;
-                }
-                while (*q == ' ')
-                    q++;
-                char *end = q;
-                if (*q == '?') {
-                    if (field->ndim != 0) {
-                        snprintf(err, err_cap,
-                                 "field '%s': only the leading dimension may be variable (?)",
-                                 field->name);
-                        return DSC_EINVAL;
-                    }
-                    field->shape[field->ndim++] = DSC_DIM_VARIABLE;
-                    end = q + 1;
-                } else {
-                    errno = 0;
-                    unsigned long long d = (*q >= '0' && *q <= '9') ? strtoull(q, &end, 10) : 0;
-                    if (d == 0 || d > UINT32_MAX || errno != 0) {
-                        snprintf(err, err_cap,
-                                 "field '%s': bad dimension in [%s] (each 1..2^32-1, or ? first)",
-                                 field->name, dims);
-                        return DSC_EINVAL;
-                    }
-                    field->shape[field->ndim++] = (uint32_t)d;
-                }
-                while (*end == ' ')
-                    end++;
-                if (*end == ',') {
-                    q = end + 1;
-                    if (*q == '\0') {
-                        snprintf(err, err_cap, "field '%s': trailing ',' in [%s]", field->name,
-                                 dims);
-                        return DSC_EINVAL;
-                    }
-                } else if (*end == '\0') {
-                    q = end;
-                } else {
-                    snprintf(err, err_cap, "field '%s': bad dimension list [%s]", field->name,
-                             dims);
-                    return DSC_EINVAL;
-                }
-            }
-        }
-        schema->field_count++;
-    }
-    int rc = dsc_schema_finish(schema);
-    if (rc < 0) {
-        snprintf(err, err_cap, "%s",
-                 rc == DSC_EOVERFLOW ? "a sample or a row is over 2^32 - 1 bytes"
-                                     : "invalid schema");
+    size_t len = strlen(spec);
+    dsc_fieldspec_error_t why;
+    dsc_schema_t one = {.field_count = 1};
+    if (dsc_fieldspec_parse(spec, len, DSC_FIELDSPEC_TYPE_ONLY | DSC_FIELDSPEC_SIZED,
+                            &one.fields[0], &why) < 0) {
+        if (err != NULL)
+            dsc_fieldspec_message(spec, len, &why, err, err_cap);
         return DSC_EINVAL;
     }
+    char name[DSC_MAX_NAME];
+    memcpy(name, one.fields[0].name, sizeof name);
+    if (name[0] == '\0') /* a type alone: sized under a stand-in name */
+        memcpy(one.fields[0].name, "x", 2);
+    if (dsc_schema_finish(&one) < 0) { /* checked by DSC_FIELDSPEC_SIZED: defensive */
+        if (err != NULL && err_cap > 0)
+            snprintf(err, err_cap, "field spec '%s': invalid", spec);
+        return DSC_EINVAL;
+    }
+    const dsc_field_t *f = &one.fields[0];
+    memset(out, 0, sizeof *out);
+    memcpy(out->name, name, sizeof out->name);
+    out->dtype = f->dtype;
+    out->ndim = f->ndim;
+    for (uint32_t d = 0; d < f->ndim; d++)
+        out->shape[d] = d == 0 && f->variable ? -1 : (int64_t)f->shape[d];
+    out->sample_bytes = f->variable ? f->row_bytes : f->sample_bytes;
     return 0;
-}
-
-int dsc__writer_format_field(const dsc_field_t *field, char *buf, size_t cap) {
-    size_t n = (size_t)snprintf(buf, cap, "%s:%s", field->name, dsc_dtype_name(field->dtype));
-    if (field->ndim > 0 && n < cap) {
-        n += (size_t)snprintf(buf + n, cap - n, "[");
-        for (uint32_t d = 0; d < field->ndim && n < cap; d++) {
-            if (d == 0 && field->shape[0] == DSC_DIM_VARIABLE)
-                n += (size_t)snprintf(buf + n, cap - n, "?");
-            else
-                n += (size_t)snprintf(buf + n, cap - n, "%s%u", d ? "," : "", field->shape[d]);
-        }
-        if (n < cap)
-            n += (size_t)snprintf(buf + n, cap - n, "]");
-    }
-    return n < cap ? (int)n : DSC_ENOSPC;
 }
 
 int dsc__name_valid(const char *name) {
@@ -902,7 +788,7 @@ static int check_values(dsc_writer_t *w, const dsc_writer_value_t *values, uint6
     for (uint32_t f = 0; f < w->schema.field_count; f++) {
         const dsc_field_t *field = &w->schema.fields[f];
         char spec[160];
-        dsc__writer_format_field(field, spec, sizeof spec);
+        dsc_fieldspec_format(field, spec, sizeof spec);
         if (values[f].data == NULL && values[f].bytes > 0) {
             set_error(w, "field '%s' of sample %llu: no data for %llu bytes", field->name,
                       (unsigned long long)sample, (unsigned long long)values[f].bytes);
@@ -1033,7 +919,7 @@ DSC_EXTERN int dsc_writer_add_columns(dsc_writer_t *w, const dsc_writer_column_t
         const dsc_field_t *field = &w->schema.fields[f];
         const dsc_writer_column_t *c = &columns[f];
         char spec[160];
-        dsc__writer_format_field(field, spec, sizeof spec);
+        dsc_fieldspec_format(field, spec, sizeof spec);
         if (c->data == NULL && c->bytes > 0) {
             set_error(w, "field '%s': no data for %llu bytes", field->name,
                       (unsigned long long)c->bytes);
@@ -1230,9 +1116,13 @@ DSC_EXTERN int dsc_writer_create(const dsc_writer_options_t *options, dsc_writer
         goto fail;
     }
     snprintf(w->name, sizeof w->name, "%s", name);
-    char err[256];
-    if ((rc = dsc__writer_parse_fields(o.fields, &w->schema, err, sizeof err)) < 0) {
+    dsc_fieldspec_error_t why;
+    size_t fields_len = o.fields != NULL ? strlen(o.fields) : 0;
+    if (dsc_fieldspec_parse_list(o.fields, fields_len, &w->schema, &why) < 0) {
+        char err[384];
+        dsc_fieldspec_message(o.fields, fields_len, &why, err, sizeof err);
         set_error(NULL, "fields: %s", err);
+        rc = DSC_EINVAL;
         goto fail;
     }
     const char *compress = o.compress ? o.compress : "lz4";

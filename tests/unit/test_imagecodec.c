@@ -3,6 +3,7 @@
  * composited, keyed determinism, flip, layouts, limits, and every prefix of a valid file (an
  * error or a decode, never a crash). */
 #include "image.h"
+#include "jpegenc.h"
 #include "testlib.h"
 
 #include "dscache.h"
@@ -447,12 +448,12 @@ static void test_rgb_and_reencode(dsc_image_ctx_t *ctx, const uint8_t *jpeg, siz
         fprintf(stderr, "decode_rgb: %s\n", dsc__image_error(ctx));
     CHECK(w == 100 && h == 75);
     size_t len = 0;
-    CHECK_EQ_INT(dsc__image_encode_jpeg(ctx, rgb, w, h, 80, &again, &len), 0);
+    CHECK_EQ_INT(dsc_jpeg_encode(NULL, rgb, w, h, 80, &again, &len), 0);
     int format;
     uint32_t w2, h2;
     CHECK_EQ_INT(dsc__image_info(ctx, again, len, &format, &w2, &h2), 0);
     CHECK(format == DSC_IMAGE_JPEG && w2 == 100 && h2 == 75);
-    CHECK_EQ_INT(dsc__image_encode_jpeg(ctx, rgb, w, h, 0, &again, &len), DSC_EINVAL);
+    CHECK_EQ_INT(dsc_jpeg_encode(NULL, rgb, w, h, 0, &again, &len), DSC_EINVAL);
     free(rgb);
     free(again);
 }
@@ -512,7 +513,7 @@ int main(void) {
     REQUIRE(dsc__image_ctx_create(NULL, &ctx) == 0);
     uint8_t *jpeg = NULL, *webp = NULL;
     size_t jlen = 0, plen = 0;
-    REQUIRE(dsc__image_encode_jpeg(ctx, rgb, SW, SH, 95, &jpeg, &jlen) == 0);
+    REQUIRE(dsc_jpeg_encode(NULL, rgb, SW, SH, 95, &jpeg, &jlen) == 0);
     uint8_t *png = make_png(rgb, &plen);
     size_t wlen = WebPEncodeLosslessRGB(rgb, SW, SH, SW * 3, &webp);
     REQUIRE(wlen > 0);

@@ -3,6 +3,7 @@
  * 3 (of 255: the IDCT and chroma upsampling differ); a truncated file fails. Skips, saying why,
  * where nvJPEG or the GPU is missing (the CUDA runtime is loaded with dlopen, as cuda.c does). */
 #include "image.h"
+#include "jpegenc.h"
 #include "nvjpeg.h"
 #include "testlib.h"
 
@@ -49,7 +50,7 @@ int main(void) {
     uint8_t *jpeg = NULL, *cpu = NULL;
     size_t jlen = 0;
     uint32_t w = 0, h = 0;
-    REQUIRE(dsc__image_encode_jpeg(ctx, rgb, W, H, 90, &jpeg, &jlen) == 0);
+    REQUIRE(dsc_jpeg_encode(NULL, rgb, W, H, 90, &jpeg, &jlen) == 0);
     REQUIRE(dsc__image_decode_rgb(ctx, jpeg, jlen, 0, &cpu, &w, &h) == 0);
     uint32_t gw = 0, gh = 0;
     CHECK_EQ_INT(dsc__nvjpeg_info(nv, jpeg, jlen, &gw, &gh), 0);

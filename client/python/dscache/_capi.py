@@ -431,6 +431,8 @@ def _load():
         "dsc_writer_last_error": (ip, [vp, ctypes.c_char_p, ctypes.c_size_t]),
         "dsc_writer_finish": (ip, [vp, ctypes.POINTER(_WriterStats)]),
         "dsc_writer_abort": (None, [vp]),
+        "dsc_field_spec_parse": (ip, [ctypes.c_char_p, ctypes.POINTER(_FieldInfo),
+                                      ctypes.c_char_p, ctypes.c_size_t]),
     }
     for name, (res, args) in sig.items():
         try:

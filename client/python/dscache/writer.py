@@ -15,7 +15,6 @@ import ctypes
 import errno
 import json
 import os
-import re
 import sys
 import time
 
@@ -30,12 +29,64 @@ _CHUNK_MAX = 256 << 20  # DSC_CHUNK_MAX_RAW: one sample's bytes must fit one chu
 _DTYPES = {"u8": "uint8", "i8": "int8", "u16": "uint16", "i16": "int16", "u32": "uint32",
            "i32": "int32", "i64": "int64", "f16": "float16", "bf16": "bfloat16",
            "f32": "float32", "f64": "float64"}
-_NUMPY_NAMES = {v: k for k, v in _DTYPES.items()}
-_SPEC = re.compile(r"^\s*([A-Za-z0-9]+)\s*(?:\[([^\]]*)\])?\s*$")
 
 
 def _invalid(message):
     return InvalidOption(_EINVAL, message, "DSC_EINVAL")
+
+
+# DSC_DTYPE_* in order: the dtype codes dsc_field_spec_parse returns.
+_CODES = (None, "u8", "i8", "u16", "i16", "u32", "i32", "i64", "f16", "bf16", "f32", "f64")
+
+
+def _parse_spec(name, spec):
+    """(code, dims) of one field's spec, parsed by the library (dsc_field_spec_parse: the grammar
+    the CLI and the C writer take too): a string "DTYPE[DIMS]" or (dtype, shape), None in dims
+    for the variable leading dimension; InvalidOption naming the field, the text and where."""
+    import numpy as np
+
+    if isinstance(spec, (tuple, list)) and len(spec) == 2:
+        dtype, shape = spec
+        if not (isinstance(dtype, str) and dtype in _DTYPES):
+            try:
+                dtype = np.dtype(dtype).name  # np.int32, "<i4", ...
+            except TypeError:
+                dtype = str(dtype)
+        try:
+            shape = tuple(shape)
+        except TypeError:
+            raise _invalid("field %r: spec %r: the shape is not a sequence" % (name, spec)) \
+                from None
+
+        def dim(d):
+            if d is None:
+                return "?"
+            try:
+                return str(int(d)) if int(d) == d else repr(d)
+            except (TypeError, ValueError):
+                return repr(d)
+        text = dtype + ("[%s]" % ",".join(dim(d) for d in shape) if shape else "")
+    elif isinstance(spec, str):
+        text = spec
+    else:
+        raise _invalid("field %r: spec %r: a string like 'i32[]' or (dtype, shape)"
+                       % (name, spec))
+    if "\x00" in text:  # the library reads a C string: it would stop there
+        raise _invalid("field %r: spec %r holds a NUL character" % (name, spec))
+    lib = _capi._load()
+    info = _capi._FieldInfo()
+    err = ctypes.create_string_buffer(512)
+    try:
+        encoded = text.encode()
+    except UnicodeEncodeError:
+        encoded = text.encode(errors="backslashreplace")
+    if lib.dsc_field_spec_parse(encoded, ctypes.byref(info), err, len(err)) < 0:
+        raise _invalid("field %r: %s" % (name, err.value.decode(errors="replace")))
+    if info.name:
+        raise _invalid("field %r: spec %r: give the type alone, e.g. 'u8[3,32,32]' (the name is "
+                       "the key)" % (name, spec))
+    dims = [None if d < 0 else int(d) for d in info.shape[:info.ndim]]
+    return _CODES[info.dtype], dims
 
 
 class _Field:
@@ -44,44 +95,7 @@ class _Field:
     def __init__(self, name, spec):
         import numpy as np
 
-        if isinstance(spec, (tuple, list)) and len(spec) == 2:
-            dtype, shape = spec
-            dtype = np.dtype(dtype).name if not (isinstance(dtype, str) and dtype in _DTYPES) \
-                else dtype
-            shape = tuple(shape)
-        elif isinstance(spec, str):
-            m = _SPEC.match(spec)
-            if m is None:
-                raise _invalid("field %r: spec %r: expected DTYPE[DIMS], e.g. 'u8[3,32,32]', "
-                               "'i32[]', 'f32[?,80]', 'i64'" % (name, spec))
-            dtype = m.group(1)
-            dims = m.group(2)
-            if dims is None:
-                shape = ()
-            elif dims.strip() == "":
-                shape = (None,)
-            else:
-                shape = tuple(None if d.strip() == "?" else d.strip() for d in dims.split(","))
-        else:
-            raise _invalid("field %r: spec %r: a string like 'i32[]' or (dtype, shape)"
-                           % (name, spec))
-        code = dtype if dtype in _DTYPES else _NUMPY_NAMES.get(dtype)
-        if code is None:
-            raise _invalid("field %r: unknown dtype %r (u8 i8 u16 i16 u32 i32 i64 f16 bf16 f32 "
-                           "f64)" % (name, dtype))
-        dims = []
-        for i, d in enumerate(shape):
-            if d is None and i == 0:
-                dims.append(None)
-                continue
-            try:
-                d = int(d)
-            except (TypeError, ValueError):
-                d = 0
-            if d < 1:
-                raise _invalid("field %r: bad dimension %r in %r (each >= 1; only the first may "
-                               "be variable: ? or None)" % (name, shape[i], spec))
-            dims.append(d)
+        code, dims = _parse_spec(name, spec)
         self.name = name
         self.code = code
         self.np_dtype = np.dtype("uint16" if code == "bf16" else _DTYPES[code])
