@@ -420,7 +420,7 @@ static void io_loop(dsc_io_t *io) {
         int rc = 0;
         if (report_due) {
             uint8_t body[DSC_REPORT_MAX_BODY];
-            int len = dsc__diag_report_body(loader, now, body, sizeof body);
+            int len = dsc__diag_report_body(loader, io->peer, now, body, sizeof body);
             peer->report_due =
                 now + (loader->cfg.opt.report_seconds > 0 ? loader->cfg.opt.report_seconds
                                                           : DSC_DIAG_REPORT_S);

@@ -1173,6 +1173,8 @@ static int rc_report(void *conn, uint64_t id, const uint8_t *body, size_t len) {
     rdma_conn_t *c = conn;
     if (c->tcp)
         return dsc__source_tcp.report(c->tcp, id, body, len);
+    if (!(dsc_conn_info(c->conn)->features & DSC_FEATURE_REPORT_HEDGE))
+        len = dsc_report_req_strip_hedge(len); /* an older server: no straggler trailer */
     return dsc_conn_send(c->conn, DSC_OP_REPORT, id, body, len);
 }
 
