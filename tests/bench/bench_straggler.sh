@@ -9,11 +9,12 @@
 #   netem   its outgoing packets are delayed NETEM_DELAY (tc netem on lo, matched by its port)
 #           for PAUSE_S at the same times; needs root and the sch_netem module, else skipped
 #           with the reason
-#   spike   netem's stand-in where the kernel lacks sch_netem: the first server is reached
-#           through tests/bench/spike_proxy.py (a TCP relay; the server --advertise-s the
-#           relay's address, so loaders and peers alike go through it, in every scenario of the
-#           configuration), which for PAUSE_S at the same times delays its traffic both ways by
-#           spikes of SPIKE_MIN_MS..SPIKE_MAX_MS, a new one drawn every SPIKE_STEP_MS
+#   spike   netem's stand-in where the kernel lacks sch_netem: the servers are started again
+#           with the first one reached through tests/bench/spike_proxy.py (a TCP relay; the
+#           server --advertise-s the relay's address, so loaders and peers alike go through
+#           it), which for PAUSE_S at the same times delays its traffic both ways by spikes of
+#           SPIKE_MIN_MS..SPIKE_MAX_MS, a new one drawn every SPIKE_STEP_MS; its reference row
+#           "none via relay" runs on the same servers, the relay in the path, no spike
 #   none    no straggler (the reference)
 # Two configurations by default: the issue's (3 servers, 1 rank) and 4 servers x 4 ranks.
 # usage: DSC_BIN=build/bin bash tests/bench/bench_straggler.sh
@@ -35,8 +36,7 @@ SPIKE_MIN_MS=${SPIKE_MIN_MS:-50}
 SPIKE_MAX_MS=${SPIKE_MAX_MS:-300}
 SPIKE_STEP_MS=${SPIKE_STEP_MS:-250}
 here=$(cd "$(dirname "$0")" && pwd)
-proxy=0
-case " $SCENARIOS " in *" spike "*) proxy=1 ;; esac
+proxy=0 # 1 while the servers of the spike rows run, the first behind the relay
 
 work=$(mktemp -d /tmp/dsc-straggler.XXXXXX)
 pids=()
@@ -144,7 +144,7 @@ run() {
         rpids+=("$!")
     done
     local spid=""
-    if [ "$scenario" != none ]; then
+    if [ "$scenario" != none ] && [ "$scenario" != "none via relay" ]; then
         straggle "$scenario" "${SPIDS[0]}" "${ADDRS[0]##*:}" &
         spid=$!
     fi
@@ -172,18 +172,30 @@ for config in $CONFIGS; do
     servers=${config%x*}
     ranks=${config#*x}
     echo
-    echo "### $servers servers (--replicas 2), $ranks rank(s), batch $BATCH, compute $COMPUTE_MS ms, ${RUN_S} s; straggler: ${PAUSE_S} s every ${PAUSE_EVERY} s from 3 s"
-    [ "$proxy" = 1 ] && echo && echo "(the first server behind spike_proxy.py in every row; spikes ${SPIKE_MIN_MS}-${SPIKE_MAX_MS} ms, a new one every ${SPIKE_STEP_MS} ms)"
+    echo "### $servers servers (--replicas 2), $ranks rank(s), batch $BATCH, compute $COMPUTE_MS ms, ${RUN_S} s; straggler: ${PAUSE_S} s every ${PAUSE_EVERY} s from 3 s; spike rows: ${SPIKE_MIN_MS}-${SPIKE_MAX_MS} ms delays, a new one every ${SPIKE_STEP_MS} ms, the first server behind spike_proxy.py"
     echo
     echo "| straggler | hedging | max stall over ranks | mean stall | slow marks | hedged requests | late bytes dropped (max over ranks) |"
     echo "|---|---|---|---|---|---|---|"
+    proxy=0
     start_servers "$servers"
     for scenario in $SCENARIOS; do
         if [ "$scenario" = netem ] && [ -n "$netem_reason" ]; then
             echo "| netem $NETEM_DELAY | - | skipped: $netem_reason | | | | |"
             continue
         fi
+        [ "$scenario" = spike ] && continue
         for hedge in 0 1; do run "$scenario" "$hedge" "$ranks"; done
     done
     stop_servers
+    case " $SCENARIOS " in
+    *" spike "*)
+        # Servers started again, the first behind the relay: its reference, then its spikes.
+        proxy=1
+        start_servers "$servers"
+        for scenario in "none via relay" spike; do
+            for hedge in 0 1; do run "$scenario" "$hedge" "$ranks"; done
+        done
+        stop_servers
+        ;;
+    esac
 done
