@@ -41,7 +41,7 @@ static void print_help(void) {
            "WON (of which the re-issue answered first), HEDGED (their bytes), WASTED (its\n"
            "late answers, dropped), EXCUSED (stalls excused: it answered PING, reading\n"
            "through), and its PEER WARM-UP: shards and MB fetched from peers, shards read\n"
-           "from the backing store instead, owned shards still to warm.\n"
+           "from the backing store instead, owned shards (and MB) still to warm.\n"
            "\n"
            "  --server LIST        dscached data ports, comma-separated (or repeat the option)\n"
            "  --interval SECONDS   refresh period, 0.2..60 (default 1)\n"
@@ -74,7 +74,7 @@ typedef struct server_view {
     double peer_mbps, shards_left;
     /* The loaders' view of it (STAT "server"."stragglers"; NULL: an older server). */
     const cJSON *stragglers;
-    double peer_shards, peer_bytes, peer_fallbacks;
+    double peer_shards, peer_bytes, peer_fallbacks, bytes_left; /* bytes_left -1: not reported */
 } server_view_t;
 
 typedef struct job_view {
@@ -170,6 +170,9 @@ static void sample(server_view_t *s) {
         cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cluster, "clustered")) && cJSON_IsNumber(left)
             ? left->valuedouble
             : -1;
+    const cJSON *left_bytes = cJSON_GetObjectItemCaseSensitive(cluster, "warm_bytes_left");
+    s->bytes_left =
+        s->shards_left >= 0 && cJSON_IsNumber(left_bytes) ? left_bytes->valuedouble : -1;
     if (s->have_prev && s->at > s->prev_at) {
         /* Over the last interval; with no GET in it, since the server started. */
         double dh = hits - s->prev_hits, dm = misses - s->prev_misses;
@@ -262,7 +265,10 @@ static void warm_text(const server_view_t *s, char *buf, size_t cap) {
     int n = snprintf(buf, cap, "%.0f sh %.1f MB from peers", s->peer_shards, s->peer_bytes / 1e6);
     if (n > 0 && (size_t)n < cap && s->peer_fallbacks > 0)
         n += snprintf(buf + n, cap - (size_t)n, ", %.0f from store", s->peer_fallbacks);
-    if (n > 0 && (size_t)n < cap)
+    if (n > 0 && (size_t)n < cap && s->shards_left > 0 && s->bytes_left >= 0)
+        snprintf(buf + n, cap - (size_t)n, ", %.0f left (%.1f MB)", s->shards_left,
+                 s->bytes_left / 1e6);
+    else if (n > 0 && (size_t)n < cap)
         snprintf(buf + n, cap - (size_t)n, s->shards_left > 0 ? ", %.0f left" : ", warm",
                  s->shards_left);
 }
@@ -440,6 +446,10 @@ static int print_json(FILE *out, server_view_t *servers, uint32_t count) {
                 cJSON_AddNumberToObject(w, "shards_left", s->shards_left);
             else
                 cJSON_AddNullToObject(w, "shards_left");
+            if (s->bytes_left >= 0)
+                cJSON_AddNumberToObject(w, "bytes_left", s->bytes_left);
+            else
+                cJSON_AddNullToObject(w, "bytes_left");
         }
     }
     static job_view_t jobs[MAX_JOBS];

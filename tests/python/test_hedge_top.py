@@ -150,7 +150,8 @@ for i in (1, 2):
             "server %d was not marked slow nor hedged: %s" % (i, other))
 for i, s in enumerate(frame["servers"] if frame else []):
     w = s.get("peer_warm") or {}
-    t.check(w.get("shards_left") == 0 and "shards" in w and "bytes" in w,
+    t.check(w.get("shards_left") == 0 and w.get("bytes_left") == 0 and "shards" in w and
+            "bytes" in w,
             "server %d shows its peer warm-up, done: %s" % (i, w))
 
 # The text frame has the same figures in its STRAGGLERS table.
