@@ -112,6 +112,9 @@ typedef struct dsc_str {
  * answer, proto/hint.h: ranges trimmed beyond the share, the share, the bytes held). A client
  * that does not set it gets the 4-byte answer, as from an older server. */
 #define DSC_FEATURE_HINT_SHARE 0x00000010u
+/* HELLO feature bit 6: the server accepts REPORT's straggler trailer (proto/report.h); a loader
+ * appends it only on a connection granted this bit (an older server refuses trailing bytes). */
+#define DSC_FEATURE_REPORT_HEDGE 0x00000040u
 typedef struct dsc_hello_req {
     uint16_t min_version, max_version;
     uint32_t features;

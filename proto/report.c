@@ -86,7 +86,21 @@ int dsc_report_req_encode(const dsc_report_req_t *req, uint8_t *out, size_t cap)
     dsc_wr_u64(&w, req->bytes_per_s);
     dsc_wr_u8(&w, req->bottleneck);
     wr_str(&w, req->verdict);
+    if (req->has_hedge) {
+        const dsc_report_hedge_t *h = &req->hedge;
+        dsc_wr_u32(&w, h->flags);
+        dsc_wr_u64(&w, h->hedges);
+        dsc_wr_u64(&w, h->hedges_won);
+        dsc_wr_u64(&w, h->hedge_bytes);
+        dsc_wr_u64(&w, h->wasted_bytes);
+        dsc_wr_u64(&w, h->slow_marks);
+        dsc_wr_u64(&w, h->excused);
+    }
     return w.bad ? DSC_ENOSPC : (int)w.pos;
+}
+
+size_t dsc_report_req_strip_hedge(size_t len) {
+    return len >= DSC_REPORT_HEDGE_SIZE ? len - DSC_REPORT_HEDGE_SIZE : len;
 }
 
 int dsc_report_req_decode(const uint8_t *body, size_t len, dsc_report_req_t *out) {
@@ -105,6 +119,22 @@ int dsc_report_req_decode(const uint8_t *body, size_t len, dsc_report_req_t *out
     req.bytes_per_s = dsc_rd_u64(&r);
     req.bottleneck = dsc_rd_u8(&r);
     req.verdict = rd_str(&r);
+    req.has_hedge = 0;
+    memset(&req.hedge, 0, sizeof req.hedge);
+    if (!r.bad && r.pos < r.len) {
+        /* The straggler trailer; what follows a whole one is a later version's. */
+        if (r.len - r.pos < DSC_REPORT_HEDGE_SIZE)
+            return DSC_EBADFRAME;
+        req.has_hedge = 1;
+        req.hedge.flags = dsc_rd_u32(&r);
+        req.hedge.hedges = dsc_rd_u64(&r);
+        req.hedge.hedges_won = dsc_rd_u64(&r);
+        req.hedge.hedge_bytes = dsc_rd_u64(&r);
+        req.hedge.wasted_bytes = dsc_rd_u64(&r);
+        req.hedge.slow_marks = dsc_rd_u64(&r);
+        req.hedge.excused = dsc_rd_u64(&r);
+        r.pos = r.len;
+    }
     if (r.bad || r.pos != r.len || !req_valid(&req))
         return DSC_EBADFRAME;
     *out = req;

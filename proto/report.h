@@ -15,6 +15,19 @@
 /* flags: the loader is closing; this is its last report (the job table shows it finished). */
 #define DSC_REPORT_FLAG_FINISHED 1u
 
+/* The trailer's flags: the loader has the addressed server marked slow now. */
+#define DSC_REPORT_HEDGE_SLOW 1u
+
+/* What one loader saw of the server it reports to (client/lib/hedge.c), counters cumulative since
+ * the loader started: its requests to that server re-issued to another owner, won by the
+ * re-issue, their bytes, the server's late answers dropped, times marked slow, stalls excused
+ * (it answered PING: reading through). */
+typedef struct dsc_report_hedge {
+    uint32_t flags; /* DSC_REPORT_HEDGE_SLOW; other bits ignored (later versions) */
+    uint64_t hedges, hedges_won, hedge_bytes, wasted_bytes, slow_marks, excused;
+} dsc_report_hedge_t;
+#define DSC_REPORT_HEDGE_SIZE 52 /* bytes of the trailer */
+
 typedef struct dsc_report_req {
     uint32_t flags;         /* 0 or DSC_REPORT_FLAG_FINISHED */
     dsc_str_t job;          /* job name, DSC_REPORT_MAX_JOB bytes at most, label-safe */
@@ -26,6 +39,10 @@ typedef struct dsc_report_req {
     uint64_t bytes_per_s;   /* recent rate, decoded batch bytes per second */
     uint8_t bottleneck;     /* dsc_bottleneck_t, < DSC_BOTTLENECK_COUNT */
     dsc_str_t verdict;      /* the suggestion, 0..DSC_REPORT_MAX_VERDICT bytes, no NUL */
+    /* The straggler trailer (PROTOCOL.md "REPORT straggler figures"): sent only to a server that
+     * granted DSC_FEATURE_REPORT_HEDGE; has_hedge 0: absent (an older loader, or not granted). */
+    int has_hedge;
+    dsc_report_hedge_t hedge;
 } dsc_report_req_t;
 
 /* 1 when name[0..len) is a valid job name: 1..DSC_REPORT_MAX_JOB bytes of [A-Za-z0-9_.:@/-]
@@ -34,9 +51,14 @@ int dsc_report_job_valid(const char *name, size_t len);
 
 /* Returns the bytes written, DSC_ENOSPC (cap too small), or DSC_EINVAL (a value the decoder
  * would reject). The body is at most DSC_REPORT_MAX_BODY bytes. */
-#define DSC_REPORT_MAX_BODY (4 + 2 + DSC_REPORT_MAX_JOB + 2 + DSC_MAX_NAME + 12 + 16 + 1 + 2 + 255)
+#define DSC_REPORT_MAX_BODY                                                                        \
+    (4 + 2 + DSC_REPORT_MAX_JOB + 2 + DSC_MAX_NAME + 12 + 16 + 1 + 2 + 255 + DSC_REPORT_HEDGE_SIZE)
 int dsc_report_req_encode(const dsc_report_req_t *req, uint8_t *out, size_t cap);
-/* Returns 0 and *out (strings point into body), or DSC_EBADFRAME: truncation, trailing bytes,
+/* The length of an encoded body (len bytes, has_hedge set) without its straggler trailer: what
+ * goes to a server that did not grant DSC_FEATURE_REPORT_HEDGE. */
+size_t dsc_report_req_strip_hedge(size_t len);
+/* Returns 0 and *out (strings point into body), or DSC_EBADFRAME: truncation, 1..51 bytes after
+ * the verdict (a cut trailer; bytes after a whole trailer are later versions' fields, ignored),
  * flags other than DSC_REPORT_FLAG_FINISHED, a bad job name, dataset name or verdict (NUL byte, too
  * long), world_size 0, rank >= world_size, stall_ppm over DSC_REPORT_STALL_ONE, or an unknown
  * bottleneck. On error *out is untouched. The OK response's body is empty or a

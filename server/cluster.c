@@ -492,6 +492,7 @@ void dsc_cluster_counts(dsc_cluster_t *cl, dsc_catalog_t *cat, dsc_cluster_count
             out->owned += (uint64_t)own;
             out->owned_resident += (uint64_t)(own && resident[i]);
             uint64_t bytes = m->shards[i].bytes;
+            out->missing_bytes += own && !resident[i] ? bytes : 0;
             if (own && !resident[i] &&
                 (out->smallest_missing == 0 || bytes < out->smallest_missing))
                 out->smallest_missing = bytes;
@@ -504,7 +505,8 @@ void dsc_cluster_counts(dsc_cluster_t *cl, dsc_catalog_t *cat, dsc_cluster_count
 
 /* Adds the cluster fields to one dataset object of the STAT answer. Returns 0 or DSC_ENOMEM. */
 static int stat_dataset(const dsc_cluster_view_t *v, dsc_catalog_t *cat, cJSON *obj,
-                        uint64_t hello_hash, uint64_t *owned_sum, uint64_t *left_sum) {
+                        uint64_t hello_hash, uint64_t *owned_sum, uint64_t *left_sum,
+                        uint64_t *left_bytes) {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(obj, "name");
     if (!cJSON_IsString(name))
         return 0;
@@ -525,6 +527,7 @@ static int stat_dataset(const dsc_cluster_view_t *v, dsc_catalog_t *cat, cJSON *
         int own = dsc_cluster_owns(v, m->name, i);
         owned += (uint64_t)own;
         owned_cached += (uint64_t)(own && resident[i]);
+        *left_bytes += own && !resident[i] ? m->shards[i].bytes : 0;
         map[i] = own ? (resident[i] ? 'O' : 'o') : (resident[i] ? 'c' : '.');
     }
     map[m->shard_count] = '\0';
@@ -563,14 +566,16 @@ char *dsc_cluster_stat_json(dsc_cluster_t *cl, dsc_catalog_t *cat, const char *c
     add_hash(root, "members_hash", hello_hash);
     cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "datasets");
     cJSON *ds;
-    uint64_t owned = 0, left = 0;
+    uint64_t owned = 0, left = 0, left_bytes = 0;
     cJSON_ArrayForEach(ds, list) {
-        if (cJSON_IsObject(ds) && stat_dataset(v, cat, ds, hello_hash, &owned, &left) < 0)
+        if (cJSON_IsObject(ds) &&
+            stat_dataset(v, cat, ds, hello_hash, &owned, &left, &left_bytes) < 0)
             goto done;
     }
     /* Over the datasets this answer lists (a credential's, or the one named). */
     cJSON_AddNumberToObject(info, "owned_shards", (double)owned);
     cJSON_AddNumberToObject(info, "warm_shards_left", (double)left);
+    cJSON_AddNumberToObject(info, "warm_bytes_left", (double)left_bytes);
     text = cJSON_PrintUnformatted(root);
 done:
     dsc_cluster_view_release(v);

@@ -103,6 +103,7 @@ typedef struct dsc_cluster_counts {
     uint64_t owned;   /* shards owned (primary or replica) over every dataset */
     uint64_t owned_resident;
     uint64_t smallest_missing; /* bytes of the smallest owned shard not resident (0: none) */
+    uint64_t missing_bytes;    /* bytes of the owned shards not resident (warm-up left to do) */
 } dsc_cluster_counts_t;
 
 /* Fills *out from the current view and the catalog's residency. Thread-safe; O(shards * R *

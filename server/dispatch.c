@@ -727,6 +727,8 @@ static void handle_hello(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, con
         resp.features |= DSC_FEATURE_DATASET_VERSION;
     if (req.features & DSC_FEATURE_MGET)
         resp.features |= DSC_FEATURE_MGET;
+    if (req.features & DSC_FEATURE_REPORT_HEDGE)
+        resp.features |= DSC_FEATURE_REPORT_HEDGE;
     reply->hint_share = 0;
     if ((req.features & DSC_FEATURE_HINT_SHARE) && dsc_catalog_staging_on(srv->cat)) {
         resp.features |= DSC_FEATURE_HINT_SHARE;

@@ -291,6 +291,8 @@ char *dsc_http_metrics_text(const dsc_http_source_t *src) {
           cc.owned_resident);
     gauge(&t, "dscache_warm_shards_left", "Owned shards not resident yet (warm-up left to do).",
           cc.owned - cc.owned_resident);
+    gauge(&t, "dscache_warm_bytes_left", "Bytes of the owned shards not resident yet.",
+          cc.missing_bytes);
     if (!src->hide_names)
         dataset_metrics(&t, src->cat);
 

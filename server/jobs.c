@@ -174,6 +174,11 @@ int dsc_jobs_report(dsc_jobs_t *jobs, const dsc_report_req_t *req, const char *p
     info->last_report = now;
     info->reports++;
     info->finished = (req->flags & DSC_REPORT_FLAG_FINISHED) != 0;
+    /* A report without the trailer (a connection not granted it) keeps the last figures. */
+    if (req->has_hedge) {
+        info->has_hedge = 1;
+        info->hedge = req->hedge;
+    }
     pthread_mutex_unlock(&jobs->lock);
     return dropped;
 }
@@ -200,6 +205,38 @@ uint32_t dsc_jobs_snapshot(dsc_jobs_t *jobs, double now, dsc_job_info_t *out, ui
     pthread_mutex_unlock(&jobs->lock);
     qsort(out, n < cap ? n : cap, sizeof *out, info_cmp);
     return n;
+}
+
+void dsc_jobs_hedge(dsc_jobs_t *jobs, double now, dsc_jobs_hedge_t *out) {
+    memset(out, 0, sizeof *out);
+    if (jobs == NULL)
+        return;
+    pthread_mutex_lock(&jobs->lock);
+    expire(jobs, now);
+    for (uint32_t i = 0; i < jobs->capacity; i++) {
+        const dsc_job_info_t *j = &jobs->ents[i].info;
+        if (!jobs->ents[i].used || !j->has_hedge)
+            continue;
+        out->loaders++;
+        /* A closed loader holds no server slow any more. */
+        out->slow_now += (j->hedge.flags & DSC_REPORT_HEDGE_SLOW) && !j->finished;
+        out->sum.hedges += j->hedge.hedges;
+        out->sum.hedges_won += j->hedge.hedges_won;
+        out->sum.hedge_bytes += j->hedge.hedge_bytes;
+        out->sum.wasted_bytes += j->hedge.wasted_bytes;
+        out->sum.slow_marks += j->hedge.slow_marks;
+        out->sum.excused += j->hedge.excused;
+    }
+    pthread_mutex_unlock(&jobs->lock);
+}
+
+static void hedge_fields(cJSON *o, const dsc_report_hedge_t *h) {
+    cJSON_AddNumberToObject(o, "hedges", (double)h->hedges);
+    cJSON_AddNumberToObject(o, "hedges_won", (double)h->hedges_won);
+    cJSON_AddNumberToObject(o, "hedge_bytes", (double)h->hedge_bytes);
+    cJSON_AddNumberToObject(o, "wasted_bytes", (double)h->wasted_bytes);
+    cJSON_AddNumberToObject(o, "slow_marks", (double)h->slow_marks);
+    cJSON_AddNumberToObject(o, "excused", (double)h->excused);
 }
 
 uint64_t dsc_jobs_dropped(dsc_jobs_t *jobs) {
@@ -249,6 +286,11 @@ char *dsc_jobs_json(dsc_jobs_t *jobs, double now) {
         cJSON_AddNumberToObject(o, "age_s", now - j->last_report);
         cJSON_AddNumberToObject(o, "reports", (double)j->reports);
         cJSON_AddBoolToObject(o, "finished", j->finished);
+        cJSON *h = j->has_hedge ? cJSON_AddObjectToObject(o, "hedge") : NULL;
+        if (h != NULL) {
+            hedge_fields(h, &j->hedge);
+            cJSON_AddBoolToObject(h, "slow", (j->hedge.flags & DSC_REPORT_HEDGE_SLOW) != 0);
+        }
     }
     char *text = arr ? cJSON_PrintUnformatted(arr) : NULL;
     cJSON_Delete(arr);
@@ -280,6 +322,42 @@ char *dsc_jobs_metrics_text(dsc_jobs_t *jobs, double now, int names) {
                  "# TYPE dscache_job_reports_refused_total counter\n"
                  "dscache_job_reports_refused_total %llu\n",
                  (unsigned long long)(jobs ? dsc_jobs_refused(jobs) : 0));
+    /* This server as its loaders see it (their REPORTs' straggler trailers, summed over the
+     * live entries: an entry that expires takes its share with it, so these are gauges). */
+    dsc_jobs_hedge_t hs;
+    dsc_jobs_hedge(jobs, now, &hs);
+    const struct {
+        const char *name, *help;
+        double v;
+    } hedge_series[] = {
+        {"dscache_straggler_loaders", "Loaders listed whose REPORTs carry straggler figures.",
+         hs.loaders},
+        {"dscache_straggler_slow_now", "Of which: loaders that have this server marked slow now.",
+         hs.slow_now},
+        {"dscache_straggler_slow_marks",
+         "Times the loaders listed marked this server slow (no new work until it answers).",
+         (double)hs.sum.slow_marks},
+        {"dscache_straggler_hedges",
+         "Requests to this server the loaders listed re-issued to another owner.",
+         (double)hs.sum.hedges},
+        {"dscache_straggler_hedges_won",
+         "Of which: the re-issue arrived before this server's "
+         "answer.",
+         (double)hs.sum.hedges_won},
+        {"dscache_straggler_hedge_bytes", "Decoded bytes of the re-issued requests.",
+         (double)hs.sum.hedge_bytes},
+        {"dscache_straggler_wasted_bytes",
+         "Bytes this server sent late for re-issued requests (dropped by the loaders).",
+         (double)hs.sum.wasted_bytes},
+        {"dscache_straggler_stalls_excused",
+         "Stalls the loaders did not hold against this server (it answered PING: reading "
+         "through misses).",
+         (double)hs.sum.excused},
+    };
+    for (size_t k = 0; k < sizeof hedge_series / sizeof hedge_series[0]; k++)
+        dsc_text_add(&t, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", hedge_series[k].name,
+                     hedge_series[k].help, hedge_series[k].name, hedge_series[k].name,
+                     hedge_series[k].v);
     if (!names) {
         free(list);
         return dsc_text_take(&t);
@@ -335,6 +413,14 @@ char *dsc_jobs_stat_add(dsc_jobs_t *jobs, char *json, double now, uint64_t conne
         cJSON_AddNumberToObject(srv, "connections", (double)connections);
         cJSON_AddNumberToObject(srv, "connections_total", (double)connections_total);
         cJSON_AddNumberToObject(srv, "job_expiry_s", jobs ? jobs->expiry_s : DSC_JOB_EXPIRY_S);
+        dsc_jobs_hedge_t hs;
+        dsc_jobs_hedge(jobs, now, &hs);
+        cJSON *st = cJSON_AddObjectToObject(srv, "stragglers");
+        if (st != NULL) {
+            cJSON_AddNumberToObject(st, "loaders", hs.loaders);
+            cJSON_AddNumberToObject(st, "slow_now", hs.slow_now);
+            hedge_fields(st, &hs.sum);
+        }
         if (cJSON_AddItemToObject(root, "server", srv)) {
             srv = NULL;
             text = cJSON_PrintUnformatted(root);

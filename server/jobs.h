@@ -28,8 +28,17 @@ typedef struct dsc_job_info {
     char verdict[DSC_REPORT_MAX_VERDICT + 1];
     double first_seen, last_report; /* the clock the caller passes (monotonic seconds) */
     uint64_t reports;
-    int finished; /* the last report had DSC_REPORT_FLAG_FINISHED: the loader closed */
+    int finished;  /* the last report had DSC_REPORT_FLAG_FINISHED: the loader closed */
+    int has_hedge; /* its reports carry the straggler trailer: hedge below is this server's */
+    dsc_report_hedge_t hedge;
 } dsc_job_info_t;
+
+/* This server as its loaders see it: the straggler trailers of the live entries summed. */
+typedef struct dsc_jobs_hedge {
+    uint32_t loaders;       /* live entries whose reports carry the trailer */
+    uint32_t slow_now;      /* of which: the loader has this server marked slow now */
+    dsc_report_hedge_t sum; /* counters summed (flags unused) */
+} dsc_jobs_hedge_t;
 
 /* Creates a table of `capacity` entries (1..DSC_JOBS_MAX; 0: DSC_JOBS_MAX) expiring after
  * expiry_s seconds (<= 0: DSC_JOB_EXPIRY_S). Returns 0 and *out, DSC_EINVAL or DSC_ENOMEM. */
@@ -58,6 +67,8 @@ uint64_t dsc_jobs_refused(dsc_jobs_t *jobs);
 /* Drops expired entries and copies the live ones into out (at most cap), sorted by job name
  * then rank. Returns the number of live entries (may exceed cap: then only cap were copied). */
 uint32_t dsc_jobs_snapshot(dsc_jobs_t *jobs, double now, dsc_job_info_t *out, uint32_t cap);
+/* The straggler figures of the live entries, summed (dsc_jobs_hedge_t). */
+void dsc_jobs_hedge(dsc_jobs_t *jobs, double now, dsc_jobs_hedge_t *out);
 /* Jobs dropped to make room since creation. */
 uint64_t dsc_jobs_dropped(dsc_jobs_t *jobs);
 /* Seconds an entry stays after its last report. */
@@ -65,10 +76,13 @@ double dsc_jobs_expiry(const dsc_jobs_t *jobs);
 
 /* The live jobs as a JSON array (malloc'd, NUL-terminated): one object per (job, rank) with
  * job, rank, world_size, dataset, peer, stall (fraction), samples_per_s, bytes_per_s,
- * bottleneck (name), verdict, age_s (since the last report), reports, finished. NULL on ENOMEM. */
+ * bottleneck (name), verdict, age_s (since the last report), reports, finished, and with the
+ * straggler trailer "hedge": {hedges, hedges_won, hedge_bytes, wasted_bytes, slow_marks,
+ * excused, slow}. NULL on ENOMEM. */
 char *dsc_jobs_json(dsc_jobs_t *jobs, double now);
 /* The dscache_job_* series in Prometheus text (malloc'd): dscache_jobs, dscache_jobs_dropped_total,
- * dscache_job_reports_refused_total, and (names != 0) per live entry, labelled {job, rank,
+ * dscache_job_reports_refused_total, the dscache_straggler_* sums (dsc_jobs_hedge), and (names !=
+ * 0) per live entry, labelled {job, rank,
  * dataset}: dscache_job_stall_fraction, dscache_job_samples_per_second,
  * dscache_job_bytes_per_second, dscache_job_report_age_seconds and
  * dscache_job_bottleneck{...,stage} 1. With names 0 (--metrics-names hide) the per-entry series
@@ -76,7 +90,9 @@ char *dsc_jobs_json(dsc_jobs_t *jobs, double now);
 char *dsc_jobs_metrics_text(dsc_jobs_t *jobs, double now, int names);
 
 /* STAT answer with the jobs: takes over `json` (a STAT object, freed here) and returns it with
- * "jobs" (dsc_jobs_json) and "server": {"connections", "connections_total"} added (malloc'd), or
+ * "jobs" (dsc_jobs_json) and "server": {"connections", "connections_total", "job_expiry_s",
+ * "stragglers": {loaders, slow_now, hedges, hedges_won, hedge_bytes, wasted_bytes, slow_marks,
+ * excused}} added (malloc'd), or
  * NULL on ENOMEM or when json is NULL or not an object. jobs may be NULL (an empty list). */
 char *dsc_jobs_stat_add(dsc_jobs_t *jobs, char *json, double now, uint64_t connections,
                         uint64_t connections_total);

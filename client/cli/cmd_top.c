@@ -27,6 +27,7 @@
 
 static void print_help(void) {
     printf("usage: dscache top --server HOST:PORT[,HOST:PORT...] [--interval SECONDS] [--once]\n"
+           "                   [--json]\n"
            "\n"
            "A live view of the cluster, refreshed every interval: per server the hit rate,\n"
            "throughput and open connections; per dataset the fraction of its shards resident\n"
@@ -34,18 +35,26 @@ static void print_help(void) {
            "from) its stall, rate, bottleneck and the suggested change, or \"finished\" once\n"
            "its loaders closed. Press q to quit.\n"
            "\n"
+           "STRAGGLERS: per server, what the loaders reading from it report of it (summed\n"
+           "over their REPORTs): LOADERS reporting, SLOW (loaders that have it marked slow\n"
+           "now), MARKS (times marked slow), HEDGES (its requests re-issued to another owner),\n"
+           "WON (of which the re-issue answered first), HEDGED (their bytes), WASTED (its\n"
+           "late answers, dropped), EXCUSED (stalls excused: it answered PING, reading\n"
+           "through), and its PEER WARM-UP: shards and MB fetched from peers, shards read\n"
+           "from the backing store instead, owned shards (and MB) still to warm.\n"
+           "\n"
            "  --server LIST        dscached data ports, comma-separated (or repeat the option)\n"
            "  --interval SECONDS   refresh period, 0.2..60 (default 1)\n"
            "  --once               print one frame (rates over one interval) and exit\n"
+           "  --json               as --once, the frame as one JSON object (servers with\n"
+           "                       their figures, stragglers and peer warm-up; jobs)\n"
            "  -h, --help           this text\n");
 }
 
 static const struct option long_options[] = {
-    {"server", required_argument, NULL, 's'},
-    {"interval", required_argument, NULL, 'i'},
-    {"once", no_argument, NULL, '1'},
-    {"help", no_argument, NULL, 'h'},
-    {NULL, 0, NULL, 0},
+    {"server", required_argument, NULL, 's'}, {"interval", required_argument, NULL, 'i'},
+    {"once", no_argument, NULL, '1'},         {"json", no_argument, NULL, 'j'},
+    {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
 };
 
 typedef struct server_view {
@@ -63,6 +72,9 @@ typedef struct server_view {
     /* Peer warm-up: MB/s read from peers over the last interval (-1: not reported), owned shards
      * not resident yet (-1: not clustered or not reported). */
     double peer_mbps, shards_left;
+    /* The loaders' view of it (STAT "server"."stragglers"; NULL: an older server). */
+    const cJSON *stragglers;
+    double peer_shards, peer_bytes, peer_fallbacks, bytes_left; /* bytes_left -1: not reported */
 } server_view_t;
 
 typedef struct job_view {
@@ -131,6 +143,9 @@ static void sample(server_view_t *s) {
     }
     const cJSON *srv = cJSON_GetObjectItemCaseSensitive(s->stat, "server");
     s->connections = num(srv, "connections");
+    s->stragglers = cJSON_GetObjectItemCaseSensitive(srv, "stragglers");
+    if (!cJSON_IsObject(s->stragglers))
+        s->stragglers = NULL;
     const cJSON *store = cJSON_GetObjectItemCaseSensitive(s->stat, "store");
     const cJSON *backing = cJSON_GetObjectItemCaseSensitive(store, "backing");
     double backed = num(store, "read_through_bytes") + num(store, "bytes_loaded");
@@ -146,12 +161,18 @@ static void sample(server_view_t *s) {
                        ? (peer_bytes - s->prev_peer) / (s->at - s->prev_at) / 1e6
                        : 0;
     s->prev_peer = peer_bytes;
+    s->peer_shards = num(peer, "shards");
+    s->peer_bytes = peer_bytes;
+    s->peer_fallbacks = num(peer, "fallbacks");
     const cJSON *cluster = cJSON_GetObjectItemCaseSensitive(s->stat, "cluster");
     const cJSON *left = cJSON_GetObjectItemCaseSensitive(cluster, "warm_shards_left");
     s->shards_left =
         cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cluster, "clustered")) && cJSON_IsNumber(left)
             ? left->valuedouble
             : -1;
+    const cJSON *left_bytes = cJSON_GetObjectItemCaseSensitive(cluster, "warm_bytes_left");
+    s->bytes_left =
+        s->shards_left >= 0 && cJSON_IsNumber(left_bytes) ? left_bytes->valuedouble : -1;
     if (s->have_prev && s->at > s->prev_at) {
         /* Over the last interval; with no GET in it, since the server started. */
         double dh = hits - s->prev_hits, dm = misses - s->prev_misses;
@@ -234,6 +255,48 @@ static uint32_t collect_jobs(server_view_t *servers, uint32_t count, job_view_t 
     return nj;
 }
 
+/* A server's peer warm-up: "N sh M MB from peers[, F from store][, L left]" ("-": not
+ * clustered or not reported). */
+static void warm_text(const server_view_t *s, char *buf, size_t cap) {
+    if (s->shards_left < 0 && s->peer_shards == 0) {
+        snprintf(buf, cap, "-");
+        return;
+    }
+    int n = snprintf(buf, cap, "%.0f sh %.1f MB from peers", s->peer_shards, s->peer_bytes / 1e6);
+    if (n > 0 && (size_t)n < cap && s->peer_fallbacks > 0)
+        n += snprintf(buf + n, cap - (size_t)n, ", %.0f from store", s->peer_fallbacks);
+    if (n > 0 && (size_t)n < cap && s->shards_left > 0 && s->bytes_left >= 0)
+        snprintf(buf + n, cap - (size_t)n, ", %.0f left (%.1f MB)", s->shards_left,
+                 s->bytes_left / 1e6);
+    else if (n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, s->shards_left > 0 ? ", %.0f left" : ", warm",
+                 s->shards_left);
+}
+
+/* Per server, the loaders' view of it (hedge.c figures from their REPORTs) and its warm-up. */
+static void draw_stragglers(FILE *out, server_view_t *servers, uint32_t count) {
+    fprintf(out, "\n%-24s %7s %5s %6s %7s %6s %10s %10s %7s  %s\n", "STRAGGLERS", "LOADERS", "SLOW",
+            "MARKS", "HEDGES", "WON", "HEDGED", "WASTED", "EXCUSED", "PEER WARM-UP");
+    for (uint32_t i = 0; i < count; i++) {
+        const server_view_t *s = &servers[i];
+        char warm[96];
+        warm_text(s, warm, sizeof warm);
+        const cJSON *h = s->stragglers;
+        if (s->stat == NULL || h == NULL) {
+            fprintf(out, "%-24s %7s %5s %6s %7s %6s %10s %10s %7s  %s\n", s->addr, "-", "-", "-",
+                    "-", "-", "-", "-", "-",
+                    s->stat == NULL ? "-" : "(not reported: an older server)");
+            continue;
+        }
+        char hedged[32], wasted[32];
+        dsc_format_size((uint64_t)num(h, "hedge_bytes"), hedged, sizeof hedged);
+        dsc_format_size((uint64_t)num(h, "wasted_bytes"), wasted, sizeof wasted);
+        fprintf(out, "%-24s %7.0f %5.0f %6.0f %7.0f %6.0f %10s %10s %7.0f  %s\n", s->addr,
+                num(h, "loaders"), num(h, "slow_now"), num(h, "slow_marks"), num(h, "hedges"),
+                num(h, "hedges_won"), hedged, wasted, num(h, "excused"), warm);
+    }
+}
+
 static void draw_frame(FILE *out, server_view_t *servers, uint32_t count, int tty) {
     time_t now = time(NULL);
     char stamp[32];
@@ -274,6 +337,7 @@ static void draw_frame(FILE *out, server_view_t *servers, uint32_t count, int tt
                 s->connections, dsc_format_size((uint64_t)num(store, "used"), a, sizeof a),
                 s->backing_mbps, lat, peer, status);
     }
+    draw_stragglers(out, servers, count);
     /* Datasets: shards resident on at least one server (from the shard maps when the servers
      * are clustered, else the largest per-server count). */
     fprintf(out, "\n%-24s %8s %9s %s\n", "DATASET", "SHARDS", "RESIDENT", "");
@@ -341,6 +405,82 @@ static void draw_frame(FILE *out, server_view_t *servers, uint32_t count, int tt
                 100 * v->stall_sum / live, 100 * v->stall_max, v->sps, v->bottleneck, v->verdict,
                 v->finished ? " (some ranks finished)" : "");
     }
+}
+
+/* --json: the frame as one object: {"servers": [{"server", "error" | the figures, "stragglers",
+ * "peer_warm"}], "jobs": [{"job", "dataset", "ranks", "world_size", "finished", "stall",
+ * "stall_max", "samples_per_s", "bottleneck", "suggestion"}]}. Returns 0 or DSC_ENOMEM. */
+static int print_json(FILE *out, server_view_t *servers, uint32_t count) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *list = root ? cJSON_AddArrayToObject(root, "servers") : NULL;
+    for (uint32_t i = 0; list != NULL && i < count; i++) {
+        const server_view_t *s = &servers[i];
+        cJSON *o = cJSON_CreateObject();
+        if (o == NULL || !cJSON_AddItemToArray(list, o)) {
+            cJSON_Delete(o);
+            break;
+        }
+        cJSON_AddStringToObject(o, "server", s->addr);
+        if (s->stat == NULL) {
+            cJSON_AddStringToObject(o, "error", s->error);
+            continue;
+        }
+        if (s->hit_rate >= 0)
+            cJSON_AddNumberToObject(o, "hit_rate", s->hit_rate);
+        else
+            cJSON_AddNullToObject(o, "hit_rate");
+        cJSON_AddNumberToObject(o, "mb_per_s", s->mbps);
+        cJSON_AddNumberToObject(o, "connections", s->connections);
+        cJSON_AddNumberToObject(o, "backing_mb_per_s", s->backing_mbps);
+        if (s->stragglers != NULL)
+            cJSON_AddItemToObject(o, "stragglers", cJSON_Duplicate(s->stragglers, 1));
+        else
+            cJSON_AddNullToObject(o, "stragglers");
+        cJSON *w = cJSON_AddObjectToObject(o, "peer_warm");
+        if (w != NULL) {
+            cJSON_AddNumberToObject(w, "shards", s->peer_shards);
+            cJSON_AddNumberToObject(w, "bytes", s->peer_bytes);
+            cJSON_AddNumberToObject(w, "fallbacks", s->peer_fallbacks);
+            cJSON_AddNumberToObject(w, "mb_per_s", s->peer_mbps);
+            if (s->shards_left >= 0)
+                cJSON_AddNumberToObject(w, "shards_left", s->shards_left);
+            else
+                cJSON_AddNullToObject(w, "shards_left");
+            if (s->bytes_left >= 0)
+                cJSON_AddNumberToObject(w, "bytes_left", s->bytes_left);
+            else
+                cJSON_AddNullToObject(w, "bytes_left");
+        }
+    }
+    static job_view_t jobs[MAX_JOBS];
+    uint32_t nj = collect_jobs(servers, count, jobs);
+    cJSON *jl = root ? cJSON_AddArrayToObject(root, "jobs") : NULL;
+    for (uint32_t g = 0; jl != NULL && g < nj; g++) {
+        const job_view_t *v = &jobs[g];
+        cJSON *o = cJSON_CreateObject();
+        if (o == NULL || !cJSON_AddItemToArray(jl, o)) {
+            cJSON_Delete(o);
+            break;
+        }
+        uint32_t live = v->ranks - v->finished;
+        cJSON_AddStringToObject(o, "job", v->job);
+        cJSON_AddStringToObject(o, "dataset", v->dataset);
+        cJSON_AddNumberToObject(o, "ranks", v->ranks);
+        cJSON_AddNumberToObject(o, "world_size", v->world_size);
+        cJSON_AddNumberToObject(o, "finished", v->finished);
+        cJSON_AddNumberToObject(o, "stall", live ? v->stall_sum / live : 0);
+        cJSON_AddNumberToObject(o, "stall_max", v->stall_max > 0 ? v->stall_max : 0);
+        cJSON_AddNumberToObject(o, "samples_per_s", v->sps);
+        cJSON_AddStringToObject(o, "bottleneck", v->bottleneck);
+        cJSON_AddStringToObject(o, "suggestion", v->verdict);
+    }
+    char *text = list && jl ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    if (text == NULL)
+        return DSC_ENOMEM;
+    fprintf(out, "%s\n", text);
+    free(text);
+    return 0;
 }
 
 /* The terminal's width in columns, 0 when unknown (not a terminal: then nothing is cut). */
@@ -425,7 +565,7 @@ int dsc_cmd_top(int argc, char **argv) {
     memset(servers, 0, sizeof servers);
     uint32_t count = 0;
     double interval = 1.0;
-    int once = 0;
+    int once = 0, json = 0;
     optind = 1;
     int opt;
     while ((opt = getopt_long(argc, argv, "h", long_options, NULL)) != -1) {
@@ -446,6 +586,9 @@ int dsc_cmd_top(int argc, char **argv) {
         }
         case '1':
             once = 1;
+            break;
+        case 'j':
+            once = json = 1;
             break;
         case 'h':
             print_help();
@@ -468,7 +611,12 @@ int dsc_cmd_top(int argc, char **argv) {
             sample(&servers[i]);
             up += servers[i].stat != NULL;
         }
-        draw(stdout, servers, count, 0);
+        if (json) {
+            if (print_json(stdout, servers, count) < 0)
+                exit_code = dsc_cli_fail(CMD, "out of memory for the JSON frame");
+        } else {
+            draw(stdout, servers, count, 0);
+        }
         if (up == 0)
             exit_code =
                 dsc_cli_fail(CMD, "no server answered (%s: %s)", servers[0].addr, servers[0].error);

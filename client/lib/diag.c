@@ -312,7 +312,8 @@ void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out) {
         *out = d->last;
 }
 
-static int report_body(dsc_loader_t *loader, double now, uint32_t flags, uint8_t *buf, size_t cap) {
+static int report_body(dsc_loader_t *loader, uint32_t p, double now, uint32_t flags, uint8_t *buf,
+                       size_t cap) {
     dsc_diag_t *d = &loader->diag;
     dsc__diag_verdict(loader, now, NULL);
     const dsc_diag_snapshot_t *b = &d->base[0];
@@ -341,11 +342,26 @@ static int report_body(dsc_loader_t *loader, double now, uint32_t flags, uint8_t
     }
     req.verdict.ptr = d->last.suggestion;
     req.verdict.len = (uint16_t)vlen;
+    /* What this loader saw of the server addressed (hedge.c): always appended; the source strips
+     * it for a server that did not grant DSC_FEATURE_REPORT_HEDGE. */
+    req.has_hedge = 1;
+    if (p < loader->net.peer_count) {
+        const dsc_hedge_peer_t *h = &loader->net.peers[p].hedge;
+        req.hedge = (dsc_report_hedge_t){
+            .flags = h->slow ? DSC_REPORT_HEDGE_SLOW : 0,
+            .hedges = h->hedges,
+            .hedges_won = h->hedges_won,
+            .hedge_bytes = h->hedge_bytes,
+            .wasted_bytes = h->wasted_bytes,
+            .slow_marks = h->slow_marks,
+            .excused = h->excused,
+        };
+    }
     return dsc_report_req_encode(&req, buf, cap);
 }
 
-int dsc__diag_report_body(dsc_loader_t *loader, double now, uint8_t *buf, size_t cap) {
-    return report_body(loader, now, 0, buf, cap);
+int dsc__diag_report_body(dsc_loader_t *loader, uint32_t p, double now, uint8_t *buf, size_t cap) {
+    return report_body(loader, p, now, 0, buf, cap);
 }
 
 void dsc__diag_final_report(dsc_loader_t *loader) {
@@ -353,20 +369,22 @@ void dsc__diag_final_report(dsc_loader_t *loader) {
         loader->diag.servers == NULL)
         return;
     uint8_t body[DSC_REPORT_MAX_BODY];
-    pthread_mutex_lock(&loader->lock);
-    int len = report_body(loader, dsc_now_s(), DSC_REPORT_FLAG_FINISHED, body, sizeof body);
-    pthread_mutex_unlock(&loader->lock);
-    if (len <= 0)
-        return;
     uint32_t timeout = loader->cfg.opt.timeout_ms < 1000 ? loader->cfg.opt.timeout_ms : 1000;
     for (uint32_t p = 0; p < loader->net.peer_count; p++) {
         const dsc_peer_t *peer = &loader->net.peers[p];
         if (peer->report_seq == 0 || !peer->alive)
             continue; /* never reported there, or down: nothing to finish, no wait */
+        pthread_mutex_lock(&loader->lock);
+        int len = report_body(loader, p, dsc_now_s(), DSC_REPORT_FLAG_FINISHED, body, sizeof body);
+        pthread_mutex_unlock(&loader->lock);
+        if (len <= 0)
+            continue;
         dsc_conn_t *conn = NULL;
         if (dsc_conn_open_addr_auth(peer->addr, timeout, loader->net.view_hash, loader->cfg.cred,
                                     &conn) < 0)
             continue;
+        if (!(dsc_conn_info(conn)->features & DSC_FEATURE_REPORT_HEDGE))
+            len = (int)dsc_report_req_strip_hedge((size_t)len);
         uint8_t *resp = NULL;
         size_t resp_len = 0;
         int rc = dsc_conn_call(conn, DSC_OP_REPORT, body, (size_t)len, &resp, &resp_len);

@@ -48,9 +48,11 @@ int dsc__diag_store_reads(const dsc_loader_t *loader);
  * *out when not NULL). Under lock. */
 void dsc__diag_verdict(dsc_loader_t *loader, double now, dsc_verdict_t *out);
 
-/* A REPORT body (proto/report.h) for now: job, rank, world size, the window's stall and rates,
- * the verdict. Under lock. Returns the length, or < 0 (DSC_ENOSPC, DSC_EINVAL). */
-int dsc__diag_report_body(dsc_loader_t *loader, double now, uint8_t *buf, size_t cap);
+/* A REPORT body (proto/report.h) for now to peer p: job, rank, world size, the window's stall and
+ * rates, the verdict, and the straggler trailer with what this loader saw of p (hedge.c; the
+ * source leaves it out for a server that did not grant DSC_FEATURE_REPORT_HEDGE). Under lock.
+ * Returns the length, or < 0 (DSC_ENOSPC, DSC_EINVAL). */
+int dsc__diag_report_body(dsc_loader_t *loader, uint32_t p, double now, uint8_t *buf, size_t cap);
 /* At destroy, every other thread joined: one last REPORT with DSC_REPORT_FLAG_FINISHED to each
  * server that was reported to and is up, each on a fresh connection bounded by
  * min(timeout_ms, 1 s), so that its job table shows the job finished. Blocks; errors are

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Back-off between probes of a failed peer: 1 s, doubling up to this. */
+/* Back-off between probes of a failed peer: DSC__BACKOFF_FIRST_S, doubling up to this. */
 #define BACKOFF_MAX_S 10.0
 
 _Static_assert(IO_MAX_OUTSTANDING >= 1, "at least one outstanding request");
@@ -358,7 +358,11 @@ static int connect_peer(dsc_io_t *io) {
     if (rc < 0) {
         io->conn = NULL;
         conn_failed(io, rc);
-        peer->retry_at = dsc_now_s() + peer->backoff;
+        /* Spread by +-25% (the clock's microseconds), so that the ranks of a large job do not
+         * probe a restarting server all at the same instants. */
+        double t = dsc_now_s();
+        double jitter = 0.75 + 0.5 * (double)((uint64_t)(t * 1e6) % 1000) / 1000.0;
+        peer->retry_at = t + peer->backoff * jitter;
         peer->backoff = peer->backoff * 2 < BACKOFF_MAX_S ? peer->backoff * 2 : BACKOFF_MAX_S;
         return 0;
     }
@@ -374,7 +378,7 @@ static int connect_peer(dsc_io_t *io) {
         pthread_cond_broadcast(&loader->io_cv);
     }
     peer->alive = 1;
-    peer->backoff = 1.0;
+    peer->backoff = DSC__BACKOFF_FIRST_S;
     dsc__peer_hello(loader, io->peer, hello);
     return 0;
 }
@@ -420,7 +424,7 @@ static void io_loop(dsc_io_t *io) {
         int rc = 0;
         if (report_due) {
             uint8_t body[DSC_REPORT_MAX_BODY];
-            int len = dsc__diag_report_body(loader, now, body, sizeof body);
+            int len = dsc__diag_report_body(loader, io->peer, now, body, sizeof body);
             peer->report_due =
                 now + (loader->cfg.opt.report_seconds > 0 ? loader->cfg.opt.report_seconds
                                                           : DSC_DIAG_REPORT_S);

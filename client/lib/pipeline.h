@@ -174,6 +174,10 @@ typedef struct dsc_io {
                        its answers under the job: every connection names it once, when it opens) */
 } dsc_io_t;
 
+/* The first re-probe of a failed peer, doubled after each failed probe up to 10 s (fetch.c): short,
+ * so that a server restarted in a rolling restart is used again within about its own downtime. */
+#define DSC__BACKOFF_FIRST_S 0.25
+
 /* Answer times kept per peer for its stall threshold (hedge.c). */
 #define DSC__HEDGE_LAT 128
 
@@ -206,11 +210,11 @@ typedef struct dsc_peer {
     int alive;                      /* fetch.c: 0 after a failure, until a probe connects */
     int probing;                    /* fetch.c: one I/O thread is connecting after a failure */
     double retry_at;                /* fetch.c: monotonic seconds: reconnect not before */
-    double backoff;                 /* fetch.c: seconds until the next probe (1 .. 10) */
-    uint64_t inflight_bytes;        /* fetch.c: raw bytes requested here, not yet received */
-    uint64_t hello_hash;            /* route.c (dsc__peer_hello): view of its last HELLO */
-    dsc_chunk_queue_t queue;        /* route.c pushes, fetch.c pops */
-    dsc_io_t *io;                   /* fetch.c: opt.connections of them */
+    double backoff; /* fetch.c: seconds until the next probe (DSC__BACKOFF_FIRST_S .. 10) */
+    uint64_t inflight_bytes; /* fetch.c: raw bytes requested here, not yet received */
+    uint64_t hello_hash;     /* route.c (dsc__peer_hello): view of its last HELLO */
+    dsc_chunk_queue_t queue; /* route.c pushes, fetch.c pops */
+    dsc_io_t *io;            /* fetch.c: opt.connections of them */
     uint32_t io_count; /* fetch.c: I/O threads started: no chunk is routed to a peer without */
     int manifest_rc;   /* fetch.c: what its MANIFEST call gave at create (explained there) */
     double report_due; /* fetch.c: monotonic seconds: the next REPORT (any connected I/O thread) */

@@ -181,8 +181,9 @@ typedef struct dsc_source_ops {
      * first failing chunk's error, so that the chunks fail over together). */
     uint32_t (*scatter_max)(void *conn);
     /* Optional (NULL: the source has no server to tell): sends a REPORT request (body from
-     * proto/report.h) with request id `id` (DSC_SOURCE_REPORT_ID set); complete() drops its
-     * answer, whatever its status. Returns 0, or an error after which the connection is
+     * proto/report.h, with the straggler trailer: left out here for a server that did not grant
+     * DSC_FEATURE_REPORT_HEDGE) with request id `id` (DSC_SOURCE_REPORT_ID set); complete() drops
+     * its answer, whatever its status. Returns 0, or an error after which the connection is
      * unusable. */
     int (*report)(void *conn, uint64_t id, const uint8_t *body, size_t len);
     /* Optional (NULL: no read-ahead hints): sends a HINT request (body from proto/hint.h) with

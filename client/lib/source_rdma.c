@@ -320,6 +320,10 @@ typedef struct pending {
     dsc_rdma_desc_t runs[DSC_SOURCE_MAX_MERGE];
     uint64_t run_off[DSC_SOURCE_MAX_MERGE];   /* in the region */
     uint64_t chunk_off[DSC_SOURCE_MAX_MERGE]; /* in the region */
+    /* The answer's chunk entries: checked against the chunks and given buffers only when the
+     * READ completes and the request is claimed (dsc__req_claim): until then hedge.c may abandon
+     * it and re-issue its chunks elsewhere, so nothing of theirs is touched before. */
+    dsc_chunk_entry_t entry[DSC_SOURCE_MAX_MERGE];
     double answer_at;
 } pending_t;
 
@@ -360,7 +364,7 @@ typedef struct rdma_conn {
     double progress_at; /* the last completion (or the first post after none was reading) */
     dsc_rdma_slab_region_t probe;
     atomic_int woken;
-    atomic_int tcp_only; /* 1 once every operation goes to tcp (rc_abandon_ok) */
+    atomic_int tcp_only; /* 1 once every operation goes to tcp */
     int counted;
     int connect_rc; /* what RDMA_CONNECT returned (the probe tells auth failures apart) */
     uint64_t view_hash;
@@ -786,31 +790,43 @@ static int read_failed(rdma_conn_t *c, dsc_source_req_t *out, uint32_t count, ui
                              : c->has_parked  ? &c->parked
                                               : NULL;
     int64_t k = first ? find_req(out, count, first->id) : -1;
-    const char *next =
-        required ? "nothing (transport rdma): the chunks move to another connection" : "TCP";
-    if (k >= 0)
+    uint32_t reading = c->reading_count;
+    /* Every request is claimed here, so that hedge.c abandons none while they are asked again;
+     * one it abandoned already has no chunks left to ask for: then the connection fails (the
+     * loader moves the others' chunks to another owner), as under transport rdma. */
+    int abandoned = 0;
+    for (uint32_t r = 0; r < count; r++)
+        abandoned |= !dsc__req_claim(&out[r]);
+    const char *next = required || abandoned
+                           ? "nothing: the chunks move to another connection (transport rdma, or "
+                             "requests re-issued elsewhere)"
+                           : "TCP";
+    if (k >= 0 && __atomic_load_n(&out[k].claim, __ATOMIC_ACQUIRE) == DSC_REQ_RECEIVING)
         DSC_LOG(env->log, DSC_LOG_WARN,
                 "server %s: RDMA READ of shard %u chunk %u (of %u) failed: %s (%u request(s) in "
                 "READ on this connection); this connection continues over %s",
                 c->ep->addr, out[k].chunks[0]->shard, out[k].chunks[0]->shard_chunk, out[k].count,
-                what, c->reading_count, next);
+                what, reading, next);
     else
         DSC_LOG(env->log, DSC_LOG_WARN,
                 "server %s: RDMA READ failed: %s; this connection continues over %s", c->ep->addr,
                 what, next);
     backoff_failed(c->ep, 0);
     rdma_teardown(c);
-    for (uint32_t r = 0; r < count; r++)
+    for (uint32_t r = 0; r < count; r++) {
+        if (__atomic_load_n(&out[r].claim, __ATOMIC_ACQUIRE) != DSC_REQ_RECEIVING)
+            continue; /* abandoned: its chunks are elsewhere */
         for (uint32_t i = 0; i < out[r].count; i++) {
             dsc_chunk_ent_t *ent = out[r].chunks[i];
             dsc__bufpool_put(env->pool, ent->stored, ent->stored_cap);
             ent->stored = NULL;
             ent->stored_cap = 0;
         }
+    }
     count_add(&env->counters->rdma_connections, -1);
     c->counted = 0;
     *conn_bad = 1;
-    if (required)
+    if (required || abandoned)
         return rc == DSC_ECLOSED || rc == DSC_ETIMEDOUT ? rc : DSC_ECONNRESET;
     uint64_t hello = 0;
     int r = dsc__source_tcp.open(c->ep->tcp, c->view_hash, &c->tcp, &hello);
@@ -853,10 +869,20 @@ static int reap(rdma_conn_t *c, dsc_source_req_t *out, uint32_t count, const cha
             *what = "a completion was lost (a later request's arrived first)";
             return DSC_EIO;
         }
-        for (uint32_t j = 0; j < out[k].count; j++) {
-            dsc_chunk_ent_t *ent = out[k].chunks[j];
-            memcpy(ent->stored, c->slab->base + p->region.offset + p->chunk_off[j],
-                   ent->entry.stored_len);
+        /* Claimed now (the READ is done): its chunks get the bytes. Abandoned while it was
+         * parked or in READ (hedge.c re-issued them elsewhere): the bytes are dropped, the
+         * region and the lease released all the same, the caller counts them as wasted. */
+        if (dsc__req_claim(&out[k])) {
+            for (uint32_t j = 0; j < out[k].count; j++) {
+                dsc_chunk_ent_t *ent = out[k].chunks[j];
+                int rc = take_chunk(c, ent, &p->entry[j], j);
+                if (rc < 0) {
+                    *what = NULL;
+                    return rc;
+                }
+                memcpy(ent->stored, c->slab->base + p->region.offset + p->chunk_off[j],
+                       ent->entry.stored_len);
+            }
         }
         dsc__rdma_slab_free(c->slab, &p->region);
         c->wr_posted -= p->nruns;
@@ -924,6 +950,10 @@ static int read_answer(rdma_conn_t *c, dsc_source_req_t *out, uint32_t count) {
     if ((rc = recv_body(c, h.body_len)) < 0)
         return rc;
     if (h.status != DSC_STATUS_OK) {
+        if (!dsc__req_claim(req)) { /* abandoned (hedge.c): a late refusal, dropped */
+            finish(c, req->id, 0, h.body_len, at);
+            return 0;
+        }
         rc = dsc_status_to_err(h.status);
         DSC_LOG(env->log, rc == DSC_EUNAVAIL || rc == DSC_ECORRUPT ? DSC_LOG_WARN : DSC_LOG_ERROR,
                 "server %s: RDMA_GET %s shard %u chunk %u (of %u): %s: %.*s", addr, env->dataset,
@@ -938,7 +968,12 @@ static int read_answer(rdma_conn_t *c, dsc_source_req_t *out, uint32_t count) {
         resp.chunk_count != req->count)
         return DSC_EPROTO;
     if (resp.flags & DSC_RDMA_GET_INLINE) {
-        /* Bytes outside the server's registered memory (a read-through): as a GET. */
+        /* Bytes outside the server's registered memory (a read-through): as a GET; dropped when
+         * the request was abandoned (hedge.c), its bytes counted as wasted. */
+        if (!dsc__req_claim(req)) {
+            finish(c, req->id, 0, h.body_len, at);
+            return 0;
+        }
         dsc_get_resp_iter_t it;
         dsc_get_resp_iter_init(&it, &resp.inline_resp);
         uint64_t wire = 0;
@@ -955,7 +990,9 @@ static int read_answer(rdma_conn_t *c, dsc_source_req_t *out, uint32_t count) {
         finish(c, req->id, 0, wire, at);
         return 0;
     }
-    /* Leased: one READ per contiguous run of descriptors. */
+    /* Leased: one READ per contiguous run of descriptors. The request stays unclaimed until
+     * its READ completes (reap), so that a stalled server's requests parked or in READ can be
+     * abandoned too; their chunks are not touched before. */
     pending_t *p = &c->parked;
     p->id = req->id;
     p->lease_id = resp.lease_id;
@@ -969,8 +1006,7 @@ static int read_answer(rdma_conn_t *c, dsc_source_req_t *out, uint32_t count) {
         dsc_rdma_desc_t d;
         if (dsc_rdma_get_resp_chunk(&resp, i, &e, &d) < 0)
             return DSC_EPROTO;
-        if ((rc = take_chunk(c, req->chunks[i], &e, i)) < 0)
-            return rc;
+        p->entry[i] = e;
         p->chunk_off[i] = p->total;
         dsc_rdma_desc_t *last = p->nruns ? &p->runs[p->nruns - 1] : NULL;
         if (last && last->rkey == d.rkey && last->addr + last->len == d.addr &&
@@ -983,6 +1019,10 @@ static int read_answer(rdma_conn_t *c, dsc_source_req_t *out, uint32_t count) {
         p->total += d.len;
     }
     if (p->total == 0) { /* nothing to READ */
+        if (dsc__req_claim(req))
+            for (uint32_t i = 0; i < req->count; i++)
+                if ((rc = take_chunk(c, req->chunks[i], &p->entry[i], i)) < 0)
+                    return rc;
         finish(c, p->id, 0, 0, at);
         return release_lease(c, p->lease_id);
     }
@@ -1173,6 +1213,8 @@ static int rc_report(void *conn, uint64_t id, const uint8_t *body, size_t len) {
     rdma_conn_t *c = conn;
     if (c->tcp)
         return dsc__source_tcp.report(c->tcp, id, body, len);
+    if (!(dsc_conn_info(c->conn)->features & DSC_FEATURE_REPORT_HEDGE))
+        len = dsc_report_req_strip_hedge(len); /* an older server: no straggler trailer */
     return dsc_conn_send(c->conn, DSC_OP_REPORT, id, body, len);
 }
 
@@ -1290,11 +1332,13 @@ int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, const dsc_credential_
 #endif
 
 #if DSC_HAVE_VERBS_H
-/* Requests in RDMA READ hold slab regions and leases: only a connection that fell back to TCP
- * (whose answers source_tcp.c claims) has requests that may be abandoned. */
+/* Every request may be abandoned: over TCP (a fallback) source_tcp.c claims the answers; over
+ * RDMA a request is claimed when its answer starts to be taken (a refusal, an inline answer) or
+ * its READ completes (reap), and one abandoned before is dropped there, its slab region and
+ * lease released as usual. */
 static int rc_abandon_ok(void *conn) {
-    rdma_conn_t *c = conn;
-    return atomic_load(&c->tcp_only);
+    (void)conn;
+    return 1;
 }
 #endif
 

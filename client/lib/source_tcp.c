@@ -497,6 +497,9 @@ static int tcp_report_answer(void *conn, dsc_report_resp_t *out) {
 
 static int tcp_report(void *conn, uint64_t id, const uint8_t *body, size_t len) {
     tcp_conn_t *c = conn;
+    /* An older server refuses the straggler trailer (trailing bytes): sent to those granting it. */
+    if (!(dsc_conn_info(c->conn)->features & DSC_FEATURE_REPORT_HEDGE))
+        len = dsc_report_req_strip_hedge(len);
     return dsc_conn_send(c->conn, DSC_OP_REPORT, id, body, len);
 }
 

@@ -214,7 +214,7 @@ int dsc__view_adopt(dsc_loader_t *loader, dsc_members_t *members) {
             memcpy(peer->addr, members->addrs[m], DSC_MEMBER_MAX);
             peer->used = 1;
             peer->alive = 1;
-            peer->backoff = 1.0;
+            peer->backoff = DSC__BACKOFF_FIRST_S;
             s = (int)next_new++;
             loader->net.peer_count = next_new;
         }

@@ -9,11 +9,18 @@
 #   netem   its outgoing packets are delayed NETEM_DELAY (tc netem on lo, matched by its port)
 #           for PAUSE_S at the same times; needs root and the sch_netem module, else skipped
 #           with the reason
+#   spike   netem's stand-in where the kernel lacks sch_netem: the servers are started again
+#           with the first one reached through tests/bench/spike_proxy.py (a TCP relay; the
+#           server --advertise-s the relay's address, so loaders and peers alike go through
+#           it), which for PAUSE_S at the same times delays its traffic both ways by spikes of
+#           SPIKE_MIN_MS..SPIKE_MAX_MS, a new one drawn every SPIKE_STEP_MS; its reference row
+#           "none via relay" runs on the same servers, the relay in the path, no spike
 #   none    no straggler (the reference)
 # Two configurations by default: the issue's (3 servers, 1 rank) and 4 servers x 4 ranks.
 # usage: DSC_BIN=build/bin bash tests/bench/bench_straggler.sh
 #   env: CONFIGS ("3x1 4x4": SERVERSxRANKS) RUN_S (12) PAUSE_S (1.5) PAUSE_EVERY (4.5)
-#        COMPUTE_MS (4) BATCH (128) SAMPLES (65536) NETEM_DELAY (200ms) SCENARIOS (none pause netem)
+#        COMPUTE_MS (4) BATCH (128) SAMPLES (65536) NETEM_DELAY (200ms)
+#        SCENARIOS (none pause netem spike) SPIKE_MIN_MS (50) SPIKE_MAX_MS (300) SPIKE_STEP_MS (250)
 set -euo pipefail
 DSC_BIN=${DSC_BIN:?DSC_BIN must point at the build bin directory}
 CONFIGS=${CONFIGS:-3x1 4x4}
@@ -24,7 +31,12 @@ COMPUTE_MS=${COMPUTE_MS:-4}
 BATCH=${BATCH:-128}
 SAMPLES=${SAMPLES:-65536}
 NETEM_DELAY=${NETEM_DELAY:-200ms}
-SCENARIOS=${SCENARIOS:-none pause netem}
+SCENARIOS=${SCENARIOS:-none pause netem spike}
+SPIKE_MIN_MS=${SPIKE_MIN_MS:-50}
+SPIKE_MAX_MS=${SPIKE_MAX_MS:-300}
+SPIKE_STEP_MS=${SPIKE_STEP_MS:-250}
+here=$(cd "$(dirname "$0")" && pwd)
+proxy=0 # 1 while the servers of the spike rows run, the first behind the relay
 
 work=$(mktemp -d /tmp/dsc-straggler.XXXXXX)
 pids=()
@@ -52,22 +64,38 @@ else
     tc qdisc del dev lo root 2>/dev/null || true
 fi
 
-# start_servers N: N dscached on one members file; sets ADDRS, SPIDS.
+# start_servers N: N dscached on one members file; sets ADDRS, SPIDS (and PROXY_PID: the first
+# server behind spike_proxy.py when the spike scenario runs).
 start_servers() {
-    local n=$1
+    local n=$1 advertise=()
     SPIDS=()
     ADDRS=()
+    PROXY_PID=""
     rm -f "$work/members" "$work"/*.port
+    if [ "$proxy" = 1 ]; then
+        /usr/bin/python3 "$here/spike_proxy.py" "$work/proxy.port" "$work/1.port" \
+            "$SPIKE_MIN_MS" "$SPIKE_MAX_MS" "$SPIKE_STEP_MS" 2>"$work/proxy.log" &
+        PROXY_PID=$!
+        pids+=("$!")
+        for _ in $(seq 100); do [ -s "$work/proxy.port" ] && break; sleep 0.05; done
+        advertise=(--advertise "127.0.0.1:$(cat "$work/proxy.port")")
+    fi
     for i in $(seq 1 "$n"); do
+        local adv=()
+        [ "$i" = 1 ] && adv=("${advertise[@]}")
         "$DSC_BIN/dscached" --listen 127.0.0.1:0 --http off --port-file "$work/$i.port" \
             --threads 1 --io-threads 2 --memory 256M --log-level error --data "$work/ds" --warm \
-            --replicas 2 --members-file "$work/members" >"$work/server-$i.log" 2>&1 &
+            --replicas 2 --members-file "$work/members" "${adv[@]}" >"$work/server-$i.log" 2>&1 &
         SPIDS+=("$!")
         pids+=("$!")
     done
     for i in $(seq 1 "$n"); do
         for _ in $(seq 100); do [ -s "$work/$i.port" ] && break; sleep 0.05; done
-        ADDRS+=("127.0.0.1:$(cat "$work/$i.port")")
+        if [ "$i" = 1 ] && [ "$proxy" = 1 ]; then
+            ADDRS+=("127.0.0.1:$(cat "$work/proxy.port")")
+        else
+            ADDRS+=("127.0.0.1:$(cat "$work/$i.port")")
+        fi
     done
     printf '%s\n' "${ADDRS[@]}" >"$work/members.tmp"
     mv "$work/members.tmp" "$work/members"
@@ -75,8 +103,8 @@ start_servers() {
 }
 
 stop_servers() {
-    for p in "${SPIDS[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
-    for p in "${SPIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    for p in "${SPIDS[@]}" $PROXY_PID; do kill -CONT "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
+    for p in "${SPIDS[@]}" $PROXY_PID; do wait "$p" 2>/dev/null || true; done
 }
 
 # straggle SCENARIO PID PORT: at 3 s, then every PAUSE_EVERY s (while a whole episode fits
@@ -87,6 +115,7 @@ straggle() {
     while awk -v a="$at" -v p="$PAUSE_S" -v r="$RUN_S" 'BEGIN { exit !(a + p < r - 1) }'; do
         case $scenario in
         pause) kill -STOP "$pid" ;;
+        spike) kill -USR1 "$PROXY_PID" ;;
         netem)
             tc qdisc add dev lo root handle 1: prio
             tc qdisc add dev lo parent 1:3 handle 30: netem delay "$NETEM_DELAY"
@@ -97,6 +126,7 @@ straggle() {
         sleep "$PAUSE_S"
         case $scenario in
         pause) kill -CONT "$pid" ;;
+        spike) kill -USR2 "$PROXY_PID" ;;
         netem) tc qdisc del dev lo root; netem_on=0 ;;
         esac
         sleep "$(awk -v e="$PAUSE_EVERY" -v p="$PAUSE_S" 'BEGIN { print e - p }')"
@@ -114,7 +144,7 @@ run() {
         rpids+=("$!")
     done
     local spid=""
-    if [ "$scenario" != none ]; then
+    if [ "$scenario" != none ] && [ "$scenario" != "none via relay" ]; then
         straggle "$scenario" "${SPIDS[0]}" "${ADDRS[0]##*:}" &
         spid=$!
     fi
@@ -142,17 +172,30 @@ for config in $CONFIGS; do
     servers=${config%x*}
     ranks=${config#*x}
     echo
-    echo "### $servers servers (--replicas 2), $ranks rank(s), batch $BATCH, compute $COMPUTE_MS ms, ${RUN_S} s; straggler: ${PAUSE_S} s every ${PAUSE_EVERY} s from 3 s"
+    echo "### $servers servers (--replicas 2), $ranks rank(s), batch $BATCH, compute $COMPUTE_MS ms, ${RUN_S} s; straggler: ${PAUSE_S} s every ${PAUSE_EVERY} s from 3 s; spike rows: ${SPIKE_MIN_MS}-${SPIKE_MAX_MS} ms delays, a new one every ${SPIKE_STEP_MS} ms, the first server behind spike_proxy.py"
     echo
     echo "| straggler | hedging | max stall over ranks | mean stall | slow marks | hedged requests | late bytes dropped (max over ranks) |"
     echo "|---|---|---|---|---|---|---|"
+    proxy=0
     start_servers "$servers"
     for scenario in $SCENARIOS; do
         if [ "$scenario" = netem ] && [ -n "$netem_reason" ]; then
             echo "| netem $NETEM_DELAY | - | skipped: $netem_reason | | | | |"
             continue
         fi
+        [ "$scenario" = spike ] && continue
         for hedge in 0 1; do run "$scenario" "$hedge" "$ranks"; done
     done
     stop_servers
+    case " $SCENARIOS " in
+    *" spike "*)
+        # Servers started again, the first behind the relay: its reference, then its spikes.
+        proxy=1
+        start_servers "$servers"
+        for scenario in "none via relay" spike; do
+            for hedge in 0 1; do run "$scenario" "$hedge" "$ranks"; done
+        done
+        stop_servers
+        ;;
+    esac
 done

@@ -45,7 +45,7 @@ void __tsan_acquire(void *addr);
 #define FV_EXPORT __attribute__((visibility("default")))
 #define FV_GID_TABLE 4
 #define FV_MAX_MSG (1u << 30)
-#define FV_MAX_CONNS 64
+#define FV_MAX_CONNS 256 /* requester threads of every process that READs from this one */
 #define FV_MAX_PEERS 64
 #define FV_MAGIC 0x52564b46u /* "FKVR" */
 #define FV_UNREACHABLE_MS 20 /* scaled-down transport retry timeout */
@@ -161,6 +161,11 @@ static fv_mr_t *g_mrs;
 static fv_qp_t *g_qps;
 static fv_mw_t *g_mws;
 static fv_work_t *g_work_head, *g_work_tail;
+/* Requester threads, as a NIC's independent QPs: each takes the oldest WR of a QP none of the
+ * others is running one of (a QP's WRs run in order; a READ from a stopped process holds only
+ * its own QP, not every READ of this process). g_running[i]: the QP thread i runs (0: idle). */
+#define FV_REQUESTERS 8
+static uint32_t g_running[FV_REQUESTERS];
 static uint32_t g_next_qpn = 0x100, g_next_key = 0x1000, g_next_handle = 1;
 static uint64_t g_registered;
 static int g_started;
@@ -541,7 +546,7 @@ typedef struct fv_peer {
     uint32_t pid;
     int fd;
 } fv_peer_t;
-static fv_peer_t g_peers[FV_MAX_PEERS]; /* requester thread only */
+static _Thread_local fv_peer_t g_peers[FV_MAX_PEERS]; /* each requester thread its own */
 
 static int peer_fd(uint32_t pid) {
     for (int i = 0; i < FV_MAX_PEERS; i++)
@@ -765,19 +770,42 @@ static void run_work(fv_work_t *w) {
     complete(w->qpn, w, status);
 }
 
+/* The oldest queued WR of a QP no requester runs, unlinked (g_lock); NULL: none. */
+static fv_work_t *take_work(void) {
+    fv_work_t *prev = NULL;
+    for (fv_work_t *w = g_work_head; w != NULL; prev = w, w = w->next) {
+        int busy = 0;
+        for (int i = 0; i < FV_REQUESTERS && !busy; i++)
+            busy = g_running[i] == w->qpn;
+        if (busy)
+            continue;
+        if (prev)
+            prev->next = w->next;
+        else
+            g_work_head = w->next;
+        if (g_work_tail == w)
+            g_work_tail = prev;
+        w->next = NULL;
+        return w;
+    }
+    return NULL;
+}
+
 static void *requester_main(void *arg) {
-    (void)arg;
+    int self = (int)(intptr_t)arg;
     for (;;) {
         pthread_mutex_lock(&g_lock);
-        while (g_work_head == NULL)
+        fv_work_t *w;
+        while ((w = take_work()) == NULL)
             pthread_cond_wait(&g_work_cond, &g_lock);
-        fv_work_t *w = g_work_head;
-        g_work_head = w->next;
-        if (g_work_head == NULL)
-            g_work_tail = NULL;
+        g_running[self] = w->qpn;
         pthread_mutex_unlock(&g_lock);
         run_work(w);
         free(w);
+        pthread_mutex_lock(&g_lock);
+        g_running[self] = 0;
+        pthread_cond_broadcast(&g_work_cond); /* a WR of this QP may wait for it */
+        pthread_mutex_unlock(&g_lock);
     }
     return NULL;
 }
@@ -946,8 +974,8 @@ static int nic_start(void) {
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     int rc = pthread_create(&t1, &attr, responder_main, NULL);
-    if (rc == 0)
-        rc = pthread_create(&t2, &attr, requester_main, NULL);
+    for (int i = 0; i < FV_REQUESTERS && rc == 0; i++)
+        rc = pthread_create(&t2, &attr, requester_main, (void *)(intptr_t)i);
     pthread_attr_destroy(&attr);
     if (rc == 0)
         g_started = 1;
@@ -1630,7 +1658,7 @@ static int fv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_
             g_work_head = w;
         g_work_tail = w;
     }
-    pthread_cond_signal(&g_work_cond);
+    pthread_cond_broadcast(&g_work_cond);
     pthread_mutex_unlock(&g_lock);
     return 0;
 }

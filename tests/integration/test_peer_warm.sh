@@ -101,7 +101,8 @@ assert pw["backing_bytes"] == 0 and pw["bytes"] > 2 * largest and t1 - t0 >= flo
 EOF2
 grep -qE '^SERVER .* PEER MB/s +STATUS' "$work/top.txt" \
     && grep -qE "^$ADDR_c .* warming: [0-9]+ shards left" "$work/top.txt" \
-    && pass "dscache top: PEER MB/s and 'warming: N shards left' while c warms" \
+    && grep -qE "^$ADDR_c .* from peers, [0-9]+ left \([0-9.]+ MB\)" "$work/top.txt" \
+    && pass "dscache top: PEER MB/s, 'warming: N shards left' and the STRAGGLERS table's peer warm-up (shards, MB left) while c warms" \
     || fail "dscache top during the warm-up: $(cat "$work/top.txt")"
 
 # 2. b down too: c's shards owned by b and c have no live replica; only they are read from disk.

@@ -165,7 +165,79 @@ static void test_share(void) {
     dsc_jobs_destroy(jobs);
 }
 
+/* The straggler trailers of the live entries, summed (STAT "server"."stragglers", /metrics
+ * dscache_straggler_*); a report without one keeps the entry's last figures; an expired entry
+ * takes its share along; a finished loader holds the server slow no more. */
+static void test_hedge_sums(void) {
+    dsc_jobs_t *jobs = NULL;
+    REQUIRE(dsc_jobs_create(0, 60, &jobs) == 0);
+    dsc_jobs_hedge_t hs;
+    dsc_jobs_hedge(jobs, 10.0, &hs);
+    CHECK_EQ_INT(hs.loaders, 0);
+    dsc_report_req_t a = report("llama", 0, 1000), b = report("llama", 1, 1000);
+    dsc_report_req_t c = report("bert", 0, 1000); /* an older loader: no trailer */
+    a.has_hedge = b.has_hedge = 1;
+    a.hedge = (dsc_report_hedge_t){.flags = DSC_REPORT_HEDGE_SLOW,
+                                   .hedges = 3,
+                                   .hedges_won = 2,
+                                   .hedge_bytes = 300,
+                                   .wasted_bytes = 30,
+                                   .slow_marks = 1,
+                                   .excused = 4};
+    b.hedge = (dsc_report_hedge_t){.hedges = 5, .hedge_bytes = 500, .slow_marks = 2};
+    dsc_jobs_report(jobs, &a, NULL, NULL, 10.0);
+    dsc_jobs_report(jobs, &b, NULL, NULL, 20.0);
+    dsc_jobs_report(jobs, &c, NULL, NULL, 20.0);
+    dsc_jobs_hedge(jobs, 21.0, &hs);
+    CHECK_EQ_INT(hs.loaders, 2);
+    CHECK_EQ_INT(hs.slow_now, 1);
+    CHECK_EQ_INT(hs.sum.hedges, 8);
+    CHECK_EQ_INT(hs.sum.hedges_won, 2);
+    CHECK_EQ_INT(hs.sum.hedge_bytes, 800);
+    CHECK_EQ_INT(hs.sum.wasted_bytes, 30);
+    CHECK_EQ_INT(hs.sum.slow_marks, 3);
+    CHECK_EQ_INT(hs.sum.excused, 4);
+    /* Rank 0 again without a trailer (a connection not granted it): its figures stay. */
+    dsc_report_req_t a2 = report("llama", 0, 1000);
+    dsc_jobs_report(jobs, &a2, NULL, NULL, 30.0);
+    dsc_jobs_hedge(jobs, 31.0, &hs);
+    CHECK_EQ_INT(hs.sum.hedges, 8);
+    /* Finished: no longer holds it slow. */
+    a.flags = DSC_REPORT_FLAG_FINISHED;
+    dsc_jobs_report(jobs, &a, NULL, NULL, 40.0);
+    dsc_jobs_hedge(jobs, 41.0, &hs);
+    CHECK_EQ_INT(hs.slow_now, 0);
+    CHECK_EQ_INT(hs.sum.slow_marks, 3);
+    char *text = dsc_jobs_metrics_text(jobs, 41.0, 0);
+    REQUIRE(text != NULL);
+    CHECK(strstr(text, "\ndscache_straggler_slow_marks 3\n") != NULL);
+    CHECK(strstr(text, "\ndscache_straggler_hedges 8\n") != NULL);
+    CHECK(strstr(text, "\ndscache_straggler_loaders 2\n") != NULL);
+    free(text);
+    char *json = dsc_jobs_stat_add(jobs, strdup("{}"), 41.0, 1, 2);
+    REQUIRE(json != NULL);
+    cJSON *root = cJSON_Parse(json);
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(root, "server"), "stragglers");
+    CHECK(cJSON_IsObject(st));
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "hedge_bytes")) == 800);
+    const cJSON *j0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "jobs"), 0);
+    CHECK(strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j0, "job")), "bert") == 0);
+    CHECK(cJSON_GetObjectItemCaseSensitive(j0, "hedge") == NULL); /* reported none */
+    const cJSON *j1 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "jobs"), 1);
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+              cJSON_GetObjectItemCaseSensitive(j1, "hedge"), "hedges")) == 3);
+    cJSON_Delete(root);
+    free(json);
+    /* Rank 1 last reported at 20: expired at 81, its share gone. */
+    dsc_jobs_hedge(jobs, 81.0, &hs);
+    CHECK_EQ_INT(hs.loaders, 1);
+    CHECK_EQ_INT(hs.sum.hedges, 3);
+    dsc_jobs_destroy(jobs);
+}
+
 int main(void) {
+    test_hedge_sums();
     test_update_and_expiry();
     test_bounded();
     test_renderings();

@@ -179,7 +179,61 @@ static void test_answer(void) {
     CHECK_EQ_INT(dsc_report_resp_decode(buf, DSC_REPORT_RESP_SIZE, &d), DSC_EBADFRAME);
 }
 
+/* The straggler trailer (PROTOCOL.md): round trip, a cut trailer refused, bytes after a whole one
+ * ignored (a later version's), a body without it still decoded (an older loader), and stripped
+ * it is exactly the body without it (what goes to an older server). */
+static void test_hedge_trailer(void) {
+    dsc_report_req_t r = sample();
+    uint8_t plain[DSC_REPORT_MAX_BODY];
+    int base = dsc_report_req_encode(&r, plain, sizeof plain);
+    REQUIRE(base > 0);
+    r.has_hedge = 1;
+    r.hedge = (dsc_report_hedge_t){.flags = DSC_REPORT_HEDGE_SLOW,
+                                   .hedges = 12,
+                                   .hedges_won = 9,
+                                   .hedge_bytes = 1u << 20,
+                                   .wasted_bytes = 4096,
+                                   .slow_marks = 2,
+                                   .excused = 5};
+    uint8_t buf[DSC_REPORT_MAX_BODY + 8];
+    int n = dsc_report_req_encode(&r, buf, DSC_REPORT_MAX_BODY);
+    REQUIRE(n == base + DSC_REPORT_HEDGE_SIZE);
+    CHECK(n <= DSC_REPORT_MAX_BODY);
+    CHECK(memcmp(buf, plain, (size_t)base) == 0); /* appended: the rest is unchanged */
+    CHECK_EQ_INT(dsc_report_req_strip_hedge((size_t)n), base);
+    dsc_report_req_t d;
+    CHECK_EQ_INT(dsc_report_req_decode(buf, (size_t)n, &d), 0);
+    CHECK_EQ_INT(d.has_hedge, 1);
+    CHECK_EQ_INT(d.hedge.flags, DSC_REPORT_HEDGE_SLOW);
+    CHECK_EQ_INT(d.hedge.hedges, 12);
+    CHECK_EQ_INT(d.hedge.hedges_won, 9);
+    CHECK_EQ_INT(d.hedge.hedge_bytes, 1u << 20);
+    CHECK_EQ_INT(d.hedge.wasted_bytes, 4096);
+    CHECK_EQ_INT(d.hedge.slow_marks, 2);
+    CHECK_EQ_INT(d.hedge.excused, 5);
+    CHECK_EQ_INT(d.rank, 3);
+    CHECK(d.verdict.len == r.verdict.len);
+    /* Layout: u32 flags then six u64, little-endian, after the verdict. */
+    CHECK_EQ_INT(buf[base], DSC_REPORT_HEDGE_SLOW);
+    CHECK_EQ_INT(buf[base + 4], 12);
+    CHECK_EQ_INT(buf[base + 4 + 8 * 5], 5);
+    /* A cut trailer is refused; without it the body decodes, has_hedge 0. */
+    for (int cut = base + 1; cut < n; cut++)
+        CHECK_EQ_INT(dsc_report_req_decode(buf, (size_t)cut, &d), DSC_EBADFRAME);
+    CHECK_EQ_INT(dsc_report_req_decode(buf, (size_t)base, &d), 0);
+    CHECK_EQ_INT(d.has_hedge, 0);
+    CHECK_EQ_INT(d.hedge.hedges, 0);
+    /* Bytes after a whole trailer: a later version's fields, ignored. */
+    memset(buf + n, 0xEE, 8);
+    CHECK_EQ_INT(dsc_report_req_decode(buf, (size_t)n + 8, &d), 0);
+    CHECK_EQ_INT(d.hedge.slow_marks, 2);
+    /* The trailer's unknown flag bits are a later version's too. */
+    buf[base + 3] = 0x80;
+    CHECK_EQ_INT(dsc_report_req_decode(buf, (size_t)n, &d), 0);
+}
+
 int main(void) {
+    test_hedge_trailer();
     test_answer();
     test_round_trip();
     test_rejections();

@@ -21,6 +21,11 @@ def body(job, dataset, rank, world, stall_ppm, sps, bps, stage, verdict):
             struct.pack("<IIIQQB", rank, world, stall_ppm, sps, bps, stage) + s(verdict))
 
 
+def hedge(flags, hedges, won, hedge_bytes, wasted, marks, excused):
+    """The straggler trailer (PROTOCOL.md, REPORT straggler trailer)."""
+    return struct.pack("<IQQQQQQ", flags, hedges, won, hedge_bytes, wasted, marks, excused)
+
+
 def frame(opcode, data=b"", request_id=1, flags=0):
     return struct.pack("<IBBHIQI", MAGIC, 1, opcode, flags, 0, request_id, len(data)) + data
 
@@ -31,6 +36,10 @@ SEEDS = {
     "report_none": body("job@host:1234", "imagenet", 0, 1, 3000, 9000, 1 << 30, 1, ""),
     "report_server": body("resnet/run-2", "imagenet", 7, 8, 1000000, 0, 0, 3,
                           "server 10.0.0.3:7070 answers 4.0x slower than the others"),
+    "report_hedge": body("llama-7b", "c4-en", 1, 4, 20000, 8000, 1 << 28, 1, "") +
+    hedge(1, 40, 31, 5 << 20, 3 << 20, 2, 7),
+    "report_hedge_later": body("j", "d", 0, 1, 0, 0, 0, 0, "") + hedge(0, 1, 1, 4096, 0, 1, 0) +
+    b"\x01\x02\x03",
 }
 
 
