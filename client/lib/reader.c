@@ -30,10 +30,14 @@
  *     eviction of the last entry holding any of it (whole or ranged: the same measure, so a
  *     reader fetching ranges still sees whether whole chunks would now pay), averaged over the
  *     last ~RANGE_USE_WINDOW evictions.
- * Until a first eviction the reader fetches whole chunks: a chunk that stays cached costs
- * nothing more when its other samples come (a 1-rank random permutation within cache_bytes stays
- * at 1x the dataset per epoch; 4 ranks sharing a dataset, each with a cache smaller than it, see
- * a quarter of each chunk used and switch to ranges at the first eviction). */
+ * Until a first eviction the share is predicted as cache_bytes / the dataset's decoded bytes:
+ * under a random sampler a chunk stays cached while about that share of the dataset is asked
+ * for, so about that share of its samples is used (independently of how many ranks split the
+ * epoch; a request needing most of a chunk, as in sequential access, takes it whole anyway). A
+ * cache that holds the dataset fetches whole chunks, each once, and never evicts (a 1-rank
+ * random permutation stays at 1x the dataset per epoch, 4 ranks at 4x in the first epoch and 0
+ * after: each rank keeps its chunks); a cache of a quarter of the dataset or less fetches ranges
+ * from the first request (4 ranks: ~1x in all, every epoch). */
 #define RANGE_REQUEST_SHARE 0.5
 #define RANGE_USE_SHARE 0.8
 #define RANGE_USE_WINDOW 16
@@ -179,10 +183,17 @@ DSC_EXTERN int dsc_reader_create(const dsc_loader_options_t *options, dsc_reader
         dsc_reader_destroy(r);
         return rc;
     }
+    uint64_t dataset_raw = dsc__chunk_raw_estimate(l->cfg.manifest, r->samples);
+    r->use_share = dataset_raw > 0 ? (double)l->cfg.cache_bytes / (double)dataset_raw : 1.0;
+    r->use_share = r->use_share < 1.0 ? r->use_share : 1.0;
+    r->ranged_mode = r->use_share < RANGE_USE_SHARE;
     DSC_LOG(&l->cfg.log, DSC_LOG_INFO,
-            "reader: dataset %s (%llu samples), batches of up to %u, cache %llu bytes",
+            "reader: dataset %s (%llu samples), batches of up to %u, cache %llu bytes (%.0f%% of "
+            "the dataset: fetching %s)",
             l->cfg.dataset, (unsigned long long)r->samples, r->max_batch,
-            (unsigned long long)l->cfg.opt.cache_bytes);
+            (unsigned long long)l->cfg.opt.cache_bytes, 100.0 * r->use_share,
+            r->ranged_mode ? "sample ranges where a request needs less than half a chunk"
+                           : "whole chunks");
     *out = r;
     return 0;
 }
@@ -383,8 +394,10 @@ static dsc_chunk_ent_t *chunk_fetch(dsc_reader_t *r, const dsc_sample_loc_t *loc
         return NULL;
     }
     uint64_t *word = &r->fetched[loc->chunk / 64];
-    if (*word & (1ull << (loc->chunk % 64)))
-        l->stats.st.refetches++; /* dropped from the cache since this epoch first needed it */
+    /* Dropped from the cache since this epoch first needed it. Sample ranges are not counted:
+     * they bring only samples asked for now. */
+    if ((*word & (1ull << (loc->chunk % 64))) && n == 0)
+        l->stats.st.refetches++;
     *word |= 1ull << (loc->chunk % 64);
     dsc__peer_push(l, (uint32_t)peer, ent);
     dsc__chunk_insert(&l->chunks, ent);
