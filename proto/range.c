@@ -119,8 +119,7 @@ int dsc_range_req_decode(const uint8_t *body, size_t len, dsc_range_req_t *out) 
     uint64_t total = 0;
     for (uint32_t i = 0; i < req.count; i++) {
         dsc_range_item_t it;
-        if (!item_read(req.raw, req.raw_len, &pos, &it) || it.range_count == 0 ||
-            !spans_valid(&it))
+        if (!item_read(req.raw, req.raw_len, &pos, &it) || it.range_count == 0 || !spans_valid(&it))
             return DSC_EBADFRAME;
         total += it.range_count;
         if (total > DSC_RANGE_MAX_RANGES)

@@ -5,8 +5,8 @@
 #include "dispatch.h"
 #include "hint.h"
 #include "mget.h"
-#include "range.h"
 #include "peer.h"
+#include "range.h"
 #include "rdma.h"
 #include "report.h"
 #include "server_core.h"
@@ -736,8 +736,8 @@ static void handle_range(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, con
                      "RANGE entry %u (shard %u chunk %u): samples %u..%llu asked, the chunk holds "
                      "%llu (0..%llu)",
                      i, it.shard_id, it.chunk, last->first,
-                     (unsigned long long)last->first + last->count - 1,
-                     (unsigned long long)samples, (unsigned long long)samples - 1);
+                     (unsigned long long)last->first + last->count - 1, (unsigned long long)samples,
+                     (unsigned long long)samples - 1);
             mget_free(pm);
             answer_error(srv, reply, DSC_OP_RANGE, id, DSC_STATUS_BAD_REQUEST, msg);
             return;

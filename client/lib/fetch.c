@@ -271,8 +271,8 @@ static int take_request(dsc_io_t *io, dsc_source_req_t *req) {
     if (q->head == NULL)
         return 0;
     /* A ranged entry (the reader's choice) goes as the whole chunk where RANGE is not offered. */
-    int ranges = q->head->sel != NULL && peer->source->range_ok != NULL &&
-                 peer->source->range_ok(io->conn);
+    int ranges =
+        q->head->sel != NULL && peer->source->range_ok != NULL && peer->source->range_ok(io->conn);
     if (q->head->sel != NULL && !ranges)
         dsc__chunk_make_whole(&loader->chunks, loader->cfg.manifest, q->head);
     if (loader->fetch.inflight_used > 0 && loader->fetch.inflight_used + q->head->raw_len > budget)

@@ -65,10 +65,10 @@ struct dsc_reader {
     uint64_t tick;
     uint64_t *fetched; /* bit per chunk: fetched since the epoch was set (refetch count) */
     /* Sample ranges (RANGE_* above). Under the loader's lock. */
-    uint64_t *asked;     /* bit per sample: asked for since its chunk was last fetched */
-    double use_share;    /* average share of a chunk's samples used before eviction */
-    uint64_t use_seen;   /* evictions measured */
-    int ranged_mode;     /* 1: fetch sample ranges (logged when it changes) */
+    uint64_t *asked;   /* bit per sample: asked for since its chunk was last fetched */
+    double use_share;  /* average share of a chunk's samples used before eviction */
+    uint64_t use_seen; /* evictions measured */
+    int ranged_mode;   /* 1: fetch sample ranges (logged when it changes) */
     uint64_t ranged_fetches, whole_fetches;
     dsc_sample_loc_t *locs; /* max_batch: the request's samples, located */
     uint32_t *perm;         /* max_batch: request positions sorted by (chunk, sample) */

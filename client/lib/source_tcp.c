@@ -4,9 +4,9 @@
 #include "conn.h"
 #include "hint.h"
 #include "mget.h"
-#include "range.h"
 #include "multiget.h"
 #include "placement.h"
+#include "range.h"
 #include "source.h"
 #include "util.h"
 
@@ -164,9 +164,8 @@ static int range_submit(tcp_conn_t *c, const dsc_source_req_t *req, uint32_t fla
     uint32_t used = 0;
     for (uint32_t i = 0; i < req->count; i++) {
         const dsc_chunk_ent_t *ent = req->chunks[i];
-        items[i] = (dsc_range_item_t){.shard_id = ent->shard,
-                                      .chunk = ent->shard_chunk,
-                                      .spans = &spans[used]};
+        items[i] = (dsc_range_item_t){
+            .shard_id = ent->shard, .chunk = ent->shard_chunk, .spans = &spans[used]};
         for (uint32_t k = 0; k < ent->samples; k++) {
             if (k > 0 && ent->sel[k] == ent->sel[k - 1] + 1) {
                 spans[used - 1].count++;
@@ -301,8 +300,8 @@ static int mget_complete(tcp_conn_t *c, dsc_source_req_t *req, const dsc_frame_h
                 err == DSC_EUNAVAIL || err == DSC_ECORRUPT || err == DSC_ECHANGED ? DSC_LOG_WARN
                                                                                   : DSC_LOG_ERROR,
                 "server %s: %s %s shard %u chunk %u (%u of %u): %s", c->ep->addr,
-                req->ranged ? "RANGE" : "MGET", env->dataset,
-                ent->shard, ent->shard_chunk, i + 1, req->count, dsc_status_name((uint32_t)st));
+                req->ranged ? "RANGE" : "MGET", env->dataset, ent->shard, ent->shard_chunk, i + 1,
+                req->count, dsc_status_name((uint32_t)st));
         /* A damaged chunk's error wins over its run's UNAVAILABLE siblings (read through with
          * it): the request then goes where intact copies are (a replica, the fallback files). */
         if (failed == 0 || (failed == DSC_EUNAVAIL && err != DSC_EUNAVAIL))
@@ -362,12 +361,11 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
         }
     if (req != NULL)
         req->answer_at = answer_at;
-    uint32_t want = req == NULL     ? DSC_OP_GET
-                    : req->ranged   ? DSC_OP_RANGE
+    uint32_t want = req == NULL      ? DSC_OP_GET
+                    : req->ranged    ? DSC_OP_RANGE
                     : req->scattered ? DSC_OP_MGET
                                      : DSC_OP_GET;
-    if (req == NULL || h.opcode != want ||
-        !(h.flags & DSC_FLAG_RESPONSE)) {
+    if (req == NULL || h.opcode != want || !(h.flags & DSC_FLAG_RESPONSE)) {
         DSC_LOG(env->log, DSC_LOG_ERROR,
                 "server %s: response to no outstanding request "
                 "(id %llu, opcode %u)",
@@ -396,9 +394,9 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
         DSC_LOG(env->log,
                 rc == DSC_EUNAVAIL || rc == DSC_ECORRUPT || rc == DSC_ECHANGED ? DSC_LOG_WARN
                                                                                : DSC_LOG_ERROR,
-                "server %s: %s %s shard %u chunk %u (of %u): %s: %s", addr,
-                dsc_opcode_name(want), env->dataset, req->chunks[0]->shard,
-                req->chunks[0]->shard_chunk, req->count, dsc_status_name(h.status), msg);
+                "server %s: %s %s shard %u chunk %u (of %u): %s: %s", addr, dsc_opcode_name(want),
+                env->dataset, req->chunks[0]->shard, req->chunks[0]->shard_chunk, req->count,
+                dsc_status_name(h.status), msg);
         return rc;
     }
     if (req->scattered || req->ranged) /* one answer layout (proto/mget.h) */
