@@ -24,6 +24,9 @@
 
 _Static_assert(IO_MAX_OUTSTANDING >= 1, "at least one outstanding request");
 
+/* Decoded bytes of whole chunks one RANGE request may make the server decode (take_request). */
+#define RANGE_SERVER_BYTES (16u << 20)
+
 /* ---- Manifest ------------------------------------------------------------------------------ */
 
 int dsc__fetch_manifest(dsc_loader_t *loader) {
@@ -283,6 +286,10 @@ static int take_request(dsc_io_t *io, dsc_source_req_t *req) {
     req->scattered = 0;
     req->ranged = ranges;
     uint32_t spans = 0; /* ranged: sample ranges in the request (DSC_RANGE_MAX_RANGES at most) */
+    /* ranged: the whole chunks' decoded bytes, which the server decodes to answer (at most
+     * RANGE_SERVER_BYTES a request, so that one RANGE does not hold its event loop long and
+     * several go pipelined) */
+    uint64_t decoded = 0;
     uint32_t scatter = dsc__fetch_scatters(loader) && peer->source->scatter_max != NULL
                            ? peer->source->scatter_max(io->conn)
                            : 0;
@@ -299,6 +306,8 @@ static int take_request(dsc_io_t *io, dsc_source_req_t *req) {
         bytes += ent->raw_min && !ranges ? dsc__chunk_raw_bound(m, ent->shard) : ent->raw_len;
         req->chunks[req->count++] = ent;
         spans += ent->sel_spans;
+        if (ranges)
+            decoded += dsc__chunk_raw_estimate(m, ent->whole_samples);
         dsc_chunk_ent_t *next = q->head;
         if (next != NULL && (next->sel != NULL) != ranges)
             break; /* ranged entries go together, apart from whole chunks */
@@ -306,6 +315,7 @@ static int take_request(dsc_io_t *io, dsc_source_req_t *req) {
             if (next == NULL || req->count >= DSC_SOURCE_MAX_CHUNKS ||
                 spans + next->sel_spans > DSC_RANGE_MAX_RANGES ||
                 bytes + next->raw_len > DSC_SOURCE_MERGE_MAX_BYTES ||
+                decoded + dsc__chunk_raw_estimate(m, next->whole_samples) > RANGE_SERVER_BYTES ||
                 loader->fetch.inflight_used + next->raw_len > budget ||
                 peer->inflight_bytes + next->raw_len > peer_budget)
                 break;
