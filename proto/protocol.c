@@ -138,6 +138,7 @@ int dsc_opcode_known(uint32_t opcode) {
     case DSC_OP_REPORT:
     case DSC_OP_HINT:
     case DSC_OP_MGET:
+    case DSC_OP_RANGE:
     case DSC_OP_PEER_READ:
     case DSC_OP_WARM:
     case DSC_OP_EVICT:
@@ -174,6 +175,8 @@ const char *dsc_opcode_name(uint32_t opcode) {
         return "HINT";
     case DSC_OP_MGET:
         return "MGET";
+    case DSC_OP_RANGE:
+        return "RANGE";
     case DSC_OP_PEER_READ:
         return "PEER_READ";
     case DSC_OP_WARM:

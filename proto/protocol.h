@@ -35,6 +35,7 @@ typedef enum {
     DSC_OP_REPORT = 9,        /* a loader's job, stall and rate (proto/report.h) */
     DSC_OP_HINT = 10,         /* chunk ranges a loader will ask for next (proto/hint.h) */
     DSC_OP_MGET = 11,         /* chunks of several shards in one answer (proto/mget.h) */
+    DSC_OP_RANGE = 12,        /* sample ranges of chunks in one answer (proto/range.h) */
     DSC_OP_PEER_READ = 14,    /* a resident shard's file bytes, for a warming peer (peer.h) */
     DSC_OP_WARM = 16,         /* admin */
     DSC_OP_EVICT = 17,        /* admin */
@@ -115,6 +116,9 @@ typedef struct dsc_str {
 /* HELLO feature bit 6: the server accepts REPORT's straggler trailer (proto/report.h); a loader
  * appends it only on a connection granted this bit (an older server refuses trailing bytes). */
 #define DSC_FEATURE_REPORT_HEDGE 0x00000040u
+/* HELLO feature bit 5: the server answers RANGE (proto/range.h): only the named samples of each
+ * chunk, as a sub-chunk it checksums itself (PROTOCOL.md, RANGE). */
+#define DSC_FEATURE_RANGE 0x00000020u
 typedef struct dsc_hello_req {
     uint16_t min_version, max_version;
     uint32_t features;

@@ -6,6 +6,7 @@
 #include "hint.h"
 #include "mget.h"
 #include "peer.h"
+#include "range.h"
 #include "rdma.h"
 #include "report.h"
 #include "server_core.h"
@@ -402,6 +403,12 @@ struct pending_mget {
     dsc_reply_t *reply;
     dsc_dataset_t *ds;
     uint64_t request_id;
+    uint8_t opcode; /* DSC_OP_MGET, or DSC_OP_RANGE: answers are sub-chunks of spans */
+    /* RANGE only: per entry its spans (copied: the request body is gone by the answer) and the
+     * sub-chunk answered for it (stored bytes, malloc'd; its entry in entries). */
+    dsc_range_item_t *ritems;
+    dsc_sample_span_t *spans;
+    uint8_t **sub;
     uint64_t reserve; /* counted against the connection's bounds while runs wait */
     uint32_t count, run_count, waiting;
     dsc_mget_item_t *items;     /* count, in request order */
@@ -415,6 +422,12 @@ static void mget_free(pending_mget_t *pm) {
     for (uint32_t r = 0; r < pm->run_count; r++)
         if (pm->runs[r].held)
             dsc_hold_release(pm->srv->cat, &pm->runs[r].hold);
+    if (pm->sub != NULL)
+        for (uint32_t i = 0; i < pm->count; i++)
+            free(pm->sub[i]);
+    free(pm->sub);
+    free(pm->ritems);
+    free(pm->spans);
     free(pm->items);
     free(pm->entry_run);
     free(pm->status);
@@ -440,10 +453,75 @@ static void mget_fill(void *arg, uint8_t *body) {
     for (uint32_t i = 0; i < pm->count; i++) {
         if (pm->status[i] != DSC_STATUS_OK)
             continue;
-        const dsc_hold_t *hold = &pm->runs[pm->entry_run[i]].hold;
-        memcpy(p, hold->data + pm->entries[i].offset, pm->entries[i].stored_len);
+        const uint8_t *src = pm->sub != NULL
+                                 ? pm->sub[i]
+                                 : pm->runs[pm->entry_run[i]].hold.data + pm->entries[i].offset;
+        memcpy(p, src, pm->entries[i].stored_len);
         p += pm->entries[i].stored_len;
     }
+}
+
+/* RANGE: entry i's sub-chunk from the held chunk (pm->entries[i], its index entry). The stored
+ * bytes are checked against the writer's checksums and decoded (dsc_chunk_decode), the spans'
+ * samples copied out as a decoded chunk of their own (dsc_range_extract), compressed again when
+ * the chunk was (lz4, kept when it shrinks), and entries[i] becomes the sub-chunk's entry, with
+ * checksums computed here: the client verifies the transfer against them. Returns the entry's
+ * status: OK, CORRUPT (the stored chunk fails its checksums or its layout), BAD_REQUEST (a span
+ * past the chunk: checked against the manifest before, so only a chunk whose index disagrees
+ * with it), BUSY (out of memory). Runs on the connection's thread: O(the chunk's bytes). */
+static uint32_t range_sub_chunk(pending_mget_t *pm, uint32_t i, const dsc_hold_t *hold) {
+    const dsc_chunk_entry_t whole = pm->entries[i];
+    const dsc_schema_t *schema = &dsc_dataset_manifest(pm->ds)->schema;
+    uint8_t *raw = malloc(whole.raw_len ? whole.raw_len : 1);
+    if (raw == NULL)
+        return DSC_STATUS_BUSY;
+    uint32_t status = DSC_STATUS_CORRUPT;
+    uint8_t *sub = NULL, *enc = NULL;
+    dsc_chunk_layout_t layout;
+    int rc = dsc_chunk_decode(&whole, hold->data + whole.offset, raw, whole.raw_len);
+    if (rc < 0 || whole.sample_count == 0 ||
+        dsc_chunk_layout(schema, whole.sample_count, raw, whole.raw_len, &layout) < 0)
+        goto out;
+    int64_t size = dsc_range_extract(schema, &layout, &pm->ritems[i], NULL, 0);
+    if (size < 0) {
+        status = size == DSC_ERANGE ? DSC_STATUS_BAD_REQUEST : DSC_STATUS_TOO_LARGE;
+        goto out;
+    }
+    status = DSC_STATUS_BUSY;
+    sub = malloc(size ? (size_t)size : 1);
+    if (sub == NULL)
+        goto out;
+    dsc_range_extract(schema, &layout, &pm->ritems[i], sub, (size_t)size);
+    dsc_chunk_entry_t e = whole;
+    const void *stored = NULL;
+    if (whole.codec == DSC_CODEC_LZ4) {
+        enc = malloc(dsc_chunk_encode_bound((size_t)size));
+        if (enc == NULL)
+            goto out;
+        rc = dsc_chunk_encode(DSC_CODEC_LZ4, 0, sub, (size_t)size, enc,
+                              dsc_chunk_encode_bound((size_t)size), &e, &stored);
+    } else {
+        rc = dsc_chunk_encode(DSC_CODEC_RAW, 0, sub, (size_t)size, NULL, 0, &e, &stored);
+    }
+    if (rc < 0)
+        goto out;
+    e.offset = 0;
+    e.first_sample = whole.first_sample;
+    e.sample_count = (uint32_t)dsc_range_item_samples(&pm->ritems[i]);
+    if (stored == enc) { /* compressed: keep that, drop the decoded copy */
+        free(sub);
+        sub = enc;
+        enc = NULL;
+    }
+    pm->sub[i] = sub;
+    sub = NULL;
+    pm->entries[i] = e;
+    status = mget_entry_ok(&e) ? DSC_STATUS_OK : DSC_STATUS_INTERNAL;
+out:
+    free(enc);
+    free(sub);
+    free(raw);
+    return status;
 }
 
 /* Every run is in: each entry's status, then the answer (or TOO_LARGE over the frame bound, as
@@ -483,17 +561,22 @@ static void mget_finish(pending_mget_t *pm) {
             continue;
         }
         pm->status[i] = DSC_STATUS_OK;
-        data_len += pm->entries[i].stored_len;
+        if (pm->opcode == DSC_OP_RANGE)
+            pm->status[i] = range_sub_chunk(pm, i, &run->hold);
+        if (pm->status[i] == DSC_STATUS_OK)
+            data_len += pm->entries[i].stored_len;
     }
     uint64_t body_len = DSC_MGET_RESP_PREFIX(pm->count) + data_len;
     if (body_len > DSC_FRAME_MAX_BODY) {
-        answer_error(srv, reply, DSC_OP_MGET, pm->request_id, DSC_STATUS_TOO_LARGE,
-                     "MGET response over the frame limit: ask for fewer chunks");
-    } else if (reply->ops->frame_fill(reply, DSC_OP_MGET, pm->request_id, (size_t)body_len,
+        answer_error(srv, reply, pm->opcode, pm->request_id, DSC_STATUS_TOO_LARGE,
+                     pm->opcode == DSC_OP_RANGE
+                         ? "RANGE response over the frame limit: ask for fewer samples"
+                         : "MGET response over the frame limit: ask for fewer chunks");
+    } else if (reply->ops->frame_fill(reply, pm->opcode, pm->request_id, (size_t)body_len,
                                       mget_fill, pm) < 0) {
-        answer_error(srv, reply, DSC_OP_MGET, pm->request_id, DSC_STATUS_INTERNAL, "out of memory");
+        answer_error(srv, reply, pm->opcode, pm->request_id, DSC_STATUS_INTERNAL, "out of memory");
     } else {
-        dsc__server_count_request(srv, DSC_OP_MGET, DSC_STATUS_OK);
+        dsc__server_count_request(srv, pm->opcode, DSC_STATUS_OK);
         dsc_dataset_count_served(pm->ds, data_len);
     }
     mget_free(pm);
@@ -533,6 +616,58 @@ static int mget_key_cmp(const void *a, const void *b) {
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
+/* The request as MGET and RANGE share it: dataset, version and the chunks named. */
+typedef struct mget_head {
+    uint8_t opcode;
+    dsc_str_t dataset;
+    uint32_t flags, count;
+    uint64_t version;
+} mget_head_t;
+
+/* Checks the dataset (credential, version) and allocates the pending request. Returns it, or
+ * NULL after answering the error. */
+static pending_mget_t *mget_begin(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id,
+                                  const mget_head_t *req, shard_ref_t *ref) {
+    if (shard_find(srv, reply, req->dataset, DSC_SHARD_ALL, 1, ref) < 0) {
+        answer_error(srv, reply, req->opcode, id, ref->status, ref->message);
+        return NULL;
+    }
+    const dsc_manifest_t *m = dsc_dataset_manifest(ref->ds);
+    if ((req->flags & DSC_GET_FLAG_VERSION) && req->version != dsc_dataset_version_of(ref->ds)) {
+        snprintf(ref->changed, sizeof ref->changed,
+                 "dataset %s changed: the request names version %016llx, this server now "
+                 "serves version %016llx; read the manifest again and start over",
+                 m->name, (unsigned long long)req->version,
+                 (unsigned long long)dsc_dataset_version_of(ref->ds));
+        answer_error(srv, reply, req->opcode, id, DSC_STATUS_CHANGED, ref->changed);
+        return NULL;
+    }
+    uint32_t n = req->count;
+    pending_mget_t *pm = calloc(1, sizeof *pm);
+    if (pm != NULL) {
+        pm->items = malloc(n * sizeof *pm->items);
+        pm->entry_run = malloc(n * sizeof *pm->entry_run);
+        pm->status = calloc(n, sizeof *pm->status);
+        pm->entries = calloc(n, sizeof *pm->entries);
+    }
+    if (pm == NULL || pm->items == NULL || pm->entry_run == NULL || pm->status == NULL ||
+        pm->entries == NULL) {
+        if (pm != NULL)
+            mget_free(pm);
+        answer_error(srv, reply, req->opcode, id, DSC_STATUS_INTERNAL, "out of memory");
+        return NULL;
+    }
+    pm->srv = srv;
+    pm->reply = reply;
+    pm->ds = ref->ds;
+    pm->request_id = id;
+    pm->count = n;
+    pm->opcode = req->opcode;
+    return pm;
+}
+
+static void mget_acquire(pending_mget_t *pm);
+
 static void handle_mget(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
                         size_t len) {
     dsc_mget_req_t req;
@@ -540,50 +675,99 @@ static void handle_mget(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, cons
         answer_error(srv, reply, DSC_OP_MGET, id, DSC_STATUS_BAD_REQUEST, "malformed MGET body");
         return;
     }
+    mget_head_t head = {DSC_OP_MGET, req.dataset, req.flags, req.count, req.version};
     shard_ref_t ref;
-    if (shard_find(srv, reply, req.dataset, DSC_SHARD_ALL, 1, &ref) < 0) {
-        answer_error(srv, reply, DSC_OP_MGET, id, ref.status, ref.message);
+    pending_mget_t *pm = mget_begin(srv, reply, id, &head, &ref);
+    if (pm == NULL)
+        return;
+    for (uint32_t i = 0; i < req.count; i++)
+        dsc_mget_item_at(&req, i, &pm->items[i]);
+    mget_acquire(pm);
+}
+
+/* RANGE: as MGET, each entry's answer the sub-chunk of its spans. Spans past a chunk's samples
+ * (by the manifest) refuse the whole request, naming the entry. */
+static void handle_range(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
+                         size_t len) {
+    dsc_range_req_t req;
+    if (dsc_range_req_decode(body, len, &req) < 0) {
+        answer_error(srv, reply, DSC_OP_RANGE, id, DSC_STATUS_BAD_REQUEST,
+                     "malformed RANGE body (proto/PROTOCOL.md, RANGE: 1 to 1024 chunks, 1 to 4096 "
+                     "sample ranges in all, each chunk's ranges non-empty, increasing, apart)");
         return;
     }
+    mget_head_t head = {DSC_OP_RANGE, req.dataset, req.flags, req.count, req.version};
+    shard_ref_t ref;
+    pending_mget_t *pm = mget_begin(srv, reply, id, &head, &ref);
+    if (pm == NULL)
+        return;
     const dsc_manifest_t *m = dsc_dataset_manifest(ref.ds);
-    if ((req.flags & DSC_GET_FLAG_VERSION) && req.version != dsc_dataset_version_of(ref.ds)) {
-        snprintf(ref.changed, sizeof ref.changed,
-                 "dataset %s changed: the request names version %016llx, this server now "
-                 "serves version %016llx; read the manifest again and start over",
-                 m->name, (unsigned long long)req.version,
-                 (unsigned long long)dsc_dataset_version_of(ref.ds));
-        answer_error(srv, reply, DSC_OP_MGET, id, DSC_STATUS_CHANGED, ref.changed);
+    pm->ritems = calloc(req.count, sizeof *pm->ritems);
+    pm->spans = malloc(req.ranges * sizeof *pm->spans);
+    pm->sub = calloc(req.count, sizeof *pm->sub);
+    if (pm->ritems == NULL || pm->spans == NULL || pm->sub == NULL) {
+        mget_free(pm);
+        answer_error(srv, reply, DSC_OP_RANGE, id, DSC_STATUS_INTERNAL, "out of memory");
         return;
     }
-    uint32_t n = req.count;
-    pending_mget_t *pm = calloc(1, sizeof *pm);
-    mget_key_t *keys = malloc(n * sizeof *keys);
-    if (pm != NULL) {
-        pm->items = malloc(n * sizeof *pm->items);
-        pm->entry_run = malloc(n * sizeof *pm->entry_run);
-        pm->status = calloc(n, sizeof *pm->status);
-        pm->entries = calloc(n, sizeof *pm->entries);
-    }
-    if (pm == NULL || keys == NULL || pm->items == NULL || pm->entry_run == NULL ||
-        pm->status == NULL || pm->entries == NULL) {
-        free(keys);
-        if (pm != NULL)
+    size_t pos = 0;
+    uint32_t used = 0;
+    for (uint32_t i = 0; i < req.count; i++) {
+        dsc_range_item_t it;
+        dsc_range_item_next(&req, &pos, &it); /* cannot fail: the decoder walked them */
+        pm->items[i] = (dsc_mget_item_t){it.shard_id, it.chunk};
+        for (uint32_t k = 0; k < it.range_count; k++)
+            dsc_range_span_at(&it, k, &pm->spans[used + k]);
+        pm->ritems[i] = (dsc_range_item_t){.shard_id = it.shard_id,
+                                           .chunk = it.chunk,
+                                           .range_count = it.range_count,
+                                           .spans = &pm->spans[used]};
+        used += it.range_count;
+        if (it.shard_id >= m->shard_count || it.chunk >= m->shards[it.shard_id].chunks)
+            continue; /* that entry's NOT_FOUND / BAD_REQUEST, as in MGET */
+        const dsc_manifest_shard_t *meta = &m->shards[it.shard_id];
+        uint64_t first = (uint64_t)it.chunk * meta->chunk_samples;
+        uint64_t samples = meta->samples - first < meta->chunk_samples ? meta->samples - first
+                                                                       : meta->chunk_samples;
+        const dsc_sample_span_t *last = &pm->spans[used - 1];
+        if ((uint64_t)last->first + last->count > samples) {
+            char msg[256];
+            snprintf(msg, sizeof msg,
+                     "RANGE entry %u (shard %u chunk %u): samples %u..%llu asked, the chunk holds "
+                     "%llu (0..%llu)",
+                     i, it.shard_id, it.chunk, last->first,
+                     (unsigned long long)last->first + last->count - 1, (unsigned long long)samples,
+                     (unsigned long long)samples - 1);
             mget_free(pm);
-        answer_error(srv, reply, DSC_OP_MGET, id, DSC_STATUS_INTERNAL, "out of memory");
+            answer_error(srv, reply, DSC_OP_RANGE, id, DSC_STATUS_BAD_REQUEST, msg);
+            return;
+        }
+    }
+    mget_acquire(pm);
+}
+
+/* Groups a pending MGET / RANGE's entries into runs and acquires them; answers at once when
+ * every run is a hit. */
+static void mget_acquire(pending_mget_t *pm) {
+    dsc_server_t *srv = pm->srv;
+    dsc_reply_t *reply = pm->reply;
+    uint64_t id = pm->request_id;
+    uint32_t n = pm->count;
+    const dsc_manifest_t *m = dsc_dataset_manifest(pm->ds);
+    dsc_dataset_t *ds = pm->ds;
+    uint8_t opcode = pm->opcode;
+    mget_key_t *keys = malloc(n * sizeof *keys);
+    if (keys == NULL) {
+        mget_free(pm);
+        answer_error(srv, reply, opcode, id, DSC_STATUS_INTERNAL, "out of memory");
         return;
     }
-    pm->srv = srv;
-    pm->reply = reply;
-    pm->ds = ref.ds;
-    pm->request_id = id;
-    pm->count = n;
     /* Entries the dataset does not have are answered alone; the others sorted into runs. */
     uint32_t valid = 0;
     for (uint32_t i = 0; i < n; i++) {
-        dsc_mget_item_at(&req, i, &pm->items[i]);
         const dsc_mget_item_t *it = &pm->items[i];
         pm->entry_run[i] = MGET_NO_RUN;
-        if (it->shard_id >= m->shard_count || dsc_dataset_shard_slot(ref.ds, it->shard_id) == NULL)
+        if (it->shard_id >= m->shard_count || dsc_dataset_shard_slot(ds, it->shard_id) == NULL)
             pm->status[i] = DSC_STATUS_NOT_FOUND;
         else if (it->chunk >= m->shards[it->shard_id].chunks)
             pm->status[i] = DSC_STATUS_BAD_REQUEST;
@@ -600,7 +784,7 @@ static void handle_mget(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, cons
     if (runs && pm->runs == NULL) {
         free(keys);
         mget_free(pm);
-        answer_error(srv, reply, DSC_OP_MGET, id, DSC_STATUS_INTERNAL, "out of memory");
+        answer_error(srv, reply, opcode, id, DSC_STATUS_INTERNAL, "out of memory");
         return;
     }
     pm->run_count = runs;
@@ -633,7 +817,7 @@ static void handle_mget(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, cons
         memcpy(ru->waiter.job, reply->job, sizeof ru->waiter.job);
         ru->waiter.job[sizeof ru->waiter.job - 1] = '\0';
         ru->waiter.conn = (uintptr_t)reply;
-        int rc = dsc_catalog_acquire(srv->cat, dsc_dataset_shard_slot(ref.ds, ru->shard_id),
+        int rc = dsc_catalog_acquire(srv->cat, dsc_dataset_shard_slot(ds, ru->shard_id),
                                      &ru->waiter, &ru->hold);
         if (rc == 1) {
             ru->held = 1;
@@ -729,6 +913,8 @@ static void handle_hello(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, con
         resp.features |= DSC_FEATURE_MGET;
     if (req.features & DSC_FEATURE_REPORT_HEDGE)
         resp.features |= DSC_FEATURE_REPORT_HEDGE;
+    if (req.features & DSC_FEATURE_RANGE)
+        resp.features |= DSC_FEATURE_RANGE;
     reply->hint_share = 0;
     if ((req.features & DSC_FEATURE_HINT_SHARE) && dsc_catalog_staging_on(srv->cat)) {
         resp.features |= DSC_FEATURE_HINT_SHARE;
@@ -1012,6 +1198,9 @@ void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_
         break;
     case DSC_OP_MGET:
         handle_mget(srv, reply, h->request_id, body, h->body_len);
+        break;
+    case DSC_OP_RANGE:
+        handle_range(srv, reply, h->request_id, body, h->body_len);
         break;
     case DSC_OP_PEER_READ:
         handle_peer_read(srv, reply, h->request_id, body, h->body_len);

@@ -161,7 +161,20 @@ void dsc__chunk_free(dsc_bufpool_t *pool, dsc_chunk_ent_t *ent) {
     if (ent->raw_cap)
         dsc__bufpool_put(pool, ent->raw, ent->raw_cap);
     free(ent->layout);
+    free(ent->sel);
     free(ent);
+}
+
+void dsc__chunk_make_whole(dsc_chunk_table_t *t, const dsc_manifest_t *m, dsc_chunk_ent_t *ent) {
+    if (ent->sel == NULL)
+        return;
+    free(ent->sel);
+    ent->sel = NULL;
+    ent->sel_spans = 0;
+    ent->samples = ent->whole_samples;
+    if (ent->raw_min)
+        ent->raw_min = dsc_schema_chunk_min(&m->schema, ent->samples);
+    dsc__chunk_resize(t, ent, dsc__chunk_raw_estimate(m, ent->samples));
 }
 
 void dsc__chunk_table_reset(dsc_chunk_table_t *t, dsc_bufpool_t *pool, uint64_t *inflight_used) {

@@ -64,6 +64,14 @@ typedef struct dsc_chunk_ent {
      * later need. */
     int idle;
     struct dsc_chunk_ent *idle_prev, *idle_next;
+    /* Sample ranges (reader.c; RANGE, proto/range.h): the increasing in-chunk indices of the
+     * samples this entry holds (samples of them, in sel_spans runs), or NULL: the whole chunk.
+     * whole_samples: the chunk's own sample count either way. fetch.c turns a ranged entry back
+     * into a whole one (dsc__chunk_make_whole) for a server without RANGE. */
+    uint32_t *sel;
+    uint32_t sel_spans;
+    uint32_t whole_samples;
+    uint64_t first_index; /* reader.c: dataset index of the chunk's first sample */
 } dsc_chunk_ent_t;
 
 typedef struct dsc_chunk_queue {
@@ -129,6 +137,9 @@ void dsc__chunk_idle_remove(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent);
 void dsc__chunk_idle_trim(dsc_chunk_table_t *t, dsc_bufpool_t *pool, uint64_t limit);
 /* Sets the entry's raw_len (its exact size, once known), keeping held_bytes true. */
 void dsc__chunk_resize(dsc_chunk_table_t *t, dsc_chunk_ent_t *ent, uint64_t raw_len);
+/* A ranged entry (sel) not yet sent becomes the whole chunk: sel freed, samples, raw_len and
+ * raw_min those of whole_samples (held_bytes kept true). */
+void dsc__chunk_make_whole(dsc_chunk_table_t *t, const dsc_manifest_t *m, dsc_chunk_ent_t *ent);
 /* Gives the entry's buffers back to the pool and frees it. NULL is a no-op. */
 void dsc__chunk_free(dsc_bufpool_t *pool, dsc_chunk_ent_t *ent);
 /* Empties the table for a restart: entries a thread holds (in flight or decoding) are marked

@@ -360,7 +360,8 @@ static int hello(dsc_conn_t *conn, uint64_t members_hash, const dsc_credential_t
                                        DSC_FEATURE_DATASET_VERSION | /* versions checked */
                                        DSC_FEATURE_MGET |            /* MGET answered */
                                        DSC_FEATURE_HINT_SHARE |      /* read-ahead trimmed */
-                                       DSC_FEATURE_REPORT_HEDGE,     /* REPORT straggler trailer */
+                                       DSC_FEATURE_REPORT_HEDGE |    /* REPORT straggler trailer */
+                                       DSC_FEATURE_RANGE,            /* sample ranges answered */
                            .members_hash = members_hash,
                            .client_name = {"libdscache", 10}};
     uint8_t client_nonce[DSC_AUTH_NONCE_SIZE];

@@ -7,6 +7,7 @@
 #include "diag.h"
 #include "hedge.h"
 #include "hint.h"
+#include "range.h"
 #include "report.h"
 #include "route.h"
 #include "scheduler.h"
@@ -22,6 +23,9 @@
 #define BACKOFF_MAX_S 10.0
 
 _Static_assert(IO_MAX_OUTSTANDING >= 1, "at least one outstanding request");
+
+/* Decoded bytes of whole chunks one RANGE request may make the server decode (take_request). */
+#define RANGE_SERVER_BYTES (16u << 20)
 
 /* ---- Manifest ------------------------------------------------------------------------------ */
 
@@ -269,12 +273,23 @@ static int take_request(dsc_io_t *io, dsc_source_req_t *req) {
         peer->source->peer_bounded ? dsc__peer_inflight_limit(loader) : UINT64_MAX;
     if (q->head == NULL)
         return 0;
+    /* A ranged entry (the reader's choice) goes as the whole chunk where RANGE is not offered. */
+    int ranges =
+        q->head->sel != NULL && peer->source->range_ok != NULL && peer->source->range_ok(io->conn);
+    if (q->head->sel != NULL && !ranges)
+        dsc__chunk_make_whole(&loader->chunks, loader->cfg.manifest, q->head);
     if (loader->fetch.inflight_used > 0 && loader->fetch.inflight_used + q->head->raw_len > budget)
         return 0;
     if (peer->inflight_bytes > 0 && peer->inflight_bytes + q->head->raw_len > peer_budget)
         return 0;
     req->count = 0;
     req->scattered = 0;
+    req->ranged = ranges;
+    uint32_t spans = 0; /* ranged: sample ranges in the request (DSC_RANGE_MAX_RANGES at most) */
+    /* ranged: the whole chunks' decoded bytes, which the server decodes to answer (at most
+     * RANGE_SERVER_BYTES a request, so that one RANGE does not hold its event loop long and
+     * several go pipelined) */
+    uint64_t decoded = 0;
     uint32_t scatter = dsc__fetch_scatters(loader) && peer->source->scatter_max != NULL
                            ? peer->source->scatter_max(io->conn)
                            : 0;
@@ -288,9 +303,24 @@ static int take_request(dsc_io_t *io, dsc_source_req_t *req) {
         ent->charged = ent->raw_len;
         loader->fetch.inflight_used += ent->charged;
         peer->inflight_bytes += ent->charged;
-        bytes += ent->raw_min ? dsc__chunk_raw_bound(m, ent->shard) : ent->raw_len;
+        bytes += ent->raw_min && !ranges ? dsc__chunk_raw_bound(m, ent->shard) : ent->raw_len;
         req->chunks[req->count++] = ent;
+        spans += ent->sel_spans;
+        if (ranges)
+            decoded += dsc__chunk_raw_estimate(m, ent->whole_samples);
         dsc_chunk_ent_t *next = q->head;
+        if (next != NULL && (next->sel != NULL) != ranges)
+            break; /* ranged entries go together, apart from whole chunks */
+        if (ranges) {
+            if (next == NULL || req->count >= DSC_SOURCE_MAX_CHUNKS ||
+                spans + next->sel_spans > DSC_RANGE_MAX_RANGES ||
+                bytes + next->raw_len > DSC_SOURCE_MERGE_MAX_BYTES ||
+                decoded + dsc__chunk_raw_estimate(m, next->whole_samples) > RANGE_SERVER_BYTES ||
+                loader->fetch.inflight_used + next->raw_len > budget ||
+                peer->inflight_bytes + next->raw_len > peer_budget)
+                break;
+            continue;
+        }
         if (next == NULL || ent->hz || next->hz ||
             bytes + (next->raw_min ? dsc__chunk_raw_bound(m, next->shard) : next->raw_len) >
                 DSC_SOURCE_MERGE_MAX_BYTES ||

@@ -197,8 +197,8 @@ static void abandon_outstanding(dsc_loader_t *loader, uint32_t p) {
             uint32_t want = DSC_REQ_SENT;
             if (!__atomic_compare_exchange_n(&req->claim, &want, DSC_REQ_ABANDONED, 0,
                                              __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-                continue; /* its answer is arriving: it wins */
-            dsc_chunk_ent_t *ents[DSC_SOURCE_MAX_MERGE];
+                continue;                                 /* its answer is arriving: it wins */
+            dsc_chunk_ent_t *ents[DSC_SOURCE_MAX_CHUNKS]; /* scattered and ranged: up to 64 */
             uint32_t n = 0;
             for (uint32_t c = 0; c < req->count; c++) {
                 dsc_chunk_ent_t *ent = req->chunks[c];

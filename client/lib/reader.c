@@ -20,6 +20,28 @@
 /* Owner value of a slot a request is collating into (anything but SLOT_FREE). */
 #define READER_SLOT_OWNER (UINT64_MAX - 1)
 
+/* Whole chunk or sample ranges (RANGE, proto/range.h), chosen per chunk as it is fetched:
+ *   - a request that needs at least RANGE_REQUEST_SHARE of a chunk's samples takes it whole (a
+ *     sequential sampler's batches, the loader's own kind of access);
+ *   - otherwise ranges once the chunks this reader fetched were found to be used below
+ *     RANGE_USE_SHARE before leaving its cache: a whole chunk then brings more than 1 / 0.8 =
+ *     1.25x the bytes its samples need, the bytes of samples never asked for before eviction.
+ *     "Used" is the share of a chunk's samples asked for between its first fetch and the
+ *     eviction of the last entry holding any of it (whole or ranged: the same measure, so a
+ *     reader fetching ranges still sees whether whole chunks would now pay), averaged over the
+ *     last ~RANGE_USE_WINDOW evictions.
+ * Until a first eviction the share is predicted as cache_bytes / the dataset's decoded bytes:
+ * under a random sampler a chunk stays cached while about that share of the dataset is asked
+ * for, so about that share of its samples is used (independently of how many ranks split the
+ * epoch; a request needing most of a chunk, as in sequential access, takes it whole anyway). A
+ * cache that holds the dataset fetches whole chunks, each once, and never evicts (a 1-rank
+ * random permutation stays at 1x the dataset per epoch, 4 ranks at 4x in the first epoch and 0
+ * after: each rank keeps its chunks); a cache of a quarter of the dataset or less fetches ranges
+ * from the first request (4 ranks: ~1x in all, every epoch). */
+#define RANGE_REQUEST_SHARE 0.5
+#define RANGE_USE_SHARE 0.8
+#define RANGE_USE_WINDOW 16
+
 /* The calling thread's last dsc_reader_create failure, in words. */
 static _Thread_local char create_error[1024];
 
@@ -42,6 +64,15 @@ struct dsc_reader {
     uint32_t lru_count, lru_cap;
     uint64_t tick;
     uint64_t *fetched; /* bit per chunk: fetched since the epoch was set (refetch count) */
+    /* Sample ranges (RANGE_* above). Under the loader's lock. */
+    uint64_t *asked;   /* bit per sample: asked for since its chunk was last fetched */
+    double use_share;  /* average share of a chunk's samples used before eviction */
+    uint64_t use_seen; /* evictions measured */
+    int ranged_mode;   /* 1: fetch sample ranges (logged when it changes) */
+    uint64_t ranged_fetches, whole_fetches;
+    dsc_sample_loc_t *locs; /* max_batch: the request's samples, located */
+    uint32_t *perm;         /* max_batch: request positions sorted by (chunk, sample) */
+    uint32_t *need;         /* max_batch: one chunk's distinct samples a request needs */
     /* Why the last failing call failed (dsc_reader_last_error). Under call_lock. */
     char err_text[1024];
 };
@@ -137,8 +168,13 @@ DSC_EXTERN int dsc_reader_create(const dsc_loader_options_t *options, dsc_reader
         r->step.ids = calloc(r->max_batch, sizeof(uint64_t));
         r->step.src = calloc(r->max_batch, sizeof(dsc_chunk_ent_t *));
         r->step.in_chunk = calloc(r->max_batch, sizeof(uint32_t));
+        r->asked = calloc(r->samples / 64 + 1, sizeof(uint64_t));
+        r->locs = calloc(r->max_batch, sizeof *r->locs);
+        r->perm = calloc(r->max_batch, sizeof *r->perm);
+        r->need = calloc(r->max_batch, sizeof *r->need);
         if (r->fetched != NULL && r->step.ids != NULL && r->step.src != NULL &&
-            r->step.in_chunk != NULL)
+            r->step.in_chunk != NULL && r->asked != NULL && r->locs != NULL && r->perm != NULL &&
+            r->need != NULL)
             rc = 0;
     }
     if (rc < 0) {
@@ -147,10 +183,17 @@ DSC_EXTERN int dsc_reader_create(const dsc_loader_options_t *options, dsc_reader
         dsc_reader_destroy(r);
         return rc;
     }
+    uint64_t dataset_raw = dsc__chunk_raw_estimate(l->cfg.manifest, r->samples);
+    r->use_share = dataset_raw > 0 ? (double)l->cfg.cache_bytes / (double)dataset_raw : 1.0;
+    r->use_share = r->use_share < 1.0 ? r->use_share : 1.0;
+    r->ranged_mode = r->use_share < RANGE_USE_SHARE;
     DSC_LOG(&l->cfg.log, DSC_LOG_INFO,
-            "reader: dataset %s (%llu samples), batches of up to %u, cache %llu bytes",
+            "reader: dataset %s (%llu samples), batches of up to %u, cache %llu bytes (%.0f%% of "
+            "the dataset: fetching %s)",
             l->cfg.dataset, (unsigned long long)r->samples, r->max_batch,
-            (unsigned long long)l->cfg.opt.cache_bytes);
+            (unsigned long long)l->cfg.opt.cache_bytes, 100.0 * r->use_share,
+            r->ranged_mode ? "sample ranges where a request needs less than half a chunk"
+                           : "whole chunks");
     *out = r;
     return 0;
 }
@@ -163,6 +206,10 @@ DSC_EXTERN void dsc_reader_destroy(dsc_reader_t *reader) {
     free(reader->lru);
     free(reader->lru_used);
     free(reader->fetched);
+    free(reader->asked);
+    free(reader->locs);
+    free(reader->perm);
+    free(reader->need);
     free(reader->step.ids);
     free(reader->step.src);
     free(reader->step.in_chunk);
@@ -257,6 +304,32 @@ static int lru_put(dsc_reader_t *r, dsc_chunk_ent_t *ent) {
     return 0;
 }
 
+/* The last entry holding any of ent's chunk leaves the cache: the share of the chunk's samples
+ * asked for since its first fetch joins the average, which may switch the fetch mode. Under
+ * lock. */
+static void use_observe(dsc_reader_t *r, const dsc_chunk_ent_t *ent) {
+    uint64_t used = 0;
+    for (uint64_t i = ent->first_index; i < ent->first_index + ent->whole_samples; i++) {
+        uint64_t *word = &r->asked[i / 64];
+        used += (*word >> (i % 64)) & 1;
+        *word &= ~(1ull << (i % 64));
+    }
+    double share = ent->whole_samples ? (double)used / ent->whole_samples : 1.0;
+    r->use_seen++;
+    r->use_share += (share - r->use_share) /
+                    (double)(r->use_seen < RANGE_USE_WINDOW ? r->use_seen : RANGE_USE_WINDOW);
+    int ranged = r->use_share < RANGE_USE_SHARE;
+    if (ranged != r->ranged_mode) {
+        r->ranged_mode = ranged;
+        DSC_LOG(&r->loader->cfg.log, DSC_LOG_INFO,
+                "reader: dataset %s: chunks used %.0f%% of their samples before eviction: "
+                "fetching %s",
+                r->loader->cfg.dataset, 100.0 * r->use_share,
+                ranged ? "sample ranges (RANGE) where a request needs less than half a chunk"
+                       : "whole chunks");
+    }
+}
+
 /* Drops the least recently used decoded entries while the table holds more than cache_bytes.
  * Entries still on their way (a request that failed left them) wait until decoded. Under
  * lock. */
@@ -272,6 +345,7 @@ static void lru_evict(dsc_reader_t *r) {
             return;
         dsc_chunk_ent_t *ent = r->lru[best];
         lru_remove_at(r, best);
+        use_observe(r, ent);
         dsc__chunk_unlink(&l->chunks, ent);
         dsc__chunk_free(&l->cfg.pool, ent);
     }
@@ -279,39 +353,153 @@ static void lru_evict(dsc_reader_t *r) {
 
 /* ---- Requests ----------------------------------------------------------------------------- */
 
-/* Queues a new entry for chunk loc on the peer placement picks. Under lock. Returns the entry,
- * or NULL with *rc (DSC_ENOMEM, DSC_EUNAVAIL / DSC_EALLDOWN: no server for it). */
-static dsc_chunk_ent_t *chunk_fetch(dsc_reader_t *r, const dsc_sample_loc_t *loc, int *rc) {
+/* Queues a new entry for chunk loc on the peer placement picks: the whole chunk, or (sel, n > 0)
+ * only its samples sel[0..n), increasing. Under lock. Returns the entry, or NULL with *rc
+ * (DSC_ENOMEM, DSC_EUNAVAIL / DSC_EALLDOWN: no server for it). */
+static dsc_chunk_ent_t *chunk_fetch(dsc_reader_t *r, const dsc_sample_loc_t *loc,
+                                    uint64_t first_index, const uint32_t *sel, uint32_t n,
+                                    int *rc) {
     dsc_loader_t *l = r->loader;
     dsc_chunk_ent_t *ent = calloc(1, sizeof *ent);
-    if (ent == NULL) {
+    if (ent == NULL || (n > 0 && (ent->sel = malloc(n * sizeof *sel)) == NULL)) {
+        free(ent);
         *rc = DSC_ENOMEM;
         return NULL;
     }
     ent->gid = loc->chunk;
     ent->shard = loc->shard;
     ent->shard_chunk = loc->shard_chunk;
-    ent->samples = loc->chunk_samples;
-    ent->raw_len = dsc__chunk_raw_estimate(l->cfg.manifest, loc->chunk_samples);
+    ent->whole_samples = loc->chunk_samples;
+    ent->first_index = first_index;
+    ent->samples = n > 0 ? n : loc->chunk_samples;
+    if (n > 0) {
+        memcpy(ent->sel, sel, n * sizeof *sel);
+        for (uint32_t k = 0; k < n; k++)
+            ent->sel_spans += k == 0 || sel[k] != sel[k - 1] + 1;
+        r->ranged_fetches++;
+    } else {
+        r->whole_fetches++;
+    }
+    ent->raw_len = dsc__chunk_raw_estimate(l->cfg.manifest, ent->samples);
     if (l->cfg.var_count > 0) /* an estimate until it arrives */
-        ent->raw_min = dsc_schema_chunk_min(&l->cfg.manifest->schema, loc->chunk_samples);
+        ent->raw_min = dsc_schema_chunk_min(&l->cfg.manifest->schema, ent->samples);
     ent->state = CH_QUEUED;
     ent->order = r->tick;
     ent->epoch = r->epoch;
     int peer = dsc__route_chunk(l, ent);
     if (peer < 0) {
+        free(ent->sel);
         free(ent);
         *rc = l->net.members.count > 1 ? DSC_EALLDOWN : DSC_EUNAVAIL;
         return NULL;
     }
     uint64_t *word = &r->fetched[loc->chunk / 64];
-    if (*word & (1ull << (loc->chunk % 64)))
-        l->stats.st.refetches++; /* dropped from the cache since this epoch first needed it */
+    /* Dropped from the cache since this epoch first needed it. Sample ranges are not counted:
+     * they bring only samples asked for now. */
+    if ((*word & (1ull << (loc->chunk % 64))) && n == 0)
+        l->stats.st.refetches++;
     *word |= 1ull << (loc->chunk % 64);
     dsc__peer_push(l, (uint32_t)peer, ent);
     dsc__chunk_insert(&l->chunks, ent);
     pthread_cond_broadcast(&l->io_cv);
     return ent;
+}
+
+/* qsort's comparison of request positions by (chunk, sample in chunk): the locations sorted. */
+static _Thread_local const dsc_sample_loc_t *sort_locs;
+
+static int loc_cmp(const void *a, const void *b) {
+    const dsc_sample_loc_t *x = &sort_locs[*(const uint32_t *)a];
+    const dsc_sample_loc_t *y = &sort_locs[*(const uint32_t *)b];
+    if (x->chunk != y->chunk)
+        return x->chunk < y->chunk ? -1 : 1;
+    return x->in_chunk < y->in_chunk ? -1 : x->in_chunk > y->in_chunk;
+}
+
+/* Whether the sorted list need[0..n) is held by ent (whole, or all in its sel). */
+static int ent_holds(const dsc_chunk_ent_t *ent, const uint32_t *need, uint32_t n) {
+    if (ent->sel == NULL)
+        return 1;
+    uint32_t j = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        while (j < ent->samples && ent->sel[j] < need[k])
+            j++;
+        if (j == ent->samples || ent->sel[j] != need[k])
+            return 0;
+    }
+    return 1;
+}
+
+/* Finds or fetches, for every position of the request, the entry holding its sample: per chunk,
+ * a cached entry holding every sample the request needs of it, else a new one (whole, or the
+ * needed samples only: RANGE_* above; a cached ranged entry that lacks some is dropped). Sets
+ * step.src / in_chunk (the sample's index in the chunk: mapped into a ranged entry once it is
+ * decoded). Under lock. Returns 0 or an error (the entries taken are in step.src). */
+static int step_build(dsc_reader_t *r, const uint64_t *indices, uint32_t count) {
+    dsc_loader_t *l = r->loader;
+    for (uint32_t k = 0; k < count; k++) {
+        int rc = dsc__order_locate(r->order, indices[k], &r->locs[k]);
+        if (rc < 0)
+            return rc;
+        r->perm[k] = k;
+        r->asked[indices[k] / 64] |= 1ull << (indices[k] % 64);
+    }
+    sort_locs = r->locs;
+    qsort(r->perm, count, sizeof r->perm[0], loc_cmp);
+    for (uint32_t a = 0; a < count;) {
+        const dsc_sample_loc_t *loc = &r->locs[r->perm[a]];
+        uint32_t b = a, n = 0;
+        for (; b < count && r->locs[r->perm[b]].chunk == loc->chunk; b++)
+            if (n == 0 || r->need[n - 1] != r->locs[r->perm[b]].in_chunk)
+                r->need[n++] = r->locs[r->perm[b]].in_chunk;
+        dsc_chunk_ent_t *ent = dsc__chunk_find(&l->chunks, loc->chunk);
+        if (ent != NULL && !ent_holds(ent, r->need, n)) {
+            if (ent->refs != 0 || ent->state != CH_READY)
+                return l->error ? l->error : DSC_EPROTO; /* only after a failure */
+            lru_take(r, ent); /* the samples it held were used: its chunk's count goes on */
+            dsc__chunk_unlink(&l->chunks, ent);
+            dsc__chunk_free(&l->cfg.pool, ent);
+            ent = NULL;
+        }
+        int rc = 0;
+        if (ent == NULL) {
+            int ranged = r->ranged_mode && (double)n < RANGE_REQUEST_SHARE * loc->chunk_samples;
+            uint64_t first_index = indices[r->perm[a]] - loc->in_chunk;
+            ent = chunk_fetch(r, loc, first_index, r->need, ranged ? n : 0, &rc);
+            if (ent == NULL)
+                return rc;
+        } else if (ent->refs == 0) {
+            lru_take(r, ent);
+        }
+        for (uint32_t k = a; k < b; k++) {
+            uint32_t pos = r->perm[k];
+            ent->refs++;
+            r->step.ids[pos] = indices[pos];
+            r->step.src[pos] = ent;
+            r->step.in_chunk[pos] = r->locs[pos].in_chunk;
+        }
+        a = b;
+    }
+    return 0;
+}
+
+/* Once every entry is decoded: a position served by a ranged entry takes its sample's place in
+ * it (binary search of sel). Under lock. */
+static void step_map_ranges(dsc_reader_t *r, uint32_t count) {
+    for (uint32_t k = 0; k < count; k++) {
+        const dsc_chunk_ent_t *ent = r->step.src[k];
+        if (ent->sel == NULL)
+            continue;
+        uint32_t lo = 0, hi = ent->samples, want = r->step.in_chunk[k];
+        while (lo + 1 < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (ent->sel[mid] <= want)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        r->step.in_chunk[k] = lo; /* ent_holds made sure sel[lo] == want */
+    }
 }
 
 /* Drops the request's references to its first `count` entries (they stay cached). Under
@@ -375,7 +563,7 @@ DSC_EXTERN int dsc_reader_get(dsc_reader_t *reader, const uint64_t *indices, siz
             return DSC_ERANGE;
         }
     double t_start = dsc_now_s();
-    uint32_t count = (uint32_t)n, taken = 0;
+    uint32_t count = (uint32_t)n;
     dsc_batch_slot_t *slot = NULL;
     pthread_mutex_lock(&l->lock);
     rc = l->error;
@@ -386,28 +574,14 @@ DSC_EXTERN int dsc_reader_get(dsc_reader_t *reader, const uint64_t *indices, siz
         rc = slot != NULL ? 0 : DSC_ENOMEM;
     }
     r->tick++;
-    for (uint32_t k = 0; rc == 0 && k < count; k++) {
-        dsc_sample_loc_t loc;
-        rc = dsc__order_locate(r->order, indices[k], &loc);
-        if (rc < 0)
-            break;
-        dsc_chunk_ent_t *ent = dsc__chunk_find(&l->chunks, loc.chunk);
-        if (ent == NULL)
-            ent = chunk_fetch(r, &loc, &rc);
-        else if (ent->refs == 0)
-            lru_take(r, ent);
-        if (ent == NULL)
-            break;
-        ent->refs++;
-        taken = k + 1;
-        r->step.ids[k] = indices[k];
-        r->step.src[k] = ent;
-        r->step.in_chunk[k] = loc.in_chunk;
-    }
+    if (rc == 0)
+        rc = step_build(r, indices, count);
     if (rc == 0)
         rc = step_wait(r, count);
+    if (rc == 0)
+        step_map_ranges(r, count);
     if (rc < 0) {
-        step_unref(r, taken);
+        step_unref(r, count);
         if (slot != NULL)
             dsc__slot_give_back(l, slot);
         pthread_mutex_unlock(&l->lock);

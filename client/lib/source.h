@@ -62,6 +62,7 @@ typedef struct dsc_source_req {
     uint64_t id;
     uint32_t count;
     int scattered;
+    int ranged; /* one RANGE (proto/range.h): chunks of any shards, each entry's sel only */
     dsc_chunk_ent_t *chunks[DSC_SOURCE_MAX_CHUNKS];
     double answer_at; /* set by complete(): when its answer began to arrive (monotonic seconds;
                          0: the source cannot tell), for the verdict's latency figure */
@@ -180,6 +181,10 @@ typedef struct dsc_source_ops {
      * every chunk, each with its own status, and complete() fails the whole request with the
      * first failing chunk's error, so that the chunks fail over together). */
     uint32_t (*scatter_max)(void *conn);
+    /* Optional (NULL: 0): 1 when requests with `ranged` may be submitted on conn (TCP: the
+     * RANGE feature granted in HELLO); the answer is read as a scattered one's. Else fetch.c
+     * sends ranged entries as whole chunks. */
+    int (*range_ok)(void *conn);
     /* Optional (NULL: the source has no server to tell): sends a REPORT request (body from
      * proto/report.h, with the straggler trailer: left out here for a server that did not grant
      * DSC_FEATURE_REPORT_HEDGE) with request id `id` (DSC_SOURCE_REPORT_ID set); complete() drops

@@ -198,6 +198,9 @@ static int rc_abandon_ok(void *conn) {
 static uint32_t rc_scatter_max(void *conn) {
     return dsc__source_tcp.scatter_max(conn);
 }
+static int rc_range_ok(void *conn) {
+    return dsc__source_tcp.range_ok(conn);
+}
 
 int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, const dsc_credential_t *cred, char *why,
                     size_t why_cap, char *device, size_t device_cap) {
@@ -1231,6 +1234,13 @@ static uint32_t rc_scatter_max(void *conn) {
     return c->tcp ? dsc__source_tcp.scatter_max(c->tcp) : 0;
 }
 
+/* RANGE answers come over TCP only: a connection that fell back to it (RDMA moves whole
+ * chunks). */
+static int rc_range_ok(void *conn) {
+    rdma_conn_t *c = conn;
+    return c->tcp ? dsc__source_tcp.range_ok(c->tcp) : 0;
+}
+
 /* HINTs (read-ahead) go where REPORTs go; over RDMA's control connection rc_complete drops their
  * answers, so an UNSUPPORTED one is only seen over the TCP fallback. */
 static int rc_hint(void *conn, uint64_t id, const uint8_t *body, size_t len) {
@@ -1358,6 +1368,7 @@ const dsc_source_ops_t dsc__source_rdma = {
     .hint_refused = rc_hint_refused,
     .abandon_ok = rc_abandon_ok,
     .scatter_max = rc_scatter_max,
+    .range_ok = rc_range_ok,
     .idle_closed = rc_idle_closed,
     .wake = rc_wake,
     .close = rc_close,

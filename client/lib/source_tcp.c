@@ -6,6 +6,7 @@
 #include "mget.h"
 #include "multiget.h"
 #include "placement.h"
+#include "range.h"
 #include "source.h"
 #include "util.h"
 
@@ -144,6 +145,47 @@ static int mget_submit(tcp_conn_t *c, const dsc_source_req_t *req, uint32_t flag
     return len < 0 ? len : dsc_conn_send(c->conn, DSC_OP_MGET, req->id, body, (size_t)len);
 }
 
+/* Whether RANGE may be sent on this connection: granted in HELLO, and room for the largest
+ * request in the server's max_body. */
+static int tcp_range_ok(void *conn) {
+    tcp_conn_t *c = conn;
+    const dsc_conn_info_t *info = dsc_conn_info(c->conn);
+    return (info->features & DSC_FEATURE_RANGE) && info->max_body >= DSC_RANGE_MAX_REQ_BODY;
+}
+
+/* A ranged request (req->ranged): one RANGE naming each chunk's runs of sel (fetch.c keeps the
+ * runs within DSC_RANGE_MAX_RANGES). */
+static int range_submit(tcp_conn_t *c, const dsc_source_req_t *req, uint32_t flags,
+                        uint64_t version) {
+    const char *dataset = c->ep->env->dataset;
+    static _Thread_local dsc_sample_span_t spans[DSC_RANGE_MAX_RANGES];
+    static _Thread_local uint8_t body[DSC_RANGE_MAX_REQ_BODY];
+    dsc_range_item_t items[DSC_SOURCE_MAX_CHUNKS];
+    uint32_t used = 0;
+    for (uint32_t i = 0; i < req->count; i++) {
+        const dsc_chunk_ent_t *ent = req->chunks[i];
+        items[i] = (dsc_range_item_t){
+            .shard_id = ent->shard, .chunk = ent->shard_chunk, .spans = &spans[used]};
+        for (uint32_t k = 0; k < ent->samples; k++) {
+            if (k > 0 && ent->sel[k] == ent->sel[k - 1] + 1) {
+                spans[used - 1].count++;
+                continue;
+            }
+            if (used == DSC_RANGE_MAX_RANGES)
+                return DSC_EINVAL; /* fetch.c bounds the spans: never */
+            spans[used++] = (dsc_sample_span_t){ent->sel[k], 1};
+            items[i].range_count++;
+        }
+    }
+    dsc_range_req_t rreq = {.dataset = {dataset, (uint16_t)strlen(dataset)},
+                            .flags = flags,
+                            .version = version,
+                            .count = req->count,
+                            .items = items};
+    int len = dsc_range_req_encode(&rreq, body, sizeof body);
+    return len < 0 ? len : dsc_conn_send(c->conn, DSC_OP_RANGE, req->id, body, (size_t)len);
+}
+
 static int tcp_submit(void *conn, dsc_source_req_t *req) {
     tcp_conn_t *c = conn;
     const char *dataset = c->ep->env->dataset;
@@ -161,6 +203,8 @@ static int tcp_submit(void *conn, dsc_source_req_t *req) {
         get.flags = DSC_GET_FLAG_VERSION;
         get.version = m->version;
     }
+    if (req->ranged)
+        return range_submit(c, req, get.flags, get.version);
     if (req->scattered)
         return mget_submit(c, req, get.flags, get.version);
     uint8_t body[DSC_MAX_NAME + 32];
@@ -255,8 +299,9 @@ static int mget_complete(tcp_conn_t *c, dsc_source_req_t *req, const dsc_frame_h
         DSC_LOG(env->log,
                 err == DSC_EUNAVAIL || err == DSC_ECORRUPT || err == DSC_ECHANGED ? DSC_LOG_WARN
                                                                                   : DSC_LOG_ERROR,
-                "server %s: MGET %s shard %u chunk %u (%u of %u): %s", c->ep->addr, env->dataset,
-                ent->shard, ent->shard_chunk, i + 1, req->count, dsc_status_name((uint32_t)st));
+                "server %s: %s %s shard %u chunk %u (%u of %u): %s", c->ep->addr,
+                req->ranged ? "RANGE" : "MGET", env->dataset, ent->shard, ent->shard_chunk, i + 1,
+                req->count, dsc_status_name((uint32_t)st));
         /* A damaged chunk's error wins over its run's UNAVAILABLE siblings (read through with
          * it): the request then goes where intact copies are (a replica, the fallback files). */
         if (failed == 0 || (failed == DSC_EUNAVAIL && err != DSC_EUNAVAIL))
@@ -316,8 +361,11 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
         }
     if (req != NULL)
         req->answer_at = answer_at;
-    if (req == NULL || h.opcode != (req->scattered ? DSC_OP_MGET : DSC_OP_GET) ||
-        !(h.flags & DSC_FLAG_RESPONSE)) {
+    uint32_t want = req == NULL      ? DSC_OP_GET
+                    : req->ranged    ? DSC_OP_RANGE
+                    : req->scattered ? DSC_OP_MGET
+                                     : DSC_OP_GET;
+    if (req == NULL || h.opcode != want || !(h.flags & DSC_FLAG_RESPONSE)) {
         DSC_LOG(env->log, DSC_LOG_ERROR,
                 "server %s: response to no outstanding request "
                 "(id %llu, opcode %u)",
@@ -346,12 +394,12 @@ static int tcp_complete(void *conn, dsc_source_req_t *out, uint32_t count, uint3
         DSC_LOG(env->log,
                 rc == DSC_EUNAVAIL || rc == DSC_ECORRUPT || rc == DSC_ECHANGED ? DSC_LOG_WARN
                                                                                : DSC_LOG_ERROR,
-                "server %s: %s %s shard %u chunk %u (of %u): %s: %s", addr,
-                req->scattered ? "MGET" : "GET", env->dataset, req->chunks[0]->shard,
-                req->chunks[0]->shard_chunk, req->count, dsc_status_name(h.status), msg);
+                "server %s: %s %s shard %u chunk %u (of %u): %s: %s", addr, dsc_opcode_name(want),
+                env->dataset, req->chunks[0]->shard, req->chunks[0]->shard_chunk, req->count,
+                dsc_status_name(h.status), msg);
         return rc;
     }
-    if (req->scattered)
+    if (req->scattered || req->ranged) /* one answer layout (proto/mget.h) */
         return mget_complete(c, req, &h, conn_bad, wire);
     uint8_t prefix[DSC_GET_RESP_PREFIX(DSC_SOURCE_MAX_MERGE)];
     if (h.body_len < 8)
@@ -532,6 +580,7 @@ const dsc_source_ops_t dsc__source_tcp = {
     .submit = tcp_submit,
     .complete = tcp_complete,
     .mget = tcp_mget,
+    .range_ok = tcp_range_ok,
     .scatter_max = tcp_scatter_max,
     .report = tcp_report,
     .report_answer = tcp_report_answer,

@@ -10,12 +10,14 @@ samples, batch 256, one dscached on 127.0.0.1 with the dataset in memory. In one
       cache too small to keep it (cold: one GET of the sample's chunk each), against one GET
       round trip of a chunk of that size (bench_rtt's method: one connection, no pipelining);
   (d) bytes on the wire per epoch for a random sampler (DistributedSampler, shuffle) at 1 and 4
-      ranks, as a multiple of the stored dataset: with cache_bytes holding the dataset (the
-      sampler's shuffle window is the whole dataset) and with a quarter of it.
-Prints markdown tables.
+      ranks, as a multiple of the stored dataset, epochs 1 and 2 (one MapDataset per rank kept
+      across them): with cache_bytes holding the dataset (the sampler's shuffle window is the
+      whole dataset), a quarter and a sixteenth of it; with the requests per epoch (whole
+      chunks, or sample ranges: RANGE, chosen by the reader).
+Prints markdown tables. --wire-only runs (d) alone.
 
 usage: /usr/bin/python3 tests/bench/bench_mapds.py [--bin DIR] [--samples-3k N]
-           [--samples-48k N] [--quick]
+           [--samples-48k N] [--quick] [--wire-only]
 DIR holds dscached and dscache (default: build/bin); libdscache.so is found through DSCACHE_LIB
 or DIR/../lib. The server started is killed by PID before the script exits.
 """
@@ -149,6 +151,34 @@ def pct(values, p):
     return v[min(len(v) - 1, int(p / 100 * len(v)))]
 
 
+def wire_bytes(addr, name, stored, DataLoader, DistributedSampler, dscache, label):
+    """(d): per cache size and rank count, the wire bytes (as a multiple of the stored dataset)
+    and requests of epochs 1 and 2, all ranks together."""
+    out = []
+    for cache, cache_what in ((0, "default (256 MiB, holds the dataset)"),
+                              (max(1, stored // 4), "a quarter of the dataset"),
+                              (max(1, stored // 16), "a sixteenth of the dataset")):
+        for world in (1, 4):
+            wire, reqs = [0, 0], [0, 0]
+            for rank in range(world):
+                d = dscache.torch.MapDataset(servers=addr, dataset=name, batch_size=B,
+                                             cache_bytes=cache or None, timeout_ms=30000)
+                sampler = DistributedSampler(d, num_replicas=world, rank=rank, shuffle=True,
+                                             seed=3)
+                for epoch in (0, 1):
+                    before = d.stats() if epoch else {"wire_bytes": 0, "requests": 0}
+                    sampler.set_epoch(epoch)
+                    for _ in DataLoader(d, batch_size=B, sampler=sampler):
+                        pass
+                    st = d.stats()
+                    wire[epoch] += st["wire_bytes"] - before["wire_bytes"]
+                    reqs[epoch] += st["requests"] - before["requests"]
+                d.close()
+            out.append((label, cache_what, world, (wire[0] / stored, wire[1] / stored), reqs))
+    note("%s: wire bytes done" % label)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
@@ -156,6 +186,7 @@ def main():
     ap.add_argument("--samples-48k", type=int, default=4096)
     ap.add_argument("--seconds", type=float, default=6.0, help="cap per throughput pass")
     ap.add_argument("--quick", action="store_true", help="small datasets, short passes")
+    ap.add_argument("--wire-only", action="store_true", help="only (d): wire bytes per epoch")
     args = ap.parse_args()
     if args.quick:
         args.samples_3k, args.samples_48k, args.seconds = 8192, 1024, 2.0
@@ -187,6 +218,10 @@ def main():
         print("```\n" + rtt.strip() + "\n```\n")
         rows, lat, wire = [], [], []
         for label, (name, n, ddir, xp, yp, stored) in sets.items():
+            if args.wire_only:
+                wire += wire_bytes(addr, name, stored, DataLoader, DistributedSampler, dscache,
+                                   label)
+                continue
             # (a) the loader's own order: warm the server's memory with one epoch first
             lds = dscache.torch.Dataset(servers=addr, dataset=name, batch_size=B, seed=1,
                                         output="torch", timeout_ms=30000)
@@ -238,22 +273,11 @@ def main():
             lat.append((label, out["warm"], out["cold"], chunk))
             warm_ds.close()
             cold_ds.close()
-            # (d) wire bytes per epoch, random sampler
-            for cache, cache_what in ((0, "default (256 MiB, holds the dataset)"),
-                                      (max(1, stored // 4), "a quarter of the dataset")):
-                for world in (1, 4):
-                    total = 0
-                    for rank in range(world):
-                        d = dscache.torch.MapDataset(servers=addr, dataset=name, batch_size=B,
-                                                     cache_bytes=cache or None, timeout_ms=30000)
-                        sampler = DistributedSampler(d, num_replicas=world, rank=rank,
-                                                     shuffle=True, seed=3)
-                        for _ in DataLoader(d, batch_size=B, sampler=sampler):
-                            pass
-                        total += d.stats()["wire_bytes"]
-                        d.close()
-                    wire.append((label, cache_what, world, total / stored))
+            wire += wire_bytes(addr, name, stored, DataLoader, DistributedSampler, dscache,
+                               label)
             mds.close()
+        if args.wire_only:
+            rows, lat = [], []
         print("| samples | loader's own order | MapDataset 0 workers, epoch 1 / 2 | MapDataset 2 "
               "workers, epoch 1 / 2 | np.memmap, 2 workers | (a) 0 w / own, epoch 1 / 2 | "
               "(a) 2 w / own, epoch 1 / 2 | (b) 2 w / memmap, epoch 1 / 2 | DataLoader ceiling, "
@@ -272,10 +296,12 @@ def main():
         for label, warm, cold, chunk in lat:
             print("| %s | %.0f / %.0f us | %.0f / %.0f us | %.0f KiB |"
                   % (label, warm[0], warm[1], cold[0], cold[1], chunk / 1024))
-        print("\n| samples | cache_bytes | ranks | wire bytes per epoch / stored dataset |")
-        print("|---|---|---|---|")
-        for label, cache_what, world, ratio in wire:
-            print("| %s | %s | %d | %.2fx |" % (label, cache_what, world, ratio))
+        print("\n| samples | cache_bytes | ranks | wire bytes / stored dataset, epoch 1 / 2 "
+              "(all ranks) | requests, epoch 1 / 2 (all ranks) |")
+        print("|---|---|---|---|---|")
+        for label, cache_what, world, ratio, reqs in wire:
+            print("| %s | %s | %d | %.2fx / %.2fx | %d / %d |"
+                  % (label, cache_what, world, ratio[0], ratio[1], reqs[0], reqs[1]))
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGKILL)

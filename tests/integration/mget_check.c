@@ -25,6 +25,7 @@
 #include "mget.h"
 #include "multiget.h"
 #include "protocol.h"
+#include "range.h"
 #include "shard.h"
 #include "source_mget.h"
 #include "sources.h"
@@ -600,6 +601,32 @@ static int cmd_token(int argc, char **argv) {
         dsc__credential_wipe(&cred);
     if (rc < 0) {
         printf("CONNECT_ERR %s\n", ename(rc));
+        return 0;
+    }
+    if (argc > 5 && strcmp(argv[5], "range") == 0) { /* one RANGE: samples 0..1 of chunk 0 */
+        dsc_sample_span_t span = {0, 2};
+        dsc_range_item_t item = {.shard_id = 0, .chunk = 0, .range_count = 1, .spans = &span};
+        dsc_range_req_t req = {
+            .dataset = {argv[4], (uint16_t)strlen(argv[4])}, .count = 1, .items = &item};
+        uint8_t body[256];
+        int len = dsc_range_req_encode(&req, body, sizeof body);
+        dsc_frame_header_t h;
+        rc = len < 0 ? len : dsc_conn_send(c, DSC_OP_RANGE, 1, body, (size_t)len);
+        if (rc == 0)
+            rc = dsc_conn_recv_header(c, &h);
+        static uint8_t answer[1 << 20];
+        if (rc == 0 && h.body_len > sizeof answer)
+            rc = DSC_EPROTO;
+        if (rc == 0)
+            rc = dsc_conn_recv_body(c, answer, h.body_len);
+        if (rc < 0)
+            printf("CONN_ERR %s\n", ename(rc));
+        else if (h.status != DSC_STATUS_OK)
+            printf("ERR %s %.*s\n", ename(dsc_status_to_err(h.status)), (int)h.body_len,
+                   (const char *)answer);
+        else
+            printf("OK RANGE\n");
+        dsc_conn_close(c);
         return 0;
     }
     dsc_mget_chunk_t chunks[2] = {{.shard = 0, .chunk = 0}, {.shard = 1, .chunk = 0}};

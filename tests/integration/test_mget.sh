@@ -4,8 +4,8 @@
 # dscache_requests_total{op="MGET"}), from RAM and by read-through; the client's GET fallback
 # (a server that does not grant the feature) gives the same bytes with no MGET sent; hostile MGET
 # bodies get clean answers and the server keeps serving; a credential confined to one dataset
-# cannot MGET another (NOT_FOUND, exactly as GET), nor can an anonymous client on a server with
-# credentials; a damaged chunk is CORRUPT alone, its neighbours served, a truncated shard's
+# cannot MGET (nor RANGE) another (NOT_FOUND, exactly as GET), nor can an anonymous client on a
+# server with credentials; a damaged chunk is CORRUPT alone, its neighbours served, a truncated shard's
 # entries CORRUPT, in RAM and by read-through.
 source "$(dirname "$0")/server_lib.sh"
 MGET=$DSC_BIN/mget_check
@@ -87,5 +87,9 @@ start_server p --data "$work/ds" --data "$work/b" --auth-file "$work/creds"
 expect 0 '^OK 2$' "$MGET" token "$ADDR_p" "$work/tok-lim" mgetds
 expect 0 '^ERR ENOTFOUND no such dataset' "$MGET" token "$ADDR_p" "$work/tok-lim" mgetb
 expect 0 '^ERR EUNAUTH' "$MGET" token "$ADDR_p" - mgetds
+# RANGE (sample ranges) is confined exactly as MGET.
+expect 0 '^OK RANGE$' "$MGET" token "$ADDR_p" "$work/tok-lim" mgetds range
+expect 0 '^ERR ENOTFOUND no such dataset' "$MGET" token "$ADDR_p" "$work/tok-lim" mgetb range
+expect 0 '^ERR EUNAUTH' "$MGET" token "$ADDR_p" - mgetds range
 stop_server p
 finish

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Random access by sample index (dsc_reader_*, reader_check.c): batches of any indices byte-equal
 # to the shard files, served by dscached and read from the files alone; the chunk cache (a chunk
-# fetched once while it fits, refetches counted when it does not); bad input; a damaged chunk
-# read from an intact copy, else failing with the loader's error; variable-length fields (values
-# and padded) equal to the loader's batches for the same indices.
+# fetched once while it fits; a cache too small: single samples by RANGE, no refetch); bad
+# input; a damaged chunk read from an intact copy, else failing with the loader's error;
+# variable-length fields (values and padded) equal to the loader's batches for the same indices.
 set -euo pipefail
 source "$(dirname "$0")/loader_env.sh"
 for exe in reader_check shard_damage loader_var_check; do

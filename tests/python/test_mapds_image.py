@@ -1,6 +1,7 @@
 """Image decode through dscache.MapDataset (map-style, dsc_reader_*): the same decode= options as
 the loader give byte-identical images for the same (seed, epoch, sample index), whatever the
-order and batch the samples are asked in: random_resized crops with flips in CHW and HWC, center
+order and batch the samples are asked in, from whole chunks or from sample ranges (RANGE, a
+1-byte cache): random_resized crops with flips in CHW and HWC, center
 crops, epochs 0 and 1 (set_epoch), one sample and batches; a DataLoader with 2 workers and a
 DistributedSampler gives the same images; a corrupt JPEG raises DecodeError naming the sample,
 or with on_decode_error="fill" is a zero image counted in stats()."""
@@ -69,24 +70,28 @@ def loader_images(image, epoch):
 for image in (dscache.Image(size=(S, S), crop="random_resized", flip=True),
               dscache.Image(size=(S, S + 8), crop="random_resized", flip=True, layout="hwc"),
               dscache.Image(size=(S, S), crop="center")):
-    ds = dscache.MapDataset(servers=addr, dataset="imgs", seed=SEED, decode={"image": image})
-    for epoch in (0, 1):
-        want = loader_images(image, epoch)
-        ds.set_epoch(epoch)
-        order = rng.permutation(N).tolist()
-        got = {}
-        for k in range(0, N, 7):  # batches of 7 in a random order
-            idx = order[k:k + 7]
-            b = ds[idx]
-            for i, img in zip(idx, b["image"]):
-                got[i] = np.array(img)
-        single = {i: np.array(ds[i]["image"]) for i in order[:10]}
-        t.check(sorted(got) == list(range(N)), "every sample read")
-        same = sum(np.array_equal(got[i], want[i]) for i in range(N))
-        t.check(same == N, "%r epoch %d: %d of %d batch images equal the loader's"
-                % (image, epoch, same, N))
-        t.check(all(np.array_equal(single[i], want[i]) for i in single),
-                "%r epoch %d: ds[i] equals the loader's image" % (image, epoch))
+    # cache_bytes=1: the reader asks for sample ranges (RANGE): the encoded bytes of just the
+    # images a request needs, cut out of their chunks by the server
+    for cache in (None, 1):
+        ds = dscache.MapDataset(servers=addr, dataset="imgs", seed=SEED, decode={"image": image},
+                                cache_bytes=cache)
+        for epoch in (0, 1):
+            want = loader_images(image, epoch)
+            ds.set_epoch(epoch)
+            order = rng.permutation(N).tolist()
+            got = {}
+            for k in range(0, N, 7):  # batches of 7 in a random order
+                idx = order[k:k + 7]
+                b = ds[idx]
+                for i, img in zip(idx, b["image"]):
+                    got[i] = np.array(img)
+            single = {i: np.array(ds[i]["image"]) for i in order[:10]}
+            t.check(sorted(got) == list(range(N)), "every sample read")
+            same = sum(np.array_equal(got[i], want[i]) for i in range(N))
+            t.check(same == N, "%r cache %s epoch %d: %d of %d batch images equal the loader's"
+                    % (image, cache, epoch, same, N))
+            t.check(all(np.array_equal(single[i], want[i]) for i in single),
+                    "%r epoch %d: ds[i] equals the loader's image" % (image, epoch))
     if image.crop == "random_resized" and image.layout == "chw":
         e1 = want
         differ = sum(not np.array_equal(got[i], loader_images(image, 0)[i]) for i in range(N))

@@ -5,6 +5,7 @@
 #include "mget.h"
 #include "peer.h"
 #include "protocol.h"
+#include "range.h"
 #include "report.h"
 #include "testlib.h"
 #include "wire.h"
@@ -786,10 +787,10 @@ static void test_mapping(void) {
 
     /* Opcodes. */
     static const uint32_t ops[] = {
-        DSC_OP_HELLO,        DSC_OP_PING,     DSC_OP_LIST,   DSC_OP_MANIFEST, DSC_OP_GET,
-        DSC_OP_STAT,         DSC_OP_MEMBERS,  DSC_OP_AUTH,   DSC_OP_WARM,     DSC_OP_EVICT,
-        DSC_OP_RDMA_CONNECT, DSC_OP_RDMA_GET, DSC_OP_REPORT, DSC_OP_POLICY,   DSC_OP_HINT,
-        DSC_OP_MGET,         DSC_OP_PEER_READ};
+        DSC_OP_HELLO,        DSC_OP_PING,      DSC_OP_LIST,   DSC_OP_MANIFEST, DSC_OP_GET,
+        DSC_OP_STAT,         DSC_OP_MEMBERS,   DSC_OP_AUTH,   DSC_OP_WARM,     DSC_OP_EVICT,
+        DSC_OP_RDMA_CONNECT, DSC_OP_RDMA_GET,  DSC_OP_REPORT, DSC_OP_POLICY,   DSC_OP_HINT,
+        DSC_OP_MGET,         DSC_OP_PEER_READ, DSC_OP_RANGE};
     int known = 0;
     for (uint32_t op = 0; op < 300; op++) {
         int k = dsc_opcode_known(op);
@@ -915,6 +916,12 @@ static int seed_body_ok(const dsc_frame_header_t *h, const uint8_t *body, size_t
         dsc_mget_resp_t resp;
         return response ? dsc_mget_resp_decode(body, len, &resp) == 0
                         : dsc_mget_req_decode(body, len, &req) == 0;
+    }
+    case DSC_OP_RANGE: { /* the answer has MGET's layout */
+        dsc_range_req_t req;
+        dsc_mget_resp_t resp;
+        return response ? dsc_mget_resp_decode(body, len, &resp) == 0
+                        : dsc_range_req_decode(body, len, &req) == 0;
     }
     case DSC_OP_PEER_READ: {
         dsc_peer_req_t req;
