@@ -123,7 +123,20 @@ typedef struct dsc_loader_options {
                              those filling inflight_bytes plus prefetch_batches, at most the
                              smaller of 1024 and 2^18 / batch_size. At most 2^20 / batch_size;
                              ignored by the other orders (docs/order.md#the-callers-order) */
+    /* Mixtures (docs/mixtures.md): sources / n_sources are read by dsc_mixture_create's
+     * callers that build one options struct for everything (the Python binding); a loader
+     * itself reads one dataset, and dsc_loader_create refuses n_sources > 0 with DSC_EINVAL
+     * (use dsc_mixture_create). exhausted: what a mixture does when a source's source-epoch
+     * ends: DSC_EXHAUSTED_WRAP (0, default) starts its next one, DSC_EXHAUSTED_STOP ends the
+     * mixture's epoch (the batch in progress is handed out short, the next call returns
+     * DSC_EOF). Ignored by a single-dataset loader. */
+    const struct dsc_source_options *sources;
+    uint32_t n_sources;
+    int exhausted;
 } dsc_loader_options_t;
+
+#define DSC_EXHAUSTED_WRAP 0
+#define DSC_EXHAUSTED_STOP 1
 
 /* How one variable-length field is handed out (dsc_loader_options_t.field_options). */
 typedef struct dsc_field_options {
@@ -646,6 +659,15 @@ typedef struct dsc_source_options {
     const char *fallback_path; /* NULL: none (the mixture's fallback_path is not used: it names
                                   one dataset's directory) */
     uint32_t shuffle_window;   /* 0: the mixture's */
+    double repeat;             /* passes over the source per source-epoch (> 0 and finite; 0 is
+                                  read as the default 1): 2.0 delivers each sample twice (two of
+                                  its loader's epochs); 0.5 the first half of each rank's share
+                                  of one loader epoch (the rest is skipped, the next
+                                  source-epoch starts the loader's next epoch, in another order);
+                                  1.5 one pass, then half of the next. The fraction is
+                                  round(fraction * ceil(samples / world_size)) samples (half to
+                                  even), at least 1, on every rank. Absent from a struct_size
+                                  that ends before it: 1 */
 } dsc_source_options_t;
 /* Fills the defaults (weight 1) and sets struct_size = size. Returns 0, or DSC_EINVAL. */
 DSC_EXTERN int dsc_source_options_init(dsc_source_options_t *options, size_t size);
@@ -675,6 +697,7 @@ typedef struct dsc_mixture_batch {
     const int32_t *source;        /* [samples]: each sample's source index */
     const uint64_t *indices;      /* [samples]: each sample's index in its own dataset */
     const uint64_t *source_epoch; /* [samples]: the source-epoch each sample belongs to */
+    uint64_t epoch;               /* the mixture's epoch (exhausted "stop": one per run-out) */
 } dsc_mixture_batch_t;
 /* Composes the next batch (fetching the sources' batches as needed; their stall counts as
  * theirs). Returns 0, DSC_EOF (a source has no epoch left: common.epochs reached), DSC_EINVAL,
@@ -690,6 +713,30 @@ DSC_EXTERN int dsc_mixture_field_view(const dsc_mixture_t *mixture, uint32_t fie
  * 0, DSC_ERANGE or DSC_EINVAL. */
 DSC_EXTERN int dsc_mixture_source_stats(const dsc_mixture_t *mixture, uint32_t source,
                                         uint64_t *samples, dsc_stats_t *out);
+
+/* The needed fields (0 .. count - 1) as the batch has them (dsc_field_info_t). field returns 0,
+ * DSC_ERANGE or DSC_EINVAL. */
+DSC_EXTERN uint32_t dsc_mixture_field_count(const dsc_mixture_t *mixture);
+DSC_EXTERN int dsc_mixture_field(const dsc_mixture_t *mixture, uint32_t field,
+                                 dsc_field_info_t *out);
+/* Source k's loader batch size (its share of batch_size, rounded up); 0 for a bad k. */
+DSC_EXTERN uint32_t dsc_mixture_source_batch(const dsc_mixture_t *mixture, uint32_t source);
+/* Why the last failing call on mixture failed (NULL: this thread's last dsc_mixture_create
+ * failure), the text also logged at ERROR: it names the source, the field, the option. Writes
+ * at most cap bytes (NUL-terminated) and returns the whole text's length. */
+DSC_EXTERN int dsc_mixture_last_error(const dsc_mixture_t *mixture, char *buf, size_t cap);
+
+/* The mixture as a whole. */
+typedef struct dsc_mixture_info {
+    size_t struct_size;      /* set by the caller to sizeof(dsc_mixture_info_t) */
+    uint32_t sources;        /* count */
+    uint32_t rank, world_size;
+    uint64_t epoch;          /* the mixture's epoch (exhausted "stop" counts them) */
+    uint64_t step;           /* batches handed out in the epoch */
+    double stall_seconds;    /* the sources' next() waits, summed */
+    int32_t starving_source; /* the verdict: the source with the most stall (-1: none stalled) */
+} dsc_mixture_info_t;
+DSC_EXTERN int dsc_mixture_info(const dsc_mixture_t *mixture, dsc_mixture_info_t *out);
 
 /* Mixture state for resume: per source, its loader's state at the start of its batch being read
  * and the samples of it used, the quota counters and the step, with a checksum of what the

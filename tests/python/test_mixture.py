@@ -94,7 +94,7 @@ def run_ranks(world, steps):
 def plain_epoch(k, rank, world):
     """The source's own loader (as the mixture makes it): its epoch-0 indices on this rank."""
     m = mixture(rank=rank, world_size=world)
-    bs = m._loaders[k].batch_size
+    bs = m.source_batch_sizes[k]
     m.close()
     ld = dscache.Loader(servers=code_addr if k == 1 else addr, dataset=NAMES[k], batch_size=bs,
                         seed=7 + k, rank=rank, world_size=world, shuffle_window=32, indices=True)

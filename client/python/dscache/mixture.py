@@ -1,10 +1,18 @@
 """dscache.Source and the mixture loader (Loader(sources=[...])): a weighted blend of datasets,
-one dscache loader per source, composed into batches by a deterministic quota interleave
-(docs/mixtures.md)."""
+one dscache loader per source, composed into batches by a deterministic quota interleave in the
+library (client/lib/mixture.c, dsc_mixture_*; docs/mixtures.md)."""
+
+import ctypes
+import os
 
 import numpy as np
 
+from ._capi import (BOTTLENECKS, STALL_WAITS, _EOF, _NP_DTYPES, _STAT_FIELDS, _FieldView,
+                    _MixtureBatch, _MixtureInfo, _Options, _SourceOptions, _Stats, _check,
+                    _error, _field_specs, _load)
 from ._errors import BadState, Error, InvalidOption
+from ._logbridge import _c_log_level, _on_log, _sink_ids, _sinks, _sinks_lock
+from ._ranks import resolve_rank
 
 _MIX_STATE_VERSION = 1
 
@@ -69,9 +77,10 @@ def quota_picks(counts, weights, total, n):
     return picks, counts, total
 
 
-class Mixture:
-    """The loader over a blend of sources (made by dscache.Loader(sources=[...])). Iterating
-    yields batches of batch_size samples (fewer only where exhausted="stop" ends the epoch),
+class _PyMixture:
+    """The packed mixture (Loader(sources=[...], pack={...})): each source's packed rows, blended
+    by the quota rule in Python (the unpacked mixture composes in C: Mixture). Iterating yields
+    batches of batch_size samples (fewer only where exhausted="stop" ends the epoch),
     each a dict of the needed fields plus batch["source"] (int32 [B], the index of each
     sample's source in `sources`) unless source_field=None. See docs/mixtures.md."""
 
@@ -543,3 +552,379 @@ class Mixture:
         starving = max(per, key=lambda k: per[k]["stall_seconds"]) if total_stall > 0 else None
         return {"epoch": self.epoch, "step": self.step, "samples": sum(self._delivered),
                 "stall_seconds": total_stall, "sources": per, "starving_source": starving}
+
+
+# Options a mixture passes to every source's loader (as dscache.Loader takes them).
+_COMMON = {"shuffle": None, "shuffle_window": None, "drop_last": False, "prefetch": 4,
+           "decode_threads": 2, "connections": 2, "timeout_ms": 5000, "replicas": None,
+           "inflight_bytes": None, "cache_bytes": None, "server_inflight_bytes": None,
+           "stats_log_seconds": 0.0, "assist": True, "auth_file": None, "max_held_bytes": None,
+           "job": None, "report_seconds": None, "transport": None, "epochs": None,
+           "ignore_rank_env": False, "order": "local", "device": "cpu"}
+
+
+class Mixture:
+    """The loader over a blend of sources (made by dscache.Loader(sources=[...])), composed in
+    the library (dsc_mixture_*): one loader per source, batches by the quota rule. Iterating
+    yields batches of batch_size samples (fewer only where exhausted="stop" ends the epoch or a
+    source has no epoch left), each a dict of the needed fields (variable-length ones as values
+    + name_offsets), batch["__index__"] (each sample's index in its own dataset),
+    batch["source_epoch"] and batch["source"] (int32 [B], the index of each sample's source in
+    `sources`) unless source_field=None. See docs/mixtures.md. pack= makes a _PyMixture."""
+
+    def __new__(cls, sources=None, **kw):
+        if kw.get("pack") is not None:
+            return _PyMixture(sources, **kw)
+        return super().__new__(cls)
+
+    def __init__(self, sources, servers=None, batch_size=32, seed=0, exhausted="wrap",
+                 fields=None, source_field="source", rank=None, world_size=None, output="numpy",
+                 transform=None, pack=None, **kw):
+        self._handle = None
+        self._sink_id = 0
+        if not isinstance(sources, (list, tuple)) or not sources:
+            raise InvalidOption(-22, "sources must be a non-empty list of dscache.Source",
+                                "DSC_EINVAL")
+        for s in sources:
+            if not isinstance(s, Source):
+                raise TypeError("sources must hold dscache.Source objects, not %s"
+                                % type(s).__name__)
+        if exhausted not in ("wrap", "stop"):
+            raise ValueError("exhausted must be 'wrap' or 'stop'")
+        for bad in kw:
+            if bad not in _COMMON:
+                raise InvalidOption(-22, "%s= is not supported with sources= (a mixture takes "
+                                    "values + offsets of host batches)" % bad, "DSC_EINVAL")
+        opt = dict(_COMMON)
+        opt.update(kw)
+        if opt["order"] not in (None, "local") or opt["device"] not in (None, "cpu", -1):
+            raise InvalidOption(-22, "%s= is not supported with sources= yet"
+                                % ("order" if opt["order"] not in (None, "local") else "device"),
+                                "DSC_EINVAL")
+        if output not in ("numpy", "torch"):
+            raise ValueError("output must be 'numpy' or 'torch'")
+        if transform is not None and not callable(transform):
+            raise TypeError("transform must be callable")
+        self._torch = None
+        if output == "torch":
+            import torch
+            self._torch = torch
+        self._transform = transform
+        names = [s.dataset for s in sources]
+        if len(set(names)) != len(names):
+            raise InvalidOption(-22, "sources name a dataset twice: %s" % names, "DSC_EINVAL")
+        self.sources = list(sources)
+        self.weights = [s.weight for s in sources]
+        self.batch_size, self.seed, self.exhausted = int(batch_size), int(seed), exhausted
+        self._source_field = source_field
+        rank, world_size, self.rank_source = resolve_rank(rank, world_size,
+                                                          opt["ignore_rank_env"])
+        self.rank, self.world_size = rank, world_size
+        lib = self._lib = _load()
+        self._messages = __import__("collections").deque(maxlen=8)
+        with _sinks_lock:
+            self._sink_id = next(_sink_ids)
+            _sinks[self._sink_id] = self._messages
+        if isinstance(servers, (list, tuple)):
+            servers = ",".join(servers)
+        o = _Options()
+        _check(lib.dsc_loader_options_init2(ctypes.byref(o), ctypes.sizeof(o)))
+        keep = []  # the bytes the structs point at, alive through create
+
+        def b(text):
+            if text is None:
+                return None
+            v = os.fsencode(text) if not isinstance(text, bytes) else text
+            keep.append(v)
+            return v
+        o.servers = b(servers)
+        o.batch_size = self.batch_size
+        o.seed = self.seed
+        o.rank, o.world_size = rank, world_size
+        o.shuffle = 0 if opt["shuffle"] is False else 1
+        if opt["shuffle_window"]:
+            o.shuffle_window = int(opt["shuffle_window"])
+        o.drop_last = 1 if opt["drop_last"] else 0
+        o.prefetch_batches = int(opt["prefetch"])
+        o.decode_threads = int(opt["decode_threads"])
+        o.connections = int(opt["connections"])
+        o.device = -1
+        o.timeout_ms = int(opt["timeout_ms"])
+        o.replicas = int(opt["replicas"] or 0)
+        o.log_fn = _on_log
+        o.log_ctx = self._sink_id
+        o.log_level = _c_log_level()
+        o.stats_log_seconds = float(opt["stats_log_seconds"])
+        for name in ("inflight_bytes", "cache_bytes", "server_inflight_bytes", "max_held_bytes"):
+            if opt[name]:
+                setattr(o, name, int(opt[name]))
+        o.no_assist = 0 if opt["assist"] else 1
+        o.auth_file = b(opt["auth_file"])
+        if opt["job"]:
+            o.job_name = b(str(opt["job"]))
+        if opt["report_seconds"] is not None:
+            o.report_seconds = float(opt["report_seconds"]) if opt["report_seconds"] > 0 else -1.0
+        if opt["transport"] is not None and opt["transport"] not in ("tcp", "rdma", "auto"):
+            raise ValueError("transport must be 'tcp', 'rdma' or 'auto'")
+        o.transport = b(opt["transport"])
+        o.ignore_rank_env = 1  # resolve_rank checked them
+        if opt["epochs"] is not None:
+            if int(opt["epochs"]) < 0:
+                raise ValueError("epochs must be >= 0 (0 or None: no limit)")
+            o.epochs = int(opt["epochs"])
+        o.exhausted = 1 if exhausted == "stop" else 0
+        srcs = (_SourceOptions * len(sources))()
+        for k, s in enumerate(sources):
+            so = srcs[k]
+            _check(lib.dsc_source_options_init(ctypes.byref(so), ctypes.sizeof(so)))
+            so.dataset = b(s.dataset)
+            so.weight = s.weight
+            so.repeat = s.repeat
+            so.servers = b(s.servers if not isinstance(s.servers, (list, tuple))
+                           else ",".join(s.servers))
+            so.auth_file = b(s.auth_file)
+            so.replicas = int(s.replicas or 0)
+            so.fallback_path = b(s.fallback_path)
+            so.shuffle_window = int(s.shuffle_window or 0)
+        names_arr = None
+        if fields is not None:
+            fields = list(fields)
+            names_arr = (ctypes.c_char_p * max(1, len(fields)))(*[b(f) for f in fields])
+        handle = ctypes.c_void_p()
+        rc = lib.dsc_mixture_create(ctypes.byref(o), ctypes.cast(srcs, ctypes.c_void_p),
+                                    len(sources), ctypes.cast(names_arr, ctypes.c_void_p)
+                                    if names_arr is not None else None,
+                                    len(fields) if fields is not None else 0,
+                                    ctypes.byref(handle))
+        if rc < 0:
+            self._drop_sink()
+            raise _error(rc, self._why(None) or lib.dsc_strerror(rc).decode(),
+                         lib.dsc_err_name(rc).decode())
+        self._handle = handle
+        self._fields = _field_specs(lib.dsc_mixture_field_count, lib.dsc_mixture_field, handle)
+        self._plan = []
+        for name, dtype, shape in self._fields:
+            var = bool(shape) and shape[0] is None
+            self._plan.append((lib.dsc_mixture_field_view, name, np.dtype(_NP_DTYPES[dtype]),
+                               shape, var))
+        self._mb = _MixtureBatch()
+        self._mb.struct_size = ctypes.sizeof(_MixtureBatch)
+        self._view = _FieldView()
+        self._view.struct_size = ctypes.sizeof(_FieldView)
+
+    def _why(self, handle):
+        buf = ctypes.create_string_buffer(1024)
+        self._lib.dsc_mixture_last_error(handle, buf, len(buf))
+        text = buf.value.decode(errors="replace")
+        if text.startswith("mixture: "):
+            text = text[len("mixture: "):]
+        return text
+
+    def _check(self, rc):
+        if rc < 0:
+            lib = self._lib
+            raise _error(rc, self._why(self._handle) or lib.dsc_strerror(rc).decode(),
+                         lib.dsc_err_name(rc).decode())
+        return rc
+
+    def _drop_sink(self):
+        with _sinks_lock:
+            _sinks.pop(self._sink_id, None)
+
+    def _h(self):
+        if not self._handle:
+            raise ValueError("mixture is closed")
+        return self._handle
+
+    def close(self):
+        h, self._handle = getattr(self, "_handle", None), None
+        if h:
+            self._lib.dsc_mixture_destroy(h)
+        if getattr(self, "_sink_id", 0):
+            self._drop_sink()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        raise TypeError("a mixture's batches per epoch are not known ahead (exhausted='wrap' "
+                        "has no end; 'stop' ends at the first source to run out)")
+
+    @property
+    def fields(self):
+        return list(self._fields)
+
+    @property
+    def source_batch_sizes(self):
+        """Each source's loader batch size (its share of batch_size, rounded up)."""
+        return [int(self._lib.dsc_mixture_source_batch(self._h(), k))
+                for k in range(len(self.sources))]
+
+    def _info(self):
+        info = _MixtureInfo()
+        info.struct_size = ctypes.sizeof(_MixtureInfo)
+        self._check(self._lib.dsc_mixture_info(self._h(), ctypes.byref(info)))
+        return info
+
+    @property
+    def epoch(self):
+        return int(self._info().epoch)
+
+    @property
+    def step(self):
+        return int(self._info().step)
+
+    def __next__(self):
+        h = self._h()
+        mb = self._mb
+        rc = self._lib.dsc_mixture_next(h, ctypes.byref(mb))
+        if rc == _EOF:
+            raise StopIteration
+        self._check(rc)
+        n = mb.samples
+        out = {}
+        v = self._view
+        for f, (view, name, dt, shape, var) in enumerate(self._plan):
+            self._check(view(h, f, ctypes.byref(v)))
+            nbytes = v.values.bytes
+            raw = (ctypes.c_char * nbytes).from_address(v.values.data) if nbytes else b""
+            arr = np.frombuffer(raw, dtype=dt).copy() if nbytes else np.zeros(0, dtype=dt)
+            if var:
+                out[name] = arr.reshape((-1,) + tuple(shape[1:]))
+                offs = (ctypes.c_int64 * (n + 1)).from_address(
+                    ctypes.cast(v.offsets, ctypes.c_void_p).value)
+                out[name + "_offsets"] = np.frombuffer(offs, dtype=np.int64).copy()
+            else:
+                out[name] = arr.reshape((n,) + tuple(shape))
+        out["__index__"] = np.frombuffer((ctypes.c_uint64 * n).from_address(mb.indices),
+                                         dtype=np.uint64).copy()
+        out["source_epoch"] = np.frombuffer((ctypes.c_uint64 * n).from_address(mb.source_epoch),
+                                            dtype=np.uint64).astype(np.int64)
+        if self._source_field:
+            out[self._source_field] = np.frombuffer(
+                (ctypes.c_int32 * n).from_address(mb.source), dtype=np.int32).copy()
+        if self._torch is not None:
+            torch = self._torch
+            out = {k: torch.from_numpy(a.astype(np.int64) if a.dtype == np.uint64 else a)
+                   for k, a in out.items()}
+        return self._transform(out) if self._transform is not None else out
+
+    # -- resume --
+    def _identity(self):
+        return {"datasets": [s.dataset for s in self.sources], "weights": self.weights,
+                "repeat": [s.repeat for s in self.sources],
+                "seed": self.seed, "batch_size": self.batch_size, "exhausted": self.exhausted,
+                "pack": None}
+
+    def _raw_state(self):
+        h = self._h()
+        need = self._check(self._lib.dsc_mixture_state_save(h, None, 0))
+        buf = ctypes.create_string_buffer(need)
+        n = self._check(self._lib.dsc_mixture_state_save(h, buf, need))
+        return buf.raw[:n]
+
+    @staticmethod
+    def _sections(raw, count):
+        """Per source: (used, its record's bytes) of a dsc_mixture_state_save blob (layout in
+        client/lib/mixture.c)."""
+        out, off = [], 72
+        u = lambda at: int.from_bytes(raw[at:at + 8], "little")  # noqa: E731
+        for _ in range(count):
+            clen = u(off + 88)
+            slen = u(off + 96 + clen)
+            end = off + 96 + clen + 8 + slen
+            out.append((u(off + 16), u(off + 8), raw[off:end]))
+            off = end
+        return out
+
+    def state_dict(self):
+        """{"dscache_mixture": {...}}: the library's mixture state (hex, "state": per source its
+        loader's state at the start of the source batch being read and the samples of it used,
+        the quota counters, the epoch and step) with what the composition depends on
+        ("identity": datasets, weights, repeat, seed, batch_size, exhausted, checked by
+        load_state_dict) and per source {"skip", "record"}: the same on every rank, resumable
+        on any world size."""
+        raw = self._raw_state()
+        secs = self._sections(raw, len(self.sources))
+        return {"dscache_mixture": {"version": _MIX_STATE_VERSION + 1,
+                                    "identity": self._identity(),
+                                    "world_size": self.world_size, "rank": self.rank,
+                                    "state": raw.hex(),
+                                    "sources": [{"skip": used, "record": rec.hex()}
+                                                for used, _, rec in secs]}}
+
+    def load_state_dict(self, state):
+        try:
+            st = state["dscache_mixture"]
+        except (TypeError, KeyError):
+            raise BadState(-4024, "not a mixture state (no 'dscache_mixture' key): a "
+                           "single-dataset loader's state cannot resume a mixture",
+                           "DSC_EBADSTATE") from None
+        if st.get("version") != _MIX_STATE_VERSION + 1 or "state" not in st:
+            raise BadState(-4024, "mixture state version %r, this loader reads %d"
+                           % (st.get("version"), _MIX_STATE_VERSION + 1), "DSC_EBADSTATE")
+        mine = self._identity()
+        for key, value in mine.items():
+            if st["identity"].get(key) != value:
+                raise BadState(-4024, "the state is of another mixture: %s %r, this one %r"
+                               % (key, st["identity"].get(key), value), "DSC_EBADSTATE")
+        try:
+            raw = bytes.fromhex(st["state"])
+        except (TypeError, ValueError):
+            raise BadState(-4024, "dscache_mixture['state'] is not a hex string",
+                           "DSC_EBADSTATE") from None
+        buf = ctypes.create_string_buffer(raw, len(raw))
+        self._check(self._lib.dsc_mixture_state_load(self._h(), buf, len(raw)))
+
+    # -- information --
+    def stats(self):
+        """The mixture's figures and stats()["sources"]: per source name, samples handed out,
+        wire_bytes, epoch_wire_bytes, stall_seconds, its share of the mixture's stall, its
+        source_epoch and its loader's verdict (bottleneck); "starving_source" names the source
+        with the most stall (None without stall): the verdict of the mixture."""
+        h = self._h()
+        info = self._info()
+        epochs = [e for _, e, _ in self._sections(self._raw_state(), len(self.sources))]
+        per, total = {}, 0.0
+        for k, src in enumerate(self.sources):
+            s = _Stats()
+            s.struct_size = ctypes.sizeof(_Stats)
+            n = ctypes.c_uint64()
+            self._check(self._lib.dsc_mixture_source_stats(h, k, ctypes.byref(n),
+                                                           ctypes.byref(s)))
+            d = {}
+            for name, _ in _STAT_FIELDS:
+                if name == "struct_size":
+                    continue
+                value = getattr(s, name)
+                if name == "bottleneck":
+                    value = BOTTLENECKS[value] if 0 <= value < len(BOTTLENECKS) else "unknown"
+                elif name == "stall_waits":
+                    value = dict(zip(STALL_WAITS, list(value)))
+                elif isinstance(value, bytes):
+                    value = value.decode("utf-8", "replace")
+                d[name] = value
+            per[src.dataset] = {"samples": int(n.value), "wire_bytes": d["wire_bytes"],
+                                "epoch_wire_bytes": d["epoch_wire_bytes"],
+                                "stall_seconds": d["stall_seconds"], "source_epoch": epochs[k],
+                                "bottleneck": d["bottleneck"], "loader": d}
+            total += d["stall_seconds"]
+        for v in per.values():
+            v["stall_share"] = v["stall_seconds"] / total if total > 0 else 0.0
+        starving = (self.sources[info.starving_source].dataset
+                    if info.starving_source >= 0 else None)
+        return {"epoch": int(info.epoch), "step": int(info.step),
+                "samples": sum(v["samples"] for v in per.values()),
+                "stall_seconds": total, "sources": per, "starving_source": starving}
