@@ -728,8 +728,8 @@ DSC_EXTERN int dsc_mixture_last_error(const dsc_mixture_t *mixture, char *buf, s
 
 /* The mixture as a whole. */
 typedef struct dsc_mixture_info {
-    size_t struct_size;      /* set by the caller to sizeof(dsc_mixture_info_t) */
-    uint32_t sources;        /* count */
+    size_t struct_size; /* set by the caller to sizeof(dsc_mixture_info_t) */
+    uint32_t sources;   /* count */
     uint32_t rank, world_size;
     uint64_t epoch;          /* the mixture's epoch (exhausted "stop" counts them) */
     uint64_t step;           /* batches handed out in the epoch */

@@ -94,7 +94,7 @@ static _Thread_local char create_error[512];
 /* Says why (the log, and the text dsc_mixture_last_error gives). */
 #define MIX_ERR(m, ...)                                                                            \
     do {                                                                                           \
-        snprintf((m)->error, sizeof (m)->error, __VA_ARGS__);                                      \
+        snprintf((m)->error, sizeof(m)->error, __VA_ARGS__);                                       \
         DSC_LOG(&(m)->log, DSC_LOG_ERROR, "%s", (m)->error);                                       \
     } while (0)
 
@@ -204,8 +204,7 @@ static int agree(dsc_mixture_t *m, const char *const *names, uint32_t n) {
             dsc_field_info_t fi;
             int at = find_field(m->src[k].loader, names[f], &fi);
             if (at < 0) {
-                MIX_ERR(m, "mixture: source '%s' has no field '%s'",
-                        m->src[k].dataset, names[f]);
+                MIX_ERR(m, "mixture: source '%s' has no field '%s'", m->src[k].dataset, names[f]);
                 return DSC_EINVAL;
             }
             if (k == 0) {
@@ -214,15 +213,13 @@ static int agree(dsc_mixture_t *m, const char *const *names, uint32_t n) {
                        memcmp(fi.shape, mf->info.shape, sizeof fi.shape[0] * fi.ndim) != 0) {
                 describe(&mf->info, want, sizeof want);
                 describe(&fi, have, sizeof have);
-                MIX_ERR(m,
-                        "mixture: field '%s' differs between sources: '%s' has %s, '%s' has %s",
+                MIX_ERR(m, "mixture: field '%s' differs between sources: '%s' has %s, '%s' has %s",
                         names[f], m->src[0].dataset, want, m->src[k].dataset, have);
                 return DSC_EINVAL;
             }
             const dsc_var_field_t *var = &m->src[k].loader->cfg.var[at];
             if (var->pad || var->image) {
-                MIX_ERR(m,
-                        "mixture: field '%s' is %s: a mixture takes values + offsets", names[f],
+                MIX_ERR(m, "mixture: field '%s' is %s: a mixture takes values + offsets", names[f],
                         var->pad ? "padded" : "decoded as an image");
                 return DSC_EINVAL;
             }
@@ -292,17 +289,16 @@ static int mixture_create(const dsc_loader_options_t *common, const dsc_source_o
         const dsc_source_options_t *so =
             (const dsc_source_options_t *)((const char *)sources + k * stride);
         const char *name = so->dataset ? so->dataset : "(null)";
-        double repeat = stride >= offsetof(dsc_source_options_t, repeat) + sizeof so->repeat &&
-                                so->repeat != 0
-                            ? so->repeat
-                            : 1.0;
+        double repeat =
+            stride >= offsetof(dsc_source_options_t, repeat) + sizeof so->repeat && so->repeat != 0
+                ? so->repeat
+                : 1.0;
         if (so->dataset == NULL || so->dataset[0] == '\0' || !(so->weight > 0) ||
             !isfinite(so->weight) || !(repeat > 0) || !isfinite(repeat)) {
             MIX_ERR(m, "mixture: source %u ('%s'): %s", k, name,
                     so->dataset == NULL || so->dataset[0] == '\0' ? "no dataset"
-                    : !(so->weight > 0) || !isfinite(so->weight)
-                        ? "weight must be > 0 and finite"
-                        : "repeat must be > 0 and finite");
+                    : !(so->weight > 0) || !isfinite(so->weight)  ? "weight must be > 0 and finite"
+                                                                 : "repeat must be > 0 and finite");
             goto fail;
         }
         for (uint32_t j = 0; j < k; j++)
@@ -495,8 +491,7 @@ static int take_one(dsc_mixture_t *m, uint32_t k, mix_piece_t **from, uint32_t *
                 s->loader_epoch++;
                 int rc = dsc_loader_set_epoch(s->loader, s->loader_epoch);
                 if (rc < 0) {
-                    MIX_ERR(m, "mixture: source '%s': set_epoch: %s", s->dataset,
-                            dsc_strerror(rc));
+                    MIX_ERR(m, "mixture: source '%s': set_epoch: %s", s->dataset, dsc_strerror(rc));
                     return rc;
                 }
             }
