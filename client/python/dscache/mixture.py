@@ -711,6 +711,8 @@ class Mixture:
         self._mb.struct_size = ctypes.sizeof(_MixtureBatch)
         self._view = _FieldView()
         self._view.struct_size = ctypes.sizeof(_FieldView)
+        self._mb_ref, self._view_ref = ctypes.byref(self._mb), ctypes.byref(self._view)
+        self._next = lib.dsc_mixture_next
 
     def _why(self, handle):
         buf = ctypes.create_string_buffer(1024)
@@ -787,34 +789,42 @@ class Mixture:
         return int(self._info().step)
 
     def __next__(self):
-        h = self._h()
+        h = self._handle
+        if not h:
+            raise ValueError("mixture is closed")
         mb = self._mb
-        rc = self._lib.dsc_mixture_next(h, ctypes.byref(mb))
+        rc = self._next(h, self._mb_ref)
         if rc == _EOF:
             raise StopIteration
-        self._check(rc)
+        if rc < 0:
+            self._check(rc)
         n = mb.samples
         out = {}
-        v = self._view
+        v, vref, move, empty = self._view, self._view_ref, ctypes.memmove, np.empty
         for f, (view, name, dt, shape, var) in enumerate(self._plan):
-            self._check(view(h, f, ctypes.byref(v)))
-            nbytes = v.values.bytes
-            raw = (ctypes.c_char * nbytes).from_address(v.values.data) if nbytes else b""
-            arr = np.frombuffer(raw, dtype=dt).copy() if nbytes else np.zeros(0, dtype=dt)
+            rc = view(h, f, vref)
+            if rc < 0:
+                self._check(rc)
             if var:
-                out[name] = arr.reshape((-1,) + tuple(shape[1:]))
-                offs = (ctypes.c_int64 * (n + 1)).from_address(
-                    ctypes.cast(v.offsets, ctypes.c_void_p).value)
-                out[name + "_offsets"] = np.frombuffer(offs, dtype=np.int64).copy()
+                arr = empty((v.values.shape[0],) + tuple(shape[1:]), dtype=dt)
+                offs = empty(n + 1, dtype=np.int64)
+                move(offs.ctypes.data, v.offsets, 8 * (n + 1))
+                out[name + "_offsets"] = offs
             else:
-                out[name] = arr.reshape((n,) + tuple(shape))
-        out["__index__"] = np.frombuffer((ctypes.c_uint64 * n).from_address(mb.indices),
-                                         dtype=np.uint64).copy()
-        out["source_epoch"] = np.frombuffer((ctypes.c_uint64 * n).from_address(mb.source_epoch),
-                                            dtype=np.uint64).astype(np.int64)
+                arr = empty((n,) + tuple(shape), dtype=dt)
+            if v.values.bytes:
+                move(arr.ctypes.data, v.values.data, v.values.bytes)
+            out[name] = arr
+        idx = empty(n, dtype=np.uint64)
+        move(idx.ctypes.data, mb.indices, 8 * n)
+        out["__index__"] = idx
+        ep = empty(n, dtype=np.int64)
+        move(ep.ctypes.data, mb.source_epoch, 8 * n)
+        out["source_epoch"] = ep
         if self._source_field:
-            out[self._source_field] = np.frombuffer(
-                (ctypes.c_int32 * n).from_address(mb.source), dtype=np.int32).copy()
+            src = empty(n, dtype=np.int32)
+            move(src.ctypes.data, mb.source, 4 * n)
+            out[self._source_field] = src
         if self._torch is not None:
             torch = self._torch
             out = {k: torch.from_numpy(a.astype(np.int64) if a.dtype == np.uint64 else a)
