@@ -123,13 +123,15 @@ typedef struct dsc_loader_options {
                              those filling inflight_bytes plus prefetch_batches, at most the
                              smaller of 1024 and 2^18 / batch_size. At most 2^20 / batch_size;
                              ignored by the other orders (docs/order.md#the-callers-order) */
-    /* Mixtures (docs/mixtures.md): sources / n_sources are read by dsc_mixture_create's
-     * callers that build one options struct for everything (the Python binding); a loader
-     * itself reads one dataset, and dsc_loader_create refuses n_sources > 0 with DSC_EINVAL
-     * (use dsc_mixture_create). exhausted: what a mixture does when a source's source-epoch
-     * ends: DSC_EXHAUSTED_WRAP (0, default) starts its next one, DSC_EXHAUSTED_STOP ends the
-     * mixture's epoch (the batch in progress is handed out short, the next call returns
-     * DSC_EOF). Ignored by a single-dataset loader. */
+    /* Mixtures (docs/mixtures.md). sources / n_sources: the sources of a mixture (an array of
+     * dsc_source_options_t, read with the stride of the first's struct_size), taken by
+     * dsc_mixture_create(options, NULL, 0, ...) when it is given no sources of its own. A loader
+     * reads one dataset: dsc_loader_create refuses n_sources > 0 with DSC_EINVAL (its last
+     * error names dsc_mixture_create). exhausted: what a mixture does when a source's
+     * source-epoch ends: DSC_EXHAUSTED_WRAP (0, default) starts its next one;
+     * DSC_EXHAUSTED_STOP ends the mixture's epoch (the batch in progress is handed out short,
+     * the next dsc_mixture_next returns DSC_EOF, the one after starts the next epoch). Another
+     * value fails dsc_mixture_create with DSC_EINVAL. Ignored by a single-dataset loader. */
     const struct dsc_source_options *sources;
     uint32_t n_sources;
     int exhausted;
@@ -645,8 +647,10 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
  * exceeds the samples it already has (the lower index on a tie). Every source stays within one
  * sample of its quota after every sample; the composition is a pure function of (weights,
  * batch_size, step), the same on every rank. A source that ends its epoch starts its next one
- * (exhausted "wrap"). The Python binding (dscache.Loader(sources=...)) has its own composition
- * with the same rule and more (repeat, "stop", packing, resume onto another world size). */
+ * (dsc_loader_options_t.exhausted: "wrap", or "stop" to end the mixture's epoch); repeat
+ * (dsc_source_options_t.repeat) sets how long a source-epoch lasts. The Python binding
+ * (dscache.Loader(sources=...)) is this engine; only a packed mixture (pack=) is blended in
+ * Python. */
 typedef struct dsc_mixture dsc_mixture_t;
 
 typedef struct dsc_source_options {
@@ -693,15 +697,20 @@ DSC_EXTERN void dsc_mixture_destroy(dsc_mixture_t *mixture);
 typedef struct dsc_mixture_batch {
     size_t struct_size;           /* set by the caller to sizeof(dsc_mixture_batch_t) */
     uint64_t step;                /* 0-based step since create (or since the state loaded) */
-    uint32_t samples;             /* batch_size */
+    uint32_t samples;             /* batch_size; fewer only in the last batch of an epoch that
+                                     exhausted "stop" ends, or when a source has no epoch left */
     const int32_t *source;        /* [samples]: each sample's source index */
     const uint64_t *indices;      /* [samples]: each sample's index in its own dataset */
     const uint64_t *source_epoch; /* [samples]: the source-epoch each sample belongs to */
     uint64_t epoch;               /* the mixture's epoch (exhausted "stop": one per run-out) */
 } dsc_mixture_batch_t;
 /* Composes the next batch (fetching the sources' batches as needed; their stall counts as
- * theirs). Returns 0, DSC_EOF (a source has no epoch left: common.epochs reached), DSC_EINVAL,
- * or a source loader's error (the log names the source). Not thread-safe per mixture. */
+ * theirs): the batch_size picks first (the quota rule), then each pick's next sample of its
+ * source (the old ranks' leftovers first after a resume onto another world size). Returns 0,
+ * DSC_EOF (exhausted "stop": the epoch ended with the last batch, and the next call starts the
+ * next one; or a source has no epoch left, common.epochs reached: every later call), DSC_EINVAL,
+ * or a source loader's error (dsc_mixture_last_error and the log name the source). Not
+ * thread-safe per mixture. */
 DSC_EXTERN int dsc_mixture_next(dsc_mixture_t *mixture, dsc_mixture_batch_t *out);
 /* Needed field f (0 .. field_count - 1) of the last batch, as dsc_batch_field_view gives one
  * (DSC_FIELD_FIXED: values [B, ...]; DSC_FIELD_VALUES: values and B + 1 offsets), in the
@@ -739,11 +748,18 @@ typedef struct dsc_mixture_info {
 DSC_EXTERN int dsc_mixture_info(const dsc_mixture_t *mixture, dsc_mixture_info_t *out);
 
 /* Mixture state for resume: per source, its loader's state at the start of its batch being read
- * and the samples of it used, the quota counters and the step, with a checksum of what the
- * composition depends on (datasets, weights, seed, batch_size, fields). Resumes on the same
- * world size (the Python binding also resumes onto another). save returns the bytes written, or
- * the bytes needed when cap is too small; load returns 0, DSC_EINVAL, or DSC_EBADSTATE (damaged,
- * not a mixture state, another mixture: the log says which, or a source loader's refusal). */
+ * and the samples of it used, its quota counter, source-epoch, repeat position; the epoch and
+ * step, the world size, with a checksum of what the composition depends on (datasets, weights,
+ * repeat, exhausted, seed, batch_size, fields). The same on every rank (but while a rank still
+ * delivers an old world size's leftovers). Loads onto any world size: there each source's loader
+ * re-splits the samples not yet delivered over the new ranks, and the part-used batches of the
+ * old ranks r with r % world_size == rank are read again by temporary loaders of those old ranks
+ * and their unused samples delivered first (each source's samples stay exactly once per
+ * source-epoch, but for the loader's padding of a new segment: at most world_size - 1 repeats).
+ * Refused onto another world size: a fractional repeat; a state saved while leftovers were being
+ * delivered, but on that rank and world size. save returns the bytes written, or the bytes
+ * needed when cap is too small; load returns 0, DSC_EINVAL, or DSC_EBADSTATE (damaged, not a
+ * mixture state, another mixture: the log says which, or a source loader's refusal). */
 DSC_EXTERN int dsc_mixture_state_save(const dsc_mixture_t *mixture, void *buf, size_t cap);
 DSC_EXTERN int dsc_mixture_state_load(dsc_mixture_t *mixture, const void *buf, size_t len);
 

@@ -244,6 +244,9 @@ static int agree(dsc_mixture_t *m, const char *const *names, uint32_t n) {
 static int mixture_create(const dsc_loader_options_t *common, const dsc_source_options_t *sources,
                           uint32_t count, const char *const *fields, uint32_t field_count,
                           dsc_mixture_t **out) {
+    if (common != NULL && sources == NULL && count == 0 &&
+        common->struct_size >= offsetof(dsc_loader_options_t, n_sources) + sizeof(uint32_t))
+        sources = common->sources, count = common->n_sources; /* the options' own sources */
     if (common == NULL || out == NULL || (sources == NULL && count > 0) ||
         (fields == NULL && field_count > 0)) {
         snprintf(create_error, sizeof create_error, "mixture: NULL options, sources or fields");

@@ -389,6 +389,25 @@ int main(void) {
     CHECK_EQ_INT(make(0, 1, weights, need, 2, 0, &m), DSC_EINVAL);
     CHECK(strstr(last_log, "exhausted") != NULL);
     g_exhausted = 0;
+    /* The sources in the options themselves (dsc_loader_options_t.sources / n_sources). */
+    {
+        dsc_source_options_t two[2];
+        for (int k = 0; k < 2; k++) {
+            REQUIRE(dsc_source_options_init(&two[k], sizeof two[k]) == 0);
+            two[k].dataset = names[k], two[k].fallback_path = dirs[k], two[k].weight = 1;
+        }
+        dsc_loader_options_t lo;
+        REQUIRE(DSC_LOADER_OPTIONS_INIT(&lo) == 0);
+        lo.batch_size = 4, lo.ignore_rank_env = 1, lo.log_fn = on_log;
+        lo.sources = two, lo.n_sources = 2;
+        REQUIRE(dsc_mixture_create(&lo, NULL, 0, need, 2, &m) == 0);
+        dsc_mixture_batch_t mb;
+        mb.struct_size = sizeof mb;
+        CHECK_EQ_INT(dsc_mixture_next(m, &mb), 0);
+        CHECK(mb.samples == 4 && mb.source[0] == 0 && mb.source[1] == 1);
+        dsc_mixture_destroy(m);
+        m = NULL;
+    }
     /* A loader refuses sources (a mixture is made by dsc_mixture_create). */
     {
         dsc_loader_options_t lo;
