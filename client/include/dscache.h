@@ -723,6 +723,26 @@ DSC_EXTERN int dsc_mixture_field_view(const dsc_mixture_t *mixture, uint32_t fie
 DSC_EXTERN int dsc_mixture_source_stats(const dsc_mixture_t *mixture, uint32_t source,
                                         uint64_t *samples, dsc_stats_t *out);
 
+/* A packed mixture (docs/mixtures.md, docs/packing.md): each source's loader feeds its own packer
+ * (pack->field, length, cut, ahead as dsc_packer_create takes them; rows: the source's share of
+ * batch_size, rounded up; the source loaders read at least 256 documents a batch) and the
+ * mixture blends packed rows by the quota rule, a row per pick: a batch is batch_size rows
+ * (rows stay per source). dsc_mixture_next gives source[i], source_epoch[i] and indices[i] (the
+ * row's place in its source's packed batch) per row; dsc_mixture_packed the rows. Every field of
+ * the sources but pack->field is dropped. Returns as dsc_mixture_create, and DSC_EINVAL for a
+ * fractional repeat (a pass's rows are not known ahead) or what dsc_packer_create refuses
+ * (the log names the source). The state resumes on the world size it was saved on only. */
+DSC_EXTERN int dsc_mixture_create_packed(const dsc_loader_options_t *common,
+                                         const dsc_source_options_t *sources, uint32_t count,
+                                         const dsc_pack_options_t *pack, dsc_mixture_t **out);
+/* The last batch of a packed mixture as a dsc_packed_batch_t (out->struct_size set): tokens,
+ * position_ids, document_ids ([rows, length]) and cu_seqlens, segment_index, segment_start over
+ * the batch's segments (every segment of every row, padding runs too, numbered in batch order;
+ * document_ids -1 on padding; segment_index is the document's index in its own source, whose
+ * index is source[row]), in the mixture's buffers until the next call. Returns 0, or DSC_EINVAL
+ * (not packed, no batch yet). dsc_mixture_field_view refuses a packed mixture (DSC_EINVAL). */
+DSC_EXTERN int dsc_mixture_packed(const dsc_mixture_t *mixture, dsc_packed_batch_t *out);
+
 /* The needed fields (0 .. count - 1) as the batch has them (dsc_field_info_t). field returns 0,
  * DSC_ERANGE or DSC_EINVAL. */
 DSC_EXTERN uint32_t dsc_mixture_field_count(const dsc_mixture_t *mixture);

@@ -22,7 +22,12 @@ typedef struct mix_piece {
     dsc_batch_t *batch;
     dsc_field_view_t views[DSC_MAX_FIELDS];
     uint32_t samples, cursor;
+    int packed;            /* a packed source's packed batch (pb), rows as samples */
+    dsc_packed_batch_t pb; /* valid until its packer's next call */
 } mix_piece_t;
+
+#define MIX_STATE_MAX DSC_PACK_STATE_MAX_BYTES /* a source's state: its loader's or packer's */
+#define HAVE(p) ((p)->batch != NULL || (p)->packed)
 
 /* One source: its loader, the batch being read (with the loader's state before it), the
  * samples of it used, and where it stands in its source-epoch (repeat). */
@@ -40,8 +45,10 @@ typedef struct mix_source {
     uint64_t dataset_samples;
     int ends; /* pass ends in a row without a batch: 2 means no epoch left */
     uint32_t field_index[DSC_MAX_FIELDS]; /* the needed fields' indexes in its dataset */
-    mix_piece_t cur;                      /* cur.batch NULL: none */
-    uint8_t before[DSC_STATE_MAX_BYTES];
+    mix_piece_t cur;                      /* HAVE(&cur) 0: none */
+    dsc_packer_t *packer;                 /* packing: the source's packer over its loader */
+    uint32_t *row_seg;                    /* packing: per row of cur.pb, its first segment */
+    uint8_t before[MIX_STATE_MAX];
     int before_len;
     uint32_t skip;  /* after state_load: samples of the first batch already used */
     uint64_t count; /* samples picked since step 0 (the quota counter) */
@@ -87,6 +94,15 @@ struct dsc_mixture {
     uint64_t *indices, *source_epoch;
     uint32_t *picks;
     char error[512];
+    /* Packing: the batch's rows (batch_size at most) of pack_len tokens and their segments. */
+    int packed;
+    uint32_t pack_len, pack_elem;
+    int pack_dtype;
+    uint8_t *ptok;
+    int32_t *ppos, *pdid, *pcu;
+    int64_t *psi, *pss;
+    uint32_t psegs;
+    uint64_t ptokens;
 };
 
 static _Thread_local char create_error[512];
@@ -110,6 +126,7 @@ DSC_EXTERN int dsc_source_options_init(dsc_source_options_t *options, size_t siz
 }
 
 static void piece_drop(mix_piece_t *p) {
+    p->packed = 0;
     if (p->batch != NULL)
         dsc_batch_release(p->batch);
     if (p->owner != NULL)
@@ -132,6 +149,8 @@ DSC_EXTERN void dsc_mixture_destroy(dsc_mixture_t *mixture) {
         mix_source_t *s = &mixture->src[k];
         piece_drop(&s->cur);
         extra_clear(s);
+        dsc_packer_destroy(s->packer);
+        free(s->row_seg);
         dsc_loader_destroy(s->loader);
         free(s->dataset);
         free(s->servers);
@@ -146,6 +165,12 @@ DSC_EXTERN void dsc_mixture_destroy(dsc_mixture_t *mixture) {
     free(mixture->indices);
     free(mixture->source_epoch);
     free(mixture->picks);
+    free(mixture->ptok);
+    free(mixture->ppos);
+    free(mixture->pdid);
+    free(mixture->pcu);
+    free(mixture->psi);
+    free(mixture->pss);
     free(mixture);
 }
 
@@ -241,9 +266,19 @@ static int agree(dsc_mixture_t *m, const char *const *names, uint32_t n) {
     return 0;
 }
 
+/* A source's state: its packer's when packed, else its loader's. */
+static int src_save(const mix_source_t *s, uint8_t *buf, size_t cap) {
+    return s->packer ? dsc_packer_state_save(s->packer, buf, cap)
+                     : dsc_loader_state_save(s->loader, buf, cap);
+}
+static int src_load(mix_source_t *s, const uint8_t *buf, size_t len) {
+    return s->packer ? dsc_packer_state_load(s->packer, buf, len)
+                     : dsc_loader_state_load(s->loader, buf, len);
+}
+
 static int mixture_create(const dsc_loader_options_t *common, const dsc_source_options_t *sources,
                           uint32_t count, const char *const *fields, uint32_t field_count,
-                          dsc_mixture_t **out) {
+                          const dsc_pack_options_t *pack, dsc_mixture_t **out) {
     if (common != NULL && sources == NULL && count == 0 &&
         common->struct_size >= offsetof(dsc_loader_options_t, n_sources) + sizeof(uint32_t))
         sources = common->sources, count = common->n_sources; /* the options' own sources */
@@ -340,6 +375,8 @@ static int mixture_create(const dsc_loader_options_t *common, const dsc_source_o
         lo.seed = opt.seed + k;
         lo.batch_size = share_of(m->batch_size, so->weight, wsum);
         s->batch = lo.batch_size;
+        if (pack != NULL && lo.batch_size < 256) /* a packed batch takes a few loader batches */
+            lo.batch_size = 256;
         rc = dsc_loader_create(&lo, &s->loader);
         if (rc < 0) {
             char why[400];
@@ -363,6 +400,14 @@ static int mixture_create(const dsc_loader_options_t *common, const dsc_source_o
         }
         s->full = (uint32_t)s->repeat;
         double frac = s->repeat - (double)s->full;
+        if (frac > 0 && pack != NULL) {
+            MIX_ERR(m,
+                    "mixture: source '%s': a fractional repeat (%g) is not supported with "
+                    "packing (a pass's rows are not known ahead)",
+                    so->dataset, s->repeat);
+            rc = DSC_EINVAL;
+            goto fail;
+        }
         if (frac > 0) {
             uint64_t per_rank = (s->dataset_samples + m->world - 1) / m->world;
             double cut = nearbyint(frac * (double)per_rank); /* half to even, as Python round */
@@ -381,9 +426,51 @@ static int mixture_create(const dsc_loader_options_t *common, const dsc_source_o
         }
         fields = first;
     }
+    if (pack != NULL) {
+        if (pack->struct_size < sizeof *pack || pack->field == NULL) {
+            MIX_ERR(m, "mixture: pack options without a field (or struct_size too small)");
+            rc = DSC_EINVAL;
+            goto fail;
+        }
+        fields = &pack->field, field_count = 1;
+    }
     rc = agree(m, fields, field_count);
     if (rc < 0)
         goto fail;
+    if (pack != NULL) {
+        m->packed = 1;
+        m->pack_len = pack->length;
+        for (uint32_t k = 0; k < count; k++) {
+            mix_source_t *s = &m->src[k];
+            dsc_pack_options_t po = *pack;
+            po.struct_size = sizeof po;
+            po.rows = s->batch;
+            rc = dsc_packer_create(s->loader, &po, &s->packer);
+            if (rc < 0) {
+                MIX_ERR(m, "mixture: source '%s': pack: %s (the log says why)", s->dataset,
+                        dsc_strerror(rc));
+                goto fail;
+            }
+            s->row_seg = calloc((size_t)s->batch + 1, sizeof *s->row_seg);
+            if (s->row_seg == NULL) {
+                rc = DSC_ENOMEM;
+                goto fail;
+            }
+        }
+        m->pack_dtype = m->fields[0].info.dtype;
+        m->pack_elem = (uint32_t)dsc_dtype_size(m->pack_dtype);
+        size_t slots = (size_t)m->batch_size * m->pack_len, segs = slots + m->batch_size;
+        m->ptok = malloc(slots * m->pack_elem + 1);
+        m->ppos = malloc(slots * sizeof(int32_t) + 1);
+        m->pdid = malloc(slots * sizeof(int32_t) + 1);
+        m->pcu = malloc((segs + 1) * sizeof(int32_t));
+        m->psi = malloc(segs * sizeof(int64_t) + 1);
+        m->pss = malloc(segs * sizeof(int64_t) + 1);
+        if (!m->ptok || !m->ppos || !m->pdid || !m->pcu || !m->psi || !m->pss) {
+            rc = DSC_ENOMEM;
+            goto fail;
+        }
+    }
     m->source = calloc(m->batch_size, sizeof *m->source);
     m->indices = calloc(m->batch_size, sizeof *m->indices);
     m->source_epoch = calloc(m->batch_size, sizeof *m->source_epoch);
@@ -402,10 +489,11 @@ static int mixture_create(const dsc_loader_options_t *common, const dsc_source_o
     }
     for (uint32_t f = 0; f < m->field_count; f++)
         id = id * 31 + dsc_checksum(m->fields[f].name, strlen(m->fields[f].name));
+    if (pack != NULL)
+        id = id * 31 + pack->length * 2u + (pack->cut ? 1u : 0u);
     m->identity = id;
     for (uint32_t k = 0; k < count; k++)
-        m->src[k].before_len =
-            dsc_loader_state_save(m->src[k].loader, m->src[k].before, sizeof m->src[k].before);
+        m->src[k].before_len = src_save(&m->src[k], m->src[k].before, sizeof m->src[k].before);
     *out = m;
     return 0;
 fail:
@@ -419,7 +507,42 @@ DSC_EXTERN int dsc_mixture_create(const dsc_loader_options_t *common,
                                   const char *const *fields, uint32_t field_count,
                                   dsc_mixture_t **out) {
     create_error[0] = '\0';
-    return mixture_create(common, sources, count, fields, field_count, out);
+    return mixture_create(common, sources, count, fields, field_count, NULL, out);
+}
+
+DSC_EXTERN int dsc_mixture_create_packed(const dsc_loader_options_t *common,
+                                         const dsc_source_options_t *sources, uint32_t count,
+                                         const dsc_pack_options_t *pack, dsc_mixture_t **out) {
+    create_error[0] = '\0';
+    if (pack == NULL) {
+        snprintf(create_error, sizeof create_error, "mixture: NULL pack options");
+        return DSC_EINVAL;
+    }
+    return mixture_create(common, sources, count, NULL, 0, pack, out);
+}
+
+DSC_EXTERN int dsc_mixture_packed(const dsc_mixture_t *mixture, dsc_packed_batch_t *out) {
+    if (mixture == NULL || out == NULL || out->struct_size < sizeof *out || !mixture->packed ||
+        !mixture->have_batch)
+        return DSC_EINVAL;
+    const dsc_mixture_t *m = mixture;
+    size_t size = out->struct_size;
+    memset(out, 0, sizeof *out);
+    out->struct_size = size;
+    out->epoch = m->epoch;
+    out->step = m->step - 1;
+    out->rows = m->batch_samples;
+    out->length = m->pack_len;
+    out->dtype = m->pack_dtype;
+    out->tokens = m->ptok;
+    out->position_ids = m->ppos;
+    out->document_ids = m->pdid;
+    out->cu_seqlens = m->pcu;
+    out->segments = m->psegs;
+    out->segment_index = m->psi;
+    out->segment_start = m->pss;
+    out->tokens_used = m->ptokens;
+    return 0;
 }
 
 DSC_EXTERN uint32_t dsc_mixture_field_count(const dsc_mixture_t *mixture) {
@@ -505,14 +628,21 @@ static int take_one(dsc_mixture_t *m, uint32_t k, mix_piece_t **from, uint32_t *
                 return 0;
             }
         }
-        if (s->cur.batch != NULL && s->cur.cursor >= s->cur.samples)
+        if (HAVE(&s->cur) && s->cur.cursor >= s->cur.samples)
             piece_drop(&s->cur);
-        if (s->cur.batch == NULL) {
-            s->before_len = dsc_loader_state_save(s->loader, s->before, sizeof s->before);
+        if (!HAVE(&s->cur)) {
+            s->before_len = src_save(s, s->before, sizeof s->before);
             if (s->before_len < 0)
                 return s->before_len;
             dsc_batch_t *b = NULL;
-            int rc = dsc_loader_next(s->loader, &b);
+            int rc;
+            if (s->packer != NULL) {
+                memset(&s->cur.pb, 0, sizeof s->cur.pb);
+                s->cur.pb.struct_size = sizeof s->cur.pb;
+                rc = dsc_packer_next(s->packer, &s->cur.pb);
+            } else {
+                rc = dsc_loader_next(s->loader, &b);
+            }
             if (rc == DSC_EOF) { /* a pass ends */
                 if (s->ends++ > 0) {
                     DSC_LOG(&m->log, DSC_LOG_INFO,
@@ -533,11 +663,23 @@ static int take_one(dsc_mixture_t *m, uint32_t k, mix_piece_t **from, uint32_t *
                 return rc;
             }
             s->ends = 0;
-            dsc_batch_retain(b); /* kept past the loader's next next() while it is read */
-            s->cur.batch = b;
-            rc = piece_views(m, s, &s->cur);
-            if (rc < 0)
-                return rc;
+            if (s->packer != NULL) {
+                const dsc_packed_batch_t *pb = &s->cur.pb;
+                s->cur.packed = 1;
+                s->cur.samples = pb->rows;
+                uint32_t g = 0;
+                for (uint32_t r = 0; r <= pb->rows; r++) {
+                    while (g < pb->segments && pb->cu_seqlens[g] < (int64_t)r * pb->length)
+                        g++;
+                    s->row_seg[r] = g;
+                }
+            } else {
+                dsc_batch_retain(b); /* kept past the loader's next next() while it is read */
+                s->cur.batch = b;
+                rc = piece_views(m, s, &s->cur);
+                if (rc < 0)
+                    return rc;
+            }
             s->cur.cursor = s->skip;
             s->skip = 0;
             continue;
@@ -575,6 +717,28 @@ static int append(dsc_mixture_t *m, uint32_t f, const mix_piece_t *p, uint32_t r
     return 0;
 }
 
+/* Appends row `row` of source s's packed batch as the batch's row `at`: its tokens and
+ * positions, and its segments renumbered over the batch (padding runs too, document_ids -1). */
+static void append_packed(dsc_mixture_t *m, const mix_source_t *s, uint32_t row, uint32_t at) {
+    const dsc_packed_batch_t *pb = &s->cur.pb;
+    size_t L = m->pack_len, src = (size_t)row * L, dst = (size_t)at * L;
+    memcpy(m->ptok + dst * m->pack_elem, (const uint8_t *)pb->tokens + src * m->pack_elem,
+           L * m->pack_elem);
+    memcpy(m->ppos + dst, pb->position_ids + src, L * sizeof(int32_t));
+    for (uint32_t g = s->row_seg[row]; g < s->row_seg[row + 1]; g++) {
+        size_t a = (size_t)pb->cu_seqlens[g] - src, e = (size_t)pb->cu_seqlens[g + 1] - src;
+        int32_t id = pb->segment_index[g] < 0 ? -1 : (int32_t)m->psegs;
+        for (size_t t = a; t < e; t++)
+            m->pdid[dst + t] = id;
+        if (id >= 0)
+            m->ptokens += e - a;
+        m->pcu[m->psegs] = (int32_t)(dst + a);
+        m->psi[m->psegs] = pb->segment_index[g];
+        m->pss[m->psegs] = pb->segment_start[g];
+        m->psegs++;
+    }
+}
+
 DSC_EXTERN int dsc_mixture_next(dsc_mixture_t *mixture, dsc_mixture_batch_t *out) {
     if (mixture == NULL || out == NULL || out->struct_size < sizeof *out)
         return DSC_EINVAL;
@@ -592,6 +756,7 @@ DSC_EXTERN int dsc_mixture_next(dsc_mixture_t *mixture, dsc_mixture_batch_t *out
         if (m->fields[f].var)
             m->fields[f].offsets[0] = 0;
     }
+    m->psegs = 0, m->ptokens = 0;
     /* The composition first (a pure function of the counters), then each pick's sample; a
      * source that ends under "stop" (or has no epoch left) gives no more in this batch. */
     for (uint32_t i = 0; i < m->batch_size; i++) {
@@ -615,14 +780,18 @@ DSC_EXTERN int dsc_mixture_next(dsc_mixture_t *mixture, dsc_mixture_batch_t *out
         }
         if (rc < 0)
             return rc;
-        for (uint32_t f = 0; f < m->field_count; f++) {
-            rc = append(m, f, p, row, n);
-            if (rc < 0)
-                return rc;
-        }
         mix_source_t *s = &m->src[k];
+        if (p->packed) {
+            append_packed(m, s, row, n);
+        } else {
+            for (uint32_t f = 0; f < m->field_count; f++) {
+                rc = append(m, f, p, row, n);
+                if (rc < 0)
+                    return rc;
+            }
+        }
         m->source[n] = (int32_t)k;
-        m->indices[n] = dsc_batch_indices(p->batch)[row];
+        m->indices[n] = p->packed ? row : dsc_batch_indices(p->batch)[row];
         m->source_epoch[n] = s->epoch;
         s->delivered++;
         n++;
@@ -633,6 +802,8 @@ DSC_EXTERN int dsc_mixture_next(dsc_mixture_t *mixture, dsc_mixture_batch_t *out
         m->epoch++, m->step = 0;
         return DSC_EOF;
     }
+    if (m->packed)
+        m->pcu[m->psegs] = (int32_t)((size_t)n * m->pack_len);
     m->have_batch = 1;
     m->batch_samples = n;
     out->step = m->step - 1;
@@ -647,7 +818,8 @@ DSC_EXTERN int dsc_mixture_next(dsc_mixture_t *mixture, dsc_mixture_batch_t *out
 
 DSC_EXTERN int dsc_mixture_field_view(const dsc_mixture_t *mixture, uint32_t field,
                                       dsc_field_view_t *out) {
-    if (mixture == NULL || out == NULL || out->struct_size < sizeof *out || !mixture->have_batch)
+    if (mixture == NULL || out == NULL || out->struct_size < sizeof *out || !mixture->have_batch ||
+        mixture->packed)
         return DSC_EINVAL;
     if (field >= mixture->field_count)
         return DSC_ERANGE;
@@ -739,20 +911,20 @@ DSC_EXTERN int dsc_mixture_state_save(const dsc_mixture_t *mixture, void *buf, s
     if (mixture == NULL || (buf == NULL && cap > 0))
         return DSC_EINVAL;
     const dsc_mixture_t *m = mixture;
-    uint8_t states[MIX_MAX_SOURCES][DSC_STATE_MAX_BYTES];
+    uint8_t states[MIX_MAX_SOURCES][MIX_STATE_MAX];
     int lens[MIX_MAX_SOURCES];
     uint64_t used[MIX_MAX_SOURCES];
     size_t need = MIX_HEAD + 8;
     for (uint32_t k = 0; k < m->count; k++) {
         const mix_source_t *s = &m->src[k];
-        if (s->cur.batch != NULL && s->cur.cursor < s->cur.samples) {
+        if (HAVE(&s->cur) && s->cur.cursor < s->cur.samples) {
             memcpy(states[k], s->before, (size_t)s->before_len);
             lens[k] = s->before_len, used[k] = s->cur.cursor;
         } else {
-            lens[k] = dsc_loader_state_save(s->loader, states[k], DSC_STATE_MAX_BYTES);
+            lens[k] = src_save(s, states[k], MIX_STATE_MAX);
             if (lens[k] < 0)
                 return lens[k];
-            used[k] = s->cur.batch != NULL ? 0 : s->skip;
+            used[k] = HAVE(&s->cur) ? 0 : s->skip;
         }
         need += MIX_SRC + 8 + (size_t)lens[k] + (s->carry ? (size_t)s->carry_len : 0);
     }
@@ -889,7 +1061,7 @@ DSC_EXTERN int dsc_mixture_state_load(dsc_mixture_t *mixture, const void *buf, s
             return DSC_EBADSTATE;
         }
         uint64_t slen = get_u64(p + off + MIX_SRC + clen);
-        if (slen > DSC_STATE_MAX_BYTES || off + MIX_SRC + clen + 8 + slen > len - 8) {
+        if (slen > MIX_STATE_MAX || off + MIX_SRC + clen + 8 + slen > len - 8) {
             MIX_ERR(m, "mixture: state_load: damaged");
             return DSC_EBADSTATE;
         }
@@ -901,6 +1073,13 @@ DSC_EXTERN int dsc_mixture_state_load(dsc_mixture_t *mixture, const void *buf, s
                     "delivered the samples left over by a change of world size: it resumes only "
                     "that rank of that world size (save again a few steps later)",
                     (unsigned long long)old_rank, (unsigned long long)old_world);
+            return DSC_EBADSTATE;
+        }
+        if (old_world != m->world && m->packed) {
+            MIX_ERR(m,
+                    "mixture: state_load: a packed mixture resumes on the world size it was "
+                    "saved on (%llu), not %u",
+                    (unsigned long long)old_world, m->world);
             return DSC_EBADSTATE;
         }
         if (old_world != m->world && m->src[k].cut > 0) {
@@ -945,7 +1124,7 @@ DSC_EXTERN int dsc_mixture_state_load(dsc_mixture_t *mixture, const void *buf, s
             if (rc == 0)
                 rc = dsc_loader_state_load(s->loader, after, (size_t)after_len);
         } else {
-            rc = dsc_loader_state_load(s->loader, state, slen);
+            rc = src_load(s, state, slen);
             s->skip = (uint32_t)used;
         }
         if (rc < 0) {
@@ -953,7 +1132,7 @@ DSC_EXTERN int dsc_mixture_state_load(dsc_mixture_t *mixture, const void *buf, s
                 MIX_ERR(m, "mixture: state_load: source '%s': %s", s->dataset, dsc_strerror(rc));
             return rc;
         }
-        s->before_len = dsc_loader_state_save(s->loader, s->before, sizeof s->before);
+        s->before_len = src_save(s, s->before, sizeof s->before);
         s->count = get_u64(r);
         s->epoch = get_u64(r + 8);
         s->passes = get_u64(r + 24);
