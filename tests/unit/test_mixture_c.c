@@ -354,6 +354,93 @@ int main(void) {
         g_exhausted = DSC_EXHAUSTED_WRAP;
     }
 
+    /* Packed (rows of 16 tokens, 10 rows a batch): unpacking by (source, segment_index,
+     * segment_start) rebuilds every document of each source's first source-epoch once, in
+     * order; a resume continues byte for byte; another world size is refused. */
+    {
+        dsc_loader_options_t o;
+        REQUIRE(DSC_LOADER_OPTIONS_INIT(&o) == 0);
+        o.batch_size = B, o.seed = 9, o.ignore_rank_env = 1, o.shuffle_window = 16;
+        o.log_fn = on_log, o.log_level = DSC_LOG_WARN;
+        dsc_source_options_t so[3];
+        for (int k = 0; k < 3; k++) {
+            REQUIRE(dsc_source_options_init(&so[k], sizeof so[k]) == 0);
+            so[k].dataset = names[k], so[k].fallback_path = dirs[k], so[k].weight = weights[k];
+        }
+        dsc_pack_options_t po;
+        REQUIRE(dsc_pack_options_init(&po, sizeof po) == 0);
+        po.field = "tokens", po.length = 16;
+        static uint64_t have[3][240]; /* tokens of each document rebuilt so far */
+        memset(have, 0, sizeof have);
+        dsc_mixture_t *a = NULL, *b = NULL;
+        REQUIRE(dsc_mixture_create_packed(&o, so, 3, &po, &a) == 0);
+        int ok = 1, same = 1;
+        uint8_t state[4096];
+        for (int s = 0; s < 70; s++) {
+            if (s == 23) {
+                int n = dsc_mixture_state_save(a, state, sizeof state);
+                REQUIRE(n > 0 && n <= (int)sizeof state);
+                REQUIRE(dsc_mixture_create_packed(&o, so, 3, &po, &b) == 0);
+                CHECK_EQ_INT(dsc_mixture_state_load(b, state, (size_t)n), 0);
+                dsc_mixture_t *w = NULL;
+                o.world_size = 2;
+                REQUIRE(dsc_mixture_create_packed(&o, so, 3, &po, &w) == 0);
+                CHECK_EQ_INT(dsc_mixture_state_load(w, state, (size_t)n), DSC_EBADSTATE);
+                CHECK(strstr(last_log, "packed") != NULL);
+                dsc_mixture_destroy(w);
+                o.world_size = 1;
+            }
+            dsc_mixture_batch_t mb, mb2;
+            mb.struct_size = mb2.struct_size = sizeof mb;
+            REQUIRE(dsc_mixture_next(a, &mb) == 0);
+            dsc_packed_batch_t pb, pb2;
+            pb.struct_size = pb2.struct_size = sizeof pb;
+            REQUIRE(dsc_mixture_packed(a, &pb) == 0);
+            CHECK(pb.rows == B && pb.length == 16 && pb.cu_seqlens[pb.segments] == B * 16);
+            if (b != NULL) {
+                REQUIRE(dsc_mixture_next(b, &mb2) == 0);
+                REQUIRE(dsc_mixture_packed(b, &pb2) == 0);
+                same = same && pb.segments == pb2.segments &&
+                       memcmp(pb.tokens, pb2.tokens, (size_t)B * 16 * 4) == 0 &&
+                       memcmp(pb.segment_index, pb2.segment_index, pb.segments * 8) == 0 &&
+                       memcmp(mb.source, mb2.source, B * 4) == 0;
+            }
+            const int32_t *tok = pb.tokens;
+            for (uint32_t g = 0; g < pb.segments; g++) {
+                int64_t d = pb.segment_index[g];
+                uint32_t row = (uint32_t)pb.cu_seqlens[g] / 16;
+                int k = mb.source[row];
+                if (d < 0 || mb.source_epoch[row] != 0)
+                    continue;
+                ok = ok && (uint64_t)pb.segment_start[g] == have[k][d];
+                for (int32_t t = pb.cu_seqlens[g]; t < pb.cu_seqlens[g + 1]; t++) {
+                    ok = ok && tok[t] == token(k, (uint64_t)d, have[k][d]) &&
+                         pb.document_ids[t] == (int32_t)g;
+                    have[k][d]++;
+                }
+            }
+        }
+        for (int k = 0; k < 3; k++)
+            for (uint64_t i = 0; i < sizes[k]; i++)
+                ok = ok && have[k][i] == doc_len(i);
+        CHECK(ok);
+        CHECK(same);
+        dsc_field_view_t fv;
+        fv.struct_size = sizeof fv;
+        CHECK_EQ_INT(dsc_mixture_field_view(a, 0, &fv), DSC_EINVAL);
+        dsc_mixture_destroy(a);
+        dsc_mixture_destroy(b);
+        g_repeat[2] = 1.5; /* a fractional repeat with packing: refused */
+        so[2].repeat = 1.5;
+        CHECK_EQ_INT(dsc_mixture_create_packed(&o, so, 3, &po, &a), DSC_EINVAL);
+        CHECK(strstr(last_log, "'books'") != NULL && strstr(last_log, "fractional") != NULL);
+        g_repeat[2] = 1;
+        so[2].repeat = 1;
+        po.length = 0; /* pack length under 1: the packer's refusal, naming the source */
+        CHECK_EQ_INT(dsc_mixture_create_packed(&o, so, 3, &po, &a), DSC_EINVAL);
+        CHECK(strstr(last_log, "'web'") != NULL);
+    }
+
     /* Bad input. */
     dsc_mixture_t *m = NULL;
     double zero[3] = {0.6, 0.0, 0.4}, neg[3] = {0.6, 0.3, -1}, nan3[3] = {NAN, 1, 1};
