@@ -447,8 +447,9 @@ static int mixture_create(const dsc_loader_options_t *common, const dsc_source_o
             po.rows = s->batch;
             rc = dsc_packer_create(s->loader, &po, &s->packer);
             if (rc < 0) {
-                MIX_ERR(m, "mixture: source '%s': pack: %s (the log says why)", s->dataset,
-                        dsc_strerror(rc));
+                char why[400];
+                dsc_loader_last_error(s->loader, why, sizeof why);
+                MIX_ERR(m, "mixture: source '%s': %s", s->dataset, why[0] ? why : dsc_strerror(rc));
                 goto fail;
             }
             s->row_seg = calloc((size_t)s->batch + 1, sizeof *s->row_seg);
