@@ -235,6 +235,8 @@ class Mixture:
             raise _error(rc, self._why(None) or lib.dsc_strerror(rc).decode(),
                          lib.dsc_err_name(rc).decode())
         self._handle = handle
+        from .loader import _live  # destroyed at exit like loaders: no log call into a dying VM
+        _live.add(self)
         self._fields = _field_specs(lib.dsc_mixture_field_count, lib.dsc_mixture_field, handle)
         self._plan = []
         for name, dtype, shape in self._fields:
@@ -282,6 +284,9 @@ class Mixture:
             self._lib.dsc_mixture_destroy(h)
         if getattr(self, "_sink_id", 0):
             self._drop_sink()
+
+    def _destroy(self):
+        self.close()
 
     def __del__(self):
         try:
