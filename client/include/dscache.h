@@ -677,8 +677,9 @@ typedef struct dsc_source_options {
 DSC_EXTERN int dsc_source_options_init(dsc_source_options_t *options, size_t size);
 
 /* Creates one loader per source from `common` (its dataset ignored; batch_size is the mixture's
- * batch; each source's loader gets seed + k for the k-th source and a batch of its share,
- * rounded up) and the `count` sources (read with the stride of the first's struct_size). The
+ * batch; each source's loader gets seed + k for the k-th source and a batch of its share S,
+ * rounded up, or of min(4 S, 64) when S < 64: fewer, larger loader batches) and the `count`
+ * sources (read with the stride of the first's struct_size). The
  * batch holds the `field_count` fields named in `fields` (NULL: every field of the first
  * source), which every source must have with the same dtype and shape; sources may have more.
  * Returns 0 and *out, or DSC_EINVAL (no sources, more than 64, a weight not > 0 and finite, a
@@ -725,7 +726,8 @@ DSC_EXTERN int dsc_mixture_source_stats(const dsc_mixture_t *mixture, uint32_t s
 
 /* A packed mixture (docs/mixtures.md, docs/packing.md): each source's loader feeds its own packer
  * (pack->field, length, cut, ahead as dsc_packer_create takes them; rows: the source's share of
- * batch_size, rounded up; the source loaders read at least 256 documents a batch) and the
+ * batch_size as dsc_mixture_create sizes a source batch; the source loaders read at least 256
+ * documents a batch) and the
  * mixture blends packed rows by the quota rule, a row per pick: a batch is batch_size rows
  * (rows stay per source). dsc_mixture_next gives source[i], source_epoch[i] and indices[i] (the
  * row's place in its source's packed batch) per row; dsc_mixture_packed the rows. Every field of
@@ -748,7 +750,7 @@ DSC_EXTERN int dsc_mixture_packed(const dsc_mixture_t *mixture, dsc_packed_batch
 DSC_EXTERN uint32_t dsc_mixture_field_count(const dsc_mixture_t *mixture);
 DSC_EXTERN int dsc_mixture_field(const dsc_mixture_t *mixture, uint32_t field,
                                  dsc_field_info_t *out);
-/* Source k's loader batch size (its share of batch_size, rounded up); 0 for a bad k. */
+/* Source k's loader batch size (as dsc_mixture_create sizes it); 0 for a bad k. */
 DSC_EXTERN uint32_t dsc_mixture_source_batch(const dsc_mixture_t *mixture, uint32_t source);
 /* Why the last failing call on mixture failed (NULL: this thread's last dsc_mixture_create
  * failure), the text also logged at ERROR: it names the source, the field, the option. Writes

@@ -14,7 +14,8 @@
 #define MIX_MAX_SOURCES 64
 #define MIX_STATE_MAGIC "DSCM"
 #define MIX_STATE_VERSION 2
-#define MIX_MAX_EXTRA 64 /* leftover batches of old ranks after a world-size change */
+#define MIX_SOURCE_BATCH_MIN 64 /* a smaller share reads up to four steps' worth a batch */
+#define MIX_MAX_EXTRA 64        /* leftover batches of old ranks after a world-size change */
 
 /* A source batch being read: the batch, its needed fields' views and the samples used. */
 typedef struct mix_piece {
@@ -373,7 +374,12 @@ static int mixture_create(const dsc_loader_options_t *common, const dsc_source_o
         if (so->shuffle_window)
             lo.shuffle_window = so->shuffle_window;
         lo.seed = opt.seed + k;
+        /* A source batch of about four steps' share (up to 64 samples; a larger share as it
+         * is): the loader's per-batch work is paid by more samples. */
         lo.batch_size = share_of(m->batch_size, so->weight, wsum);
+        if (lo.batch_size < MIX_SOURCE_BATCH_MIN)
+            lo.batch_size =
+                lo.batch_size * 4 < MIX_SOURCE_BATCH_MIN ? lo.batch_size * 4 : MIX_SOURCE_BATCH_MIN;
         s->batch = lo.batch_size;
         if (pack != NULL && lo.batch_size < 256) /* a packed batch takes a few loader batches */
             lo.batch_size = 256;

@@ -313,7 +313,8 @@ class Mixture:
 
     @property
     def source_batch_sizes(self):
-        """Each source's loader batch size (its share of batch_size, rounded up)."""
+        """Each source's loader batch size: its share S of batch_size rounded up, or
+        min(4 S, 64) when S < 64 (client/lib/mixture.c)."""
         return [int(self._lib.dsc_mixture_source_batch(self._h(), k))
                 for k in range(len(self.sources))]
 
