@@ -523,8 +523,9 @@ DSC_EXTERN int dsc_packer_set_epoch(dsc_packer_t *packer, uint64_t epoch);
  * settings over a loader with the same order settings and world size, the stream continues
  * token for token (a partly handed-out document continues where it stopped). save returns the
  * bytes written, or the bytes needed when cap is too small (nothing written); load returns 0,
- * DSC_EINVAL, or DSC_EBADSTATE (damaged, not a packer state, or saved with other pack settings:
- * the log names the setting; or the loader's own refusal). */
+ * DSC_EINVAL, or DSC_EBADSTATE (damaged, not a packer state, saved with other pack settings
+ * or on another world size (kept in the state; ranks stand at different loader batches, so one
+ * rank's state cannot be re-split): the log names the setting; or the loader's own refusal). */
 #define DSC_PACK_STATE_MAX_BYTES 320
 DSC_EXTERN int dsc_packer_state_save(const dsc_packer_t *packer, void *buf, size_t cap);
 DSC_EXTERN int dsc_packer_state_load(dsc_packer_t *packer, const void *buf, size_t len);
