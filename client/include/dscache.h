@@ -123,7 +123,22 @@ typedef struct dsc_loader_options {
                              those filling inflight_bytes plus prefetch_batches, at most the
                              smaller of 1024 and 2^18 / batch_size. At most 2^20 / batch_size;
                              ignored by the other orders (docs/order.md#the-callers-order) */
+    /* Mixtures (docs/mixtures.md). sources / n_sources: the sources of a mixture (an array of
+     * dsc_source_options_t, read with the stride of the first's struct_size), taken by
+     * dsc_mixture_create(options, NULL, 0, ...) when it is given no sources of its own. A loader
+     * reads one dataset: dsc_loader_create refuses n_sources > 0 with DSC_EINVAL (its last
+     * error names dsc_mixture_create). exhausted: what a mixture does when a source's
+     * source-epoch ends: DSC_EXHAUSTED_WRAP (0, default) starts its next one;
+     * DSC_EXHAUSTED_STOP ends the mixture's epoch (the batch in progress is handed out short,
+     * the next dsc_mixture_next returns DSC_EOF, the one after starts the next epoch). Another
+     * value fails dsc_mixture_create with DSC_EINVAL. Ignored by a single-dataset loader. */
+    const struct dsc_source_options *sources;
+    uint32_t n_sources;
+    int exhausted;
 } dsc_loader_options_t;
+
+#define DSC_EXHAUSTED_WRAP 0
+#define DSC_EXHAUSTED_STOP 1
 
 /* How one variable-length field is handed out (dsc_loader_options_t.field_options). */
 typedef struct dsc_field_options {
@@ -508,8 +523,9 @@ DSC_EXTERN int dsc_packer_set_epoch(dsc_packer_t *packer, uint64_t epoch);
  * settings over a loader with the same order settings and world size, the stream continues
  * token for token (a partly handed-out document continues where it stopped). save returns the
  * bytes written, or the bytes needed when cap is too small (nothing written); load returns 0,
- * DSC_EINVAL, or DSC_EBADSTATE (damaged, not a packer state, or saved with other pack settings:
- * the log names the setting; or the loader's own refusal). */
+ * DSC_EINVAL, or DSC_EBADSTATE (damaged, not a packer state, saved with other pack settings
+ * or on another world size (kept in the state; ranks stand at different loader batches, so one
+ * rank's state cannot be re-split): the log names the setting; or the loader's own refusal). */
 #define DSC_PACK_STATE_MAX_BYTES 320
 DSC_EXTERN int dsc_packer_state_save(const dsc_packer_t *packer, void *buf, size_t cap);
 DSC_EXTERN int dsc_packer_state_load(dsc_packer_t *packer, const void *buf, size_t len);
@@ -632,8 +648,10 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
  * exceeds the samples it already has (the lower index on a tie). Every source stays within one
  * sample of its quota after every sample; the composition is a pure function of (weights,
  * batch_size, step), the same on every rank. A source that ends its epoch starts its next one
- * (exhausted "wrap"). The Python binding (dscache.Loader(sources=...)) has its own composition
- * with the same rule and more (repeat, "stop", packing, resume onto another world size). */
+ * (dsc_loader_options_t.exhausted: "wrap", or "stop" to end the mixture's epoch); repeat
+ * (dsc_source_options_t.repeat) sets how long a source-epoch lasts. The Python binding
+ * (dscache.Loader(sources=...)) is this engine; only a packed mixture (pack=) is blended in
+ * Python. */
 typedef struct dsc_mixture dsc_mixture_t;
 
 typedef struct dsc_source_options {
@@ -646,13 +664,23 @@ typedef struct dsc_source_options {
     const char *fallback_path; /* NULL: none (the mixture's fallback_path is not used: it names
                                   one dataset's directory) */
     uint32_t shuffle_window;   /* 0: the mixture's */
+    double repeat;             /* passes over the source per source-epoch (> 0 and finite; 0 is
+                                  read as the default 1): 2.0 delivers each sample twice (two of
+                                  its loader's epochs); 0.5 the first half of each rank's share
+                                  of one loader epoch (the rest is skipped, the next
+                                  source-epoch starts the loader's next epoch, in another order);
+                                  1.5 one pass, then half of the next. The fraction is
+                                  round(fraction * ceil(samples / world_size)) samples (half to
+                                  even), at least 1, on every rank. Absent from a struct_size
+                                  that ends before it: 1 */
 } dsc_source_options_t;
 /* Fills the defaults (weight 1) and sets struct_size = size. Returns 0, or DSC_EINVAL. */
 DSC_EXTERN int dsc_source_options_init(dsc_source_options_t *options, size_t size);
 
 /* Creates one loader per source from `common` (its dataset ignored; batch_size is the mixture's
- * batch; each source's loader gets seed + k for the k-th source and a batch of its share,
- * rounded up) and the `count` sources (read with the stride of the first's struct_size). The
+ * batch; each source's loader gets seed + k for the k-th source and a batch of its share S,
+ * rounded up, or of min(4 S, 64) when S < 64: fewer, larger loader batches) and the `count`
+ * sources (read with the stride of the first's struct_size). The
  * batch holds the `field_count` fields named in `fields` (NULL: every field of the first
  * source), which every source must have with the same dtype and shape; sources may have more.
  * Returns 0 and *out, or DSC_EINVAL (no sources, more than 64, a weight not > 0 and finite, a
@@ -671,14 +699,20 @@ DSC_EXTERN void dsc_mixture_destroy(dsc_mixture_t *mixture);
 typedef struct dsc_mixture_batch {
     size_t struct_size;           /* set by the caller to sizeof(dsc_mixture_batch_t) */
     uint64_t step;                /* 0-based step since create (or since the state loaded) */
-    uint32_t samples;             /* batch_size */
+    uint32_t samples;             /* batch_size; fewer only in the last batch of an epoch that
+                                     exhausted "stop" ends, or when a source has no epoch left */
     const int32_t *source;        /* [samples]: each sample's source index */
     const uint64_t *indices;      /* [samples]: each sample's index in its own dataset */
     const uint64_t *source_epoch; /* [samples]: the source-epoch each sample belongs to */
+    uint64_t epoch;               /* the mixture's epoch (exhausted "stop": one per run-out) */
 } dsc_mixture_batch_t;
 /* Composes the next batch (fetching the sources' batches as needed; their stall counts as
- * theirs). Returns 0, DSC_EOF (a source has no epoch left: common.epochs reached), DSC_EINVAL,
- * or a source loader's error (the log names the source). Not thread-safe per mixture. */
+ * theirs): the batch_size picks first (the quota rule), then each pick's next sample of its
+ * source (the old ranks' leftovers first after a resume onto another world size). Returns 0,
+ * DSC_EOF (exhausted "stop": the epoch ended with the last batch, and the next call starts the
+ * next one; or a source has no epoch left, common.epochs reached: every later call), DSC_EINVAL,
+ * or a source loader's error (dsc_mixture_last_error and the log name the source). Not
+ * thread-safe per mixture. */
 DSC_EXTERN int dsc_mixture_next(dsc_mixture_t *mixture, dsc_mixture_batch_t *out);
 /* Needed field f (0 .. field_count - 1) of the last batch, as dsc_batch_field_view gives one
  * (DSC_FIELD_FIXED: values [B, ...]; DSC_FIELD_VALUES: values and B + 1 offsets), in the
@@ -691,12 +725,64 @@ DSC_EXTERN int dsc_mixture_field_view(const dsc_mixture_t *mixture, uint32_t fie
 DSC_EXTERN int dsc_mixture_source_stats(const dsc_mixture_t *mixture, uint32_t source,
                                         uint64_t *samples, dsc_stats_t *out);
 
+/* A packed mixture (docs/mixtures.md, docs/packing.md): each source's loader feeds its own packer
+ * (pack->field, length, cut, ahead as dsc_packer_create takes them; rows: the source's share of
+ * batch_size as dsc_mixture_create sizes a source batch; the source loaders read at least 256
+ * documents a batch) and the
+ * mixture blends packed rows by the quota rule, a row per pick: a batch is batch_size rows
+ * (rows stay per source). dsc_mixture_next gives source[i], source_epoch[i] and indices[i] (the
+ * row's place in its source's packed batch) per row; dsc_mixture_packed the rows. Every field of
+ * the sources but pack->field is dropped. Returns as dsc_mixture_create, and DSC_EINVAL for a
+ * fractional repeat (a pass's rows are not known ahead) or what dsc_packer_create refuses
+ * (the log names the source). The state resumes on the world size it was saved on only. */
+DSC_EXTERN int dsc_mixture_create_packed(const dsc_loader_options_t *common,
+                                         const dsc_source_options_t *sources, uint32_t count,
+                                         const dsc_pack_options_t *pack, dsc_mixture_t **out);
+/* The last batch of a packed mixture as a dsc_packed_batch_t (out->struct_size set): tokens,
+ * position_ids, document_ids ([rows, length]) and cu_seqlens, segment_index, segment_start over
+ * the batch's segments (every segment of every row, padding runs too, numbered in batch order;
+ * document_ids -1 on padding; segment_index is the document's index in its own source, whose
+ * index is source[row]), in the mixture's buffers until the next call. Returns 0, or DSC_EINVAL
+ * (not packed, no batch yet). dsc_mixture_field_view refuses a packed mixture (DSC_EINVAL). */
+DSC_EXTERN int dsc_mixture_packed(const dsc_mixture_t *mixture, dsc_packed_batch_t *out);
+
+/* The needed fields (0 .. count - 1) as the batch has them (dsc_field_info_t). field returns 0,
+ * DSC_ERANGE or DSC_EINVAL. */
+DSC_EXTERN uint32_t dsc_mixture_field_count(const dsc_mixture_t *mixture);
+DSC_EXTERN int dsc_mixture_field(const dsc_mixture_t *mixture, uint32_t field,
+                                 dsc_field_info_t *out);
+/* Source k's loader batch size (as dsc_mixture_create sizes it); 0 for a bad k. */
+DSC_EXTERN uint32_t dsc_mixture_source_batch(const dsc_mixture_t *mixture, uint32_t source);
+/* Why the last failing call on mixture failed (NULL: this thread's last dsc_mixture_create
+ * failure), the text also logged at ERROR: it names the source, the field, the option. Writes
+ * at most cap bytes (NUL-terminated) and returns the whole text's length. */
+DSC_EXTERN int dsc_mixture_last_error(const dsc_mixture_t *mixture, char *buf, size_t cap);
+
+/* The mixture as a whole. */
+typedef struct dsc_mixture_info {
+    size_t struct_size; /* set by the caller to sizeof(dsc_mixture_info_t) */
+    uint32_t sources;   /* count */
+    uint32_t rank, world_size;
+    uint64_t epoch;          /* the mixture's epoch (exhausted "stop" counts them) */
+    uint64_t step;           /* batches handed out in the epoch */
+    double stall_seconds;    /* the sources' next() waits, summed */
+    int32_t starving_source; /* the verdict: the source with the most stall (-1: none stalled) */
+} dsc_mixture_info_t;
+DSC_EXTERN int dsc_mixture_info(const dsc_mixture_t *mixture, dsc_mixture_info_t *out);
+
 /* Mixture state for resume: per source, its loader's state at the start of its batch being read
- * and the samples of it used, the quota counters and the step, with a checksum of what the
- * composition depends on (datasets, weights, seed, batch_size, fields). Resumes on the same
- * world size (the Python binding also resumes onto another). save returns the bytes written, or
- * the bytes needed when cap is too small; load returns 0, DSC_EINVAL, or DSC_EBADSTATE (damaged,
- * not a mixture state, another mixture: the log says which, or a source loader's refusal). */
+ * and the samples of it used, its quota counter, source-epoch, repeat position; the epoch and
+ * step, the world size, with a checksum of what the composition depends on (datasets, weights,
+ * repeat, exhausted, seed, batch_size, fields). The same on every rank (but while a rank still
+ * delivers an old world size's leftovers). Loads onto any world size: there each source's loader
+ * re-splits the samples not yet delivered over the new ranks, and the part-used batches of the
+ * old ranks r with r % world_size == rank are read again by temporary loaders of those old ranks
+ * and their unused samples delivered first (each source's samples stay exactly once per
+ * source-epoch, but for the loader's padding of a new segment: at most world_size - 1 repeats).
+ * Refused onto another world size: a fractional repeat; a state saved while leftovers were being
+ * delivered, but on that rank and world size. save returns the bytes written, or the bytes
+ * needed when cap is too small; load returns 0, DSC_EINVAL, or DSC_EBADSTATE (damaged, not a
+ * mixture state, another mixture: the log says which, or a source loader's refusal). */
 DSC_EXTERN int dsc_mixture_state_save(const dsc_mixture_t *mixture, void *buf, size_t cap);
 DSC_EXTERN int dsc_mixture_state_load(dsc_mixture_t *mixture, const void *buf, size_t len);
 

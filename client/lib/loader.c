@@ -740,6 +740,14 @@ static int loader_create(const dsc_loader_options_t *options, int reader, dsc_lo
                      : "struct_size smaller than the first dsc_loader_options_t");
         return DSC_EINVAL;
     }
+    if (options->struct_size >= offsetof(dsc_loader_options_t, n_sources) + sizeof(uint32_t) &&
+        options->n_sources > 0) {
+        snprintf(create_error, sizeof create_error,
+                 "invalid loader options: n_sources %u: a loader reads one dataset; a mixture of "
+                 "sources is made by dsc_mixture_create (docs/mixtures.md)",
+                 options->n_sources);
+        return DSC_EINVAL;
+    }
     int manifest_step = 0;
     dsc_loader_t *loader = calloc(1, sizeof *loader);
     if (loader == NULL) {

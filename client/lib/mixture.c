@@ -5,30 +5,65 @@
 #include "shard.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MIX_MAX_SOURCES 64
 #define MIX_STATE_MAGIC "DSCM"
-#define MIX_STATE_VERSION 1
+#define MIX_STATE_VERSION 2
+#define MIX_SOURCE_BATCH_MIN 64 /* a smaller share reads up to four steps' worth a batch */
+#define MIX_MAX_EXTRA 64        /* leftover batches of old ranks after a world-size change */
 
-/* One source: its loader, the batch being read (with the loader's state before it) and the
- * samples of it used. */
+/* A source batch being read: the batch, its needed fields' views and the samples used. */
+typedef struct mix_piece {
+    dsc_loader_t *owner; /* a temporary loader of an old rank (leftovers), else NULL */
+    dsc_batch_t *batch;
+    dsc_field_view_t views[DSC_MAX_FIELDS];
+    uint32_t samples, cursor;
+    int packed;            /* a packed source's packed batch (pb), rows as samples */
+    dsc_packed_batch_t pb; /* valid until its packer's next call */
+} mix_piece_t;
+
+#define MIX_STATE_MAX DSC_PACK_STATE_MAX_BYTES /* a source's state: its loader's or packer's */
+#define HAVE(p) ((p)->batch != NULL || (p)->packed)
+
+/* One source: its loader, the batch being read (with the loader's state before it), the
+ * samples of it used, and where it stands in its source-epoch (repeat). */
 typedef struct mix_source {
     dsc_loader_t *loader;
-    char *dataset;
-    double weight;
+    dsc_loader_options_t lo; /* what its loader was made with (temporary loaders of old ranks) */
+    char *dataset, *servers, *auth_file, *fallback_path;
+    double weight, repeat;
     uint32_t batch;
+    uint32_t full;   /* whole passes per source-epoch (repeat's integer part) */
+    uint64_t cut;    /* samples of the part pass (repeat's fraction), per rank; 0: none */
+    uint64_t passes; /* whole passes done in the source-epoch */
+    uint64_t taken;  /* samples taken in the pass under way */
+    uint64_t loader_epoch;
+    uint64_t dataset_samples;
+    int ends; /* pass ends in a row without a batch: 2 means no epoch left */
     uint32_t field_index[DSC_MAX_FIELDS]; /* the needed fields' indexes in its dataset */
-    dsc_batch_t *current;
-    uint32_t current_samples, cursor;
-    uint8_t before[DSC_STATE_MAX_BYTES];
+    mix_piece_t cur;                      /* HAVE(&cur) 0: none */
+    dsc_packer_t *packer;                 /* packing: the source's packer over its loader */
+    uint32_t *row_seg;                    /* packing: per row of cur.pb, its first segment */
+    uint8_t before[MIX_STATE_MAX];
     int before_len;
     uint32_t skip;  /* after state_load: samples of the first batch already used */
-    uint64_t count; /* samples handed out since step 0 (the quota counter) */
+    uint64_t count; /* samples picked since step 0 (the quota counter) */
     uint64_t delivered;
     uint64_t epoch; /* source-epoch */
+    /* After a resume onto another world size: the old ranks' part-used batches this rank
+     * delivers first, and what they came from (saved while they last). */
+    mix_piece_t extra[MIX_MAX_EXTRA];
+    uint32_t extra_n, extra_at;
+    int carry;
+    uint32_t carry_world;
+    uint8_t carry_state[DSC_STATE_MAX_BYTES];
+    int carry_len;
+    uint64_t carry_skip, carry_used;
 } mix_source_t;
 
 /* A needed field's output buffers. */
@@ -45,35 +80,83 @@ typedef struct mix_field {
 struct dsc_mixture {
     dsc_logger_t log;
     uint32_t count, batch_size;
+    uint32_t rank, world;
+    int stop; /* exhausted "stop" */
     mix_source_t src[MIX_MAX_SOURCES];
     uint32_t field_count;
     mix_field_t fields[DSC_MAX_FIELDS];
-    uint64_t total; /* samples handed out since step 0 */
-    uint64_t step;
+    uint64_t total; /* samples picked since step 0 */
+    uint64_t step, epoch;
+    int stop_next, dead;
     uint64_t identity;
     int have_batch;
     uint32_t batch_samples;
     int32_t *source;
     uint64_t *indices, *source_epoch;
     uint32_t *picks;
+    char error[512];
+    /* Packing: the batch's rows (batch_size at most) of pack_len tokens and their segments. */
+    int packed;
+    uint32_t pack_len, pack_elem;
+    int pack_dtype;
+    uint8_t *ptok;
+    int32_t *ppos, *pdid, *pcu;
+    int64_t *psi, *pss;
+    uint32_t psegs;
+    uint64_t ptokens;
 };
 
+static _Thread_local char create_error[512];
+
+/* Says why (the log, and the text dsc_mixture_last_error gives). */
+#define MIX_ERR(m, ...)                                                                            \
+    do {                                                                                           \
+        snprintf((m)->error, sizeof(m)->error, __VA_ARGS__);                                       \
+        DSC_LOG(&(m)->log, DSC_LOG_ERROR, "%s", (m)->error);                                       \
+    } while (0)
+
 DSC_EXTERN int dsc_source_options_init(dsc_source_options_t *options, size_t size) {
-    if (options == NULL || size < sizeof(dsc_source_options_t))
+    if (options == NULL || size < offsetof(dsc_source_options_t, repeat))
         return DSC_EINVAL;
     memset(options, 0, size);
     options->struct_size = size;
     options->weight = 1.0;
+    if (size >= offsetof(dsc_source_options_t, repeat) + sizeof options->repeat)
+        options->repeat = 1.0;
     return 0;
+}
+
+static void piece_drop(mix_piece_t *p) {
+    p->packed = 0;
+    if (p->batch != NULL)
+        dsc_batch_release(p->batch);
+    if (p->owner != NULL)
+        dsc_loader_destroy(p->owner);
+    p->batch = NULL, p->owner = NULL;
+    p->samples = p->cursor = 0;
+}
+
+static void extra_clear(mix_source_t *s) {
+    for (uint32_t i = 0; i < s->extra_n; i++)
+        piece_drop(&s->extra[i]);
+    s->extra_n = s->extra_at = 0;
+    s->carry = 0;
 }
 
 DSC_EXTERN void dsc_mixture_destroy(dsc_mixture_t *mixture) {
     if (mixture == NULL)
         return;
     for (uint32_t k = 0; k < mixture->count; k++) {
-        dsc_batch_release(mixture->src[k].current);
-        dsc_loader_destroy(mixture->src[k].loader);
-        free(mixture->src[k].dataset);
+        mix_source_t *s = &mixture->src[k];
+        piece_drop(&s->cur);
+        extra_clear(s);
+        dsc_packer_destroy(s->packer);
+        free(s->row_seg);
+        dsc_loader_destroy(s->loader);
+        free(s->dataset);
+        free(s->servers);
+        free(s->auth_file);
+        free(s->fallback_path);
     }
     for (uint32_t f = 0; f < mixture->field_count; f++) {
         free(mixture->fields[f].values);
@@ -83,7 +166,36 @@ DSC_EXTERN void dsc_mixture_destroy(dsc_mixture_t *mixture) {
     free(mixture->indices);
     free(mixture->source_epoch);
     free(mixture->picks);
+    free(mixture->ptok);
+    free(mixture->ppos);
+    free(mixture->pdid);
+    free(mixture->pcu);
+    free(mixture->psi);
+    free(mixture->pss);
     free(mixture);
+}
+
+DSC_EXTERN int dsc_mixture_last_error(const dsc_mixture_t *mixture, char *buf, size_t cap) {
+    const char *text = mixture ? mixture->error : create_error;
+    if (buf != NULL && cap > 0)
+        snprintf(buf, cap, "%s", text);
+    return (int)strlen(text);
+}
+
+static char *dup_or_null(const char *s, int *fail) {
+    if (s == NULL)
+        return NULL;
+    char *d = strdup(s);
+    if (d == NULL)
+        *fail = 1;
+    return d;
+}
+
+/* A source's batch: ceil(batch_size * weight / W) in millionths, as the Python binding did. */
+static uint32_t share_of(uint32_t batch_size, double weight, double wsum) {
+    uint64_t w = (uint64_t)(weight * 1e6), all = (uint64_t)(wsum * 1e6);
+    uint64_t n = all ? ((uint64_t)batch_size * w + all - 1) / all : 1;
+    return n < 1 ? 1 : (uint32_t)n;
 }
 
 static void describe(const dsc_field_info_t *fi, char *buf, size_t cap) {
@@ -95,8 +207,10 @@ static void describe(const dsc_field_info_t *fi, char *buf, size_t cap) {
             n +=
                 (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? "," : "", (long long)fi->shape[d]);
     }
+    const char *d = dsc_dtype_name(fi->dtype); /* "i32" -> "int32", as numpy names it */
+    const char *word = d[0] == 'i' ? "int" : d[0] == 'u' ? "uint" : d[0] == 'f' ? "float" : "";
     if (n < cap)
-        snprintf(buf + n, cap - n, "]");
+        snprintf(buf + n, cap - n, "] (%s%s)", word, *word ? d + 1 : d);
 }
 
 static int find_field(dsc_loader_t *l, const char *name, dsc_field_info_t *out) {
@@ -116,8 +230,7 @@ static int agree(dsc_mixture_t *m, const char *const *names, uint32_t n) {
             dsc_field_info_t fi;
             int at = find_field(m->src[k].loader, names[f], &fi);
             if (at < 0) {
-                DSC_LOG(&m->log, DSC_LOG_ERROR, "mixture: source '%s' has no field '%s'",
-                        m->src[k].dataset, names[f]);
+                MIX_ERR(m, "mixture: source '%s' has no field '%s'", m->src[k].dataset, names[f]);
                 return DSC_EINVAL;
             }
             if (k == 0) {
@@ -126,15 +239,13 @@ static int agree(dsc_mixture_t *m, const char *const *names, uint32_t n) {
                        memcmp(fi.shape, mf->info.shape, sizeof fi.shape[0] * fi.ndim) != 0) {
                 describe(&mf->info, want, sizeof want);
                 describe(&fi, have, sizeof have);
-                DSC_LOG(&m->log, DSC_LOG_ERROR,
-                        "mixture: field '%s' differs between sources: '%s' has %s, '%s' has %s",
+                MIX_ERR(m, "mixture: field '%s' differs between sources: '%s' has %s, '%s' has %s",
                         names[f], m->src[0].dataset, want, m->src[k].dataset, have);
                 return DSC_EINVAL;
             }
             const dsc_var_field_t *var = &m->src[k].loader->cfg.var[at];
             if (var->pad || var->image) {
-                DSC_LOG(&m->log, DSC_LOG_ERROR,
-                        "mixture: field '%s' is %s: a mixture takes values + offsets", names[f],
+                MIX_ERR(m, "mixture: field '%s' is %s: a mixture takes values + offsets", names[f],
                         var->pad ? "padded" : "decoded as an image");
                 return DSC_EINVAL;
             }
@@ -156,38 +267,60 @@ static int agree(dsc_mixture_t *m, const char *const *names, uint32_t n) {
     return 0;
 }
 
-DSC_EXTERN int dsc_mixture_create(const dsc_loader_options_t *common,
-                                  const dsc_source_options_t *sources, uint32_t count,
-                                  const char *const *fields, uint32_t field_count,
-                                  dsc_mixture_t **out) {
+/* A source's state: its packer's when packed, else its loader's. */
+static int src_save(const mix_source_t *s, uint8_t *buf, size_t cap) {
+    return s->packer ? dsc_packer_state_save(s->packer, buf, cap)
+                     : dsc_loader_state_save(s->loader, buf, cap);
+}
+static int src_load(mix_source_t *s, const uint8_t *buf, size_t len) {
+    return s->packer ? dsc_packer_state_load(s->packer, buf, len)
+                     : dsc_loader_state_load(s->loader, buf, len);
+}
+
+static int mixture_create(const dsc_loader_options_t *common, const dsc_source_options_t *sources,
+                          uint32_t count, const char *const *fields, uint32_t field_count,
+                          const dsc_pack_options_t *pack, dsc_mixture_t **out) {
+    if (common != NULL && sources == NULL && count == 0 &&
+        common->struct_size >= offsetof(dsc_loader_options_t, n_sources) + sizeof(uint32_t))
+        sources = common->sources, count = common->n_sources; /* the options' own sources */
     if (common == NULL || out == NULL || (sources == NULL && count > 0) ||
-        (fields == NULL && field_count > 0))
+        (fields == NULL && field_count > 0)) {
+        snprintf(create_error, sizeof create_error, "mixture: NULL options, sources or fields");
         return DSC_EINVAL;
+    }
     dsc_loader_options_t opt;
     if (dsc_loader_options_init2(&opt, sizeof opt) < 0)
         return DSC_EINVAL;
     memcpy(&opt, common, common->struct_size < sizeof opt ? common->struct_size : sizeof opt);
     opt.struct_size = sizeof opt;
+    opt.sources = NULL, opt.n_sources = 0;
     dsc_mixture_t *m = calloc(1, sizeof *m);
     if (m == NULL)
         return DSC_ENOMEM;
     dsc__logger_init(&m->log, opt.log_fn, opt.log_ctx, opt.log_level);
     int rc = DSC_EINVAL;
     if (count == 0 || count > MIX_MAX_SOURCES || field_count > DSC_MAX_FIELDS) {
-        DSC_LOG(&m->log, DSC_LOG_ERROR, "mixture: %u sources (1 .. %u)%s", count, MIX_MAX_SOURCES,
+        MIX_ERR(m, "mixture: %u sources (1 .. %u)%s", count, MIX_MAX_SOURCES,
                 field_count > DSC_MAX_FIELDS ? ", too many fields" : "");
         goto fail;
     }
     if (opt.order != DSC_ORDER_LOCAL || opt.device >= 0) {
-        DSC_LOG(&m->log, DSC_LOG_ERROR, "mixture: %s",
+        MIX_ERR(m, "mixture: %s",
                 opt.device >= 0 ? "host batches only (device -1)" : "local order only");
         goto fail;
     }
+    if (opt.exhausted != DSC_EXHAUSTED_WRAP && opt.exhausted != DSC_EXHAUSTED_STOP) {
+        MIX_ERR(m, "mixture: exhausted %d (DSC_EXHAUSTED_WRAP or DSC_EXHAUSTED_STOP)",
+                opt.exhausted);
+        goto fail;
+    }
+    m->stop = opt.exhausted == DSC_EXHAUSTED_STOP;
     m->batch_size = opt.batch_size ? opt.batch_size : 32;
+    m->rank = opt.rank;
+    m->world = opt.world_size ? opt.world_size : 1;
     size_t stride = sources[0].struct_size;
-    if (stride < sizeof(dsc_source_options_t)) {
-        DSC_LOG(&m->log, DSC_LOG_ERROR, "mixture: source options struct_size %zu too small",
-                stride);
+    if (stride < offsetof(dsc_source_options_t, repeat)) {
+        MIX_ERR(m, "mixture: source options struct_size %zu too small", stride);
         goto fail;
     }
     double wsum = 0;
@@ -195,51 +328,96 @@ DSC_EXTERN int dsc_mixture_create(const dsc_loader_options_t *common,
         const dsc_source_options_t *so =
             (const dsc_source_options_t *)((const char *)sources + k * stride);
         const char *name = so->dataset ? so->dataset : "(null)";
-        if (so->dataset == NULL || !(so->weight > 0) || !isfinite(so->weight)) {
-            DSC_LOG(&m->log, DSC_LOG_ERROR, "mixture: source %u ('%s'): %s", k, name,
-                    so->dataset == NULL ? "no dataset" : "weight must be > 0 and finite");
+        double repeat =
+            stride >= offsetof(dsc_source_options_t, repeat) + sizeof so->repeat && so->repeat != 0
+                ? so->repeat
+                : 1.0;
+        if (so->dataset == NULL || so->dataset[0] == '\0' || !(so->weight > 0) ||
+            !isfinite(so->weight) || !(repeat > 0) || !isfinite(repeat)) {
+            MIX_ERR(m, "mixture: source %u ('%s'): %s", k, name,
+                    so->dataset == NULL || so->dataset[0] == '\0' ? "no dataset"
+                    : !(so->weight > 0) || !isfinite(so->weight)  ? "weight must be > 0 and finite"
+                                                                 : "repeat must be > 0 and finite");
             goto fail;
         }
         for (uint32_t j = 0; j < k; j++)
             if (strcmp(m->src[j].dataset, so->dataset) == 0) {
-                DSC_LOG(&m->log, DSC_LOG_ERROR, "mixture: dataset '%s' named twice", name);
+                MIX_ERR(m, "mixture: dataset '%s' named twice", name);
                 goto fail;
             }
         wsum += so->weight;
-        m->src[k].dataset = strdup(so->dataset);
-        m->src[k].weight = so->weight;
-        if (m->src[k].dataset == NULL) {
+        mix_source_t *s = &m->src[k];
+        int oom = 0;
+        s->dataset = dup_or_null(so->dataset, &oom);
+        s->servers = dup_or_null(so->servers ? so->servers : opt.servers, &oom);
+        s->auth_file = dup_or_null(so->auth_file ? so->auth_file : opt.auth_file, &oom);
+        s->fallback_path = dup_or_null(so->fallback_path, &oom);
+        s->weight = so->weight;
+        s->repeat = repeat;
+        m->count = k + 1;
+        if (oom) {
             rc = DSC_ENOMEM;
             goto fail;
         }
-        m->count = k + 1;
     }
     for (uint32_t k = 0; k < count; k++) {
         const dsc_source_options_t *so =
             (const dsc_source_options_t *)((const char *)sources + k * stride);
+        mix_source_t *s = &m->src[k];
         dsc_loader_options_t lo = opt;
-        lo.dataset = so->dataset;
-        if (so->servers)
-            lo.servers = so->servers;
-        if (so->auth_file)
-            lo.auth_file = so->auth_file;
+        lo.dataset = s->dataset;
+        lo.servers = s->servers;
+        lo.auth_file = s->auth_file;
         if (so->replicas)
             lo.replicas = so->replicas;
-        lo.fallback_path = so->fallback_path;
+        lo.fallback_path = s->fallback_path;
         if (so->shuffle_window)
             lo.shuffle_window = so->shuffle_window;
         lo.seed = opt.seed + k;
-        lo.batch_size = (uint32_t)ceil((double)m->batch_size * so->weight / wsum);
-        if (lo.batch_size < 1)
-            lo.batch_size = 1;
-        m->src[k].batch = lo.batch_size;
-        rc = dsc_loader_create(&lo, &m->src[k].loader);
+        /* A source batch of about four steps' share (up to 64 samples; a larger share as it
+         * is): the loader's per-batch work is paid by more samples. */
+        lo.batch_size = share_of(m->batch_size, so->weight, wsum);
+        if (lo.batch_size < MIX_SOURCE_BATCH_MIN)
+            lo.batch_size =
+                lo.batch_size * 4 < MIX_SOURCE_BATCH_MIN ? lo.batch_size * 4 : MIX_SOURCE_BATCH_MIN;
+        s->batch = lo.batch_size;
+        if (pack != NULL && lo.batch_size < 256) /* a packed batch takes a few loader batches */
+            lo.batch_size = 256;
+        rc = dsc_loader_create(&lo, &s->loader);
         if (rc < 0) {
-            char why[512];
+            char why[400];
             dsc_loader_last_error(NULL, why, sizeof why);
-            DSC_LOG(&m->log, DSC_LOG_ERROR, "mixture: source '%s': %s (%s)", so->dataset,
-                    dsc_strerror(rc), why);
+            MIX_ERR(m, "mixture: source '%s': %s (%s)", so->dataset, dsc_strerror(rc), why);
             goto fail;
+        }
+        /* Kept for the temporary loaders of old ranks (a resume onto another world size): the
+         * strings are the mixture's copies; what create copies is not needed again. */
+        lo.job_name = NULL, lo.transport = NULL, lo.field_options = NULL;
+        lo.field_option_count = 0;
+        lo.ignore_rank_env = 1;
+        lo.report_seconds = -1;
+        lo.stats_log_seconds = 0;
+        s->lo = lo;
+        s->dataset_samples = dsc_loader_dataset_samples(s->loader);
+        if (s->dataset_samples == 0) {
+            MIX_ERR(m, "mixture: source '%s' is empty (0 samples)", so->dataset);
+            rc = DSC_EINVAL;
+            goto fail;
+        }
+        s->full = (uint32_t)s->repeat;
+        double frac = s->repeat - (double)s->full;
+        if (frac > 0 && pack != NULL) {
+            MIX_ERR(m,
+                    "mixture: source '%s': a fractional repeat (%g) is not supported with "
+                    "packing (a pass's rows are not known ahead)",
+                    so->dataset, s->repeat);
+            rc = DSC_EINVAL;
+            goto fail;
+        }
+        if (frac > 0) {
+            uint64_t per_rank = (s->dataset_samples + m->world - 1) / m->world;
+            double cut = nearbyint(frac * (double)per_rank); /* half to even, as Python round */
+            s->cut = cut < 1 ? 1 : (uint64_t)cut;
         }
     }
     const char *first[DSC_MAX_FIELDS];
@@ -254,9 +432,52 @@ DSC_EXTERN int dsc_mixture_create(const dsc_loader_options_t *common,
         }
         fields = first;
     }
+    if (pack != NULL) {
+        if (pack->struct_size < sizeof *pack || pack->field == NULL) {
+            MIX_ERR(m, "mixture: pack options without a field (or struct_size too small)");
+            rc = DSC_EINVAL;
+            goto fail;
+        }
+        fields = &pack->field, field_count = 1;
+    }
     rc = agree(m, fields, field_count);
     if (rc < 0)
         goto fail;
+    if (pack != NULL) {
+        m->packed = 1;
+        m->pack_len = pack->length;
+        for (uint32_t k = 0; k < count; k++) {
+            mix_source_t *s = &m->src[k];
+            dsc_pack_options_t po = *pack;
+            po.struct_size = sizeof po;
+            po.rows = s->batch;
+            rc = dsc_packer_create(s->loader, &po, &s->packer);
+            if (rc < 0) {
+                char why[400];
+                dsc_loader_last_error(s->loader, why, sizeof why);
+                MIX_ERR(m, "mixture: source '%s': %s", s->dataset, why[0] ? why : dsc_strerror(rc));
+                goto fail;
+            }
+            s->row_seg = calloc((size_t)s->batch + 1, sizeof *s->row_seg);
+            if (s->row_seg == NULL) {
+                rc = DSC_ENOMEM;
+                goto fail;
+            }
+        }
+        m->pack_dtype = m->fields[0].info.dtype;
+        m->pack_elem = (uint32_t)dsc_dtype_size(m->pack_dtype);
+        size_t slots = (size_t)m->batch_size * m->pack_len, segs = slots + m->batch_size;
+        m->ptok = malloc(slots * m->pack_elem + 1);
+        m->ppos = malloc(slots * sizeof(int32_t) + 1);
+        m->pdid = malloc(slots * sizeof(int32_t) + 1);
+        m->pcu = malloc((segs + 1) * sizeof(int32_t));
+        m->psi = malloc(segs * sizeof(int64_t) + 1);
+        m->pss = malloc(segs * sizeof(int64_t) + 1);
+        if (!m->ptok || !m->ppos || !m->pdid || !m->pcu || !m->psi || !m->pss) {
+            rc = DSC_ENOMEM;
+            goto fail;
+        }
+    }
     m->source = calloc(m->batch_size, sizeof *m->source);
     m->indices = calloc(m->batch_size, sizeof *m->indices);
     m->source_epoch = calloc(m->batch_size, sizeof *m->source_epoch);
@@ -267,21 +488,86 @@ DSC_EXTERN int dsc_mixture_create(const dsc_loader_options_t *common,
     }
     /* What the composition depends on, for state_load. */
     uint64_t id = opt.seed * 1000003u + m->batch_size;
+    id = id * 31 + (uint64_t)m->stop;
     for (uint32_t k = 0; k < count; k++) {
         id = id * 31 + dsc_checksum(m->src[k].dataset, strlen(m->src[k].dataset));
         id = id * 31 + dsc_checksum(&m->src[k].weight, sizeof m->src[k].weight);
+        id = id * 31 + dsc_checksum(&m->src[k].repeat, sizeof m->src[k].repeat);
     }
     for (uint32_t f = 0; f < m->field_count; f++)
         id = id * 31 + dsc_checksum(m->fields[f].name, strlen(m->fields[f].name));
+    if (pack != NULL)
+        id = id * 31 + pack->length * 2u + (pack->cut ? 1u : 0u);
     m->identity = id;
     for (uint32_t k = 0; k < count; k++)
-        m->src[k].before_len =
-            dsc_loader_state_save(m->src[k].loader, m->src[k].before, sizeof m->src[k].before);
+        m->src[k].before_len = src_save(&m->src[k], m->src[k].before, sizeof m->src[k].before);
     *out = m;
     return 0;
 fail:
+    snprintf(create_error, sizeof create_error, "%s", m->error);
     dsc_mixture_destroy(m);
     return rc;
+}
+
+DSC_EXTERN int dsc_mixture_create(const dsc_loader_options_t *common,
+                                  const dsc_source_options_t *sources, uint32_t count,
+                                  const char *const *fields, uint32_t field_count,
+                                  dsc_mixture_t **out) {
+    create_error[0] = '\0';
+    return mixture_create(common, sources, count, fields, field_count, NULL, out);
+}
+
+DSC_EXTERN int dsc_mixture_create_packed(const dsc_loader_options_t *common,
+                                         const dsc_source_options_t *sources, uint32_t count,
+                                         const dsc_pack_options_t *pack, dsc_mixture_t **out) {
+    create_error[0] = '\0';
+    if (pack == NULL) {
+        snprintf(create_error, sizeof create_error, "mixture: NULL pack options");
+        return DSC_EINVAL;
+    }
+    return mixture_create(common, sources, count, NULL, 0, pack, out);
+}
+
+DSC_EXTERN int dsc_mixture_packed(const dsc_mixture_t *mixture, dsc_packed_batch_t *out) {
+    if (mixture == NULL || out == NULL || out->struct_size < sizeof *out || !mixture->packed ||
+        !mixture->have_batch)
+        return DSC_EINVAL;
+    const dsc_mixture_t *m = mixture;
+    size_t size = out->struct_size;
+    memset(out, 0, sizeof *out);
+    out->struct_size = size;
+    out->epoch = m->epoch;
+    out->step = m->step - 1;
+    out->rows = m->batch_samples;
+    out->length = m->pack_len;
+    out->dtype = m->pack_dtype;
+    out->tokens = m->ptok;
+    out->position_ids = m->ppos;
+    out->document_ids = m->pdid;
+    out->cu_seqlens = m->pcu;
+    out->segments = m->psegs;
+    out->segment_index = m->psi;
+    out->segment_start = m->pss;
+    out->tokens_used = m->ptokens;
+    return 0;
+}
+
+DSC_EXTERN uint32_t dsc_mixture_field_count(const dsc_mixture_t *mixture) {
+    return mixture ? mixture->field_count : 0;
+}
+
+DSC_EXTERN int dsc_mixture_field(const dsc_mixture_t *mixture, uint32_t field,
+                                 dsc_field_info_t *out) {
+    if (mixture == NULL || out == NULL)
+        return DSC_EINVAL;
+    if (field >= mixture->field_count)
+        return DSC_ERANGE;
+    *out = mixture->fields[field].info;
+    return 0;
+}
+
+DSC_EXTERN uint32_t dsc_mixture_source_batch(const dsc_mixture_t *mixture, uint32_t source) {
+    return mixture && source < mixture->count ? mixture->src[source].batch : 0;
 }
 
 /* The quota method: the source of sample total + 1. */
@@ -299,58 +585,128 @@ static uint32_t quota_pick(const dsc_mixture_t *m, uint64_t total) {
     return best;
 }
 
-/* Makes sure source k has a batch with an unused sample. Returns 0 or a loader error. */
-static int source_ready(dsc_mixture_t *m, uint32_t k) {
-    mix_source_t *s = &m->src[k];
-    int ends = 0; /* epoch ends in a row without a batch: the loader has no epoch left */
-    while (s->current == NULL || s->cursor >= s->current_samples) {
-        if (s->current != NULL) {
-            dsc_batch_release(s->current);
-            s->current = NULL;
-        }
-        s->before_len = dsc_loader_state_save(s->loader, s->before, sizeof s->before);
-        if (s->before_len < 0)
-            return s->before_len;
-        dsc_batch_t *b = NULL;
-        int rc = dsc_loader_next(s->loader, &b);
-        if (rc == DSC_EOF) { /* wrap: its next epoch */
-            if (++ends > 1) {
-                DSC_LOG(&m->log, DSC_LOG_INFO, "mixture: source '%s' has no epoch left (epochs)",
-                        s->dataset);
-                return DSC_EOF;
-            }
-            s->epoch++;
-            continue;
-        }
-        if (rc < 0) {
-            DSC_LOG(&m->log, DSC_LOG_ERROR, "mixture: source '%s': %s", s->dataset,
-                    dsc_strerror(rc));
+/* Views of the needed fields of p->batch. */
+static int piece_views(const dsc_mixture_t *m, const mix_source_t *s, mix_piece_t *p) {
+    for (uint32_t f = 0; f < m->field_count; f++) {
+        memset(&p->views[f], 0, sizeof p->views[f]);
+        p->views[f].struct_size = sizeof p->views[f];
+        int rc = dsc_batch_field_view(p->batch, s->field_index[f], &p->views[f]);
+        if (rc < 0)
             return rc;
-        }
-        dsc_batch_retain(b); /* kept past the loader's next next() while it is read */
-        s->current = b;
-        s->current_samples = dsc_batch_samples(b);
-        s->cursor = s->skip;
-        s->skip = 0;
     }
+    p->samples = dsc_batch_samples(p->batch);
     return 0;
 }
 
-/* Appends sample `row` of source k's current batch to needed field f. */
-static int append(dsc_mixture_t *m, uint32_t f, uint32_t k, uint32_t row, uint32_t at) {
+/* The next sample of source k: *from and *row, 1; 0 when its source-epoch ends under
+ * exhausted "stop" (m->stop_next set); DSC_EOF when it has no epoch left (epochs); or a loader
+ * error. The piece stays valid until the next call for this source. */
+static int take_one(dsc_mixture_t *m, uint32_t k, mix_piece_t **from, uint32_t *row) {
+    mix_source_t *s = &m->src[k];
+    while (s->extra_at < s->extra_n) { /* an old world size's leftovers first */
+        mix_piece_t *p = &s->extra[s->extra_at];
+        if (p->cursor < p->samples) {
+            *from = p, *row = p->cursor++;
+            s->taken++, s->carry_used++;
+            return 1;
+        }
+        piece_drop(p);
+        s->extra_at++;
+    }
+    if (s->carry)
+        extra_clear(s);
+    for (;;) {
+        if (s->passes == s->full && s->taken >= s->cut) {
+            /* The source-epoch's passes are done (repeat): a part pass is cut short, its loader
+             * goes on to its next epoch. */
+            if (s->taken > 0) {
+                piece_drop(&s->cur);
+                s->loader_epoch++;
+                int rc = dsc_loader_set_epoch(s->loader, s->loader_epoch);
+                if (rc < 0) {
+                    MIX_ERR(m, "mixture: source '%s': set_epoch: %s", s->dataset, dsc_strerror(rc));
+                    return rc;
+                }
+            }
+            s->passes = s->taken = 0;
+            s->epoch++;
+            if (m->stop) {
+                m->stop_next = 1;
+                return 0;
+            }
+        }
+        if (HAVE(&s->cur) && s->cur.cursor >= s->cur.samples)
+            piece_drop(&s->cur);
+        if (!HAVE(&s->cur)) {
+            s->before_len = src_save(s, s->before, sizeof s->before);
+            if (s->before_len < 0)
+                return s->before_len;
+            dsc_batch_t *b = NULL;
+            int rc;
+            if (s->packer != NULL) {
+                memset(&s->cur.pb, 0, sizeof s->cur.pb);
+                s->cur.pb.struct_size = sizeof s->cur.pb;
+                rc = dsc_packer_next(s->packer, &s->cur.pb);
+            } else {
+                rc = dsc_loader_next(s->loader, &b);
+            }
+            if (rc == DSC_EOF) { /* a pass ends */
+                if (s->ends++ > 0) {
+                    DSC_LOG(&m->log, DSC_LOG_INFO,
+                            "mixture: source '%s' has no epoch left (epochs): the mixture ends",
+                            s->dataset);
+                    m->stop_next = m->dead = 1;
+                    return DSC_EOF;
+                }
+                s->loader_epoch++;
+                s->passes++;
+                s->taken = 0;
+                continue;
+            }
+            if (rc < 0) {
+                char why[300];
+                dsc_loader_last_error(s->loader, why, sizeof why);
+                MIX_ERR(m, "mixture: source '%s': %s (%s)", s->dataset, dsc_strerror(rc), why);
+                return rc;
+            }
+            s->ends = 0;
+            if (s->packer != NULL) {
+                const dsc_packed_batch_t *pb = &s->cur.pb;
+                s->cur.packed = 1;
+                s->cur.samples = pb->rows;
+                uint32_t g = 0;
+                for (uint32_t r = 0; r <= pb->rows; r++) {
+                    while (g < pb->segments && pb->cu_seqlens[g] < (int64_t)r * pb->length)
+                        g++;
+                    s->row_seg[r] = g;
+                }
+            } else {
+                dsc_batch_retain(b); /* kept past the loader's next next() while it is read */
+                s->cur.batch = b;
+                rc = piece_views(m, s, &s->cur);
+                if (rc < 0)
+                    return rc;
+            }
+            s->cur.cursor = s->skip;
+            s->skip = 0;
+            continue;
+        }
+        *from = &s->cur, *row = s->cur.cursor++;
+        s->taken++;
+        return 1;
+    }
+}
+
+/* Appends sample `row` of piece p to needed field f as batch sample `at`. */
+static int append(dsc_mixture_t *m, uint32_t f, const mix_piece_t *p, uint32_t row, uint32_t at) {
     mix_field_t *mf = &m->fields[f];
-    dsc_field_view_t fv;
-    memset(&fv, 0, sizeof fv);
-    fv.struct_size = sizeof fv;
-    int rc = dsc_batch_field_view(m->src[k].current, m->src[k].field_index[f], &fv);
-    if (rc < 0)
-        return rc;
+    const dsc_field_view_t *fv = &p->views[f];
     if (!mf->var) {
         memcpy(mf->values + (size_t)at * mf->row_bytes,
-               (const uint8_t *)fv.values.data + (size_t)row * mf->row_bytes, mf->row_bytes);
+               (const uint8_t *)fv->values.data + (size_t)row * mf->row_bytes, mf->row_bytes);
         return 0;
     }
-    int64_t a = fv.offsets[row], e = fv.offsets[row + 1];
+    int64_t a = fv->offsets[row], e = fv->offsets[row + 1];
     size_t bytes = (size_t)(e - a) * mf->row_bytes;
     if (mf->values_len + bytes > mf->values_cap) {
         size_t cap = mf->values_cap ? mf->values_cap : 4096;
@@ -361,11 +717,33 @@ static int append(dsc_mixture_t *m, uint32_t f, uint32_t k, uint32_t row, uint32
             return DSC_ENOMEM;
         mf->values = grown, mf->values_cap = cap;
     }
-    memcpy(mf->values + mf->values_len, (const uint8_t *)fv.values.data + (size_t)a * mf->row_bytes,
-           bytes);
+    memcpy(mf->values + mf->values_len,
+           (const uint8_t *)fv->values.data + (size_t)a * mf->row_bytes, bytes);
     mf->values_len += bytes;
     mf->offsets[at + 1] = mf->offsets[at] + (e - a);
     return 0;
+}
+
+/* Appends row `row` of source s's packed batch as the batch's row `at`: its tokens and
+ * positions, and its segments renumbered over the batch (padding runs too, document_ids -1). */
+static void append_packed(dsc_mixture_t *m, const mix_source_t *s, uint32_t row, uint32_t at) {
+    const dsc_packed_batch_t *pb = &s->cur.pb;
+    size_t L = m->pack_len, src = (size_t)row * L, dst = (size_t)at * L;
+    memcpy(m->ptok + dst * m->pack_elem, (const uint8_t *)pb->tokens + src * m->pack_elem,
+           L * m->pack_elem);
+    memcpy(m->ppos + dst, pb->position_ids + src, L * sizeof(int32_t));
+    for (uint32_t g = s->row_seg[row]; g < s->row_seg[row + 1]; g++) {
+        size_t a = (size_t)pb->cu_seqlens[g] - src, e = (size_t)pb->cu_seqlens[g + 1] - src;
+        int32_t id = pb->segment_index[g] < 0 ? -1 : (int32_t)m->psegs;
+        for (size_t t = a; t < e; t++)
+            m->pdid[dst + t] = id;
+        if (id >= 0)
+            m->ptokens += e - a;
+        m->pcu[m->psegs] = (int32_t)(dst + a);
+        m->psi[m->psegs] = pb->segment_index[g];
+        m->pss[m->psegs] = pb->segment_start[g];
+        m->psegs++;
+    }
 }
 
 DSC_EXTERN int dsc_mixture_next(dsc_mixture_t *mixture, dsc_mixture_batch_t *out) {
@@ -373,42 +751,82 @@ DSC_EXTERN int dsc_mixture_next(dsc_mixture_t *mixture, dsc_mixture_batch_t *out
         return DSC_EINVAL;
     dsc_mixture_t *m = mixture;
     m->have_batch = 0;
+    if (m->dead)
+        return DSC_EOF;
+    if (m->stop_next) { /* exhausted "stop": the epoch ended with the last batch */
+        m->stop_next = 0;
+        m->epoch++, m->step = 0;
+        return DSC_EOF;
+    }
     for (uint32_t f = 0; f < m->field_count; f++) {
         m->fields[f].values_len = 0;
         if (m->fields[f].var)
             m->fields[f].offsets[0] = 0;
     }
+    m->psegs = 0, m->ptokens = 0;
+    /* The composition first (a pure function of the counters), then each pick's sample; a
+     * source that ends under "stop" (or has no epoch left) gives no more in this batch. */
     for (uint32_t i = 0; i < m->batch_size; i++) {
         uint32_t k = quota_pick(m, m->total);
-        int rc = source_ready(m, k);
+        m->picks[i] = k;
+        m->src[k].count++;
+        m->total++;
+    }
+    uint64_t done[(MIX_MAX_SOURCES + 63) / 64] = {0};
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m->batch_size; i++) {
+        uint32_t k = m->picks[i];
+        if (done[k / 64] >> (k % 64) & 1)
+            continue;
+        mix_piece_t *p = NULL;
+        uint32_t row = 0;
+        int rc = take_one(m, k, &p, &row);
+        if (rc == 0 || rc == DSC_EOF) {
+            done[k / 64] |= 1ull << (k % 64);
+            continue;
+        }
         if (rc < 0)
             return rc;
         mix_source_t *s = &m->src[k];
-        for (uint32_t f = 0; f < m->field_count; f++) {
-            rc = append(m, f, k, s->cursor, i);
-            if (rc < 0)
-                return rc;
+        if (p->packed) {
+            append_packed(m, s, row, n);
+        } else {
+            for (uint32_t f = 0; f < m->field_count; f++) {
+                rc = append(m, f, p, row, n);
+                if (rc < 0)
+                    return rc;
+            }
         }
-        m->source[i] = (int32_t)k;
-        m->indices[i] = dsc_batch_indices(s->current)[s->cursor];
-        m->source_epoch[i] = s->epoch;
-        s->cursor++;
-        s->count++, s->delivered++;
-        m->total++;
+        m->source[n] = (int32_t)k;
+        m->indices[n] = p->packed ? row : dsc_batch_indices(p->batch)[row];
+        m->source_epoch[n] = s->epoch;
+        s->delivered++;
+        n++;
     }
+    m->step++;
+    if (n == 0) { /* nothing left this epoch */
+        m->stop_next = 0;
+        m->epoch++, m->step = 0;
+        return DSC_EOF;
+    }
+    if (m->packed)
+        m->pcu[m->psegs] = (int32_t)((size_t)n * m->pack_len);
     m->have_batch = 1;
-    m->batch_samples = m->batch_size;
-    out->step = m->step++;
-    out->samples = m->batch_size;
+    m->batch_samples = n;
+    out->step = m->step - 1;
+    out->samples = n;
     out->source = m->source;
     out->indices = m->indices;
     out->source_epoch = m->source_epoch;
+    if (out->struct_size >= offsetof(dsc_mixture_batch_t, epoch) + sizeof out->epoch)
+        out->epoch = m->epoch;
     return 0;
 }
 
 DSC_EXTERN int dsc_mixture_field_view(const dsc_mixture_t *mixture, uint32_t field,
                                       dsc_field_view_t *out) {
-    if (mixture == NULL || out == NULL || out->struct_size < sizeof *out || !mixture->have_batch)
+    if (mixture == NULL || out == NULL || out->struct_size < sizeof *out || !mixture->have_batch ||
+        mixture->packed)
         return DSC_EINVAL;
     if (field >= mixture->field_count)
         return DSC_ERANGE;
@@ -453,6 +871,30 @@ DSC_EXTERN int dsc_mixture_source_stats(const dsc_mixture_t *mixture, uint32_t s
     return out ? dsc_loader_stats(mixture->src[source].loader, out) : 0;
 }
 
+DSC_EXTERN int dsc_mixture_info(const dsc_mixture_t *mixture, dsc_mixture_info_t *out) {
+    if (mixture == NULL || out == NULL || out->struct_size < sizeof *out)
+        return DSC_EINVAL;
+    out->sources = mixture->count;
+    out->epoch = mixture->epoch;
+    out->step = mixture->step;
+    out->rank = mixture->rank;
+    out->world_size = mixture->world;
+    double worst = 0;
+    out->starving_source = -1;
+    out->stall_seconds = 0;
+    for (uint32_t k = 0; k < mixture->count; k++) {
+        dsc_stats_t st;
+        memset(&st, 0, sizeof st);
+        st.struct_size = sizeof st;
+        if (dsc_loader_stats(mixture->src[k].loader, &st) < 0)
+            continue;
+        out->stall_seconds += st.stall_seconds;
+        if (st.stall_seconds > worst)
+            worst = st.stall_seconds, out->starving_source = (int32_t)k;
+    }
+    return 0;
+}
+
 static void put_u64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
@@ -464,88 +906,254 @@ static uint64_t get_u64(const uint8_t *p) {
     return v;
 }
 
-/* Layout: "DSCM", version, 3 zero bytes; identity u64; sources u64; total u64; step u64; per
- * source: count u64, epoch u64, used u64, state length u64, state bytes; checksum u64. */
+#define MIX_HEAD 72 /* magic .. rank */
+#define MIX_SRC 96  /* per source, before its two loader states */
+
+/* Layout (little-endian u64s): "DSCM", version, 3 zero bytes; identity; sources; total; step;
+ * epoch; flags (1 stop_next, 2 dead); world_size; rank. Per source: count (quota), source-epoch,
+ * used (samples of the batch at the state used), passes, taken, loader epoch, delivered, carry
+ * (1: delivering an old world size's leftovers), carry world, carry skip, carry used, carry
+ * state length; the carry state; state length; the state. Then a checksum of all before it. */
 DSC_EXTERN int dsc_mixture_state_save(const dsc_mixture_t *mixture, void *buf, size_t cap) {
     if (mixture == NULL || (buf == NULL && cap > 0))
         return DSC_EINVAL;
-    size_t need = 40 + 8;
-    for (uint32_t k = 0; k < mixture->count; k++)
-        need += 32 + (size_t)mixture->src[k].before_len;
+    const dsc_mixture_t *m = mixture;
+    uint8_t states[MIX_MAX_SOURCES][MIX_STATE_MAX];
+    int lens[MIX_MAX_SOURCES];
+    uint64_t used[MIX_MAX_SOURCES];
+    size_t need = MIX_HEAD + 8;
+    for (uint32_t k = 0; k < m->count; k++) {
+        const mix_source_t *s = &m->src[k];
+        if (HAVE(&s->cur) && s->cur.cursor < s->cur.samples) {
+            memcpy(states[k], s->before, (size_t)s->before_len);
+            lens[k] = s->before_len, used[k] = s->cur.cursor;
+        } else {
+            lens[k] = src_save(s, states[k], MIX_STATE_MAX);
+            if (lens[k] < 0)
+                return lens[k];
+            used[k] = HAVE(&s->cur) ? 0 : s->skip;
+        }
+        need += MIX_SRC + 8 + (size_t)lens[k] + (s->carry ? (size_t)s->carry_len : 0);
+    }
+    if (need > INT32_MAX)
+        return DSC_ETOOLARGE;
     if (cap < need)
         return (int)need;
-    uint8_t *p = buf, *at = p + 40;
+    uint8_t *p = buf, *at = p + MIX_HEAD;
     memcpy(p, MIX_STATE_MAGIC, 4);
     p[4] = MIX_STATE_VERSION, p[5] = p[6] = p[7] = 0;
-    put_u64(p + 8, mixture->identity);
-    put_u64(p + 16, mixture->count);
-    put_u64(p + 24, mixture->total);
-    put_u64(p + 32, mixture->step);
-    for (uint32_t k = 0; k < mixture->count; k++) {
-        const mix_source_t *s = &mixture->src[k];
-        uint64_t used = s->current ? s->cursor : s->skip;
-        put_u64(at, s->count);
-        put_u64(at + 8, s->epoch);
-        put_u64(at + 16, used);
-        put_u64(at + 24, (uint64_t)s->before_len);
-        memcpy(at + 32, s->before, (size_t)s->before_len);
-        at += 32 + s->before_len;
+    put_u64(p + 8, m->identity);
+    put_u64(p + 16, m->count);
+    put_u64(p + 24, m->total);
+    put_u64(p + 32, m->step);
+    put_u64(p + 40, m->epoch);
+    put_u64(p + 48, (uint64_t)(m->stop_next ? 1 : 0) | (m->dead ? 2 : 0));
+    put_u64(p + 56, m->world);
+    put_u64(p + 64, m->rank);
+    for (uint32_t k = 0; k < m->count; k++) {
+        const mix_source_t *s = &m->src[k];
+        uint64_t v[12] = {s->count,
+                          s->epoch,
+                          used[k],
+                          s->passes,
+                          s->taken,
+                          s->loader_epoch,
+                          s->delivered,
+                          (uint64_t)s->carry,
+                          s->carry ? s->carry_world : 0,
+                          s->carry ? s->carry_skip : 0,
+                          s->carry ? s->carry_used : 0,
+                          s->carry ? (uint64_t)s->carry_len : 0};
+        for (int i = 0; i < 12; i++)
+            put_u64(at + 8 * i, v[i]);
+        at += MIX_SRC;
+        if (s->carry) {
+            memcpy(at, s->carry_state, (size_t)s->carry_len);
+            at += s->carry_len;
+        }
+        put_u64(at, (uint64_t)lens[k]);
+        memcpy(at + 8, states[k], (size_t)lens[k]);
+        at += 8 + lens[k];
     }
     put_u64(at, dsc_checksum(p, (size_t)(at - p)));
     return (int)need;
 }
 
+/* A resume onto another world size, source s: every old rank had used `skip` samples of its
+ * source batch at `before`. This rank takes the unused rest of the batches of the old ranks r
+ * with r % world_size == rank (read again by a temporary loader of that old rank, kept while
+ * its batch is delivered), first; *after gets the source loader's state after that batch, from
+ * which the loader re-splits the samples not yet delivered over the new ranks (docs/order.md).
+ */
+static int leftovers(dsc_mixture_t *m, mix_source_t *s, uint32_t old_world, const uint8_t *before,
+                     size_t before_len, uint64_t skip, uint8_t *after, int *after_len) {
+    extra_clear(s);
+    *after_len = -1;
+    for (uint32_t r = 0; r < old_world; r++) {
+        int mine = r % m->world == m->rank;
+        if (!mine && *after_len >= 0)
+            continue;
+        if (mine && s->extra_n >= MIX_MAX_EXTRA) {
+            MIX_ERR(m, "mixture: state_load: source '%s': more than %u old ranks per new rank",
+                    s->dataset, MIX_MAX_EXTRA);
+            return DSC_EINVAL;
+        }
+        dsc_loader_options_t lo = s->lo;
+        lo.rank = r, lo.world_size = old_world;
+        lo.prefetch_batches = 1;
+        dsc_loader_t *tmp = NULL;
+        int rc = dsc_loader_create(&lo, &tmp);
+        if (rc == 0)
+            rc = dsc_loader_state_load(tmp, before, before_len);
+        dsc_batch_t *b = NULL;
+        if (rc == 0)
+            rc = dsc_loader_next(tmp, &b);
+        if (rc == DSC_EOF)
+            rc = 0, b = NULL;
+        if (rc == 0 && *after_len < 0)
+            *after_len = dsc_loader_state_save(tmp, after, DSC_STATE_MAX_BYTES);
+        if (rc < 0 || *after_len < 0) {
+            rc = rc < 0 ? rc : *after_len;
+            MIX_ERR(m, "mixture: state_load: source '%s', old rank %u of %u: %s", s->dataset, r,
+                    old_world, dsc_strerror(rc));
+            dsc_loader_destroy(tmp);
+            return rc;
+        }
+        if (mine && b != NULL && skip < dsc_batch_samples(b)) {
+            mix_piece_t *p = &s->extra[s->extra_n++];
+            dsc_batch_retain(b);
+            p->batch = b, p->owner = tmp;
+            rc = piece_views(m, s, p);
+            if (rc < 0)
+                return rc;
+            p->cursor = (uint32_t)skip;
+        } else {
+            dsc_loader_destroy(tmp);
+        }
+    }
+    s->carry = s->extra_n > 0;
+    s->carry_world = old_world;
+    memcpy(s->carry_state, before, before_len);
+    s->carry_len = (int)before_len;
+    s->carry_skip = skip, s->carry_used = 0;
+    return 0;
+}
+
 DSC_EXTERN int dsc_mixture_state_load(dsc_mixture_t *mixture, const void *buf, size_t len) {
     if (mixture == NULL || buf == NULL)
         return DSC_EINVAL;
+    dsc_mixture_t *m = mixture;
     const uint8_t *p = buf;
-    if (len < 48 || memcmp(p, MIX_STATE_MAGIC, 4) != 0) {
-        DSC_LOG(&mixture->log, DSC_LOG_ERROR, "mixture: state_load: not a mixture state");
+    if (len < MIX_HEAD + 8 || memcmp(p, MIX_STATE_MAGIC, 4) != 0) {
+        MIX_ERR(m, "mixture: state_load: not a mixture state");
         return DSC_EBADSTATE;
     }
     if (p[4] != MIX_STATE_VERSION || get_u64(p + len - 8) != dsc_checksum(p, len - 8)) {
-        DSC_LOG(&mixture->log, DSC_LOG_ERROR,
-                "mixture: state_load: damaged or another version (%zu bytes)", len);
+        MIX_ERR(m, "mixture: state_load: damaged or another version (%zu bytes, version %u)", len,
+                p[4]);
         return DSC_EBADSTATE;
     }
-    if (get_u64(p + 8) != mixture->identity || get_u64(p + 16) != mixture->count) {
-        DSC_LOG(&mixture->log, DSC_LOG_ERROR,
-                "mixture: state_load: the state is of another mixture (other datasets, weights, "
-                "seed, batch_size or fields)");
+    if (get_u64(p + 8) != m->identity || get_u64(p + 16) != m->count) {
+        MIX_ERR(m, "mixture: state_load: the state is of another mixture (other datasets, "
+                   "weights, repeat, exhausted, seed, batch_size or fields)");
         return DSC_EBADSTATE;
     }
+    uint64_t old_world = get_u64(p + 56), old_rank = get_u64(p + 64);
     /* Check the per-source layout fits before changing anything. */
-    size_t off = 40;
-    for (uint32_t k = 0; k < mixture->count; k++) {
-        if (off + 32 > len - 8 || get_u64(p + off + 24) > DSC_STATE_MAX_BYTES ||
-            off + 32 + get_u64(p + off + 24) > len - 8) {
-            DSC_LOG(&mixture->log, DSC_LOG_ERROR, "mixture: state_load: damaged");
+    size_t off = MIX_HEAD;
+    for (uint32_t k = 0; k < m->count; k++) {
+        uint64_t clen = off + MIX_SRC <= len - 8 ? get_u64(p + off + 88) : UINT64_MAX;
+        if (clen > DSC_STATE_MAX_BYTES || off + MIX_SRC + clen + 8 > len - 8) {
+            MIX_ERR(m, "mixture: state_load: damaged");
             return DSC_EBADSTATE;
         }
-        off += 32 + get_u64(p + off + 24);
+        uint64_t slen = get_u64(p + off + MIX_SRC + clen);
+        if (slen > MIX_STATE_MAX || off + MIX_SRC + clen + 8 + slen > len - 8) {
+            MIX_ERR(m, "mixture: state_load: damaged");
+            return DSC_EBADSTATE;
+        }
+        const uint8_t *r = p + off;
+        if (get_u64(r + 56) &&
+            (old_world != m->world || old_rank != m->rank || get_u64(r + 64) == 0)) {
+            MIX_ERR(m,
+                    "mixture: state_load: the state was saved while rank %llu of %llu still "
+                    "delivered the samples left over by a change of world size: it resumes only "
+                    "that rank of that world size (save again a few steps later)",
+                    (unsigned long long)old_rank, (unsigned long long)old_world);
+            return DSC_EBADSTATE;
+        }
+        if (old_world != m->world && m->packed) {
+            MIX_ERR(m,
+                    "mixture: state_load: a packed mixture resumes on the world size it was "
+                    "saved on (%llu), not %u",
+                    (unsigned long long)old_world, m->world);
+            return DSC_EBADSTATE;
+        }
+        if (old_world != m->world && m->src[k].cut > 0) {
+            MIX_ERR(m,
+                    "mixture: state_load: a mixture with a fractional repeat resumes on the world "
+                    "size it was saved on (%llu), not %u (a pass's cut depends on it)",
+                    (unsigned long long)old_world, m->world);
+            return DSC_EBADSTATE;
+        }
+        off += MIX_SRC + clen + 8 + slen;
     }
-    off = 40;
-    for (uint32_t k = 0; k < mixture->count; k++) {
-        mix_source_t *s = &mixture->src[k];
-        uint64_t slen = get_u64(p + off + 24);
-        if (s->current != NULL)
-            dsc_batch_release(s->current);
-        s->current = NULL;
-        int rc = dsc_loader_state_load(s->loader, p + off + 32, slen);
+    off = MIX_HEAD;
+    for (uint32_t k = 0; k < m->count; k++) {
+        mix_source_t *s = &m->src[k];
+        const uint8_t *r = p + off;
+        size_t clen = (size_t)get_u64(r + 88);
+        const uint8_t *cstate = r + MIX_SRC;
+        size_t slen = (size_t)get_u64(cstate + clen);
+        const uint8_t *state = cstate + clen + 8;
+        uint64_t used = get_u64(r + 16);
+        piece_drop(&s->cur);
+        extra_clear(s);
+        s->skip = 0;
+        uint8_t after[DSC_STATE_MAX_BYTES];
+        int after_len = -1, rc = 0;
+        if (get_u64(r + 56)) { /* still delivering an old world size's leftovers */
+            rc = leftovers(m, s, (uint32_t)get_u64(r + 64), cstate, clen, get_u64(r + 72), after,
+                           &after_len);
+            for (uint64_t drop = get_u64(r + 80); rc == 0 && drop > 0; drop--) {
+                while (s->extra_at < s->extra_n &&
+                       s->extra[s->extra_at].cursor >= s->extra[s->extra_at].samples)
+                    piece_drop(&s->extra[s->extra_at++]);
+                if (s->extra_at >= s->extra_n)
+                    break;
+                s->extra[s->extra_at].cursor++;
+                s->carry_used++;
+            }
+            if (rc == 0)
+                rc = dsc_loader_state_load(s->loader, state, slen);
+        } else if (old_world != m->world && used > 0) {
+            rc = leftovers(m, s, (uint32_t)old_world, state, slen, used, after, &after_len);
+            if (rc == 0)
+                rc = dsc_loader_state_load(s->loader, after, (size_t)after_len);
+        } else {
+            rc = src_load(s, state, slen);
+            s->skip = (uint32_t)used;
+        }
         if (rc < 0) {
-            DSC_LOG(&mixture->log, DSC_LOG_ERROR, "mixture: state_load: source '%s': %s",
-                    s->dataset, dsc_strerror(rc));
+            if (m->error[0] == '\0' || strstr(m->error, s->dataset) == NULL)
+                MIX_ERR(m, "mixture: state_load: source '%s': %s", s->dataset, dsc_strerror(rc));
             return rc;
         }
-        s->count = get_u64(p + off);
-        s->epoch = get_u64(p + off + 8);
-        s->skip = (uint32_t)get_u64(p + off + 16);
-        memcpy(s->before, p + off + 32, slen);
-        s->before_len = (int)slen;
-        off += 32 + slen;
+        s->before_len = src_save(s, s->before, sizeof s->before);
+        s->count = get_u64(r);
+        s->epoch = get_u64(r + 8);
+        s->passes = get_u64(r + 24);
+        s->taken = get_u64(r + 32);
+        s->loader_epoch = get_u64(r + 40);
+        s->delivered = get_u64(r + 48);
+        s->ends = 0;
+        off += MIX_SRC + clen + 8 + slen;
     }
-    mixture->total = get_u64(p + 24);
-    mixture->step = get_u64(p + 32);
-    mixture->have_batch = 0;
+    m->total = get_u64(p + 24);
+    m->step = get_u64(p + 32);
+    m->epoch = get_u64(p + 40);
+    m->stop_next = (get_u64(p + 48) & 1) != 0;
+    m->dead = (get_u64(p + 48) & 2) != 0;
+    m->have_batch = 0;
     return 0;
 }

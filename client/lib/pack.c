@@ -634,8 +634,9 @@ static uint64_t get_u64(const uint8_t *p) {
     return v;
 }
 
-/* Layout: "DSCP", version, cut, 2 zero bytes; length u32; rows u32; field-name checksum u64;
- * doc u32; inner length u32; offset u64; step u64; inner state; checksum u64 of all before. */
+/* Layout: "DSCP", version, cut, u16 world size saved on (0: not kept); length u32; rows u32;
+ * field-name checksum u64; doc u32; inner length u32; offset u64; step u64; inner state; checksum
+ * u64 of all before. */
 DSC_EXTERN int dsc_packer_state_save(const dsc_packer_t *packer, void *buf, size_t cap) {
     if (packer == NULL || (buf == NULL && cap > 0))
         return DSC_EINVAL;
@@ -656,7 +657,11 @@ static int state_live(const dsc_packer_t *packer, void *buf, size_t cap) {
         return (int)need;
     uint8_t *p = buf;
     memcpy(p, PACK_STATE_MAGIC, 4);
-    p[4] = PACK_STATE_VERSION, p[5] = (uint8_t)packer->rows.cut, p[6] = p[7] = 0;
+    /* Bytes 6-7: the world size it was saved on (0 in states saved before it was kept). */
+    uint32_t world = packer->loader->cfg.opt.world_size;
+    world = world > 0xffff ? 0xffff : world;
+    p[4] = PACK_STATE_VERSION, p[5] = (uint8_t)packer->rows.cut;
+    p[6] = (uint8_t)(world & 0xff), p[7] = (uint8_t)(world >> 8);
     put_u32(p + 8, packer->rows.length);
     put_u32(p + 12, packer->rows.rows);
     put_u64(p + 16, dsc_checksum(packer->field_name, strlen(packer->field_name)));
@@ -699,6 +704,17 @@ DSC_EXTERN int dsc_packer_state_load(dsc_packer_t *packer, const void *buf, size
         what = "rows", saved = get_u32(p + 12), here = packer->rows.rows;
     else if (p[5] != packer->rows.cut)
         what = "cut", saved = p[5], here = (uint64_t)packer->rows.cut;
+    uint32_t saved_world = (uint32_t)p[6] | (uint32_t)p[7] << 8;
+    uint32_t world = packer->loader->cfg.opt.world_size;
+    if (what == NULL && saved_world != 0 && saved_world != (world > 0xffff ? 0xffff : world)) {
+        /* The ranks stand at different loader batches (their documents' lengths differ): one
+         * rank's state does not say where the others are, so it cannot be re-split. */
+        DSC_LOG(log, DSC_LOG_ERROR,
+                "pack: state_load: a packed stream resumes on the world size it was saved on "
+                "(%u ranks), not %u (docs/packing.md)",
+                saved_world, world);
+        return DSC_EBADSTATE;
+    }
     if (what != NULL) {
         if (strcmp(what, "field") == 0)
             DSC_LOG(log, DSC_LOG_ERROR, "pack: state_load: the state packs another field than '%s'",

@@ -94,7 +94,7 @@ def run_ranks(world, steps):
 def plain_epoch(k, rank, world):
     """The source's own loader (as the mixture makes it): its epoch-0 indices on this rank."""
     m = mixture(rank=rank, world_size=world)
-    bs = m._loaders[k].batch_size
+    bs = m.source_batch_sizes[k]
     m.close()
     ld = dscache.Loader(servers=code_addr if k == 1 else addr, dataset=NAMES[k], batch_size=bs,
                         seed=7 + k, rank=rank, world_size=world, shuffle_window=32, indices=True)
@@ -360,6 +360,21 @@ refused("needed field missing", dscache.InvalidOption, ["'web'", "'lang'"],
 refused("field definitions differ", dscache.InvalidOption, ["'tokens'", "'odd'", "int64",
                                                             "int32"],
         lambda: mixture(sources=[dscache.Source("web"), dscache.Source("odd")]))
+refused("a per-field output option with sources", dscache.InvalidOption, ["max_len", "sources"],
+        lambda: mixture(max_len=8))
+refused("pack length under 1", dscache.InvalidOption, ["pack", "tokens"],
+        lambda: mixture(pack={"tokens": 0}))
+refused("pack on a fixed-shape field", dscache.InvalidOption, ["'id'", "fixed-shape"],
+        lambda: mixture(pack={"id": 16}))
+m = mixture()
+next(m)
+st = m.stats()
+t.check(st["starving_source"] in (None, "web", "code", "books") and st["step"] == 1 and
+        abs(sum(v["stall_share"] for v in st["sources"].values()) - (1.0 if st["stall_seconds"]
+                                                                      > 0 else 0.0)) < 1e-9,
+        "stats(): the verdict names a source (or None without stall): %r"
+        % st["starving_source"])
+m.close()
 other = mixture(sources=sources([0.5, 0.3, 0.2]))
 try:
     other.load_state_dict(state)

@@ -188,6 +188,13 @@ try:
     t.check(False, "state of another length: refused")
 except dscache.BadState as e:
     t.check("length" in str(e) and str(L) in str(e), "state of another length: " + str(e))
-for x in (plain, p, other):
+two = loader(rank=1, world_size=2)
+try:  # one rank's packed position says nothing of the others': refused, not re-split
+    two.load_state_dict(state)
+    t.check(False, "packed state onto another world size: refused")
+except dscache.BadState as e:
+    t.check("world size" in str(e) and "not 2" in str(e),
+            "packed state onto another world size: " + str(e))
+for x in (plain, p, other, two):
     x.close()
 sys.exit(t.done())

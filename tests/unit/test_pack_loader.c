@@ -210,6 +210,15 @@ int main(void) {
         state[20] ^= 1;
         CHECK_EQ_INT(dsc_packer_state_load(q, state, (size_t)n), DSC_EBADSTATE);
         dsc_packer_destroy(q);
+        state[20] ^= 1;
+        /* Another world size is refused, naming both (one rank's position says nothing of the
+         * others': re-split, it would skip or repeat tokens). */
+        dsc_loader_t *l2 = make_loader(1, 2, 0);
+        REQUIRE(make_packer(l2, "input_ids", LENGTH, 1, &q) == 0);
+        CHECK_EQ_INT(dsc_packer_state_load(q, state, (size_t)n), DSC_EBADSTATE);
+        CHECK(strstr(last_log, "world size it was saved on (1 ranks), not 2") != NULL);
+        dsc_packer_destroy(q);
+        dsc_loader_destroy(l2);
         dsc_packer_destroy(p);
         dsc_loader_destroy(l);
     }

@@ -48,6 +48,48 @@ class _Options(ctypes.Structure):
         ("ignore_rank_env", ctypes.c_int),
         ("epochs", ctypes.c_uint64),
         ("order_ahead", ctypes.c_uint32),
+        ("sources", ctypes.c_void_p),
+        ("n_sources", ctypes.c_uint32),
+        ("exhausted", ctypes.c_int),
+    ]
+
+
+class _SourceOptions(ctypes.Structure):  # dsc_source_options_t
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("dataset", ctypes.c_char_p),
+        ("weight", ctypes.c_double),
+        ("servers", ctypes.c_char_p),
+        ("auth_file", ctypes.c_char_p),
+        ("replicas", ctypes.c_uint32),
+        ("fallback_path", ctypes.c_char_p),
+        ("shuffle_window", ctypes.c_uint32),
+        ("repeat", ctypes.c_double),
+    ]
+
+
+class _MixtureBatch(ctypes.Structure):  # dsc_mixture_batch_t
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("step", ctypes.c_uint64),
+        ("samples", ctypes.c_uint32),
+        ("source", ctypes.c_void_p),
+        ("indices", ctypes.c_void_p),
+        ("source_epoch", ctypes.c_void_p),
+        ("epoch", ctypes.c_uint64),
+    ]
+
+
+class _MixtureInfo(ctypes.Structure):  # dsc_mixture_info_t
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("sources", ctypes.c_uint32),
+        ("rank", ctypes.c_uint32),
+        ("world_size", ctypes.c_uint32),
+        ("epoch", ctypes.c_uint64),
+        ("step", ctypes.c_uint64),
+        ("stall_seconds", ctypes.c_double),
+        ("starving_source", ctypes.c_int32),
     ]
 
 
@@ -414,6 +456,23 @@ def _load():
         "dsc_field_options_init": (ip, [ctypes.POINTER(_FieldOptions), ctypes.c_size_t]),
         "dsc_loader_stats": (ip, [vp, ctypes.POINTER(_Stats)]),
         "dsc_loader_metrics_text": (ip, [vp, ctypes.c_char_p, ctypes.c_size_t]),
+        "dsc_source_options_init": (ip, [ctypes.POINTER(_SourceOptions), ctypes.c_size_t]),
+        "dsc_mixture_create": (ip, [ctypes.POINTER(_Options), vp, u32, vp, u32,
+                                    ctypes.POINTER(vp)]),
+        "dsc_mixture_create_packed": (ip, [ctypes.POINTER(_Options), vp, u32,
+                                           ctypes.POINTER(_PackOptions), ctypes.POINTER(vp)]),
+        "dsc_mixture_packed": (ip, [vp, ctypes.POINTER(_PackedBatch)]),
+        "dsc_mixture_destroy": (None, [vp]),
+        "dsc_mixture_next": (ip, [vp, ctypes.POINTER(_MixtureBatch)]),
+        "dsc_mixture_field_view": (ip, [vp, u32, vp]),
+        "dsc_mixture_field_count": (u32, [vp]),
+        "dsc_mixture_field": (ip, [vp, u32, ctypes.POINTER(_FieldInfo)]),
+        "dsc_mixture_source_batch": (u32, [vp, u32]),
+        "dsc_mixture_source_stats": (ip, [vp, u32, ctypes.POINTER(u64), ctypes.POINTER(_Stats)]),
+        "dsc_mixture_info": (ip, [vp, ctypes.POINTER(_MixtureInfo)]),
+        "dsc_mixture_last_error": (ip, [vp, ctypes.c_char_p, ctypes.c_size_t]),
+        "dsc_mixture_state_save": (ip, [vp, vp, ctypes.c_size_t]),
+        "dsc_mixture_state_load": (ip, [vp, vp, ctypes.c_size_t]),
         "dsc_pack_options_init": (ip, [ctypes.POINTER(_PackOptions), ctypes.c_size_t]),
         "dsc_packer_create": (ip, [vp, ctypes.POINTER(_PackOptions), ctypes.POINTER(vp)]),
         "dsc_packer_destroy": (None, [vp]),

@@ -6,6 +6,7 @@ import collections
 import ctypes
 import json
 import os
+import sys
 import threading
 import weakref
 
@@ -272,6 +273,7 @@ class Loader:
             self._pack_dtype = np.dtype(_NP_DTYPES[dtype])
             # The per-segment arrays, sized for the most a batch can need: reused (their used
             # part is copied out, a few entries per document).
+            self._pack_pool = []  # (tokens, position_ids, document_ids) sets, reused
             self._pack_cu = np.empty(rows * length + rows + 1, dtype=np.int32)
             self._pack_si = np.empty(rows * length + rows, dtype=np.int64)
             self._pack_ss = np.empty(rows * length + rows, dtype=np.int64)
@@ -454,9 +456,19 @@ class Loader:
         h = self._h()
         pb = self._packed
         rows, length = self._pack_shape
-        tok = np.empty((rows, length), dtype=self._pack_dtype)
-        pos = np.empty((rows, length), dtype=np.int32)
-        did = np.empty((rows, length), dtype=np.int32)
+        tok = pos = did = None
+        # Reuse a set of arrays no batch handed out holds any more (only the pool refers to
+        # them): fresh arrays of this size are fresh pages, faulted in on every batch.
+        for held in self._pack_pool:
+            if all(sys.getrefcount(a) <= 3 for a in held):
+                tok, pos, did = held
+                break
+        if tok is None:
+            tok = np.empty((rows, length), dtype=self._pack_dtype)
+            pos = np.empty((rows, length), dtype=np.int32)
+            did = np.empty((rows, length), dtype=np.int32)
+            if len(self._pack_pool) < 4:
+                self._pack_pool.append((tok, pos, did))
         cu = self._pack_cu
         si, ss = self._pack_si, self._pack_ss
         rc = self._lib.dsc_packer_next_into(self._packer, ctypes.byref(pb), tok.ctypes.data,
