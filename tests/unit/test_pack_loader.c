@@ -202,14 +202,17 @@ int main(void) {
         if (!same)
             fprintf(stderr, "resume at %d differs\n", stop);
         CHECK(same);
-        /* A state of another length is refused, naming it. */
+        /* A state of another length is refused, naming it (on a loader of its own: two
+         * packers never share a loader, whose batches each would take). */
         dsc_packer_t *q = NULL;
-        REQUIRE(make_packer(l, "input_ids", LENGTH * 2, 1, &q) == 0);
+        dsc_loader_t *l3 = make_loader(0, 1, 0);
+        REQUIRE(make_packer(l3, "input_ids", LENGTH * 2, 1, &q) == 0);
         CHECK_EQ_INT(dsc_packer_state_load(q, state, (size_t)n), DSC_EBADSTATE);
         CHECK(strstr(last_log, "length") != NULL);
         state[20] ^= 1;
         CHECK_EQ_INT(dsc_packer_state_load(q, state, (size_t)n), DSC_EBADSTATE);
         dsc_packer_destroy(q);
+        dsc_loader_destroy(l3);
         state[20] ^= 1;
         /* Another world size is refused, naming both (one rank's position says nothing of the
          * others': re-split, it would skip or repeat tokens). */
