@@ -5,11 +5,15 @@
 
 #include <string.h>
 
-static int head_valid(dsc_str_t dataset, uint32_t flags, uint64_t version, uint32_t count) {
+int dsc_mget_head_valid(dsc_str_t dataset, uint32_t flags, uint64_t version, uint32_t count,
+                        uint32_t max_count) {
     return dataset.ptr != NULL && dataset.len >= 1 && dataset.len < DSC_MAX_NAME &&
            memchr(dataset.ptr, '\0', dataset.len) == NULL && (flags & ~DSC_GET_FLAG_VERSION) == 0 &&
-           ((flags & DSC_GET_FLAG_VERSION) || version == 0) && count >= 1 &&
-           count <= DSC_MGET_MAX_ENTRIES;
+           ((flags & DSC_GET_FLAG_VERSION) || version == 0) && count >= 1 && count <= max_count;
+}
+
+static int head_valid(dsc_str_t dataset, uint32_t flags, uint64_t version, uint32_t count) {
+    return dsc_mget_head_valid(dataset, flags, version, count, DSC_MGET_MAX_ENTRIES);
 }
 
 int dsc_mget_req_encode(const dsc_mget_req_t *req, uint8_t *out, size_t cap) {

@@ -42,6 +42,12 @@ typedef struct dsc_mget_req {
     const uint8_t *raw; /* decode: count * DSC_MGET_ITEM_SIZE bytes inside the body */
 } dsc_mget_req_t;
 
+/* The head MGET and RANGE requests share (dataset, flags, version, count): 1 when it is valid with
+ * at most max_count entries (a name of 1 .. DSC_MAX_NAME - 1 bytes without NUL, no flag but
+ * DSC_GET_FLAG_VERSION, version 0 without it, 1 <= count <= max_count), else 0. */
+int dsc_mget_head_valid(dsc_str_t dataset, uint32_t flags, uint64_t version, uint32_t count,
+                        uint32_t max_count);
+
 /* Returns the bytes written (DSC_MGET_REQ_HEAD + count * 8), DSC_ENOSPC (cap too small) or
  * DSC_EINVAL (a value the decoder would reject: dataset empty, over 63 bytes or with a NUL, flags
  * other than 0 / DSC_GET_FLAG_VERSION, a non-zero version without the flag, count 0 or over

@@ -6,10 +6,7 @@
 #include <string.h>
 
 static int head_valid(dsc_str_t dataset, uint32_t flags, uint64_t version, uint32_t count) {
-    return dataset.ptr != NULL && dataset.len >= 1 && dataset.len < DSC_MAX_NAME &&
-           memchr(dataset.ptr, '\0', dataset.len) == NULL && (flags & ~DSC_GET_FLAG_VERSION) == 0 &&
-           ((flags & DSC_GET_FLAG_VERSION) || version == 0) && count >= 1 &&
-           count <= DSC_RANGE_MAX_ENTRIES;
+    return dsc_mget_head_valid(dataset, flags, version, count, DSC_RANGE_MAX_ENTRIES);
 }
 
 void dsc_range_span_at(const dsc_range_item_t *item, uint32_t k, dsc_sample_span_t *out) {
