@@ -531,3 +531,21 @@ def _check(rc, handle=False):
         elif detail:
             msg = msg + ": " + detail
     raise _error(rc, msg, name)
+
+
+def _stats_dict(s):
+    """A dsc_stats_t as the dict stats() returns: the bottleneck and stall waits by name, strings
+    decoded (struct_size left out)."""
+    out = {}
+    for name, _ in _STAT_FIELDS:
+        if name == "struct_size":
+            continue
+        value = getattr(s, name)
+        if name == "bottleneck":
+            value = BOTTLENECKS[value] if 0 <= value < len(BOTTLENECKS) else "unknown"
+        elif name == "stall_waits":
+            value = dict(zip(STALL_WAITS, list(value)))
+        elif isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        out[name] = value
+    return out

@@ -13,11 +13,11 @@ import weakref
 from . import _fast
 from ._arrays import (_Hold, _HostArray, _PyCapsule_New, _capsule_destructor,
                       _dlpack_track, _torch_from_dlpack)
-from ._capi import (BOTTLENECKS, STALL_WAITS, _EOF, _FIELD_PADDED, _FIELD_VALUES, _NP_DTYPES,
-                    _PART_LENGTHS, _PART_OFFSETS, _PART_VALUES, _STAT_FIELDS, _DLManagedTensor,
+from ._capi import (_EOF, _FIELD_PADDED, _FIELD_VALUES, _NP_DTYPES,
+                    _PART_LENGTHS, _PART_OFFSETS, _PART_VALUES, _DLManagedTensor,
                     _FieldInfo, _FieldOptions, _FieldView, _Options, _PACK_STAT_FIELDS,
                     _PackedBatch, _PackOptions, _PackStats, _Stats, _TensorView, _check,
-                    _field_specs, _load)
+                    _field_specs, _load, _stats_dict)
 from ._errors import BadState, Error, InvalidOption
 from ._logbridge import _c_log_level, _on_log, _sink_ids, _sinks, _sinks_lock
 from ._order import OrderFeed
@@ -753,18 +753,7 @@ class Loader:
         s = _Stats()
         s.struct_size = ctypes.sizeof(_Stats)
         _check(self._lib.dsc_loader_stats(self._h(), ctypes.byref(s)))
-        out = {}
-        for name, _ in _STAT_FIELDS:
-            if name == "struct_size":
-                continue
-            value = getattr(s, name)
-            if name == "bottleneck":
-                value = BOTTLENECKS[value] if 0 <= value < len(BOTTLENECKS) else "unknown"
-            elif name == "stall_waits":
-                value = dict(zip(STALL_WAITS, list(value)))
-            elif isinstance(value, bytes):
-                value = value.decode("utf-8", "replace")
-            out[name] = value
+        out = _stats_dict(s)
         if self._packer is not None:
             ps = _PackStats()
             ps.struct_size = ctypes.sizeof(_PackStats)

@@ -7,9 +7,9 @@ import os
 
 import numpy as np
 
-from ._capi import (BOTTLENECKS, STALL_WAITS, _EOF, _NP_DTYPES, _STAT_FIELDS, _FieldView,
+from ._capi import (_EOF, _NP_DTYPES, _FieldView,
                     _MixtureBatch, _MixtureInfo, _Options, _PackedBatch, _PackOptions,
-                    _SourceOptions, _Stats, _check, _error, _field_specs, _load)
+                    _SourceOptions, _Stats, _check, _error, _field_specs, _load, _stats_dict)
 from ._errors import BadState, InvalidOption
 from ._logbridge import _c_log_level, _on_log, _sink_ids, _sinks, _sinks_lock
 from ._ranks import resolve_rank
@@ -478,18 +478,7 @@ class Mixture:
             n = ctypes.c_uint64()
             self._check(self._lib.dsc_mixture_source_stats(h, k, ctypes.byref(n),
                                                            ctypes.byref(s)))
-            d = {}
-            for name, _ in _STAT_FIELDS:
-                if name == "struct_size":
-                    continue
-                value = getattr(s, name)
-                if name == "bottleneck":
-                    value = BOTTLENECKS[value] if 0 <= value < len(BOTTLENECKS) else "unknown"
-                elif name == "stall_waits":
-                    value = dict(zip(STALL_WAITS, list(value)))
-                elif isinstance(value, bytes):
-                    value = value.decode("utf-8", "replace")
-                d[name] = value
+            d = _stats_dict(s)
             per[src.dataset] = {"samples": int(n.value), "wire_bytes": d["wire_bytes"],
                                 "epoch_wire_bytes": d["epoch_wire_bytes"],
                                 "stall_seconds": d["stall_seconds"], "source_epoch": epochs[k],
