@@ -1,7 +1,7 @@
 /* Authentication (proto/PROTOCOL.md, Authentication): the HELLO auth-init codec, the AUTH
  * bodies, the HMAC-SHA-256 challenge-response over both nonces, and the parser of credential
  * lines. Pure functions over memory: no I/O, no allocation, safe on hostile input. Nonces come from
- * dsc_auth_random (proto/sys). */
+ * dsc_auth_random (sys). */
 #ifndef DSC_AUTH_H
 #define DSC_AUTH_H
 

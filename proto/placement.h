@@ -45,6 +45,6 @@ int dsc_placement_owners(const dsc_members_t *members, const char *dataset, uint
 int dsc_placement_owns(const dsc_members_t *members, uint32_t index, const char *dataset,
                        uint32_t shard_id, uint32_t replicas);
 
-/* dsc_members_resolve (spec with "file:" / "dns:" to a list) does I/O: proto/sys/dsc_sys.h. */
+/* dsc_members_resolve (spec with "file:" / "dns:" to a list) does I/O: sys/dsc_sys.h. */
 
 #endif

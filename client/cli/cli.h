@@ -57,7 +57,7 @@ int dsc_cli_timeout_ms(const char *cmd, const dsc_cli_target_t *target, uint32_t
 int dsc_cli_target_option(dsc_cli_target_t *target, int opt, const char *arg);
 
 /* The --auth-file given on the command line (any position), or NULL: then the credential comes
- * from $DSCACHE_TOKEN_FILE or the Kubernetes default path (client/lib/credential.h). */
+ * from $DSCACHE_TOKEN_FILE or the Kubernetes default path (client/lib/source/credential.h). */
 const char *dsc_cli_auth_file(void);
 /* Sets it (main.c, which takes --auth-file out of argv before the command parses). */
 void dsc_cli_set_auth_file(const char *path);

@@ -4,7 +4,7 @@ on the same JPEGs (written here by PIL: ImageNet-like sizes 333..1024 px, qualit
 
 Rates are per CPU-second (user + system time of the process doing the work), so that a shared
 machine's other load does not enter: "per core".
-  decode   one thread of the codec (client/lib/image.c through tests/integration/image_tool):
+  decode   one thread of the codec (client/lib/image/image.c through tests/integration/image_tool):
            decode + RandomResizedCrop(224) + flip, images/s, against PIL decode +
            torchvision-equivalent RandomResizedCrop (same get_params, crop, resize BILINEAR) +
            flip in this process (torchvision's own loader: Image.open + convert("RGB")). Also

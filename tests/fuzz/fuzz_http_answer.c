@@ -1,4 +1,4 @@
-/* libFuzzer target for the answer parser of the loader's HTTP-port probe (client/lib/conn.h,
+/* libFuzzer target for the answer parser of the loader's HTTP-port probe (client/lib/source/conn.h,
  * dsc_conn_http_answer_parse): any bytes from a peer, cut anywhere, never read out of bounds; a
  * port is only reported for an answer that starts with "HTTP/", and is in 1..65535. */
 #include "conn.h"

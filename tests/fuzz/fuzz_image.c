@@ -1,4 +1,4 @@
-/* libFuzzer target for the image decoders (JPEG, PNG, WebP through client/lib/image.c): any
+/* libFuzzer target for the image decoders (JPEG, PNG, WebP through client/lib/image/image.c): any
  * input gives a decode or DSC_EDECODE with a message, never a read out of bounds, a crash or a
  * different answer for the same bytes. Small limits keep each input cheap. */
 #include "image.h"

@@ -1,4 +1,4 @@
-/* Test helper: runs the image codec (client/lib/image.c) on files, for the Python pixel checks
+/* Test helper: runs the image codec (client/lib/image/image.c) on files, for the Python pixel checks
  * and the benchmarks.
  *   image_tool decode FILE OUT.raw H W CROP FLIP LAYOUT SEED EPOCH INDEX [R,G,B]
  *       writes the decoded sample (3*H*W bytes) and prints "x y w h flip" (the box, source px);

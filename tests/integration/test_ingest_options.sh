@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every form of dscache ingest parses the common options through one table and one loop
-# (client/cli/ingest_common.c: ingest_main): the same bad option gets the same refusal, exit 2,
+# (client/cli/ingest/ingest_common.c: ingest_main): the same bad option gets the same refusal, exit 2,
 # before any input is read, from tokens, npy, synthetic, images, webdataset, megatron and mds
 # alike; --help still prints each form's own text; every form's summary gives the writer's shards.
 set -euo pipefail

@@ -1,4 +1,4 @@
-/* The C mixture (client/lib/mixture.c) over three token datasets written by dsc_writer_* and
+/* The C mixture (client/lib/loader/mixture.c) over three token datasets written by dsc_writer_* and
  * read from their files (no server): shares within one sample of the weights after every
  * sample and the same composition on every rank; each source's samples exactly once per
  * source-epoch over 2 ranks, values equal to the written ones; a state saved at several steps

@@ -1,4 +1,4 @@
-/* "RDMA follows TCP": the GID choice (proto/sys/rdma_link.c dsc_rdma_gid_match) over synthetic
+/* "RDMA follows TCP": the GID choice (sys/rdma_link.c dsc_rdma_gid_match) over synthetic
  * GID tables: exact match, subnet match, link-local and RoCE v1 GIDs skipped, no match with a
  * reason naming the address and every GID seen, IPv6, IPv4-mapped addresses, loopback
  * connections, unknown GID types; the subnet test at odd prefix lengths; and the getifaddrs

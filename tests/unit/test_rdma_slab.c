@@ -1,4 +1,4 @@
-/* The loader's RDMA slab allocator (client/lib/rdma_slab.c) and its sizing
+/* The loader's RDMA slab allocator (client/lib/source/rdma_slab.c) and its sizing
  * (dsc__rdma_slab_bytes): block-aligned regions that never overlap, first fit across fragments,
  * callers holding nothing served first come first served while callers holding regions are
  * refused, time-out and cancel of a wait, and threads that pipeline regions like the I/O threads

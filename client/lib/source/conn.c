@@ -1,4 +1,4 @@
-/* Blocking TCP connection to one dscached server (client/lib/conn.h): getaddrinfo, poll-based
+/* Blocking TCP connection to one dscached server (client/lib/source/conn.h): getaddrinfo, poll-based
  * time-outs, HELLO, buffered frame reads so that small pipelined responses cost few syscalls. */
 #include "conn.h"
 #include "dsc_sys.h"

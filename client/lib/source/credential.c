@@ -1,4 +1,4 @@
-/* Client credential loading (client/lib/credential.h): which file, bounded read, parse with
+/* Client credential loading (client/lib/source/credential.h): which file, bounded read, parse with
  * proto/auth.c, wipe. */
 #include "credential.h"
 

@@ -115,6 +115,6 @@ int dsc__image_decode_rgb_over(dsc_image_ctx_t *ctx, const void *data, size_t le
                                uint32_t max_side, const uint8_t *background, uint8_t **rgb,
                                uint32_t *width, uint32_t *height);
 
-/* (Encoding JPEG is the CLI's alone: client/ingest/jpegenc.h, outside libdscache.) */
+/* (Encoding JPEG is the CLI's alone: client/cli/ingest/jpegenc.h, outside libdscache.) */
 
 #endif

@@ -1,4 +1,4 @@
-/* Cryptographic random bytes for authentication nonces (proto/sys/dsc_sys.h), from libsodium. */
+/* Cryptographic random bytes for authentication nonces (sys/dsc_sys.h), from libsodium. */
 #include "dsc_sys.h"
 #include "dscache_base.h"
 

@@ -1,7 +1,7 @@
 /* One RDMA device opened for dscache's transport: its port, a protection domain, the RoCE v2 GID
  * each connection uses (the one on its TCP connection's subnet: "RDMA follows TCP"), and the RC
  * queue-pair state changes both sides need (RESET -> INIT -> RTR -> RTS). Shared by the server
- * (server/rdma.c), the loader (client/lib/source_rdma.c) and the doctor; part of dsc_sys. */
+ * (server/net/rdma.c), the loader (client/lib/source/source_rdma.c) and the doctor; part of dsc_sys. */
 #ifndef DSC_SYS_RDMA_LINK_H
 #define DSC_SYS_RDMA_LINK_H
 
@@ -37,7 +37,7 @@ typedef struct dsc_rdma_dev {
     int gid_tbl_len; /* entries in the port's GID table */
     uint16_t lid;
     uint64_t max_mr_size;
-    /* Memory windows (server/rdma.c confines READs to leases with them): 1 when the device
+    /* Memory windows (server/net/rdma.c confines READs to leases with them): 1 when the device
      * reports type-2 windows (device_cap_flags MEM_WINDOW_TYPE_2A or _2B, max_mw > 0) and the
      * library has ibv_alloc_mw (inline through context->ops, so no table entry); else 0 and
      * mw_why says which is missing. */
