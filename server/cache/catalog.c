@@ -1,5 +1,8 @@
 /* Catalog: datasets, shard slots, hits, eviction, warm-ups, rescans, statistics (the loads and
  * read-throughs themselves run on the I/O threads of readthrough.c).
+ * Over 1,000 lines: every slot transition below is made under the one bookkeeping mutex, and
+ * they stay in one file so that the lock's rules read in one place; the I/O (readthrough.c), the
+ * slot state (catalog_state.c), staging (staging.c) and the root watcher are cut out already.
  *
  * Read path (any event loop): the dataset table is an atomic pointer to an immutable array; a
  * slot's `refs` is >= 0 exactly while its bytes are resident and may be taken, so a hit is one

@@ -1,7 +1,10 @@
 /* Dataset writer (dsc_writer_*, dscache.h): field specs, chunk assembly (fixed fields and
  * variable-length sections, proto/FORMAT.md), compression on worker threads with chunks written
  * in order, shard files, the manifest last, and the atomic finish (hidden temporary directory
- * beside the target, fsync, rename). */
+ * beside the target, fsync, rename).
+ * Over 1,000 lines: one writer's state (the open chunk, the worker queue, the in-order shard
+ * writes, the atomic publish) is touched by every step of a write; what stands alone is cut out
+ * already (field specs: proto/fieldspec.c; shard and manifest codecs: proto/). */
 #include "writer.h"
 
 #include "fieldspec.h"
