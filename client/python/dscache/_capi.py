@@ -429,7 +429,6 @@ def _load():
         "dsc_loader_last_error": (ip, [vp, ctypes.c_char_p, ctypes.c_size_t]),
         "dsc_loader_create": (ip, [ctypes.POINTER(_Options), ctypes.POINTER(vp)]),
         "dsc_loader_destroy": (None, [vp]),
-        "dsc_loader_next": (ip, [vp, ctypes.POINTER(vp)]),
         "dsc_batch_release": (None, [vp]),
         "dsc_loader_set_epoch": (ip, [vp, u64]),
         # indices as a plain address (a numpy uint64 array's)
@@ -443,11 +442,8 @@ def _load():
         "dsc_loader_meta": (ctypes.c_char_p, [vp]),
         "dsc_loader_field": (ip, [vp, u32, ctypes.POINTER(_FieldInfo)]),
         "dsc_loader_set_stream": (ip, [vp, vp]),
-        "dsc_batch_samples": (u32, [vp]),
         "dsc_batch_step": (u64, [vp]),
         "dsc_batch_indices": (ctypes.POINTER(ctypes.c_uint64), [vp]),
-        "dsc_batch_field": (ip, [vp, u32, ctypes.POINTER(_TensorView)]),
-        "dsc_batch_dlpack": (ip, [vp, u32, ctypes.POINTER(ctypes.POINTER(_DLManagedTensor))]),
         "dsc_batch_field_view": (ip, [vp, u32, ctypes.POINTER(_FieldView)]),
         # Pointers as plain addresses: next() passes the same ones for every batch.
         "dsc_loader_next_views": (ip, [vp, vp, ip, vp, u32]),

@@ -396,7 +396,6 @@ class Loader:
         self._data_word = (_FieldView.values.offset + _TensorView.data.offset) // 8
         self._view_words = ctypes.sizeof(_FieldView) // 8
         self._array_types = {}  # (field, samples): (ctypes byte array type, array shape)
-        self._legacy = False  # the path before dsc_loader_next_views (tests/bench compares)
         # The compiled next() (dscache._fast) where every field is a fixed-size host field that
         # numpy (and torch.from_numpy) carry as is: variable-length fields, device batches,
         # bf16 / uint16 / uint32 torch tensors keep the ctypes path.
@@ -424,7 +423,7 @@ class Loader:
         if self._packer is not None:
             return self._next_packed()
         fast = self._fast
-        if fast is not None and not self._legacy:
+        if fast is not None:
             if self._close_pending:
                 raise ValueError("loader is closed")
             out = fast.next()  # the batch's dict, or what dsc_loader_next_views returned
@@ -434,8 +433,6 @@ class Loader:
                     raise StopIteration
                 _check(out, self._handle)
             return self._transform(out) if self._transform is not None else out
-        if self._legacy:
-            return self._next_legacy()
         h = self._handle
         if not h or self._close_pending:
             raise ValueError("loader is closed")
@@ -537,58 +534,6 @@ class Loader:
             idx = self._lib.dsc_batch_indices(batch)
             index = np.ctypeslib.as_array(idx, shape=(n,)).copy()
             if torch is not None:  # torch has no uint64 (DataLoader cannot convert it)
-                index = torch.from_numpy(index.astype(np.int64))
-            out["__index__"] = index
-        return out
-
-    def _next_legacy(self):
-        h = self._h()
-        rc = self._lib.dsc_loader_next(h, ctypes.byref(self._batch))
-        if rc == _EOF:
-            self._epoch_done()
-            raise StopIteration
-        _check(rc, h)
-        out = self._convert(self._batch)
-        return self._transform(out) if self._transform is not None else out
-
-    def _convert(self, batch):
-        import numpy as np
-        out = {}
-        n = self._lib.dsc_batch_samples(batch)
-        ref = None
-        for f, (name, dtype, shape) in enumerate(self._fields):
-            if shape and shape[0] is None:
-                if ref is None and self._output != "torch" and not self._copy:
-                    ref = _Hold(self, batch.value)
-                self._convert_var(batch, f, name, dtype, n, ref, out)
-                continue
-            if self._output == "torch":
-                managed = ctypes.POINTER(_DLManagedTensor)()
-                # The tensor holds a reference to the batch (its slot), dropped by its deleter.
-                _check(self._lib.dsc_batch_dlpack(batch, f, ctypes.byref(managed)))
-                _dlpack_track(managed, _Hold(self, None))
-                capsule = _PyCapsule_New(ctypes.cast(managed, ctypes.c_void_p), b"dltensor",
-                                         ctypes.cast(_capsule_destructor, ctypes.c_void_p))
-                t = _torch_from_dlpack(capsule)
-                out[name] = t.clone() if self._copy else t
-            else:
-                view = _TensorView()
-                _check(self._lib.dsc_batch_field(batch, f, ctypes.byref(view)))
-                np_dtype = np.dtype(_NP_DTYPES[dtype])
-                if self._copy or not view.bytes:
-                    buf = (ctypes.c_uint8 * view.bytes).from_address(view.data) if view.bytes \
-                        else bytearray()
-                    a = np.frombuffer(buf, dtype=np_dtype).reshape((n,) + shape).copy()
-                else:
-                    if ref is None:  # one reference per batch, shared by its arrays
-                        ref = _Hold(self, batch.value)
-                    a = np.asarray(_HostArray(ref, view.data, (n,) + shape, np_dtype))
-                out[name] = a
-        if self._want_indices:
-            idx = self._lib.dsc_batch_indices(batch)
-            index = np.ctypeslib.as_array(idx, shape=(n,)).copy()
-            if self._output == "torch":  # torch has no uint64 (DataLoader cannot convert it)
-                import torch
                 index = torch.from_numpy(index.astype(np.int64))
             out["__index__"] = index
         return out
