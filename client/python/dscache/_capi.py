@@ -4,7 +4,7 @@ load, and the error check every call goes through."""
 import ctypes
 import ctypes.util
 import os
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ._errors import _error
 

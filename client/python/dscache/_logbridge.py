@@ -6,7 +6,7 @@ import sys
 import threading
 import warnings
 from types import FrameType
-from typing import Any, Deque, Dict, Optional
+from typing import Deque, Dict, Optional
 
 from ._capi import _LOG_FN
 

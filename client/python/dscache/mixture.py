@@ -4,7 +4,7 @@ library (client/lib/mixture.c, dsc_mixture_*; docs/mixtures.md)."""
 
 import ctypes
 import os
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
