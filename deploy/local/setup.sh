@@ -37,6 +37,8 @@ pkgs+=(tmux python3-matplotlib)
 pkgs+=(patchelf)
 # The pixel tests compare with torchvision (PIL images) on real PNGs and JPEG photos.
 pkgs+=(python3-pil python3-torchvision openclipart-png mate-backgrounds)
+# python_test_mypy checks the Python package's type hints with Debian's mypy.
+pkgs+=(mypy)
 if [ "$profile" = --bench ]; then
     pkgs+=(memcached lz4 libmemcached-dev)
 fi

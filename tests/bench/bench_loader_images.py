@@ -19,10 +19,8 @@ rate, the stall at the 5 ms step (assist on, the default). The stall is what the
 sees: the share of the wall time spent in next() as Python sees it (the loader's wait, the
 binding's work and, on busy cores, the consumer waiting for a core); beside it the loader's own
 wait (stats()["stall_seconds"] over the run: next() waiting for a batch not ready). The 5 ms
-step runs three times, in the same run: next() as it is (the compiled next(), dscache._fast),
-through ctypes (DSCACHE_FASTPATH=0: the Python path over dsc_loader_next_views), and the path
-before dsc_loader_next_views with the loader threads at the default policy (Loader._legacy,
-DSCACHE_LOADER_SCHED=other).
+step runs twice, in the same run, through the package's two next() paths: the compiled next()
+(dscache._fast) and the Python one over dsc_loader_next_views (as with DSCACHE_FASTPATH=0).
 Each row gives the CPU seconds of this process per image and the load average (1 min) when it
 ran: on shared cores another job's load takes the decode threads' CPU while the consumer sleeps.
 Usage: tests/bench/bench_loader_images.py [BUILD_DIR]   (BENCH_IMAGES=192, BENCH_SECONDS=3,
@@ -128,21 +126,15 @@ def stall_claim(addr):
     for batch in [int(b) for b in os.environ.get("BENCH_STALL_BATCHES", "8,4,2,1").split(",")]:
         rates, rows = {}, []
         # assist off: the decode threads' own rate; then the 5 ms step (assist on, the default)
-        # through next() as it is, through ctypes (no compiled next()), and as it was before
-        # dsc_loader_next_views and SCHED_BATCH loader threads (Loader._legacy,
-        # DSCACHE_LOADER_SCHED=other), in the same run.
-        for assist, path in ((False, "now"), (True, "now"), (True, "ctypes"), (True, "legacy")):
-            legacy = path == "legacy"
-            if legacy:
-                os.environ["DSCACHE_LOADER_SCHED"] = "other"
+        # through the compiled next() and through the Python one (no compiled next()), in the
+        # same run.
+        for assist, path in ((False, "now"), (True, "now"), (True, "ctypes")):
             ld = dscache.Loader(servers=addr, dataset="imgs", batch_size=batch, seed=0, rank=0,
                                 world_size=1, decode_threads=CORES, prefetch=8, assist=assist,
                                 decode={"image": dscache.Image(size=(224, 224),
                                                                crop="random_resized", flip=True)})
-            os.environ.pop("DSCACHE_LOADER_SCHED", None)
-            ld._legacy = legacy
             if path != "now":
-                ld._fast = None  # the ctypes path (as with DSCACHE_FASTPATH=0)
+                ld._fast = None  # the Python path (as with DSCACHE_FASTPATH=0)
             epoch = [0]
 
             def batches(ld=ld, epoch=epoch):
@@ -179,8 +171,7 @@ def stall_claim(addr):
             for what, (r, stall, per_call, lstall, cpu, load) in zip(
                     ("next() now" + (" (compiled)" if dscache.fastpath else " (no compiled "
                                                         "next(): %s)" % dscache.fastpath_reason),
-                     "next() via ctypes (DSCACHE_FASTPATH=0)",
-                     "next() before (legacy path, SCHED_OTHER threads)"), rows):
+                     "next() in Python (DSCACHE_FASTPATH=0)"), rows):
                 print("    %-58s %6.0f samples/s, stall %.2f%% (%.3f ms per next()), loader's "
                       "wait %.2f%% (stats()), %.2f ms CPU/image, load %.1f"
                       % (what, r, 100 * stall, 1000 * per_call, 100 * lstall, 1000 * cpu, load))

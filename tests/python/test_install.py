@@ -135,6 +135,8 @@ t.check(r.returncode == 0, "cmake --install: %s" % r.stderr[-500:])
 pkgs = glob.glob(os.path.join(prefix, "lib", "python3*", "*-packages", "dscache", "__init__.py"))
 t.check(len(pkgs) == 1, "cmake --install put the package under lib/python3.X/*-packages: %s"
         % pkgs)
+t.check(all(os.path.exists(os.path.join(os.path.dirname(p), "py.typed")) for p in pkgs),
+        "the installed package carries py.typed (its type hints are read by type checkers)")
 libs = glob.glob(os.path.join(prefix, "lib*", "**", "libdscache.so.0"), recursive=True)
 t.check(len(libs) == 1, "cmake --install put libdscache.so.0 under the prefix: %s" % libs)
 if pkgs and libs:
@@ -248,7 +250,8 @@ if wheels:
     print("wheel: %s (%d bytes)" % (os.path.basename(whl), os.path.getsize(whl)))
     t.check("linux" in os.path.basename(whl), "the wheel is platform-tagged: " + whl)
     names = zipfile.ZipFile(whl).namelist()
-    for want in ("dscache/__init__.py", "dscache/torch.py", "dscache/libdscache.so"):
+    for want in ("dscache/__init__.py", "dscache/torch.py", "dscache/libdscache.so",
+                 "dscache/py.typed"):
         t.check(want in names, "wheel holds %s" % want)
     wpy = venv("venv-wheel")
     if pip(wpy, "install", "--no-index", "--no-deps", whl):

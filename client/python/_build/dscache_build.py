@@ -6,8 +6,11 @@ around this directory (only the targets the wheel carries: no test, no fuzzer) a
 it built: dscache/libdscache.so (found first after $DSCACHE_LIB); dscache/bin/dscache and
 dscache/bin/dscached, started by the `dscache` and `dscached` entry points;
 dscache/_fastpath<EXT_SUFFIX>, the compiled next(), built for the Python that runs this backend
-when its headers are there (the wheel is then tagged for that Python). Only the standard library
-is used and nothing is downloaded, with or without build isolation; the C build needs what the
+when its headers are there (python3-dev, CPython 3.9 or newer; the wheel is then tagged for that
+Python; without them the package's next() goes through ctypes and the wheel is py3-none). The
+compiled next() calls numpy through Python: neither numpy nor its headers are needed to build,
+only to run. The package's sources and py.typed go in as they are. Only the standard library is
+used and nothing is downloaded, with or without build isolation; the C build needs what the
 project's build needs (cmake, a C compiler, the -dev packages, patchelf: deploy/local/setup.sh
 installs them).
 
@@ -333,9 +336,10 @@ def _record_line(arc, data):
 
 
 def _package_files():
+    """The package's sources and its py.typed marker (PEP 561: type checkers read its hints)."""
     pkg = os.path.join(HERE, "dscache")
     for name in sorted(os.listdir(pkg)):
-        if name.endswith(".py") and name != "_install.py":
+        if (name.endswith(".py") and name != "_install.py") or name == "py.typed":
             yield "dscache/" + name, os.path.join(pkg, name)
 
 

@@ -41,7 +41,8 @@ prints to stderr when the application configured no logging handler).
 # The package by concern: _capi (ctypes declarations, library search and load), _errors (the
 # error families), _logbridge (C log lines -> logging), _ranks (rank, world size, device),
 # _arrays (DLPack and numpy views), _fast (the compiled next(), optional), loader (Loader,
-# Image), mapds (MapDataset, over dsc_reader_*), writer (Writer); torch (dscache.torch) on top.
+# Image), mapds (MapDataset, over dsc_reader_*), writer (Writer); torch (dscache.torch) on top;
+# _types (the names the annotations use; py.typed marks the package as typed).
 from ._errors import (BadState, Corrupt, DatasetChangedError, DecodeError, Error, InvalidOption,
                       NotFound, Unavailable)
 from . import _capi

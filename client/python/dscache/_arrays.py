@@ -3,6 +3,7 @@ keep a batch's slot (and its loader) alive while an array or tensor of it lives.
 
 import ctypes
 import threading
+from typing import Any, Dict, Optional, Tuple
 
 from ._capi import _DELETER, _DLManagedTensor, _check
 from ._errors import Error
@@ -20,7 +21,7 @@ _CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 @_CAPSULE_DESTRUCTOR
-def _capsule_destructor(capsule_ptr):
+def _capsule_destructor(capsule_ptr: Optional[int]) -> None:
     # An unconsumed capsule (still named "dltensor") owns its DLManagedTensor: free it.
     if _PyCapsule_IsValid(capsule_ptr, b"dltensor"):
         ptr = _PyCapsule_GetPointer(capsule_ptr, b"dltensor")
@@ -29,7 +30,7 @@ def _capsule_destructor(capsule_ptr):
             managed.contents.deleter(managed)
 
 
-def _torch_from_dlpack(capsule):
+def _torch_from_dlpack(capsule: Any) -> Any:
     import torch
     if hasattr(torch, "from_dlpack"):
         return torch.from_dlpack(capsule)
@@ -41,7 +42,7 @@ class _Hold:
     dsc_loader_next_views took with retained; a DLPack tensor's own otherwise) and to its
     loader: the loader is destroyed only after the last one goes."""
 
-    def __init__(self, loader, batch, retained=False):
+    def __init__(self, loader: Any, batch: Optional[int], retained: bool = False) -> None:
         self._loader = loader
         self._batch = None
         with loader._hold_lock:
@@ -56,7 +57,7 @@ class _Hold:
                 raise
             self._batch = batch
 
-    def __del__(self):
+    def __del__(self) -> None:
         loader = self.__dict__.get("_loader")
         if loader is None:
             return
@@ -68,7 +69,7 @@ class _Hold:
 class _HostArray:
     """A batch field's host memory for numpy (the array's base): keeps the batch's _Hold."""
 
-    def __init__(self, hold, ptr, shape, dtype):
+    def __init__(self, hold: _Hold, ptr: int, shape: Tuple[int, ...], dtype: Any) -> None:
         self._hold = hold
         self.__array_interface__ = {"data": (ptr, False), "shape": shape,
                                     "typestr": dtype.str, "version": 3}
@@ -76,12 +77,12 @@ class _HostArray:
 
 # DLPack tensors handed to torch: their deleter is wrapped so that the loader's _Hold goes with
 # the library's reference (torch calls it when the tensor's storage is freed, any thread).
-_dlpack_holds = {}
+_dlpack_holds: Dict[Optional[int], Tuple[Any, Any]] = {}
 _dlpack_holds_lock = threading.Lock()
 
 
 @_DELETER
-def _dlpack_deleter(managed):
+def _dlpack_deleter(managed: Any) -> None:
     key = ctypes.cast(managed, ctypes.c_void_p).value
     with _dlpack_holds_lock:
         orig, hold = _dlpack_holds.pop(key, (None, None))
@@ -91,10 +92,12 @@ def _dlpack_deleter(managed):
     del hold
 
 
-def _dlpack_track(managed, hold):
+def _dlpack_track(managed: Any, hold: _Hold) -> None:
     key = ctypes.cast(managed, ctypes.c_void_p).value
     with _dlpack_holds_lock:
         # A copy of the function address: the field object would read the struct's new value.
-        orig = _DELETER(ctypes.cast(managed.contents.deleter, ctypes.c_void_p).value)
+        deleter = ctypes.cast(managed.contents.deleter, ctypes.c_void_p).value
+        assert deleter is not None  # the library's tensors have one
+        orig = _DELETER(deleter)
         _dlpack_holds[key] = (orig, hold)
     managed.contents.deleter = _dlpack_deleter

@@ -4,6 +4,7 @@ load, and the error check every call goes through."""
 import ctypes
 import ctypes.util
 import os
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ._errors import _error
 
@@ -174,7 +175,8 @@ class _FieldInfo(ctypes.Structure):
     ]
 
 
-def _field_specs(count, field, handle):
+def _field_specs(count: Callable[[Any], int], field: Callable[[Any, int, Any], int],
+                 handle: Any) -> List[Tuple[str, int, Tuple[Any, ...]]]:
     """[(name, dtype, shape)] of a loader's or reader's fields, through its count and field
     calls (dsc_loader_field_count/dsc_loader_field, or the reader's); None for a variable
     dimension."""
@@ -369,12 +371,13 @@ _EOF = -4001
 _LIB_NAME = "libdscache.so.0"
 
 
-def _candidates():
+def _candidates() -> Iterator[Tuple[str, str]]:
     """(description, path or soname) in search order; see the module docstring."""
     here = os.path.dirname(os.path.abspath(__file__))
     yield "bundled", os.path.join(here, "libdscache.so")
     try:
-        from . import _install  # written by `cmake --install` next to the installed package
+        # written by `cmake --install` next to the installed package (absent in the source tree)
+        from . import _install  # type: ignore[attr-defined]
         yield "cmake --install prefix", os.path.join(_install.LIBDIR, _LIB_NAME)
     except ImportError:
         pass
@@ -387,7 +390,7 @@ def _candidates():
         os.path.join(here, "..", "..", "..", "build", "lib", "libdscache.so"))
 
 
-def _open_library():
+def _open_library() -> Tuple[ctypes.CDLL, str]:
     env = os.environ.get("DSCACHE_LIB")
     if env:
         # An explicit choice that fails is an error, never a silent fall-back to another copy.
@@ -409,11 +412,11 @@ def _open_library():
                       + "\n  ".join(tried))
 
 
-_lib = None
-library_path = None
+_lib: Any = None  # the ctypes.CDLL, its functions declared
+library_path: Optional[str] = None
 
 
-def _load():
+def _load() -> Any:
     """The loaded library (loaded at import; ImportError when it cannot be)."""
     global _lib, library_path
     if _lib is not None:
@@ -429,7 +432,6 @@ def _load():
         "dsc_loader_last_error": (ip, [vp, ctypes.c_char_p, ctypes.c_size_t]),
         "dsc_loader_create": (ip, [ctypes.POINTER(_Options), ctypes.POINTER(vp)]),
         "dsc_loader_destroy": (None, [vp]),
-        "dsc_loader_next": (ip, [vp, ctypes.POINTER(vp)]),
         "dsc_batch_release": (None, [vp]),
         "dsc_loader_set_epoch": (ip, [vp, u64]),
         # indices as a plain address (a numpy uint64 array's)
@@ -443,11 +445,8 @@ def _load():
         "dsc_loader_meta": (ctypes.c_char_p, [vp]),
         "dsc_loader_field": (ip, [vp, u32, ctypes.POINTER(_FieldInfo)]),
         "dsc_loader_set_stream": (ip, [vp, vp]),
-        "dsc_batch_samples": (u32, [vp]),
         "dsc_batch_step": (u64, [vp]),
         "dsc_batch_indices": (ctypes.POINTER(ctypes.c_uint64), [vp]),
-        "dsc_batch_field": (ip, [vp, u32, ctypes.POINTER(_TensorView)]),
-        "dsc_batch_dlpack": (ip, [vp, u32, ctypes.POINTER(ctypes.POINTER(_DLManagedTensor))]),
         "dsc_batch_field_view": (ip, [vp, u32, ctypes.POINTER(_FieldView)]),
         # Pointers as plain addresses: next() passes the same ones for every batch.
         "dsc_loader_next_views": (ip, [vp, vp, ip, vp, u32]),
@@ -506,7 +505,7 @@ def _load():
     return lib
 
 
-def _last_error(handle):
+def _last_error(handle: Any) -> str:
     """The library's account of the last failure (handle None: this thread's last create)."""
     lib = _load()
     buf = ctypes.create_string_buffer(1024)
@@ -514,7 +513,7 @@ def _last_error(handle):
     return buf.value.decode(errors="replace")
 
 
-def _check(rc, handle=False):
+def _check(rc: int, handle: Any = False) -> int:
     """rc, or raises its error; handle (a loader handle, or None for create) adds the library's
     detail (each server tried and why it failed) to the message."""
     if rc >= 0:
@@ -533,7 +532,7 @@ def _check(rc, handle=False):
     raise _error(rc, msg, name)
 
 
-def _stats_dict(s):
+def _stats_dict(s: "_Stats") -> Dict[str, Any]:
     """A dsc_stats_t as the dict stats() returns: the bottleneck and stall waits by name, strings
     decoded (struct_size left out)."""
     out = {}

@@ -6,7 +6,7 @@ import os
 import sys
 
 
-def _exec(name):
+def _exec(name: str) -> int:
     exe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", name)
     if not os.access(exe, os.X_OK):
         sys.stderr.write("%s: this package carries no %s command (%s is missing): it was built "
@@ -18,11 +18,11 @@ def _exec(name):
     os.execv(exe, [exe] + sys.argv[1:])
 
 
-def dscache():
+def dscache() -> int:
     return _exec("dscache")
 
 
-def dscached():
+def dscached() -> int:
     return _exec("dscached")
 
 

@@ -1,14 +1,17 @@
 """dscache errors: the Error family classes and the mapping from DSC_E* names to them."""
 
+from typing import Dict, Optional, Tuple, Type
+
+
 class Error(Exception):
     """A libdscache error: .code (negative DSC_E* value), .name ("DSC_EUNAVAIL"), message."""
 
-    def __init__(self, code, message, name=None):
+    def __init__(self, code: int, message: str, name: Optional[str] = None) -> None:
         super().__init__(message)
         self.code = code
         self.name = name or "DSC_UNKNOWN"
 
-    def __str__(self):
+    def __str__(self) -> str:
         # The code once: a message from the library may name it already.
         if self.name in self.args[0]:
             return self.args[0]
@@ -48,7 +51,7 @@ class InvalidOption(Error, ValueError):
 
 
 # DSC_E* names (without "DSC_") by family; codes not listed raise plain Error.
-_FAMILIES = {
+_FAMILIES: Dict[Type[Error], Tuple[str, ...]] = {
     Unavailable: ("EUNAVAIL", "EALLDOWN", "ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "ECLOSED",
                   "EPIPE"),
     NotFound: ("ENOTFOUND", "ENOENT"),
@@ -63,5 +66,5 @@ _FAMILIES = {
 _FAMILY_BY_NAME = {"DSC_" + n: cls for cls, names in _FAMILIES.items() for n in names}
 
 
-def _error(code, message, name):
+def _error(code: int, message: str, name: str) -> Error:
     return _FAMILY_BY_NAME.get(name, Error)(code, message, name)

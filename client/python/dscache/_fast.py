@@ -8,16 +8,17 @@ import importlib.machinery
 import importlib.util
 import logging
 import os
+from typing import Any, Iterator, Optional
 
 from . import _capi
 
 _NAME = "_fastpath"
-module = None
-path = None
-reason = "not loaded yet"
+module: Any = None
+path: Optional[str] = None
+reason: Optional[str] = "not loaded yet"
 
 
-def _candidates():
+def _candidates() -> Iterator[str]:
     dirs = [os.path.dirname(os.path.abspath(__file__))]
     lib = _capi.library_path
     if lib and os.sep in lib:
@@ -32,7 +33,7 @@ def _candidates():
                 yield p
 
 
-def load():
+def load() -> Any:
     """The module, or None (reason says why). Once, at import."""
     global module, path, reason
     if os.environ.get("DSCACHE_FASTPATH", "") == "0":
@@ -44,6 +45,8 @@ def load():
             continue
         try:
             spec = importlib.util.spec_from_file_location("dscache." + _NAME, p)
+            if spec is None or spec.loader is None:
+                raise ImportError("not a module Python can load")
             m = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(m)
         except ImportError as e:  # built for another Python: say so, use ctypes

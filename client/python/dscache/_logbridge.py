@@ -5,6 +5,8 @@ import os
 import sys
 import threading
 import warnings
+from types import FrameType
+from typing import Deque, Dict, Optional
 
 from ._capi import _LOG_FN
 
@@ -17,7 +19,7 @@ _log.addHandler(logging.NullHandler())  # quiet unless the application configure
 
 _LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
 _ENV_LEVELS = {"error": 0, "warn": 1, "warning": 1, "info": 2, "debug": 3}
-_sinks = {}
+_sinks: Dict[int, Deque[str]] = {}
 _sink_ids = iter(range(1, 1 << 62))
 _sinks_lock = threading.Lock()
 
@@ -25,10 +27,11 @@ _sinks_lock = threading.Lock()
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def _warn(text):
+def _warn(text: str) -> None:
     """A RuntimeWarning attributed to the caller's line: the first frame outside this package
     (the user's Loader(...) or for-loop), not dscache's own. From a library thread, which has
     no Python caller, it stays with the callback."""
+    frame: Optional[FrameType]
     level, frame = 1, sys._getframe(0)
     while frame is not None and os.path.dirname(
             os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR:
@@ -37,7 +40,7 @@ def _warn(text):
 
 
 @_LOG_FN
-def _on_log(ctx, level, message):
+def _on_log(ctx: Optional[int], level: int, message: Optional[bytes]) -> None:
     text = message.decode(errors="replace") if message else ""
     if level == 1 and text.startswith("loader: replicas "):
         # Raised in the thread that creates the loader (the check runs inside create).
@@ -59,10 +62,10 @@ def _on_log(ctx, level, message):
     _log.log(_LEVELS.get(level, logging.DEBUG), "%s", text)
 
 
-_stderr_handler = None
+_stderr_handler: Optional[logging.Handler] = None
 
 
-def _has_handler(logger):
+def _has_handler(logger: Optional[logging.Logger]) -> bool:
     while logger is not None:
         if any(not isinstance(h, logging.NullHandler) for h in logger.handlers):
             return True
@@ -72,7 +75,7 @@ def _has_handler(logger):
     return False
 
 
-def _c_log_level():
+def _c_log_level() -> int:
     """The C library's log_level for the "dscache" logger's effective level, after applying
     DSCACHE_LOG (which the library applies to a callback's level too)."""
     global _stderr_handler

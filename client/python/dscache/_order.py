@@ -5,6 +5,7 @@ fetches and hints its servers along it (docs/order.md#the-callers-order)."""
 import ctypes
 import itertools
 import operator
+from typing import Any, Callable, Optional
 
 from ._capi import _check
 from ._errors import InvalidOption
@@ -13,7 +14,7 @@ _EINVAL = -22
 _PUSH_END = 1
 
 
-def _is_index(x):
+def _is_index(x: Any) -> bool:
     """Whether x is one sample index: an int-like (int, numpy integer, a one-element integer
     tensor), not a bool."""
     if isinstance(x, bool) or type(x).__name__ == "bool_":
@@ -25,7 +26,7 @@ def _is_index(x):
     return True
 
 
-def _describe(x):
+def _describe(x: Any) -> str:
     text = repr(x)
     if len(text) > 60:
         text = text[:57] + "..."
@@ -40,7 +41,8 @@ class OrderFeed:
     library has room; reset() starts the next pass from the source's start (set_epoch,
     load_state_dict, the end of an epoch)."""
 
-    def __init__(self, source, batch_size, drop_last, samples, lib):
+    def __init__(self, source: Any, batch_size: int, drop_last: bool, samples: int,
+                 lib: Any) -> None:
         import numpy as np
         self._np = np
         self.source = source
@@ -50,14 +52,14 @@ class OrderFeed:
         self._lib = lib
         self.reset()
 
-    def reset(self):
-        self._it = None
+    def reset(self) -> None:
+        self._it: Any = None
         self._ended = False
         self._pos = 0       # indices pulled this epoch
         self._batches = 0   # batches pulled this epoch
-        self.mode = None    # "indices" or "batches", from the first item of a pass
+        self.mode: Optional[str] = None  # "indices" or "batches", from the first item of a pass
 
-    def _start(self):
+    def _start(self) -> None:
         try:
             it = iter(self.source)
         except TypeError:
@@ -82,7 +84,7 @@ class OrderFeed:
                     "DSC_EINVAL")
         self._it = itertools.chain((first,), it)
 
-    def _indices(self, items, where):
+    def _indices(self, items: Any, where: Callable[[int], str]) -> Any:
         """items as a contiguous uint64 array, after checking each is an index in range."""
         np = self._np
         try:
@@ -109,7 +111,7 @@ class OrderFeed:
                                                     self.samples - 1))
         return np.ascontiguousarray(a, dtype=np.uint64)
 
-    def _pull(self):
+    def _pull(self) -> Any:
         """The next batch of this pass as a uint64 array, or None at its end."""
         pos, b = self._pos, self._batches
         if self.mode == "indices":
@@ -137,7 +139,7 @@ class OrderFeed:
         self._batches += 1
         return arr
 
-    def top_up(self, handle):
+    def top_up(self, handle: Any) -> int:
         """Pulls the order and pushes it while the library has room (then the end mark once the
         pass is over). Returns the room left."""
         lib = self._lib
@@ -154,11 +156,11 @@ class OrderFeed:
                 handle, arr.ctypes.data_as(ctypes.c_void_p), len(arr), 0), handle)
         return room
 
-    def epoch_done(self):
+    def epoch_done(self) -> None:
         """The library handed out this pass's end: the next next() starts a new pass."""
         self.reset()
 
-    def batches_per_epoch(self):
+    def batches_per_epoch(self) -> int:
         """len(): from len(source) (indices, cut into batches, or batches)."""
         try:
             n = len(self.source)
@@ -174,4 +176,4 @@ class OrderFeed:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
 
-_NOTHING = object()
+_NOTHING: Any = object()

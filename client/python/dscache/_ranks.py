@@ -3,11 +3,12 @@ environment; the device argument."""
 
 import os
 import sys
+from typing import Any, Optional, Tuple
 
 from ._errors import InvalidOption
 
 
-def _env_int(name):
+def _env_int(name: str) -> Optional[int]:
     v = os.environ.get(name)
     if v is None or v.strip() == "":
         return None
@@ -17,7 +18,7 @@ def _env_int(name):
         raise ValueError("environment variable %s=%r is not an integer" % (name, v)) from None
 
 
-def _torch_dist():
+def _torch_dist() -> Any:
     """torch.distributed when torch is already imported and its process group initialised
     (torch is never imported here)."""
     dist = sys.modules.get("torch.distributed")
@@ -29,7 +30,8 @@ def _torch_dist():
     return None
 
 
-def resolve_rank(rank=None, world_size=None, ignore_rank_env=False):
+def resolve_rank(rank: Optional[int] = None, world_size: Optional[int] = None,
+                 ignore_rank_env: bool = False) -> Tuple[int, int, str]:
     """(rank, world_size, source): explicit arguments win; else torch.distributed's when it is
     initialised; else the RANK / WORLD_SIZE environment variables (torchrun, Slurm wrappers);
     else 0 / 1.
@@ -61,8 +63,8 @@ def resolve_rank(rank=None, world_size=None, ignore_rank_env=False):
                 harm = ("the ranks would not split the dataset as the job's %d ranks should "
                         "(world_size=1 on every rank: each reads all of it)" % env_world)
             else:
-                harm = ("this process would read rank %d's samples, which that rank reads too "
-                        "(rank=%d copied onto every rank: each reads the same ones)"
+                harm = ("this process would read rank %s's samples, which that rank reads too "
+                        "(rank=%s copied onto every rank: each reads the same ones)"
                         % (rank, rank))
             raise InvalidOption(
                 -22,
@@ -90,7 +92,7 @@ def resolve_rank(rank=None, world_size=None, ignore_rank_env=False):
     return r, world, src_w
 
 
-def _parse_device(device):
+def _parse_device(device: Any) -> int:
     """-1 for the host, else the CUDA device index: "cuda:N"/torch.device("cuda", N) -> N;
     "cuda" -> torch's current device when torch has initialised CUDA, else LOCAL_RANK, else 0."""
     if device is None:

@@ -9,6 +9,8 @@ import os
 import sys
 import threading
 import weakref
+from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, List, Optional,
+                    Sequence, Tuple, Union)
 
 from . import _fast
 from ._arrays import (_Hold, _HostArray, _PyCapsule_New, _capsule_destructor,
@@ -22,12 +24,16 @@ from ._errors import BadState, Error, InvalidOption
 from ._logbridge import _c_log_level, _on_log, _sink_ids, _sinks, _sinks_lock
 from ._order import OrderFeed
 from ._ranks import _parse_device, resolve_rank
+from ._types import Batch, Device, Servers, State, Stats
 
-_live = weakref.WeakSet()
+if TYPE_CHECKING:
+    from .mixture import Source
+
+_live: "weakref.WeakSet[Any]" = weakref.WeakSet()  # Loader and Mixture objects
 
 
 @atexit.register
-def _close_live_loaders():
+def _close_live_loaders() -> None:
     # Stop the library's threads before the interpreter goes: a log callback into a finalising
     # interpreter must not happen.
     for loader in list(_live):
@@ -123,7 +129,8 @@ class Loader:
     thread). state_dict() resumes mid-document. len() is not known ahead (TypeError).
     """
 
-    def __new__(cls, *args, sources=None, **kw):
+    def __new__(cls, *args: Any, sources: Optional[Sequence["Source"]] = None,
+                **kw: Any) -> Any:
         if sources is not None:  # a blend of datasets: its own class (mixture.py)
             from .mixture import Mixture
             if args or kw.get("dataset") is not None:
@@ -133,17 +140,29 @@ class Loader:
             return Mixture(sources, **kw)
         return super().__new__(cls)
 
-    def __init__(self, servers=None, dataset=None, batch_size=32, seed=0, rank=None,
-                 world_size=None, shuffle=None, shuffle_window=None, drop_last=False, prefetch=4,
-                 decode_threads=2, connections=2, device="cpu", output="numpy",
-                 fallback_path=None, inflight_bytes=None, cache_bytes=None, timeout_ms=5000,
-                 replicas=None, copy=False, indices=False, stats_log_seconds=0.0,
-                 server_inflight_bytes=None, assist=True, transform=None, max_held_bytes=None,
-                 auth_file=None, order="local", job=None,
-                 report_seconds=None, transport=None, pad=None, max_len=None, max_bytes=None,
-                 decode=None, on_decode_error="raise", ignore_rank_env=False, epochs=None,
-                 order_ahead=None, pack=None, pack_split=True, pack_rows=None, pack_ahead=None,
-                 sources=None):
+    def __init__(self, servers: Servers = None, dataset: Optional[str] = None,
+                 batch_size: int = 32, seed: int = 0, rank: Optional[int] = None,
+                 world_size: Optional[int] = None, shuffle: Optional[bool] = None,
+                 shuffle_window: Optional[int] = None, drop_last: bool = False,
+                 prefetch: int = 4, decode_threads: int = 2, connections: int = 2,
+                 device: Device = "cpu", output: str = "numpy",
+                 fallback_path: Optional[str] = None, inflight_bytes: Optional[int] = None,
+                 cache_bytes: Optional[int] = None, timeout_ms: int = 5000,
+                 replicas: Optional[int] = None, copy: bool = False, indices: bool = False,
+                 stats_log_seconds: float = 0.0, server_inflight_bytes: Optional[int] = None,
+                 assist: bool = True, transform: Optional[Callable[[Batch], Any]] = None,
+                 max_held_bytes: Optional[int] = None,
+                 auth_file: Union[str, "os.PathLike[str]", None] = None,
+                 order: Union[str, Iterable[Any]] = "local", job: Optional[str] = None,
+                 report_seconds: Optional[float] = None, transport: Optional[str] = None,
+                 pad: Optional[Dict[str, float]] = None, max_len: Optional[Dict[str, int]] = None,
+                 max_bytes: Optional[Dict[str, int]] = None,
+                 decode: Optional[Dict[str, "Image"]] = None, on_decode_error: str = "raise",
+                 ignore_rank_env: bool = False, epochs: Optional[int] = None,
+                 order_ahead: Optional[int] = None, pack: Optional[Dict[str, int]] = None,
+                 pack_split: bool = True, pack_rows: Optional[int] = None,
+                 pack_ahead: Optional[int] = None,
+                 sources: Optional[Sequence["Source"]] = None) -> None:
         lib = _load()
         self._lib = lib
         self._handle = None
@@ -180,7 +199,7 @@ class Loader:
         self._want_indices = indices
         self._device = dev
         self._transform = transform
-        self._messages = collections.deque(maxlen=8)
+        self._messages: Deque[str] = collections.deque(maxlen=8)
         with _sinks_lock:
             self._sink_id = next(_sink_ids)
             _sinks[self._sink_id] = self._messages
@@ -273,7 +292,8 @@ class Loader:
             self._pack_dtype = np.dtype(_NP_DTYPES[dtype])
             # The per-segment arrays, sized for the most a batch can need: reused (their used
             # part is copied out, a few entries per document).
-            self._pack_pool = []  # (tokens, position_ids, document_ids) sets, reused
+            # (tokens, position_ids, document_ids) sets, reused
+            self._pack_pool: List[Tuple[Any, Any, Any]] = []
             self._pack_cu = np.empty(rows * length + rows + 1, dtype=np.int32)
             self._pack_si = np.empty(rows * length + rows, dtype=np.int64)
             self._pack_ss = np.empty(rows * length + rows, dtype=np.int64)
@@ -284,11 +304,11 @@ class Loader:
         self._hold_lock = threading.Lock()
 
     # -- lifetime --
-    def _drop_sink(self):
+    def _drop_sink(self) -> None:
         with _sinks_lock:
             _sinks.pop(self._sink_id, None)
 
-    def close(self):
+    def close(self) -> None:
         """Stops the loader. Its memory is freed once no batch of it is alive any more (arrays
         and tensors handed out stay valid until freed)."""
         if self._handle:
@@ -301,7 +321,7 @@ class Loader:
                     return  # the last batch freed destroys it
             self._destroy()
 
-    def _destroy(self):
+    def _destroy(self) -> None:
         self._close_pending = True
         handle, self._handle = self._handle, None
         if handle:
@@ -316,12 +336,12 @@ class Loader:
                 self._lib.dsc_loader_destroy(handle)
             self._drop_sink()
 
-    def _unhold(self):
+    def _unhold(self) -> None:
         with self._hold_lock:
             self._holds -= 1
         self._fast_last()
 
-    def _fast_last(self):
+    def _fast_last(self) -> None:
         """After a batch was freed (the ctypes path's, or the compiled next()'s last one, which
         calls this): destroys the loader once close() came and no batch of either is alive."""
         with self._hold_lock:
@@ -330,25 +350,25 @@ class Loader:
         if last:
             self._destroy()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
             pass
 
-    def __enter__(self):
+    def __enter__(self) -> "Loader":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _h(self):
+    def _h(self) -> ctypes.c_void_p:
         if not self._handle or self._close_pending:
             raise ValueError("loader is closed")
         return self._handle
 
     # -- iteration --
-    def __len__(self):
+    def __len__(self) -> int:
         """Batches this rank gets per epoch (order=sampler: from len(sampler))."""
         if self._feed is not None:
             return self._feed.batches_per_epoch()
@@ -357,10 +377,10 @@ class Loader:
                             "lengths: len() is not known ahead")
         return int(self._lib.dsc_loader_len(self._h()))
 
-    def __iter__(self):
+    def __iter__(self) -> "Loader":
         return self
 
-    def _prepare_next(self):
+    def _prepare_next(self) -> None:
         """What next() reuses for every batch: one dsc_field_view_t per field (filled by
         dsc_loader_next_views), the numpy dtype and shape of each field, and how torch gets it."""
         import numpy as np
@@ -395,8 +415,8 @@ class Loader:
         self._words = memoryview(self._views).cast("B").cast("Q")
         self._data_word = (_FieldView.values.offset + _TensorView.data.offset) // 8
         self._view_words = ctypes.sizeof(_FieldView) // 8
-        self._array_types = {}  # (field, samples): (ctypes byte array type, array shape)
-        self._legacy = False  # the path before dsc_loader_next_views (tests/bench compares)
+        # (field, samples): (ctypes byte array type, array shape)
+        self._array_types: Dict[Tuple[int, int], Any] = {}
         # The compiled next() (dscache._fast) where every field is a fixed-size host field that
         # numpy (and torch.from_numpy) carry as is: variable-length fields, device batches,
         # bf16 / uint16 / uint32 torch tensors keep the ctypes path.
@@ -405,8 +425,9 @@ class Loader:
         if mod is not None and all(not var and (self._torch is None or (via_numpy and not bf16))
                                    for _, _, _, var, bf16, via_numpy, _ in plan):
             lib = self._lib
+            assert self._handle is not None
 
-            def addr(fn):
+            def addr(fn: Any) -> Optional[int]:
                 return ctypes.cast(fn, ctypes.c_void_p).value
             self._fast = mod.Nexter(
                 self, self._handle.value, addr(lib.dsc_loader_next_views),
@@ -418,13 +439,13 @@ class Loader:
                 # torch has no uint64 (DataLoader cannot convert it): int64, as the ctypes path
                 np.dtype(np.int64 if self._torch is not None else np.uint64))
 
-    def __next__(self):
+    def __next__(self) -> Batch:
         if self._feed is not None:  # the caller's order, pushed ahead of this batch
             self._feed.top_up(self._h())
         if self._packer is not None:
             return self._next_packed()
         fast = self._fast
-        if fast is not None and not self._legacy:
+        if fast is not None:
             if self._close_pending:
                 raise ValueError("loader is closed")
             out = fast.next()  # the batch's dict, or what dsc_loader_next_views returned
@@ -434,8 +455,6 @@ class Loader:
                     raise StopIteration
                 _check(out, self._handle)
             return self._transform(out) if self._transform is not None else out
-        if self._legacy:
-            return self._next_legacy()
         h = self._handle
         if not h or self._close_pending:
             raise ValueError("loader is closed")
@@ -449,14 +468,16 @@ class Loader:
         out = self._convert_views(n)
         return self._transform(out) if self._transform is not None else out
 
-    def _next_packed(self):
+    def _next_packed(self) -> Batch:
         """The next packed batch: dsc_packer_next_into lays it straight into new numpy arrays
         (the batch owns them: no copy, no lifetime tied to the loader)."""
         np = self._np
         h = self._h()
         pb = self._packed
         rows, length = self._pack_shape
-        tok = pos = did = None
+        tok: Any = None
+        pos: Any = None
+        did: Any = None
         # Reuse a set of arrays no batch handed out holds any more (only the pool refers to
         # them): fresh arrays of this size are fresh pages, faulted in on every batch.
         for held in self._pack_pool:
@@ -490,16 +511,16 @@ class Loader:
                    for k, v in out.items()}
         return self._transform(out) if self._transform is not None else out
 
-    def _epoch_done(self):
+    def _epoch_done(self) -> None:
         if self._feed is not None:
             self._feed.epoch_done()
 
-    def _convert_views(self, n):
+    def _convert_views(self, n: int) -> Batch:
         """The batch dict from the views dsc_loader_next_views filled: numpy arrays over the slot
         sharing one _Hold (the reference next() took), torch tensors over those arrays."""
         np, torch, batch = self._np, self._torch, self._batch
         ref = _Hold(self, batch.value, retained=True) if self._retain else None
-        out = {}
+        out: Batch = {}
         views = self._views
         words, types = self._words, self._array_types
         for f, (name, np_dtype, shape, var, bf16, via_numpy, item) in enumerate(self._plan):
@@ -510,7 +531,8 @@ class Loader:
                     out[name] = self._tensor(batch, f, _PART_VALUES)
                 continue
             if var:
-                names = self._convert_var(batch, f, name, np_dtype, n, ref, out, views[f], True)
+                names: Tuple[str, ...] = self._convert_var(batch, f, name, np_dtype, n, ref,
+                                                           out, views[f], True)
             else:
                 t = types.get((f, n))
                 if t is None:
@@ -519,7 +541,7 @@ class Loader:
                     out[name] = np.zeros(t[1], dtype=np_dtype)
                 else:
                     # The array's base is the ctypes bytes over the slot, which keeps the _Hold.
-                    buf = t[0].from_address(words[self._data_word + f * self._view_words])
+                    buf: Any = t[0].from_address(words[self._data_word + f * self._view_words])
                     if ref is None:
                         out[name] = np.ndarray(t[1], np_dtype, buf).copy()
                     else:
@@ -541,59 +563,7 @@ class Loader:
             out["__index__"] = index
         return out
 
-    def _next_legacy(self):
-        h = self._h()
-        rc = self._lib.dsc_loader_next(h, ctypes.byref(self._batch))
-        if rc == _EOF:
-            self._epoch_done()
-            raise StopIteration
-        _check(rc, h)
-        out = self._convert(self._batch)
-        return self._transform(out) if self._transform is not None else out
-
-    def _convert(self, batch):
-        import numpy as np
-        out = {}
-        n = self._lib.dsc_batch_samples(batch)
-        ref = None
-        for f, (name, dtype, shape) in enumerate(self._fields):
-            if shape and shape[0] is None:
-                if ref is None and self._output != "torch" and not self._copy:
-                    ref = _Hold(self, batch.value)
-                self._convert_var(batch, f, name, dtype, n, ref, out)
-                continue
-            if self._output == "torch":
-                managed = ctypes.POINTER(_DLManagedTensor)()
-                # The tensor holds a reference to the batch (its slot), dropped by its deleter.
-                _check(self._lib.dsc_batch_dlpack(batch, f, ctypes.byref(managed)))
-                _dlpack_track(managed, _Hold(self, None))
-                capsule = _PyCapsule_New(ctypes.cast(managed, ctypes.c_void_p), b"dltensor",
-                                         ctypes.cast(_capsule_destructor, ctypes.c_void_p))
-                t = _torch_from_dlpack(capsule)
-                out[name] = t.clone() if self._copy else t
-            else:
-                view = _TensorView()
-                _check(self._lib.dsc_batch_field(batch, f, ctypes.byref(view)))
-                np_dtype = np.dtype(_NP_DTYPES[dtype])
-                if self._copy or not view.bytes:
-                    buf = (ctypes.c_uint8 * view.bytes).from_address(view.data) if view.bytes \
-                        else bytearray()
-                    a = np.frombuffer(buf, dtype=np_dtype).reshape((n,) + shape).copy()
-                else:
-                    if ref is None:  # one reference per batch, shared by its arrays
-                        ref = _Hold(self, batch.value)
-                    a = np.asarray(_HostArray(ref, view.data, (n,) + shape, np_dtype))
-                out[name] = a
-        if self._want_indices:
-            idx = self._lib.dsc_batch_indices(batch)
-            index = np.ctypeslib.as_array(idx, shape=(n,)).copy()
-            if self._output == "torch":  # torch has no uint64 (DataLoader cannot convert it)
-                import torch
-                index = torch.from_numpy(index.astype(np.int64))
-            out["__index__"] = index
-        return out
-
-    def _tensor(self, batch, f, part):
+    def _tensor(self, batch: ctypes.c_void_p, f: int, part: int) -> Any:
         managed = ctypes.POINTER(_DLManagedTensor)()
         # The tensor holds a reference to the batch (its slot), dropped by its deleter.
         _check(self._lib.dsc_batch_dlpack_part(batch, f, part, ctypes.byref(managed)))
@@ -603,7 +573,9 @@ class Loader:
         t = _torch_from_dlpack(capsule)
         return t.clone() if self._copy else t
 
-    def _convert_var(self, batch, f, name, dtype, n, ref, out, fv=None, host=False):
+    def _convert_var(self, batch: ctypes.c_void_p, f: int, name: str, dtype: Any, n: int,
+                     ref: Optional[_Hold], out: Batch, fv: Optional[_FieldView] = None,
+                     host: bool = False) -> Tuple[str, str]:
         """A variable-length field: values + offsets, or padded values + lengths (fv: its view
         when read already; host: numpy arrays even for output="torch", dtype a numpy dtype).
         Returns the two keys it set."""
@@ -626,10 +598,10 @@ class Loader:
         np_dtype = dtype if host else np.dtype(_NP_DTYPES[dtype])
         i64 = np.dtype(np.int64)
         if self._copy or ref is None:
-            def take(ptr, nbytes, shp, dt):
+            def take(ptr: int, nbytes: int, shp: Tuple[int, ...], dt: Any) -> Any:
                 if not nbytes:
                     return np.zeros(shp, dtype=dt)
-                buf = (ctypes.c_uint8 * nbytes).from_address(ptr)
+                buf: Any = (ctypes.c_uint8 * nbytes).from_address(ptr)
                 return np.frombuffer(buf, dtype=dt).reshape(shp).copy()
             out[name] = take(view.data, view.bytes, vshape, np_dtype)
             out[aux_name] = take(aux_ptr, aux_len * 8, (aux_len,), i64)
@@ -640,7 +612,7 @@ class Loader:
         return name, aux_name
 
     # -- epochs and resume --
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         """Starts `epoch` from its first batch (a no-op when already there). order=sampler: what
         was pulled from the sampler is dropped; the next batch starts a new pass over it (set the
         sampler's own epoch too: sampler.set_epoch(epoch))."""
@@ -651,7 +623,7 @@ class Loader:
         if self._feed is not None:
             self._feed.reset()
 
-    def state_dict(self):
+    def state_dict(self) -> State:
         """{"dscache_state": "<hex>"}: a plain dict of strings (torch.save / torch.load with
         weights_only=True keep it as is) holding the epoch and where it stands (local order: steps done at each world size this
         epoch; global: the global position), the same on every rank and resumable on any world
@@ -665,14 +637,14 @@ class Loader:
             return {"dscache_pack_state": buf.raw[:n].hex()}
         buf = ctypes.create_string_buffer(192)
         n = _check(self._lib.dsc_loader_state_save(self._h(), buf, 192))
-        out = {"dscache_state": buf.raw[:n].hex()}
+        out: State = {"dscache_state": buf.raw[:n].hex()}
         if self._feed is not None:  # state version 4 (client/lib/state.c): for the sampler
             raw = buf.raw[:n]
             for key, at in (("epoch", 8), ("batches", 16), ("samples", 24)):
                 out[key] = int.from_bytes(raw[at:at + 8], "little")
         return out
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: State) -> None:
         """Resumes from state_dict()'s dict (also the older {"dscache_state": bytes} form)."""
         key = "dscache_pack_state" if self._packer is not None else "dscache_state"
         if isinstance(state, dict) and key not in state and (
@@ -703,29 +675,29 @@ class Loader:
 
     # -- information --
     @property
-    def fields(self):
+    def fields(self) -> List[Tuple[str, str, Tuple[Optional[int], ...]]]:
         """[(name, dtype name, per-sample shape)]; a variable-length field's leading dimension
         is None (e.g. (None,) for i32[], (None, 80) for f32[?,80])."""
         return [(n, _NP_DTYPES[d] if d != 9 else "bfloat16", s) for n, d, s in self._fields]
 
     @property
-    def meta(self):
+    def meta(self) -> Optional[Dict[str, Any]]:
         """The dataset manifest's "meta" object (what the writer stored, e.g. {"classes": [...]}
         from an image folder) as a dict, or None when it has none."""
         text = self._lib.dsc_loader_meta(self._h())
         return json.loads(text.decode()) if text else None
 
     @property
-    def dataset_samples(self):
+    def dataset_samples(self) -> int:
         return int(self._lib.dsc_loader_dataset_samples(self._h()))
 
-    def set_stream(self, stream):
+    def set_stream(self, stream: Any) -> None:
         """Orders the batches before work queued on this CUDA stream (torch.cuda.Stream or a raw
         cudaStream_t as an int)."""
         ptr = getattr(stream, "cuda_stream", stream)
         _check(self._lib.dsc_loader_set_stream(self._h(), ctypes.c_void_p(ptr)))
 
-    def stats(self):
+    def stats(self) -> Stats:
         """Counters and times (the fields of dsc_stats_t): epoch, batches, samples, bytes,
         wire_bytes, requests, retries, failovers, checksum_failures, wall/stall/compute_seconds,
         stall_fraction, network/decode/collate/h2d_seconds, placed_chunks (chunks decoded straight
@@ -762,7 +734,7 @@ class Loader:
                            if name != "struct_size"}
         return out
 
-    def metrics_text(self):
+    def metrics_text(self) -> str:
         """The stats in Prometheus text format."""
         need = _check(self._lib.dsc_loader_metrics_text(self._h(), None, 0))
         buf = ctypes.create_string_buffer(need + 1)
@@ -770,7 +742,9 @@ class Loader:
         return buf.value.decode()
 
 
-def _make_packer(lib, handle, pack, split, rows, caller, ahead=None):
+def _make_packer(lib: Any, handle: ctypes.c_void_p, pack: Dict[str, int], split: bool,
+                 rows: Optional[int], caller: bool,
+                 ahead: Optional[int] = None) -> ctypes.c_void_p:
     """The packer (dsc_packer_create) for pack={field: length}; the library names what it
     refuses (a fixed-shape field, a padded one, ...)."""
     if not isinstance(pack, dict) or len(pack) != 1:
@@ -802,7 +776,9 @@ def _make_packer(lib, handle, pack, split, rows, caller, ahead=None):
     return packer
 
 
-def _check_caller_options(order, rank, world_size, shuffle, shuffle_window, epochs):
+def _check_caller_options(order: Any, rank: Optional[int], world_size: Optional[int],
+                          shuffle: Optional[bool], shuffle_window: Optional[int],
+                          epochs: Optional[int]) -> None:
     """order=sampler: the sampler owns the order and the rank split; the loader's own settings
     of either are refused rather than applied on top (or ignored)."""
     if not hasattr(order, "__iter__"):
@@ -842,8 +818,10 @@ class Image:
     _CROPS = {"center": 0, "random_resized": 1, "none": 2}
     _LAYOUTS = {"chw": 0, "hwc": 1}
 
-    def __init__(self, size=(224, 224), crop="center", scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
-                 flip=False, layout="chw", background=None):
+    def __init__(self, size: Union[int, Tuple[int, int]] = (224, 224), crop: str = "center",
+                 scale: Tuple[float, float] = (0.08, 1.0),
+                 ratio: Tuple[float, float] = (3 / 4, 4 / 3), flip: bool = False,
+                 layout: str = "chw", background: Optional[Sequence[int]] = None) -> None:
         if isinstance(size, int):
             size = (size, size)
         self.size = (int(size[0]), int(size[1]))
@@ -865,13 +843,16 @@ class Image:
             background = bg
         self.background = background
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return ("Image(size=%r, crop=%r, scale=%r, ratio=%r, flip=%r, layout=%r, background=%r)"
                 % (self.size, self.crop, self.scale, self.ratio, self.flip, self.layout,
                    self.background))
 
 
-def _field_options(lib, pad, max_len, max_bytes, decode=None, on_decode_error="raise"):
+def _field_options(lib: Any, pad: Optional[Dict[str, float]], max_len: Optional[Dict[str, int]],
+                   max_bytes: Optional[Dict[str, int]],
+                   decode: Optional[Dict[str, Image]] = None,
+                   on_decode_error: str = "raise") -> Optional[Any]:
     """The dsc_field_options_t array for pad / max_len / max_bytes / decode (dicts keyed by field
     name), or None when none is given. The library checks that each names a variable-length
     field."""

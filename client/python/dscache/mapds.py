@@ -10,21 +10,23 @@ import operator
 import os
 import threading
 import weakref
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple, Union
 
 from ._capi import (_FieldInfo, _FieldView, _Options, _Stats, _STAT_FIELDS, _TensorView, _check,
                     _field_specs, _load)
 from ._errors import _error
 from ._logbridge import _c_log_level, _on_log, _sink_ids, _sinks, _sinks_lock
-from .loader import Loader, _field_options
+from ._types import Batch as _BatchDict, Servers, Stats
+from .loader import Image, Loader, _field_options
 
 _log = logging.getLogger("dscache")
-_live = weakref.WeakSet()
+_live: "weakref.WeakSet[_Reader]" = weakref.WeakSet()
 _DEFAULT_BATCH = 256
 _ERANGE = -34  # DSC_ERANGE is -ERANGE
 
 
 @atexit.register
-def _close_live_readers():
+def _close_live_readers() -> None:
     for reader in list(_live):
         try:
             reader._destroy()
@@ -37,7 +39,7 @@ class _CollatedMarker:
     collated already and hands it on as it is."""
     __slots__ = ()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return ("<dscache batch collated already: register dscache.torch (import it) so that "
                 "torch's default_collate passes it on>")
 
@@ -45,13 +47,13 @@ class _CollatedMarker:
 _MARKER = _CollatedMarker()
 
 
-class Batch(dict):
+class Batch(Dict[str, Any]):
     """A batch from MapDataset: a dict of field name -> array [B, ...] (numpy, or torch tensors
     with output="torch"). It is what torch's DataLoader gets from __getitems__: its default
     collate (with dscache.torch imported) passes it on without copying (batch[0], which torch's
     collate reads first, is a marker for that)."""
 
-    def __missing__(self, key):
+    def __missing__(self, key: Any) -> Any:
         if key == 0 and not isinstance(key, bool):
             import sys
             if "torch" in sys.modules:
@@ -60,7 +62,7 @@ class Batch(dict):
         raise KeyError(key)
 
 
-def _reader_sig(lib):
+def _reader_sig(lib: Any) -> None:
     """Declares the reader's functions (libdscache built with dsc_reader_*)."""
     if getattr(lib, "_dsc_reader_sig", False):
         return
@@ -88,7 +90,7 @@ def _reader_sig(lib):
     lib._dsc_reader_sig = True
 
 
-def _reader_error(lib, rc, handle):
+def _reader_error(lib: Any, rc: int, handle: Optional[ctypes.c_void_p]) -> Exception:
     buf = ctypes.create_string_buffer(1024)
     lib.dsc_reader_last_error(handle, buf, len(buf))
     detail = buf.value.decode(errors="replace")
@@ -106,15 +108,17 @@ class _Reader:
     Loader's code (the same views, the same arrays); _Hold objects keep a batch, and the reader,
     alive while an array of it lives."""
 
-    _convert_views = Loader._convert_views
-    _convert_var = Loader._convert_var
-    _tensor = Loader._tensor
+    # Loader's methods, typed loosely: a _Reader has what they use of a Loader.
+    _convert_views: Any = Loader._convert_views
+    _convert_var: Any = Loader._convert_var
+    _tensor: Any = Loader._tensor
 
-    def __init__(self, opts_fn, output, copy, want_indices, max_batch):
+    def __init__(self, opts_fn: Callable[[Any, int, int], Tuple[Any, Any]], output: str,
+                 copy: bool, want_indices: bool, max_batch: int) -> None:
         lib = _load()
         _reader_sig(lib)
         self._lib = lib
-        self._handle = None
+        self._handle: Optional[ctypes.c_void_p] = None
         self._output = output
         self._copy = copy
         self._want_indices = want_indices
@@ -124,7 +128,7 @@ class _Reader:
         self._hold_lock = threading.Lock()
         self._call_lock = threading.Lock()
         self._fast = None
-        self._messages = None
+        self._messages: Optional[Deque[str]] = None
         with _sinks_lock:
             self._sink_id = next(_sink_ids)
             _sinks[self._sink_id] = self._messages = collections.deque(maxlen=8)
@@ -143,7 +147,7 @@ class _Reader:
         self.samples = int(lib.dsc_reader_len(handle))
         self._prepare()
 
-    def _prepare(self):
+    def _prepare(self) -> None:
         import numpy as np
         from ._capi import _NP_DTYPES
         count = len(self._fields)
@@ -155,12 +159,12 @@ class _Reader:
         self._batch_addr = ctypes.addressof(self._batch)
         self._views_addr = ctypes.addressof(self._views)
         self._np = np
-        self._torch = None
+        self._torch: Any = None
         if self._output == "torch":
             import torch
             self._torch = torch
         self._retain = 0 if self._copy else 1
-        plan = []
+        plan: List[Tuple[Any, ...]] = []
         for name, dtype, shape in self._fields:
             var = bool(shape) and shape[0] is None
             np_dtype = np.dtype(_NP_DTYPES[dtype])
@@ -173,10 +177,10 @@ class _Reader:
         self._words = memoryview(self._views).cast("B").cast("Q")
         self._data_word = (_FieldView.values.offset + _TensorView.data.offset) // 8
         self._view_words = ctypes.sizeof(_FieldView) // 8
-        self._array_types = {}
+        self._array_types: Dict[Tuple[int, int], Any] = {}
         self._get_views = self._lib.dsc_reader_get_views
 
-    def get(self, indices):
+    def get(self, indices: Any) -> _BatchDict:
         """The batch dict of indices: a C-contiguous uint64 numpy array of indices in range (at
         most max_batch of them)."""
         n = len(indices)
@@ -195,14 +199,14 @@ class _Reader:
                 self._lib.dsc_batch_release(self._batch)
         return out
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         _check(self._lib.dsc_reader_set_epoch(self._handle, int(epoch)))
 
-    def stats(self):
+    def stats(self) -> Stats:
         s = _Stats()
         s.struct_size = ctypes.sizeof(_Stats)
         _check(self._lib.dsc_reader_stats(self._handle, ctypes.byref(s)))
-        out = {}
+        out: Stats = {}
         for name, _ in _STAT_FIELDS:
             if name in ("struct_size", "stall_waits", "bottleneck", "bottleneck_server",
                         "evidence", "suggestion", "verdict_seconds", "verdict_stall_fraction"):
@@ -211,11 +215,11 @@ class _Reader:
         return out
 
     # -- lifetime (the _Hold protocol of loader.py) --
-    def _drop_sink(self):
+    def _drop_sink(self) -> None:
         with _sinks_lock:
             _sinks.pop(self._sink_id, None)
 
-    def close(self):
+    def close(self) -> None:
         if self._handle:
             with self._hold_lock:
                 self._close_pending = True
@@ -223,7 +227,7 @@ class _Reader:
                     return  # the last array freed destroys it
             self._destroy()
 
-    def _destroy(self):
+    def _destroy(self) -> None:
         self._close_pending = True
         handle, self._handle = self._handle, None
         if handle:
@@ -232,21 +236,21 @@ class _Reader:
                 self._lib.dsc_reader_destroy(handle)
             self._drop_sink()
 
-    def _unhold(self):
+    def _unhold(self) -> None:
         with self._hold_lock:
             self._holds -= 1
             last = self._holds == 0 and self._close_pending
         if last:
             self._destroy()
 
-    def _fast_last(self):
+    def _fast_last(self) -> None:
         pass
 
 
 _INT_ONLY = {int}
 
 
-def _index_array(indices, n):
+def _index_array(indices: Any, n: int) -> Any:
     """Many indices as a uint64 array for the reader, checked as _as_index checks one (in numpy:
     a batch of 256 costs microseconds, not one Python call per index)."""
     import numpy as np
@@ -280,7 +284,7 @@ def _index_array(indices, n):
     return np.ascontiguousarray(b).view(np.uint64)
 
 
-def _as_index(i, n):
+def _as_index(i: Any, n: int) -> int:
     """An index as a non-negative int: Python semantics for negative ones (-1 is the last
     sample); IndexError naming the index and the length past the end; TypeError for what is not
     an integer (bool included)."""
@@ -332,12 +336,19 @@ class MapDataset:
     _EXCLUSIVE = ("shuffle", "shuffle_window", "rank", "world_size", "drop_last", "order",
                   "epochs", "device", "prefetch", "decode_threads")
 
-    def __init__(self, servers=None, dataset=None, seed=0, batch_size=_DEFAULT_BATCH,
-                 output="numpy", copy=False, indices=False, getitems=True, connections=2,
-                 fallback_path=None, inflight_bytes=None, cache_bytes=None, timeout_ms=5000,
-                 replicas=None, server_inflight_bytes=None, max_held_bytes=None, auth_file=None,
-                 job=None, report_seconds=None, transport=None, pad=None, max_len=None,
-                 max_bytes=None, decode=None, on_decode_error="raise", epoch=0, **kwargs):
+    def __init__(self, servers: Servers = None, dataset: Optional[str] = None, seed: int = 0,
+                 batch_size: int = _DEFAULT_BATCH, output: str = "numpy", copy: bool = False,
+                 indices: bool = False, getitems: bool = True, connections: int = 2,
+                 fallback_path: Optional[str] = None, inflight_bytes: Optional[int] = None,
+                 cache_bytes: Optional[int] = None, timeout_ms: int = 5000,
+                 replicas: Optional[int] = None, server_inflight_bytes: Optional[int] = None,
+                 max_held_bytes: Optional[int] = None,
+                 auth_file: Union[str, "os.PathLike[str]", None] = None, job: Optional[str] = None,
+                 report_seconds: Optional[float] = None, transport: Optional[str] = None,
+                 pad: Optional[Dict[str, float]] = None, max_len: Optional[Dict[str, int]] = None,
+                 max_bytes: Optional[Dict[str, int]] = None,
+                 decode: Optional[Dict[str, Image]] = None, on_decode_error: str = "raise",
+                 epoch: int = 0, **kwargs: Any) -> None:
         for key in kwargs:
             if key in self._EXCLUSIVE:
                 raise ValueError(
@@ -358,6 +369,7 @@ class MapDataset:
             servers = ",".join(servers)
         self.dataset = dataset
         self.output = output
+        self._args: Dict[str, Any]
         self._args = dict(servers=servers, dataset=dataset, seed=int(seed),
                           connections=connections, fallback_path=fallback_path,
                           inflight_bytes=inflight_bytes, cache_bytes=cache_bytes,
@@ -372,17 +384,18 @@ class MapDataset:
         self._want_indices = bool(indices)
         self._max_batch = int(batch_size)
         self._epoch = int(epoch)
-        self._reader = None
-        self._pid = None
-        self._len = None
+        self._reader: Optional[_Reader] = None
+        self._pid: Optional[int] = None
+        self._len = 0
         import numpy as np
         self._np = np
         if not getitems:
-            self.__getitems__ = None  # torch's fetcher checks it: per-sample ds[i] instead
+            # torch's fetcher checks it: per-sample ds[i] instead
+            setattr(self, "__getitems__", None)
         self._open()  # errors (unknown dataset, no server) here, in the creating process
 
     # -- the per-process reader --
-    def _options(self, lib, max_batch, sink_id):
+    def _options(self, lib: Any, max_batch: int, sink_id: int) -> Tuple[Any, Any]:
         a = self._args
         opts = _Options()
         _check(lib.dsc_loader_options_init2(ctypes.byref(opts), ctypes.sizeof(opts)))
@@ -414,7 +427,7 @@ class MapDataset:
             opts.field_option_count = len(field_opts)
         return opts, field_opts
 
-    def _open(self, max_batch=None):
+    def _open(self, max_batch: Optional[int] = None) -> _Reader:
         max_batch = max(max_batch or 0, self._max_batch)
         r = _Reader(self._options, self.output, self._copy, self._want_indices, max_batch)
         if self._epoch:
@@ -424,7 +437,7 @@ class MapDataset:
         self._len = r.samples
         return r
 
-    def _r(self, n=1):
+    def _r(self, n: int = 1) -> _Reader:
         r = self._reader
         if r is None or self._pid != os.getpid():
             # First use in this process (a DataLoader worker): never the parent's reader.
@@ -439,7 +452,7 @@ class MapDataset:
             return self._open(n)
         return r
 
-    def __getstate__(self):
+    def __getstate__(self) -> Dict[str, Any]:
         # Pickled for spawned DataLoader workers: the arguments only, never the reader.
         state = self.__dict__.copy()
         state["_reader"] = None
@@ -447,34 +460,34 @@ class MapDataset:
         state.pop("_np", None)
         return state
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: Dict[str, Any]) -> None:
         import numpy as np
         self.__dict__.update(state)
         self._np = np
 
     # -- access --
-    def __len__(self):
+    def __len__(self) -> int:
         return self._len
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[_BatchDict]:
         for i in range(self._len):
             yield self[i]
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: Any) -> _BatchDict:
         if isinstance(key, slice):
             return self.__getitems__(range(*key.indices(self._len)))
-        if isinstance(key, (list, tuple)) or (hasattr(key, "ndim") and getattr(key, "ndim", 0)
+        if isinstance(key, (list, tuple)) or (hasattr(key, "ndim") and key.ndim
                                               and hasattr(key, "__len__")):
             return self.__getitems__(key)
         k = _as_index(key, self._len)
         batch = self._r(1).get(self._np.array((k,), dtype=self._np.uint64))
         return self._sample(batch)
 
-    def _sample(self, batch):
+    def _sample(self, batch: _BatchDict) -> _BatchDict:
         """Sample 0 of a one-sample batch: each field without the batch dimension (a variable
         field: its rows)."""
-        out = {}
-        for name, _, shape in self._reader._fields:
+        out: _BatchDict = {}
+        for name, _, shape in self._r()._fields:
             v = batch[name]
             if shape and shape[0] is None:
                 off = batch.get(name + "_offsets")
@@ -488,14 +501,14 @@ class MapDataset:
             out["__index__"] = batch["__index__"][0]
         return out
 
-    def __getitems__(self, indices):
+    def __getitems__(self, indices: Any) -> Batch:
         """One batch of the samples indices (in that order, duplicates allowed), collated in C:
         a Batch dict of [B, ...] arrays (or tensors), zero-copy views of the batch."""
         idx = _index_array(indices, self._len)
         return Batch(self._r(len(idx)).get(idx))
 
     # -- epochs, information --
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         """Sets the epoch image crops and flips are keyed by (as the loader's: the same sample
         and epoch decode to the same pixels in both). Call it before iterating a DataLoader
         with workers: they take the dataset as it is when their iterator starts."""
@@ -504,34 +517,34 @@ class MapDataset:
             self._reader.set_epoch(self._epoch)
 
     @property
-    def epoch(self):
+    def epoch(self) -> int:
         return self._epoch
 
     @property
-    def fields(self):
+    def fields(self) -> List[Tuple[str, str, Tuple[Optional[int], ...]]]:
         from ._capi import _NP_DTYPES
         return [(n, _NP_DTYPES[d] if d != 9 else "bfloat16", s) for n, d, s in self._r()._fields]
 
-    def stats(self):
+    def stats(self) -> Stats:
         """This process's reader counters (dsc_stats_t): batches, samples, requests (GETs and MGETs sent),
         wire_bytes, refetches (chunks fetched again after the cache dropped them, this epoch),
         checksum_failures, failovers, decode/collate/image_seconds, stall_seconds (time inside
         requests)..."""
         return self._r().stats()
 
-    def close(self):
+    def close(self) -> None:
         """Closes this process's reader (its memory goes once no array of it is alive)."""
         r, self._reader = self._reader, None
         if r is not None and self._pid == os.getpid():
             r.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
             pass
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "dscache.MapDataset(dataset=%r, samples=%s, output=%r)" % (
             self.dataset, self._len, self.output)
 

@@ -4,6 +4,7 @@ library (client/lib/mixture.c, dsc_mixture_*; docs/mixtures.md)."""
 
 import ctypes
 import os
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -13,6 +14,7 @@ from ._capi import (_EOF, _NP_DTYPES, _FieldView,
 from ._errors import BadState, InvalidOption
 from ._logbridge import _c_log_level, _on_log, _sink_ids, _sinks, _sinks_lock
 from ._ranks import resolve_rank
+from ._types import Batch, Servers, State, Stats
 
 _MIX_STATE_VERSION = 1
 
@@ -27,8 +29,10 @@ class Source:
     another order), 1.5 one pass and then half of the next; the fraction is
     round(fraction * ceil(samples / world_size)) samples, at least 1, on every rank."""
 
-    def __init__(self, dataset, weight=1.0, servers=None, repeat=1.0, auth_file=None,
-                 replicas=None, fallback_path=None, shuffle_window=None):
+    def __init__(self, dataset: str, weight: float = 1.0, servers: Servers = None,
+                 repeat: float = 1.0, auth_file: Union[str, "os.PathLike[str]", None] = None,
+                 replicas: Optional[int] = None, fallback_path: Optional[str] = None,
+                 shuffle_window: Optional[int] = None) -> None:
         if not isinstance(dataset, str) or not dataset:
             raise InvalidOption(-22, "Source: dataset must be a non-empty name, not %r"
                                 % (dataset,), "DSC_EINVAL")
@@ -52,11 +56,12 @@ class Source:
         self.auth_file, self.replicas, self.fallback_path = auth_file, replicas, fallback_path
         self.shuffle_window = shuffle_window
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Source(%r, weight=%r, repeat=%r)" % (self.dataset, self.weight, self.repeat)
 
 
 # Options a mixture passes to every source's loader (as dscache.Loader takes them).
+_COMMON: Dict[str, Any]
 _COMMON = {"shuffle": None, "shuffle_window": None, "drop_last": False, "prefetch": 4,
            "decode_threads": 2, "connections": 2, "timeout_ms": 5000, "replicas": None,
            "inflight_bytes": None, "cache_bytes": None, "server_inflight_bytes": None,
@@ -77,10 +82,14 @@ class Mixture:
     position_ids, document_ids [B, L], cu_seqlens, segment_index, segment_start over the batch,
     source and source_epoch per row. See docs/mixtures.md."""
 
-    def __init__(self, sources, servers=None, batch_size=32, seed=0, exhausted="wrap",
-                 fields=None, source_field="source", rank=None, world_size=None, output="numpy",
-                 transform=None, pack=None, pack_split=True, pack_ahead=None, **kw):
-        self._handle = None
+    def __init__(self, sources: Sequence[Source], servers: Servers = None, batch_size: int = 32,
+                 seed: int = 0, exhausted: str = "wrap", fields: Optional[Sequence[str]] = None,
+                 source_field: Optional[str] = "source", rank: Optional[int] = None,
+                 world_size: Optional[int] = None, output: str = "numpy",
+                 transform: Optional[Callable[[Batch], Any]] = None,
+                 pack: Optional[Dict[str, int]] = None, pack_split: bool = True,
+                 pack_ahead: Optional[int] = None, **kw: Any) -> None:
+        self._handle: Optional[ctypes.c_void_p] = None
         self._sink_id = 0
         if not isinstance(sources, (list, tuple)) or not sources:
             raise InvalidOption(-22, "sources must be a non-empty list of dscache.Source",
@@ -105,7 +114,7 @@ class Mixture:
             raise ValueError("output must be 'numpy' or 'torch'")
         if transform is not None and not callable(transform):
             raise TypeError("transform must be callable")
-        self._torch = None
+        self._torch: Any = None
         if output == "torch":
             import torch
             self._torch = torch
@@ -129,9 +138,9 @@ class Mixture:
             servers = ",".join(servers)
         o = _Options()
         _check(lib.dsc_loader_options_init2(ctypes.byref(o), ctypes.sizeof(o)))
-        keep = []  # the bytes the structs point at, alive through create
+        keep: List[bytes] = []  # the bytes the structs point at, alive through create
 
-        def b(text):
+        def b(text: Union[str, bytes, "os.PathLike[str]", None]) -> Optional[bytes]:
             if text is None:
                 return None
             v = os.fsencode(text) if not isinstance(text, bytes) else text
@@ -188,7 +197,7 @@ class Mixture:
             so.shuffle_window = int(s.shuffle_window or 0)
         names_arr = None
         po = None
-        self._pack = None
+        self._pack: Optional[str] = None
         if pack is not None:
             if not isinstance(pack, dict) or len(pack) != 1:
                 raise TypeError("pack must be a dict of one field: {name: tokens per row}")
@@ -238,7 +247,7 @@ class Mixture:
         from .loader import _live  # destroyed at exit like loaders: no log call into a dying VM
         _live.add(self)
         self._fields = _field_specs(lib.dsc_mixture_field_count, lib.dsc_mixture_field, handle)
-        self._plan = []
+        self._plan: List[Tuple[Any, str, Any, Tuple[Optional[int], ...], bool]] = []
         for name, dtype, shape in self._fields:
             var = bool(shape) and shape[0] is None
             self._plan.append((lib.dsc_mixture_field_view, name, np.dtype(_NP_DTYPES[dtype]),
@@ -254,7 +263,7 @@ class Mixture:
             self._pack_dtype = self._plan[0][2]
         self._next = lib.dsc_mixture_next
 
-    def _why(self, handle):
+    def _why(self, handle: Optional[ctypes.c_void_p]) -> str:
         buf = ctypes.create_string_buffer(1024)
         self._lib.dsc_mixture_last_error(handle, buf, len(buf))
         text = buf.value.decode(errors="replace")
@@ -262,77 +271,77 @@ class Mixture:
             text = text[len("mixture: "):]
         return text
 
-    def _check(self, rc):
+    def _check(self, rc: int) -> int:
         if rc < 0:
             lib = self._lib
             raise _error(rc, self._why(self._handle) or lib.dsc_strerror(rc).decode(),
                          lib.dsc_err_name(rc).decode())
         return rc
 
-    def _drop_sink(self):
+    def _drop_sink(self) -> None:
         with _sinks_lock:
             _sinks.pop(self._sink_id, None)
 
-    def _h(self):
+    def _h(self) -> ctypes.c_void_p:
         if not self._handle:
             raise ValueError("mixture is closed")
         return self._handle
 
-    def close(self):
+    def close(self) -> None:
         h, self._handle = getattr(self, "_handle", None), None
         if h:
             self._lib.dsc_mixture_destroy(h)
         if getattr(self, "_sink_id", 0):
             self._drop_sink()
 
-    def _destroy(self):
+    def _destroy(self) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
             pass
 
-    def __enter__(self):
+    def __enter__(self) -> "Mixture":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __iter__(self):
+    def __iter__(self) -> "Mixture":
         return self
 
-    def __len__(self):
+    def __len__(self) -> int:
         raise TypeError("a mixture's batches per epoch are not known ahead (exhausted='wrap' "
                         "has no end; 'stop' ends at the first source to run out)")
 
     @property
-    def fields(self):
+    def fields(self) -> List[Tuple[str, int, Tuple[Optional[int], ...]]]:
         return list(self._fields)
 
     @property
-    def source_batch_sizes(self):
+    def source_batch_sizes(self) -> List[int]:
         """Each source's loader batch size: its share S of batch_size rounded up, or
         min(4 S, 64) when S < 64 (client/lib/mixture.c)."""
         return [int(self._lib.dsc_mixture_source_batch(self._h(), k))
                 for k in range(len(self.sources))]
 
-    def _info(self):
+    def _info(self) -> _MixtureInfo:
         info = _MixtureInfo()
         info.struct_size = ctypes.sizeof(_MixtureInfo)
         self._check(self._lib.dsc_mixture_info(self._h(), ctypes.byref(info)))
         return info
 
     @property
-    def epoch(self):
+    def epoch(self) -> int:
         return int(self._info().epoch)
 
     @property
-    def step(self):
+    def step(self) -> int:
         return int(self._info().step)
 
-    def __next__(self):
+    def __next__(self) -> Batch:
         h = self._handle
         if not h:
             raise ValueError("mixture is closed")
@@ -343,7 +352,7 @@ class Mixture:
         if rc < 0:
             self._check(rc)
         n = mb.samples
-        out = {}
+        out: Batch = {}
         v, vref, move, empty = self._view, self._view_ref, ctypes.memmove, np.empty
         if self._pack is not None:
             self._packed_rows(h, n, out)
@@ -379,9 +388,10 @@ class Mixture:
                    for k, a in out.items()}
         return self._transform(out) if self._transform is not None else out
 
-    def _packed_rows(self, h, n, out):
+    def _packed_rows(self, h: ctypes.c_void_p, n: int, out: Batch) -> None:
         """The packed rows of the batch (dsc_mixture_packed) into numpy arrays."""
         pb = self._pb
+        assert self._pack is not None  # a packed mixture
         self._check(self._lib.dsc_mixture_packed(h, ctypes.byref(pb)))
         move, L, segs = ctypes.memmove, self._pack_len, pb.segments
         for key, ptr, dt, shape in ((self._pack, pb.tokens, self._pack_dtype, (n, L)),
@@ -396,13 +406,13 @@ class Mixture:
             out[key] = a
 
     # -- resume --
-    def _identity(self):
+    def _identity(self) -> Dict[str, Any]:
         return {"datasets": [s.dataset for s in self.sources], "weights": self.weights,
                 "repeat": [s.repeat for s in self.sources],
                 "seed": self.seed, "batch_size": self.batch_size, "exhausted": self.exhausted,
                 "pack": self._pack}
 
-    def _raw_state(self):
+    def _raw_state(self) -> bytes:
         h = self._h()
         need = self._check(self._lib.dsc_mixture_state_save(h, None, 0))
         buf = ctypes.create_string_buffer(need)
@@ -410,11 +420,11 @@ class Mixture:
         return buf.raw[:n]
 
     @staticmethod
-    def _sections(raw, count):
+    def _sections(raw: bytes, count: int) -> List[Tuple[int, int, bytes]]:
         """Per source: (used, its record's bytes) of a dsc_mixture_state_save blob (layout in
         client/lib/mixture.c)."""
         out, off = [], 72
-        u = lambda at: int.from_bytes(raw[at:at + 8], "little")  # noqa: E731
+        u: Callable[[int], int] = lambda at: int.from_bytes(raw[at:at + 8], "little")  # noqa: E731
         for _ in range(count):
             clen = u(off + 88)
             slen = u(off + 96 + clen)
@@ -423,7 +433,7 @@ class Mixture:
             off = end
         return out
 
-    def state_dict(self):
+    def state_dict(self) -> State:
         """{"dscache_mixture": {...}}: the library's mixture state (hex, "state": per source its
         loader's state at the start of the source batch being read and the samples of it used,
         the quota counters, the epoch and step) with what the composition depends on
@@ -439,7 +449,7 @@ class Mixture:
                                     "sources": [{"skip": used, "record": rec.hex()}
                                                 for used, _, rec in secs]}}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: State) -> None:
         try:
             st = state["dscache_mixture"]
         except (TypeError, KeyError):
@@ -463,7 +473,7 @@ class Mixture:
         self._check(self._lib.dsc_mixture_state_load(self._h(), buf, len(raw)))
 
     # -- information --
-    def stats(self):
+    def stats(self) -> Stats:
         """The mixture's figures and stats()["sources"]: per source name, samples handed out,
         wire_bytes, epoch_wire_bytes, stall_seconds, its share of the mixture's stall, its
         source_epoch and its loader's verdict (bottleneck); "starving_source" names the source

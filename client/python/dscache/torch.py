@@ -15,12 +15,15 @@ dimension: [1, 256, 3, 32, 32]) raises a ValueError saying so when iterated.
 """
 
 import sys as _sys
+from types import FrameType
+from typing import Any, Dict, Iterator, Optional, Union
 
 import torch as _torch
 import torch.utils.data as _data
 
 from . import Loader, resolve_rank  # noqa: F401  (resolve_rank re-exported)
 from . import mapds as _mapds
+from ._types import Batch, State, Stats
 
 _WORKERS_MSG = ("dscache.torch.Dataset prefetches and decodes in its own threads and cannot run "
                 "in DataLoader worker processes: use DataLoader(ds, batch_size=None, "
@@ -34,12 +37,12 @@ _COLLATE_MSG = ("dscache.torch.Dataset yields whole batches, but this DataLoader
                 "size is the dataset's batch_size=")
 
 
-def _collating_loader():
+def _collating_loader() -> Union[int, str, None]:
     """The batch size of the DataLoader iterating this dataset when it collates (auto
     collation: batch_size not None), else None. Looks up the calling frames for torch's
     DataLoader iterator (or its fetcher), which call iter(dataset) while they are built."""
     try:
-        frame = _sys._getframe(2)
+        frame: Optional[FrameType] = _sys._getframe(2)
     except ValueError:
         return None
     base = getattr(getattr(_data, "dataloader", None), "_BaseDataLoaderIter", None)
@@ -59,7 +62,7 @@ def _collating_loader():
     return found
 
 
-def DataLoader(dataset, **kwargs):
+def DataLoader(dataset: "Dataset", **kwargs: Any) -> Any:
     """torch.utils.data.DataLoader over a dscache.torch.Dataset, set as it needs:
     batch_size=None (the batches come made: no collation, no added dimension) and
     num_workers=0 (dscache decodes in its own threads). Other keyword arguments (pin_memory,
@@ -87,12 +90,12 @@ class Dataset(_data.IterableDataset):
     state_dict() is a plain dict of strings that torch.save / torch.load(weights_only=True) keep.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
         kwargs.setdefault("output", "torch")
         self.loader = Loader(*args, **kwargs)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Batch]:
         if _data.get_worker_info() is not None:
             raise RuntimeError(_WORKERS_MSG)
         bs = _collating_loader()
@@ -100,38 +103,38 @@ class Dataset(_data.IterableDataset):
             raise ValueError(_COLLATE_MSG % (bs, bs, bs) + "%d" % self.loader.batch_size)
         return self.loader
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.loader)
 
-    def __getstate__(self):
+    def __getstate__(self) -> Dict[str, Any]:
         # DataLoader pickles the dataset for worker processes started with "spawn".
         raise TypeError(_WORKERS_MSG)
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         """Starts `epoch` from its first batch (as DistributedSampler.set_epoch)."""
         self.loader.set_epoch(epoch)
 
-    def state_dict(self):
+    def state_dict(self) -> State:
         return self.loader.state_dict()
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: State) -> None:
         self.loader.load_state_dict(state)
 
-    def stats(self):
+    def stats(self) -> Stats:
         return self.loader.stats()
 
-    def close(self):
+    def close(self) -> None:
         self.loader.close()
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         return self.loader.rank
 
     @property
-    def world_size(self):
+    def world_size(self) -> int:
         return self.loader.world_size
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "dscache.torch.Dataset(dataset=%r, rank=%d/%d)" % (
             self.loader.dataset, self.loader.rank, self.loader.world_size)
 
@@ -155,12 +158,12 @@ class MapDataset(_mapds.MapDataset):
     per-sample stacking: use __getitems__ (values + offsets) or pad=. Takes
     dscache.MapDataset's arguments."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("output", "torch")
         super().__init__(*args, **kwargs)
 
 
-def _collated(batch, *, collate_fn_map=None):
+def _collated(batch: Batch, *, collate_fn_map: Optional[Dict[Any, Any]] = None) -> Batch:
     """torch's default_collate of a dscache Batch (batch[0] is its marker): the batch itself, its
     numpy arrays as tensors (zero-copy)."""
     out = {}
@@ -172,7 +175,7 @@ def _collated(batch, *, collate_fn_map=None):
 _from_numpy = _torch.from_numpy
 
 
-def _register_collate():
+def _register_collate() -> None:
     fn_map = getattr(getattr(_data, "_utils", None), "collate", None)
     fn_map = getattr(fn_map, "default_collate_fn_map", None)
     if fn_map is not None:

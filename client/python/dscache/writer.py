@@ -17,6 +17,8 @@ import json
 import os
 import sys
 import time
+from types import TracebackType
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Type, Union, cast
 
 from . import _capi
 from ._errors import Error, InvalidOption
@@ -31,15 +33,20 @@ _DTYPES = {"u8": "uint8", "i8": "int8", "u16": "uint16", "i16": "int16", "u32": 
            "f32": "float32", "f64": "float64"}
 
 
-def _invalid(message):
+def _invalid(message: str) -> InvalidOption:
     return InvalidOption(_EINVAL, message, "DSC_EINVAL")
 
 
+# A field's spec: "DTYPE[DIMS]" ("i32[]", "u8[3,32,32]") or (dtype, shape), None in the shape
+# for the variable leading dimension.
+FieldSpec = Union[str, Tuple[Any, Sequence[Optional[int]]], List[Any]]
+
 # DSC_DTYPE_* in order: the dtype codes dsc_field_spec_parse returns.
-_CODES = (None, "u8", "i8", "u16", "i16", "u32", "i32", "i64", "f16", "bf16", "f32", "f64")
+_CODES: Tuple[Optional[str], ...] = (None, "u8", "i8", "u16", "i16", "u32", "i32", "i64", "f16",
+                                     "bf16", "f32", "f64")
 
 
-def _parse_spec(name, spec):
+def _parse_spec(name: str, spec: "FieldSpec") -> Tuple[str, List[Optional[int]]]:
     """(code, dims) of one field's spec, parsed by the library (dsc_field_spec_parse: the grammar
     the CLI and the C writer take too): a string "DTYPE[DIMS]" or (dtype, shape), None in dims
     for the variable leading dimension; InvalidOption naming the field, the text and where."""
@@ -58,7 +65,7 @@ def _parse_spec(name, spec):
             raise _invalid("field %r: spec %r: the shape is not a sequence" % (name, spec)) \
                 from None
 
-        def dim(d):
+        def dim(d: Any) -> str:
             if d is None:
                 return "?"
             try:
@@ -86,22 +93,24 @@ def _parse_spec(name, spec):
         raise _invalid("field %r: spec %r: give the type alone, e.g. 'u8[3,32,32]' (the name is "
                        "the key)" % (name, spec))
     dims = [None if d < 0 else int(d) for d in info.shape[:info.ndim]]
-    return _CODES[info.dtype], dims
+    code = _CODES[info.dtype]
+    assert code is not None  # the library parsed a dtype
+    return code, dims
 
 
 class _Field:
     """One field: name, dtype code ("i32"), numpy dtype, shape with None for a variable dim."""
 
-    def __init__(self, name, spec):
+    def __init__(self, name: str, spec: "FieldSpec") -> None:
         import numpy as np
 
         code, dims = _parse_spec(name, spec)
         self.name = name
         self.code = code
         self.np_dtype = np.dtype("uint16" if code == "bf16" else _DTYPES[code])
-        self.shape = tuple(dims)
+        self.shape: Tuple[Any, ...] = tuple(dims)
         self.variable = bool(dims) and dims[0] is None
-        self.row_shape = tuple(dims[1:]) if self.variable else None
+        self.row_shape: Tuple[Any, ...] = tuple(dims[1:]) if self.variable else ()
         self.spec = "%s:%s%s" % (name, code, "" if not dims else "[%s]" % ",".join(
             "?" if d is None else str(d) for d in dims))
         self.kind = self.np_dtype.kind if code != "bf16" else "x"
@@ -112,7 +121,7 @@ class _Field:
         self.sample_bytes = 0 if self.variable else int(np.prod(self.shape)) * \
             self.np_dtype.itemsize
 
-    def convert(self, value, position):
+    def convert(self, value: Any, position: int) -> Any:
         """value as a C-contiguous little-endian array of this field's dtype and shape, or
         InvalidOption naming the field and the record."""
         import numpy as np
@@ -182,7 +191,7 @@ class _Field:
             arr = arr.astype(arr.dtype.newbyteorder("<"))
         return np.ascontiguousarray(arr)
 
-    def _cast(self, arr, where):
+    def _cast(self, arr: Any, where: str) -> Any:
         import numpy as np
 
         want = self.np_dtype
@@ -236,24 +245,27 @@ class Writer:
     exception inside the `with` block, or abort(), removes everything.
     """
 
-    def __init__(self, path, fields, name=None, compress="lz4", level=None, shard_bytes=None,
-                 chunk_bytes=None, threads=None, meta=None, progress=None, replace=False):
+    def __init__(self, path: Union[str, "os.PathLike[str]"], fields: Mapping[str, "FieldSpec"],
+                 name: Optional[str] = None, compress: str = "lz4", level: Optional[int] = None,
+                 shard_bytes: Optional[int] = None, chunk_bytes: Optional[int] = None,
+                 threads: Optional[int] = None, meta: Optional[Dict[str, Any]] = None,
+                 progress: Optional[bool] = None, replace: bool = False) -> None:
         import numpy as np  # noqa: F401 (needed by every write; fail early without it)
 
         if not isinstance(fields, dict) or not fields:
             raise _invalid("fields: a non-empty dict {name: spec}, e.g. {'input_ids': 'i32[]'}")
         self._fields = [_Field(n, s) for n, s in fields.items()]
         self._lib = _capi._load()
-        self._handle = None
-        self.path = os.fspath(path)
+        self._handle: Optional[ctypes.c_void_p] = None
+        self.path: str = os.fspath(path)
         self.records = 0
         self.bytes = 0
-        self.stats = None
+        self.stats: Optional[Dict[str, Any]] = None
         opts = _capi._WriterOptions()
         _capi._check(self._lib.dsc_writer_options_init(ctypes.byref(opts), ctypes.sizeof(opts)))
-        keep = []  # the bytes objects opts points into, alive through create
+        keep: List[bytes] = []  # the bytes objects opts points into, alive through create
 
-        def c_str(text):
+        def c_str(text: str) -> bytes:
             b = text.encode()
             keep.append(b)
             return b
@@ -280,7 +292,7 @@ class Writer:
 
     # ---- errors and progress ------------------------------------------------------------------
 
-    def _error(self, rc, handle):
+    def _error(self, rc: int, handle: Optional[ctypes.c_void_p]) -> Exception:
         buf = ctypes.create_string_buffer(1024)
         self._lib.dsc_writer_last_error(handle, buf, len(buf))
         detail = buf.value.decode(errors="replace")
@@ -291,7 +303,7 @@ class Writer:
             return OSError(-rc, msg, self.path)
         return _capi._error(rc, msg, self._lib.dsc_err_name(rc).decode())
 
-    def _draw(self, final=False):
+    def _draw(self, final: bool = False) -> None:
         now = time.monotonic()
         if not final and now - self._last_draw < 0.2:
             return
@@ -302,14 +314,14 @@ class Writer:
             "\n" if final else ""))
         sys.stderr.flush()
 
-    def _h(self):
+    def _h(self) -> ctypes.c_void_p:
         if self._handle is None:
             raise _invalid("the writer is closed")
         return self._handle
 
     # ---- writing ------------------------------------------------------------------------------
 
-    def write(self, rec):
+    def write(self, rec: Union[Mapping[str, Any], Sequence[Any]]) -> None:
         """Adds one record (see the class docstring)."""
         h = self._h()
         position = self.records
@@ -317,7 +329,7 @@ class Writer:
             arrays = []
             for f in self._fields:
                 try:
-                    value = rec[f.name]
+                    value = cast(Mapping[str, Any], rec)[f.name]
                 except KeyError:
                     raise _invalid("record %d has no field %r (it has: %s)" % (
                         position, f.name, ", ".join(repr(k) for k in rec.keys()))) from None
@@ -338,13 +350,13 @@ class Writer:
     # Records from write() are gathered per field (one copy, into reused buffers) and handed to
     # the library in batches of about 1 MiB: one call per batch instead of one per record.
 
-    def _reset_pending(self):
+    def _reset_pending(self) -> None:
         import numpy as np
 
         fixed = self._fixed_bytes = sum(f.sample_bytes for f in self._fields)
         self._var_count = sum(f.variable for f in self._fields)
         self._pending_cap = max(1, min(4096, _PENDING_BYTES // max(fixed, 1)))
-        self._pending = []
+        self._pending: List[Any] = []  # per field: an array, or [values, offsets]
         for f in self._fields:
             if f.variable:
                 self._pending.append([np.empty(1024 * max(f.row_elems, 1), dtype=f.np_dtype),
@@ -354,7 +366,7 @@ class Writer:
         self._pending_count = 0
         self._pending_bytes = 0
 
-    def _stage(self, arrays, position):
+    def _stage(self, arrays: List[Any], position: int) -> None:
         import numpy as np
 
         extra = 0
@@ -387,7 +399,7 @@ class Writer:
         self._pending_bytes += fixed + extra
         self.bytes += fixed + extra
 
-    def _flush(self):
+    def _flush(self) -> None:
         n = self._pending_count
         if n == 0:
             return
@@ -416,7 +428,7 @@ class Writer:
         if self._progress:
             self._draw()
 
-    def write_batch(self, batch):
+    def write_batch(self, batch: Mapping[str, Any]) -> None:
         """Adds len(batch[field]) records at once: batch {field: values}; a fixed field's values
         an array [B, ...shape] (or anything numpy reads as one), a variable field's a list of B
         arrays, or a pair (values, offsets) with offsets B + 1 int64 row offsets into values."""
@@ -484,7 +496,7 @@ class Writer:
 
     # ---- the end ------------------------------------------------------------------------------
 
-    def close(self):
+    def close(self) -> Optional[Dict[str, Any]]:
         """Finishes: the last shard, the manifest, and path appears. Returns the statistics
         (dict: samples, shards, chunks, raw_bytes, stored_bytes, file_bytes, seconds). Raises on
         failure (then nothing is left at path)."""
@@ -503,23 +515,24 @@ class Writer:
                       if k != "struct_size"}
         return self.stats
 
-    def abort(self):
+    def abort(self) -> None:
         """Removes everything written; nothing appears at path."""
         if self._handle is not None:
             h, self._handle = self._handle, None
             self._lib.dsc_writer_abort(h)
 
-    def __enter__(self):
+    def __enter__(self) -> "Writer":
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> Literal[False]:
         if exc_type is not None:
             self.abort()
             return False
         self.close()
         return False
 
-    def __del__(self):
+    def __del__(self) -> None:
         # Never finished: nothing of it may appear.
         try:
             self.abort()
