@@ -216,7 +216,8 @@ def draw(rows, files, edges, path):
     d.text((pad, 12), "dscache: the wings of tests/layering_check.sh and their #include edges",
            fill=(0, 0, 0), font=f_title)
     d.text((pad, H - 26), "an arrow: a file of the upper wing includes a header of the lower; "
-           "box text: folder, then module (.c with its headers) and its lines. Made by "
+           "box: the table's globs (first match wins), then per folder each module "
+           "(.c with its headers) and its lines. Made by "
            "docs/images/architecture_picture.py", fill=(90, 90, 90), font=f_body)
     d.text((pad, top - 28), "server/ (dscached)", fill=edge_col["server"], font=f_head)
     d.text((2 * pad + half, top - 28), "client/ (libdscache, CLI, Python)",

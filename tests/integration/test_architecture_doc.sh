@@ -31,14 +31,15 @@ import os, re, sys, glob
 root = sys.argv[1]
 doc_path = os.path.join(root, "docs", "ARCHITECTURE.md")
 doc = open(doc_path).read()
-table = re.search(r"^table='\n(.*?)^'", open(os.path.join(root, "tests", "layering_check.sh")).read(),
-                  re.S | re.M).group(1)
+check_sh = open(os.path.join(root, "tests", "layering_check.sh")).read()
+table = re.search(r"^table='\n(.*?)^'", check_sh, re.S | re.M).group(1)
 wings = [line.split()[0] for line in table.splitlines() if line.split()]
 spans = re.findall(r"`([^`\n]+)`", doc)
 bad = 0
 for w in wings:
     if not any(re.search(r"(^|[\s(,])%s($|[\s),:])" % re.escape(w), s) for s in spans):
-        print("FAIL: the wing %s of tests/layering_check.sh is not named (`%s`) in docs/ARCHITECTURE.md" % (w, w))
+        print("FAIL: the wing %s of tests/layering_check.sh is not named (`%s`) in "
+              "docs/ARCHITECTURE.md" % (w, w))
         bad += 1
 names = set()
 for d, dirs, files in os.walk(root):
@@ -51,7 +52,8 @@ def expand(tok):  # a{b,c}d -> abd acd
     m = re.search(r"\{([^{}]*)\}", tok)
     if not m:
         return [tok]
-    return [x for alt in m.group(1).split(",") for x in expand(tok[:m.start()] + alt + tok[m.end():])]
+    head, tail = tok[:m.start()], tok[m.end():]
+    return [x for alt in m.group(1).split(",") for x in expand(head + alt + tail)]
 
 
 seen = set()
@@ -65,12 +67,14 @@ for s in spans:
         if tok.startswith(tops) or tok.startswith("docs/"):
             for p in expand(tok):
                 p = p.rstrip("/")
-                if not glob.glob(os.path.join(root, p)) and not glob.glob(os.path.join(root, "docs", p)):
+                if not (glob.glob(os.path.join(root, p))
+                        or glob.glob(os.path.join(root, "docs", p))):
                     print("FAIL: docs/ARCHITECTURE.md names `%s`, which is not in the tree" % p)
                     bad += 1
         elif re.fullmatch(r"[A-Za-z0-9_]+\.[ch]", tok):
             if tok not in names:
-                print("FAIL: docs/ARCHITECTURE.md names `%s`, and no file of the tree is named so" % tok)
+                print("FAIL: docs/ARCHITECTURE.md names `%s`, and no file of the tree is "
+                      "named so" % tok)
                 bad += 1
 for link in re.findall(r"\]\(([^)#\s]+)[^)]*\)", doc):
     if "://" in link:
@@ -121,7 +125,8 @@ mv "$tmp/t/server/cache/staging.c" "$tmp/t/server/cache/stage.c"
 expect_fail "staging.c renamed to stage.c" "architecture-graph.txt is stale"
 expect_fail "staging.c renamed to stage.c" "names \`staging.c\`"
 copy
-sed -i "s|^py-ext |pyx-new     client/python/newext/*                              api codec\npy-ext |" \
+new_row='pyx-new     client/python/newext/*      api codec'
+sed -i "s|^py-ext |$new_row\npy-ext |" \
     "$tmp/t/tests/layering_check.sh"
 expect_fail "a new wing pyx-new in the table" "wing pyx-new of tests/layering_check.sh is not named"
 copy
