@@ -130,6 +130,7 @@ sed -i "s|^py-ext |$new_row\npy-ext |" \
     "$tmp/t/tests/layering_check.sh"
 expect_fail "a new wing pyx-new in the table" "wing pyx-new of tests/layering_check.sh is not named"
 copy
+# shellcheck disable=SC2016 # the backticks are Markdown
 echo 'The new module `server/net/quic.c` and `quic.h`.' >>"$tmp/t/docs/ARCHITECTURE.md"
 expect_fail "a doc naming server/net/quic.c" "names \`server/net/quic.c\`"
 expect_fail "a doc naming quic.h" "names \`quic.h\`"
