@@ -71,17 +71,17 @@ void dsc_rdma_srv_counters(const dsc_rdma_srv_t *rs, dsc_rdma_counters_t *out);
 /* Prometheus text of the counters (malloc'd, caller frees; NULL when out of memory). */
 char *dsc_rdma_srv_metrics_text(const dsc_rdma_srv_t *rs);
 
-/* The RDMA layer over TCP connections (reply.h): its offered() is the HELLO feature bit (a usable
- * device, no port error since the last PORT_ACTIVE), connect() answers RDMA_CONNECT (the QP is
- * brought to RTR on the libuv thread pool; a connection closed meanwhile only gets its QP
- * destroyed) and puts the RDMA reply table on the connection, watch() reads the device's async
- * events on loop 0 (QP errors fence their connection on its own loop; PORT_ERR and DEVICE_FATAL
- * stop RDMA for new connections until PORT_ACTIVE). The table's get() answers an RDMA_GET with
- * descriptors under a new lease, or inline when the bytes are not in registered memory; its
- * close() moves the QP to ERR and destroys it, then drops every lease's hold; its revoke() (a
- * reload removed or changed the credential) destroys the QP and drops the leases, or, when the
- * credential was narrowed, ends the leases on datasets it may no longer read (without memory
- * windows a credential now limited to some datasets loses RDMA: fenced and closed).
+/* The RDMA layer over TCP connections (reply.h). offered() is the HELLO feature bit (started with
+ * a usable device; after a port error RDMA_CONNECT is refused instead). connect() answers
+ * RDMA_CONNECT (the QP is brought to RTR on the libuv thread pool; a connection closed meanwhile
+ * only gets its QP destroyed) and puts the RDMA reply table on the connection. watch() reads the
+ * device's async events on loop 0 (QP errors fence their connection on its own loop; PORT_ERR and
+ * DEVICE_FATAL stop RDMA for new connections until PORT_ACTIVE). The table's get() answers an
+ * RDMA_GET with descriptors under a new lease, or inline when the bytes are not in registered
+ * memory; its close() moves the QP to ERR and destroys it, then drops every lease's hold; its
+ * revoke() (a reload removed or changed the credential) destroys the QP and drops the leases, or,
+ * when the credential was narrowed, ends the leases on datasets it may no longer read (without
+ * memory windows a credential now limited to some datasets loses RDMA: fenced and closed).
  * Defined by rdma.c, or by rdma_stub.c (built instead without rdma-core's headers: no RDMA is
  * offered and RDMA_CONNECT is answered UNSUPPORTED). */
 extern const dsc_reply_layer_t dsc__rdma_layer;
