@@ -10,9 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DSC_FEATURE_AUTH 0x00000001u /* HELLO feature bit: challenge-response authentication */
+/* DSC_FEATURE_AUTH and DSC_AUTH_NONCE_SIZE: protocol.h (the HELLO codec carries the nonce). */
 #define DSC_AUTH_METHOD_HMAC_SHA256 1
-#define DSC_AUTH_NONCE_SIZE 32
 #define DSC_AUTH_MAC_SIZE 32
 #define DSC_AUTH_NAME_MAX 63    /* credential name bytes */
 #define DSC_AUTH_SECRET_MIN 16  /* secret bytes */

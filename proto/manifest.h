@@ -64,28 +64,6 @@ int dsc_manifest_parse(const char *json, size_t len, dsc_manifest_t **out);
  * variable field (the same text as before version 2 existed, plus "meta" when set), else version
  * 2 with the field statistics. NULL on ENOMEM or when meta_json is not a JSON object. */
 char *dsc_manifest_to_json(const dsc_manifest_t *manifest);
-/* Reads and parses DIR/manifest.json: as dsc_manifest_parse, plus DSC_ENOENT, DSC_EACCES,
- * DSC_EIO (not a regular file, a read error), another -errno from open. Never blocks on a FIFO
- * or a device (opened O_NONBLOCK, fstat before reading); the size is checked before reading. */
-int dsc_manifest_load(const char *dir, dsc_manifest_t **out);
-
-/* The identity of a manifest file as it was opened (fstat): what tells a rescan that it did not
- * change since it was read. */
-typedef struct dsc_manifest_file_id {
-    uint64_t dev, ino, size, mtime_ns;
-} dsc_manifest_file_id_t;
-#define DSC_MANIFEST_NOFOLLOW 1u /* refuse DIR/manifest.json when it is a symbolic link */
-/* dsc_manifest_load with flags (DSC_MANIFEST_NOFOLLOW: a symbolic link is DSC_EIO); *id (may be
- * NULL) gets the file's identity once it is open and regular; *why (may be NULL) a few words for
- * a log line on failure ("not a regular file", "a symbolic link (not followed)", "larger than
- * 64 MiB", "invalid", ...; static). Memory: the file's size, in a mapping unmapped before it
- * returns, plus the parse (dsc_manifest_parse: proportional to the shards and "meta", not to
- * unknown keys). */
-int dsc_manifest_load_file(const char *dir, unsigned flags, dsc_manifest_file_id_t *id,
-                           const char **why, dsc_manifest_t **out);
-/* Writes DIR/manifest.json atomically (temp file + rename). Returns 0 or -errno; DSC_EINVAL
- * (nothing written) for a manifest that dsc_manifest_parse would reject. */
-int dsc_manifest_save(const char *dir, const dsc_manifest_t *manifest);
 /* Allocates an empty manifest with room for shard_count shards (zeroed). NULL on ENOMEM. */
 dsc_manifest_t *dsc_manifest_alloc(uint32_t shard_count);
 /* Sets manifest->meta_json to a copy of json (a JSON object; NULL clears it). Returns 0,

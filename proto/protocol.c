@@ -4,7 +4,6 @@
  * canonical-encoding rule that the fuzz target checks; one file keeps them private (static).
  */
 #include "protocol.h"
-#include "auth.h"
 #include "wire.h"
 
 #include <string.h>

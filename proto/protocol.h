@@ -99,9 +99,13 @@ typedef struct dsc_str {
 } dsc_str_t;
 
 /* HELLO */
+/* HELLO feature bit 0: challenge-response authentication (proto/auth.h); the answer that grants
+ * it carries the server's nonce of DSC_AUTH_NONCE_SIZE bytes. */
+#define DSC_FEATURE_AUTH 0x00000001u
+#define DSC_AUTH_NONCE_SIZE 32
 /* HELLO feature bit 1: in a request, the client understands it; in the answer (only to a client
- * that set it), the server offers RDMA_CONNECT (PROTOCOL.md, RDMA). Bit 0 is DSC_FEATURE_AUTH
- * (proto/auth.h). Neither changes the HELLO bodies' layout except AUTH's nonce. */
+ * that set it), the server offers RDMA_CONNECT (PROTOCOL.md, RDMA). Neither bit changes the
+ * HELLO bodies' layout except AUTH's nonce. */
 #define DSC_FEATURE_RDMA 0x00000002u
 /* HELLO feature bit 2: the server checks the dataset version a GET names (DSC_GET_FLAG_VERSION)
  * and answers CHANGED when the dataset was replaced (PROTOCOL.md, Dataset versions). */
@@ -132,7 +136,7 @@ typedef struct dsc_hello_resp {
     uint64_t members_hash;
     uint32_t max_body;
     dsc_str_t server_name;
-    /* With feature bit 0 (DSC_FEATURE_AUTH, proto/auth.h) set: the server's 32-byte nonce,
+    /* With feature bit 0 (DSC_FEATURE_AUTH) set: the server's 32-byte nonce,
      * appended after server_name; NULL otherwise. */
     const uint8_t *server_nonce;
 } dsc_hello_resp_t;

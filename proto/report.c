@@ -1,19 +1,9 @@
-/* REPORT request codec (proto/PROTOCOL.md) and the bottleneck names shared by both sides. No
- * I/O, no allocation; the decoder is bounds-checked and safe on hostile input. */
+/* REPORT request codec (proto/PROTOCOL.md; the bottleneck names it carries are dscache_base.c's).
+ * No I/O, no allocation; the decoder is bounds-checked and safe on hostile input. */
 #include "report.h"
 #include "wire.h"
 
 #include <string.h>
-
-DSC_EXTERN const char *dsc_bottleneck_name(int bottleneck) {
-    static const char *const names[DSC_BOTTLENECK_COUNT] = {
-        "unknown", "none", "fetch", "server",   "decode",
-        "collate", "h2d",  "cache", "inflight", "storage",
-    };
-    if (bottleneck < 0 || bottleneck >= DSC_BOTTLENECK_COUNT)
-        return NULL;
-    return names[bottleneck];
-}
 
 int dsc_report_job_valid(const char *name, size_t len) {
     if (name == NULL || len == 0 || len > DSC_REPORT_MAX_JOB)

@@ -39,7 +39,7 @@ for arg in "$@"; do
 done
 if [ "${#dirs[@]}" -eq 0 ]; then
     # Every folder of modules, its wings included (a cycle inside a wing is one of its folder).
-    dirs=(sys server client/lib client/cli)
+    dirs=(proto sys server client/lib client/cli)
     dirs=("${dirs[@]/#/$here/}")
 fi
 if [ "${#dirs[@]}" -gt 1 ]; then

@@ -2,6 +2,7 @@
  * and prints its summary, or one line per problem found. */
 #include "cli.h"
 #include "manifest.h"
+#include "manifest_io.h"
 #include "shard.h"
 #include "util.h"
 

@@ -10,6 +10,7 @@
 #include "catalog_types.h"
 #include "fairq.h"
 #include "manifest.h"
+#include "manifest_io.h"
 #include "store.h"
 
 #include <pthread.h>

@@ -7,7 +7,6 @@
 #include "mget.h"
 #include "peer.h"
 #include "range.h"
-#include "rdma.h"
 #include "report.h"
 #include "server_core.h"
 #include "srvlog.h"
@@ -251,8 +250,6 @@ static void send_get(dsc_server_t *srv, dsc_reply_t *reply, uint8_t opcode, uint
     int rc = 0;
     if (DSC_GET_RESP_PREFIX(count) + data_len > DSC_FRAME_MAX_BODY) {
         rc = DSC_ETOOLARGE;
-    } else if (opcode == DSC_OP_RDMA_GET && dsc__rdma_over_bound(reply, data_len)) {
-        rc = DSC_EBUSY;
     } else {
         dsc_get_answer_t ans = {.request_id = id,
                                 .entries = entries,
@@ -838,7 +835,8 @@ static void mget_acquire(pending_mget_t *pm) {
         reply->ops->wait_begin(reply, pm->reserve);
 }
 
-/* RDMA_GET (rdma.h): releases first, then a GET whose answer carries descriptors. */
+/* RDMA_GET: releases first, then a GET whose answer carries descriptors (the connection's
+ * reply table has leases once RDMA_CONNECT succeeded: reply.h). */
 static void handle_rdma_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
                             size_t len) {
     uint64_t start_ns = dsc_now_ns();
@@ -848,7 +846,7 @@ static void handle_rdma_get(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, 
                      "malformed RDMA_GET body");
         return;
     }
-    if (dsc__rdma_release(srv, reply, &req) < 0) {
+    if (reply->ops->leases_release == NULL || reply->ops->leases_release(reply, &req) < 0) {
         answer_error(srv, reply, DSC_OP_RDMA_GET, id, DSC_STATUS_BAD_REQUEST,
                      "RDMA_GET before a successful RDMA_CONNECT");
         return;
@@ -905,7 +903,7 @@ static void handle_hello(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, con
         return;
     }
     /* Granted only to a client that asked (older ones would refuse an unknown bit). */
-    if ((req.features & DSC_FEATURE_RDMA) && dsc__rdma_offered(srv->opt.rdma))
+    if ((req.features & DSC_FEATURE_RDMA) && srv->layer != NULL && srv->layer->offered(srv))
         resp.features |= DSC_FEATURE_RDMA;
     if (req.features & DSC_FEATURE_DATASET_VERSION)
         resp.features |= DSC_FEATURE_DATASET_VERSION;
@@ -1222,7 +1220,11 @@ void dsc__dispatch_frame(dsc_server_t *srv, dsc_reply_t *reply, const dsc_frame_
         handle_policy(srv, reply, h->request_id, body, h->body_len);
         break;
     case DSC_OP_RDMA_CONNECT:
-        dsc__rdma_on_connect(srv, reply, h->request_id, body, h->body_len);
+        if (srv->layer != NULL)
+            srv->layer->connect(srv, reply, h->request_id, body, h->body_len);
+        else
+            answer_error(srv, reply, DSC_OP_RDMA_CONNECT, h->request_id, DSC_STATUS_UNSUPPORTED,
+                         "no RDMA");
         break;
     case DSC_OP_RDMA_GET:
         handle_rdma_get(srv, reply, h->request_id, body, h->body_len);

@@ -1,8 +1,8 @@
-/* The server's RDMA transport (rdma.h): arena registration (overlapping pieces), RDMA_CONNECT (QP
- * to RTR on the thread pool before the answer), RDMA_GET descriptors under leases, the device's
- * async events, and the fence (QP destroyed, then holds dropped) on lease expiry, QP error or
- * close. Over 800 lines on purpose: the lease, the fence and the events that trigger it must be
- * read together to see that no READ can reach freed memory. */
+/* The server's RDMA transport (rdma.h), a reply table over TCP's (reply.h): arena registration
+ * (overlapping pieces), RDMA_CONNECT (QP to RTR on the thread pool before the answer), RDMA_GET
+ * descriptors under leases, the device's async events, and the fence (QP destroyed, then holds
+ * dropped) on lease expiry, QP error or close. Over 800 lines on purpose: the lease, the fence and
+ * the events that trigger it must be read together to see that no READ can reach freed memory. */
 #include "rdma.h"
 #include "rdma_link.h"
 #include "server_core.h"
@@ -18,6 +18,10 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+
+#if !DSC_HAVE_VERBS_H
+#error "rdma.c needs rdma-core's headers: CMake builds rdma_stub.c in its place without them"
+#endif
 
 /* ThreadSanitizer cannot see that a READ is ordered after the lease was granted (the order goes
  * through the client process and a socket): granting a lease releases the memory region, and the
@@ -49,20 +53,6 @@ void __tsan_release(void *addr);
 #define WAIT_S 2.0       /* a bind or invalidation not completed by then: the QP is fenced */
 #define GID_CACHE 16     /* local addresses whose GID choice is kept (and was logged) */
 
-int dsc_rdma_mode_parse(const char *text, dsc_rdma_mode_t *out) {
-    if (text == NULL)
-        return DSC_EINVAL;
-    if (strcmp(text, "off") == 0)
-        *out = DSC_RDMA_MODE_OFF;
-    else if (strcmp(text, "auto") == 0)
-        *out = DSC_RDMA_MODE_AUTO;
-    else if (strcmp(text, "required") == 0)
-        *out = DSC_RDMA_MODE_REQUIRED;
-    else
-        return DSC_EINVAL;
-    return 0;
-}
-
 typedef struct rconn rconn_t;
 
 struct dsc_rdma_srv {
@@ -81,7 +71,6 @@ struct dsc_rdma_srv {
     atomic_int down_event;
     uint64_t registered_bytes;
     double register_seconds;
-#if DSC_HAVE_VERBS_H
     dsc_rdma_dev_t dev;
     struct ibv_cq *cq;
     struct ibv_mr **mrs;
@@ -104,13 +93,12 @@ struct dsc_rdma_srv {
         char local[64];
         dsc_rdma_gid_choice_t choice;
     } gids[GID_CACHE];
-    uv_poll_t async_poll; /* the async-event fd, on loop 0 (dsc__rdma_watch) */
+    uv_poll_t async_poll; /* the async-event fd, on loop 0 (rdma_watch) */
     int watching;
     /* Connections with a QP, for QP events (by qp_num): a connection is listed from its answer
      * until its fence, which unlists it before it destroys the QP. */
     pthread_mutex_t qp_lock;
     rconn_t *qp_list;
-#endif
 };
 
 static double now_s(void) {
@@ -148,168 +136,9 @@ void dsc_rdma_srv_counters(const dsc_rdma_srv_t *rs, dsc_rdma_counters_t *out) {
     out->leases_revoked = atomic_load(&r->leases_revoked);
     out->registered_bytes = r->registered_bytes;
     out->register_seconds = r->register_seconds;
-#if DSC_HAVE_VERBS_H
     out->regions = r->mr_count;
     out->region_overlap = r->mr_count > 1 ? r->overlap : 0;
-#endif
 }
-
-char *dsc_rdma_srv_metrics_text(const dsc_rdma_srv_t *rs) {
-    dsc_rdma_counters_t c;
-    dsc_rdma_srv_counters(rs, &c);
-    size_t cap = 8192;
-    char *t = malloc(cap);
-    if (t == NULL)
-        return NULL;
-    snprintf(
-        t, cap,
-        "# HELP dscache_rdma_enabled 1 when this server offers RDMA (a device and a registered "
-        "arena).\n# TYPE dscache_rdma_enabled gauge\ndscache_rdma_enabled %d\n"
-        "# HELP dscache_rdma_connections Connections with an RDMA queue pair now.\n"
-        "# TYPE dscache_rdma_connections gauge\ndscache_rdma_connections %llu\n"
-        "# HELP dscache_rdma_connects_total RDMA_CONNECTs that succeeded.\n"
-        "# TYPE dscache_rdma_connects_total counter\ndscache_rdma_connects_total %llu\n"
-        "# HELP dscache_rdma_connect_failures_total RDMA_CONNECTs refused or failed.\n"
-        "# TYPE dscache_rdma_connect_failures_total counter\n"
-        "dscache_rdma_connect_failures_total %llu\n"
-        "# HELP dscache_rdma_leases RDMA leases outstanding (shard holds awaiting release).\n"
-        "# TYPE dscache_rdma_leases gauge\ndscache_rdma_leases %llu\n"
-        "# HELP dscache_rdma_lease_bytes Chunk bytes under outstanding leases.\n"
-        "# TYPE dscache_rdma_lease_bytes gauge\ndscache_rdma_lease_bytes %llu\n"
-        "# HELP dscache_rdma_leases_granted_total Leases granted.\n"
-        "# TYPE dscache_rdma_leases_granted_total counter\ndscache_rdma_leases_granted_total %llu\n"
-        "# HELP dscache_rdma_leases_expired_total Leases not released within the TTL (each "
-        "fenced its connection).\n# TYPE dscache_rdma_leases_expired_total counter\n"
-        "dscache_rdma_leases_expired_total %llu\n"
-        "# HELP dscache_rdma_releases_unknown_total Released lease ids the connection did not "
-        "hold.\n# TYPE dscache_rdma_releases_unknown_total counter\n"
-        "dscache_rdma_releases_unknown_total %llu\n"
-        "# HELP dscache_rdma_busy_total RDMA_GETs refused BUSY (max_lease_bytes).\n"
-        "# TYPE dscache_rdma_busy_total counter\ndscache_rdma_busy_total %llu\n"
-        "# HELP dscache_transport_bytes_total Chunk bytes served, by transport (rdma: granted "
-        "for READ; rdma_inline: RDMA_GET answered inline).\n"
-        "# TYPE dscache_transport_bytes_total counter\n"
-        "dscache_transport_bytes_total{transport=\"rdma\"} %llu\n"
-        "dscache_transport_bytes_total{transport=\"rdma_inline\"} %llu\n"
-        "# HELP dscache_rdma_registered_bytes Arena bytes registered for remote READ.\n"
-        "# TYPE dscache_rdma_registered_bytes gauge\ndscache_rdma_registered_bytes %llu\n"
-        "# HELP dscache_rdma_regions Memory regions the arena is registered in (overlapping "
-        "pieces when the device's max_mr_size splits it).\n"
-        "# TYPE dscache_rdma_regions gauge\ndscache_rdma_regions %llu\n"
-        "# HELP dscache_rdma_offered 1 while new connections are offered RDMA (0: RDMA off, or a "
-        "port error or device failure since the last PORT_ACTIVE).\n"
-        "# TYPE dscache_rdma_offered gauge\ndscache_rdma_offered %d\n"
-        "# HELP dscache_rdma_qp_errors_total Connections fenced because the device reported an "
-        "error on their queue pair (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR).\n"
-        "# TYPE dscache_rdma_qp_errors_total counter\ndscache_rdma_qp_errors_total %llu\n"
-        "# HELP dscache_rdma_async_events_total Asynchronous events read from the RDMA device.\n"
-        "# TYPE dscache_rdma_async_events_total counter\ndscache_rdma_async_events_total %llu\n",
-        rs != NULL, (unsigned long long)c.connections, (unsigned long long)c.connections_total,
-        (unsigned long long)c.connect_failures, (unsigned long long)c.leases,
-        (unsigned long long)c.lease_bytes, (unsigned long long)c.leases_total,
-        (unsigned long long)c.leases_expired, (unsigned long long)c.releases_unknown,
-        (unsigned long long)c.busy, (unsigned long long)c.rdma_bytes,
-        (unsigned long long)c.inline_bytes, (unsigned long long)c.registered_bytes,
-        (unsigned long long)c.regions, rs != NULL && c.offered, (unsigned long long)c.qp_errors,
-        (unsigned long long)c.async_events);
-    size_t used = strlen(t);
-    snprintf(
-        t + used, cap - used,
-        "# HELP dscache_rdma_windows 1 when RDMA READs are confined to leased chunks by type-2 "
-        "memory windows; 0 when the device has none (credentials limited to some datasets are "
-        "then refused RDMA).\n# TYPE dscache_rdma_windows gauge\ndscache_rdma_windows %d\n"
-        "# HELP dscache_rdma_windows_bound Memory windows bound to leased chunks now.\n"
-        "# TYPE dscache_rdma_windows_bound gauge\ndscache_rdma_windows_bound %llu\n"
-        "# HELP dscache_rdma_window_ops_total Memory-window binds and invalidations completed.\n"
-        "# TYPE dscache_rdma_window_ops_total counter\n"
-        "dscache_rdma_window_ops_total{op=\"bind\"} %llu\n"
-        "dscache_rdma_window_ops_total{op=\"invalidate\"} %llu\n"
-        "# HELP dscache_rdma_window_seconds_total Event-loop time spent posting memory-window "
-        "binds and invalidations and waiting for their completions.\n"
-        "# TYPE dscache_rdma_window_seconds_total counter\n"
-        "dscache_rdma_window_seconds_total{op=\"bind\"} %.6f\n"
-        "dscache_rdma_window_seconds_total{op=\"invalidate\"} %.6f\n"
-        "# HELP dscache_rdma_connect_refused_limited_total RDMA_CONNECTs refused because the "
-        "credential is limited to some datasets and the device has no memory windows.\n"
-        "# TYPE dscache_rdma_connect_refused_limited_total counter\n"
-        "dscache_rdma_connect_refused_limited_total %llu\n"
-        "# HELP dscache_rdma_leases_revoked_total Leases ended early because a credential reload "
-        "removed the credential or its access to the lease's dataset.\n"
-        "# TYPE dscache_rdma_leases_revoked_total counter\ndscache_rdma_leases_revoked_total "
-        "%llu\n",
-        rs != NULL && c.windows, (unsigned long long)c.windows_live,
-        (unsigned long long)c.windows_bound, (unsigned long long)c.windows_invalidated,
-        c.bind_seconds, c.invalidate_seconds, (unsigned long long)c.refused_limited,
-        (unsigned long long)c.leases_revoked);
-    return t;
-}
-
-#if !DSC_HAVE_VERBS_H
-
-int dsc_rdma_srv_create(const dsc_rdma_srv_options_t *options, dsc_store_t *store,
-                        dsc_rdma_srv_t **out) {
-    (void)store;
-    *out = NULL;
-    if (options->mode == DSC_RDMA_MODE_OFF)
-        return 0;
-    if (options->mode == DSC_RDMA_MODE_REQUIRED) {
-        LOG_ERROR("--rdma required: built without rdma-core headers (infiniband/verbs.h)");
-        return DSC_EUNAVAIL;
-    }
-    LOG_INFO("rdma: off (built without rdma-core headers); serving over TCP only");
-    return 0;
-}
-void dsc_rdma_srv_destroy(dsc_rdma_srv_t *rs) {
-    free(rs);
-}
-void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
-                          size_t len) {
-    (void)body;
-    (void)len;
-    dsc__server_count_request(srv, DSC_OP_RDMA_CONNECT, DSC_STATUS_UNSUPPORTED);
-    reply->ops->frame(reply, DSC_OP_RDMA_CONNECT, id, DSC_STATUS_UNSUPPORTED, "no RDMA", 7);
-}
-int dsc__rdma_release(dsc_server_t *srv, dsc_reply_t *reply, const dsc_rdma_get_req_t *req) {
-    (void)srv;
-    (void)reply;
-    (void)req;
-    return -1;
-}
-int dsc__rdma_over_bound(dsc_reply_t *reply, uint64_t bytes) {
-    (void)reply;
-    (void)bytes;
-    return 0;
-}
-int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_answer_t *answer,
-                        dsc_hold_t *hold) {
-    (void)srv;
-    (void)reply;
-    (void)answer;
-    (void)hold;
-    return DSC_EINVAL;
-}
-void dsc__rdma_on_close(dsc_server_t *srv, dsc_reply_t *reply) {
-    (void)srv;
-    (void)reply;
-}
-void dsc__rdma_revoke(dsc_server_t *srv, dsc_reply_t *reply, int removed) {
-    (void)srv;
-    (void)reply;
-    (void)removed;
-}
-void dsc__rdma_watch(dsc_rdma_srv_t *rs, void *loop) {
-    (void)rs;
-    (void)loop;
-}
-void dsc__rdma_unwatch(dsc_rdma_srv_t *rs) {
-    (void)rs;
-}
-int dsc__rdma_offered(const dsc_rdma_srv_t *rs) {
-    (void)rs;
-    return 0;
-}
-
-#else
 
 static void srv_free(dsc_rdma_srv_t *rs) {
     if (rs->probe_mr)
@@ -487,8 +316,8 @@ void dsc_rdma_srv_destroy(dsc_rdma_srv_t *rs) {
         srv_free(rs);
 }
 
-int dsc__rdma_offered(const dsc_rdma_srv_t *rs) {
-    return rs != NULL;
+static int rdma_offered(const dsc_server_t *srv) {
+    return srv->opt.rdma != NULL;
 }
 
 /* ---- connections ------------------------------------------------------------------------- */
@@ -916,7 +745,8 @@ static void on_async_fd(uv_poll_t *poll, int status, int events) {
     }
 }
 
-void dsc__rdma_watch(dsc_rdma_srv_t *rs, void *loop) {
+static void rdma_watch(dsc_server_t *srv, void *loop) {
+    dsc_rdma_srv_t *rs = srv->opt.rdma;
     if (rs == NULL || rs->watching)
         return;
     int fd = rs->dev.ctx->async_fd;
@@ -933,7 +763,8 @@ void dsc__rdma_watch(dsc_rdma_srv_t *rs, void *loop) {
     uv_poll_start(&rs->async_poll, UV_READABLE, on_async_fd);
 }
 
-void dsc__rdma_unwatch(dsc_rdma_srv_t *rs) {
+static void rdma_unwatch(dsc_server_t *srv) {
+    dsc_rdma_srv_t *rs = srv->opt.rdma;
     if (rs == NULL || !rs->watching)
         return;
     rs->watching = 0;
@@ -1066,7 +897,7 @@ static void connect_done(uv_work_t *work, int status) {
     dsc_rdma_srv_t *rs = srv->opt.rdma;
     rconn_t *rc = j->rc;
     if (reply->ops->closing(reply)) {
-        /* dsc__rdma_on_close let go of rc: nothing of the connection is touched but its count. */
+        /* rdma_close let go of rc: nothing of the connection is touched but its count. */
         job_discard(rs, j);
         atomic_fetch_add(&rs->connect_failures, 1);
         free(rc);
@@ -1132,8 +963,10 @@ done:
     reply->ops->wait_end(reply, 0); /* last: the connection may be freed by it */
 }
 
-void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
-                          size_t len) {
+static const dsc_reply_ops_t rdma_reply_ops;
+
+static void rdma_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
+                         size_t len) {
     dsc_rdma_srv_t *rs = srv->opt.rdma;
     if (rs == NULL) {
         connect_refuse(srv, reply, id, DSC_STATUS_UNSUPPORTED, "RDMA is off on this server");
@@ -1211,6 +1044,10 @@ void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
     j->rd = rd;
     j->psn = dsc_rdma_random_psn();
     reply->rdma = rc;
+    if (reply->ops != &rdma_reply_ops) { /* from now on, till the connection is freed */
+        reply->lower = reply->ops;
+        reply->ops = &rdma_reply_ops;
+    }
     reply->ops->wait_begin(reply, 0);
     if (uv_queue_work(reply->loop, &j->work, connect_work, connect_done) != 0) {
         reply->rdma = NULL;
@@ -1223,8 +1060,7 @@ void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, co
 
 /* ---- RDMA_GET ---------------------------------------------------------------------------- */
 
-int dsc__rdma_release(dsc_server_t *srv, dsc_reply_t *reply, const dsc_rdma_get_req_t *req) {
-    (void)srv;
+static int rdma_leases_release(dsc_reply_t *reply, const dsc_rdma_get_req_t *req) {
     rconn_t *rc = reply->rdma;
     if (rc == NULL || rc->connecting)
         return -1;
@@ -1263,7 +1099,8 @@ int dsc__rdma_release(dsc_server_t *srv, dsc_reply_t *reply, const dsc_rdma_get_
     return 0;
 }
 
-int dsc__rdma_over_bound(dsc_reply_t *reply, uint64_t bytes) {
+/* 1 when one more lease of `bytes` would exceed the connection's bound (answer BUSY). */
+static int over_bound(dsc_reply_t *reply, uint64_t bytes) {
     rconn_t *rc = reply->rdma;
     if (rc == NULL || rc->connecting || rc->head == NULL)
         return 0; /* one lease always fits */
@@ -1295,11 +1132,16 @@ static int mr_index(const dsc_rdma_srv_t *rs, const uint8_t *p, uint64_t len, in
     return off + len <= start + rs->mrs[i]->length ? (int)i : -1;
 }
 
-int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_answer_t *answer,
-                        dsc_hold_t *hold) {
+/* get() of the RDMA table: a plain GET goes to the table below; an RDMA_GET gets descriptors under
+ * a new lease, or the bytes inline when they are not in registered memory. */
+static int rdma_reply_get(dsc_reply_t *reply, const dsc_get_answer_t *answer, dsc_hold_t *hold) {
+    if (answer->opcode != DSC_OP_RDMA_GET)
+        return reply->lower->get(reply, answer, hold);
     rconn_t *rc = reply->rdma;
     if (rc == NULL || rc->connecting)
         return DSC_EINVAL;
+    if (over_bound(reply, answer->data_len))
+        return DSC_EBUSY;
     dsc_rdma_srv_t *rs = rc->rs;
     uint32_t count = answer->count;
     int leased = hold->temp == NULL && rc->qp != NULL;
@@ -1493,7 +1335,7 @@ int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_ans
                        answer->entries[i].stored_len);
                 pos += answer->entries[i].stored_len;
             }
-            dsc_hold_release(srv->cat, hold);
+            dsc_hold_release(rc->srv->cat, hold);
             atomic_fetch_add(&rs->inline_bytes, answer->data_len);
             reply->ops->frame(reply, DSC_OP_RDMA_GET, answer->request_id, DSC_STATUS_OK, body, pos);
             free(body);
@@ -1507,8 +1349,7 @@ out:
     return rc_out;
 }
 
-void dsc__rdma_on_close(dsc_server_t *srv, dsc_reply_t *reply) {
-    (void)srv;
+static void rdma_close(dsc_reply_t *reply) {
     rconn_t *rc = reply->rdma;
     if (rc == NULL)
         return;
@@ -1521,8 +1362,7 @@ void dsc__rdma_on_close(dsc_server_t *srv, dsc_reply_t *reply) {
     uv_close((uv_handle_t *)&rc->event_async, on_handle_closed);
 }
 
-void dsc__rdma_revoke(dsc_server_t *srv, dsc_reply_t *reply, int removed) {
-    (void)srv;
+static void rdma_revoke(dsc_reply_t *reply, int removed) {
     rconn_t *rc = reply->rdma;
     if (rc == NULL || rc->connecting)
         return; /* connect_done checks the credential again before it answers */
@@ -1584,4 +1424,51 @@ void dsc__rdma_revoke(dsc_server_t *srv, dsc_reply_t *reply, int removed) {
         free(ended);
 }
 
-#endif
+/* ---- the RDMA reply table, over the connection's own ------------------------------------- */
+
+static void rdma_frame(dsc_reply_t *reply, uint8_t opcode, uint64_t request_id, uint32_t status,
+                       const void *body, size_t len) {
+    reply->lower->frame(reply, opcode, request_id, status, body, len);
+}
+
+static void rdma_fatal(dsc_reply_t *reply, uint8_t opcode, uint64_t request_id, uint32_t status,
+                       const char *message) {
+    reply->lower->fatal(reply, opcode, request_id, status, message);
+}
+
+static int rdma_frame_fill(dsc_reply_t *reply, uint8_t opcode, uint64_t request_id, size_t len,
+                           void (*fill)(void *arg, uint8_t *body), void *arg) {
+    return reply->lower->frame_fill(reply, opcode, request_id, len, fill, arg);
+}
+
+static void rdma_wait_begin(dsc_reply_t *reply, uint64_t reserve) {
+    reply->lower->wait_begin(reply, reserve);
+}
+
+static void rdma_wait_end(dsc_reply_t *reply, uint64_t reserve) {
+    reply->lower->wait_end(reply, reserve);
+}
+
+static int rdma_closing(const dsc_reply_t *reply) {
+    return reply->lower->closing(reply);
+}
+
+static const dsc_reply_ops_t rdma_reply_ops = {
+    .frame = rdma_frame,
+    .fatal = rdma_fatal,
+    .get = rdma_reply_get,
+    .frame_fill = rdma_frame_fill,
+    .wait_begin = rdma_wait_begin,
+    .wait_end = rdma_wait_end,
+    .closing = rdma_closing,
+    .leases_release = rdma_leases_release,
+    .close = rdma_close,
+    .revoke = rdma_revoke,
+};
+
+const dsc_reply_layer_t dsc__rdma_layer = {
+    .offered = rdma_offered,
+    .connect = rdma_connect,
+    .watch = rdma_watch,
+    .unwatch = rdma_unwatch,
+};

@@ -14,7 +14,6 @@
 
 #include <stdint.h>
 
-typedef struct dsc_server dsc_server_t;
 typedef struct dsc_rdma_srv dsc_rdma_srv_t;
 
 typedef enum dsc_rdma_mode {
@@ -72,40 +71,19 @@ void dsc_rdma_srv_counters(const dsc_rdma_srv_t *rs, dsc_rdma_counters_t *out);
 /* Prometheus text of the counters (malloc'd, caller frees; NULL when out of memory). */
 char *dsc_rdma_srv_metrics_text(const dsc_rdma_srv_t *rs);
 
-/* ---- hooks of the server's event loops ----------------------------------------------------- */
-
-/* Watches the device's async-event fd (set O_NONBLOCK) with a uv_poll_t on `loop` (a uv_loop_t,
- * before its thread runs). QP errors fence their connection on its own loop; PORT_ERR and
- * DEVICE_FATAL stop RDMA for new connections until PORT_ACTIVE. Takes NULL rs. */
-void dsc__rdma_watch(dsc_rdma_srv_t *rs, void *loop);
-/* Closes that watch (on the loop's thread, when the loop finishes). Takes NULL rs. */
-void dsc__rdma_unwatch(dsc_rdma_srv_t *rs);
-/* 1 when this server offers RDMA (the HELLO feature bit): started with a usable device. */
-int dsc__rdma_offered(const dsc_rdma_srv_t *rs);
-
-/* ---- hooks of the TCP connection (on its loop thread) -------------------------------------- */
-
-/* RDMA_CONNECT on reply's connection: checks the request here, creates the QP and brings it to
- * RTR on the libuv thread pool (the connection waits as for a load, reply.h wait_begin), and
- * answers from the loop; a connection closed meanwhile only gets its QP destroyed. */
-void dsc__rdma_on_connect(dsc_server_t *srv, dsc_reply_t *reply, uint64_t id, const uint8_t *body,
-                          size_t len);
-/* The lease ids of an RDMA_GET request: released now. Returns 0, or -1 when the connection has
- * no RDMA state (the caller answers BAD_REQUEST). */
-int dsc__rdma_release(dsc_server_t *srv, dsc_reply_t *reply, const dsc_rdma_get_req_t *req);
-/* 1 when one more lease of `bytes` would exceed the connection's bound (answer BUSY). */
-int dsc__rdma_over_bound(dsc_reply_t *reply, uint64_t bytes);
-/* Answers an RDMA_GET out of a hold (reply.h's get() contract): descriptors under a new lease,
- * or inline when the bytes are not in registered memory. */
-int dsc__rdma_reply_get(dsc_server_t *srv, dsc_reply_t *reply, const dsc_get_answer_t *answer,
-                        dsc_hold_t *hold);
-/* The connection is closing: QP to ERR and destroyed, then every lease's hold dropped. */
-void dsc__rdma_on_close(dsc_server_t *srv, dsc_reply_t *reply);
-/* The connection's credential was removed or changed by a reload (removed != 0: the caller closes
- * the connection next): its QP is destroyed and its leases dropped now. Else it was narrowed:
- * every lease on a dataset it may no longer read is invalidated and dropped now (without memory
- * windows, a credential now limited to some datasets loses RDMA: the connection is fenced and
- * closed). */
-void dsc__rdma_revoke(dsc_server_t *srv, dsc_reply_t *reply, int removed);
+/* The RDMA layer over TCP connections (reply.h). offered() is the HELLO feature bit (started with
+ * a usable device; after a port error RDMA_CONNECT is refused instead). connect() answers
+ * RDMA_CONNECT (the QP is brought to RTR on the libuv thread pool; a connection closed meanwhile
+ * only gets its QP destroyed) and puts the RDMA reply table on the connection. watch() reads the
+ * device's async events on loop 0 (QP errors fence their connection on its own loop; PORT_ERR and
+ * DEVICE_FATAL stop RDMA for new connections until PORT_ACTIVE). The table's get() answers an
+ * RDMA_GET with descriptors under a new lease, or inline when the bytes are not in registered
+ * memory; its close() moves the QP to ERR and destroys it, then drops every lease's hold; its
+ * revoke() (a reload removed or changed the credential) destroys the QP and drops the leases, or,
+ * when the credential was narrowed, ends the leases on datasets it may no longer read (without
+ * memory windows a credential now limited to some datasets loses RDMA: fenced and closed).
+ * Defined by rdma.c, or by rdma_stub.c (built instead without rdma-core's headers: no RDMA is
+ * offered and RDMA_CONNECT is answered UNSUPPORTED). */
+extern const dsc_reply_layer_t dsc__rdma_layer;
 
 #endif

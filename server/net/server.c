@@ -156,6 +156,7 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
         return DSC_ENOMEM;
     srv->cat = cat;
     srv->opt = *options;
+    srv->layer = &dsc__rdma_layer; /* rdma.c, or rdma_stub.c without rdma-core's headers */
     srv->authz.store = options->credentials;
     srv->authz.allow_anonymous_admin = options->allow_anonymous_admin;
     srv->authz.failures = dsc_authfail_create();
@@ -209,7 +210,7 @@ int dsc_server_start(dsc_catalog_t *cat, const dsc_server_options_t *options, ds
         uv_async_init(&lc->loop, &lc->wake, on_wake);
         lc->wake.data = lc;
         if (i == 0)
-            dsc__rdma_watch(options->rdma, &lc->loop);
+            srv->layer->watch(srv, &lc->loop);
         uv_timer_init(&lc->loop, &lc->drain_timer);
         lc->drain_timer.data = lc;
         uv_timer_init(&lc->loop, &lc->fair_timer);

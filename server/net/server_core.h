@@ -66,6 +66,7 @@ typedef struct dsc_srv_loop {
 struct dsc_server {
     dsc_catalog_t *cat;
     dsc_server_options_t opt;
+    const dsc_reply_layer_t *layer; /* the transport layered over TCP connections (reply.h) */
     char name[64];
     uint16_t port;
     uint32_t loop_count;

@@ -11,7 +11,6 @@
  */
 #include "tcp.h"
 #include "dispatch.h"
-#include "rdma.h"
 #include "server_core.h"
 #include "srvlog.h"
 #include "util.h"
@@ -384,7 +383,8 @@ static void conn_close(conn_t *c) {
     if (c->peer_counted)
         peer_release(lc->srv, c->peer);
     c->peer_counted = 0;
-    dsc__rdma_on_close(lc->srv, &c->reply); /* its QP is destroyed before its leases drop */
+    if (c->reply.ops->close) /* a layer's state first (RDMA: its QP, then its leases) */
+        c->reply.ops->close(&c->reply);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -857,8 +857,6 @@ static void reply_fatal(dsc_reply_t *reply, uint8_t opcode, uint64_t id, uint32_
  * into the hold: no copy. The hold is released by msgs_release once the write completes. */
 static int reply_get(dsc_reply_t *reply, const dsc_get_answer_t *answer, dsc_hold_t *hold) {
     conn_t *c = (conn_t *)reply;
-    if (answer->opcode == DSC_OP_RDMA_GET)
-        return dsc__rdma_reply_get(c->lc->srv, reply, answer, hold);
     const dsc_chunk_entry_t *entries = answer->entries;
     uint32_t count = answer->count;
     unsigned runs = 0;
@@ -1212,8 +1210,8 @@ void dsc__tcp_on_tick(uv_timer_t *timer) {
         }
         /* Revocation at once: a reload that removed or narrowed this connection's credential. */
         int access = dsc__authz_recheck(&srv->authz, &c->reply.auth, c->reply.peer);
-        if (access != 0)
-            dsc__rdma_revoke(srv, &c->reply, access < 0); /* QP destroyed / leases ended first */
+        if (access != 0 && c->reply.ops->revoke) /* a layer's QP / leases ended first */
+            c->reply.ops->revoke(&c->reply, access < 0);
         if (access < 0) {
             static const char msg[] =
                 "credential removed or changed by a reload: connection closed";
@@ -1297,8 +1295,8 @@ void dsc__loop_maybe_finish(dsc_srv_loop_t *lc) {
         uv_close((uv_handle_t *)&lc->drain_timer, NULL);
         uv_close((uv_handle_t *)&lc->tick, NULL);
         uv_close((uv_handle_t *)&lc->fair_timer, NULL);
-        if (lc == &lc->srv->loops[0])
-            dsc__rdma_unwatch(lc->srv->opt.rdma); /* loop 0 watches the RDMA async events */
+        if (lc == &lc->srv->loops[0] && lc->srv->layer != NULL)
+            lc->srv->layer->unwatch(lc->srv); /* loop 0 watches the RDMA async events */
         if (lc->reserve_fd >= 0)
             close(lc->reserve_fd);
         lc->reserve_fd = -1;

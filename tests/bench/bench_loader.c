@@ -7,6 +7,7 @@
 #include "conn.h"
 #include "dscache.h"
 #include "manifest.h"
+#include "manifest_io.h"
 #include "shard.h"
 #include "simulate.h"
 #include "testdata.h"

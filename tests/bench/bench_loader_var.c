@@ -7,6 +7,7 @@
 #include "bench_common.h"
 #include "dscache.h"
 #include "manifest.h"
+#include "manifest_io.h"
 #include "shard.h"
 #include "util.h"
 #include "wire.h"

@@ -3,6 +3,7 @@
  * back to back) and OUT_DIR/<field>.len (each sample's value size in bytes, u64 little-endian),
  * so variable-length fields can be compared with their sources. */
 #include "manifest.h"
+#include "manifest_io.h"
 #include "shard.h"
 #include "testdata.h"
 

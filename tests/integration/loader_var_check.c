@@ -10,6 +10,7 @@
  *                               [--expect-rdma 1] */
 #include "dscache.h"
 #include "manifest.h"
+#include "manifest_io.h"
 #include "shard.h"
 #include "wire.h"
 

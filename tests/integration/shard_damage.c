@@ -13,6 +13,7 @@
  *                                        CORRUPT for chunk C and serves the others)
  * Prints the number of chunks damaged. */
 #include "manifest.h"
+#include "manifest_io.h"
 #include "shard.h"
 #include "testdata.h"
 

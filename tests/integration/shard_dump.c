@@ -3,6 +3,7 @@
  * variable-length field also gets OUT_DIR/<field>.offsets.bin: samples + 1 int64 row offsets
  * into <field>.bin, dataset-wide (each chunk's layout is checked with dsc_chunk_layout). */
 #include "manifest.h"
+#include "manifest_io.h"
 #include "shard.h"
 #include "testdata.h"
 

@@ -2,6 +2,7 @@
  * single GETs, STAT/WARM/EVICT, hostile input, many concurrent connections, a slow reader. */
 #include "conn.h"
 #include "manifest.h"
+#include "manifest_io.h"
 #include "protocol.h"
 #include "report.h"
 #include "shard.h"

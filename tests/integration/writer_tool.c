@@ -4,6 +4,7 @@
  * one shard back to back, each layout checked: what `dscache get` must fetch. */
 #include "dscache.h"
 #include "manifest.h"
+#include "manifest_io.h"
 #include "shard.h"
 #include "testdata.h"
 

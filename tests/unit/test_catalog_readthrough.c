@@ -6,6 +6,7 @@
  * readers serve jobs by deficit round-robin, not in arrival order. */
 #include "catalog.h"
 #include "manifest.h"
+#include "manifest_io.h"
 #include "shard.h"
 #include "testlib.h"
 

@@ -1,6 +1,7 @@
 /* Manifest tests: round trip through JSON and through DIR/manifest.json, sample lookup, and every
  * kind of invalid manifest rejected with its error. */
 #include "manifest.h"
+#include "manifest_io.h"
 #include "testlib.h"
 
 #include <errno.h>

@@ -1,6 +1,7 @@
 /* Manifest version 2 tests: a variable dimension written as null, the per-field size statistics,
  * the optional "meta" object (in either version), and every rule of them broken once. */
 #include "manifest.h"
+#include "manifest_io.h"
 #include "testlib.h"
 
 #include <sys/stat.h>

@@ -2,6 +2,7 @@
  * the reference-count rule (a referenced shard is never evicted), lru eviction, minio
  * read-through, corrupt shards marked bad. */
 #include "catalog.h"
+#include "manifest_io.h"
 #include "protocol.h"
 #include "store.h"
 #include "testlib.h"

@@ -6,6 +6,7 @@
  * staying format version 1. */
 #include "dscache.h"
 #include "manifest.h"
+#include "manifest_io.h"
 #include "shard.h"
 #include "testdata.h"
 #include "testlib.h"

@@ -6,6 +6,7 @@
 
 #include "dscache.h"
 #include "manifest.h"
+#include "manifest_io.h"
 #include "shard.h"
 
 #include <stdint.h>

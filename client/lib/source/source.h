@@ -2,21 +2,20 @@
  * functions. The fetch policy (fetch.c: routing, in-flight budgets, merging, fail-over, back-off)
  * drives a source only through this table and never knows whether the bytes came over TCP, from
  * local files or otherwise. Implementations: source_tcp.c (pipelined GETs to a dscached, over
- * conn.c) and source_files.c (the fallback path: shard files read directly).
+ * conn.c), source_files.c (the fallback path: shard files read directly) and source_rdma.c
+ * (chunks by RDMA READ out of the server's registered arena; docs/rdma.md). The registry,
+ * sources.h, picks one per member address (dsc__source_for_addr).
  *
- * Adding a source (e.g. RDMA) is one new file, source_rdma.c, defining `const dsc_source_ops_t
- * dsc__source_rdma`, plus two lines in the registry, sources.h (its declaration, and its address
- * test in dsc__source_for_addr). It would implement:
- *   endpoint_open/close  resolve the peer address, register the loader's buffer pool memory
- *                        (memory regions) once per peer;
- *   open                 connect a queue pair, exchange the HELLO (protocol version and view
- *                        hash) over its control channel;
- *   submit               post the request's read work requests (or a GET over the control
- *                        channel naming remote addresses), landing bytes in ent->stored;
- *   complete             poll the completion queue for one finished request, fill each entry's
- *                        dsc_chunk_entry_t, return its index in the outstanding array;
- *   wake                 make a thread blocked in complete() return (destroy);
- *   close                drain and destroy the queue pair.
+ * The RDMA source is the model for another: its endpoint_open registers nothing per peer (the
+ * loader's one slab, rdma_slab.c, is registered once by dsc__rdma_client_open before any
+ * connection); open connects over TCP first (HELLO, then RDMA_CONNECT: an RC queue pair per
+ * connection, checked by a READ of the server's probe region); submit sends an RDMA_GET on the
+ * TCP channel, whose answer names (address, rkey, length) descriptors under a lease, and posts
+ * the READs into slab regions; complete polls the completion queue (sleeping on its completion
+ * channel), fills each entry and piggybacks the lease's release on a later RDMA_GET; wake and
+ * close as for TCP (close destroys the QP before the slab regions are reused). Under transport
+ * auto, any RDMA failure keeps that connection on TCP (source_tcp.c's table, with a back-off per
+ * server); an answer the server sends inline (bytes not in registered memory) is taken as is.
  * The control plane (manifest, cluster view) stays on TCP (conn.c / view.c).
  *
  * Threading: an endpoint is shared by the peer's I/O threads; a connection belongs to one I/O

@@ -2,6 +2,7 @@
  * files in a local (or shared-filesystem) directory, validated against the manifest; the manifest
  * is the directory's own. Requests complete synchronously, one per connection at a time. */
 #include "dsc_sys.h"
+#include "manifest_io.h"
 #include "source.h"
 #include "util.h"
 

@@ -10,6 +10,7 @@
 #include "fieldspec.h"
 #include "log.h"
 #include "manifest.h"
+#include "manifest_io.h"
 #include "shard.h"
 #include "wire.h"
 
