@@ -251,6 +251,8 @@ static uint32_t hz_caller(dsc_loader_t *loader, double now, double step, uint64_
     return named;
 }
 
+/* The horizon's reach in seconds: HZ_SECONDS, or DSCACHE_HINT_SECONDS (0 .. 600; 0: hints name
+ * only what is queued). Read once. */
 static double horizon_seconds(void) {
     static double seconds = -1;
     if (seconds < 0) {
@@ -262,6 +264,12 @@ static double horizon_seconds(void) {
     return seconds;
 }
 
+/* Walks the plan past what is planned, up to the steps of the next horizon_seconds() of demand
+ * (the consumer's mean step so far; nothing before two steps were measured) and at most
+ * DSC__HZ_MAX_CHUNKS chunks named ahead of the plan, and appends the chunks not in the chunk
+ * table yet (or deferred there), each once per epoch, to hints.pending with their owning peer and
+ * expected request time (hint_body sends them). now: monotonic seconds. Under lock (released
+ * while a step's samples are looked up). Returns the chunks named. */
 static uint32_t horizon_walk(dsc_loader_t *loader, double now) {
     if (loader->hints.order == NULL || loader->hints.pending == NULL || loader->hints.walking)
         return 0;
