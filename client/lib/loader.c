@@ -8,7 +8,7 @@
 #include "dsc_sys.h"
 #include "fetch.h"
 #include "hedge.h"
-#include "options.h"
+#include "loader_options.h"
 #include "pipeline.h"
 #include "scheduler.h"
 #include "sources.h"

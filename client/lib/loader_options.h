@@ -1,7 +1,7 @@
-/* Loader options: defaults, checks and what create derives from them (options.c). Below loader.c
- * only. */
-#ifndef DSC_OPTIONS_H
-#define DSC_OPTIONS_H
+/* Loader options: defaults, checks and what create derives from them (loader_options.c). Below
+ * loader.c only. */
+#ifndef DSC_LOADER_OPTIONS_H
+#define DSC_LOADER_OPTIONS_H
 
 #include "pipeline.h"
 

@@ -2,7 +2,7 @@
  * of the launcher's RANK / WORLD_SIZE, the per-field options (dsc_field_options_t: padding,
  * budgets, image decode), and the settings derived from the dataset (cache budget, order_ahead).
  * Called by loader.c's create only; words for what it refuses go to the loader's log. */
-#include "options.h"
+#include "loader_options.h"
 #include "util.h"
 
 #include <errno.h>
