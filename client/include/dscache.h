@@ -215,12 +215,18 @@ DSC_EXTERN int dsc_field_options_init(dsc_field_options_t *options, size_t size)
 
 /* Fills the first `size` bytes of *options with the defaults above (servers and dataset NULL)
  * and sets struct_size = size: pass sizeof *options, as DSC_LOADER_OPTIONS_INIT does, so that a
- * program built against an older, smaller struct gets only the fields it has. Returns 0, or
- * DSC_EINVAL (NULL, or size smaller than the first version of the struct). */
+ * program built against an older, smaller struct gets only the fields it has (a larger, newer
+ * one gets its extra bytes zeroed). Returns 0, or DSC_EINVAL (NULL, or size smaller than the
+ * first version of the struct). Bindings call it with their struct's size. */
+DSC_EXTERN int dsc_loader_options_fill(dsc_loader_options_t *options, size_t size);
+/* The init C code writes: the struct's size comes from its type. Returns as
+ * dsc_loader_options_fill. */
+#define DSC_LOADER_OPTIONS_INIT(options) dsc_loader_options_fill((options), sizeof *(options))
+/* Earlier names, kept for programs built against them. dsc_loader_options_init2 is
+ * dsc_loader_options_fill. dsc_loader_options_init fills sizeof(dsc_loader_options_t) of the
+ * library's version, which may be larger than a program's older struct: new code uses
+ * DSC_LOADER_OPTIONS_INIT. */
 DSC_EXTERN int dsc_loader_options_init2(dsc_loader_options_t *options, size_t size);
-#define DSC_LOADER_OPTIONS_INIT(options) dsc_loader_options_init2((options), sizeof *(options))
-/* The same as dsc_loader_options_init2(options, sizeof(dsc_loader_options_t)) of this
- * version: kept for programs built against it; new code uses DSC_LOADER_OPTIONS_INIT. */
 DSC_EXTERN void dsc_loader_options_init(dsc_loader_options_t *options);
 
 /* Connects, fetches the manifest, plans epoch 0 and starts prefetching. Blocks until the

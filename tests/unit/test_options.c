@@ -1,8 +1,9 @@
-/* dsc_loader_options_init2 and dsc_loader_create with an older, smaller options struct: init2
- * writes only the caller's bytes (guard bytes after a truncated copy of the struct stay), create
- * reads only struct_size bytes (the struct is heap-allocated to its size, so ASan sees a read
- * past it) and gives the missing fields their defaults; a struct smaller than the first version
- * is refused, and dsc_loader_last_error says why create failed. */
+/* dsc_loader_options_fill (and dsc_loader_options_init2, its earlier name) and dsc_loader_create
+ * with an older, smaller options struct: fill writes only the caller's bytes (guard bytes after a
+ * truncated copy of the struct stay), create reads only struct_size bytes (the struct is
+ * heap-allocated to its size, so ASan sees a read past it) and gives the missing fields their
+ * defaults; a struct smaller than the first version is refused, and dsc_loader_last_error says why
+ * create failed. */
 #include "dscache.h"
 #include "testlib.h"
 
@@ -38,17 +39,28 @@ int main(void) {
     CHECK(sizeof(old_options_t) < sizeof(dsc_loader_options_t));
     CHECK(offsetof(old_options_t, no_assist) == offsetof(dsc_loader_options_t, no_assist));
 
-    /* init2 into a truncated struct followed by guard bytes. */
-    unsigned char mem[sizeof(dsc_loader_options_t) + 64];
-    memset(mem, 0xA5, sizeof mem);
-    REQUIRE(dsc_loader_options_init2((dsc_loader_options_t *)(void *)mem, sizeof(old_options_t)) ==
-            0);
-    old_options_t old;
-    memcpy(&old, mem, sizeof old);
-    CHECK(old.struct_size == sizeof(old_options_t));
-    CHECK(old.batch_size == 32 && old.prefetch_batches == 4 && old.replicas == 0);
-    for (size_t i = sizeof(old_options_t); i < sizeof mem; i++)
-        CHECK(mem[i] == 0xA5);
+    /* fill, and init2 as a program built against that name calls it, into a truncated struct
+     * followed by guard bytes. */
+    for (int alias = 0; alias < 2; alias++) {
+        unsigned char mem[sizeof(dsc_loader_options_t) + 64];
+        memset(mem, 0xA5, sizeof mem);
+        dsc_loader_options_t *into = (dsc_loader_options_t *)(void *)mem;
+        REQUIRE((alias ? dsc_loader_options_init2(into, sizeof(old_options_t))
+                       : dsc_loader_options_fill(into, sizeof(old_options_t))) == 0);
+        old_options_t old;
+        memcpy(&old, mem, sizeof old);
+        CHECK(old.struct_size == sizeof(old_options_t));
+        CHECK(old.batch_size == 32 && old.prefetch_batches == 4 && old.replicas == 0);
+        for (size_t i = sizeof(old_options_t); i < sizeof mem; i++)
+            CHECK(mem[i] == 0xA5);
+    }
+    /* A newer, larger struct (a program built against a later header): its extra bytes are
+     * zeroed. */
+    unsigned char big[sizeof(dsc_loader_options_t) + 32];
+    memset(big, 0xA5, sizeof big);
+    REQUIRE(dsc_loader_options_fill((dsc_loader_options_t *)(void *)big, sizeof big) == 0);
+    for (size_t i = sizeof(dsc_loader_options_t); i < sizeof big; i++)
+        CHECK(big[i] == 0);
 
     /* The full struct: the macro passes its size, the old symbol fills it all. */
     dsc_loader_options_t full, plain;
@@ -57,14 +69,15 @@ int main(void) {
     dsc_loader_options_init(&plain);
     CHECK(full.struct_size == sizeof full && plain.struct_size == sizeof plain);
     CHECK(full.max_held_bytes == (1ull << 30) && plain.max_held_bytes == full.max_held_bytes);
+    CHECK(dsc_loader_options_fill(&full, 16) == DSC_EINVAL);
+    CHECK(dsc_loader_options_fill(NULL, sizeof full) == DSC_EINVAL);
     CHECK(dsc_loader_options_init2(&full, 16) == DSC_EINVAL);
-    CHECK(dsc_loader_options_init2(NULL, sizeof full) == DSC_EINVAL);
 
     /* create reads only the old struct: a fallback directory that does not exist fails at the
      * files, not at the options. */
     old_options_t *o = malloc(sizeof *o);
     REQUIRE(o != NULL);
-    REQUIRE(dsc_loader_options_init2((dsc_loader_options_t *)o, sizeof *o) == 0);
+    REQUIRE(dsc_loader_options_fill((dsc_loader_options_t *)o, sizeof *o) == 0);
     o->dataset = "ds";
     o->fallback_path = "/nonexistent/dscache-test-options";
     dsc_loader_t *l = NULL;

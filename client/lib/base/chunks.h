@@ -37,8 +37,8 @@ typedef struct dsc_chunk_ent {
     /* bit i: peer i failed for it or sent it corrupt */
     uint64_t tried[DSC_LOADER_MAX_PEERS / 64 + 1];
     uint64_t order; /* creation order (re-routing keeps it) */
-    int hinted;     /* fetch.c: named in a HINT to its peer (read-ahead) */
-    int hz;         /* scheduler.c: named alone by the hint horizon: asked for alone
+    int hinted;     /* hints.c: named in a HINT to its peer (read-ahead) */
+    int hz;         /* hints.c: named alone by the hint horizon: asked for alone
                        (a GET must lie inside one hinted range to be served staged) */
     uint64_t epoch; /* epoch of the step that first needed it (per-epoch wire bytes) */
     /* hedge.c: re-issued from request hedge_req (0: none) of I/O thread hedge_io of peer

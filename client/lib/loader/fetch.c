@@ -7,10 +7,10 @@
 #include "diag.h"
 #include "hedge.h"
 #include "hint.h"
+#include "hints.h"
 #include "range.h"
 #include "report.h"
 #include "route.h"
-#include "scheduler.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -59,124 +59,6 @@ int dsc__fetch_manifest(dsc_loader_t *loader) {
         DSC_LOG(&loader->cfg.log, DSC_LOG_ERROR, "no server answered for dataset %s",
                 loader->cfg.dataset);
     return rc;
-}
-
-/* ---- Read-ahead hints ------------------------------------------------------------------------ */
-
-/* A HINT at most this often per peer, naming what is queued for it up to this far ahead. */
-#define HINT_INTERVAL_S 0.1
-#define HINT_WINDOW_S 4.0
-/* Queued chunks looked at per HINT (the queue's head is mostly hinted already). */
-#define HINT_SCAN_MAX 8192
-/* Until the peer's rate is known, the bytes per second due times are reckoned at. */
-#define HINT_RATE_GUESS (100.0 * 1e6)
-
-/* Whether this loader sends hints: on unless DSCACHE_HINTS=0 (decided once). Under lock. */
-static int hints_on(dsc_loader_t *loader) {
-    if (loader->fetch.hints == 0) {
-        const char *v = getenv("DSCACHE_HINTS");
-        loader->fetch.hints = v != NULL && strcmp(v, "0") == 0 ? -1 : 1;
-        /* A per-loader id the server counts hinters by: not a secret, just distinct. */
-        uint64_t x = dsc_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)loader;
-        x ^= x >> 33;
-        x *= 0xff51afd7ed558ccdull;
-        x ^= x >> 33;
-        loader->fetch.hinter = x ? x : 1;
-        if (loader->fetch.hints < 0)
-            DSC_LOG(&loader->cfg.log, DSC_LOG_DEBUG, "read-ahead hints off (DSCACHE_HINTS=0)");
-    }
-    return loader->fetch.hints > 0;
-}
-
-/* A HINT body of n ranges (0: it only names this connection's loader). Returns its length, or 0. */
-static int hint_encode(dsc_loader_t *loader, const dsc_hint_range_t *ranges, uint32_t n,
-                       uint8_t *out, size_t cap) {
-    const char *dataset = loader->cfg.dataset;
-    dsc_hint_req_t req = {.hinter = loader->fetch.hinter,
-                          .dataset = {dataset, (uint16_t)strlen(dataset)},
-                          .range_count = n,
-                          .ranges = n > 0 ? ranges : NULL};
-    int len = dsc_hint_req_encode(&req, out, cap);
-    return len > 0 ? len : 0;
-}
-
-/* Builds a HINT body naming the chunks queued for io's peer that were not named yet, grouped as
- * take_request will merge them, each with when it should be asked for (the bytes queued before
- * it at the peer's rate so far), up to HINT_WINDOW_S ahead. Marks them hinted. Under lock.
- * Returns the body's length, or 0 when there is nothing new to say. */
-static int hint_body(dsc_io_t *io, double now, uint8_t *out, size_t cap) {
-    dsc_loader_t *loader = io->loader;
-    dsc_peer_t *peer = &loader->net.peers[io->peer];
-    static _Thread_local dsc_hint_range_t ranges[DSC_HINT_MAX_RANGES];
-    if (loader->fetch.hint_t0 == 0)
-        loader->fetch.hint_t0 = now;
-    double elapsed = now - loader->fetch.hint_t0;
-    const dsc_verdict_server_t *vs = &loader->diag.servers[io->peer];
-    double rate = elapsed > 1.0 && vs->bytes > 0 ? (double)vs->bytes / elapsed : HINT_RATE_GUESS;
-    uint64_t ahead = peer->inflight_bytes;
-    uint32_t n = 0, scanned = 0;
-    dsc_chunk_ent_t *ent = peer->queue.head;
-    while (ent != NULL && n < DSC_HINT_MAX_RANGES && scanned < HINT_SCAN_MAX) {
-        double due = (double)ahead / rate;
-        if (due > HINT_WINDOW_S)
-            break;
-        /* A run of consecutive chunks of one shard, as take_request merges them. */
-        dsc_chunk_ent_t *run = ent;
-        uint32_t count = 0, fresh = 0;
-        do {
-            fresh += !ent->hinted;
-            ahead += ent->raw_len;
-            count++;
-            scanned++;
-            dsc_chunk_ent_t *next = ent->qnext;
-            int more = next != NULL && next->shard == ent->shard &&
-                       next->shard_chunk == ent->shard_chunk + 1 && count < DSC_SOURCE_MAX_MERGE &&
-                       count < DSC_HINT_MAX_RANGE_CHUNKS && next->hinted == run->hinted;
-            ent = next;
-            if (!more)
-                break;
-        } while (1);
-        if (fresh == 0)
-            continue;
-        for (dsc_chunk_ent_t *e = run; e != ent; e = e->qnext)
-            e->hinted = 1;
-        uint32_t due_ms =
-            due * 1e3 < DSC_HINT_MAX_DUE_MS ? (uint32_t)(due * 1e3) : DSC_HINT_MAX_DUE_MS;
-        ranges[n++] = (dsc_hint_range_t){.shard_id = run->shard,
-                                         .first_chunk = run->shard_chunk,
-                                         .chunk_count = count,
-                                         .due_ms = due_ms};
-    }
-    /* Then what the horizon named beyond the queue (dsc__sched_horizon) for this peer, in plan
-     * order, a range per chunk (take_request asks for each alone, so that every GET lies inside
-     * one staged range however the queue merges later); the rest of fetch.hz stays. */
-    if (peer->hz_pending > 0) {
-        uint32_t keep = 0;
-        for (uint32_t i = 0; i < loader->fetch.hz_count; i++) {
-            dsc__hz_pending_t *h = &loader->fetch.hz[i];
-            if (h->peer != io->peer) {
-                loader->fetch.hz[keep++] = *h;
-                continue;
-            }
-            if (n < DSC_HINT_MAX_RANGES) {
-                double due = h->due_at > now ? h->due_at - now : 0;
-                uint32_t due_ms =
-                    due * 1e3 < DSC_HINT_MAX_DUE_MS ? (uint32_t)(due * 1e3) : DSC_HINT_MAX_DUE_MS;
-                ranges[n++] = (dsc_hint_range_t){.shard_id = h->shard,
-                                                 .first_chunk = h->shard_chunk,
-                                                 .chunk_count = 1,
-                                                 .due_ms = due_ms};
-            } else {
-                loader->fetch.hz[keep++] = *h; /* the next HINT */
-                continue;
-            }
-            peer->hz_pending--;
-        }
-        loader->fetch.hz_count = keep;
-    }
-    if (n == 0)
-        return 0;
-    return hint_encode(loader, ranges, n, out, cap);
 }
 
 /* ---- I/O threads --------------------------------------------------------------------------- */
@@ -413,108 +295,231 @@ static int connect_peer(dsc_io_t *io) {
     return 0;
 }
 
+/* Keeps io connected for this tick: closes the connection once the peer left the view with nothing
+ * left for it, and opens one (or probes the failed peer) when there is none. Under lock
+ * (released while connecting). Returns 1 when connected, 0 to start the tick again (the hello
+ * may have taken a while: re-check the queue), -1 when the loader stops. */
+static int connection_ready(dsc_io_t *io) {
+    dsc_peer_t *peer = &io->loader->net.peers[io->peer];
+    if (io->conn != NULL && !peer->member && io->out_count == 0 && peer->queue.head == NULL &&
+        io->peer != DSC__PEER_FALLBACK) {
+        /* Left the view: nothing is routed here any more. */
+        peer->source->close(io->conn);
+        io->conn = NULL;
+    }
+    if (io->conn != NULL)
+        return 1;
+    return connect_peer(io) < 0 ? -1 : 0;
+}
+
+/* A connection left idle (a trainer evaluating, say) may have been closed by the server's idle
+ * time-out: before work goes out on it, it is closed here to be reopened at once, the peer not
+ * counted as failed. Under lock. Returns 1 when closed. */
+static int closed_while_idle(dsc_io_t *io, int report_due) {
+    dsc_loader_t *loader = io->loader;
+    dsc_peer_t *peer = &loader->net.peers[io->peer];
+    const dsc_source_ops_t *src = peer->source;
+    if (io->out_count != 0 || (peer->queue.head == NULL && !report_due) ||
+        src->idle_closed == NULL || !src->idle_closed(io->conn))
+        return 0;
+    DSC_LOG(&loader->cfg.log, DSC_LOG_DEBUG, "server %s closed the idle connection: reconnecting",
+            peer->addr);
+    src->close(io->conn);
+    io->conn = NULL;
+    return 1;
+}
+
+/* Sends a REPORT or HINT body of len bytes (0: nothing, the id is used all the same) on io's
+ * connection with send (the source's report or hint op), under the peer's next aside id, without
+ * the lock. Under lock (released while sending: the caller re-checks stop, the view and the
+ * queue); a failed send fails the connection. */
+static void send_aside(dsc_io_t *io, int (*send)(void *, uint64_t, const uint8_t *, size_t),
+                       const uint8_t *body, int len) {
+    dsc_loader_t *loader = io->loader;
+    uint64_t id = DSC_SOURCE_REPORT_ID | loader->net.peers[io->peer].report_seq++;
+    void *conn = io->conn;
+    int rc = 0;
+    pthread_mutex_unlock(&loader->lock);
+    if (len > 0)
+        rc = send(conn, id, body, (size_t)len);
+    pthread_mutex_lock(&loader->lock);
+    if (rc < 0)
+        conn_failed(io, rc);
+}
+
+/* The job's stall and rate to the server, now and then (REPORT). Under lock (released while
+ * sending). */
+static void send_report(dsc_io_t *io, double now) {
+    dsc_loader_t *loader = io->loader;
+    dsc_peer_t *peer = &loader->net.peers[io->peer];
+    uint8_t body[DSC_REPORT_MAX_BODY];
+    int len = dsc__diag_report_body(loader, io->peer, now, body, sizeof body);
+    peer->report_due = now + (loader->cfg.opt.report_seconds > 0 ? loader->cfg.opt.report_seconds
+                                                                 : DSC_DIAG_REPORT_S);
+    io->named = 1;
+    send_aside(io, peer->source->report, body, len);
+}
+
+/* Submits what the budgets allow, up to max_out outstanding. Under lock (released while
+ * submitting). Returns 0 or the source's error (the connection failed). */
+static int submit_requests(dsc_io_t *io, uint32_t max_out) {
+    dsc_loader_t *loader = io->loader;
+    const dsc_source_ops_t *src = loader->net.peers[io->peer].source;
+    int rc = 0;
+    while (rc == 0 && io->out_count < max_out && !loader->stop) {
+        dsc_source_req_t *req = &io->out[io->out_count];
+        if (!take_request(io, req))
+            break;
+        io->out_count++;
+        void *conn = io->conn;
+        pthread_mutex_unlock(&loader->lock);
+        rc = src->submit(conn, req);
+        pthread_mutex_lock(&loader->lock);
+    }
+    return rc;
+}
+
+/* An answer took t0 .. t1 and wire bytes: the loader's statistics, and per peer, for the verdict
+ * (diag.c), time per byte and the share spent before answers start (latency) rather than
+ * streaming (bandwidth), and what the server's REPORT answer says of its backing store. Under
+ * lock. */
+static void count_answer(dsc_io_t *io, double answer_at, uint64_t wire, double t0, double t1) {
+    dsc_loader_t *loader = io->loader;
+    const dsc_source_ops_t *src = loader->net.peers[io->peer].source;
+    loader->stats.st.network_seconds += t1 - t0;
+    loader->stats.st.wire_bytes += wire;
+    dsc_verdict_server_t *vs = &loader->diag.servers[io->peer];
+    vs->recv_seconds += t1 - t0;
+    vs->wait_seconds += answer_at > t0 ? answer_at - t0 : 0;
+    vs->bytes += wire;
+    dsc_report_resp_t ra;
+    if (src->report_answer != NULL && io->conn != NULL && src->report_answer(io->conn, &ra)) {
+        vs->have_backing = 1;
+        vs->backing_at = t1;
+        vs->srv_hits = ra.hits;
+        vs->srv_misses = ra.misses;
+        vs->backing_bytes = ra.backing_bytes;
+        vs->backing_busy_s = (double)ra.backing_busy_us / 1e6;
+        vs->backing_wait_s = (double)ra.backing_wait_us / 1e6;
+        vs->backing_rate = ra.backing_rate;
+        vs->store_capacity = ra.store_capacity;
+        vs->backing_pool = ra.backing_pool;
+        vs->backing_latency_us = ra.backing_latency_us;
+    }
+}
+
+/* The request came back with rc: delivered, its chunks tried elsewhere, or the loader failed.
+ * Under lock. */
+static void settle(dsc_io_t *io, dsc_source_req_t *done, int rc) {
+    dsc_loader_t *loader = io->loader;
+    if (rc == DSC_EUNAVAIL || rc == DSC_ECORRUPT || rc == DSC_ECHANGED) {
+        /* Busy or not loaded there, or its copy is damaged, or it serves another version of
+         * the dataset (a member not yet, or no longer, on the manifest this loader read):
+         * try another replica (a corrupt chunk then the fallback files), never the same peer
+         * again for these chunks. */
+        for (uint32_t i = 0; i < done->count; i++) {
+            int r = dsc__chunk_requeue(loader, done->chunks[i], io->peer, rc, 1);
+            if (r == DSC_ECHANGED) {
+                /* No replica serves the version this loader read: say which dataset and
+                 * which server, so that a job that dies of it names both. */
+                char text[DSC_MAX_NAME + DSC_MEMBER_MAX + 256];
+                snprintf(text, sizeof text,
+                         "dataset '%s' changed on server %s since this loader opened it (a "
+                         "new version replaced it there: %s); open a new loader to read it",
+                         loader->cfg.dataset, loader->net.peers[io->peer].addr, dsc_err_name(r));
+                dsc__loader_fail_with(loader, r, text);
+            } else if (r < 0) {
+                dsc__loader_fail(loader, r);
+            }
+        }
+        pthread_cond_broadcast(&loader->io_cv);
+    } else if (rc < 0) {
+        request_failed(io, done, rc);
+    } else {
+        deliver(io, done);
+    }
+}
+
+/* Waits for the next answer on io's connection (without the lock) and settles it. Under lock
+ * (released while waiting). */
+static void receive(dsc_io_t *io) {
+    dsc_loader_t *loader = io->loader;
+    const dsc_source_ops_t *src = loader->net.peers[io->peer].source;
+    pthread_mutex_unlock(&loader->lock);
+    int conn_bad = 0;
+    uint32_t index = 0;
+    uint64_t wire = 0;
+    double t0 = dsc_now_s();
+    int rc = src->complete(io->conn, io->out, io->out_count, &index, &conn_bad, &wire);
+    double t1 = dsc_now_s();
+    pthread_mutex_lock(&loader->lock);
+    count_answer(io, rc < 0 && conn_bad ? 0 : io->out[index].answer_at, wire, t0, t1);
+    dsc__hints_answered(io);
+    if (rc < 0 && conn_bad) {
+        conn_failed(io, rc);
+        return;
+    }
+    loader->diag.servers[io->peer].responses++;
+    dsc_source_req_t done = io->out[index]; /* swap-remove: the array is unordered */
+    io->out[index] = io->out[--io->out_count];
+    if (__atomic_load_n(&done.claim, __ATOMIC_ACQUIRE) == DSC_REQ_ABANDONED) {
+        /* The late answer to a request re-issued elsewhere (hedge.c): dropped. */
+        dsc__hedge_late(loader, io->peer, &done, wire);
+        return;
+    }
+    dsc__hedge_answered(loader, io->peer, &done, t1);
+    settle(io, &done, rc);
+}
+
+/* The thread's outstanding entries cancelled by a restart are its to free. Under lock. */
+static void drop_outstanding(dsc_io_t *io) {
+    for (uint32_t k = 0; k < io->out_count; k++)
+        for (uint32_t i = 0;
+             __atomic_load_n(&io->out[k].claim, __ATOMIC_ACQUIRE) != DSC_REQ_ABANDONED &&
+             i < io->out[k].count;
+             i++)
+            if (io->out[k].chunks[i]->cancelled)
+                dsc__chunk_free(&io->loader->cfg.pool, io->out[k].chunks[i]);
+    io->out_count = 0;
+}
+
+/* One I/O thread, per tick: keep connected, send what is due aside (the job's REPORT, then a
+ * HINT: hints.c), submit within the budgets, then wait for one answer (or, idle, for work).
+ * Under lock, released for all I/O. */
 static void io_loop(dsc_io_t *io) {
     dsc_loader_t *loader = io->loader;
     dsc_peer_t *peer = &loader->net.peers[io->peer];
     const dsc_source_ops_t *src = peer->source;
     uint32_t max_out =
         src->max_outstanding < IO_MAX_OUTSTANDING ? src->max_outstanding : IO_MAX_OUTSTANDING;
+    static _Thread_local uint8_t hint_body[DSC_HINT_MAX_BODY];
     while (!loader->stop) {
         if (loader->error) {
             pthread_cond_wait(&loader->io_cv, &loader->lock);
             continue;
         }
-        if (io->conn != NULL && !peer->member && io->out_count == 0 && peer->queue.head == NULL &&
-            io->peer != DSC__PEER_FALLBACK) {
-            /* Left the view: nothing is routed here any more. */
-            src->close(io->conn);
-            io->conn = NULL;
-        }
-        if (io->conn == NULL) {
-            if (connect_peer(io) < 0)
-                break;
-            continue; /* re-check the queue: the hello may have taken a while */
-        }
-        /* A connection left idle (a trainer evaluating, say) may have been closed by the
-         * server's idle time-out: reopened at once, the peer not counted as failed. */
+        int ready = connection_ready(io);
+        if (ready < 0)
+            break;
+        if (ready == 0)
+            continue;
         double now = dsc_now_s();
         /* The job's REPORT goes out from whichever of the peer's I/O threads is connected when
          * it is due, so that it never waits on one thread that the work happened to skip. */
         int reports = src->report != NULL && loader->cfg.opt.report_seconds >= 0;
         int report_due = reports && (now >= peer->report_due || !io->named);
-        if (io->out_count == 0 && (peer->queue.head != NULL || report_due) && src->idle_closed &&
-            src->idle_closed(io->conn)) {
-            DSC_LOG(&loader->cfg.log, DSC_LOG_DEBUG,
-                    "server %s closed the idle connection: reconnecting", peer->addr);
-            src->close(io->conn);
-            io->conn = NULL;
+        if (closed_while_idle(io, report_due))
             continue;
-        }
-        /* Now and then, the job's stall and rate to the server (the peer's first I/O thread). */
-        int rc = 0;
         if (report_due) {
-            uint8_t body[DSC_REPORT_MAX_BODY];
-            int len = dsc__diag_report_body(loader, io->peer, now, body, sizeof body);
-            peer->report_due =
-                now + (loader->cfg.opt.report_seconds > 0 ? loader->cfg.opt.report_seconds
-                                                          : DSC_DIAG_REPORT_S);
-            uint64_t id = DSC_SOURCE_REPORT_ID | peer->report_seq++;
-            io->named = 1;
-            void *conn = io->conn;
-            pthread_mutex_unlock(&loader->lock);
-            if (len > 0)
-                rc = src->report(conn, id, body, (size_t)len);
-            pthread_mutex_lock(&loader->lock);
-            if (rc < 0)
-                conn_failed(io, rc);
+            send_report(io, now);
             continue; /* the lock was released: re-check stop, the view and the queue */
         }
-        /* Now and then, what is queued for this server and not yet announced (HINT): it reads
-         * the chunks it does not hold ahead of the GETs. Advisory: a server without read-ahead
-         * answers UNSUPPORTED and is not told again. */
-        int hint_now = now >= peer->hint_due && (peer->queue.head != NULL || peer->hz_pending > 0);
-        /* The horizon (the chunks of the next seconds of demand, beyond the queue) is walked at
-         * most every HINT_INTERVAL_S for all peers, by whichever I/O thread is about to hint. */
-        if (hint_now && src->hint != NULL && !peer->hints_off && now >= loader->fetch.hz_due &&
-            hints_on(loader)) {
-            loader->fetch.hz_due = now + HINT_INTERVAL_S;
-            dsc__sched_horizon(loader, now);
+        int hint_len = dsc__hints_tick(io, now, hint_body, sizeof hint_body);
+        if (hint_len > 0) {
+            send_aside(io, src->hint, hint_body, hint_len);
+            continue;
         }
-        if (src->hint != NULL && !peer->hints_off && (hint_now || !io->hint_named) &&
-            hints_on(loader)) {
-            static _Thread_local uint8_t hbody[DSC_HINT_MAX_BODY];
-            int len = 0;
-            if (hint_now) {
-                peer->hint_due = now + HINT_INTERVAL_S;
-                len = hint_body(io, now, hbody, sizeof hbody);
-            }
-            /* Each connection says once whose GETs it carries, so that the server serves a
-             * staged range once per loader that announced it. */
-            if (len == 0 && !io->hint_named)
-                len = hint_encode(loader, NULL, 0, hbody, sizeof hbody);
-            if (len > 0) {
-                io->hint_named = 1;
-                uint64_t id = DSC_SOURCE_REPORT_ID | peer->report_seq++;
-                void *conn = io->conn;
-                pthread_mutex_unlock(&loader->lock);
-                rc = src->hint(conn, id, hbody, (size_t)len);
-                pthread_mutex_lock(&loader->lock);
-                if (rc < 0)
-                    conn_failed(io, rc);
-                continue;
-            }
-        }
-        /* Submit what the budgets allow. */
-        while (rc == 0 && io->out_count < max_out && !loader->stop) {
-            dsc_source_req_t *req = &io->out[io->out_count];
-            if (!take_request(io, req))
-                break;
-            io->out_count++;
-            void *conn = io->conn;
-            pthread_mutex_unlock(&loader->lock);
-            rc = src->submit(conn, req);
-            pthread_mutex_lock(&loader->lock);
-        }
+        int rc = submit_requests(io, max_out);
         if (rc < 0) {
             conn_failed(io, rc);
             continue;
@@ -527,94 +532,9 @@ static void io_loop(dsc_io_t *io) {
                 pthread_cond_wait(&loader->io_cv, &loader->lock);
             continue;
         }
-        pthread_mutex_unlock(&loader->lock);
-        int conn_bad = 0;
-        uint32_t index = 0;
-        uint64_t wire = 0;
-        double t0 = dsc_now_s();
-        rc = src->complete(io->conn, io->out, io->out_count, &index, &conn_bad, &wire);
-        double t1 = dsc_now_s();
-        pthread_mutex_lock(&loader->lock);
-        loader->stats.st.network_seconds += t1 - t0;
-        loader->stats.st.wire_bytes += wire;
-        /* Per peer, for the verdict (diag.c): time per byte, and the share spent before answers
-         * start (latency) rather than streaming (bandwidth). */
-        dsc_verdict_server_t *vs = &loader->diag.servers[io->peer];
-        double answer_at = rc < 0 && conn_bad ? 0 : io->out[index].answer_at;
-        vs->recv_seconds += t1 - t0;
-        vs->wait_seconds += answer_at > t0 ? answer_at - t0 : 0;
-        vs->bytes += wire;
-        dsc_report_resp_t ra;
-        if (src->report_answer != NULL && io->conn != NULL && src->report_answer(io->conn, &ra)) {
-            vs->have_backing = 1;
-            vs->backing_at = t1;
-            vs->srv_hits = ra.hits;
-            vs->srv_misses = ra.misses;
-            vs->backing_bytes = ra.backing_bytes;
-            vs->backing_busy_s = (double)ra.backing_busy_us / 1e6;
-            vs->backing_wait_s = (double)ra.backing_wait_us / 1e6;
-            vs->backing_rate = ra.backing_rate;
-            vs->store_capacity = ra.store_capacity;
-            vs->backing_pool = ra.backing_pool;
-            vs->backing_latency_us = ra.backing_latency_us;
-        }
-        if (src->hint_refused != NULL && io->conn != NULL && src->hint_refused(io->conn) &&
-            !peer->hints_off) {
-            peer->hints_off = 1;
-            DSC_LOG(&loader->cfg.log, DSC_LOG_INFO,
-                    "server %s has no read-ahead (HINT answered UNSUPPORTED): not sending it hints",
-                    peer->addr);
-        }
-        if (rc < 0 && conn_bad) {
-            conn_failed(io, rc);
-            continue;
-        }
-        vs->responses++;
-        dsc_source_req_t done = io->out[index]; /* swap-remove: the array is unordered */
-        io->out[index] = io->out[--io->out_count];
-        if (__atomic_load_n(&done.claim, __ATOMIC_ACQUIRE) == DSC_REQ_ABANDONED) {
-            /* The late answer to a request re-issued elsewhere (hedge.c): dropped. */
-            dsc__hedge_late(loader, io->peer, &done, wire);
-            continue;
-        }
-        dsc__hedge_answered(loader, io->peer, &done, t1);
-        if (rc == DSC_EUNAVAIL || rc == DSC_ECORRUPT || rc == DSC_ECHANGED) {
-            /* Busy or not loaded there, or its copy is damaged, or it serves another version of
-             * the dataset (a member not yet, or no longer, on the manifest this loader read):
-             * try another replica (a corrupt chunk then the fallback files), never the same peer
-             * again for these chunks. */
-            for (uint32_t i = 0; i < done.count; i++) {
-                int r = dsc__chunk_requeue(loader, done.chunks[i], io->peer, rc, 1);
-                if (r == DSC_ECHANGED) {
-                    /* No replica serves the version this loader read: say which dataset and
-                     * which server, so that a job that dies of it names both. */
-                    char text[DSC_MAX_NAME + DSC_MEMBER_MAX + 256];
-                    snprintf(text, sizeof text,
-                             "dataset '%s' changed on server %s since this loader opened it (a "
-                             "new version replaced it there: %s); open a new loader to read it",
-                             loader->cfg.dataset, loader->net.peers[io->peer].addr,
-                             dsc_err_name(r));
-                    dsc__loader_fail_with(loader, r, text);
-                } else if (r < 0) {
-                    dsc__loader_fail(loader, r);
-                }
-            }
-            pthread_cond_broadcast(&loader->io_cv);
-        } else if (rc < 0) {
-            request_failed(io, &done, rc);
-        } else {
-            deliver(io, &done);
-        }
+        receive(io);
     }
-    /* Outstanding entries cancelled by a restart belong to this thread. */
-    for (uint32_t k = 0; k < io->out_count; k++)
-        for (uint32_t i = 0;
-             __atomic_load_n(&io->out[k].claim, __ATOMIC_ACQUIRE) != DSC_REQ_ABANDONED &&
-             i < io->out[k].count;
-             i++)
-            if (io->out[k].chunks[i]->cancelled)
-                dsc__chunk_free(&loader->cfg.pool, io->out[k].chunks[i]);
-    io->out_count = 0;
+    drop_outstanding(io);
 }
 
 static void *io_main(void *arg) {

@@ -130,9 +130,9 @@ typedef struct dsc_batch_slot {
 } dsc_batch_slot_t;
 #define SLOT_FREE UINT64_MAX
 
-/* The hint horizon (scheduler.c) names at most this many chunks ahead of the plan. */
+/* The hint horizon (hints.c) names at most this many chunks ahead of the plan. */
 #define DSC__HZ_MAX_CHUNKS 4096
-/* A chunk the horizon named, waiting for its peer's next HINT (fetch.c). */
+/* A chunk the horizon named, waiting for its peer's next HINT (hints.c). */
 typedef struct dsc__hz_pending {
     uint32_t peer, shard, shard_chunk;
     double due_at;
@@ -169,7 +169,8 @@ typedef struct dsc_io {
     uint64_t next_id;
     dsc_source_req_t out[IO_MAX_OUTSTANDING]; /* outstanding requests, unordered */
     uint32_t out_count;
-    int hint_named; /* fetch.c: a HINT went out on this connection (its GETs are this loader's) */
+    int hint_named; /* hints.c: a HINT went out on this connection (its GETs are this loader's;
+                       fetch.c clears it on a new connection) */
     int named;      /* this connection has sent the job's REPORT (a server with --send-rate queues
                        its answers under the job: every connection names it once, when it opens) */
 } dsc_io_t;
@@ -219,9 +220,9 @@ typedef struct dsc_peer {
     int manifest_rc;   /* fetch.c: what its MANIFEST call gave at create (explained there) */
     double report_due; /* fetch.c: monotonic seconds: the next REPORT (any connected I/O thread) */
     uint64_t report_seq;    /* fetch.c: low bits of the REPORT ids */
-    double hint_due;        /* fetch.c: monotonic seconds: the next HINT may go out */
-    uint32_t hz_pending;    /* fetch.c / scheduler.c: entries of fetch.hz for this peer */
-    int hints_off;          /* fetch.c: the server answered a HINT UNSUPPORTED: no more */
+    double hint_due;        /* hints.c: monotonic seconds: the next HINT may go out */
+    uint32_t hz_pending;    /* hints.c: entries of hints.pending for this peer */
+    int hints_off;          /* hints.c: the server answered a HINT UNSUPPORTED: no more */
     int announced;          /* route.c: the fallback files' first use was logged (once) */
     dsc_hedge_peer_t hedge; /* hedge.c: stalls, slow marking, hedged requests */
 } dsc_peer_t;
@@ -313,17 +314,40 @@ struct dsc_loader {
      * decode.c gives bytes back once decoded). Under lock. */
     struct {
         uint64_t inflight_used;
-        /* Read-ahead hints (HINT): 0 not decided yet, 1 on, -1 off (DSCACHE_HINTS=0); the
-         * loader's hinter id; when the first hint went out (for the rate estimate). */
-        int hints;
-        uint64_t hinter;
-        double hint_t0;
-        /* Chunks the hint horizon named, not yet sent: per entry its peer, chunk and when it
-         * should be asked for (monotonic seconds); when the horizon is walked next. */
-        dsc__hz_pending_t *hz;
-        uint32_t hz_count;
-        double hz_due;
     } fetch;
+
+    /* Owner hints.c: read-ahead hints (HINT) and the hint horizon. Under lock. */
+    struct {
+        /* 0 not decided yet, 1 on, -1 off (DSCACHE_HINTS=0); the loader's hinter id; when the
+         * first hint went out (for the rate estimate). */
+        int on;
+        uint64_t hinter;
+        double t0;
+        /* Chunks the horizon named, not yet sent: per entry its peer, chunk and when it should
+         * be asked for (monotonic seconds); when the horizon is walked next. */
+        dsc__hz_pending_t *pending;
+        uint32_t pending_count;
+        double walk_due;
+        /* The horizon: the plan walked ahead of sched.plan_seq, on an order of its own, to name
+         * the chunks of the next seconds of demand to their servers before they are queued.
+         * seq: the seq the step `step` of `epoch` will have; bits[e & 1]: a bit per chunk named
+         * for epoch bits_epoch[e & 1]; ring: the seqs of the named chunks not yet planned (at
+         * most DSC__HZ_MAX_CHUNKS, from head). */
+        dsc_order_t *order;
+        dsc_split_t split;
+        dsc_local_t local;
+        int valid;
+        uint64_t epoch, step, seq;
+        uint64_t *bits[2];
+        uint64_t bits_epoch[2];
+        uint64_t *ring;
+        uint32_t head, count;
+        /* The walk looks up a step's samples without the lock (order and local are the
+         * walker's alone): one walker at a time; gen changes when a restart resets it. */
+        int walking;
+        uint64_t gen;
+        dsc_sample_loc_t *locs; /* batch_size entries */
+    } hints;
 
     /* Owner decode.c: decode threads, the decode queue (fetch.c pushes), assist. Under lock. */
     struct {
@@ -366,25 +390,6 @@ struct dsc_loader {
         dsc_chunk_queue_t deferred;
         uint64_t ahead_steps; /* steps of plan_epoch planned while it was not asked for */
         uint64_t ahead_bytes; /* raw bytes of the chunks those steps queued for fetching */
-        /* Hint horizon (dsc__sched_horizon): the plan walked ahead of plan_seq, on an order of
-         * its own, to name the chunks of the next seconds of demand to their servers before they
-         * are queued. hz_seq: the seq the step hz_step of hz_epoch will have; hz_bits[e & 1]:
-         * a bit per chunk named for epoch hz_bits_epoch[e & 1]; hz_ring: the seqs of the named
-         * chunks not yet planned (at most DSC__HZ_MAX_CHUNKS). */
-        dsc_order_t *hz_order;
-        dsc_split_t hz_split;
-        dsc_local_t hz_local;
-        int hz_valid;
-        uint64_t hz_epoch, hz_step, hz_seq;
-        uint64_t *hz_bits[2];
-        uint64_t hz_bits_epoch[2];
-        uint64_t *hz_ring;
-        uint32_t hz_head, hz_count;
-        /* The walk looks up a step's samples without the lock (hz_order and hz_local are the
-         * walker's alone): one walker at a time; hz_gen changes when a restart resets it. */
-        int hz_walking;
-        uint64_t hz_gen;
-        dsc_sample_loc_t *hz_locs; /* batch_size entries */
         /* Order caller: the batches pushed (dsc__sched_push) and not planned yet, seqs plan_seq
          * .. push_seq - 1 at ring[seq % ring_cap] (ring_cap: opt.order_ahead; a push is refused
          * while push_seq - cons.cons_seq is at it). push_epoch: the epoch of the next push;

@@ -1,10 +1,13 @@
 /* Loader scheduler: the thread that plans steps ahead (sample ids -> chunk entries, new chunks
  * routed and queued for fetching) within the decoded-chunk budget and gives planned steps their
- * batch slots in stream order. The only user of the epoch order and split (plan.h). Calls down
- * only: route.c, decode.c (work signal), chunks.c, diag.c (how much next() waits on fetches). */
+ * batch slots in stream order. The only user of the epoch order and split (plan.h) besides the
+ * hint horizon (hints.c, on objects of its own). Calls down only: route.c, decode.c (work
+ * signal), chunks.c, diag.c (how much next() waits on fetches), hints.c (the horizon follows the
+ * plan). */
 #include "scheduler.h"
 #include "decode.h"
 #include "diag.h"
+#include "hints.h"
 #include "route.h"
 
 #include <stdlib.h>
@@ -203,9 +206,7 @@ static int plan_one(dsc_loader_t *loader) {
             ent->order = loader->sched.order_next++;
             ent->epoch = st->epoch; /* its wire bytes count for this epoch (stats) */
             /* Named by the hint horizon already: the queue's hints skip it. */
-            const uint64_t *hz = loader->sched.hz_bits[st->epoch & 1];
-            if (hz != NULL && loader->sched.hz_bits_epoch[st->epoch & 1] == st->epoch &&
-                (hz[loc.chunk / 64] & (1ull << (loc.chunk % 64))))
+            if (dsc__hints_named(loader, st->epoch, loc.chunk))
                 ent->hinted = ent->hz = 1;
             /* A chunk fetched a second time this epoch: its first copy was dropped before a
              * later need was planned (the window's chunks did not fit in cache_bytes). */
@@ -249,223 +250,6 @@ static int plan_one(dsc_loader_t *loader) {
         st->pos_after = dsc__split_position(&loader->sched.plan_split, loader->sched.plan_step);
     loader->sched.plan_seq++;
     return 0;
-}
-
-/* ---- Hint horizon ----------------------------------------------------------------------- */
-
-/* How far ahead of the consumer the horizon names chunks, in seconds of its measured steps
- * (DSCACHE_HINT_SECONDS overrides; 0: only what is queued is hinted), and the samples looked at
- * per walk (the first walks reach the horizon in a few rounds). */
-#define HZ_SECONDS 4.0
-#define HZ_SCAN_SAMPLES 65536
-
-/* Points the horizon's plan at epoch `epoch` from its start, or, for the epoch being planned,
- * at the plan's own segment and step. Under lock. Returns 0, or < 0 (horizon off for now). */
-static int hz_enter(dsc_loader_t *loader, uint64_t epoch) {
-    const dsc_loader_options_t *o = &loader->cfg.opt;
-    if (dsc__order_epoch(loader->sched.hz_order) != epoch || !loader->sched.hz_valid)
-        dsc__order_set_epoch(loader->sched.hz_order, epoch);
-    int rc = 0;
-    if (epoch == loader->sched.plan_epoch) {
-        loader->sched.hz_split = loader->sched.plan_split;
-        loader->sched.hz_local = loader->sched.plan_local;
-        loader->sched.hz_local.order = loader->sched.hz_order;
-        loader->sched.hz_local.hint_valid = 0;
-        loader->sched.hz_step = loader->sched.plan_step;
-    } else {
-        rc = dsc__order_is_local(loader)
-                 ? dsc__local_init(&loader->sched.hz_local, loader->sched.hz_order,
-                                   o->shuffle_window, o->shuffle, NULL, 0, o->batch_size,
-                                   o->world_size, o->drop_last)
-                 : dsc__split_init(&loader->sched.hz_split, loader->cfg.samples, 0, o->batch_size,
-                                   o->world_size, o->drop_last);
-        loader->sched.hz_step = 0;
-    }
-    loader->sched.hz_epoch = epoch;
-    uint32_t b = epoch & 1;
-    if (loader->sched.hz_bits_epoch[b] != epoch) {
-        memset(loader->sched.hz_bits[b], 0, loader->sched.fetched_words * sizeof(uint64_t));
-        loader->sched.hz_bits_epoch[b] = epoch;
-    }
-    return rc;
-}
-
-/* Names one chunk a step of the horizon needs (once per epoch: bits; not one named for the
- * epoch before: prev, may be NULL) to its peer's next HINT, due at due_at, as the need of seq
- * hz_seq. Under lock, with room in fetch.hz and hz_ring. Returns 1 when named, else 0. */
-static uint32_t hz_name(dsc_loader_t *loader, const dsc_sample_loc_t *loc, uint64_t *bits,
-                        const uint64_t *prev, double due_at) {
-    uint64_t bit = 1ull << (loc->chunk % 64);
-    if (bits[loc->chunk / 64] & bit)
-        return 0;
-    /* Named for the epoch before: a server stages a range once per loader and pass, so this
-     * need is left to the queue's hints (when it is queued, after the first). */
-    if (prev != NULL && (prev[loc->chunk / 64] & bit))
-        return 0;
-    bits[loc->chunk / 64] |= bit;
-    /* In the table: queued (hinted with the queue), fetched or held. Deferred (next epoch, not
-     * routed): named here, and the queue's hints skip it later. */
-    dsc_chunk_ent_t *ent = dsc__chunk_find(&loader->chunks, loc->chunk);
-    if (ent != NULL && (ent->hinted || ent->peer != UINT32_MAX || ent->state != CH_QUEUED))
-        return 0;
-    dsc_chunk_ent_t probe = {.gid = loc->chunk,
-                             .shard = loc->shard,
-                             .shard_chunk = loc->shard_chunk,
-                             .samples = loc->chunk_samples};
-    probe.raw_len = dsc__chunk_raw_estimate(loader->cfg.manifest, loc->chunk_samples);
-    int peer = dsc__route_chunk(loader, ent != NULL ? ent : &probe);
-    if (peer < 0 || (uint32_t)peer == DSC__PEER_FALLBACK ||
-        loader->net.peers[peer].source->hint == NULL || loader->net.peers[peer].hints_off)
-        return 0;
-    if (ent != NULL)
-        ent->hinted = ent->hz = 1;
-    loader->fetch.hz[loader->fetch.hz_count++] =
-        (dsc__hz_pending_t){.peer = (uint32_t)peer,
-                            .shard = loc->shard,
-                            .shard_chunk = loc->shard_chunk,
-                            .due_at = due_at};
-    loader->net.peers[peer].hz_pending++;
-    loader->sched.hz_ring[(loader->sched.hz_head + loader->sched.hz_count) % DSC__HZ_MAX_CHUNKS] =
-        loader->sched.hz_seq;
-    loader->sched.hz_count++;
-    return 1;
-}
-
-/* The horizon along the caller's order: the batches pushed but not planned yet (seqs plan_seq ..
- * push_seq - 1) up to limit_seq, each chunk named once per epoch. The lookups are cheap (no
- * permutation: the indices are there), so all under lock. Returns the chunks named. */
-static uint32_t hz_caller(dsc_loader_t *loader, double now, double step, uint64_t limit_seq) {
-    const uint64_t cons = loader->cons.cons_seq;
-    if (!loader->sched.hz_valid || loader->sched.hz_seq < loader->sched.plan_seq) {
-        loader->sched.hz_seq = loader->sched.plan_seq;
-        loader->sched.hz_valid = 1;
-    }
-    uint64_t end =
-        loader->sched.caller.push_seq < limit_seq ? loader->sched.caller.push_seq : limit_seq;
-    uint32_t named = 0;
-    while (loader->sched.hz_seq < end && loader->sched.hz_count < DSC__HZ_MAX_CHUNKS &&
-           loader->fetch.hz_count < DSC__HZ_MAX_CHUNKS) {
-        const dsc_caller_ent_t *ce =
-            &loader->sched.caller.ring[loader->sched.hz_seq % loader->sched.caller.ring_cap];
-        if (!ce->eof) {
-            uint64_t epoch = ce->epoch;
-            uint32_t b = epoch & 1;
-            if (loader->sched.hz_bits_epoch[b] != epoch) {
-                memset(loader->sched.hz_bits[b], 0, loader->sched.fetched_words * sizeof(uint64_t));
-                loader->sched.hz_bits_epoch[b] = epoch;
-            }
-            const uint64_t *prev =
-                epoch > 0 && loader->sched.hz_bits_epoch[(epoch - 1) & 1] == epoch - 1
-                    ? loader->sched.hz_bits[(epoch - 1) & 1]
-                    : NULL;
-            double due_at = now + (double)(loader->sched.hz_seq - cons) * step;
-            for (uint32_t k = 0; k < ce->count && loader->fetch.hz_count < DSC__HZ_MAX_CHUNKS &&
-                                 loader->sched.hz_count < DSC__HZ_MAX_CHUNKS;
-                 k++) {
-                dsc_sample_loc_t loc;
-                if (dsc__order_locate(loader->sched.order, ce->ids[k], &loc) == 0)
-                    named += hz_name(loader, &loc, loader->sched.hz_bits[b], prev, due_at);
-            }
-        }
-        loader->sched.hz_seq++;
-    }
-    return named;
-}
-
-double dsc__sched_hz_seconds(void) {
-    static double seconds = -1;
-    if (seconds < 0) {
-        const char *v = getenv("DSCACHE_HINT_SECONDS");
-        char *end = NULL;
-        double x = v != NULL ? strtod(v, &end) : HZ_SECONDS;
-        seconds = v != NULL && (end == v || !(x >= 0) || x > 600) ? HZ_SECONDS : x;
-    }
-    return seconds;
-}
-
-uint32_t dsc__sched_horizon(dsc_loader_t *loader, double now) {
-    if (loader->sched.hz_order == NULL || loader->fetch.hz == NULL || loader->sched.hz_walking)
-        return 0;
-    const dsc_stats_t *s = &loader->stats.st;
-    double window = dsc__sched_hz_seconds();
-    if (s->batches < 2 || window <= 0)
-        return 0; /* no step time measured yet */
-    double step = (s->compute_seconds + s->stall_seconds) / (double)s->batches;
-    if (!(step > 0))
-        return 0;
-    /* Named chunks the plan has reached since leave the bound. */
-    while (loader->sched.hz_count > 0 &&
-           loader->sched.hz_ring[loader->sched.hz_head] < loader->sched.plan_seq) {
-        loader->sched.hz_head = (loader->sched.hz_head + 1) % DSC__HZ_MAX_CHUNKS;
-        loader->sched.hz_count--;
-    }
-    uint64_t cons = loader->cons.cons_seq;
-    double reach = window / step;
-    uint64_t limit_seq = cons + (reach < 1e9 ? (uint64_t)reach : 1000000000ull);
-    if (dsc__order_is_caller(loader))
-        return hz_caller(loader, now, step, limit_seq);
-    if (!loader->sched.hz_valid || loader->sched.hz_seq < loader->sched.plan_seq) {
-        if (hz_enter(loader, loader->sched.plan_epoch) < 0)
-            return 0;
-        loader->sched.hz_seq = loader->sched.plan_seq;
-        loader->sched.hz_valid = 1;
-    }
-    const dsc_loader_options_t *o = &loader->cfg.opt;
-    int local = dsc__order_is_local(loader);
-    uint32_t named = 0;
-    uint64_t scanned = 0;
-    while (loader->sched.hz_seq < limit_seq && loader->sched.hz_count < DSC__HZ_MAX_CHUNKS &&
-           loader->fetch.hz_count < DSC__HZ_MAX_CHUNKS && scanned < HZ_SCAN_SAMPLES) {
-        uint64_t epoch = loader->sched.hz_epoch;
-        if (o->epochs != 0 && epoch >= o->epochs)
-            break; /* the job's last epoch is done */
-        uint64_t steps = local ? loader->sched.hz_local.steps : loader->sched.hz_split.steps;
-        if (loader->sched.hz_step >= steps) { /* the end-of-epoch marker's seq */
-            if (epoch > loader->sched.plan_epoch || hz_enter(loader, epoch + 1) < 0)
-                break;
-            loader->sched.hz_seq++;
-            continue;
-        }
-        uint64_t first;
-        uint32_t count;
-        int rc = local ? dsc__local_step(&loader->sched.hz_local, loader->sched.hz_step, o->rank,
-                                         &first, &count)
-                       : dsc__split_step(&loader->sched.hz_split, loader->sched.hz_step, o->rank,
-                                         &first, &count);
-        if (rc < 0)
-            break;
-        uint64_t *bits = loader->sched.hz_bits[epoch & 1];
-        const uint64_t *prev =
-            epoch > 0 && loader->sched.hz_bits_epoch[(epoch - 1) & 1] == epoch - 1
-                ? loader->sched.hz_bits[(epoch - 1) & 1]
-                : NULL;
-        double due_at = now + (double)(loader->sched.hz_seq - cons) * step;
-        /* The step's samples are looked up without the lock (the costly part: the order's
-         * permutations); what they name is then checked against the table under it. */
-        uint64_t gen = loader->sched.hz_gen;
-        dsc_sample_loc_t *locs = loader->sched.hz_locs;
-        loader->sched.hz_walking = 1;
-        pthread_mutex_unlock(&loader->lock);
-        for (uint32_t k = 0; k < count; k++) {
-            uint64_t id = local ? dsc__local_at(&loader->sched.hz_local, o->rank, first + k)
-                                : dsc__order_at(loader->sched.hz_order, first + k);
-            if (dsc__order_locate(loader->sched.hz_order, id, &locs[k]) < 0)
-                locs[k].chunk = UINT64_MAX;
-        }
-        pthread_mutex_lock(&loader->lock);
-        loader->sched.hz_walking = 0;
-        if (loader->stop || gen != loader->sched.hz_gen)
-            break; /* restarted meanwhile: the next walk starts from the new position */
-        for (uint32_t k = 0; k < count && loader->fetch.hz_count < DSC__HZ_MAX_CHUNKS &&
-                             loader->sched.hz_count < DSC__HZ_MAX_CHUNKS;
-             k++)
-            if (locs[k].chunk != UINT64_MAX)
-                named += hz_name(loader, &locs[k], bits, prev, due_at);
-        scanned += count;
-        loader->sched.hz_step++;
-        loader->sched.hz_seq++;
-    }
-    return named;
 }
 
 void *dsc__sched_main(void *arg) {
@@ -550,20 +334,9 @@ int dsc__sched_init(dsc_loader_t *loader) {
     loader->sched.fetched = calloc(loader->sched.fetched_words, sizeof(uint64_t));
     if (loader->sched.fetched == NULL)
         return DSC_ENOMEM;
-    /* The hint horizon walks the same order on an object of its own (plan.h: one thread at a
-     * time each; both are used under lock). */
-    rc = dsc__order_create(m, o->seed, o->shuffle, o->shuffle_window, &loader->sched.hz_order);
+    rc = dsc__hints_init(loader); /* the hint horizon walks the same order */
     if (rc < 0)
         return rc;
-    loader->sched.hz_bits[0] = calloc(loader->sched.fetched_words, sizeof(uint64_t));
-    loader->sched.hz_bits[1] = calloc(loader->sched.fetched_words, sizeof(uint64_t));
-    loader->sched.hz_ring = calloc(DSC__HZ_MAX_CHUNKS, sizeof(uint64_t));
-    loader->fetch.hz = calloc(DSC__HZ_MAX_CHUNKS, sizeof(dsc__hz_pending_t));
-    loader->sched.hz_locs = calloc(o->batch_size, sizeof(dsc_sample_loc_t));
-    if (!loader->sched.hz_bits[0] || !loader->sched.hz_bits[1] || !loader->sched.hz_ring ||
-        !loader->fetch.hz || !loader->sched.hz_locs)
-        return DSC_ENOMEM;
-    loader->sched.hz_bits_epoch[0] = loader->sched.hz_bits_epoch[1] = UINT64_MAX;
     /* Look-ahead of three shuffle windows: the current window's chunks stay decoded (each is
      * fetched once) while the next window's are fetched; bounded to about a million sample
      * records (and by cache_bytes at run time). */
@@ -610,12 +383,7 @@ int dsc__sched_init(dsc_loader_t *loader) {
 void dsc__sched_free(dsc_loader_t *loader) {
     dsc__chunk_table_free(&loader->chunks, &loader->cfg.pool);
     free(loader->sched.fetched);
-    free(loader->sched.hz_bits[0]);
-    free(loader->sched.hz_bits[1]);
-    free(loader->sched.hz_ring);
-    free(loader->fetch.hz);
-    free(loader->sched.hz_locs);
-    dsc__order_destroy(loader->sched.hz_order);
+    dsc__hints_free(loader);
     for (uint32_t i = 0; loader->sched.caller.ring != NULL && i < loader->sched.caller.ring_cap;
          i++)
         free(loader->sched.caller.ring[i].ids);
@@ -639,11 +407,7 @@ int dsc__sched_restart(dsc_loader_t *loader, uint64_t epoch, const dsc_plan_seg_
     loader->sched.plan_nhist = nhist;
     memset(&loader->sched.deferred, 0, sizeof loader->sched.deferred); /* freed with the table */
     loader->cons.want_epoch = epoch;
-    /* The horizon starts again from the new position (named bits stay: advisory). */
-    loader->sched.hz_valid = 0;
-    loader->sched.hz_count = 0;
-    loader->sched.hz_gen++;
-    loader->sched.hz_bits_epoch[0] = loader->sched.hz_bits_epoch[1] = UINT64_MAX;
+    dsc__hints_restart(loader); /* the horizon starts again from the new position */
     /* Order caller: nothing pushed any more; the caller pushes epoch `epoch` again. */
     loader->sched.caller.push_seq = loader->sched.plan_seq;
     loader->sched.caller.push_epoch = epoch;

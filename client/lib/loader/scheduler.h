@@ -1,6 +1,6 @@
 /* Loader scheduler: plans steps ahead (the epoch order of plan.h, chunks routed and queued) and
- * gives them batch slots in stream order. Above route.c, decode.c and chunks.c, below state.c and
- * loader.c. */
+ * gives them batch slots in stream order. Above route.c, decode.c, hints.c and chunks.c, below
+ * state.c and loader.c. */
 #ifndef DSC_SCHEDULER_H
 #define DSC_SCHEDULER_H
 
@@ -25,16 +25,6 @@ int dsc__sched_restart(dsc_loader_t *loader, uint64_t epoch, const dsc_plan_seg_
  * DSC_EINVAL / DSC_ERANGE (not a state this order produces). */
 int dsc__sched_check_segments(dsc_loader_t *loader, const dsc_plan_seg_t *hist, uint32_t nhist,
                               uint64_t pos);
-/* The hint horizon: walks the plan past what is planned, up to the steps of the next
- * dsc__sched_hz_seconds() of demand (the consumer's mean step so far; nothing before two steps
- * were measured) and at most DSC__HZ_MAX_CHUNKS chunks named ahead of the plan, and appends the
- * chunks not in the chunk table yet (or deferred there), each once per epoch, to fetch.hz with
- * their owning peer and expected request time (fetch.c sends them in its HINTs). now: monotonic
- * seconds. Under lock. Returns the chunks named. */
-uint32_t dsc__sched_horizon(dsc_loader_t *loader, double now);
-/* The horizon's reach in seconds: 4, or DSCACHE_HINT_SECONDS (0 .. 600; 0: hints name only
- * what is queued). */
-double dsc__sched_hz_seconds(void);
 /* Order caller (dsc_loader_push_order): appends one pushed batch of n indices (the first ones
  * skipped while a state_load's skip lasts) and, with DSC_PUSH_END, the epoch's end mark. Under
  * lock. Returns the room left, or DSC_EINVAL / DSC_ERANGE / DSC_EAGAIN / DSC_EBADSTATE or the

@@ -427,6 +427,7 @@ def _load() -> Any:
         "dsc_strerror": (ctypes.c_char_p, [ip]),
         "dsc_err_name": (ctypes.c_char_p, [ip]),
         "dsc_version": (ctypes.c_char_p, []),
+        "dsc_loader_options_fill": (ip, [ctypes.POINTER(_Options), ctypes.c_size_t]),
         "dsc_loader_options_init2": (ip, [ctypes.POINTER(_Options), ctypes.c_size_t]),
         "dsc_batch_retain": (ip, [vp]),
         "dsc_loader_last_error": (ip, [vp, ctypes.c_char_p, ctypes.c_size_t]),

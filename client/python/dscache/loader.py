@@ -205,7 +205,7 @@ class Loader:
             _sinks[self._sink_id] = self._messages
 
         opts = _Options()
-        _check(lib.dsc_loader_options_init2(ctypes.byref(opts), ctypes.sizeof(opts)))
+        _check(lib.dsc_loader_options_fill(ctypes.byref(opts), ctypes.sizeof(opts)))
         opts.servers = servers.encode() if servers else None
         opts.dataset = dataset.encode()
         # Packed: batch_size is rows; the loader reads documents in batches of at least 256, so

@@ -398,7 +398,7 @@ class MapDataset:
     def _options(self, lib: Any, max_batch: int, sink_id: int) -> Tuple[Any, Any]:
         a = self._args
         opts = _Options()
-        _check(lib.dsc_loader_options_init2(ctypes.byref(opts), ctypes.sizeof(opts)))
+        _check(lib.dsc_loader_options_fill(ctypes.byref(opts), ctypes.sizeof(opts)))
         opts.servers = a["servers"].encode() if a["servers"] else None
         opts.dataset = a["dataset"].encode()
         opts.batch_size = max_batch

@@ -137,7 +137,7 @@ class Mixture:
         if isinstance(servers, (list, tuple)):
             servers = ",".join(servers)
         o = _Options()
-        _check(lib.dsc_loader_options_init2(ctypes.byref(o), ctypes.sizeof(o)))
+        _check(lib.dsc_loader_options_fill(ctypes.byref(o), ctypes.sizeof(o)))
         keep: List[bytes] = []  # the bytes the structs point at, alive through create
 
         def b(text: Union[str, bytes, "os.PathLike[str]", None]) -> Optional[bytes]:
