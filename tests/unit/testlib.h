@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int dsc_test_failures;
+static int dsc_test_failures __attribute__((unused));
 
 #define CHECK(cond)                                                                                \
     do {                                                                                           \

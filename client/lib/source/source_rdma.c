@@ -49,12 +49,6 @@ int dsc__transport_parse(const char *text, dsc_transport_t *out) {
     return 0;
 }
 
-static void count_add(atomic_uint_fast64_t *c, int64_t d) {
-    if (d >= 0)
-        atomic_fetch_add_explicit(c, (uint64_t)d, memory_order_relaxed);
-    else
-        atomic_fetch_sub_explicit(c, (uint64_t)-d, memory_order_relaxed);
-}
 
 /* ---- the endpoint (one per server) and the TCP fallback ----------------------------------- */
 
@@ -214,6 +208,13 @@ int dsc__rdma_probe(const char *addr, uint32_t timeout_ms, const dsc_credential_
 }
 
 #else
+
+static void count_add(atomic_uint_fast64_t *c, int64_t d) {
+    if (d >= 0)
+        atomic_fetch_add_explicit(c, (uint64_t)d, memory_order_relaxed);
+    else
+        atomic_fetch_sub_explicit(c, (uint64_t)-d, memory_order_relaxed);
+}
 
 /* Maps and registers the slab once. Returns 0, or DSC_EUNAVAIL with the reason in why. */
 static int client_slab(dsc_rdma_client_t *r, uint64_t bytes, const dsc_logger_t *log, char *why,
