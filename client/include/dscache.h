@@ -124,10 +124,21 @@ typedef struct dsc_loader_options {
                              smaller of 1024 and 2^18 / batch_size. At most 2^20 / batch_size;
                              ignored by the other orders (docs/order.md#the-callers-order) */
     /* Mixtures (docs/mixtures.md). sources / n_sources: the sources of a mixture (an array of
-     * dsc_source_options_t, read with the stride of the first's struct_size), taken by
-     * dsc_mixture_create(options, NULL, 0, ...) when it is given no sources of its own. A loader
-     * reads one dataset: dsc_loader_create refuses n_sources > 0 with DSC_EINVAL (its last
-     * error names dsc_mixture_create). exhausted: what a mixture does when a source's
+     * dsc_source_options_t, read with the stride of the first's struct_size). n_sources > 0:
+     * dsc_loader_create makes a loader over the mixture (dataset, fallback_path and
+     * field_options ignored; order local and device -1 only): dsc_loader_next hands out
+     * ordinary batches (retain/release, field views, DLPack as for one dataset) of the fields
+     * every source has (dtype and shape must agree, else DSC_EINVAL naming the source, the field
+     * and both definitions) and one more, "source" (int32 per sample: the index of its source
+     * in `sources`; a source field of that name is refused); dsc_batch_indices gives each
+     * sample's index in its own dataset. Variable fields are values + offsets, their slot budget
+     * batch_size x the largest sample any source's manifest knows (at most 64 MiB; a batch
+     * over it fails the loader with DSC_ETOOLARGE). state_save/state_load are the mixture's
+     * (dsc_mixture_state_save), dsc_loader_stats sums the sources' wire and stage figures (the
+     * verdict: the starving source's); dsc_loader_mixture gives per-source figures.
+     * dsc_loader_set_epoch accepts only the current epoch; dsc_loader_len is 0. Also taken by
+     * dsc_mixture_create(options, NULL, 0, ...) when it is given no sources of its own.
+     * exhausted: what a mixture does when a source's
      * source-epoch ends: DSC_EXHAUSTED_WRAP (0, default) starts its next one;
      * DSC_EXHAUSTED_STOP ends the mixture's epoch (the batch in progress is handed out short,
      * the next dsc_mixture_next returns DSC_EOF, the one after starts the next epoch). Another
@@ -751,6 +762,10 @@ DSC_EXTERN int dsc_mixture_packed(const dsc_mixture_t *mixture, dsc_packed_batch
 DSC_EXTERN uint32_t dsc_mixture_field_count(const dsc_mixture_t *mixture);
 DSC_EXTERN int dsc_mixture_field(const dsc_mixture_t *mixture, uint32_t field,
                                  dsc_field_info_t *out);
+/* The mixture of a loader made with options.sources (NULL for a single-dataset loader or NULL):
+ * owned by the loader, for dsc_mixture_info, dsc_mixture_source_stats, dsc_mixture_field and
+ * dsc_mixture_source_batch only (next, state and field views go through the loader). */
+DSC_EXTERN dsc_mixture_t *dsc_loader_mixture(const dsc_loader_t *loader);
 /* Source k's loader batch size (as dsc_mixture_create sizes it); 0 for a bad k. */
 DSC_EXTERN uint32_t dsc_mixture_source_batch(const dsc_mixture_t *mixture, uint32_t source);
 /* Why the last failing call on mixture failed (NULL: this thread's last dsc_mixture_create

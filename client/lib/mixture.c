@@ -1,8 +1,11 @@
 /* Mixtures (docs/mixtures.md): one loader per source, batches composed by the quota method
  * (every source within one sample of its share after every sample), exact resume. Uses the
  * loaders through the public API only. */
-#include "pipeline.h"
+#include "mixture.h"
+
+#include "batch.h"
 #include "shard.h"
+#include "util.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -95,6 +98,9 @@ struct dsc_mixture {
     uint64_t *indices, *source_epoch;
     uint32_t *picks;
     char error[512];
+    /* The outputs (fields' values and offsets, source, indices) are a loader's batch slot
+     * (dsc_loader_create with sources): set before each next, not the mixture's to free or grow. */
+    int external;
     /* Packing: the batch's rows (batch_size at most) of pack_len tokens and their segments. */
     int packed;
     uint32_t pack_len, pack_elem;
@@ -158,12 +164,14 @@ DSC_EXTERN void dsc_mixture_destroy(dsc_mixture_t *mixture) {
         free(s->auth_file);
         free(s->fallback_path);
     }
-    for (uint32_t f = 0; f < mixture->field_count; f++) {
+    for (uint32_t f = 0; f < mixture->field_count && !mixture->external; f++) {
         free(mixture->fields[f].values);
         free(mixture->fields[f].offsets);
     }
-    free(mixture->source);
-    free(mixture->indices);
+    if (!mixture->external) {
+        free(mixture->source);
+        free(mixture->indices);
+    }
     free(mixture->source_epoch);
     free(mixture->picks);
     free(mixture->ptok);
@@ -277,9 +285,11 @@ static int src_load(mix_source_t *s, const uint8_t *buf, size_t len) {
                      : dsc_loader_state_load(s->loader, buf, len);
 }
 
+/* shared 1 (fields NULL): the batch holds the fields every source has (in the first source's
+ * order) rather than every field of the first source. */
 static int mixture_create(const dsc_loader_options_t *common, const dsc_source_options_t *sources,
                           uint32_t count, const char *const *fields, uint32_t field_count,
-                          const dsc_pack_options_t *pack, dsc_mixture_t **out) {
+                          const dsc_pack_options_t *pack, int shared, dsc_mixture_t **out) {
     if (common != NULL && sources == NULL && count == 0 &&
         common->struct_size >= offsetof(dsc_loader_options_t, n_sources) + sizeof(uint32_t))
         sources = common->sources, count = common->n_sources; /* the options' own sources */
@@ -422,13 +432,28 @@ static int mixture_create(const dsc_loader_options_t *common, const dsc_source_o
     }
     const char *first[DSC_MAX_FIELDS];
     char names[DSC_MAX_FIELDS][DSC_MAX_NAME];
-    if (fields == NULL) { /* every field of the first source */
-        field_count = dsc_loader_field_count(m->src[0].loader);
-        for (uint32_t f = 0; f < field_count; f++) {
-            dsc_field_info_t fi;
+    if (fields == NULL) { /* every field of the first source (shared: that all sources have) */
+        uint32_t all = dsc_loader_field_count(m->src[0].loader);
+        field_count = 0;
+        for (uint32_t f = 0; f < all; f++) {
+            dsc_field_info_t fi, other;
             dsc_loader_field(m->src[0].loader, f, &fi);
-            snprintf(names[f], DSC_MAX_NAME, "%s", fi.name);
-            first[f] = names[f];
+            uint32_t k = 1;
+            while (shared && k < count && find_field(m->src[k].loader, fi.name, &other) >= 0)
+                k++;
+            if (shared && k < count)
+                continue;
+            snprintf(names[field_count], DSC_MAX_NAME, "%s", fi.name);
+            first[field_count] = names[field_count];
+            field_count++;
+        }
+        if (field_count == 0) {
+            MIX_ERR(m,
+                    "mixture: the sources have no field in common (source '%s' has none of "
+                    "the fields of '%s')",
+                    m->src[count - 1].dataset, m->src[0].dataset);
+            rc = DSC_EINVAL;
+            goto fail;
         }
         fields = first;
     }
@@ -514,7 +539,7 @@ DSC_EXTERN int dsc_mixture_create(const dsc_loader_options_t *common,
                                   const char *const *fields, uint32_t field_count,
                                   dsc_mixture_t **out) {
     create_error[0] = '\0';
-    return mixture_create(common, sources, count, fields, field_count, NULL, out);
+    return mixture_create(common, sources, count, fields, field_count, NULL, 0, out);
 }
 
 DSC_EXTERN int dsc_mixture_create_packed(const dsc_loader_options_t *common,
@@ -525,7 +550,7 @@ DSC_EXTERN int dsc_mixture_create_packed(const dsc_loader_options_t *common,
         snprintf(create_error, sizeof create_error, "mixture: NULL pack options");
         return DSC_EINVAL;
     }
-    return mixture_create(common, sources, count, NULL, 0, pack, out);
+    return mixture_create(common, sources, count, NULL, 0, pack, 0, out);
 }
 
 DSC_EXTERN int dsc_mixture_packed(const dsc_mixture_t *mixture, dsc_packed_batch_t *out) {
@@ -709,6 +734,13 @@ static int append(dsc_mixture_t *m, uint32_t f, const mix_piece_t *p, uint32_t r
     int64_t a = fv->offsets[row], e = fv->offsets[row + 1];
     size_t bytes = (size_t)(e - a) * mf->row_bytes;
     if (mf->values_len + bytes > mf->values_cap) {
+        if (m->external) {
+            MIX_ERR(m,
+                    "mixture: field '%s': the batch's values pass the slot's %zu bytes (the "
+                    "default budget: batch_size x the sources' largest sample, or 64 MiB)",
+                    mf->name, mf->values_cap);
+            return DSC_ETOOLARGE;
+        }
         size_t cap = mf->values_cap ? mf->values_cap : 4096;
         while (cap < mf->values_len + bytes)
             cap *= 2;
@@ -1156,4 +1188,323 @@ DSC_EXTERN int dsc_mixture_state_load(dsc_mixture_t *mixture, const void *buf, s
     m->dead = (get_u64(p + 48) & 2) != 0;
     m->have_batch = 0;
     return 0;
+}
+
+/* ---- A loader over a mixture (dsc_loader_create with options.sources) ----------------------
+ * The loader has no threads, peers or plan: only its batch slots (batch.c), a schema of the
+ * mixture's fields plus "source" (int32 per sample), and the mixture, which composes each batch
+ * straight into a free slot (the sources' loaders prefetch and decode in their own threads).
+ * Batches are handed out, retained and released as any loader's. */
+
+#define MIX_SOURCE_FIELD "source"
+
+static void loader_error(dsc_loader_t *l, const char *text) {
+    pthread_mutex_lock(&l->err_lock);
+    snprintf(l->err_text, sizeof l->err_text, "%s", text);
+    pthread_mutex_unlock(&l->err_lock);
+}
+
+/* The values bytes a slot holds for needed field f: batch_size x the largest sample any source's
+ * manifest knows while that is at most 64 MiB (every batch fits), else as a loader sizes its
+ * default budget (docs/loader.md#variable-length-fields). */
+static uint64_t field_budget(const dsc_mixture_t *m, uint32_t f) {
+    uint64_t bytes_max = 0;
+    double bytes_mean = 0;
+    for (uint32_t k = 0; k < m->count; k++) {
+        const dsc_manifest_t *man = m->src[k].loader->cfg.manifest;
+        const dsc_manifest_field_stats_t *vs = &man->field_stats[m->src[k].field_index[f]];
+        if (vs->bytes_max > bytes_max)
+            bytes_max = vs->bytes_max;
+        if (vs->bytes_mean > bytes_mean)
+            bytes_mean = vs->bytes_mean;
+    }
+    int exact = 0;
+    uint64_t row = m->fields[f].row_bytes ? m->fields[f].row_bytes : 1;
+    uint64_t budget = dsc__var_default_budget(m->batch_size, bytes_max, bytes_mean, &exact);
+    if (budget > DSC__SLOT_FIELD_MAX)
+        budget = DSC__SLOT_FIELD_MAX;
+    budget = budget / row * row;
+    return budget ? budget : row;
+}
+
+int dsc__mix_loader_create(const dsc_loader_options_t *options, dsc_loader_t **out, char *why,
+                           size_t cap) {
+    create_error[0] = '\0';
+    dsc_mixture_t *m = NULL;
+    int rc = mixture_create(options, NULL, 0, NULL, 0, NULL, 1, &m);
+    if (rc < 0) {
+        snprintf(why, cap, "%s", create_error);
+        return rc;
+    }
+    dsc_loader_t *l = calloc(1, sizeof *l);
+    dsc_manifest_t *man = calloc(1, sizeof *man);
+    if (l == NULL || man == NULL) {
+        free(l);
+        free(man);
+        dsc_mixture_destroy(m);
+        snprintf(why, cap, "%s", dsc_strerror(DSC_ENOMEM));
+        return DSC_ENOMEM;
+    }
+    pthread_mutex_init(&l->err_lock, NULL);
+    pthread_mutex_init(&l->lock, NULL);
+    pthread_cond_init(&l->sched_cv, NULL);
+    pthread_cond_init(&l->io_cv, NULL);
+    pthread_cond_init(&l->work_cv, NULL);
+    pthread_cond_init(&l->cons_cv, NULL);
+    pthread_cond_init(&l->view.cv, NULL);
+    l->mix = m;
+    l->cfg.manifest = man;
+    dsc_loader_options_init2(&l->cfg.opt, sizeof l->cfg.opt);
+    memcpy(&l->cfg.opt, options,
+           options->struct_size < sizeof l->cfg.opt ? options->struct_size : sizeof l->cfg.opt);
+    dsc_loader_options_t *o = &l->cfg.opt;
+    o->struct_size = sizeof *o;
+    o->sources = NULL, o->n_sources = 0;
+    o->dataset = NULL, o->servers = NULL, o->auth_file = NULL, o->fallback_path = NULL;
+    o->job_name = NULL, o->transport = NULL, o->field_options = NULL;
+    o->field_option_count = 0;
+    o->batch_size = m->batch_size;
+    dsc__logger_init(&l->cfg.log, o->log_fn, o->log_ctx, o->log_level);
+    char name[DSC_MAX_NAME];
+    snprintf(name, sizeof name, "mixture of %u sources", m->count);
+    snprintf(man->name, sizeof man->name, "%s", name);
+    l->cfg.dataset = strdup(name);
+    rc = l->cfg.dataset ? 0 : DSC_ENOMEM;
+    dsc_schema_t *schema = &man->schema;
+    for (uint32_t f = 0; rc == 0 && f < m->field_count; f++) {
+        const dsc_manifest_t *first = m->src[0].loader->cfg.manifest;
+        uint32_t at = m->src[0].field_index[f];
+        schema->fields[f] = first->schema.fields[at];
+        if (strcmp(m->fields[f].name, MIX_SOURCE_FIELD) == 0) {
+            snprintf(why, cap,
+                     "mixture: the sources have a field named '%s': the loader's batches add "
+                     "their own (each sample's source index)",
+                     MIX_SOURCE_FIELD);
+            rc = DSC_EINVAL;
+            break;
+        }
+        if (m->fields[f].var) {
+            l->cfg.var[f].is_var = 1;
+            l->cfg.var[f].row_bytes = m->fields[f].row_bytes;
+            l->cfg.var[f].budget = field_budget(m, f);
+            l->cfg.var[f].budget_from = "batch_size x the sources' largest sample";
+            l->cfg.var_count++;
+        } else {
+            schema->sample_bytes += schema->fields[f].sample_bytes;
+        }
+    }
+    if (rc == 0 && m->field_count + 1 > DSC_MAX_FIELDS) {
+        snprintf(why, cap, "mixture: %u fields and 'source' pass %u fields", m->field_count,
+                 DSC_MAX_FIELDS);
+        rc = DSC_EINVAL;
+    }
+    if (rc == 0) {
+        dsc_field_t *sf = &schema->fields[m->field_count];
+        snprintf(sf->name, sizeof sf->name, "%s", MIX_SOURCE_FIELD);
+        sf->dtype = DSC_DTYPE_I32;
+        sf->ndim = 0;
+        sf->sample_bytes = sf->row_bytes = sizeof(int32_t);
+        schema->sample_bytes += sizeof(int32_t);
+        schema->field_count = m->field_count + 1;
+        schema->var_count = l->cfg.var_count;
+        l->cfg.field_count = schema->field_count;
+        for (uint32_t k = 0; k < m->count; k++)
+            l->cfg.samples += m->src[k].dataset_samples;
+        man->samples = l->cfg.samples;
+        l->cons.slot_count = o->prefetch_batches > 2 ? o->prefetch_batches : 2;
+        rc = dsc__slots_alloc(l);
+        if (rc < 0)
+            snprintf(why, cap, "mixture: batch slots: %s", dsc_strerror(rc));
+    }
+    if (rc < 0) {
+        dsc__mix_loader_destroy(l);
+        return rc;
+    }
+    /* The composed fields land in the slots from now on. */
+    for (uint32_t f = 0; f < m->field_count; f++) {
+        free(m->fields[f].values), free(m->fields[f].offsets);
+        m->fields[f].values = NULL, m->fields[f].offsets = NULL;
+    }
+    free(m->source), free(m->indices);
+    m->source = NULL, m->indices = NULL;
+    m->external = 1;
+    l->stats.created_at = dsc_now_s();
+    DSC_LOG(&l->cfg.log, DSC_LOG_INFO, "loader: a mixture of %u sources, %u fields and '%s'",
+            m->count, m->field_count, MIX_SOURCE_FIELD);
+    *out = l;
+    return 0;
+}
+
+void dsc__mix_loader_destroy(dsc_loader_t *l) {
+    if (l == NULL)
+        return;
+    uint32_t kept = 0;
+    for (uint32_t i = 0; l->cons.slots != NULL && i < l->cons.slot_count; i++) {
+        const dsc_batch_slot_t *slot = l->cons.slots[i];
+        if (slot != NULL && slot->refs > (&slot->batch == l->cons.current ? 1u : 0u))
+            kept++;
+    }
+    if (kept > 0)
+        DSC_LOG(&l->cfg.log, DSC_LOG_WARN,
+                "loader destroyed while %u batch(es) are still held (retained, or DLPack tensors "
+                "of them alive): their memory is freed now and any view of it is invalid",
+                kept);
+    dsc_mixture_destroy(l->mix);
+    dsc__slots_free(l);
+    free(l->cfg.manifest);
+    free(l->cfg.dataset);
+    pthread_mutex_destroy(&l->lock);
+    pthread_cond_destroy(&l->sched_cv);
+    pthread_cond_destroy(&l->io_cv);
+    pthread_cond_destroy(&l->work_cv);
+    pthread_cond_destroy(&l->cons_cv);
+    pthread_cond_destroy(&l->view.cv);
+    pthread_mutex_destroy(&l->err_lock);
+    free(l);
+}
+
+/* Points the mixture's outputs at slot's regions. */
+static void aim(dsc_loader_t *l, dsc_batch_slot_t *slot) {
+    dsc_mixture_t *m = l->mix;
+    for (uint32_t f = 0; f < m->field_count; f++) {
+        mix_field_t *mf = &m->fields[f];
+        mf->values = slot->host + l->cfg.field_off[f];
+        if (mf->var) {
+            mf->offsets = (int64_t *)(void *)(slot->host + l->cfg.var[f].aux_off);
+            mf->values_cap = l->cfg.var[f].budget;
+        }
+    }
+    m->source = (int32_t *)(void *)(slot->host + l->cfg.field_off[m->field_count]);
+    m->indices = slot->batch.indices;
+}
+
+int dsc__mix_loader_next(dsc_loader_t *l, dsc_batch_t **out, int retain) {
+    dsc_mixture_t *m = l->mix;
+    double t0 = dsc_now_s();
+    pthread_mutex_lock(&l->lock);
+    if (l->stats.last_return > 0)
+        l->stats.st.compute_seconds += t0 - l->stats.last_return;
+    dsc__batch_release_current(l);
+    int rc = l->error;
+    dsc_batch_slot_t *slot = NULL;
+    if (rc == 0)
+        rc = dsc__slots_make_room(l);
+    if (rc == 0 && (slot = dsc__slot_take_free(l, l->cons.cons_seq)) == NULL)
+        rc = DSC_ENOMEM;
+    pthread_mutex_unlock(&l->lock);
+    dsc_mixture_batch_t mb;
+    memset(&mb, 0, sizeof mb);
+    mb.struct_size = sizeof mb;
+    if (rc == 0) {
+        aim(l, slot); /* the slot is this call's alone until handed out */
+        m->error[0] = '\0';
+        rc = dsc_mixture_next(m, &mb);
+        if (rc < 0 && rc != DSC_EOF) /* a batch half composed: the loader fails, as one does */
+            loader_error(l, m->error[0] ? m->error : dsc_strerror(rc));
+    }
+    if (rc < 0 && rc != DSC_EOF && slot != NULL) {
+        pthread_mutex_lock(&l->lock);
+        l->error = rc;
+        pthread_mutex_unlock(&l->lock);
+    }
+    pthread_mutex_lock(&l->lock);
+    if (rc == 0) {
+        dsc_batch_t *b = &slot->batch;
+        b->samples = mb.samples;
+        b->step = mb.step;
+        b->seq = l->cons.cons_seq++;
+        uint64_t bytes = (uint64_t)mb.samples * l->cfg.manifest->schema.sample_bytes;
+        for (uint32_t f = 0; f < m->field_count; f++)
+            if (m->fields[f].var) {
+                slot->var_rows[f] = (uint64_t)m->fields[f].offsets[mb.samples];
+                bytes += m->fields[f].values_len;
+            }
+        dsc__batch_hand_out(l, b);
+        if (retain)
+            dsc__batch_retain_locked(b);
+        l->stats.st.batches++;
+        l->stats.st.samples += mb.samples;
+        l->stats.st.bytes += bytes;
+        *out = b;
+    } else if (slot != NULL) {
+        dsc__slot_give_back(l, slot);
+    }
+    l->stats.st.epoch = m->epoch;
+    double t1 = dsc_now_s();
+    l->stats.st.stall_seconds += t1 - t0;
+    l->stats.last_return = t1;
+    pthread_mutex_unlock(&l->lock);
+    return rc;
+}
+
+void dsc__mix_loader_stats(const dsc_loader_t *loader, dsc_stats_t *out) {
+    dsc_loader_t *l = (dsc_loader_t *)(uintptr_t)loader; /* the lock only */
+    const dsc_mixture_t *m = l->mix;
+    memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
+    double worst = -1;
+    for (uint32_t k = 0; k < m->count; k++) {
+        dsc_stats_t s;
+        memset(&s, 0, sizeof s);
+        s.struct_size = sizeof s;
+        if (dsc_loader_stats(m->src[k].loader, &s) < 0)
+            continue;
+        out->wire_bytes += s.wire_bytes;
+        out->requests += s.requests;
+        out->retries += s.retries;
+        out->failovers += s.failovers;
+        out->checksum_failures += s.checksum_failures;
+        out->network_seconds += s.network_seconds;
+        out->decode_seconds += s.decode_seconds;
+        out->collate_seconds += s.collate_seconds;
+        out->placed_chunks += s.placed_chunks;
+        out->refetches += s.refetches;
+        out->assists += s.assists;
+        out->epoch_wire_bytes += s.epoch_wire_bytes;
+        out->slots_added += s.slots_added;
+        if (s.stall_seconds > worst) { /* the verdict is the starving source's */
+            worst = s.stall_seconds;
+            out->bottleneck = s.bottleneck;
+            out->verdict_seconds = s.verdict_seconds;
+            out->verdict_stall_fraction = s.verdict_stall_fraction;
+            memcpy(out->bottleneck_server, s.bottleneck_server, sizeof s.bottleneck_server);
+        }
+    }
+    pthread_mutex_lock(&l->lock);
+    out->epoch = l->stats.st.epoch;
+    out->batches = l->stats.st.batches;
+    out->samples = l->stats.st.samples;
+    out->bytes = l->stats.st.bytes;
+    out->stall_seconds = l->stats.st.stall_seconds;
+    out->compute_seconds = l->stats.st.compute_seconds;
+    out->slots_added += l->stats.st.slots_added;
+    pthread_mutex_unlock(&l->lock);
+    double busy = out->stall_seconds + out->compute_seconds;
+    out->stall_fraction = busy > 0 ? out->stall_seconds / busy : 0;
+    out->wall_seconds = dsc_now_s() - l->stats.created_at;
+}
+
+int dsc__mix_loader_state_load(dsc_loader_t *l, const void *buf, size_t len) {
+    l->mix->error[0] = '\0';
+    int rc = dsc_mixture_state_load(l->mix, buf, len);
+    if (rc < 0)
+        loader_error(l, l->mix->error[0] ? l->mix->error : dsc_strerror(rc));
+    return rc;
+}
+
+int dsc__mix_loader_set_epoch(dsc_loader_t *l, uint64_t epoch) {
+    if (epoch == l->mix->epoch)
+        return 0;
+    char text[200];
+    snprintf(text, sizeof text,
+             "loader over a mixture: set_epoch(%llu) refused: its epoch (%llu) follows its "
+             "sources (exhausted wrap or stop); resume with the state instead",
+             (unsigned long long)epoch, (unsigned long long)l->mix->epoch);
+    DSC_LOG(&l->cfg.log, DSC_LOG_ERROR, "%s", text);
+    loader_error(l, text);
+    return DSC_EINVAL;
+}
+
+DSC_EXTERN dsc_mixture_t *dsc_loader_mixture(const dsc_loader_t *loader) {
+    return loader ? loader->mix : NULL;
 }
