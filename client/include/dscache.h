@@ -129,8 +129,9 @@ typedef struct dsc_loader_options {
      * field_options ignored; order local and device -1 only): dsc_loader_next hands out
      * ordinary batches (retain/release, field views, DLPack as for one dataset) of the fields
      * every source has (dtype and shape must agree, else DSC_EINVAL naming the source, the field
-     * and both definitions) and one more, "source" (int32 per sample: the index of its source
-     * in `sources`; a source field of that name is refused); dsc_batch_indices gives each
+     * and both definitions) and two more: "source" (int32 per sample: the index of its source
+     * in `sources`) and "source_epoch" (int64 per sample: its source-epoch); a source field of
+     * either name is refused; dsc_batch_indices gives each
      * sample's index in its own dataset. Variable fields are values + offsets, their slot budget
      * batch_size x the largest sample any source's manifest knows (at most 64 MiB; a batch
      * over it fails the loader with DSC_ETOOLARGE). state_save/state_load are the mixture's

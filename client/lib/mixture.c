@@ -171,8 +171,8 @@ DSC_EXTERN void dsc_mixture_destroy(dsc_mixture_t *mixture) {
     if (!mixture->external) {
         free(mixture->source);
         free(mixture->indices);
+        free(mixture->source_epoch);
     }
-    free(mixture->source_epoch);
     free(mixture->picks);
     free(mixture->ptok);
     free(mixture->ppos);
@@ -1192,11 +1192,12 @@ DSC_EXTERN int dsc_mixture_state_load(dsc_mixture_t *mixture, const void *buf, s
 
 /* ---- A loader over a mixture (dsc_loader_create with options.sources) ----------------------
  * The loader has no threads, peers or plan: only its batch slots (batch.c), a schema of the
- * mixture's fields plus "source" (int32 per sample), and the mixture, which composes each batch
- * straight into a free slot (the sources' loaders prefetch and decode in their own threads).
- * Batches are handed out, retained and released as any loader's. */
+ * mixture's fields plus "source" (int32 per sample) and "source_epoch" (int64), and the mixture,
+ * which composes each batch straight into a free slot (the sources' loaders prefetch and decode in
+ * their own threads). Batches are handed out, retained and released as any loader's. */
 
 #define MIX_SOURCE_FIELD "source"
+#define MIX_EPOCH_FIELD "source_epoch"
 
 static void loader_error(dsc_loader_t *l, const char *text) {
     pthread_mutex_lock(&l->err_lock);
@@ -1275,11 +1276,12 @@ int dsc__mix_loader_create(const dsc_loader_options_t *options, dsc_loader_t **o
         const dsc_manifest_t *first = m->src[0].loader->cfg.manifest;
         uint32_t at = m->src[0].field_index[f];
         schema->fields[f] = first->schema.fields[at];
-        if (strcmp(m->fields[f].name, MIX_SOURCE_FIELD) == 0) {
+        if (strcmp(m->fields[f].name, MIX_SOURCE_FIELD) == 0 ||
+            strcmp(m->fields[f].name, MIX_EPOCH_FIELD) == 0) {
             snprintf(why, cap,
                      "mixture: the sources have a field named '%s': the loader's batches add "
-                     "their own (each sample's source index)",
-                     MIX_SOURCE_FIELD);
+                     "their own '%s' and '%s' (each sample's source index and source-epoch)",
+                     m->fields[f].name, MIX_SOURCE_FIELD, MIX_EPOCH_FIELD);
             rc = DSC_EINVAL;
             break;
         }
@@ -1293,9 +1295,9 @@ int dsc__mix_loader_create(const dsc_loader_options_t *options, dsc_loader_t **o
             schema->sample_bytes += schema->fields[f].sample_bytes;
         }
     }
-    if (rc == 0 && m->field_count + 1 > DSC_MAX_FIELDS) {
-        snprintf(why, cap, "mixture: %u fields and 'source' pass %u fields", m->field_count,
-                 DSC_MAX_FIELDS);
+    if (rc == 0 && m->field_count + 2 > DSC_MAX_FIELDS) {
+        snprintf(why, cap, "mixture: %u fields and '%s', '%s' pass %u fields", m->field_count,
+                 MIX_SOURCE_FIELD, MIX_EPOCH_FIELD, DSC_MAX_FIELDS);
         rc = DSC_EINVAL;
     }
     if (rc == 0) {
@@ -1305,7 +1307,13 @@ int dsc__mix_loader_create(const dsc_loader_options_t *options, dsc_loader_t **o
         sf->ndim = 0;
         sf->sample_bytes = sf->row_bytes = sizeof(int32_t);
         schema->sample_bytes += sizeof(int32_t);
-        schema->field_count = m->field_count + 1;
+        dsc_field_t *ef = &schema->fields[m->field_count + 1];
+        snprintf(ef->name, sizeof ef->name, "%s", MIX_EPOCH_FIELD);
+        ef->dtype = DSC_DTYPE_I64;
+        ef->ndim = 0;
+        ef->sample_bytes = ef->row_bytes = sizeof(int64_t);
+        schema->sample_bytes += sizeof(int64_t);
+        schema->field_count = m->field_count + 2;
         schema->var_count = l->cfg.var_count;
         l->cfg.field_count = schema->field_count;
         for (uint32_t k = 0; k < m->count; k++)
@@ -1325,12 +1333,12 @@ int dsc__mix_loader_create(const dsc_loader_options_t *options, dsc_loader_t **o
         free(m->fields[f].values), free(m->fields[f].offsets);
         m->fields[f].values = NULL, m->fields[f].offsets = NULL;
     }
-    free(m->source), free(m->indices);
-    m->source = NULL, m->indices = NULL;
+    free(m->source), free(m->indices), free(m->source_epoch);
+    m->source = NULL, m->indices = NULL, m->source_epoch = NULL;
     m->external = 1;
     l->stats.created_at = dsc_now_s();
-    DSC_LOG(&l->cfg.log, DSC_LOG_INFO, "loader: a mixture of %u sources, %u fields and '%s'",
-            m->count, m->field_count, MIX_SOURCE_FIELD);
+    DSC_LOG(&l->cfg.log, DSC_LOG_INFO, "loader: a mixture of %u sources, %u fields and '%s', '%s'",
+            m->count, m->field_count, MIX_SOURCE_FIELD, MIX_EPOCH_FIELD);
     *out = l;
     return 0;
 }
@@ -1376,6 +1384,7 @@ static void aim(dsc_loader_t *l, dsc_batch_slot_t *slot) {
     }
     m->source = (int32_t *)(void *)(slot->host + l->cfg.field_off[m->field_count]);
     m->indices = slot->batch.indices;
+    m->source_epoch = (uint64_t *)(void *)(slot->host + l->cfg.field_off[m->field_count + 1]);
 }
 
 int dsc__mix_loader_next(dsc_loader_t *l, dsc_batch_t **out, int retain) {

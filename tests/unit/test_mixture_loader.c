@@ -97,6 +97,13 @@ static int take(dsc_loader_t *l, int32_t *src, uint64_t *idx, dsc_batch_t **kept
     CHECK_EQ_INT(tv.kind, DSC_FIELD_VALUES);
     CHECK_EQ_INT(sv.kind, DSC_FIELD_FIXED);
     CHECK(strcmp(sv.values.name, "source") == 0 && sv.values.dtype == DSC_DTYPE_I32);
+    dsc_field_view_t ev;
+    ev.struct_size = sizeof ev;
+    REQUIRE(dsc_batch_field_view(b, 3, &ev) == 0);
+    CHECK(strcmp(ev.values.name, "source_epoch") == 0 && ev.values.dtype == DSC_DTYPE_I64);
+    const int64_t *sep = ev.values.data;
+    for (uint32_t i = 0; i < dsc_batch_samples(b); i++)
+        CHECK(sep[i] >= 0 && sep[i] < 10);
     uint32_t n = dsc_batch_samples(b);
     const int32_t *tok = tv.values.data, *s = sv.values.data;
     const int64_t *id = iv.values.data;
@@ -132,7 +139,7 @@ int main(void) {
     /* The loader's batches are dsc_mixture_create's composition, with values and "source". */
     dsc_loader_t *l = NULL;
     REQUIRE(make(0, 1, &l) == 0);
-    CHECK_EQ_INT(dsc_loader_field_count(l), 3);
+    CHECK_EQ_INT(dsc_loader_field_count(l), 4);
     dsc_field_info_t fi;
     CHECK(dsc_loader_field(l, 2, &fi) == 0 && strcmp(fi.name, "source") == 0);
     CHECK(dsc_loader_dataset_samples(l) == 400);
@@ -307,7 +314,7 @@ int main(void) {
         so[2].dataset = names[2], so[2].fallback_path = dirs[2];
         /* The others lack "source": the fields all share are taken, with the loader's own. */
         REQUIRE(dsc_loader_create(&o, &l) == 0);
-        CHECK_EQ_INT(dsc_loader_field_count(l), 3);
+        CHECK_EQ_INT(dsc_loader_field_count(l), 4);
         dsc_loader_destroy(l);
         options(&o, 0, 1);
         o.n_sources = 1;
