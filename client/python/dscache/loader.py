@@ -143,7 +143,7 @@ class Loader:
                  report_seconds=None, transport=None, pad=None, max_len=None, max_bytes=None,
                  decode=None, on_decode_error="raise", ignore_rank_env=False, epochs=None,
                  order_ahead=None, pack=None, pack_split=True, pack_rows=None, pack_ahead=None,
-                 sources=None):
+                 sources=None, _mixture=None):
         lib = _load()
         self._lib = lib
         self._handle = None
@@ -164,7 +164,7 @@ class Loader:
             raise ValueError("device batches need output='torch'")
         if isinstance(servers, (list, tuple)):
             servers = ",".join(servers)
-        if dataset is None:
+        if dataset is None and _mixture is None:
             raise ValueError("dataset is required")
         if transform is not None and not callable(transform):
             raise TypeError("transform must be callable")
@@ -188,7 +188,9 @@ class Loader:
         opts = _Options()
         _check(lib.dsc_loader_options_init2(ctypes.byref(opts), ctypes.sizeof(opts)))
         opts.servers = servers.encode() if servers else None
-        opts.dataset = dataset.encode()
+        opts.dataset = dataset.encode() if dataset is not None else None
+        if _mixture is not None:  # mixture.py's sources: the library composes into the slots
+            opts.sources, opts.n_sources, opts.exhausted = _mixture
         # Packed: batch_size is rows; the loader reads documents in batches of at least 256, so
         # that a packed batch takes a few loader batches, not one per row.
         opts.batch_size = max(batch_size, 256) if pack is not None else batch_size
