@@ -447,11 +447,31 @@ static int mixture_create(const dsc_loader_options_t *common, const dsc_source_o
             first[field_count] = names[field_count];
             field_count++;
         }
-        if (field_count == 0) {
+        if (field_count == 0) { /* name a source that has none of the first's fields */
+            char list[256];
+            size_t len = 0;
+            list[0] = '\0';
+            uint32_t culprit = count - 1;
+            for (uint32_t f = 0; f < all && len < sizeof list; f++) {
+                dsc_field_info_t fi;
+                dsc_loader_field(m->src[0].loader, f, &fi);
+                len += (size_t)snprintf(list + len, sizeof list - len, "%s'%s'", f ? ", " : "",
+                                        fi.name);
+            }
+            for (uint32_t k = count - 1; k > 0; k--) {
+                uint32_t has = 0;
+                for (uint32_t f = 0; f < all; f++) {
+                    dsc_field_info_t fi, other;
+                    dsc_loader_field(m->src[0].loader, f, &fi);
+                    has += find_field(m->src[k].loader, fi.name, &other) >= 0;
+                }
+                if (has == 0)
+                    culprit = k;
+            }
             MIX_ERR(m,
-                    "mixture: the sources have no field in common (source '%s' has none of "
-                    "the fields of '%s')",
-                    m->src[count - 1].dataset, m->src[0].dataset);
+                    "mixture: the sources have no field in common: source '%s' lacks the fields "
+                    "of '%s' (%s)",
+                    m->src[culprit].dataset, m->src[0].dataset, list);
             rc = DSC_EINVAL;
             goto fail;
         }

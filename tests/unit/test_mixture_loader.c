@@ -306,7 +306,7 @@ int main(void) {
         so[2].dataset = dn[3], so[2].fallback_path = dirs[3];
         CHECK_EQ_INT(dsc_loader_create(&o, &l), DSC_EINVAL);
         CHECK(dsc_loader_last_error(NULL, why, sizeof why) > 0 && strstr(why, "'langonly'") &&
-              strstr(why, "no field in common"));
+              strstr(why, "no field in common") && strstr(why, "'tokens'"));
         options(&o, 0, 1);
         so[2].dataset = dn[4], so[2].fallback_path = dirs[4];
         o.sources = so;
@@ -325,6 +325,32 @@ int main(void) {
         so[1].dataset = "nosuch", so[1].fallback_path = "/nonexistent/dscache-nosuch";
         CHECK(dsc_loader_create(&o, &l) < 0);
         CHECK(dsc_loader_last_error(NULL, why, sizeof why) > 0 && strstr(why, "'nosuch'"));
+        options(&o, 0, 1);
+        so[1].weight = -0.5;
+        CHECK_EQ_INT(dsc_loader_create(&o, &l), DSC_EINVAL);
+        CHECK(dsc_loader_last_error(NULL, why, sizeof why) > 0 && strstr(why, "'code'") &&
+              strstr(why, "weight"));
+        /* pack on a fixed-shape field of a packed mixture: names the field. */
+        options(&o, 0, 1);
+        dsc_pack_options_t po;
+        REQUIRE(dsc_pack_options_init(&po, sizeof po) == 0);
+        po.field = "id", po.length = 16;
+        dsc_mixture_t *pm = NULL;
+        CHECK_EQ_INT(dsc_mixture_create_packed(&o, so, 3, &po, &pm), DSC_EINVAL);
+        CHECK(dsc_mixture_last_error(NULL, why, sizeof why) > 0 && strstr(why, "'id'"));
+        /* A state of another mixture (other weights): refused, saying so. */
+        dsc_loader_t *x = NULL, *y = NULL;
+        REQUIRE(make(0, 1, &x) == 0);
+        options(&o, 0, 1);
+        so[2].weight = 0.5;
+        REQUIRE(dsc_loader_create(&o, &y) == 0);
+        uint8_t state[1 << 16];
+        int len = dsc_loader_state_save(x, state, sizeof state);
+        REQUIRE(len > 0);
+        CHECK_EQ_INT(dsc_loader_state_load(y, state, (size_t)len), DSC_EBADSTATE);
+        CHECK(dsc_loader_last_error(y, why, sizeof why) > 0 && strstr(why, "another mixture"));
+        dsc_loader_destroy(x);
+        dsc_loader_destroy(y);
         options(&o, 0, 1);
         so[1].weight = 0;
         CHECK_EQ_INT(dsc_loader_create(&o, &l), DSC_EINVAL);
