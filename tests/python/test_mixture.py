@@ -399,4 +399,15 @@ except dscache.BadState as e:
     t.check("mixture" in str(e), "single-dataset state into a mixture: " + str(e))
 other.close()
 plain.close()
+
+# Batches are arrays over the loader's batch slots (no copy): one the caller keeps is never
+# overwritten by later ones, and stays valid after close().
+m = mixture(prefetch=2)
+kept = next(m)
+copy = {k: np.array(v, copy=True) for k, v in kept.items()}
+for _ in range(12):
+    next(m)
+m.close()
+t.check(all(np.array_equal(kept[k], copy[k]) for k in copy),
+        "a kept batch is unchanged after 12 more batches and close()")
 sys.exit(t.done())
