@@ -690,8 +690,9 @@ typedef struct dsc_source_options {
 DSC_EXTERN int dsc_source_options_init(dsc_source_options_t *options, size_t size);
 
 /* Creates one loader per source from `common` (its dataset ignored; batch_size is the mixture's
- * batch; each source's loader gets seed + k for the k-th source and a batch of its share S,
- * rounded up, or of min(4 S, 64) when S < 64: fewer, larger loader batches) and the `count`
+ * batch; each source's loader gets seed + k for the k-th source, a batch of its share S,
+ * rounded up, or of min(4 S, 64) when S < 64: fewer, larger loader batches, and its share of
+ * common's decode_threads and connections, round(n * weight / W), at least 1) and the `count`
  * sources (read with the stride of the first's struct_size). The
  * batch holds the `field_count` fields named in `fields` (NULL: every field of the first
  * source), which every source must have with the same dtype and shape; sources may have more.
