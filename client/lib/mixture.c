@@ -101,6 +101,7 @@ struct dsc_mixture {
     /* The outputs (fields' values and offsets, source, indices) are a loader's batch slot
      * (dsc_loader_create with sources): set before each next, not the mixture's to free or grow. */
     int external;
+    struct mix_run *run; /* that loader's composer thread (NULL: composed in next()) */
     /* Packing: the batch's rows (batch_size at most) of pack_len tokens and their segments. */
     int packed;
     uint32_t pack_len, pack_elem;
@@ -113,6 +114,15 @@ struct dsc_mixture {
 };
 
 static _Thread_local char create_error[512];
+
+/* The loader over the mixture composes ahead (below): the public state, info and stats calls
+ * on its mixture give the consumer's side. */
+static int run_state_save(const dsc_mixture_t *m, void *buf, size_t cap);
+static int run_state_load(dsc_mixture_t *m, const void *buf, size_t len);
+static void run_position(const dsc_mixture_t *m, uint64_t *epoch, uint64_t *step,
+                         uint64_t *delivered);
+static int run_start(dsc_loader_t *l);
+static void run_stop(dsc_loader_t *l);
 
 /* Says why (the log, and the text dsc_mixture_last_error gives). */
 #define MIX_ERR(m, ...)                                                                            \
@@ -933,8 +943,11 @@ DSC_EXTERN int dsc_mixture_source_stats(const dsc_mixture_t *mixture, uint32_t s
         return DSC_EINVAL;
     if (source >= mixture->count)
         return DSC_ERANGE;
-    if (samples != NULL)
-        *samples = mixture->src[source].delivered;
+    if (samples != NULL) {
+        uint64_t delivered[MIX_MAX_SOURCES];
+        run_position(mixture, NULL, NULL, delivered);
+        *samples = delivered[source];
+    }
     return out ? dsc_loader_stats(mixture->src[source].loader, out) : 0;
 }
 
@@ -942,8 +955,7 @@ DSC_EXTERN int dsc_mixture_info(const dsc_mixture_t *mixture, dsc_mixture_info_t
     if (mixture == NULL || out == NULL || out->struct_size < sizeof *out)
         return DSC_EINVAL;
     out->sources = mixture->count;
-    out->epoch = mixture->epoch;
-    out->step = mixture->step;
+    run_position(mixture, &out->epoch, &out->step, NULL);
     out->rank = mixture->rank;
     out->world_size = mixture->world;
     double worst = 0;
@@ -981,9 +993,16 @@ static uint64_t get_u64(const uint8_t *p) {
  * used (samples of the batch at the state used), passes, taken, loader epoch, delivered, carry
  * (1: delivering an old world size's leftovers), carry world, carry skip, carry used, carry
  * state length; the carry state; state length; the state. Then a checksum of all before it. */
+static int state_save_now(const dsc_mixture_t *mixture, void *buf, size_t cap);
+
 DSC_EXTERN int dsc_mixture_state_save(const dsc_mixture_t *mixture, void *buf, size_t cap) {
     if (mixture == NULL || (buf == NULL && cap > 0))
         return DSC_EINVAL;
+    return mixture->run ? run_state_save(mixture, buf, cap) : state_save_now(mixture, buf, cap);
+}
+
+/* The state where the composition stands now. */
+static int state_save_now(const dsc_mixture_t *mixture, void *buf, size_t cap) {
     const dsc_mixture_t *m = mixture;
     uint8_t states[MIX_MAX_SOURCES][MIX_STATE_MAX];
     int lens[MIX_MAX_SOURCES];
@@ -1106,9 +1125,15 @@ static int leftovers(dsc_mixture_t *m, mix_source_t *s, uint32_t old_world, cons
     return 0;
 }
 
+static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len);
+
 DSC_EXTERN int dsc_mixture_state_load(dsc_mixture_t *mixture, const void *buf, size_t len) {
     if (mixture == NULL || buf == NULL)
         return DSC_EINVAL;
+    return mixture->run ? run_state_load(mixture, buf, len) : state_load_now(mixture, buf, len);
+}
+
+static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len) {
     dsc_mixture_t *m = mixture;
     const uint8_t *p = buf;
     if (len < MIX_HEAD + 8 || memcmp(p, MIX_STATE_MAGIC, 4) != 0) {
@@ -1372,6 +1397,12 @@ int dsc__mix_loader_create(const dsc_loader_options_t *options, dsc_loader_t **o
     m->source = NULL, m->indices = NULL, m->source_epoch = NULL;
     m->external = 1;
     l->stats.created_at = dsc_now_s();
+    rc = run_start(l);
+    if (rc < 0) {
+        snprintf(why, cap, "mixture: composer thread: %s", dsc_strerror(rc));
+        dsc__mix_loader_destroy(l);
+        return rc;
+    }
     DSC_LOG(&l->cfg.log, DSC_LOG_INFO, "loader: a mixture of %u sources, %u fields and '%s', '%s'",
             m->count, m->field_count, MIX_SOURCE_FIELD, MIX_EPOCH_FIELD);
     *out = l;
@@ -1392,6 +1423,7 @@ void dsc__mix_loader_destroy(dsc_loader_t *l) {
                 "loader destroyed while %u batch(es) are still held (retained, or DLPack tensors "
                 "of them alive): their memory is freed now and any view of it is invalid",
                 kept);
+    run_stop(l);
     dsc_mixture_destroy(l->mix);
     dsc__slots_free(l);
     free(l->cfg.manifest);
@@ -1422,58 +1454,294 @@ static void aim(dsc_loader_t *l, dsc_batch_slot_t *slot) {
     m->source_epoch = (uint64_t *)(void *)(slot->host + l->cfg.field_off[m->field_count + 1]);
 }
 
-int dsc__mix_loader_next(dsc_loader_t *l, dsc_batch_t **out, int retain) {
+/* The composer: a thread of the loader composes up to `ahead` batches into free slots ahead of
+ * next(), each with the mixture's state and position after it, so that next() only hands out a
+ * ready slot and the state, info and stats name the batch handed out. Under the loader's lock but
+ * while composing (the mixture is the composer's alone then, or the caller's while paused). */
+#define RUN_RING 64
+
+typedef struct mix_done {
+    uint32_t slot;        /* rc 0: the slot composed into */
+    int rc;               /* 0, DSC_EOF or the composition's error */
+    uint32_t samples;     /* rc 0 */
+    uint64_t step, epoch; /* the batch's step; the mixture's epoch after it */
+    uint64_t bytes;       /* decoded bytes of the batch */
+    uint64_t var_rows[DSC_MAX_FIELDS];
+    uint8_t *state; /* the mixture's state after it (malloc'd, grown as needed) */
+    size_t state_cap;
+    int state_len;
+    uint64_t *delivered; /* per source, samples delivered after it */
+} mix_done_t;
+
+typedef struct mix_run {
+    dsc_loader_t *loader;
+    pthread_t thread;
+    int started, stop, paused, composing;
+    int finished; /* no more batches: done_rc for every later next() */
+    int done_rc;
+    uint32_t ahead;
+    mix_done_t ring[RUN_RING];
+    uint32_t head, count;
+    /* The consumer's side: the state and position after the last batch handed out. */
+    uint8_t *state;
+    size_t state_cap;
+    int state_len;
+    uint64_t epoch, step;
+    uint64_t *delivered;
+} mix_run_t;
+
+/* Copies a state into a growable buffer. Returns 0 or DSC_ENOMEM. */
+static int keep_state(uint8_t **buf, size_t *cap, int *len, const uint8_t *src, int n) {
+    if ((size_t)n > *cap) {
+        uint8_t *grown = realloc(*buf, (size_t)n);
+        if (grown == NULL)
+            return DSC_ENOMEM;
+        *buf = grown, *cap = (size_t)n;
+    }
+    memcpy(*buf, src, (size_t)n);
+    *len = n;
+    return 0;
+}
+
+/* The mixture's state now into e's buffer. Returns 0 or a DSC_E* code. Composer or paused. */
+static int save_into(const dsc_mixture_t *m, mix_done_t *e) {
+    int need = state_save_now(m, NULL, 0);
+    if (need < 0)
+        return need;
+    if ((size_t)need > e->state_cap) {
+        uint8_t *grown = realloc(e->state, (size_t)need);
+        if (grown == NULL)
+            return DSC_ENOMEM;
+        e->state = grown, e->state_cap = (size_t)need;
+    }
+    int n = state_save_now(m, e->state, e->state_cap);
+    if (n < 0)
+        return n;
+    e->state_len = n;
+    return 0;
+}
+
+static void *composer(void *arg) {
+    dsc_loader_t *l = arg;
     dsc_mixture_t *m = l->mix;
+    mix_run_t *run = m->run;
+    pthread_mutex_lock(&l->lock);
+    while (!run->stop) {
+        dsc_batch_slot_t *slot = NULL;
+        if (run->paused || run->finished || run->count >= run->ahead ||
+            (slot = dsc__slot_take_free(l, SLOT_FREE - 1)) == NULL) {
+            pthread_cond_wait(&l->sched_cv, &l->lock);
+            continue;
+        }
+        mix_done_t *e = &run->ring[(run->head + run->count) % RUN_RING];
+        run->composing = 1;
+        pthread_mutex_unlock(&l->lock);
+        aim(l, slot); /* the slot is the composer's alone until handed out */
+        dsc_mixture_batch_t mb;
+        memset(&mb, 0, sizeof mb);
+        mb.struct_size = sizeof mb;
+        int rc = dsc_mixture_next(m, &mb);
+        e->rc = rc;
+        if (rc == 0) {
+            e->samples = mb.samples;
+            e->step = mb.step;
+            e->bytes = (uint64_t)mb.samples * l->cfg.manifest->schema.sample_bytes;
+            for (uint32_t f = 0; f < m->field_count; f++)
+                if (m->fields[f].var) {
+                    e->var_rows[f] = (uint64_t)m->fields[f].offsets[mb.samples];
+                    e->bytes += m->fields[f].values_len;
+                }
+        }
+        e->epoch = m->epoch;
+        if (rc == 0 || rc == DSC_EOF) {
+            int src = save_into(m, e);
+            if (src < 0)
+                e->rc = rc = src;
+        }
+        for (uint32_t k = 0; k < m->count; k++)
+            e->delivered[k] = m->src[k].delivered;
+        if (rc < 0 && rc != DSC_EOF) /* a batch half composed: the loader fails, as one does */
+            loader_error(l, m->error[0] ? m->error : dsc_strerror(rc));
+        pthread_mutex_lock(&l->lock);
+        run->composing = 0;
+        if (rc == 0)
+            e->slot = slot->batch.slot;
+        else
+            dsc__slot_give_back(l, slot);
+        if ((rc < 0 && rc != DSC_EOF) || (rc == DSC_EOF && m->dead))
+            run->finished = 1, run->done_rc = rc;
+        run->count++;
+        pthread_cond_broadcast(&l->cons_cv);
+    }
+    pthread_mutex_unlock(&l->lock);
+    return NULL;
+}
+
+/* Drops the batches composed ahead (their slots go back). Under lock, composer paused/idle. */
+static void run_drop(dsc_loader_t *l, mix_run_t *run) {
+    for (; run->count > 0; run->count--, run->head = (run->head + 1) % RUN_RING) {
+        mix_done_t *e = &run->ring[run->head];
+        if (e->rc == 0)
+            dsc__slot_give_back(l, l->cons.slots[e->slot]);
+    }
+}
+
+static int run_start(dsc_loader_t *l) {
+    dsc_mixture_t *m = l->mix;
+    mix_run_t *run = calloc(1, sizeof *run);
+    if (run == NULL)
+        return DSC_ENOMEM;
+    m->run = run;
+    run->loader = l;
+    uint32_t prefetch = l->cfg.opt.prefetch_batches;
+    run->ahead = prefetch > 1 ? prefetch - 1 : 1;
+    if (run->ahead > RUN_RING - 1)
+        run->ahead = RUN_RING - 1;
+    run->delivered = calloc(m->count, sizeof *run->delivered);
+    if (run->delivered == NULL)
+        return DSC_ENOMEM;
+    for (uint32_t i = 0; i < RUN_RING; i++) {
+        run->ring[i].delivered = calloc(m->count, sizeof *run->ring[i].delivered);
+        if (run->ring[i].delivered == NULL)
+            return DSC_ENOMEM;
+    }
+    mix_done_t first;
+    memset(&first, 0, sizeof first);
+    int rc = save_into(m, &first);
+    if (rc == 0)
+        rc =
+            keep_state(&run->state, &run->state_cap, &run->state_len, first.state, first.state_len);
+    free(first.state);
+    if (rc < 0)
+        return rc;
+    if (pthread_create(&run->thread, NULL, composer, l) != 0)
+        return DSC_ENOMEM;
+    run->started = 1;
+    return 0;
+}
+
+static void run_stop(dsc_loader_t *l) {
+    mix_run_t *run = l->mix ? l->mix->run : NULL;
+    if (run == NULL)
+        return;
+    pthread_mutex_lock(&l->lock);
+    run->stop = 1;
+    pthread_cond_broadcast(&l->sched_cv);
+    pthread_mutex_unlock(&l->lock);
+    if (run->started)
+        pthread_join(run->thread, NULL);
+    for (uint32_t i = 0; i < RUN_RING; i++) {
+        free(run->ring[i].state);
+        free(run->ring[i].delivered);
+    }
+    free(run->state);
+    free(run->delivered);
+    free(run);
+    l->mix->run = NULL;
+}
+
+static int run_state_save(const dsc_mixture_t *m, void *buf, size_t cap) {
+    mix_run_t *run = m->run;
+    pthread_mutex_lock(&run->loader->lock);
+    int n = run->state_len;
+    if (buf != NULL && cap >= (size_t)n)
+        memcpy(buf, run->state, (size_t)n);
+    pthread_mutex_unlock(&run->loader->lock);
+    return n;
+}
+
+static int run_state_load(dsc_mixture_t *m, const void *buf, size_t len) {
+    mix_run_t *run = m->run;
+    dsc_loader_t *l = run->loader;
+    pthread_mutex_lock(&l->lock);
+    run->paused = 1;
+    while (run->composing)
+        pthread_cond_wait(&l->cons_cv, &l->lock);
+    run_drop(l, run);
+    pthread_mutex_unlock(&l->lock);
+    m->error[0] = '\0';
+    int rc = state_load_now(m, buf, len);
+    pthread_mutex_lock(&l->lock);
+    if (rc == 0) {
+        rc = keep_state(&run->state, &run->state_cap, &run->state_len, buf, (int)len);
+        run->epoch = m->epoch, run->step = m->step;
+        for (uint32_t k = 0; k < m->count; k++)
+            run->delivered[k] = m->src[k].delivered;
+        run->finished = 0, run->done_rc = 0;
+    }
+    run->paused = 0;
+    pthread_cond_broadcast(&l->sched_cv);
+    pthread_mutex_unlock(&l->lock);
+    return rc;
+}
+
+static void run_position(const dsc_mixture_t *m, uint64_t *epoch, uint64_t *step,
+                         uint64_t *delivered) {
+    mix_run_t *run = m->run;
+    if (run != NULL)
+        pthread_mutex_lock(&run->loader->lock);
+    if (epoch != NULL)
+        *epoch = run ? run->epoch : m->epoch;
+    if (step != NULL)
+        *step = run ? run->step : m->step;
+    for (uint32_t k = 0; delivered != NULL && k < m->count; k++)
+        delivered[k] = run ? run->delivered[k] : m->src[k].delivered;
+    if (run != NULL)
+        pthread_mutex_unlock(&run->loader->lock);
+}
+
+int dsc__mix_loader_next(dsc_loader_t *l, dsc_batch_t **out, int retain) {
+    mix_run_t *run = l->mix->run;
     double t0 = dsc_now_s();
     pthread_mutex_lock(&l->lock);
     if (l->stats.last_return > 0)
         l->stats.st.compute_seconds += t0 - l->stats.last_return;
     dsc__batch_release_current(l);
     int rc = l->error;
-    dsc_batch_slot_t *slot = NULL;
     if (rc == 0)
-        rc = dsc__slots_make_room(l);
-    if (rc == 0 && (slot = dsc__slot_take_free(l, l->cons.cons_seq)) == NULL)
-        rc = DSC_ENOMEM;
-    pthread_mutex_unlock(&l->lock);
-    dsc_mixture_batch_t mb;
-    memset(&mb, 0, sizeof mb);
-    mb.struct_size = sizeof mb;
+        rc = dsc__slots_make_room(l); /* slots beside the held ones for the composer */
+    pthread_cond_broadcast(&l->sched_cv);
+    while (rc == 0 && run->count == 0 && !run->finished)
+        pthread_cond_wait(&l->cons_cv, &l->lock);
+    if (rc == 0 && run->count == 0)
+        rc = run->done_rc;
     if (rc == 0) {
-        aim(l, slot); /* the slot is this call's alone until handed out */
-        m->error[0] = '\0';
-        rc = dsc_mixture_next(m, &mb);
-        if (rc < 0 && rc != DSC_EOF) /* a batch half composed: the loader fails, as one does */
-            loader_error(l, m->error[0] ? m->error : dsc_strerror(rc));
+        mix_done_t *e = &run->ring[run->head];
+        run->head = (run->head + 1) % RUN_RING;
+        run->count--;
+        pthread_cond_broadcast(&l->sched_cv); /* room to compose one more */
+        rc = e->rc;
+        if (rc == 0 || rc == DSC_EOF) {
+            if (keep_state(&run->state, &run->state_cap, &run->state_len, e->state, e->state_len) <
+                0)
+                rc = DSC_ENOMEM;
+            run->epoch = e->epoch;
+            run->step = rc == 0 ? e->step + 1 : 0;
+            for (uint32_t k = 0; k < l->mix->count; k++)
+                run->delivered[k] = e->delivered[k];
+        }
+        if (rc == 0) {
+            dsc_batch_slot_t *slot = l->cons.slots[e->slot];
+            dsc_batch_t *b = &slot->batch;
+            slot->owner = l->cons.cons_seq;
+            b->samples = e->samples;
+            b->step = e->step;
+            b->seq = l->cons.cons_seq++;
+            memcpy(slot->var_rows, e->var_rows, sizeof slot->var_rows);
+            dsc__batch_hand_out(l, b);
+            if (retain)
+                dsc__batch_retain_locked(b);
+            l->stats.st.batches++;
+            l->stats.st.samples += e->samples;
+            l->stats.st.bytes += e->bytes;
+            *out = b;
+        } else if (e->rc == 0) {
+            dsc__slot_give_back(l, l->cons.slots[e->slot]);
+        }
+        if (rc < 0 && rc != DSC_EOF)
+            l->error = rc;
     }
-    if (rc < 0 && rc != DSC_EOF && slot != NULL) {
-        pthread_mutex_lock(&l->lock);
-        l->error = rc;
-        pthread_mutex_unlock(&l->lock);
-    }
-    pthread_mutex_lock(&l->lock);
-    if (rc == 0) {
-        dsc_batch_t *b = &slot->batch;
-        b->samples = mb.samples;
-        b->step = mb.step;
-        b->seq = l->cons.cons_seq++;
-        uint64_t bytes = (uint64_t)mb.samples * l->cfg.manifest->schema.sample_bytes;
-        for (uint32_t f = 0; f < m->field_count; f++)
-            if (m->fields[f].var) {
-                slot->var_rows[f] = (uint64_t)m->fields[f].offsets[mb.samples];
-                bytes += m->fields[f].values_len;
-            }
-        dsc__batch_hand_out(l, b);
-        if (retain)
-            dsc__batch_retain_locked(b);
-        l->stats.st.batches++;
-        l->stats.st.samples += mb.samples;
-        l->stats.st.bytes += bytes;
-        *out = b;
-    } else if (slot != NULL) {
-        dsc__slot_give_back(l, slot);
-    }
-    l->stats.st.epoch = m->epoch;
+    l->stats.st.epoch = run->epoch;
     double t1 = dsc_now_s();
     l->stats.st.stall_seconds += t1 - t0;
     l->stats.last_return = t1;
@@ -1529,7 +1797,6 @@ void dsc__mix_loader_stats(const dsc_loader_t *loader, dsc_stats_t *out) {
 }
 
 int dsc__mix_loader_state_load(dsc_loader_t *l, const void *buf, size_t len) {
-    l->mix->error[0] = '\0';
     int rc = dsc_mixture_state_load(l->mix, buf, len);
     if (rc < 0)
         loader_error(l, l->mix->error[0] ? l->mix->error : dsc_strerror(rc));
@@ -1537,13 +1804,15 @@ int dsc__mix_loader_state_load(dsc_loader_t *l, const void *buf, size_t len) {
 }
 
 int dsc__mix_loader_set_epoch(dsc_loader_t *l, uint64_t epoch) {
-    if (epoch == l->mix->epoch)
+    uint64_t now = 0;
+    run_position(l->mix, &now, NULL, NULL);
+    if (epoch == now)
         return 0;
     char text[200];
     snprintf(text, sizeof text,
              "loader over a mixture: set_epoch(%llu) refused: its epoch (%llu) follows its "
              "sources (exhausted wrap or stop); resume with the state instead",
-             (unsigned long long)epoch, (unsigned long long)l->mix->epoch);
+             (unsigned long long)epoch, (unsigned long long)now);
     DSC_LOG(&l->cfg.log, DSC_LOG_ERROR, "%s", text);
     loader_error(l, text);
     return DSC_EINVAL;
