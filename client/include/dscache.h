@@ -132,11 +132,12 @@ typedef struct dsc_loader_options {
      * and both definitions) and two more: "source" (int32 per sample: the index of its source
      * in `sources`) and "source_epoch" (int64 per sample: its source-epoch); a source field of
      * either name is refused; dsc_batch_indices gives each
-     * sample's index in its own dataset. Variable fields are values + offsets, their slot budget
-     * batch_size x the largest sample any source's manifest knows (at most 64 MiB; a batch
-     * over it fails the loader with DSC_ETOOLARGE). state_save/state_load are the mixture's
-     * (dsc_mixture_state_save), dsc_loader_stats sums the sources' wire and stage figures (the
-     * verdict: the starving source's); dsc_loader_mixture gives per-source figures.
+     * sample's index in its own dataset. A thread of the loader composes up to
+     * prefetch_batches - 1 batches ahead into free slots. Variable fields are values + offsets,
+     * their slot budget batch_size x the largest sample any source's manifest knows (at most 64
+     * MiB; a batch over it fails the loader with DSC_ETOOLARGE). state_save/state_load are the
+     * mixture's (dsc_mixture_state_save), dsc_loader_stats sums the sources' wire and stage figures
+     * (the verdict: the starving source's); dsc_loader_mixture gives per-source figures.
      * dsc_loader_set_epoch accepts only the current epoch; dsc_loader_len is 0. Also taken by
      * dsc_mixture_create(options, NULL, 0, ...) when it is given no sources of its own.
      * exhausted: what a mixture does when a source's

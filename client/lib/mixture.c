@@ -1251,10 +1251,11 @@ static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len) {
 }
 
 /* ---- A loader over a mixture (dsc_loader_create with options.sources) ----------------------
- * The loader has no threads, peers or plan: only its batch slots (batch.c), a schema of the
- * mixture's fields plus "source" (int32 per sample) and "source_epoch" (int64), and the mixture,
- * which composes each batch straight into a free slot (the sources' loaders prefetch and decode in
- * their own threads). Batches are handed out, retained and released as any loader's. */
+ * The loader has no peers or plan, and one thread of its own (the composer, below): its batch
+ * slots (batch.c), a schema of the mixture's fields plus "source" (int32 per sample) and
+ * "source_epoch" (int64), and the mixture, which composes each batch straight into a free slot
+ * ahead of next() (the sources' loaders prefetch and decode in their own threads). Batches are
+ * handed out, retained and released as any loader's. */
 
 #define MIX_SOURCE_FIELD "source"
 #define MIX_EPOCH_FIELD "source_epoch"

@@ -12,7 +12,8 @@ int dsc__mix_loader_create(const dsc_loader_options_t *options, dsc_loader_t **o
                            size_t cap);
 /* dsc_loader_destroy of such a loader. */
 void dsc__mix_loader_destroy(dsc_loader_t *loader);
-/* dsc_loader_next of such a loader (retain: the caller's reference too). */
+/* dsc_loader_next of such a loader: the next batch its composer thread made (retain: the
+ * caller's reference too). */
 int dsc__mix_loader_next(dsc_loader_t *loader, dsc_batch_t **out, int retain);
 /* The loader's figures (its own next() and batches; the sources' wire and stage figures summed;
  * the verdict of the source with the most stall). Fills a whole dsc_stats_t. */
