@@ -542,6 +542,21 @@ DSC_EXTERN int dsc_packer_set_epoch(dsc_packer_t *packer, uint64_t epoch);
 #define DSC_PACK_STATE_MAX_BYTES 320
 DSC_EXTERN int dsc_packer_state_save(const dsc_packer_t *packer, void *buf, size_t cap);
 DSC_EXTERN int dsc_packer_state_load(dsc_packer_t *packer, const void *buf, size_t len);
+/* Resumes a packed stream saved on old_world ranks onto this packer's world size (another one):
+ * states[r] / lens[r] is old rank r's dsc_packer_state_save (each rank's state differs: its
+ * documents' lengths set how far its loader got). This rank first packs the rest of the loader
+ * batches of the old ranks r with r % world_size == rank (the documents, and the part of a
+ * split document, not yet packed), up to the furthest loader step any old rank reached
+ * (temporary loaders of those old ranks read them again: servers, dataset and fallback_path are
+ * this loader's; an auth_file is not used again), then its own loader re-splits the rest of the
+ * epoch over the new ranks (docs/order.md): every document of the epoch is packed once over all
+ * the new ranks. On old_world == world_size it is dsc_packer_state_load(states[rank]). Returns
+ * 0, DSC_EINVAL, DSC_EBADSTATE (a state damaged, of other pack settings or world size, saved at
+ * an epoch's end or while an earlier change was still packed, or old ranks in different epochs:
+ * the log says which), or a temporary loader's error. A state saved while the old ranks'
+ * batches are still being packed is refused by every load (save again a few batches later). */
+DSC_EXTERN int dsc_packer_state_load_world(dsc_packer_t *packer, const void *const *states,
+                                           const size_t *lens, uint32_t old_world);
 
 /* Packing counters since create. */
 typedef struct dsc_pack_stats {
