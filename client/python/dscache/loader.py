@@ -675,7 +675,11 @@ class Loader:
         return out
 
     def load_state_dict(self, state):
-        """Resumes from state_dict()'s dict (also the older {"dscache_state": bytes} form)."""
+        """Resumes from state_dict()'s dict (also the older {"dscache_state": bytes} form).
+        A packed loader also takes a list of every old rank's state_dict() (in rank order):
+        a packed stream resumed onto another world size (docs/packing.md)."""
+        if self._packer is not None and isinstance(state, (list, tuple)):
+            return self._load_pack_world(state)
         key = "dscache_pack_state" if self._packer is not None else "dscache_state"
         if isinstance(state, dict) and key not in state and (
                 "dscache_state" in state or "dscache_pack_state" in state):
@@ -702,6 +706,27 @@ class Loader:
         _check(self._lib.dsc_loader_state_load(self._h(), buf, len(data)), self._h())
         if self._feed is not None:  # the next batch pulls the sampler from its start again
             self._feed.reset()
+
+    def _load_pack_world(self, states):
+        """dsc_packer_state_load_world over every old rank's packed state."""
+        raw = []
+        for r, st in enumerate(states):
+            data = st.get("dscache_pack_state") if isinstance(st, dict) else None
+            if data is None:
+                raise BadState(-4024, "state of old rank %d: not a packed loader's state_dict()"
+                               % r, "DSC_EBADSTATE")
+            try:
+                raw.append(bytes.fromhex(data) if isinstance(data, str) else bytes(data))
+            except ValueError:
+                raise BadState(-4024, "state of old rank %d: not a hex string" % r,
+                               "DSC_EBADSTATE") from None
+        if not raw:
+            raise BadState(-4024, "no old rank's state given", "DSC_EBADSTATE")
+        bufs = [ctypes.create_string_buffer(d, len(d)) for d in raw]
+        ptrs = (ctypes.c_void_p * len(raw))(*[ctypes.addressof(b) for b in bufs])
+        lens = (ctypes.c_size_t * len(raw))(*[len(d) for d in raw])
+        _check(self._lib.dsc_packer_state_load_world(self._packer, ptrs, lens, len(raw)),
+               self._h())
 
     # -- information --
     @property
