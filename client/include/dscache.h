@@ -124,10 +124,23 @@ typedef struct dsc_loader_options {
                              smaller of 1024 and 2^18 / batch_size. At most 2^20 / batch_size;
                              ignored by the other orders (docs/order.md#the-callers-order) */
     /* Mixtures (docs/mixtures.md). sources / n_sources: the sources of a mixture (an array of
-     * dsc_source_options_t, read with the stride of the first's struct_size), taken by
-     * dsc_mixture_create(options, NULL, 0, ...) when it is given no sources of its own. A loader
-     * reads one dataset: dsc_loader_create refuses n_sources > 0 with DSC_EINVAL (its last
-     * error names dsc_mixture_create). exhausted: what a mixture does when a source's
+     * dsc_source_options_t, read with the stride of the first's struct_size). n_sources > 0:
+     * dsc_loader_create makes a loader over the mixture (dataset, fallback_path and
+     * field_options ignored; order local and device -1 only): dsc_loader_next hands out
+     * ordinary batches (retain/release, field views, DLPack as for one dataset) of the fields
+     * every source has (dtype and shape must agree, else DSC_EINVAL naming the source, the field
+     * and both definitions) and two more: "source" (int32 per sample: the index of its source
+     * in `sources`) and "source_epoch" (int64 per sample: its source-epoch); a source field of
+     * either name is refused; dsc_batch_indices gives each
+     * sample's index in its own dataset. A thread of the loader composes up to
+     * prefetch_batches - 1 batches ahead into free slots. Variable fields are values + offsets,
+     * their slot budget batch_size x the largest sample any source's manifest knows (at most 64
+     * MiB; a batch over it fails the loader with DSC_ETOOLARGE). state_save/state_load are the
+     * mixture's (dsc_mixture_state_save), dsc_loader_stats sums the sources' wire and stage figures
+     * (the verdict: the starving source's); dsc_loader_mixture gives per-source figures.
+     * dsc_loader_set_epoch accepts only the current epoch; dsc_loader_len is 0. Also taken by
+     * dsc_mixture_create(options, NULL, 0, ...) when it is given no sources of its own.
+     * exhausted: what a mixture does when a source's
      * source-epoch ends: DSC_EXHAUSTED_WRAP (0, default) starts its next one;
      * DSC_EXHAUSTED_STOP ends the mixture's epoch (the batch in progress is handed out short,
      * the next dsc_mixture_next returns DSC_EOF, the one after starts the next epoch). Another
@@ -535,6 +548,21 @@ DSC_EXTERN int dsc_packer_set_epoch(dsc_packer_t *packer, uint64_t epoch);
 #define DSC_PACK_STATE_MAX_BYTES 320
 DSC_EXTERN int dsc_packer_state_save(const dsc_packer_t *packer, void *buf, size_t cap);
 DSC_EXTERN int dsc_packer_state_load(dsc_packer_t *packer, const void *buf, size_t len);
+/* Resumes a packed stream saved on old_world ranks onto this packer's world size (another one):
+ * states[r] / lens[r] is old rank r's dsc_packer_state_save (each rank's state differs: its
+ * documents' lengths set how far its loader got). This rank first packs the rest of the loader
+ * batches of the old ranks r with r % world_size == rank (the documents, and the part of a
+ * split document, not yet packed), up to the furthest loader step any old rank reached
+ * (temporary loaders of those old ranks read them again: servers, dataset and fallback_path are
+ * this loader's; an auth_file is not used again), then its own loader re-splits the rest of the
+ * epoch over the new ranks (docs/order.md): every document of the epoch is packed once over all
+ * the new ranks. On old_world == world_size it is dsc_packer_state_load(states[rank]). Returns
+ * 0, DSC_EINVAL, DSC_EBADSTATE (a state damaged, of other pack settings or world size, saved at
+ * an epoch's end or while an earlier change was still packed, or old ranks in different epochs:
+ * the log says which), or a temporary loader's error. A state saved while the old ranks'
+ * batches are still being packed is refused by every load (save again a few batches later). */
+DSC_EXTERN int dsc_packer_state_load_world(dsc_packer_t *packer, const void *const *states,
+                                           const size_t *lens, uint32_t old_world);
 
 /* Packing counters since create. */
 typedef struct dsc_pack_stats {
@@ -684,8 +712,9 @@ typedef struct dsc_source_options {
 DSC_EXTERN int dsc_source_options_init(dsc_source_options_t *options, size_t size);
 
 /* Creates one loader per source from `common` (its dataset ignored; batch_size is the mixture's
- * batch; each source's loader gets seed + k for the k-th source and a batch of its share S,
- * rounded up, or of min(4 S, 64) when S < 64: fewer, larger loader batches) and the `count`
+ * batch; each source's loader gets seed + k for the k-th source, a batch of its share S,
+ * rounded up, or of min(4 S, 64) when S < 64: fewer, larger loader batches, and its share of
+ * common's decode_threads and connections, round(n * weight / W), at least 1) and the `count`
  * sources (read with the stride of the first's struct_size). The
  * batch holds the `field_count` fields named in `fields` (NULL: every field of the first
  * source), which every source must have with the same dtype and shape; sources may have more.
@@ -757,6 +786,10 @@ DSC_EXTERN int dsc_mixture_packed(const dsc_mixture_t *mixture, dsc_packed_batch
 DSC_EXTERN uint32_t dsc_mixture_field_count(const dsc_mixture_t *mixture);
 DSC_EXTERN int dsc_mixture_field(const dsc_mixture_t *mixture, uint32_t field,
                                  dsc_field_info_t *out);
+/* The mixture of a loader made with options.sources (NULL for a single-dataset loader or NULL):
+ * owned by the loader, for dsc_mixture_info, dsc_mixture_source_stats, dsc_mixture_field and
+ * dsc_mixture_source_batch only (next, state and field views go through the loader). */
+DSC_EXTERN dsc_mixture_t *dsc_loader_mixture(const dsc_loader_t *loader);
 /* Source k's loader batch size (as dsc_mixture_create sizes it); 0 for a bad k. */
 DSC_EXTERN uint32_t dsc_mixture_source_batch(const dsc_mixture_t *mixture, uint32_t source);
 /* Why the last failing call on mixture failed (NULL: this thread's last dsc_mixture_create

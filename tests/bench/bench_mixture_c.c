@@ -2,7 +2,8 @@
  * (60 / 30 / 10% of N log-normal documents) and a fourth holding all of them, written by
  * dsc_writer_* and read from their files (no server, so the loaders' own cost shows). Per round:
  * samples/s of dsc_loader_next (views only, as a zero-copy trainer) and of dsc_mixture_next
- * (every sample gathered into the mixture's buffers), batch 64, the single loader with 6
+ * (every sample gathered into the mixture's buffers) and of dsc_loader_next of a loader made
+ * with options.sources (composed into its batch slots), batch 64, the single loader with 6
  * decode threads, as many as the mixture's three loaders of 2; prints each round and the
  * median ratio. The first epoch of each (files read, decoded) is what is timed. usage:
  * bench_mixture_c [DOCS] [ROUNDS] */
@@ -66,7 +67,7 @@ int main(int argc, char **argv) {
     dsc_loader_options_t o;
     DSC_LOADER_OPTIONS_INIT(&o);
     o.batch_size = 64;
-    double ratios[64];
+    double ratios[64], lratios[64];
     uint64_t want = docs; /* samples per measure: one epoch's worth */
     for (int r = 0; r < rounds && r < 64; r++) {
         dsc_loader_t *l;
@@ -115,12 +116,33 @@ int main(int argc, char **argv) {
         }
         double mix = (double)got / (now() - t0);
         dsc_mixture_destroy(m);
+        /* The loader over the mixture (dsc_loader_create with sources): batches composed into
+         * its slots, handed out by dsc_loader_next as the single loader's are. */
+        o.sources = so, o.n_sources = 3;
+        if (dsc_loader_create(&o, &l) != 0)
+            return 1;
+        o.sources = NULL, o.n_sources = 0;
+        dsc_loader_next(l, &b);
+        got = 0;
+        t0 = now();
+        while (got < want) {
+            if (dsc_loader_next(l, &b) != 0)
+                return 1;
+            dsc_batch_field_view(b, 0, &fv);
+            got += dsc_batch_samples(b);
+        }
+        double mixl = (double)got / (now() - t0);
+        dsc_loader_destroy(l);
         ratios[r] = mix / single;
-        printf("round %d: single loader %.0f samples/s, C mixture %.0f samples/s (%.2fx)\n", r,
-               single, mix, ratios[r]);
+        lratios[r] = mixl / single;
+        printf("round %d: single loader %.0f samples/s, C mixture %.0f samples/s (%.2fx), loader "
+               "over the mixture %.0f samples/s (%.2fx)\n",
+               r, single, mix, ratios[r], mixl, lratios[r]);
     }
     qsort(ratios, (size_t)rounds, sizeof ratios[0], cmp);
+    qsort(lratios, (size_t)rounds, sizeof lratios[0], cmp);
     printf("median ratio C mixture / single loader: %.2fx\n", ratios[rounds / 2]);
+    printf("median ratio loader over the mixture / single loader: %.2fx\n", lratios[rounds / 2]);
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     return system(cmd) == 0 ? 0 : 1;

@@ -41,7 +41,11 @@ odd = os.path.join(env.dir, "odd")
 with dscache.Writer(odd, name="odd", fields={"tokens": "i64[]", "id": "i64"}) as w:
     for i in range(10):
         w.write({"tokens": np.arange(3, dtype=np.int64), "id": i})
-_, addr = env.start_server(dirs["web"], dirs["books"], odd)
+langonly = os.path.join(env.dir, "langonly")  # none of the others' fields
+with dscache.Writer(langonly, name="langonly", fields={"lang": "i64"}) as w:
+    for i in range(10):
+        w.write({"lang": i})
+_, addr = env.start_server(dirs["web"], dirs["books"], odd, langonly)
 _, code_addr = env.start_server(dirs["code"])  # a source on its own server group
 NAMES = ["web", "code", "books"]
 W = [0.6, 0.3, 0.1]
@@ -357,6 +361,12 @@ refused("unknown source", dscache.NotFound, ["'nosuch'"],
 refused("needed field missing", dscache.InvalidOption, ["'web'", "'lang'"],
         lambda: mixture(fields=["lang"], sources=[dscache.Source("code", servers=code_addr),
                                                   dscache.Source("web")]))
+refused("a source with none of the fields the others have", dscache.InvalidOption,
+        ["'langonly'", "no field in common"],
+        lambda: mixture(fields=None, sources=[dscache.Source("web"), dscache.Source("langonly")]))
+refused("a source with none of the needed fields", dscache.InvalidOption,
+        ["'langonly'", "'tokens'"],
+        lambda: mixture(sources=[dscache.Source("web"), dscache.Source("langonly")]))
 refused("field definitions differ", dscache.InvalidOption, ["'tokens'", "'odd'", "int64",
                                                             "int32"],
         lambda: mixture(sources=[dscache.Source("web"), dscache.Source("odd")]))
@@ -389,4 +399,15 @@ except dscache.BadState as e:
     t.check("mixture" in str(e), "single-dataset state into a mixture: " + str(e))
 other.close()
 plain.close()
+
+# Batches are arrays over the loader's batch slots (no copy): one the caller keeps is never
+# overwritten by later ones, and stays valid after close().
+m = mixture(prefetch=2)
+kept = next(m)
+copy = {k: np.array(v, copy=True) for k, v in kept.items()}
+for _ in range(12):
+    next(m)
+m.close()
+t.check(all(np.array_equal(kept[k], copy[k]) for k in copy),
+        "a kept batch is unchanged after 12 more batches and close()")
 sys.exit(t.done())

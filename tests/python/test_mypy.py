@@ -95,7 +95,7 @@ BAD = {
     'batch_size=32, seed=0,': 'batch_size="32", seed=0,',            # str for int
     'dscache.Writer("out",': 'dscache.Writer(7,',                     # int for a path
     'dscache.Image(size=(224, 224), flip=True)': 'dscache.Image(size="big", flip=True)',
-    'loader.load_state_dict(state)': 'loader.load_state_dict([state])',  # a list for a dict
+    'loader.load_state_dict(state)': 'loader.load_state_dict(b"state")',  # bytes for a dict
     'n = len(loader)': 'n = len(loader) + loader.set_epoch(0)',     # None in arithmetic
 }
 user_dir = os.path.join(tmp, "user")

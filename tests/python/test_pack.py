@@ -197,4 +197,22 @@ except dscache.BadState as e:
             "packed state onto another world size: " + str(e))
 for x in (plain, p, other, two):
     x.close()
+
+# A packed stream onto another world size: every old rank's state resumes each new rank, and
+# every document's tokens are packed exactly once over the old and the new ranks.
+for old_w, new_w in ((2, 4), (4, 2)):
+    k = int(rng.integers(1, 6))
+    got, states = [], []
+    for r in range(old_w):
+        x = loader(rank=r, world_size=old_w)
+        got += [next(x) for _ in range(k)]
+        states.append(x.state_dict())
+        x.close()
+    for r in range(new_w):
+        y = loader(rank=r, world_size=new_w, pack_ahead=r % 2 * 3)
+        y.load_state_dict(states)
+        got += list(y)
+        y.close()
+    what = "%d -> %d ranks after %d packed batches" % (old_w, new_w, k)
+    check_once(unpack(got, what), range(N), what)
 sys.exit(t.done())

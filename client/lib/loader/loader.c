@@ -9,6 +9,7 @@
 #include "fetch.h"
 #include "hedge.h"
 #include "loader_options.h"
+#include "mixture.h"
 #include "pipeline.h"
 #include "scheduler.h"
 #include "sources.h"
@@ -193,11 +194,13 @@ static int loader_create(const dsc_loader_options_t *options, int reader, dsc_lo
     }
     if (options->struct_size >= offsetof(dsc_loader_options_t, n_sources) + sizeof(uint32_t) &&
         options->n_sources > 0) {
-        snprintf(create_error, sizeof create_error,
-                 "invalid loader options: n_sources %u: a loader reads one dataset; a mixture of "
-                 "sources is made by dsc_mixture_create (docs/mixtures.md)",
-                 options->n_sources);
-        return DSC_EINVAL;
+        if (reader) {
+            snprintf(create_error, sizeof create_error,
+                     "invalid reader options: n_sources %u: a reader reads one dataset",
+                     options->n_sources);
+            return DSC_EINVAL;
+        }
+        return dsc__mix_loader_create(options, out, create_error, sizeof create_error);
     }
     int manifest_step = 0;
     dsc_loader_t *loader = calloc(1, sizeof *loader);
@@ -459,6 +462,10 @@ int dsc__loader_create_reader(const dsc_loader_options_t *options, dsc_loader_t 
 DSC_EXTERN void dsc_loader_destroy(dsc_loader_t *loader) {
     if (loader == NULL)
         return;
+    if (loader->mix != NULL) {
+        dsc__mix_loader_destroy(loader);
+        return;
+    }
     pthread_mutex_lock(&loader->lock);
     /* Batches kept past next() (retained, or DLPack tensors alive) lose their memory now: the
      * caller hears it, rather than reading freed slots later without a word. */
@@ -569,6 +576,8 @@ static uint64_t batch_bytes(const dsc_loader_t *loader, const dsc_batch_slot_t *
 /* dsc_loader_next; with retain, the batch handed out gets that reference for the caller too (as
  * dsc_batch_retain), under the same lock. */
 static int loader_next(dsc_loader_t *loader, dsc_batch_t **out, int retain) {
+    if (loader->mix != NULL)
+        return dsc__mix_loader_next(loader, out, retain);
     double t0 = dsc_now_s();
     pthread_mutex_lock(&loader->lock);
     if (loader->stats.last_return > 0)
@@ -750,7 +759,7 @@ DSC_EXTERN int dsc_loader_order_room(const dsc_loader_t *loader) {
 }
 
 DSC_EXTERN uint64_t dsc_loader_len(const dsc_loader_t *loader) {
-    return loader ? dsc__sched_epoch_steps(loader) : 0;
+    return loader && loader->mix == NULL ? dsc__sched_epoch_steps(loader) : 0;
 }
 
 DSC_EXTERN uint64_t dsc_loader_dataset_samples(const dsc_loader_t *loader) {

@@ -1,8 +1,15 @@
 /* Mixtures (docs/mixtures.md): one loader per source, batches composed by the quota method
  * (every source within one sample of its share after every sample), exact resume. Uses the
- * loaders through the public API only. */
-#include "pipeline.h"
+ * loaders through the public API only.
+ * Over 1,000 lines: the engine and the loader over it (the composer thread, from "A loader over
+ * a mixture" on) share the mixture's private state, and the engine's state save, load and
+ * position call into a running composer; cutting them apart needs that call-back as a seam of
+ * its own first (else the two files would call each other). */
+#include "mixture.h"
+
+#include "batch.h"
 #include "shard.h"
+#include "util.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -95,6 +102,10 @@ struct dsc_mixture {
     uint64_t *indices, *source_epoch;
     uint32_t *picks;
     char error[512];
+    /* The outputs (fields' values and offsets, source, indices) are a loader's batch slot
+     * (dsc_loader_create with sources): set before each next, not the mixture's to free or grow. */
+    int external;
+    struct mix_run *run; /* that loader's composer thread (NULL: composed in next()) */
     /* Packing: the batch's rows (batch_size at most) of pack_len tokens and their segments. */
     int packed;
     uint32_t pack_len, pack_elem;
@@ -107,6 +118,15 @@ struct dsc_mixture {
 };
 
 static _Thread_local char create_error[512];
+
+/* The loader over the mixture composes ahead (below): the public state, info and stats calls
+ * on its mixture give the consumer's side. */
+static int run_state_save(const dsc_mixture_t *m, void *buf, size_t cap);
+static int run_state_load(dsc_mixture_t *m, const void *buf, size_t len);
+static void run_position(const dsc_mixture_t *m, uint64_t *epoch, uint64_t *step,
+                         uint64_t *delivered);
+static int run_start(dsc_loader_t *l);
+static void run_stop(dsc_loader_t *l);
 
 /* Says why (the log, and the text dsc_mixture_last_error gives). */
 #define MIX_ERR(m, ...)                                                                            \
@@ -158,13 +178,15 @@ DSC_EXTERN void dsc_mixture_destroy(dsc_mixture_t *mixture) {
         free(s->auth_file);
         free(s->fallback_path);
     }
-    for (uint32_t f = 0; f < mixture->field_count; f++) {
+    for (uint32_t f = 0; f < mixture->field_count && !mixture->external; f++) {
         free(mixture->fields[f].values);
         free(mixture->fields[f].offsets);
     }
-    free(mixture->source);
-    free(mixture->indices);
-    free(mixture->source_epoch);
+    if (!mixture->external) {
+        free(mixture->source);
+        free(mixture->indices);
+        free(mixture->source_epoch);
+    }
     free(mixture->picks);
     free(mixture->ptok);
     free(mixture->ppos);
@@ -196,6 +218,15 @@ static uint32_t share_of(uint32_t batch_size, double weight, double wsum) {
     uint64_t w = (uint64_t)(weight * 1e6), all = (uint64_t)(wsum * 1e6);
     uint64_t n = all ? ((uint64_t)batch_size * w + all - 1) / all : 1;
     return n < 1 ? 1 : (uint32_t)n;
+}
+
+/* A source's part of a count the mixture shares out by weight: round(n * weight / W), at least
+ * 1 (n 0: 0, the loader's default). */
+static uint32_t share_count(uint32_t n, double weight, double wsum) {
+    if (n == 0)
+        return 0;
+    double part = nearbyint((double)n * weight / wsum);
+    return part < 1 ? 1 : (uint32_t)part;
 }
 
 static void describe(const dsc_field_info_t *fi, char *buf, size_t cap) {
@@ -277,9 +308,11 @@ static int src_load(mix_source_t *s, const uint8_t *buf, size_t len) {
                      : dsc_loader_state_load(s->loader, buf, len);
 }
 
+/* shared 1 (fields NULL): the batch holds the fields every source has (in the first source's
+ * order) rather than every field of the first source. */
 static int mixture_create(const dsc_loader_options_t *common, const dsc_source_options_t *sources,
                           uint32_t count, const char *const *fields, uint32_t field_count,
-                          const dsc_pack_options_t *pack, dsc_mixture_t **out) {
+                          const dsc_pack_options_t *pack, int shared, dsc_mixture_t **out) {
     if (common != NULL && sources == NULL && count == 0 &&
         common->struct_size >= offsetof(dsc_loader_options_t, n_sources) + sizeof(uint32_t))
         sources = common->sources, count = common->n_sources; /* the options' own sources */
@@ -374,6 +407,12 @@ static int mixture_create(const dsc_loader_options_t *common, const dsc_source_o
         if (so->shuffle_window)
             lo.shuffle_window = so->shuffle_window;
         lo.seed = opt.seed + k;
+        /* The common decode threads and connections are shared out by weight (at least one
+         * each), not given to every source: three sources with the common 2 + 2 each ran at
+         * 0.38x of one loader on a loaded 2-core machine, with 1 + 1 each at 0.83x in the same
+         * minutes (docs/benchmarks.md). */
+        lo.decode_threads = share_count(opt.decode_threads, so->weight, wsum);
+        lo.connections = share_count(opt.connections, so->weight, wsum);
         /* A source batch of about four steps' share (up to 64 samples; a larger share as it
          * is): the loader's per-batch work is paid by more samples. */
         lo.batch_size = share_of(m->batch_size, so->weight, wsum);
@@ -422,13 +461,48 @@ static int mixture_create(const dsc_loader_options_t *common, const dsc_source_o
     }
     const char *first[DSC_MAX_FIELDS];
     char names[DSC_MAX_FIELDS][DSC_MAX_NAME];
-    if (fields == NULL) { /* every field of the first source */
-        field_count = dsc_loader_field_count(m->src[0].loader);
-        for (uint32_t f = 0; f < field_count; f++) {
-            dsc_field_info_t fi;
+    if (fields == NULL) { /* every field of the first source (shared: that all sources have) */
+        uint32_t all = dsc_loader_field_count(m->src[0].loader);
+        field_count = 0;
+        for (uint32_t f = 0; f < all; f++) {
+            dsc_field_info_t fi, other;
             dsc_loader_field(m->src[0].loader, f, &fi);
-            snprintf(names[f], DSC_MAX_NAME, "%s", fi.name);
-            first[f] = names[f];
+            uint32_t k = 1;
+            while (shared && k < count && find_field(m->src[k].loader, fi.name, &other) >= 0)
+                k++;
+            if (shared && k < count)
+                continue;
+            snprintf(names[field_count], DSC_MAX_NAME, "%s", fi.name);
+            first[field_count] = names[field_count];
+            field_count++;
+        }
+        if (field_count == 0) { /* name a source that has none of the first's fields */
+            char list[256];
+            size_t len = 0;
+            list[0] = '\0';
+            uint32_t culprit = count - 1;
+            for (uint32_t f = 0; f < all && len < sizeof list; f++) {
+                dsc_field_info_t fi;
+                dsc_loader_field(m->src[0].loader, f, &fi);
+                len += (size_t)snprintf(list + len, sizeof list - len, "%s'%s'", f ? ", " : "",
+                                        fi.name);
+            }
+            for (uint32_t k = count - 1; k > 0; k--) {
+                uint32_t has = 0;
+                for (uint32_t f = 0; f < all; f++) {
+                    dsc_field_info_t fi, other;
+                    dsc_loader_field(m->src[0].loader, f, &fi);
+                    has += find_field(m->src[k].loader, fi.name, &other) >= 0;
+                }
+                if (has == 0)
+                    culprit = k;
+            }
+            MIX_ERR(m,
+                    "mixture: the sources have no field in common: source '%s' lacks the fields "
+                    "of '%s' (%s)",
+                    m->src[culprit].dataset, m->src[0].dataset, list);
+            rc = DSC_EINVAL;
+            goto fail;
         }
         fields = first;
     }
@@ -514,7 +588,7 @@ DSC_EXTERN int dsc_mixture_create(const dsc_loader_options_t *common,
                                   const char *const *fields, uint32_t field_count,
                                   dsc_mixture_t **out) {
     create_error[0] = '\0';
-    return mixture_create(common, sources, count, fields, field_count, NULL, out);
+    return mixture_create(common, sources, count, fields, field_count, NULL, 0, out);
 }
 
 DSC_EXTERN int dsc_mixture_create_packed(const dsc_loader_options_t *common,
@@ -525,7 +599,7 @@ DSC_EXTERN int dsc_mixture_create_packed(const dsc_loader_options_t *common,
         snprintf(create_error, sizeof create_error, "mixture: NULL pack options");
         return DSC_EINVAL;
     }
-    return mixture_create(common, sources, count, NULL, 0, pack, out);
+    return mixture_create(common, sources, count, NULL, 0, pack, 0, out);
 }
 
 DSC_EXTERN int dsc_mixture_packed(const dsc_mixture_t *mixture, dsc_packed_batch_t *out) {
@@ -709,6 +783,13 @@ static int append(dsc_mixture_t *m, uint32_t f, const mix_piece_t *p, uint32_t r
     int64_t a = fv->offsets[row], e = fv->offsets[row + 1];
     size_t bytes = (size_t)(e - a) * mf->row_bytes;
     if (mf->values_len + bytes > mf->values_cap) {
+        if (m->external) {
+            MIX_ERR(m,
+                    "mixture: field '%s': the batch's values pass the slot's %zu bytes (the "
+                    "default budget: batch_size x the sources' largest sample, or 64 MiB)",
+                    mf->name, mf->values_cap);
+            return DSC_ETOOLARGE;
+        }
         size_t cap = mf->values_cap ? mf->values_cap : 4096;
         while (cap < mf->values_len + bytes)
             cap *= 2;
@@ -866,8 +947,11 @@ DSC_EXTERN int dsc_mixture_source_stats(const dsc_mixture_t *mixture, uint32_t s
         return DSC_EINVAL;
     if (source >= mixture->count)
         return DSC_ERANGE;
-    if (samples != NULL)
-        *samples = mixture->src[source].delivered;
+    if (samples != NULL) {
+        uint64_t delivered[MIX_MAX_SOURCES];
+        run_position(mixture, NULL, NULL, delivered);
+        *samples = delivered[source];
+    }
     return out ? dsc_loader_stats(mixture->src[source].loader, out) : 0;
 }
 
@@ -875,8 +959,7 @@ DSC_EXTERN int dsc_mixture_info(const dsc_mixture_t *mixture, dsc_mixture_info_t
     if (mixture == NULL || out == NULL || out->struct_size < sizeof *out)
         return DSC_EINVAL;
     out->sources = mixture->count;
-    out->epoch = mixture->epoch;
-    out->step = mixture->step;
+    run_position(mixture, &out->epoch, &out->step, NULL);
     out->rank = mixture->rank;
     out->world_size = mixture->world;
     double worst = 0;
@@ -914,9 +997,16 @@ static uint64_t get_u64(const uint8_t *p) {
  * used (samples of the batch at the state used), passes, taken, loader epoch, delivered, carry
  * (1: delivering an old world size's leftovers), carry world, carry skip, carry used, carry
  * state length; the carry state; state length; the state. Then a checksum of all before it. */
+static int state_save_now(const dsc_mixture_t *mixture, void *buf, size_t cap);
+
 DSC_EXTERN int dsc_mixture_state_save(const dsc_mixture_t *mixture, void *buf, size_t cap) {
     if (mixture == NULL || (buf == NULL && cap > 0))
         return DSC_EINVAL;
+    return mixture->run ? run_state_save(mixture, buf, cap) : state_save_now(mixture, buf, cap);
+}
+
+/* The state where the composition stands now. */
+static int state_save_now(const dsc_mixture_t *mixture, void *buf, size_t cap) {
     const dsc_mixture_t *m = mixture;
     uint8_t states[MIX_MAX_SOURCES][MIX_STATE_MAX];
     int lens[MIX_MAX_SOURCES];
@@ -1039,9 +1129,15 @@ static int leftovers(dsc_mixture_t *m, mix_source_t *s, uint32_t old_world, cons
     return 0;
 }
 
+static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len);
+
 DSC_EXTERN int dsc_mixture_state_load(dsc_mixture_t *mixture, const void *buf, size_t len) {
     if (mixture == NULL || buf == NULL)
         return DSC_EINVAL;
+    return mixture->run ? run_state_load(mixture, buf, len) : state_load_now(mixture, buf, len);
+}
+
+static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len) {
     dsc_mixture_t *m = mixture;
     const uint8_t *p = buf;
     if (len < MIX_HEAD + 8 || memcmp(p, MIX_STATE_MAGIC, 4) != 0) {
@@ -1156,4 +1252,577 @@ DSC_EXTERN int dsc_mixture_state_load(dsc_mixture_t *mixture, const void *buf, s
     m->dead = (get_u64(p + 48) & 2) != 0;
     m->have_batch = 0;
     return 0;
+}
+
+/* ---- A loader over a mixture (dsc_loader_create with options.sources) ----------------------
+ * The loader has no peers or plan, and one thread of its own (the composer, below): its batch
+ * slots (batch.c), a schema of the mixture's fields plus "source" (int32 per sample) and
+ * "source_epoch" (int64), and the mixture, which composes each batch straight into a free slot
+ * ahead of next() (the sources' loaders prefetch and decode in their own threads). Batches are
+ * handed out, retained and released as any loader's. */
+
+#define MIX_SOURCE_FIELD "source"
+#define MIX_EPOCH_FIELD "source_epoch"
+
+static void loader_error(dsc_loader_t *l, const char *text) {
+    pthread_mutex_lock(&l->err_lock);
+    snprintf(l->err_text, sizeof l->err_text, "%s", text);
+    pthread_mutex_unlock(&l->err_lock);
+}
+
+/* The values bytes a slot holds for needed field f: batch_size x the largest sample any source's
+ * manifest knows while that is at most 64 MiB (every batch fits), else as a loader sizes its
+ * default budget (docs/loader.md#variable-length-fields). */
+static uint64_t field_budget(const dsc_mixture_t *m, uint32_t f) {
+    uint64_t bytes_max = 0;
+    double bytes_mean = 0;
+    for (uint32_t k = 0; k < m->count; k++) {
+        const dsc_manifest_t *man = m->src[k].loader->cfg.manifest;
+        const dsc_manifest_field_stats_t *vs = &man->field_stats[m->src[k].field_index[f]];
+        if (vs->bytes_max > bytes_max)
+            bytes_max = vs->bytes_max;
+        if (vs->bytes_mean > bytes_mean)
+            bytes_mean = vs->bytes_mean;
+    }
+    int exact = 0;
+    uint64_t row = m->fields[f].row_bytes ? m->fields[f].row_bytes : 1;
+    uint64_t budget = dsc__var_default_budget(m->batch_size, bytes_max, bytes_mean, &exact);
+    if (budget > DSC__SLOT_FIELD_MAX)
+        budget = DSC__SLOT_FIELD_MAX;
+    budget = budget / row * row;
+    return budget ? budget : row;
+}
+
+int dsc__mix_loader_create(const dsc_loader_options_t *options, dsc_loader_t **out, char *why,
+                           size_t cap) {
+    create_error[0] = '\0';
+    dsc_mixture_t *m = NULL;
+    int rc = mixture_create(options, NULL, 0, NULL, 0, NULL, 1, &m);
+    if (rc < 0) {
+        snprintf(why, cap, "%s", create_error);
+        return rc;
+    }
+    dsc_loader_t *l = calloc(1, sizeof *l);
+    dsc_manifest_t *man = calloc(1, sizeof *man);
+    if (l == NULL || man == NULL) {
+        free(l);
+        free(man);
+        dsc_mixture_destroy(m);
+        snprintf(why, cap, "%s", dsc_strerror(DSC_ENOMEM));
+        return DSC_ENOMEM;
+    }
+    pthread_mutex_init(&l->err_lock, NULL);
+    pthread_mutex_init(&l->lock, NULL);
+    pthread_cond_init(&l->sched_cv, NULL);
+    pthread_cond_init(&l->io_cv, NULL);
+    pthread_cond_init(&l->work_cv, NULL);
+    pthread_cond_init(&l->cons_cv, NULL);
+    pthread_cond_init(&l->view.cv, NULL);
+    l->mix = m;
+    l->cfg.manifest = man;
+    dsc_loader_options_init2(&l->cfg.opt, sizeof l->cfg.opt);
+    memcpy(&l->cfg.opt, options,
+           options->struct_size < sizeof l->cfg.opt ? options->struct_size : sizeof l->cfg.opt);
+    dsc_loader_options_t *o = &l->cfg.opt;
+    o->struct_size = sizeof *o;
+    o->sources = NULL, o->n_sources = 0;
+    o->dataset = NULL, o->servers = NULL, o->auth_file = NULL, o->fallback_path = NULL;
+    o->job_name = NULL, o->transport = NULL, o->field_options = NULL;
+    o->field_option_count = 0;
+    o->batch_size = m->batch_size;
+    dsc__logger_init(&l->cfg.log, o->log_fn, o->log_ctx, o->log_level);
+    char name[DSC_MAX_NAME];
+    snprintf(name, sizeof name, "mixture of %u sources", m->count);
+    snprintf(man->name, sizeof man->name, "%s", name);
+    l->cfg.dataset = strdup(name);
+    rc = l->cfg.dataset ? 0 : DSC_ENOMEM;
+    dsc_schema_t *schema = &man->schema;
+    for (uint32_t f = 0; rc == 0 && f < m->field_count; f++) {
+        const dsc_manifest_t *first = m->src[0].loader->cfg.manifest;
+        uint32_t at = m->src[0].field_index[f];
+        schema->fields[f] = first->schema.fields[at];
+        if (strcmp(m->fields[f].name, MIX_SOURCE_FIELD) == 0 ||
+            strcmp(m->fields[f].name, MIX_EPOCH_FIELD) == 0) {
+            snprintf(why, cap,
+                     "mixture: the sources have a field named '%s': the loader's batches add "
+                     "their own '%s' and '%s' (each sample's source index and source-epoch)",
+                     m->fields[f].name, MIX_SOURCE_FIELD, MIX_EPOCH_FIELD);
+            rc = DSC_EINVAL;
+            break;
+        }
+        if (m->fields[f].var) {
+            l->cfg.var[f].is_var = 1;
+            l->cfg.var[f].row_bytes = m->fields[f].row_bytes;
+            l->cfg.var[f].budget = field_budget(m, f);
+            l->cfg.var[f].budget_from = "batch_size x the sources' largest sample";
+            l->cfg.var_count++;
+        } else {
+            schema->sample_bytes += schema->fields[f].sample_bytes;
+        }
+    }
+    if (rc == 0 && m->field_count + 2 > DSC_MAX_FIELDS) {
+        snprintf(why, cap, "mixture: %u fields and '%s', '%s' pass %u fields", m->field_count,
+                 MIX_SOURCE_FIELD, MIX_EPOCH_FIELD, DSC_MAX_FIELDS);
+        rc = DSC_EINVAL;
+    }
+    if (rc == 0) {
+        dsc_field_t *sf = &schema->fields[m->field_count];
+        snprintf(sf->name, sizeof sf->name, "%s", MIX_SOURCE_FIELD);
+        sf->dtype = DSC_DTYPE_I32;
+        sf->ndim = 0;
+        sf->sample_bytes = sf->row_bytes = sizeof(int32_t);
+        schema->sample_bytes += sizeof(int32_t);
+        dsc_field_t *ef = &schema->fields[m->field_count + 1];
+        snprintf(ef->name, sizeof ef->name, "%s", MIX_EPOCH_FIELD);
+        ef->dtype = DSC_DTYPE_I64;
+        ef->ndim = 0;
+        ef->sample_bytes = ef->row_bytes = sizeof(int64_t);
+        schema->sample_bytes += sizeof(int64_t);
+        schema->field_count = m->field_count + 2;
+        schema->var_count = l->cfg.var_count;
+        l->cfg.field_count = schema->field_count;
+        for (uint32_t k = 0; k < m->count; k++)
+            l->cfg.samples += m->src[k].dataset_samples;
+        man->samples = l->cfg.samples;
+        l->cons.slot_count = o->prefetch_batches > 2 ? o->prefetch_batches : 2;
+        rc = dsc__slots_alloc(l);
+        if (rc < 0)
+            snprintf(why, cap, "mixture: batch slots: %s", dsc_strerror(rc));
+    }
+    if (rc < 0) {
+        dsc__mix_loader_destroy(l);
+        return rc;
+    }
+    /* The composed fields land in the slots from now on. */
+    for (uint32_t f = 0; f < m->field_count; f++) {
+        free(m->fields[f].values), free(m->fields[f].offsets);
+        m->fields[f].values = NULL, m->fields[f].offsets = NULL;
+    }
+    free(m->source), free(m->indices), free(m->source_epoch);
+    m->source = NULL, m->indices = NULL, m->source_epoch = NULL;
+    m->external = 1;
+    l->stats.created_at = dsc_now_s();
+    rc = run_start(l);
+    if (rc < 0) {
+        snprintf(why, cap, "mixture: composer thread: %s", dsc_strerror(rc));
+        dsc__mix_loader_destroy(l);
+        return rc;
+    }
+    DSC_LOG(&l->cfg.log, DSC_LOG_INFO, "loader: a mixture of %u sources, %u fields and '%s', '%s'",
+            m->count, m->field_count, MIX_SOURCE_FIELD, MIX_EPOCH_FIELD);
+    *out = l;
+    return 0;
+}
+
+void dsc__mix_loader_destroy(dsc_loader_t *l) {
+    if (l == NULL)
+        return;
+    uint32_t kept = 0;
+    for (uint32_t i = 0; l->cons.slots != NULL && i < l->cons.slot_count; i++) {
+        const dsc_batch_slot_t *slot = l->cons.slots[i];
+        if (slot != NULL && slot->refs > (&slot->batch == l->cons.current ? 1u : 0u))
+            kept++;
+    }
+    if (kept > 0)
+        DSC_LOG(&l->cfg.log, DSC_LOG_WARN,
+                "loader destroyed while %u batch(es) are still held (retained, or DLPack tensors "
+                "of them alive): their memory is freed now and any view of it is invalid",
+                kept);
+    run_stop(l);
+    dsc_mixture_destroy(l->mix);
+    dsc__slots_free(l);
+    free(l->cfg.manifest);
+    free(l->cfg.dataset);
+    pthread_mutex_destroy(&l->lock);
+    pthread_cond_destroy(&l->sched_cv);
+    pthread_cond_destroy(&l->io_cv);
+    pthread_cond_destroy(&l->work_cv);
+    pthread_cond_destroy(&l->cons_cv);
+    pthread_cond_destroy(&l->view.cv);
+    pthread_mutex_destroy(&l->err_lock);
+    free(l);
+}
+
+/* Points the mixture's outputs at slot's regions. */
+static void aim(dsc_loader_t *l, dsc_batch_slot_t *slot) {
+    dsc_mixture_t *m = l->mix;
+    for (uint32_t f = 0; f < m->field_count; f++) {
+        mix_field_t *mf = &m->fields[f];
+        mf->values = slot->host + l->cfg.field_off[f];
+        if (mf->var) {
+            mf->offsets = (int64_t *)(void *)(slot->host + l->cfg.var[f].aux_off);
+            mf->values_cap = l->cfg.var[f].budget;
+        }
+    }
+    m->source = (int32_t *)(void *)(slot->host + l->cfg.field_off[m->field_count]);
+    m->indices = slot->batch.indices;
+    m->source_epoch = (uint64_t *)(void *)(slot->host + l->cfg.field_off[m->field_count + 1]);
+}
+
+/* The composer: a thread of the loader composes up to `ahead` batches into free slots ahead of
+ * next(), each with the mixture's state and position after it, so that next() only hands out a
+ * ready slot and the state, info and stats name the batch handed out. Under the loader's lock but
+ * while composing (the mixture is the composer's alone then, or the caller's while paused). */
+#define RUN_RING 64
+
+typedef struct mix_done {
+    uint32_t slot;        /* rc 0: the slot composed into */
+    int rc;               /* 0, DSC_EOF or the composition's error */
+    uint32_t samples;     /* rc 0 */
+    uint64_t step, epoch; /* the batch's step; the mixture's epoch after it */
+    uint64_t bytes;       /* decoded bytes of the batch */
+    uint64_t var_rows[DSC_MAX_FIELDS];
+    uint8_t *state; /* the mixture's state after it (malloc'd, grown as needed) */
+    size_t state_cap;
+    int state_len;
+    uint64_t *delivered; /* per source, samples delivered after it */
+} mix_done_t;
+
+typedef struct mix_run {
+    dsc_loader_t *loader;
+    pthread_t thread;
+    int started, stop, paused, composing;
+    int finished; /* no more batches: done_rc for every later next() */
+    int done_rc;
+    uint32_t ahead;
+    mix_done_t ring[RUN_RING];
+    uint32_t head, count;
+    /* The consumer's side: the state and position after the last batch handed out. */
+    uint8_t *state;
+    size_t state_cap;
+    int state_len;
+    uint64_t epoch, step;
+    uint64_t *delivered;
+} mix_run_t;
+
+/* Copies a state into a growable buffer. Returns 0 or DSC_ENOMEM. */
+static int keep_state(uint8_t **buf, size_t *cap, int *len, const uint8_t *src, int n) {
+    if ((size_t)n > *cap) {
+        uint8_t *grown = realloc(*buf, (size_t)n);
+        if (grown == NULL)
+            return DSC_ENOMEM;
+        *buf = grown, *cap = (size_t)n;
+    }
+    memcpy(*buf, src, (size_t)n);
+    *len = n;
+    return 0;
+}
+
+/* The mixture's state now into e's buffer. Returns 0 or a DSC_E* code. Composer or paused. */
+static int save_into(const dsc_mixture_t *m, mix_done_t *e) {
+    int need = state_save_now(m, NULL, 0);
+    if (need < 0)
+        return need;
+    if ((size_t)need > e->state_cap) {
+        uint8_t *grown = realloc(e->state, (size_t)need);
+        if (grown == NULL)
+            return DSC_ENOMEM;
+        e->state = grown, e->state_cap = (size_t)need;
+    }
+    int n = state_save_now(m, e->state, e->state_cap);
+    if (n < 0)
+        return n;
+    e->state_len = n;
+    return 0;
+}
+
+static void *composer(void *arg) {
+    dsc_loader_t *l = arg;
+    dsc_mixture_t *m = l->mix;
+    mix_run_t *run = m->run;
+    pthread_mutex_lock(&l->lock);
+    while (!run->stop) {
+        dsc_batch_slot_t *slot = NULL;
+        if (run->paused || run->finished || run->count >= run->ahead ||
+            (slot = dsc__slot_take_free(l, SLOT_FREE - 1)) == NULL) {
+            pthread_cond_wait(&l->sched_cv, &l->lock);
+            continue;
+        }
+        mix_done_t *e = &run->ring[(run->head + run->count) % RUN_RING];
+        run->composing = 1;
+        pthread_mutex_unlock(&l->lock);
+        aim(l, slot); /* the slot is the composer's alone until handed out */
+        dsc_mixture_batch_t mb;
+        memset(&mb, 0, sizeof mb);
+        mb.struct_size = sizeof mb;
+        int rc = dsc_mixture_next(m, &mb);
+        e->rc = rc;
+        if (rc == 0) {
+            e->samples = mb.samples;
+            e->step = mb.step;
+            e->bytes = (uint64_t)mb.samples * l->cfg.manifest->schema.sample_bytes;
+            for (uint32_t f = 0; f < m->field_count; f++)
+                if (m->fields[f].var) {
+                    e->var_rows[f] = (uint64_t)m->fields[f].offsets[mb.samples];
+                    e->bytes += m->fields[f].values_len;
+                }
+        }
+        e->epoch = m->epoch;
+        if (rc == 0 || rc == DSC_EOF) {
+            int src = save_into(m, e);
+            if (src < 0)
+                e->rc = rc = src;
+        }
+        for (uint32_t k = 0; k < m->count; k++)
+            e->delivered[k] = m->src[k].delivered;
+        if (rc < 0 && rc != DSC_EOF) /* a batch half composed: the loader fails, as one does */
+            loader_error(l, m->error[0] ? m->error : dsc_strerror(rc));
+        pthread_mutex_lock(&l->lock);
+        run->composing = 0;
+        if (rc == 0)
+            e->slot = slot->batch.slot;
+        else
+            dsc__slot_give_back(l, slot);
+        if ((rc < 0 && rc != DSC_EOF) || (rc == DSC_EOF && m->dead))
+            run->finished = 1, run->done_rc = rc;
+        run->count++;
+        pthread_cond_broadcast(&l->cons_cv);
+    }
+    pthread_mutex_unlock(&l->lock);
+    return NULL;
+}
+
+/* Drops the batches composed ahead (their slots go back). Under lock, composer paused/idle. */
+static void run_drop(dsc_loader_t *l, mix_run_t *run) {
+    for (; run->count > 0; run->count--, run->head = (run->head + 1) % RUN_RING) {
+        mix_done_t *e = &run->ring[run->head];
+        if (e->rc == 0)
+            dsc__slot_give_back(l, l->cons.slots[e->slot]);
+    }
+}
+
+static int run_start(dsc_loader_t *l) {
+    dsc_mixture_t *m = l->mix;
+    mix_run_t *run = calloc(1, sizeof *run);
+    if (run == NULL)
+        return DSC_ENOMEM;
+    m->run = run;
+    run->loader = l;
+    uint32_t prefetch = l->cfg.opt.prefetch_batches;
+    run->ahead = prefetch > 1 ? prefetch - 1 : 1;
+    if (run->ahead > RUN_RING - 1)
+        run->ahead = RUN_RING - 1;
+    run->delivered = calloc(m->count, sizeof *run->delivered);
+    if (run->delivered == NULL)
+        return DSC_ENOMEM;
+    for (uint32_t i = 0; i < RUN_RING; i++) {
+        run->ring[i].delivered = calloc(m->count, sizeof *run->ring[i].delivered);
+        if (run->ring[i].delivered == NULL)
+            return DSC_ENOMEM;
+    }
+    mix_done_t first;
+    memset(&first, 0, sizeof first);
+    int rc = save_into(m, &first);
+    if (rc == 0)
+        rc =
+            keep_state(&run->state, &run->state_cap, &run->state_len, first.state, first.state_len);
+    free(first.state);
+    if (rc < 0)
+        return rc;
+    if (pthread_create(&run->thread, NULL, composer, l) != 0)
+        return DSC_ENOMEM;
+    run->started = 1;
+    return 0;
+}
+
+static void run_stop(dsc_loader_t *l) {
+    mix_run_t *run = l->mix ? l->mix->run : NULL;
+    if (run == NULL)
+        return;
+    pthread_mutex_lock(&l->lock);
+    run->stop = 1;
+    pthread_cond_broadcast(&l->sched_cv);
+    pthread_mutex_unlock(&l->lock);
+    if (run->started)
+        pthread_join(run->thread, NULL);
+    for (uint32_t i = 0; i < RUN_RING; i++) {
+        free(run->ring[i].state);
+        free(run->ring[i].delivered);
+    }
+    free(run->state);
+    free(run->delivered);
+    free(run);
+    l->mix->run = NULL;
+}
+
+static int run_state_save(const dsc_mixture_t *m, void *buf, size_t cap) {
+    mix_run_t *run = m->run;
+    pthread_mutex_lock(&run->loader->lock);
+    int n = run->state_len;
+    if (buf != NULL && cap >= (size_t)n)
+        memcpy(buf, run->state, (size_t)n);
+    pthread_mutex_unlock(&run->loader->lock);
+    return n;
+}
+
+static int run_state_load(dsc_mixture_t *m, const void *buf, size_t len) {
+    mix_run_t *run = m->run;
+    dsc_loader_t *l = run->loader;
+    pthread_mutex_lock(&l->lock);
+    run->paused = 1;
+    while (run->composing)
+        pthread_cond_wait(&l->cons_cv, &l->lock);
+    run_drop(l, run);
+    pthread_mutex_unlock(&l->lock);
+    m->error[0] = '\0';
+    int rc = state_load_now(m, buf, len);
+    pthread_mutex_lock(&l->lock);
+    if (rc == 0) {
+        rc = keep_state(&run->state, &run->state_cap, &run->state_len, buf, (int)len);
+        run->epoch = m->epoch, run->step = m->step;
+        for (uint32_t k = 0; k < m->count; k++)
+            run->delivered[k] = m->src[k].delivered;
+        run->finished = 0, run->done_rc = 0;
+    }
+    run->paused = 0;
+    pthread_cond_broadcast(&l->sched_cv);
+    pthread_mutex_unlock(&l->lock);
+    return rc;
+}
+
+static void run_position(const dsc_mixture_t *m, uint64_t *epoch, uint64_t *step,
+                         uint64_t *delivered) {
+    mix_run_t *run = m->run;
+    if (run != NULL)
+        pthread_mutex_lock(&run->loader->lock);
+    if (epoch != NULL)
+        *epoch = run ? run->epoch : m->epoch;
+    if (step != NULL)
+        *step = run ? run->step : m->step;
+    for (uint32_t k = 0; delivered != NULL && k < m->count; k++)
+        delivered[k] = run ? run->delivered[k] : m->src[k].delivered;
+    if (run != NULL)
+        pthread_mutex_unlock(&run->loader->lock);
+}
+
+int dsc__mix_loader_next(dsc_loader_t *l, dsc_batch_t **out, int retain) {
+    mix_run_t *run = l->mix->run;
+    double t0 = dsc_now_s();
+    pthread_mutex_lock(&l->lock);
+    if (l->stats.last_return > 0)
+        l->stats.st.compute_seconds += t0 - l->stats.last_return;
+    dsc__batch_release_current(l);
+    int rc = l->error;
+    if (rc == 0)
+        rc = dsc__slots_make_room(l); /* slots beside the held ones for the composer */
+    pthread_cond_broadcast(&l->sched_cv);
+    while (rc == 0 && run->count == 0 && !run->finished)
+        pthread_cond_wait(&l->cons_cv, &l->lock);
+    if (rc == 0 && run->count == 0)
+        rc = run->done_rc;
+    if (rc == 0) {
+        mix_done_t *e = &run->ring[run->head];
+        run->head = (run->head + 1) % RUN_RING;
+        run->count--;
+        pthread_cond_broadcast(&l->sched_cv); /* room to compose one more */
+        rc = e->rc;
+        if (rc == 0 || rc == DSC_EOF) {
+            if (keep_state(&run->state, &run->state_cap, &run->state_len, e->state, e->state_len) <
+                0)
+                rc = DSC_ENOMEM;
+            run->epoch = e->epoch;
+            run->step = rc == 0 ? e->step + 1 : 0;
+            for (uint32_t k = 0; k < l->mix->count; k++)
+                run->delivered[k] = e->delivered[k];
+        }
+        if (rc == 0) {
+            dsc_batch_slot_t *slot = l->cons.slots[e->slot];
+            dsc_batch_t *b = &slot->batch;
+            slot->owner = l->cons.cons_seq;
+            b->samples = e->samples;
+            b->step = e->step;
+            b->seq = l->cons.cons_seq++;
+            memcpy(slot->var_rows, e->var_rows, sizeof slot->var_rows);
+            dsc__batch_hand_out(l, b);
+            if (retain)
+                dsc__batch_retain_locked(b);
+            l->stats.st.batches++;
+            l->stats.st.samples += e->samples;
+            l->stats.st.bytes += e->bytes;
+            *out = b;
+        } else if (e->rc == 0) {
+            dsc__slot_give_back(l, l->cons.slots[e->slot]);
+        }
+        if (rc < 0 && rc != DSC_EOF)
+            l->error = rc;
+    }
+    l->stats.st.epoch = run->epoch;
+    double t1 = dsc_now_s();
+    l->stats.st.stall_seconds += t1 - t0;
+    l->stats.last_return = t1;
+    pthread_mutex_unlock(&l->lock);
+    return rc;
+}
+
+void dsc__mix_loader_stats(const dsc_loader_t *loader, dsc_stats_t *out) {
+    dsc_loader_t *l = (dsc_loader_t *)(uintptr_t)loader; /* the lock only */
+    const dsc_mixture_t *m = l->mix;
+    memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
+    double worst = -1;
+    for (uint32_t k = 0; k < m->count; k++) {
+        dsc_stats_t s;
+        memset(&s, 0, sizeof s);
+        s.struct_size = sizeof s;
+        if (dsc_loader_stats(m->src[k].loader, &s) < 0)
+            continue;
+        out->wire_bytes += s.wire_bytes;
+        out->requests += s.requests;
+        out->retries += s.retries;
+        out->failovers += s.failovers;
+        out->checksum_failures += s.checksum_failures;
+        out->network_seconds += s.network_seconds;
+        out->decode_seconds += s.decode_seconds;
+        out->collate_seconds += s.collate_seconds;
+        out->placed_chunks += s.placed_chunks;
+        out->refetches += s.refetches;
+        out->assists += s.assists;
+        out->epoch_wire_bytes += s.epoch_wire_bytes;
+        out->slots_added += s.slots_added;
+        if (s.stall_seconds > worst) { /* the verdict is the starving source's */
+            worst = s.stall_seconds;
+            out->bottleneck = s.bottleneck;
+            out->verdict_seconds = s.verdict_seconds;
+            out->verdict_stall_fraction = s.verdict_stall_fraction;
+            memcpy(out->bottleneck_server, s.bottleneck_server, sizeof s.bottleneck_server);
+        }
+    }
+    pthread_mutex_lock(&l->lock);
+    out->epoch = l->stats.st.epoch;
+    out->batches = l->stats.st.batches;
+    out->samples = l->stats.st.samples;
+    out->bytes = l->stats.st.bytes;
+    out->stall_seconds = l->stats.st.stall_seconds;
+    out->compute_seconds = l->stats.st.compute_seconds;
+    out->slots_added += l->stats.st.slots_added;
+    pthread_mutex_unlock(&l->lock);
+    double busy = out->stall_seconds + out->compute_seconds;
+    out->stall_fraction = busy > 0 ? out->stall_seconds / busy : 0;
+    out->wall_seconds = dsc_now_s() - l->stats.created_at;
+}
+
+int dsc__mix_loader_state_load(dsc_loader_t *l, const void *buf, size_t len) {
+    int rc = dsc_mixture_state_load(l->mix, buf, len);
+    if (rc < 0)
+        loader_error(l, l->mix->error[0] ? l->mix->error : dsc_strerror(rc));
+    return rc;
+}
+
+int dsc__mix_loader_set_epoch(dsc_loader_t *l, uint64_t epoch) {
+    uint64_t now = 0;
+    run_position(l->mix, &now, NULL, NULL);
+    if (epoch == now)
+        return 0;
+    char text[200];
+    snprintf(text, sizeof text,
+             "loader over a mixture: set_epoch(%llu) refused: its epoch (%llu) follows its "
+             "sources (exhausted wrap or stop); resume with the state instead",
+             (unsigned long long)epoch, (unsigned long long)now);
+    DSC_LOG(&l->cfg.log, DSC_LOG_ERROR, "%s", text);
+    loader_error(l, text);
+    return DSC_EINVAL;
+}
+
+DSC_EXTERN dsc_mixture_t *dsc_loader_mixture(const dsc_loader_t *loader) {
+    return loader ? loader->mix : NULL;
 }

@@ -138,6 +138,7 @@ uint32_t dsc__pack_rows_finish(dsc_pack_rows_t *p) {
 
 #define PACK_AHEAD_DEFAULT 2
 #define PACK_AHEAD_MAX 64
+#define PACK_CARRY_MAX 64 /* old ranks per new rank a world-size change may leave */
 
 /* One packed batch made ahead by the packer's thread, with the stream state after it. */
 typedef struct pack_entry {
@@ -173,6 +174,18 @@ struct dsc_packer {
     uint32_t skip_doc;
     uint64_t skip_offset;
     int at_eof; /* the loader's epoch ended: the next batch is DSC_EOF */
+    /* After dsc_packer_state_load_world: the old ranks' batches this rank packs first, before
+     * its loader (which resumes after them): per old rank, a temporary loader of that rank,
+     * its first batch (documents skip_doc / tokens skip_offset in already packed) and how many
+     * more batches of it to read. While any is left the state cannot be saved for a resume. */
+    struct pack_carry {
+        dsc_loader_t *loader;
+        dsc_batch_t *first;
+        uint32_t skip_doc;
+        uint64_t skip_offset;
+        uint64_t more;
+    } carry[PACK_CARRY_MAX];
+    uint32_t carry_n, carry_at;
     uint64_t epoch, step;
     /* The packer's thread (ahead > 0): a ring of ahead + 1 entries, `count` ready from `head`,
      * and the one before head held by the caller until its next call. Under lock. */
@@ -322,6 +335,16 @@ DSC_EXTERN int dsc_packer_create(dsc_loader_t *loader, const dsc_pack_options_t 
     return 0;
 }
 
+/* Frees what is left of the old ranks' batches. */
+static void carry_clear(dsc_packer_t *pk) {
+    for (uint32_t i = pk->carry_at; i < pk->carry_n; i++) {
+        if (pk->carry[i].first != NULL)
+            dsc_batch_release(pk->carry[i].first);
+        dsc_loader_destroy(pk->carry[i].loader);
+    }
+    pk->carry_n = pk->carry_at = 0;
+}
+
 DSC_EXTERN void dsc_packer_destroy(dsc_packer_t *packer) {
     if (packer == NULL)
         return;
@@ -332,6 +355,9 @@ DSC_EXTERN void dsc_packer_destroy(dsc_packer_t *packer) {
         pthread_mutex_unlock(&packer->lock);
         pthread_join(packer->thread, NULL);
     }
+    if (packer->batch != NULL && packer->carry_at < packer->carry_n)
+        dsc_batch_release(packer->batch); /* a temporary loader's */
+    carry_clear(packer);
     if (packer->ring != NULL)
         for (uint32_t i = 0; i <= packer->ahead; i++)
             dsc__pack_rows_free(&packer->ring[i].rows);
@@ -345,13 +371,38 @@ DSC_EXTERN void dsc_packer_destroy(dsc_packer_t *packer) {
 /* Takes the loader's next batch (its state saved first, as where that batch starts). Returns
  * 0, DSC_EOF or the loader's error. */
 static int next_loader_batch(dsc_packer_t *pk) {
-    int rc = save_inner(pk);
-    if (rc < 0)
-        return rc;
     dsc_batch_t *b = NULL;
-    rc = dsc_loader_next(pk->loader, &b);
-    if (rc < 0)
-        return rc;
+    int rc;
+    while (pk->carry_at < pk->carry_n) { /* an old world size's batches first */
+        struct pack_carry *c = &pk->carry[pk->carry_at];
+        if (c->first != NULL) {
+            b = c->first, c->first = NULL;
+            pk->skip_doc = c->skip_doc, pk->skip_offset = c->skip_offset;
+        } else if (c->more > 0) {
+            c->more--;
+            rc = dsc_loader_next(c->loader, &b);
+            if (rc < 0 && rc != DSC_EOF)
+                return rc;
+            if (rc == 0)
+                dsc_batch_retain(b); /* kept past the temporary loader's next next() */
+            else
+                b = NULL;
+        }
+        if (b != NULL)
+            break;
+        /* This old rank's part is done (its last batch was released: pk->batch is NULL). */
+        dsc_loader_destroy(c->loader);
+        c->loader = NULL;
+        pk->carry_at++;
+    }
+    if (b == NULL) {
+        rc = save_inner(pk);
+        if (rc < 0)
+            return rc;
+        rc = dsc_loader_next(pk->loader, &b);
+        if (rc < 0)
+            return rc;
+    }
     dsc_field_view_t fv;
     memset(&fv, 0, sizeof fv);
     fv.struct_size = sizeof fv;
@@ -373,6 +424,7 @@ static int next_loader_batch(dsc_packer_t *pk) {
 static int drop_loader_batch(dsc_packer_t *pk) {
     dsc_batch_release(pk->batch);
     pk->batch = NULL;
+
     pk->doc = 0, pk->offset = 0;
     return save_inner(pk);
 }
@@ -660,7 +712,9 @@ static int state_live(const dsc_packer_t *packer, void *buf, size_t cap) {
     /* Bytes 6-7: the world size it was saved on (0 in states saved before it was kept). */
     uint32_t world = packer->loader->cfg.opt.world_size;
     world = world > 0xffff ? 0xffff : world;
-    p[4] = PACK_STATE_VERSION, p[5] = (uint8_t)packer->rows.cut;
+    /* Byte 5 bit 7: saved while an old world size's batches were still being packed. */
+    p[4] = PACK_STATE_VERSION;
+    p[5] = (uint8_t)(packer->rows.cut | (packer->carry_at < packer->carry_n ? 0x80 : 0));
     p[6] = (uint8_t)(world & 0xff), p[7] = (uint8_t)(world >> 8);
     put_u32(p + 8, packer->rows.length);
     put_u32(p + 12, packer->rows.rows);
@@ -692,6 +746,12 @@ DSC_EXTERN int dsc_packer_state_load(dsc_packer_t *packer, const void *buf, size
         get_u64(p + PACK_STATE_HEAD + inner_len) != dsc_checksum(p, PACK_STATE_HEAD + inner_len)) {
         DSC_LOG(log, DSC_LOG_ERROR, "pack: state_load: damaged or another version (%zu bytes)",
                 len);
+        return DSC_EBADSTATE;
+    }
+    if (p[5] & 0x80) {
+        DSC_LOG(log, DSC_LOG_ERROR,
+                "pack: state_load: the state was saved while the batches left by a change of "
+                "world size were still being packed: save again a few batches later");
         return DSC_EBADSTATE;
     }
     const char *what = NULL;
@@ -731,6 +791,9 @@ DSC_EXTERN int dsc_packer_state_load(dsc_packer_t *packer, const void *buf, size
         resume_producer(packer);
         return rc;
     }
+    if (packer->batch != NULL && packer->carry_at < packer->carry_n)
+        dsc_batch_release(packer->batch); /* a temporary loader's */
+    carry_clear(packer);
     if (packer->batch != NULL) /* the loader's state_load dropped its reference already */
         packer->batch = NULL;
     memcpy(packer->inner_state, p + PACK_STATE_HEAD, inner_len);
@@ -745,6 +808,170 @@ DSC_EXTERN int dsc_packer_state_load(dsc_packer_t *packer, const void *buf, size
     packer->error = 0;
     resume_producer(packer);
     return 0;
+}
+
+/* One old rank's state, checked against the packer's settings: its inner (loader) state, the
+ * document and tokens of its batch already packed, 0; or DSC_EBADSTATE (logged). */
+static int parse_old(const dsc_packer_t *pk, const uint8_t *p, size_t len, uint32_t old_world,
+                     uint32_t r, uint32_t *inner_len, uint32_t *doc, uint64_t *offset) {
+    const dsc_logger_t *log = pk->log;
+    if (len < PACK_STATE_HEAD + 8 || memcmp(p, PACK_STATE_MAGIC, 4) != 0 ||
+        p[4] != PACK_STATE_VERSION || (*inner_len = get_u32(p + 28)) > DSC_STATE_MAX_BYTES ||
+        len != PACK_STATE_HEAD + *inner_len + 8 ||
+        get_u64(p + PACK_STATE_HEAD + *inner_len) !=
+            dsc_checksum(p, PACK_STATE_HEAD + *inner_len)) {
+        DSC_LOG(log, DSC_LOG_ERROR,
+                "pack: state_load_world: state of old rank %u: not a packer "
+                "state, damaged or another version (%zu bytes)",
+                r, len);
+        return DSC_EBADSTATE;
+    }
+    uint32_t world = (uint32_t)p[6] | (uint32_t)p[7] << 8;
+    if (p[5] & 0x80 || world != old_world || (p[5] & 1) != pk->rows.cut ||
+        get_u32(p + 8) != pk->rows.length || get_u32(p + 12) != pk->rows.rows ||
+        get_u64(p + 16) != dsc_checksum(pk->field_name, strlen(pk->field_name)) ||
+        get_u64(p + 40) == UINT64_MAX) {
+        DSC_LOG(log, DSC_LOG_ERROR, "pack: state_load_world: state of old rank %u: %s", r,
+                p[5] & 0x80 ? "saved while an earlier change of world size was still packed"
+                : world != old_world            ? "saved on another world size than old_world"
+                : get_u64(p + 40) == UINT64_MAX ? "saved at the end of an epoch (resume it "
+                                                  "after the next batch)"
+                                                : "saved with other pack settings (field, "
+                                                  "length, rows or cut)");
+        return DSC_EBADSTATE;
+    }
+    *doc = get_u32(p + 24);
+    *offset = get_u64(p + 32);
+    return 0;
+}
+
+DSC_EXTERN int dsc_packer_state_load_world(dsc_packer_t *packer, const void *const *states,
+                                           const size_t *lens, uint32_t old_world) {
+    if (packer == NULL || states == NULL || lens == NULL || old_world == 0 || old_world > 0xffff)
+        return DSC_EINVAL;
+    dsc_packer_t *pk = packer;
+    dsc_loader_t *l = pk->loader;
+    const dsc_logger_t *log = pk->log;
+    uint32_t world = l->cfg.opt.world_size ? l->cfg.opt.world_size : 1;
+    uint32_t rank = l->cfg.opt.rank;
+    if (world == old_world) /* every rank's own state */
+        return dsc_packer_state_load(packer, states[rank], lens[rank]);
+    if ((old_world + world - 1) / world > PACK_CARRY_MAX) {
+        DSC_LOG(log, DSC_LOG_ERROR, "pack: state_load_world: more than %u old ranks per new rank",
+                PACK_CARRY_MAX);
+        return DSC_EINVAL;
+    }
+    for (uint32_t r = 0; r < old_world; r++) {
+        uint32_t inner_len, doc;
+        uint64_t offset;
+        if (states[r] == NULL ||
+            parse_old(pk, states[r], lens[r], old_world, r, &inner_len, &doc, &offset) < 0)
+            return states[r] == NULL ? DSC_EINVAL : DSC_EBADSTATE;
+    }
+    /* The old ranks' loaders, each at its own batch (their documents' lengths differ, so they
+     * stand at different steps of the same epoch): this rank packs the rest of the batches of
+     * old ranks r with r % world == rank up to the furthest step any old rank reached, then its
+     * loader re-splits what comes after that step over the new ranks (docs/order.md). */
+    dsc_loader_options_t lo = l->cfg.opt;
+    lo.dataset = l->cfg.dataset;
+    lo.servers = l->cfg.servers_spec;
+    lo.fallback_path = l->cfg.fallback;
+    lo.auth_file = NULL, lo.job_name = NULL, lo.transport = NULL;
+    lo.field_options = NULL, lo.field_option_count = 0;
+    lo.sources = NULL, lo.n_sources = 0;
+    lo.world_size = old_world;
+    lo.ignore_rank_env = 1;
+    lo.report_seconds = -1;
+    lo.stats_log_seconds = 0;
+    lo.prefetch_batches = 2;
+    struct pack_carry got[PACK_CARRY_MAX];
+    uint32_t n = 0;
+    uint64_t step_max = 0, epoch = 0;
+    uint8_t after[DSC_STATE_MAX_BYTES];
+    int after_len = -1, rc = 0;
+    uint64_t *step_of = calloc(old_world, sizeof *step_of);
+    if (step_of == NULL)
+        return DSC_ENOMEM;
+    for (uint32_t r = 0; r < old_world && rc == 0; r++) {
+        const uint8_t *p = states[r];
+        uint32_t inner_len = get_u32(p + 28);
+        lo.rank = r;
+        dsc_loader_t *tmp = NULL;
+        dsc_batch_t *b = NULL;
+        rc = dsc_loader_create(&lo, &tmp);
+        if (rc == 0)
+            rc = dsc_loader_state_load(tmp, p + PACK_STATE_HEAD, inner_len);
+        if (rc == 0)
+            rc = dsc_loader_next(tmp, &b);
+        if (rc == 0) {
+            dsc_stats_t st;
+            memset(&st, 0, sizeof st);
+            st.struct_size = sizeof st;
+            dsc_loader_stats(tmp, &st);
+            if (r > 0 && st.epoch != epoch) {
+                DSC_LOG(log, DSC_LOG_ERROR,
+                        "pack: state_load_world: old ranks 0 and %u stand in different epochs "
+                        "(%llu, %llu): resume from states saved a few batches later",
+                        r, (unsigned long long)epoch, (unsigned long long)st.epoch);
+                rc = DSC_EBADSTATE;
+            }
+            epoch = st.epoch;
+            step_of[r] = dsc_batch_step(b);
+            if (rc == 0 && (after_len < 0 || step_of[r] > step_max)) {
+                step_max = step_of[r];
+                after_len = dsc_loader_state_save(tmp, after, sizeof after);
+                if (after_len < 0)
+                    rc = after_len;
+            }
+        } else if (rc == DSC_EOF) {
+            DSC_LOG(log, DSC_LOG_ERROR,
+                    "pack: state_load_world: old rank %u's state is at the end of its epoch: "
+                    "resume from states saved a few batches later",
+                    r);
+            rc = DSC_EBADSTATE;
+        } else {
+            DSC_LOG(log, DSC_LOG_ERROR, "pack: state_load_world: old rank %u of %u: %s", r,
+                    old_world, dsc_strerror(rc));
+        }
+        if (rc == 0 && r % world == rank) {
+            dsc_batch_retain(b);
+            got[n].loader = tmp, got[n].first = b;
+            got[n].skip_doc = get_u32(p + 24), got[n].skip_offset = get_u64(p + 32);
+            got[n].more = 0;
+            n++;
+        } else {
+            dsc_loader_destroy(tmp);
+        }
+    }
+    for (uint32_t i = 0; i < n; i++) /* up to the furthest step: each old rank's next batches */
+        got[i].more = step_max - step_of[got[i].loader->cfg.opt.rank];
+    free(step_of);
+    if (rc == 0) {
+        pause_producer(pk);
+        rc = dsc_loader_state_load(l, after, (size_t)after_len);
+        if (rc == 0) {
+            if (pk->batch != NULL && pk->carry_at < pk->carry_n)
+                dsc_batch_release(pk->batch);
+            carry_clear(pk);
+            pk->batch = NULL;
+            memcpy(pk->carry, got, n * sizeof got[0]);
+            pk->carry_n = n, pk->carry_at = 0;
+            n = 0;
+            pk->skip_doc = 0, pk->skip_offset = 0;
+            pk->doc = 0, pk->offset = 0;
+            pk->at_eof = 0;
+            pk->step = 0;
+            pk->epoch = epoch;
+            pk->error = 0;
+            rc = save_inner(pk);
+        }
+        resume_producer(pk);
+    }
+    for (uint32_t i = 0; i < n; i++) { /* not taken: a failure */
+        dsc_batch_release(got[i].first);
+        dsc_loader_destroy(got[i].loader);
+    }
+    return rc;
 }
 
 DSC_EXTERN int dsc_packer_stats(const dsc_packer_t *packer, dsc_pack_stats_t *out) {

@@ -263,6 +263,10 @@ struct dsc_loader {
         dsc_transport_counters_t transport_counters; /* the sources' (source_env.counters) */
     } cfg;
 
+    /* Owner mixture.c: a loader over a mixture (dsc_loader_create with sources): its batches
+     * are composed by this mixture into the slots; no threads, peers or plan of its own. */
+    dsc_mixture_t *mix;
+
     /* Owner pipeline.c (error, via dsc__loader_fail) and loader.c (stop, the condition
      * variables): the lock and the wake-ups every stage shares. */
     pthread_mutex_t lock;

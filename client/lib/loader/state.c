@@ -2,6 +2,7 @@
  * and the saved-state encoding. Calls down only: scheduler.c, batch.c, chunks.c. */
 #include "state.h"
 #include "batch.h"
+#include "mixture.h"
 #include "scheduler.h"
 #include "util.h"
 
@@ -37,6 +38,8 @@ int dsc__stream_restart(dsc_loader_t *loader, uint64_t epoch, const dsc_plan_seg
 DSC_EXTERN int dsc_loader_set_epoch(dsc_loader_t *loader, uint64_t epoch) {
     if (loader == NULL)
         return DSC_EINVAL;
+    if (loader->mix != NULL)
+        return dsc__mix_loader_set_epoch(loader, epoch);
     pthread_mutex_lock(&loader->lock);
     int rc = loader->error;
     /* Already at the start of that epoch (e.g. just after its predecessor's DSC_EOF): keep what
@@ -159,6 +162,8 @@ DSC_EXTERN int dsc_loader_state_save(const dsc_loader_t *loader, void *buf, size
     if (loader == NULL || (buf == NULL && cap > 0))
         return DSC_EINVAL;
     dsc_loader_t *l = (dsc_loader_t *)loader;
+    if (l->mix != NULL)
+        return dsc_mixture_state_save(l->mix, buf, cap);
     if (dsc__order_is_caller(l))
         return state_save_caller(l, buf, cap);
     if (dsc__order_is_local(l))
@@ -313,6 +318,8 @@ static int state_load_caller(dsc_loader_t *loader, const uint8_t *p, size_t len)
 DSC_EXTERN int dsc_loader_state_load(dsc_loader_t *loader, const void *buf, size_t len) {
     if (loader == NULL || buf == NULL)
         return DSC_EINVAL;
+    if (loader->mix != NULL)
+        return dsc__mix_loader_state_load(loader, buf, len);
     const uint8_t *p = buf;
     if (len >= 8 && memcmp(p, "DSCS", 4) == 0 && get_u32(p + 4) == STATE_CALLER_VERSION)
         return state_load_caller(loader, p, len);

@@ -1,6 +1,7 @@
 /* Loader statistics: the stats struct, Prometheus text, and the periodic INFO line. */
 #include "stats.h"
 #include "diag.h"
+#include "mixture.h"
 #include "util.h"
 
 #include <stdarg.h>
@@ -40,15 +41,24 @@ _Static_assert(sizeof(((dsc_stats_t *)0)->evidence) == DSC_VERDICT_TEXT &&
                    sizeof(((dsc_stats_t *)0)->bottleneck_server) == DSC_VERDICT_ADDR,
                "verdict texts fit the stats struct");
 
+/* The figures of a loader (a loader over a mixture: mixture.c's account). */
+static void take(dsc_loader_t *l, dsc_stats_t *s) {
+    if (l->mix != NULL) {
+        dsc__mix_loader_stats(l, s);
+        return;
+    }
+    pthread_mutex_lock(&l->lock);
+    snapshot(l, s);
+    pthread_mutex_unlock(&l->lock);
+}
+
 DSC_EXTERN int dsc_loader_stats(const dsc_loader_t *loader, dsc_stats_t *out) {
     if (loader == NULL || out == NULL ||
         out->struct_size < offsetof(dsc_stats_t, h2d_seconds) + sizeof(double))
         return DSC_EINVAL;
     dsc_loader_t *l = (dsc_loader_t *)loader;
     dsc_stats_t s;
-    pthread_mutex_lock(&l->lock);
-    snapshot(l, &s);
-    pthread_mutex_unlock(&l->lock);
+    take(l, &s);
     size_t n = out->struct_size < sizeof s ? out->struct_size : sizeof s;
     size_t caller = out->struct_size;
     memcpy(out, &s, n);
@@ -83,9 +93,7 @@ DSC_EXTERN int dsc_loader_metrics_text(const dsc_loader_t *loader, char *buf, si
         return DSC_EINVAL;
     dsc_stats_t s;
     dsc_loader_t *l = (dsc_loader_t *)loader;
-    pthread_mutex_lock(&l->lock);
-    snapshot(l, &s);
-    pthread_mutex_unlock(&l->lock);
+    take(l, &s);
     text_buf_t t = {buf, cap, 0};
     const char *ds = loader->cfg.dataset;
     metric(&t, "epoch", "gauge", "Current epoch.", ds, (double)s.epoch);

@@ -463,6 +463,8 @@ def _load() -> Any:
                                            ctypes.POINTER(_PackOptions), ctypes.POINTER(vp)]),
         "dsc_mixture_packed": (ip, [vp, ctypes.POINTER(_PackedBatch)]),
         "dsc_mixture_destroy": (None, [vp]),
+        "dsc_loader_mixture": (vp, [vp]),
+        "dsc_packer_state_load_world": (ip, [vp, vp, vp, u32]),
         "dsc_mixture_next": (ip, [vp, ctypes.POINTER(_MixtureBatch)]),
         "dsc_mixture_field_view": (ip, [vp, u32, vp]),
         "dsc_mixture_field_count": (u32, [vp]),

@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 import weakref
-from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, List, Optional,
+from typing import (TYPE_CHECKING, Any, Callable, cast, Deque, Dict, Iterable, List, Optional,
                     Sequence, Tuple, Union)
 
 from . import _fast
@@ -162,7 +162,8 @@ class Loader:
                  order_ahead: Optional[int] = None, pack: Optional[Dict[str, int]] = None,
                  pack_split: bool = True, pack_rows: Optional[int] = None,
                  pack_ahead: Optional[int] = None,
-                 sources: Optional[Sequence["Source"]] = None) -> None:
+                 sources: Optional[Sequence["Source"]] = None,
+                 _mixture: Any = None) -> None:
         lib = _load()
         self._lib = lib
         self._handle = None
@@ -183,7 +184,7 @@ class Loader:
             raise ValueError("device batches need output='torch'")
         if isinstance(servers, (list, tuple)):
             servers = ",".join(servers)
-        if dataset is None:
+        if dataset is None and _mixture is None:
             raise ValueError("dataset is required")
         if transform is not None and not callable(transform):
             raise TypeError("transform must be callable")
@@ -207,7 +208,9 @@ class Loader:
         opts = _Options()
         _check(lib.dsc_loader_options_fill(ctypes.byref(opts), ctypes.sizeof(opts)))
         opts.servers = servers.encode() if servers else None
-        opts.dataset = dataset.encode()
+        opts.dataset = dataset.encode() if dataset is not None else None
+        if _mixture is not None:  # mixture.py's sources: the library composes into the slots
+            opts.sources, opts.n_sources, opts.exhausted = _mixture
         # Packed: batch_size is rows; the loader reads documents in batches of at least 256, so
         # that a packed batch takes a few loader batches, not one per row.
         opts.batch_size = max(batch_size, 256) if pack is not None else batch_size
@@ -644,8 +647,15 @@ class Loader:
                 out[key] = int.from_bytes(raw[at:at + 8], "little")
         return out
 
-    def load_state_dict(self, state: State) -> None:
-        """Resumes from state_dict()'s dict (also the older {"dscache_state": bytes} form)."""
+    def load_state_dict(self, state: Union[State, Sequence[State]]) -> None:
+        """Resumes from state_dict()'s dict (also the older {"dscache_state": bytes} form).
+        A packed loader also takes a list of every old rank's state_dict() (in rank order):
+        a packed stream resumed onto another world size (docs/packing.md)."""
+        if self._packer is not None and isinstance(state, (list, tuple)):
+            return self._load_pack_world(state)
+        if isinstance(state, (list, tuple)):
+            raise BadState(-4024, "a list of states is taken only by a packed loader (pack=), "
+                           "to resume onto another world size", "DSC_EBADSTATE")
         key = "dscache_pack_state" if self._packer is not None else "dscache_state"
         if isinstance(state, dict) and key not in state and (
                 "dscache_state" in state or "dscache_pack_state" in state):
@@ -654,7 +664,7 @@ class Loader:
                 "packs (pack=)" if self._packer is not None else "does not pack"),
                 "DSC_EBADSTATE")
         try:
-            data = state[key]
+            data = cast(State, state)[key]
         except (TypeError, KeyError):
             raise BadState(-4024, "not a dscache state dict (no 'dscache_state' key)",
                            "DSC_EBADSTATE") from None
@@ -672,6 +682,27 @@ class Loader:
         _check(self._lib.dsc_loader_state_load(self._h(), buf, len(data)), self._h())
         if self._feed is not None:  # the next batch pulls the sampler from its start again
             self._feed.reset()
+
+    def _load_pack_world(self, states: Sequence[State]) -> None:
+        """dsc_packer_state_load_world over every old rank's packed state."""
+        raw = []
+        for r, st in enumerate(states):
+            data = st.get("dscache_pack_state") if isinstance(st, dict) else None
+            if data is None:
+                raise BadState(-4024, "state of old rank %d: not a packed loader's state_dict()"
+                               % r, "DSC_EBADSTATE")
+            try:
+                raw.append(bytes.fromhex(data) if isinstance(data, str) else bytes(data))
+            except ValueError:
+                raise BadState(-4024, "state of old rank %d: not a hex string" % r,
+                               "DSC_EBADSTATE") from None
+        if not raw:
+            raise BadState(-4024, "no old rank's state given", "DSC_EBADSTATE")
+        bufs = [ctypes.create_string_buffer(d, len(d)) for d in raw]
+        ptrs = (ctypes.c_void_p * len(raw))(*[ctypes.addressof(b) for b in bufs])
+        lens = (ctypes.c_size_t * len(raw))(*[len(d) for d in raw])
+        _check(self._lib.dsc_packer_state_load_world(self._packer, ptrs, lens, len(raw)),
+               self._h())
 
     # -- information --
     @property

@@ -11,7 +11,7 @@ import numpy as np
 from ._capi import (_EOF, _NP_DTYPES, _FieldView,
                     _MixtureBatch, _MixtureInfo, _Options, _PackedBatch, _PackOptions,
                     _SourceOptions, _Stats, _check, _error, _field_specs, _load, _stats_dict)
-from ._errors import BadState, InvalidOption
+from ._errors import BadState, Error, InvalidOption
 from ._logbridge import _c_log_level, _on_log, _sink_ids, _sinks, _sinks_lock
 from ._ranks import resolve_rank
 from ._types import Batch, Servers, State, Stats
@@ -229,7 +229,49 @@ class Mixture:
             fields = list(fields)
             names_arr = (ctypes.c_char_p * max(1, len(fields)))(*[b(f) for f in fields])
         handle = ctypes.c_void_p()
-        if po is not None:
+        self._inner = None
+        if po is None:
+            # A loader over the mixture (dsc_loader_create with sources): batches composed by
+            # the library straight into its batch slots, handed out by the loader's own next()
+            # (arrays over the slots, no copy here).
+            from .loader import Loader
+            args = {k: opt[k] for k in _COMMON if k not in ("order", "device")}
+            args["shuffle"] = opt["shuffle"] if opt["shuffle"] is not None else True
+            args["ignore_rank_env"] = True  # resolve_rank checked them
+            try:
+                self._inner = Loader(servers=servers, batch_size=self.batch_size,
+                                     seed=self.seed, rank=rank, world_size=world_size,
+                                     indices=True, output=output,
+                                     _mixture=(ctypes.cast(srcs, ctypes.c_void_p).value,
+                                               len(sources), o.exhausted), **args)
+            except Exception:
+                self._drop_sink()
+                raise
+            self._drop_sink()  # the inner loader's sink hears the library
+            self._messages = self._inner._messages
+            handle = ctypes.c_void_p(lib.dsc_loader_mixture(self._inner._handle))
+            rc = 0
+            keep_names = None if fields is None else set(fields)
+            if keep_names is not None:
+                have = {n for n, _, _ in _field_specs(lib.dsc_mixture_field_count,
+                                                      lib.dsc_mixture_field, handle)}
+                assert fields is not None
+                missing = [f for f in fields if f not in have]
+                if missing:  # the engine's own check names the source that lacks it
+                    self._inner.close()
+                    names_arr = (ctypes.c_char_p * len(fields))(*[b(f) for f in fields])
+                    probe = ctypes.c_void_p()
+                    rc = lib.dsc_mixture_create(ctypes.byref(o),
+                                                ctypes.cast(srcs, ctypes.c_void_p), len(sources),
+                                                ctypes.cast(names_arr, ctypes.c_void_p),
+                                                len(fields), ctypes.byref(probe))
+                    if rc == 0:
+                        lib.dsc_mixture_destroy(probe)
+                    raise InvalidOption(-22, self._why(None) if rc < 0 else
+                                        "fields %s: not a field every source has (%s)"
+                                        % (missing, sorted(have)), "DSC_EINVAL")
+            self._keep = keep_names
+        elif po is not None:
             rc = lib.dsc_mixture_create_packed(ctypes.byref(o), ctypes.cast(srcs, ctypes.c_void_p),
                                                len(sources), ctypes.byref(po),
                                                ctypes.byref(handle))
@@ -289,7 +331,10 @@ class Mixture:
 
     def close(self) -> None:
         h, self._handle = getattr(self, "_handle", None), None
-        if h:
+        inner, self._inner = getattr(self, "_inner", None), None
+        if inner is not None:
+            inner.close()  # the mixture is the loader's
+        elif h:
             self._lib.dsc_mixture_destroy(h)
         if getattr(self, "_sink_id", 0):
             self._drop_sink()
@@ -345,6 +390,26 @@ class Mixture:
         h = self._handle
         if not h:
             raise ValueError("mixture is closed")
+        inner = self._inner
+        if inner is not None:
+            try:
+                out = inner.__next__()
+            except StopIteration:
+                raise
+            except Error as e:
+                why = self._why(h)
+                if why and why not in str(e):
+                    raise type(e)(e.code, why, e.name) from None
+                raise
+            keep = self._keep
+            if keep is not None:
+                out = {k: v for k, v in out.items()
+                       if k in keep or (k.endswith("_offsets") and k[:-8] in keep) or
+                       k in ("source", "source_epoch", "__index__")}
+            src = out.pop("source")
+            if self._source_field:
+                out[self._source_field] = src
+            return self._transform(out) if self._transform is not None else out
         mb = self._mb
         rc = self._next(h, self._mb_ref)
         if rc == _EOF:
@@ -352,7 +417,7 @@ class Mixture:
         if rc < 0:
             self._check(rc)
         n = mb.samples
-        out: Batch = {}
+        out = {}
         v, vref, move, empty = self._view, self._view_ref, ctypes.memmove, np.empty
         if self._pack is not None:
             self._packed_rows(h, n, out)
