@@ -18,8 +18,8 @@
 /* The trailer's flags: the loader has the addressed server marked slow now. */
 #define DSC_REPORT_HEDGE_SLOW 1u
 
-/* What one loader saw of the server it reports to (client/lib/loader/hedge.c), counters cumulative since
- * the loader started: its requests to that server re-issued to another owner, won by the
+/* What one loader saw of the server it reports to (client/lib/loader/hedge.c), counters cumulative
+ * since the loader started: its requests to that server re-issued to another owner, won by the
  * re-issue, their bytes, the server's late answers dropped, times marked slow, stalls excused
  * (it answered PING: reading through). */
 typedef struct dsc_report_hedge {

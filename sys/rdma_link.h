@@ -1,7 +1,8 @@
 /* One RDMA device opened for dscache's transport: its port, a protection domain, the RoCE v2 GID
  * each connection uses (the one on its TCP connection's subnet: "RDMA follows TCP"), and the RC
  * queue-pair state changes both sides need (RESET -> INIT -> RTR -> RTS). Shared by the server
- * (server/net/rdma.c), the loader (client/lib/source/source_rdma.c) and the doctor; part of dsc_sys. */
+ * (server/net/rdma.c), the loader (client/lib/source/source_rdma.c) and the doctor; part of
+ * dsc_sys. */
 #ifndef DSC_SYS_RDMA_LINK_H
 #define DSC_SYS_RDMA_LINK_H
 

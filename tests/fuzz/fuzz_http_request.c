@@ -1,6 +1,7 @@
-/* libFuzzer target for the HTTP port's request-head parser (server/net/http.h, dsc_http_parse_head):
- * any bytes from a client, cut anywhere, never read out of bounds; a whole head's length is
- * within the input, and its method and path lie inside it, the path starting with '/'. */
+/* libFuzzer target for the HTTP port's request-head parser (server/net/http.h,
+ * dsc_http_parse_head): any bytes from a client, cut anywhere, never read out of bounds; a whole
+ * head's length is within the input, and its method and path lie inside it, the path starting with
+ * '/'. */
 #include "http.h"
 
 #include <stdint.h>

@@ -1,7 +1,6 @@
-/* Test helper: runs the image codec (client/lib/image/image.c) on files, for the Python pixel checks
- * and the benchmarks.
- *   image_tool decode FILE OUT.raw H W CROP FLIP LAYOUT SEED EPOCH INDEX [R,G,B]
- *       writes the decoded sample (3*H*W bytes) and prints "x y w h flip" (the box, source px);
+/* Test helper: runs the image codec (client/lib/image/image.c) on files, for the Python pixel
+ * checks and the benchmarks. image_tool decode FILE OUT.raw H W CROP FLIP LAYOUT SEED EPOCH INDEX
+ * [R,G,B] writes the decoded sample (3*H*W bytes) and prints "x y w h flip" (the box, source px);
  *       R,G,B: alpha composited over that colour (else dropped)
  *   image_tool rgb FILE OUT.raw MAX_SIDE        prints "w h" (whole image, HWC)
  *   image_tool bench CROP H W FLIP SECONDS FILE...   prints "images N seconds S cpu_seconds C"

@@ -1,6 +1,6 @@
-/* The loader's reading of a MEMBERS answer (client/lib/loader/view.c): the documented JSON gives the
- * canonical list and its hash; every prefix, hostile member strings, wrong types and a hash that
- * does not match the list are refused without reading past the given length. */
+/* The loader's reading of a MEMBERS answer (client/lib/loader/view.c): the documented JSON gives
+ * the canonical list and its hash; every prefix, hostile member strings, wrong types and a hash
+ * that does not match the list are refused without reading past the given length. */
 #include "testlib.h"
 #include "view.h"
 

@@ -1,6 +1,6 @@
 /* nvJPEG (client/lib/image/nvjpeg.c): where the library and a GPU are present, a JPEG decoded into
- * device memory matches the CPU decode (client/lib/image/image.c) within a mean absolute difference of
- * 3 (of 255: the IDCT and chroma upsampling differ); a truncated file fails. Skips, saying why,
+ * device memory matches the CPU decode (client/lib/image/image.c) within a mean absolute difference
+ * of 3 (of 255: the IDCT and chroma upsampling differ); a truncated file fails. Skips, saying why,
  * where nvJPEG or the GPU is missing (the CUDA runtime is loaded with dlopen, as cuda.c does). */
 #include "image.h"
 #include "jpegenc.h"

@@ -1,7 +1,7 @@
-/* The packing row builder (client/lib/loader/pack.c): documents of a long-tailed length distribution
- * (1 .. 8192 tokens) packed into rows of 4096 and unpacked again through the segment arrays:
- * every token exactly once, in order, efficiency >= 99% when split; cut mode; the layout arrays
- * (position_ids, document_ids, cu_seqlens) agree with the segments. */
+/* The packing row builder (client/lib/loader/pack.c): documents of a long-tailed length
+ * distribution (1 .. 8192 tokens) packed into rows of 4096 and unpacked again through the segment
+ * arrays: every token exactly once, in order, efficiency >= 99% when split; cut mode; the layout
+ * arrays (position_ids, document_ids, cu_seqlens) agree with the segments. */
 #include "pack.h"
 #include "testlib.h"
 

@@ -1,5 +1,5 @@
-/* The packer over a real loader (client/lib/loader/pack.c): a variable-length token dataset written by
- * dsc_writer_* and read from its files (no server). Packed batches unpack to every document once
+/* The packer over a real loader (client/lib/loader/pack.c): a variable-length token dataset written
+ * by dsc_writer_* and read from its files (no server). Packed batches unpack to every document once
  * per epoch, on 1 and 2 ranks, with the packer's thread and on the caller's; a state saved
  * mid-epoch (also inside a document) resumes token for token in a new loader and packer; every
  * bad input gets its error code and a log line naming it. Runs under ASan and TSan. */

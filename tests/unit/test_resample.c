@@ -1,6 +1,6 @@
-/* The resampler (client/lib/image/resample.c): its SSE2 loops give the bytes of its scalar loops, both
- * stay within 1 of a double-precision evaluation of Pillow's BILINEAR kernel, and the planar and
- * flipped outputs are the interleaved output rearranged; sizes and boxes at random, including
+/* The resampler (client/lib/image/resample.c): its SSE2 loops give the bytes of its scalar loops,
+ * both stay within 1 of a double-precision evaluation of Pillow's BILINEAR kernel, and the planar
+ * and flipped outputs are the interleaved output rearranged; sizes and boxes at random, including
  * sources narrower than the kernel, exact-size source buffers (an overread shows under ASan),
  * and bad arguments. */
 #include "resample.h"

@@ -1,5 +1,5 @@
-/* Verdict rules (client/lib/loader/verdict.c) on synthetic windows: each bottleneck, its evidence and
- * the suggestion with the numbers a user acts on. The loader-level tests induce the same
+/* Verdict rules (client/lib/loader/verdict.c) on synthetic windows: each bottleneck, its evidence
+ * and the suggestion with the numbers a user acts on. The loader-level tests induce the same
  * verdicts for real (tests/integration/test_verdict.sh, tests/netns/test_verdict_netns.sh). */
 #include "testlib.h"
 #include "verdict.h"

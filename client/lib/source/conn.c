@@ -1,5 +1,6 @@
-/* Blocking TCP connection to one dscached server (client/lib/source/conn.h): getaddrinfo, poll-based
- * time-outs, HELLO, buffered frame reads so that small pipelined responses cost few syscalls. */
+/* Blocking TCP connection to one dscached server (client/lib/source/conn.h): getaddrinfo,
+ * poll-based time-outs, HELLO, buffered frame reads so that small pipelined responses cost few
+ * syscalls. */
 #include "conn.h"
 #include "dsc_sys.h"
 #include "util.h"

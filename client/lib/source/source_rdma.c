@@ -49,7 +49,6 @@ int dsc__transport_parse(const char *text, dsc_transport_t *out) {
     return 0;
 }
 
-
 /* ---- the endpoint (one per server) and the TCP fallback ----------------------------------- */
 
 typedef struct rdma_endpoint {
