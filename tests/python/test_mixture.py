@@ -312,6 +312,7 @@ for k in range(3):
                     for i in range(n) if i in docs[k])
     ok = ok and len(docs[k]) == n
 t.check(ok, "packed mixture: every document of each source rebuilt from its segments")
+saved = [m.state_dict()]
 m.close()
 
 try:
@@ -342,6 +343,19 @@ def refused(what, exc, needles, fn):
         return
     t.check(False, what + ": refused")
 
+
+# Another world size: refused, naming both world sizes and what to do (from a list of every old
+# rank's state and from rank 0's state alone); the same world size from the list resumes.
+for arg in (saved, saved[0]):
+    w = mixture(pack={"tokens": 16}, batch_size=10, rank=0, world_size=2)
+    refused("packed mixture onto another world size", dscache.BadState,
+            ["packed", "saved on 1 ranks, resumed on 2", "resume it on 1 ranks"],
+            lambda: (w.load_state_dict(arg), w)[1])
+    w.close()
+w = mixture(pack={"tokens": 16}, batch_size=10)
+w.load_state_dict(saved)
+t.check(int(w.step) == 60, "packed mixture: a list of one rank's state resumes on one rank")
+w.close()
 
 refused("weight 0", dscache.InvalidOption, ["books", "weight"],
         lambda: dscache.Source("books", weight=0))

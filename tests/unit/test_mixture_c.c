@@ -387,6 +387,8 @@ int main(void) {
                 REQUIRE(dsc_mixture_create_packed(&o, so, 3, &po, &w) == 0);
                 CHECK_EQ_INT(dsc_mixture_state_load(w, state, (size_t)n), DSC_EBADSTATE);
                 CHECK(strstr(last_log, "packed") != NULL);
+                CHECK(strstr(last_log, "saved on 1 ranks, resumed on 2") != NULL);
+                CHECK(strstr(last_log, "resume it on 1 ranks") != NULL);
                 dsc_mixture_destroy(w);
                 o.world_size = 1;
             }

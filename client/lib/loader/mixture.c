@@ -1180,9 +1180,11 @@ static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len) {
         }
         if (old_world != m->world && m->packed) {
             MIX_ERR(m,
-                    "mixture: state_load: a packed mixture resumes on the world size it was "
-                    "saved on (%llu), not %u",
-                    (unsigned long long)old_world, m->world);
+                    "mixture: state_load: a packed mixture resumes only on the world size it was "
+                    "saved on: saved on %llu ranks, resumed on %u; resume it on %llu ranks (a "
+                    "packed source's state counts packed rows, not documents, so it is not "
+                    "re-split over another world size; docs/mixtures.md)",
+                    (unsigned long long)old_world, m->world, (unsigned long long)old_world);
             return DSC_EBADSTATE;
         }
         if (old_world != m->world && m->src[k].cut > 0) {

@@ -4,7 +4,7 @@ library (client/lib/mixture.c, dsc_mixture_*; docs/mixtures.md)."""
 
 import ctypes
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
@@ -514,9 +514,24 @@ class Mixture:
                                     "sources": [{"skip": used, "record": rec.hex()}
                                                 for used, _, rec in secs]}}
 
-    def load_state_dict(self, state: State) -> None:
+    def load_state_dict(self, state: Union[State, Sequence[State]]) -> None:
+        """Resumes from state_dict()'s dict (rank 0's resumes every rank, also on another world
+        size). A list of every old rank's state_dict() (rank order) is taken too: a packed
+        mixture resumes only on the world size it was saved on, and BadState names both."""
+        if isinstance(state, (list, tuple)):
+            if not state:
+                raise BadState(-4024, "no old rank's state given", "DSC_EBADSTATE")
+            old = len(state)
+            if self._pack is not None and old != self.world_size:
+                raise BadState(-4024, "a packed mixture resumes only on the world size it was "
+                               "saved on: saved on %d ranks, resumed on %d; resume it on %d "
+                               "ranks (a packed source's state counts packed rows, not "
+                               "documents, so it is not re-split over another world size; "
+                               "docs/mixtures.md)" % (old, self.world_size, old),
+                               "DSC_EBADSTATE")
+            state = state[self.rank if old == self.world_size else 0]
         try:
-            st = state["dscache_mixture"]
+            st = cast(State, state)["dscache_mixture"]
         except (TypeError, KeyError):
             raise BadState(-4024, "not a mixture state (no 'dscache_mixture' key): a "
                            "single-dataset loader's state cannot resume a mixture",
