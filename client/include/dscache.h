@@ -532,6 +532,16 @@ DSC_EXTERN int dsc_packer_next_into(dsc_packer_t *packer, dsc_packed_batch_t *ou
                                     int32_t *position_ids, int32_t *document_ids,
                                     int32_t *cu_seqlens, int64_t *segment_index,
                                     int64_t *segment_start);
+/* A packed batch the caller holds: dsc_packer_next_held hands out the next batch as
+ * dsc_packer_next (pointers into the buffers the packer's thread laid it in: no copy), but its
+ * arrays stay valid, never overwritten, until dsc_packer_release(hold), also after later calls
+ * and after dsc_packer_destroy (release may come after destroy, not during it). A held batch's
+ * ring entry gets new buffers (reused from released holds) when the thread comes round to it. */
+typedef struct dsc_pack_hold dsc_pack_hold_t;
+DSC_EXTERN int dsc_packer_next_held(dsc_packer_t *packer, dsc_packed_batch_t *out,
+                                    dsc_pack_hold_t **hold);
+/* Gives a held batch's buffers back (to the packer for reuse, or freed). NULL is a no-op. */
+DSC_EXTERN void dsc_packer_release(dsc_pack_hold_t *hold);
 /* Starts epoch `epoch` from its first document (the loader's set_epoch; drops what is
  * half-packed). Returns 0 or DSC_E*. */
 DSC_EXTERN int dsc_packer_set_epoch(dsc_packer_t *packer, uint64_t epoch);

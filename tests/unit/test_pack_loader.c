@@ -157,6 +157,53 @@ int main(void) {
         dsc_packer_destroy(p);
         dsc_loader_destroy(l);
     }
+    /* Held batches (dsc_packer_next_held): a whole epoch held, then checked after it; none
+     * overwritten by the batches made after it (the thread's ring entries get other buffers),
+     * released ones reused, held ones still valid after the packer is destroyed. */
+    for (int on_caller = 0; on_caller <= 1; on_caller++) {
+        enum { HOLD_MAX = 4096 };
+        static dsc_packed_batch_t hb[HOLD_MAX];
+        static dsc_pack_hold_t *hh[HOLD_MAX];
+        dsc_loader_t *l = make_loader(0, 1, 0);
+        dsc_packer_t *p = NULL;
+        REQUIRE(make_packer(l, "input_ids", LENGTH, on_caller, &p) == 0);
+        for (int epoch = 0; epoch < 2; epoch++) {
+            int n = 0, rc;
+            hb[0].struct_size = sizeof hb[0];
+            while (n < HOLD_MAX && (rc = dsc_packer_next_held(p, &hb[n], &hh[n])) == 0)
+                hb[++n].struct_size = sizeof hb[0];
+            CHECK_EQ_INT(rc, DSC_EOF);
+            CHECK(n > 4);
+            memset(seen, 0, sizeof seen);
+            int ok = 1;
+            for (int i = 0; i < n; i++)
+                ok = ok && check_batch(&hb[i]);
+            if (!ok)
+                fprintf(stderr, "held batches (on_caller %d, epoch %d): one was overwritten\n",
+                        on_caller, epoch);
+            CHECK(ok);
+            check_all_once("held batches");
+            if (epoch == 0) {
+                for (int i = 0; i < n; i++)
+                    dsc_packer_release(hh[i]);
+            } else { /* the last ones held across destroy */
+                for (int i = 0; i < n - 3; i++)
+                    dsc_packer_release(hh[i]);
+                dsc_packer_destroy(p);
+                p = NULL;
+                int still = 1;
+                for (int i = n - 3; i < n; i++)
+                    still =
+                        still && hb[i].cu_seqlens[hb[i].segments] == (int32_t)(hb[i].rows * LENGTH);
+                CHECK(still);
+                for (int i = n - 3; i < n; i++)
+                    dsc_packer_release(hh[i]);
+            }
+        }
+        dsc_packer_destroy(p);
+        dsc_loader_destroy(l);
+    }
+    dsc_packer_release(NULL);
     /* Two ranks: each document once across them. */
     memset(seen, 0, sizeof seen);
     for (uint32_t r = 0; r < 2; r++) {

@@ -143,6 +143,8 @@ uint32_t dsc__pack_rows_finish(dsc_pack_rows_t *p) {
 /* One packed batch made ahead by the packer's thread, with the stream state after it. */
 typedef struct pack_entry {
     dsc_pack_rows_t rows;
+    dsc_pack_hold_t *hold;   /* the caller holds these buffers (dsc_packer_next_held): the
+                                producer hands them to the hold before it writes the entry again */
     dsc_packed_batch_t meta; /* rc 0: the batch (pointers into rows) */
     int rc;                  /* 0, DSC_EOF or the loader's error */
     double busy;             /* seconds spent laying it out */
@@ -200,6 +202,18 @@ struct dsc_packer {
     uint8_t state[DSC_PACK_STATE_MAX_BYTES]; /* the state after the last batch handed out */
     int state_len;
     dsc_pack_stats_t st; /* under lock with a thread */
+    /* Buffers given back by released holds, reused before new ones are allocated. Under lock. */
+    dsc_pack_rows_t spare[PACK_AHEAD_MAX + 1];
+    uint32_t n_spare;
+};
+
+/* A packed batch the caller holds (dsc_packer_next_held): while `entry` is set its buffers are
+ * that ring entry's (or, entry NULL and rows set, its own: handed over by the producer before it
+ * reused the entry, or by destroy). packer NULL: the packer is gone. */
+struct dsc_pack_hold {
+    dsc_packer_t *packer;
+    pack_entry_t *entry;
+    dsc_pack_rows_t rows;
 };
 
 static int state_live(const dsc_packer_t *packer, void *buf, size_t cap);
@@ -359,8 +373,16 @@ DSC_EXTERN void dsc_packer_destroy(dsc_packer_t *packer) {
         dsc_batch_release(packer->batch); /* a temporary loader's */
     carry_clear(packer);
     if (packer->ring != NULL)
-        for (uint32_t i = 0; i <= packer->ahead; i++)
-            dsc__pack_rows_free(&packer->ring[i].rows);
+        for (uint32_t i = 0; i <= packer->ahead; i++) {
+            pack_entry_t *e = &packer->ring[i];
+            if (e->hold != NULL) { /* the caller's from now on */
+                e->hold->rows = e->rows, e->hold->entry = NULL, e->hold->packer = NULL;
+                memset(&e->rows, 0, sizeof e->rows);
+            }
+            dsc__pack_rows_free(&e->rows);
+        }
+    for (uint32_t i = 0; i < packer->n_spare; i++)
+        dsc__pack_rows_free(&packer->spare[i]);
     free(packer->ring);
     pthread_mutex_destroy(&packer->lock);
     pthread_cond_destroy(&packer->cv);
@@ -515,11 +537,26 @@ static void *producer(void *arg) {
         if (pk->stop)
             break;
         pack_entry_t *e = &pk->ring[(pk->head + pk->count) % (pk->ahead + 1)];
+        int fresh = 0;
+        if (e->hold != NULL) { /* the caller still holds this entry's batch: it keeps them */
+            e->hold->rows = e->rows, e->hold->entry = NULL;
+            e->hold = NULL;
+            if (pk->n_spare > 0)
+                e->rows = pk->spare[--pk->n_spare];
+            else
+                fresh = 1;
+        }
         pk->producing = 1;
         pthread_mutex_unlock(&pk->lock);
         memset(&e->meta, 0, sizeof e->meta);
         e->meta.struct_size = sizeof e->meta;
-        e->rc = produce(pk, &e->rows, &e->meta, &e->busy);
+        if (fresh)
+            e->rc = dsc__pack_rows_init(&e->rows, pk->rows.rows, pk->rows.length, pk->rows.elem,
+                                        pk->rows.cut);
+        else
+            e->rc = 0;
+        if (e->rc == 0)
+            e->rc = produce(pk, &e->rows, &e->meta, &e->busy);
         e->state_len = state_live(pk, e->state, sizeof e->state);
         pthread_mutex_lock(&pk->lock);
         pk->producing = 0;
@@ -643,6 +680,74 @@ DSC_EXTERN int dsc_packer_next_into(dsc_packer_t *packer, dsc_packed_batch_t *ou
     p->document_ids = own.document_ids, p->cu_seqlens = own.cu_seqlens;
     p->segment_index = own.segment_index, p->segment_start = own.segment_start;
     return rc;
+}
+
+DSC_EXTERN int dsc_packer_next_held(dsc_packer_t *packer, dsc_packed_batch_t *out,
+                                    dsc_pack_hold_t **hold) {
+    if (packer == NULL || out == NULL || out->struct_size < sizeof *out || hold == NULL)
+        return DSC_EINVAL;
+    *hold = NULL;
+    dsc_pack_hold_t *h = calloc(1, sizeof *h);
+    if (h == NULL)
+        return DSC_ENOMEM;
+    h->packer = packer;
+    if (!packer->thread_started) { /* packed on this thread into buffers the hold then owns */
+        dsc_pack_rows_t *p = &packer->rows, own = *p;
+        int rc = dsc__pack_rows_init(&h->rows, own.rows, own.length, own.elem, own.cut);
+        if (rc == 0) {
+            p->tokens = h->rows.tokens, p->position_ids = h->rows.position_ids;
+            p->document_ids = h->rows.document_ids, p->cu_seqlens = h->rows.cu_seqlens;
+            p->segment_index = h->rows.segment_index, p->segment_start = h->rows.segment_start;
+            rc = dsc_packer_next(packer, out);
+            p->tokens = own.tokens, p->position_ids = own.position_ids;
+            p->document_ids = own.document_ids, p->cu_seqlens = own.cu_seqlens;
+            p->segment_index = own.segment_index, p->segment_start = own.segment_start;
+        }
+        if (rc < 0) {
+            dsc__pack_rows_free(&h->rows);
+            free(h);
+            return rc;
+        }
+        *hold = h;
+        return 0;
+    }
+    if (packer->error) {
+        free(h);
+        return packer->error;
+    }
+    pack_entry_t *e;
+    int rc = take(packer, &e);
+    if (rc < 0) {
+        free(h);
+        return rc;
+    }
+    size_t size = out->struct_size;
+    *out = e->meta;
+    out->struct_size = size;
+    /* The producer writes e again only after the next take (count < ahead): set it now. */
+    pthread_mutex_lock(&packer->lock);
+    e->hold = h, h->entry = e;
+    pthread_mutex_unlock(&packer->lock);
+    *hold = h;
+    return 0;
+}
+
+DSC_EXTERN void dsc_packer_release(dsc_pack_hold_t *hold) {
+    if (hold == NULL)
+        return;
+    dsc_packer_t *pk = hold->packer;
+    if (pk != NULL) {
+        pthread_mutex_lock(&pk->lock);
+        if (hold->entry != NULL) { /* still the entry's buffers: the entry keeps them */
+            hold->entry->hold = NULL;
+        } else if (pk->n_spare < PACK_AHEAD_MAX + 1 && hold->rows.tokens != NULL) {
+            pk->spare[pk->n_spare++] = hold->rows; /* reused by the producer */
+            memset(&hold->rows, 0, sizeof hold->rows);
+        }
+        pthread_mutex_unlock(&pk->lock);
+    }
+    dsc__pack_rows_free(&hold->rows);
+    free(hold);
 }
 
 DSC_EXTERN int dsc_packer_set_epoch(dsc_packer_t *packer, uint64_t epoch) {
