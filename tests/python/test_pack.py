@@ -98,6 +98,13 @@ check_once(unpack(epoch1, "epoch 1"), range(N), "epoch 1")
 t.check(not np.array_equal(epoch0[0]["input_ids"], epoch1[0]["input_ids"]),
         "epoch 1 is in another order")
 ld.close()
+# The batches are views over the packer's buffers (no copy out of its ring), and a batch held
+# is never overwritten: epoch 0's batches, held through epoch 1 and the loader's close, still
+# hold every document once.
+t.check(not any(b[k].flags.owndata for b in epoch0 for k in ("input_ids", "cu_seqlens")),
+        "packed batches are views over the packer's buffers (no copy)")
+check_once(unpack(epoch0, "held through epoch 1 and close"), range(N),
+           "held through epoch 1 and close")
 
 # Packed on the caller's thread (pack_ahead=0) and 5 ahead: the same batches.
 for ahead in (0, 5):

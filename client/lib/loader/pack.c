@@ -205,6 +205,7 @@ struct dsc_packer {
     /* Buffers given back by released holds, reused before new ones are allocated. Under lock. */
     dsc_pack_rows_t spare[PACK_AHEAD_MAX + 1];
     uint32_t n_spare;
+    struct dsc_pack_hold *holds; /* every hold not yet released (destroy lets go of them) */
 };
 
 /* A packed batch the caller holds (dsc_packer_next_held): while `entry` is set its buffers are
@@ -214,6 +215,7 @@ struct dsc_pack_hold {
     dsc_packer_t *packer;
     pack_entry_t *entry;
     dsc_pack_rows_t rows;
+    struct dsc_pack_hold *prev, *next; /* in packer->holds, under its lock */
 };
 
 static int state_live(const dsc_packer_t *packer, void *buf, size_t cap);
@@ -383,6 +385,8 @@ DSC_EXTERN void dsc_packer_destroy(dsc_packer_t *packer) {
         }
     for (uint32_t i = 0; i < packer->n_spare; i++)
         dsc__pack_rows_free(&packer->spare[i]);
+    for (dsc_pack_hold_t *h = packer->holds; h != NULL; h = h->next)
+        h->packer = NULL; /* released later on their own */
     free(packer->ring);
     pthread_mutex_destroy(&packer->lock);
     pthread_cond_destroy(&packer->cv);
@@ -690,7 +694,6 @@ DSC_EXTERN int dsc_packer_next_held(dsc_packer_t *packer, dsc_packed_batch_t *ou
     dsc_pack_hold_t *h = calloc(1, sizeof *h);
     if (h == NULL)
         return DSC_ENOMEM;
-    h->packer = packer;
     if (!packer->thread_started) { /* packed on this thread into buffers the hold then owns */
         dsc_pack_rows_t *p = &packer->rows, own = *p;
         int rc = dsc__pack_rows_init(&h->rows, own.rows, own.length, own.elem, own.cut);
@@ -708,6 +711,11 @@ DSC_EXTERN int dsc_packer_next_held(dsc_packer_t *packer, dsc_packed_batch_t *ou
             free(h);
             return rc;
         }
+        h->packer = packer;
+        h->next = packer->holds;
+        if (h->next != NULL)
+            h->next->prev = h;
+        packer->holds = h;
         *hold = h;
         return 0;
     }
@@ -727,6 +735,11 @@ DSC_EXTERN int dsc_packer_next_held(dsc_packer_t *packer, dsc_packed_batch_t *ou
     /* The producer writes e again only after the next take (count < ahead): set it now. */
     pthread_mutex_lock(&packer->lock);
     e->hold = h, h->entry = e;
+    h->packer = packer;
+    h->next = packer->holds;
+    if (h->next != NULL)
+        h->next->prev = h;
+    packer->holds = h;
     pthread_mutex_unlock(&packer->lock);
     *hold = h;
     return 0;
@@ -738,6 +751,12 @@ DSC_EXTERN void dsc_packer_release(dsc_pack_hold_t *hold) {
     dsc_packer_t *pk = hold->packer;
     if (pk != NULL) {
         pthread_mutex_lock(&pk->lock);
+        if (hold->prev != NULL)
+            hold->prev->next = hold->next;
+        else
+            pk->holds = hold->next;
+        if (hold->next != NULL)
+            hold->next->prev = hold->prev;
         if (hold->entry != NULL) { /* still the entry's buffers: the entry keeps them */
             hold->entry->hold = NULL;
         } else if (pk->n_spare < PACK_AHEAD_MAX + 1 && hold->rows.tokens != NULL) {

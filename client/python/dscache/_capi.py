@@ -481,6 +481,8 @@ def _load() -> Any:
         "dsc_packer_next": (ip, [vp, ctypes.POINTER(_PackedBatch)]),
         "dsc_packer_next_into": (ip, [vp, ctypes.POINTER(_PackedBatch), vp, vp, vp, vp, vp,
                                       vp]),
+        "dsc_packer_next_held": (ip, [vp, ctypes.POINTER(_PackedBatch), ctypes.POINTER(vp)]),
+        "dsc_packer_release": (None, [vp]),
         "dsc_packer_set_epoch": (ip, [vp, u64]),
         "dsc_packer_state_save": (ip, [vp, vp, ctypes.c_size_t]),
         "dsc_packer_state_load": (ip, [vp, vp, ctypes.c_size_t]),

@@ -297,6 +297,10 @@ class Loader:
             # part is copied out, a few entries per document).
             # (tokens, position_ids, document_ids) sets, reused
             self._pack_pool: List[Tuple[Any, Any, Any]] = []
+            # With the packer's thread: views over the buffers it packed into (no copy), held
+            # until the last array over them goes (dsc_packer_next_held / dsc_packer_release).
+            self._pack_held = pack_ahead != 0
+            self._pack_lock = threading.Lock()
             self._pack_cu = np.empty(rows * length + rows + 1, dtype=np.int32)
             self._pack_si = np.empty(rows * length + rows, dtype=np.int64)
             self._pack_ss = np.empty(rows * length + rows, dtype=np.int64)
@@ -330,7 +334,8 @@ class Loader:
         if handle:
             packer, self._packer = getattr(self, "_packer", None), None
             if packer:
-                self._lib.dsc_packer_destroy(packer)
+                with self._pack_lock:  # not while a held batch is given back
+                    self._lib.dsc_packer_destroy(packer)
             if self._fast is not None:
                 self._fast.detach()  # batches freed later give nothing back
             # A forked child (e.g. a DataLoader worker) has the handle but not the threads:
@@ -472,12 +477,31 @@ class Loader:
         return self._transform(out) if self._transform is not None else out
 
     def _next_packed(self) -> Batch:
-        """The next packed batch: dsc_packer_next_into lays it straight into new numpy arrays
-        (the batch owns them: no copy, no lifetime tied to the loader)."""
+        """The next packed batch: with the packer's thread, numpy views over the buffers it
+        packed the batch into (dsc_packer_next_held: no copy; never overwritten while any array
+        of the batch is alive, given back when the last goes); on this thread,
+        dsc_packer_next_into lays it straight into numpy arrays the batch owns."""
         np = self._np
         h = self._h()
         pb = self._packed
         rows, length = self._pack_shape
+        if self._pack_held:
+            hold = ctypes.c_void_p()
+            rc = self._lib.dsc_packer_next_held(self._packer, ctypes.byref(pb),
+                                                ctypes.byref(hold))
+            if rc == _EOF:
+                raise StopIteration
+            _check(rc, h)
+            owner = _PackHold(self._lib, hold.value, self._pack_lock)
+            n, segs = int(pb.rows), int(pb.segments)
+            i32, i64 = np.dtype(np.int32), np.dtype(np.int64)
+            out = {self._pack_field: _pack_view(pb.tokens, self._pack_dtype, (n, length), owner),
+                   "position_ids": _pack_view(pb.position_ids, i32, (n, length), owner),
+                   "document_ids": _pack_view(pb.document_ids, i32, (n, length), owner),
+                   "cu_seqlens": _pack_view(pb.cu_seqlens, i32, (segs + 1,), owner),
+                   "segment_index": _pack_view(pb.segment_index, i64, (segs,), owner),
+                   "segment_start": _pack_view(pb.segment_start, i64, (segs,), owner)}
+            return self._packed_out(out, pb)
         tok: Any = None
         pos: Any = None
         did: Any = None
@@ -507,6 +531,11 @@ class Loader:
         out = {self._pack_field: tok, "position_ids": pos, "document_ids": did,
                "cu_seqlens": cu[:segs + 1].copy(), "segment_index": si[:segs].copy(),
                "segment_start": ss[:segs].copy()}
+        return self._packed_out(out, pb)
+
+    def _packed_out(self, out: Dict[str, Any], pb: Any) -> Batch:
+        """A packed batch's arrays as torch tensors when asked, through the transform."""
+        np = self._np
         if self._torch is not None:
             torch = self._torch
             out = {k: (torch.from_numpy(v.view(np.int16)).view(torch.bfloat16) if pb.dtype == 9
@@ -771,6 +800,33 @@ class Loader:
         buf = ctypes.create_string_buffer(need + 1)
         _check(self._lib.dsc_loader_metrics_text(self._h(), buf, need + 1))
         return buf.value.decode()
+
+
+class _PackHold:
+    """A packed batch held in the packer's buffers (dsc_packer_next_held): given back by
+    dsc_packer_release when the last array over it goes (also after the loader closed)."""
+
+    def __init__(self, lib: Any, hold: Optional[int], lock: Any) -> None:
+        self._lib, self._hold, self._lock = lib, hold, lock
+
+    def __del__(self) -> None:
+        hold, self._hold = getattr(self, "_hold", None), None
+        if hold:
+            with self._lock:
+                self._lib.dsc_packer_release(hold)
+
+
+def _pack_view(ptr: Optional[int], dtype: Any, shape: Tuple[int, ...], owner: _PackHold) -> Any:
+    """A numpy array over `shape` items of dtype at ptr, keeping owner alive while it lives."""
+    import numpy as np
+    count = 1
+    for d in shape:
+        count *= d
+    if not ptr or count == 0:
+        return np.zeros(shape, dtype=dtype)
+    buf = (ctypes.c_uint8 * (count * dtype.itemsize)).from_address(ptr)
+    buf._dsc_owner = owner
+    return np.ctypeslib.as_array(buf).view(dtype).reshape(shape)
 
 
 def _make_packer(lib: Any, handle: ctypes.c_void_p, pack: Dict[str, int], split: bool,
