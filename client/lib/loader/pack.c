@@ -1,6 +1,9 @@
 /* Packing (docs/packing.md): the row builder that lays variable-length documents end to end into
  * fixed-length rows, and the public dsc_packer_* that feeds it from a loader's batches and
- * resumes it exactly. */
+ * resumes it exactly.
+ * Over 1,000 lines: the packer's thread, its ring and the batches callers hold from it
+ * (dsc_packer_next_held) share one lock and one entry layout with the resume onto another world
+ * size, which reads and rebuilds that same state; split, each half would reach into the other's. */
 #include "pack.h"
 #include "pipeline.h"
 #include "shard.h"
