@@ -17,6 +17,9 @@ import random
 import signal
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from delay_proxy import pump  # noqa: E402 (the relay, with a delay drawn per read)
+
 
 class Spikes:
     def __init__(self, lo, hi, step):
@@ -32,42 +35,6 @@ class Spikes:
             self.delay = random.uniform(self.lo, self.hi)
             self.drawn_at = now
         return self.delay
-
-
-async def pump(reader, writer, spikes):
-    loop = asyncio.get_running_loop()
-    queue = asyncio.Queue()
-
-    async def sender():
-        while True:
-            due, data = await queue.get()
-            if data is None:
-                break
-            wait = due - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            writer.write(data)
-            await writer.drain()
-        writer.close()
-
-    task = asyncio.create_task(sender())
-    last_due = 0.0
-    try:
-        while True:
-            data = await reader.read(1 << 16)
-            if not data:
-                break
-            now = loop.time()
-            due = max(last_due, now + spikes.current(now))
-            last_due = due
-            await queue.put((due, data))
-    except (ConnectionError, OSError):
-        pass
-    await queue.put((0, None))
-    try:
-        await task
-    except (ConnectionError, OSError):
-        pass
 
 
 async def main():
@@ -93,7 +60,8 @@ async def main():
         except (OSError, ValueError):
             cwriter.close()
             return
-        await asyncio.gather(pump(creader, swriter, spikes), pump(sreader, cwriter, spikes))
+        await asyncio.gather(pump(creader, swriter, spikes.current),
+                             pump(sreader, cwriter, spikes.current))
 
     server = await asyncio.start_server(on_client, "127.0.0.1", 0)
     with open(port_file + ".tmp", "w") as f:

@@ -6,7 +6,9 @@ import asyncio
 import sys
 
 
-async def pump(reader, writer, delay):
+async def pump(reader, writer, delay_of):
+    """Relays reader to writer, each read's bytes sent delay_of(now) seconds after they came,
+    never ahead of the bytes before them. Also the relay of tests/bench/spike_proxy.py."""
     loop = asyncio.get_running_loop()
     queue = asyncio.Queue()
 
@@ -23,12 +25,15 @@ async def pump(reader, writer, delay):
         writer.close()
 
     task = asyncio.create_task(sender())
+    last_due = 0.0
     try:
         while True:
             data = await reader.read(1 << 16)
             if not data:
                 break
-            await queue.put((loop.time() + delay, data))
+            now = loop.time()
+            last_due = max(last_due, now + delay_of(now))
+            await queue.put((last_due, data))
     except (ConnectionError, OSError):
         pass
     await queue.put((0, None))
@@ -48,7 +53,8 @@ async def main():
         except OSError:
             cwriter.close()
             return
-        await asyncio.gather(pump(creader, swriter, delay), pump(sreader, cwriter, delay))
+        await asyncio.gather(pump(creader, swriter, lambda now: delay),
+                             pump(sreader, cwriter, lambda now: delay))
 
     server = await asyncio.start_server(on_client, "127.0.0.1", 0)
     print(server.sockets[0].getsockname()[1], flush=True)
