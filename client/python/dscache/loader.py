@@ -816,6 +816,9 @@ class _PackHold:
                 self._lib.dsc_packer_release(hold)
 
 
+_pack_types: Dict[int, Any] = {}  # ctypes byte-array types by size (a packed batch's few sizes)
+
+
 def _pack_view(ptr: Optional[int], dtype: Any, shape: Tuple[int, ...], owner: _PackHold) -> Any:
     """A numpy array over `shape` items of dtype at ptr, keeping owner alive while it lives."""
     import numpy as np
@@ -824,9 +827,15 @@ def _pack_view(ptr: Optional[int], dtype: Any, shape: Tuple[int, ...], owner: _P
         count *= d
     if not ptr or count == 0:
         return np.zeros(shape, dtype=dtype)
-    buf = (ctypes.c_uint8 * (count * dtype.itemsize)).from_address(ptr)
+    size = count * dtype.itemsize
+    t = _pack_types.get(size)
+    if t is None:
+        if len(_pack_types) > 4096:  # sizes of many row counts / lengths: start over
+            _pack_types.clear()
+        t = _pack_types[size] = ctypes.c_uint8 * size
+    buf = t.from_address(ptr)
     buf._dsc_owner = owner
-    return np.ctypeslib.as_array(buf).view(dtype).reshape(shape)
+    return np.frombuffer(buf, dtype=dtype).reshape(shape)
 
 
 def _make_packer(lib: Any, handle: ctypes.c_void_p, pack: Dict[str, int], split: bool,
