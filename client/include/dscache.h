@@ -779,7 +779,9 @@ DSC_EXTERN int dsc_mixture_source_stats(const dsc_mixture_t *mixture, uint32_t s
  * row's place in its source's packed batch) per row; dsc_mixture_packed the rows. Every field of
  * the sources but pack->field is dropped. Returns as dsc_mixture_create, and DSC_EINVAL for a
  * fractional repeat (a pass's rows are not known ahead) or what dsc_packer_create refuses
- * (the log names the source). The state resumes on the world size it was saved on only. */
+ * (the log names the source). Its state resumes on the world size it was saved on
+ * (dsc_mixture_state_load), or on another from every old rank's state
+ * (dsc_mixture_state_load_world). */
 DSC_EXTERN int dsc_mixture_create_packed(const dsc_loader_options_t *common,
                                          const dsc_source_options_t *sources, uint32_t count,
                                          const dsc_pack_options_t *pack, dsc_mixture_t **out);
@@ -834,6 +836,21 @@ DSC_EXTERN int dsc_mixture_info(const dsc_mixture_t *mixture, dsc_mixture_info_t
  * mixture state, another mixture: the log says which, or a source loader's refusal). */
 DSC_EXTERN int dsc_mixture_state_save(const dsc_mixture_t *mixture, void *buf, size_t cap);
 DSC_EXTERN int dsc_mixture_state_load(dsc_mixture_t *mixture, const void *buf, size_t len);
+/* Resumes from the states of every rank of a run on old_world ranks (states[r] / lens[r]: old
+ * rank r's dsc_mixture_state_save, all saved after the same step). On old_world == world_size
+ * it is dsc_mixture_state_load(states[rank]); for a mixture that is not packed, of states[0]
+ * (the same on every rank). A packed mixture's ranks stand at documents of their own in each
+ * source, so it needs them all: per source, each old rank's packed stream is carried past the
+ * rows of its part-used packed batch (a temporary loader and packer of that rank pack those rows
+ * again), and the source's packer resumes from those states as dsc_packer_state_load_world does:
+ * this rank first packs the rest of the loader batches of the old ranks r with
+ * r % world_size == rank, then its loader re-splits the rest of the source-epoch over the new
+ * ranks (every document packed once over all the new ranks). Returns 0, DSC_EINVAL (NULL, no
+ * states, a loader over a mixture), DSC_EBADSTATE (as dsc_mixture_state_load; a state not rank
+ * r of old_world, states of different steps, or old ranks in different passes of a source:
+ * dsc_mixture_last_error says which), or a temporary loader's or packer's error. */
+DSC_EXTERN int dsc_mixture_state_load_world(dsc_mixture_t *mixture, const void *const *states,
+                                            const size_t *lens, uint32_t old_world);
 
 /* ---- Reader: random access by sample index -------------------------------------------------
  * Map-style access for trainers that own the order (a torch sampler, Megatron's sample index,

@@ -289,29 +289,42 @@ for world in (1, 2):
 
 # A packed mixture: each source's documents packed into rows of 16, rows blended; unpacking by
 # (source, segment_index, segment_start) gives every document of each source once per epoch.
+def unpack_mixture(batches, repeats=0):
+    """True when the source-epoch-0 rows of packed mixture batches (in delivery order) hold
+    every document of each source, each in order and whole, and at most `repeats` documents of
+    a source twice (the loader's padding when a rank split does not come out even)."""
+    docs = [dict() for _ in NAMES]  # per source: document -> its deliveries (lists of pieces)
+    ok = True
+    for x in batches:
+        flat, cu = x["tokens"].reshape(-1), x["cu_seqlens"]
+        ok = ok and len(cu) == len(x["segment_index"]) + 1 and cu[-1] == flat.size
+        for g in range(len(x["segment_index"])):
+            d = int(x["segment_index"][g])
+            if d < 0:
+                continue
+            row = int(cu[g]) // 16
+            if int(x["source_epoch"][row]) != 0:  # the first source-epoch of each source only
+                continue
+            s = int(x["source"][row])
+            runs = docs[s].setdefault(d, [[]])
+            done = sum(len(v) for v in runs[-1])
+            if done == len(toks(NAMES[s], d)) and int(x["segment_start"][g]) == 0:
+                runs.append([])  # delivered again from its start
+                done = 0
+            ok = ok and done == int(x["segment_start"][g])  # in order
+            runs[-1].append(flat[cu[g]:cu[g + 1]])
+    for k in range(3):
+        n = SIZES[NAMES[k]]
+        ok = ok and all(np.array_equal(np.concatenate(run), toks(NAMES[k], i))
+                        for i in range(n) if i in docs[k] for run in docs[k][i])
+        ok = ok and len(docs[k]) == n
+        ok = ok and sum(len(v) - 1 for v in docs[k].values()) <= repeats
+    return ok
+
+
 m = mixture(pack={"tokens": 16}, batch_size=10)
-docs = [dict() for _ in NAMES]
-ok = True
-for x in [next(m) for _ in range(60)]:
-    flat, cu = x["tokens"].reshape(-1), x["cu_seqlens"]
-    ok = ok and len(cu) == len(x["segment_index"]) + 1 and cu[-1] == flat.size
-    for g in range(len(x["segment_index"])):
-        d = int(x["segment_index"][g])
-        if d < 0:
-            continue
-        row = int(cu[g]) // 16
-        if int(x["source_epoch"][row]) != 0:  # the first source-epoch of each source only
-            continue
-        s = int(x["source"][row])
-        have = docs[s].setdefault(d, [])
-        ok = ok and sum(len(v) for v in have) == int(x["segment_start"][g])  # once, in order
-        have.append(flat[cu[g]:cu[g + 1]])
-for k in range(3):
-    n = SIZES[NAMES[k]]
-    ok = ok and all(np.array_equal(np.concatenate(docs[k][i]), toks(NAMES[k], i))
-                    for i in range(n) if i in docs[k])
-    ok = ok and len(docs[k]) == n
-t.check(ok, "packed mixture: every document of each source rebuilt from its segments")
+t.check(unpack_mixture([next(m) for _ in range(60)]),
+        "packed mixture: every document of each source rebuilt from its segments")
 saved = [m.state_dict()]
 m.close()
 
@@ -344,14 +357,43 @@ def refused(what, exc, needles, fn):
     t.check(False, what + ": refused")
 
 
-# Another world size: refused, naming both world sizes and what to do (from a list of every old
-# rank's state and from rank 0's state alone); the same world size from the list resumes.
-for arg in (saved, saved[0]):
-    w = mixture(pack={"tokens": 16}, batch_size=10, rank=0, world_size=2)
-    refused("packed mixture onto another world size", dscache.BadState,
-            ["packed", "saved on 1 ranks, resumed on 2", "resume it on 1 ranks"],
-            lambda: (w.load_state_dict(arg), w)[1])
-    w.close()
+# Another world size from every old rank's state: each source's documents are packed once over
+# the old ranks (before the stop) and the new ranks (after it), whole and in order; rank 0's
+# state alone is refused, naming what to give.
+for old_w, new_w in ((2, 3), (3, 1)):
+    k = rnd.randrange(2, 16 // old_w)  # inside every source's first source-epoch
+    got, states = [], []
+    for r in range(old_w):
+        x = mixture(pack={"tokens": 16}, batch_size=10, rank=r, world_size=old_w)
+        got += [next(x) for _ in range(k)]
+        states.append(x.state_dict())
+        x.close()
+    for r in range(new_w):
+        y = mixture(pack={"tokens": 16}, batch_size=10, rank=r, world_size=new_w,
+                    pack_ahead=r % 2 * 3)
+        y.load_state_dict(states)
+        got += [next(y) for _ in range(60)]
+        y.close()
+    t.check(unpack_mixture(got, old_w + new_w - 2),
+            "packed mixture %d -> %d ranks after %d steps: every document of each source once "
+            "over the old and the new ranks (but for the padding of a split)" % (old_w, new_w, k))
+    if old_w == 2:
+        w = mixture(pack={"tokens": 16}, batch_size=10, rank=0, world_size=new_w)
+        refused("packed mixture onto another world size from one state", dscache.BadState,
+                ["saved on 2 ranks resumes on 3", "every old rank"],
+                lambda: (w.load_state_dict(states[0]), w)[1])
+        w.close()
+        # Old ranks' states of different steps, or not in rank order: refused.
+        x = mixture(pack={"tokens": 16}, batch_size=10, rank=1, world_size=2)
+        next(x)
+        late = x.state_dict()
+        x.close()
+        for bad, needles in (([states[0], late], ["different steps"]),
+                             ([states[1], states[0]], ["rank 1 of 2", "rank order"])):
+            w = mixture(pack={"tokens": 16}, batch_size=10, rank=0, world_size=3)
+            refused("packed mixture: " + needles[0], dscache.BadState, needles,
+                    lambda: (w.load_state_dict(bad), w)[1])
+            w.close()
 w = mixture(pack={"tokens": 16}, batch_size=10)
 w.load_state_dict(saved)
 t.check(int(w.step) == 60, "packed mixture: a list of one rank's state resumes on one rank")

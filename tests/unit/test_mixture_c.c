@@ -387,8 +387,21 @@ int main(void) {
                 REQUIRE(dsc_mixture_create_packed(&o, so, 3, &po, &w) == 0);
                 CHECK_EQ_INT(dsc_mixture_state_load(w, state, (size_t)n), DSC_EBADSTATE);
                 CHECK(strstr(last_log, "packed") != NULL);
-                CHECK(strstr(last_log, "saved on 1 ranks, resumed on 2") != NULL);
-                CHECK(strstr(last_log, "resume it on 1 ranks") != NULL);
+                CHECK(strstr(last_log, "saved on 1 ranks resumes on 2") != NULL);
+                CHECK(strstr(last_log, "dsc_mixture_state_load_world") != NULL);
+                /* From every old rank's state (here the one): resumes, and composes on. */
+                const void *states[2] = {state, state};
+                size_t lens[2] = {(size_t)n, (size_t)n};
+                CHECK_EQ_INT(dsc_mixture_state_load_world(w, NULL, lens, 1), DSC_EINVAL);
+                CHECK_EQ_INT(dsc_mixture_state_load_world(w, states, lens, 0), DSC_EINVAL);
+                /* Two "old ranks" that are both the one rank of 1: on 2 ranks each takes its
+                 * own, which was saved on 1: refused. */
+                CHECK_EQ_INT(dsc_mixture_state_load_world(w, states, lens, 2), DSC_EBADSTATE);
+                CHECK(strstr(last_log, "saved on 1 ranks") != NULL);
+                CHECK_EQ_INT(dsc_mixture_state_load_world(w, states, lens, 1), 0);
+                dsc_mixture_batch_t wb;
+                wb.struct_size = sizeof wb;
+                CHECK_EQ_INT(dsc_mixture_next(w, &wb), 0);
                 dsc_mixture_destroy(w);
                 o.world_size = 1;
             }

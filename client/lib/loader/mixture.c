@@ -8,6 +8,7 @@
 #include "mixture.h"
 
 #include "batch.h"
+#include "pack.h"
 #include "shard.h"
 #include "util.h"
 
@@ -1137,9 +1138,38 @@ DSC_EXTERN int dsc_mixture_state_load(dsc_mixture_t *mixture, const void *buf, s
     return mixture->run ? run_state_load(mixture, buf, len) : state_load_now(mixture, buf, len);
 }
 
-static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len) {
-    dsc_mixture_t *m = mixture;
-    const uint8_t *p = buf;
+/* A source's counters from its state record (after its loader or packer was loaded). */
+static void src_counters(mix_source_t *s, const uint8_t *r) {
+    s->before_len = src_save(s, s->before, sizeof s->before);
+    s->count = get_u64(r);
+    s->epoch = get_u64(r + 8);
+    s->passes = get_u64(r + 24);
+    s->taken = get_u64(r + 32);
+    s->loader_epoch = get_u64(r + 40);
+    s->delivered = get_u64(r + 48);
+    s->ends = 0;
+}
+
+/* The mixture's counters from a state's head. */
+static void mixture_counters(dsc_mixture_t *m, const uint8_t *p) {
+    m->total = get_u64(p + 24);
+    m->step = get_u64(p + 32);
+    m->epoch = get_u64(p + 40);
+    m->stop_next = (get_u64(p + 48) & 1) != 0;
+    m->dead = (get_u64(p + 48) & 2) != 0;
+    m->have_batch = 0;
+}
+
+/* One source's record in a state: the record (MIX_SRC bytes of counters), the carry state and
+ * the source's state. */
+typedef struct mix_rec {
+    const uint8_t *r, *cstate, *state;
+    size_t clen, slen;
+} mix_rec_t;
+
+/* Checks a state's head, checksum, identity and layout, and finds its per-source records
+ * (rec[m->count]). Returns 0 or DSC_EBADSTATE (said). */
+static int split_state(dsc_mixture_t *m, const uint8_t *p, size_t len, mix_rec_t *rec) {
     if (len < MIX_HEAD + 8 || memcmp(p, MIX_STATE_MAGIC, 4) != 0) {
         MIX_ERR(m, "mixture: state_load: not a mixture state");
         return DSC_EBADSTATE;
@@ -1154,8 +1184,6 @@ static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len) {
                    "weights, repeat, exhausted, seed, batch_size or fields)");
         return DSC_EBADSTATE;
     }
-    uint64_t old_world = get_u64(p + 56), old_rank = get_u64(p + 64);
-    /* Check the per-source layout fits before changing anything. */
     size_t off = MIX_HEAD;
     for (uint32_t k = 0; k < m->count; k++) {
         uint64_t clen = off + MIX_SRC <= len - 8 ? get_u64(p + off + 88) : UINT64_MAX;
@@ -1168,7 +1196,25 @@ static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len) {
             MIX_ERR(m, "mixture: state_load: damaged");
             return DSC_EBADSTATE;
         }
-        const uint8_t *r = p + off;
+        rec[k].r = p + off;
+        rec[k].cstate = p + off + MIX_SRC, rec[k].clen = (size_t)clen;
+        rec[k].state = rec[k].cstate + clen + 8, rec[k].slen = (size_t)slen;
+        off += MIX_SRC + clen + 8 + slen;
+    }
+    return 0;
+}
+
+static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len) {
+    dsc_mixture_t *m = mixture;
+    const uint8_t *p = buf;
+    mix_rec_t rec[MIX_MAX_SOURCES];
+    int rc0 = split_state(m, p, len, rec);
+    if (rc0 < 0)
+        return rc0;
+    uint64_t old_world = get_u64(p + 56), old_rank = get_u64(p + 64);
+    /* Check the sources' records before changing anything. */
+    for (uint32_t k = 0; k < m->count; k++) {
+        const uint8_t *r = rec[k].r;
         if (get_u64(r + 56) &&
             (old_world != m->world || old_rank != m->rank || get_u64(r + 64) == 0)) {
             MIX_ERR(m,
@@ -1180,10 +1226,10 @@ static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len) {
         }
         if (old_world != m->world && m->packed) {
             MIX_ERR(m,
-                    "mixture: state_load: a packed mixture resumes only on the world size it was "
-                    "saved on: saved on %llu ranks, resumed on %u; resume it on %llu ranks (a "
-                    "packed source's state counts packed rows, not documents, so it is not "
-                    "re-split over another world size; docs/mixtures.md)",
+                    "mixture: state_load: a packed mixture saved on %llu ranks resumes on %u from "
+                    "the states of all %llu old ranks (dsc_mixture_state_load_world; Python: "
+                    "load_state_dict with the list of every old rank's state_dict()): each rank's "
+                    "packed sources stand at documents of their own (docs/mixtures.md)",
                     (unsigned long long)old_world, m->world, (unsigned long long)old_world);
             return DSC_EBADSTATE;
         }
@@ -1194,16 +1240,14 @@ static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len) {
                     (unsigned long long)old_world, m->world);
             return DSC_EBADSTATE;
         }
-        off += MIX_SRC + clen + 8 + slen;
     }
-    off = MIX_HEAD;
     for (uint32_t k = 0; k < m->count; k++) {
         mix_source_t *s = &m->src[k];
-        const uint8_t *r = p + off;
-        size_t clen = (size_t)get_u64(r + 88);
-        const uint8_t *cstate = r + MIX_SRC;
-        size_t slen = (size_t)get_u64(cstate + clen);
-        const uint8_t *state = cstate + clen + 8;
+        const uint8_t *r = rec[k].r;
+        size_t clen = rec[k].clen;
+        const uint8_t *cstate = rec[k].cstate;
+        size_t slen = rec[k].slen;
+        const uint8_t *state = rec[k].state;
         uint64_t used = get_u64(r + 16);
         piece_drop(&s->cur);
         extra_clear(s);
@@ -1237,23 +1281,119 @@ static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len) {
                 MIX_ERR(m, "mixture: state_load: source '%s': %s", s->dataset, dsc_strerror(rc));
             return rc;
         }
-        s->before_len = src_save(s, s->before, sizeof s->before);
-        s->count = get_u64(r);
-        s->epoch = get_u64(r + 8);
-        s->passes = get_u64(r + 24);
-        s->taken = get_u64(r + 32);
-        s->loader_epoch = get_u64(r + 40);
-        s->delivered = get_u64(r + 48);
-        s->ends = 0;
-        off += MIX_SRC + clen + 8 + slen;
+        src_counters(s, r);
     }
-    m->total = get_u64(p + 24);
-    m->step = get_u64(p + 32);
-    m->epoch = get_u64(p + 40);
-    m->stop_next = (get_u64(p + 48) & 1) != 0;
-    m->dead = (get_u64(p + 48) & 2) != 0;
-    m->have_batch = 0;
+    mixture_counters(m, p);
     return 0;
+}
+
+/* A packed mixture onto another world size: each old rank's packed sources stand at documents
+ * of their own (the rows of a step are the same on every rank, their documents are not), so
+ * every old rank's state is needed. Per source, each old rank's packer state at the start of the
+ * packed batch it was reading is carried past the rows of it used (a temporary loader and
+ * packer of that rank), and the source's packer resumes from those states as
+ * dsc_packer_state_load_world does; the quota counters are every rank's (checked equal). */
+static int load_world_packed(dsc_mixture_t *m, const void *const *states, const size_t *lens,
+                             uint32_t old_world) {
+    mix_rec_t(*rec)[MIX_MAX_SOURCES] = calloc(old_world, sizeof *rec);
+    uint8_t(*after)[DSC_PACK_STATE_MAX_BYTES] = calloc(old_world, sizeof *after);
+    const void **ptrs = calloc(old_world, sizeof *ptrs);
+    size_t *alens = calloc(old_world, sizeof *alens);
+    int rc = rec && after && ptrs && alens ? 0 : DSC_ENOMEM;
+    for (uint32_t r = 0; r < old_world && rc == 0; r++) {
+        const uint8_t *p = states[r];
+        rc = split_state(m, p, lens[r], rec[r]);
+        if (rc < 0)
+            break;
+        const uint8_t *p0 = states[0];
+        if (get_u64(p + 56) != old_world || get_u64(p + 64) != r) {
+            MIX_ERR(m,
+                    "mixture: state_load_world: state %u of %u is rank %llu of %llu: give every "
+                    "old rank's state, in rank order",
+                    r, old_world, (unsigned long long)get_u64(p + 64),
+                    (unsigned long long)get_u64(p + 56));
+            rc = DSC_EBADSTATE;
+        } else if (memcmp(p + 24, p0 + 24, 32) != 0) {
+            MIX_ERR(m,
+                    "mixture: state_load_world: old ranks 0 and %u were saved at different steps "
+                    "(%llu, %llu): give the states of one step",
+                    r, (unsigned long long)get_u64(p0 + 32), (unsigned long long)get_u64(p + 32));
+            rc = DSC_EBADSTATE;
+        }
+        for (uint32_t k = 0; k < m->count && rc == 0; k++) {
+            const uint8_t *a = rec[r][k].r, *b = rec[0][k].r;
+            if (get_u64(a + 56)) {
+                MIX_ERR(m,
+                        "mixture: state_load_world: old rank %u still delivered the samples "
+                        "left over by an earlier change of world size (save again a few steps "
+                        "later)",
+                        r);
+                rc = DSC_EBADSTATE;
+            } else if (get_u64(a) != get_u64(b) || get_u64(a + 8) != get_u64(b + 8) ||
+                       get_u64(a + 24) != get_u64(b + 24) || get_u64(a + 32) != get_u64(b + 32) ||
+                       get_u64(a + 40) != get_u64(b + 40)) {
+                MIX_ERR(m,
+                        "mixture: state_load_world: source '%s': old ranks 0 and %u stand in "
+                        "different passes of it (one rank's packed rows of an epoch ran out "
+                        "first): resume from states saved a few steps later",
+                        m->src[k].dataset, r);
+                rc = DSC_EBADSTATE;
+            }
+        }
+    }
+    for (uint32_t k = 0; k < m->count && rc == 0; k++) {
+        mix_source_t *s = &m->src[k];
+        for (uint32_t r = 0; r < old_world && rc == 0; r++) {
+            const mix_rec_t *x = &rec[r][k];
+            uint64_t used = get_u64(x->r + 16);
+            rc = dsc__packer_state_after_rows(s->packer, x->state, x->slen, old_world, r,
+                                              (uint32_t)used, after[r], sizeof after[r]);
+            if (rc >= 0)
+                ptrs[r] = after[r], alens[r] = (size_t)rc, rc = 0;
+            else
+                MIX_ERR(m, "mixture: state_load_world: source '%s', old rank %u of %u: %s",
+                        s->dataset, r, old_world, dsc_strerror(rc));
+        }
+        if (rc < 0)
+            break;
+        piece_drop(&s->cur);
+        extra_clear(s);
+        s->skip = 0;
+        rc = dsc_packer_state_load_world(s->packer, ptrs, alens, old_world);
+        if (rc < 0) {
+            MIX_ERR(m, "mixture: state_load_world: source '%s': %s (the log says why)", s->dataset,
+                    dsc_strerror(rc));
+            break;
+        }
+        src_counters(s, rec[0][k].r);
+    }
+    if (rc == 0)
+        mixture_counters(m, states[0]);
+    free(rec);
+    free(after);
+    free(ptrs);
+    free(alens);
+    return rc;
+}
+
+DSC_EXTERN int dsc_mixture_state_load_world(dsc_mixture_t *mixture, const void *const *states,
+                                            const size_t *lens, uint32_t old_world) {
+    if (mixture == NULL || states == NULL || lens == NULL || old_world == 0 || old_world > 0xffff)
+        return DSC_EINVAL;
+    for (uint32_t r = 0; r < old_world; r++)
+        if (states[r] == NULL)
+            return DSC_EINVAL;
+    dsc_mixture_t *m = mixture;
+    if (old_world == m->world) /* every rank its own state */
+        return dsc_mixture_state_load(m, states[m->rank], lens[m->rank]);
+    if (!m->packed) /* the same on every rank */
+        return dsc_mixture_state_load(m, states[0], lens[0]);
+    if (m->run != NULL) {
+        MIX_ERR(m, "mixture: state_load_world: a loader over a mixture is not packed");
+        return DSC_EINVAL;
+    }
+    m->error[0] = '\0';
+    return load_world_packed(m, states, lens, old_world);
 }
 
 /* ---- A loader over a mixture (dsc_loader_create with options.sources) ----------------------

@@ -999,6 +999,80 @@ static int parse_old(const dsc_packer_t *pk, const uint8_t *p, size_t len, uint3
     return 0;
 }
 
+/* The options of a temporary loader of an old rank of old_world ranks (rank set by the caller):
+ * this loader's dataset, servers and fallback files; no auth_file, reports or field options. */
+static void old_rank_options(const dsc_loader_t *l, uint32_t old_world, dsc_loader_options_t *lo) {
+    *lo = l->cfg.opt;
+    lo->dataset = l->cfg.dataset;
+    lo->servers = l->cfg.servers_spec;
+    lo->fallback_path = l->cfg.fallback;
+    lo->auth_file = NULL, lo->job_name = NULL, lo->transport = NULL;
+    lo->field_options = NULL, lo->field_option_count = 0;
+    lo->sources = NULL, lo->n_sources = 0;
+    lo->world_size = old_world;
+    lo->ignore_rank_env = 1;
+    lo->report_seconds = -1;
+    lo->stats_log_seconds = 0;
+    lo->prefetch_batches = 2;
+}
+
+int dsc__packer_state_after_rows(const dsc_packer_t *like, const void *state, size_t len,
+                                 uint32_t old_world, uint32_t old_rank, uint32_t rows, void *out,
+                                 size_t cap) {
+    if (like == NULL || state == NULL || out == NULL || old_world == 0 || old_rank >= old_world)
+        return DSC_EINVAL;
+    if (rows == 0) { /* nothing of the batch used: the state as it is */
+        if (len > cap)
+            return DSC_ETOOLARGE;
+        memcpy(out, state, len);
+        return (int)len;
+    }
+    dsc_loader_options_t lo;
+    old_rank_options(like->loader, old_world, &lo);
+    lo.rank = old_rank;
+    dsc_pack_options_t po;
+    dsc_pack_options_init(&po, sizeof po);
+    po.field = like->field_name;
+    po.length = like->rows.length;
+    po.rows = like->rows.rows;
+    po.cut = like->rows.cut;
+    po.on_caller_thread = 1;
+    dsc_loader_t *tmp = NULL;
+    dsc_packer_t *tpk = NULL;
+    dsc_pack_rows_t p;
+    memset(&p, 0, sizeof p);
+    int rc = dsc_loader_create(&lo, &tmp);
+    if (rc == 0)
+        rc = dsc_packer_create(tmp, &po, &tpk);
+    if (rc == 0)
+        rc = dsc_packer_state_load(tpk, state, len);
+    if (rc == 0) /* the used rows alone: rows are filled in order, so these are the first rows
+                    of the batch the state starts, and the stream stands after them */
+        rc = dsc__pack_rows_init(&p, rows, like->rows.length, like->rows.elem, like->rows.cut);
+    if (rc == 0) {
+        dsc_packed_batch_t pb;
+        memset(&pb, 0, sizeof pb);
+        pb.struct_size = sizeof pb;
+        double busy;
+        rc = produce(tpk, &p, &pb, &busy);
+        if (rc == 0 && pb.rows < rows)
+            rc = DSC_EBADSTATE; /* the state's batch had fewer rows than were used */
+    }
+    if (rc == 0) { /* where the stream stands now (state_save gives the last next()'s) */
+        rc = state_live(tpk, out, cap);
+        if (rc > 0 && (size_t)rc > cap)
+            rc = DSC_ETOOLARGE;
+    }
+    if (rc < 0)
+        DSC_LOG(like->log, DSC_LOG_ERROR,
+                "pack: the state of old rank %u of %u after %u row(s) of its batch: %s", old_rank,
+                old_world, rows, dsc_strerror(rc));
+    dsc__pack_rows_free(&p);
+    dsc_packer_destroy(tpk);
+    dsc_loader_destroy(tmp);
+    return rc;
+}
+
 DSC_EXTERN int dsc_packer_state_load_world(dsc_packer_t *packer, const void *const *states,
                                            const size_t *lens, uint32_t old_world) {
     if (packer == NULL || states == NULL || lens == NULL || old_world == 0 || old_world > 0xffff)
@@ -1026,18 +1100,8 @@ DSC_EXTERN int dsc_packer_state_load_world(dsc_packer_t *packer, const void *con
      * stand at different steps of the same epoch): this rank packs the rest of the batches of
      * old ranks r with r % world == rank up to the furthest step any old rank reached, then its
      * loader re-splits what comes after that step over the new ranks (docs/order.md). */
-    dsc_loader_options_t lo = l->cfg.opt;
-    lo.dataset = l->cfg.dataset;
-    lo.servers = l->cfg.servers_spec;
-    lo.fallback_path = l->cfg.fallback;
-    lo.auth_file = NULL, lo.job_name = NULL, lo.transport = NULL;
-    lo.field_options = NULL, lo.field_option_count = 0;
-    lo.sources = NULL, lo.n_sources = 0;
-    lo.world_size = old_world;
-    lo.ignore_rank_env = 1;
-    lo.report_seconds = -1;
-    lo.stats_log_seconds = 0;
-    lo.prefetch_batches = 2;
+    dsc_loader_options_t lo;
+    old_rank_options(l, old_world, &lo);
     struct pack_carry got[PACK_CARRY_MAX];
     uint32_t n = 0;
     uint64_t step_max = 0, epoch = 0;

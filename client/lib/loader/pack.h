@@ -42,4 +42,14 @@ int dsc__pack_rows_place(dsc_pack_rows_t *p, int64_t index, const uint8_t *data,
  * and finishes cu_seqlens. Returns the rows handed out (0: nothing placed). */
 uint32_t dsc__pack_rows_finish(dsc_pack_rows_t *p);
 
+/* The packed-stream state of old rank old_rank of old_world ranks after `rows` rows of the
+ * packed batch that `state` (that rank's dsc_packer_state_save at the start of the batch) starts:
+ * a temporary loader of that rank and a packer of like's settings pack those rows again (a packed
+ * mixture saves a source's state at the start of the batch it reads, with the rows used). Writes
+ * the state into out; returns its length, DSC_ETOOLARGE, DSC_EBADSTATE (the batch has fewer rows)
+ * or the temporary loader's or packer's error (logged on like's logger). */
+int dsc__packer_state_after_rows(const dsc_packer_t *like, const void *state, size_t len,
+                                 uint32_t old_world, uint32_t old_rank, uint32_t rows, void *out,
+                                 size_t cap);
+
 #endif

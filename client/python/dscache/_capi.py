@@ -475,6 +475,7 @@ def _load() -> Any:
         "dsc_mixture_last_error": (ip, [vp, ctypes.c_char_p, ctypes.c_size_t]),
         "dsc_mixture_state_save": (ip, [vp, vp, ctypes.c_size_t]),
         "dsc_mixture_state_load": (ip, [vp, vp, ctypes.c_size_t]),
+        "dsc_mixture_state_load_world": (ip, [vp, vp, vp, u32]),
         "dsc_pack_options_init": (ip, [ctypes.POINTER(_PackOptions), ctypes.c_size_t]),
         "dsc_packer_create": (ip, [vp, ctypes.POINTER(_PackOptions), ctypes.POINTER(vp)]),
         "dsc_packer_destroy": (None, [vp]),

@@ -516,22 +516,32 @@ class Mixture:
 
     def load_state_dict(self, state: Union[State, Sequence[State]]) -> None:
         """Resumes from state_dict()'s dict (rank 0's resumes every rank, also on another world
-        size). A list of every old rank's state_dict() (rank order) is taken too: a packed
-        mixture resumes only on the world size it was saved on, and BadState names both."""
+        size). A list of every old rank's state_dict() (rank order) is taken too, and is what a
+        packed mixture needs to resume on another world size: each old rank's packed sources
+        stand at documents of their own (dsc_mixture_state_load_world)."""
         if isinstance(state, (list, tuple)):
             if not state:
                 raise BadState(-4024, "no old rank's state given", "DSC_EBADSTATE")
-            old = len(state)
-            if self._pack is not None and old != self.world_size:
-                raise BadState(-4024, "a packed mixture resumes only on the world size it was "
-                               "saved on: saved on %d ranks, resumed on %d; resume it on %d "
-                               "ranks (a packed source's state counts packed rows, not "
-                               "documents, so it is not re-split over another world size; "
-                               "docs/mixtures.md)" % (old, self.world_size, old),
-                               "DSC_EBADSTATE")
-            state = state[self.rank if old == self.world_size else 0]
+            raws = [self._checked_raw(s) for s in state]
+            old = len(raws)
+            if old == self.world_size or self._pack is None:
+                raw = raws[self.rank if old == self.world_size else 0]
+                buf = ctypes.create_string_buffer(raw, len(raw))
+                self._check(self._lib.dsc_mixture_state_load(self._h(), buf, len(raw)))
+                return
+            bufs = [ctypes.create_string_buffer(r, len(r)) for r in raws]
+            ptrs = (ctypes.c_void_p * old)(*[ctypes.addressof(b) for b in bufs])
+            lens = (ctypes.c_size_t * old)(*[len(r) for r in raws])
+            self._check(self._lib.dsc_mixture_state_load_world(self._h(), ptrs, lens, old))
+            return
+        raw = self._checked_raw(cast(State, state))
+        buf = ctypes.create_string_buffer(raw, len(raw))
+        self._check(self._lib.dsc_mixture_state_load(self._h(), buf, len(raw)))
+
+    def _checked_raw(self, state: State) -> bytes:
+        """The library state of one state_dict(), its version and identity checked."""
         try:
-            st = cast(State, state)["dscache_mixture"]
+            st = state["dscache_mixture"]
         except (TypeError, KeyError):
             raise BadState(-4024, "not a mixture state (no 'dscache_mixture' key): a "
                            "single-dataset loader's state cannot resume a mixture",
@@ -545,12 +555,10 @@ class Mixture:
                 raise BadState(-4024, "the state is of another mixture: %s %r, this one %r"
                                % (key, st["identity"].get(key), value), "DSC_EBADSTATE")
         try:
-            raw = bytes.fromhex(st["state"])
+            return bytes.fromhex(st["state"])
         except (TypeError, ValueError):
             raise BadState(-4024, "dscache_mixture['state'] is not a hex string",
                            "DSC_EBADSTATE") from None
-        buf = ctypes.create_string_buffer(raw, len(raw))
-        self._check(self._lib.dsc_mixture_state_load(self._h(), buf, len(raw)))
 
     # -- information --
     def stats(self) -> Stats:
