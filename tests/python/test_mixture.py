@@ -241,9 +241,14 @@ def repeat_run(rank, resume_at=None):
 
 
 runs = [repeat_run(0), repeat_run(1)]
-resumed = repeat_run(1, resume_at=rnd.randrange(5, 60))
-t.check(all(set(x) == set(y) and all(np.array_equal(x[k], y[k]) for k in x)
-            for x, y in zip(runs[1], resumed)), "repeat: a resume continues byte for byte")
+# At a random step, and at step 20, where code's part pass (30 samples, 3 a step) has just
+# ended: its loader batch is cut short there, and the samples the state says were used of it
+# are not skipped again in the next loader epoch.
+for at in (rnd.randrange(5, 60), 20):
+    resumed = repeat_run(1, resume_at=at)
+    t.check(all(set(x) == set(y) and all(np.array_equal(x[k], y[k]) for k in x)
+                for x, y in zip(runs[1], resumed)),
+            "repeat: a resume at step %d continues byte for byte" % at)
 again = repeat_run(1)
 t.check(all(np.array_equal(x["__index__"], y["__index__"]) for x, y in zip(runs[1], again)),
         "repeat: deterministic")

@@ -696,6 +696,7 @@ static int take_one(dsc_mixture_t *m, uint32_t k, mix_piece_t **from, uint32_t *
              * goes on to its next epoch. */
             if (s->taken > 0) {
                 piece_drop(&s->cur);
+                s->skip = 0; /* a resume's skip was of the batch cut short, not of the next */
                 s->loader_epoch++;
                 int rc = dsc_loader_set_epoch(s->loader, s->loader_epoch);
                 if (rc < 0) {
