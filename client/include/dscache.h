@@ -482,7 +482,7 @@ typedef struct dsc_pack_options {
     uint32_t ahead;       /* packed batches made ahead on the packer's own thread, while the
                              caller works (default 0: 2; at most 64). Memory: ahead + 1 batches of
                              rows * length * (dtype size + 8) bytes and the segment arrays (up to
-                             rows * (length + 1) * 20 bytes) */
+                             rows * (length + 1) * 24 bytes) */
     int on_caller_thread; /* 1: no thread; next() packs on the caller's thread */
 } dsc_pack_options_t;
 /* Fills the defaults and sets struct_size = size. Returns 0, or DSC_EINVAL (NULL, or size
@@ -492,7 +492,9 @@ DSC_EXTERN int dsc_pack_options_init(dsc_pack_options_t *options, size_t size);
 /* Makes a packer over loader (which it does not own: destroy the packer first). Returns 0 and
  * *out, or DSC_EINVAL (the log says which: NULL, no field, a field the dataset does not have, a
  * fixed-shape field, a field with more than one dimension, a padded or image-decoded field, a
- * device loader, the loader's caller order, length 0 or over 2^24), DSC_ENOMEM. */
+ * device loader, the loader's caller order, length 0 or over 2^24), DSC_ENOMEM. Over a loader
+ * over a mixture (dsc_loader_create with options.sources) the rows mix the sources' documents in
+ * the blend's order and each packed batch gives segment_source. */
 DSC_EXTERN int dsc_packer_create(dsc_loader_t *loader, const dsc_pack_options_t *options,
                                  dsc_packer_t **out);
 /* Frees the packer and its buffers (not the loader). NULL is a no-op. */
@@ -515,6 +517,10 @@ typedef struct dsc_packed_batch {
     const int64_t *segment_index; /* [segments]: dataset sample index, -1 for padding */
     const int64_t *segment_start; /* [segments]: offset in the document of the first token */
     uint64_t tokens_used;         /* document tokens in the batch (rows * length - padding) */
+    /* [segments]: the index in options.sources of each segment's document, -1 for padding,
+     * when the packer's loader is a loader over a mixture (rows mixing sources); else NULL.
+     * Written only when struct_size covers it (callers built before it pass a smaller size). */
+    const int32_t *segment_source;
 } dsc_packed_batch_t;
 
 /* Fills *out with the next packed batch of the epoch (out->struct_size must be set), fetching
@@ -554,7 +560,10 @@ DSC_EXTERN int dsc_packer_set_epoch(dsc_packer_t *packer, uint64_t epoch);
  * bytes written, or the bytes needed when cap is too small (nothing written); load returns 0,
  * DSC_EINVAL, or DSC_EBADSTATE (damaged, not a packer state, saved with other pack settings
  * or on another world size (kept in the state; ranks stand at different loader batches, so one
- * rank's state cannot be re-split): the log names the setting; or the loader's own refusal). */
+ * rank's state cannot be re-split): the log names the setting; or the loader's own refusal).
+ * DSC_PACK_STATE_MAX_BYTES bounds the state of a packer over a single-dataset loader; over a
+ * loader over a mixture the state holds the mixture's (up to 32 KiB more: ask save for the
+ * size with cap 0). */
 #define DSC_PACK_STATE_MAX_BYTES 320
 DSC_EXTERN int dsc_packer_state_save(const dsc_packer_t *packer, void *buf, size_t cap);
 DSC_EXTERN int dsc_packer_state_load(dsc_packer_t *packer, const void *buf, size_t len);

@@ -117,6 +117,7 @@ int main(void) {
     FIELD(dsc_packed_batch_t, segment_index);
     FIELD(dsc_packed_batch_t, segment_start);
     FIELD(dsc_packed_batch_t, tokens_used);
+    FIELD(dsc_packed_batch_t, segment_source);
     SIZE(dsc_pack_stats_t);
     FIELD(dsc_pack_stats_t, struct_size);
     FIELD(dsc_pack_stats_t, batches);

@@ -399,6 +399,62 @@ for old_w, new_w in ((2, 3), (3, 1)):
             refused("packed mixture: " + needles[0], dscache.BadState, needles,
                     lambda: (w.load_state_dict(bad), w)[1])
             w.close()
+# Rows that mix sources (pack_sources="mixed"): the composed documents (the loader over the
+# mixture, 256 documents a step) packed in their order. Rebuilt from (segment_source,
+# segment_index, segment_start), the documents are the unpacked mixture's, in the same order;
+# some row holds two sources; a resume continues byte for byte; another world size is refused.
+def mixed(**kw):
+    return mixture(pack={"tokens": 16}, batch_size=10, pack_sources="mixed", **kw)
+
+
+ref = mixture(batch_size=256, fields=["tokens"])
+want = []
+for x in [next(ref) for _ in range(2)]:
+    o = x["tokens_offsets"]
+    want += [(int(s), int(i), x["tokens"][o[k]:o[k + 1]])
+             for k, (s, i) in enumerate(zip(x["source"], x["__index__"]))]
+ref.close()
+m = mixed()
+got, cur, ok, two = [], None, True, False
+for x in [next(m) for _ in range(20)]:
+    flat, cu = x["tokens"].reshape(-1), x["cu_seqlens"]
+    rows = {}
+    for g in range(len(x["segment_index"])):
+        s, d, st = (int(x["segment_source"][g]), int(x["segment_index"][g]),
+                    int(x["segment_start"][g]))
+        if d < 0:
+            ok = ok and s == -1
+            continue
+        rows.setdefault(int(cu[g]) // 16, set()).add(s)
+        if st == 0:
+            cur = [s, d, []]
+            got.append(cur)
+        ok = ok and cur is not None and cur[:2] == [s, d]
+        if cur is not None:
+            cur[2].append(flat[cu[g]:cu[g + 1]])
+    two = two or any(len(v) > 1 for v in rows.values())
+got = got[:-1]  # the last may continue in the next batch
+t.check(ok and len(got) > 100 and all(
+    (a, b) == (c, e) and np.array_equal(np.concatenate(parts), w)
+    for (a, b, parts), (c, e, w) in zip(got, want)),
+    "pack_sources='mixed': the mixture's documents in its order (%d documents)" % len(got))
+t.check(two, "pack_sources='mixed': a row holds documents of two sources")
+st = m.state_dict()
+cont = [next(m) for _ in range(5)]
+m.close()
+m = mixed()
+m.load_state_dict(st)
+again = [next(m) for _ in range(5)]
+t.check(all(set(x) == set(y) and all(np.array_equal(x[k], y[k]) for k in x)
+            for x, y in zip(cont, again)), "pack_sources='mixed': a resume continues byte for byte")
+t.check(m.stats()["pack"]["efficiency"] >= 0.99, "pack_sources='mixed': stats()['pack']")
+m.close()
+w = mixed(rank=0, world_size=2)
+refused("pack_sources='mixed' onto another world size", dscache.BadState,
+        ["mix the sources", "saved on (1 ranks), not 2"], lambda: (w.load_state_dict([st]), w)[1])
+w.close()
+refused("pack_sources unknown", dscache.InvalidOption, ["pack_sources", "'rows'"],
+        lambda: mixture(pack={"tokens": 16}, pack_sources="rows"))
 w = mixture(pack={"tokens": 16}, batch_size=10)
 w.load_state_dict(saved)
 t.check(int(w.step) == 60, "packed mixture: a list of one rank's state resumes on one rank")

@@ -297,6 +297,70 @@ int main(void) {
         dsc_loader_destroy(b);
     }
 
+    /* Rows that mix sources: a packer over the loader over the mixture. Each segment names its
+     * source (segment_source), and its tokens are that source's document's from segment_start
+     * on; some row holds documents of two sources. */
+    {
+        dsc_loader_t *x = NULL;
+        REQUIRE(make(0, 1, &x) == 0);
+        dsc_pack_options_t po;
+        REQUIRE(dsc_pack_options_init(&po, sizeof po) == 0);
+        po.field = "tokens", po.length = 16, po.rows = 4;
+        dsc_packer_t *pk = NULL;
+        REQUIRE(dsc_packer_create(x, &po, &pk) == 0);
+        int ok = 1, mixed_row = 0;
+        for (int s = 0; s < 20 && ok; s++) {
+            dsc_packed_batch_t pb;
+            memset(&pb, 0, sizeof pb);
+            pb.struct_size = sizeof pb;
+            REQUIRE(dsc_packer_next(pk, &pb) == 0);
+            ok = pb.segment_source != NULL;
+            const int32_t *tok = pb.tokens;
+            int32_t row_src = -2;
+            int64_t row = -1;
+            for (uint32_t g = 0; ok && g < pb.segments; g++) {
+                int32_t src = pb.segment_source[g];
+                int64_t at = pb.cu_seqlens[g], n = pb.cu_seqlens[g + 1] - at;
+                if (pb.segment_index[g] < 0) {
+                    ok = src == -1;
+                    continue;
+                }
+                ok = src >= 0 && src < 3;
+                for (int64_t k = 0; k < n && ok; k++)
+                    ok = tok[at + k] == token(src, (uint64_t)pb.segment_index[g],
+                                              (uint64_t)(pb.segment_start[g] + k));
+                if (at / 16 != row)
+                    row = at / 16, row_src = src;
+                else if (src != row_src)
+                    mixed_row = 1;
+            }
+        }
+        CHECK(ok);
+        CHECK(mixed_row);
+        /* A caller built before segment_source passes the smaller size: nothing is written
+         * past it. */
+        unsigned char raw[sizeof(dsc_packed_batch_t)];
+        memset(raw, 0xab, sizeof raw);
+        dsc_packed_batch_t *old = (dsc_packed_batch_t *)(void *)raw;
+        old->struct_size = offsetof(dsc_packed_batch_t, segment_source);
+        CHECK_EQ_INT(dsc_packer_next(pk, old), 0);
+        int untouched = 1;
+        for (size_t i = offsetof(dsc_packed_batch_t, segment_source); i < sizeof raw; i++)
+            untouched = untouched && raw[i] == 0xab;
+        CHECK(untouched);
+        /* Onto another world size: refused, naming why (rows per source resume on any). */
+        static uint8_t st[40000];
+        int n = dsc_packer_state_save(pk, st, sizeof st);
+        REQUIRE(n > DSC_STATE_MAX_BYTES && n <= (int)sizeof st); /* holds the mixture's state */
+        const void *states[2] = {st, st};
+        size_t lens[2] = {(size_t)n, (size_t)n};
+        CHECK_EQ_INT(dsc_packer_state_load_world(pk, states, lens, 2), DSC_EBADSTATE);
+        CHECK(strstr(last_log, "mix the sources") != NULL);
+        CHECK_EQ_INT(dsc_packer_state_load(pk, st, (size_t)n), 0);
+        dsc_packer_destroy(pk);
+        dsc_loader_destroy(x);
+    }
+
     /* Bad input: a source without any of the others' fields; a field named "source"; a
      * source that does not exist; weights <= 0. */
     {

@@ -604,12 +604,13 @@ DSC_EXTERN int dsc_mixture_create_packed(const dsc_loader_options_t *common,
 }
 
 DSC_EXTERN int dsc_mixture_packed(const dsc_mixture_t *mixture, dsc_packed_batch_t *out) {
-    if (mixture == NULL || out == NULL || out->struct_size < sizeof *out || !mixture->packed ||
+    if (mixture == NULL || out == NULL ||
+        out->struct_size < offsetof(dsc_packed_batch_t, segment_source) || !mixture->packed ||
         !mixture->have_batch)
         return DSC_EINVAL;
     const dsc_mixture_t *m = mixture;
     size_t size = out->struct_size;
-    memset(out, 0, sizeof *out);
+    memset(out, 0, size < sizeof *out ? size : sizeof *out); /* segment_source NULL: see source */
     out->struct_size = size;
     out->epoch = m->epoch;
     out->step = m->step - 1;
@@ -1474,6 +1475,10 @@ int dsc__mix_loader_create(const dsc_loader_options_t *options, dsc_loader_t **o
     o->field_option_count = 0;
     o->batch_size = m->batch_size;
     dsc__logger_init(&l->cfg.log, o->log_fn, o->log_ctx, o->log_level);
+    /* Errors logged on the loader (its packer's, say) are its last error, as a loader's. */
+    l->cfg.log.err_lock = &l->err_lock;
+    l->cfg.log.err_buf = l->err_text;
+    l->cfg.log.err_cap = sizeof l->err_text;
     char name[DSC_MAX_NAME];
     snprintf(name, sizeof name, "mixture of %u sources", m->count);
     snprintf(man->name, sizeof man->name, "%s", name);

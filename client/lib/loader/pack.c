@@ -29,8 +29,9 @@ int dsc__pack_rows_init(dsc_pack_rows_t *p, uint32_t rows, uint32_t length, uint
     p->cu_seqlens = calloc(segs + 1, sizeof(int32_t));
     p->segment_index = calloc(segs, sizeof(int64_t));
     p->segment_start = calloc(segs, sizeof(int64_t));
+    p->segment_source = calloc(segs, sizeof(int32_t));
     if (!p->tokens || !p->position_ids || !p->document_ids || !p->cu_seqlens || !p->segment_index ||
-        !p->segment_start) {
+        !p->segment_start || !p->segment_source) {
         dsc__pack_rows_free(p);
         return DSC_ENOMEM;
     }
@@ -46,6 +47,7 @@ void dsc__pack_rows_free(dsc_pack_rows_t *p) {
     free(p->cu_seqlens);
     free(p->segment_index);
     free(p->segment_start);
+    free(p->segment_source);
     memset(p, 0, sizeof *p);
 }
 
@@ -97,6 +99,8 @@ static void add_segment(dsc_pack_rows_t *p, int64_t index, const uint8_t *data, 
     uint32_t seg = p->segments++;
     p->segment_index[seg] = index;
     p->segment_start[seg] = index < 0 ? 0 : (int64_t)start;
+    if (p->sources)
+        p->segment_source[seg] = index < 0 ? -1 : p->source;
     if (index >= 0) {
         memcpy(p->tokens + at * p->elem, data + start * p->elem, (size_t)n * p->elem);
         fill_iota(p->position_ids + at, n);
@@ -166,6 +170,11 @@ uint32_t dsc__pack_rows_finish(dsc_pack_rows_t *p) {
 #define PACK_STATE_HEAD 48 /* magic, version, settings, doc, offset, inner length */
 #define PACK_MAX_LENGTH (1u << 24)
 
+/* A packer's state holds its loader's: at most DSC_STATE_MAX_BYTES for a loader of one dataset,
+ * more for a loader over a mixture (dsc_mixture_state_save: a record and a loader state per
+ * source). */
+#define PACK_INNER_MAX 32768
+#define PACK_STATE_CAP (PACK_STATE_HEAD + PACK_INNER_MAX + 8)
 #define PACK_AHEAD_DEFAULT 2
 #define PACK_AHEAD_MAX 64
 #define PACK_CARRY_MAX 64 /* old ranks per new rank a world-size change may leave */
@@ -178,7 +187,7 @@ typedef struct pack_entry {
     dsc_packed_batch_t meta; /* rc 0: the batch (pointers into rows) */
     int rc;                  /* 0, DSC_EOF or the loader's error */
     double busy;             /* seconds spent laying it out */
-    uint8_t state[DSC_PACK_STATE_MAX_BYTES];
+    uint8_t state[PACK_STATE_CAP];
     int state_len;
 } pack_entry_t;
 
@@ -198,7 +207,11 @@ struct dsc_packer {
     const int64_t *offsets;
     const uint64_t *indices;
     uint32_t batch_docs;
-    uint8_t inner_state[DSC_STATE_MAX_BYTES];
+    /* Over a loader over a mixture: its "source" field (int32 per document), carried into
+     * segment_source; source_field UINT32_MAX otherwise. */
+    uint32_t source_field;
+    const int32_t *sources;
+    uint8_t inner_state[PACK_INNER_MAX];
     uint32_t inner_len;
     uint32_t doc;
     uint64_t offset;
@@ -229,7 +242,7 @@ struct dsc_packer {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cv;
-    uint8_t state[DSC_PACK_STATE_MAX_BYTES]; /* the state after the last batch handed out */
+    uint8_t state[PACK_STATE_CAP]; /* the state after the last batch handed out */
     int state_len;
     dsc_pack_stats_t st; /* under lock with a thread */
     /* Buffers given back by released holds, reused before new ones are allocated. Under lock. */
@@ -348,8 +361,14 @@ DSC_EXTERN int dsc_packer_create(dsc_loader_t *loader, const dsc_pack_options_t 
     snprintf(pk->field_name, sizeof pk->field_name, "%s", options->field);
     pk->field = f;
     pk->dtype = info.dtype;
+    pk->source_field = UINT32_MAX;
+    if (dsc_loader_mixture(loader) != NULL) /* documents of several sources: say whose */
+        for (uint32_t g = 0; g < nf; g++)
+            if (dsc_loader_field(loader, g, &info) == 0 && strcmp(info.name, "source") == 0 &&
+                info.dtype == DSC_DTYPE_I32 && !loader->cfg.var[g].is_var)
+                pk->source_field = g;
     int rc = dsc__pack_rows_init(&pk->rows, rows, options->length,
-                                 (uint32_t)dsc_dtype_size(info.dtype), options->cut);
+                                 (uint32_t)dsc_dtype_size(pk->dtype), options->cut);
     if (rc == 0)
         rc = save_inner(pk);
     if (rc < 0) {
@@ -368,7 +387,7 @@ DSC_EXTERN int dsc_packer_create(dsc_loader_t *loader, const dsc_pack_options_t 
         rc = pk->ring ? 0 : DSC_ENOMEM;
         for (uint32_t i = 0; rc == 0 && i <= pk->ahead; i++)
             rc = dsc__pack_rows_init(&pk->ring[i].rows, rows, options->length,
-                                     (uint32_t)dsc_dtype_size(info.dtype), options->cut);
+                                     (uint32_t)dsc_dtype_size(pk->dtype), options->cut);
         if (rc == 0 && pthread_create(&pk->thread, NULL, producer, pk) != 0)
             rc = DSC_ENOMEM;
         if (rc < 0) {
@@ -465,6 +484,16 @@ static int next_loader_batch(dsc_packer_t *pk) {
     rc = dsc_batch_field_view(b, pk->field, &fv);
     if (rc < 0)
         return rc;
+    pk->sources = NULL;
+    if (pk->source_field != UINT32_MAX) {
+        dsc_field_view_t sv;
+        memset(&sv, 0, sizeof sv);
+        sv.struct_size = sizeof sv;
+        rc = dsc_batch_field_view(b, pk->source_field, &sv);
+        if (rc < 0)
+            return rc;
+        pk->sources = sv.values.data;
+    }
     pk->batch = b;
     pk->values = fv.values.data;
     pk->offsets = fv.offsets;
@@ -513,8 +542,11 @@ static int produce(dsc_packer_t *pk, dsc_pack_rows_t *p, dsc_packed_batch_t *out
                 return rc;
         }
         double t0 = now_seconds();
+        p->sources = pk->sources != NULL;
         while (pk->doc < pk->batch_docs) {
             int64_t a = pk->offsets[pk->doc], b = pk->offsets[pk->doc + 1];
+            if (pk->sources != NULL)
+                p->source = pk->sources[pk->doc];
             const uint8_t *data = pk->values + (size_t)a * p->elem;
             if (!dsc__pack_rows_place(p, (int64_t)pk->indices[pk->doc], data, (uint64_t)(b - a),
                                       &pk->offset))
@@ -545,6 +577,8 @@ static int produce(dsc_packer_t *pk, dsc_pack_rows_t *p, dsc_packed_batch_t *out
     out->segment_index = p->segment_index;
     out->segment_start = p->segment_start;
     out->tokens_used = p->tokens_used;
+    if (out->struct_size >= offsetof(dsc_packed_batch_t, segment_source) + sizeof(void *))
+        out->segment_source = pk->source_field != UINT32_MAX ? p->segment_source : NULL;
     return 0;
 }
 
@@ -651,8 +685,18 @@ static void resume_producer(dsc_packer_t *pk) {
     pthread_mutex_unlock(&pk->lock);
 }
 
+/* A dsc_packed_batch_t of a caller built before segment_source (fields up to tokens_used). */
+#define PACKED_BATCH_V1 offsetof(dsc_packed_batch_t, segment_source)
+
+/* *out = *meta, as far as the caller's struct_size reaches. */
+static void give_meta(dsc_packed_batch_t *out, const dsc_packed_batch_t *meta) {
+    size_t size = out->struct_size;
+    memcpy(out, meta, size < sizeof *meta ? size : sizeof *meta);
+    out->struct_size = size;
+}
+
 DSC_EXTERN int dsc_packer_next(dsc_packer_t *packer, dsc_packed_batch_t *out) {
-    if (packer == NULL || out == NULL || out->struct_size < sizeof *out)
+    if (packer == NULL || out == NULL || out->struct_size < PACKED_BATCH_V1)
         return DSC_EINVAL;
     dsc_packer_t *pk = packer;
     if (pk->error)
@@ -662,9 +706,7 @@ DSC_EXTERN int dsc_packer_next(dsc_packer_t *packer, dsc_packed_batch_t *out) {
         int rc = take(pk, &e);
         if (rc < 0)
             return rc;
-        size_t size = out->struct_size;
-        *out = e->meta;
-        out->struct_size = size;
+        give_meta(out, &e->meta);
         return 0;
     }
     double busy;
@@ -684,7 +726,7 @@ DSC_EXTERN int dsc_packer_next_into(dsc_packer_t *packer, dsc_packed_batch_t *ou
                                     int32_t *position_ids, int32_t *document_ids,
                                     int32_t *cu_seqlens, int64_t *segment_index,
                                     int64_t *segment_start) {
-    if (packer == NULL || out == NULL || out->struct_size < sizeof *out || tokens == NULL ||
+    if (packer == NULL || out == NULL || out->struct_size < PACKED_BATCH_V1 || tokens == NULL ||
         position_ids == NULL || document_ids == NULL || cu_seqlens == NULL ||
         segment_index == NULL || segment_start == NULL)
         return DSC_EINVAL;
@@ -718,7 +760,7 @@ DSC_EXTERN int dsc_packer_next_into(dsc_packer_t *packer, dsc_packed_batch_t *ou
 
 DSC_EXTERN int dsc_packer_next_held(dsc_packer_t *packer, dsc_packed_batch_t *out,
                                     dsc_pack_hold_t **hold) {
-    if (packer == NULL || out == NULL || out->struct_size < sizeof *out || hold == NULL)
+    if (packer == NULL || out == NULL || out->struct_size < PACKED_BATCH_V1 || hold == NULL)
         return DSC_EINVAL;
     *hold = NULL;
     dsc_pack_hold_t *h = calloc(1, sizeof *h);
@@ -731,10 +773,12 @@ DSC_EXTERN int dsc_packer_next_held(dsc_packer_t *packer, dsc_packed_batch_t *ou
             p->tokens = h->rows.tokens, p->position_ids = h->rows.position_ids;
             p->document_ids = h->rows.document_ids, p->cu_seqlens = h->rows.cu_seqlens;
             p->segment_index = h->rows.segment_index, p->segment_start = h->rows.segment_start;
+            p->segment_source = h->rows.segment_source;
             rc = dsc_packer_next(packer, out);
             p->tokens = own.tokens, p->position_ids = own.position_ids;
             p->document_ids = own.document_ids, p->cu_seqlens = own.cu_seqlens;
             p->segment_index = own.segment_index, p->segment_start = own.segment_start;
+            p->segment_source = own.segment_source;
         }
         if (rc < 0) {
             dsc__pack_rows_free(&h->rows);
@@ -759,9 +803,7 @@ DSC_EXTERN int dsc_packer_next_held(dsc_packer_t *packer, dsc_packed_batch_t *ou
         free(h);
         return rc;
     }
-    size_t size = out->struct_size;
-    *out = e->meta;
-    out->struct_size = size;
+    give_meta(out, &e->meta);
     /* The producer writes e again only after the next take (count < ahead): set it now. */
     pthread_mutex_lock(&packer->lock);
     e->hold = h, h->entry = e;
@@ -895,7 +937,7 @@ DSC_EXTERN int dsc_packer_state_load(dsc_packer_t *packer, const void *buf, size
         return DSC_EBADSTATE;
     }
     uint32_t inner_len = get_u32(p + 28);
-    if (p[4] != PACK_STATE_VERSION || inner_len > DSC_STATE_MAX_BYTES ||
+    if (p[4] != PACK_STATE_VERSION || inner_len > PACK_INNER_MAX ||
         len != PACK_STATE_HEAD + inner_len + 8 ||
         get_u64(p + PACK_STATE_HEAD + inner_len) != dsc_checksum(p, PACK_STATE_HEAD + inner_len)) {
         DSC_LOG(log, DSC_LOG_ERROR, "pack: state_load: damaged or another version (%zu bytes)",
@@ -970,7 +1012,7 @@ static int parse_old(const dsc_packer_t *pk, const uint8_t *p, size_t len, uint3
                      uint32_t r, uint32_t *inner_len, uint32_t *doc, uint64_t *offset) {
     const dsc_logger_t *log = pk->log;
     if (len < PACK_STATE_HEAD + 8 || memcmp(p, PACK_STATE_MAGIC, 4) != 0 ||
-        p[4] != PACK_STATE_VERSION || (*inner_len = get_u32(p + 28)) > DSC_STATE_MAX_BYTES ||
+        p[4] != PACK_STATE_VERSION || (*inner_len = get_u32(p + 28)) > PACK_INNER_MAX ||
         len != PACK_STATE_HEAD + *inner_len + 8 ||
         get_u64(p + PACK_STATE_HEAD + *inner_len) !=
             dsc_checksum(p, PACK_STATE_HEAD + *inner_len)) {
@@ -1084,6 +1126,14 @@ DSC_EXTERN int dsc_packer_state_load_world(dsc_packer_t *packer, const void *con
     uint32_t rank = l->cfg.opt.rank;
     if (world == old_world) /* every rank's own state */
         return dsc_packer_state_load(packer, states[rank], lens[rank]);
+    if (dsc_loader_mixture(l) != NULL) {
+        DSC_LOG(log, DSC_LOG_ERROR,
+                "pack: state_load_world: rows that mix the sources of a mixture resume on the "
+                "world size they were saved on (%u ranks), not %u (rows per source, a packed "
+                "mixture's default, resume on any: docs/mixtures.md)",
+                old_world, world);
+        return DSC_EBADSTATE;
+    }
     if ((old_world + world - 1) / world > PACK_CARRY_MAX) {
         DSC_LOG(log, DSC_LOG_ERROR, "pack: state_load_world: more than %u old ranks per new rank",
                 PACK_CARRY_MAX);

@@ -15,6 +15,9 @@ typedef struct dsc_pack_rows {
     uint8_t *tokens;
     int32_t *position_ids, *document_ids, *cu_seqlens;
     int64_t *segment_index, *segment_start;
+    int32_t *segment_source; /* [segments]: the document's source (sources set), -1 padding */
+    int sources;             /* 1: segment_source is kept, from `source` */
+    int32_t source;          /* the source of the document being placed (sources set) */
     uint32_t segments;
     uint32_t row, col; /* the next free token: row `row`, column `col` */
     uint64_t tokens_used;

@@ -308,6 +308,7 @@ class _PackedBatch(ctypes.Structure):  # dsc_packed_batch_t
         ("segment_index", ctypes.c_void_p),
         ("segment_start", ctypes.c_void_p),
         ("tokens_used", ctypes.c_uint64),
+        ("segment_source", ctypes.c_void_p),
     ]
 
 

@@ -501,6 +501,8 @@ class Loader:
                    "cu_seqlens": _pack_view(pb.cu_seqlens, i32, (segs + 1,), owner),
                    "segment_index": _pack_view(pb.segment_index, i64, (segs,), owner),
                    "segment_start": _pack_view(pb.segment_start, i64, (segs,), owner)}
+            if pb.segment_source:  # over a mixture: each segment's source
+                out["segment_source"] = _pack_view(pb.segment_source, i32, (segs,), owner)
             return self._packed_out(out, pb)
         tok: Any = None
         pos: Any = None
@@ -531,6 +533,9 @@ class Loader:
         out = {self._pack_field: tok, "position_ids": pos, "document_ids": did,
                "cu_seqlens": cu[:segs + 1].copy(), "segment_index": si[:segs].copy(),
                "segment_start": ss[:segs].copy()}
+        if pb.segment_source and segs:  # over a mixture: each segment's source (a copy)
+            out["segment_source"] = np.frombuffer(
+                (ctypes.c_int32 * segs).from_address(pb.segment_source), dtype=np.int32).copy()
         return self._packed_out(out, pb)
 
     def _packed_out(self, out: Dict[str, Any], pb: Any) -> Batch:
@@ -664,8 +669,9 @@ class Loader:
         caller's order, also as "epoch", "batches" and "samples" (ints) for the sampler's state
         (docs/order.md#the-callers-order)."""
         if self._packer is not None:  # the packed stream's position (pack.c)
-            buf = ctypes.create_string_buffer(320)
-            n = _check(self._lib.dsc_packer_state_save(self._packer, buf, 320))
+            need = _check(self._lib.dsc_packer_state_save(self._packer, None, 0))
+            buf = ctypes.create_string_buffer(need)
+            n = _check(self._lib.dsc_packer_state_save(self._packer, buf, need))
             return {"dscache_pack_state": buf.raw[:n].hex()}
         buf = ctypes.create_string_buffer(192)
         n = _check(self._lib.dsc_loader_state_save(self._h(), buf, 192))

@@ -80,7 +80,9 @@ class Mixture:
     `sources`) unless source_field=None. pack={field: L}: each source's documents packed into
     rows of L (its own packer in the library), rows blended by the quota rule: batch[field],
     position_ids, document_ids [B, L], cu_seqlens, segment_index, segment_start over the batch,
-    source and source_epoch per row. See docs/mixtures.md."""
+    source and source_epoch per row; pack_sources="mixed": the blended documents packed into
+    rows that mix sources (one packer over the composed stream), with batch["segment_source"]
+    per segment instead. See docs/mixtures.md."""
 
     def __init__(self, sources: Sequence[Source], servers: Servers = None, batch_size: int = 32,
                  seed: int = 0, exhausted: str = "wrap", fields: Optional[Sequence[str]] = None,
@@ -88,7 +90,8 @@ class Mixture:
                  world_size: Optional[int] = None, output: str = "numpy",
                  transform: Optional[Callable[[Batch], Any]] = None,
                  pack: Optional[Dict[str, int]] = None, pack_split: bool = True,
-                 pack_ahead: Optional[int] = None, **kw: Any) -> None:
+                 pack_ahead: Optional[int] = None, pack_sources: str = "separate",
+                 **kw: Any) -> None:
         self._handle: Optional[ctypes.c_void_p] = None
         self._sink_id = 0
         if not isinstance(sources, (list, tuple)) or not sources:
@@ -100,6 +103,11 @@ class Mixture:
                                 % type(s).__name__)
         if exhausted not in ("wrap", "stop"):
             raise ValueError("exhausted must be 'wrap' or 'stop'")
+        if pack_sources not in ("separate", "mixed"):
+            raise InvalidOption(-22, "pack_sources must be 'separate' (rows stay per source) or "
+                                "'mixed' (rows mix sources), not %r" % (pack_sources,),
+                                "DSC_EINVAL")
+        self._mixed = pack is not None and pack_sources == "mixed"
         for bad in kw:
             if bad not in _COMMON:
                 raise InvalidOption(-22, "%s= is not supported with sources= (a mixture takes "
@@ -205,7 +213,7 @@ class Mixture:
             if isinstance(length, bool) or not isinstance(length, int) or length < 1:
                 raise InvalidOption(-22, "pack[%r]: the row length must be an int >= 1, not %r"
                                     % (pfield, length), "DSC_EINVAL")
-            for src in sources:
+            for src in sources if not self._mixed else ():
                 if src.repeat != int(src.repeat):
                     raise InvalidOption(-22, "Source %r: a fractional repeat (%r) is not "
                                         "supported with pack= (a pass's rows are not known "
@@ -230,12 +238,16 @@ class Mixture:
             names_arr = (ctypes.c_char_p * max(1, len(fields)))(*[b(f) for f in fields])
         handle = ctypes.c_void_p()
         self._inner = None
-        if po is None:
+        if po is None or self._mixed:
             # A loader over the mixture (dsc_loader_create with sources): batches composed by
             # the library straight into its batch slots, handed out by the loader's own next()
-            # (arrays over the slots, no copy here).
+            # (arrays over the slots, no copy here). Rows mixing sources: that loader's packer
+            # packs the composed documents (loader.py's pack=).
             from .loader import Loader
             args = {k: opt[k] for k in _COMMON if k not in ("order", "device")}
+            if self._mixed:
+                assert pack is not None
+                args.update(pack=pack, pack_split=pack_split, pack_ahead=pack_ahead)
             args["shuffle"] = opt["shuffle"] if opt["shuffle"] is not None else True
             args["ignore_rank_env"] = True  # resolve_rank checked them
             try:
@@ -271,7 +283,7 @@ class Mixture:
                                         "fields %s: not a field every source has (%s)"
                                         % (missing, sorted(have)), "DSC_EINVAL")
             self._keep = keep_names
-        elif po is not None:
+        elif po is not None and not self._mixed:
             rc = lib.dsc_mixture_create_packed(ctypes.byref(o), ctypes.cast(srcs, ctypes.c_void_p),
                                                len(sources), ctypes.byref(po),
                                                ctypes.byref(handle))
@@ -299,7 +311,7 @@ class Mixture:
         self._view = _FieldView()
         self._view.struct_size = ctypes.sizeof(_FieldView)
         self._mb_ref, self._view_ref = ctypes.byref(self._mb), ctypes.byref(self._view)
-        if self._pack is not None:
+        if self._pack is not None and not self._mixed:
             self._pb = _PackedBatch()
             self._pb.struct_size = ctypes.sizeof(_PackedBatch)
             self._pack_dtype = self._plan[0][2]
@@ -401,6 +413,8 @@ class Mixture:
                 if why and why not in str(e):
                     raise type(e)(e.code, why, e.name) from None
                 raise
+            if self._mixed:  # a packed batch of the composed documents
+                return self._transform(out) if self._transform is not None else out
             keep = self._keep
             if keep is not None:
                 out = {k: v for k, v in out.items()
@@ -475,7 +489,7 @@ class Mixture:
         return {"datasets": [s.dataset for s in self.sources], "weights": self.weights,
                 "repeat": [s.repeat for s in self.sources],
                 "seed": self.seed, "batch_size": self.batch_size, "exhausted": self.exhausted,
-                "pack": self._pack}
+                "pack": self._pack, "pack_sources": "mixed" if self._mixed else "separate"}
 
     def _raw_state(self) -> bytes:
         h = self._h()
@@ -505,6 +519,12 @@ class Mixture:
         ("identity": datasets, weights, repeat, seed, batch_size, exhausted, checked by
         load_state_dict) and per source {"skip", "record"}: the same on every rank, resumable
         on any world size."""
+        if self._mixed:  # the packed stream over the composed one (its state holds the mixture's)
+            assert self._inner is not None
+            return {"dscache_mixture": {"version": _MIX_STATE_VERSION + 1,
+                                        "identity": self._identity(),
+                                        "world_size": self.world_size, "rank": self.rank,
+                                        "state": self._inner.state_dict()["dscache_pack_state"]}}
         raw = self._raw_state()
         secs = self._sections(raw, len(self.sources))
         return {"dscache_mixture": {"version": _MIX_STATE_VERSION + 1,
@@ -524,6 +544,10 @@ class Mixture:
                 raise BadState(-4024, "no old rank's state given", "DSC_EBADSTATE")
             raws = [self._checked_raw(s) for s in state]
             old = len(raws)
+            if self._mixed:
+                assert self._inner is not None
+                self._inner.load_state_dict([{"dscache_pack_state": r.hex()} for r in raws])
+                return
             if old == self.world_size or self._pack is None:
                 raw = raws[self.rank if old == self.world_size else 0]
                 buf = ctypes.create_string_buffer(raw, len(raw))
@@ -535,6 +559,10 @@ class Mixture:
             self._check(self._lib.dsc_mixture_state_load_world(self._h(), ptrs, lens, old))
             return
         raw = self._checked_raw(cast(State, state))
+        if self._mixed:
+            assert self._inner is not None
+            self._inner.load_state_dict({"dscache_pack_state": raw.hex()})
+            return
         buf = ctypes.create_string_buffer(raw, len(raw))
         self._check(self._lib.dsc_mixture_state_load(self._h(), buf, len(raw)))
 
@@ -586,6 +614,9 @@ class Mixture:
             v["stall_share"] = v["stall_seconds"] / total if total > 0 else 0.0
         starving = (self.sources[info.starving_source].dataset
                     if info.starving_source >= 0 else None)
-        return {"epoch": int(info.epoch), "step": int(info.step),
-                "samples": sum(v["samples"] for v in per.values()),
-                "stall_seconds": total, "sources": per, "starving_source": starving}
+        out: Stats = {"epoch": int(info.epoch), "step": int(info.step),
+                      "samples": sum(v["samples"] for v in per.values()),
+                      "stall_seconds": total, "sources": per, "starving_source": starving}
+        if self._mixed and self._inner is not None:  # rows mixing sources: the packer's figures
+            out["pack"] = self._inner.stats().get("pack")
+        return out
