@@ -12,6 +12,7 @@ import gc
 import os
 import subprocess
 import sys
+import threading
 import tracemalloc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -276,6 +277,21 @@ t.check(pf.holds == 1 and np.array_equal(only, want_cu),
 del only
 gc.collect()
 t.check(pf.holds == 0, "pack: every hold freed (%d left)" % pf.holds)
+
+# Held batches freed on another thread while close() destroys the packer: each release waits
+# for the destroy (the loader's _pack_lock) or comes after it (ASan sees any overlap).
+left = 0
+for _ in range(10):
+    ld = packed()
+    pf = ld._pack_fast
+    kept = [next(ld) for _ in range(6)]
+    dropper = threading.Thread(target=lambda: [kept.pop() for _ in range(len(kept))])
+    dropper.start()
+    ld.close()
+    dropper.join()
+    gc.collect()
+    left += pf.holds
+t.check(left == 0, "pack: batches freed while close() runs are each given back (%d left)" % left)
 
 # Packed on the caller's thread (pack_ahead=0): the ctypes path, the same batches.
 ld, ld0 = packed(), packed(pack_ahead=0)

@@ -340,11 +340,11 @@ class Loader:
         handle, self._handle = self._handle, None
         if handle:
             packer, self._packer = getattr(self, "_packer", None), None
+            if self._pack_fast is not None:
+                self._pack_fast.detach()  # next() raises; held batches freed later are freed
             if packer:
                 with self._pack_lock:  # not while a held batch is given back
                     self._lib.dsc_packer_destroy(packer)
-            if self._pack_fast is not None:
-                self._pack_fast.detach()  # next() raises; held batches freed later are freed
             if self._fast is not None:
                 self._fast.detach()  # batches freed later give nothing back
             # A forked child (e.g. a DataLoader worker) has the handle but not the threads:

@@ -449,8 +449,8 @@ typedef struct {
     Py_ssize_t items[PACK_ARRAYS]; /* their itemsizes */
     Py_ssize_t length;             /* tokens per row */
     PyObject *rows_shape;          /* (rows, length), kept for the next batch of as many rows */
-    Py_ssize_t shape_rows;
-    Py_ssize_t holds; /* PackHolds alive (the GIL guards it) */
+    Py_ssize_t shape_rows;         /* its rows */
+    Py_ssize_t holds;              /* PackHolds alive (the GIL guards it) */
 } PackNexter;
 
 /* One held packed batch (dsc_pack_hold_t): the base of its six arrays. */
