@@ -3,12 +3,16 @@ package loads it and every loader of fixed-size host fields uses it; its batches
 ctypes path's byte for byte, dtype and shape (numpy and torch output, copy=True, indices=True, a
 short last batch); arrays kept past next() and past close() keep their bytes, the loader is
 destroyed with the last of them, and nothing leaks over many batches; a closed loader raises;
-DSCACHE_FASTPATH=0 turns it off and says so; variable-length fields keep the ctypes path. Runs
+DSCACHE_FASTPATH=0 turns it off and says so; variable-length fields keep the ctypes path.
+Packed batches (pack=, the packer's thread) come from its PackNexter: byte for byte the ctypes
+path's over two epochs and a resume (numpy and torch), never overwritten by later batches, valid
+after close(), each hold freed once; pack_ahead=0 keeps the ctypes path. Runs
 in the release build (python_test_fastpath) and under ASan+UBSan (pyasan_test_fastpath)."""
 import gc
 import os
 import subprocess
 import sys
+import threading
 import tracemalloc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -161,6 +165,140 @@ r = subprocess.run([sys.executable, "-c", "import dscache; print(dscache.fastpat
 t.check(r.returncode == 0 and r.stdout.strip() == "None DSCACHE_FASTPATH=0",
         "DSCACHE_FASTPATH=0: no compiled next(), and the reason: %r %s"
         % (r.stdout, r.stderr[-300:]))
+
+# ---- packed batches (pack=): PackNexter against the ctypes path -------------------------------
+prng = np.random.default_rng(7)
+plen = np.clip(np.exp(prng.normal(4.0, 1.0, 300)), 1, 700).astype(np.int64)
+pdir = os.path.join(env.dir, "docs")
+with dscache.Writer(pdir, name="docs", fields={"ids": "i32[]", "label": "i64"},
+                    chunk_bytes=8192) as w:
+    for i in range(len(plen)):
+        w.write({"ids": (np.arange(plen[i]) + i * 1000).astype(np.int32), "label": i})
+_, paddr = env.start_server(pdir)
+PL, PROWS = 128, 4
+PKEYS = ["ids", "position_ids", "document_ids", "cu_seqlens", "segment_index", "segment_start"]
+
+
+def packed(fast=True, **kw):
+    opts = dict(servers=paddr, dataset="docs", batch_size=PROWS, seed=5, shuffle_window=32,
+                pack={"ids": PL})
+    opts.update(kw)
+    ld = dscache.Loader(**opts)
+    if not fast:
+        ld._pack_fast = None  # the ctypes path (_next_packed)
+    return ld
+
+
+def frozen(b):
+    """The batch's keys and arrays as they are now (copies)."""
+    return [(k, np.array(v.numpy() if torch is not None and isinstance(v, torch.Tensor) else v,
+                         copy=True)) for k, v in b.items()]
+
+
+def same_packed(xs, ys):
+    """Two lists of frozen batches: the same keys in order, dtypes, shapes and bytes."""
+    return len(xs) == len(ys) and all(
+        [k for k, _ in x] == [k for k, _ in y] and
+        all(a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+            for (_, a), (_, b) in zip(x, y)) for x, y in zip(xs, ys))
+
+
+for output in outputs:
+    fast, slow = packed(output=output), packed(False, output=output)
+    t.check(fast._pack_fast is not None,
+            "pack, output=%s: the compiled next() serves packed batches" % output)
+    got, want, rows, spans = [], [], set(), 0
+    for epoch in (0, 1):
+        fast.set_epoch(epoch)
+        slow.set_epoch(epoch)
+        for a in fast:
+            got.append(frozen(a))
+            rows.add(len(a["ids"]))
+            spans += output == "numpy" and type(a["ids"].base).__name__ == "Span"
+        want += [frozen(b) for b in slow]
+    t.check(same_packed(got, want) and [k for k, _ in got[0]] == PKEYS,
+            "pack, output=%s: %d batches over 2 epochs equal the ctypes path's byte for byte "
+            "(%d from it; keys %s)" % (output, len(got), len(want), [k for k, _ in got[0]]))
+    t.check(min(rows) < PROWS == max(rows),
+            "pack, output=%s: the epoch's last batch has fewer rows, as the ctypes path's: %s"
+            % (output, sorted(rows)))
+    if output == "numpy":  # the arrays are the module's (over a Span), not the ctypes path's
+        t.check(spans == len(got), "pack: every batch came from the compiled next() (%d of %d "
+                "over its Span)" % (spans, len(got)))
+    fast.close()
+    slow.close()
+
+# Resumed mid-epoch: the fast path, a new fast loader and a new ctypes one continue alike.
+ld = packed()
+it = iter(ld)
+for _ in range(5):
+    next(it)
+state = ld.state_dict()
+rest = [frozen(b) for b in it]
+ld.close()
+again, other = packed(), packed(False)
+again.load_state_dict(state)
+other.load_state_dict(state)
+rest_fast, rest_slow = [frozen(b) for b in again], [frozen(b) for b in other]
+t.check(len(rest) > 3 and same_packed(rest, rest_fast) and same_packed(rest, rest_slow),
+        "pack: resumed after 5 batches, the compiled and the ctypes path continue byte for byte "
+        "(%d, %d, %d batches)" % (len(rest), len(rest_fast), len(rest_slow)))
+again.close()
+other.close()
+
+# Held batches: never overwritten by later batches, valid after close(); each freed once.
+ld = packed()
+kept = list(ld)  # epoch 0, all alive
+ref = [frozen(b) for b in kept]
+pf = ld._pack_fast
+t.check(pf.holds == len(kept), "pack: one hold per batch kept: %d of %d" % (pf.holds, len(kept)))
+for _ in range(2):  # two more epochs through the packer's ring
+    for b in ld:
+        pass
+del b
+gc.collect()
+t.check(same_packed([frozen(b) for b in kept], ref) and pf.holds == len(kept),
+        "pack: %d batches kept through 2 later epochs keep their bytes (%d holds)"
+        % (len(kept), pf.holds))
+ld.close()
+try:
+    next(ld)
+    t.check(False, "pack: next() after close() raises")
+except ValueError:
+    pass
+t.check(same_packed([frozen(b) for b in kept], ref),
+        "pack: the kept batches keep their bytes after close()")
+only = kept[2]["cu_seqlens"]  # one array alone keeps its batch
+want_cu = ref[2][3][1]
+del kept
+gc.collect()
+t.check(pf.holds == 1 and np.array_equal(only, want_cu),
+        "pack: one array alone keeps its batch after close() (%d holds)" % pf.holds)
+del only
+gc.collect()
+t.check(pf.holds == 0, "pack: every hold freed (%d left)" % pf.holds)
+
+# Held batches freed on another thread while close() destroys the packer: each release waits
+# for the destroy (the loader's _pack_lock) or comes after it (ASan sees any overlap).
+left = 0
+for _ in range(10):
+    ld = packed()
+    pf = ld._pack_fast
+    kept = [next(ld) for _ in range(6)]
+    dropper = threading.Thread(target=lambda: [kept.pop() for _ in range(len(kept))])
+    dropper.start()
+    ld.close()
+    dropper.join()
+    gc.collect()
+    left += pf.holds
+t.check(left == 0, "pack: batches freed while close() runs are each given back (%d left)" % left)
+
+# Packed on the caller's thread (pack_ahead=0): the ctypes path, the same batches.
+ld, ld0 = packed(), packed(pack_ahead=0)
+t.check(ld0._pack_fast is None and same_packed([frozen(b) for b in ld], [frozen(b) for b in ld0]),
+        "pack_ahead=0: the ctypes path serves (%s), the same batches" % ld0._pack_fast)
+ld.close()
+ld0.close()
 
 # ---- variable-length fields keep the ctypes path ---------------------------------------------
 vdir = os.path.join(env.dir, "var")

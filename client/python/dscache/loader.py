@@ -5,6 +5,7 @@ import atexit
 import collections
 import ctypes
 import json
+import logging
 import os
 import sys
 import threading
@@ -168,7 +169,7 @@ class Loader:
         self._lib = lib
         self._handle = None
         self._sink_id = 0
-        self._fast = self._packer = None
+        self._fast = self._packer = self._pack_fast = None
         caller = not isinstance(order, str)
         if not caller and order not in ("local", "global"):
             raise ValueError("order must be 'local', 'global' or a sampler (an iterable of "
@@ -300,12 +301,19 @@ class Loader:
             # With the packer's thread: views over the buffers it packed into (no copy), held
             # until the last array over them goes (dsc_packer_next_held / dsc_packer_release).
             self._pack_held = pack_ahead != 0
-            self._pack_lock = threading.Lock()
+            # Held around dsc_packer_destroy and every dsc_packer_release (a release may come
+            # after destroy, never during it). Reentrant: a held batch freed by the collector on
+            # the thread that holds it (outside the destroy call itself) cannot deadlock.
+            self._pack_lock = threading.RLock()
+            self._pack_bf16 = dtype == 9
             self._pack_cu = np.empty(rows * length + rows + 1, dtype=np.int32)
             self._pack_si = np.empty(rows * length + rows, dtype=np.int64)
             self._pack_ss = np.empty(rows * length + rows, dtype=np.int64)
         self._batch = ctypes.c_void_p()
         self._prepare_next()
+        if self._packer is not None and self._pack_held and _mixture is None:
+            # (over a mixture the batches add segment_source: the ctypes path makes it)
+            self._prepare_pack_fast()
         self._holds = 0           # batch references alive in Python (_Hold objects)
         self._close_pending = False
         self._hold_lock = threading.Lock()
@@ -333,6 +341,8 @@ class Loader:
         handle, self._handle = self._handle, None
         if handle:
             packer, self._packer = getattr(self, "_packer", None), None
+            if self._pack_fast is not None:
+                self._pack_fast.detach()  # next() raises; held batches freed later are freed
             if packer:
                 with self._pack_lock:  # not while a held batch is given back
                     self._lib.dsc_packer_destroy(packer)
@@ -447,11 +457,50 @@ class Loader:
                 # torch has no uint64 (DataLoader cannot convert it): int64, as the ctypes path
                 np.dtype(np.int64 if self._torch is not None else np.uint64))
 
+    def _prepare_pack_fast(self) -> None:
+        """The compiled next() of packed batches (dscache._fast's PackNexter) with the packer's
+        thread: the arrays _next_packed's held path makes, built in one C call."""
+        mod = _fast.module
+        if mod is None:
+            return
+        cls = getattr(mod, "PackNexter", None)
+        if cls is None:  # a module built before packed batches had one: worth a line
+            logging.getLogger("dscache").warning(
+                "dscache: the compiled next() at %s predates packed batches (rebuild it): "
+                "ctypes serves them", _fast.path)
+            return
+        np = self._np
+        lib = self._lib
+        assert self._packer is not None
+
+        def addr(fn: Any) -> Optional[int]:
+            return ctypes.cast(fn, ctypes.c_void_p).value
+        i32, i64 = np.dtype(np.int32), np.dtype(np.int64)
+        self._pack_fast = cls(
+            self._packer.value, addr(lib.dsc_packer_next_held), addr(lib.dsc_packer_release),
+            self._pack_lock,
+            (self._pack_field, "position_ids", "document_ids", "cu_seqlens", "segment_index",
+             "segment_start"),
+            (self._pack_dtype, i32, i32, i32, i64, i64), self._pack_shape[1], np.ndarray,
+            np.zeros)
+        # numpy out, no transform: the dict as the C call made it
+        self._pack_plain = self._torch is None and self._transform is None
+
     def __next__(self) -> Batch:
         if self._feed is not None:  # the caller's order, pushed ahead of this batch
             self._feed.top_up(self._h())
         if self._packer is not None:
-            return self._next_packed()
+            pf = self._pack_fast
+            if pf is None:
+                return self._next_packed()
+            if self._close_pending:
+                raise ValueError("loader is closed")
+            out = pf.next()  # the batch's dict, or what dsc_packer_next_held returned
+            if out.__class__ is int:
+                if out == _EOF:
+                    raise StopIteration
+                _check(out, self._handle)
+            return out if self._pack_plain else self._packed_out(out, self._pack_bf16)
         fast = self._fast
         if fast is not None:
             if self._close_pending:
@@ -503,7 +552,7 @@ class Loader:
                    "segment_start": _pack_view(pb.segment_start, i64, (segs,), owner)}
             if pb.segment_source:  # over a mixture: each segment's source
                 out["segment_source"] = _pack_view(pb.segment_source, i32, (segs,), owner)
-            return self._packed_out(out, pb)
+            return self._packed_out(out, pb.dtype == 9)
         tok: Any = None
         pos: Any = None
         did: Any = None
@@ -536,14 +585,14 @@ class Loader:
         if pb.segment_source and segs:  # over a mixture: each segment's source (a copy)
             out["segment_source"] = np.frombuffer(
                 (ctypes.c_int32 * segs).from_address(pb.segment_source), dtype=np.int32).copy()
-        return self._packed_out(out, pb)
+        return self._packed_out(out, pb.dtype == 9)
 
-    def _packed_out(self, out: Dict[str, Any], pb: Any) -> Batch:
+    def _packed_out(self, out: Dict[str, Any], bf16: bool) -> Batch:
         """A packed batch's arrays as torch tensors when asked, through the transform."""
         np = self._np
         if self._torch is not None:
             torch = self._torch
-            out = {k: (torch.from_numpy(v.view(np.int16)).view(torch.bfloat16) if pb.dtype == 9
+            out = {k: (torch.from_numpy(v.view(np.int16)).view(torch.bfloat16) if bf16
                        and k == self._pack_field else torch.from_numpy(v))
                    for k, v in out.items()}
         return self._transform(out) if self._transform is not None else out

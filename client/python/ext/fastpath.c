@@ -14,7 +14,13 @@
  * two can never be different copies, and numpy.ndarray and the dtypes, so the module works with
  * any numpy and builds with Python's headers alone (a pip build under isolation has no numpy).
  * The module is optional: without it the ctypes path serves every batch (the same arrays, byte
- * for byte; tests/python/test_fastpath.py compares them). */
+ * for byte; tests/python/test_fastpath.py compares them).
+ *
+ * PackNexter does the same for packed batches (pack=, with the packer's thread): one call to
+ * dsc_packer_next_held with the GIL released, then the six arrays of the batch over PackSpans
+ * of one PackHold, whose dealloc gives the buffers back (dsc_packer_release) exactly once, under
+ * the loader's _pack_lock (the lock Loader._destroy holds around dsc_packer_destroy: a release
+ * may come after destroy, never during it). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -416,10 +422,275 @@ static PyTypeObject NexterType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* ---- packed batches (pack=): dsc_packer_next_held ------------------------------------------ */
+
+/* Py_NewRef, which Python 3.9 lacks. */
+static PyObject *new_ref(PyObject *o) {
+    Py_INCREF(o);
+    return o;
+}
+
+typedef int (*next_held_fn)(dsc_packer_t *, dsc_packed_batch_t *, dsc_pack_hold_t **);
+typedef void (*pack_release_fn)(dsc_pack_hold_t *);
+
+enum { PACK_TOKENS, PACK_POS, PACK_DOC, PACK_CU, PACK_SI, PACK_SS, PACK_ARRAYS };
+
+typedef struct {
+    PyObject ob_base;
+    dsc_packer_t *packer; /* NULL once the packer is destroyed (detach) */
+    next_held_fn next_held;
+    pack_release_fn release;
+    PyObject *acquire; /* the loader's _pack_lock.acquire / .release */
+    PyObject *unlock;
+    PyObject *ndarray;             /* numpy.ndarray */
+    PyObject *zeros;               /* numpy.zeros: an empty array, as _pack_view */
+    PyObject *keys[PACK_ARRAYS];   /* the dict keys, in the ctypes path's order */
+    PyObject *dtypes[PACK_ARRAYS]; /* their numpy dtypes */
+    Py_ssize_t items[PACK_ARRAYS]; /* their itemsizes */
+    Py_ssize_t length;             /* tokens per row */
+    PyObject *rows_shape;          /* (rows, length), kept for the next batch of as many rows */
+    Py_ssize_t shape_rows;         /* its rows */
+    Py_ssize_t holds;              /* PackHolds alive (the GIL guards it) */
+} PackNexter;
+
+/* One held packed batch (dsc_pack_hold_t): the base of its six arrays. */
+typedef struct {
+    PyObject ob_base;
+    PackNexter *nexter;
+    dsc_pack_hold_t *hold;
+} PackHold;
+
+static void pack_hold_dealloc(PyObject *self) {
+    PackHold *h = (PackHold *)self;
+    PackNexter *n = h->nexter;
+    if (h->hold != NULL) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        /* Not while the loader destroys the packer: its lock (an RLock, so a batch freed by the
+         * collector on the thread that holds it cannot deadlock: destroy runs without the GIL,
+         * so nothing is freed on this thread while it runs). */
+        PyObject *r = PyObject_CallNoArgs(n->acquire);
+        if (r == NULL) { /* interrupted: the buffers stay (a leak, said) rather than a race */
+            PyErr_WriteUnraisable(self);
+        } else {
+            Py_DECREF(r);
+            PyThreadState *ts = PyEval_SaveThread(); /* it takes the packer's lock */
+            n->release(h->hold);
+            PyEval_RestoreThread(ts);
+            r = PyObject_CallNoArgs(n->unlock);
+            if (r == NULL)
+                PyErr_WriteUnraisable(self);
+            Py_XDECREF(r);
+        }
+        h->hold = NULL;
+        PyErr_Restore(type, value, tb);
+    }
+    n->holds--;
+    Py_DECREF((PyObject *)n);
+    PyObject_Free(self);
+}
+
+static PyTypeObject PackHoldType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dscache._fastpath.PackHold",
+    .tp_basicsize = sizeof(PackHold),
+    .tp_dealloc = pack_hold_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One held packed batch, given back when the last array over it is freed.",
+};
+
+static void pack_nexter_dealloc(PyObject *self) {
+    PackNexter *n = (PackNexter *)self;
+    for (int i = 0; i < PACK_ARRAYS; i++) {
+        Py_XDECREF(n->keys[i]);
+        Py_XDECREF(n->dtypes[i]);
+    }
+    Py_XDECREF(n->acquire);
+    Py_XDECREF(n->unlock);
+    Py_XDECREF(n->ndarray);
+    Py_XDECREF(n->zeros);
+    Py_XDECREF(n->rows_shape);
+    Py_TYPE(self)->tp_free(self);
+}
+
+/* PackNexter(packer, next_held, release, lock, keys, dtypes, length, ndarray, zeros)
+ * keys: the six dict keys (the packed field, position_ids, document_ids, cu_seqlens,
+ * segment_index, segment_start); dtypes: their numpy dtypes; lock: the loader's _pack_lock. */
+static int pack_nexter_init(PyObject *self, PyObject *args, PyObject *kw) {
+    PackNexter *n = (PackNexter *)self;
+    PyObject *handle, *fn_next, *fn_release, *lock, *keys, *dtypes, *ndarray, *zeros;
+    Py_ssize_t length;
+    (void)kw;
+    if (n->ndarray != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_fastpath.PackNexter: initialised already");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "OOOOO!O!nOO", &handle, &fn_next, &fn_release, &lock, &PyTuple_Type,
+                          &keys, &PyTuple_Type, &dtypes, &length, &ndarray, &zeros))
+        return -1;
+    n->packer = address(handle, "the packer handle");
+    n->next_held = (next_held_fn)address(fn_next, "dsc_packer_next_held");
+    n->release = (pack_release_fn)address(fn_release, "dsc_packer_release");
+    if (PyErr_Occurred())
+        return -1;
+    if (PyTuple_GET_SIZE(keys) != PACK_ARRAYS || PyTuple_GET_SIZE(dtypes) != PACK_ARRAYS ||
+        length < 1) {
+        PyErr_SetString(PyExc_ValueError, "_fastpath.PackNexter: six keys and dtypes, and a row "
+                                          "length >= 1");
+        return -1;
+    }
+    n->acquire = PyObject_GetAttrString(lock, "acquire");
+    n->unlock = n->acquire ? PyObject_GetAttrString(lock, "release") : NULL;
+    if (n->unlock == NULL)
+        return -1;
+    for (int i = 0; i < PACK_ARRAYS; i++) {
+        PyObject *item = PyObject_GetAttrString(PyTuple_GET_ITEM(dtypes, i), "itemsize");
+        Py_ssize_t size = item ? PyLong_AsSsize_t(item) : -1;
+        Py_XDECREF(item);
+        if (size <= 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "_fastpath.PackNexter: a dtype of no itemsize");
+            return -1;
+        }
+        n->items[i] = size;
+        n->keys[i] = new_ref(PyTuple_GET_ITEM(keys, i));
+        n->dtypes[i] = new_ref(PyTuple_GET_ITEM(dtypes, i));
+    }
+    n->length = length;
+    n->zeros = new_ref(zeros);
+    n->ndarray = new_ref(ndarray);
+    return 0;
+}
+
+/* An array of the batch over `count` items at data, a Span on hold; numpy.zeros(shape, dtype)
+ * for none (as the ctypes path's _pack_view). Steals shape. */
+static PyObject *pack_array(PackNexter *n, int i, const void *data, Py_ssize_t count,
+                            PyObject *shape, PyObject *hold) {
+    if (shape == NULL)
+        return NULL;
+    PyObject *a;
+    if (data == NULL || count == 0) {
+        a = PyObject_CallFunctionObjArgs(n->zeros, shape, n->dtypes[i], NULL);
+    } else {
+        Span *span = PyObject_New(Span, &SpanType);
+        if (span == NULL) {
+            Py_DECREF(shape);
+            return NULL;
+        }
+        span->hold = new_ref(hold);
+        span->data = (void *)data; /* the held buffers are the caller's while held */
+        span->bytes = count * n->items[i];
+        PyObject *args = PyTuple_Pack(3, shape, n->dtypes[i], (PyObject *)span);
+        Py_DECREF(span);
+        a = args ? PyObject_Call(n->ndarray, args, NULL) : NULL;
+        Py_XDECREF(args);
+    }
+    Py_DECREF(shape);
+    return a;
+}
+
+/* The next packed batch's dict, or the int dsc_packer_next_held returned (DSC_EOF, an error:
+ * the caller raises what it means). */
+static PyObject *pack_nexter_next(PyObject *self, PyObject *unused) {
+    PackNexter *n = (PackNexter *)self;
+    (void)unused;
+    if (n->packer == NULL) {
+        PyErr_SetString(PyExc_ValueError, "loader is closed");
+        return NULL;
+    }
+    dsc_packed_batch_t pb;
+    memset(&pb, 0, sizeof pb);
+    pb.struct_size = sizeof pb;
+    dsc_pack_hold_t *held = NULL;
+    dsc_packer_t *packer = n->packer;
+    PyThreadState *ts = PyEval_SaveThread(); /* it may wait for the packer's thread */
+    int rc = n->next_held(packer, &pb, &held);
+    PyEval_RestoreThread(ts);
+    if (rc < 0)
+        return PyLong_FromLong(rc);
+    PackHold *hold = PyObject_New(PackHold, &PackHoldType);
+    if (hold == NULL) {
+        PyObject *r = PyObject_CallNoArgs(n->acquire);
+        if (r != NULL) {
+            Py_DECREF(r);
+            n->release(held);
+            r = PyObject_CallNoArgs(n->unlock);
+        }
+        Py_XDECREF(r);
+        return NULL;
+    }
+    hold->nexter = (PackNexter *)new_ref(self);
+    hold->hold = held;
+    n->holds++;
+    Py_ssize_t rows = pb.rows, segs = pb.segments, cells = rows * n->length;
+    if (n->rows_shape == NULL || n->shape_rows != rows) {
+        Py_XSETREF(n->rows_shape, Py_BuildValue("(nn)", rows, n->length));
+        n->shape_rows = rows;
+    }
+    PyObject *out = n->rows_shape != NULL ? PyDict_New() : NULL;
+    if (out == NULL)
+        goto fail;
+    const void *data[PACK_ARRAYS] = {pb.tokens,     pb.position_ids,  pb.document_ids,
+                                     pb.cu_seqlens, pb.segment_index, pb.segment_start};
+    Py_ssize_t count[PACK_ARRAYS] = {cells, cells, cells, segs + 1, segs, segs};
+    for (int i = 0; i < PACK_ARRAYS; i++) {
+        PyObject *shape;
+        if (i <= PACK_DOC)
+            shape = new_ref(n->rows_shape);
+        else
+            shape = Py_BuildValue("(n)", count[i]);
+        PyObject *a = pack_array(n, i, data[i], count[i], shape, (PyObject *)hold);
+        if (a == NULL)
+            goto fail;
+        int set = PyDict_SetItem(out, n->keys[i], a);
+        Py_DECREF(a);
+        if (set < 0)
+            goto fail;
+    }
+    Py_DECREF(hold);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_DECREF(hold); /* gives the batch back when no array took it */
+    return NULL;
+}
+
+/* The packer is destroyed: next() raises; holds freed later still give their buffers back
+ * (dsc_packer_release frees them, the packer having let go of them). */
+static PyObject *pack_nexter_detach(PyObject *self, PyObject *unused) {
+    (void)unused;
+    ((PackNexter *)self)->packer = NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef pack_nexter_methods[] = {
+    {"next", pack_nexter_next, METH_NOARGS,
+     "The next packed batch's dict, or dsc_packer_next_held's int result when it is < 0."},
+    {"detach", pack_nexter_detach, METH_NOARGS, "The packer was destroyed."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef pack_nexter_members[] = {
+    {"holds", T_PYSSIZET, offsetof(PackNexter, holds), READONLY, "packed batches alive"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject PackNexterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dscache._fastpath.PackNexter",
+    .tp_basicsize = sizeof(PackNexter),
+    .tp_dealloc = pack_nexter_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "next() of one packed dscache.Loader (pack=, the packer's thread).",
+    .tp_methods = pack_nexter_methods,
+    .tp_members = pack_nexter_members,
+    .tp_init = pack_nexter_init,
+    .tp_new = PyType_GenericNew,
+};
+
 static struct PyModuleDef fastpath_module = {
     PyModuleDef_HEAD_INIT,
     "_fastpath",
-    "dscache.Loader's next() in C for host batches of fixed-size fields (optional).",
+    "dscache.Loader's next() in C for host batches of fixed-size fields and packed batches "
+    "(optional).",
     -1,
     NULL,
     NULL,
@@ -429,7 +700,9 @@ static struct PyModuleDef fastpath_module = {
 };
 
 PyMODINIT_FUNC PyInit__fastpath(void) {
-    if (PyType_Ready(&HoldType) < 0 || PyType_Ready(&SpanType) < 0 || PyType_Ready(&NexterType) < 0)
+    if (PyType_Ready(&HoldType) < 0 || PyType_Ready(&SpanType) < 0 ||
+        PyType_Ready(&NexterType) < 0 || PyType_Ready(&PackHoldType) < 0 ||
+        PyType_Ready(&PackNexterType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&fastpath_module);
     if (m == NULL)
@@ -437,6 +710,12 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
     Py_INCREF(&NexterType);
     if (PyModule_AddObject(m, "Nexter", (PyObject *)&NexterType) < 0) {
         Py_DECREF(&NexterType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&PackNexterType);
+    if (PyModule_AddObject(m, "PackNexter", (PyObject *)&PackNexterType) < 0) {
+        Py_DECREF(&PackNexterType);
         Py_DECREF(m);
         return NULL;
     }
