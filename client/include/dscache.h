@@ -839,8 +839,10 @@ DSC_EXTERN int dsc_mixture_info(const dsc_mixture_t *mixture, dsc_mixture_info_t
  * old ranks r with r % world_size == rank are read again by temporary loaders of those old ranks
  * and their unused samples delivered first (each source's samples stay exactly once per
  * source-epoch, but for the loader's padding of a new segment: at most world_size - 1 repeats).
- * Refused onto another world size: a fractional repeat; a state saved while leftovers were being
- * delivered, but on that rank and world size. save returns the bytes written, or the bytes
+ * Inside the part pass of a fractional repeat, the new ranks deliver the rest of the old ranks'
+ * part pass instead (old rank r's by new rank r % world_size), and the source-epoch ends there.
+ * Refused onto another world size: a state saved while leftovers were being delivered, but on
+ * that rank and world size. save returns the bytes written, or the bytes
  * needed when cap is too small; load returns 0, DSC_EINVAL, or DSC_EBADSTATE (damaged, not a
  * mixture state, another mixture: the log says which, or a source loader's refusal). */
 DSC_EXTERN int dsc_mixture_state_save(const dsc_mixture_t *mixture, void *buf, size_t cap);

@@ -271,6 +271,69 @@ for k, want_epoch0, times in ((2, 40, 2), (1, 60, 1)):
                 "repeat 0.5: source-epoch 1 takes 60 samples of the next loader epoch")
 
 
+
+# repeat onto another world size, stopped inside code's part pass (0.5: 30 of each old rank's 60
+# samples, 3 a step): the new ranks deliver the rest of the old ranks' part pass (old rank r's
+# by new rank r % W') and nothing else of that source-epoch, so its samples are the old world's;
+# then each source-epoch is the new world's own part pass (W' x cut', no sample twice).
+def repeat_srcs():
+    return [dscache.Source("web", weight=0.6),
+            dscache.Source("code", weight=0.3, servers=code_addr, repeat=0.5),
+            dscache.Source("books", weight=0.1, repeat=2.0)]
+
+
+def code_epochs(batches, into):
+    for x in batches:
+        for s, i, e in zip(x["source"], x["__index__"], x["source_epoch"]):
+            if int(s) == 1:
+                into.setdefault(int(e), []).append(int(i))
+
+
+ref = {}
+for r in range(2):
+    code_epochs(runs[r], ref)
+for new_w in (3, 1):
+    stop = 10 * rnd.randrange(1, 4) + rnd.randrange(1, 10)
+    got = {}
+    for r in range(2):
+        code_epochs(runs[r][:stop], got)
+    m = mixture(sources=repeat_srcs(), rank=0, world_size=2)
+    for _ in range(stop):
+        next(m)
+    st = m.state_dict()
+    m.close()
+    for r in range(new_w):
+        y = mixture(sources=repeat_srcs(), rank=r, world_size=new_w)
+        y.load_state_dict(st)
+        code_epochs([next(y) for _ in range(60)], got)
+        y.close()
+    e = stop // 10
+    cut_new = round(0.5 * -(-120 // new_w))
+    t.check(sorted(got.get(e, [])) == sorted(ref[e]),
+            "repeat 0.5, 2 -> %d ranks at step %d: source-epoch %d holds the old world's part "
+            "pass (%d samples, want %d)" % (new_w, stop, e, len(got.get(e, [])), len(ref[e])))
+    nxt = got.get(e + 1, [])
+    t.check(len(nxt) == new_w * cut_new and len(set(nxt)) == len(nxt),
+            "repeat 0.5 on %d ranks: the next source-epoch is theirs (%d samples, want %d, "
+            "%d distinct)" % (new_w, len(nxt), new_w * cut_new, len(set(nxt))))
+    if new_w == 1:  # saved while the old part pass's rest is delivered: resumes it exactly
+        y = mixture(sources=repeat_srcs(), rank=0, world_size=1)
+        y.load_state_dict(st)
+        for _ in range(3):
+            next(y)
+        mid = y.state_dict()
+        cont = [next(y) for _ in range(8)]
+        y.close()
+        z = mixture(sources=repeat_srcs(), rank=0, world_size=1)
+        z.load_state_dict(mid)
+        again = [next(z) for _ in range(8)]
+        z.close()
+        t.check(all(set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
+                    for a, b in zip(cont, again)),
+                "repeat 0.5: a state saved while the old part pass's rest is delivered resumes "
+                "byte for byte")
+
+
 # Traffic per source: over a completed source-epoch (1 rank, then 2), each source's loader
 # fetched about its stored bytes once (<= 1.1x).
 def stored(name):

@@ -683,14 +683,20 @@ static int take_one(dsc_mixture_t *m, uint32_t k, mix_piece_t **from, uint32_t *
         mix_piece_t *p = &s->extra[s->extra_at];
         if (p->cursor < p->samples) {
             *from = p, *row = p->cursor++;
-            s->taken++, s->carry_used++;
+            if (s->carry != 2) /* an old part pass's rest: taken stays the old ranks' */
+                s->taken++;
+            s->carry_used++;
             return 1;
         }
         piece_drop(p);
         s->extra_at++;
     }
-    if (s->carry)
+    if (s->carry) {
+        int part = s->carry == 2;
         extra_clear(s);
+        if (part && s->taken < s->cut) /* the old part pass is done: so is this source-epoch */
+            s->taken = s->cut;
+    }
     for (;;) {
         if (s->passes == s->full && s->taken >= s->cut) {
             /* The source-epoch's passes are done (repeat): a part pass is cut short, its loader
@@ -998,7 +1004,8 @@ static uint64_t get_u64(const uint8_t *p) {
 /* Layout (little-endian u64s): "DSCM", version, 3 zero bytes; identity; sources; total; step;
  * epoch; flags (1 stop_next, 2 dead); world_size; rank. Per source: count (quota), source-epoch,
  * used (samples of the batch at the state used), passes, taken, loader epoch, delivered, carry
- * (1: delivering an old world size's leftovers), carry world, carry skip, carry used, carry
+ * (1: delivering an old world size's leftovers; 2: the rest of its part pass), carry world,
+ * carry skip, carry used, carry
  * state length; the carry state; state length; the state. Then a checksum of all before it. */
 static int state_save_now(const dsc_mixture_t *mixture, void *buf, size_t cap);
 
@@ -1132,6 +1139,87 @@ static int leftovers(dsc_mixture_t *m, mix_source_t *s, uint32_t old_world, cons
     return 0;
 }
 
+/* The part pass (repeat's fraction) of source s on `world` ranks: samples per rank (0: none). */
+static uint64_t part_cut(const mix_source_t *s, uint32_t world) {
+    double frac = s->repeat - (double)s->full;
+    if (!(frac > 0))
+        return 0;
+    uint64_t per_rank = (s->dataset_samples + world - 1) / world;
+    double cut = nearbyint(frac * (double)per_rank); /* as mixture_create */
+    return cut < 1 ? 1 : (uint64_t)cut;
+}
+
+/* A resume onto another world size inside source s's part pass: every old rank had taken
+ * `taken` of its `cut_old` samples, the last `skip` of them from the batch at `before`. This rank
+ * delivers the rest of the part pass of the old ranks r with r % world_size == rank (read again
+ * by temporary loaders of those old ranks: each old rank's next cut_old - taken samples), and
+ * then the source-epoch ends, as it would have on the old ranks; no other rank delivers any of
+ * them. carry 2 marks it (its state resumes that rank on that world size only, as carry 1). */
+static int part_leftovers(dsc_mixture_t *m, mix_source_t *s, uint32_t old_world,
+                          const uint8_t *before, size_t before_len, uint64_t skip, uint64_t taken) {
+    extra_clear(s);
+    uint64_t cut_old = part_cut(s, old_world);
+    for (uint32_t r = m->rank; r < old_world && taken < cut_old; r += m->world) {
+        dsc_loader_options_t lo = s->lo;
+        lo.rank = r, lo.world_size = old_world;
+        lo.prefetch_batches = 1;
+        dsc_loader_t *tmp = NULL;
+        int rc = dsc_loader_create(&lo, &tmp);
+        if (rc == 0)
+            rc = dsc_loader_state_load(tmp, before, before_len);
+        uint64_t need = cut_old - taken, from = skip;
+        mix_piece_t *last = NULL;
+        while (rc == 0 && need > 0) {
+            dsc_batch_t *b = NULL;
+            rc = dsc_loader_next(tmp, &b);
+            if (rc == DSC_EOF) { /* the rank's share ended first (cannot be short of cut) */
+                rc = 0;
+                break;
+            }
+            if (rc < 0)
+                break;
+            uint32_t n = dsc_batch_samples(b);
+            if (from < n) {
+                if (s->extra_n >= MIX_MAX_EXTRA) {
+                    MIX_ERR(m,
+                            "mixture: state_load: source '%s': the rest of the old ranks' part "
+                            "pass takes more than %u source batches on this rank",
+                            s->dataset, MIX_MAX_EXTRA);
+                    rc = DSC_EINVAL;
+                    break;
+                }
+                mix_piece_t *p = &s->extra[s->extra_n++];
+                dsc_batch_retain(b);
+                p->batch = b;
+                rc = piece_views(m, s, p);
+                p->cursor = (uint32_t)from;
+                uint64_t take = n - from < need ? n - from : need;
+                p->samples = (uint32_t)(from + take);
+                need -= take;
+                last = p;
+            }
+            from = from > n ? from - n : 0;
+        }
+        if (rc < 0) {
+            MIX_ERR(m, "mixture: state_load: source '%s', old rank %u of %u: %s", s->dataset, r,
+                    old_world, dsc_strerror(rc));
+            extra_clear(s); /* its batches first, then their loader */
+            dsc_loader_destroy(tmp);
+            return rc;
+        }
+        if (last != NULL)
+            last->owner = tmp; /* destroyed with its last piece */
+        else
+            dsc_loader_destroy(tmp);
+    }
+    s->carry = s->extra_n > 0 ? 2 : 0;
+    s->carry_world = old_world;
+    memcpy(s->carry_state, before, before_len);
+    s->carry_len = (int)before_len;
+    s->carry_skip = skip, s->carry_used = 0;
+    return 0;
+}
+
 static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len);
 
 DSC_EXTERN int dsc_mixture_state_load(dsc_mixture_t *mixture, const void *buf, size_t len) {
@@ -1235,13 +1323,6 @@ static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len) {
                     (unsigned long long)old_world, m->world, (unsigned long long)old_world);
             return DSC_EBADSTATE;
         }
-        if (old_world != m->world && m->src[k].cut > 0) {
-            MIX_ERR(m,
-                    "mixture: state_load: a mixture with a fractional repeat resumes on the world "
-                    "size it was saved on (%llu), not %u (a pass's cut depends on it)",
-                    (unsigned long long)old_world, m->world);
-            return DSC_EBADSTATE;
-        }
     }
     for (uint32_t k = 0; k < m->count; k++) {
         mix_source_t *s = &m->src[k];
@@ -1255,8 +1336,33 @@ static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len) {
         extra_clear(s);
         s->skip = 0;
         uint8_t after[DSC_STATE_MAX_BYTES];
-        int after_len = -1, rc = 0;
-        if (get_u64(r + 56)) { /* still delivering an old world size's leftovers */
+        int after_len = -1, rc = 0, end_part = 0;
+        /* In the part pass of a fractional repeat (its passes done), where the old ranks had
+         * taken `taken` of their cut: on another world size they are delivered by the new ranks
+         * (part_leftovers), or the part pass ended. */
+        uint64_t taken = get_u64(r + 32), cut_old = part_cut(s, (uint32_t)old_world);
+        int in_part = s->cut > 0 && get_u64(r + 24) == s->full && taken > 0;
+        if (get_u64(r + 56) == 2) { /* still delivering an old part pass's rest */
+            rc = part_leftovers(m, s, (uint32_t)get_u64(r + 64), cstate, clen, get_u64(r + 72),
+                                taken);
+            for (uint64_t drop = get_u64(r + 80); rc == 0 && drop > 0; drop--) {
+                while (s->extra_at < s->extra_n &&
+                       s->extra[s->extra_at].cursor >= s->extra[s->extra_at].samples)
+                    piece_drop(&s->extra[s->extra_at++]);
+                if (s->extra_at >= s->extra_n)
+                    break;
+                s->extra[s->extra_at].cursor++;
+                s->carry_used++;
+            }
+            if (rc == 0)
+                rc = dsc_loader_state_load(s->loader, state, slen);
+        } else if (old_world != m->world && in_part) {
+            if (taken < cut_old)
+                rc = part_leftovers(m, s, (uint32_t)old_world, state, slen, used, taken);
+            end_part = s->carry == 0; /* none of it left for this rank */
+            if (rc == 0)
+                rc = dsc_loader_state_load(s->loader, state, slen);
+        } else if (get_u64(r + 56)) { /* still delivering an old world size's leftovers */
             rc = leftovers(m, s, (uint32_t)get_u64(r + 64), cstate, clen, get_u64(r + 72), after,
                            &after_len);
             for (uint64_t drop = get_u64(r + 80); rc == 0 && drop > 0; drop--) {
@@ -1284,6 +1390,8 @@ static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len) {
             return rc;
         }
         src_counters(s, r);
+        if (end_part && s->taken < s->cut)
+            s->taken = s->cut; /* the next pick ends the source-epoch */
     }
     mixture_counters(m, p);
     return 0;
