@@ -573,7 +573,8 @@ DSC_EXTERN int dsc_packer_state_load(dsc_packer_t *packer, const void *buf, size
  * batches of the old ranks r with r % world_size == rank (the documents, and the part of a
  * split document, not yet packed), up to the furthest loader step any old rank reached
  * (temporary loaders of those old ranks read them again: servers, dataset and fallback_path are
- * this loader's; an auth_file is not used again), then its own loader re-splits the rest of the
+ * this loader's; an auth_file is not used again; over a mixture, loaders over its sources), then
+ * its own loader re-splits the rest of the
  * epoch over the new ranks (docs/order.md): every document of the epoch is packed once over all
  * the new ranks. On old_world == world_size it is dsc_packer_state_load(states[rank]). Returns
  * 0, DSC_EINVAL, DSC_EBADSTATE (a state damaged, of other pack settings or world size, saved at

@@ -512,9 +512,55 @@ t.check(all(set(x) == set(y) and all(np.array_equal(x[k], y[k]) for k in x)
             for x, y in zip(cont, again)), "pack_sources='mixed': a resume continues byte for byte")
 t.check(m.stats()["pack"]["efficiency"] >= 0.99, "pack_sources='mixed': stats()['pack']")
 m.close()
+
+
+# pack_sources="mixed" onto another world size, from every old rank's state: over the mixture's
+# epoch (exhausted="stop": every source in its first source-epoch), the documents packed by the
+# old ranks before the stop and the new ranks after it: each whole and in order, none twice
+# (but for the padding of an uneven split), and all of them (an epoch of 256-document steps
+# covers these small sources).
+def mixed_epoch(batches, docs):
+    ok, cur = True, {}
+    for x in batches:
+        flat, cu = x["tokens"].reshape(-1), x["cu_seqlens"]
+        for g in range(len(x["segment_index"])):
+            s, d, st = (int(x["segment_source"][g]), int(x["segment_index"][g]),
+                        int(x["segment_start"][g]))
+            if d < 0:
+                continue
+            runs = docs.setdefault((s, d), [])
+            if st == 0:
+                runs.append([])
+            ok = ok and bool(runs) and sum(len(v) for v in runs[-1]) == st
+            if runs:
+                runs[-1].append(flat[cu[g]:cu[g + 1]])
+    return ok
+
+
+for old_w, new_w in ((2, 3), (3, 2)):
+    k = rnd.randrange(1, 4)
+    docs, states, ok = {}, [], True
+    for r in range(old_w):
+        x = mixed(rank=r, world_size=old_w, exhausted="stop")
+        ok = mixed_epoch([next(x) for _ in range(k)], docs) and ok
+        states.append(x.state_dict())
+        x.close()
+    for r in range(new_w):
+        y = mixed(rank=r, world_size=new_w, exhausted="stop", pack_ahead=r % 2 * 3)
+        y.load_state_dict(states)
+        ok = mixed_epoch(list(y), docs) and ok
+        y.close()
+    whole = all(np.array_equal(np.concatenate(run), toks(NAMES[s], d))
+                for (s, d), runs in docs.items() for run in runs)
+    twice = sum(len(runs) - 1 for runs in docs.values())
+    full = [all((s, i) in docs for i in range(SIZES[NAMES[s]])) for s in range(3)]
+    t.check(ok and whole and twice <= old_w + new_w - 2 and all(full),
+            "pack_sources='mixed' %d -> %d ranks after %d batches: documents whole and in order "
+            "(%s), %d twice, every document of a source %s" % (old_w, new_w, k, ok and whole,
+                                                              twice, full))
 w = mixed(rank=0, world_size=2)
-refused("pack_sources='mixed' onto another world size", dscache.BadState,
-        ["mix the sources", "saved on (1 ranks), not 2"], lambda: (w.load_state_dict([st]), w)[1])
+refused("pack_sources='mixed' onto another world size from one state", dscache.BadState,
+        ["world size"], lambda: (w.load_state_dict(st), w)[1])
 w.close()
 refused("pack_sources unknown", dscache.InvalidOption, ["pack_sources", "'rows'"],
         lambda: mixture(pack={"tokens": 16}, pack_sources="rows"))

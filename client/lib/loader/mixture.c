@@ -1571,6 +1571,7 @@ int dsc__mix_loader_create(const dsc_loader_options_t *options, dsc_loader_t **o
     pthread_cond_init(&l->cons_cv, NULL);
     pthread_cond_init(&l->view.cv, NULL);
     l->mix = m;
+    l->mix_options = dsc__mix_loader_options;
     l->cfg.manifest = man;
     dsc_loader_options_init2(&l->cfg.opt, sizeof l->cfg.opt);
     memcpy(&l->cfg.opt, options,
@@ -2077,6 +2078,34 @@ int dsc__mix_loader_set_epoch(dsc_loader_t *l, uint64_t epoch) {
     DSC_LOG(&l->cfg.log, DSC_LOG_ERROR, "%s", text);
     loader_error(l, text);
     return DSC_EINVAL;
+}
+
+int dsc__mix_loader_options(const dsc_loader_t *loader, dsc_loader_options_t *lo,
+                            dsc_source_options_t *so, uint32_t cap) {
+    const dsc_mixture_t *m = loader ? loader->mix : NULL;
+    if (m == NULL || m->count > cap)
+        return DSC_EINVAL;
+    *lo = loader->cfg.opt;
+    lo->servers = NULL, lo->dataset = NULL, lo->auth_file = NULL, lo->fallback_path = NULL;
+    lo->job_name = NULL, lo->transport = NULL;
+    lo->field_options = NULL, lo->field_option_count = 0;
+    lo->ignore_rank_env = 1;
+    lo->report_seconds = -1;
+    lo->stats_log_seconds = 0;
+    for (uint32_t k = 0; k < m->count; k++) {
+        const mix_source_t *s = &m->src[k];
+        dsc_source_options_init(&so[k], sizeof so[k]);
+        so[k].dataset = s->dataset;
+        so[k].servers = s->servers;
+        so[k].auth_file = s->auth_file;
+        so[k].fallback_path = s->fallback_path;
+        so[k].replicas = s->lo.replicas;
+        so[k].shuffle_window = s->lo.shuffle_window;
+        so[k].weight = s->weight;
+        so[k].repeat = s->repeat;
+    }
+    lo->sources = so, lo->n_sources = m->count;
+    return (int)m->count;
 }
 
 DSC_EXTERN dsc_mixture_t *dsc_loader_mixture(const dsc_loader_t *loader) {

@@ -21,5 +21,11 @@ void dsc__mix_loader_stats(const dsc_loader_t *loader, dsc_stats_t *out);
 /* dsc_loader_state_load and dsc_loader_set_epoch of such a loader. */
 int dsc__mix_loader_state_load(dsc_loader_t *loader, const void *buf, size_t len);
 int dsc__mix_loader_set_epoch(dsc_loader_t *loader, uint64_t epoch);
+/* The options of another loader over the same mixture (a temporary loader of an old rank, say,
+ * whose rank and world_size the caller sets): the loader's own options with its sources (up to
+ * cap, from the mixture's copies, valid while the loader lives) and no borrowed strings. Returns
+ * the number of sources, or DSC_EINVAL (not a loader over a mixture, cap too small). */
+int dsc__mix_loader_options(const dsc_loader_t *loader, dsc_loader_options_t *lo,
+                            dsc_source_options_t *so, uint32_t cap);
 
 #endif

@@ -177,7 +177,8 @@ uint32_t dsc__pack_rows_finish(dsc_pack_rows_t *p) {
 #define PACK_STATE_CAP (PACK_STATE_HEAD + PACK_INNER_MAX + 8)
 #define PACK_AHEAD_DEFAULT 2
 #define PACK_AHEAD_MAX 64
-#define PACK_CARRY_MAX 64 /* old ranks per new rank a world-size change may leave */
+#define PACK_CARRY_MAX 64   /* old ranks per new rank a world-size change may leave */
+#define PACK_MAX_SOURCES 64 /* a mixture's (its loaders over a mixture) */
 
 /* One packed batch made ahead by the packer's thread, with the stream state after it. */
 typedef struct pack_entry {
@@ -1126,14 +1127,6 @@ DSC_EXTERN int dsc_packer_state_load_world(dsc_packer_t *packer, const void *con
     uint32_t rank = l->cfg.opt.rank;
     if (world == old_world) /* every rank's own state */
         return dsc_packer_state_load(packer, states[rank], lens[rank]);
-    if (dsc_loader_mixture(l) != NULL) {
-        DSC_LOG(log, DSC_LOG_ERROR,
-                "pack: state_load_world: rows that mix the sources of a mixture resume on the "
-                "world size they were saved on (%u ranks), not %u (rows per source, a packed "
-                "mixture's default, resume on any: docs/mixtures.md)",
-                old_world, world);
-        return DSC_EBADSTATE;
-    }
     if ((old_world + world - 1) / world > PACK_CARRY_MAX) {
         DSC_LOG(log, DSC_LOG_ERROR, "pack: state_load_world: more than %u old ranks per new rank",
                 PACK_CARRY_MAX);
@@ -1151,15 +1144,31 @@ DSC_EXTERN int dsc_packer_state_load_world(dsc_packer_t *packer, const void *con
      * old ranks r with r % world == rank up to the furthest step any old rank reached, then its
      * loader re-splits what comes after that step over the new ranks (docs/order.md). */
     dsc_loader_options_t lo;
-    old_rank_options(l, old_world, &lo);
+    dsc_source_options_t *so = NULL; /* over a mixture: the temporary loaders' sources */
+    if (l->mix_options != NULL) {    /* old ranks' loaders over the same mixture */
+        so = calloc(PACK_MAX_SOURCES, sizeof *so);
+        int bad = so == NULL ? DSC_ENOMEM : l->mix_options(l, &lo, so, PACK_MAX_SOURCES);
+        if (bad < 0) {
+            free(so);
+            return bad;
+        }
+        lo.world_size = old_world;
+        lo.prefetch_batches = 2;
+    } else {
+        old_rank_options(l, old_world, &lo);
+    }
     struct pack_carry got[PACK_CARRY_MAX];
     uint32_t n = 0;
     uint64_t step_max = 0, epoch = 0;
-    uint8_t after[DSC_STATE_MAX_BYTES];
+    uint8_t *after = malloc(PACK_INNER_MAX); /* a loader state: a mixture's is large */
     int after_len = -1, rc = 0;
     uint64_t *step_of = calloc(old_world, sizeof *step_of);
-    if (step_of == NULL)
+    if (step_of == NULL || after == NULL) {
+        free(step_of);
+        free(after);
+        free(so);
         return DSC_ENOMEM;
+    }
     for (uint32_t r = 0; r < old_world && rc == 0; r++) {
         const uint8_t *p = states[r];
         uint32_t inner_len = get_u32(p + 28);
@@ -1187,7 +1196,9 @@ DSC_EXTERN int dsc_packer_state_load_world(dsc_packer_t *packer, const void *con
             step_of[r] = dsc_batch_step(b);
             if (rc == 0 && (after_len < 0 || step_of[r] > step_max)) {
                 step_max = step_of[r];
-                after_len = dsc_loader_state_save(tmp, after, sizeof after);
+                after_len = dsc_loader_state_save(tmp, after, PACK_INNER_MAX);
+                if (after_len > PACK_INNER_MAX)
+                    after_len = DSC_ETOOLARGE;
                 if (after_len < 0)
                     rc = after_len;
             }
@@ -1239,6 +1250,8 @@ DSC_EXTERN int dsc_packer_state_load_world(dsc_packer_t *packer, const void *con
         dsc_batch_release(got[i].first);
         dsc_loader_destroy(got[i].loader);
     }
+    free(after);
+    free(so);
     return rc;
 }
 

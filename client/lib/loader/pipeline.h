@@ -266,6 +266,11 @@ struct dsc_loader {
     /* Owner mixture.c: a loader over a mixture (dsc_loader_create with sources): its batches
      * are composed by this mixture into the slots; no threads, peers or plan of its own. */
     dsc_mixture_t *mix;
+    /* Set with mix: the options of another loader over the same mixture (mixture.c's
+     * dsc__mix_loader_options), for the packer's temporary loaders of old ranks, which cannot
+     * include mixture.h (mixture.c includes pack.h). */
+    int (*mix_options)(const struct dsc_loader *loader, dsc_loader_options_t *lo,
+                       dsc_source_options_t *so, uint32_t cap);
 
     /* Owner pipeline.c (error, via dsc__loader_fail) and loader.c (stop, the condition
      * variables): the lock and the wake-ups every stage shares. */
