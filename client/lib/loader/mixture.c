@@ -1079,6 +1079,18 @@ static int state_save_now(const dsc_mixture_t *mixture, void *buf, size_t cap) {
     return (int)need;
 }
 
+/* A temporary loader of source s as old rank r of old_world ranks, at `before` (*out even on a
+ * failure after create: the caller destroys it). */
+static int old_rank_loader(const mix_source_t *s, uint32_t r, uint32_t old_world,
+                           const uint8_t *before, size_t before_len, dsc_loader_t **out) {
+    dsc_loader_options_t lo = s->lo;
+    lo.rank = r, lo.world_size = old_world;
+    lo.prefetch_batches = 1;
+    *out = NULL;
+    int rc = dsc_loader_create(&lo, out);
+    return rc == 0 ? dsc_loader_state_load(*out, before, before_len) : rc;
+}
+
 /* A resume onto another world size, source s: every old rank had used `skip` samples of its
  * source batch at `before`. This rank takes the unused rest of the batches of the old ranks r
  * with r % world_size == rank (read again by a temporary loader of that old rank, kept while
@@ -1098,13 +1110,8 @@ static int leftovers(dsc_mixture_t *m, mix_source_t *s, uint32_t old_world, cons
                     s->dataset, MIX_MAX_EXTRA);
             return DSC_EINVAL;
         }
-        dsc_loader_options_t lo = s->lo;
-        lo.rank = r, lo.world_size = old_world;
-        lo.prefetch_batches = 1;
         dsc_loader_t *tmp = NULL;
-        int rc = dsc_loader_create(&lo, &tmp);
-        if (rc == 0)
-            rc = dsc_loader_state_load(tmp, before, before_len);
+        int rc = old_rank_loader(s, r, old_world, before, before_len, &tmp);
         dsc_batch_t *b = NULL;
         if (rc == 0)
             rc = dsc_loader_next(tmp, &b);
@@ -1160,13 +1167,8 @@ static int part_leftovers(dsc_mixture_t *m, mix_source_t *s, uint32_t old_world,
     extra_clear(s);
     uint64_t cut_old = part_cut(s, old_world);
     for (uint32_t r = m->rank; r < old_world && taken < cut_old; r += m->world) {
-        dsc_loader_options_t lo = s->lo;
-        lo.rank = r, lo.world_size = old_world;
-        lo.prefetch_batches = 1;
         dsc_loader_t *tmp = NULL;
-        int rc = dsc_loader_create(&lo, &tmp);
-        if (rc == 0)
-            rc = dsc_loader_state_load(tmp, before, before_len);
+        int rc = old_rank_loader(s, r, old_world, before, before_len, &tmp);
         uint64_t need = cut_old - taken, from = skip;
         mix_piece_t *last = NULL;
         while (rc == 0 && need > 0) {
@@ -1218,6 +1220,20 @@ static int part_leftovers(dsc_mixture_t *m, mix_source_t *s, uint32_t old_world,
     s->carry_len = (int)before_len;
     s->carry_skip = skip, s->carry_used = 0;
     return 0;
+}
+
+/* Passes over the first n samples of the leftovers just read again (a state saved while they
+ * were delivered had delivered n). */
+static void drop_carried(mix_source_t *s, uint64_t n) {
+    for (; n > 0; n--) {
+        while (s->extra_at < s->extra_n &&
+               s->extra[s->extra_at].cursor >= s->extra[s->extra_at].samples)
+            piece_drop(&s->extra[s->extra_at++]);
+        if (s->extra_at >= s->extra_n)
+            break;
+        s->extra[s->extra_at].cursor++;
+        s->carry_used++;
+    }
 }
 
 static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len);
@@ -1345,15 +1361,8 @@ static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len) {
         if (get_u64(r + 56) == 2) { /* still delivering an old part pass's rest */
             rc = part_leftovers(m, s, (uint32_t)get_u64(r + 64), cstate, clen, get_u64(r + 72),
                                 taken);
-            for (uint64_t drop = get_u64(r + 80); rc == 0 && drop > 0; drop--) {
-                while (s->extra_at < s->extra_n &&
-                       s->extra[s->extra_at].cursor >= s->extra[s->extra_at].samples)
-                    piece_drop(&s->extra[s->extra_at++]);
-                if (s->extra_at >= s->extra_n)
-                    break;
-                s->extra[s->extra_at].cursor++;
-                s->carry_used++;
-            }
+            if (rc == 0)
+                drop_carried(s, get_u64(r + 80));
             if (rc == 0)
                 rc = dsc_loader_state_load(s->loader, state, slen);
         } else if (old_world != m->world && in_part) {
@@ -1365,15 +1374,8 @@ static int state_load_now(dsc_mixture_t *mixture, const void *buf, size_t len) {
         } else if (get_u64(r + 56)) { /* still delivering an old world size's leftovers */
             rc = leftovers(m, s, (uint32_t)get_u64(r + 64), cstate, clen, get_u64(r + 72), after,
                            &after_len);
-            for (uint64_t drop = get_u64(r + 80); rc == 0 && drop > 0; drop--) {
-                while (s->extra_at < s->extra_n &&
-                       s->extra[s->extra_at].cursor >= s->extra[s->extra_at].samples)
-                    piece_drop(&s->extra[s->extra_at++]);
-                if (s->extra_at >= s->extra_n)
-                    break;
-                s->extra[s->extra_at].cursor++;
-                s->carry_used++;
-            }
+            if (rc == 0)
+                drop_carried(s, get_u64(r + 80));
             if (rc == 0)
                 rc = dsc_loader_state_load(s->loader, state, slen);
         } else if (old_world != m->world && used > 0) {

@@ -479,22 +479,16 @@ static int next_loader_batch(dsc_packer_t *pk) {
         if (rc < 0)
             return rc;
     }
-    dsc_field_view_t fv;
+    dsc_field_view_t fv, sv; /* the packed field; the documents' sources (over a mixture) */
     memset(&fv, 0, sizeof fv);
     fv.struct_size = sizeof fv;
+    sv = fv;
     rc = dsc_batch_field_view(b, pk->field, &fv);
+    if (rc == 0 && pk->source_field != UINT32_MAX)
+        rc = dsc_batch_field_view(b, pk->source_field, &sv);
     if (rc < 0)
         return rc;
-    pk->sources = NULL;
-    if (pk->source_field != UINT32_MAX) {
-        dsc_field_view_t sv;
-        memset(&sv, 0, sizeof sv);
-        sv.struct_size = sizeof sv;
-        rc = dsc_batch_field_view(b, pk->source_field, &sv);
-        if (rc < 0)
-            return rc;
-        pk->sources = sv.values.data;
-    }
+    pk->sources = pk->source_field != UINT32_MAX ? sv.values.data : NULL;
     pk->batch = b;
     pk->values = fv.values.data;
     pk->offsets = fv.offsets;
