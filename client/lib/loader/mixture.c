@@ -299,6 +299,16 @@ static int agree(dsc_mixture_t *m, const char *const *names, uint32_t n) {
     return 0;
 }
 
+/* The part pass (repeat's fraction) of source s on `world` ranks: samples per rank (0: none). */
+static uint64_t part_cut(const mix_source_t *s, uint32_t world) {
+    double frac = s->repeat - (double)s->full;
+    if (!(frac > 0))
+        return 0;
+    uint64_t per_rank = (s->dataset_samples + world - 1) / world;
+    double cut = nearbyint(frac * (double)per_rank); /* half to even, as Python round */
+    return cut < 1 ? 1 : (uint64_t)cut;
+}
+
 /* A source's state: its packer's when packed, else its loader's. */
 static int src_save(const mix_source_t *s, uint8_t *buf, size_t cap) {
     return s->packer ? dsc_packer_state_save(s->packer, buf, cap)
@@ -454,11 +464,7 @@ static int mixture_create(const dsc_loader_options_t *common, const dsc_source_o
             rc = DSC_EINVAL;
             goto fail;
         }
-        if (frac > 0) {
-            uint64_t per_rank = (s->dataset_samples + m->world - 1) / m->world;
-            double cut = nearbyint(frac * (double)per_rank); /* half to even, as Python round */
-            s->cut = cut < 1 ? 1 : (uint64_t)cut;
-        }
+        s->cut = part_cut(s, m->world);
     }
     const char *first[DSC_MAX_FIELDS];
     char names[DSC_MAX_FIELDS][DSC_MAX_NAME];
@@ -1144,16 +1150,6 @@ static int leftovers(dsc_mixture_t *m, mix_source_t *s, uint32_t old_world, cons
     s->carry_len = (int)before_len;
     s->carry_skip = skip, s->carry_used = 0;
     return 0;
-}
-
-/* The part pass (repeat's fraction) of source s on `world` ranks: samples per rank (0: none). */
-static uint64_t part_cut(const mix_source_t *s, uint32_t world) {
-    double frac = s->repeat - (double)s->full;
-    if (!(frac > 0))
-        return 0;
-    uint64_t per_rank = (s->dataset_samples + world - 1) / world;
-    double cut = nearbyint(frac * (double)per_rank); /* as mixture_create */
-    return cut < 1 ? 1 : (uint64_t)cut;
 }
 
 /* A resume onto another world size inside source s's part pass: every old rank had taken

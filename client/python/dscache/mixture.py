@@ -549,10 +549,7 @@ class Mixture:
                 self._inner.load_state_dict([{"dscache_pack_state": r.hex()} for r in raws])
                 return
             if old == self.world_size or self._pack is None:
-                raw = raws[self.rank if old == self.world_size else 0]
-                buf = ctypes.create_string_buffer(raw, len(raw))
-                self._check(self._lib.dsc_mixture_state_load(self._h(), buf, len(raw)))
-                return
+                return self._load_raw(raws[self.rank if old == self.world_size else 0])
             bufs = [ctypes.create_string_buffer(r, len(r)) for r in raws]
             ptrs = (ctypes.c_void_p * old)(*[ctypes.addressof(b) for b in bufs])
             lens = (ctypes.c_size_t * old)(*[len(r) for r in raws])
@@ -563,6 +560,10 @@ class Mixture:
             assert self._inner is not None
             self._inner.load_state_dict({"dscache_pack_state": raw.hex()})
             return
+        self._load_raw(raw)
+
+    def _load_raw(self, raw: bytes) -> None:
+        """dsc_mixture_state_load of one library state."""
         buf = ctypes.create_string_buffer(raw, len(raw))
         self._check(self._lib.dsc_mixture_state_load(self._h(), buf, len(raw)))
 
